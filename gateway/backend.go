@@ -1,0 +1,51 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// Backend is what the OpenAI HTTP layer needs from the cluster: the live model list and a
+// way to run a tokenized request on a worker chosen by the model's Router grain.
+// The actor-backed implementation lives in cluster/ (package cluster, type Backend);
+// tests use fakes.
+type Backend interface {
+	// Models returns the cards of the models that have at least one live worker.
+	Models(ctx context.Context) ([]*messages.ModelCard, error)
+	// Generate routes the request and starts it on a worker. The returned Stream must be
+	// closed by the caller on every path. Errors: ErrUnknownModel, ErrNoWorkers,
+	// ErrAllBusy (wrapped), or a transport error.
+	Generate(ctx context.Context, req *GenerateRequest) (Stream, error)
+}
+
+// GenerateRequest is a tokenized request for one model.
+type GenerateRequest struct {
+	Model     string
+	RequestID string
+	TokenIDs  []uint32 // the full templated prompt, as token ids
+	Sampling  *messages.SamplingParams
+	// Router overrides (REFERENCE §3); nil means the router's default.
+	OverlapWeight *float64
+	Temperature   *float64
+}
+
+// Stream is a running request's token stream.
+type Stream interface {
+	// Recv returns the next chunk in order. After the chunk carrying a finish reason it
+	// returns io.EOF. It returns ctx.Err() when ctx ends first.
+	Recv(ctx context.Context) (*messages.TokenChunk, error)
+	// WorkerID names the worker serving the request.
+	WorkerID() string
+	// Close cancels the request in the engine if it has not finished and frees the
+	// router's load tracking for it. Safe to call more than once.
+	Close()
+}
+
+// Backend errors (wrapped with detail by implementations; match with errors.Is).
+var (
+	ErrUnknownModel = errors.New("gateway: unknown model")
+	ErrNoWorkers    = errors.New("gateway: no live worker for model")
+	ErrAllBusy      = errors.New("gateway: all workers busy")
+)

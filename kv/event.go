@@ -1,0 +1,48 @@
+package kv
+
+// EventKind is the type of a KV cache event (vLLM kv-events wire format, REFERENCE §1).
+type EventKind uint8
+
+const (
+	// BlockStored: full blocks were committed to the engine's prefix cache.
+	BlockStored EventKind = iota + 1
+	// BlockRemoved: blocks were evicted from the engine's prefix cache.
+	BlockRemoved
+	// AllBlocksCleared: the engine dropped its whole prefix cache.
+	AllBlocksCleared
+)
+
+// Event is one KV cache event from an engine, independent of its transport
+// (ZMQ msgpack from the engine, protobuf between Turbine components).
+//
+// EngineHashes are the engine's own block hashes: opaque ids, only used to find blocks
+// again on BlockRemoved and to chain a BlockStored to its parent. The router computes its
+// own chained hashes (REFERENCE §2) from TokenIDs.
+type Event struct {
+	Kind EventKind
+	// EngineHashes: BlockStored and BlockRemoved; one per block.
+	EngineHashes []uint64
+	// HasParent/ParentHash: BlockStored; the engine hash of the block before the first
+	// stored block, or HasParent=false when the first block starts a sequence.
+	HasParent  bool
+	ParentHash uint64
+	// TokenIDs: BlockStored; len(TokenIDs) == len(EngineHashes)*BlockSize.
+	TokenIDs []uint32
+	// BlockSize: BlockStored; tokens per block.
+	BlockSize int
+	// LoraName: BlockStored; "" for the base model.
+	LoraName string
+	// Medium: "" (GPU), "GPU", "CPU_PINNED", "DISK".
+	Medium string
+}
+
+// Batch is one engine publication: a ZMQ message of the vLLM kv-events stream.
+type Batch struct {
+	// Seq is the publisher's sequence number (8-byte big-endian frame on the wire).
+	Seq uint64
+	// Timestamp in seconds since the Unix epoch, as the engine sent it.
+	Timestamp float64
+	// DataParallelRank, or -1 when the engine sent nil.
+	DataParallelRank int
+	Events           []Event
+}

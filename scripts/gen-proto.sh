@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Regenerates the Go code for messages/*.proto (protoc-gen-go and protoc-gen-go-grain,
+# both pinned as tools in go.mod). Needs protoc (Debian: protobuf-compiler).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
+go build -o "$bin/protoc-gen-go-grain" github.com/asynkron/protoactor-go/protobuf/protoc-gen-go-grain
+PATH="$bin:$PATH" protoc -I messages \
+  --go_out=messages --go_opt=paths=source_relative \
+  --go-grain_out=messages --go-grain_opt=paths=source_relative \
+  messages/*.proto
