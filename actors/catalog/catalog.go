@@ -1,0 +1,87 @@
+// Package catalog is the Catalog grain: the list of served models and their model
+// deployment cards, as announced by workers.
+//
+// Messages: Announce (a worker's card, with a time-to-live), List.
+// State: per model, per worker, the card and its expiry. Derived: the model list.
+// Rebuilt after a move from the workers' next announcements (every heartbeat).
+// Senders: workers (Announce), gateways (List).
+package catalog
+
+import (
+	"sort"
+	"time"
+
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// Identity is the one Catalog grain's identity.
+const Identity = "models"
+
+type entry struct {
+	card    *messages.ModelCard
+	expires time.Time
+}
+
+// Catalog implements messages.Catalog.
+type Catalog struct {
+	now    func() time.Time
+	models map[string]map[string]entry // model -> worker id -> entry
+}
+
+// New returns an empty Catalog reading time from now.
+func New(now func() time.Time) *Catalog {
+	return &Catalog{now: now, models: map[string]map[string]entry{}}
+}
+
+// Kind returns the cluster kind hosting Catalog grains (never passivated).
+func Kind() *cluster.Kind {
+	return messages.NewCatalogKind(func() messages.Catalog { return New(time.Now) }, 0)
+}
+
+func (c *Catalog) Init(cluster.GrainContext)           {}
+func (c *Catalog) Terminate(cluster.GrainContext)      {}
+func (c *Catalog) ReceiveDefault(cluster.GrainContext) {}
+
+// Announce records that a worker serves a model until ttl_ms from now. A ttl of 0 or
+// less withdraws the worker.
+func (c *Catalog) Announce(req *messages.AnnounceModel, _ cluster.GrainContext) (*messages.Ack, error) {
+	if req.GetCard().GetModel() == "" || req.GetWorkerId() == "" {
+		return &messages.Ack{}, nil
+	}
+	model := req.Card.Model
+	if req.TtlMs <= 0 {
+		delete(c.models[model], req.WorkerId)
+		return &messages.Ack{}, nil
+	}
+	if c.models[model] == nil {
+		c.models[model] = map[string]entry{}
+	}
+	c.models[model][req.WorkerId] = entry{card: req.Card, expires: c.now().Add(time.Duration(req.TtlMs) * time.Millisecond)}
+	return &messages.Ack{}, nil
+}
+
+// List returns one card per model that has at least one unexpired worker, sorted by name.
+func (c *Catalog) List(_ *messages.ListModelsRequest, _ cluster.GrainContext) (*messages.ModelList, error) {
+	now := c.now()
+	out := &messages.ModelList{}
+	for model, workers := range c.models {
+		var card *messages.ModelCard
+		for id, e := range workers {
+			if now.After(e.expires) {
+				delete(workers, id)
+				continue
+			}
+			if card == nil { // workers of one model publish the same card
+				card = e.card
+			}
+		}
+		if len(workers) == 0 {
+			delete(c.models, model)
+			continue
+		}
+		out.Models = append(out.Models, card)
+	}
+	sort.Slice(out.Models, func(i, j int) bool { return out.Models[i].Model < out.Models[j].Model })
+	return out, nil
+}

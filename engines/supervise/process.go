@@ -1,0 +1,120 @@
+package supervise
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is one running engine subprocess, in its own process group so that stopping it
+// also stops its children; on Linux it is also killed when the parent dies
+// (PR_SET_PDEATHSIG).
+type Process struct {
+	cmd     *exec.Cmd
+	started time.Time
+	done    chan struct{}
+	err     error
+	once    sync.Once
+}
+
+// Start runs argv[0] with argv[1:] and extra environment (KEY=VALUE). Each line the
+// process writes to stdout or stderr is passed to logLine (which must be safe for
+// concurrent use). Errors: the executable cannot be started.
+func Start(argv []string, env []string, logLine func(stream, line string)) (*Process, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("supervise: empty command")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(cmd.Environ(), env...)
+	cmd.SysProcAttr = sysProcAttr()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("supervise: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("supervise: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("supervise: start %s: %w", argv[0], err)
+	}
+	p := &Process{cmd: cmd, started: time.Now(), done: make(chan struct{})}
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go copyLines(&pipes, "stdout", stdout, logLine)
+	go copyLines(&pipes, "stderr", stderr, logLine)
+	go func() {
+		pipes.Wait()
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func copyLines(wg *sync.WaitGroup, stream string, r io.Reader, logLine func(stream, line string)) {
+	defer wg.Done()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		if logLine != nil {
+			logLine(stream, sc.Text())
+		}
+	}
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// Pid is the process id (also its process group id).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Started is when the process was started.
+func (p *Process) Started() time.Time { return p.started }
+
+// Done is closed when the process has exited; Err then tells how.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the exit error (nil for exit status 0); valid after Done is closed.
+func (p *Process) Err() error { return p.err }
+
+// Stop sends SIGTERM to the process group, waits up to grace for the exit, then sends
+// SIGKILL to the group and waits for the exit. Safe to call more than once and after the
+// process has exited.
+func (p *Process) Stop(grace time.Duration) {
+	p.once.Do(func() {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(grace):
+			_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	<-p.done
+}
+
+// Kill sends SIGKILL to the process group at once (fault injection and hard stops).
+func (p *Process) Kill() {
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+}
+
+// FreePort asks the kernel for a free TCP port on host. The port is free when this
+// returns; another process may still take it before the caller binds it, in which case
+// the engine fails to start and is restarted on a new port.
+func FreePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("supervise: free port on %s: %w", host, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
