@@ -1,0 +1,13 @@
+// Package frontend is the actor side of a frontend member: it implements gateway.Backend
+// over the cluster. For each request it asks the model's Router grain for a worker,
+// spawns a short-lived receiver actor, sends Generate to the worker with the receiver as
+// reply_to, and hands the chunks to the HTTP handler in order, granting the worker
+// credits as they are consumed (flow control).
+//
+// Receiver actor messages: messages.TokenChunk (from the worker), *actor.Terminated of
+// the worker (the worker is gone: a migratable error). State: the next expected chunk
+// index and out-of-order chunks. Who may send: the worker serving the request.
+//
+// Load tracking: every request routed is freed in the Router grain exactly once, on
+// every path (finish, error, cancel, client gone): Stream.Close does it.
+package frontend

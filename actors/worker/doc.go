@@ -1,0 +1,20 @@
+// Package worker is the worker actor: one per engine process, named "worker/<id>" on its
+// node member.
+//
+// Messages handled:
+//   - messages.Generate (from gateways): run a request on the engine; numbered
+//     messages.TokenChunk go to reply_to, at most the granted credits ahead.
+//   - messages.Credit (from the request's receiver): grant more chunks.
+//   - messages.Cancel (from gateways): abort the engine request; harmless when finished.
+//   - messages.DumpBlocksRequest (from the Router grain): publish the full block list.
+//   - *actor.Terminated of a reply_to PID: the caller is gone, abort its requests.
+//   - internal: engine started/ready/exited, restart timer, heartbeat tick, request done.
+//
+// State owned: the engine process and its epoch (bumped on every start), readiness, the
+// in-flight requests (cancel func + credit channel). The KV block list and the event
+// numbering are owned by the relay goroutine (relay.go), which is the only sender to the
+// Router grain, so events, dumps and registrations reach it in order.
+//
+// Children: none (the engine is an OS process, supervised here with a capped exponential
+// backoff). Who may send: gateways, the Router grain, the node (stop).
+package worker

@@ -1,0 +1,102 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// errCancelled marks a stream that its caller cancelled: nothing more is sent.
+var errCancelled = errors.New("worker: request cancelled")
+
+// generate starts m on the engine; chunks go to m.ReplyTo, at most the granted credits
+// ahead of the receiver (initial_credits 0 means no flow control).
+func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
+	if m.ReplyTo == nil || m.RequestId == "" {
+		w.log.Warn().Str("request_id", m.RequestId).Msg("Generate without reply_to or request id: dropped")
+		return
+	}
+	replyTo := actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id)
+	sys := c.ActorSystem()
+	send := func(ch *messages.TokenChunk) { sys.Root.Send(replyTo, ch) }
+	if _, dup := w.requests[m.RequestId]; dup {
+		send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
+			Error: "worker: duplicate request id " + m.RequestId})
+		return
+	}
+	if !w.ready || w.engine == nil {
+		send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
+			Error: "worker: engine not ready", Migratable: true})
+		return
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	r := &inflight{cancel: cancel, credits: make(chan int32, 1024), replyTo: replyTo}
+	w.requests[m.RequestId] = r
+	c.Watch(replyTo)
+	self := c.Self()
+	engine := w.engine
+	w.served.Add(1)
+	go func() {
+		defer sys.Root.Send(self, requestDone{id: m.RequestId})
+		err := streamChunks(ctx, engine, m, r.credits, send, w.cfg.WorkerID)
+		switch {
+		case err == nil, errors.Is(err, errCancelled), ctx.Err() != nil:
+		default:
+			w.log.Warn().Err(err).Str("request_id", m.RequestId).Msg("engine request failed")
+		}
+	}()
+}
+
+// streamChunks runs one request on engine and sends numbered chunks. It returns
+// errCancelled when ctx ended (nothing more is sent), nil after the last chunk, or the
+// engine error (after sending a migratable error chunk).
+func streamChunks(ctx context.Context, engine Engine, m *messages.Generate, credits <-chan int32,
+	send func(*messages.TokenChunk), workerID string) error {
+	flow := m.InitialCredits > 0
+	left := m.InitialCredits
+	var index uint32
+	finished := false
+	err := engine.Generate(ctx, m.RequestId, m.TokenIds, m.Sampling, func(ec EngineChunk) error {
+		if len(ec.TokenIDs) == 0 && ec.FinishReason == "" {
+			return nil
+		}
+		for flow && left <= 0 {
+			select {
+			case <-ctx.Done():
+				return errCancelled
+			case n := <-credits:
+				left += n
+			}
+		}
+		ch := &messages.TokenChunk{RequestId: m.RequestId, Index: index, TokenIds: ec.TokenIDs,
+			FinishReason: ec.FinishReason, WorkerId: workerID}
+		if ec.FinishReason != "" {
+			ch.PromptTokens = int32(ec.PromptTokens)
+			ch.CachedTokens = int32(ec.CachedTokens)
+			ch.CompletionTokens = int32(ec.CompletionTokens)
+			finished = true
+		}
+		index++
+		left--
+		send(ch)
+		return nil
+	})
+	if ctx.Err() != nil {
+		return errCancelled
+	}
+	if err != nil {
+		send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
+			Error: fmt.Sprintf("engine: %v", err), Migratable: true})
+		return err
+	}
+	if !finished {
+		err := errors.New("engine: stream ended without a finish reason")
+		send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
+			Error: err.Error(), Migratable: true})
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/kv"
+	"github.com/turbine-llm/turbine/kv/kvpb"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// RouterClient is the part of the Router grain a worker talks to.
+type RouterClient interface {
+	Register(*messages.RegisterWorker) (*messages.RegisterAck, error)
+	Deregister(*messages.DeregisterWorker) (*messages.Ack, error)
+	PublishEvents(*messages.KvEventBatch) (*messages.EventAck, error)
+	PublishDump(*messages.BlockDump) (*messages.Ack, error)
+}
+
+// dumpPartEvents caps the events of one BlockDump message, keeping each remote message
+// far below gRPC's size limit (a stored block of 64 tokens is about 300 bytes).
+const dumpPartEvents = 4096
+
+// relay item kinds, delivered in order on one channel.
+type (
+	relayBatch     struct{ batch kv.Batch }
+	relayHeartbeat struct {
+		info *messages.WorkerInfo
+		load *messages.WorkerLoad
+	}
+	relayEpoch struct{ epoch uint64 } // engine (re)started: forget its blocks
+	relayDump  struct{}
+	relayLeave struct {
+		reason string
+		done   chan struct{}
+	}
+)
+
+// relay owns the worker's block list and its event numbering and is the only sender to
+// the Router grain: KV event batches, dumps and registrations leave in the order they
+// were produced.
+type relay struct {
+	workerID string
+	router   RouterClient
+	log      zerolog.Logger
+	in       chan any
+
+	blocks  *BlockList
+	epoch   uint64
+	seq     uint64 // last batch number sent in this epoch
+	lastEng uint64 // last engine sequence number seen
+	seenEng bool
+	info    *messages.WorkerInfo
+}
+
+func newRelay(workerID string, router RouterClient, log zerolog.Logger) *relay {
+	return &relay{workerID: workerID, router: router, log: log, in: make(chan any, 4096), blocks: NewBlockList()}
+}
+
+// run processes items until ctx ends.
+func (r *relay) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-r.in:
+			r.handle(it)
+		}
+	}
+}
+
+func (r *relay) handle(it any) {
+	switch it := it.(type) {
+	case relayEpoch:
+		r.epoch, r.seq, r.seenEng = it.epoch, 0, false
+		r.blocks.Clear()
+	case relayBatch:
+		r.onBatch(it.batch)
+	case relayHeartbeat:
+		r.info = it.info
+		ack, err := r.router.Register(&messages.RegisterWorker{Worker: it.info, Load: it.load, LastEventSeq: r.seq})
+		if err != nil {
+			r.log.Warn().Err(err).Msg("register with router failed")
+			return
+		}
+		if !ack.Accepted {
+			r.log.Error().Str("reason", ack.Error).Msg("router refused this worker")
+			return
+		}
+		if ack.NeedDump {
+			r.dump()
+		}
+	case relayDump:
+		r.dump()
+	case relayLeave:
+		if _, err := r.router.Deregister(&messages.DeregisterWorker{WorkerId: r.workerID, Reason: it.reason}); err != nil {
+			r.log.Debug().Err(err).Msg("deregister failed")
+		}
+		close(it.done)
+	}
+}
+
+func (r *relay) onBatch(b kv.Batch) {
+	if r.seenEng && b.Seq <= r.lastEng {
+		// The publisher's numbering went backwards: the engine restarted behind our back.
+		r.log.Warn().Uint64("seq", b.Seq).Uint64("last", r.lastEng).Msg("KV event sequence reset: clearing blocks")
+		r.blocks.Clear()
+		b.Events = append([]kv.Event{{Kind: kv.AllBlocksCleared}}, b.Events...)
+	}
+	r.seenEng, r.lastEng = true, b.Seq
+	for _, ev := range b.Events {
+		if err := r.blocks.Apply(ev); err != nil {
+			r.log.Warn().Err(err).Msg("bad KV event from engine")
+		}
+	}
+	r.seq++
+	ack, err := r.router.PublishEvents(&messages.KvEventBatch{WorkerId: r.workerID, EngineEpoch: r.epoch,
+		Seq: r.seq, Events: kvpb.ToProtoAll(b.Events)})
+	if err != nil {
+		r.log.Warn().Err(err).Msg("publish KV events failed; the router will ask for a dump")
+		return
+	}
+	if ack.NeedDump {
+		r.dump()
+	}
+}
+
+func (r *relay) dump() {
+	evs := r.blocks.Dump()
+	part := int32(0)
+	for start := 0; ; start += dumpPartEvents {
+		end := min(start+dumpPartEvents, len(evs))
+		msg := &messages.BlockDump{WorkerId: r.workerID, EngineEpoch: r.epoch, LastSeq: r.seq,
+			Events: kvpb.ToProtoAll(evs[start:end]), Part: part, Last: end == len(evs)}
+		if _, err := r.router.PublishDump(msg); err != nil {
+			r.log.Warn().Err(err).Msg("publish block dump failed")
+			return
+		}
+		if end == len(evs) {
+			return
+		}
+		part++
+	}
+}

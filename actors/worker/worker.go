@@ -1,0 +1,367 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/engines/supervise"
+	"github.com/turbine-llm/turbine/kv"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// CatalogClient is the part of the Catalog grain a worker talks to.
+type CatalogClient interface {
+	Announce(*messages.AnnounceModel) (*messages.Ack, error)
+}
+
+// Config configures one worker actor.
+type Config struct {
+	WorkerID string
+	// Card is the model deployment card the worker publishes; its KV block size and
+	// limits are the ones the engine is started with.
+	Card     *messages.ModelCard
+	Launcher EngineLauncher
+	// Host the engine listens on (default 127.0.0.1).
+	Host string
+	// Heartbeat is the load/registration period (default 1 s).
+	Heartbeat time.Duration
+	// ReadyTimeout bounds how long a starting engine may take to answer /health
+	// (default 120 s; real engines loading weights need minutes: raise it).
+	ReadyTimeout time.Duration
+	// StopGrace is how long a stopping engine gets between SIGTERM and SIGKILL (default 5 s).
+	StopGrace time.Duration
+	Backoff   supervise.Backoff
+	Router    RouterClient
+	Catalog   CatalogClient
+	Logger    zerolog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Host == "" {
+		c.Host = "127.0.0.1"
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = 120 * time.Second
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = 5 * time.Second
+	}
+}
+
+// Props returns the props of a worker actor. Errors: a config without id, card, launcher
+// or router.
+func Props(cfg Config) (*actor.Props, error) {
+	cfg.defaults()
+	switch {
+	case cfg.WorkerID == "":
+		return nil, errors.New("worker: empty worker id")
+	case cfg.Card == nil || cfg.Card.Model == "":
+		return nil, errors.New("worker: missing model card")
+	case cfg.Launcher == nil:
+		return nil, errors.New("worker: missing engine launcher")
+	case cfg.Router == nil:
+		return nil, errors.New("worker: missing router client")
+	}
+	return actor.PropsFromProducer(func() actor.Actor { return newActor(cfg) }), nil
+}
+
+// ActorName is the name a worker actor is spawned under on its member.
+func ActorName(workerID string) string { return "worker/" + workerID }
+
+type (
+	engineReady  struct{ epoch uint64 }
+	engineFailed struct {
+		epoch uint64
+		err   error
+	}
+	engineExited struct {
+		epoch uint64
+		err   error
+		ran   time.Duration
+	}
+	restartEngine struct{}
+	heartbeatTick struct{}
+	heartbeatDone struct{}
+	requestDone   struct{ id string }
+)
+
+type inflight struct {
+	cancel  context.CancelFunc
+	credits chan int32
+	replyTo *actor.PID
+}
+
+type workerActor struct {
+	cfg    Config
+	log    zerolog.Logger
+	relay  *relay
+	ctx    context.Context // lives as long as the actor
+	cancel context.CancelFunc
+
+	epoch      uint64
+	proc       *supervise.Process
+	engine     Engine
+	engineStop context.CancelFunc // ends the engine's KV subscription and readiness wait
+	ready      bool
+	stopping   bool
+	hbBusy     bool
+	backoff    supervise.Backoff
+	requests   map[string]*inflight
+	self       *actor.PID
+	served     atomic.Int64
+}
+
+func newActor(cfg Config) *workerActor {
+	log := cfg.Logger.With().Str("worker", cfg.WorkerID).Logger()
+	return &workerActor{cfg: cfg, log: log, backoff: cfg.Backoff, requests: map[string]*inflight{}}
+}
+
+func (w *workerActor) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *actor.Started:
+		w.self = c.Self()
+		w.ctx, w.cancel = context.WithCancel(context.Background())
+		w.relay = newRelay(w.cfg.WorkerID, w.cfg.Router, w.log)
+		go w.relay.run(w.ctx)
+		w.startEngine(c)
+		w.tick(c)
+	case *messages.Generate:
+		w.generate(c, m)
+	case *messages.Credit:
+		if r := w.requests[m.RequestId]; r != nil {
+			select {
+			case r.credits <- m.Credits:
+			default: // the channel holds plenty; a full one means the stream is ending
+			}
+		}
+	case *messages.Cancel:
+		if r := w.requests[m.RequestId]; r != nil {
+			r.cancel()
+		}
+	case *messages.DumpBlocksRequest:
+		w.relay.in <- relayDump{}
+	case *actor.Terminated:
+		for _, r := range w.requests {
+			if r.replyTo.Equal(m.Who) {
+				r.cancel()
+			}
+		}
+	case requestDone:
+		if r := w.requests[m.id]; r != nil {
+			r.cancel()
+			delete(w.requests, m.id)
+		}
+	case engineReady:
+		if m.epoch == w.epoch {
+			w.ready = true
+			w.log.Info().Uint64("epoch", m.epoch).Msg("engine ready")
+			w.heartbeat(c)
+		}
+	case engineFailed:
+		if m.epoch == w.epoch && w.proc != nil {
+			w.log.Error().Err(m.err).Msg("engine did not become ready; stopping it")
+			go w.proc.Stop(w.cfg.StopGrace)
+		}
+	case engineExited:
+		w.onEngineExited(c, m)
+	case restartEngine:
+		if !w.stopping {
+			w.startEngine(c)
+		}
+	case heartbeatTick:
+		w.heartbeat(c)
+		w.tick(c)
+	case heartbeatDone:
+		w.hbBusy = false
+	case *actor.Stopping:
+		w.stop()
+	}
+}
+
+func (w *workerActor) tick(c actor.Context) {
+	self, sys := c.Self(), c.ActorSystem()
+	time.AfterFunc(w.cfg.Heartbeat, func() { sys.Root.Send(self, heartbeatTick{}) })
+}
+
+func (w *workerActor) startEngine(c actor.Context) {
+	w.epoch++
+	epoch := w.epoch
+	self, sys := c.Self(), c.ActorSystem()
+	port, err := supervise.FreePort(w.cfg.Host)
+	if err == nil {
+		var kvPort int
+		if kvPort, err = supervise.FreePort(w.cfg.Host); err == nil {
+			err = w.launch(c, epoch, port, fmt.Sprintf("tcp://%s:%d", w.cfg.Host, kvPort))
+		}
+	}
+	if err != nil {
+		w.log.Error().Err(err).Msg("engine start failed")
+		delay := w.backoff.Next(0)
+		time.AfterFunc(delay, func() { sys.Root.Send(self, restartEngine{}) })
+	}
+}
+
+func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint string) error {
+	argv, env := w.cfg.Launcher.Command(w.cfg.Host, port, kvEndpoint)
+	log := w.log.With().Uint64("epoch", epoch).Logger()
+	proc, err := supervise.Start(argv, env, func(stream, line string) {
+		log.Info().Str("stream", stream).Msg(line)
+	})
+	if err != nil {
+		return err
+	}
+	log.Info().Int("pid", proc.Pid()).Int("port", port).Str("kv_events", kvEndpoint).Msg("engine started")
+	engine := w.cfg.Launcher.Connect(fmt.Sprintf("http://%s:%d", w.cfg.Host, port))
+	self, sys := c.Self(), c.ActorSystem()
+	engCtx, engStop := context.WithCancel(w.ctx)
+	// The relay forgets the old engine's blocks before any event of the new one arrives.
+	w.relay.in <- relayEpoch{epoch: epoch}
+	go func() {
+		for engCtx.Err() == nil {
+			err := w.cfg.Launcher.SubscribeKVEvents(engCtx, kvEndpoint, func(b kv.Batch) { w.relay.in <- relayBatch{batch: b} })
+			if engCtx.Err() != nil {
+				return
+			}
+			log.Warn().Err(err).Msg("KV event subscription ended; resubscribing")
+			select {
+			case <-engCtx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	go func() {
+		deadline := time.Now().Add(w.cfg.ReadyTimeout)
+		for {
+			hctx, cancel := context.WithTimeout(engCtx, time.Second)
+			err := engine.Health(hctx)
+			cancel()
+			if err == nil {
+				sys.Root.Send(self, engineReady{epoch: epoch})
+				return
+			}
+			if engCtx.Err() != nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				sys.Root.Send(self, engineFailed{epoch: epoch, err: fmt.Errorf("no healthy answer within %v: %w", w.cfg.ReadyTimeout, err)})
+				return
+			}
+			select {
+			case <-engCtx.Done():
+				return
+			case <-proc.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	go func() {
+		<-proc.Done()
+		sys.Root.Send(self, engineExited{epoch: epoch, err: proc.Err(), ran: time.Since(proc.Started())})
+	}()
+	w.proc, w.engine, w.engineStop = proc, engine, engStop
+	return nil
+}
+
+func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
+	if m.epoch != w.epoch {
+		return
+	}
+	w.ready = false
+	if w.engineStop != nil {
+		w.engineStop()
+	}
+	if w.stopping {
+		return
+	}
+	w.heartbeat(c) // tell the router at once: not ready, blocks gone with the epoch
+	delay := w.backoff.Next(m.ran)
+	w.log.Warn().Err(m.err).Dur("ran", m.ran).Dur("restart_in", delay).Int("restarts", w.backoff.Restarts()).Msg("engine exited")
+	self, sys := c.Self(), c.ActorSystem()
+	time.AfterFunc(delay, func() { sys.Root.Send(self, restartEngine{}) })
+}
+
+func (w *workerActor) info() *messages.WorkerInfo {
+	return &messages.WorkerInfo{
+		WorkerId:    w.cfg.WorkerID,
+		Actor:       &messages.ActorRef{Address: w.self.Address, Id: w.self.Id},
+		Card:        w.cfg.Card,
+		Ready:       w.ready,
+		EngineEpoch: w.epoch,
+	}
+}
+
+// heartbeat scrapes the engine's load and registers with the Router grain and the
+// Catalog, off the actor's goroutine; at most one runs at a time.
+func (w *workerActor) heartbeat(c actor.Context) {
+	if w.hbBusy || w.stopping {
+		return
+	}
+	w.hbBusy = true
+	info, engine, ready := w.info(), w.engine, w.ready
+	self, sys := c.Self(), c.ActorSystem()
+	go func() {
+		defer sys.Root.Send(self, heartbeatDone{})
+		load := &messages.WorkerLoad{TotalBlocks: w.cfg.Card.TotalKvBlocks}
+		if ready && engine != nil {
+			ctx, cancel := context.WithTimeout(w.ctx, time.Second)
+			if l, err := engine.Load(ctx); err == nil {
+				load = l
+				if load.TotalBlocks == 0 {
+					load.TotalBlocks = w.cfg.Card.TotalKvBlocks
+				}
+			} else {
+				w.log.Debug().Err(err).Msg("engine load scrape failed")
+			}
+			cancel()
+		}
+		select {
+		case w.relay.in <- relayHeartbeat{info: info, load: load}:
+		case <-w.ctx.Done():
+			return
+		}
+		if w.cfg.Catalog != nil && ready {
+			ttl := 3 * w.cfg.Heartbeat
+			if _, err := w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID,
+				TtlMs: ttl.Milliseconds()}); err != nil {
+				w.log.Debug().Err(err).Msg("catalog announce failed")
+			}
+		}
+	}()
+}
+
+func (w *workerActor) stop() {
+	w.stopping = true
+	w.ready = false
+	for _, r := range w.requests {
+		r.cancel()
+	}
+	if w.proc != nil {
+		w.proc.Stop(w.cfg.StopGrace)
+	}
+	if w.engineStop != nil {
+		w.engineStop()
+	}
+	if w.cfg.Catalog != nil {
+		_, _ = w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID, TtlMs: 0})
+	}
+	// Let the relay deliver the deregistration, but never hang a shutdown on it.
+	done := make(chan struct{})
+	select {
+	case w.relay.in <- relayLeave{reason: "worker stopping", done: done}:
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+	default:
+	}
+	w.cancel()
+}
