@@ -1,0 +1,55 @@
+// Command turbine is Turbine's one binary; each subcommand is its own package.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/turbine-llm/turbine/cmd/turbine/mocker"
+	"github.com/turbine-llm/turbine/cmd/turbine/serve"
+)
+
+// command is one subcommand: Run gets the arguments after the subcommand's name.
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"serve", "run a whole service in one process: gateway, router and mock-engine workers", serve.Run},
+	{"mocker", "run the mock engine (vLLM HTTP dialect and KV events, no GPU)", mocker.Run},
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			if err := c.run(context.Background(), args[1:], stdout, stderr); err != nil {
+				fmt.Fprintf(stderr, "turbine %s: %v\n", c.name, err)
+				return 1
+			}
+			return 0
+		}
+	}
+	fmt.Fprintf(stderr, "turbine: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: turbine <command> [flags]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'turbine <command> -h' for a command's flags. Every flag can also be set with\nthe environment variable TURBINE_<FLAG> (upper case, '-' as '_').")
+}

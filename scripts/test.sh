@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Turbine's test command (the README's and CI's): installs what the tests need, checks
+# that generated code is current, vets, and runs every test with the race detector.
+# Set TURBINE_TEST_FLAGS to add go test flags (e.g. "-short" or "-run Router").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/ensure-tools.sh
+scripts/check-generated.sh
+scripts/fixtures.sh
+go vet ./...
+# shellcheck disable=SC2086
+go test -race -count=1 -timeout 30m ${TURBINE_TEST_FLAGS:-} ./...
