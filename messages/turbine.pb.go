@@ -1396,6 +1396,10 @@ type WorkerStats struct {
 	ActivePrefillTokens int64                  `protobuf:"varint,4,opt,name=active_prefill_tokens,json=activePrefillTokens,proto3" json:"active_prefill_tokens,omitempty"`
 	Busy                bool                   `protobuf:"varint,5,opt,name=busy,proto3" json:"busy,omitempty"`
 	Ready               bool                   `protobuf:"varint,6,opt,name=ready,proto3" json:"ready,omitempty"`
+	EngineRunning       int32                  `protobuf:"varint,7,opt,name=engine_running,json=engineRunning,proto3" json:"engine_running,omitempty"` // from the worker's last load heartbeat
+	EngineWaiting       int32                  `protobuf:"varint,8,opt,name=engine_waiting,json=engineWaiting,proto3" json:"engine_waiting,omitempty"`
+	EngineKvUsage       float64                `protobuf:"fixed64,9,opt,name=engine_kv_usage,json=engineKvUsage,proto3" json:"engine_kv_usage,omitempty"`
+	ActiveRequests      int32                  `protobuf:"varint,10,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"` // requests routed to the worker and not yet freed
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -1470,6 +1474,34 @@ func (x *WorkerStats) GetReady() bool {
 		return x.Ready
 	}
 	return false
+}
+
+func (x *WorkerStats) GetEngineRunning() int32 {
+	if x != nil {
+		return x.EngineRunning
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetEngineWaiting() int32 {
+	if x != nil {
+		return x.EngineWaiting
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetEngineKvUsage() float64 {
+	if x != nil {
+		return x.EngineKvUsage
+	}
+	return 0
+}
+
+func (x *WorkerStats) GetActiveRequests() int32 {
+	if x != nil {
+		return x.ActiveRequests
+	}
+	return 0
 }
 
 type RouterStats struct {
@@ -2225,14 +2257,19 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eBusyThresholds\x12\x19\n" +
 	"\bkv_usage\x18\x01 \x01(\x01R\akvUsage\x12%\n" +
 	"\x0eprefill_tokens\x18\x02 \x01(\x03R\rprefillTokens\"\x14\n" +
-	"\x12RouterStatsRequest\"\xd4\x01\n" +
+	"\x12RouterStatsRequest\"\xf3\x02\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x03R\rindexedBlocks\x12#\n" +
 	"\ractive_blocks\x18\x03 \x01(\x03R\factiveBlocks\x122\n" +
 	"\x15active_prefill_tokens\x18\x04 \x01(\x03R\x13activePrefillTokens\x12\x12\n" +
 	"\x04busy\x18\x05 \x01(\bR\x04busy\x12\x14\n" +
-	"\x05ready\x18\x06 \x01(\bR\x05ready\"\xcf\x01\n" +
+	"\x05ready\x18\x06 \x01(\bR\x05ready\x12%\n" +
+	"\x0eengine_running\x18\a \x01(\x05R\rengineRunning\x12%\n" +
+	"\x0eengine_waiting\x18\b \x01(\x05R\rengineWaiting\x12&\n" +
+	"\x0fengine_kv_usage\x18\t \x01(\x01R\rengineKvUsage\x12'\n" +
+	"\x0factive_requests\x18\n" +
+	" \x01(\x05R\x0eactiveRequests\"\xcf\x01\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
