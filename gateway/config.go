@@ -1,0 +1,158 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// Defaults, in one place.
+const (
+	// DefaultMaxBodyBytes is the largest request body accepted (bytes); larger → 413.
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultRetryAfter is what a 503 tells clients to wait.
+	DefaultRetryAfter = time.Second
+	// DefaultOwnedBy is the `owned_by` of /v1/models entries.
+	DefaultOwnedBy = "turbine"
+	// MaxStopSequences is OpenAI's limit on `stop` entries.
+	MaxStopSequences = 4
+	// MaxRequestIDLength bounds an honoured X-Request-Id (bytes); longer ones are replaced.
+	MaxRequestIDLength = 128
+)
+
+// Config is the gateway's user configuration. The zero value of each field means its
+// default.
+type Config struct {
+	// MaxBodyBytes bounds request bodies in bytes (default DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// RetryAfter is sent with 503 answers, rounded to whole seconds (default 1 s).
+	RetryAfter time.Duration
+	// OwnedBy is the `owned_by` of /v1/models entries (default "turbine").
+	OwnedBy string
+	// Logger receives one line per request (the zero Logger discards).
+	Logger zerolog.Logger
+	// Now is the clock for `created` timestamps and latency metrics (default time.Now).
+	Now func() time.Time
+	// NewRequestID makes a request id when the client sent no usable X-Request-Id
+	// (default: 32 random hex digits).
+	NewRequestID func() string
+}
+
+// withDefaults validates c and fills its defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.MaxBodyBytes < 0 {
+		return c, fmt.Errorf("gateway: config MaxBodyBytes must be >= 0, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.RetryAfter < 0 {
+		return c, fmt.Errorf("gateway: config RetryAfter must be >= 0, got %s", c.RetryAfter)
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.OwnedBy == "" {
+		c.OwnedBy = DefaultOwnedBy
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.NewRequestID == nil {
+		c.NewRequestID = randomRequestID
+	}
+	return c, nil
+}
+
+func randomRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Preprocessor is what the gateway needs of one model's preprocessing: its tokenizer and
+// chat template. *preprocess.Model provides it through PreprocessorOf.
+type Preprocessor interface {
+	// Tokenizer converts between text and token ids.
+	Tokenizer() preprocess.Tokenizer
+	// ApplyChatTemplate renders messages into the prompt text (see
+	// preprocess.Model.ApplyChatTemplate).
+	ApplyChatTemplate(msgs []preprocess.ChatMessage, tools []map[string]any, addGenerationPrompt bool) (string, error)
+	// EOSTokenIDs are token ids that end generation.
+	EOSTokenIDs() []uint32
+	// ContextLength in tokens; 0 when unknown.
+	ContextLength() int
+}
+
+// ModelLoader loads the preprocessing of a model from its card (card.Tokenizer names the
+// source). It is called per request and should cache.
+type ModelLoader func(card *messages.ModelCard) (Preprocessor, error)
+
+// Detokenizer turns streamed token ids into text (preprocess.Detokenizer's methods).
+type Detokenizer interface {
+	Push(ids ...uint32) string
+	Flush() string
+}
+
+// StopMatcher finds stop strings in streamed text (preprocess.StopMatcher's methods).
+type StopMatcher interface {
+	Push(text string) (emit string, stopped bool)
+	Flush() string
+}
+
+// options are the seams tests and embedders replace.
+type options struct {
+	loadModel      ModelLoader
+	newDetokenizer func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer
+	newStopMatcher func(stops []string) StopMatcher
+}
+
+// Option changes how New builds the server.
+type Option func(*options)
+
+// WithModelLoader replaces the default loader (preprocess.LoadModel(card.Tokenizer)).
+func WithModelLoader(l ModelLoader) Option { return func(o *options) { o.loadModel = l } }
+
+// WithDetokenizer replaces preprocess.NewDetokenizer.
+func WithDetokenizer(f func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer) Option {
+	return func(o *options) { o.newDetokenizer = f }
+}
+
+// WithStopMatcher replaces preprocess.NewStopMatcher.
+func WithStopMatcher(f func(stops []string) StopMatcher) Option {
+	return func(o *options) { o.newStopMatcher = f }
+}
+
+func defaultOptions() options {
+	return options{
+		loadModel: func(card *messages.ModelCard) (Preprocessor, error) {
+			m, err := preprocess.LoadModel(card.GetTokenizer())
+			if err != nil {
+				return nil, err
+			}
+			return PreprocessorOf(m), nil
+		},
+		newDetokenizer: func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer {
+			return preprocess.NewDetokenizer(tok, skipSpecial)
+		},
+		newStopMatcher: func(stops []string) StopMatcher { return preprocess.NewStopMatcher(stops) },
+	}
+}
+
+// PreprocessorOf adapts a loaded preprocess.Model to Preprocessor.
+func PreprocessorOf(m *preprocess.Model) Preprocessor { return modelPreprocessor{m} }
+
+type modelPreprocessor struct{ m *preprocess.Model }
+
+func (p modelPreprocessor) Tokenizer() preprocess.Tokenizer { return p.m.Tokenizer }
+func (p modelPreprocessor) ApplyChatTemplate(msgs []preprocess.ChatMessage, tools []map[string]any, add bool) (string, error) {
+	return p.m.ApplyChatTemplate(msgs, tools, add)
+}
+func (p modelPreprocessor) EOSTokenIDs() []uint32 { return p.m.EOSTokenIDs }
+func (p modelPreprocessor) ContextLength() int    { return p.m.ContextLength }

@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// ErrorKind names one entry of the error catalogue. Every error the HTTP API returns is
+// built from one of these kinds, so its status, OpenAI `type` and `code` come from one
+// table (Catalogue).
+type ErrorKind int
+
+// The catalogue's kinds. Append new kinds at the end; the golden file
+// testdata/errors.golden lists the whole table.
+const (
+	// KindInvalidJSON: the body is not valid JSON or not a JSON object.
+	KindInvalidJSON ErrorKind = iota
+	// KindInvalidType: a field has the wrong JSON type (param names the field).
+	KindInvalidType
+	// KindMissingParameter: a required field is absent, null or empty.
+	KindMissingParameter
+	// KindInvalidValue: a field has the right type but an illegal value.
+	KindInvalidValue
+	// KindUnsupported: a legal OpenAI field or value that this engine cannot honour.
+	KindUnsupported
+	// KindContextLengthExceeded: prompt (or prompt + max_tokens) longer than the model's
+	// context length.
+	KindContextLengthExceeded
+	// KindBodyTooLarge: the request body is larger than Config.MaxBodyBytes.
+	KindBodyTooLarge
+	// KindModelNotFound: no live worker serves the requested model.
+	KindModelNotFound
+	// KindRouteNotFound: no such URL path.
+	KindRouteNotFound
+	// KindMethodNotAllowed: the path exists but not for this HTTP method.
+	KindMethodNotAllowed
+	// KindNoWorkers: the model is known but has no live worker now.
+	KindNoWorkers
+	// KindAllBusy: every worker of the model is busy (REFERENCE §4).
+	KindAllBusy
+	// KindEngineError: the engine failed the request (a TokenChunk with an error).
+	KindEngineError
+	// KindBackendError: the cluster could not be reached or failed in transport.
+	KindBackendError
+	// KindInternal: a fault in the gateway itself (e.g. a model's tokenizer failed to load).
+	KindInternal
+	// KindClientClosed: the client went away before the response ended. Never written to
+	// a client; it labels metrics and logs (status 499 as nginx counts it).
+	KindClientClosed
+)
+
+// CatalogueEntry is one row of the error catalogue.
+type CatalogueEntry struct {
+	Kind ErrorKind
+	// Name is a stable identifier used in logs and in the golden file.
+	Name string
+	// Status is the HTTP status code.
+	Status int
+	// Type is the OpenAI error `type` ("invalid_request_error", "server_error").
+	Type string
+	// Code is the OpenAI error `code` (OpenAI's own where one exists, e.g.
+	// "model_not_found", "context_length_exceeded").
+	Code string
+	// RetryAfter marks errors answered with a Retry-After header.
+	RetryAfter bool
+}
+
+// catalogue is indexed by ErrorKind.
+var catalogue = [...]CatalogueEntry{
+	KindInvalidJSON:           {KindInvalidJSON, "invalid_json", http.StatusBadRequest, "invalid_request_error", "invalid_json", false},
+	KindInvalidType:           {KindInvalidType, "invalid_type", http.StatusBadRequest, "invalid_request_error", "invalid_type", false},
+	KindMissingParameter:      {KindMissingParameter, "missing_parameter", http.StatusBadRequest, "invalid_request_error", "missing_required_parameter", false},
+	KindInvalidValue:          {KindInvalidValue, "invalid_value", http.StatusBadRequest, "invalid_request_error", "invalid_value", false},
+	KindUnsupported:           {KindUnsupported, "unsupported", http.StatusBadRequest, "invalid_request_error", "unsupported_parameter", false},
+	KindContextLengthExceeded: {KindContextLengthExceeded, "context_length_exceeded", http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", false},
+	KindBodyTooLarge:          {KindBodyTooLarge, "body_too_large", http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", false},
+	KindModelNotFound:         {KindModelNotFound, "model_not_found", http.StatusNotFound, "invalid_request_error", "model_not_found", false},
+	KindRouteNotFound:         {KindRouteNotFound, "route_not_found", http.StatusNotFound, "invalid_request_error", "unknown_url", false},
+	KindMethodNotAllowed:      {KindMethodNotAllowed, "method_not_allowed", http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", false},
+	KindNoWorkers:             {KindNoWorkers, "no_workers", http.StatusServiceUnavailable, "server_error", "no_live_workers", true},
+	KindAllBusy:               {KindAllBusy, "all_busy", http.StatusServiceUnavailable, "server_error", "all_workers_busy", true},
+	KindEngineError:           {KindEngineError, "engine_error", http.StatusInternalServerError, "server_error", "engine_error", false},
+	KindBackendError:          {KindBackendError, "backend_error", http.StatusBadGateway, "server_error", "backend_unavailable", false},
+	KindInternal:              {KindInternal, "internal", http.StatusInternalServerError, "server_error", "internal_error", false},
+	KindClientClosed:          {KindClientClosed, "client_closed", 499, "invalid_request_error", "client_closed_request", false},
+}
+
+// Catalogue returns a copy of the whole error table, in ErrorKind order.
+func Catalogue() []CatalogueEntry {
+	out := make([]CatalogueEntry, len(catalogue))
+	copy(out, catalogue[:])
+	return out
+}
+
+// Entry returns k's catalogue row.
+func (k ErrorKind) Entry() CatalogueEntry { return catalogue[k] }
+
+// String returns the kind's catalogue name.
+func (k ErrorKind) String() string {
+	if k < 0 || int(k) >= len(catalogue) {
+		return "ErrorKind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return catalogue[k].Name
+}
+
+// APIError is an error the gateway answers with. Its JSON form is OpenAI's
+// `{"error": {"message", "type", "param", "code"}}`.
+type APIError struct {
+	Kind ErrorKind
+	// Message is shown to the client as is.
+	Message string
+	// Param names the request field at fault in OpenAI's notation
+	// (e.g. "messages[0].content"); "" when none (JSON null).
+	Param string
+	// Cause is the underlying error, for logs only.
+	Cause error
+}
+
+// Error implements error.
+func (e *APIError) Error() string {
+	if e.Param != "" {
+		return fmt.Sprintf("gateway: %s (%s): %s", e.Kind, e.Param, e.Message)
+	}
+	return fmt.Sprintf("gateway: %s: %s", e.Kind, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *APIError) Unwrap() error { return e.Cause }
+
+// Status returns the HTTP status of the error's kind.
+func (e *APIError) Status() int { return catalogue[e.Kind].Status }
+
+func newError(kind ErrorKind, param, format string, args ...any) *APIError {
+	return &APIError{Kind: kind, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// errorObject is the inner object of an error body.
+type errorObject struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+func (e *APIError) body() errorBody {
+	ent := catalogue[e.Kind]
+	obj := errorObject{Message: e.Message, Type: ent.Type, Code: ent.Code}
+	if e.Param != "" {
+		p := e.Param
+		obj.Param = &p
+	}
+	return errorBody{Error: obj}
+}
+
+// MarshalJSON writes the OpenAI error body.
+func (e *APIError) MarshalJSON() ([]byte, error) { return json.Marshal(e.body()) }
+
+// writeError writes e as a JSON response with its catalogue status (and Retry-After
+// where the catalogue says so).
+func writeError(w http.ResponseWriter, e *APIError, retryAfter time.Duration) {
+	ent := catalogue[e.Kind]
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if ent.RetryAfter {
+		secs := int(retryAfter.Round(time.Second) / time.Second)
+		if secs < 1 {
+			secs = 1
+		}
+		h.Set("Retry-After", strconv.Itoa(secs))
+	}
+	w.WriteHeader(ent.Status)
+	b, _ := json.Marshal(e.body())
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// backendError maps an error from Backend.Generate or Stream.Recv to the catalogue.
+func backendError(model string, err error) *APIError {
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, ErrUnknownModel):
+		e := modelNotFound(model)
+		e.Cause = err
+		return e
+	case errors.Is(err, ErrAllBusy):
+		return &APIError{Kind: KindAllBusy, Message: fmt.Sprintf("All workers serving model %q are busy; retry later.", model), Cause: err}
+	case errors.Is(err, ErrNoWorkers):
+		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live worker serves model %q now; retry later.", model), Cause: err}
+	default:
+		return &APIError{Kind: KindBackendError, Message: "The request could not be run on a worker: " + err.Error(), Cause: err}
+	}
+}
+
+func modelNotFound(model string) *APIError {
+	return newError(KindModelNotFound, "model", "The model `%s` does not exist.", model)
+}

@@ -1,0 +1,194 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// generation is one prepared request running on the Backend.
+type generation struct {
+	s      *Server
+	rec    *requestRecord
+	p      *prepared
+	stream Stream
+	out    *textOutput
+	resp   *responder
+}
+
+// generate starts p on the Backend and answers with a stream or one body. The Stream is
+// closed on every path, which cancels the engine request when it has not finished
+// (client gone, stop string hit, write failure).
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRecord, p *prepared) {
+	ctx := r.Context()
+	rec.model = p.card.GetModel()
+	rec.inflight = s.metrics.inflight(rec.model)
+	rec.inflight.Inc()
+	rec.usage.PromptTokens = len(p.gen.TokenIDs)
+
+	stream, err := s.backend.Generate(ctx, p.gen)
+	if err != nil {
+		if ctx.Err() != nil {
+			rec.cancel()
+			return
+		}
+		aerr := backendError(rec.model, err)
+		rec.fail(aerr)
+		writeError(w, aerr, s.cfg.RetryAfter)
+		return
+	}
+	defer stream.Close()
+	rec.worker = stream.WorkerID()
+	if rec.worker != "" {
+		w.Header().Set("X-Turbine-Worker", rec.worker)
+	}
+
+	var stops StopMatcher
+	if len(p.common.Stop) > 0 {
+		stops = s.opts.newStopMatcher(p.common.Stop)
+	}
+	detok := s.opts.newDetokenizer(p.pre.Tokenizer(), p.common.SkipSpecialTokens)
+	g := &generation{
+		s: s, rec: rec, p: p, stream: stream,
+		out: newTextOutput(detok, stops, p.stopIDs, int(p.common.MinTokens)),
+		resp: &responder{
+			chat:         rec.endpoint == endpointChat,
+			id:           idPrefix(rec.endpoint) + rec.id,
+			created:      s.cfg.Now().Unix(),
+			model:        p.common.Model,
+			includeUsage: p.common.IncludeUsage,
+		},
+	}
+	if p.common.Stream {
+		g.streamTo(ctx, w)
+	} else {
+		g.respond(ctx, w)
+	}
+}
+
+// idPrefix is OpenAI's response id prefix per endpoint.
+func idPrefix(endpoint string) string {
+	if endpoint == endpointChat {
+		return "chatcmpl-"
+	}
+	return "cmpl-"
+}
+
+// pump reads chunks until the request finishes, fails or the client leaves. emit gets
+// the text of every chunk before the finishing one; that chunk's text is returned (with
+// the failure, when the stream failed). gone is true when the client went away (request
+// context done, or emit failed writing).
+func (g *generation) pump(ctx context.Context, emit func(string) error) (last string, aerr *APIError, gone bool) {
+	var prev time.Time
+	for {
+		c, err := g.stream.Recv(ctx)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return "", nil, true
+			case errors.Is(err, io.EOF):
+				return "", newError(KindEngineError, "", "The token stream ended before the request finished."), false
+			default:
+				return "", backendError(g.rec.model, err), false
+			}
+		}
+		if n := len(c.GetTokenIds()); n > 0 {
+			now := g.s.cfg.Now()
+			if prev.IsZero() {
+				g.s.metrics.observeTTFT(g.rec.model, now.Sub(g.rec.start))
+			} else {
+				g.s.metrics.observeITL(g.rec.model, now.Sub(prev), n)
+			}
+			prev = now
+		}
+		text, aerr := g.out.push(c)
+		if aerr != nil || g.out.finished() {
+			return text, aerr, false
+		}
+		if text != "" {
+			if err := emit(text); err != nil {
+				return "", nil, true
+			}
+		}
+	}
+}
+
+// info is the `turbine` extension object, when the request asked for it.
+func (g *generation) info() *TurbineInfo {
+	if !g.p.common.Turbine.ReturnWorker {
+		return nil
+	}
+	worker := g.out.workerID
+	if worker == "" {
+		worker = g.stream.WorkerID()
+	}
+	return &TurbineInfo{WorkerID: worker, RequestID: g.rec.id, CachedTokens: g.out.cachedTokens}
+}
+
+// streamTo answers with SSE: a role chunk (chat), content chunks, the finishing chunk,
+// the usage chunk when asked, then [DONE]. A failure after the header is sent as one
+// error frame before [DONE].
+func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
+	sse, err := startSSE(w)
+	if err != nil {
+		g.rec.cancel()
+		return
+	}
+	if first, ok := g.resp.first(); ok {
+		if sse.data(first) != nil {
+			g.rec.cancel()
+			return
+		}
+	}
+	last, aerr, gone := g.pump(ctx, func(text string) error { return sse.data(g.resp.delta(text, nil, nil)) })
+	switch {
+	case gone:
+		g.rec.cancel()
+		return
+	case aerr != nil:
+		g.rec.fail(aerr)
+		if last != "" && sse.data(g.resp.delta(last, nil, nil)) != nil {
+			return
+		}
+		if sse.data(aerr) == nil {
+			_ = sse.done()
+		}
+		return
+	}
+	finish := g.out.finishReason
+	usage := g.out.usage(len(g.p.gen.TokenIDs))
+	g.rec.succeed(usage)
+	if sse.data(g.resp.delta(last, &finish, g.info())) != nil {
+		g.rec.cancel()
+		return
+	}
+	if g.resp.includeUsage && sse.data(g.resp.usageChunk(usage)) != nil {
+		g.rec.cancel()
+		return
+	}
+	if sse.done() != nil {
+		g.rec.cancel()
+	}
+}
+
+// respond answers with one JSON body once the request has finished.
+func (g *generation) respond(ctx context.Context, w http.ResponseWriter) {
+	var text strings.Builder
+	last, aerr, gone := g.pump(ctx, func(t string) error { text.WriteString(t); return nil })
+	switch {
+	case gone:
+		g.rec.cancel()
+		return
+	case aerr != nil:
+		g.rec.fail(aerr)
+		writeError(w, aerr, g.s.cfg.RetryAfter)
+		return
+	}
+	text.WriteString(last)
+	usage := g.out.usage(len(g.p.gen.TokenIDs))
+	g.rec.succeed(usage)
+	writeJSON(w, http.StatusOK, g.resp.full(text.String(), g.out.finishReason, usage, g.info()))
+}

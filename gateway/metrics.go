@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Metric families of the frontend (REFERENCE §11), named in the style of Dynamo's and
+// vLLM's frontends with the prefix turbine_frontend_. Histograms are Prometheus
+// histograms (le buckets) so that histogram_quantile works on them. Units: seconds and
+// tokens.
+const (
+	metricRequests     = "turbine_frontend_requests_total"              // counter {model,endpoint,request_type,status}
+	metricInflight     = "turbine_frontend_inflight_requests"           // gauge {model}
+	metricDuration     = "turbine_frontend_request_duration_seconds"    // histogram {model,endpoint}
+	metricTTFT         = "turbine_frontend_time_to_first_token_seconds" // histogram {model}
+	metricITL          = "turbine_frontend_inter_token_latency_seconds" // histogram {model}
+	metricISL          = "turbine_frontend_input_sequence_tokens"       // histogram {model}
+	metricOSL          = "turbine_frontend_output_sequence_tokens"      // histogram {model}
+	metricCachedTokens = "turbine_frontend_cached_tokens"               // histogram {model}
+	metricRejected     = "turbine_frontend_rejected_requests_total"     // counter {model,reason}
+	metricCancelled    = "turbine_frontend_cancelled_requests_total"    // counter {model,endpoint}
+)
+
+// Histogram buckets (upper bounds).
+var (
+	durationBuckets = metrics.ExponentialBuckets(0.005, 2, 17)  // 5 ms .. 328 s
+	ttftBuckets     = metrics.ExponentialBuckets(0.001, 2, 18)  // 1 ms .. 131 s
+	itlBuckets      = metrics.ExponentialBuckets(0.0005, 2, 14) // 0.5 ms .. 4.1 s
+	tokenBuckets    = metrics.ExponentialBuckets(1, 2, 18)      // 1 .. 131072 tokens
+)
+
+// frontendMetrics records into a metrics.Set the server owns.
+type frontendMetrics struct {
+	set *metrics.Set
+}
+
+func newFrontendMetrics() *frontendMetrics { return &frontendMetrics{set: metrics.NewSet()} }
+
+// name builds `family{k1="v1",...}` from label pairs, escaping values as the Prometheus
+// text format requires.
+func name(family string, kv ...string) string {
+	if len(kv) == 0 {
+		return family
+	}
+	var b strings.Builder
+	b.WriteString(family)
+	b.WriteByte('{')
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv[i])
+		b.WriteString(`="`)
+		b.WriteString(escapeLabel(kv[i+1]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+func escapeLabel(v string) string {
+	if !strings.ContainsAny(v, "\\\"\n") {
+		return v
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return r.Replace(v)
+}
+
+func (m *frontendMetrics) inflight(model string) *metrics.Gauge {
+	return m.set.GetOrCreateGauge(name(metricInflight, "model", model), nil)
+}
+
+func (m *frontendMetrics) hist(family string, buckets []float64, kv ...string) *metrics.PrometheusHistogram {
+	return m.set.GetOrCreatePrometheusHistogramExt(name(family, kv...), buckets)
+}
+
+func (m *frontendMetrics) observeTTFT(model string, d time.Duration) {
+	m.hist(metricTTFT, ttftBuckets, "model", model).Update(d.Seconds())
+}
+
+// observeITL records the gap since the previous chunk spread over its n tokens.
+func (m *frontendMetrics) observeITL(model string, gap time.Duration, n int) {
+	if n <= 0 {
+		return
+	}
+	h := m.hist(metricITL, itlBuckets, "model", model)
+	per := gap.Seconds() / float64(n)
+	for range n {
+		h.Update(per)
+	}
+}
+
+// requestDone records a finished request. model is "" when the request never resolved
+// to a served model (its series then carry model="").
+func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
+	stream := "unary"
+	if rec.stream {
+		stream = "stream"
+	}
+	status := strconv.Itoa(rec.status)
+	m.set.GetOrCreateCounter(name(metricRequests, "model", rec.model, "endpoint", rec.endpoint, "request_type", stream, "status", status)).Inc()
+	m.hist(metricDuration, durationBuckets, "model", rec.model, "endpoint", rec.endpoint).Update(now.Sub(rec.start).Seconds())
+	if rec.kind != nil {
+		switch *rec.kind {
+		case KindNoWorkers, KindAllBusy:
+			m.set.GetOrCreateCounter(name(metricRejected, "model", rec.model, "reason", rec.kind.Entry().Code)).Inc()
+		case KindClientClosed:
+			m.set.GetOrCreateCounter(name(metricCancelled, "model", rec.model, "endpoint", rec.endpoint)).Inc()
+		}
+	}
+	if rec.generated {
+		m.hist(metricISL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokens))
+		m.hist(metricOSL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.CompletionTokens))
+		m.hist(metricCachedTokens, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokensDetails.CachedTokens))
+	}
+}

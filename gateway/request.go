@@ -1,0 +1,553 @@
+package gateway
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+
+	"github.com/turbine-llm/turbine/gateway/preprocess"
+)
+
+// commonRequest holds the validated fields that chat and completions requests share.
+// Parsing checks types and ranges that need no model; limits that depend on the model
+// (context length, vocabulary) are checked when the request is prepared.
+type commonRequest struct {
+	Model        string
+	Stream       bool
+	IncludeUsage bool // stream_options.include_usage
+	// MaxTokens is max_completion_tokens, else max_tokens; 0 when neither was given.
+	MaxTokens int64
+	// MaxTokensParam names the field MaxTokens came from, for error messages.
+	MaxTokensParam    string
+	MinTokens         int64
+	Stop              []string
+	StopTokenIDs      []uint32
+	IgnoreEOS         bool
+	SkipSpecialTokens bool
+	Seed              *int64
+	Temperature       *float64
+	TopP              *float64
+	PresencePenalty   float64
+	FrequencyPenalty  float64
+	User              string
+	Turbine           turbineOptions
+}
+
+// turbineOptions is the request's `turbine` extension object.
+type turbineOptions struct {
+	// ReturnWorker adds a `turbine` object (worker id, cached tokens) to the response.
+	ReturnWorker bool
+	// OverlapWeight and RouterTemperature override the router's defaults (REFERENCE §3).
+	OverlapWeight     *float64
+	RouterTemperature *float64
+}
+
+// chatRequest is a validated POST /v1/chat/completions body.
+type chatRequest struct {
+	commonRequest
+	Messages []preprocess.ChatMessage
+	// Tools is the OpenAI tools array passed to the chat template; nil when absent or
+	// when tool_choice is "none".
+	Tools               []map[string]any
+	AddGenerationPrompt bool
+}
+
+// completionRequest is a validated POST /v1/completions body: exactly one prompt, as
+// text or as token ids.
+type completionRequest struct {
+	commonRequest
+	PromptText string
+	PromptIDs  []uint32
+	// TokenPrompt is true when the prompt was given as token ids.
+	TokenPrompt bool
+}
+
+// parseBody checks that body is one valid JSON object.
+func parseBody(body []byte) (*object, *APIError) {
+	if !json.Valid(body) {
+		return nil, newError(KindInvalidJSON, "", "We could not parse the JSON body of your request: it is not valid JSON.")
+	}
+	return parseObject(body, "")
+}
+
+// parseChatRequest validates a chat completions body (OpenAI chat API, plus vLLM's
+// min_tokens, ignore_eos, stop_token_ids, skip_special_tokens, add_generation_prompt and
+// the `turbine` extension). Unknown top-level fields are ignored, as OpenAI does.
+func parseChatRequest(body []byte) (*chatRequest, *APIError) {
+	o, err := parseBody(body)
+	if err != nil {
+		return nil, err
+	}
+	req := &chatRequest{}
+	parseCommon(o, &req.commonRequest)
+	if o.err != nil {
+		return nil, o.err
+	}
+	// Chat-only sampling fields.
+	if lp, ok := o.boolean("logprobs"); ok && lp {
+		o.fail(newError(KindUnsupported, "logprobs", "logprobs are not supported by this engine."))
+	}
+	if n, ok := o.integer("top_logprobs"); ok {
+		switch {
+		case n < 0 || n > 20:
+			o.fail(newError(KindInvalidValue, "top_logprobs", "Invalid 'top_logprobs': expected a value between 0 and 20, but got %d.", n))
+		case n > 0:
+			o.fail(newError(KindUnsupported, "top_logprobs", "logprobs are not supported by this engine."))
+		}
+	}
+	if max, ok := o.integer("max_completion_tokens"); ok {
+		setMaxTokens(o, &req.commonRequest, "max_completion_tokens", max)
+	}
+	checkMinTokens(o, &req.commonRequest)
+	parseResponseFormat(o)
+	req.AddGenerationPrompt = true
+	if v, ok := o.boolean("add_generation_prompt"); ok {
+		req.AddGenerationPrompt = v
+	}
+	req.Messages = parseMessages(o)
+	req.Tools = parseTools(o)
+	if o.err != nil {
+		return nil, o.err
+	}
+	return req, nil
+}
+
+// parseCompletionRequest validates a completions body (OpenAI legacy completions API plus
+// the same vLLM extras and `turbine` extension as chat). A batch of prompts is refused.
+func parseCompletionRequest(body []byte) (*completionRequest, *APIError) {
+	o, err := parseBody(body)
+	if err != nil {
+		return nil, err
+	}
+	req := &completionRequest{}
+	parseCommon(o, &req.commonRequest)
+	if o.err != nil {
+		return nil, o.err
+	}
+	if lp, ok := o.integer("logprobs"); ok {
+		if lp < 0 || lp > 5 {
+			o.fail(newError(KindInvalidValue, "logprobs", "Invalid 'logprobs': expected a value between 0 and 5, but got %d.", lp))
+		} else {
+			o.fail(newError(KindUnsupported, "logprobs", "logprobs are not supported by this engine."))
+		}
+	}
+	if echo, ok := o.boolean("echo"); ok && echo {
+		o.fail(newError(KindUnsupported, "echo", "echo is not supported by this engine."))
+	}
+	if s, ok := o.str("suffix"); ok && s != "" {
+		o.fail(newError(KindUnsupported, "suffix", "suffix is not supported by this engine."))
+	}
+	if b, ok := o.integer("best_of"); ok {
+		if b < 1 {
+			o.fail(newError(KindInvalidValue, "best_of", "Invalid 'best_of': expected a value >= 1, but got %d.", b))
+		} else if b > 1 {
+			o.fail(newError(KindUnsupported, "best_of", "best_of > 1 is not supported by this engine."))
+		}
+	}
+	checkMinTokens(o, &req.commonRequest)
+	parsePrompt(o, req)
+	if o.err != nil {
+		return nil, o.err
+	}
+	return req, nil
+}
+
+// parseCommon reads the fields shared by both endpoints.
+func parseCommon(o *object, c *commonRequest) {
+	if m, ok := o.str("model"); ok && m != "" {
+		c.Model = m
+	} else if o.err == nil {
+		o.fail(newError(KindMissingParameter, "model", "Missing required parameter: 'model'."))
+	}
+	c.Stream, _ = o.boolean("stream")
+	if so, ok := o.child("stream_options"); ok {
+		if !c.Stream {
+			o.fail(newError(KindInvalidValue, "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."))
+		}
+		c.IncludeUsage, _ = so.boolean("include_usage")
+		so.boolean("continuous_usage_stats")
+		o.fail(so.err)
+	}
+	if n, ok := o.integer("n"); ok {
+		if n < 1 {
+			o.fail(newError(KindInvalidValue, "n", "Invalid 'n': expected a value >= 1, but got %d.", n))
+		} else if n > 1 {
+			o.fail(newError(KindUnsupported, "n", "n > 1 is not supported by this engine: request one choice per call."))
+		}
+	}
+	if max, ok := o.integer("max_tokens"); ok {
+		setMaxTokens(o, c, "max_tokens", max)
+	}
+	if min, ok := o.integer("min_tokens"); ok {
+		if min < 0 {
+			o.fail(newError(KindInvalidValue, "min_tokens", "Invalid 'min_tokens': expected a value >= 0, but got %d.", min))
+		}
+		c.MinTokens = min
+	}
+	if stops, ok := o.strOrStrings("stop"); ok {
+		if len(stops) > MaxStopSequences {
+			o.fail(newError(KindInvalidValue, "stop", "Invalid 'stop': expected at most %d stop sequences, but got %d.", MaxStopSequences, len(stops)))
+		}
+		for _, s := range stops {
+			if s != "" {
+				c.Stop = append(c.Stop, s)
+			}
+		}
+	}
+	if items, ok := o.array("stop_token_ids"); ok {
+		ids, err := tokenIDs(items, "stop_token_ids")
+		o.fail(err)
+		c.StopTokenIDs = ids
+	}
+	c.IgnoreEOS, _ = o.boolean("ignore_eos")
+	c.SkipSpecialTokens = true
+	if v, ok := o.boolean("skip_special_tokens"); ok {
+		c.SkipSpecialTokens = v
+	}
+	if v, ok := o.boolean("include_stop_str_in_output"); ok && v {
+		o.fail(newError(KindUnsupported, "include_stop_str_in_output", "include_stop_str_in_output is not supported by this engine."))
+	}
+	if s, ok := o.integer("seed"); ok {
+		c.Seed = &s
+	}
+	if t, ok := o.number("temperature"); ok {
+		if t < 0 || t > 2 {
+			o.fail(newError(KindInvalidValue, "temperature", "Invalid 'temperature': expected a value between 0 and 2, but got %g.", t))
+		}
+		c.Temperature = &t
+	}
+	if p, ok := o.number("top_p"); ok {
+		if p <= 0 || p > 1 {
+			o.fail(newError(KindInvalidValue, "top_p", "Invalid 'top_p': expected a value in (0, 1], but got %g.", p))
+		}
+		c.TopP = &p
+	}
+	c.PresencePenalty = penalty(o, "presence_penalty")
+	c.FrequencyPenalty = penalty(o, "frequency_penalty")
+	c.User, _ = o.str("user")
+	if lb, ok := o.child("logit_bias"); ok && len(lb.m) > 0 {
+		o.fail(newError(KindUnsupported, "logit_bias", "logit_bias is not supported by this engine."))
+	}
+	if t, ok := o.child("turbine"); ok {
+		c.Turbine = parseTurbine(t)
+		o.fail(t.err)
+	}
+}
+
+// checkMinTokens runs after every max_tokens field was read.
+func checkMinTokens(o *object, c *commonRequest) {
+	if c.MaxTokens > 0 && c.MinTokens > c.MaxTokens {
+		o.fail(newError(KindInvalidValue, "min_tokens", "Invalid 'min_tokens': %d is larger than %s (%d).", c.MinTokens, c.MaxTokensParam, c.MaxTokens))
+	}
+}
+
+func setMaxTokens(o *object, c *commonRequest, param string, v int64) {
+	if v < 1 {
+		o.fail(newError(KindInvalidValue, param, "Invalid '%s': expected a value >= 1, but got %d.", param, v))
+		return
+	}
+	if v > math.MaxInt32 {
+		o.fail(newError(KindInvalidValue, param, "Invalid '%s': %d is too large.", param, v))
+		return
+	}
+	c.MaxTokens, c.MaxTokensParam = v, param
+}
+
+func penalty(o *object, key string) float64 {
+	v, ok := o.number(key)
+	if ok && (v < -2 || v > 2) {
+		o.fail(newError(KindInvalidValue, key, "Invalid '%s': expected a value between -2 and 2, but got %g.", key, v))
+	}
+	return v
+}
+
+// turbineKeys are the fields of the `turbine` extension; others are refused so that a
+// misspelt option is not silently ignored.
+var turbineKeys = map[string]bool{"return_worker": true, "overlap_weight": true, "router_temperature": true}
+
+func parseTurbine(t *object) turbineOptions {
+	var opts turbineOptions
+	for k := range t.m {
+		if !turbineKeys[k] {
+			t.fail(newError(KindInvalidValue, t.param(k), "Unknown field '%s' (known: return_worker, overlap_weight, router_temperature).", t.param(k)))
+			return opts
+		}
+	}
+	opts.ReturnWorker, _ = t.boolean("return_worker")
+	if w, ok := t.number("overlap_weight"); ok {
+		if w < 0 {
+			t.fail(newError(KindInvalidValue, t.param("overlap_weight"), "Invalid 'turbine.overlap_weight': expected a value >= 0, but got %g.", w))
+		}
+		opts.OverlapWeight = &w
+	}
+	if x, ok := t.number("router_temperature"); ok {
+		if x < 0 {
+			t.fail(newError(KindInvalidValue, t.param("router_temperature"), "Invalid 'turbine.router_temperature': expected a value >= 0, but got %g.", x))
+		}
+		opts.RouterTemperature = &x
+	}
+	return opts
+}
+
+func parseResponseFormat(o *object) {
+	rf, ok := o.child("response_format")
+	if !ok {
+		return
+	}
+	typ, ok := rf.str("type")
+	switch {
+	case rf.err != nil:
+		o.fail(rf.err)
+	case !ok:
+		o.fail(newError(KindMissingParameter, "response_format.type", "Missing required parameter: 'response_format.type'."))
+	case typ == "text":
+	case typ == "json_object" || typ == "json_schema":
+		o.fail(newError(KindUnsupported, "response_format.type", "response_format type '%s' is not supported by this engine.", typ))
+	default:
+		o.fail(newError(KindInvalidValue, "response_format.type", "Invalid 'response_format.type': expected 'text', 'json_object' or 'json_schema', but got '%s'.", typ))
+	}
+}
+
+// chatRoles are the message roles accepted.
+var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
+
+func parseMessages(o *object) []preprocess.ChatMessage {
+	if o.err != nil {
+		return nil
+	}
+	if !o.has("messages") {
+		o.fail(newError(KindMissingParameter, "messages", "Missing required parameter: 'messages'."))
+		return nil
+	}
+	items, ok := o.array("messages")
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		o.fail(newError(KindInvalidValue, "messages", "Invalid 'messages': empty array. Expected an array with at least one message."))
+		return nil
+	}
+	out := make([]preprocess.ChatMessage, 0, len(items))
+	for i, it := range items {
+		m, err := parseMessage(it, indexParam("messages", i))
+		if err != nil {
+			o.fail(err)
+			return nil
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func parseMessage(raw json.RawMessage, param string) (preprocess.ChatMessage, *APIError) {
+	var msg preprocess.ChatMessage
+	m, err := parseObject(raw, param)
+	if err != nil {
+		return msg, err
+	}
+	role, ok := m.str("role")
+	if m.err != nil {
+		return msg, m.err
+	}
+	if !ok {
+		return msg, newError(KindMissingParameter, m.param("role"), "Missing required parameter: '%s'.", m.param("role"))
+	}
+	if !chatRoles[role] {
+		return msg, newError(KindInvalidValue, m.param("role"), "Invalid value for '%s': '%s'. Supported values are: 'system', 'developer', 'user', 'assistant' and 'tool'.", m.param("role"), role)
+	}
+	msg.Role = role
+	msg.Name, _ = m.str("name")
+	msg.ToolCallID, _ = m.str("tool_call_id")
+	if calls, ok := m.array("tool_calls"); ok && role == "assistant" {
+		for j, c := range calls {
+			var call map[string]any
+			if kindOf(c) != kindObject || json.Unmarshal(c, &call) != nil {
+				return msg, typeError(indexParam(m.param("tool_calls"), j), "an object", kindOf(c))
+			}
+			msg.ToolCalls = append(msg.ToolCalls, call)
+		}
+	}
+	content, present := parseContent(m)
+	if m.err != nil {
+		return msg, m.err
+	}
+	msg.Content = content
+	if content == "" && !(role == "assistant" && len(msg.ToolCalls) > 0) {
+		if !present {
+			return msg, newError(KindMissingParameter, m.param("content"), "Missing required parameter: '%s'.", m.param("content"))
+		}
+		return msg, newError(KindInvalidValue, m.param("content"), "Invalid '%s': a %s message needs non-empty content.", m.param("content"), role)
+	}
+	if role == "tool" && msg.ToolCallID == "" {
+		return msg, newError(KindMissingParameter, m.param("tool_call_id"), "Missing required parameter: '%s'.", m.param("tool_call_id"))
+	}
+	return msg, nil
+}
+
+// parseContent reads a message's content: a string or an array of text parts (joined
+// with "\n", as vLLM does). present is false when content is absent or null.
+func parseContent(m *object) (text string, present bool) {
+	r, ok := m.raw("content")
+	if !ok {
+		return "", false
+	}
+	switch kindOf(r) {
+	case kindString:
+		s, _ := m.str("content")
+		return s, true
+	case kindArray:
+		parts, _ := m.array("content")
+		texts := make([]string, 0, len(parts))
+		for j, p := range parts {
+			pp := indexParam(m.param("content"), j)
+			po, err := parseObject(p, pp)
+			if err != nil {
+				m.fail(err)
+				return "", true
+			}
+			typ, ok := po.str("type")
+			if po.err != nil {
+				m.fail(po.err)
+				return "", true
+			}
+			if !ok {
+				m.fail(newError(KindMissingParameter, po.param("type"), "Missing required parameter: '%s'.", po.param("type")))
+				return "", true
+			}
+			if typ != "text" {
+				m.fail(newError(KindUnsupported, po.param("type"), "Content part type '%s' is not supported by this engine: only 'text' parts are.", typ))
+				return "", true
+			}
+			t, ok := po.str("text")
+			if po.err != nil {
+				m.fail(po.err)
+				return "", true
+			}
+			if !ok {
+				m.fail(newError(KindMissingParameter, po.param("text"), "Missing required parameter: '%s'.", po.param("text")))
+				return "", true
+			}
+			texts = append(texts, t)
+		}
+		return strings.Join(texts, "\n"), true
+	default:
+		m.fail(typeError(m.param("content"), "a string or an array of content parts", kindOf(r)))
+		return "", true
+	}
+}
+
+// parseTools reads `tools` and `tool_choice`. Tools are passed to the chat template;
+// the model's tool calls come back as plain content (no tool-call parsing), so choices
+// that force a call ("required", a named function) are refused.
+func parseTools(o *object) []map[string]any {
+	if o.err != nil {
+		return nil
+	}
+	items, ok := o.array("tools")
+	var tools []map[string]any
+	for i, it := range items {
+		p := indexParam("tools", i)
+		to, err := parseObject(it, p)
+		if err != nil {
+			o.fail(err)
+			return nil
+		}
+		typ, ok := to.str("type")
+		if to.err == nil && !ok {
+			to.fail(newError(KindMissingParameter, to.param("type"), "Missing required parameter: '%s'.", to.param("type")))
+		} else if to.err == nil && typ != "function" {
+			to.fail(newError(KindInvalidValue, to.param("type"), "Invalid value for '%s': '%s'. Supported values are: 'function'.", to.param("type"), typ))
+		}
+		if fn, ok := to.child("function"); ok {
+			if name, ok := fn.str("name"); fn.err == nil && (!ok || name == "") {
+				fn.fail(newError(KindMissingParameter, fn.param("name"), "Missing required parameter: '%s'.", fn.param("name")))
+			}
+			to.fail(fn.err)
+		} else if to.err == nil {
+			to.fail(newError(KindMissingParameter, to.param("function"), "Missing required parameter: '%s'.", to.param("function")))
+		}
+		if to.err != nil {
+			o.fail(to.err)
+			return nil
+		}
+		var tool map[string]any
+		_ = json.Unmarshal(it, &tool)
+		tools = append(tools, tool)
+	}
+	if r, ok := o.raw("tool_choice"); ok {
+		switch kindOf(r) {
+		case kindString:
+			choice, _ := o.str("tool_choice")
+			switch choice {
+			case "none":
+				tools = nil
+			case "auto":
+			case "required":
+				o.fail(newError(KindUnsupported, "tool_choice", "tool_choice 'required' is not supported by this engine."))
+			default:
+				o.fail(newError(KindInvalidValue, "tool_choice", "Invalid value for 'tool_choice': '%s'. Supported values are: 'none', 'auto' and 'required'.", choice))
+			}
+		case kindObject:
+			o.fail(newError(KindUnsupported, "tool_choice", "A named tool_choice is not supported by this engine."))
+		default:
+			o.fail(typeError("tool_choice", "a string or an object", kindOf(r)))
+		}
+	}
+	o.boolean("parallel_tool_calls")
+	if !ok {
+		return nil
+	}
+	return tools
+}
+
+// parsePrompt reads the completions prompt: a string, an array of one string, an array
+// of token ids, or an array of one array of token ids.
+func parsePrompt(o *object, req *completionRequest) {
+	if o.err != nil {
+		return
+	}
+	r, ok := o.raw("prompt")
+	if !ok {
+		o.fail(newError(KindMissingParameter, "prompt", "Missing required parameter: 'prompt'."))
+		return
+	}
+	switch kindOf(r) {
+	case kindString:
+		req.PromptText, _ = o.str("prompt")
+	case kindArray:
+		items, _ := o.array("prompt")
+		if len(items) == 0 {
+			o.fail(newError(KindInvalidValue, "prompt", "Invalid 'prompt': empty array."))
+			return
+		}
+		switch kindOf(items[0]) {
+		case kindNumber:
+			ids, err := tokenIDs(items, "prompt")
+			o.fail(err)
+			req.PromptIDs, req.TokenPrompt = ids, true
+		case kindString, kindArray:
+			if len(items) > 1 {
+				o.fail(newError(KindUnsupported, "prompt", "Batches of prompts are not supported by this engine: send one prompt per request (got %d).", len(items)))
+				return
+			}
+			if kindOf(items[0]) == kindString {
+				var s string
+				_ = json.Unmarshal(items[0], &s)
+				req.PromptText = s
+				return
+			}
+			var inner []json.RawMessage
+			_ = json.Unmarshal(items[0], &inner)
+			ids, err := tokenIDs(inner, "prompt[0]")
+			o.fail(err)
+			req.PromptIDs, req.TokenPrompt = ids, true
+		default:
+			o.fail(typeError("prompt[0]", "a string, a token id or an array of token ids", kindOf(items[0])))
+		}
+	default:
+		o.fail(typeError("prompt", "a string or an array", kindOf(r)))
+	}
+	if o.err == nil && req.PromptText == "" && len(req.PromptIDs) == 0 {
+		o.fail(newError(KindInvalidValue, "prompt", "Invalid 'prompt': the prompt is empty."))
+	}
+}

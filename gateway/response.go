@@ -1,0 +1,195 @@
+package gateway
+
+import (
+	"encoding/json"
+)
+
+// Response bodies and stream chunks, in the shapes of OpenAI's chat completions and
+// completions APIs (as vLLM serves them). Only choice index 0 exists (n = 1).
+
+// Usage is OpenAI's usage object. Token counts are in tokens.
+type Usage struct {
+	PromptTokens        int                 `json:"prompt_tokens"`
+	CompletionTokens    int                 `json:"completion_tokens"`
+	TotalTokens         int                 `json:"total_tokens"`
+	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details"`
+}
+
+// PromptTokensDetails carries the prompt tokens served from the prefix cache.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// TurbineInfo is the `turbine` extension object added to a response (and to a stream's
+// finishing chunk) when the request asked for it with `turbine.return_worker`.
+type TurbineInfo struct {
+	// WorkerID names the worker that served the request.
+	WorkerID string `json:"worker_id"`
+	// RequestID is the id the request ran under (X-Request-Id).
+	RequestID string `json:"request_id"`
+	// CachedTokens is the number of prompt tokens the worker found in its prefix cache.
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// usageNull is the JSON null every stream chunk carries when include_usage is on.
+var usageNull = json.RawMessage("null")
+
+// ---- chat completions ----
+
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"` // "chat.completion"
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   Usage        `json:"usage"`
+	Turbine *TurbineInfo `json:"turbine,omitempty"`
+}
+
+type chatChoice struct {
+	Index        int             `json:"index"`
+	Message      chatRespMessage `json:"message"`
+	Logprobs     *struct{}       `json:"logprobs"`
+	FinishReason string          `json:"finish_reason"`
+}
+
+type chatRespMessage struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"` // "chat.completion.chunk"
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	// Usage is absent without include_usage, null on every chunk with it, and the usage
+	// object on the final (choices: []) chunk.
+	Usage   json.RawMessage `json:"usage,omitempty"`
+	Turbine *TurbineInfo    `json:"turbine,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        chatDelta `json:"delta"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// ---- completions ----
+
+type textCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"` // "text_completion", also for stream chunks
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []textChoice `json:"choices"`
+	// Usage: always set in a full response; in chunks as chatChunk.Usage.
+	Usage   json.RawMessage `json:"usage,omitempty"`
+	Turbine *TurbineInfo    `json:"turbine,omitempty"`
+}
+
+type textChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+// ---- models ----
+
+type modelList struct {
+	Object string      `json:"object"` // "list"
+	Data   []modelInfo `json:"data"`
+}
+
+// modelInfo is one /v1/models entry; max_model_len is vLLM's addition.
+type modelInfo struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"` // "model"
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int32  `json:"max_model_len,omitempty"`
+}
+
+// responder assembles the bodies and chunks of one request's answer; every chunk has the
+// same id, created and model.
+type responder struct {
+	chat         bool
+	id           string
+	created      int64
+	model        string
+	includeUsage bool
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("gateway: marshal response: " + err.Error())
+	}
+	return b
+}
+
+func (r *responder) chunkUsage() json.RawMessage {
+	if r.includeUsage {
+		return usageNull
+	}
+	return nil
+}
+
+// first is the chunk that opens a chat stream (delta with the role); completions
+// streams have none.
+func (r *responder) first() (any, bool) {
+	if !r.chat {
+		return nil, false
+	}
+	empty := ""
+	return chatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.model,
+		Choices: []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}},
+		Usage:   r.chunkUsage()}, true
+}
+
+// delta is a content chunk; finish is nil except on the stream's last content chunk.
+func (r *responder) delta(text string, finish *string, info *TurbineInfo) any {
+	if r.chat {
+		d := chatDelta{}
+		if text != "" || finish == nil {
+			d.Content = &text
+		}
+		return chatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.model,
+			Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}},
+			Usage:   r.chunkUsage(), Turbine: info}
+	}
+	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
+		Choices: []textChoice{{Text: text, FinishReason: finish}},
+		Usage:   r.chunkUsage(), Turbine: info}
+}
+
+// usageChunk is the final chunk of a stream with include_usage: no choices, the usage.
+func (r *responder) usageChunk(u Usage) any {
+	if r.chat {
+		return chatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.model,
+			Choices: []chatChunkChoice{}, Usage: mustJSON(u)}
+	}
+	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
+		Choices: []textChoice{}, Usage: mustJSON(u)}
+}
+
+// full is the body of a non-streaming response.
+func (r *responder) full(text, finish string, u Usage, info *TurbineInfo) any {
+	if r.chat {
+		return chatCompletion{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
+			Choices: []chatChoice{{Message: chatRespMessage{Role: "assistant", Content: text}, FinishReason: finish}},
+			Usage:   u, Turbine: info}
+	}
+	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
+		Choices: []textChoice{{Text: text, FinishReason: &finish}},
+		Usage:   mustJSON(u), Turbine: info}
+}

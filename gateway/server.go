@@ -1,0 +1,244 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Endpoint labels (metrics, logs).
+const (
+	endpointChat        = "chat_completions"
+	endpointCompletions = "completions"
+)
+
+// Server is the OpenAI-compatible HTTP API of a frontend member. It implements
+// http.Handler with these routes:
+//
+//	POST /v1/chat/completions   chat completions, streaming (SSE) or not
+//	POST /v1/completions        completions (one prompt: text or token ids)
+//	GET  /v1/models             models with at least one live worker
+//	GET  /v1/models/{id}        one model (404 when unknown)
+//	GET  /health                200 when a model has a live worker, else 503
+//	GET  /live                  200 while the process serves HTTP
+//	GET  /metrics               Prometheus text of the frontend's metrics
+//
+// Every response carries X-Request-Id (the client's when usable, else a new one);
+// generation responses carry X-Turbine-Worker, the id of the worker that served them.
+type Server struct {
+	cfg     Config
+	backend Backend
+	opts    options
+	metrics *frontendMetrics
+	mux     *http.ServeMux
+}
+
+// New returns a Server over backend. It fails only on an invalid Config.
+func New(cfg Config, backend Backend, opts ...Option) (*Server, error) {
+	if backend == nil {
+		return nil, errors.New("gateway: New needs a Backend")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Server{cfg: cfg, backend: backend, opts: o, metrics: newFrontendMetrics(), mux: http.NewServeMux()}
+	s.routes()
+	return s, nil
+}
+
+// Metrics returns the set the server records into (the one /metrics writes).
+func (s *Server) Metrics() *metrics.Set { return s.metrics.set }
+
+func (s *Server) routes() {
+	s.mux.Handle("/v1/chat/completions", only(http.MethodPost, s.handleChat))
+	s.mux.Handle("/v1/completions", only(http.MethodPost, s.handleCompletions))
+	s.mux.Handle("/v1/models", only(http.MethodGet, s.handleModels))
+	s.mux.Handle("/v1/models/{id...}", only(http.MethodGet, s.handleModel))
+	s.mux.Handle("/health", only(http.MethodGet, s.handleHealth))
+	s.mux.Handle("/live", only(http.MethodGet, s.handleLive))
+	s.mux.Handle("/metrics", only(http.MethodGet, s.handleMetrics))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, newError(KindRouteNotFound, "", "Invalid URL (%s %s).", r.Method, r.URL.Path), 0)
+	})
+}
+
+// only answers other methods with an OpenAI-shaped 405.
+func only(method string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use %s).", r.Method, r.URL.Path, method), 0)
+			return
+		}
+		h(w, r)
+	})
+}
+
+type requestIDKey struct{}
+
+// ServeHTTP assigns the request id and dispatches.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Request-Id")
+	if !validRequestID(id) {
+		id = s.cfg.NewRequestID()
+	}
+	w.Header().Set("X-Request-Id", id)
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+}
+
+// validRequestID accepts 1..MaxRequestIDLength bytes of letters, digits and "-_.:".
+func validRequestID(id string) bool {
+	if id == "" || len(id) > MaxRequestIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func requestID(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	return id
+}
+
+// readBody reads the body up to the configured limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
+	limit := s.cfg.MaxBodyBytes
+	tooLarge := func() *APIError {
+		return newError(KindBodyTooLarge, "", "The request body is larger than the limit of %d bytes.", limit)
+	}
+	if r.ContentLength > limit {
+		return nil, tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge()
+		}
+		return nil, newError(KindInvalidJSON, "", "The request body could not be read: %v.", err)
+	}
+	return body, nil
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	s.handleGeneration(w, r, endpointChat, func(ctx context.Context, rec *requestRecord, body []byte) (*prepared, *APIError) {
+		req, aerr := parseChatRequest(body)
+		if aerr != nil {
+			return nil, aerr
+		}
+		rec.stream = req.Stream
+		return s.prepareChat(ctx, rec.id, req)
+	})
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	s.handleGeneration(w, r, endpointCompletions, func(ctx context.Context, rec *requestRecord, body []byte) (*prepared, *APIError) {
+		req, aerr := parseCompletionRequest(body)
+		if aerr != nil {
+			return nil, aerr
+		}
+		rec.stream = req.Stream
+		return s.prepareCompletion(ctx, rec.id, req)
+	})
+}
+
+// handleGeneration runs the steps both generation endpoints share: read, parse and
+// prepare (by prepare), then run on the Backend.
+func (s *Server) handleGeneration(w http.ResponseWriter, r *http.Request, endpoint string,
+	prepare func(context.Context, *requestRecord, []byte) (*prepared, *APIError)) {
+	rec := s.begin(r, endpoint)
+	defer s.end(rec)
+	body, aerr := s.readBody(w, r)
+	if aerr == nil {
+		var p *prepared
+		if p, aerr = prepare(r.Context(), rec, body); aerr == nil {
+			s.generate(w, r, rec, p)
+			return
+		}
+	}
+	rec.fail(aerr)
+	writeError(w, aerr, s.cfg.RetryAfter)
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	cards, err := s.backend.Models(r.Context())
+	if err != nil {
+		writeError(w, backendError("", err), s.cfg.RetryAfter)
+		return
+	}
+	list := modelList{Object: "list", Data: []modelInfo{}}
+	created := s.cfg.Now().Unix()
+	for _, c := range cards {
+		list.Data = append(list.Data, modelInfo{ID: c.GetModel(), Object: "model", Created: created, OwnedBy: s.cfg.OwnedBy, MaxModelLen: c.GetContextLength()})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	card, aerr := s.lookupModel(r.Context(), id)
+	if aerr != nil {
+		writeError(w, aerr, s.cfg.RetryAfter)
+		return
+	}
+	writeJSON(w, http.StatusOK, modelInfo{ID: card.GetModel(), Object: "model", Created: s.cfg.Now().Unix(), OwnedBy: s.cfg.OwnedBy, MaxModelLen: card.GetContextLength()})
+}
+
+// healthBody is /health's answer.
+type healthBody struct {
+	Status string   `json:"status"` // "healthy" or "unhealthy"
+	Models []string `json:"models"` // models with at least one live worker
+	Error  string   `json:"error,omitempty"`
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	cards, err := s.backend.Models(r.Context())
+	body := healthBody{Status: "healthy", Models: []string{}}
+	for _, c := range cards {
+		body.Models = append(body.Models, c.GetModel())
+	}
+	status := http.StatusOK
+	if err != nil || len(body.Models) == 0 {
+		body.Status, status = "unhealthy", http.StatusServiceUnavailable
+		if err != nil {
+			body.Error = err.Error()
+		}
+	}
+	writeJSON(w, status, body)
+}
+
+func (s *Server) handleLive(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.set.WritePrometheus(w)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, &APIError{Kind: KindInternal, Message: "The response could not be encoded.", Cause: err}, 0)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,57 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+)
+
+// sseWriter writes a Server-Sent Events response in OpenAI's framing: one
+// `data: {json}\n\n` frame per chunk, `data: [DONE]\n\n` at the end, flushed after every
+// frame. A write error means the client is gone; the caller stops and cancels.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+// startSSE writes the stream's headers (status 200) and flushes them.
+func startSSE(w http.ResponseWriter) (*sseWriter, error) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no") // stop reverse proxies from buffering the stream
+	w.WriteHeader(http.StatusOK)
+	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	return s, s.flush()
+}
+
+// data writes v as one JSON frame.
+func (s *sseWriter) data(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.frame(b)
+}
+
+// done writes the terminating frame.
+func (s *sseWriter) done() error { return s.frame([]byte("[DONE]")) }
+
+func (s *sseWriter) frame(payload []byte) error {
+	buf := make([]byte, 0, len(payload)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, payload...)
+	buf = append(buf, "\n\n"...)
+	if _, err := s.w.Write(buf); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+func (s *sseWriter) flush() error {
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
