@@ -1,0 +1,358 @@
+package kv
+
+import (
+	"fmt"
+)
+
+// WorkerID is a small dense integer naming a worker inside one Index, ActiveSequences or
+// Router. The Router core assigns them (lowest free id first) and maps them to the
+// workers' string ids; they are reused after a worker is removed.
+type WorkerID uint32
+
+// MaxWorkerID bounds worker ids (and so the width of the per-block worker bitsets).
+const MaxWorkerID = 1<<16 - 1
+
+// Index is the router's index of which workers hold which KV blocks, keyed by the
+// router's own chained sequence hashes (REFERENCE §2), fed by the engines' KV events.
+//
+// Layout: one map from sequence hash to a dense node slot; per slot a worker bitset
+// (one 64-bit word per 64 workers), the parent slot, a child count, the LoRA adapter and
+// the block's token ids; per worker a map from the engine's block hash to the slot.
+// Lookups walk the prompt's sequence hashes through the map and AND the bitsets, so a
+// routing lookup costs one map probe per prompt block, allocates nothing, and stops
+// early once no worker still matches.
+//
+// Ownership and invariants (the Index is the sole owner of all of it; it is not safe
+// for concurrent use — the Router grain serialises calls):
+//   - Authoritative: each worker's engine-hash→slot map, exactly as its events built it.
+//     Everything else is derived from it.
+//   - Slot s's bit for worker w is set iff at least one of w's engine hashes maps to s;
+//     extra[s] counts the engine hashes of w beyond the first that map to s (engines
+//     whose hashes cover more than the tokens, e.g. a cache salt, can store the same
+//     token prefix twice).
+//   - holders(s) is the number of set bits of s. A node stays allocated while
+//     holders > 0 or it has child nodes (children > 0): a block evicted before its
+//     descendants keeps its tokens so that Dump can still replay the descendants. Such
+//     a node has no bits, so lookups never count it.
+//   - A node's parent slot is the node of the previous block of the same chain; it is
+//     alive at least as long as the node.
+//   - Only blocks on the GPU tier (Medium "" or "GPU") are indexed; events about other
+//     tiers are accepted and ignored.
+type Index struct {
+	blockSize int
+	t         bitTable
+	meta      []nodeMeta // per slot
+	tokens    []uint32   // per slot, blockSize token ids
+	workers   []*workerBlocks
+	loras     []string
+	loraIDs   map[string]uint32
+	// unknownRemovals counts BlockRemoved hashes the worker was not known to hold.
+	unknownRemovals uint64
+}
+
+type nodeMeta struct {
+	parent   uint32 // slot of the previous block of the chain, noSlot for a first block
+	children uint32 // live nodes whose parent is this one
+	holders  uint32 // workers whose bit is set
+	lora     uint32 // index into Index.loras
+}
+
+// workerBlocks is one worker's view: authoritative engine hash → slot.
+type workerBlocks struct {
+	blocks map[uint64]uint32
+	extra  map[uint32]uint32
+}
+
+// NewIndex returns an empty index for KV blocks of blockSize tokens. It panics if
+// blockSize is not positive (validate configuration before).
+func NewIndex(blockSize int) *Index {
+	if blockSize <= 0 {
+		panic(fmt.Sprintf("kv: NewIndex: block size %d must be positive", blockSize))
+	}
+	return &Index{
+		blockSize: blockSize,
+		t:         newBitTable(),
+		loras:     []string{""},
+		loraIDs:   map[string]uint32{"": 0},
+	}
+}
+
+// BlockSize is the index's KV block size in tokens.
+func (x *Index) BlockSize() int { return x.blockSize }
+
+// Nodes is the number of distinct blocks (sequence hashes) allocated, including blocks
+// kept only because a descendant is still held.
+func (x *Index) Nodes() int { return x.t.len() }
+
+// Blocks is the number of blocks (engine hashes) indexed for worker w.
+func (x *Index) Blocks(w WorkerID) int {
+	if wb := x.worker(w); wb != nil {
+		return len(wb.blocks)
+	}
+	return 0
+}
+
+// UnknownRemovals counts BlockRemoved hashes that named blocks the worker was not known
+// to hold (harmless; a sign of missed events when it grows).
+func (x *Index) UnknownRemovals() uint64 { return x.unknownRemovals }
+
+// WorkerSlots is one more than the highest worker id the index has seen: the length
+// Overlaps fills.
+func (x *Index) WorkerSlots() int { return len(x.workers) }
+
+func (x *Index) worker(w WorkerID) *workerBlocks {
+	if int(w) < len(x.workers) {
+		return x.workers[w]
+	}
+	return nil
+}
+
+func (x *Index) ensureWorker(w WorkerID) *workerBlocks {
+	for int(w) >= len(x.workers) {
+		x.workers = append(x.workers, nil)
+	}
+	wb := x.workers[w]
+	if wb == nil {
+		wb = &workerBlocks{blocks: make(map[uint64]uint32)}
+		x.workers[w] = wb
+		x.t.ensureWorker(w)
+	}
+	return wb
+}
+
+func isGPU(medium string) bool { return medium == "" || medium == "GPU" }
+
+// Apply applies one KV event from worker w.
+//
+// BlockStored: the router computes the blocks' sequence hashes from TokenIDs (chained
+// onto the parent's sequence hash when HasParent) and records that w holds them, under
+// the engine's hashes. Errors (nothing applied): ErrInvalidEvent when BlockSize differs
+// from the index's, len(TokenIDs) != len(EngineHashes)*BlockSize, or w exceeds
+// MaxWorkerID; ErrUnknownParent when HasParent and w holds no block with ParentHash — the
+// index has missed events for w, and the caller should fetch a full dump. Storing an
+// engine hash w already holds is a no-op when the content matches and replaces the old
+// block otherwise.
+//
+// BlockRemoved: forgets w's blocks with these engine hashes; unknown hashes are ignored
+// (counted by UnknownRemovals). AllBlocksCleared: ClearWorker(w).
+//
+// Events whose Medium is not the GPU tier ("" or "GPU") are ignored.
+func (x *Index) Apply(w WorkerID, ev Event) error {
+	if w > MaxWorkerID {
+		return fmt.Errorf("%w: worker id %d above %d", ErrInvalidEvent, w, MaxWorkerID)
+	}
+	switch ev.Kind {
+	case BlockStored:
+		return x.applyStored(w, &ev)
+	case BlockRemoved:
+		if !isGPU(ev.Medium) {
+			return nil
+		}
+		wb := x.worker(w)
+		for _, e := range ev.EngineHashes {
+			if wb == nil {
+				x.unknownRemovals++
+				continue
+			}
+			s, ok := wb.blocks[e]
+			if !ok {
+				x.unknownRemovals++
+				continue
+			}
+			delete(wb.blocks, e)
+			x.unref(wb, w, s)
+		}
+		return nil
+	case AllBlocksCleared:
+		x.ClearWorker(w)
+		return nil
+	default:
+		return fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, ev.Kind)
+	}
+}
+
+// ValidateStored checks a BlockStored event's shape against a KV block size (tokens per
+// block), without applying it.
+func ValidateStored(ev *Event, blockSize int) error {
+	if ev.BlockSize != blockSize {
+		return fmt.Errorf("%w: BlockStored block_size %d, index KV block size %d: %w",
+			ErrInvalidEvent, ev.BlockSize, blockSize, ErrBlockSizeMismatch)
+	}
+	if len(ev.TokenIDs) != len(ev.EngineHashes)*blockSize {
+		return fmt.Errorf("%w: BlockStored has %d token ids for %d blocks of %d tokens (want %d)",
+			ErrInvalidEvent, len(ev.TokenIDs), len(ev.EngineHashes), blockSize, len(ev.EngineHashes)*blockSize)
+	}
+	return nil
+}
+
+func (x *Index) applyStored(w WorkerID, ev *Event) error {
+	if err := ValidateStored(ev, x.blockSize); err != nil {
+		return err
+	}
+	if !isGPU(ev.Medium) || len(ev.EngineHashes) == 0 {
+		return nil
+	}
+	prev := noSlot
+	var prevHash uint64
+	if ev.HasParent {
+		wb := x.worker(w)
+		s, ok := uint32(0), false
+		if wb != nil {
+			s, ok = wb.blocks[ev.ParentHash]
+		}
+		if !ok {
+			return fmt.Errorf("%w: worker %d, BlockStored parent engine hash %#x", ErrUnknownParent, w, ev.ParentHash)
+		}
+		prev, prevHash = s, x.t.keys[s]
+	}
+	wb := x.ensureWorker(w)
+	lora := x.loraID(ev.LoraName)
+	seed := LoraSeed(ev.LoraName)
+	bs := x.blockSize
+	for i, e := range ev.EngineHashes {
+		toks := ev.TokenIDs[i*bs : (i+1)*bs]
+		h := LocalBlockHash(toks, seed)
+		if prev != noSlot {
+			h = ChainHash(prevHash, h)
+		}
+		s := x.node(h, prev, lora, toks)
+		x.mapBlock(wb, w, e, s)
+		prev, prevHash = s, h
+	}
+	return nil
+}
+
+// node returns the slot of sequence hash h, creating it as a child of parent.
+func (x *Index) node(h uint64, parent, lora uint32, toks []uint32) uint32 {
+	s, created := x.t.insert(h)
+	if !created {
+		return s
+	}
+	if int(s) >= len(x.meta) {
+		x.meta = append(x.meta, nodeMeta{})
+		x.tokens = append(x.tokens, toks...)
+	} else {
+		copy(x.tokens[int(s)*x.blockSize:], toks)
+	}
+	x.meta[s] = nodeMeta{parent: parent, lora: lora}
+	if parent != noSlot {
+		x.meta[parent].children++
+	}
+	return s
+}
+
+// mapBlock records that w's engine hash e is block s.
+func (x *Index) mapBlock(wb *workerBlocks, w WorkerID, e uint64, s uint32) {
+	if old, ok := wb.blocks[e]; ok {
+		if old == s {
+			return
+		}
+		wb.blocks[e] = s
+		x.ref(wb, w, s)
+		x.unref(wb, w, old)
+		return
+	}
+	wb.blocks[e] = s
+	x.ref(wb, w, s)
+}
+
+func (x *Index) ref(wb *workerBlocks, w WorkerID, s uint32) {
+	if x.t.has(s, w) {
+		if wb.extra == nil {
+			wb.extra = make(map[uint32]uint32)
+		}
+		wb.extra[s]++
+		return
+	}
+	x.t.set(s, w)
+	x.meta[s].holders++
+}
+
+func (x *Index) unref(wb *workerBlocks, w WorkerID, s uint32) {
+	if c := wb.extra[s]; c > 0 {
+		if c == 1 {
+			delete(wb.extra, s)
+		} else {
+			wb.extra[s] = c - 1
+		}
+		return
+	}
+	x.t.clear(s, w)
+	x.meta[s].holders--
+	x.maybeFree(s)
+}
+
+// maybeFree releases s, and then its ancestors, while they are neither held nor needed
+// by a child.
+func (x *Index) maybeFree(s uint32) {
+	for s != noSlot {
+		m := &x.meta[s]
+		if m.holders != 0 || m.children != 0 {
+			return
+		}
+		p := m.parent
+		*m = nodeMeta{parent: noSlot}
+		x.t.release(s)
+		if p != noSlot {
+			x.meta[p].children--
+		}
+		s = p
+	}
+}
+
+func (x *Index) loraID(name string) uint32 {
+	if id, ok := x.loraIDs[name]; ok {
+		return id
+	}
+	id := uint32(len(x.loras))
+	x.loras = append(x.loras, name)
+	x.loraIDs[name] = id
+	return id
+}
+
+// ClearWorker forgets every block of worker w (AllBlocksCleared, engine restart, start
+// of a full dump). w stays known to the index.
+func (x *Index) ClearWorker(w WorkerID) {
+	wb := x.worker(w)
+	if wb == nil {
+		return
+	}
+	for e, s := range wb.blocks {
+		delete(wb.blocks, e)
+		x.unref(wb, w, s)
+	}
+	wb.extra = nil
+}
+
+// RemoveWorker forgets worker w and all its blocks; its id may then be reused.
+func (x *Index) RemoveWorker(w WorkerID) {
+	if x.worker(w) == nil {
+		return
+	}
+	x.ClearWorker(w)
+	x.workers[w] = nil
+	for len(x.workers) > 0 && x.workers[len(x.workers)-1] == nil {
+		x.workers = x.workers[:len(x.workers)-1]
+	}
+}
+
+// Overlaps computes, for every worker id w < WorkerSlots(), the number of leading blocks
+// of a prompt (given by its sequence hashes, see SequenceHashes) that w holds, and
+// returns them in out[:WorkerSlots()] (out is reused when its capacity suffices).
+// A worker's run ends at its first missing block: a block held after a gap is not a
+// prefix hit. It does not allocate when cap(out) >= WorkerSlots().
+func (x *Index) Overlaps(seqHashes []uint64, out []uint32) []uint32 {
+	n := len(x.workers)
+	if cap(out) < n {
+		out = make([]uint32, n)
+	}
+	out = out[:n]
+	x.t.leading(seqHashes, out)
+	return out
+}
+
+// Holds reports whether worker w holds the block with sequence hash h.
+func (x *Index) Holds(w WorkerID, h uint64) bool {
+	s, ok := x.t.lookup(h)
+	return ok && x.t.has(s, w)
+}
