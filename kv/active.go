@@ -1,0 +1,268 @@
+package kv
+
+import (
+	"time"
+)
+
+// DefaultMaxSequenceAge is how long an active sequence may stay without being freed
+// before Expire drops it (REFERENCE §3: 300 s).
+const DefaultMaxSequenceAge = 300 * time.Second
+
+// ActiveSequences tracks, per worker, the requests routed to it and not yet finished:
+// the router's own, immediate view of each worker's load (REFERENCE §3), as opposed to
+// the engine's periodic load reports, which lag and cause herding.
+//
+// Load of a worker:
+//   - active blocks: the distinct KV blocks (sequence hashes) of the prompts of its
+//     active requests. Concurrent requests that share a prompt prefix share those
+//     blocks, which count once. Decode growth (the blocks of generated tokens) is not
+//     modelled: the router never sees output tokens.
+//   - active prefill tokens: for each request whose prefill is not done, the prompt
+//     tokens the worker must compute (ISL minus the cached prefix), as given to Add.
+//
+// Ownership and invariants (ActiveSequences owns all of it; not safe for concurrent use):
+//   - Authoritative: seqs, the active requests by id, each with its worker, its prompt
+//     blocks (as slots of t), its prefill tokens and whether prefill is done.
+//   - Derived, kept in step by Add/PrefillDone/Free only: slot s's bit for w is set iff
+//     some active request on w has block s; extra counts the further requests on w
+//     sharing s; holders[s] is the number of set bits; a slot with no bits is released.
+//     workers[w].blocks = number of slots with w's bit; workers[w].prefillTokens = sum
+//     over w's requests with prefill not done.
+//   - Every way a request ends (Free after completion, cancel or error, Expire,
+//     RemoveWorker, re-Add of the same id) goes through one release path, so load always
+//     returns to zero.
+//   - queue holds (id, generation, start) in Add order; entries of requests already
+//     freed or re-added are skipped and compacted away.
+type ActiveSequences struct {
+	maxAge  time.Duration
+	t       bitTable
+	holders []uint32 // per slot
+	workers []activeWorker
+	seqs    map[string]*activeSeq
+	queue   []queued
+	head    int
+	gen     uint64
+}
+
+type activeWorker struct {
+	blocks        int
+	prefillTokens int64
+	sequences     int
+	extra         map[uint32]uint32
+}
+
+type activeSeq struct {
+	worker        WorkerID
+	slots         []uint32
+	prefillTokens int64
+	prefillDone   bool
+	start         time.Time
+	gen           uint64
+}
+
+type queued struct {
+	id    string
+	gen   uint64
+	start time.Time
+}
+
+// Load is a worker's load as the router tracks it.
+type Load struct {
+	// ActiveBlocks is the number of distinct prompt KV blocks of the worker's active
+	// requests.
+	ActiveBlocks int
+	// PrefillTokens is the number of prompt tokens still to prefill (tokens).
+	PrefillTokens int64
+	// Sequences is the number of active requests.
+	Sequences int
+}
+
+// NewActiveSequences returns an empty tracker whose Expire drops sequences older than
+// maxAge (use DefaultMaxSequenceAge); maxAge <= 0 disables expiry.
+func NewActiveSequences(maxAge time.Duration) *ActiveSequences {
+	return &ActiveSequences{maxAge: maxAge, t: newBitTable(), seqs: make(map[string]*activeSeq)}
+}
+
+// Len is the number of active requests.
+func (a *ActiveSequences) Len() int { return len(a.seqs) }
+
+// Blocks is the number of distinct blocks active on any worker.
+func (a *ActiveSequences) Blocks() int { return a.t.len() }
+
+// Load returns worker w's load (zero for a worker without requests).
+func (a *ActiveSequences) Load(w WorkerID) Load {
+	if int(w) >= len(a.workers) {
+		return Load{}
+	}
+	aw := &a.workers[w]
+	return Load{ActiveBlocks: aw.blocks, PrefillTokens: aw.prefillTokens, Sequences: aw.sequences}
+}
+
+// Worker returns the worker a request is active on.
+func (a *ActiveSequences) Worker(reqID string) (WorkerID, bool) {
+	if s, ok := a.seqs[reqID]; ok {
+		return s.worker, true
+	}
+	return 0, false
+}
+
+// Add records that request reqID, whose prompt has the given sequence hashes, now runs
+// on worker w, with prefillTokens prompt tokens (>= 0) to compute there (ISL minus the
+// prefix already cached on w). If reqID is already active (a request re-routed, e.g.
+// after a migration), its old placement is freed first. seqHashes is not retained.
+func (a *ActiveSequences) Add(reqID string, w WorkerID, seqHashes []uint64, prefillTokens int64, now time.Time) {
+	if _, ok := a.seqs[reqID]; ok {
+		a.Free(reqID)
+	}
+	if prefillTokens < 0 {
+		prefillTokens = 0
+	}
+	for int(w) >= len(a.workers) {
+		a.workers = append(a.workers, activeWorker{})
+	}
+	a.t.ensureWorker(w)
+	aw := &a.workers[w]
+	slots := make([]uint32, len(seqHashes))
+	for i, h := range seqHashes {
+		s, created := a.t.insert(h)
+		if created {
+			if int(s) >= len(a.holders) {
+				a.holders = append(a.holders, 0)
+			}
+		}
+		if a.t.has(s, w) {
+			if aw.extra == nil {
+				aw.extra = make(map[uint32]uint32)
+			}
+			aw.extra[s]++
+		} else {
+			a.t.set(s, w)
+			a.holders[s]++
+			aw.blocks++
+		}
+		slots[i] = s
+	}
+	aw.prefillTokens += prefillTokens
+	aw.sequences++
+	a.gen++
+	a.seqs[reqID] = &activeSeq{worker: w, slots: slots, prefillTokens: prefillTokens, start: now, gen: a.gen}
+	a.queue = append(a.queue, queued{id: reqID, gen: a.gen, start: now})
+	a.compact()
+}
+
+// PrefillDone records that request reqID produced its first token: its prompt tokens no
+// longer count as prefill load (its blocks stay active). It reports whether reqID was
+// active; calling it twice is harmless.
+func (a *ActiveSequences) PrefillDone(reqID string) bool {
+	s, ok := a.seqs[reqID]
+	if !ok {
+		return false
+	}
+	if !s.prefillDone {
+		s.prefillDone = true
+		a.workers[s.worker].prefillTokens -= s.prefillTokens
+	}
+	return true
+}
+
+// Free ends request reqID (finished, cancelled or failed) and returns its load to its
+// worker. It reports whether reqID was active; freeing an unknown or already freed id is
+// harmless.
+func (a *ActiveSequences) Free(reqID string) bool {
+	s, ok := a.seqs[reqID]
+	if !ok {
+		return false
+	}
+	delete(a.seqs, reqID)
+	aw := &a.workers[s.worker]
+	w := s.worker
+	for _, slot := range s.slots {
+		if c := aw.extra[slot]; c > 0 {
+			if c == 1 {
+				delete(aw.extra, slot)
+			} else {
+				aw.extra[slot] = c - 1
+			}
+			continue
+		}
+		a.t.clear(slot, w)
+		aw.blocks--
+		if a.holders[slot]--; a.holders[slot] == 0 {
+			a.t.release(slot)
+		}
+	}
+	if !s.prefillDone {
+		aw.prefillTokens -= s.prefillTokens
+	}
+	aw.sequences--
+	return true
+}
+
+// Expire frees every request added more than maxAge before now (requests whose end the
+// router never heard of) and returns how many it freed. now should not go backwards;
+// if it does, expiry is only delayed.
+func (a *ActiveSequences) Expire(now time.Time) int {
+	if a.maxAge <= 0 {
+		return 0
+	}
+	n := 0
+	for a.head < len(a.queue) {
+		q := a.queue[a.head]
+		if now.Sub(q.start) <= a.maxAge {
+			break
+		}
+		if s, ok := a.seqs[q.id]; ok && s.gen == q.gen {
+			a.Free(q.id)
+			n++
+		}
+		a.queue[a.head] = queued{}
+		a.head++
+	}
+	a.compact()
+	return n
+}
+
+// compact drops consumed and dead queue entries once they dominate the queue.
+func (a *ActiveSequences) compact() {
+	if a.head > 0 && a.head >= len(a.queue) {
+		a.queue, a.head = a.queue[:0], 0
+		return
+	}
+	if len(a.queue)-a.head < 2*len(a.seqs)+1024 {
+		return
+	}
+	live := a.queue[:0]
+	for _, q := range a.queue[a.head:] {
+		if s, ok := a.seqs[q.id]; ok && s.gen == q.gen {
+			live = append(live, q)
+		}
+	}
+	clear(a.queue[len(live):])
+	a.queue, a.head = live, 0
+}
+
+// ActivePrefix sets out[w], for every worker id w < len(out), to the number of leading
+// blocks of a prompt (its sequence hashes) that are active on w. Because sequence hashes
+// chain, the prompt blocks active on w always form such a leading run, so
+// len(seqHashes) - out[w] is the number of prompt blocks not already active on w. It
+// does not allocate.
+func (a *ActiveSequences) ActivePrefix(seqHashes []uint64, out []uint32) {
+	a.t.leading(seqHashes, out)
+}
+
+// RemoveWorker frees every request active on w and returns how many.
+func (a *ActiveSequences) RemoveWorker(w WorkerID) int {
+	var ids []string
+	for id, s := range a.seqs {
+		if s.worker == w {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		a.Free(id)
+	}
+	if int(w) < len(a.workers) {
+		a.workers[w] = activeWorker{}
+	}
+	return len(ids)
+}
