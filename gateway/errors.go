@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -161,7 +160,7 @@ func (e *APIError) body() errorBody {
 }
 
 // MarshalJSON writes the OpenAI error body.
-func (e *APIError) MarshalJSON() ([]byte, error) { return json.Marshal(e.body()) }
+func (e *APIError) MarshalJSON() ([]byte, error) { return encodeJSON(e.body()) }
 
 // writeError writes e as a JSON response with its catalogue status (and Retry-After
 // where the catalogue says so).
@@ -177,7 +176,7 @@ func writeError(w http.ResponseWriter, e *APIError, retryAfter time.Duration) {
 		h.Set("Retry-After", strconv.Itoa(secs))
 	}
 	w.WriteHeader(ent.Status)
-	b, _ := json.Marshal(e.body())
+	b, _ := encodeJSON(e.body())
 	_, _ = w.Write(append(b, '\n'))
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 )
 
@@ -130,7 +131,7 @@ type responder struct {
 }
 
 func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
+	b, err := encodeJSON(v)
 	if err != nil {
 		panic("gateway: marshal response: " + err.Error())
 	}
@@ -192,4 +193,16 @@ func (r *responder) full(text, finish string, u Usage, info *TurbineInfo) any {
 	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
 		Choices: []textChoice{{Text: text, FinishReason: &finish}},
 		Usage:   mustJSON(u), Turbine: info}
+}
+
+// encodeJSON is json.Marshal without HTML escaping (OpenAI bodies write "<" and ">" as
+// is, and messages like "expected a value >= 1" stay readable).
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 )
@@ -28,7 +27,7 @@ func startSSE(w http.ResponseWriter) (*sseWriter, error) {
 
 // data writes v as one JSON frame.
 func (s *sseWriter) data(v any) error {
-	b, err := json.Marshal(v)
+	b, err := encodeJSON(v)
 	if err != nil {
 		return err
 	}
