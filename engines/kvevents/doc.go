@@ -1,0 +1,31 @@
+// Package kvevents encodes, decodes, publishes and subscribes to KV cache events in
+// vLLM's kv-events wire format (vllm/distributed/kv_events.py, REFERENCE §1).
+//
+// Transport: a ZeroMQ PUB socket on the engine and a SUB socket on the consumer. Every
+// ZeroMQ message has three frames:
+//
+//	topic   bytes, may be empty (subscribers filter on it by prefix)
+//	seq     8 bytes, big-endian unsigned, increasing by one per publication from 0
+//	payload msgpack
+//
+// The payload is an event batch. vLLM encodes it with msgspec; versions up to 0.10 used
+// array-like structs, later ones plain structs, so both shapes occur in the field:
+//
+//	[ts, [event, ...], data_parallel_rank]                          (array form)
+//	{"ts": ts, "events": [event, ...], "data_parallel_rank": rank}  (map form)
+//
+// ts is float seconds since the Unix epoch; data_parallel_rank is an int or nil (older
+// engines omit it). Each event is a tagged array whose first element names its type, or
+// a map with a "type" key:
+//
+//	["BlockStored", block_hashes, parent_block_hash|nil, token_ids, block_size, lora_id|nil, medium|nil, lora_name|nil, ...]
+//	["BlockRemoved", block_hashes, medium|nil, ...]
+//	["AllBlocksCleared", ...]
+//
+// The encoder here writes the array form with every listed field (msgspec's layout,
+// compact integers). The decoder accepts both forms, block hashes as signed or unsigned
+// 64-bit integers or as bytes (the low 64 bits of the big-endian value, as vLLM's
+// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES conversion does), ignores trailing fields and map
+// keys it does not know, skips event types it does not know, and reports malformed input
+// as an error naming the field; it never panics.
+package kvevents
