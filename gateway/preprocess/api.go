@@ -1,21 +1,33 @@
 // Package preprocess turns OpenAI requests into token ids and token ids back into text:
 // tokenizers (an embedded offline default and HF tokenizer.json models), chat templates
 // (Jinja, from tokenizer_config.json), incremental detokenization and stop strings.
+//
+// Tokenizers are byte-level BPE with tiktoken semantics (see bpeTokenizer); the HF loader
+// refuses other tokenizer families (SentencePiece/Unigram, WordPiece) with an error naming
+// the file. The Detokenizer and StopMatcher are pure, single-stream state machines: one per
+// request, not safe for concurrent use. Models and Tokenizers are immutable and safe for
+// concurrent use.
 package preprocess
+
+import "github.com/ardanlabs/jinja"
 
 // Tokenizer converts between text and token ids.
 type Tokenizer interface {
 	// Encode returns the token ids of text. Special tokens written in text (e.g.
 	// "<|im_start|>") are recognised as special tokens. No BOS is added: chat templates
-	// write it themselves.
+	// write it themselves (Model.EncodePrompt adds what a raw prompt needs).
 	Encode(text string) []uint32
-	// Decode returns the text of ids; invalid UTF-8 byte runs become U+FFFD.
+	// Decode returns the text of ids; each maximal ill-formed UTF-8 byte run becomes one
+	// U+FFFD. Special tokens are included; unknown ids are skipped.
 	Decode(ids []uint32) string
-	// TokenBytes returns the raw bytes a token stands for (false for an unknown id).
+	// TokenBytes returns the raw bytes a token stands for (false for an unknown id). The
+	// slice is shared: callers must not modify it.
 	TokenBytes(id uint32) ([]byte, bool)
 	// VocabSize is the number of ids (highest id + 1), special tokens included.
 	VocabSize() int
-	// IsSpecial reports whether id is a special/added token (e.g. EOS).
+	// IsSpecial reports whether id is a special token (e.g. EOS): an added token flagged
+	// "special" in tokenizer.json, or a tiktoken special. Added tokens that are not special
+	// (Qwen3's <think>) are ordinary text for decoding.
 	IsSpecial(id uint32) bool
 }
 
@@ -42,46 +54,97 @@ type Model struct {
 	// ContextLength in tokens (config.json max_position_embeddings or
 	// tokenizer_config model_max_length); 0 when unknown.
 	ContextLength int
+	// PromptPrefixIDs are the ids HF tokenizers put before a raw prompt when they add
+	// special tokens (the post-processor's, e.g. Llama-3's <|begin_of_text|>); empty for
+	// most chat models. EncodePrompt adds them; chat prompts don't need them (the
+	// template writes BOS).
+	PromptPrefixIDs []uint32
+	// ChatTemplate is the Jinja source of the chat template ("" when the model has none).
+	ChatTemplate string
+
+	template *jinja.Template
+	// tokenVars are the special-token strings passed to the template by name
+	// (bos_token, eos_token, ...); additionalTokens is additional_special_tokens.
+	tokenVars        map[string]string
+	additionalTokens []string
 }
 
 // LoadModel loads a model's preprocessing from source:
 //   - "builtin:cl100k_base" (also o200k_base): an embedded offline tiktoken encoding with
 //     a ChatML chat template; works without any file or network;
 //   - a folder path holding tokenizer.json and tokenizer_config.json (HF layout; optional
-//     config.json and generation_config.json).
+//     config.json, generation_config.json and chat_template.jinja, which takes precedence
+//     over tokenizer_config's chat_template as in transformers).
 //
-// Errors name the file and what was wrong. Loaded models are cached by source.
-func LoadModel(source string) (*Model, error) { panic("preprocess: LoadModel not implemented yet") }
+// Errors name the file and what was wrong. Loaded models are cached by source (folders by
+// absolute path); a failed load is not cached.
+func LoadModel(source string) (*Model, error) { return defaultCache.load(source) }
 
 // ApplyChatTemplate renders messages with the model's chat template (Jinja) into the
-// prompt text. tools is the OpenAI tools array (nil when absent).
+// prompt text. tools is the OpenAI tools array (nil when absent). Go maps have no key
+// order, so objects reach the template (and its tojson) with sorted keys; use RenderChat
+// with the raw tools JSON to keep the request's order, as HF transformers does.
 func (m *Model) ApplyChatTemplate(msgs []ChatMessage, tools []map[string]any, addGenerationPrompt bool) (string, error) {
-	panic("preprocess: ApplyChatTemplate not implemented yet")
+	in := ChatTemplateInput{Messages: msgs, AddGenerationPrompt: addGenerationPrompt}
+	if tools != nil {
+		in.ToolMaps = tools
+	}
+	return m.RenderChat(in)
+}
+
+// EncodePrompt tokenizes a raw (non-chat) prompt as HF tokenizers do with special tokens
+// on: PromptPrefixIDs, then Encode(text).
+func (m *Model) EncodePrompt(text string) []uint32 {
+	ids := m.Tokenizer.Encode(text)
+	if len(m.PromptPrefixIDs) == 0 {
+		return ids
+	}
+	out := make([]uint32, 0, len(m.PromptPrefixIDs)+len(ids))
+	return append(append(out, m.PromptPrefixIDs...), ids...)
 }
 
 // Detokenizer turns a stream of token ids into text incrementally, never emitting a
 // partial multi-byte UTF-8 character (bytes are held until the character completes).
-type Detokenizer struct{ tok Tokenizer }
+// Concatenating every Push result and the final Flush gives exactly Decode of all ids
+// (Decode of the non-special ids when skipping specials).
+type Detokenizer struct {
+	tok         Tokenizer
+	skipSpecial bool
+	// pending holds the bytes of an incomplete character at the end of the stream (at
+	// most 3 bytes between calls).
+	pending []byte
+}
 
 // NewDetokenizer returns a Detokenizer for tok. skipSpecial drops special tokens' text.
-func NewDetokenizer(tok Tokenizer, skipSpecial bool) *Detokenizer { panic("not implemented yet") }
+func NewDetokenizer(tok Tokenizer, skipSpecial bool) *Detokenizer {
+	return &Detokenizer{tok: tok, skipSpecial: skipSpecial}
+}
 
-// Push adds ids and returns the text that became complete.
-func (d *Detokenizer) Push(ids ...uint32) string { panic("not implemented yet") }
+// Push adds ids and returns the text that became complete. Unknown ids are skipped.
+func (d *Detokenizer) Push(ids ...uint32) string { return d.push(ids) }
 
-// Flush returns whatever is held back (invalid trailing bytes become U+FFFD).
-func (d *Detokenizer) Flush() string { panic("not implemented yet") }
+// Flush returns whatever is held back (invalid trailing bytes become U+FFFD) and resets
+// the Detokenizer for a new stream.
+func (d *Detokenizer) Flush() string { return d.flush() }
 
 // StopMatcher finds OpenAI `stop` strings in streamed text, including ones that span
 // chunk boundaries: text that could be the start of a stop string is held back.
-type StopMatcher struct{ stops []string }
+type StopMatcher struct {
+	stops []string
+	// held is the longest suffix of the text so far that is a proper prefix of a stop
+	// string; stopped is set once a stop string was found.
+	held    string
+	stopped bool
+}
 
-// NewStopMatcher returns a matcher for stops (empty strings are ignored).
-func NewStopMatcher(stops []string) *StopMatcher { panic("not implemented yet") }
+// NewStopMatcher returns a matcher for stops (empty and duplicate strings are ignored;
+// any number of stop strings is accepted, OpenAI allows up to 4).
+func NewStopMatcher(stops []string) *StopMatcher { return newStopMatcher(stops) }
 
 // Push adds text; it returns the text that is safe to emit and whether a stop string was
-// found (the stop string itself and anything after it are never emitted).
-func (s *StopMatcher) Push(text string) (emit string, stopped bool) { panic("not implemented yet") }
+// found (the stop string itself and anything after it are never emitted). Once stopped,
+// Push returns ("", true).
+func (s *StopMatcher) Push(text string) (emit string, stopped bool) { return s.push(text) }
 
-// Flush returns held-back text at the end of the stream.
-func (s *StopMatcher) Flush() string { panic("not implemented yet") }
+// Flush returns held-back text at the end of the stream ("" after a stop).
+func (s *StopMatcher) Flush() string { return s.flush() }

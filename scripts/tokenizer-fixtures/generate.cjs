@@ -86,6 +86,7 @@ const commonTexts = [
   ["decomposed_accents", "cafe\u0301 e\u0301te\u0301 A\u030angstro\u0308m n\u0303"],
   ["cjk", "你好，世界！今天天气很好。日本語のテキストも。한국어 문장입니다."],
   ["emoji", "Emoji: 😀🎉👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️ 🫠"],
+  ["rare_cjk", "龘靐齉爩 𠀀𠀁𪚥 㐀㐁䶵 鱻麤 𰻞𰻞面"],
   ["whitespace_runs", "  leading spaces\n\n\ttabs\t\tand   runs   \n   \n trailing   "],
   ["contractions", "I'm sure you've heard: they'll say it's fine, we'd won't can't DON'T I'LL She'S"],
   ["digits", "1234567890 3.14159 1,000,000 2024-06-01 0x1F 12345678901234567890"],

@@ -1,0 +1,63 @@
+package preprocess
+
+import "strings"
+
+func newStopMatcher(stops []string) *StopMatcher {
+	s := &StopMatcher{}
+	seen := make(map[string]bool, len(stops))
+	for _, stop := range stops {
+		if stop == "" || seen[stop] {
+			continue
+		}
+		seen[stop] = true
+		s.stops = append(s.stops, stop)
+	}
+	return s
+}
+
+func (s *StopMatcher) push(text string) (string, bool) {
+	if s.stopped {
+		return "", true
+	}
+	if len(s.stops) == 0 {
+		return text, false
+	}
+	buf := s.held + text
+	// The earliest stop string wins; the text before it is emitted, the rest dropped.
+	first := -1
+	for _, stop := range s.stops {
+		if i := strings.Index(buf, stop); i >= 0 && (first < 0 || i < first) {
+			first = i
+		}
+	}
+	if first >= 0 {
+		s.stopped = true
+		s.held = ""
+		return buf[:first], true
+	}
+	keep := s.longestPrefixSuffix(buf)
+	s.held = buf[len(buf)-keep:]
+	return buf[:len(buf)-keep], false
+}
+
+// longestPrefixSuffix returns the length of the longest suffix of buf that is a proper
+// prefix of some stop string (buf holds no whole stop string).
+func (s *StopMatcher) longestPrefixSuffix(buf string) int {
+	best := 0
+	for _, stop := range s.stops {
+		n := min(len(stop)-1, len(buf))
+		for k := n; k > best; k-- {
+			if strings.HasSuffix(buf, stop[:k]) {
+				best = k
+				break
+			}
+		}
+	}
+	return best
+}
+
+func (s *StopMatcher) flush() string {
+	out := s.held
+	s.held = ""
+	return out
+}
