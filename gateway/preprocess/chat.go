@@ -20,7 +20,7 @@ type ChatTemplateInput struct {
 	Tools json.RawMessage
 	// ToolMaps is the tools array as Go maps (objects reach the template with sorted
 	// keys); used when Tools is nil.
-	ToolMaps []map[string]any
+	ToolMaps            []map[string]any
 	AddGenerationPrompt bool
 	// Kwargs are extra template variables (vLLM's chat_template_kwargs, e.g. Qwen3's
 	// enable_thinking). They cannot replace messages, tools, documents or
