@@ -27,6 +27,9 @@ var (
 	ErrDuplicatePolicy = errors.New("kv: routing policy already registered")
 	// ErrInvalidConfig: a configuration value is out of range.
 	ErrInvalidConfig = errors.New("kv: invalid configuration")
-	// ErrInvalidRequest: a route request is malformed (empty request id ...).
-	ErrInvalidRequest = errors.New("kv: invalid route request")
+	// ErrInvalidRequest: a call's arguments are malformed (empty request or worker id,
+	// negative overrides ...).
+	ErrInvalidRequest = errors.New("kv: invalid request")
+	// ErrDumpOrder: a block dump part arrived out of order; the dump must restart.
+	ErrDumpOrder = errors.New("kv: block dump part out of order")
 )

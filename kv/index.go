@@ -175,14 +175,24 @@ func (x *Index) Apply(w WorkerID, ev Event) error {
 // block), without applying it.
 func ValidateStored(ev *Event, blockSize int) error {
 	if ev.BlockSize != blockSize {
-		return fmt.Errorf("%w: BlockStored block_size %d, index KV block size %d: %w",
-			ErrInvalidEvent, ev.BlockSize, blockSize, ErrBlockSizeMismatch)
+		return blockSizeError{got: ev.BlockSize, want: blockSize}
 	}
 	if len(ev.TokenIDs) != len(ev.EngineHashes)*blockSize {
 		return fmt.Errorf("%w: BlockStored has %d token ids for %d blocks of %d tokens (want %d)",
 			ErrInvalidEvent, len(ev.TokenIDs), len(ev.EngineHashes), blockSize, len(ev.EngineHashes)*blockSize)
 	}
 	return nil
+}
+
+// blockSizeError is both ErrInvalidEvent and ErrBlockSizeMismatch.
+type blockSizeError struct{ got, want int }
+
+func (e blockSizeError) Error() string {
+	return fmt.Sprintf("kv: invalid event: BlockStored block_size %d differs from the KV block size %d", e.got, e.want)
+}
+
+func (e blockSizeError) Is(target error) bool {
+	return target == ErrInvalidEvent || target == ErrBlockSizeMismatch
 }
 
 func (x *Index) applyStored(w WorkerID, ev *Event) error {

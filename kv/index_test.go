@@ -118,7 +118,7 @@ func TestApplyErrors(t *testing.T) {
 		msg  string
 	}{
 		{"unknown parent", stored(bs, ptr(99), []uint64{2}, 2), ErrUnknownParent, "parent engine hash 0x63"},
-		{"block size", Event{Kind: BlockStored, EngineHashes: []uint64{2}, TokenIDs: blocksOf(8, 2), BlockSize: 8}, ErrBlockSizeMismatch, "block_size 8, index KV block size 4"},
+		{"block size", Event{Kind: BlockStored, EngineHashes: []uint64{2}, TokenIDs: blocksOf(8, 2), BlockSize: 8}, ErrBlockSizeMismatch, "block_size 8 differs from the KV block size 4"},
 		{"token count", Event{Kind: BlockStored, EngineHashes: []uint64{2, 3}, TokenIDs: blocksOf(bs, 2), BlockSize: bs}, ErrInvalidEvent, "4 token ids for 2 blocks of 4 tokens (want 8)"},
 		{"kind", Event{Kind: 42}, ErrInvalidEvent, "unknown event kind 42"},
 	}

@@ -1,0 +1,59 @@
+package kv
+
+import "time"
+
+// Defaults of the router core, in one place (REFERENCE §3, §4).
+const (
+	// DefaultPolicy is the routing policy of a Router unless configured otherwise.
+	DefaultPolicy = PolicyKV
+	// DefaultOverlapWeight weighs prefill blocks against decode blocks in the KV cost.
+	DefaultOverlapWeight = 1.0
+	// DefaultTemperature 0 means argmin (no softmax draw).
+	DefaultTemperature = 0.0
+	// DefaultMaxBufferedBatches bounds the event batches a Router keeps for a worker
+	// while it waits for that worker's dump (they are replayed after it).
+	DefaultMaxBufferedBatches = 4096
+)
+
+// Config configures a Router. Start from DefaultConfig and change fields; NewRouter
+// validates it and names the field that is wrong.
+type Config struct {
+	// BlockSize is the KV block size in tokens; every worker must use the same.
+	BlockSize int
+	// Policy names the routing policy in Policies.
+	Policy string
+	// Policies is the policy registry; nil means DefaultPolicies().
+	Policies *Registry
+	// OverlapWeight (>= 0) and Temperature (>= 0): defaults of the KV cost; requests may
+	// override both. Weight 0 ignores prefix caches (pure load balancing).
+	OverlapWeight float64
+	Temperature   float64
+	// MaxSequenceAge: active sequences older than this are expired; <= 0 never.
+	MaxSequenceAge time.Duration
+	// Busy: thresholds above which a worker gets no new requests.
+	Busy BusyThresholds
+	// MaxBufferedBatches: see DefaultMaxBufferedBatches; <= 0 means the default.
+	MaxBufferedBatches int
+}
+
+// BusyThresholds mark a worker busy (REFERENCE §4); busy workers are skipped by every
+// policy. A value <= 0 disables its test (the default: both off).
+type BusyThresholds struct {
+	// KVUsage: busy when active blocks / total KV blocks > KVUsage (a fraction, e.g.
+	// 0.9). Workers that did not report their total blocks are never busy by this test.
+	KVUsage float64
+	// PrefillTokens: busy when active prefill tokens > PrefillTokens (tokens).
+	PrefillTokens int64
+}
+
+// DefaultConfig returns the default configuration for KV blocks of blockSize tokens.
+func DefaultConfig(blockSize int) Config {
+	return Config{
+		BlockSize:          blockSize,
+		Policy:             DefaultPolicy,
+		OverlapWeight:      DefaultOverlapWeight,
+		Temperature:        DefaultTemperature,
+		MaxSequenceAge:     DefaultMaxSequenceAge,
+		MaxBufferedBatches: DefaultMaxBufferedBatches,
+	}
+}

@@ -1,0 +1,119 @@
+package kv
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+)
+
+// Candidate is one worker a routing policy may choose, with the facts the routing cost
+// is made of (REFERENCE §3). The Router only offers workers that are ready, not busy
+// and not excluded by the request.
+type Candidate struct {
+	Worker WorkerID
+	// ID is the worker's string id.
+	ID string
+	// OverlapBlocks: leading prompt blocks already in the worker's KV cache (prefix hit).
+	OverlapBlocks int
+	// ActiveBlocks: distinct KV blocks of the worker's active requests.
+	ActiveBlocks int
+	// ActivePrefixBlocks: leading prompt blocks already active on the worker (shared
+	// with a running request); PromptBlocks - ActivePrefixBlocks would be new.
+	ActivePrefixBlocks int
+	// ActivePrefillTokens: prompt tokens the worker still has to prefill (tokens).
+	ActivePrefillTokens int64
+	// IndexedBlocks: blocks of the worker's KV cache in the index.
+	IndexedBlocks int
+	// TotalBlocks: the worker's KV capacity in blocks; 0 when unknown.
+	TotalBlocks int64
+}
+
+// SelectInput is what a policy decides on. Policies must not retain it.
+type SelectInput struct {
+	// Candidates: at least one when the Router calls a policy.
+	Candidates []Candidate
+	// PromptTokens is the ISL (tokens); PromptBlocks the number of full KV blocks in it.
+	PromptTokens int
+	PromptBlocks int
+	// BlockSize: tokens per KV block.
+	BlockSize int
+	// OverlapWeight and Temperature: the router's defaults or the request's overrides.
+	OverlapWeight float64
+	Temperature   float64
+}
+
+// Policy chooses a worker for a request: it returns an index into in.Candidates.
+// Policies run inside the Router's single-threaded core; a policy value may keep state
+// across calls (round-robin's position) but must take its randomness from rng only.
+// A nil rng means "no randomness": the policy must still choose, deterministically.
+// With no candidates, Select returns ErrNoWorkers.
+type Policy interface {
+	Select(in *SelectInput, rng *rand.Rand) (int, error)
+}
+
+// PolicyFactory builds a fresh policy value (one per Router).
+type PolicyFactory func() Policy
+
+// Names of the built-in routing policies.
+const (
+	PolicyKV         = "kv"
+	PolicyRoundRobin = "round-robin"
+	PolicyRandom     = "random"
+)
+
+// Registry maps policy names to factories. It is a plain value: build one with
+// NewRegistry or DefaultPolicies, register more, hand it to a Router. Registering a name
+// twice is an error (ErrDuplicatePolicy), never a silent overwrite.
+type Registry struct {
+	factories map[string]PolicyFactory
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{factories: map[string]PolicyFactory{}} }
+
+// DefaultPolicies returns a new registry holding the built-in policies: "kv" (the
+// KV-aware cost of REFERENCE §3), "round-robin" and "random".
+func DefaultPolicies() *Registry {
+	r := NewRegistry()
+	for name, f := range map[string]PolicyFactory{
+		PolicyKV:         func() Policy { return KVPolicy{} },
+		PolicyRoundRobin: func() Policy { return &RoundRobinPolicy{} },
+		PolicyRandom:     func() Policy { return RandomPolicy{} },
+	} {
+		if err := r.Register(name, f); err != nil {
+			panic(err)
+		}
+	}
+	return r
+}
+
+// Register adds a policy factory under name.
+func (r *Registry) Register(name string, f PolicyFactory) error {
+	if name == "" || f == nil {
+		return fmt.Errorf("%w: policy name %q or factory missing", ErrInvalidConfig, name)
+	}
+	if _, ok := r.factories[name]; ok {
+		return fmt.Errorf("%w: %q", ErrDuplicatePolicy, name)
+	}
+	r.factories[name] = f
+	return nil
+}
+
+// New builds the policy registered under name.
+func (r *Registry) New(name string) (Policy, error) {
+	f, ok := r.factories[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (registered: %v)", ErrUnknownPolicy, name, r.Names())
+	}
+	return f(), nil
+}
+
+// Names lists the registered policy names, sorted.
+func (r *Registry) Names() []string {
+	names := make([]string, 0, len(r.factories))
+	for n := range r.factories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,162 @@
+package kv
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// KVPolicy is the KV-aware routing policy (REFERENCE §3, the reference router's cost):
+//
+//	prefill_tokens(w) = active_prefill_tokens(w) + max(0, ISL - overlap(w)*B)
+//	prefill_blocks(w) = prefill_tokens(w) / B                       (real number)
+//	decode_blocks(w)  = active_blocks(w) + prompt blocks not already active on w
+//	cost(w)           = overlap_weight * prefill_blocks(w) + decode_blocks(w)
+//
+// Temperature 0: the lowest cost wins; ties go to the worker with the smaller index
+// (fewer blocks in the KV index, i.e. the emptier cache), then to a uniform draw.
+// Temperature T > 0: a softmax draw with p(w) ∝ exp(-(cost(w)/(max_cost-min_cost))/T)
+// (uniform when all costs are equal).
+type KVPolicy struct{}
+
+// KVCost returns cost(w) of candidate c for the request described by in (see KVPolicy).
+func KVCost(in *SelectInput, c *Candidate) float64 {
+	bs := in.BlockSize
+	if bs <= 0 {
+		bs = 1
+	}
+	newTokens := in.PromptTokens - c.OverlapBlocks*bs
+	if newTokens < 0 {
+		newTokens = 0
+	}
+	prefillBlocks := float64(c.ActivePrefillTokens+int64(newTokens)) / float64(bs)
+	newActive := in.PromptBlocks - c.ActivePrefixBlocks
+	if newActive < 0 {
+		newActive = 0
+	}
+	decodeBlocks := float64(c.ActiveBlocks + newActive)
+	return in.OverlapWeight*prefillBlocks + decodeBlocks
+}
+
+// Select implements Policy.
+func (KVPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
+	n := len(in.Candidates)
+	if n == 0 {
+		return 0, ErrNoWorkers
+	}
+	if n == 1 {
+		return 0, nil
+	}
+	// Costs on the stack for typical fleets.
+	var buf [64]float64
+	costs := buf[:0]
+	if n > len(buf) {
+		costs = make([]float64, 0, n)
+	}
+	minC, maxC := math.Inf(1), math.Inf(-1)
+	for i := range in.Candidates {
+		c := KVCost(in, &in.Candidates[i])
+		costs = append(costs, c)
+		minC, maxC = math.Min(minC, c), math.Max(maxC, c)
+	}
+	if in.Temperature > 0 {
+		span := maxC - minC
+		if span == 0 {
+			return drawN(rng, n), nil
+		}
+		var sum float64
+		for i, c := range costs {
+			// exp(-(c/span)/T) ∝ exp(-((c-min)/span)/T): shifting keeps exp in range.
+			costs[i] = math.Exp(-((c - minC) / span) / in.Temperature)
+			sum += costs[i]
+		}
+		if rng == nil {
+			return argmax(costs), nil
+		}
+		x := rng.Float64() * sum
+		for i, p := range costs {
+			if x < p {
+				return i, nil
+			}
+			x -= p
+		}
+		return n - 1, nil
+	}
+	// argmin, ties to the smaller index, then a uniform draw among the rest.
+	best, ties := -1, 0
+	for i, c := range costs {
+		if c != minC {
+			continue
+		}
+		switch {
+		case best < 0 || in.Candidates[i].IndexedBlocks < in.Candidates[best].IndexedBlocks:
+			best, ties = i, 1
+		case in.Candidates[i].IndexedBlocks == in.Candidates[best].IndexedBlocks:
+			ties++
+			// reservoir sampling: each tied candidate ends chosen with probability 1/ties
+			if rng != nil && rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best, nil
+}
+
+func argmax(v []float64) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+func drawN(rng *rand.Rand, n int) int {
+	if rng == nil {
+		return 0
+	}
+	return rng.IntN(n)
+}
+
+// RoundRobinPolicy cycles through workers by worker id: it picks the first candidate
+// whose id follows the last one chosen (wrapping around), so workers joining, leaving
+// or turning busy do not reset or skew the cycle.
+type RoundRobinPolicy struct {
+	last    WorkerID
+	started bool
+}
+
+// Select implements Policy.
+func (p *RoundRobinPolicy) Select(in *SelectInput, _ *rand.Rand) (int, error) {
+	if len(in.Candidates) == 0 {
+		return 0, ErrNoWorkers
+	}
+	next, lowest := -1, 0
+	for i, c := range in.Candidates {
+		if c.Worker < in.Candidates[lowest].Worker {
+			lowest = i
+		}
+		if p.started && c.Worker <= p.last {
+			continue
+		}
+		if next < 0 || c.Worker < in.Candidates[next].Worker {
+			next = i
+		}
+	}
+	if next < 0 {
+		next = lowest
+	}
+	p.last, p.started = in.Candidates[next].Worker, true
+	return next, nil
+}
+
+// RandomPolicy picks a uniformly random candidate (the first one when rng is nil).
+type RandomPolicy struct{}
+
+// Select implements Policy.
+func (RandomPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
+	if len(in.Candidates) == 0 {
+		return 0, ErrNoWorkers
+	}
+	return drawN(rng, len(in.Candidates)), nil
+}

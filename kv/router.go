@@ -1,0 +1,580 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Router is the pure core of one model's router: worker registrations, the KV block
+// index fed by their event batches, the active-sequence load tracking and the routing
+// policy. The Router grain wraps it: it turns messages into calls and results into
+// replies. No I/O, goroutines, clocks or global randomness: time and a *rand.Rand come
+// in as arguments. Not safe for concurrent use.
+//
+// Ownership and invariants:
+//   - workers (by WorkerID) and byName are the registrations; a WorkerID is handed out
+//     at first registration (lowest free) and freed by RemoveWorker.
+//   - The index holds, for each worker, the blocks of its KV event stream applied up to
+//     lastSeq of its current engine epoch. It is authoritative only while the worker
+//     is synced; after a gap it may lack blocks (never hold extra ones it was not told
+//     about) until a dump replaces them.
+//   - Event batches are numbered per worker from 1 within an engine epoch (0 = none
+//     sent yet); epochs increase with each engine start.
+//   - active holds every routed request until Free, Expire or RemoveWorker.
+type Router struct {
+	cfg      Config
+	policy   Policy
+	index    *Index
+	active   *ActiveSequences
+	workers  []*routerWorker // by WorkerID; nil = free id
+	byName   map[string]*routerWorker
+	routed   int64
+	prompt   int64
+	overlap  int64
+	skipped  int64 // events skipped in dumps (invalid or orphaned)
+	hashBuf  []uint64
+	ovBuf    []uint32
+	apBuf    []uint32
+	candBuf  []Candidate
+	nameSort []string
+}
+
+type routerWorker struct {
+	id          WorkerID
+	name        string
+	totalBlocks int64
+	ready       bool
+	epoch       uint64
+	lastSeq     uint64
+	synced      bool
+	dumpPart    int // next dump part expected; -1 when no dump is in progress
+	pending     []pendingBatch
+	// droppedSeq is the highest seq of a batch dropped from a full pending buffer; a
+	// dump that does not cover it leaves a gap.
+	droppedSeq uint64
+}
+
+type pendingBatch struct {
+	seq    uint64
+	events []Event
+}
+
+// WorkerSpec is a worker's registration (RegisterWorker): identity, model card facts
+// and where its event stream stands.
+type WorkerSpec struct {
+	// ID is the worker's unique string id.
+	ID string
+	// BlockSize: the engine's KV block size in tokens; must equal the router's.
+	BlockSize int
+	// TotalBlocks: the engine's KV capacity in blocks (0 = unknown).
+	TotalBlocks int64
+	// Ready: the engine is healthy and serving; not-ready workers get no requests.
+	Ready bool
+	// Epoch: the engine process generation; it increases with every engine start.
+	Epoch uint64
+	// LastSeq: the seq of the last event batch the worker sent in this epoch (0 = none).
+	LastSeq uint64
+}
+
+// RouteInput is one routing request.
+type RouteInput struct {
+	// RequestID names the request in the load tracking (PrefillDone, Free).
+	RequestID string
+	// Tokens: the whole templated prompt's token ids.
+	Tokens []uint32
+	// LoraName: the LoRA adapter, "" for the base model.
+	LoraName string
+	// Per-request overrides of the router's overlap weight and temperature.
+	HasOverlapWeight bool
+	OverlapWeight    float64
+	HasTemperature   bool
+	Temperature      float64
+	// Exclude: worker ids not to use (e.g. those a migrated request failed on).
+	Exclude []string
+}
+
+// Decision is the outcome of Route.
+type Decision struct {
+	WorkerID string
+	Worker   WorkerID
+	// OverlapBlocks: prompt blocks already cached on the chosen worker (prefix hit).
+	OverlapBlocks int
+	// PromptBlocks: full KV blocks in the prompt.
+	PromptBlocks int
+	// PrefillTokens: prompt tokens the worker has to compute (ISL - OverlapBlocks*B).
+	PrefillTokens int64
+}
+
+// NewRouter validates cfg and returns an empty router.
+func NewRouter(cfg Config) (*Router, error) {
+	if cfg.BlockSize <= 0 {
+		return nil, fmt.Errorf("%w: BlockSize %d must be positive", ErrInvalidConfig, cfg.BlockSize)
+	}
+	if !(cfg.OverlapWeight >= 0) || math.IsInf(cfg.OverlapWeight, 0) {
+		return nil, fmt.Errorf("%w: OverlapWeight %v must be a finite number >= 0", ErrInvalidConfig, cfg.OverlapWeight)
+	}
+	if !(cfg.Temperature >= 0) || math.IsInf(cfg.Temperature, 0) {
+		return nil, fmt.Errorf("%w: Temperature %v must be a finite number >= 0", ErrInvalidConfig, cfg.Temperature)
+	}
+	if err := validateBusy(cfg.Busy); err != nil {
+		return nil, err
+	}
+	if cfg.Policies == nil {
+		cfg.Policies = DefaultPolicies()
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = DefaultPolicy
+	}
+	if cfg.MaxBufferedBatches <= 0 {
+		cfg.MaxBufferedBatches = DefaultMaxBufferedBatches
+	}
+	p, err := cfg.Policies.New(cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("Policy: %w", err)
+	}
+	return &Router{
+		cfg:    cfg,
+		policy: p,
+		index:  NewIndex(cfg.BlockSize),
+		active: NewActiveSequences(cfg.MaxSequenceAge),
+		byName: make(map[string]*routerWorker),
+	}, nil
+}
+
+func validateBusy(b BusyThresholds) error {
+	if math.IsNaN(b.KVUsage) || math.IsInf(b.KVUsage, 0) {
+		return fmt.Errorf("%w: Busy.KVUsage %v must be finite", ErrInvalidConfig, b.KVUsage)
+	}
+	return nil
+}
+
+// BlockSize is the router's KV block size in tokens.
+func (r *Router) BlockSize() int { return r.cfg.BlockSize }
+
+// Index gives read access to the block index (tests, benchmarks, snapshots). Callers
+// must not apply events to it directly.
+func (r *Router) Index() *Index { return r.index }
+
+// Register registers a worker, or refreshes its registration (heartbeat; idempotent).
+// A KV block size other than the router's is refused with ErrBlockSizeMismatch naming
+// both. A higher engine epoch than the router knows means the engine restarted: the
+// worker's blocks are dropped (its active requests stay until freed). needDump is true
+// while the router lacks part of the worker's block list — a new worker that already
+// sent events, a gap, trailing batches the router never got — and no dump is in
+// progress, so a lost dump request is repeated at the next heartbeat.
+func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
+	if spec.ID == "" {
+		return false, fmt.Errorf("%w: worker registration without an id", ErrInvalidRequest)
+	}
+	if spec.BlockSize != r.cfg.BlockSize {
+		return false, fmt.Errorf("%w: worker %q uses KV block size %d, the router uses %d",
+			ErrBlockSizeMismatch, spec.ID, spec.BlockSize, r.cfg.BlockSize)
+	}
+	if spec.TotalBlocks < 0 {
+		return false, fmt.Errorf("%w: worker %q total KV blocks %d is negative", ErrInvalidRequest, spec.ID, spec.TotalBlocks)
+	}
+	rw := r.byName[spec.ID]
+	if rw == nil {
+		id := WorkerID(0)
+		for int(id) < len(r.workers) && r.workers[id] != nil {
+			id++
+		}
+		if id > MaxWorkerID {
+			return false, fmt.Errorf("%w: more than %d workers", ErrInvalidRequest, MaxWorkerID+1)
+		}
+		rw = &routerWorker{id: id, name: spec.ID, epoch: spec.Epoch, lastSeq: spec.LastSeq,
+			synced: spec.LastSeq == 0, dumpPart: -1}
+		if int(id) == len(r.workers) {
+			r.workers = append(r.workers, rw)
+		} else {
+			r.workers[id] = rw
+		}
+		r.byName[spec.ID] = rw
+	} else {
+		switch {
+		case spec.Epoch > rw.epoch:
+			r.restart(rw, spec.Epoch)
+			rw.lastSeq = spec.LastSeq
+			rw.synced = spec.LastSeq == 0
+		case spec.Epoch == rw.epoch && rw.synced && spec.LastSeq != rw.lastSeq:
+			// Batches the router never got (or numbering that went backwards).
+			rw.synced = false
+		}
+	}
+	rw.ready, rw.totalBlocks = spec.Ready, spec.TotalBlocks
+	return !rw.synced && rw.dumpPart < 0, nil
+}
+
+// restart drops a worker's blocks for a new engine epoch.
+func (r *Router) restart(rw *routerWorker, epoch uint64) {
+	r.index.ClearWorker(rw.id)
+	rw.epoch, rw.lastSeq, rw.synced = epoch, 0, true
+	rw.dumpPart, rw.pending, rw.droppedSeq = -1, nil, 0
+}
+
+// RemoveWorker removes a worker (deregistration, heartbeat expiry): its blocks leave the
+// index and its active requests are freed. It returns how many requests were freed, or
+// ErrUnknownWorker.
+func (r *Router) RemoveWorker(workerID string) (int, error) {
+	rw := r.byName[workerID]
+	if rw == nil {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownWorker, workerID)
+	}
+	r.index.RemoveWorker(rw.id)
+	n := r.active.RemoveWorker(rw.id)
+	r.workers[rw.id] = nil
+	for len(r.workers) > 0 && r.workers[len(r.workers)-1] == nil {
+		r.workers = r.workers[:len(r.workers)-1]
+	}
+	delete(r.byName, workerID)
+	return n, nil
+}
+
+// ApplyBatch applies one numbered event batch of a worker (KvEventBatch). needDump is
+// true when the router has just lost track of the worker's blocks and wants its full
+// block list: a gap in seq, a BlockStored whose parent it does not know, or a batch from
+// an unknown worker (which must register first; err is then ErrUnknownWorker). It is
+// reported once per loss; Register repeats it while the dump is outstanding. Batches
+// that arrive while a dump is awaited are kept (the newest MaxBufferedBatches) and
+// replayed after it; the Router keeps references to their events. Batches of an older epoch and
+// duplicates are ignored. Invalid events are skipped and reported in err; the rest of
+// the batch still applies.
+func (r *Router) ApplyBatch(workerID string, epoch, seq uint64, events []Event) (needDump bool, err error) {
+	rw := r.byName[workerID]
+	if rw == nil {
+		return true, fmt.Errorf("%w: event batch from %q", ErrUnknownWorker, workerID)
+	}
+	if epoch < rw.epoch {
+		return false, nil
+	}
+	if epoch > rw.epoch {
+		r.restart(rw, epoch)
+	}
+	if !rw.synced {
+		r.buffer(rw, seq, events)
+		return false, nil
+	}
+	if seq <= rw.lastSeq {
+		return false, nil
+	}
+	if seq != rw.lastSeq+1 {
+		rw.synced = false
+		r.buffer(rw, seq, events)
+		return true, nil
+	}
+	lost, err := r.applyEvents(rw, events, false)
+	rw.lastSeq = seq
+	if lost {
+		rw.synced = false
+		return true, err
+	}
+	return false, err
+}
+
+func (r *Router) buffer(rw *routerWorker, seq uint64, events []Event) {
+	if seq <= rw.lastSeq && rw.dumpPart < 0 {
+		return
+	}
+	if len(rw.pending) >= r.cfg.MaxBufferedBatches {
+		// Keep the newest: the dump usually covers the oldest anyway.
+		rw.droppedSeq = max(rw.droppedSeq, rw.pending[0].seq)
+		rw.pending[0] = pendingBatch{}
+		rw.pending = append(rw.pending[:0], rw.pending[1:]...)
+	}
+	rw.pending = append(rw.pending, pendingBatch{seq: seq, events: events})
+}
+
+// applyEvents applies events to the index for rw. In a batch (inDump false) an unknown
+// parent stops the batch and reports lost; in a dump it is skipped like an invalid
+// event, since asking for another dump would not help.
+func (r *Router) applyEvents(rw *routerWorker, events []Event, inDump bool) (lost bool, err error) {
+	var errs []error
+	for i := range events {
+		e := r.index.Apply(rw.id, events[i])
+		if e == nil {
+			continue
+		}
+		if errors.Is(e, ErrUnknownParent) && !inDump {
+			return true, errors.Join(errs...)
+		}
+		if inDump {
+			r.skipped++
+		}
+		if len(errs) < 8 {
+			errs = append(errs, fmt.Errorf("%w (worker %q, event %d)", e, rw.name, i))
+		}
+	}
+	return false, errors.Join(errs...)
+}
+
+// ApplyDump applies one part of a worker's full block list (BlockDump), which replaces
+// the blocks the router held for it. Parts are numbered from 0 and must arrive in
+// order; part 0 clears the worker's blocks. After the last part the worker's stream
+// resumes at lastSeq+1: batches buffered meanwhile with a higher seq are replayed.
+// needDump is true when the dump could not be used (a part out of order, buffered
+// batches lost or with a gap). Events of the dump that are invalid or whose parent is
+// missing are skipped and reported in err.
+func (r *Router) ApplyDump(workerID string, epoch, lastSeq uint64, events []Event, part int, last bool) (needDump bool, err error) {
+	rw := r.byName[workerID]
+	if rw == nil {
+		return false, fmt.Errorf("%w: block dump from %q", ErrUnknownWorker, workerID)
+	}
+	if epoch < rw.epoch {
+		return false, nil
+	}
+	if epoch > rw.epoch {
+		r.restart(rw, epoch)
+	}
+	if part == 0 {
+		r.index.ClearWorker(rw.id)
+		rw.synced, rw.dumpPart = false, 0
+	}
+	if part != rw.dumpPart {
+		want := fmt.Sprintf("expected part %d", rw.dumpPart)
+		if rw.dumpPart < 0 {
+			want = "no dump in progress; part 0 starts one"
+		}
+		rw.synced, rw.dumpPart = false, -1
+		return true, fmt.Errorf("%w: worker %q sent part %d (%s)", ErrDumpOrder, workerID, part, want)
+	}
+	_, err = r.applyEvents(rw, events, true)
+	rw.dumpPart++
+	if !last {
+		return false, err
+	}
+	rw.dumpPart = -1
+	rw.lastSeq, rw.synced = lastSeq, true
+	pending, dropped := rw.pending, rw.droppedSeq
+	rw.pending, rw.droppedSeq = nil, 0
+	if dropped > lastSeq {
+		rw.synced = false
+		return true, err
+	}
+	sort.SliceStable(pending, func(i, j int) bool { return pending[i].seq < pending[j].seq })
+	for i, p := range pending {
+		if p.seq <= rw.lastSeq {
+			continue
+		}
+		if p.seq != rw.lastSeq+1 {
+			rw.synced = false
+			rw.pending = slices.Clone(pending[i:])
+			return true, err
+		}
+		lost, e := r.applyEvents(rw, p.events, false)
+		rw.lastSeq = p.seq
+		err = errors.Join(err, e)
+		if lost {
+			rw.synced = false
+			return true, err
+		}
+	}
+	return false, err
+}
+
+// DumpWorker returns a worker's blocks as KV events (see Index.Dump) with the epoch and
+// last batch seq they reflect: what a new router replica would apply with ApplyDump.
+func (r *Router) DumpWorker(workerID string) (epoch, lastSeq uint64, events []Event, err error) {
+	rw := r.byName[workerID]
+	if rw == nil {
+		return 0, 0, nil, fmt.Errorf("%w: %q", ErrUnknownWorker, workerID)
+	}
+	return rw.epoch, rw.lastSeq, r.index.Dump(rw.id), nil
+}
+
+// SetBusyThresholds changes the busy thresholds at run time (values <= 0 disable).
+func (r *Router) SetBusyThresholds(b BusyThresholds) error {
+	if err := validateBusy(b); err != nil {
+		return err
+	}
+	r.cfg.Busy = b
+	return nil
+}
+
+// BusyThresholds returns the thresholds in force.
+func (r *Router) BusyThresholds() BusyThresholds { return r.cfg.Busy }
+
+func (r *Router) busy(rw *routerWorker, l Load) bool {
+	b := r.cfg.Busy
+	if b.KVUsage > 0 && rw.totalBlocks > 0 && float64(l.ActiveBlocks)/float64(rw.totalBlocks) > b.KVUsage {
+		return true
+	}
+	return b.PrefillTokens > 0 && l.PrefillTokens > b.PrefillTokens
+}
+
+// Route chooses a worker for a request and records it as active there (free it with
+// Free; PrefillDone at its first token). It first expires sequences older than
+// MaxSequenceAge and forgets any earlier placement of the same request id. Errors:
+// ErrInvalidRequest (empty id, negative or non-finite overrides), ErrNoWorkers (no
+// ready worker, or all excluded), ErrAllBusy (every remaining worker busy), or a
+// policy's error. It allocates only the active-sequence record.
+func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, error) {
+	if in.RequestID == "" {
+		return Decision{}, fmt.Errorf("%w: empty request id", ErrInvalidRequest)
+	}
+	sel := SelectInput{
+		PromptTokens:  len(in.Tokens),
+		BlockSize:     r.cfg.BlockSize,
+		OverlapWeight: r.cfg.OverlapWeight,
+		Temperature:   r.cfg.Temperature,
+	}
+	if in.HasOverlapWeight {
+		if !(in.OverlapWeight >= 0) || math.IsInf(in.OverlapWeight, 0) {
+			return Decision{}, fmt.Errorf("%w: overlap weight %v must be a finite number >= 0", ErrInvalidRequest, in.OverlapWeight)
+		}
+		sel.OverlapWeight = in.OverlapWeight
+	}
+	if in.HasTemperature {
+		if !(in.Temperature >= 0) || math.IsInf(in.Temperature, 0) {
+			return Decision{}, fmt.Errorf("%w: temperature %v must be a finite number >= 0", ErrInvalidRequest, in.Temperature)
+		}
+		sel.Temperature = in.Temperature
+	}
+	r.active.Expire(now)
+	r.active.Free(in.RequestID)
+
+	r.hashBuf = AppendSequenceHashes(r.hashBuf[:0], in.Tokens, r.cfg.BlockSize, in.LoraName)
+	hashes := r.hashBuf
+	sel.PromptBlocks = len(hashes)
+	r.ovBuf = r.index.Overlaps(hashes, r.ovBuf)
+	if cap(r.apBuf) < len(r.workers) {
+		r.apBuf = make([]uint32, len(r.workers))
+	}
+	r.apBuf = r.apBuf[:len(r.workers)]
+	r.active.ActivePrefix(hashes, r.apBuf)
+
+	cands := r.candBuf[:0]
+	eligible := 0
+	for _, rw := range r.workers {
+		if rw == nil || !rw.ready || excluded(in.Exclude, rw.name) {
+			continue
+		}
+		eligible++
+		l := r.active.Load(rw.id)
+		if r.busy(rw, l) {
+			continue
+		}
+		c := Candidate{
+			Worker:              rw.id,
+			ID:                  rw.name,
+			ActiveBlocks:        l.ActiveBlocks,
+			ActivePrefixBlocks:  int(r.apBuf[rw.id]),
+			ActivePrefillTokens: l.PrefillTokens,
+			IndexedBlocks:       r.index.Blocks(rw.id),
+			TotalBlocks:         rw.totalBlocks,
+		}
+		if int(rw.id) < len(r.ovBuf) {
+			c.OverlapBlocks = int(r.ovBuf[rw.id])
+		}
+		cands = append(cands, c)
+	}
+	r.candBuf = cands
+	if eligible == 0 {
+		return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
+	}
+	if len(cands) == 0 {
+		return Decision{}, fmt.Errorf("%w: %d ready workers over the busy thresholds", ErrAllBusy, eligible)
+	}
+	sel.Candidates = cands
+	i, err := r.policy.Select(&sel, rng)
+	if err != nil {
+		return Decision{}, err
+	}
+	if i < 0 || i >= len(cands) {
+		return Decision{}, fmt.Errorf("kv: policy %q chose candidate %d of %d", r.cfg.Policy, i, len(cands))
+	}
+	c := cands[i]
+	prefill := int64(len(in.Tokens) - c.OverlapBlocks*r.cfg.BlockSize)
+	if prefill < 0 {
+		prefill = 0
+	}
+	r.active.Add(in.RequestID, c.Worker, hashes, prefill, now)
+	r.routed++
+	r.prompt += int64(len(hashes))
+	r.overlap += int64(c.OverlapBlocks)
+	return Decision{WorkerID: c.ID, Worker: c.Worker, OverlapBlocks: c.OverlapBlocks,
+		PromptBlocks: len(hashes), PrefillTokens: prefill}, nil
+}
+
+func excluded(list []string, name string) bool {
+	for _, x := range list {
+		if x == name {
+			return true
+		}
+	}
+	return false
+}
+
+// PrefillDone records a request's first token (its prompt tokens stop counting as
+// prefill load). It reports whether the request was active.
+func (r *Router) PrefillDone(reqID string) bool { return r.active.PrefillDone(reqID) }
+
+// Free ends a request (finished, cancelled, failed). Unknown ids are harmless.
+func (r *Router) Free(reqID string) bool { return r.active.Free(reqID) }
+
+// Expire frees requests older than MaxSequenceAge and returns how many.
+func (r *Router) Expire(now time.Time) int { return r.active.Expire(now) }
+
+// WorkerStats is one worker's line in Stats.
+type WorkerStats struct {
+	ID     string
+	Worker WorkerID
+	// IndexedBlocks: blocks of its KV cache in the index.
+	IndexedBlocks int
+	// ActiveBlocks, ActivePrefillTokens (tokens), ActiveRequests: router-tracked load.
+	ActiveBlocks        int
+	ActivePrefillTokens int64
+	ActiveRequests      int
+	TotalBlocks         int64
+	Busy                bool
+	Ready               bool
+	Epoch               uint64
+	LastSeq             uint64
+	// Synced: the index holds the worker's complete block list (no dump outstanding).
+	Synced bool
+}
+
+// Stats is a snapshot of the router's state and counters.
+type Stats struct {
+	// Workers, sorted by ID.
+	Workers []WorkerStats
+	// Routed requests; PromptBlocks routed in total, OverlapBlocks of them prefix hits.
+	Routed        int64
+	PromptBlocks  int64
+	OverlapBlocks int64
+	// IndexNodes: distinct blocks in the index; ActiveRequests in the load tracking.
+	IndexNodes     int
+	ActiveRequests int
+	// UnknownRemovals: BlockRemoved hashes for blocks not in the index. SkippedEvents:
+	// dump events that could not be applied.
+	UnknownRemovals uint64
+	SkippedEvents   int64
+}
+
+// Stats returns a snapshot of the router's state.
+func (r *Router) Stats() Stats {
+	s := Stats{
+		Routed: r.routed, PromptBlocks: r.prompt, OverlapBlocks: r.overlap,
+		IndexNodes: r.index.Nodes(), ActiveRequests: r.active.Len(),
+		UnknownRemovals: r.index.UnknownRemovals(), SkippedEvents: r.skipped,
+	}
+	for _, rw := range r.workers {
+		if rw == nil {
+			continue
+		}
+		l := r.active.Load(rw.id)
+		s.Workers = append(s.Workers, WorkerStats{
+			ID: rw.name, Worker: rw.id, IndexedBlocks: r.index.Blocks(rw.id),
+			ActiveBlocks: l.ActiveBlocks, ActivePrefillTokens: l.PrefillTokens, ActiveRequests: l.Sequences,
+			TotalBlocks: rw.totalBlocks, Busy: r.busy(rw, l), Ready: rw.ready,
+			Epoch: rw.epoch, LastSeq: rw.lastSeq, Synced: rw.synced,
+		})
+	}
+	sort.Slice(s.Workers, func(i, j int) bool { return strings.Compare(s.Workers[i].ID, s.Workers[j].ID) < 0 })
+	return s
+}
