@@ -1,0 +1,84 @@
+// Package mocker is the pure core of the mock engine (REFERENCE §7): a paged KV cache
+// with a prefix cache, a continuous-batching scheduler with chunked prefill and
+// preemption, deterministic token generation and the reference timing model. It does no
+// I/O, starts no goroutines and reads no clock: the caller passes the time to Step and
+// is told how long the step takes, so the same core runs a live server (real clock,
+// engines/mocker/server) or a simulation (virtual clock).
+package mocker
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Config holds the engine's limits. Names follow vLLM's engine arguments.
+type Config struct {
+	// BlockSize is the number of tokens per KV block (vLLM --block-size).
+	BlockSize int
+	// NumGPUBlocks is the number of KV blocks (vLLM --num-gpu-blocks-override).
+	NumGPUBlocks int
+	// MaxNumSeqs bounds the running requests (vLLM --max-num-seqs).
+	MaxNumSeqs int
+	// MaxNumBatchedTokens bounds the tokens computed per step (vLLM --max-num-batched-tokens).
+	MaxNumBatchedTokens int
+	// MaxModelLen is the context length in tokens, prompt plus output (vLLM --max-model-len).
+	MaxModelLen int
+	// EnablePrefixCaching keeps full blocks for reuse and emits KV events.
+	EnablePrefixCaching bool
+	// EnableChunkedPrefill lets a prompt's prefill span several steps.
+	EnableChunkedPrefill bool
+	// SpeedupRatio divides every step duration (1 = the reference timing).
+	SpeedupRatio float64
+	// MeanOutputTokens is the mean output length, in tokens, of requests that may end on
+	// EOS (ignore_eos false): EOS is drawn with probability 1/MeanOutputTokens per token.
+	MeanOutputTokens int
+	// Seed is the generation seed of requests that carry none.
+	Seed uint64
+}
+
+// DefaultConfig returns the reference mocker's defaults (REFERENCE §7).
+func DefaultConfig() Config {
+	return Config{
+		BlockSize:            64,
+		NumGPUBlocks:         16384,
+		MaxNumSeqs:           256,
+		MaxNumBatchedTokens:  8192,
+		MaxModelLen:          32768,
+		EnablePrefixCaching:  true,
+		EnableChunkedPrefill: true,
+		SpeedupRatio:         1,
+		MeanOutputTokens:     128,
+	}
+}
+
+// Validate checks the limits against each other, naming the vLLM flag that is wrong.
+func (c Config) Validate() error {
+	switch {
+	case c.BlockSize <= 0:
+		return fmt.Errorf("mocker: --block-size %d must be positive", c.BlockSize)
+	case c.NumGPUBlocks <= 0:
+		return fmt.Errorf("mocker: --num-gpu-blocks-override %d must be positive", c.NumGPUBlocks)
+	case c.MaxNumSeqs <= 0:
+		return fmt.Errorf("mocker: --max-num-seqs %d must be positive", c.MaxNumSeqs)
+	case c.MaxNumBatchedTokens <= 0:
+		return fmt.Errorf("mocker: --max-num-batched-tokens %d must be positive", c.MaxNumBatchedTokens)
+	case c.MaxModelLen <= 1:
+		return fmt.Errorf("mocker: --max-model-len %d must be at least 2", c.MaxModelLen)
+	case !(c.SpeedupRatio > 0) || c.SpeedupRatio > 1e9:
+		return fmt.Errorf("mocker: --speedup-ratio %v must be positive and finite", c.SpeedupRatio)
+	case c.MeanOutputTokens <= 0:
+		return fmt.Errorf("mocker: --mean-output-tokens %d must be positive", c.MeanOutputTokens)
+	}
+	if c.MaxModelLen > c.NumGPUBlocks*c.BlockSize {
+		return fmt.Errorf("mocker: --max-model-len %d exceeds the KV cache (%d blocks of %d tokens = %d tokens)",
+			c.MaxModelLen, c.NumGPUBlocks, c.BlockSize, c.NumGPUBlocks*c.BlockSize)
+	}
+	if !c.EnableChunkedPrefill && c.MaxNumBatchedTokens < c.MaxModelLen {
+		return fmt.Errorf("mocker: --max-num-batched-tokens %d is smaller than --max-model-len %d without chunked prefill",
+			c.MaxNumBatchedTokens, c.MaxModelLen)
+	}
+	return nil
+}
+
+// ErrDuplicateID is returned by Add for a request id already in the engine.
+var ErrDuplicateID = errors.New("mocker: duplicate request id")

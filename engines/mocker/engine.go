@@ -1,0 +1,476 @@
+package mocker
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/turbine-llm/turbine/kv"
+)
+
+// mediumGPU is the medium of every block this engine stores (vLLM's MEDIUM_GPU).
+const mediumGPU = "GPU"
+
+// engineHashSalt derives the engine's own block hashes (published in KV events) from the
+// chained sequence hashes used for lookups. Real engines' hashes differ from the router's
+// (REFERENCE §2), and so do these: consumers must treat them as opaque ids.
+const engineHashSalt = 0x6b762d6576656e74
+
+// Request is one generation request (token ids in, token ids out).
+type Request struct {
+	// ID must be unique among the requests in the engine.
+	ID string
+	// Prompt holds the prompt's token ids; at least one.
+	Prompt []uint32
+	// MaxTokens bounds the output tokens (>= 1); finish reason "length" when reached.
+	MaxTokens int
+	// MinTokens suppresses EOS and StopTokenIDs until that many tokens were generated.
+	MinTokens int
+	// IgnoreEOS: never generate EOS, and do not stop on it.
+	IgnoreEOS bool
+	// StopTokenIDs end the request (finish reason "stop", stop token reported).
+	StopTokenIDs []uint32
+	// Seed of the generation when HasSeed; otherwise Config.Seed.
+	Seed    uint64
+	HasSeed bool
+	// LoraName names the adapter ("" for the base model); it changes the block hashes.
+	LoraName string
+}
+
+// FinishReason says why a request ended (OpenAI/vLLM finish_reason values).
+type FinishReason string
+
+const (
+	FinishStop   FinishReason = "stop"
+	FinishLength FinishReason = "length"
+)
+
+// Output is what one step produced for one request.
+type Output struct {
+	RequestID string
+	// TokenIDs generated this step (one per step once the prompt is computed). When the
+	// request finished on a stop token, it is the last id here, as in vLLM's token_ids.
+	TokenIDs []uint32
+	Finished bool
+	// FinishReason is set when Finished.
+	FinishReason FinishReason
+	// StopTokenID is the id from Request.StopTokenIDs that ended the request, when
+	// HasStopTokenID (vLLM's stop_reason; EOS leaves it unset).
+	StopTokenID    uint32
+	HasStopTokenID bool
+	// PromptTokens is len(Request.Prompt); CachedTokens how many of them were served
+	// from the prefix cache when the request was first scheduled (vLLM num_cached_tokens).
+	PromptTokens, CachedTokens int
+}
+
+// StepResult is everything a step did, for the caller to carry out.
+type StepResult struct {
+	// Start is the time passed to Step; End = Start + Duration, when the outputs and
+	// events of the step become visible.
+	Start, End time.Time
+	Duration   time.Duration
+	// Outputs per scheduled request that produced a token (chunked-prefill steps that
+	// did not reach the end of the prompt produce none).
+	Outputs []Output
+	// Events lists the KV events of the step in order: BlockRemoved for each block
+	// evicted while allocating, BlockStored for blocks that became full and entered the
+	// prefix cache. Empty when prefix caching is off.
+	Events []kv.Event
+	// PrefillTokens is the number of prompt (or recomputed) tokens computed; DecodeSeqs
+	// the number of sequences that computed one decode token.
+	PrefillTokens, DecodeSeqs int
+	// Preempted lists requests sent back to the waiting queue (their blocks freed; they
+	// recompute when scheduled again).
+	Preempted []string
+	// Idle is true when nothing could be scheduled (Duration is 0).
+	Idle bool
+}
+
+// Stats is a snapshot of the engine's load (vLLM metric equivalents in brackets).
+type Stats struct {
+	Running int // [vllm:num_requests_running]
+	Waiting int // [vllm:num_requests_waiting]
+	// KVUsage is the fraction of blocks held by requests [vllm:kv_cache_usage_perc].
+	KVUsage                                float64
+	ActiveBlocks, CachedBlocks, FreeBlocks int
+	// PrefixQueries and PrefixHits in tokens [vllm:prefix_cache_queries/_hits].
+	PrefixQueries, PrefixHits uint64
+	Preemptions               uint64 // [vllm:num_preemptions]
+	PromptTokens              uint64 // prompt tokens computed [vllm:prompt_tokens]
+	GenerationTokens          uint64 // tokens generated [vllm:generation_tokens]
+}
+
+// Engine is the mock engine's scheduler and KV cache. It is not safe for concurrent use;
+// one owner calls Add, Abort and Step.
+type Engine struct {
+	cfg     Config
+	vocab   Vocab
+	cache   *blockCache
+	waiting []*sequence // FCFS; preempted requests go back to the front
+	running []*sequence // in admission order; preemption takes from the end
+	byID    map[string]*sequence
+	stats   Stats
+}
+
+type sequence struct {
+	req        Request
+	tokens     []uint32 // prompt then output
+	computed   int      // tokens whose KV is computed
+	blocks     []int32  // block table
+	hashes     []uint64 // sequence hashes of the leading full blocks of tokens
+	registered int      // leading blocks already offered to the prefix cache
+	hashSeed   uint64
+	state      uint64 // generation state: seed folded with every token
+	output     int
+	cached     int
+	admitted   bool
+	finished   bool
+}
+
+// New returns an engine with cfg (validated) generating from vocab (at least one
+// ordinary token).
+func New(cfg Config, vocab Vocab) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(vocab.Ordinary) == 0 {
+		return nil, errors.New("mocker: vocabulary has no ordinary tokens")
+	}
+	return &Engine{
+		cfg:   cfg,
+		vocab: vocab,
+		cache: newBlockCache(cfg.NumGPUBlocks, cfg.BlockSize, cfg.EnablePrefixCaching),
+		byID:  make(map[string]*sequence),
+	}, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Add queues a request. Errors: empty or duplicate id (ErrDuplicateID), empty prompt,
+// MaxTokens < 1, MinTokens outside [0, MaxTokens], or prompt plus MaxTokens longer than
+// MaxModelLen.
+func (e *Engine) Add(r Request) error {
+	switch {
+	case r.ID == "":
+		return errors.New("mocker: request without id")
+	case e.byID[r.ID] != nil:
+		return fmt.Errorf("%w %q", ErrDuplicateID, r.ID)
+	case len(r.Prompt) == 0:
+		return fmt.Errorf("mocker: request %q has an empty prompt", r.ID)
+	case r.MaxTokens < 1:
+		return fmt.Errorf("mocker: request %q: max_tokens %d must be at least 1", r.ID, r.MaxTokens)
+	case r.MinTokens < 0 || r.MinTokens > r.MaxTokens:
+		return fmt.Errorf("mocker: request %q: min_tokens %d must be between 0 and max_tokens %d", r.ID, r.MinTokens, r.MaxTokens)
+	case len(r.Prompt)+r.MaxTokens > e.cfg.MaxModelLen:
+		return fmt.Errorf("mocker: request %q: %d prompt tokens plus max_tokens %d exceed the context length %d",
+			r.ID, len(r.Prompt), r.MaxTokens, e.cfg.MaxModelLen)
+	}
+	seed := e.cfg.Seed
+	if r.HasSeed {
+		seed = r.Seed
+	}
+	s := &sequence{
+		req:      r,
+		tokens:   append(make([]uint32, 0, len(r.Prompt)+min(r.MaxTokens, 256)), r.Prompt...),
+		hashSeed: kv.LoraSeed(r.LoraName),
+		state:    foldTokens(seedState(seed), r.Prompt),
+	}
+	e.byID[r.ID] = s
+	e.waiting = append(e.waiting, s)
+	return nil
+}
+
+// Abort removes a request, waiting or running, and frees its blocks (full blocks stay in
+// the prefix cache). It reports whether the request was in the engine.
+func (e *Engine) Abort(id string) bool {
+	s := e.byID[id]
+	if s == nil {
+		return false
+	}
+	if i := slices.Index(e.waiting, s); i >= 0 {
+		e.waiting = slices.Delete(e.waiting, i, i+1)
+	}
+	if i := slices.Index(e.running, s); i >= 0 {
+		e.running = slices.Delete(e.running, i, i+1)
+	}
+	e.freeBlocks(s)
+	delete(e.byID, id)
+	return true
+}
+
+// HasWork reports whether any request is waiting or running.
+func (e *Engine) HasWork() bool { return len(e.waiting)+len(e.running) > 0 }
+
+// Stats returns the current load and counters.
+func (e *Engine) Stats() Stats {
+	st := e.stats
+	st.Running, st.Waiting = len(e.running), len(e.waiting)
+	st.ActiveBlocks = e.cache.active
+	st.CachedBlocks = e.cache.lruLen
+	st.FreeBlocks = len(e.cache.free)
+	st.KVUsage = float64(e.cache.active) / float64(e.cfg.NumGPUBlocks)
+	return st
+}
+
+type scheduled struct {
+	s *sequence
+	n int // tokens computed this step
+}
+
+// Step schedules and runs one engine step starting at now: running requests first (a
+// decode token each, or the next chunk of their prefill), preempting the most recently
+// admitted request while blocks are short; then, unless something was preempted,
+// waiting requests in order while the token budget, MaxNumSeqs and the blocks allow
+// (prefix-cache hits are reused, not recomputed). Every request whose tokens are all
+// computed generates one token. The returned duration follows the timing model.
+func (e *Engine) Step(now time.Time) StepResult {
+	res := StepResult{Start: now, End: now}
+	budget := e.cfg.MaxNumBatchedTokens
+	bs := e.cfg.BlockSize
+	var batch []scheduled
+
+	for i := 0; i < len(e.running) && budget > 0; {
+		s := e.running[i]
+		n := min(len(s.tokens)-s.computed, budget)
+		need := ceilDiv(s.computed+n, bs) - len(s.blocks)
+		self := false
+		for need > e.cache.available() && !self {
+			victim := e.running[len(e.running)-1]
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(victim)
+			res.Preempted = append(res.Preempted, victim.req.ID)
+			self = victim == s
+		}
+		if self {
+			break
+		}
+		e.grow(s, need)
+		batch = append(batch, scheduled{s, n})
+		budget -= n
+		i++
+	}
+
+	for len(res.Preempted) == 0 && len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		s := e.waiting[0]
+		hits := e.prefixHits(s)
+		hitTokens := hits * bs
+		n := len(s.tokens) - hitTokens
+		if !e.cfg.EnableChunkedPrefill && n > budget {
+			break
+		}
+		n = min(n, budget)
+		need := ceilDiv(hitTokens+n, bs) - hits
+		inactiveHits := 0
+		for k := 0; k < hits; k++ {
+			id, _ := e.cache.lookup(s.hashes[k])
+			if e.cache.blocks[id].ref == 0 {
+				inactiveHits++
+			}
+		}
+		if need > e.cache.available()-inactiveHits {
+			break
+		}
+		for k := 0; k < hits; k++ {
+			id, _ := e.cache.lookup(s.hashes[k])
+			e.cache.acquire(id)
+			s.blocks = append(s.blocks, id)
+		}
+		s.computed, s.registered = hitTokens, hits
+		e.grow(s, need)
+		if e.cfg.EnablePrefixCaching {
+			e.stats.PrefixQueries += uint64(len(s.tokens))
+			e.stats.PrefixHits += uint64(hitTokens)
+		}
+		if !s.admitted {
+			s.admitted, s.cached = true, hitTokens
+		}
+		e.waiting = e.waiting[1:]
+		e.running = append(e.running, s)
+		batch = append(batch, scheduled{s, n})
+		budget -= n
+	}
+
+	if len(batch) == 0 {
+		res.Idle = true
+		res.Events = e.cache.takeEvents()
+		return res
+	}
+
+	usage := float64(e.cache.active) / float64(e.cfg.NumGPUBlocks)
+	anyFinished := false
+	for _, sc := range batch {
+		s := sc.s
+		if s.output > 0 && sc.n == 1 && s.computed == len(s.tokens)-1 {
+			res.DecodeSeqs++
+		} else {
+			res.PrefillTokens += sc.n
+			e.stats.PromptTokens += uint64(sc.n)
+		}
+		s.computed += sc.n
+		e.commitFullBlocks(s)
+		if s.computed < len(s.tokens) {
+			continue // chunked prefill continues next step
+		}
+		out := e.generate(s)
+		if out.Finished {
+			anyFinished = true
+			s.finished = true
+			e.freeBlocks(s)
+			delete(e.byID, s.req.ID)
+		}
+		res.Outputs = append(res.Outputs, out)
+	}
+	if anyFinished {
+		e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.finished })
+	}
+	res.Events = e.cache.takeEvents()
+	res.Duration = StepDuration(res.PrefillTokens, res.DecodeSeqs > 0, usage, e.cfg.SpeedupRatio)
+	res.End = now.Add(res.Duration)
+	return res
+}
+
+// grow appends need newly allocated blocks to s (the caller checked availability).
+func (e *Engine) grow(s *sequence, need int) {
+	for ; need > 0; need-- {
+		id, ok := e.cache.allocate()
+		if !ok {
+			panic("mocker: block allocation failed after an availability check")
+		}
+		s.blocks = append(s.blocks, id)
+	}
+}
+
+// prefixHits returns how many leading full blocks of s are in the prefix cache, at most
+// (len(tokens)-1)/BlockSize so that at least one token is computed (as vLLM).
+func (e *Engine) prefixHits(s *sequence) int {
+	if !e.cfg.EnablePrefixCaching {
+		return 0
+	}
+	limit := (len(s.tokens) - 1) / e.cfg.BlockSize
+	e.ensureHashes(s, limit)
+	hits := 0
+	for hits < limit {
+		if _, ok := e.cache.lookup(s.hashes[hits]); !ok {
+			break
+		}
+		hits++
+	}
+	return hits
+}
+
+// ensureHashes extends s.hashes to the first n full blocks of s.tokens.
+func (e *Engine) ensureHashes(s *sequence, n int) {
+	bs := e.cfg.BlockSize
+	for k := len(s.hashes); k < n; k++ {
+		local := kv.LocalBlockHash(s.tokens[k*bs:(k+1)*bs], s.hashSeed)
+		if k == 0 {
+			s.hashes = append(s.hashes, local)
+		} else {
+			s.hashes = append(s.hashes, kv.ChainHash(s.hashes[k-1], local))
+		}
+	}
+}
+
+// commitFullBlocks offers the blocks of s that became full to the prefix cache and
+// records one BlockStored event per run of newly registered blocks (vLLM emits one per
+// request and step).
+func (e *Engine) commitFullBlocks(s *sequence) {
+	if !e.cfg.EnablePrefixCaching {
+		return
+	}
+	bs := e.cfg.BlockSize
+	full := s.computed / bs
+	if full <= s.registered {
+		return
+	}
+	e.ensureHashes(s, full)
+	run := -1 // index in the cache's events of the BlockStored being extended
+	for k := s.registered; k < full; k++ {
+		eh := kv.ChainHash(s.hashes[k], engineHashSalt)
+		if !e.cache.register(s.blocks[k], s.hashes[k], eh) {
+			run = -1 // a duplicate breaks the run: the next stored block names its parent
+			continue
+		}
+		if run < 0 {
+			ev := kv.Event{Kind: kv.BlockStored, BlockSize: bs, LoraName: s.req.LoraName, Medium: mediumGPU}
+			if k > 0 {
+				ev.HasParent, ev.ParentHash = true, kv.ChainHash(s.hashes[k-1], engineHashSalt)
+			}
+			e.cache.events = append(e.cache.events, ev)
+			run = len(e.cache.events) - 1
+		}
+		ev := &e.cache.events[run]
+		ev.EngineHashes = append(ev.EngineHashes, eh)
+		ev.TokenIDs = append(ev.TokenIDs, s.tokens[k*bs:(k+1)*bs]...)
+	}
+	s.registered = full
+}
+
+// generate draws the next token of s and applies the stop rules in vLLM's order: EOS
+// (unless ignore_eos), then stop_token_ids, then max_tokens and the context length.
+func (e *Engine) generate(s *sequence) Output {
+	tok := e.nextToken(s)
+	s.tokens = append(s.tokens, tok)
+	s.state = foldToken(s.state, tok)
+	s.output++
+	e.stats.GenerationTokens++
+	out := Output{RequestID: s.req.ID, TokenIDs: []uint32{tok}, PromptTokens: len(s.req.Prompt), CachedTokens: s.cached}
+	switch {
+	case !s.req.IgnoreEOS && slices.Contains(e.vocab.EOS, tok):
+		out.Finished, out.FinishReason = true, FinishStop
+	case slices.Contains(s.req.StopTokenIDs, tok):
+		out.Finished, out.FinishReason = true, FinishStop
+		out.StopTokenID, out.HasStopTokenID = tok, true
+	case s.output >= s.req.MaxTokens || len(s.tokens) >= e.cfg.MaxModelLen:
+		out.Finished, out.FinishReason = true, FinishLength
+	}
+	return out
+}
+
+// nextToken is a function of the generation state (seed and every token so far), the
+// output count (for min_tokens) and the request's stop settings only.
+func (e *Engine) nextToken(s *sequence) uint32 {
+	mayStop := s.output >= s.req.MinTokens
+	if mayStop && !s.req.IgnoreEOS && len(e.vocab.EOS) > 0 &&
+		unitFloat(mix64(s.state^0x5bd1e9955bd1e995)) < 1/float64(e.cfg.MeanOutputTokens) {
+		return e.vocab.EOS[0]
+	}
+	ord := e.vocab.Ordinary
+	idx := int(s.state % uint64(len(ord)))
+	tok := ord[idx]
+	if mayStop || !e.isStop(s, tok) {
+		return tok
+	}
+	for j := 1; j < len(ord); j++ { // min_tokens masks stop ids: take the next word
+		if t := ord[(idx+j)%len(ord)]; !e.isStop(s, t) {
+			return t
+		}
+	}
+	return tok
+}
+
+func (e *Engine) isStop(s *sequence, t uint32) bool {
+	return (!s.req.IgnoreEOS && slices.Contains(e.vocab.EOS, t)) || slices.Contains(s.req.StopTokenIDs, t)
+}
+
+// preempt frees the blocks of a running request and puts it at the front of the waiting
+// queue; its output so far is kept and its KV recomputed (vLLM's recompute preemption).
+func (e *Engine) preempt(s *sequence) {
+	e.freeBlocks(s)
+	s.computed, s.registered = 0, 0
+	e.waiting = slices.Insert(e.waiting, 0, s)
+	e.stats.Preemptions++
+}
+
+// freeBlocks releases the blocks of s last first, so that its earlier (shared prefix)
+// blocks are the most recently released and the last to be evicted.
+func (e *Engine) freeBlocks(s *sequence) {
+	for k := len(s.blocks) - 1; k >= 0; k-- {
+		e.cache.release(s.blocks[k])
+	}
+	s.blocks = s.blocks[:0]
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
