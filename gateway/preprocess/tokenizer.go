@@ -59,14 +59,20 @@ func (t *bpeTokenizer) encodeOrdinary(text string, out []uint32) []uint32 {
 	if text == "" {
 		return out
 	}
-	if t.normalize != nil {
-		text = t.normalize(text)
-	}
+	text = t.normalize0(text)
 	var scratch bpeScratch
 	t.splitPieces(0, text, func(piece string) {
 		out = t.encodePiece(piece, out, &scratch)
 	})
 	return out
+}
+
+// normalize0 applies the normalizer, if any.
+func (t *bpeTokenizer) normalize0(text string) string {
+	if t.normalize == nil {
+		return text
+	}
+	return t.normalize(text)
 }
 
 // splitPieces cuts text with splits[level:] and calls fn for every final piece, in order.
