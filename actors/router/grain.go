@@ -1,0 +1,270 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/kv"
+	"github.com/turbine-llm/turbine/kv/kvpb"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// Config configures every Router grain of a member.
+type Config struct {
+	// BlockSize is the KV block size in tokens; workers with another are refused.
+	BlockSize int
+	// Mode is the routing policy: "kv", "round-robin" or "random".
+	Mode string
+	// OverlapWeight and Temperature of the kv policy (REFERENCE §3).
+	OverlapWeight float64
+	Temperature   float64
+	// Busy thresholds (REFERENCE §4); zero values mean off.
+	Busy kv.BusyThresholds
+	// WorkerTTL: a worker not heard from for this long is removed (default 5 s).
+	WorkerTTL time.Duration
+	Logger    zerolog.Logger
+	// Now and Seed are for tests; zero means time.Now and a random seed.
+	Now  func() time.Time
+	Seed uint64
+}
+
+// Kind returns the cluster kind hosting Router grains. Grains are never passivated: the
+// index is worth keeping while the member lives.
+func Kind(cfg Config) *cluster.Kind {
+	return messages.NewRouterKind(func() messages.Router { return New(cfg) }, 0)
+}
+
+type workerState struct {
+	actor    *messages.ActorRef
+	card     *messages.ModelCard
+	load     *messages.WorkerLoad
+	lastSeen time.Time
+}
+
+// Grain implements messages.Router.
+type Grain struct {
+	cfg     Config
+	model   string
+	core    *kv.Router
+	initErr error
+	rng     *rand.Rand
+	workers map[string]*workerState
+	card    *messages.ModelCard
+	log     zerolog.Logger
+}
+
+// New returns a Router grain; its identity (the model) is set by Init.
+func New(cfg Config) *Grain {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.WorkerTTL <= 0 {
+		cfg.WorkerTTL = 5 * time.Second
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	kcfg := kv.DefaultConfig(cfg.BlockSize)
+	if cfg.Mode != "" {
+		kcfg.Policy = cfg.Mode
+	}
+	kcfg.OverlapWeight, kcfg.Temperature, kcfg.Busy = cfg.OverlapWeight, cfg.Temperature, cfg.Busy
+	core, err := kv.NewRouter(kcfg)
+	return &Grain{cfg: cfg, core: core, initErr: err, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		workers: map[string]*workerState{}, log: cfg.Logger}
+}
+
+func (g *Grain) Init(ctx cluster.GrainContext) {
+	g.model = ctx.Identity()
+	g.log = g.cfg.Logger.With().Str("router", g.model).Logger()
+	if g.initErr != nil {
+		g.log.Error().Err(g.initErr).Msg("router configuration refused")
+	}
+}
+
+func (g *Grain) Terminate(cluster.GrainContext)      {}
+func (g *Grain) ReceiveDefault(cluster.GrainContext) {}
+
+// expire removes workers not heard from within WorkerTTL.
+func (g *Grain) expire(now time.Time) {
+	for id, w := range g.workers {
+		if now.Sub(w.lastSeen) > g.cfg.WorkerTTL {
+			n, _ := g.core.RemoveWorker(id)
+			delete(g.workers, id)
+			g.log.Warn().Str("worker", id).Int("freed_requests", n).Msg("worker silent past its TTL: removed with its blocks")
+		}
+	}
+}
+
+// Register records a worker's heartbeat; see kv.Router.Register.
+func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (*messages.RegisterAck, error) {
+	if g.initErr != nil {
+		return &messages.RegisterAck{Error: g.initErr.Error()}, nil
+	}
+	info := req.GetWorker()
+	if info.GetWorkerId() == "" || info.GetActor() == nil || info.GetCard() == nil {
+		return &messages.RegisterAck{Error: "router: registration needs worker_id, actor and card"}, nil
+	}
+	if info.Card.Model != g.model {
+		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q serves model %q, this router routes %q",
+			info.WorkerId, info.Card.Model, g.model)}, nil
+	}
+	now := g.cfg.Now()
+	g.expire(now)
+	total := req.GetLoad().GetTotalBlocks()
+	if total == 0 {
+		total = info.Card.TotalKvBlocks
+	}
+	needDump, err := g.core.Register(kv.WorkerSpec{ID: info.WorkerId, BlockSize: int(info.Card.KvBlockSize),
+		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq})
+	if err != nil {
+		g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused")
+		return &messages.RegisterAck{Error: err.Error()}, nil
+	}
+	w := g.workers[info.WorkerId]
+	if w == nil {
+		w = &workerState{}
+		g.workers[info.WorkerId] = w
+		g.log.Info().Str("worker", info.WorkerId).Bool("ready", info.Ready).Msg("worker registered")
+	}
+	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
+	if g.card == nil {
+		g.card = info.Card
+	}
+	return &messages.RegisterAck{Accepted: true, NeedDump: needDump}, nil
+}
+
+// Deregister removes a worker with its blocks and active requests.
+func (g *Grain) Deregister(req *messages.DeregisterWorker, _ cluster.GrainContext) (*messages.Ack, error) {
+	if g.initErr == nil {
+		if n, err := g.core.RemoveWorker(req.WorkerId); err == nil {
+			g.log.Info().Str("worker", req.WorkerId).Str("reason", req.Reason).Int("freed_requests", n).Msg("worker deregistered")
+		}
+	}
+	delete(g.workers, req.WorkerId)
+	return &messages.Ack{}, nil
+}
+
+// PublishEvents applies a numbered KV event batch; see kv.Router.ApplyBatch.
+func (g *Grain) PublishEvents(req *messages.KvEventBatch, _ cluster.GrainContext) (*messages.EventAck, error) {
+	if g.initErr != nil {
+		return &messages.EventAck{}, nil
+	}
+	evs, err := kvpb.FromProtoAll(req.Events)
+	if err != nil {
+		g.log.Warn().Err(err).Str("worker", req.WorkerId).Msg("malformed KV event batch: asking for a dump")
+		return &messages.EventAck{NeedDump: true}, nil
+	}
+	needDump, err := g.core.ApplyBatch(req.WorkerId, req.EngineEpoch, req.Seq, evs)
+	if err != nil && !errors.Is(err, kv.ErrUnknownWorker) {
+		g.log.Warn().Err(err).Str("worker", req.WorkerId).Uint64("seq", req.Seq).Msg("KV event batch partly refused")
+	}
+	if w := g.workers[req.WorkerId]; w != nil {
+		w.lastSeen = g.cfg.Now()
+	}
+	return &messages.EventAck{NeedDump: needDump}, nil
+}
+
+// PublishDump replaces a worker's blocks with its full list (in parts).
+func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*messages.Ack, error) {
+	if g.initErr != nil {
+		return &messages.Ack{}, nil
+	}
+	evs, err := kvpb.FromProtoAll(req.Events)
+	if err != nil {
+		g.log.Warn().Err(err).Str("worker", req.WorkerId).Msg("malformed block dump ignored")
+		return &messages.Ack{}, nil
+	}
+	if _, err := g.core.ApplyDump(req.WorkerId, req.EngineEpoch, req.LastSeq, evs, int(req.Part), req.Last); err != nil {
+		g.log.Warn().Err(err).Str("worker", req.WorkerId).Int32("part", req.Part).Msg("block dump refused")
+	} else if req.Last {
+		g.log.Debug().Str("worker", req.WorkerId).Msg("block dump applied")
+	}
+	return &messages.Ack{}, nil
+}
+
+// Route chooses a worker; errors come back in the response (error_code "no_workers",
+// "all_busy", "bad_request").
+func (g *Grain) Route(req *messages.RouteRequest, _ cluster.GrainContext) (*messages.RouteResponse, error) {
+	if g.initErr != nil {
+		return &messages.RouteResponse{Error: g.initErr.Error(), ErrorCode: "no_workers"}, nil
+	}
+	now := g.cfg.Now()
+	g.expire(now)
+	d, err := g.core.Route(kv.RouteInput{RequestID: req.RequestId, Tokens: req.TokenIds, LoraName: req.LoraName,
+		HasOverlapWeight: req.HasOverlapWeight, OverlapWeight: req.OverlapWeight,
+		HasTemperature: req.HasTemperature, Temperature: req.Temperature, Exclude: req.ExcludeWorkers}, now, g.rng)
+	switch {
+	case errors.Is(err, kv.ErrAllBusy):
+		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "all_busy"}, nil
+	case errors.Is(err, kv.ErrInvalidRequest):
+		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "bad_request"}, nil
+	case err != nil:
+		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "no_workers"}, nil
+	}
+	w := g.workers[d.WorkerID]
+	if w == nil { // registered in the core but not here: cannot happen; refuse rather than guess
+		g.core.Free(req.RequestId)
+		return &messages.RouteResponse{Error: "router: chosen worker has no address", ErrorCode: "no_workers"}, nil
+	}
+	return &messages.RouteResponse{WorkerId: d.WorkerID, Worker: w.actor, OverlapBlocks: int32(d.OverlapBlocks),
+		PromptBlocks: int32(d.PromptBlocks)}, nil
+}
+
+// PrefillDone records a request's first token.
+func (g *Grain) PrefillDone(req *messages.RequestRef, _ cluster.GrainContext) (*messages.Ack, error) {
+	if g.initErr == nil {
+		g.core.PrefillDone(req.RequestId)
+	}
+	return &messages.Ack{}, nil
+}
+
+// Free ends a request's load tracking; unknown ids are harmless.
+func (g *Grain) Free(req *messages.RequestRef, _ cluster.GrainContext) (*messages.Ack, error) {
+	if g.initErr == nil {
+		g.core.Free(req.RequestId)
+	}
+	return &messages.Ack{}, nil
+}
+
+// SetBusyThresholds changes the busy thresholds at run time; zero fields stay unchanged.
+func (g *Grain) SetBusyThresholds(req *messages.BusyThresholds, _ cluster.GrainContext) (*messages.Ack, error) {
+	if g.initErr != nil {
+		return nil, g.initErr
+	}
+	b := g.core.BusyThresholds()
+	if req.KvUsage != 0 {
+		b.KVUsage = req.KvUsage
+	}
+	if req.PrefillTokens != 0 {
+		b.PrefillTokens = req.PrefillTokens
+	}
+	if err := g.core.SetBusyThresholds(b); err != nil {
+		return nil, err
+	}
+	return &messages.Ack{}, nil
+}
+
+// Stats returns the router's per-worker state and counters.
+func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*messages.RouterStats, error) {
+	if g.initErr != nil {
+		return &messages.RouterStats{}, nil
+	}
+	g.expire(g.cfg.Now())
+	st := g.core.Stats()
+	out := &messages.RouterStats{Routed: st.Routed, PromptBlocks: st.PromptBlocks, OverlapBlocks: st.OverlapBlocks, Card: g.card}
+	for _, w := range st.Workers {
+		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
+			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests)}
+		if s := g.workers[w.ID]; s != nil && s.load != nil {
+			ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
+		}
+		out.Workers = append(out.Workers, ws)
+	}
+	return out, nil
+}
