@@ -25,7 +25,14 @@ const DefaultMaxSequenceAge = 300 * time.Second
 //     blocks (as slots of t), its prefill tokens and whether prefill is done.
 //   - Derived, kept in step by Add/PrefillDone/Free only: slot s's bit for w is set iff
 //     some active request on w has block s; extra counts the further requests on w
-//     sharing s; holders[s] is the number of set bits; a slot with no bits is released.
+//     sharing s; holders[s] is the number of set bits; refs[s] the number of requests
+//     (on any worker) with block s, so refs[s] == holders[s] means no worker has a
+//     second request on s and extra need not be consulted.
+//   - A slot whose last request ends stays in the table, idle (no bits), so that the
+//     next request with the same prefix reuses it without touching the map; idle
+//     counts them. Idle slots are swept once they outnumber the live ones by
+//     maxIdleSlots, which bounds the memory they hold. Idle slots have no bits, so
+//     ActivePrefix treats them as absent.
 //     workers[w].blocks = number of slots with w's bit; workers[w].prefillTokens = sum
 //     over w's requests with prefill not done.
 //   - Every way a request ends (Free after completion, cancel or error, Expire,
@@ -37,6 +44,9 @@ type ActiveSequences struct {
 	maxAge  time.Duration
 	t       bitTable
 	holders []uint32 // per slot
+	refs    []uint32 // per slot
+	idle    int
+	maxIdle int
 	workers []activeWorker
 	seqs    map[string]*activeSeq
 	queue   []queued
@@ -80,14 +90,17 @@ type Load struct {
 // NewActiveSequences returns an empty tracker whose Expire drops sequences older than
 // maxAge (use DefaultMaxSequenceAge); maxAge <= 0 disables expiry.
 func NewActiveSequences(maxAge time.Duration) *ActiveSequences {
-	return &ActiveSequences{maxAge: maxAge, t: newBitTable(), seqs: make(map[string]*activeSeq)}
+	return &ActiveSequences{maxAge: maxAge, t: newBitTable(), seqs: make(map[string]*activeSeq), maxIdle: maxIdleSlots}
 }
 
 // Len is the number of active requests.
 func (a *ActiveSequences) Len() int { return len(a.seqs) }
 
 // Blocks is the number of distinct blocks active on any worker.
-func (a *ActiveSequences) Blocks() int { return a.t.len() }
+func (a *ActiveSequences) Blocks() int { return a.t.len() - a.idle }
+
+// maxIdleSlots is how many idle slots beyond the live ones are kept for reuse.
+const maxIdleSlots = 1 << 16
 
 // Load returns worker w's load (zero for a worker without requests).
 func (a *ActiveSequences) Load(w WorkerID) Load {
@@ -123,13 +136,19 @@ func (a *ActiveSequences) Add(reqID string, w WorkerID, seqHashes []uint64, pref
 	a.t.ensureWorker(w)
 	aw := &a.workers[w]
 	slots := make([]uint32, len(seqHashes))
+	prev := noSlot
 	for i, h := range seqHashes {
-		s, created := a.t.insert(h)
+		s, created := a.t.insertAfter(prev, h)
+		prev = s
 		if created {
 			if int(s) >= len(a.holders) {
 				a.holders = append(a.holders, 0)
+				a.refs = append(a.refs, 0)
 			}
+		} else if a.holders[s] == 0 {
+			a.idle--
 		}
+		a.refs[s]++
 		if a.t.has(s, w) {
 			if aw.extra == nil {
 				aw.extra = make(map[uint32]uint32)
@@ -177,25 +196,42 @@ func (a *ActiveSequences) Free(reqID string) bool {
 	aw := &a.workers[s.worker]
 	w := s.worker
 	for _, slot := range s.slots {
-		if c := aw.extra[slot]; c > 0 {
-			if c == 1 {
-				delete(aw.extra, slot)
-			} else {
-				aw.extra[slot] = c - 1
+		shared := a.refs[slot] > a.holders[slot]
+		a.refs[slot]--
+		if shared {
+			if c := aw.extra[slot]; c > 0 {
+				if c == 1 {
+					delete(aw.extra, slot)
+				} else {
+					aw.extra[slot] = c - 1
+				}
+				continue
 			}
-			continue
 		}
 		a.t.clear(slot, w)
 		aw.blocks--
 		if a.holders[slot]--; a.holders[slot] == 0 {
-			a.t.release(slot)
+			a.idle++
 		}
 	}
 	if !s.prefillDone {
 		aw.prefillTokens -= s.prefillTokens
 	}
 	aw.sequences--
+	if a.idle > a.t.len()-a.idle+a.maxIdle {
+		a.sweep()
+	}
 	return true
+}
+
+// sweep releases every idle slot.
+func (a *ActiveSequences) sweep() {
+	for s := range a.holders {
+		if a.holders[s] == 0 && a.t.live(uint32(s)) {
+			a.t.release(uint32(s))
+		}
+	}
+	a.idle = 0
 }
 
 // Expire frees every request added more than maxAge before now (requests whose end the

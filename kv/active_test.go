@@ -105,6 +105,66 @@ func (m *activeModel) load(w WorkerID) Load {
 	return l
 }
 
+// checkActiveInvariants verifies the invariants written on ActiveSequences.
+func checkActiveInvariants(a *ActiveSequences) error {
+	refs := map[uint32]uint32{}
+	perWorker := map[WorkerID]map[uint32]uint32{}
+	for _, s := range a.seqs {
+		if perWorker[s.worker] == nil {
+			perWorker[s.worker] = map[uint32]uint32{}
+		}
+		for _, slot := range s.slots {
+			if !a.t.live(slot) {
+				return fmt.Errorf("request on dead slot %d", slot)
+			}
+			refs[slot]++
+			perWorker[s.worker][slot]++
+		}
+	}
+	idle := 0
+	for h, slot := range a.t.slots {
+		if a.t.keys[slot] != h {
+			return fmt.Errorf("slot %d key mismatch", slot)
+		}
+		if a.refs[slot] != refs[slot] {
+			return fmt.Errorf("slot %d refs %d, counted %d", slot, a.refs[slot], refs[slot])
+		}
+		holders := uint32(0)
+		for wi := range a.workers {
+			w := WorkerID(wi)
+			n := perWorker[w][slot]
+			if a.t.has(slot, w) != (n > 0) {
+				return fmt.Errorf("slot %d worker %d: bit %v, %d requests", slot, w, a.t.has(slot, w), n)
+			}
+			if n > 0 {
+				holders++
+				if got := a.workers[w].extra[slot]; got != n-1 {
+					return fmt.Errorf("slot %d worker %d: extra %d, want %d", slot, w, got, n-1)
+				}
+			}
+		}
+		if holders != a.holders[slot] {
+			return fmt.Errorf("slot %d holders %d, counted %d", slot, a.holders[slot], holders)
+		}
+		if holders == 0 {
+			idle++
+		}
+	}
+	if idle != a.idle {
+		return fmt.Errorf("idle %d, counted %d", a.idle, idle)
+	}
+	if idle > a.t.len()-idle+a.maxIdle {
+		return fmt.Errorf("%d idle slots exceed the bound (%d live + %d)", idle, a.t.len()-idle, a.maxIdle)
+	}
+	for wi := range a.workers {
+		w := WorkerID(wi)
+		if got, want := a.workers[w].blocks, len(perWorker[w]); got != want {
+			return fmt.Errorf("worker %d blocks %d, counted %d", w, got, want)
+		}
+	}
+	return nil
+}
+
 func (m *activeModel) prefix(w WorkerID, probe []uint64) uint32 {
 	active := map[uint64]bool{}
 	for _, r := range m.reqs {
@@ -133,6 +193,7 @@ func TestActiveEveryPathReturnsLoadToZero(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 3))
 			const bs, workers = 2, 5
 			a := NewActiveSequences(60 * time.Second)
+			a.maxIdle = int(seed) * 3 // exercise sweeps
 			m := &activeModel{reqs: map[string]modelReq{}}
 			now := t0
 			for step := 0; step < 3000; step++ {
@@ -191,6 +252,9 @@ func TestActiveEveryPathReturnsLoadToZero(t *testing.T) {
 				}
 				if a.Len() != len(m.reqs) {
 					t.Fatalf("step %d: %d active, model %d", step, a.Len(), len(m.reqs))
+				}
+				if err := checkActiveInvariants(a); err != nil {
+					t.Fatalf("step %d: %v", step, err)
 				}
 			}
 			// End every remaining request, alternating paths.

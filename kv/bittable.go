@@ -15,10 +15,18 @@ const noSlot = ^uint32(0)
 //   - Slot ids are reused (free list); callers keep parallel per-slot arrays sized with
 //     capSlots and must not use a slot id after release.
 //   - words only grows (a worker id above the current width relays the bitsets out).
+//   - next[s] is a hint, never authoritative: the slot most recently linked after s
+//     (the next block of a chain). Walks follow it when keys[next[s]] equals the hash
+//     they look for, and fall back to the map otherwise, so a stale hint (slot freed or
+//     reused) costs a map probe, never a wrong answer. A released slot's key is 0, and
+//     hash 0 always takes the map. Chains are mostly created in order, so their slots
+//     are mostly consecutive: a walk along a cached prompt touches adjacent memory
+//     instead of one random map probe per block.
 type bitTable struct {
 	slots map[uint64]uint32
 	keys  []uint64
 	bits  []uint64
+	next  []uint32
 	words int
 	free  []uint32
 	// scratch is the running bitset of leading(); owned by the table, never escapes.
@@ -64,15 +72,45 @@ func (t *bitTable) insert(h uint64) (slot uint32, created bool) {
 		slot = t.free[n-1]
 		t.free = t.free[:n-1]
 		t.keys[slot] = h
+		t.next[slot] = noSlot
 	} else {
 		slot = uint32(len(t.keys))
 		t.keys = append(t.keys, h)
+		t.next = append(t.next, noSlot)
 		for i := 0; i < t.words; i++ {
 			t.bits = append(t.bits, 0)
 		}
 	}
 	t.slots[h] = slot
 	return slot, true
+}
+
+// find returns the slot of h, which is expected to follow slot prev in a chain
+// (prev == noSlot: no expectation), trying prev's hint before the map.
+func (t *bitTable) find(prev uint32, h uint64) (uint32, bool) {
+	if prev != noSlot && h != 0 {
+		if c := t.next[prev]; c != noSlot && t.keys[c] == h {
+			return c, true
+		}
+	}
+	s, ok := t.slots[h]
+	return s, ok
+}
+
+// insertAfter is insert for a hash that follows slot prev in a chain: it tries prev's
+// hint first and points the hint at the result.
+func (t *bitTable) insertAfter(prev uint32, h uint64) (slot uint32, created bool) {
+	if prev == noSlot {
+		return t.insert(h)
+	}
+	if h != 0 {
+		if c := t.next[prev]; c != noSlot && t.keys[c] == h {
+			return c, false
+		}
+	}
+	slot, created = t.insert(h)
+	t.next[prev] = slot
+	return slot, created
 }
 
 // release frees slot s; its bitset must already be empty.
@@ -82,12 +120,20 @@ func (t *bitTable) release(s uint32) {
 	t.free = append(t.free, s)
 }
 
+// live reports whether slot s is allocated (not on the free list).
+func (t *bitTable) live(s uint32) bool {
+	if t.keys[s] != 0 {
+		return true
+	}
+	s0, ok := t.slots[0]
+	return ok && s0 == s
+}
+
 func (t *bitTable) has(s uint32, w WorkerID) bool {
-	i := int(s)*t.words + int(w)/64
 	if int(w)/64 >= t.words {
 		return false
 	}
-	return t.bits[i]&(1<<(w%64)) != 0
+	return t.bits[int(s)*t.words+int(w)/64]&(1<<(w%64)) != 0
 }
 
 // set sets w's bit in slot s; the caller has called ensureWorker(w).
@@ -124,8 +170,8 @@ func (t *bitTable) leading(hashes []uint64, out []uint32) {
 	act := t.scratch
 	copy(act, t.row(s))
 	for i := 1; i < len(hashes); i++ {
-		s, ok := t.slots[hashes[i]]
 		var row []uint64
+		s, ok = t.find(s, hashes[i])
 		if ok {
 			row = t.row(s)
 		}
@@ -170,7 +216,7 @@ func (t *bitTable) leading1(hashes []uint64, out []uint32) {
 	act := t.bits[s]
 	for i := 1; i < len(hashes) && act != 0; i++ {
 		var b uint64
-		if s, ok := t.slots[hashes[i]]; ok {
+		if s, ok = t.find(s, hashes[i]); ok {
 			b = t.bits[s]
 		}
 		d := act &^ b

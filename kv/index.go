@@ -234,7 +234,7 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 
 // node returns the slot of sequence hash h, creating it as a child of parent.
 func (x *Index) node(h uint64, parent, lora uint32, toks []uint32) uint32 {
-	s, created := x.t.insert(h)
+	s, created := x.t.insertAfter(parent, h)
 	if !created {
 		return s
 	}
