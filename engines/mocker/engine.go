@@ -97,7 +97,7 @@ type Stats struct {
 	// PrefixQueries and PrefixHits in tokens [vllm:prefix_cache_queries/_hits].
 	PrefixQueries, PrefixHits uint64
 	Preemptions               uint64 // [vllm:num_preemptions]
-	PromptTokens              uint64 // prompt tokens computed [vllm:prompt_tokens]
+	PromptTokens              uint64 // prompt tokens of requests that started generating [vllm:prompt_tokens]
 	GenerationTokens          uint64 // tokens generated [vllm:generation_tokens]
 }
 
@@ -306,7 +306,6 @@ func (e *Engine) Step(now time.Time) StepResult {
 			res.DecodeSeqs++
 		} else {
 			res.PrefillTokens += sc.n
-			e.stats.PromptTokens += uint64(sc.n)
 		}
 		s.computed += sc.n
 		e.commitFullBlocks(s)
@@ -412,6 +411,9 @@ func (e *Engine) commitFullBlocks(s *sequence) {
 // (unless ignore_eos), then stop_token_ids, then max_tokens and the context length.
 func (e *Engine) generate(s *sequence) Output {
 	tok := e.nextToken(s)
+	if s.output == 0 {
+		e.stats.PromptTokens += uint64(len(s.req.Prompt))
+	}
 	s.tokens = append(s.tokens, tok)
 	s.state = foldToken(s.state, tok)
 	s.output++

@@ -1,0 +1,347 @@
+// Package server runs the mock engine core (engines/mocker) as a vLLM-compatible
+// process: the OpenAI completions endpoint in vLLM's dialect, /health, /v1/models,
+// Prometheus /metrics with vLLM's metric names, and KV events over ZeroMQ in vLLM's wire
+// format. The core runs in one goroutine on the real clock; every step's outputs and
+// events are released when the step's modelled duration has passed.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/zerolog"
+
+	"github.com/turbine-llm/turbine/engines/kvevents"
+	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/gateway/preprocess"
+)
+
+// Options configures a Server.
+type Options struct {
+	// Engine is the core's configuration (validated by New).
+	Engine mocker.Config
+	// ServedModelName is the model id served and checked in requests.
+	ServedModelName string
+	// ModelRoot is reported as the model's root in /v1/models (the model path or
+	// tokenizer source); ServedModelName when empty.
+	ModelRoot string
+	// Model supplies the tokenizer (string prompts, output text, ordinary words) and EOS
+	// ids. Required.
+	Model *preprocess.Model
+	// KVEvents configures event publishing (disabled when not Enabled).
+	KVEvents kvevents.Config
+	// Logger receives the server's logs (zerolog.Nop() when zero).
+	Logger zerolog.Logger
+	// ShutdownGrace bounds how long Run waits for in-flight requests on shutdown
+	// (default 5 s); requests still running then are aborted.
+	ShutdownGrace time.Duration
+}
+
+// Server is a running mock engine. Create with New, serve with Run or Handler + Start.
+type Server struct {
+	opts      Options
+	eng       *mocker.Engine
+	tok       preprocess.Tokenizer
+	pub       *kvevents.Publisher
+	log       zerolog.Logger
+	metrics   *metrics.Set
+	mt        serverMetrics
+	cmds      chan command
+	stats     atomic.Pointer[mocker.Stats]
+	created   int64
+	loopDone  chan struct{}
+	startOnce sync.Once
+	stopLoop  context.CancelFunc
+	loopCtx   context.Context
+}
+
+// New builds the engine, the vocabulary and, when enabled, the KV event publisher.
+// Errors name the invalid option.
+func New(opts Options) (*Server, error) {
+	if opts.Model == nil || opts.Model.Tokenizer == nil {
+		return nil, errors.New("server: a model with a tokenizer is required")
+	}
+	if opts.ServedModelName == "" {
+		return nil, errors.New("server: --served-model-name must not be empty")
+	}
+	if opts.ModelRoot == "" {
+		opts.ModelRoot = opts.ServedModelName
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 5 * time.Second
+	}
+	vocab, err := mocker.BuildVocab(opts.Model.Tokenizer, opts.Model.EOSTokenIDs)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := mocker.New(opts.Engine, vocab)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts:     opts,
+		eng:      eng,
+		tok:      opts.Model.Tokenizer,
+		log:      opts.Logger,
+		metrics:  metrics.NewSet(),
+		cmds:     make(chan command, 64),
+		created:  time.Now().Unix(),
+		loopDone: make(chan struct{}),
+	}
+	st := eng.Stats()
+	s.stats.Store(&st)
+	s.mt = newServerMetrics(s.metrics, opts.ServedModelName, opts.Engine, func() *mocker.Stats { return s.stats.Load() })
+	if opts.KVEvents.Enabled() {
+		if !opts.Engine.EnablePrefixCaching {
+			return nil, errors.New("server: --kv-events-config needs prefix caching (--enable-prefix-caching)")
+		}
+		s.pub, err = kvevents.NewPublisher(opts.KVEvents, 0)
+		if err != nil {
+			return nil, err
+		}
+	}
+	s.loopCtx, s.stopLoop = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// KVEventsEndpoint is the publisher's endpoint (port resolved when bound), "" when
+// events are disabled.
+func (s *Server) KVEventsEndpoint() string {
+	if s.pub == nil {
+		return ""
+	}
+	return s.pub.Endpoint()
+}
+
+// Metrics returns the server's metric set (written by /metrics).
+func (s *Server) Metrics() *metrics.Set { return s.metrics }
+
+// Start starts the engine loop (Run does it too). Safe to call more than once.
+func (s *Server) Start() {
+	s.startOnce.Do(func() { go s.loop(s.loopCtx) })
+}
+
+// Close stops the engine loop (in-flight requests end with an error) and closes the
+// event publisher.
+func (s *Server) Close() error {
+	s.Start()
+	s.stopLoop()
+	<-s.loopDone
+	if s.pub != nil {
+		return s.pub.Close()
+	}
+	return nil
+}
+
+// Run serves HTTP on l until ctx ends, then shuts down gracefully: it stops accepting,
+// waits up to ShutdownGrace for in-flight requests, and closes the engine. ready, when
+// not nil, is called once serving has begun.
+func (s *Server) Run(ctx context.Context, l net.Listener, ready func()) error {
+	s.Start()
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	if ready != nil {
+		ready()
+	}
+	var err error
+	select {
+	case err = <-errc:
+		err = fmt.Errorf("server: serve: %w", err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownGrace)
+		if serr := hs.Shutdown(sctx); serr != nil {
+			s.log.Warn().Err(serr).Msg("in-flight requests did not finish within the grace period; aborting them")
+		}
+		cancel()
+	}
+	_ = hs.Close()
+	if cerr := s.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return err
+}
+
+// command is sent from request handlers to the engine loop.
+type command struct {
+	add   *mocker.Request
+	st    *stream
+	errc  chan error
+	abort string
+}
+
+// stream carries one request's outputs from the loop to its handler. The queue is
+// unbounded so that the loop never waits for a slow client.
+type stream struct {
+	mu     sync.Mutex
+	queue  []mocker.Output
+	closed error // set when the engine stopped before the request finished
+	notify chan struct{}
+}
+
+func newStream() *stream { return &stream{notify: make(chan struct{}, 1)} }
+
+func (st *stream) push(o mocker.Output) {
+	st.mu.Lock()
+	st.queue = append(st.queue, o)
+	st.mu.Unlock()
+	st.signal()
+}
+
+func (st *stream) fail(err error) {
+	st.mu.Lock()
+	st.closed = err
+	st.mu.Unlock()
+	st.signal()
+}
+
+func (st *stream) signal() {
+	select {
+	case st.notify <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued outputs, or the error that ended the stream.
+func (st *stream) take() ([]mocker.Output, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	q := st.queue
+	st.queue = nil
+	if len(q) == 0 && st.closed != nil {
+		return nil, st.closed
+	}
+	return q, nil
+}
+
+var errEngineStopped = errors.New("the engine is shutting down")
+
+// submit queues r in the engine and returns its stream.
+func (s *Server) submit(ctx context.Context, r mocker.Request) (*stream, error) {
+	st := newStream()
+	c := command{add: &r, st: st, errc: make(chan error, 1)}
+	select {
+	case s.cmds <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.loopDone:
+		return nil, errEngineStopped
+	}
+	select {
+	case err := <-c.errc:
+		return st, err
+	case <-s.loopDone:
+		return nil, errEngineStopped
+	}
+}
+
+// abort removes a request from the engine (its blocks are freed). It does not wait.
+func (s *Server) abort(id string) {
+	select {
+	case s.cmds <- command{abort: id}:
+	case <-s.loopDone:
+	}
+}
+
+// loop owns the engine: it applies commands, steps, waits for each step's modelled
+// duration, then publishes the step's KV events and hands out its outputs.
+func (s *Server) loop(ctx context.Context) {
+	defer close(s.loopDone)
+	streams := map[string]*stream{}
+	defer func() {
+		for _, st := range streams {
+			st.fail(errEngineStopped)
+		}
+	}()
+	apply := func(c command) {
+		if c.add != nil {
+			err := s.eng.Add(*c.add)
+			if err == nil {
+				streams[c.add.ID] = c.st
+			}
+			c.errc <- err
+			return
+		}
+		if s.eng.Abort(c.abort) {
+			s.log.Debug().Str("request_id", c.abort).Msg("request aborted")
+		}
+		delete(streams, c.abort)
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		if !s.eng.HasWork() {
+			s.publishStats()
+			select {
+			case c := <-s.cmds:
+				apply(c)
+			case <-ctx.Done():
+				return
+			}
+		}
+	drain:
+		for {
+			select {
+			case c := <-s.cmds:
+				apply(c)
+			default:
+				break drain
+			}
+		}
+		if !s.eng.HasWork() {
+			continue
+		}
+		res := s.eng.Step(time.Now())
+		if res.Idle {
+			s.publishStats()
+			select {
+			case c := <-s.cmds:
+				apply(c)
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		if d := time.Until(res.End); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			}
+		}
+		if s.pub != nil && len(res.Events) > 0 {
+			if err := s.pub.Publish(res.End, res.Events); err != nil {
+				s.log.Error().Err(err).Msg("publishing KV events failed")
+			}
+		}
+		for _, o := range res.Outputs {
+			if o.Finished {
+				s.mt.finished(o.FinishReason)
+			}
+			st := streams[o.RequestID]
+			if st == nil {
+				continue
+			}
+			st.push(o)
+			if o.Finished {
+				delete(streams, o.RequestID)
+			}
+		}
+		s.publishStats()
+	}
+}
+
+func (s *Server) publishStats() {
+	st := s.eng.Stats()
+	s.stats.Store(&st)
+	s.mt.update(&st)
+}
