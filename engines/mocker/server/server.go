@@ -323,10 +323,14 @@ func (s *Server) loop(ctx context.Context) {
 				s.log.Error().Err(err).Msg("publishing KV events failed")
 			}
 		}
+		// Counters first, so a client that got its last token sees them updated.
+		s.publishStats()
 		for _, o := range res.Outputs {
 			if o.Finished {
 				s.mt.finished(o.FinishReason)
 			}
+		}
+		for _, o := range res.Outputs {
 			st := streams[o.RequestID]
 			if st == nil {
 				continue
@@ -336,7 +340,6 @@ func (s *Server) loop(ctx context.Context) {
 				delete(streams, o.RequestID)
 			}
 		}
-		s.publishStats()
 	}
 }
 
