@@ -1,0 +1,570 @@
+// Package vllm is a client for engines that speak vLLM's OpenAI-compatible HTTP dialect
+// (vLLM itself, and Turbine's mock engine): health, the model list, streamed
+// /v1/completions with token ids in and out, and the load an engine reports on /metrics.
+// The worker actor drives its engine through it.
+package vllm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+)
+
+// Client talks to one engine. Safe for concurrent use.
+type Client struct {
+	base *url.URL
+	hc   *http.Client
+}
+
+// New returns a client for the engine at baseURL (e.g. http://127.0.0.1:8000). hc may be
+// nil (a client without an overall timeout: streams last as long as generation does;
+// bound calls with their contexts). Errors: a URL that is not absolute http(s).
+func New(baseURL string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("vllm: engine URL %q: %w", baseURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("vllm: engine URL %q: want http://host:port", baseURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	if hc == nil {
+		hc = &http.Client{Transport: http.DefaultTransport}
+	}
+	return &Client{base: u, hc: hc}, nil
+}
+
+// Error is an error answer of the engine (HTTP status and vLLM's error body), or an
+// error frame in the middle of a stream.
+type Error struct {
+	Status  int    // HTTP status (or the error body's code for a stream error frame)
+	Type    string // e.g. BadRequestError
+	Param   string
+	Message string
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("vllm: engine answered %d", e.Status)
+	if e.Type != "" {
+		s += " " + e.Type
+	}
+	if e.Param != "" {
+		s += " (param " + e.Param + ")"
+	}
+	return s + ": " + e.Message
+}
+
+func (c *Client) url(path string) string { return c.base.String() + path }
+
+func (c *Client) get(ctx context.Context, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path), nil)
+	if err != nil {
+		return nil, fmt.Errorf("vllm: GET %s: %w", path, err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("vllm: GET %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, errorFrom(resp)
+	}
+	return resp, nil
+}
+
+// errorFrom reads a non-200 answer into an *Error.
+func errorFrom(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &Error{Status: resp.StatusCode}
+	var body struct {
+		Error *struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+		} `json:"error"`
+		// Older vLLM answered the fields at the top level; FastAPI answers "detail".
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Detail  any    `json:"detail"`
+	}
+	switch err := json.Unmarshal(b, &body); {
+	case err == nil && body.Error != nil:
+		e.Message, e.Type = body.Error.Message, body.Error.Type
+		if body.Error.Param != nil {
+			e.Param = *body.Error.Param
+		}
+	case err == nil && body.Message != "":
+		e.Message, e.Type = body.Message, body.Type
+	case err == nil && body.Detail != nil:
+		e.Message = fmt.Sprint(body.Detail)
+	default:
+		e.Message = strings.TrimSpace(string(b))
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+	}
+	return e
+}
+
+// Health returns nil when GET /health answers 200.
+func (c *Client) Health(ctx context.Context) error {
+	resp, err := c.get(ctx, "/health")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+// Model is one entry of GET /v1/models.
+type Model struct {
+	ID      string `json:"id"`
+	OwnedBy string `json:"owned_by"`
+	Root    string `json:"root"`
+	// MaxModelLen is the context length in tokens (0 when the engine did not say).
+	MaxModelLen int `json:"max_model_len"`
+}
+
+// Models returns the engine's served models.
+func (c *Client) Models(ctx context.Context) ([]Model, error) {
+	resp, err := c.get(ctx, "/v1/models")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Object string  `json:"object"`
+		Data   []Model `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("vllm: GET /v1/models: decoding the answer: %w", err)
+	}
+	if list.Object != "list" {
+		return nil, fmt.Errorf("vllm: GET /v1/models: object %q, want \"list\"", list.Object)
+	}
+	return list.Data, nil
+}
+
+// CompletionRequest is a token-id completion. The client always streams, asks for token
+// ids (return_token_ids, vLLM >= 0.10.2) and for usage.
+type CompletionRequest struct {
+	// Model is the served model id ("" leaves it out: the engine's default).
+	Model string
+	// PromptTokenIDs: the prompt; at least one.
+	PromptTokenIDs []uint32
+	// MaxTokens >= 1.
+	MaxTokens    int
+	MinTokens    int
+	IgnoreEOS    bool
+	StopTokenIDs []uint32
+	Seed         *int64
+	Temperature  *float64
+	TopP         *float64
+	// RequestID is sent as X-Request-Id (vLLM's response id becomes cmpl-<RequestID>).
+	RequestID string
+	// Extra fields merged into the JSON body as they are (e.g. kv_transfer_params).
+	Extra map[string]any
+}
+
+// Chunk is one step of a stream.
+type Chunk struct {
+	// TokenIDs generated in this chunk. A stop token (EOS or one of StopTokenIDs) that
+	// ended the request is the last id here, and absent from Text, as in vLLM.
+	TokenIDs []uint32
+	// Text is the engine's detokenization of the chunk.
+	Text string
+	// PromptTokenIDs is set on the first chunk only (the prompt as the engine saw it).
+	PromptTokenIDs []uint32
+	// FinishReason is "" until the last chunk ("stop", "length", "abort", ...).
+	FinishReason string
+	// StopTokenID is the stop_token_ids entry that ended the request (vLLM's
+	// stop_reason as an integer), when HasStopTokenID. StopString is a stop_reason that
+	// is a string.
+	StopTokenID    uint32
+	HasStopTokenID bool
+	StopString     string
+	// Usage is set on the last chunk (nil when the engine sent none).
+	Usage *Usage
+}
+
+// Usage counts tokens of the whole request.
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens int
+	// CachedTokens: prompt tokens served from the engine's prefix cache
+	// (prompt_tokens_details.cached_tokens; 0 when the engine does not report it).
+	CachedTokens int
+}
+
+// Complete starts a streamed completion. The returned Stream must be closed; closing it
+// (or cancelling ctx) closes the connection, which makes vLLM abort the request.
+// Errors: an invalid request, a transport error, or *Error for a non-200 answer.
+func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, error) {
+	if len(r.PromptTokenIDs) == 0 {
+		return nil, errors.New("vllm: completion without prompt tokens")
+	}
+	if r.MaxTokens < 1 {
+		return nil, fmt.Errorf("vllm: max_tokens %d must be at least 1", r.MaxTokens)
+	}
+	body := map[string]any{}
+	for k, v := range r.Extra {
+		body[k] = v
+	}
+	if r.Model != "" {
+		body["model"] = r.Model
+	}
+	body["prompt"] = r.PromptTokenIDs
+	body["max_tokens"] = r.MaxTokens
+	if r.MinTokens > 0 {
+		body["min_tokens"] = r.MinTokens
+	}
+	if r.IgnoreEOS {
+		body["ignore_eos"] = true
+	}
+	if len(r.StopTokenIDs) > 0 {
+		body["stop_token_ids"] = r.StopTokenIDs
+	}
+	if r.Seed != nil {
+		body["seed"] = *r.Seed
+	}
+	if r.Temperature != nil {
+		body["temperature"] = *r.Temperature
+	}
+	if r.TopP != nil {
+		body["top_p"] = *r.TopP
+	}
+	body["stream"] = true
+	body["stream_options"] = map[string]any{"include_usage": true}
+	body["return_token_ids"] = true
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("vllm: encoding the request: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url("/v1/completions"), bytes.NewReader(b))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("vllm: POST /v1/completions: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	if r.RequestID != "" {
+		req.Header.Set("X-Request-Id", r.RequestID)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("vllm: POST /v1/completions: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer cancel()
+		defer resp.Body.Close()
+		return nil, errorFrom(resp)
+	}
+	return &Stream{body: resp.Body, rd: bufio.NewReaderSize(resp.Body, 64<<10), cancel: cancel}, nil
+}
+
+// Stream reads a completion's SSE frames. Not safe for concurrent use.
+type Stream struct {
+	body   io.ReadCloser
+	rd     *bufio.Reader
+	cancel context.CancelFunc
+	done   bool
+	err    error
+}
+
+// Recv returns the next chunk. The chunk with FinishReason also carries the usage (the
+// usage frame that follows it is folded in); after it Recv returns io.EOF. Errors: the
+// engine's error frame (*Error), a malformed frame, a stream that ends before [DONE], or
+// the context's error.
+func (s *Stream) Recv() (Chunk, error) {
+	if s.err != nil {
+		return Chunk{}, s.err
+	}
+	ch, err := s.recv()
+	if err != nil {
+		s.err = err
+		s.Close()
+	}
+	return ch, err
+}
+
+func (s *Stream) recv() (Chunk, error) {
+	if s.done {
+		return Chunk{}, io.EOF
+	}
+	for {
+		f, err := s.frame()
+		if err != nil {
+			return Chunk{}, err
+		}
+		if f.done {
+			s.done = true
+			return Chunk{}, fmt.Errorf("vllm: stream ended with [DONE] before a finish reason: %w", io.ErrUnexpectedEOF)
+		}
+		if len(f.choices) == 0 {
+			continue // a usage frame without a finished chunk before it: ignore
+		}
+		ch := f.choices[0]
+		if ch.FinishReason == "" {
+			if len(ch.TokenIDs) == 0 && ch.Text == "" {
+				continue
+			}
+			return ch, nil
+		}
+		// The last chunk: take the usage frame (if any) and [DONE].
+		ch.Usage = f.usage
+		for {
+			g, err := s.frame()
+			if err != nil {
+				return Chunk{}, err
+			}
+			if g.done {
+				s.done = true
+				return ch, nil
+			}
+			if g.usage != nil {
+				ch.Usage = g.usage
+			}
+		}
+	}
+}
+
+type frame struct {
+	done    bool
+	choices []Chunk
+	usage   *Usage
+}
+
+// frame reads one SSE event's data and decodes it.
+func (s *Stream) frame() (frame, error) {
+	var data []byte
+	for {
+		line, err := s.rd.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			return frame{}, errors.New("vllm: stream frame longer than 64 KiB")
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return frame{}, fmt.Errorf("vllm: stream ended before [DONE]: %w", io.ErrUnexpectedEOF)
+			}
+			return frame{}, fmt.Errorf("vllm: reading the stream: %w", err)
+		}
+		l := bytes.TrimRight(line, "\r\n")
+		if len(l) == 0 {
+			if data != nil {
+				break
+			}
+			continue
+		}
+		if l[0] == ':' {
+			continue // SSE comment
+		}
+		if v, ok := bytes.CutPrefix(l, []byte("data:")); ok {
+			v = bytes.TrimPrefix(v, []byte(" "))
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, v...)
+		}
+	}
+	if string(data) == "[DONE]" {
+		return frame{done: true}, nil
+	}
+	var raw struct {
+		Error *struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    any     `json:"code"`
+		} `json:"error"`
+		Choices []struct {
+			Text           string          `json:"text"`
+			FinishReason   *string         `json:"finish_reason"`
+			StopReason     json.RawMessage `json:"stop_reason"`
+			TokenIDs       []uint32        `json:"token_ids"`
+			PromptTokenIDs []uint32        `json:"prompt_token_ids"`
+		} `json:"choices"`
+		Usage *struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			CompletionTokens    int `json:"completion_tokens"`
+			TotalTokens         int `json:"total_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return frame{}, fmt.Errorf("vllm: malformed stream frame %.200q: %w", data, err)
+	}
+	if raw.Error != nil {
+		e := &Error{Type: raw.Error.Type, Message: raw.Error.Message}
+		if f, ok := raw.Error.Code.(float64); ok {
+			e.Status = int(f)
+		}
+		if raw.Error.Param != nil {
+			e.Param = *raw.Error.Param
+		}
+		return frame{}, e
+	}
+	var f frame
+	if u := raw.Usage; u != nil {
+		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+		if u.PromptTokensDetails != nil {
+			f.usage.CachedTokens = u.PromptTokensDetails.CachedTokens
+		}
+	}
+	for _, c := range raw.Choices {
+		ch := Chunk{Text: c.Text, TokenIDs: c.TokenIDs, PromptTokenIDs: c.PromptTokenIDs}
+		if c.FinishReason != nil {
+			ch.FinishReason = *c.FinishReason
+		}
+		if c.TokenIDs == nil && (c.Text != "" || ch.FinishReason == "") {
+			return frame{}, errors.New("vllm: the engine sent no token_ids (return_token_ids needs vLLM 0.10.2 or later)")
+		}
+		if len(c.StopReason) > 0 && string(c.StopReason) != "null" {
+			var n float64
+			var str string
+			switch {
+			case json.Unmarshal(c.StopReason, &n) == nil && n >= 0 && n <= math.MaxUint32 && n == math.Trunc(n):
+				ch.StopTokenID, ch.HasStopTokenID = uint32(n), true
+			case json.Unmarshal(c.StopReason, &str) == nil:
+				ch.StopString = str
+			default:
+				return frame{}, fmt.Errorf("vllm: stop_reason %s is neither a token id nor a string", c.StopReason)
+			}
+		}
+		f.choices = append(f.choices, ch)
+	}
+	return f, nil
+}
+
+// Close closes the connection (aborting the request in the engine if it still runs).
+// Safe to call more than once.
+func (s *Stream) Close() error {
+	s.cancel()
+	return s.body.Close()
+}
+
+// Load is an engine's load as its /metrics reports it (vLLM v1 metric names), summed
+// over its engines (data-parallel ranks) except KVCacheUsage, which is their mean.
+type Load struct {
+	Running, Waiting float64
+	// KVCacheUsage is the fraction of KV blocks in use, 0..1 (vllm:kv_cache_usage_perc,
+	// or vllm:gpu_cache_usage_perc from older engines).
+	KVCacheUsage float64
+	// PrefixCacheQueries and PrefixCacheHits are cumulative token counts.
+	PrefixCacheQueries, PrefixCacheHits float64
+	Preemptions                         float64
+	// BlockSize and NumGPUBlocks from vllm:cache_config_info (0 when absent).
+	BlockSize, NumGPUBlocks int
+	// At is when the scrape was answered.
+	At time.Time
+}
+
+// Load scrapes GET /metrics. Errors: transport, non-200, unparsable text, or none of
+// the running/waiting gauges present.
+func (c *Client) Load(ctx context.Context) (Load, error) {
+	resp, err := c.get(ctx, "/metrics")
+	if err != nil {
+		return Load{}, err
+	}
+	defer resp.Body.Close()
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return Load{}, fmt.Errorf("vllm: GET /metrics: %w", err)
+	}
+	return LoadFromFamilies(fams, time.Now())
+}
+
+// LoadFromFamilies extracts a Load from parsed metric families (exported for tests and
+// for callers that scrape themselves).
+func LoadFromFamilies(fams map[string]*dto.MetricFamily, at time.Time) (Load, error) {
+	l := Load{At: at}
+	running, okR := sum(fams, "vllm:num_requests_running")
+	waiting, okW := sum(fams, "vllm:num_requests_waiting")
+	if !okR && !okW {
+		return Load{}, errors.New("vllm: /metrics has neither vllm:num_requests_running nor vllm:num_requests_waiting")
+	}
+	l.Running, l.Waiting = running, waiting
+	if u, n := mean(fams, "vllm:kv_cache_usage_perc"); n > 0 {
+		l.KVCacheUsage = u
+	} else if u, n := mean(fams, "vllm:gpu_cache_usage_perc"); n > 0 {
+		l.KVCacheUsage = u
+	}
+	l.PrefixCacheQueries, _ = sumCounter(fams, "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries")
+	l.PrefixCacheHits, _ = sumCounter(fams, "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits")
+	l.Preemptions, _ = sumCounter(fams, "vllm:num_preemptions")
+	if f := fams["vllm:cache_config_info"]; f != nil && len(f.Metric) > 0 {
+		for _, lp := range f.Metric[0].Label {
+			var n int
+			if _, err := fmt.Sscan(lp.GetValue(), &n); err != nil {
+				continue
+			}
+			switch lp.GetName() {
+			case "block_size":
+				l.BlockSize = n
+			case "num_gpu_blocks":
+				l.NumGPUBlocks = n
+			}
+		}
+	}
+	return l, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	return 0
+}
+
+func sum(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+	var s float64
+	for _, m := range f.Metric {
+		s += value(m)
+	}
+	return s, true
+}
+
+func mean(fams map[string]*dto.MetricFamily, name string) (float64, int) {
+	f := fams[name]
+	if f == nil || len(f.Metric) == 0 {
+		return 0, 0
+	}
+	s, _ := sum(fams, name)
+	return s / float64(len(f.Metric)), len(f.Metric)
+}
+
+// sumCounter finds a counter under its name with or without _total, trying names in order.
+func sumCounter(fams map[string]*dto.MetricFamily, names ...string) (float64, bool) {
+	for _, n := range names {
+		for _, cand := range []string{n + "_total", n} {
+			if v, ok := sum(fams, cand); ok {
+				return v, true
+			}
+		}
+	}
+	return 0, false
+}
