@@ -122,7 +122,7 @@ func checkActiveInvariants(a *ActiveSequences) error {
 		}
 	}
 	idle := 0
-	for h, slot := range a.t.slots {
+	for h, slot := range entries(&a.t.slots) {
 		if a.t.keys[slot] != h {
 			return fmt.Errorf("slot %d key mismatch", slot)
 		}

@@ -23,7 +23,7 @@ const noSlot = ^uint32(0)
 //     are mostly consecutive: a walk along a cached prompt touches adjacent memory
 //     instead of one random map probe per block.
 type bitTable struct {
-	slots map[uint64]uint32
+	slots u64Map
 	keys  []uint64
 	bits  []uint64
 	next  []uint32
@@ -34,11 +34,11 @@ type bitTable struct {
 }
 
 func newBitTable() bitTable {
-	return bitTable{slots: make(map[uint64]uint32), words: 1, scratch: make([]uint64, 1)}
+	return bitTable{words: 1, scratch: make([]uint64, 1)}
 }
 
 // len is the number of live slots.
-func (t *bitTable) len() int { return len(t.slots) }
+func (t *bitTable) len() int { return t.slots.len() }
 
 // capSlots is one more than the highest slot id ever handed out.
 func (t *bitTable) capSlots() int { return len(t.keys) }
@@ -59,29 +59,29 @@ func (t *bitTable) ensureWorker(w WorkerID) {
 
 // lookup returns the slot of h.
 func (t *bitTable) lookup(h uint64) (uint32, bool) {
-	s, ok := t.slots[h]
-	return s, ok
+	return t.slots.get(h)
 }
 
 // insert returns the slot of h, allocating one (with an empty bitset) when h is absent.
 func (t *bitTable) insert(h uint64) (slot uint32, created bool) {
-	if s, ok := t.slots[h]; ok {
+	slot = uint32(len(t.keys))
+	if n := len(t.free); n > 0 {
+		slot = t.free[n-1]
+	}
+	if s, found := t.slots.getOrPut(h, slot); found {
 		return s, false
 	}
 	if n := len(t.free); n > 0 {
-		slot = t.free[n-1]
 		t.free = t.free[:n-1]
 		t.keys[slot] = h
 		t.next[slot] = noSlot
 	} else {
-		slot = uint32(len(t.keys))
 		t.keys = append(t.keys, h)
 		t.next = append(t.next, noSlot)
 		for i := 0; i < t.words; i++ {
 			t.bits = append(t.bits, 0)
 		}
 	}
-	t.slots[h] = slot
 	return slot, true
 }
 
@@ -93,8 +93,7 @@ func (t *bitTable) find(prev uint32, h uint64) (uint32, bool) {
 			return c, true
 		}
 	}
-	s, ok := t.slots[h]
-	return s, ok
+	return t.slots.get(h)
 }
 
 // insertAfter is insert for a hash that follows slot prev in a chain: it tries prev's
@@ -115,7 +114,7 @@ func (t *bitTable) insertAfter(prev uint32, h uint64) (slot uint32, created bool
 
 // release frees slot s; its bitset must already be empty.
 func (t *bitTable) release(s uint32) {
-	delete(t.slots, t.keys[s])
+	t.slots.del(t.keys[s])
 	t.keys[s] = 0
 	t.free = append(t.free, s)
 }
@@ -125,7 +124,7 @@ func (t *bitTable) live(s uint32) bool {
 	if t.keys[s] != 0 {
 		return true
 	}
-	s0, ok := t.slots[0]
+	s0, ok := t.slots.get(0)
 	return ok && s0 == s
 }
 
@@ -163,7 +162,7 @@ func (t *bitTable) leading(hashes []uint64, out []uint32) {
 		t.leading1(hashes, out)
 		return
 	}
-	s, ok := t.slots[hashes[0]]
+	s, ok := t.slots.get(hashes[0])
 	if !ok {
 		return
 	}
@@ -209,7 +208,7 @@ func (t *bitTable) leading(hashes []uint64, out []uint32) {
 
 // leading1 is leading for tables of at most 64 workers.
 func (t *bitTable) leading1(hashes []uint64, out []uint32) {
-	s, ok := t.slots[hashes[0]]
+	s, ok := t.slots.get(hashes[0])
 	if !ok {
 		return
 	}

@@ -17,39 +17,50 @@ import (
 // holds nothing.
 func (x *Index) Dump(w WorkerID) []Event {
 	wb := x.worker(w)
-	if wb == nil || len(wb.blocks) == 0 {
+	if wb == nil || wb.blocks.len() == 0 {
 		return nil
 	}
 	// primary engine hash per held slot (the smallest, for determinism); the others are
 	// extra mappings of the same block, emitted after the tree.
-	primary := make(map[uint32]uint64, len(wb.blocks))
+	primary := make(map[uint32]uint64, wb.blocks.len())
 	type extraBlock struct {
 		slot uint32
 		e    uint64
 	}
 	var extras []extraBlock
-	for e, s := range wb.blocks {
+	wb.blocks.each(func(e uint64, s uint32) {
 		if p, ok := primary[s]; ok {
 			if e < p {
 				primary[s] = e
 				e = p
 			}
 			extras = append(extras, extraBlock{s, e})
-			continue
+			return
 		}
 		primary[s] = e
-	}
+	})
 	// Ancestors w no longer holds get placeholder engine hashes.
 	var placeholders []uint64
 	nextPlaceholder := ^uint64(0)
 	used := func(e uint64) bool {
-		_, ok := wb.blocks[e]
+		_, ok := wb.blocks.get(e)
 		return ok
 	}
 	held := make([]uint32, 0, len(primary))
 	for s := range primary {
 		held = append(held, s)
 	}
+	byHash := func(a, b uint32) int {
+		ka, kb := x.t.keys[a], x.t.keys[b]
+		switch {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(held, byHash) // placeholders are numbered in a deterministic order
 	for _, s := range held {
 		for p := x.meta[s].parent; p != noSlot; p = x.meta[p].parent {
 			if _, ok := primary[p]; ok {
@@ -72,16 +83,6 @@ func (x *Index) Dump(w WorkerID) []Event {
 		} else {
 			roots = append(roots, s)
 		}
-	}
-	byHash := func(a, b uint32) int {
-		ka, kb := x.t.keys[a], x.t.keys[b]
-		switch {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
-		}
-		return 0
 	}
 	slices.SortFunc(roots, byHash)
 	for _, c := range children {

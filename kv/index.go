@@ -59,7 +59,7 @@ type nodeMeta struct {
 
 // workerBlocks is one worker's view: authoritative engine hash → slot.
 type workerBlocks struct {
-	blocks map[uint64]uint32
+	blocks u64Map
 	extra  map[uint32]uint32
 }
 
@@ -87,7 +87,7 @@ func (x *Index) Nodes() int { return x.t.len() }
 // Blocks is the number of blocks (engine hashes) indexed for worker w.
 func (x *Index) Blocks(w WorkerID) int {
 	if wb := x.worker(w); wb != nil {
-		return len(wb.blocks)
+		return wb.blocks.len()
 	}
 	return 0
 }
@@ -113,7 +113,7 @@ func (x *Index) ensureWorker(w WorkerID) *workerBlocks {
 	}
 	wb := x.workers[w]
 	if wb == nil {
-		wb = &workerBlocks{blocks: make(map[uint64]uint32)}
+		wb = &workerBlocks{}
 		x.workers[w] = wb
 		x.t.ensureWorker(w)
 	}
@@ -154,12 +154,12 @@ func (x *Index) Apply(w WorkerID, ev Event) error {
 				x.unknownRemovals++
 				continue
 			}
-			s, ok := wb.blocks[e]
+			s, ok := wb.blocks.get(e)
 			if !ok {
 				x.unknownRemovals++
 				continue
 			}
-			delete(wb.blocks, e)
+			wb.blocks.del(e)
 			x.unref(wb, w, s)
 		}
 		return nil
@@ -208,7 +208,7 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 		wb := x.worker(w)
 		s, ok := uint32(0), false
 		if wb != nil {
-			s, ok = wb.blocks[ev.ParentHash]
+			s, ok = wb.blocks.get(ev.ParentHash)
 		}
 		if !ok {
 			return fmt.Errorf("%w: worker %d, BlockStored parent engine hash %#x", ErrUnknownParent, w, ev.ParentHash)
@@ -253,16 +253,15 @@ func (x *Index) node(h uint64, parent, lora uint32, toks []uint32) uint32 {
 
 // mapBlock records that w's engine hash e is block s.
 func (x *Index) mapBlock(wb *workerBlocks, w WorkerID, e uint64, s uint32) {
-	if old, ok := wb.blocks[e]; ok {
+	if old, found := wb.blocks.getOrPut(e, s); found {
 		if old == s {
 			return
 		}
-		wb.blocks[e] = s
+		wb.blocks.put(e, s)
 		x.ref(wb, w, s)
 		x.unref(wb, w, old)
 		return
 	}
-	wb.blocks[e] = s
 	x.ref(wb, w, s)
 }
 
@@ -327,10 +326,8 @@ func (x *Index) ClearWorker(w WorkerID) {
 	if wb == nil {
 		return
 	}
-	for e, s := range wb.blocks {
-		delete(wb.blocks, e)
-		x.unref(wb, w, s)
-	}
+	wb.blocks.each(func(_ uint64, s uint32) { x.unref(wb, w, s) })
+	wb.blocks.reset()
 	wb.extra = nil
 }
 

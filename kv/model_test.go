@@ -242,10 +242,17 @@ func sortU64(s []uint64) {
 	}
 }
 
+// entries copies a u64Map into a Go map.
+func entries(m *u64Map) map[uint64]uint32 {
+	out := map[uint64]uint32{}
+	m.each(func(k uint64, v uint32) { out[k] = v })
+	return out
+}
+
 // checkIndexInvariants verifies the invariants written on Index against its internals.
 func checkIndexInvariants(x *Index) error {
 	live := map[uint32]bool{}
-	for h, s := range x.t.slots {
+	for h, s := range entries(&x.t.slots) {
 		if x.t.keys[s] != h {
 			return fmt.Errorf("slot %d key %#x, map says %#x", s, x.t.keys[s], h)
 		}
@@ -292,7 +299,7 @@ func checkIndexInvariants(x *Index) error {
 			continue
 		}
 		refs := map[uint32]uint32{}
-		for _, s := range wb.blocks {
+		for _, s := range entries(&wb.blocks) {
 			if !live[s] {
 				return fmt.Errorf("worker %d maps to dead slot %d", w, s)
 			}
@@ -385,6 +392,11 @@ func runDifferential(t testing.TB, c chooser, steps, nWorkers, dumpEvery int, st
 			}
 			if err := compareIndex(y, m, nWorkers, probes); err != nil {
 				t.Fatalf("step %d replayed index: %v", step, err)
+			}
+			for wi := 0; wi < nWorkers; wi++ {
+				if !eventsEqual(x.Dump(WorkerID(wi)), y.Dump(WorkerID(wi))) {
+					t.Fatalf("step %d: worker %d: the replayed index dumps differently", step, wi)
+				}
 			}
 			if x.Nodes() != y.Nodes() {
 				t.Fatalf("step %d: replayed index has %d nodes, original %d", step, y.Nodes(), x.Nodes())

@@ -1,0 +1,31 @@
+// Package kv is the KV-cache-aware routing core: block hashing, the index of which
+// workers hold which KV blocks, the router's own load tracking, the routing policies
+// and the Router core that ties them together. It is pure, synchronous Go: no I/O, no
+// goroutines, no clocks or global randomness (time and a *rand.Rand are arguments),
+// and no type in it is safe for concurrent use — the Router grain owns one Router and
+// serialises calls to it.
+//
+// Pieces, each usable alone (the mock engine and the KV block manager use the hashing
+// and the index too):
+//
+//   - Hashing (hash.go, REFERENCE §2): a prompt is cut into blocks of BlockSize tokens;
+//     each full block gets a local xxh3 hash (seed 1337, or 1337 + xxh3(lora name)) and
+//     a chained sequence hash, so equal sequence hashes mean equal prefixes.
+//   - Index (index.go, dump.go): sequence hash → workers holding that block, fed by the
+//     engines' KV events (Event, vLLM kv-events semantics, REFERENCE §1). Overlaps
+//     gives every worker's prefix hit for a prompt, without allocating. Dump turns a
+//     worker's blocks back into events that rebuild it exactly.
+//   - ActiveSequences (active.go, REFERENCE §3): the requests routed to each worker and
+//     not yet finished — active KV blocks (shared prefixes counted once) and prefill
+//     tokens. Every way a request ends goes through one release path.
+//   - Policies (policy.go, policy_builtin.go): a one-method Policy interface, a
+//     Registry value (duplicate names are an error), and the built-ins "kv" (the
+//     reference cost), "round-robin" and "random".
+//   - Router (router.go): worker registration (block size check, engine epochs), the
+//     per-worker numbered event stream with gap detection and dump/replay, busy
+//     thresholds (REFERENCE §4), Route, and Stats.
+//
+// Defaults live in defaults.go, errors in errors.go (all prefixed "kv: ", tested with
+// errors.Is). The scripts under testdata/scripts show the Router's behaviour end to
+// end; run `go test ./kv -run Scripts -rewrite` after an intended change.
+package kv
