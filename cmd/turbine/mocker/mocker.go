@@ -1,0 +1,176 @@
+// Package mocker is `turbine mocker`: the mock engine as its own process. It behaves like
+// a vLLM server from the outside (OpenAI completions in vLLM's dialect, /health,
+// /v1/models, /metrics with vLLM's names, KV events over ZeroMQ in vLLM's wire format)
+// and needs no GPU. Flags follow vLLM's names.
+package mocker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
+	"github.com/turbine-llm/turbine/engines/kvevents"
+	enginecore "github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
+	"github.com/turbine-llm/turbine/gateway/preprocess"
+)
+
+// Options are the flags, with their defaults in Defaults.
+type Options struct {
+	Host            string
+	Port            int
+	Model           string
+	ServedModelName string
+	Tokenizer       string
+	Engine          enginecore.Config
+	Seed            int64
+	KVEventsConfig  string
+	NoPrefixCaching bool
+	NoChunked       bool
+	LogFormat       string
+	LogLevel        string
+	ShutdownGrace   time.Duration
+}
+
+// DefaultTokenizer is used when neither --tokenizer nor --model names one.
+const DefaultTokenizer = "builtin:cl100k_base"
+
+// Defaults returns the flag defaults (the reference mocker's engine limits, REFERENCE §7).
+func Defaults() Options {
+	return Options{
+		Host: "127.0.0.1", Port: 8000, Model: "turbine-mock",
+		Engine:    enginecore.DefaultConfig(),
+		LogFormat: "auto", LogLevel: "info", ShutdownGrace: 5 * time.Second,
+	}
+}
+
+func flags(o *Options, fs *flag.FlagSet) {
+	e := &o.Engine
+	fs.StringVar(&o.Host, "host", o.Host, "address to listen on")
+	fs.IntVar(&o.Port, "port", o.Port, "HTTP port (0 picks a free one; the ready log line names it)")
+	fs.StringVar(&o.Model, "model", o.Model, "model name, or a model folder / builtin:<encoding> whose tokenizer to use")
+	fs.StringVar(&o.ServedModelName, "served-model-name", o.ServedModelName, "model id served in the API (default: --model)")
+	fs.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "tokenizer: builtin:cl100k_base, builtin:o200k_base or an HF model folder (default: --model when it is one, else "+DefaultTokenizer+")")
+	fs.IntVar(&e.BlockSize, "block-size", e.BlockSize, "KV block size in tokens")
+	fs.IntVar(&e.NumGPUBlocks, "num-gpu-blocks-override", e.NumGPUBlocks, "number of KV blocks")
+	fs.IntVar(&e.MaxNumSeqs, "max-num-seqs", e.MaxNumSeqs, "maximum running requests")
+	fs.IntVar(&e.MaxNumBatchedTokens, "max-num-batched-tokens", e.MaxNumBatchedTokens, "maximum tokens computed per engine step")
+	fs.IntVar(&e.MaxModelLen, "max-model-len", e.MaxModelLen, "context length in tokens (prompt + output)")
+	fs.Float64Var(&e.SpeedupRatio, "speedup-ratio", e.SpeedupRatio, "divides every modelled step duration (10 = ten times faster)")
+	fs.IntVar(&e.MeanOutputTokens, "mean-output-tokens", e.MeanOutputTokens, "mean output length in tokens of requests that may end on EOS")
+	fs.Int64Var(&o.Seed, "seed", o.Seed, "generation seed of requests without one (same seed, same prompt: same output on every engine)")
+	fs.StringVar(&o.KVEventsConfig, "kv-events-config", o.KVEventsConfig, `KV events, vLLM's JSON, e.g. {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv-events"}`)
+	fs.BoolVar(&e.EnablePrefixCaching, "enable-prefix-caching", e.EnablePrefixCaching, "keep full KV blocks for reuse across requests")
+	fs.BoolVar(&o.NoPrefixCaching, "no-enable-prefix-caching", false, "disable prefix caching")
+	fs.BoolVar(&e.EnableChunkedPrefill, "enable-chunked-prefill", e.EnableChunkedPrefill, "split long prefills over several steps")
+	fs.BoolVar(&o.NoChunked, "no-enable-chunked-prefill", false, "disable chunked prefill")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: auto (console on a terminal, else JSON), json or console")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "how long SIGTERM waits for in-flight requests before aborting them")
+}
+
+// Run parses args and serves until ctx ends or SIGINT/SIGTERM arrives, then shuts down
+// gracefully. Errors name the flag that is wrong.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := Defaults()
+	fs := flag.NewFlagSet("turbine mocker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	flags(&o, fs)
+	if err := cli.Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (the model is given with --model)", fs.Arg(0))
+	}
+	if err := o.resolve(); err != nil {
+		return err
+	}
+	log, err := cli.Logger(stderr, o.LogFormat, o.LogLevel)
+	if err != nil {
+		return err
+	}
+	kvCfg, err := kvevents.ParseConfig(o.KVEventsConfig)
+	if err != nil {
+		return err
+	}
+	model, err := preprocess.LoadModel(o.Tokenizer)
+	if err != nil {
+		return fmt.Errorf("--tokenizer %s: %w", o.Tokenizer, err)
+	}
+	root := o.Model
+	metrics.ExposeMetadata(true) // # HELP and # TYPE lines on /metrics, as vLLM's exposition
+	srv, err := server.New(server.Options{
+		Engine: o.Engine, ServedModelName: o.ServedModelName, ModelRoot: root, Model: model,
+		KVEvents: kvCfg, Logger: log, ShutdownGrace: o.ShutdownGrace,
+	})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("--host %s --port %d: %w", o.Host, o.Port, err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	ctx, stop := cli.SignalContext(ctx)
+	defer stop()
+	return srv.Run(ctx, l, func() {
+		ev := log.Info().Str("host", o.Host).Int("port", port).Str("model", o.ServedModelName).
+			Str("tokenizer", o.Tokenizer).Int("block_size", o.Engine.BlockSize).Int("num_gpu_blocks", o.Engine.NumGPUBlocks)
+		if ep := srv.KVEventsEndpoint(); ep != "" {
+			ev = ev.Str("kv_events", ep).Bool("kv_events_bind", kvevents.EngineBinds(kvCfg.Endpoint))
+		}
+		ev.Msg("mocker serving")
+	})
+}
+
+// resolve fills derived options and checks the ones the engine does not.
+func (o *Options) resolve() error {
+	if o.NoPrefixCaching {
+		o.Engine.EnablePrefixCaching = false
+	}
+	if o.NoChunked {
+		o.Engine.EnableChunkedPrefill = false
+	}
+	if o.Host == "" {
+		return errors.New("--host must not be empty")
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return fmt.Errorf("--port %d out of range 0-65535", o.Port)
+	}
+	if o.Model == "" {
+		return errors.New("--model must not be empty")
+	}
+	if o.ServedModelName == "" {
+		o.ServedModelName = o.Model
+	}
+	if o.Tokenizer == "" {
+		o.Tokenizer = DefaultTokenizer
+		if strings.HasPrefix(o.Model, "builtin:") {
+			o.Tokenizer = o.Model
+		} else if fi, err := os.Stat(o.Model); err == nil && fi.IsDir() {
+			o.Tokenizer = o.Model
+		}
+	}
+	if o.ShutdownGrace < 0 {
+		return fmt.Errorf("--shutdown-grace %v must not be negative", o.ShutdownGrace)
+	}
+	o.Engine.Seed = uint64(o.Seed)
+	if err := o.Engine.Validate(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "mocker: "))
+	}
+	return nil
+}

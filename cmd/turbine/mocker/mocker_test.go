@@ -1,0 +1,197 @@
+package mocker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/turbine-llm/turbine/engines/vllm"
+)
+
+// syncBuffer is a log sink the test reads while Run writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitReady returns the ready log line's fields.
+func waitReady(t *testing.T, logs *syncBuffer, errc <-chan error) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		sc := bufio.NewScanner(strings.NewReader(logs.String()))
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["message"] == "mocker serving" {
+				return m
+			}
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("Run returned %v; logs:\n%s", err, logs.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no ready line; logs:\n%s", logs.String())
+	return nil
+}
+
+func TestRunServesAndShutsDown(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, []string{"--port", "0", "--served-model-name", "mock-a", "--block-size", "16",
+			"--num-gpu-blocks-override", "1024", "--max-model-len", "4096", "--speedup-ratio", "50", "--seed", "3",
+			"--kv-events-config", `{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:0","topic":"kv-events"}`},
+			io.Discard, logs)
+	}()
+	ready := waitReady(t, logs, errc)
+	if ready["level"] != "info" || ready["port"] == nil || ready["kv_events"] == nil || ready["kv_events_bind"] != true {
+		t.Fatalf("ready line %v", ready)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", int(ready["port"].(float64)))
+	c, err := vllm.New(base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := c.Models(ctx)
+	if err != nil || len(ms) != 1 || ms[0].ID != "mock-a" || ms[0].Root != "turbine-mock" || ms[0].MaxModelLen != 4096 {
+		t.Fatalf("models %+v %v", ms, err)
+	}
+	st, err := c.Complete(ctx, vllm.CompletionRequest{PromptTokenIDs: []uint32{10, 20, 30}, MaxTokens: 5, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		ch, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(ch.TokenIDs)
+	}
+	st.Close()
+	if n != 5 {
+		t.Fatalf("%d tokens", n)
+	}
+	l, err := c.Load(ctx)
+	if err != nil || l.BlockSize != 16 || l.NumGPUBlocks != 1024 {
+		t.Fatalf("load %+v %v", l, err)
+	}
+
+	// Graceful shutdown: a request in flight finishes, then Run returns.
+	st, err = c.Complete(context.Background(), vllm.CompletionRequest{PromptTokenIDs: []uint32{1, 2}, MaxTokens: 200, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	got := 1
+	for {
+		ch, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("in-flight request cut by shutdown after %d chunks: %v", got, err)
+		}
+		got++
+		if ch.FinishReason != "" && ch.FinishReason != "length" {
+			t.Fatalf("finish %q", ch.FinishReason)
+		}
+	}
+	if got != 200 {
+		t.Fatalf("in-flight request got %d chunks", got)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if _, err := http.Get(base + "/health"); err == nil {
+		t.Fatal("still serving after shutdown")
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--port", "70000"}, "--port 70000"},
+		{[]string{"--host", ""}, "--host"},
+		{[]string{"--block-size", "0"}, "--block-size 0"},
+		{[]string{"--num-gpu-blocks-override", "2"}, "--max-model-len 32768 exceeds the KV cache"},
+		{[]string{"--max-num-seqs", "-1"}, "--max-num-seqs"},
+		{[]string{"--speedup-ratio", "0"}, "--speedup-ratio"},
+		{[]string{"--mean-output-tokens", "0"}, "--mean-output-tokens"},
+		{[]string{"--no-enable-chunked-prefill"}, "without chunked prefill"},
+		{[]string{"--kv-events-config", `{"enable_kv_cache_events":true,"publisher":"nats"}`}, "--kv-events-config"},
+		{[]string{"--kv-events-config", `{"enable_kv_cache_events":true}`, "--no-enable-prefix-caching"}, "prefix caching"},
+		{[]string{"--tokenizer", "builtin:nope"}, "--tokenizer builtin:nope"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--port", "x"}, `invalid value "x" for flag -port`},
+		{[]string{"model-as-argument"}, "unexpected argument"},
+		{[]string{"--shutdown-grace", "-1s"}, "--shutdown-grace"},
+	} {
+		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Run(%q) = %v, want error containing %q", tc.args, err, tc.want)
+		}
+	}
+	if err := Run(context.Background(), []string{"-h"}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("-h: %v", err)
+	}
+}
+
+func TestResolveTokenizer(t *testing.T) {
+	for _, tc := range []struct{ model, tokenizer, want string }{
+		{"turbine-mock", "", DefaultTokenizer},
+		{"builtin:o200k_base", "", "builtin:o200k_base"},
+		{t.TempDir(), "", ""}, // a folder is its own tokenizer
+		{"x", "builtin:p50k_base", "builtin:p50k_base"},
+	} {
+		o := Defaults()
+		o.Model, o.Tokenizer = tc.model, tc.tokenizer
+		if err := o.resolve(); err != nil {
+			t.Fatal(err)
+		}
+		want := tc.want
+		if want == "" {
+			want = tc.model
+		}
+		if o.Tokenizer != want || o.ServedModelName != tc.model {
+			t.Errorf("model %q: tokenizer %q served %q", tc.model, o.Tokenizer, o.ServedModelName)
+		}
+	}
+}
