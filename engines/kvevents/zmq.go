@@ -70,8 +70,10 @@ func NewPublisher(cfg Config, dpRank int) (*Publisher, error) {
 			_ = sock.Close()
 			return nil, fmt.Errorf("kvevents: publisher: bind %s: %w", cfg.Endpoint, err)
 		}
-		if a := sock.Addr(); a != nil && scheme == "tcp" {
-			p.ep = "tcp://" + a.String()
+		if a, ok := sock.Addr().(*net.TCPAddr); ok && scheme == "tcp" {
+			// Keep the host as configured (e.g. *), resolve the port.
+			host := addr[:strings.LastIndex(addr, ":")]
+			p.ep = fmt.Sprintf("tcp://%s:%d", host, a.Port)
 		}
 		return p, nil
 	}
@@ -201,7 +203,8 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// Endpoint is where the socket is bound (with the port resolved) or what it connects to.
+// Endpoint is the configured endpoint with a bound port resolved (tcp://*:0 becomes
+// tcp://*:41234); ConsumerEndpoint turns it into the address a consumer dials.
 func (p *Publisher) Endpoint() string { return p.ep }
 
 // Publish sends events as one batch stamped ts, with the next sequence number (the

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +27,7 @@ func TestKVEventsWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, hs := startServer(t, opts)
-	ep, listen := kvevents.ConsumerEndpoint(strings.Replace(s.KVEventsEndpoint(), "0.0.0.0", "*", 1))
+	ep, listen := kvevents.ConsumerEndpoint(s.KVEventsEndpoint())
 	if listen {
 		t.Fatalf("a bound publisher needs a dialling consumer (%s)", s.KVEventsEndpoint())
 	}
