@@ -417,3 +417,29 @@ func normalizeBatch(b kv.Batch) kv.Batch {
 	}
 	return b
 }
+
+// BenchmarkDecodePayload decodes a batch of 16 BlockStored events of 4 blocks of 16 tokens.
+func BenchmarkDecodePayload(b *testing.B) {
+	var evs []kv.Event
+	for i := 0; i < 16; i++ {
+		toks := make([]uint32, 64)
+		for j := range toks {
+			toks[j] = uint32(i*1000 + j)
+		}
+		evs = append(evs, kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{bigHash, 2, 3, uint64(i)}, HasParent: true, ParentHash: 9,
+			TokenIDs: toks, BlockSize: 16, Medium: "GPU"})
+	}
+	p, err := EncodePayload(kv.Batch{Timestamp: 1, Events: evs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := DecodePayload(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.N*len(evs)*4)/b.Elapsed().Seconds(), "blocks/s")
+}
