@@ -28,13 +28,9 @@ const DefaultMaxSequenceAge = 300 * time.Second
 //     sharing s; holders[s] is the number of set bits; refs[s] the number of requests
 //     (on any worker) with block s, so refs[s] == holders[s] means no worker has a
 //     second request on s and extra need not be consulted.
-//   - A slot whose last request ends stays in the table, idle (no bits), so that the
-//     next request with the same prefix reuses it without touching the map; idle
-//     counts them. Idle slots are swept once they outnumber the live ones by
-//     maxIdleSlots, which bounds the memory they hold. Idle slots have no bits, so
-//     ActivePrefix treats them as absent.
-//     workers[w].blocks = number of slots with w's bit; workers[w].prefillTokens = sum
-//     over w's requests with prefill not done.
+//   - A slot lives exactly while refs > 0. A request holds whole prefixes, so a block
+//     whose refs reach 0 has no live descendants; Free releases a request's blocks
+//     tail first.
 //   - Every way a request ends (Free after completion, cancel or error, Expire,
 //     RemoveWorker, re-Add of the same id) goes through one release path, so load always
 //     returns to zero.
@@ -45,8 +41,6 @@ type ActiveSequences struct {
 	t       bitTable
 	holders []uint32 // per slot
 	refs    []uint32 // per slot
-	idle    int
-	maxIdle int
 	workers []activeWorker
 	seqs    map[string]*activeSeq
 	queue   []queued
@@ -58,7 +52,7 @@ type activeWorker struct {
 	blocks        int
 	prefillTokens int64
 	sequences     int
-	extra         map[uint32]uint32
+	extra         u64Map // slot → further requests sharing it
 }
 
 type activeSeq struct {
@@ -90,17 +84,14 @@ type Load struct {
 // NewActiveSequences returns an empty tracker whose Expire drops sequences older than
 // maxAge (use DefaultMaxSequenceAge); maxAge <= 0 disables expiry.
 func NewActiveSequences(maxAge time.Duration) *ActiveSequences {
-	return &ActiveSequences{maxAge: maxAge, t: newBitTable(), seqs: make(map[string]*activeSeq), maxIdle: maxIdleSlots}
+	return &ActiveSequences{maxAge: maxAge, t: newBitTable(), seqs: make(map[string]*activeSeq)}
 }
 
 // Len is the number of active requests.
 func (a *ActiveSequences) Len() int { return len(a.seqs) }
 
 // Blocks is the number of distinct blocks active on any worker.
-func (a *ActiveSequences) Blocks() int { return a.t.len() - a.idle }
-
-// maxIdleSlots is how many idle slots beyond the live ones are kept for reuse.
-const maxIdleSlots = 1 << 16
+func (a *ActiveSequences) Blocks() int { return a.t.len() }
 
 // Load returns worker w's load (zero for a worker without requests).
 func (a *ActiveSequences) Load(w WorkerID) Load {
@@ -140,20 +131,14 @@ func (a *ActiveSequences) Add(reqID string, w WorkerID, seqHashes []uint64, pref
 	for i, h := range seqHashes {
 		s, created := a.t.insertAfter(prev, h)
 		prev = s
-		if created {
-			if int(s) >= len(a.holders) {
-				a.holders = append(a.holders, 0)
-				a.refs = append(a.refs, 0)
-			}
-		} else if a.holders[s] == 0 {
-			a.idle--
+		if created && int(s) >= len(a.holders) {
+			a.holders = append(a.holders, 0)
+			a.refs = append(a.refs, 0)
 		}
 		a.refs[s]++
 		if a.t.has(s, w) {
-			if aw.extra == nil {
-				aw.extra = make(map[uint32]uint32)
-			}
-			aw.extra[s]++
+			c, _ := aw.extra.getOrPut(uint64(s), 0)
+			aw.extra.put(uint64(s), c+1)
 		} else {
 			a.t.set(s, w)
 			a.holders[s]++
@@ -195,43 +180,32 @@ func (a *ActiveSequences) Free(reqID string) bool {
 	delete(a.seqs, reqID)
 	aw := &a.workers[s.worker]
 	w := s.worker
-	for _, slot := range s.slots {
+	for i := len(s.slots) - 1; i >= 0; i-- { // tail first: children before parents
+		slot := s.slots[i]
 		shared := a.refs[slot] > a.holders[slot]
 		a.refs[slot]--
 		if shared {
-			if c := aw.extra[slot]; c > 0 {
+			if c, _ := aw.extra.get(uint64(slot)); c > 0 {
 				if c == 1 {
-					delete(aw.extra, slot)
+					aw.extra.del(uint64(slot))
 				} else {
-					aw.extra[slot] = c - 1
+					aw.extra.put(uint64(slot), c-1)
 				}
 				continue
 			}
 		}
 		a.t.clear(slot, w)
 		aw.blocks--
-		if a.holders[slot]--; a.holders[slot] == 0 {
-			a.idle++
+		a.holders[slot]--
+		if a.refs[slot] == 0 {
+			a.t.release(slot)
 		}
 	}
 	if !s.prefillDone {
 		aw.prefillTokens -= s.prefillTokens
 	}
 	aw.sequences--
-	if a.idle > a.t.len()-a.idle+a.maxIdle {
-		a.sweep()
-	}
 	return true
-}
-
-// sweep releases every idle slot.
-func (a *ActiveSequences) sweep() {
-	for s := range a.holders {
-		if a.holders[s] == 0 && a.t.live(uint32(s)) {
-			a.t.release(uint32(s))
-		}
-	}
-	a.idle = 0
 }
 
 // Expire frees every request added more than maxAge before now (requests whose end the

@@ -121,10 +121,13 @@ func checkActiveInvariants(a *ActiveSequences) error {
 			perWorker[s.worker][slot]++
 		}
 	}
-	idle := 0
-	for h, slot := range entries(&a.t.slots) {
-		if a.t.keys[slot] != h {
-			return fmt.Errorf("slot %d key mismatch", slot)
+	if err := checkTableInvariants(&a.t); err != nil {
+		return err
+	}
+	for slot := range a.t.keys {
+		slot := uint32(slot)
+		if !a.t.live(slot) {
+			continue
 		}
 		if a.refs[slot] != refs[slot] {
 			return fmt.Errorf("slot %d refs %d, counted %d", slot, a.refs[slot], refs[slot])
@@ -138,7 +141,7 @@ func checkActiveInvariants(a *ActiveSequences) error {
 			}
 			if n > 0 {
 				holders++
-				if got := a.workers[w].extra[slot]; got != n-1 {
+				if got, _ := a.workers[w].extra.get(uint64(slot)); got != n-1 {
 					return fmt.Errorf("slot %d worker %d: extra %d, want %d", slot, w, got, n-1)
 				}
 			}
@@ -146,15 +149,9 @@ func checkActiveInvariants(a *ActiveSequences) error {
 		if holders != a.holders[slot] {
 			return fmt.Errorf("slot %d holders %d, counted %d", slot, a.holders[slot], holders)
 		}
-		if holders == 0 {
-			idle++
+		if refs[slot] == 0 {
+			return fmt.Errorf("slot %d live without requests", slot)
 		}
-	}
-	if idle != a.idle {
-		return fmt.Errorf("idle %d, counted %d", a.idle, idle)
-	}
-	if idle > a.t.len()-idle+a.maxIdle {
-		return fmt.Errorf("%d idle slots exceed the bound (%d live + %d)", idle, a.t.len()-idle, a.maxIdle)
 	}
 	for wi := range a.workers {
 		w := WorkerID(wi)
@@ -193,7 +190,6 @@ func TestActiveEveryPathReturnsLoadToZero(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 3))
 			const bs, workers = 2, 5
 			a := NewActiveSequences(60 * time.Second)
-			a.maxIdle = int(seed) * 3 // exercise sweeps
 			m := &activeModel{reqs: map[string]modelReq{}}
 			now := t0
 			for step := 0; step < 3000; step++ {

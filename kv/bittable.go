@@ -5,30 +5,51 @@ import "math/bits"
 // noSlot marks "no slot" in slot-valued fields.
 const noSlot = ^uint32(0)
 
-// bitTable maps 64-bit block hashes to dense slots, and gives each slot a bitset of
-// worker ids (WorkerID < 64*words). It is the shared core of Index (which workers hold
-// a block) and ActiveSequences (on which workers a block is active).
+// Slot states.
+const (
+	slotFree   uint8 = iota // on the free list
+	slotLinked              // reachable only as next[parent]
+	slotHashed              // reachable through the hash map
+)
+
+// bitTable is a tree of blocks keyed by chained sequence hashes — a radix tree whose
+// edges are KV blocks — where each node (slot) carries a bitset of worker ids
+// (WorkerID < 64*words). It is the shared core of Index (which workers hold a block)
+// and ActiveSequences (on which workers a block is active).
+//
+// A sequence hash identifies its whole prefix, so a node is found either from its
+// parent or, for any node, by its hash alone. The hash map only holds the nodes that
+// cannot be reached cheaply from their parent: the first blocks of sequences (roots)
+// and children other than their parent's first child (branches). A first child is
+// reached through next[parent]. Chains are mostly linear, so walking or extending a
+// cached prompt follows next links through (mostly consecutive) slots and touches the
+// map only at roots and branch points; creating a new tail after a branch costs one
+// map insert, not one per block.
 //
 // Ownership and invariants:
-//   - slots is authoritative for "hash h is present"; keys[s] is h for every live slot s.
+//   - keys[s], parent[s], state[s] describe live slot s; parent[s] is noSlot for roots.
+//   - state[s] == slotHashed iff the map holds keys[s] → s; every root is hashed.
+//   - state[s] == slotLinked iff next[parent[s]] == s (a parent's first child); a
+//     parent has at most one linked child, and next[p] is noSlot or linked.
+//   - branches[p] counts p's hashed children, so a lookup below p consults the map
+//     only when p has any.
+//   - A slot is released only when it has no live children (Index: its child count is
+//     zero; ActiveSequences: every request containing a descendant contains it too).
 //   - bits[s*words : (s+1)*words] is slot s's bitset; a released slot's bitset is zero.
 //   - Slot ids are reused (free list); callers keep parallel per-slot arrays sized with
 //     capSlots and must not use a slot id after release.
 //   - words only grows (a worker id above the current width relays the bitsets out).
-//   - next[s] is a hint, never authoritative: the slot most recently linked after s
-//     (the next block of a chain). Walks follow it when keys[next[s]] equals the hash
-//     they look for, and fall back to the map otherwise, so a stale hint (slot freed or
-//     reused) costs a map probe, never a wrong answer. A released slot's key is 0, and
-//     hash 0 always takes the map. Chains are mostly created in order, so their slots
-//     are mostly consecutive: a walk along a cached prompt touches adjacent memory
-//     instead of one random map probe per block.
 type bitTable struct {
-	slots u64Map
-	keys  []uint64
-	bits  []uint64
-	next  []uint32
-	words int
-	free  []uint32
+	index    u64Map
+	keys     []uint64
+	parent   []uint32
+	next     []uint32
+	branches []uint32
+	state    []uint8
+	bits     []uint64
+	words    int
+	free     []uint32
+	n        int
 	// scratch is the running bitset of leading(); owned by the table, never escapes.
 	scratch []uint64
 }
@@ -38,10 +59,13 @@ func newBitTable() bitTable {
 }
 
 // len is the number of live slots.
-func (t *bitTable) len() int { return t.slots.len() }
+func (t *bitTable) len() int { return t.n }
 
 // capSlots is one more than the highest slot id ever handed out.
 func (t *bitTable) capSlots() int { return len(t.keys) }
+
+// live reports whether slot s is allocated.
+func (t *bitTable) live(s uint32) bool { return t.state[s] != slotFree }
 
 // ensureWorker widens the bitsets so that worker id w fits.
 func (t *bitTable) ensureWorker(w WorkerID) {
@@ -57,75 +81,83 @@ func (t *bitTable) ensureWorker(w WorkerID) {
 	t.scratch = make([]uint64, need)
 }
 
-// lookup returns the slot of h.
-func (t *bitTable) lookup(h uint64) (uint32, bool) {
-	return t.slots.get(h)
+// find returns the slot of the block with sequence hash h whose parent is slot prev
+// (prev == noSlot: h starts a sequence).
+func (t *bitTable) find(prev uint32, h uint64) (uint32, bool) {
+	if prev != noSlot {
+		if c := t.next[prev]; c != noSlot && t.keys[c] == h {
+			return c, true
+		}
+		if t.branches[prev] == 0 {
+			return noSlot, false
+		}
+	}
+	return t.index.get(h)
 }
 
-// insert returns the slot of h, allocating one (with an empty bitset) when h is absent.
-func (t *bitTable) insert(h uint64) (slot uint32, created bool) {
+// insertAfter returns the slot of the block with sequence hash h whose parent is slot
+// prev (noSlot for a first block), creating it (with an empty bitset) when absent.
+func (t *bitTable) insertAfter(prev uint32, h uint64) (slot uint32, created bool) {
+	hashed := true
+	if prev != noSlot {
+		c := t.next[prev]
+		if c != noSlot && t.keys[c] == h {
+			return c, false
+		}
+		if c == noSlot && t.branches[prev] == 0 {
+			hashed = false
+		}
+	}
 	slot = uint32(len(t.keys))
 	if n := len(t.free); n > 0 {
 		slot = t.free[n-1]
 	}
-	if s, found := t.slots.getOrPut(h, slot); found {
-		return s, false
+	if hashed {
+		if s, found := t.index.getOrPut(h, slot); found {
+			return s, false
+		}
 	}
 	if n := len(t.free); n > 0 {
 		t.free = t.free[:n-1]
-		t.keys[slot] = h
-		t.next[slot] = noSlot
 	} else {
-		t.keys = append(t.keys, h)
+		t.keys = append(t.keys, 0)
+		t.parent = append(t.parent, noSlot)
 		t.next = append(t.next, noSlot)
+		t.branches = append(t.branches, 0)
+		t.state = append(t.state, slotFree)
 		for i := 0; i < t.words; i++ {
 			t.bits = append(t.bits, 0)
 		}
 	}
+	t.keys[slot], t.parent[slot], t.next[slot], t.branches[slot] = h, prev, noSlot, 0
+	switch {
+	case !hashed:
+		t.state[slot] = slotLinked
+		t.next[prev] = slot
+	case prev != noSlot:
+		t.state[slot] = slotHashed
+		t.branches[prev]++
+	default:
+		t.state[slot] = slotHashed
+	}
+	t.n++
 	return slot, true
 }
 
-// find returns the slot of h, which is expected to follow slot prev in a chain
-// (prev == noSlot: no expectation), trying prev's hint before the map.
-func (t *bitTable) find(prev uint32, h uint64) (uint32, bool) {
-	if prev != noSlot && h != 0 {
-		if c := t.next[prev]; c != noSlot && t.keys[c] == h {
-			return c, true
-		}
-	}
-	return t.slots.get(h)
-}
-
-// insertAfter is insert for a hash that follows slot prev in a chain: it tries prev's
-// hint first and points the hint at the result.
-func (t *bitTable) insertAfter(prev uint32, h uint64) (slot uint32, created bool) {
-	if prev == noSlot {
-		return t.insert(h)
-	}
-	if h != 0 {
-		if c := t.next[prev]; c != noSlot && t.keys[c] == h {
-			return c, false
-		}
-	}
-	slot, created = t.insert(h)
-	t.next[prev] = slot
-	return slot, created
-}
-
-// release frees slot s; its bitset must already be empty.
+// release frees slot s; its bitset must be empty and it must have no live children.
 func (t *bitTable) release(s uint32) {
-	t.slots.del(t.keys[s])
-	t.keys[s] = 0
-	t.free = append(t.free, s)
-}
-
-// live reports whether slot s is allocated (not on the free list).
-func (t *bitTable) live(s uint32) bool {
-	if t.keys[s] != 0 {
-		return true
+	p := t.parent[s]
+	if t.state[s] == slotHashed {
+		t.index.del(t.keys[s])
+		if p != noSlot {
+			t.branches[p]--
+		}
+	} else {
+		t.next[p] = noSlot
 	}
-	s0, ok := t.slots.get(0)
-	return ok && s0 == s
+	t.keys[s], t.parent[s], t.state[s] = 0, noSlot, slotFree
+	t.free = append(t.free, s)
+	t.n--
 }
 
 func (t *bitTable) has(s uint32, w WorkerID) bool {
@@ -150,9 +182,10 @@ func (t *bitTable) row(s uint32) []uint64 {
 }
 
 // leading sets out[w], for every worker w < len(out), to the number of leading hashes
-// whose slots have w's bit set: the walk stops for a worker at its first miss (a block
-// that is absent, or present without w, ends w's run even if later blocks carry w). It
-// stops as soon as no worker is still running. It does not allocate.
+// (a prompt's chained sequence hashes) whose blocks have w's bit set: the walk stops
+// for a worker at its first miss (a block that is absent, or present without w, ends
+// w's run even if later blocks carry w). It stops as soon as no worker is still
+// running. It does not allocate.
 func (t *bitTable) leading(hashes []uint64, out []uint32) {
 	clear(out)
 	if len(hashes) == 0 {
@@ -162,7 +195,7 @@ func (t *bitTable) leading(hashes []uint64, out []uint32) {
 		t.leading1(hashes, out)
 		return
 	}
-	s, ok := t.slots.get(hashes[0])
+	s, ok := t.index.get(hashes[0])
 	if !ok {
 		return
 	}
@@ -191,7 +224,7 @@ func (t *bitTable) leading(hashes []uint64, out []uint32) {
 			act[k] &= b
 			alive |= act[k]
 		}
-		if alive == 0 {
+		if alive == 0 || !ok {
 			return
 		}
 	}
@@ -208,7 +241,7 @@ func (t *bitTable) leading(hashes []uint64, out []uint32) {
 
 // leading1 is leading for tables of at most 64 workers.
 func (t *bitTable) leading1(hashes []uint64, out []uint32) {
-	s, ok := t.slots.get(hashes[0])
+	s, ok := t.index.get(hashes[0])
 	if !ok {
 		return
 	}
@@ -227,6 +260,9 @@ func (t *bitTable) leading1(hashes []uint64, out []uint32) {
 			d &= d - 1
 		}
 		act &= b
+		if !ok {
+			return
+		}
 	}
 	for act != 0 {
 		w := bits.TrailingZeros64(act)

@@ -62,7 +62,7 @@ func (x *Index) Dump(w WorkerID) []Event {
 	}
 	slices.SortFunc(held, byHash) // placeholders are numbered in a deterministic order
 	for _, s := range held {
-		for p := x.meta[s].parent; p != noSlot; p = x.meta[p].parent {
+		for p := x.t.parent[s]; p != noSlot; p = x.t.parent[p] {
 			if _, ok := primary[p]; ok {
 				break
 			}
@@ -78,7 +78,7 @@ func (x *Index) Dump(w WorkerID) []Event {
 	children := make(map[uint32][]uint32, len(primary))
 	var roots []uint32
 	for s := range primary {
-		if p := x.meta[s].parent; p != noSlot {
+		if p := x.t.parent[s]; p != noSlot {
 			children[p] = append(children[p], s)
 		} else {
 			roots = append(roots, s)
@@ -94,9 +94,10 @@ func (x *Index) Dump(w WorkerID) []Event {
 	last := noSlot // last block of events[len(events)-1]
 	emit := func(s uint32) {
 		m := &x.meta[s]
+		parent := x.t.parent[s]
 		start := len(toks)
 		toks = append(toks, x.tokens[int(s)*bs:(int(s)+1)*bs]...)
-		if n := len(events); n > 0 && m.parent != noSlot && m.parent == last && x.loras[m.lora] == events[n-1].LoraName {
+		if n := len(events); n > 0 && parent != noSlot && parent == last && x.loras[m.lora] == events[n-1].LoraName {
 			ev := &events[n-1]
 			ev.EngineHashes = append(ev.EngineHashes, primary[s])
 			ev.TokenIDs = toks[len(toks)-len(ev.EngineHashes)*bs:]
@@ -110,8 +111,8 @@ func (x *Index) Dump(w WorkerID) []Event {
 			BlockSize:    bs,
 			LoraName:     x.loras[m.lora],
 		}
-		if m.parent != noSlot {
-			ev.HasParent, ev.ParentHash = true, primary[m.parent]
+		if parent != noSlot {
+			ev.HasParent, ev.ParentHash = true, primary[parent]
 		}
 		events = append(events, ev)
 		last = s
@@ -155,8 +156,8 @@ func (x *Index) Dump(w WorkerID) []Event {
 			BlockSize:    bs,
 			LoraName:     x.loras[m.lora],
 		}
-		if m.parent != noSlot {
-			ev.HasParent, ev.ParentHash = true, primary[m.parent]
+		if p := x.t.parent[xb.slot]; p != noSlot {
+			ev.HasParent, ev.ParentHash = true, primary[p]
 		}
 		events = append(events, ev)
 	}

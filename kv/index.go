@@ -15,12 +15,13 @@ const MaxWorkerID = 1<<16 - 1
 // Index is the router's index of which workers hold which KV blocks, keyed by the
 // router's own chained sequence hashes (REFERENCE §2), fed by the engines' KV events.
 //
-// Layout: one map from sequence hash to a dense node slot; per slot a worker bitset
-// (one 64-bit word per 64 workers), the parent slot, a child count, the LoRA adapter and
-// the block's token ids; per worker a map from the engine's block hash to the slot.
-// Lookups walk the prompt's sequence hashes through the map and AND the bitsets, so a
-// routing lookup costs one map probe per prompt block, allocates nothing, and stops
-// early once no worker still matches.
+// Layout: a tree of blocks in dense node slots (bitTable: sequence hash, parent, first
+// child, worker bitset with one 64-bit word per 64 workers; a hash map only for
+// roots and branch points); per slot a child count, the LoRA adapter and the block's
+// token ids; per worker a map from the engine's block hash to the slot. Lookups walk
+// the prompt's sequence hashes down the tree and AND the bitsets, so a routing lookup
+// follows one link per prompt block (a map probe only at branch points), allocates
+// nothing, and stops once no worker still matches.
 //
 // Ownership and invariants (the Index is the sole owner of all of it; it is not safe
 // for concurrent use — the Router grain serialises calls):
@@ -35,7 +36,7 @@ const MaxWorkerID = 1<<16 - 1
 //     descendants keeps its tokens so that Dump can still replay the descendants. Such
 //     a node has no bits, so lookups never count it.
 //   - A node's parent slot is the node of the previous block of the same chain; it is
-//     alive at least as long as the node.
+//     alive at least as long as the node (children counts it).
 //   - Only blocks on the GPU tier (Medium "" or "GPU") are indexed; events about other
 //     tiers are accepted and ignored.
 type Index struct {
@@ -51,8 +52,7 @@ type Index struct {
 }
 
 type nodeMeta struct {
-	parent   uint32 // slot of the previous block of the chain, noSlot for a first block
-	children uint32 // live nodes whose parent is this one
+	children uint32 // live nodes whose parent (bitTable.parent) is this one
 	holders  uint32 // workers whose bit is set
 	lora     uint32 // index into Index.loras
 }
@@ -244,7 +244,7 @@ func (x *Index) node(h uint64, parent, lora uint32, toks []uint32) uint32 {
 	} else {
 		copy(x.tokens[int(s)*x.blockSize:], toks)
 	}
-	x.meta[s] = nodeMeta{parent: parent, lora: lora}
+	x.meta[s] = nodeMeta{lora: lora}
 	if parent != noSlot {
 		x.meta[parent].children++
 	}
@@ -299,8 +299,8 @@ func (x *Index) maybeFree(s uint32) {
 		if m.holders != 0 || m.children != 0 {
 			return
 		}
-		p := m.parent
-		*m = nodeMeta{parent: noSlot}
+		p := x.t.parent[s]
+		*m = nodeMeta{}
 		x.t.release(s)
 		if p != noSlot {
 			x.meta[p].children--
@@ -356,10 +356,4 @@ func (x *Index) Overlaps(seqHashes []uint64, out []uint32) []uint32 {
 	out = out[:n]
 	x.t.leading(seqHashes, out)
 	return out
-}
-
-// Holds reports whether worker w holds the block with sequence hash h.
-func (x *Index) Holds(w WorkerID, h uint64) bool {
-	s, ok := x.t.lookup(h)
-	return ok && x.t.has(s, w)
 }

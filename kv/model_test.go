@@ -242,6 +242,73 @@ func sortU64(s []uint64) {
 	}
 }
 
+// checkTableInvariants verifies the invariants written on bitTable.
+func checkTableInvariants(t *bitTable) error {
+	n := 0
+	branches := map[uint32]uint32{}
+	for si := range t.keys {
+		s := uint32(si)
+		if !t.live(s) {
+			for _, b := range t.row(s) {
+				if b != 0 {
+					return fmt.Errorf("free slot %d has bits", s)
+				}
+			}
+			continue
+		}
+		n++
+		p := t.parent[s]
+		if p != noSlot && !t.live(p) {
+			return fmt.Errorf("slot %d has dead parent %d", s, p)
+		}
+		got, inMap := t.index.get(t.keys[s])
+		switch t.state[s] {
+		case slotHashed:
+			if !inMap || got != s {
+				return fmt.Errorf("hashed slot %d not in the map (%d, %v)", s, got, inMap)
+			}
+			if p != noSlot {
+				branches[p]++
+			}
+		case slotLinked:
+			if p == noSlot || t.next[p] != s {
+				return fmt.Errorf("linked slot %d is not its parent's first child", s)
+			}
+			if inMap {
+				return fmt.Errorf("linked slot %d is also in the map", s)
+			}
+		}
+		if c := t.next[s]; c != noSlot && (!t.live(c) || t.state[c] != slotLinked || t.parent[c] != s) {
+			return fmt.Errorf("slot %d: next %d is not a linked child", s, c)
+		}
+	}
+	for si := range t.keys {
+		s := uint32(si)
+		if t.live(s) && t.branches[s] != branches[s] {
+			return fmt.Errorf("slot %d branches %d, counted %d", s, t.branches[s], branches[s])
+		}
+	}
+	if n != t.len() {
+		return fmt.Errorf("len %d, counted %d live slots", t.len(), n)
+	}
+	inMap := 0
+	t.index.each(func(k uint64, v uint32) {
+		inMap++
+		if !t.live(v) || t.keys[v] != k {
+			n = -1
+		}
+	})
+	if n < 0 {
+		return fmt.Errorf("map entry names a dead or different slot")
+	}
+	for _, s := range t.free {
+		if t.live(s) {
+			return fmt.Errorf("slot %d both free and live", s)
+		}
+	}
+	return nil
+}
+
 // entries copies a u64Map into a Go map.
 func entries(m *u64Map) map[uint64]uint32 {
 	out := map[uint64]uint32{}
@@ -251,19 +318,18 @@ func entries(m *u64Map) map[uint64]uint32 {
 
 // checkIndexInvariants verifies the invariants written on Index against its internals.
 func checkIndexInvariants(x *Index) error {
+	if err := checkTableInvariants(&x.t); err != nil {
+		return err
+	}
 	live := map[uint32]bool{}
-	for h, s := range entries(&x.t.slots) {
-		if x.t.keys[s] != h {
-			return fmt.Errorf("slot %d key %#x, map says %#x", s, x.t.keys[s], h)
+	for s := range x.t.keys {
+		if x.t.live(uint32(s)) {
+			live[uint32(s)] = true
 		}
-		live[s] = true
 	}
 	children := map[uint32]uint32{}
 	for s := range live {
-		if p := x.meta[s].parent; p != noSlot {
-			if !live[p] {
-				return fmt.Errorf("slot %d has dead parent %d", s, p)
-			}
+		if p := x.t.parent[s]; p != noSlot {
 			children[p]++
 		}
 	}
