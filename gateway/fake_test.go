@@ -66,7 +66,7 @@ func (fakeTokenizer) TokenBytes(id uint32) ([]byte, bool) {
 	return nil, false
 }
 
-func (fakeTokenizer) VocabSize() int            { return fakeByteBase + 256 }
+func (fakeTokenizer) VocabSize() int           { return fakeByteBase + 256 }
 func (fakeTokenizer) IsSpecial(id uint32) bool { return id < fakeByteBase }
 
 // toks returns the fake token ids of text (bytes only, no specials).

@@ -531,10 +531,8 @@ func parsePrompt(o *object, req *completionRequest) {
 				return
 			}
 			if kindOf(items[0]) == kindString {
-				var s string
-				_ = json.Unmarshal(items[0], &s)
-				req.PromptText = s
-				return
+				_ = json.Unmarshal(items[0], &req.PromptText)
+				break
 			}
 			var inner []json.RawMessage
 			_ = json.Unmarshal(items[0], &inner)

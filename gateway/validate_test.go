@@ -85,6 +85,8 @@ func TestRejectedRequests(t *testing.T) {
 
 		{"completions missing prompt", compPath, `{"model":"tiny"}`, 400, "missing_required_parameter", "prompt"},
 		{"completions empty prompt", compPath, `{"model":"tiny","prompt":""}`, 400, "invalid_value", "prompt"},
+		{"completions empty prompt in array", compPath, `{"model":"tiny","prompt":[""]}`, 400, "invalid_value", "prompt"},
+		{"completions empty token array", compPath, `{"model":"tiny","prompt":[[]]}`, 400, "invalid_value", "prompt"},
 		{"completions batch", compPath, `{"model":"tiny","prompt":["a","b"]}`, 400, "unsupported_parameter", "prompt"},
 		{"completions token batch", compPath, `{"model":"tiny","prompt":[[1,2],[3]]}`, 400, "unsupported_parameter", "prompt"},
 		{"completions prompt object", compPath, `{"model":"tiny","prompt":{"a":1}}`, 400, "invalid_type", "prompt"},

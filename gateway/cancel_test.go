@@ -1,0 +1,146 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// metricValue returns the value of one series in s's /metrics text ("" when absent).
+func metricValue(s *Server, series string) string {
+	var b strings.Builder
+	s.Metrics().WritePrometheus(&b)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// TestClientDisconnectInProcess cancels the request context while the engine is still
+// generating: the handler must stop, close the Stream and count a cancellation.
+func TestClientDisconnectInProcess(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b := newFakeBackend(tokens("Hel"), step{before: cancel, block: true}, finish("lo", "stop"))
+			s := newTestServer(t, b)
+			body := fmt.Sprintf(`{"model":"tiny","stream":%v,%s}`, stream, hiChat)
+			rr := serveCtx(ctx, s, http.MethodPost, chatPath, body)
+			b.checkClosed(t)
+			if stream && strings.Contains(rr.Body.String(), "[DONE]") {
+				t.Errorf("a cancelled stream went on to [DONE]: %s", rr.Body.String())
+			}
+			if b.streams[0].next != 2 {
+				t.Errorf("Recv consumed %d steps after the client left", b.streams[0].next)
+			}
+			if v := metricValue(s, `turbine_frontend_cancelled_requests_total{model="tiny",endpoint="chat_completions"}`); v != "1" {
+				t.Errorf("cancellations = %q, want 1", v)
+			}
+			typ := "unary"
+			if stream {
+				typ = "stream"
+			}
+			if v := metricValue(s, `turbine_frontend_requests_total{model="tiny",endpoint="chat_completions",request_type="`+typ+`",status="499"}`); v != "1" {
+				t.Errorf("requests{status=499} = %q, want 1", v)
+			}
+			if v := metricValue(s, `turbine_frontend_inflight_requests{model="tiny"}`); v != "0" {
+				t.Errorf("in-flight = %q after the request", v)
+			}
+		})
+	}
+}
+
+// TestClientDisconnectDuringGenerate: the client leaves while the request is routed.
+func TestClientDisconnectDuringGenerate(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b := newFakeBackend()
+	b.genErr = context.Canceled
+	s := newTestServer(t, b)
+	serveCtx(ctx, s, http.MethodPost, chatPath, `{"model":"tiny",`+hiChat+`}`)
+	if v := metricValue(s, `turbine_frontend_cancelled_requests_total{model="tiny",endpoint="chat_completions"}`); v != "1" {
+		t.Errorf("cancellations = %q, want 1", v)
+	}
+}
+
+// TestClientDisconnectOverHTTP runs a real HTTP server: the client reads the first
+// content frame and hangs up; the engine's stream must be closed.
+func TestClientDisconnectOverHTTP(t *testing.T) {
+	b := newFakeBackend(tokens("Hel"), step{block: true})
+	s := newTestServer(t, b)
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+chatPath,
+		strings.NewReader(`{"model":"tiny","stream":true,`+hiChat+`}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Header.Get("X-Turbine-Worker") != "worker-a" {
+		t.Errorf("X-Turbine-Worker %q", resp.Header.Get("X-Turbine-Worker"))
+	}
+	rd := bufio.NewReader(resp.Body)
+	for {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(line, `"content":"Hel"`) {
+			break
+		}
+	}
+	cancel()
+	resp.Body.Close()
+	b.mu.Lock()
+	st := b.streams[0]
+	b.mu.Unlock()
+	select {
+	case <-st.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Stream was not closed after the client hung up")
+	}
+}
+
+// TestEveryPathCloses runs every way a request can end, streaming or not, and checks
+// that each Generate is matched by a Close.
+func TestEveryPathCloses(t *testing.T) {
+	endings := map[string][]step{
+		"finish":        {tokens("a"), finish("b", "stop")},
+		"length":        {finish("ab", "length")},
+		"stop string":   {tokens("STOP"), finish("x", "stop")},
+		"eos":           {chunk([]uint32{fakeEOS}, "", ""), finish("x", "stop")},
+		"engine error":  {chunk(nil, "error", "boom")},
+		"abort":         {chunk(nil, "abort", "")},
+		"recv error":    {{err: errors.New("transport")}},
+		"early eof":     {tokens("a")},
+		"busy mid-way":  {{err: ErrAllBusy}},
+		"immediate eof": {},
+	}
+	for name, steps := range endings {
+		for _, stream := range []bool{true, false} {
+			b := newFakeBackend(steps...)
+			s := newTestServer(t, b)
+			body := fmt.Sprintf(`{"model":"tiny","stream":%v,"stop":"STOP",%s}`, stream, hiChat)
+			serve(s, http.MethodPost, chatPath, body)
+			if len(b.streams) != 1 {
+				t.Fatalf("%s: %d streams", name, len(b.streams))
+			}
+			t.Run(fmt.Sprintf("%s/stream=%v", name, stream), b.checkClosed)
+			if v := metricValue(s, `turbine_frontend_inflight_requests{model="tiny"}`); v != "0" {
+				t.Errorf("%s: in-flight = %q after the request", name, v)
+			}
+		}
+	}
+}
