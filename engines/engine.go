@@ -1,4 +1,6 @@
-package worker
+// Package engines holds what every engine adapter shares: the interface a worker uses to
+// talk to its engine process, and how that process is launched.
+package engines
 
 import (
 	"context"
@@ -7,8 +9,8 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// EngineChunk is one piece of an engine's token stream.
-type EngineChunk struct {
+// Chunk is one piece of an engine's token stream.
+type Chunk struct {
 	TokenIDs     []uint32
 	FinishReason string // "" until the last chunk: "stop", "length", "abort"
 	// Usage, set on the last chunk (token counts).
@@ -22,13 +24,13 @@ type Engine interface {
 	// Generate runs one request with the prompt as token ids and calls fn for each chunk
 	// in order. Cancelling ctx aborts the request in the engine. An error returned by fn
 	// stops the stream and is returned.
-	Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams, fn func(EngineChunk) error) error
+	Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams, fn func(Chunk) error) error
 	// Load scrapes the engine's load (running/waiting requests, KV usage).
 	Load(ctx context.Context) (*messages.WorkerLoad, error)
 }
 
-// EngineLauncher builds an engine process's command line and its client.
-type EngineLauncher interface {
+// Launcher builds an engine process's command line and its client.
+type Launcher interface {
 	// Command returns argv and extra environment for an engine serving on host:port and
 	// publishing KV events on kvEndpoint (a ZMQ endpoint such as tcp://127.0.0.1:5557).
 	Command(host string, port int, kvEndpoint string) (argv, env []string)

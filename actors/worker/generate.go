@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -53,13 +54,13 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 // streamChunks runs one request on engine and sends numbered chunks. It returns
 // errCancelled when ctx ended (nothing more is sent), nil after the last chunk, or the
 // engine error (after sending a migratable error chunk).
-func streamChunks(ctx context.Context, engine Engine, m *messages.Generate, credits <-chan int32,
+func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Generate, credits <-chan int32,
 	send func(*messages.TokenChunk), workerID string) error {
 	flow := m.InitialCredits > 0
 	left := m.InitialCredits
 	var index uint32
 	finished := false
-	err := engine.Generate(ctx, m.RequestId, m.TokenIds, m.Sampling, func(ec EngineChunk) error {
+	err := engine.Generate(ctx, m.RequestId, m.TokenIds, m.Sampling, func(ec engines.Chunk) error {
 		if len(ec.TokenIDs) == 0 && ec.FinishReason == "" {
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/supervise"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
@@ -25,7 +26,7 @@ type Config struct {
 	// Card is the model deployment card the worker publishes; its KV block size and
 	// limits are the ones the engine is started with.
 	Card     *messages.ModelCard
-	Launcher EngineLauncher
+	Launcher engines.Launcher
 	// Host the engine listens on (default 127.0.0.1).
 	Host string
 	// Heartbeat is the load/registration period (default 1 s).
@@ -108,7 +109,7 @@ type workerActor struct {
 
 	epoch      uint64
 	proc       *supervise.Process
-	engine     Engine
+	engine     engines.Engine
 	engineStop context.CancelFunc // ends the engine's KV subscription and readiness wait
 	ready      bool
 	stopping   bool

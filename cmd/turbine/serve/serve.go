@@ -201,7 +201,10 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 
 	backend := frontend.New(member.Cluster, frontend.Config{Logger: log})
-	handler := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend)
+	handler, err := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

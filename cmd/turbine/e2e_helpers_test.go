@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// turbineBin is the binary built once for the end-to-end tests (empty in -short mode).
+var turbineBin string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if !testingShort() {
+			dir, err := os.MkdirTemp("", "turbine-e2e-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			turbineBin = filepath.Join(dir, "turbine")
+			build := exec.Command("go", "build", "-o", turbineBin, ".")
+			build.Stdout, build.Stderr = os.Stderr, os.Stderr
+			if err := build.Run(); err != nil {
+				fmt.Fprintln(os.Stderr, "build turbine:", err)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// testingShort reports -short before flag parsing by testing.M.Run has happened.
+func testingShort() bool {
+	for _, a := range os.Args[1:] {
+		if a == "-test.short" || a == "-test.short=true" {
+			return true
+		}
+	}
+	return false
+}
+
+// server is a `turbine serve` process started by a test.
+type server struct {
+	t    *testing.T
+	url  string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan struct{}
+}
+
+// startServe runs `turbine serve --port 0` with args and waits until it serves the model
+// with every worker ready (bounded by a deadline, not a sleep).
+func startServe(t *testing.T, workers int, args ...string) *server {
+	t.Helper()
+	if turbineBin == "" {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	all := append([]string{"serve", "--port", "0", "--log-format", "json", "--workers", strconv.Itoa(workers),
+		"--heartbeat", "200ms"}, args...)
+	cmd := exec.Command(turbineBin, all...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, cmd: cmd, done: make(chan struct{})}
+	urlc := make(chan string, 1)
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.logs.WriteString(line + "\n")
+			s.mu.Unlock()
+			var rec struct {
+				Message string `json:"message"`
+				URL     string `json:"url"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "turbine serving" {
+				urlc <- rec.URL
+			}
+		}
+	}()
+	t.Cleanup(s.stop)
+	select {
+	case s.url = <-urlc:
+	case <-s.done:
+		t.Fatalf("turbine serve exited before serving:\n%s", s.Logs())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("turbine serve did not start in 60 s:\n%s", s.Logs())
+	}
+	s.waitFor(60*time.Second, "all workers ready", func() bool {
+		st := s.workerStats("turbine-mock")
+		ready := 0
+		for _, w := range st {
+			if w.Ready {
+				ready++
+			}
+		}
+		return ready == workers
+	})
+	return s
+}
+
+func (s *server) Logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.logs.String()
+}
+
+func (s *server) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.done
+	}
+	_ = s.cmd.Wait()
+	if s.t.Failed() {
+		logs := s.Logs()
+		if len(logs) > 20000 {
+			logs = logs[len(logs)-20000:]
+		}
+		s.t.Logf("turbine serve logs (tail):\n%s", logs)
+	}
+}
+
+// waitFor polls cond every 20 ms until it holds or the deadline passes.
+func (s *server) waitFor(limit time.Duration, what string, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		select {
+		case <-s.done:
+			s.t.Fatalf("turbine serve exited while waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// workerStat is one worker's line of the router's statistics, read from /metrics.
+type workerStat struct {
+	Ready                     bool
+	IndexedBlocks             float64
+	ActiveBlocks, PrefillToks float64
+	Running, ActiveRequests   float64
+}
+
+// workerStats reads the per-worker gauges of /metrics for model, keyed by worker id.
+func (s *server) workerStats(model string) map[string]*workerStat {
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	out := map[string]*workerStat{}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, labels, value, ok := parseMetricLine(line)
+		if !ok || labels["model"] != model || labels["worker"] == "" {
+			continue
+		}
+		w := out[labels["worker"]]
+		if w == nil {
+			w = &workerStat{}
+			out[labels["worker"]] = w
+		}
+		switch name {
+		case "turbine_router_worker_ready":
+			w.Ready = value == 1
+		case "turbine_router_worker_indexed_blocks":
+			w.IndexedBlocks = value
+		case "turbine_router_worker_active_decode_blocks":
+			w.ActiveBlocks = value
+		case "turbine_router_worker_active_prefill_tokens":
+			w.PrefillToks = value
+		case "turbine_router_worker_engine_running":
+			w.Running = value
+		case "turbine_router_worker_active_requests":
+			w.ActiveRequests = value
+		}
+	}
+	return out
+}
+
+// parseMetricLine parses `name{k="v",...} value` (enough for our own gauges).
+func parseMetricLine(line string) (string, map[string]string, float64, bool) {
+	if line == "" || line[0] == '#' {
+		return "", nil, 0, false
+	}
+	sp := strings.LastIndexByte(line, ' ')
+	if sp < 0 {
+		return "", nil, 0, false
+	}
+	v, err := strconv.ParseFloat(line[sp+1:], 64)
+	if err != nil {
+		return "", nil, 0, false
+	}
+	head := line[:sp]
+	labels := map[string]string{}
+	name := head
+	if i := strings.IndexByte(head, '{'); i >= 0 && strings.HasSuffix(head, "}") {
+		name = head[:i]
+		for _, kv := range strings.Split(head[i+1:len(head)-1], ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			if ok {
+				labels[k] = strings.Trim(val, `"`)
+			}
+		}
+	}
+	return name, labels, v, true
+}
+
+// postJSON posts body to path and returns the response (caller closes).
+func (s *server) postJSON(ctx context.Context, path string, body any) (*http.Response, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return http.DefaultClient.Do(req)
+}
