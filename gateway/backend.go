@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"io"
 
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -41,6 +42,12 @@ type Stream interface {
 	// Close cancels the request in the engine if it has not finished and frees the
 	// router's load tracking for it. Safe to call more than once.
 	Close()
+}
+
+// MetricsWriter is implemented by backends that add their own families (e.g. the
+// routers' per-worker load) to the gateway's /metrics, in Prometheus text format.
+type MetricsWriter interface {
+	WritePrometheus(ctx context.Context, w io.Writer)
 }
 
 // Backend errors (wrapped with detail by implementations; match with errors.Is).

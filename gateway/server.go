@@ -229,6 +229,9 @@ func (s *Server) handleLive(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.set.WritePrometheus(w)
+	if mw, ok := s.backend.(MetricsWriter); ok {
+		mw.WritePrometheus(r.Context(), w)
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
