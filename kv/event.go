@@ -1,5 +1,7 @@
 package kv
 
+import "strconv"
+
 // EventKind is the type of a KV cache event (vLLM kv-events wire format, REFERENCE §1).
 type EventKind uint8
 
@@ -11,6 +13,19 @@ const (
 	// AllBlocksCleared: the engine dropped its whole prefix cache.
 	AllBlocksCleared
 )
+
+// String returns the event kind's name in the vLLM wire format ("BlockStored" ...).
+func (k EventKind) String() string {
+	switch k {
+	case BlockStored:
+		return "BlockStored"
+	case BlockRemoved:
+		return "BlockRemoved"
+	case AllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
 
 // Event is one KV cache event from an engine, independent of its transport
 // (ZMQ msgpack from the engine, protobuf between Turbine components).

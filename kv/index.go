@@ -167,7 +167,7 @@ func (x *Index) Apply(w WorkerID, ev Event) error {
 		x.ClearWorker(w)
 		return nil
 	default:
-		return fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, ev.Kind)
+		return fmt.Errorf("%w: unknown event kind %d", ErrInvalidEvent, uint8(ev.Kind))
 	}
 }
 

@@ -25,7 +25,9 @@ import (
 //     is synced; after a gap it may lack blocks (never hold extra ones it was not told
 //     about) until a dump replaces them.
 //   - Event batches are numbered per worker from 1 within an engine epoch (0 = none
-//     sent yet); epochs increase with each engine start.
+//     sent yet). Epochs should increase with each engine start (a start time will
+//     do): batches and dumps of a lower epoch than the registered one are dropped as
+//     late, a higher one means a restart; a registration with any other epoch does.
 //   - active holds every routed request until Free, Expire or RemoveWorker.
 type Router struct {
 	cfg      Config
@@ -42,7 +44,6 @@ type Router struct {
 	ovBuf    []uint32
 	apBuf    []uint32
 	candBuf  []Candidate
-	nameSort []string
 }
 
 type routerWorker struct {
@@ -163,8 +164,8 @@ func (r *Router) Index() *Index { return r.index }
 
 // Register registers a worker, or refreshes its registration (heartbeat; idempotent).
 // A KV block size other than the router's is refused with ErrBlockSizeMismatch naming
-// both. A higher engine epoch than the router knows means the engine restarted: the
-// worker's blocks are dropped (its active requests stay until freed). needDump is true
+// both. An engine epoch other than the one the router knows means the engine
+// restarted: the worker's blocks are dropped (its active requests stay until freed). needDump is true
 // while the router lacks part of the worker's block list — a new worker that already
 // sent events, a gap, trailing batches the router never got — and no dump is in
 // progress, so a lost dump request is repeated at the next heartbeat.
@@ -198,7 +199,9 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 		r.byName[spec.ID] = rw
 	} else {
 		switch {
-		case spec.Epoch > rw.epoch:
+		case spec.Epoch != rw.epoch:
+			// Registrations come in order from the worker, so any other epoch is a new
+			// engine (an epoch lower than before: the worker itself restarted).
 			r.restart(rw, spec.Epoch)
 			rw.lastSeq = spec.LastSeq
 			rw.synced = spec.LastSeq == 0

@@ -49,6 +49,7 @@ func TestScripts(t *testing.T) {
 
 type scriptCase struct {
 	line     int
+	comments []string // comment lines just before the command, kept by -rewrite
 	cmd      string
 	input    []string
 	expected string
@@ -61,12 +62,24 @@ func parseScript(t *testing.T, path string) []scriptCase {
 	}
 	lines := strings.Split(string(b), "\n")
 	var cases []scriptCase
+	var comments []string
+	header := true // the file's leading comment block is written back by leadingComments
 	for i := 0; i < len(lines); i++ {
 		l := strings.TrimSpace(lines[i])
-		if l == "" || strings.HasPrefix(l, "#") {
+		if l == "" {
+			if header {
+				comments = nil
+			}
+			header = false
 			continue
 		}
-		c := scriptCase{line: i + 1, cmd: l}
+		if strings.HasPrefix(l, "#") {
+			comments = append(comments, l)
+			continue
+		}
+		header = false
+		c := scriptCase{line: i + 1, cmd: l, comments: comments}
+		comments = nil
 		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "----"; i++ {
 			if in := strings.TrimSpace(lines[i]); in != "" {
 				c.input = append(c.input, in)
@@ -92,6 +105,9 @@ func runScript(t *testing.T, path string) {
 	for _, c := range cases {
 		got := strings.TrimRight(h.run(t, c), "\n")
 		if *rewrite {
+			for _, cm := range c.comments {
+				rewritten.WriteString(cm + "\n")
+			}
 			rewritten.WriteString(c.cmd + "\n")
 			for _, in := range c.input {
 				rewritten.WriteString(in + "\n")
