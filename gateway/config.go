@@ -81,9 +81,12 @@ func randomRequestID() string {
 type Preprocessor interface {
 	// Tokenizer converts between text and token ids.
 	Tokenizer() preprocess.Tokenizer
-	// ApplyChatTemplate renders messages into the prompt text (see
-	// preprocess.Model.ApplyChatTemplate).
-	ApplyChatTemplate(msgs []preprocess.ChatMessage, tools []map[string]any, addGenerationPrompt bool) (string, error)
+	// RenderChat renders a chat into the prompt text (preprocess.Model.RenderChat); the
+	// result is tokenized with Tokenizer().Encode (the template writes BOS itself).
+	RenderChat(in preprocess.ChatTemplateInput) (string, error)
+	// EncodePrompt tokenizes a raw completions prompt, with the special tokens HF
+	// tokenizers add (preprocess.Model.EncodePrompt).
+	EncodePrompt(text string) []uint32
 	// EOSTokenIDs are token ids that end generation.
 	EOSTokenIDs() []uint32
 	// ContextLength in tokens; 0 when unknown.
@@ -151,8 +154,9 @@ func PreprocessorOf(m *preprocess.Model) Preprocessor { return modelPreprocessor
 type modelPreprocessor struct{ m *preprocess.Model }
 
 func (p modelPreprocessor) Tokenizer() preprocess.Tokenizer { return p.m.Tokenizer }
-func (p modelPreprocessor) ApplyChatTemplate(msgs []preprocess.ChatMessage, tools []map[string]any, add bool) (string, error) {
-	return p.m.ApplyChatTemplate(msgs, tools, add)
+func (p modelPreprocessor) RenderChat(in preprocess.ChatTemplateInput) (string, error) {
+	return p.m.RenderChat(in)
 }
-func (p modelPreprocessor) EOSTokenIDs() []uint32 { return p.m.EOSTokenIDs }
-func (p modelPreprocessor) ContextLength() int    { return p.m.ContextLength }
+func (p modelPreprocessor) EncodePrompt(text string) []uint32 { return p.m.EncodePrompt(text) }
+func (p modelPreprocessor) EOSTokenIDs() []uint32             { return p.m.EOSTokenIDs }
+func (p modelPreprocessor) ContextLength() int                { return p.m.ContextLength }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,26 +88,34 @@ type fakePreprocessor struct {
 
 func (fakePreprocessor) Tokenizer() preprocess.Tokenizer { return fakeTokenizer{} }
 
-func (fakePreprocessor) ApplyChatTemplate(msgs []preprocess.ChatMessage, tools []map[string]any, add bool) (string, error) {
+func (fakePreprocessor) RenderChat(in preprocess.ChatTemplateInput) (string, error) {
 	var b strings.Builder
-	if len(tools) > 0 {
-		tj, _ := json.Marshal(tools)
-		fmt.Fprintf(&b, "<|im_start|>system\n# Tools\n%s<|im_end|>\n", tj)
+	if len(in.Tools) > 0 {
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, in.Tools); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "<|im_start|>system\n# Tools\n%s<|im_end|>\n", compact.Bytes())
 	}
-	for _, m := range msgs {
+	if len(in.Kwargs) > 0 {
+		kj, _ := json.Marshal(in.Kwargs)
+		fmt.Fprintf(&b, "<|im_start|>system\n# Kwargs\n%s<|im_end|>\n", kj)
+	}
+	for _, m := range in.Messages {
 		if strings.Contains(m.Content, "TEMPLATE_ERROR") {
 			return "", errors.New("template: raise_exception('roles must alternate')")
 		}
 		fmt.Fprintf(&b, "<|im_start|>%s\n%s<|im_end|>\n", m.Role, m.Content)
 	}
-	if add {
+	if in.AddGenerationPrompt {
 		b.WriteString("<|im_start|>assistant\n")
 	}
 	return b.String(), nil
 }
 
-func (p fakePreprocessor) EOSTokenIDs() []uint32 { return p.eos }
-func (p fakePreprocessor) ContextLength() int    { return p.ctxLen }
+func (fakePreprocessor) EncodePrompt(text string) []uint32 { return fakeTokenizer{}.Encode(text) }
+func (p fakePreprocessor) EOSTokenIDs() []uint32           { return p.eos }
+func (p fakePreprocessor) ContextLength() int              { return p.ctxLen }
 
 // fakeDetokenizer concatenates token bytes, holding back an incomplete UTF-8 tail.
 type fakeDetokenizer struct {

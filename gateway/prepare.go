@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -49,7 +50,12 @@ func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatReq
 	if aerr != nil {
 		return nil, aerr
 	}
-	prompt, err := pre.ApplyChatTemplate(req.Messages, req.Tools, req.AddGenerationPrompt)
+	prompt, err := pre.RenderChat(preprocess.ChatTemplateInput{
+		Messages:            req.Messages,
+		Tools:               req.Tools,
+		AddGenerationPrompt: req.AddGenerationPrompt,
+		Kwargs:              req.TemplateKwargs,
+	})
 	if err != nil {
 		return nil, &APIError{Kind: KindInvalidValue, Param: "messages", Message: "The chat template could not be applied to the messages: " + err.Error(), Cause: err}
 	}
@@ -78,7 +84,7 @@ func (s *Server) prepareCompletion(ctx context.Context, requestID string, req *c
 			}
 		}
 	} else {
-		ids = tok.Encode(req.PromptText)
+		ids = pre.EncodePrompt(req.PromptText)
 	}
 	return finishPrepare(card, pre, &req.commonRequest, ids, "prompt", requestID)
 }

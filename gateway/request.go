@@ -46,10 +46,12 @@ type turbineOptions struct {
 type chatRequest struct {
 	commonRequest
 	Messages []preprocess.ChatMessage
-	// Tools is the OpenAI tools array passed to the chat template; nil when absent or
-	// when tool_choice is "none".
-	Tools               []map[string]any
+	// Tools is the OpenAI tools array (JSON, as received) passed to the chat template;
+	// nil when absent or when tool_choice is "none".
+	Tools               json.RawMessage
 	AddGenerationPrompt bool
+	// TemplateKwargs are vLLM's chat_template_kwargs (e.g. Qwen3's enable_thinking).
+	TemplateKwargs map[string]any
 }
 
 // completionRequest is a validated POST /v1/completions body: exactly one prompt, as
@@ -104,6 +106,7 @@ func parseChatRequest(body []byte) (*chatRequest, *APIError) {
 	if v, ok := o.boolean("add_generation_prompt"); ok {
 		req.AddGenerationPrompt = v
 	}
+	req.TemplateKwargs = parseTemplateKwargs(o)
 	req.Messages = parseMessages(o)
 	req.Tools = parseTools(o)
 	if o.err != nil {
@@ -308,6 +311,26 @@ func parseResponseFormat(o *object) {
 	}
 }
 
+// reservedTemplateKwargs are the template variables the gateway sets itself.
+var reservedTemplateKwargs = []string{"messages", "tools", "documents", "add_generation_prompt"}
+
+// parseTemplateKwargs reads vLLM's chat_template_kwargs: extra variables for the chat
+// template.
+func parseTemplateKwargs(o *object) map[string]any {
+	if _, ok := o.child("chat_template_kwargs"); !ok {
+		return nil
+	}
+	v, _ := o.anyValue("chat_template_kwargs")
+	kw, _ := v.(map[string]any)
+	for _, k := range reservedTemplateKwargs {
+		if _, ok := kw[k]; ok {
+			o.fail(newError(KindInvalidValue, "chat_template_kwargs."+k, "'chat_template_kwargs.%s' cannot be set: the gateway sets it.", k))
+			return nil
+		}
+	}
+	return kw
+}
+
 // chatRoles are the message roles accepted.
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
@@ -439,12 +462,12 @@ func parseContent(m *object) (text string, present bool) {
 // parseTools reads `tools` and `tool_choice`. Tools are passed to the chat template;
 // the model's tool calls come back as plain content (no tool-call parsing), so choices
 // that force a call ("required", a named function) are refused.
-func parseTools(o *object) []map[string]any {
+func parseTools(o *object) json.RawMessage {
 	if o.err != nil {
 		return nil
 	}
 	items, ok := o.array("tools")
-	var tools []map[string]any
+	tools, _ := o.raw("tools")
 	for i, it := range items {
 		p := indexParam("tools", i)
 		to, err := parseObject(it, p)
@@ -470,9 +493,6 @@ func parseTools(o *object) []map[string]any {
 			o.fail(to.err)
 			return nil
 		}
-		var tool map[string]any
-		_ = json.Unmarshal(it, &tool)
-		tools = append(tools, tool)
 	}
 	if r, ok := o.raw("tool_choice"); ok {
 		switch kindOf(r) {

@@ -78,6 +78,8 @@ func TestRejectedRequests(t *testing.T) {
 		{"turbine unknown field", chatPath, `{"model":"tiny","turbine":{"return_workers":true},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "turbine.return_workers"},
 		{"turbine negative weight", chatPath, `{"model":"tiny","turbine":{"overlap_weight":-1},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "turbine.overlap_weight"},
 		{"turbine wrong type", chatPath, `{"model":"tiny","turbine":{"router_temperature":"hot"},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "turbine.router_temperature"},
+		{"template kwargs reserved", chatPath, `{"model":"tiny","chat_template_kwargs":{"add_generation_prompt":false},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "chat_template_kwargs.add_generation_prompt"},
+		{"template kwargs type", chatPath, `{"model":"tiny","chat_template_kwargs":[1],"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "chat_template_kwargs"},
 		{"user wrong type", chatPath, `{"model":"tiny","user":1,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "user"},
 		{"template error", chatPath, `{"model":"tiny","messages":[{"role":"user","content":"TEMPLATE_ERROR"}]}`, 400, "invalid_value", "messages"},
 		{"unknown model", chatPath, `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found", "model"},
@@ -188,13 +190,19 @@ func TestAcceptedRequests(t *testing.T) {
 		}},
 		{"tools reach the template", chatPath, `{"model":"org/big-model","tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],"tool_choice":"auto","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`, func(t *testing.T, g *GenerateRequest) {
 			p := fakeTokenizer{}.Decode(g.TokenIDs)
-			if !strings.Contains(p, `"name":"get_weather"`) || !strings.Contains(p, "tool\nsunny") {
+			// The tools reach the template as sent (key order kept, as HF transformers does).
+			if !strings.Contains(p, `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`) || !strings.Contains(p, "tool\nsunny") {
 				t.Errorf("prompt %q", p)
 			}
 		}},
 		{"tool_choice none drops tools", chatPath, `{"model":"tiny","tools":[{"type":"function","function":{"name":"get_weather"}}],"tool_choice":"none","messages":[{"role":"user","content":"hi"}]}`, func(t *testing.T, g *GenerateRequest) {
 			if strings.Contains(fakeTokenizer{}.Decode(g.TokenIDs), "get_weather") {
 				t.Error("tools reached the template")
+			}
+		}},
+		{"template kwargs", chatPath, `{"model":"tiny","chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":"hi"}]}`, func(t *testing.T, g *GenerateRequest) {
+			if !strings.Contains(fakeTokenizer{}.Decode(g.TokenIDs), `{"enable_thinking":false}`) {
+				t.Errorf("prompt %q", fakeTokenizer{}.Decode(g.TokenIDs))
 			}
 		}},
 		{"nulls are absent", chatPath, `{"model":"tiny","max_tokens":null,"stop":null,"temperature":null,"stream_options":null,"tools":null,"messages":[{"role":"user","content":"hi","name":null}]}`, func(t *testing.T, g *GenerateRequest) {
