@@ -30,20 +30,20 @@ import (
 //     late, a higher one means a restart; a registration with any other epoch does.
 //   - active holds every routed request until Free, Expire or RemoveWorker.
 type Router struct {
-	cfg      Config
-	policy   Policy
-	index    *Index
-	active   *ActiveSequences
-	workers  []*routerWorker // by WorkerID; nil = free id
-	byName   map[string]*routerWorker
-	routed   int64
-	prompt   int64
-	overlap  int64
-	skipped  int64 // events skipped in dumps (invalid or orphaned)
-	hashBuf  []uint64
-	ovBuf    []uint32
-	apBuf    []uint32
-	candBuf  []Candidate
+	cfg     Config
+	policy  Policy
+	index   *Index
+	active  *ActiveSequences
+	workers []*routerWorker // by WorkerID; nil = free id
+	byName  map[string]*routerWorker
+	routed  int64
+	prompt  int64
+	overlap int64
+	skipped int64 // events skipped in dumps (invalid or orphaned)
+	hashBuf []uint64
+	ovBuf   []uint32
+	apBuf   []uint32
+	candBuf []Candidate
 }
 
 type routerWorker struct {
