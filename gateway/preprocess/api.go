@@ -128,7 +128,10 @@ func (d *Detokenizer) Push(ids ...uint32) string { return d.push(ids) }
 func (d *Detokenizer) Flush() string { return d.flush() }
 
 // StopMatcher finds OpenAI `stop` strings in streamed text, including ones that span
-// chunk boundaries: text that could be the start of a stop string is held back.
+// chunk boundaries: text that could be the start of a stop string is held back (only the
+// longest suffix that is a prefix of some stop string). The stop string that is complete
+// first in the stream ends it (of several completing at the same byte, the longest), so
+// the result does not depend on how the text is chunked.
 type StopMatcher struct {
 	stops []string
 	// held is the longest suffix of the text so far that is a proper prefix of a stop

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dlclark/regexp2"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
 
@@ -33,7 +32,7 @@ type builtinEncoding struct {
 var builtinEncodings = map[string]builtinEncoding{
 	"cl100k_base": {
 		file:    "cl100k_base.tiktoken",
-		pattern: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+		pattern: cl100kPattern,
 		specials: map[string]uint32{
 			"<|endoftext|>":   100257,
 			"<|fim_prefix|>":  100258,
@@ -133,13 +132,13 @@ func newBuiltinTokenizer(enc builtinEncoding) (*bpeTokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded ranks %s: %v", enc.file, err)
 	}
-	re, err := regexp2.Compile(enc.pattern, regexp2.None)
+	sp, err := newSplitter(enc.pattern)
 	if err != nil {
 		return nil, fmt.Errorf("pattern: %v", err)
 	}
 	tok := &bpeTokenizer{
 		ranks:   make(map[string]uint32, len(ranks)),
-		splits:  []*regexp2.Regexp{re},
+		splits:  []pieceSplitter{sp},
 		tokens:  make([][]byte, enc.vocabSize),
 		special: make([]bool, enc.vocabSize),
 	}

@@ -36,7 +36,7 @@ func (m *Model) setChatTemplate(src string) error {
 	if src == "" {
 		return nil
 	}
-	t, err := jinja.Compile(src)
+	t, err := compileTemplate(src)
 	if err != nil {
 		return fmt.Errorf("chat template: %v", err)
 	}
@@ -110,11 +110,31 @@ func (m *Model) RenderChat(in ChatTemplateInput) (string, error) {
 	vars["documents"] = jinja.None()
 	vars["add_generation_prompt"] = jinja.NewBool(in.AddGenerationPrompt)
 
-	out, err := m.template.RenderValues(vars)
+	out, err := renderTemplate(m.template, vars)
 	if err != nil {
 		return "", fmt.Errorf("preprocess: chat template of %s: %v", m.Source, err)
 	}
 	return out, nil
+}
+
+// compileTemplate and renderTemplate turn a panic of the template engine (a template
+// it mishandles) into an error, so that one model's template cannot crash the gateway.
+func compileTemplate(src string) (t *jinja.Template, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("template engine panicked: %v", r)
+		}
+	}()
+	return jinja.Compile(src)
+}
+
+func renderTemplate(t *jinja.Template, vars map[string]jinja.Value) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = "", fmt.Errorf("template engine panicked: %v", r)
+		}
+	}()
+	return t.RenderValues(vars)
 }
 
 // messageValue builds the template's view of one message.

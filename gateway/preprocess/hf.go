@@ -272,9 +272,9 @@ func buildNormalizer(raw json.RawMessage) (func(string) string, error) {
 	return nil, fmt.Errorf("type %q is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)", c.Type)
 }
 
-// buildPreTokenizer returns the split regexes of the pre-tokenizer, in order, and
+// buildPreTokenizer returns the splitters of the pre-tokenizer, in order, and
 // whether it has a ByteLevel step.
-func buildPreTokenizer(raw json.RawMessage) (splits []*regexp2.Regexp, byteLevelSeen bool, err error) {
+func buildPreTokenizer(raw json.RawMessage) (splits []pieceSplitter, byteLevelSeen bool, err error) {
 	c, err := decodeComponent(raw)
 	if err != nil || c == nil {
 		return nil, false, err
@@ -312,17 +312,18 @@ func buildPreTokenizer(raw json.RawMessage) (splits []*regexp2.Regexp, byteLevel
 		if pattern == "" {
 			return nil, false, errors.New("Split pattern is empty")
 		}
-		re, err := regexp2.Compile(pattern, regexp2.None)
+		sp, err := newSplitter(pattern)
 		if err != nil {
 			return nil, false, fmt.Errorf("Split pattern %q: %v", pattern, err)
 		}
-		return []*regexp2.Regexp{re}, false, nil
+		return []pieceSplitter{sp}, false, nil
 	case "ByteLevel":
 		if c.AddPrefixSpace {
 			return nil, false, errors.New("ByteLevel with add_prefix_space=true is not supported")
 		}
 		if c.UseRegex == nil || *c.UseRegex {
-			return []*regexp2.Regexp{regexp2.MustCompile(gpt2Pattern, regexp2.None)}, true, nil
+			sp, err := newSplitter(gpt2Pattern)
+			return []pieceSplitter{sp}, true, err
 		}
 		return nil, true, nil
 	case "Digits":
@@ -330,7 +331,8 @@ func buildPreTokenizer(raw json.RawMessage) (splits []*regexp2.Regexp, byteLevel
 		if c.IndividualDigits {
 			p = `\p{N}`
 		}
-		return []*regexp2.Regexp{regexp2.MustCompile(p, regexp2.None)}, false, nil
+		sp, err := newSplitter(p)
+		return []pieceSplitter{sp}, false, err
 	}
 	return nil, false, fmt.Errorf("type %q is not supported (supported: Sequence, Split, ByteLevel, Digits)", c.Type)
 }

@@ -11,9 +11,6 @@ import (
 	"testing"
 )
 
-// qwenSplit is the pre-tokenizer regex of Qwen2/Qwen3.
-const qwenSplit = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-
 // tinyMerges are the merges of the tiny test tokenizer, in order; token 256+i is the
 // result of merge i.
 var tinyMerges = [][2]string{
@@ -48,7 +45,7 @@ func tinyTokenizerJSON() map[string]any {
 		"added_tokens": added,
 		"normalizer":   nil,
 		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": qwenSplit}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": qwen2Pattern}, "behavior": "Isolated", "invert": false},
 			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
 		}},
 		"post_processor": map[string]any{"type": "TemplateProcessing",

@@ -23,11 +23,18 @@ func (s *StopMatcher) push(text string) (string, bool) {
 		return text, false
 	}
 	buf := s.held + text
-	// The earliest stop string wins; the text before it is emitted, the rest dropped.
-	first := -1
+	// The stop string that completes first in the stream wins (the smallest end; of those
+	// ending together, the longest); the text before it is emitted, the rest dropped.
+	// Deciding by end rather than start keeps the result independent of how the text is
+	// chunked: generation stops as soon as any stop string is complete.
+	first, firstEnd := -1, -1
 	for _, stop := range s.stops {
-		if i := strings.Index(buf, stop); i >= 0 && (first < 0 || i < first) {
-			first = i
+		i := strings.Index(buf, stop)
+		if i < 0 {
+			continue
+		}
+		if end := i + len(stop); firstEnd < 0 || end < firstEnd || (end == firstEnd && i < first) {
+			first, firstEnd = i, end
 		}
 	}
 	if first >= 0 {

@@ -1,12 +1,9 @@
 package preprocess
 
 import (
-	"container/heap"
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/dlclark/regexp2"
 )
 
 // bpeTokenizer is a byte-level BPE tokenizer with tiktoken semantics: text is split into
@@ -22,9 +19,9 @@ import (
 type bpeTokenizer struct {
 	// ranks maps the bytes of every mergeable (non-added) token to its id.
 	ranks map[string]uint32
-	// splits are the pre-tokenizer regexes, applied in order; each cuts every piece into
-	// its matches and the gaps between them (HF Split, behaviour "Isolated").
-	splits []*regexp2.Regexp
+	// splits are the pre-tokenizer splitters, applied in order: each cuts every piece of
+	// the previous one (HF Split, behaviour "Isolated").
+	splits []pieceSplitter
 	// normalize rewrites ordinary text before splitting (HF normalizer); nil for none.
 	normalize func(string) string
 	// added matches added tokens (specials included) in raw text; nil when there are none.
@@ -84,36 +81,7 @@ func (t *bpeTokenizer) splitPieces(level int, text string, fn func(string)) {
 		fn(text)
 		return
 	}
-	re := t.splits[level]
-	runes := []rune(text)
-	// Match offsets are in runes; walk text alongside to turn them into byte offsets.
-	// (An invalid byte is one rune, U+FFFD, and one byte, so the walk stays aligned.)
-	runePos, bytePos := 0, 0
-	advance := func(toRune int) int {
-		for runePos < toRune {
-			_, size := utf8.DecodeRuneInString(text[bytePos:])
-			bytePos += size
-			runePos++
-		}
-		return bytePos
-	}
-	last := 0 // byte offset of the end of the previous match
-	m, err := re.FindRunesMatch(runes)
-	for err == nil && m != nil {
-		if m.Length > 0 {
-			start := advance(m.Index)
-			end := advance(m.Index + m.Length)
-			if start > last {
-				t.splitPieces(level+1, text[last:start], fn) // gap
-			}
-			t.splitPieces(level+1, text[start:end], fn)
-			last = end
-		}
-		m, err = re.FindNextMatch(m)
-	}
-	if last < len(text) {
-		t.splitPieces(level+1, text[last:], fn)
-	}
+	t.splits[level].split(text, func(piece string) { t.splitPieces(level+1, piece, fn) })
 }
 
 // encodePiece appends the ids of one pre-tokenized piece.
@@ -193,8 +161,8 @@ func (t *bpeTokenizer) mergeSmall(piece string, out []uint32, s *bpeScratch) []u
 }
 
 // mergeHeap gives the same result as mergeSmall in O(n log n): parts form a linked list,
-// candidate pairs sit in a heap ordered by (rank, position) and are dropped lazily when a
-// neighbouring merge has changed them.
+// candidate pairs sit in a min-heap ordered by (rank, position) and are dropped lazily
+// when a neighbouring merge has changed them.
 func (t *bpeTokenizer) mergeHeap(piece string, out []uint32) []uint32 {
 	n := len(piece)
 	next := make([]int, n) // next[i]: start of the part after the part starting at i; n at the end
@@ -204,7 +172,8 @@ func (t *bpeTokenizer) mergeHeap(piece string, out []uint32) []uint32 {
 		next[i] = i + 1
 		prev[i] = i - 1
 	}
-	h := make(pairHeap, 0, n)
+	h := pairHeap(make([]pairEntry, 0, n))
+	// push adds the pair of the part at i and the part after it, if it is a token.
 	push := func(i int) {
 		j := next[i]
 		if j >= n {
@@ -212,15 +181,14 @@ func (t *bpeTokenizer) mergeHeap(piece string, out []uint32) []uint32 {
 		}
 		end := next[j]
 		if r := t.rank(piece[i:end]); r != noRank {
-			h = append(h, pairEntry{rank: r, pos: i, end: end})
+			h.push(pairEntry{rank: r, pos: i, end: end})
 		}
 	}
 	for i := 0; i+1 < n; i++ {
 		push(i)
 	}
-	heap.Init(&h)
-	for h.Len() > 0 {
-		e := heap.Pop(&h).(pairEntry)
+	for len(h) > 0 {
+		e := h.pop()
 		i := e.pos
 		if dead[i] || next[i] >= n || next[next[i]] != e.end {
 			continue // stale: one of the two parts has changed since e was pushed
@@ -230,12 +198,10 @@ func (t *bpeTokenizer) mergeHeap(piece string, out []uint32) []uint32 {
 		next[i] = next[j]
 		if next[i] < n {
 			prev[next[i]] = i
-		}
-		if next[i] < n {
-			t.pushHeap(&h, piece, i, next)
+			push(i)
 		}
 		if p := prev[i]; p >= 0 {
-			t.pushHeap(&h, piece, p, next)
+			push(p)
 		}
 	}
 	for i := 0; i < n; i = next[i] {
@@ -244,38 +210,53 @@ func (t *bpeTokenizer) mergeHeap(piece string, out []uint32) []uint32 {
 	return out
 }
 
-func (t *bpeTokenizer) pushHeap(h *pairHeap, piece string, i int, next []int) {
-	j := next[i]
-	if j >= len(piece) {
-		return
-	}
-	end := next[j]
-	if r := t.rank(piece[i:end]); r != noRank {
-		heap.Push(h, pairEntry{rank: r, pos: i, end: end})
-	}
-}
-
 type pairEntry struct {
 	rank     uint32
 	pos, end int
 }
 
+// pairHeap is a binary min-heap of pairs by (rank, pos).
 type pairHeap []pairEntry
 
-func (h pairHeap) Len() int { return len(h) }
-func (h pairHeap) Less(a, b int) bool {
-	if h[a].rank != h[b].rank {
-		return h[a].rank < h[b].rank
-	}
-	return h[a].pos < h[b].pos
+func (a pairEntry) less(b pairEntry) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
 }
-func (h pairHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *pairHeap) Push(x any)   { *h = append(*h, x.(pairEntry)) }
-func (h *pairHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+
+func (h *pairHeap) push(e pairEntry) {
+	*h = append(*h, e)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !s[i].less(s[parent]) {
+			break
+		}
+		s[i], s[parent] = s[parent], s[i]
+		i = parent
+	}
+}
+
+func (h *pairHeap) pop() pairEntry {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s = s[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(s) && s[l].less(s[m]) {
+			m = l
+		}
+		if r < len(s) && s[r].less(s[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
 }
 
 // Decode implements Tokenizer: the tokens' bytes joined, each maximal ill-formed UTF-8
