@@ -289,6 +289,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 			}{cycles[i].w, &cycles[i].events[j], cycles[i].blocks[j]})
 		}
 	}
+	nodes, held := x.Nodes(), x.Blocks(0)
 	blocks := 0
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -306,6 +307,9 @@ func BenchmarkApplyEvents(b *testing.B) {
 		if err := x.Apply(e.w, *e.ev); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if x.Nodes() != nodes || x.Blocks(0) != held {
+		b.Fatalf("the event cycle changed the index: %d nodes (was %d), worker 0 %d blocks (was %d)", x.Nodes(), nodes, x.Blocks(0), held)
 	}
 	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
 	b.ReportMetric(float64(f.indexed)/f.buildTime.Seconds(), "build-blocks/s")
