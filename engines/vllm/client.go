@@ -341,6 +341,10 @@ func (s *Stream) recv() (Chunk, error) {
 	}
 }
 
+// maxFrameBytes bounds one SSE line: the first chunk of a token-id completion repeats
+// the prompt's token ids (about 7 bytes each), so a 128 K-token prompt takes about 1 MB.
+const maxFrameBytes = 16 << 20
+
 type frame struct {
 	done    bool
 	choices []Chunk
@@ -350,10 +354,18 @@ type frame struct {
 // frame reads one SSE event's data and decodes it.
 func (s *Stream) frame() (frame, error) {
 	var data []byte
+	var long []byte // a line longer than the reader's buffer, assembled in pieces
 	for {
 		line, err := s.rd.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			return frame{}, errors.New("vllm: stream frame longer than 64 KiB")
+			if len(long)+len(line) > maxFrameBytes {
+				return frame{}, fmt.Errorf("vllm: stream frame longer than %d bytes", maxFrameBytes)
+			}
+			long = append(long, line...)
+			continue
+		}
+		if long != nil && err == nil {
+			line, long = append(long, line...), nil
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
