@@ -283,7 +283,11 @@ func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 	if w.stopping {
 		return
 	}
-	w.heartbeat(c) // tell the router at once: not ready, blocks gone with the epoch
+	// The engine's KV cache died with it: a new epoch makes the router drop its blocks,
+	// and the heartbeat tells it at once that this worker takes no requests.
+	w.epoch++
+	w.relay.in <- relayEpoch{epoch: w.epoch}
+	w.heartbeat(c)
 	delay := w.backoff.Next(m.ran)
 	w.log.Warn().Err(m.err).Dur("ran", m.ran).Dur("restart_in", delay).Int("restarts", w.backoff.Restarts()).Msg("engine exited")
 	self, sys := c.Self(), c.ActorSystem()

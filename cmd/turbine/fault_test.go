@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// enginePID returns the pid of the newest engine process of worker w, and its epoch,
+// from the serve log.
+func (s *server) enginePID(w string) (pid int, epoch int) {
+	for _, line := range strings.Split(s.Logs(), "\n") {
+		var rec struct {
+			Message string `json:"message"`
+			Worker  string `json:"worker"`
+			PID     int    `json:"pid"`
+			Epoch   int    `json:"epoch"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "engine started" && rec.Worker == w {
+			pid, epoch = rec.PID, rec.Epoch
+		}
+	}
+	return pid, epoch
+}
+
+// TestE2EEngineKilled kills a worker's engine process with SIGKILL: the worker must stop
+// routing to it, the router must drop its blocks, the engine must come back, and the
+// service must keep answering.
+func TestE2EEngineKilled(t *testing.T) {
+	s := startServe(t, 2, "--speedup-ratio", "50")
+	prompt := longText("marble", 300)
+	victim := servedBy(t, s, prompt+" first")
+	s.waitFor(10*time.Second, "the victim's blocks in the router's index", func() bool { return s.indexed(victim) > 0 })
+	pid, epoch := s.enginePID(victim)
+	if pid == 0 {
+		t.Fatalf("no engine pid for %s in the log", victim)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(10*time.Second, "the router to drop the dead engine's blocks", func() bool { return s.indexed(victim) == 0 })
+	// While the engine restarts, requests keep succeeding (on the other worker if need be).
+	for i := 0; i < 4; i++ {
+		servedBy(t, s, prompt+" during "+strings.Repeat("z", i))
+	}
+	s.waitFor(30*time.Second, "the engine to be restarted and ready", func() bool {
+		_, e := s.enginePID(victim)
+		st := s.workerStats(model)[victim]
+		return e > epoch && st != nil && st.Ready
+	})
+	for i := 0; i < 4; i++ {
+		servedBy(t, s, longText("quartz", 50)+strings.Repeat("k", i))
+	}
+	s.waitIdle(t)
+}
