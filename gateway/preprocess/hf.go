@@ -33,7 +33,7 @@ type hfTokenizerFile struct {
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Decoder       json.RawMessage `json:"decoder"`
-	Model         json.RawMessage `json:"model"`
+	Model         *hfModel        `json:"model"`
 }
 
 type hfAddedToken struct {
@@ -45,12 +45,38 @@ type hfAddedToken struct {
 	Special    bool   `json:"special"`
 }
 
-type hfBPEModel struct {
-	Type                    string          `json:"type"`
-	Vocab                   json.RawMessage `json:"vocab"`
-	Merges                  json.RawMessage `json:"merges"`
-	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
+// hfModel is tokenizer.json's "model", read as BPE in the same pass as the rest of the
+// file (a file is decoded once: it can be tens of MB). Other model types fail to decode
+// their vocab; Type still tells which they are.
+type hfModel struct {
+	Type                    string           `json:"type"`
+	Vocab                   map[string]int64 `json:"vocab"`
+	Merges                  *hfMerges        `json:"merges"`
+	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+}
+
+// hfMerges is the merges list, written as "a b" strings (older files) or ["a", "b"]
+// pairs (newer ones).
+type hfMerges [][2]string
+
+func (m *hfMerges) UnmarshalJSON(b []byte) error {
+	if !isStringList(b) {
+		return json.Unmarshal(b, (*[][2]string)(m))
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	*m = make(hfMerges, len(list))
+	for i, s := range list {
+		a, c, ok := strings.Cut(s, " ")
+		if !ok {
+			return fmt.Errorf("merges entry %d (%q) is not two tokens separated by a space", i, s)
+		}
+		(*m)[i] = [2]string{a, c}
+	}
+	return nil
 }
 
 // hfComponent is a normalizer, pre-tokenizer, post-processor or decoder: a "type" and
@@ -85,12 +111,16 @@ type hfTemplateSpecial struct {
 	IDs []int64 `json:"ids"`
 }
 
+// maxTokenID bounds token ids read from files (tables are indexed by id): far above any
+// real vocabulary (a few hundred thousand), far below what would exhaust memory.
+const maxTokenID = 1 << 24
+
 // hfSpec is a parsed tokenizer.json, before the tokenizer is built.
 type hfSpec struct {
 	tok *bpeTokenizer
-	// vocab maps added-token content and byte-level vocabulary strings to ids, for
-	// resolving the special tokens named in tokenizer_config.json.
-	vocab map[string]uint32
+	// added maps added-token content to ids, for resolving the special tokens named in
+	// tokenizer_config.json.
+	added map[string]uint32
 	// prefix is what the post-processor puts before a single sequence.
 	prefix []uint32
 }
@@ -118,17 +148,16 @@ func parseTokenizerJSON(data []byte, name string) (*hfSpec, error) {
 		return fmt.Errorf("preprocess: %s: "+format, append([]any{name}, args...)...)
 	}
 	var f hfTokenizerFile
-	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fail("not a tokenizer.json: %v", err)
+	decodeErr := json.Unmarshal(data, &f)
+	var typeErr *json.UnmarshalTypeError
+	if decodeErr != nil && !errors.As(decodeErr, &typeErr) {
+		return nil, fail("not a tokenizer.json: %v", decodeErr)
 	}
-	if isNull(f.Model) {
+	if f.Model == nil {
 		return nil, fail(`no "model"`)
 	}
-	var model hfBPEModel
-	if err := json.Unmarshal(f.Model, &model); err != nil {
-		return nil, fail("model: %v", err)
-	}
-	if model.Type == "" && !isNull(model.Merges) {
+	model := f.Model
+	if model.Type == "" && model.Merges != nil {
 		model.Type = "BPE" // files from older tokenizers versions omit the type
 	}
 	if model.Type != "BPE" {
@@ -156,24 +185,38 @@ func parseTokenizerJSON(data []byte, name string) (*hfSpec, error) {
 	if err := checkDecoder(f.Decoder); err != nil {
 		return nil, fail("decoder: %v", err)
 	}
+	if decodeErr != nil {
+		return nil, fail("%v", decodeErr)
+	}
 
 	// Vocabulary: byte-level strings → ids.
-	var vocab map[string]int64
-	if err := json.Unmarshal(model.Vocab, &vocab); err != nil {
-		return nil, fail("model.vocab: %v", err)
-	}
+	vocab := model.Vocab
 	if len(vocab) == 0 {
 		return nil, fail("model.vocab is empty")
 	}
-	spec := &hfSpec{tok: tok, vocab: make(map[string]uint32, len(vocab)+len(f.AddedTokens))}
-	tok.ranks = make(map[string]uint32, len(vocab))
+	spec := &hfSpec{tok: tok, added: make(map[string]uint32, len(f.AddedTokens))}
 	maxID := int64(-1)
-	byID := make(map[int64]string, len(vocab))
 	for s, id := range vocab {
-		if id < 0 || id > math.MaxInt32 {
-			return nil, fail("model.vocab: id %d of %q is out of range", id, s)
+		if s == "" {
+			return nil, fail("model.vocab has an empty entry (id %d)", id)
 		}
-		if other, dup := byID[id]; dup {
+		if id < 0 || id >= maxTokenID {
+			return nil, fail("model.vocab: id %d of %q is out of range [0, %d)", id, s, maxTokenID)
+		}
+		maxID = max(maxID, id)
+	}
+	for i, a := range f.AddedTokens {
+		if a.ID == nil || *a.ID < 0 || *a.ID >= maxTokenID {
+			return nil, fail("added_tokens[%d] (%q): missing or out-of-range id", i, a.Content)
+		}
+		maxID = max(maxID, *a.ID)
+	}
+	tok.tokens = make([][]byte, maxID+1)
+	tok.special = make([]bool, maxID+1)
+	tok.ranks = make(map[string]uint32, len(vocab))
+	byID := make([]string, maxID+1) // vocabulary string of each id, for error messages
+	for s, id := range vocab {
+		if other := byID[id]; other != "" {
 			return nil, fail("model.vocab: id %d is used by both %q and %q", id, other, s)
 		}
 		byID[id] = s
@@ -185,47 +228,40 @@ func parseTokenizerJSON(data []byte, name string) (*hfSpec, error) {
 			return nil, fail("model.vocab: two entries stand for the bytes of %q", s)
 		}
 		tok.ranks[string(b)] = uint32(id)
-		spec.vocab[s] = uint32(id)
-		maxID = max(maxID, id)
+		tok.tokens[id] = b
 	}
 	for c := 0; c < 256; c++ {
 		if _, ok := tok.ranks[string([]byte{byte(c)})]; !ok {
 			return nil, fail("model.vocab has no token for byte 0x%02X: not a byte-level BPE vocabulary", c)
 		}
 	}
-	if err := checkMerges(model.Merges, vocab); err != nil {
+	var merges hfMerges
+	if model.Merges != nil {
+		merges = *model.Merges
+	}
+	if err := checkMerges(merges, vocab); err != nil {
 		return nil, fail("model.merges: %v", err)
 	}
 
 	// Added tokens (specials included).
 	added := make([]addedToken, 0, len(f.AddedTokens))
 	for i, a := range f.AddedTokens {
-		if a.ID == nil || *a.ID < 0 || *a.ID > math.MaxInt32 {
-			return nil, fail("added_tokens[%d] (%q): missing or out-of-range id", i, a.Content)
-		}
 		if a.Content == "" {
 			return nil, fail("added_tokens[%d] (id %d): empty content", i, *a.ID)
 		}
-		if s, ok := byID[*a.ID]; ok && s != byteLevel.encode([]byte(a.Content)) {
+		if s := byID[*a.ID]; s != "" && s != byteLevel.encode([]byte(a.Content)) {
 			return nil, fail("added_tokens[%d]: id %d is %q in model.vocab but %q here", i, *a.ID, s, a.Content)
 		}
 		added = append(added, addedToken{
 			content: a.Content, id: uint32(*a.ID), special: a.Special,
 			lstrip: a.LStrip, rstrip: a.RStrip, singleWord: a.SingleWord,
 		})
-		maxID = max(maxID, *a.ID)
 	}
 	tok.added = newAddedMatcher(added)
-
-	tok.tokens = make([][]byte, maxID+1)
-	tok.special = make([]bool, maxID+1)
-	for b, id := range tok.ranks {
-		tok.tokens[id] = []byte(b)
-	}
 	for _, a := range added {
 		tok.tokens[a.id] = []byte(a.content)
 		tok.special[a.id] = a.special
-		spec.vocab[a.content] = a.id
+		spec.added[a.content] = a.id
 	}
 
 	if spec.prefix, err = postProcessorPrefix(f.PostProcessor); err != nil {
@@ -359,28 +395,7 @@ func checkDecoder(raw json.RawMessage) error {
 // checkMerges verifies that the merges list is ordered like the ids of the tokens the
 // merges produce. When it is, merges-based BPE (HF tokenizers) and rank-based BPE
 // (tiktoken, rank = id) encode alike, which is what bpeTokenizer relies on.
-func checkMerges(raw json.RawMessage, vocab map[string]int64) error {
-	if isNull(raw) {
-		return nil
-	}
-	var pairs [][2]string
-	var asStrings []string
-	// Older files write merges as "a b" strings, newer ones as ["a", "b"] pairs.
-	if isStringList(raw) {
-		if err := json.Unmarshal(raw, &asStrings); err != nil {
-			return fmt.Errorf("not a list of strings: %v", err)
-		}
-		pairs = make([][2]string, len(asStrings))
-		for i, m := range asStrings {
-			a, b, ok := strings.Cut(m, " ")
-			if !ok {
-				return fmt.Errorf("entry %d (%q) is not two tokens separated by a space", i, m)
-			}
-			pairs[i] = [2]string{a, b}
-		}
-	} else if err := json.Unmarshal(raw, &pairs); err != nil {
-		return fmt.Errorf("neither a list of strings nor a list of pairs: %v", err)
-	}
+func checkMerges(pairs hfMerges, vocab map[string]int64) error {
 	last := int64(-1)
 	for i, p := range pairs {
 		for _, part := range p {

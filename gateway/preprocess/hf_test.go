@@ -333,6 +333,11 @@ func TestLoadErrors(t *testing.T) {
 		{"missing byte", func(tok, _, _ map[string]any) { delete(model(tok)["vocab"].(map[string]any), "Ġ") }, "no token for byte 0x20"},
 		{"duplicate id", func(tok, _, _ map[string]any) { model(tok)["vocab"].(map[string]any)["zz"] = 5 }, "id 5 is used by both"},
 		{"negative id", func(tok, _, _ map[string]any) { model(tok)["vocab"].(map[string]any)["zz"] = -1 }, "id -1"},
+		{"huge id", func(tok, _, _ map[string]any) { model(tok)["vocab"].(map[string]any)["zz"] = 1 << 30 }, "is out of range"},
+		{"huge added id", func(tok, _, _ map[string]any) {
+			tok["added_tokens"] = []any{map[string]any{"id": 1 << 40, "content": "<x>"}}
+		}, "missing or out-of-range id"},
+		{"empty vocab entry", func(tok, _, _ map[string]any) { model(tok)["vocab"].(map[string]any)[""] = 9999 }, "empty entry"},
 		{"added without id", func(tok, _, _ map[string]any) {
 			tok["added_tokens"] = []any{map[string]any{"content": "<x>"}}
 		}, `added_tokens[0] ("<x>"): missing or out-of-range id`},

@@ -130,7 +130,7 @@ func loadHF(source string, read func(name string) ([]byte, error)) (*Model, erro
 		additionalTokens: cfg.additional,
 	}
 	tokenID := func(what, s string) (uint32, error) {
-		if id, ok := spec.vocab[s]; ok {
+		if id, ok := spec.added[s]; ok {
 			return id, nil
 		}
 		// Not an added token: the encoding of s must be a single token.
