@@ -1,0 +1,134 @@
+package router
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turbine-llm/turbine/kv"
+	"github.com/turbine-llm/turbine/kv/kvpb"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func newGrain(t *testing.T, clock *fakeClock) *Grain {
+	t.Helper()
+	g := New(Config{BlockSize: 4, Mode: "kv", OverlapWeight: 1, WorkerTTL: 5 * time.Second, Now: clock.now, Seed: 1})
+	g.model = "m"
+	return g
+}
+
+func register(t *testing.T, g *Grain, id string, blockSize int32, epoch uint64) *messages.RegisterAck {
+	t.Helper()
+	ack, err := g.Register(&messages.RegisterWorker{
+		Worker: &messages.WorkerInfo{WorkerId: id, Actor: &messages.ActorRef{Address: "a", Id: "worker/" + id},
+			Card: &messages.ModelCard{Model: "m", KvBlockSize: blockSize, TotalKvBlocks: 100}, Ready: true, EngineEpoch: epoch},
+		Load: &messages.WorkerLoad{TotalBlocks: 100},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack
+}
+
+func stored(hashes []uint64, tokens []uint32) *messages.KvEvent {
+	return kvpb.ToProto(kv.Event{Kind: kv.BlockStored, EngineHashes: hashes, TokenIDs: tokens, BlockSize: 4})
+}
+
+func TestGrainRoutesToTheWorkerHoldingThePrefix(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGrain(t, clock)
+	for _, id := range []string{"w0", "w1"} {
+		if ack := register(t, g, id, 4, 1); !ack.Accepted || ack.NeedDump {
+			t.Fatalf("register %s: %+v", id, ack)
+		}
+	}
+	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	ack, err := g.PublishEvents(&messages.KvEventBatch{WorkerId: "w1", EngineEpoch: 1, Seq: 1,
+		Events: []*messages.KvEvent{stored([]uint64{11, 12}, prompt[:8])}}, nil)
+	if err != nil || ack.NeedDump {
+		t.Fatalf("publish: %+v %v", ack, err)
+	}
+	resp, err := g.Route(&messages.RouteRequest{RequestId: "r1", TokenIds: prompt}, nil)
+	if err != nil || resp.ErrorCode != "" {
+		t.Fatalf("route: %+v %v", resp, err)
+	}
+	if resp.WorkerId != "w1" || resp.Worker.GetId() != "worker/w1" || resp.OverlapBlocks != 2 || resp.PromptBlocks != 2 {
+		t.Fatalf("route = %+v, want w1 with 2 of 2 blocks cached", resp)
+	}
+	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if st.Routed != 1 || st.OverlapBlocks != 2 || st.Workers[1].ActiveRequests != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := g.Free(&messages.RequestRef{RequestId: "r1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = g.Stats(&messages.RouterStatsRequest{}, nil)
+	if st.Workers[1].ActiveRequests != 0 || st.Workers[1].ActiveBlocks != 0 {
+		t.Fatalf("after free: %+v", st.Workers[1])
+	}
+}
+
+func TestGrainRefusesBlockSizeMismatch(t *testing.T) {
+	g := newGrain(t, &fakeClock{t: time.Unix(0, 0)})
+	ack := register(t, g, "w0", 16, 1)
+	if ack.Accepted || !strings.Contains(ack.Error, "16") || !strings.Contains(ack.Error, "4") {
+		t.Fatalf("ack %+v: want a refusal naming both block sizes", ack)
+	}
+	resp, _ := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1}}, nil)
+	if resp.ErrorCode != "no_workers" {
+		t.Fatalf("route with no accepted worker: %+v", resp)
+	}
+}
+
+func TestGrainSilentWorkerIsRemoved(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGrain(t, clock)
+	register(t, g, "w0", 4, 1)
+	register(t, g, "w1", 4, 1)
+	clock.t = clock.t.Add(3 * time.Second)
+	register(t, g, "w1", 4, 1) // w1 heartbeats, w0 does not
+	clock.t = clock.t.Add(3 * time.Second)
+	for i := 0; i < 5; i++ {
+		resp, _ := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1, 2, 3, 4}}, nil)
+		if resp.WorkerId != "w1" {
+			t.Fatalf("route went to %q after w0 fell silent", resp.WorkerId)
+		}
+	}
+	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if len(st.Workers) != 1 {
+		t.Fatalf("workers %+v, want only w1", st.Workers)
+	}
+}
+
+func TestGrainAsksUnknownWorkerForDump(t *testing.T) {
+	g := newGrain(t, &fakeClock{t: time.Unix(0, 0)})
+	ack, _ := g.PublishEvents(&messages.KvEventBatch{WorkerId: "ghost", EngineEpoch: 1, Seq: 3}, nil)
+	if !ack.NeedDump {
+		t.Fatal("a batch from an unknown worker must ask for a dump")
+	}
+	register(t, g, "w0", 4, 1)
+	ack, _ = g.PublishEvents(&messages.KvEventBatch{WorkerId: "w0", EngineEpoch: 1, Seq: 2}, nil) // seq 1 lost
+	if !ack.NeedDump {
+		t.Fatal("a sequence gap must ask for a dump")
+	}
+}
+
+func TestGrainEngineRestartDropsBlocks(t *testing.T) {
+	g := newGrain(t, &fakeClock{t: time.Unix(0, 0)})
+	register(t, g, "w0", 4, 1)
+	g.PublishEvents(&messages.KvEventBatch{WorkerId: "w0", EngineEpoch: 1, Seq: 1,
+		Events: []*messages.KvEvent{stored([]uint64{1}, []uint32{1, 2, 3, 4})}}, nil)
+	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if st.Workers[0].IndexedBlocks != 1 {
+		t.Fatalf("indexed %d, want 1", st.Workers[0].IndexedBlocks)
+	}
+	register(t, g, "w0", 4, 2)
+	st, _ = g.Stats(&messages.RouterStatsRequest{}, nil)
+	if st.Workers[0].IndexedBlocks != 0 {
+		t.Fatalf("after an engine restart indexed %d, want 0", st.Workers[0].IndexedBlocks)
+	}
+}
