@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Gateway-overhead benchmark: the time to first token (TTFT) a client sees through the
+// gateway, against the TTFT of the same request sent straight to the mock engine the
+// gateway routes to. One `turbine serve --workers 1` process with a high speedup ratio
+// (engine time is a few µs), so the difference is what the gateway adds: HTTP parsing
+// and validation, routing (KV block hashing and the Router grain round trip), the
+// engine request from the gateway, and detokenizing the first token.
+const (
+	benchSpeedup   = 1000 // mock engine speedup: a 4,096-token prefill models 86 ms, runs 86 µs
+	benchMaxTokens = 2    // TTFT needs one token; the second ends the request quickly
+	benchWarmup    = 16   // request pairs sent before timing, per sub-benchmark run
+)
+
+// BenchmarkGatewayOverhead alternates, b.N times, a streamed completion sent straight to
+// the engine and the same kind of request sent through the gateway, and reports the TTFT
+// percentiles of each side in µs (time from sending the request to reading the first SSE
+// data frame that carries a token).
+//
+// Fairness: every request (either side) has its own random prompt of the same length,
+// so neither side gets prefix-cache hits (checked: usage.prompt_tokens_details.
+// cached_tokens must be 0) and both pay the same modelled prefill. The direct request has
+// the body the gateway itself sends to the engine (token ids, stream, include_usage,
+// return_token_ids). The two sides take turns going first. Connections are kept alive on
+// both sides.
+func BenchmarkGatewayOverhead(b *testing.B) {
+	if testing.Short() {
+		b.Skip("end-to-end benchmark: skipped with -short")
+	}
+	s := startServeBench(b, 1, "--speedup-ratio", strconv.Itoa(benchSpeedup))
+	engine, err := engineURL(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, isl := range []int{256, 4096} {
+		b.Run(fmt.Sprintf("isl=%d", isl), func(b *testing.B) {
+			direct := ttftProbe{client: client, url: engine + "/v1/completions", direct: true}
+			gateway := ttftProbe{client: client, url: s.url + "/v1/completions"}
+			pair := func(i int) (d, g time.Duration) {
+				first, second := &direct, &gateway
+				if i%2 == 1 {
+					first, second = second, first
+				}
+				a, err := first.run(randomPrompt(rng, isl))
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := second.run(randomPrompt(rng, isl))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if i%2 == 1 {
+					return c, a
+				}
+				return a, c
+			}
+			for i := 0; i < benchWarmup; i++ {
+				pair(i)
+			}
+			ds := make([]time.Duration, 0, b.N)
+			gs := make([]time.Duration, 0, b.N)
+			diffs := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				d, g := pair(i)
+				ds, gs, diffs = append(ds, d), append(gs, g), append(diffs, g-d)
+			}
+			b.StopTimer()
+			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			b.ReportMetric(us(quantile(ds, 0.50)), "direct-ttft-p50-µs")
+			b.ReportMetric(us(quantile(ds, 0.99)), "direct-ttft-p99-µs")
+			b.ReportMetric(us(quantile(gs, 0.50)), "gateway-ttft-p50-µs")
+			b.ReportMetric(us(quantile(gs, 0.99)), "gateway-ttft-p99-µs")
+			b.ReportMetric(us(quantile(gs, 0.50)-quantile(ds, 0.50)), "added-ttft-p50-µs")
+			b.ReportMetric(us(quantile(gs, 0.99)-quantile(ds, 0.99)), "added-ttft-p99-µs")
+			b.ReportMetric(us(quantile(diffs, 0.50)), "paired-added-ttft-p50-µs")
+		})
+	}
+}
+
+// ttftProbe sends streamed token-id completions to one /v1/completions URL.
+type ttftProbe struct {
+	client *http.Client
+	url    string
+	direct bool // the engine's own API: send the body the gateway sends to engines
+}
+
+// run sends one streamed completion of prompt and returns its TTFT: from just before
+// the request is sent to the first SSE data frame whose choice carries a token (text or
+// token ids). It reads the stream to its end (so the connection is reused) and fails
+// on an error status, a missing token, or prefix-cache hits.
+func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
+	body := map[string]any{
+		"model": model, "prompt": prompt, "max_tokens": benchMaxTokens, "ignore_eos": true,
+		"stream": true, "stream_options": map[string]any{"include_usage": true},
+	}
+	if p.direct {
+		body["return_token_ids"] = true
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequest(http.MethodPost, p.url, bytes.NewReader(raw))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("POST %s: %w", p.url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return 0, fmt.Errorf("POST %s: status %d: %s", p.url, resp.StatusCode, msg)
+	}
+	var ttft time.Duration
+	cached := -1
+	r := bufio.NewReaderSize(resp.Body, 1<<20)
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("POST %s: reading the stream: %w", p.url, err)
+		}
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok {
+			continue
+		}
+		data = bytes.TrimSpace(data)
+		if string(data) == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Text     string   `json:"text"`
+				TokenIDs []uint32 `json:"token_ids"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokensDetails *struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal(data, &chunk); err != nil {
+			return 0, fmt.Errorf("POST %s: bad SSE frame %q: %v", p.url, data, err)
+		}
+		if ttft == 0 && len(chunk.Choices) > 0 && (chunk.Choices[0].Text != "" || len(chunk.Choices[0].TokenIDs) > 0) {
+			ttft = time.Since(start)
+		}
+		if chunk.Usage != nil && chunk.Usage.PromptTokensDetails != nil {
+			cached = chunk.Usage.PromptTokensDetails.CachedTokens
+		}
+	}
+	switch {
+	case ttft == 0:
+		return 0, fmt.Errorf("POST %s: the stream ended without a token", p.url)
+	case cached != 0:
+		return 0, fmt.Errorf("POST %s: cached_tokens %d, want 0 (unique prompts must miss the prefix cache)", p.url, cached)
+	}
+	return ttft, nil
+}
+
+// randomPrompt returns n token ids drawn from [1000, 91000): ordinary ids of the
+// serve's default cl100k_base tokenizer.
+func randomPrompt(rng *rand.Rand, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = 1000 + uint32(rng.IntN(90000))
+	}
+	return out
+}
+
+// quantile is the q-quantile (nearest rank below) of d, which must not be empty.
+func quantile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
+
+// engineURL is the base URL of the mock engine the serve log last reported started
+// (JSON line with message "engine started" and its HTTP "port"), on the serve's host.
+func engineURL(s *server) (string, error) {
+	u, err := url.Parse(s.url)
+	if err != nil {
+		return "", fmt.Errorf("serve url %q: %v", s.url, err)
+	}
+	port := 0
+	for _, line := range strings.Split(s.Logs(), "\n") {
+		var rec struct {
+			Message string `json:"message"`
+			Port    int    `json:"port"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "engine started" && rec.Port > 0 {
+			port = rec.Port
+		}
+	}
+	if port == 0 {
+		return "", errors.New(`no "engine started" line with a port in the serve log`)
+	}
+	return fmt.Sprintf("http://%s:%d", u.Hostname(), port), nil
+}
+
+// startServeBench is startServe for benchmarks: it runs `turbine serve --port 0` with
+// args and waits (bounded) until every worker is ready. The process is stopped with
+// SIGTERM (then SIGKILL of its group after 20 s) when b ends.
+func startServeBench(b *testing.B, workers int, args ...string) *server {
+	b.Helper()
+	if turbineBin == "" {
+		b.Skip("end-to-end benchmark: skipped with -short")
+	}
+	all := append([]string{"serve", "--port", "0", "--log-format", "json", "--workers", strconv.Itoa(workers),
+		"--heartbeat", "200ms"}, args...)
+	cmd := exec.Command(turbineBin, all...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	s := &server{cmd: cmd, done: make(chan struct{})}
+	urlc := make(chan string, 1)
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.logs.WriteString(line + "\n")
+			s.mu.Unlock()
+			var rec struct {
+				Message string `json:"message"`
+				URL     string `json:"url"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "turbine serving" {
+				urlc <- rec.URL
+			}
+		}
+	}()
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-s.done
+		}
+		_ = cmd.Wait()
+	})
+	select {
+	case s.url = <-urlc:
+	case <-s.done:
+		b.Fatalf("turbine serve exited before serving:\n%s", s.Logs())
+	case <-time.After(60 * time.Second):
+		b.Fatalf("turbine serve did not start in 60 s:\n%s", s.Logs())
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ready := 0
+		for _, w := range s.workerStats(model) {
+			if w.Ready {
+				ready++
+			}
+		}
+		if ready == workers {
+			return s
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d workers ready after 60 s:\n%s", ready, workers, s.Logs())
+		}
+		select {
+		case <-s.done:
+			b.Fatalf("turbine serve exited while starting:\n%s", s.Logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
