@@ -130,6 +130,9 @@ func (w *workerActor) Receive(c actor.Context) {
 	case *actor.Started:
 		w.self = c.Self()
 		w.ctx, w.cancel = context.WithCancel(context.Background())
+		// Epochs must increase across restarts of this actor (and of its process) too,
+		// so they start from the clock rather than from zero.
+		w.epoch = uint64(time.Now().UnixNano())
 		w.relay = newRelay(w.cfg.WorkerID, w.cfg.Router, w.log)
 		go w.relay.run(w.ctx)
 		w.startEngine(c)
@@ -334,7 +337,8 @@ func (w *workerActor) heartbeat(c actor.Context) {
 			return
 		}
 		if w.cfg.Catalog != nil && ready {
-			ttl := 3 * w.cfg.Heartbeat
+			// Generous, so that a slow heartbeat never makes the model vanish for a moment.
+			ttl := max(5*w.cfg.Heartbeat, 3*time.Second)
 			if _, err := w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID,
 				TtlMs: ttl.Milliseconds()}); err != nil {
 				w.log.Debug().Err(err).Msg("catalog announce failed")
