@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -82,12 +83,16 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 			ds := make([]time.Duration, 0, b.N)
 			gs := make([]time.Duration, 0, b.N)
 			diffs := make([]time.Duration, 0, b.N)
+			cpu0, cpuErr := processCPU(s.cmd.Process.Pid)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				d, g := pair(i)
 				ds, gs, diffs = append(ds, d), append(gs, g), append(diffs, g-d)
 			}
 			b.StopTimer()
+			if cpu1, err := processCPU(s.cmd.Process.Pid); err == nil && cpuErr == nil {
+				b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1e3/float64(b.N), "serve-cpu-µs/pair")
+			}
 			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 			b.ReportMetric(us(quantile(ds, 0.50)), "direct-ttft-p50-µs")
 			b.ReportMetric(us(quantile(ds, 0.99)), "direct-ttft-p99-µs")
@@ -108,8 +113,8 @@ type ttftProbe struct {
 }
 
 // run sends one streamed completion of prompt and returns its TTFT: from just before
-// the request is sent to the first SSE data frame whose choice carries a token (text or
-// token ids). It reads the stream to its end (so the connection is reused) and fails
+// the request is sent to the end of reading the first SSE data frame whose choice
+// carries a token (text or token ids); decoding that frame's JSON is not included. It reads the stream to its end (so the connection is reused) and fails
 // on an error status, a missing token, or prefix-cache hits.
 func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 	body := map[string]any{
@@ -143,6 +148,7 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 	r := bufio.NewReaderSize(resp.Body, 1<<20)
 	for {
 		line, err := r.ReadSlice('\n')
+		read := time.Since(start) // before decoding: the client's JSON cost is not counted
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -172,7 +178,7 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 			return 0, fmt.Errorf("POST %s: bad SSE frame %q: %v", p.url, data, err)
 		}
 		if ttft == 0 && len(chunk.Choices) > 0 && (chunk.Choices[0].Text != "" || len(chunk.Choices[0].TokenIDs) > 0) {
-			ttft = time.Since(start)
+			ttft = read
 		}
 		if chunk.Usage != nil && chunk.Usage.PromptTokensDetails != nil {
 			cached = chunk.Usage.PromptTokensDetails.CachedTokens
@@ -185,6 +191,34 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 		return 0, fmt.Errorf("POST %s: cached_tokens %d, want 0 (unique prompts must miss the prefix cache)", p.url, cached)
 	}
 	return ttft, nil
+}
+
+// processCPU is the user plus system CPU time the process pid has used so far (its
+// children not included), from fields 14 and 15 of /proc/<pid>/stat, in clock ticks of
+// 1/100 s (Linux's USER_HZ).
+func processCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count after it.
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')' after the command name", pid)
+	}
+	f := strings.Fields(string(raw[i+1:])) // f[0] is field 3
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command name, want at least 13", pid, len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: cpu time %q: %v", pid, s, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // randomPrompt returns n token ids drawn from [1000, 91000): ordinary ids of the
