@@ -29,6 +29,11 @@ var builtinNamesList = []string{"cl100k_base", "o200k_base"}
 // against.
 func tiktokenReference(tb testing.TB, name string) *tiktoken.Tiktoken {
 	tb.Helper()
+	tiktokenRefsMu.Lock()
+	defer tiktokenRefsMu.Unlock()
+	if ref, ok := tiktokenRefs[name]; ok {
+		return ref
+	}
 	enc := builtinEncodings[name]
 	ranks, err := tiktoken_loader.NewOfflineLoader().LoadTiktokenBpe(enc.file)
 	if err != nil {
@@ -44,8 +49,15 @@ func tiktokenReference(tb testing.TB, name string) *tiktoken.Tiktoken {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return tiktoken.NewTiktoken(bpe, nil, set)
+	ref := tiktoken.NewTiktoken(bpe, nil, set)
+	tiktokenRefs[name] = ref
+	return ref
 }
+
+var (
+	tiktokenRefsMu sync.Mutex
+	tiktokenRefs   = map[string]*tiktoken.Tiktoken{}
+)
 
 // randomPools are character pools for random texts: scripts, digits, whitespace,
 // punctuation and emoji (with joiners and modifiers).

@@ -113,7 +113,7 @@ type hfTemplateSpecial struct {
 
 // maxTokenID bounds token ids read from files (tables are indexed by id): far above any
 // real vocabulary (a few hundred thousand), far below what would exhaust memory.
-const maxTokenID = 1 << 24
+const maxTokenID = 1 << 22
 
 // hfSpec is a parsed tokenizer.json, before the tokenizer is built.
 type hfSpec struct {
