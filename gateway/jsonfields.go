@@ -3,11 +3,17 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"math"
 	"strconv"
 )
 
-// jsonKind is the JSON type of a raw value, from its first byte.
+// Request bodies are decoded once into a tree of plain values (map[string]any, []any,
+// string, bool, json.Number, nil) and read field by field from it, so that every type
+// error names its field in OpenAI's notation ("messages[0].content").
+
+// jsonKind is the JSON type of a decoded value.
 type jsonKind int
 
 const (
@@ -23,49 +29,55 @@ func (k jsonKind) String() string {
 	return [...]string{"null", "boolean", "number", "string", "array", "object"}[k]
 }
 
-// kindOf returns the JSON type of a syntactically valid raw value.
-func kindOf(raw json.RawMessage) jsonKind {
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	if len(raw) == 0 {
-		return kindNull
-	}
-	switch raw[0] {
-	case 'n':
-		return kindNull
-	case 't', 'f':
+// kindOf returns the JSON type of a decoded value.
+func kindOf(v any) jsonKind {
+	switch v.(type) {
+	case bool:
 		return kindBool
-	case '"':
+	case json.Number:
+		return kindNumber
+	case string:
 		return kindString
-	case '[':
+	case []any:
 		return kindArray
-	case '{':
+	case map[string]any:
 		return kindObject
 	default:
-		return kindNumber
+		return kindNull
 	}
 }
 
-// object reads the fields of one JSON object, recording the first error it meets
-// (OpenAI-style param names: "messages[0].content"). Null fields read as absent, as
-// OpenAI treats them.
+// decodeBody decodes one JSON value (numbers kept as json.Number).
+func decodeBody(body []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return v, nil
+}
+
+// object reads the fields of one JSON object, recording the first error it meets. Null
+// fields read as absent, as OpenAI treats them.
 type object struct {
-	m      map[string]json.RawMessage
+	m      map[string]any
 	prefix string // "" at the top level, else "messages[0]." etc.
 	err    *APIError
 }
 
-// parseObject decodes raw (a syntactically valid JSON value) as an object. param names
-// raw in errors ("" for the body itself).
-func parseObject(raw json.RawMessage, param string) (*object, *APIError) {
-	if k := kindOf(raw); k != kindObject {
+// objectOf wraps a decoded value that must be an object; param names it in errors ("" for
+// the body itself).
+func objectOf(v any, param string) (*object, *APIError) {
+	m, ok := v.(map[string]any)
+	if !ok {
 		if param == "" {
-			return nil, newError(KindInvalidJSON, "", "The request body must be a JSON object, got %s.", k)
+			return nil, newError(KindInvalidJSON, "", "The request body must be a JSON object, got %s.", kindOf(v))
 		}
-		return nil, typeError(param, "an object", k)
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, newError(KindInvalidJSON, param, "Could not parse the JSON body of the request: %v.", err)
+		return nil, typeError(param, "an object", kindOf(v))
 	}
 	prefix := ""
 	if param != "" {
@@ -81,65 +93,60 @@ func typeError(param, want string, got jsonKind) *APIError {
 func (o *object) param(key string) string { return o.prefix + key }
 
 func (o *object) fail(e *APIError) {
-	if o.err == nil {
+	if o.err == nil && e != nil {
 		o.err = e
 	}
 }
 
-// raw returns the field's raw value; ok is false when absent or null.
-func (o *object) raw(key string) (json.RawMessage, bool) {
-	r, ok := o.m[key]
-	if !ok || kindOf(r) == kindNull {
+// value returns the field's value; ok is false when absent or null.
+func (o *object) value(key string) (any, bool) {
+	v, ok := o.m[key]
+	if !ok || v == nil {
 		return nil, false
 	}
-	return r, true
+	return v, true
 }
 
 // has reports whether the field is present and not null.
 func (o *object) has(key string) bool {
-	_, ok := o.raw(key)
+	_, ok := o.value(key)
 	return ok
 }
 
-func (o *object) expect(key string, want jsonKind, wantText string) (json.RawMessage, bool) {
-	r, ok := o.raw(key)
+func (o *object) expect(key string, want jsonKind, wantText string) (any, bool) {
+	v, ok := o.value(key)
 	if !ok {
 		return nil, false
 	}
-	if k := kindOf(r); k != want {
+	if k := kindOf(v); k != want {
 		o.fail(typeError(o.param(key), wantText, k))
 		return nil, false
 	}
-	return r, true
+	return v, true
 }
 
 func (o *object) str(key string) (string, bool) {
-	r, ok := o.expect(key, kindString, "a string")
+	v, ok := o.expect(key, kindString, "a string")
 	if !ok {
 		return "", false
 	}
-	var s string
-	if err := json.Unmarshal(r, &s); err != nil {
-		o.fail(typeError(o.param(key), "a string", kindString))
-		return "", false
-	}
-	return s, true
+	return v.(string), true
 }
 
 func (o *object) boolean(key string) (bool, bool) {
-	r, ok := o.expect(key, kindBool, "a boolean")
+	v, ok := o.expect(key, kindBool, "a boolean")
 	if !ok {
 		return false, false
 	}
-	return bytes.HasPrefix(bytes.TrimLeft(r, " \t\r\n"), []byte("true")), true
+	return v.(bool), true
 }
 
 func (o *object) number(key string) (float64, bool) {
-	r, ok := o.expect(key, kindNumber, "a number")
+	v, ok := o.expect(key, kindNumber, "a number")
 	if !ok {
 		return 0, false
 	}
-	f, err := strconv.ParseFloat(string(bytes.TrimSpace(r)), 64)
+	f, err := strconv.ParseFloat(string(v.(json.Number)), 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 		o.fail(newError(KindInvalidValue, o.param(key), "Invalid '%s': number out of range.", o.param(key)))
 		return 0, false
@@ -150,90 +157,61 @@ func (o *object) number(key string) (float64, bool) {
 // integer reads an integer field; integral numbers written with a fraction or exponent
 // (2.0, 1e3) are accepted.
 func (o *object) integer(key string) (int64, bool) {
-	r, ok := o.expect(key, kindNumber, "an integer")
+	v, ok := o.expect(key, kindNumber, "an integer")
 	if !ok {
 		return 0, false
 	}
-	v, err := parseInteger(r)
+	n, err := parseInteger(v.(json.Number))
 	if err != nil {
-		o.fail(newError(KindInvalidType, o.param(key), "Invalid type for '%s': expected an integer, but got %s.", o.param(key), bytes.TrimSpace(r)))
+		o.fail(newError(KindInvalidType, o.param(key), "Invalid type for '%s': expected an integer, but got %s.", o.param(key), v))
 		return 0, false
 	}
-	return v, true
+	return n, true
 }
 
-func parseInteger(r json.RawMessage) (int64, error) {
-	s := string(bytes.TrimSpace(r))
-	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+func parseInteger(n json.Number) (int64, error) {
+	if v, err := strconv.ParseInt(string(n), 10, 64); err == nil {
 		return v, nil
 	}
-	f, err := strconv.ParseFloat(s, 64)
+	f, err := strconv.ParseFloat(string(n), 64)
 	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
 		return 0, strconv.ErrSyntax
 	}
 	return int64(f), nil
 }
 
-func (o *object) array(key string) ([]json.RawMessage, bool) {
-	r, ok := o.expect(key, kindArray, "an array")
+func (o *object) array(key string) ([]any, bool) {
+	v, ok := o.expect(key, kindArray, "an array")
 	if !ok {
 		return nil, false
 	}
-	var a []json.RawMessage
-	if err := json.Unmarshal(r, &a); err != nil {
-		o.fail(typeError(o.param(key), "an array", kindArray))
-		return nil, false
-	}
-	return a, true
+	return v.([]any), true
 }
 
 // child reads a nested object field.
 func (o *object) child(key string) (*object, bool) {
-	r, ok := o.expect(key, kindObject, "an object")
+	v, ok := o.expect(key, kindObject, "an object")
 	if !ok {
 		return nil, false
 	}
-	c, err := parseObject(r, o.param(key))
-	if err != nil {
-		o.fail(err)
-		return nil, false
-	}
+	c, _ := objectOf(v, o.param(key))
 	return c, true
-}
-
-// anyValue decodes a field into plain Go values (maps, slices, float64, string, bool).
-func (o *object) anyValue(key string) (any, bool) {
-	r, ok := o.raw(key)
-	if !ok {
-		return nil, false
-	}
-	var v any
-	if err := json.Unmarshal(r, &v); err != nil {
-		o.fail(newError(KindInvalidJSON, o.param(key), "Invalid '%s': %v.", o.param(key), err))
-		return nil, false
-	}
-	return v, true
 }
 
 // strOrStrings reads a field that is a string or an array of strings.
 func (o *object) strOrStrings(key string) ([]string, bool) {
-	r, ok := o.raw(key)
+	v, ok := o.value(key)
 	if !ok {
 		return nil, false
 	}
-	switch kindOf(r) {
-	case kindString:
-		s, _ := o.str(key)
-		return []string{s}, true
-	case kindArray:
-		items, ok := o.array(key)
-		if !ok {
-			return nil, false
-		}
-		out := make([]string, 0, len(items))
-		for i, it := range items {
-			var s string
-			if kindOf(it) != kindString || json.Unmarshal(it, &s) != nil {
+	switch v := v.(type) {
+	case string:
+		return []string{v}, true
+	case []any:
+		out := make([]string, 0, len(v))
+		for i, it := range v {
+			s, ok := it.(string)
+			if !ok {
 				o.fail(typeError(indexParam(o.param(key), i), "a string", kindOf(it)))
 				return nil, false
 			}
@@ -241,22 +219,23 @@ func (o *object) strOrStrings(key string) ([]string, bool) {
 		}
 		return out, true
 	default:
-		o.fail(typeError(o.param(key), "a string or an array of strings", kindOf(r)))
+		o.fail(typeError(o.param(key), "a string or an array of strings", kindOf(v)))
 		return nil, false
 	}
 }
 
 // tokenIDs reads an array of token ids (non-negative integers below 2^32).
-func tokenIDs(items []json.RawMessage, param string) ([]uint32, *APIError) {
+func tokenIDs(items []any, param string) ([]uint32, *APIError) {
 	out := make([]uint32, 0, len(items))
 	for i, it := range items {
 		p := indexParam(param, i)
-		if k := kindOf(it); k != kindNumber {
-			return nil, typeError(p, "an integer token id", k)
+		n, ok := it.(json.Number)
+		if !ok {
+			return nil, typeError(p, "an integer token id", kindOf(it))
 		}
-		v, err := parseInteger(it)
+		v, err := parseInteger(n)
 		if err != nil {
-			return nil, newError(KindInvalidType, p, "Invalid type for '%s': expected an integer token id, but got %s.", p, bytes.TrimSpace(it))
+			return nil, newError(KindInvalidType, p, "Invalid type for '%s': expected an integer token id, but got %s.", p, n)
 		}
 		if v < 0 || v > math.MaxUint32 {
 			return nil, newError(KindInvalidValue, p, "Invalid '%s': token id %d is out of range.", p, v)
@@ -264,6 +243,31 @@ func tokenIDs(items []json.RawMessage, param string) ([]uint32, *APIError) {
 		out = append(out, uint32(v))
 	}
 	return out, nil
+}
+
+// plain converts a decoded value for a chat template: json.Number becomes int64 when
+// integral, else float64; maps and slices are converted in place.
+func plain(v any) any {
+	switch v := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			return i
+		}
+		f, _ := strconv.ParseFloat(string(v), 64)
+		return f
+	case map[string]any:
+		for k, x := range v {
+			v[k] = plain(x)
+		}
+		return v
+	case []any:
+		for i, x := range v {
+			v[i] = plain(x)
+		}
+		return v
+	default:
+		return v
+	}
 }
 
 func indexParam(param string, i int) string { return param + "[" + strconv.Itoa(i) + "]" }

@@ -64,12 +64,13 @@ type completionRequest struct {
 	TokenPrompt bool
 }
 
-// parseBody checks that body is one valid JSON object.
+// parseBody decodes body, which must be one JSON object.
 func parseBody(body []byte) (*object, *APIError) {
-	if !json.Valid(body) {
-		return nil, newError(KindInvalidJSON, "", "We could not parse the JSON body of your request: it is not valid JSON.")
+	v, err := decodeBody(body)
+	if err != nil {
+		return nil, &APIError{Kind: KindInvalidJSON, Message: "We could not parse the JSON body of your request: it is not valid JSON.", Cause: err}
 	}
-	return parseObject(body, "")
+	return objectOf(v, "")
 }
 
 // parseChatRequest validates a chat completions body (OpenAI chat API, plus vLLM's
@@ -108,7 +109,7 @@ func parseChatRequest(body []byte) (*chatRequest, *APIError) {
 	}
 	req.TemplateKwargs = parseTemplateKwargs(o)
 	req.Messages = parseMessages(o)
-	req.Tools = parseTools(o)
+	req.Tools = parseTools(o, body)
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -317,11 +318,11 @@ var reservedTemplateKwargs = []string{"messages", "tools", "documents", "add_gen
 // parseTemplateKwargs reads vLLM's chat_template_kwargs: extra variables for the chat
 // template.
 func parseTemplateKwargs(o *object) map[string]any {
-	if _, ok := o.child("chat_template_kwargs"); !ok {
+	c, ok := o.child("chat_template_kwargs")
+	if !ok {
 		return nil
 	}
-	v, _ := o.anyValue("chat_template_kwargs")
-	kw, _ := v.(map[string]any)
+	kw := plain(c.m).(map[string]any)
 	for _, k := range reservedTemplateKwargs {
 		if _, ok := kw[k]; ok {
 			o.fail(newError(KindInvalidValue, "chat_template_kwargs."+k, "'chat_template_kwargs.%s' cannot be set: the gateway sets it.", k))
@@ -362,9 +363,9 @@ func parseMessages(o *object) []preprocess.ChatMessage {
 	return out
 }
 
-func parseMessage(raw json.RawMessage, param string) (preprocess.ChatMessage, *APIError) {
+func parseMessage(v any, param string) (preprocess.ChatMessage, *APIError) {
 	var msg preprocess.ChatMessage
-	m, err := parseObject(raw, param)
+	m, err := objectOf(v, param)
 	if err != nil {
 		return msg, err
 	}
@@ -383,11 +384,11 @@ func parseMessage(raw json.RawMessage, param string) (preprocess.ChatMessage, *A
 	msg.ToolCallID, _ = m.str("tool_call_id")
 	if calls, ok := m.array("tool_calls"); ok && role == "assistant" {
 		for j, c := range calls {
-			var call map[string]any
-			if kindOf(c) != kindObject || json.Unmarshal(c, &call) != nil {
+			call, ok := c.(map[string]any)
+			if !ok {
 				return msg, typeError(indexParam(m.param("tool_calls"), j), "an object", kindOf(c))
 			}
-			msg.ToolCalls = append(msg.ToolCalls, call)
+			msg.ToolCalls = append(msg.ToolCalls, plain(call).(map[string]any))
 		}
 	}
 	content, present := parseContent(m)
@@ -410,20 +411,18 @@ func parseMessage(raw json.RawMessage, param string) (preprocess.ChatMessage, *A
 // parseContent reads a message's content: a string or an array of text parts (joined
 // with "\n", as vLLM does). present is false when content is absent or null.
 func parseContent(m *object) (text string, present bool) {
-	r, ok := m.raw("content")
+	r, ok := m.value("content")
 	if !ok {
 		return "", false
 	}
-	switch kindOf(r) {
-	case kindString:
-		s, _ := m.str("content")
-		return s, true
-	case kindArray:
-		parts, _ := m.array("content")
-		texts := make([]string, 0, len(parts))
-		for j, p := range parts {
+	switch r := r.(type) {
+	case string:
+		return r, true
+	case []any:
+		texts := make([]string, 0, len(r))
+		for j, p := range r {
 			pp := indexParam(m.param("content"), j)
-			po, err := parseObject(p, pp)
+			po, err := objectOf(p, pp)
 			if err != nil {
 				m.fail(err)
 				return "", true
@@ -462,15 +461,14 @@ func parseContent(m *object) (text string, present bool) {
 // parseTools reads `tools` and `tool_choice`. Tools are passed to the chat template;
 // the model's tool calls come back as plain content (no tool-call parsing), so choices
 // that force a call ("required", a named function) are refused.
-func parseTools(o *object) json.RawMessage {
+func parseTools(o *object, body []byte) json.RawMessage {
 	if o.err != nil {
 		return nil
 	}
-	items, ok := o.array("tools")
-	tools, _ := o.raw("tools")
+	items, hasTools := o.array("tools")
 	for i, it := range items {
 		p := indexParam("tools", i)
-		to, err := parseObject(it, p)
+		to, err := objectOf(it, p)
 		if err != nil {
 			o.fail(err)
 			return nil
@@ -494,13 +492,13 @@ func parseTools(o *object) json.RawMessage {
 			return nil
 		}
 	}
-	if r, ok := o.raw("tool_choice"); ok {
+	if r, ok := o.value("tool_choice"); ok {
 		switch kindOf(r) {
 		case kindString:
 			choice, _ := o.str("tool_choice")
 			switch choice {
 			case "none":
-				tools = nil
+				hasTools = false
 			case "auto":
 			case "required":
 				o.fail(newError(KindUnsupported, "tool_choice", "tool_choice 'required' is not supported by this engine."))
@@ -514,10 +512,18 @@ func parseTools(o *object) json.RawMessage {
 		}
 	}
 	o.boolean("parallel_tool_calls")
-	if !ok {
+	if !hasTools || o.err != nil {
 		return nil
 	}
-	return tools
+	// The template gets the tools as sent: their raw JSON keeps the request's key order.
+	var raw struct {
+		Tools json.RawMessage `json:"tools"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil {
+		o.fail(newError(KindInvalidJSON, "tools", "Invalid 'tools': %v.", err))
+		return nil
+	}
+	return raw.Tools
 }
 
 // parsePrompt reads the completions prompt: a string, an array of one string, an array
@@ -526,16 +532,16 @@ func parsePrompt(o *object, req *completionRequest) {
 	if o.err != nil {
 		return
 	}
-	r, ok := o.raw("prompt")
+	r, ok := o.value("prompt")
 	if !ok {
 		o.fail(newError(KindMissingParameter, "prompt", "Missing required parameter: 'prompt'."))
 		return
 	}
-	switch kindOf(r) {
-	case kindString:
-		req.PromptText, _ = o.str("prompt")
-	case kindArray:
-		items, _ := o.array("prompt")
+	switch r := r.(type) {
+	case string:
+		req.PromptText = r
+	case []any:
+		items := r
 		if len(items) == 0 {
 			o.fail(newError(KindInvalidValue, "prompt", "Invalid 'prompt': empty array."))
 			return
@@ -550,13 +556,11 @@ func parsePrompt(o *object, req *completionRequest) {
 				o.fail(newError(KindUnsupported, "prompt", "Batches of prompts are not supported by this engine: send one prompt per request (got %d).", len(items)))
 				return
 			}
-			if kindOf(items[0]) == kindString {
-				_ = json.Unmarshal(items[0], &req.PromptText)
+			if s, ok := items[0].(string); ok {
+				req.PromptText = s
 				break
 			}
-			var inner []json.RawMessage
-			_ = json.Unmarshal(items[0], &inner)
-			ids, err := tokenIDs(inner, "prompt[0]")
+			ids, err := tokenIDs(items[0].([]any), "prompt[0]")
 			o.fail(err)
 			req.PromptIDs, req.TokenPrompt = ids, true
 		default:
