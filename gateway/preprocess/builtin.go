@@ -2,7 +2,6 @@ package preprocess
 
 import (
 	"fmt"
-	"strings"
 
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -45,16 +44,8 @@ var builtinEncodings = map[string]builtinEncoding{
 		vocabSize: 100277,
 	},
 	"o200k_base": {
-		file: "o200k_base.tiktoken",
-		pattern: strings.Join([]string{
-			`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
-			`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
-			`\p{N}{1,3}`,
-			` ?[^\s\p{L}\p{N}]+[\r\n/]*`,
-			`\s*[\r\n]+`,
-			`\s+(?!\S)`,
-			`\s+`,
-		}, "|"),
+		file:    "o200k_base.tiktoken",
+		pattern: o200kPattern,
 		specials: map[string]uint32{
 			"<|endoftext|>":   199999,
 			"<|endofprompt|>": 200018,

@@ -1,6 +1,7 @@
 package preprocess
 
 import (
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -18,6 +19,10 @@ type pieceSplitter interface {
 const (
 	cl100kPattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	qwen2Pattern  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// o200kPattern is OpenAI's o200k_base pattern.
+	o200kPattern = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|` +
+		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|` +
+		`\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // newSplitter returns the splitter for an HF Split (behaviour Isolated) regex: the
@@ -29,6 +34,8 @@ func newSplitter(pattern string) (pieceSplitter, error) {
 		return gptSplitter{maxDigits: 3}, nil
 	case qwen2Pattern:
 		return gptSplitter{maxDigits: 1}, nil
+	case o200kPattern:
+		return o200kSplitter{}, nil
 	}
 	re, err := regexp2.Compile(pattern, regexp2.None)
 	if err != nil {
@@ -131,27 +138,18 @@ func (s gptSplitter) match(text string, i int) int {
 		return n
 	}
 	// 4. ' ?[^\s\p{L}\p{N}]+[\r\n]*'
-	start := i
-	if r == ' ' && i+1 < len(text) {
-		if r2, _ := decodeRune(text, i+1); isOther(r2) {
-			start = i + 1
-		}
+	if n := otherRun(text, i, "\r\n"); n > 0 {
+		return n
 	}
-	if c, _ := decodeRune(text, start); isOther(c) {
-		j := start
-		for j < len(text) {
-			r2, sz := decodeRune(text, j)
-			if !isOther(r2) {
-				break
-			}
-			j += sz
-		}
-		for j < len(text) && (text[j] == '\r' || text[j] == '\n') {
-			j++
-		}
-		return j - i
-	}
-	// r is whitespace. 5. \s*[\r\n]+: up to the last \r or \n of the run.
+	// r is whitespace.
+	return whitespacePiece(text, i)
+}
+
+// whitespacePiece matches the whitespace alternatives at text[i], which must be
+// whitespace: \s*[\r\n]+ (up to the last \r or \n of the run), else \s+(?!\S) (the
+// whole run at the end of text, else all but its last character), else \s+ (a single
+// whitespace character before a non-space).
+func whitespacePiece(text string, i int) int {
 	end, lastNewline := i, -1
 	for end < len(text) {
 		r2, sz := decodeRune(text, end)
@@ -166,15 +164,160 @@ func (s gptSplitter) match(text string, i int) int {
 	if lastNewline >= 0 {
 		return lastNewline + 1 - i
 	}
-	// 6. \s+(?!\S): the whole run at the end of text, else all but its last character.
 	if end == len(text) {
 		return end - i
 	}
 	if _, lastSize := utf8.DecodeLastRuneInString(text[i:end]); end-lastSize > i {
 		return end - lastSize - i
 	}
-	// 7. \s+ (a single whitespace character before a non-space)
 	return end - i
+}
+
+// otherRun matches ' ?[^\s\p{L}\p{N}]+' then any characters of trail at text[i];
+// 0 when it does not match.
+func otherRun(text string, i int, trail string) int {
+	r, _ := decodeRune(text, i)
+	start := i
+	if r == ' ' && i+1 < len(text) {
+		if r2, _ := decodeRune(text, i+1); isOther(r2) {
+			start = i + 1
+		}
+	}
+	if c, _ := decodeRune(text, start); !isOther(c) {
+		return 0
+	}
+	j := start
+	for j < len(text) {
+		r2, sz := decodeRune(text, j)
+		if !isOther(r2) {
+			break
+		}
+		j += sz
+	}
+	for j < len(text) && strings.IndexByte(trail, text[j]) >= 0 {
+		j++
+	}
+	return j - i
+}
+
+// o200kSplitter is a hand-written matcher for o200kPattern, checked against regexp2 like
+// gptSplitter. With U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W = [\p{Ll}\p{Lm}\p{Lo}\p{M}],
+// P = [^\r\n\p{L}\p{N}] and C an optional contraction, the alternatives are P?U*W+C?,
+// P?U+W*C?, \p{N}{1,3}, ' ?[^\s\p{L}\p{N}]+[\r\n/]*' and the whitespace ones. The first
+// two split camel case ("HelloWorld" → "Hello", "World"); their backtracking is written
+// out in wordFrom.
+type o200kSplitter struct{}
+
+func (s o200kSplitter) split(text string, emit func(string)) {
+	for i := 0; i < len(text); {
+		n := s.match(text, i)
+		emit(text[i : i+n])
+		i += n
+	}
+}
+
+func (o200kSplitter) match(text string, i int) int {
+	r, size := decodeRune(text, i)
+	prefix := r != '\r' && r != '\n' && !isLetter(r) && !isNumber(r)
+	for _, lowerRequired := range []bool{true, false} { // P?U*W+C?, then P?U+W*C?
+		if prefix && i+size < len(text) {
+			if n := wordFrom(text, i+size, lowerRequired); n > 0 {
+				return size + n
+			}
+		}
+		if n := wordFrom(text, i, lowerRequired); n > 0 {
+			return n
+		}
+	}
+	if isNumber(r) {
+		n := size
+		for k := 1; k < 3 && i+n < len(text); k++ {
+			r2, sz := decodeRune(text, i+n)
+			if !isNumber(r2) {
+				break
+			}
+			n += sz
+		}
+		return n
+	}
+	if n := otherRun(text, i, "\r\n/"); n > 0 {
+		return n
+	}
+	return whitespacePiece(text, i)
+}
+
+// wordFrom matches U*W+C? (lowerRequired) or U+W*C? at text[j]; 0 when it does not
+// match.
+func wordFrom(text string, j int, lowerRequired bool) int {
+	// The maximal U run [j, k).
+	k := j
+	lastW := -1 // start of the last character of the run that is also in W
+	for k < len(text) {
+		r, sz := decodeRune(text, k)
+		if !isUpperClass(r) {
+			break
+		}
+		if isLowerClass(r) {
+			lastW = k
+		}
+		k += sz
+	}
+	end := -1
+	if k < len(text) {
+		if r, _ := decodeRune(text, k); isLowerClass(r) {
+			end = k + lowerRun(text, k) // W+ right after the whole U run
+		}
+	}
+	if end < 0 {
+		if lowerRequired {
+			if lastW < 0 {
+				return 0
+			}
+			// U* gives back characters until one is also in W; W+ is that one alone
+			// (what follows it in the run is not in W, nor is the character after the run).
+			_, sz := decodeRune(text, lastW)
+			end = lastW + sz
+		} else {
+			if k == j {
+				return 0
+			}
+			end = k // U+ then an empty W*
+		}
+	}
+	if end < len(text) && text[end] == '\'' {
+		if n := contraction(text[end+1:]); n > 0 {
+			end += 1 + n
+		}
+	}
+	return end - j
+}
+
+func lowerRun(text string, i int) int {
+	n := 0
+	for i+n < len(text) {
+		r, sz := decodeRune(text, i+n)
+		if !isLowerClass(r) {
+			break
+		}
+		n += sz
+	}
+	return n
+}
+
+// isUpperClass reports r ∈ [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]; isLowerClass r ∈
+// [\p{Ll}\p{Lm}\p{Lo}\p{M}].
+func isUpperClass(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'A' <= r && r <= 'Z'
+	}
+	return unicode.In(r, unicode.Lu, unicode.Lt, unicode.Lm, unicode.Lo, unicode.M)
+}
+
+func isLowerClass(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z'
+	}
+	return unicode.In(r, unicode.Ll, unicode.Lm, unicode.Lo, unicode.M)
 }
 
 // decodeRune decodes the rune at text[i]; an invalid byte is U+FFFD of size 1, as in

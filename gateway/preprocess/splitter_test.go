@@ -23,6 +23,8 @@ var splitterTexts = []string{
 	" !!! ?? ... --- a!b !\n\n!\r\n", "\ttab\u00a0nbsp\u3000ideo\u2028ls\u0085nel\v\f",
 	"你好，世界！😀👍🏽 e\u0301", "x\xff\xfey \xe4\xb8", "   ", "a   ", "\n \n x", " \u00a0x",
 	"'", "'s", " 's", "\n's", "ſ K İ 'ſ 'K",
+	"HelloWorld HELLOworld HELLO ǅungla ʰmod 你好World a\u0301B Ab'S x'LL The'sE \u0301\u0301x 'a/\n/ 1/2",
+	"ÀÉÎõü ǈǋ ᾈᾼ Ⅷⅷ ㄱㄴ ß\u0345 \u20dd\u20dd A\u20ddb",
 }
 
 // TestGPTSplitterMatchesRegexp2 compares the hand-written splitter with regexp2 running
@@ -35,7 +37,7 @@ func TestGPTSplitterMatchesRegexp2(t *testing.T) {
 			texts = append(texts, c.Text)
 		}
 	}
-	extra := []rune("'sStTrReEvVmMlLdD \t\n\r\v\f\u0085\u00a0\u2028!?.-1²٣Ⅻ")
+	extra := []rune("'sStTrReEvVmMlLdD \t\n\r\v\f\u0085\u00a0\u2028!?.-/1²٣ⅫAZaǅʰ你\u0301\u20dd")
 	for range 3000 {
 		var sb strings.Builder
 		for range r.Intn(40) {
@@ -47,12 +49,12 @@ func TestGPTSplitterMatchesRegexp2(t *testing.T) {
 		}
 		texts = append(texts, sb.String())
 	}
-	for _, pattern := range []string{cl100kPattern, qwen2Pattern} {
+	for _, pattern := range []string{cl100kPattern, qwen2Pattern, o200kPattern} {
 		fast, err := newSplitter(pattern)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := fast.(gptSplitter); !ok {
+		if _, isRegex := fast.(regexSplitter); isRegex {
 			t.Fatalf("pattern %q has no hand-written splitter", pattern)
 		}
 		ref := regexSplitter{re: regexp2.MustCompile(pattern, regexp2.None)}
@@ -64,11 +66,13 @@ func TestGPTSplitterMatchesRegexp2(t *testing.T) {
 	}
 }
 
-// TestCharacterClasses checks the classes the hand-written splitter uses against
-// regexp2's \s, \p{L} and \p{N}, for the Basic Multilingual Plane and a sample of the
-// rest.
+// TestCharacterClasses checks the classes the hand-written splitters use against
+// regexp2's \s, \p{L}, \p{N} and o200k's case classes, for the Basic Multilingual Plane
+// and a sample of the rest.
 func TestCharacterClasses(t *testing.T) {
 	re := regexp2.MustCompile(`^(?:(\s)|(\p{L})|(\p{N}))$`, regexp2.None)
+	upper := regexp2.MustCompile(`^[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]$`, regexp2.None)
+	lower := regexp2.MustCompile(`^[\p{Ll}\p{Lm}\p{Lo}\p{M}]$`, regexp2.None)
 	for r := rune(0); r <= unicode.MaxRune; r++ {
 		if r > 0xFFFF {
 			r += 30
@@ -90,23 +94,46 @@ func TestCharacterClasses(t *testing.T) {
 			t.Fatalf("%U: regexp2 space %v letter %v number %v; splitter space %v letter %v number %v other %v",
 				r, space, letter, number, unicode.IsSpace(r), isLetter(r), isNumber(r), isOther(r))
 		}
+		if r%7 == 0 || r < 0x800 {
+			if got, want := isUpperClass(r), matches(t, upper, r); got != want {
+				t.Fatalf("%U: isUpperClass %v, regexp2 %v", r, got, want)
+			}
+			if got, want := isLowerClass(r), matches(t, lower, r); got != want {
+				t.Fatalf("%U: isLowerClass %v, regexp2 %v", r, got, want)
+			}
+		}
 	}
 }
 
-// FuzzGPTSplitter: the hand-written splitter and regexp2 agree on any text.
+func matches(t *testing.T, re *regexp2.Regexp, r rune) bool {
+	ok, err := re.MatchRunes([]rune{r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// FuzzGPTSplitter: the hand-written splitters and regexp2 agree on any text.
 func FuzzGPTSplitter(f *testing.F) {
 	for _, s := range splitterTexts {
 		f.Add(s)
 	}
-	fastCL, fastQwen := gptSplitter{maxDigits: 3}, gptSplitter{maxDigits: 1}
-	refCL := regexSplitter{re: regexp2.MustCompile(cl100kPattern, regexp2.None)}
-	refQwen := regexSplitter{re: regexp2.MustCompile(qwen2Pattern, regexp2.None)}
-	f.Fuzz(func(t *testing.T, text string) {
-		if got, want := splitAll(fastCL, text), splitAll(refCL, text); !slices.Equal(got, want) {
-			t.Fatalf("cl100k %q:\n got %q\nwant %q", text, got, want)
+	type pair struct {
+		fast, ref pieceSplitter
+	}
+	var pairs []pair
+	for _, pattern := range []string{cl100kPattern, qwen2Pattern, o200kPattern} {
+		fast, err := newSplitter(pattern)
+		if err != nil {
+			f.Fatal(err)
 		}
-		if got, want := splitAll(fastQwen, text), splitAll(refQwen, text); !slices.Equal(got, want) {
-			t.Fatalf("qwen2 %q:\n got %q\nwant %q", text, got, want)
+		pairs = append(pairs, pair{fast, regexSplitter{re: regexp2.MustCompile(pattern, regexp2.None)}})
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		for _, p := range pairs {
+			if got, want := splitAll(p.fast, text), splitAll(p.ref, text); !slices.Equal(got, want) {
+				t.Fatalf("%T %q:\n got %q\nwant %q", p.fast, text, got, want)
+			}
 		}
 	})
 }
