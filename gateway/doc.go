@@ -6,7 +6,8 @@
 // # Files
 //
 //   - server.go: New, routes and the small handlers; record.go: per-request metrics/log.
-//   - request.go, jsonfields.go: body parsing and validation (no model needed).
+//   - request.go, jsonfields.go: body parsing and validation (no model needed); the body
+//     is decoded once into a value tree and read field by field.
 //   - prepare.go: model lookup, chat template, tokenization, context-length checks,
 //     SamplingParams.
 //   - output.go: the pure token→text core (detokenizer, stop ids, stop strings, counts).

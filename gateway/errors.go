@@ -195,7 +195,8 @@ func backendError(model string, err error) *APIError {
 	case errors.Is(err, ErrNoWorkers):
 		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live worker serves model %q now; retry later.", model), Cause: err}
 	default:
-		return &APIError{Kind: KindBackendError, Message: "The request could not be run on a worker: " + err.Error(), Cause: err}
+		// The cause (cluster internals) goes to the log, not to the client.
+		return &APIError{Kind: KindBackendError, Message: fmt.Sprintf("The request for model %q could not be run on a worker; retry later.", model), Cause: err}
 	}
 }
 
