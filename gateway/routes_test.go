@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -123,5 +126,21 @@ func TestRequestIDs(t *testing.T) {
 		if !strings.Contains(rr.Body.String(), `"id":"chatcmpl-`+c.want+`"`) {
 			t.Errorf("sent %q: body %s", c.sent, rr.Body.String())
 		}
+	}
+}
+
+// metricsBackend adds its own families to /metrics.
+type metricsBackend struct{ *fakeBackend }
+
+func (metricsBackend) WritePrometheus(ctx context.Context, w io.Writer) {
+	fmt.Fprintln(w, `turbine_router_worker_active_blocks{model="tiny",worker="worker-a"} 7`)
+}
+
+func TestMetricsIncludeBackendFamilies(t *testing.T) {
+	s := newTestServer(t, metricsBackend{newFakeBackend(finish("ok", "stop"))})
+	serve(s, http.MethodPost, chatPath, `{"model":"tiny",`+hiChat+`}`)
+	body := serve(s, http.MethodGet, "/metrics", "").Body.String()
+	if !strings.Contains(body, "turbine_frontend_requests_total{") || !strings.Contains(body, `turbine_router_worker_active_blocks{model="tiny",worker="worker-a"} 7`) {
+		t.Errorf("/metrics:\n%s", body)
 	}
 }
