@@ -72,6 +72,34 @@ func BenchmarkEncode8k(b *testing.B) {
 	})
 }
 
+// BenchmarkEncodeProse encodes prose, code and CJK (the golden texts of those kinds,
+// repeated to about 60 KB), a more typical prompt than BenchmarkEncode8k's mix, which has
+// long runs of one character.
+func BenchmarkEncodeProse(b *testing.B) {
+	toks := benchTokenizers(b)
+	var parts []string
+	for _, c := range loadGolden(b, "qwen3").Encode {
+		switch c.Name {
+		case "ascii", "paragraph", "code", "contractions", "cjk", "accented":
+			parts = append(parts, c.Text)
+		}
+	}
+	text := strings.Repeat(strings.Join(parts, "\n"), 80)
+	for _, name := range benchOrder {
+		tok := toks[name]
+		b.Run(name, func(b *testing.B) {
+			n := len(tok.Encode(text))
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				tok.Encode(text)
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
 // BenchmarkDetokenize streams the ids of an 8k-token prompt one token at a time, as the
 // gateway does with engine output.
 func BenchmarkDetokenize(b *testing.B) {
