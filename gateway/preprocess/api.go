@@ -17,8 +17,9 @@ type Tokenizer interface {
 	// "<|im_start|>") are recognised as special tokens. No BOS is added: chat templates
 	// write it themselves (Model.EncodePrompt adds what a raw prompt needs).
 	Encode(text string) []uint32
-	// Decode returns the text of ids; each maximal ill-formed UTF-8 byte run becomes one
-	// U+FFFD. Special tokens are included; unknown ids are skipped.
+	// Decode returns the text of ids. Ill-formed UTF-8 becomes U+FFFD, one for each
+	// maximal subpart (as HF tokenizers' lossy decoding does). Special tokens are
+	// included; unknown ids are skipped.
 	Decode(ids []uint32) string
 	// TokenBytes returns the raw bytes a token stands for (false for an unknown id). The
 	// slice is shared: callers must not modify it.
