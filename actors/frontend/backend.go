@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -31,6 +32,7 @@ type Backend struct {
 	c   *pcluster.Cluster
 	cfg Config
 
+	seq      atomic.Uint64 // makes request ids unique inside the cluster
 	mu       sync.Mutex
 	models   []*messages.ModelCard
 	modelsAt time.Time
@@ -90,7 +92,10 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	if !known {
 		return nil, fmt.Errorf("%w: %q", gateway.ErrUnknownModel, req.Model)
 	}
-	rr := &messages.RouteRequest{RequestId: req.RequestID, TokenIds: req.TokenIDs}
+	// Clients may reuse X-Request-Id; inside the cluster every request needs its own id
+	// (the router's load tracking and the worker's in-flight table are keyed by it).
+	id := fmt.Sprintf("%s#%d", req.RequestID, b.seq.Add(1))
+	rr := &messages.RouteRequest{RequestId: id, TokenIds: req.TokenIDs}
 	if req.OverlapWeight != nil {
 		rr.HasOverlapWeight, rr.OverlapWeight = true, *req.OverlapWeight
 	}
@@ -110,12 +115,12 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	default:
 		return nil, fmt.Errorf("%w: %s", gateway.ErrNoWorkers, route.Error)
 	}
-	s := &stream{b: b, model: req.Model, requestID: req.RequestID, workerID: route.WorkerId,
+	s := &stream{b: b, model: req.Model, requestID: id, workerID: route.WorkerId,
 		worker: actor.NewPID(route.Worker.Address, route.Worker.Id), chunks: make(chan *messages.TokenChunk, 4*int(b.cfg.Credits)+8), closed: make(chan struct{})}
 	root := b.c.ActorSystem.Root
 	s.receiver = root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{s: s} }))
 	root.Send(s.worker, &messages.Generate{
-		RequestId:      req.RequestID,
+		RequestId:      id,
 		TokenIds:       req.TokenIDs,
 		Sampling:       req.Sampling,
 		ReplyTo:        &messages.ActorRef{Address: s.receiver.Address, Id: s.receiver.Id},
