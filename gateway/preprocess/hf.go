@@ -52,6 +52,7 @@ type hfModel struct {
 	Type                    string           `json:"type"`
 	Vocab                   map[string]int64 `json:"vocab"`
 	Merges                  *hfMerges        `json:"merges"`
+	IgnoreMerges            bool             `json:"ignore_merges"`
 	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
 	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
 }
@@ -123,6 +124,9 @@ type hfSpec struct {
 	added map[string]uint32
 	// prefix is what the post-processor puts before a single sequence.
 	prefix []uint32
+	// merges and ignoreMerges are the model's, kept for tests (see onHFSpec).
+	merges       hfMerges
+	ignoreMerges bool
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -239,6 +243,7 @@ func parseTokenizerJSON(data []byte, name string) (*hfSpec, error) {
 	if model.Merges != nil {
 		merges = *model.Merges
 	}
+	spec.merges, spec.ignoreMerges = merges, model.IgnoreMerges
 	if err := checkMerges(merges, vocab); err != nil {
 		return nil, fail("model.merges: %v", err)
 	}

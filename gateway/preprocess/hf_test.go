@@ -224,26 +224,21 @@ func TestRealMergesEquivalence(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m, g := realModel(t, name)
 			tok := m.Tokenizer.(*bpeTokenizer)
-			data, err := os.ReadFile(filepath.Join(realModelDir(t, name), fileTokenizer))
+			abs, err := filepath.Abs(realModelDir(t, name))
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Only the merges are decoded; the vocabulary comes from the loaded tokenizer.
-			var f struct {
-				Model struct {
-					Merges       hfMerges `json:"merges"`
-					IgnoreMerges bool     `json:"ignore_merges"`
-				} `json:"model"`
+			v, ok := loadedMerges.Load(abs)
+			if !ok {
+				t.Fatalf("the load of %s was not seen", abs)
 			}
-			if err := json.Unmarshal(data, &f); err != nil {
-				t.Fatal(err)
-			}
+			spec := v.(*hfSpec)
 			vocab := make(map[string]uint32, len(tok.ranks))
 			for b, id := range tok.ranks {
 				vocab[byteLevel.encode([]byte(b))] = id
 			}
-			ranks := make(map[[2]string]int, len(f.Model.Merges))
-			for i, p := range f.Model.Merges {
+			ranks := make(map[[2]string]int, len(spec.merges))
+			for i, p := range spec.merges {
 				if _, dup := ranks[p]; !dup {
 					ranks[p] = i
 				}
@@ -266,7 +261,7 @@ func TestRealMergesEquivalence(t *testing.T) {
 			}
 			for _, piece := range slices.Sorted(maps.Keys(pieces)) {
 				var want []uint32
-				for _, s := range mergesBPE(byteLevel.encode([]byte(piece)), ranks, f.Model.IgnoreMerges, vocab) {
+				for _, s := range mergesBPE(byteLevel.encode([]byte(piece)), ranks, spec.ignoreMerges, vocab) {
 					want = append(want, vocab[s])
 				}
 				if got := tok.encodePiece(piece, nil, &bpeScratch{}); !slices.Equal(got, want) {

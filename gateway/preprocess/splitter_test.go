@@ -38,7 +38,7 @@ func TestGPTSplitterMatchesRegexp2(t *testing.T) {
 		}
 	}
 	extra := []rune("'sStTrReEvVmMlLdD \t\n\r\v\f\u0085\u00a0\u2028!?.-/1²٣ⅫAZaǅʰ你\u0301\u20dd")
-	for range 3000 {
+	for range 1500 {
 		var sb strings.Builder
 		for range r.Intn(40) {
 			if r.Intn(2) == 0 {
@@ -67,15 +67,15 @@ func TestGPTSplitterMatchesRegexp2(t *testing.T) {
 }
 
 // TestCharacterClasses checks the classes the hand-written splitters use against
-// regexp2's \s, \p{L}, \p{N} and o200k's case classes, for the Basic Multilingual Plane
+// regexp2's \s, \p{L}, \p{N} and o200k's case classes, for every character below U+3000
 // and a sample of the rest.
 func TestCharacterClasses(t *testing.T) {
 	re := regexp2.MustCompile(`^(?:(\s)|(\p{L})|(\p{N}))$`, regexp2.None)
 	upper := regexp2.MustCompile(`^[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]$`, regexp2.None)
 	lower := regexp2.MustCompile(`^[\p{Ll}\p{Lm}\p{Lo}\p{M}]$`, regexp2.None)
 	for r := rune(0); r <= unicode.MaxRune; r++ {
-		if r > 0xFFFF {
-			r += 30
+		if r > 0x3000 {
+			r += 11 // a sample above the alphabetic scripts
 		}
 		if r >= 0xD800 && r <= 0xDFFF {
 			continue
