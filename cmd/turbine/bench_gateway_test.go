@@ -18,36 +18,51 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/turbine-llm/turbine/gateway/preprocess"
 )
 
 // Gateway-overhead benchmark: the time to first token (TTFT) a client sees through the
-// gateway, against the TTFT of the same request sent straight to the mock engine the
-// gateway routes to. One `turbine serve --workers 1` process with a high speedup ratio
-// (engine time is a few µs), so the difference is what the gateway adds: HTTP parsing
-// and validation, routing (KV block hashing and the Router grain round trip), the
-// engine request from the gateway, and detokenizing the first token.
+// gateway, against the TTFT of the same kind of request sent straight to the mock engine
+// the gateway routes to. One `turbine serve --workers 1` process with a high speedup
+// ratio (engine time is a few µs), so the difference is what the gateway adds: HTTP
+// parsing and validation, tokenization (text prompts only), routing (KV block hashing and
+// the Router grain round trip), the engine request from the gateway, and detokenizing
+// the first token.
 const (
 	benchSpeedup   = 1000 // mock engine speedup: a 4,096-token prefill models 86 ms, runs 86 µs
 	benchMaxTokens = 2    // TTFT needs one token; the second ends the request quickly
 	benchWarmup    = 16   // request pairs sent before timing, per sub-benchmark run
+	benchTokenizer = "builtin:cl100k_base"
 )
 
 // BenchmarkGatewayOverhead alternates, b.N times, a streamed completion sent straight to
-// the engine and the same kind of request sent through the gateway, and reports the TTFT
-// percentiles of each side in µs (time from sending the request to reading the first SSE
-// data frame that carries a token).
+// the engine and one sent through the gateway, and reports the TTFT percentiles of each
+// side in µs (time from sending the request to reading the first SSE data frame that
+// carries a token). Sub-benchmarks: prompt length (ISL, tokens) and how the gateway gets
+// the prompt: "ids" (token ids, as the engine gets them) or "text" (the same kind of
+// prompt as text, which the gateway tokenizes; the engine still gets exactly isl ids).
 //
-// Fairness: every request (either side) has its own random prompt of the same length,
-// so neither side gets prefix-cache hits (checked: usage.prompt_tokens_details.
-// cached_tokens must be 0) and both pay the same modelled prefill. The direct request has
-// the body the gateway itself sends to the engine (token ids, stream, include_usage,
+// Fairness: every request (either side) has its own random prompt of isl words that are
+// single tokens, so neither side gets prefix-cache hits (checked: usage
+// prompt_tokens_details.cached_tokens must be 0) and both pay the same modelled prefill
+// (checked: usage prompt_tokens must be isl). The direct request has the body the
+// gateway itself sends to the engine (token ids, stream, include_usage,
 // return_token_ids). The two sides take turns going first. Connections are kept alive on
 // both sides.
 func BenchmarkGatewayOverhead(b *testing.B) {
 	if testing.Short() {
 		b.Skip("end-to-end benchmark: skipped with -short")
 	}
-	s := startServeBench(b, 1, "--speedup-ratio", strconv.Itoa(benchSpeedup))
+	m, err := preprocess.LoadModel(benchTokenizer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	words := singleTokenWords(m.Tokenizer)
+	if len(words) < 1000 {
+		b.Fatalf("%s has only %d single-token words", benchTokenizer, len(words))
+	}
+	s := startServeBench(b, 1, "--speedup-ratio", strconv.Itoa(benchSpeedup), "--tokenizer", benchTokenizer)
 	engine, err := engineURL(s)
 	if err != nil {
 		b.Fatal(err)
@@ -55,20 +70,26 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
 	defer client.CloseIdleConnections()
 	rng := rand.New(rand.NewPCG(7, 11))
-	for _, isl := range []int{256, 4096} {
-		b.Run(fmt.Sprintf("isl=%d", isl), func(b *testing.B) {
+	for _, v := range []struct {
+		prompt string
+		isl    int
+	}{{"ids", 256}, {"ids", 4096}, {"text", 256}, {"text", 4096}} {
+		b.Run(fmt.Sprintf("%s/isl=%d", v.prompt, v.isl), func(b *testing.B) {
 			direct := ttftProbe{client: client, url: engine + "/v1/completions", direct: true}
 			gateway := ttftProbe{client: client, url: s.url + "/v1/completions"}
+			if v.prompt == "text" {
+				gateway.text = m.Tokenizer
+			}
 			pair := func(i int) (d, g time.Duration) {
 				first, second := &direct, &gateway
 				if i%2 == 1 {
 					first, second = second, first
 				}
-				a, err := first.run(randomPrompt(rng, isl))
+				a, err := first.run(randomPrompt(rng, words, v.isl))
 				if err != nil {
 					b.Fatal(err)
 				}
-				c, err := second.run(randomPrompt(rng, isl))
+				c, err := second.run(randomPrompt(rng, words, v.isl))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -105,17 +126,19 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	}
 }
 
-// ttftProbe sends streamed token-id completions to one /v1/completions URL.
+// ttftProbe sends streamed completions to one /v1/completions URL.
 type ttftProbe struct {
 	client *http.Client
 	url    string
-	direct bool // the engine's own API: send the body the gateway sends to engines
+	direct bool                 // the engine's own API: send the body the gateway sends to engines
+	text   preprocess.Tokenizer // when set, the prompt is sent as its decoded text
 }
 
 // run sends one streamed completion of prompt and returns its TTFT: from just before
 // the request is sent to the end of reading the first SSE data frame whose choice
-// carries a token (text or token ids); decoding that frame's JSON is not included. It reads the stream to its end (so the connection is reused) and fails
-// on an error status, a missing token, or prefix-cache hits.
+// carries a token (text or token ids); decoding that frame's JSON is not included.
+// It reads the stream to its end (so the connection is reused) and fails on an error
+// status, a missing token, a prompt_tokens other than len(prompt), or prefix-cache hits.
 func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 	body := map[string]any{
 		"model": model, "prompt": prompt, "max_tokens": benchMaxTokens, "ignore_eos": true,
@@ -123,6 +146,9 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 	}
 	if p.direct {
 		body["return_token_ids"] = true
+	}
+	if p.text != nil {
+		body["prompt"] = p.text.Decode(prompt)
 	}
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -144,7 +170,7 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 		return 0, fmt.Errorf("POST %s: status %d: %s", p.url, resp.StatusCode, msg)
 	}
 	var ttft time.Duration
-	cached := -1
+	promptTokens, cached := -1, -1
 	r := bufio.NewReaderSize(resp.Body, 1<<20)
 	for {
 		line, err := r.ReadSlice('\n')
@@ -169,6 +195,7 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 				TokenIDs []uint32 `json:"token_ids"`
 			} `json:"choices"`
 			Usage *struct {
+				PromptTokens        int `json:"prompt_tokens"`
 				PromptTokensDetails *struct {
 					CachedTokens int `json:"cached_tokens"`
 				} `json:"prompt_tokens_details"`
@@ -180,17 +207,56 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 		if ttft == 0 && len(chunk.Choices) > 0 && (chunk.Choices[0].Text != "" || len(chunk.Choices[0].TokenIDs) > 0) {
 			ttft = read
 		}
-		if chunk.Usage != nil && chunk.Usage.PromptTokensDetails != nil {
-			cached = chunk.Usage.PromptTokensDetails.CachedTokens
+		if u := chunk.Usage; u != nil {
+			promptTokens = u.PromptTokens
+			if u.PromptTokensDetails != nil {
+				cached = u.PromptTokensDetails.CachedTokens
+			}
 		}
 	}
 	switch {
 	case ttft == 0:
 		return 0, fmt.Errorf("POST %s: the stream ended without a token", p.url)
+	case promptTokens != len(prompt):
+		return 0, fmt.Errorf("POST %s: usage prompt_tokens %d, want %d", p.url, promptTokens, len(prompt))
 	case cached != 0:
 		return 0, fmt.Errorf("POST %s: cached_tokens %d, want 0 (unique prompts must miss the prefix cache)", p.url, cached)
 	}
 	return ttft, nil
+}
+
+// singleTokenWords returns the ids of tok's ordinary tokens that are one space followed
+// by 2 to 10 ASCII letters (" river"): a text of such words separated by their own
+// spaces encodes back to exactly these ids (each word is one pre-token and one token).
+func singleTokenWords(tok preprocess.Tokenizer) []uint32 {
+	var out []uint32
+	for id := 0; id < tok.VocabSize(); id++ {
+		t := uint32(id)
+		if tok.IsSpecial(t) {
+			continue
+		}
+		b, ok := tok.TokenBytes(t)
+		if !ok || len(b) < 3 || len(b) > 11 || b[0] != ' ' {
+			continue
+		}
+		letters := true
+		for _, c := range b[1:] {
+			letters = letters && ('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z')
+		}
+		if letters {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// randomPrompt returns n token ids drawn from words.
+func randomPrompt(rng *rand.Rand, words []uint32, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = words[rng.IntN(len(words))]
+	}
+	return out
 }
 
 // processCPU is the user plus system CPU time the process pid has used so far (its
@@ -219,16 +285,6 @@ func processCPU(pid int) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
-}
-
-// randomPrompt returns n token ids drawn from [1000, 91000): ordinary ids of the
-// serve's default cl100k_base tokenizer.
-func randomPrompt(rng *rand.Rand, n int) []uint32 {
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = 1000 + uint32(rng.IntN(90000))
-	}
-	return out
 }
 
 // quantile is the q-quantile (nearest rank below) of d, which must not be empty.
