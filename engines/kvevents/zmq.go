@@ -24,6 +24,7 @@ import (
 type Publisher struct {
 	mu     sync.Mutex
 	sock   zmq4.Socket
+	conns  *connSet
 	topic  string
 	seq    uint64
 	rank   int
@@ -49,25 +50,21 @@ func NewPublisher(cfg Config, dpRank int) (*Publisher, error) {
 		return nil, fmt.Errorf("kvevents: publisher: %w", err)
 	}
 	binds := EngineBinds(cfg.Endpoint)
-	ctx, cancel := context.WithCancel(context.Background())
-	var w *watch
-	if !binds && scheme == "tcp" {
-		w = &watch{lost: make(chan struct{}, 1)}
-		ctx = context.WithValue(ctx, watchKey{}, w)
-	}
+	// Only tcp endpoints connect (EngineBinds), so a connecting publisher can always
+	// watch its connection.
+	conns := newConnSet(!binds)
+	ctx, cancel := context.WithCancel(conns.context(context.Background()))
 	sock := zmq4.NewPub(ctx, zmq4.WithDialerRetry(100*time.Millisecond), zmq4.WithDialerMaxRetries(-1))
+	p := &Publisher{sock: sock, conns: conns, topic: cfg.Topic, rank: dpRank, ep: cfg.Endpoint, cancel: cancel}
 	if cfg.HWM > 0 {
 		if err := sock.SetOption(zmq4.OptionHWM, cfg.HWM); err != nil {
-			cancel()
-			_ = sock.Close()
+			_ = p.Close()
 			return nil, fmt.Errorf("kvevents: publisher: set hwm: %w", err)
 		}
 	}
-	p := &Publisher{sock: sock, topic: cfg.Topic, rank: dpRank, ep: cfg.Endpoint, cancel: cancel}
 	if binds {
-		if err := sock.Listen(cfg.Endpoint); err != nil {
-			cancel()
-			_ = sock.Close()
+		if err := sock.Listen(trackedEndpoint(scheme, addr)); err != nil {
+			_ = p.Close()
 			return nil, fmt.Errorf("kvevents: publisher: bind %s: %w", cfg.Endpoint, err)
 		}
 		if a, ok := sock.Addr().(*net.TCPAddr); ok && scheme == "tcp" {
@@ -77,28 +74,20 @@ func NewPublisher(cfg Config, dpRank int) (*Publisher, error) {
 		}
 		return p, nil
 	}
-	dialEP := cfg.Endpoint
-	if w != nil {
-		registerWatchedTCP()
-		dialEP = watchedTCP + "://" + addr
-	}
 	p.dialer.Add(1)
-	go p.dialLoop(ctx, dialEP, w)
+	go p.dialLoop(ctx, trackedEndpoint(scheme, addr))
 	return p, nil
 }
 
 // dialLoop connects, waits for the connection to be lost, and connects again, until ctx
-// ends. w is nil for transports that cannot report losses (one dial only).
-func (p *Publisher) dialLoop(ctx context.Context, ep string, w *watch) {
+// ends.
+func (p *Publisher) dialLoop(ctx context.Context, ep string) {
 	defer p.dialer.Done()
 	for ctx.Err() == nil {
-		if w != nil {
-			select { // forget losses of earlier connections
-			case <-w.lost:
-			default:
-			}
-		}
+		p.conns.beginDial() // forget losses of earlier connections
 		if err := p.sock.Dial(ep); err != nil {
+			// A connection whose handshake failed is not closed by zmq4.
+			p.conns.closeDialed()
 			select {
 			case <-ctx.Done():
 				return
@@ -106,101 +95,220 @@ func (p *Publisher) dialLoop(ctx context.Context, ep string, w *watch) {
 			}
 			continue
 		}
-		if w == nil {
-			return
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-w.lost:
+		case <-p.conns.lost:
 		}
 	}
 }
 
-// watchedTCP is a zmq4 transport: TCP whose connections report their loss to the watch
-// found in the socket's context.
-const watchedTCP = "kvevents-tcp"
+// Transports registered with zmq4 that wrap tcp and ipc to give every connection of a
+// socket to the connSet found in the socket's context.
+const (
+	trackedTCP = "kvevents-tcp"
+	trackedIPC = "kvevents-ipc"
+)
 
 var registerOnce sync.Once
 
-func registerWatchedTCP() {
+// trackedEndpoint is the zmq4 endpoint of a checked scheme and address (splitEndpoint)
+// on the tracked transports.
+func trackedEndpoint(scheme, addr string) string {
 	registerOnce.Do(func() {
-		_ = zmq4.RegisterTransport(watchedTCP, watchTransport{inner: transport.New("tcp")})
+		_ = zmq4.RegisterTransport(trackedTCP, trackedTransport{inner: transport.New("tcp")})
+		_ = zmq4.RegisterTransport(trackedIPC, trackedTransport{inner: transport.New("unix")})
 	})
+	if scheme == "ipc" {
+		return trackedIPC + "://" + addr
+	}
+	return trackedTCP + "://" + addr
 }
 
-type watchKey struct{}
+var errSocketClosed = errors.New("kvevents: socket closed")
 
-// watch follows the current connection of one publisher.
-type watch struct {
-	mu   sync.Mutex
-	cur  *watchedConn
-	lost chan struct{}
+// connSet holds every open connection of one socket, so that closing the socket closes
+// all of them. zmq4's Close closes the connections it knows, then its listener: a
+// connection accepted in between (a peer re-dialling at once, as a connecting engine
+// does) is handshaken and kept by the closed socket, which never reads, writes or closes
+// it; the peer stays connected to a dead socket and never re-dials. Closing the set
+// after the socket closes such stragglers, and a connection made after closeAll is
+// closed at once.
+//
+// For a connecting publisher it also watches the connection made by the last Dial:
+// lost is signalled when that connection ends.
+type connSet struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[*trackedConn]struct{}
+	dialed *trackedConn
+	lost   chan struct{} // nil unless watched
 }
 
-type watchTransport struct{ inner transport.Transport }
+type connSetKey struct{}
 
-func (t watchTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+func newConnSet(watch bool) *connSet {
+	s := &connSet{conns: make(map[*trackedConn]struct{})}
+	if watch {
+		s.lost = make(chan struct{}, 1)
+	}
+	return s
+}
+
+// context returns ctx carrying s, for the socket's context: zmq4 passes the socket's
+// context to the transport on Dial and Listen.
+func (s *connSet) context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, connSetKey{}, s)
+}
+
+// add tracks c, or closes it and returns errSocketClosed once the set is closed.
+func (s *connSet) add(c net.Conn, dialed bool) (net.Conn, error) {
+	tc := &trackedConn{Conn: c, set: s}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = c.Close()
+		return nil, errSocketClosed
+	}
+	s.conns[tc] = struct{}{}
+	if dialed {
+		s.dialed = tc
+	}
+	s.mu.Unlock()
+	return tc, nil
+}
+
+// beginDial forgets the previous dialled connection and any loss already signalled.
+func (s *connSet) beginDial() {
+	s.mu.Lock()
+	s.dialed = nil
+	s.mu.Unlock()
+	select {
+	case <-s.lost:
+	default:
+	}
+}
+
+// closeDialed closes the connection of a failed Dial, if one was made.
+func (s *connSet) closeDialed() {
+	s.mu.Lock()
+	c := s.dialed
+	s.dialed = nil
+	s.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
+// closeAll closes every connection and every later one. Safe to call more than once.
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	cs := make([]*trackedConn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// ended is called once when c fails or closes.
+func (s *connSet) ended(c *trackedConn) {
+	s.mu.Lock()
+	current := s.dialed == c
+	s.mu.Unlock()
+	if current && s.lost != nil {
+		select {
+		case s.lost <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *connSet) remove(c *trackedConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+type trackedTransport struct{ inner transport.Transport }
+
+func (t trackedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
 	c, err := t.inner.Dial(ctx, d, addr)
 	if err != nil {
 		return nil, err
 	}
-	w, _ := ctx.Value(watchKey{}).(*watch)
-	if w == nil {
+	s, _ := ctx.Value(connSetKey{}).(*connSet)
+	if s == nil {
 		return c, nil
 	}
-	wc := &watchedConn{Conn: c, w: w}
-	w.mu.Lock()
-	w.cur = wc
-	w.mu.Unlock()
-	return wc, nil
+	return s.add(c, true)
 }
 
-func (t watchTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	return t.inner.Listen(ctx, addr)
+func (t trackedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	l, err := t.inner.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := ctx.Value(connSetKey{}).(*connSet)
+	if s == nil {
+		return l, nil
+	}
+	return trackedListener{Listener: l, set: s}, nil
 }
 
-func (t watchTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
+func (t trackedTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
 
-type watchedConn struct {
+type trackedListener struct {
+	net.Listener
+	set *connSet
+}
+
+func (l trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return l.set.add(c, false)
+}
+
+type trackedConn struct {
 	net.Conn
-	w    *watch
-	once sync.Once
+	set       *connSet
+	endOnce   sync.Once
+	closeOnce sync.Once
+	closeErr  error
 }
 
-func (c *watchedConn) gone() {
-	c.once.Do(func() {
-		c.w.mu.Lock()
-		current := c.w.cur == c
-		c.w.mu.Unlock()
-		if current {
-			select {
-			case c.w.lost <- struct{}{}:
-			default:
-			}
-		}
-	})
-}
+func (c *trackedConn) end() { c.endOnce.Do(func() { c.set.ended(c) }) }
 
-func (c *watchedConn) Read(b []byte) (int, error) {
+func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if err != nil {
-		c.gone()
+		c.end()
 	}
 	return n, err
 }
 
-func (c *watchedConn) Write(b []byte) (int, error) {
+func (c *trackedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	if err != nil {
-		c.gone()
+		c.end()
 	}
 	return n, err
 }
 
-func (c *watchedConn) Close() error {
-	c.gone()
-	return c.Conn.Close()
+// Close closes the connection once; later calls return the first result (zmq4 and the
+// connSet may both close it).
+func (c *trackedConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.end()
+		c.set.remove(c)
+		c.closeErr = c.Conn.Close()
+	})
+	return c.closeErr
 }
 
 // Endpoint is the configured endpoint with a bound port resolved (tcp://*:0 becomes
@@ -236,7 +344,7 @@ func (p *Publisher) Publish(ts time.Time, events []kv.Event) error {
 	return nil
 }
 
-// Close closes the socket. Safe to call more than once.
+// Close closes the socket and all its connections. Safe to call more than once.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -245,6 +353,9 @@ func (p *Publisher) Close() error {
 	}
 	p.closed = true
 	p.cancel()
+	// Before the socket: this also ends a handshake that would hold Dial, and closes at
+	// once what the socket accepts while it closes.
+	p.conns.closeAll()
 	p.dialer.Wait() // no Dial may run while the socket closes
 	return p.sock.Close()
 }
@@ -319,18 +430,29 @@ func SubscribeWith(ctx context.Context, cfg SubscriberConfig, fn func(kv.Batch))
 // subscribeOnce runs one connection until it fails; received reports whether any
 // message arrived (which resets the back-off).
 func subscribeOnce(ctx context.Context, cfg SubscriberConfig, fn func(kv.Batch), report func(error)) (received bool, err error) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	scheme, addr, _ := splitEndpoint(cfg.Endpoint) // checked by SubscribeWith
+	ep := trackedEndpoint(scheme, addr)
+	conns := newConnSet(false)
+	sctx, cancel := context.WithCancel(conns.context(ctx))
+	// Ending ctx also ends a handshake that would hold Dial.
+	stop := context.AfterFunc(sctx, conns.closeAll)
 	sock := zmq4.NewSub(sctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(2*time.Second))
-	defer sock.Close()
+	defer func() {
+		stop()
+		cancel()
+		_ = sock.Close()
+		// What the socket accepted while closing: left open, a connecting engine would
+		// stay connected to this dead socket and never re-dial.
+		conns.closeAll()
+	}()
 	if err := sock.SetOption(zmq4.OptionSubscribe, cfg.Topic); err != nil {
 		return false, fmt.Errorf("kvevents: subscribe %q: %w", cfg.Topic, err)
 	}
 	if cfg.Listen {
-		if err := sock.Listen(cfg.Endpoint); err != nil {
+		if err := sock.Listen(ep); err != nil {
 			return false, fmt.Errorf("kvevents: listen %s: %w", cfg.Endpoint, err)
 		}
-	} else if err := sock.Dial(cfg.Endpoint); err != nil {
+	} else if err := sock.Dial(ep); err != nil {
 		return false, fmt.Errorf("kvevents: dial %s: %w", cfg.Endpoint, err)
 	}
 	for {

@@ -2,11 +2,16 @@ package kvevents
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zeromq/zmq4/transport"
 
 	"github.com/turbine-llm/turbine/kv"
 )
@@ -77,24 +82,32 @@ func collect(t *testing.T, ctx context.Context, cfg SubscriberConfig) <-chan kv.
 	return ch
 }
 
-// publishUntilReceived publishes marker batches until one arrives (a ZeroMQ subscriber
-// misses what is sent before its subscription reaches the publisher) and returns the
-// first received batch.
-func publishUntilReceived(t *testing.T, p *Publisher, ch <-chan kv.Batch) kv.Batch {
+// publishUntilReceived publishes batches removing block hash until one carrying that
+// hash arrives (a ZeroMQ subscriber misses what is sent before its subscription reaches
+// the publisher), dropping other batches, and returns it with the number of batches
+// published here.
+func publishUntilReceived(t *testing.T, p *Publisher, ch <-chan kv.Batch, hash uint64) (kv.Batch, int) {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		if err := p.Publish(time.Unix(1700000000, 0), removed(1)); err != nil {
+	for n := 0; ; {
+		if err := p.Publish(time.Unix(1700000000, 0), removed(hash)); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case b := <-ch:
-			return b
-		case <-deadline:
-			t.Fatal("no batch received within 20 s")
-		case <-tick.C:
+		n++
+	wait:
+		for {
+			select {
+			case b := <-ch:
+				if len(b.Events) == 1 && len(b.Events[0].EngineHashes) == 1 && b.Events[0].EngineHashes[0] == hash {
+					return b, n
+				}
+			case <-deadline:
+				t.Fatalf("no batch with hash %d received within 20 s (%d published)", hash, n)
+			case <-tick.C:
+				break wait
+			}
 		}
 	}
 }
@@ -129,7 +142,7 @@ func TestPublishSubscribeBind(t *testing.T) {
 	}
 	ep, listen := ConsumerEndpoint(p.Endpoint())
 	ch := collect(t, ctx, SubscriberConfig{Endpoint: ep, Topic: "kv", Listen: listen})
-	first := publishUntilReceived(t, p, ch)
+	first, _ := publishUntilReceived(t, p, ch, 1)
 	if first.DataParallelRank != 0 || first.Timestamp != 1700000000 {
 		t.Fatalf("first batch %+v", first)
 	}
@@ -161,6 +174,29 @@ func TestPublishSubscribeBind(t *testing.T) {
 	}
 }
 
+// TestPublishSubscribeIPC: an ipc:// engine binds (vLLM's rule); a restarted engine
+// binds the same path again, which needs the first to have removed its socket file.
+func TestPublishSubscribeIPC(t *testing.T) {
+	engineEP := "ipc://" + filepath.Join(t.TempDir(), "kv")
+	ep, listen := ConsumerEndpoint(engineEP)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := collect(t, ctx, SubscriberConfig{Endpoint: ep, Listen: listen})
+	for round := range 2 {
+		p, err := NewPublisher(Config{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: engineEP}, 0)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if p.Endpoint() != engineEP {
+			t.Fatalf("endpoint %s, want %s", p.Endpoint(), engineEP)
+		}
+		publishUntilReceived(t, p, ch, uint64(round+1))
+		if err := p.Close(); err != nil {
+			t.Fatalf("round %d: close: %v", round, err)
+		}
+	}
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -187,7 +223,7 @@ func TestPublisherConnectsAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := publishUntilReceived(t, p1, ch)
+	b, _ := publishUntilReceived(t, p1, ch, 1)
 	if b.DataParallelRank != 2 {
 		t.Fatalf("rank %d", b.DataParallelRank)
 	}
@@ -200,24 +236,10 @@ func TestPublisherConnectsAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Close()
-	// Drain what p1 left in flight, then look for p2's first batches.
-	deadline := time.After(20 * time.Second)
-	for {
-		if err := p2.Publish(time.Now(), removed(2)); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case b := <-ch:
-			if b.Events[0].EngineHashes[0] == 2 {
-				if b.Seq > 1000 {
-					t.Fatalf("restarted publisher seq %d", b.Seq)
-				}
-				return
-			}
-		case <-deadline:
-			t.Fatal("restarted publisher not received")
-		case <-time.After(20 * time.Millisecond):
-		}
+	// Batches p1 left in flight carry hash 1.
+	b, n := publishUntilReceived(t, p2, ch, 2)
+	if b.Seq >= uint64(n) {
+		t.Fatalf("restarted publisher: seq %d after %d publications, want a count from 0", b.Seq, n)
 	}
 }
 
@@ -254,8 +276,16 @@ func TestSubscribeValidation(t *testing.T) {
 	}
 }
 
+// restartRounds is how many restarts the reconnection tests go through: a connection
+// made while the other side closes is lost only in a narrow window, so one restart
+// would rarely meet it.
+const restartRounds = 8
+
 // TestPublisherRedialsRestartedConsumer: a connecting engine must find a consumer that
-// restarted on the same endpoint (a restarted worker), as libzmq's reconnect does.
+// restarted on the same endpoint (a restarted worker), as libzmq's reconnect does. The
+// engine re-dials as soon as the old consumer drops it, so it may reach the old
+// consumer's socket while that closes; the test fails if such a connection is left
+// open, as the engine would then never re-dial.
 func TestPublisherRedialsRestartedConsumer(t *testing.T) {
 	engineEP := "tcp://127.0.0.1:" + freePort(t)
 	p, err := NewPublisher(Config{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: engineEP}, 0)
@@ -263,7 +293,7 @@ func TestPublisherRedialsRestartedConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	for round := 0; round < 2; round++ {
+	for round := range restartRounds {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		ch := make(chan kv.Batch, 1024)
@@ -271,8 +301,146 @@ func TestPublisherRedialsRestartedConsumer(t *testing.T) {
 			defer close(done)
 			_ = SubscribeWith(ctx, SubscriberConfig{Endpoint: engineEP, Listen: true}, func(b kv.Batch) { ch <- b })
 		}()
-		publishUntilReceived(t, p, ch)
+		publishUntilReceived(t, p, ch, uint64(round+1))
 		cancel()
 		<-done
+	}
+}
+
+// TestSubscriberRedialsRestartedPublisher: the common deployment, an engine binding
+// tcp://*:PORT and a consumer dialling it; each restarted engine (a new publisher on the
+// same port, sequence numbers from 0) must be found again by the same subscription.
+func TestSubscriberRedialsRestartedPublisher(t *testing.T) {
+	engineEP := "tcp://*:" + freePort(t)
+	ep, listen := ConsumerEndpoint(engineEP)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := collect(t, ctx, SubscriberConfig{Endpoint: ep, Listen: listen})
+	for round := range restartRounds {
+		p, err := NewPublisher(Config{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: engineEP}, 0)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		b, n := publishUntilReceived(t, p, ch, uint64(round+1))
+		if b.Seq >= uint64(n) {
+			t.Fatalf("round %d: seq %d after %d publications, want a count from 0", round, b.Seq, n)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatalf("round %d: close: %v", round, err)
+		}
+	}
+}
+
+// peerClosed reads from c and fails unless the other end closed it. The deadline only
+// bounds a broken run.
+func peerClosed(t *testing.T, c net.Conn, what string) {
+	t.Helper()
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("%s: read %v, want EOF (the tracked end closed)", what, err)
+	}
+}
+
+// TestConnSetClosesLateConnections: zmq4's Close closes the connections it knows and
+// only then its listener, so a connection accepted in between outlives the socket. A
+// closed connSet closes what it holds and, at once, whatever is accepted after.
+func TestConnSetClosesLateConnections(t *testing.T) {
+	set := newConnSet(false)
+	l, err := trackedTransport{inner: transport.New("tcp")}.Listen(set.context(context.Background()), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	early := dial()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set.closeAll()
+	peerClosed(t, early, "connection accepted before closeAll")
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v, want the first close's nil", err)
+	}
+	late := dial()
+	if c, err := l.Accept(); !errors.Is(err, errSocketClosed) {
+		t.Fatalf("accept after closeAll = %v, %v; want errSocketClosed", c, err)
+	}
+	peerClosed(t, late, "connection accepted after closeAll")
+	set.mu.Lock()
+	n := len(set.conns)
+	set.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d connections still tracked", n)
+	}
+}
+
+// TestConnSetSignalsLossOfDialled: only the end of the connection made by the latest
+// dial signals a loss (which makes a publisher re-dial); an earlier connection ending
+// late must not, or the publisher would hold two connections to one consumer.
+func TestConnSetSignalsLossOfDialled(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	set := newConnSet(true)
+	defer set.closeAll()
+	ctx := set.context(context.Background())
+	tr := trackedTransport{inner: transport.New("tcp")}
+	dial := func() (client, server net.Conn) {
+		set.beginDial()
+		c, err := tr.Dial(ctx, &net.Dialer{}, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, s
+	}
+	noLoss := func(what string) {
+		t.Helper()
+		select {
+		case <-set.lost:
+			t.Fatalf("loss signalled %s", what)
+		default:
+		}
+	}
+	c1, s1 := dial()
+	noLoss("for a live connection")
+	c2, s2 := dial() // c1 stays open: an earlier connection
+	s1.Close()
+	if _, err := c1.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read from a connection closed by its peer succeeded")
+	}
+	c1.Close()
+	noLoss("when an earlier connection ended")
+	s2.Close()
+	if _, err := c2.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read from a connection closed by its peer succeeded")
+	}
+	select {
+	case <-set.lost:
+	default:
+		t.Fatal("the dialled connection ended without a loss signal")
+	}
+	c3, s3 := dial()
+	defer s3.Close()
+	c3.Close()
+	select {
+	case <-set.lost:
+	default:
+		t.Fatal("closing the dialled connection signalled no loss")
 	}
 }
