@@ -128,14 +128,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("turbine serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	flags(&o, fs)
-	if err := cli.Parse(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	if help, err := cli.ParseCommand(fs, args); help || err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if err := o.Validate(); err != nil {
 		return err

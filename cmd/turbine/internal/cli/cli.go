@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +42,21 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	return fs.Parse(args)
+}
+
+// ParseCommand is Parse for a subcommand that takes no positional arguments. It returns
+// help=true (and no error) when -h was asked for, so the caller returns at once.
+func ParseCommand(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := Parse(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("unexpected argument %q (every setting is a --flag)", fs.Arg(0))
+	}
+	return false, nil
 }
 
 // Logger returns the process logger: console format when w is a terminal (or format is
