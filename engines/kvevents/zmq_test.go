@@ -2,16 +2,12 @@ package kvevents
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-zeromq/zmq4/transport"
 
 	"github.com/turbine-llm/turbine/kv"
 )
@@ -82,13 +78,18 @@ func collect(t *testing.T, ctx context.Context, cfg SubscriberConfig) <-chan kv.
 	return ch
 }
 
-// publishUntilReceived publishes batches removing block hash until one carrying that
-// hash arrives (a ZeroMQ subscriber misses what is sent before its subscription reaches
-// the publisher), dropping other batches, and returns it with the number of batches
-// published here.
+// publishUntilReceived publishes batches removing block hash, one per 20 ms, until one
+// carrying that hash arrives (a ZeroMQ subscriber misses what is sent before its
+// subscription reaches the publisher), dropping other batches, and returns it with the
+// number of batches published here.
+//
+// It gives up after 20 s and at least giveUpPublished publications: a broken connection
+// lets the publisher go on at full pace, while on a starved machine the wall clock alone
+// would say nothing about the connection.
 func publishUntilReceived(t *testing.T, p *Publisher, ch <-chan kv.Batch, hash uint64) (kv.Batch, int) {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
+	const giveUpPublished = 250
+	start := time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for n := 0; ; {
@@ -96,6 +97,9 @@ func publishUntilReceived(t *testing.T, p *Publisher, ch <-chan kv.Batch, hash u
 			t.Fatal(err)
 		}
 		n++
+		if d := time.Since(start); n >= giveUpPublished && d > 20*time.Second {
+			t.Fatalf("no batch with hash %d received: %d published over %v", hash, n, d.Round(time.Millisecond))
+		}
 	wait:
 		for {
 			select {
@@ -103,8 +107,6 @@ func publishUntilReceived(t *testing.T, p *Publisher, ch <-chan kv.Batch, hash u
 				if len(b.Events) == 1 && len(b.Events[0].EngineHashes) == 1 && b.Events[0].EngineHashes[0] == hash {
 					return b, n
 				}
-			case <-deadline:
-				t.Fatalf("no batch with hash %d received within 20 s (%d published)", hash, n)
 			case <-tick.C:
 				break wait
 			}
@@ -251,7 +253,9 @@ func TestSubscribeValidation(t *testing.T) {
 	if err := Subscribe(ctx, "tcp://127.0.0.1:1", "", nil); err == nil {
 		t.Fatal("nil callback accepted")
 	}
-	ctx2, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	// The first reported error ends the subscription; the timeout only bounds a run in
+	// which none comes.
+	ctx2, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	errs := make(chan error, 100)
 	err := SubscribeWith(ctx2, SubscriberConfig{Endpoint: "tcp://127.0.0.1:" + freePort(t), OnError: func(e error) {
@@ -259,17 +263,13 @@ func TestSubscribeValidation(t *testing.T) {
 		case errs <- e:
 		default:
 		}
+		cancel()
 	}}, func(kv.Batch) {})
-	if err != context.DeadlineExceeded {
-		t.Fatalf("Subscribe returned %v, want the context's error", err)
+	if err != context.Canceled {
+		t.Fatalf("Subscribe returned %v, want the context's error after the first reported error", err)
 	}
-	select {
-	case e := <-errs:
-		if !strings.Contains(e.Error(), "kvevents: dial") {
-			t.Fatalf("error %v", e)
-		}
-	default:
-		t.Fatal("no dial error reported")
+	if e := <-errs; !strings.Contains(e.Error(), "kvevents: dial") {
+		t.Fatalf("error %v", e)
 	}
 	if _, err := NewPublisher(Config{}, 0); err == nil {
 		t.Fatal("disabled config accepted")
@@ -328,119 +328,5 @@ func TestSubscriberRedialsRestartedPublisher(t *testing.T) {
 		if err := p.Close(); err != nil {
 			t.Fatalf("round %d: close: %v", round, err)
 		}
-	}
-}
-
-// peerClosed reads from c and fails unless the other end closed it. The deadline only
-// bounds a broken run.
-func peerClosed(t *testing.T, c net.Conn, what string) {
-	t.Helper()
-	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
-		t.Fatalf("%s: read %v, want EOF (the tracked end closed)", what, err)
-	}
-}
-
-// TestConnSetClosesLateConnections: zmq4's Close closes the connections it knows and
-// only then its listener, so a connection accepted in between outlives the socket. A
-// closed connSet closes what it holds and, at once, whatever is accepted after.
-func TestConnSetClosesLateConnections(t *testing.T) {
-	set := newConnSet(false)
-	l, err := trackedTransport{inner: transport.New("tcp")}.Listen(set.context(context.Background()), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	early := dial()
-	s, err := l.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	set.closeAll()
-	peerClosed(t, early, "connection accepted before closeAll")
-	if err := s.Close(); err != nil {
-		t.Fatalf("second close: %v, want the first close's nil", err)
-	}
-	late := dial()
-	if c, err := l.Accept(); !errors.Is(err, errSocketClosed) {
-		t.Fatalf("accept after closeAll = %v, %v; want errSocketClosed", c, err)
-	}
-	peerClosed(t, late, "connection accepted after closeAll")
-	set.mu.Lock()
-	n := len(set.conns)
-	set.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("%d connections still tracked", n)
-	}
-}
-
-// TestConnSetSignalsLossOfDialled: only the end of the connection made by the latest
-// dial signals a loss (which makes a publisher re-dial); an earlier connection ending
-// late must not, or the publisher would hold two connections to one consumer.
-func TestConnSetSignalsLossOfDialled(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	set := newConnSet(true)
-	defer set.closeAll()
-	ctx := set.context(context.Background())
-	tr := trackedTransport{inner: transport.New("tcp")}
-	dial := func() (client, server net.Conn) {
-		set.beginDial()
-		c, err := tr.Dial(ctx, &net.Dialer{}, l.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := l.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, s
-	}
-	noLoss := func(what string) {
-		t.Helper()
-		select {
-		case <-set.lost:
-			t.Fatalf("loss signalled %s", what)
-		default:
-		}
-	}
-	c1, s1 := dial()
-	noLoss("for a live connection")
-	c2, s2 := dial() // c1 stays open: an earlier connection
-	s1.Close()
-	if _, err := c1.Read(make([]byte, 1)); err == nil {
-		t.Fatal("read from a connection closed by its peer succeeded")
-	}
-	c1.Close()
-	noLoss("when an earlier connection ended")
-	s2.Close()
-	if _, err := c2.Read(make([]byte, 1)); err == nil {
-		t.Fatal("read from a connection closed by its peer succeeded")
-	}
-	select {
-	case <-set.lost:
-	default:
-		t.Fatal("the dialled connection ended without a loss signal")
-	}
-	c3, s3 := dial()
-	defer s3.Close()
-	c3.Close()
-	select {
-	case <-set.lost:
-	default:
-		t.Fatal("closing the dialled connection signalled no loss")
 	}
 }
