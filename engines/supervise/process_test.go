@@ -1,6 +1,8 @@
 package supervise
 
 import (
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,14 +35,46 @@ func TestProcessLogsAndExit(t *testing.T) {
 
 func TestStopKillsProcessGroup(t *testing.T) {
 	// The shell ignores SIGTERM and starts a child; Stop must kill both.
-	p, err := Start([]string{"sh", "-c", "trap '' TERM; sleep 300 & echo $!; wait"}, nil, nil)
+	var mu sync.Mutex
+	childPID := 0
+	started := make(chan struct{})
+	p, err := Start([]string{"sh", "-c", "trap '' TERM; sleep 300 & echo $!; wait"}, nil, func(stream, line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stream == "stdout" && childPID == 0 {
+			childPID, _ = strconv.Atoi(line)
+			close(started)
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-started
 	p.Stop(100 * time.Millisecond)
-	if err := syscall.Kill(-p.Pid(), 0); err == nil {
-		t.Fatalf("process group %d still alive after Stop", p.Pid())
+	mu.Lock()
+	child := childPID
+	mu.Unlock()
+	// SIGKILL is delivered asynchronously and the orphaned child is reaped by whoever
+	// adopts it: wait (bounded) for it to be gone or a zombie, which is dead too.
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(child) {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d of the process group still running 10 s after Stop", child)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil && !os.IsNotExist(err)
+	}
+	// Format: pid (comm) state ...; comm may hold spaces, so cut at the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 func TestStartMissingExecutable(t *testing.T) {

@@ -272,11 +272,12 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 		defer resp.Body.Close()
 		return nil, errorFrom(resp)
 	}
-	return &Stream{body: resp.Body, rd: bufio.NewReaderSize(resp.Body, 64<<10), cancel: cancel}, nil
+	return &Stream{ctx: ctx, body: resp.Body, rd: bufio.NewReaderSize(resp.Body, 64<<10), cancel: cancel}, nil
 }
 
 // Stream reads a completion's SSE frames. Not safe for concurrent use.
 type Stream struct {
+	ctx    context.Context
 	body   io.ReadCloser
 	rd     *bufio.Reader
 	cancel context.CancelFunc
@@ -289,6 +290,11 @@ type Stream struct {
 // engine's error frame (*Error), a malformed frame, a stream that ends before [DONE], or
 // the context's error.
 func (s *Stream) Recv() (Chunk, error) {
+	if s.err == nil && s.ctx.Err() != nil {
+		// Cancelled: chunks still buffered from the connection are not handed out.
+		s.err = s.ctx.Err()
+		s.Close()
+	}
 	if s.err != nil {
 		return Chunk{}, s.err
 	}
