@@ -24,7 +24,8 @@ type Config struct {
 	Temperature   float64
 	// Busy thresholds (REFERENCE §4); zero values mean off.
 	Busy kv.BusyThresholds
-	// WorkerTTL: a worker not heard from for this long is removed (default 5 s).
+	// WorkerTTL: a worker not heard from for this long is removed (default 10 s: ten
+	// missed heartbeats at the default period, so a starved machine does not flap).
 	WorkerTTL time.Duration
 	Logger    zerolog.Logger
 	// Now and Seed are for tests; zero means time.Now and a random seed.
@@ -63,7 +64,7 @@ func New(cfg Config) *Grain {
 		cfg.Now = time.Now
 	}
 	if cfg.WorkerTTL <= 0 {
-		cfg.WorkerTTL = 5 * time.Second
+		cfg.WorkerTTL = 10 * time.Second
 	}
 	seed := cfg.Seed
 	if seed == 0 {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/turbine-llm/turbine/cmd/turbine/mocker"
 	"github.com/turbine-llm/turbine/cmd/turbine/serve"
 )
@@ -22,7 +24,11 @@ var commands = []command{
 	{"mocker", "run the mock engine (vLLM HTTP dialect and KV events, no GPU)", mocker.Run},
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// Every /metrics endpoint of the binary writes # HELP and # TYPE lines.
+	metrics.ExposeMetadata(true)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {

@@ -47,6 +47,7 @@ type Options struct {
 	MeanOutputTokens          int
 	Seed                      int64
 	Heartbeat                 time.Duration
+	ReadyTimeout              time.Duration
 	MaxBodyBytes              int64
 }
 
@@ -58,7 +59,7 @@ func Defaults() Options {
 		RouterMode: "kv", OverlapWeight: 1.0,
 		BlockSize: 64, NumGPUBlocks: 16384, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
 		MaxModelLen: 32768, SpeedupRatio: 1.0, MeanOutputTokens: 128,
-		Heartbeat: time.Second, MaxBodyBytes: 4 << 20,
+		Heartbeat: time.Second, ReadyTimeout: 2 * time.Minute, MaxBodyBytes: 4 << 20,
 	}
 }
 
@@ -80,6 +81,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.IntVar(&o.MeanOutputTokens, "mean-output-tokens", o.MeanOutputTokens, "mock engine: mean output length in tokens when EOS is not ignored")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "mock engine seed (same seed, same tokens)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "worker load and registration period")
+	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "how long start-up waits for a worker's engine to become ready")
 	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "largest accepted HTTP request body in bytes")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "auto (console on a terminal, else JSON), json or console")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
@@ -116,6 +118,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--mean-output-tokens %d: must be ≥ 1", o.MeanOutputTokens)
 	case o.Heartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--heartbeat %v: must be ≥ 10ms", o.Heartbeat)
+	case o.ReadyTimeout <= 0:
+		return fmt.Errorf("--ready-timeout %v: must be > 0", o.ReadyTimeout)
 	case o.MaxBodyBytes < 1024:
 		return fmt.Errorf("--max-body-bytes %d: must be ≥ 1024", o.MaxBodyBytes)
 	}
@@ -128,6 +132,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("turbine serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	flags(&o, fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: turbine serve [flags]\n\nEvery flag can also be set with TURBINE_<FLAG> (upper case, '-' as '_'),\ne.g. TURBINE_WORKERS=4. Flags:\n")
+		fs.PrintDefaults()
+	}
 	if help, err := cli.ParseCommand(fs, args); help || err != nil {
 		return err
 	}
@@ -199,6 +207,12 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Answer only once the model is served, so that the first client never sees a 404
+	// for a model whose engines are still starting; connections wait in the backlog.
+	log.Info().Int("workers", o.Workers).Msg("waiting for the first worker's engine to be ready")
+	if err := waitForModel(ctx, backend, o.Model, o.ReadyTimeout); err != nil {
+		return err
+	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -214,4 +228,29 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
 	return nil
+}
+
+// waitForModel polls the catalog until model has a live worker, ctx ends, or limit passes.
+func waitForModel(ctx context.Context, b *frontend.Backend, model string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cards, err := b.Models(ctx)
+		if err == nil {
+			for _, c := range cards {
+				if c.Model == model {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no worker became ready within --ready-timeout %v (see the engine log lines above)", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
