@@ -11,11 +11,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,7 +60,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	if len(words) < 1000 {
 		b.Fatalf("%s has only %d single-token words", benchTokenizer, len(words))
 	}
-	s := startServeBench(b, 1, "--speedup-ratio", strconv.Itoa(benchSpeedup), "--tokenizer", benchTokenizer)
+	s := startServe(b, 1, "--speedup-ratio", strconv.Itoa(benchSpeedup), "--tokenizer", benchTokenizer)
 	engine, err := engineURL(s)
 	if err != nil {
 		b.Fatal(err)
@@ -315,82 +313,4 @@ func engineURL(s *server) (string, error) {
 		return "", errors.New(`no "engine started" line with a port in the serve log`)
 	}
 	return fmt.Sprintf("http://%s:%d", u.Hostname(), port), nil
-}
-
-// startServeBench is startServe for benchmarks: it runs `turbine serve --port 0` with
-// args and waits (bounded) until every worker is ready. The process is stopped with
-// SIGTERM (then SIGKILL of its group after 20 s) when b ends.
-func startServeBench(b *testing.B, workers int, args ...string) *server {
-	b.Helper()
-	if turbineBin == "" {
-		b.Skip("end-to-end benchmark: skipped with -short")
-	}
-	all := append([]string{"serve", "--port", "0", "--log-format", "json", "--workers", strconv.Itoa(workers),
-		"--heartbeat", "200ms"}, args...)
-	cmd := exec.Command(turbineBin, all...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	s := &server{cmd: cmd, done: make(chan struct{})}
-	urlc := make(chan string, 1)
-	go func() {
-		defer close(s.done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.logs.WriteString(line + "\n")
-			s.mu.Unlock()
-			var rec struct {
-				Message string `json:"message"`
-				URL     string `json:"url"`
-			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "turbine serving" {
-				urlc <- rec.URL
-			}
-		}
-	}()
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-s.done
-		}
-		_ = cmd.Wait()
-	})
-	select {
-	case s.url = <-urlc:
-	case <-s.done:
-		b.Fatalf("turbine serve exited before serving:\n%s", s.Logs())
-	case <-time.After(60 * time.Second):
-		b.Fatalf("turbine serve did not start in 60 s:\n%s", s.Logs())
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ready := 0
-		for _, w := range s.workerStats(model) {
-			if w.Ready {
-				ready++
-			}
-		}
-		if ready == workers {
-			return s
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d workers ready after 60 s:\n%s", ready, workers, s.Logs())
-		}
-		select {
-		case <-s.done:
-			b.Fatalf("turbine serve exited while starting:\n%s", s.Logs())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }

@@ -56,7 +56,7 @@ func testingShort() bool {
 
 // server is a `turbine serve` process started by a test.
 type server struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
@@ -66,7 +66,7 @@ type server struct {
 
 // startServe runs `turbine serve --port 0` with args and waits until it serves the model
 // with every worker ready (bounded by a deadline, not a sleep).
-func startServe(t *testing.T, workers int, args ...string) *server {
+func startServe(t testing.TB, workers int, args ...string) *server {
 	t.Helper()
 	if turbineBin == "" {
 		t.Skip("end-to-end test: skipped with -short")

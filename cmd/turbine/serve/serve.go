@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -181,6 +182,11 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own executable for the mock engines: %w", err)
+	}
+	if strings.HasSuffix(self, ".test") {
+		// The engines are `<this executable> mocker`: a Go test binary would run its
+		// tests again in every engine, and those could start more engines.
+		return fmt.Errorf("serve: the mock engines run as %q mocker, which is a test binary; run the turbine binary instead", self)
 	}
 	mock := launcher.Mocker{Executable: self, Model: o.Model, Tokenizer: o.Tokenizer,
 		BlockSize: o.BlockSize, NumGPUBlocks: o.NumGPUBlocks, MaxNumSeqs: o.MaxNumSeqs,
