@@ -1,16 +1,14 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"math"
 	"strconv"
 )
 
-// Request bodies are decoded once into a tree of plain values (map[string]any, []any,
-// string, bool, json.Number, nil) and read field by field from it, so that every type
+// Request bodies are decoded once (decodeBody) into a tree of plain values
+// (map[string]any, []any or idArray, string, bool, json.Number, nil) and read field by
+// field from it, so that every type
 // error names its field in OpenAI's notation ("messages[0].content").
 
 // jsonKind is the JSON type of a decoded value.
@@ -38,27 +36,13 @@ func kindOf(v any) jsonKind {
 		return kindNumber
 	case string:
 		return kindString
-	case []any:
+	case []any, idArray:
 		return kindArray
 	case map[string]any:
 		return kindObject
 	default:
 		return kindNull
 	}
-}
-
-// decodeBody decodes one JSON value (numbers kept as json.Number).
-func decodeBody(body []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON value")
-	}
-	return v, nil
 }
 
 // object reads the fields of one JSON object, recording the first error it meets. Null
@@ -185,7 +169,7 @@ func (o *object) array(key string) ([]any, bool) {
 	if !ok {
 		return nil, false
 	}
-	return v.([]any), true
+	return arrayOf(v)
 }
 
 // child reads a nested object field.
@@ -207,9 +191,10 @@ func (o *object) strOrStrings(key string) ([]string, bool) {
 	switch v := v.(type) {
 	case string:
 		return []string{v}, true
-	case []any:
-		out := make([]string, 0, len(v))
-		for i, it := range v {
+	case []any, idArray:
+		items, _ := arrayOf(v)
+		out := make([]string, 0, len(items))
+		for i, it := range items {
 			s, ok := it.(string)
 			if !ok {
 				o.fail(typeError(indexParam(o.param(key), i), "a string", kindOf(it)))
@@ -224,8 +209,13 @@ func (o *object) strOrStrings(key string) ([]string, bool) {
 	}
 }
 
-// tokenIDs reads an array of token ids (non-negative integers below 2^32).
-func tokenIDs(items []any, param string) ([]uint32, *APIError) {
+// tokenIDs reads an array of token ids (non-negative integers below 2^32): a decoded
+// []any, or an idArray, which holds ids already.
+func tokenIDs(v any, param string) ([]uint32, *APIError) {
+	if ids, ok := v.(idArray); ok {
+		return ids, nil
+	}
+	items, _ := v.([]any)
 	out := make([]uint32, 0, len(items))
 	for i, it := range items {
 		p := indexParam(param, i)
@@ -265,6 +255,12 @@ func plain(v any) any {
 			v[i] = plain(x)
 		}
 		return v
+	case idArray:
+		out := make([]any, len(v))
+		for i, id := range v {
+			out[i] = int64(id)
+		}
+		return out
 	default:
 		return v
 	}

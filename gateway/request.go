@@ -418,9 +418,10 @@ func parseContent(m *object) (text string, present bool) {
 	switch r := r.(type) {
 	case string:
 		return r, true
-	case []any:
-		texts := make([]string, 0, len(r))
-		for j, p := range r {
+	case []any, idArray:
+		parts, _ := arrayOf(r)
+		texts := make([]string, 0, len(parts))
+		for j, p := range parts {
 			pp := indexParam(m.param("content"), j)
 			po, err := objectOf(p, pp)
 			if err != nil {
@@ -540,6 +541,10 @@ func parsePrompt(o *object, req *completionRequest) {
 	switch r := r.(type) {
 	case string:
 		req.PromptText = r
+	case idArray:
+		ids, err := tokenIDs(r, "prompt")
+		o.fail(err)
+		req.PromptIDs, req.TokenPrompt = ids, true
 	case []any:
 		items := r
 		if len(items) == 0 {
@@ -560,7 +565,7 @@ func parsePrompt(o *object, req *completionRequest) {
 				req.PromptText = s
 				break
 			}
-			ids, err := tokenIDs(items[0].([]any), "prompt[0]")
+			ids, err := tokenIDs(items[0], "prompt[0]")
 			o.fail(err)
 			req.PromptIDs, req.TokenPrompt = ids, true
 		default:
