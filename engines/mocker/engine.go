@@ -163,7 +163,7 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("mocker: request %q: max_tokens %d must be at least 1", r.ID, r.MaxTokens)
 	case r.MinTokens < 0 || r.MinTokens > r.MaxTokens:
 		return fmt.Errorf("mocker: request %q: min_tokens %d must be between 0 and max_tokens %d", r.ID, r.MinTokens, r.MaxTokens)
-	case len(r.Prompt)+r.MaxTokens > e.cfg.MaxModelLen:
+	case r.MaxTokens > e.cfg.MaxModelLen-len(r.Prompt): // no overflow for a huge max_tokens
 		return fmt.Errorf("mocker: request %q: %d prompt tokens plus max_tokens %d exceed the context length %d",
 			r.ID, len(r.Prompt), r.MaxTokens, e.cfg.MaxModelLen)
 	}

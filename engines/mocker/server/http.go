@@ -150,7 +150,7 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 			return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d.", maxTokens)
 		}
 	}
-	if len(prompt)+maxTokens > maxLen {
+	if maxTokens > maxLen-len(prompt) { // written so that a huge max_tokens cannot overflow
 		return nil, badRequest("max_tokens", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 			maxLen, len(prompt)+maxTokens, len(prompt), maxTokens)
 	}

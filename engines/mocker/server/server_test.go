@@ -315,6 +315,7 @@ func TestBadRequests(t *testing.T) {
 		{`{"prompt":[1],"max_tokens":0}`, "max_tokens", "at least 1, got 0", 400},
 		{`{"prompt":[1],"max_tokens":"x"}`, "max_tokens", "must be an integer", 400},
 		{`{"prompt":[1],"max_tokens":5000}`, "max_tokens", "maximum context length is 2048 tokens. However, you requested 5001 tokens (1 in the messages, 5000 in the completion)", 400},
+		{`{"prompt":[1],"max_tokens":9223372036854775807,"ignore_eos":true}`, "max_tokens", "maximum context length is 2048 tokens", 400},
 		{`{"prompt":[1],"min_tokens":20}`, "min_tokens", "less than or equal to max_tokens=16, got 20", 400},
 		{`{"prompt":[1],"stream_options":{"include_usage":true}}`, "stream_options", "Stream options can only be defined when `stream=True`.", 400},
 		{`{"prompt":[1],"n":2}`, "n", "n must be 1", 400},
