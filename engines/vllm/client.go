@@ -15,6 +15,8 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -217,37 +219,7 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	if r.MaxTokens < 1 {
 		return nil, fmt.Errorf("vllm: max_tokens %d must be at least 1", r.MaxTokens)
 	}
-	body := map[string]any{}
-	for k, v := range r.Extra {
-		body[k] = v
-	}
-	if r.Model != "" {
-		body["model"] = r.Model
-	}
-	body["prompt"] = r.PromptTokenIDs
-	body["max_tokens"] = r.MaxTokens
-	if r.MinTokens > 0 {
-		body["min_tokens"] = r.MinTokens
-	}
-	if r.IgnoreEOS {
-		body["ignore_eos"] = true
-	}
-	if len(r.StopTokenIDs) > 0 {
-		body["stop_token_ids"] = r.StopTokenIDs
-	}
-	if r.Seed != nil {
-		body["seed"] = *r.Seed
-	}
-	if r.Temperature != nil {
-		body["temperature"] = *r.Temperature
-	}
-	if r.TopP != nil {
-		body["top_p"] = *r.TopP
-	}
-	body["stream"] = true
-	body["stream_options"] = map[string]any{"include_usage": true}
-	body["return_token_ids"] = true
-	b, err := json.Marshal(body)
+	b, err := completionBody(r)
 	if err != nil {
 		return nil, fmt.Errorf("vllm: encoding the request: %w", err)
 	}
@@ -423,8 +395,22 @@ func (s *Stream) frame() (frame, error) {
 			} `json:"prompt_tokens_details"`
 		} `json:"usage"`
 	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return frame{}, fmt.Errorf("vllm: malformed stream frame %.200q: %w", data, err)
+	// The first frame repeats the prompt as prompt_token_ids; those are read by hand and
+	// the generic decoder sees null in their place (undone if the frame turns out not to
+	// be a single choice).
+	promptIDs, cut, hasPrompt := cutPromptTokenIDs(data)
+	if hasPrompt {
+		if err := json.Unmarshal(cut, &raw); err != nil || len(raw.Choices) != 1 {
+			hasPrompt = false
+			raw.Error, raw.Choices, raw.Usage = nil, nil, nil
+		}
+	}
+	if !hasPrompt {
+		if err := json.Unmarshal(data, &raw); err != nil {
+			return frame{}, fmt.Errorf("vllm: malformed stream frame %.200q: %w", data, err)
+		}
+	} else {
+		raw.Choices[0].PromptTokenIDs = promptIDs
 	}
 	if raw.Error != nil {
 		e := &Error{Type: raw.Error.Type, Message: raw.Error.Message}
@@ -585,4 +571,153 @@ func sumCounter(fams map[string]*dto.MetricFamily, names ...string) (float64, bo
 		}
 	}
 	return 0, false
+}
+
+// completionBody encodes r as a vLLM /v1/completions JSON body. The token-id arrays are
+// written directly; Extra fields are added unless the client sets the same key itself.
+func completionBody(r CompletionRequest) ([]byte, error) {
+	b := make([]byte, 0, 256+11*len(r.PromptTokenIDs))
+	b = append(b, '{')
+	field := func(key string) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, key)
+		b = append(b, ':')
+	}
+	ids := func(v []uint32) {
+		b = append(b, '[')
+		for i, id := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(id), 10)
+		}
+		b = append(b, ']')
+	}
+	own := map[string]bool{"model": r.Model != "", "prompt": true, "max_tokens": true,
+		"min_tokens": r.MinTokens > 0, "ignore_eos": r.IgnoreEOS, "stop_token_ids": len(r.StopTokenIDs) > 0,
+		"seed": r.Seed != nil, "temperature": r.Temperature != nil, "top_p": r.TopP != nil,
+		"stream": true, "stream_options": true, "return_token_ids": true}
+	keys := make([]string, 0, len(r.Extra))
+	for k := range r.Extra {
+		if !own[k] {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, err := json.Marshal(r.Extra[k])
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %w", k, err)
+		}
+		field(k)
+		b = append(b, v...)
+	}
+	if r.Model != "" {
+		m, err := json.Marshal(r.Model)
+		if err != nil {
+			return nil, err
+		}
+		field("model")
+		b = append(b, m...)
+	}
+	field("prompt")
+	ids(r.PromptTokenIDs)
+	field("max_tokens")
+	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
+	if r.MinTokens > 0 {
+		field("min_tokens")
+		b = strconv.AppendInt(b, int64(r.MinTokens), 10)
+	}
+	if r.IgnoreEOS {
+		field("ignore_eos")
+		b = append(b, "true"...)
+	}
+	if len(r.StopTokenIDs) > 0 {
+		field("stop_token_ids")
+		ids(r.StopTokenIDs)
+	}
+	if r.Seed != nil {
+		field("seed")
+		b = strconv.AppendInt(b, *r.Seed, 10)
+	}
+	for _, f := range []struct {
+		key string
+		v   *float64
+	}{{"temperature", r.Temperature}, {"top_p", r.TopP}} {
+		if f.v == nil {
+			continue
+		}
+		v, err := json.Marshal(*f.v)
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %w", f.key, err)
+		}
+		field(f.key)
+		b = append(b, v...)
+	}
+	b = append(b, `,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`...)
+	return b, nil
+}
+
+// promptIDsKey is how vLLM (and the mock engine) write the first chunk's prompt ids. The
+// quote before the colon cannot be escaped, so the key cannot match inside a string.
+var promptIDsKey = []byte(`"prompt_token_ids":`)
+
+// cutPromptTokenIDs finds the one `"prompt_token_ids":[ids]` member of an SSE frame and
+// returns the ids and the frame with null in place of the array. ok is false when the
+// member is absent, appears more than once, or is not an array of plain integers below
+// 2^32; the frame is then decoded as it is.
+func cutPromptTokenIDs(data []byte) (ids []uint32, cut []byte, ok bool) {
+	at := bytes.Index(data, promptIDsKey)
+	if at < 0 || bytes.Index(data[at+len(promptIDsKey):], promptIDsKey) >= 0 {
+		return nil, nil, false
+	}
+	start := at + len(promptIDsKey)
+	for start < len(data) && (data[start] == ' ' || data[start] == '\t') {
+		start++
+	}
+	if start >= len(data) || data[start] != '[' {
+		return nil, nil, false
+	}
+	n := bytes.IndexByte(data[start:], ']')
+	if n < 0 {
+		return nil, nil, false
+	}
+	end := start + n + 1
+	ids = make([]uint32, 0, bytes.Count(data[start:end], []byte(","))+1)
+	var v uint64
+	digits := 0
+	spaced := false // space after the current number's digits
+	for _, c := range data[start+1 : end] {
+		switch {
+		case c >= '0' && c <= '9':
+			if digits > 0 && v == 0 || digits == 10 || spaced {
+				return nil, nil, false // leading zero, too long, or "1 2"
+			}
+			v = v*10 + uint64(c-'0')
+			digits++
+		case c == ',' || c == ']':
+			if digits == 0 {
+				if c == ']' && len(ids) == 0 {
+					continue // []
+				}
+				return nil, nil, false
+			}
+			if v > math.MaxUint32 {
+				return nil, nil, false
+			}
+			ids = append(ids, uint32(v))
+			v, digits, spaced = 0, 0, false
+		case c == ' ':
+			spaced = digits > 0
+		default:
+			return nil, nil, false
+		}
+	}
+	cut = make([]byte, 0, len(data)-(end-start)+4)
+	cut = append(cut, data[:start]...)
+	cut = append(cut, "null"...)
+	cut = append(cut, data[end:]...)
+	return ids, cut, true
 }

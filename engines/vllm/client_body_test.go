@@ -1,0 +1,105 @@
+package vllm
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+func TestCompletionBodyIsTheRequestAsJSON(t *testing.T) {
+	seed, temp, topP := int64(-3), 0.7, 1e-3
+	for _, r := range []CompletionRequest{
+		{PromptTokenIDs: []uint32{1}, MaxTokens: 1},
+		{Model: "m \"q\"", PromptTokenIDs: []uint32{0, 4294967295, 7}, MaxTokens: 5, MinTokens: 2, IgnoreEOS: true,
+			StopTokenIDs: []uint32{2, 3}, Seed: &seed, Temperature: &temp, TopP: &topP,
+			Extra: map[string]any{"kv_transfer_params": map[string]any{"a": 1}, "prompt": "overridden", "z": nil}},
+	} {
+		b, err := completionBody(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		want := map[string]any{}
+		for k, v := range r.Extra {
+			want[k] = v
+		}
+		if r.Model != "" {
+			want["model"] = r.Model
+		}
+		want["prompt"] = r.PromptTokenIDs
+		want["max_tokens"] = r.MaxTokens
+		if r.MinTokens > 0 {
+			want["min_tokens"] = r.MinTokens
+		}
+		if r.IgnoreEOS {
+			want["ignore_eos"] = true
+		}
+		if len(r.StopTokenIDs) > 0 {
+			want["stop_token_ids"] = r.StopTokenIDs
+		}
+		if r.Seed != nil {
+			want["seed"] = *r.Seed
+		}
+		if r.Temperature != nil {
+			want["temperature"] = *r.Temperature
+		}
+		if r.TopP != nil {
+			want["top_p"] = *r.TopP
+		}
+		want["stream"] = true
+		want["stream_options"] = map[string]any{"include_usage": true}
+		want["return_token_ids"] = true
+		wb, _ := json.Marshal(want)
+		var wantTree map[string]any
+		_ = json.Unmarshal(wb, &wantTree)
+		if !reflect.DeepEqual(got, wantTree) {
+			t.Errorf("body %s\nwant  %s", b, wb)
+		}
+	}
+}
+
+func TestCutPromptTokenIDs(t *testing.T) {
+	for _, tc := range []struct {
+		frame string
+		ids   []uint32
+		ok    bool
+	}{
+		{`{"choices":[{"text":"a","prompt_token_ids":[1,2,3],"token_ids":[4]}]}`, []uint32{1, 2, 3}, true},
+		{`{"choices":[{"prompt_token_ids": [ 0, 4294967295 ]}]}`, []uint32{0, 4294967295}, true},
+		{`{"choices":[{"prompt_token_ids":[]}]}`, []uint32{}, true},
+		{`{"choices":[{"prompt_token_ids":[4294967296]}]}`, nil, false},
+		{`{"choices":[{"prompt_token_ids":[01]}]}`, nil, false},
+		{`{"choices":[{"prompt_token_ids":[1,]}]}`, nil, false},
+		{`{"choices":[{"prompt_token_ids":[1 2]}]}`, nil, false},
+		{`{"choices":[{"prompt_token_ids":[1.5]}]}`, nil, false},
+		{`{"choices":[{"prompt_token_ids":null}]}`, nil, false},
+		{`{"choices":[{"text":"\"prompt_token_ids\":[9]"}]}`, nil, false},
+		{`{"choices":[{"prompt_token_ids":[1]},{"prompt_token_ids":[2]}]}`, nil, false},
+		{`{"choices":[{"text":"x"}]}`, nil, false},
+	} {
+		ids, cut, ok := cutPromptTokenIDs([]byte(tc.frame))
+		if ok != tc.ok || !slices.Equal(ids, tc.ids) {
+			t.Errorf("%s: ids %v ok %v, want %v %v", tc.frame, ids, ok, tc.ids, tc.ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		// The cut frame is the same JSON with null for the ids.
+		var orig, got map[string]any
+		if err := json.Unmarshal([]byte(tc.frame), &orig); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(cut, &got); err != nil {
+			t.Fatalf("%s: cut frame %s: %v", tc.frame, cut, err)
+		}
+		orig["choices"].([]any)[0].(map[string]any)["prompt_token_ids"] = nil
+		if !reflect.DeepEqual(orig, got) {
+			t.Errorf("%s: cut frame %s", tc.frame, cut)
+		}
+	}
+}
