@@ -90,7 +90,7 @@ type (
 	}
 	restartEngine struct{}
 	heartbeatTick struct{}
-	heartbeatDone struct{}
+	heartbeatDone struct{ scraped, ok bool }
 	requestDone   struct{ id string }
 )
 
@@ -107,17 +107,18 @@ type workerActor struct {
 	ctx    context.Context // lives as long as the actor
 	cancel context.CancelFunc
 
-	epoch      uint64
-	proc       *supervise.Process
-	engine     engines.Engine
-	engineStop context.CancelFunc // ends the engine's KV subscription and readiness wait
-	ready      bool
-	stopping   bool
-	hbBusy     bool
-	backoff    supervise.Backoff
-	requests   map[string]*inflight
-	self       *actor.PID
-	served     atomic.Int64
+	epoch         uint64
+	proc          *supervise.Process
+	engine        engines.Engine
+	engineStop    context.CancelFunc // ends the engine's KV subscription and readiness wait
+	ready         bool
+	stopping      bool
+	hbBusy        bool
+	failedScrapes int // consecutive load scrapes the engine did not answer
+	backoff       supervise.Backoff
+	requests      map[string]*inflight
+	self          *actor.PID
+	served        atomic.Int64
 }
 
 func newActor(cfg Config) *workerActor {
@@ -165,7 +166,7 @@ func (w *workerActor) Receive(c actor.Context) {
 		}
 	case engineReady:
 		if m.epoch == w.epoch {
-			w.ready = true
+			w.ready, w.failedScrapes = true, 0
 			w.log.Info().Uint64("epoch", m.epoch).Msg("engine ready")
 			w.heartbeat(c)
 		}
@@ -185,6 +186,7 @@ func (w *workerActor) Receive(c actor.Context) {
 		w.tick(c)
 	case heartbeatDone:
 		w.hbBusy = false
+		w.onScrape(m)
 	case *actor.Stopping:
 		w.stop()
 	}
@@ -302,41 +304,70 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		WorkerId:    w.cfg.WorkerID,
 		Actor:       &messages.ActorRef{Address: w.self.Address, Id: w.self.Id},
 		Card:        w.cfg.Card,
-		Ready:       w.ready,
+		Ready:       w.ready && w.failedScrapes < maxFailedScrapes,
 		EngineEpoch: w.epoch,
 	}
 }
 
+// maxFailedScrapes is how many load scrapes in a row an engine may leave unanswered
+// before its worker leaves routing (a hung or frozen engine still holds its port).
+const maxFailedScrapes = 3
+
+// onScrape counts unanswered load scrapes and logs when the engine leaves or rejoins
+// routing because of them.
+func (w *workerActor) onScrape(m heartbeatDone) {
+	if !m.scraped {
+		return
+	}
+	if m.ok {
+		if w.failedScrapes >= maxFailedScrapes {
+			w.log.Info().Msg("engine answers again: back in routing")
+		}
+		w.failedScrapes = 0
+		return
+	}
+	w.failedScrapes++
+	if w.failedScrapes == maxFailedScrapes {
+		w.log.Warn().Int("unanswered_scrapes", w.failedScrapes).Msg("engine does not answer: out of routing until it does")
+	}
+}
+
 // heartbeat scrapes the engine's load and registers with the Router grain and the
-// Catalog, off the actor's goroutine; at most one runs at a time.
+// Catalog, off the actor's goroutine; at most one runs at a time. An engine that leaves
+// maxFailedScrapes scrapes in a row unanswered is registered as not ready.
 func (w *workerActor) heartbeat(c actor.Context) {
 	if w.hbBusy || w.stopping {
 		return
 	}
 	w.hbBusy = true
-	info, engine, ready := w.info(), w.engine, w.ready
+	info, engine, up, fails := w.info(), w.engine, w.ready, w.failedScrapes
 	self, sys := c.Self(), c.ActorSystem()
 	go func() {
-		defer sys.Root.Send(self, heartbeatDone{})
+		done := heartbeatDone{}
+		defer func() { sys.Root.Send(self, done) }()
 		load := &messages.WorkerLoad{TotalBlocks: w.cfg.Card.TotalKvBlocks}
-		if ready && engine != nil {
+		if up && engine != nil {
 			ctx, cancel := context.WithTimeout(w.ctx, time.Second)
-			if l, err := engine.Load(ctx); err == nil {
-				load = l
+			l, err := engine.Load(ctx)
+			cancel()
+			done.scraped, done.ok = true, err == nil
+			if err == nil {
+				load, fails = l, 0
 				if load.TotalBlocks == 0 {
 					load.TotalBlocks = w.cfg.Card.TotalKvBlocks
 				}
 			} else {
+				fails++
 				w.log.Debug().Err(err).Msg("engine load scrape failed")
 			}
-			cancel()
+			info.Ready = fails < maxFailedScrapes
 		}
 		select {
 		case w.relay.in <- relayHeartbeat{info: info, load: load}:
 		case <-w.ctx.Done():
 			return
 		}
-		if w.cfg.Catalog != nil && ready {
+		if w.cfg.Catalog != nil && info.Ready {
 			// Generous, so that a slow heartbeat never makes the model vanish for a moment.
 			ttl := max(5*w.cfg.Heartbeat, 3*time.Second)
 			if _, err := w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID,

@@ -55,3 +55,35 @@ func TestE2EEngineKilled(t *testing.T) {
 	}
 	s.waitIdle(t)
 }
+
+// TestE2EEngineFrozen stops (SIGSTOP) a worker's engine: it still holds its port but
+// answers nothing. The worker must leave routing so that requests go elsewhere, and come
+// back once the engine resumes (SIGCONT).
+func TestE2EEngineFrozen(t *testing.T) {
+	s := startServe(t, 2, "--speedup-ratio", "50")
+	pid, _ := s.enginePID("w0")
+	if pid == 0 {
+		t.Fatal("no engine pid for w0 in the log")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	s.waitFor(30*time.Second, "the frozen engine's worker to leave routing", func() bool {
+		st := s.workerStats(model)["w0"]
+		return st != nil && !st.Ready
+	})
+	for i := 0; i < 4; i++ {
+		if w := servedBy(t, s, longText("obsidian", 20)+strings.Repeat("f", i)); w != "w1" {
+			t.Fatalf("request %d went to %s while w0's engine is frozen", i, w)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(30*time.Second, "w0 back in routing", func() bool {
+		st := s.workerStats(model)["w0"]
+		return st != nil && st.Ready
+	})
+	s.waitIdle(t)
+}
