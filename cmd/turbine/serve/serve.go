@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -99,10 +100,10 @@ func (o *Options) Validate() error {
 		return errors.New("--model: empty")
 	case o.RouterMode != "kv" && o.RouterMode != "round-robin" && o.RouterMode != "random":
 		return fmt.Errorf("--router-mode %q: want kv, round-robin or random", o.RouterMode)
-	case o.OverlapWeight < 0:
-		return fmt.Errorf("--overlap-weight %g: must be ≥ 0", o.OverlapWeight)
-	case o.RouterTemperature < 0:
-		return fmt.Errorf("--router-temperature %g: must be ≥ 0", o.RouterTemperature)
+	case !finite(o.OverlapWeight) || o.OverlapWeight < 0:
+		return fmt.Errorf("--overlap-weight %g: must be a finite number ≥ 0", o.OverlapWeight)
+	case !finite(o.RouterTemperature) || o.RouterTemperature < 0:
+		return fmt.Errorf("--router-temperature %g: must be a finite number ≥ 0", o.RouterTemperature)
 	case o.BlockSize < 1 || o.BlockSize > 4096:
 		return fmt.Errorf("--block-size %d: want 1..4096", o.BlockSize)
 	case o.NumGPUBlocks < 1:
@@ -113,8 +114,11 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-num-batched-tokens %d: must be ≥ 1", o.MaxNumBatchedTokens)
 	case o.MaxModelLen < 1:
 		return fmt.Errorf("--max-model-len %d: must be ≥ 1", o.MaxModelLen)
-	case o.SpeedupRatio <= 0:
-		return fmt.Errorf("--speedup-ratio %g: must be > 0", o.SpeedupRatio)
+	case !finite(o.SpeedupRatio) || o.SpeedupRatio <= 0:
+		return fmt.Errorf("--speedup-ratio %g: must be a finite number > 0", o.SpeedupRatio)
+	case int64(o.NumGPUBlocks)*int64(o.BlockSize) < int64(o.MaxModelLen):
+		return fmt.Errorf("--num-gpu-blocks %d × --block-size %d = %d tokens of KV cache cannot hold one --max-model-len %d sequence",
+			o.NumGPUBlocks, o.BlockSize, int64(o.NumGPUBlocks)*int64(o.BlockSize), o.MaxModelLen)
 	case o.MeanOutputTokens < 1:
 		return fmt.Errorf("--mean-output-tokens %d: must be ≥ 1", o.MeanOutputTokens)
 	case o.Heartbeat < 10*time.Millisecond:
@@ -219,7 +223,10 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	if err := waitForModel(ctx, backend, o.Model, o.ReadyTimeout); err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// Bodies must arrive within ReadTimeout (slow or stalled uploads would otherwise hold
+	// connections forever); no WriteTimeout, since streams last as long as generation.
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("model", o.Model).Int("workers", o.Workers).
@@ -260,3 +267,5 @@ func waitForModel(ctx context.Context, b *frontend.Backend, model string, limit 
 		}
 	}
 }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -23,6 +23,10 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--tokenizer", "/nonexistent/model"}, "--tokenizer"},
 		{[]string{"--workers", "abc"}, "workers"},
 		{[]string{"stray"}, "unexpected argument"},
+		{[]string{"--router-temperature", "NaN"}, "--router-temperature"},
+		{[]string{"--overlap-weight", "Inf"}, "--overlap-weight"},
+		{[]string{"--speedup-ratio", "NaN"}, "--speedup-ratio"},
+		{[]string{"--num-gpu-blocks", "1"}, "--max-model-len"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -34,7 +34,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		}
 		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
 			if e := f.Value.Set(v); e != nil {
-				err = fmt.Errorf("%s=%q: %v", EnvName(f.Name), v, e)
+				err = fmt.Errorf("%s=%q: %v (it sets --%s: %s; default %q)", EnvName(f.Name), v, e, f.Name, f.Usage, f.DefValue)
 			}
 		}
 	})
