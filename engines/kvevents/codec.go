@@ -5,8 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
+	"slices"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -176,50 +177,6 @@ func DecodeMessage(frames [][]byte) (topic string, b kv.Batch, err error) {
 	return string(frames[0]), b, nil
 }
 
-// DecodePayload decodes one msgpack event batch in either form (see the package
-// documentation). Batch.Seq is left 0; DataParallelRank is -1 when the engine sent nil
-// or nothing. Event types it does not know are skipped.
-func DecodePayload(payload []byte) (kv.Batch, error) {
-	if len(payload) > MaxPayloadBytes {
-		return kv.Batch{}, fmt.Errorf("kvevents: payload of %d bytes exceeds %d", len(payload), MaxPayloadBytes)
-	}
-	r := newReader(payload)
-	b, err := r.batch()
-	if err != nil {
-		return kv.Batch{}, fmt.Errorf("kvevents: decode payload: %w", err)
-	}
-	if r.br.Len() != 0 {
-		return kv.Batch{}, fmt.Errorf("kvevents: decode payload: %d trailing bytes after the batch", r.br.Len())
-	}
-	return b, nil
-}
-
-type reader struct {
-	br *bytes.Reader
-	d  *msgpack.Decoder
-}
-
-func newReader(p []byte) *reader {
-	br := bytes.NewReader(p)
-	return &reader{br: br, d: msgpack.NewDecoder(br)}
-}
-
-func (r *reader) peek() (byte, error) {
-	c, err := r.d.PeekCode()
-	if err != nil {
-		return 0, errTruncated(err)
-	}
-	return c, nil
-}
-
-// errTruncated names running out of input plainly; other errors pass through.
-func errTruncated(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return errors.New("truncated input")
-	}
-	return err
-}
-
 func isIntCode(c byte) bool {
 	if msgpcode.IsFixedNum(c) {
 		return true
@@ -271,13 +228,175 @@ func describe(c byte) string {
 	}
 }
 
+// DecodePayload decodes one msgpack event batch in either form (see the package
+// documentation). Batch.Seq is left 0; DataParallelRank is -1 when the engine sent nil
+// or nothing. Event types it does not know are skipped.
+//
+// The events' EngineHashes share one backing array, and so do their TokenIDs (each
+// capped at its own length, so appending to one never writes into another). Nothing
+// refers to payload after the call.
+func DecodePayload(payload []byte) (kv.Batch, error) {
+	if len(payload) > MaxPayloadBytes {
+		return kv.Batch{}, fmt.Errorf("kvevents: payload of %d bytes exceeds %d", len(payload), MaxPayloadBytes)
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer sc.release()
+	r := reader{p: payload, sc: sc}
+	b, err := r.batch()
+	if err != nil {
+		return kv.Batch{}, fmt.Errorf("kvevents: decode payload: %w", err)
+	}
+	if r.left() != 0 {
+		return kv.Batch{}, fmt.Errorf("kvevents: decode payload: %d trailing bytes after the batch", r.left())
+	}
+	return b, nil
+}
+
+// span locates an event's hashes or token ids in the scratch buffers while a batch is
+// decoded; n < 0 means the field is absent (a nil slice in the event).
+type span struct{ off, n int }
+
+var absent = span{n: -1}
+
+// scratch collects the hashes and token ids of a batch as it is decoded, so that the
+// batch can then hold them in one exactly sized slice each. Kept in a pool.
+type scratch struct {
+	hashes []uint64
+	tokens []uint32
+	refs   []eventRefs // one per decoded (kept) event
+}
+
+type eventRefs struct{ hashes, tokens span }
+
+// maxPooledTokens bounds the scratch kept for reuse (token ids; hashes scale with it).
+const maxPooledTokens = 1 << 20
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func (sc *scratch) release() {
+	if cap(sc.tokens) > maxPooledTokens || cap(sc.hashes) > maxPooledTokens || cap(sc.refs) > maxPooledTokens {
+		return
+	}
+	sc.hashes, sc.tokens, sc.refs = sc.hashes[:0], sc.tokens[:0], sc.refs[:0]
+	scratchPool.Put(sc)
+}
+
+// reader decodes msgpack straight from the payload bytes: no copies, no boxing.
+type reader struct {
+	p  []byte
+	i  int // next byte
+	sc *scratch
+}
+
+var errTruncatedInput = errors.New("truncated input")
+
+func (r *reader) left() int { return len(r.p) - r.i }
+
+func (r *reader) peek() (byte, error) {
+	if r.i >= len(r.p) {
+		return 0, errTruncatedInput
+	}
+	return r.p[r.i], nil
+}
+
+// take consumes n bytes and returns them (aliasing the payload).
+func (r *reader) take(n int) ([]byte, error) {
+	if n < 0 || n > r.left() {
+		return nil, errTruncatedInput
+	}
+	b := r.p[r.i : r.i+n : r.i+n]
+	r.i += n
+	return b, nil
+}
+
+// uintN consumes an n-byte (1, 2, 4 or 8) big-endian unsigned integer.
+func (r *reader) uintN(n int) (uint64, error) {
+	b, err := r.take(n)
+	if err != nil {
+		return 0, err
+	}
+	switch n {
+	case 1:
+		return uint64(b[0]), nil
+	case 2:
+		return uint64(binary.BigEndian.Uint16(b)), nil
+	case 4:
+		return uint64(binary.BigEndian.Uint32(b)), nil
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// intBits consumes an integer whose code c (already checked with isIntCode) is next and
+// returns its 64 bits: zero-extended for unsigned codes, sign-extended for signed ones.
+func (r *reader) intBits(c byte) (uint64, error) {
+	if msgpcode.IsFixedNum(c) {
+		r.i++
+		return uint64(int64(int8(c))), nil // positive fixnums are < 0x80
+	}
+	r.i++
+	switch c {
+	case msgpcode.Uint8:
+		return r.uintN(1)
+	case msgpcode.Uint16:
+		return r.uintN(2)
+	case msgpcode.Uint32:
+		return r.uintN(4)
+	case msgpcode.Uint64:
+		return r.uintN(8)
+	case msgpcode.Int8:
+		v, err := r.uintN(1)
+		return uint64(int64(int8(v))), err
+	case msgpcode.Int16:
+		v, err := r.uintN(2)
+		return uint64(int64(int16(v))), err
+	case msgpcode.Int32:
+		v, err := r.uintN(4)
+		return uint64(int64(int32(v))), err
+	}
+	return r.uintN(8) // Int64
+}
+
 // length checks a container or string length against the bytes left: every element
 // takes at least minBytes bytes, so a longer claim is malformed (and must not allocate).
 func (r *reader) length(n, minBytes int) error {
-	if n < 0 || n*minBytes > r.br.Len() {
-		return fmt.Errorf("length %d exceeds the %d bytes left", n, r.br.Len())
+	if n < 0 || uint64(n)*uint64(minBytes) > uint64(r.left()) {
+		return fmt.Errorf("length %d exceeds the %d bytes left", n, r.left())
 	}
 	return nil
+}
+
+// containerLen consumes the header of an array or map whose code c is next.
+func (r *reader) containerLen(c byte) (int, error) {
+	r.i++
+	var n uint64
+	var err error
+	switch c {
+	case msgpcode.Array16, msgpcode.Map16:
+		n, err = r.uintN(2)
+	case msgpcode.Array32, msgpcode.Map32:
+		n, err = r.uintN(4)
+	default: // fixarray, fixmap
+		n = uint64(c & 0x0f)
+	}
+	return int(n), err
+}
+
+// bytesLen consumes the header of a string or bytes value whose code c is next.
+func (r *reader) bytesLen(c byte) (int, error) {
+	r.i++
+	var n uint64
+	var err error
+	switch c {
+	case msgpcode.Str8, msgpcode.Bin8:
+		n, err = r.uintN(1)
+	case msgpcode.Str16, msgpcode.Bin16:
+		n, err = r.uintN(2)
+	case msgpcode.Str32, msgpcode.Bin32:
+		n, err = r.uintN(4)
+	default: // fixstr
+		n = uint64(c & msgpcode.FixedStrMask)
+	}
+	return int(n), err
 }
 
 func (r *reader) arrayLen(what string) (int, error) {
@@ -288,11 +407,23 @@ func (r *reader) arrayLen(what string) (int, error) {
 	if !isArrayCode(c) {
 		return 0, fmt.Errorf("%s: want array, got %s", what, describe(c))
 	}
-	n, err := r.d.DecodeArrayLen()
+	n, err := r.containerLen(c)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, errTruncated(err))
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := r.length(n, 1); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return n, nil
+}
+
+// mapLen consumes the header of the map whose code c is next and checks its length.
+func (r *reader) mapLen(what string, c byte) (int, error) {
+	n, err := r.containerLen(c)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.length(n, 2); err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	return n, nil
@@ -307,7 +438,8 @@ func (r *reader) isNil() (bool, error) {
 	if c != msgpcode.Nil {
 		return false, nil
 	}
-	return true, r.d.DecodeNil()
+	r.i++
+	return true, nil
 }
 
 func (r *reader) int64(what string) (int64, error) {
@@ -318,21 +450,14 @@ func (r *reader) int64(what string) (int64, error) {
 	if !isIntCode(c) {
 		return 0, fmt.Errorf("%s: want integer, got %s", what, describe(c))
 	}
-	if c == msgpcode.Uint64 {
-		u, err := r.d.DecodeUint64()
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", what, errTruncated(err))
-		}
-		if u > math.MaxInt64 {
-			return 0, fmt.Errorf("%s: %d out of range", what, u)
-		}
-		return int64(u), nil
-	}
-	n, err := r.d.DecodeInt64()
+	u, err := r.intBits(c)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", what, errTruncated(err))
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	return n, nil
+	if c == msgpcode.Uint64 && u > math.MaxInt64 {
+		return 0, fmt.Errorf("%s: %d out of range", what, u)
+	}
+	return int64(u), nil
 }
 
 func (r *reader) float(what string) (float64, error) {
@@ -341,12 +466,20 @@ func (r *reader) float(what string) (float64, error) {
 		return 0, err
 	}
 	switch {
-	case c == msgpcode.Float || c == msgpcode.Double:
-		f, err := r.d.DecodeFloat64()
+	case c == msgpcode.Float:
+		r.i++
+		u, err := r.uintN(4)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", what, errTruncated(err))
+			return 0, fmt.Errorf("%s: %w", what, err)
 		}
-		return f, nil
+		return float64(math.Float32frombits(uint32(u))), nil
+	case c == msgpcode.Double:
+		r.i++
+		u, err := r.uintN(8)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", what, err)
+		}
+		return math.Float64frombits(u), nil
 	case isIntCode(c):
 		n, err := r.int64(what)
 		return float64(n), err
@@ -354,26 +487,54 @@ func (r *reader) float(what string) (float64, error) {
 	return 0, fmt.Errorf("%s: want float, got %s", what, describe(c))
 }
 
-func (r *reader) str(what string) (string, error) {
+// strBytes consumes a string and returns its bytes (aliasing the payload).
+func (r *reader) strBytes(what string) ([]byte, error) {
 	c, err := r.peek()
+	if err != nil {
+		return nil, err
+	}
+	if !isStrCode(c) {
+		return nil, fmt.Errorf("%s: want string, got %s", what, describe(c))
+	}
+	n, err := r.bytesLen(c)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := r.length(n, 1); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return r.take(n)
+}
+
+func (r *reader) str(what string) (string, error) {
+	b, err := r.strBytes(what)
 	if err != nil {
 		return "", err
 	}
-	if !isStrCode(c) {
-		return "", fmt.Errorf("%s: want string, got %s", what, describe(c))
+	return intern(b), nil
+}
+
+// intern returns the common values of string fields without allocating.
+func intern(b []byte) string {
+	switch string(b) {
+	case "":
+		return ""
+	case "GPU":
+		return "GPU"
+	case "CPU":
+		return "CPU"
+	case "CPU_PINNED":
+		return "CPU_PINNED"
+	case "DISK":
+		return "DISK"
+	case TagBlockStored:
+		return TagBlockStored
+	case TagBlockRemoved:
+		return TagBlockRemoved
+	case TagAllBlocksCleared:
+		return TagAllBlocksCleared
 	}
-	n, err := r.d.DecodeBytesLen()
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", what, errTruncated(err))
-	}
-	if err := r.length(n, 1); err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
-	}
-	buf := make([]byte, n)
-	if err := r.d.ReadFull(buf); err != nil {
-		return "", fmt.Errorf("%s: %w", what, errTruncated(err))
-	}
-	return string(buf), nil
+	return string(b)
 }
 
 func (r *reader) strOrNil(what string) (string, error) {
@@ -383,79 +544,119 @@ func (r *reader) strOrNil(what string) (string, error) {
 	return r.str(what)
 }
 
+// elemName names element i of what in an error (what alone when i < 0).
+func elemName(what string, i int) string {
+	if i < 0 {
+		return what
+	}
+	return fmt.Sprintf("%s[%d]", what, i)
+}
+
 // hash reads one engine block hash: an integer of any width and sign (two's complement
-// for negatives), or bytes (the big-endian value's low 64 bits).
-func (r *reader) hash(what string) (uint64, error) {
+// for negatives), or bytes (the big-endian value's low 64 bits). Errors name element i
+// of what (what alone when i < 0).
+func (r *reader) hash(what string, i int) (uint64, error) {
 	c, err := r.peek()
 	if err != nil {
 		return 0, err
 	}
 	switch {
 	case isIntCode(c):
-		if c == msgpcode.Uint64 {
-			u, err := r.d.DecodeUint64()
-			return u, errTruncated(err)
-		}
-		n, err := r.d.DecodeInt64()
-		return uint64(n), errTruncated(err)
+		return r.intBits(c)
 	case isBinCode(c) || isStrCode(c):
-		n, err := r.d.DecodeBytesLen()
+		n, err := r.bytesLen(c)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", what, errTruncated(err))
+			return 0, fmt.Errorf("%s: %w", elemName(what, i), err)
 		}
 		if n == 0 {
-			return 0, fmt.Errorf("%s: empty bytes", what)
+			return 0, fmt.Errorf("%s: empty bytes", elemName(what, i))
 		}
 		if err := r.length(n, 1); err != nil {
-			return 0, fmt.Errorf("%s: %w", what, err)
+			return 0, fmt.Errorf("%s: %w", elemName(what, i), err)
 		}
-		buf := make([]byte, n)
-		if err := r.d.ReadFull(buf); err != nil {
-			return 0, fmt.Errorf("%s: %w", what, errTruncated(err))
-		}
-		var h uint64
+		buf, _ := r.take(n)
 		if len(buf) > 8 {
 			buf = buf[len(buf)-8:]
 		}
+		var h uint64
 		for _, x := range buf {
 			h = h<<8 | uint64(x)
 		}
 		return h, nil
 	}
-	return 0, fmt.Errorf("%s: want integer or bytes, got %s", what, describe(c))
+	return 0, fmt.Errorf("%s: want integer or bytes, got %s", elemName(what, i), describe(c))
 }
 
-func (r *reader) hashes(what string) ([]uint64, error) {
+// hashes decodes an array of block hashes into the scratch buffer.
+func (r *reader) hashes(what string) (span, error) {
 	n, err := r.arrayLen(what)
 	if err != nil {
-		return nil, err
+		return absent, err
 	}
-	hs := make([]uint64, n)
-	for i := range hs {
-		if hs[i], err = r.hash(fmt.Sprintf("%s[%d]", what, i)); err != nil {
-			return nil, err
+	sc := r.sc
+	off := len(sc.hashes)
+	sc.hashes = slices.Grow(sc.hashes, n)[:off+n]
+	dst := sc.hashes[off:]
+	p, i := r.p, r.i
+	for k := range dst {
+		// Fast path: the uint64 form msgspec writes for hashes of 2^63 and above (most
+		// 64-bit hashes); every other form goes through hash.
+		if i+9 <= len(p) && p[i] == msgpcode.Uint64 {
+			dst[k] = binary.BigEndian.Uint64(p[i+1 : i+9])
+			i += 9
+			continue
 		}
+		r.i = i
+		if dst[k], err = r.hash(what, k); err != nil {
+			return absent, err
+		}
+		i = r.i
 	}
-	return hs, nil
+	r.i = i
+	return span{off, n}, nil
 }
 
-func (r *reader) tokens(what string) ([]uint32, error) {
+// tokens decodes an array of token ids into the scratch buffer.
+func (r *reader) tokens(what string) (span, error) {
 	n, err := r.arrayLen(what)
 	if err != nil {
-		return nil, err
+		return absent, err
 	}
-	ts := make([]uint32, n)
-	for i := range ts {
+	sc := r.sc
+	off := len(sc.tokens)
+	sc.tokens = slices.Grow(sc.tokens, n)[:off+n]
+	dst := sc.tokens[off:]
+	p, i := r.p, r.i
+	for k := 0; k < len(dst); k++ {
+		// Fast path for the forms token ids take (uint16, uint32, positive fixnum) while
+		// 5 bytes are left. uint16 and uint32 share one branch-free decode, as
+		// vocabularies over 65,536 tokens mix the two at random.
+		if i+5 <= len(p) {
+			c := p[i]
+			if w := uint(c) - uint(msgpcode.Uint16); w <= 1 { // 0: uint16, 1: uint32
+				dst[k] = binary.BigEndian.Uint32(p[i+1:i+5]) >> (16 - 16*w)
+				i += 3 + 2*int(w)
+				continue
+			}
+			if c <= 0x7f {
+				dst[k] = uint32(c)
+				i++
+				continue
+			}
+		}
+		r.i = i
 		v, err := r.int64(what)
 		if err != nil {
-			return nil, fmt.Errorf("%s[%d]: %w", what, i, err)
+			return absent, fmt.Errorf("%s[%d]: %w", what, k, err)
 		}
 		if v < 0 || v > math.MaxUint32 {
-			return nil, fmt.Errorf("%s[%d]: token id %d out of range", what, i, v)
+			return absent, fmt.Errorf("%s[%d]: token id %d out of range", what, k, v)
 		}
-		ts[i] = uint32(v)
+		dst[k] = uint32(v)
+		i = r.i
 	}
-	return ts, nil
+	r.i = i
+	return span{off, n}, nil
 }
 
 // skip discards one value of any type, bounding the nesting depth.
@@ -480,12 +681,9 @@ func (r *reader) skip(depth int) error {
 		}
 		return nil
 	case isMapCode(c):
-		n, err := r.d.DecodeMapLen()
+		n, err := r.mapLen("skipped map", c)
 		if err != nil {
-			return errTruncated(err)
-		}
-		if err := r.length(n, 2); err != nil {
-			return fmt.Errorf("skipped map: %w", err)
+			return err
 		}
 		for i := 0; i < 2*n; i++ {
 			if err := r.skip(depth + 1); err != nil {
@@ -493,11 +691,50 @@ func (r *reader) skip(depth int) error {
 			}
 		}
 		return nil
+	case isStrCode(c) || isBinCode(c):
+		n, err := r.bytesLen(c)
+		if err != nil {
+			return err
+		}
+		_, err = r.take(n)
+		return err
+	case msgpcode.IsFixedNum(c) || c == msgpcode.Nil || c == msgpcode.True || c == msgpcode.False:
+		r.i++
+		return nil
 	}
-	if err := r.d.Skip(); err != nil {
-		return errTruncated(err)
+	r.i++
+	var n int // bytes after the code
+	switch c {
+	case msgpcode.Uint8, msgpcode.Int8:
+		n = 1
+	case msgpcode.Uint16, msgpcode.Int16:
+		n = 2
+	case msgpcode.Uint32, msgpcode.Int32, msgpcode.Float:
+		n = 4
+	case msgpcode.Uint64, msgpcode.Int64, msgpcode.Double:
+		n = 8
+	case msgpcode.FixExt1:
+		n = 1 + 1
+	case msgpcode.FixExt2:
+		n = 1 + 2
+	case msgpcode.FixExt4:
+		n = 1 + 4
+	case msgpcode.FixExt8:
+		n = 1 + 8
+	case msgpcode.FixExt16:
+		n = 1 + 16
+	case msgpcode.Ext8, msgpcode.Ext16, msgpcode.Ext32:
+		w := 1 << (c - msgpcode.Ext8) // length field: 1, 2 or 4 bytes
+		l, err := r.uintN(w)
+		if err != nil {
+			return err
+		}
+		n = 1 + int(l) // type byte and data
+	default:
+		return fmt.Errorf("unknown %s", describe(c))
 	}
-	return nil
+	_, err = r.take(n)
+	return err
 }
 
 func (r *reader) batch() (kv.Batch, error) {
@@ -533,20 +770,17 @@ func (r *reader) batch() (kv.Batch, error) {
 		}
 		return b, nil
 	case isMapCode(c):
-		n, err := r.d.DecodeMapLen()
+		n, err := r.mapLen("batch", c)
 		if err != nil {
-			return b, errTruncated(err)
-		}
-		if err := r.length(n, 2); err != nil {
-			return b, fmt.Errorf("batch: %w", err)
+			return b, err
 		}
 		var haveTS, haveEvents bool
 		for i := 0; i < n; i++ {
-			key, err := r.str("batch key")
+			key, err := r.strBytes("batch key")
 			if err != nil {
 				return b, err
 			}
-			switch key {
+			switch string(key) {
 			case "ts":
 				b.Timestamp, err = r.float("batch ts")
 				haveTS = true
@@ -584,74 +818,122 @@ func (r *reader) rank() (int, error) {
 	return int(v), nil
 }
 
+// minEventBytes is the size of the smallest event the decoder keeps
+// (["AllBlocksCleared"]); it bounds the events slice a length claim can allocate.
+const minEventBytes = 2 + len(TagAllBlocksCleared)
+
 func (r *reader) events() ([]kv.Event, error) {
 	n, err := r.arrayLen("events")
 	if err != nil {
 		return nil, err
 	}
-	evs := make([]kv.Event, 0, n)
+	sc := r.sc
+	sc.hashes, sc.tokens, sc.refs = sc.hashes[:0], sc.tokens[:0], sc.refs[:0] // a map batch may repeat "events"
+	evs := make([]kv.Event, 0, min(n, r.left()/minEventBytes))
 	for i := 0; i < n; i++ {
-		e, known, err := r.event()
+		evs = append(evs, kv.Event{})
+		refs, known, err := r.event(&evs[len(evs)-1])
 		if err != nil {
 			return nil, fmt.Errorf("event %d: %w", i, err)
 		}
 		if known {
-			evs = append(evs, e)
+			sc.refs = append(sc.refs, refs)
+		} else {
+			evs = evs[:len(evs)-1]
+		}
+	}
+	// Move the kept events' hashes and token ids into one exactly sized slice each.
+	var nh, nt int
+	for _, rf := range sc.refs {
+		nh += max(rf.hashes.n, 0)
+		nt += max(rf.tokens.n, 0)
+	}
+	hs := exactCopy(sc.hashes, nh)
+	ts := exactCopy(sc.tokens, nt)
+	nh, nt = 0, 0
+	for i, rf := range sc.refs {
+		if h := rf.hashes; h.n >= 0 {
+			evs[i].EngineHashes = hs[nh : nh+h.n : nh+h.n]
+			if len(hs) != len(sc.hashes) {
+				copy(evs[i].EngineHashes, sc.hashes[h.off:h.off+h.n])
+			}
+			nh += h.n
+		}
+		if t := rf.tokens; t.n >= 0 {
+			evs[i].TokenIDs = ts[nt : nt+t.n : nt+t.n]
+			if len(ts) != len(sc.tokens) {
+				copy(evs[i].TokenIDs, sc.tokens[t.off:t.off+t.n])
+			}
+			nt += t.n
 		}
 	}
 	return evs, nil
 }
 
-// event decodes one event; known is false for a well-formed event of a type this
-// package does not know (skipped).
-func (r *reader) event() (e kv.Event, known bool, err error) {
+// exactCopy returns a new slice of n elements (capacity possibly larger); when n == len(s) (every decoded value is
+// kept, the usual case) it holds a copy of s, else the caller fills it.
+func exactCopy[E any](s []E, n int) []E {
+	switch {
+	case n == 0:
+		return make([]E, 0) // non-nil: a field that was present stays non-nil when empty
+	case n == len(s):
+		return append([]E(nil), s...) // not zeroed first
+	}
+	return make([]E, n)
+}
+
+// event decodes one event, its hashes and token ids left in the scratch buffers at
+// refs; known is false for a well-formed event of a type this package does not know
+// (skipped).
+func (r *reader) event(e *kv.Event) (refs eventRefs, known bool, err error) {
 	c, err := r.peek()
 	if err != nil {
-		return e, false, err
+		return refs, false, err
 	}
 	switch {
 	case isArrayCode(c):
-		e, known, err = r.arrayEvent()
+		refs, known, err = r.arrayEvent(e)
 	case isMapCode(c):
-		e, known, err = r.mapEvent()
+		refs, known, err = r.mapEvent(e, c)
 	default:
-		return e, false, fmt.Errorf("want array or map, got %s", describe(c))
+		return refs, false, fmt.Errorf("want array or map, got %s", describe(c))
 	}
 	if err != nil || !known {
-		return e, known, err
+		return refs, known, err
 	}
-	return e, true, checkDecoded(&e)
+	return refs, true, checkDecoded(e, refs)
 }
 
-func checkDecoded(e *kv.Event) error {
+func checkDecoded(e *kv.Event, refs eventRefs) error {
 	switch e.Kind {
 	case kv.BlockStored:
 		if e.BlockSize <= 0 {
 			return fmt.Errorf("BlockStored: block_size %d", e.BlockSize)
 		}
-		if len(e.TokenIDs) != len(e.EngineHashes)*e.BlockSize {
-			return fmt.Errorf("BlockStored: %d token_ids for %d blocks of %d tokens",
-				len(e.TokenIDs), len(e.EngineHashes), e.BlockSize)
+		nh, nt := max(refs.hashes.n, 0), max(refs.tokens.n, 0)
+		if nt != nh*e.BlockSize {
+			return fmt.Errorf("BlockStored: %d token_ids for %d blocks of %d tokens", nt, nh, e.BlockSize)
 		}
 	}
 	return nil
 }
 
-func (r *reader) arrayEvent() (e kv.Event, known bool, err error) {
+func (r *reader) arrayEvent(e *kv.Event) (refs eventRefs, known bool, err error) {
+	refs = eventRefs{absent, absent}
 	n, err := r.arrayLen("event")
 	if err != nil {
-		return e, false, err
+		return refs, false, err
 	}
 	if n == 0 {
-		return e, false, errors.New("empty event array")
+		return refs, false, errors.New("empty event array")
 	}
-	tag, err := r.str("event tag")
+	tag, err := r.strBytes("event tag")
 	if err != nil {
-		return e, false, err
+		return refs, false, err
 	}
 	fields := n - 1
 	var want int // fields this package reads for the tag
-	switch tag {
+	switch string(tag) {
 	case TagBlockStored:
 		e.Kind, want = kv.BlockStored, 4 // hashes, parent, token_ids, block_size required
 	case TagBlockRemoved:
@@ -661,106 +943,104 @@ func (r *reader) arrayEvent() (e kv.Event, known bool, err error) {
 	default:
 		for i := 0; i < fields; i++ {
 			if err := r.skip(1); err != nil {
-				return e, false, fmt.Errorf("%s field %d: %w", tag, i+1, err)
+				return refs, false, fmt.Errorf("%s field %d: %w", tag, i+1, err)
 			}
 		}
-		return e, false, nil
+		return refs, false, nil
 	}
 	if fields < want {
-		return e, false, fmt.Errorf("%s: %d fields, want at least %d", tag, fields, want)
+		return refs, false, fmt.Errorf("%s: %d fields, want at least %d", tag, fields, want)
 	}
 	read := 0
 	switch e.Kind {
 	case kv.BlockStored:
-		if e.EngineHashes, err = r.hashes("block_hashes"); err != nil {
-			return e, false, err
+		if refs.hashes, err = r.hashes("block_hashes"); err != nil {
+			return refs, false, err
 		}
 		if e.HasParent, e.ParentHash, err = r.parent(); err != nil {
-			return e, false, err
+			return refs, false, err
 		}
-		if e.TokenIDs, err = r.tokens("token_ids"); err != nil {
-			return e, false, err
+		if refs.tokens, err = r.tokens("token_ids"); err != nil {
+			return refs, false, err
 		}
 		bs, err := r.int64("block_size")
 		if err != nil {
-			return e, false, err
+			return refs, false, err
 		}
 		if bs <= 0 || bs > math.MaxInt32 {
-			return e, false, fmt.Errorf("block_size %d out of range", bs)
+			return refs, false, fmt.Errorf("block_size %d out of range", bs)
 		}
 		e.BlockSize = int(bs)
 		read = 4
 		if fields > read { // lora_id: int|nil, not used
 			if err := r.skip(1); err != nil {
-				return e, false, fmt.Errorf("lora_id: %w", err)
+				return refs, false, fmt.Errorf("lora_id: %w", err)
 			}
 			read++
 		}
 		if fields > read {
 			if e.Medium, err = r.strOrNil("medium"); err != nil {
-				return e, false, err
+				return refs, false, err
 			}
 			read++
 		}
 		if fields > read {
 			if e.LoraName, err = r.strOrNil("lora_name"); err != nil {
-				return e, false, err
+				return refs, false, err
 			}
 			read++
 		}
 	case kv.BlockRemoved:
-		if e.EngineHashes, err = r.hashes("block_hashes"); err != nil {
-			return e, false, err
+		if refs.hashes, err = r.hashes("block_hashes"); err != nil {
+			return refs, false, err
 		}
 		read = 1
 		if fields > read {
 			if e.Medium, err = r.strOrNil("medium"); err != nil {
-				return e, false, err
+				return refs, false, err
 			}
 			read++
 		}
 	}
 	for i := read; i < fields; i++ {
 		if err := r.skip(1); err != nil {
-			return e, false, fmt.Errorf("%s field %d: %w", tag, i+1, err)
+			return refs, false, fmt.Errorf("%s field %d: %w", tag, i+1, err)
 		}
 	}
-	return e, true, nil
+	return refs, true, nil
 }
 
 func (r *reader) parent() (bool, uint64, error) {
 	if null, err := r.isNil(); err != nil || null {
 		return false, 0, err
 	}
-	h, err := r.hash("parent_block_hash")
+	h, err := r.hash("parent_block_hash", -1)
 	return true, h, err
 }
 
-func (r *reader) mapEvent() (e kv.Event, known bool, err error) {
-	n, err := r.d.DecodeMapLen()
+func (r *reader) mapEvent(e *kv.Event, c byte) (refs eventRefs, known bool, err error) {
+	refs = eventRefs{absent, absent}
+	n, err := r.mapLen("event map", c)
 	if err != nil {
-		return e, false, errTruncated(err)
-	}
-	if err := r.length(n, 2); err != nil {
-		return e, false, fmt.Errorf("event map: %w", err)
+		return refs, false, err
 	}
 	var tag string
 	var haveHashes, haveTokens, haveBS bool
 	for i := 0; i < n; i++ {
-		key, err := r.str("event key")
+		key, err := r.strBytes("event key")
 		if err != nil {
-			return e, false, err
+			return refs, false, err
 		}
-		switch key {
+		switch string(key) {
 		case "type":
 			tag, err = r.str("event type")
 		case "block_hashes":
-			e.EngineHashes, err = r.hashes("block_hashes")
+			refs.hashes, err = r.hashes("block_hashes")
 			haveHashes = true
 		case "parent_block_hash":
 			e.HasParent, e.ParentHash, err = r.parent()
 		case "token_ids":
-			e.TokenIDs, err = r.tokens("token_ids")
+			refs.tokens, err = r.tokens("token_ids")
 			haveTokens = true
 		case "block_size":
 			var bs int64
@@ -778,27 +1058,29 @@ func (r *reader) mapEvent() (e kv.Event, known bool, err error) {
 			err = r.skip(1)
 		}
 		if err != nil {
-			return e, false, err
+			return refs, false, err
 		}
 	}
 	switch tag {
 	case TagBlockStored:
 		if !haveHashes || !haveTokens || !haveBS {
-			return e, false, errors.New("BlockStored map without block_hashes, token_ids or block_size")
+			return refs, false, errors.New("BlockStored map without block_hashes, token_ids or block_size")
 		}
 		e.Kind = kv.BlockStored
 	case TagBlockRemoved:
 		if !haveHashes {
-			return e, false, errors.New("BlockRemoved map without block_hashes")
+			return refs, false, errors.New("BlockRemoved map without block_hashes")
 		}
 		e.Kind = kv.BlockRemoved
-		e.TokenIDs, e.BlockSize, e.HasParent, e.ParentHash, e.LoraName = nil, 0, false, 0, ""
+		e.BlockSize, e.HasParent, e.ParentHash, e.LoraName = 0, false, 0, ""
+		refs.tokens = absent
 	case TagAllBlocksCleared:
-		e = kv.Event{Kind: kv.AllBlocksCleared}
+		*e, refs = kv.Event{Kind: kv.AllBlocksCleared}, eventRefs{absent, absent}
 	case "":
-		return e, false, errors.New(`event map without "type"`)
+		return refs, false, errors.New(`event map without "type"`)
 	default:
-		return kv.Event{}, false, nil
+		*e = kv.Event{}
+		return refs, false, nil
 	}
-	return e, true, nil
+	return refs, true, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"flag"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -442,4 +444,63 @@ func BenchmarkDecodePayload(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(b.N*len(evs)*4)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// realisticBatch returns a batch as a vLLM engine with a 128,256-token vocabulary
+// (Llama 3) publishes it: 16 chained BlockStored events of 1 to 8 blocks of blockSize
+// tokens, random 64-bit block hashes, token ids uniform over the vocabulary, then one
+// BlockRemoved of 8 blocks. It also returns the number of blocks (stored plus removed).
+func realisticBatch(blockSize int) (kv.Batch, int) {
+	rng := rand.New(rand.NewPCG(1, uint64(blockSize)))
+	b := kv.Batch{Timestamp: 1700000000.125, DataParallelRank: 0}
+	blocks := 0
+	var parent uint64
+	for i := 0; i < 16; i++ {
+		n := 1 + rng.IntN(8)
+		hs := make([]uint64, n)
+		for j := range hs {
+			hs[j] = rng.Uint64()
+		}
+		toks := make([]uint32, n*blockSize)
+		for j := range toks {
+			toks[j] = uint32(rng.IntN(128256))
+		}
+		b.Events = append(b.Events, kv.Event{Kind: kv.BlockStored, EngineHashes: hs, HasParent: i > 0,
+			ParentHash: parent, TokenIDs: toks, BlockSize: blockSize, Medium: "GPU"})
+		parent = hs[n-1]
+		blocks += n
+	}
+	removed := make([]uint64, 8)
+	for j := range removed {
+		removed[j] = rng.Uint64()
+	}
+	b.Events = append(b.Events, kv.Event{Kind: kv.BlockRemoved, EngineHashes: removed, Medium: "GPU"})
+	return b, blocks + len(removed)
+}
+
+// BenchmarkDecodeMessage decodes the ZeroMQ frames of realisticBatch, as the subscriber
+// does for every message, at block sizes 16 and 64.
+func BenchmarkDecodeMessage(b *testing.B) {
+	for _, bs := range []int{16, 64} {
+		b.Run(fmt.Sprintf("block-size=%d", bs), func(b *testing.B) {
+			batch, blocks := realisticBatch(bs)
+			frames, err := EncodeMessage("kv-events", batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, got, err := DecodeMessage(frames); err != nil || !reflect.DeepEqual(normalizeBatch(got), normalizeBatch(batch)) {
+				b.Fatalf("decode: %v", err)
+			}
+			b.SetBytes(int64(len(frames[2])))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, _, err := DecodeMessage(frames); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*blocks)/b.Elapsed().Seconds(), "blocks/s")
+			b.ReportMetric(float64(len(frames[2])), "payload-bytes")
+		})
+	}
 }
