@@ -124,7 +124,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 	if r.ContentLength > limit {
 		return nil, tooLarge()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// With a Content-Length the body is read into one buffer of that size (plus one byte
+	// to see the end), not grown by doubling.
+	body, err := readAllSized(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -133,6 +135,28 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIE
 		return nil, newError(KindInvalidJSON, "", "The request body could not be read: %v.", err)
 	}
 	return body, nil
+}
+
+// readAllSized is io.ReadAll starting from a buffer of size bytes (plus one) when size
+// is known (> 0).
+func readAllSized(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, size+1)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // more than announced: let append grow it
+		}
+	}
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
