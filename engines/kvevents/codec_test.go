@@ -504,3 +504,87 @@ func BenchmarkDecodeMessage(b *testing.B) {
 		})
 	}
 }
+
+// TestDecodeIntegerAndSkipForms covers every msgpack form the fast paths of the decoder
+// hand over to the general one: token ids and hashes in each integer width and sign,
+// float32 timestamps, extension values and bytes in skipped fields, unknown events and
+// repeated map keys between kept events.
+func TestDecodeIntegerAndSkipForms(t *testing.T) {
+	toks := arr(
+		raw(0x05),                         // positive fixnum
+		raw(0xcc, 0xc8),                   // uint8 200
+		raw(0xcd, 0x01, 0x00),             // uint16 256
+		raw(0xce, 0x00, 0x01, 0x00, 0x00), // uint32 65536
+		raw(0xcf, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff), // uint64 2^32-1
+		raw(0xd0, 0x7f),                      // int8 127
+		raw(0xd1, 0x01, 0x00),                // int16 256
+		raw(0xd2, 0x00, 0x02, 0x00, 0x00),    // int32 131072
+		raw(0xd3, 0, 0, 0, 0, 0, 0, 0, 0x09), // int64 9
+		raw(0xcd, 0xff, 0xff),                // uint16 65535 as the last value (fewer than 5 bytes may follow)
+	)
+	hashes := arr(
+		raw(0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0x01),
+		raw(0xd3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe), // int64 -2
+		raw(0xd0, 0xff), // int8 -1
+		raw(0xe0),       // negative fixnum -32
+		raw(0x07),
+	)
+	payload := build(arr(raw(0xca, 0x3f, 0xc0, 0, 0), arr( // float32 1.5
+		arr(s("BlockRemoved"), arr(u(1), u(2)), nilv(), raw(0xd4, 0x01, 0xaa), raw(0xc7, 0x02, 0x05, 1, 2),
+			raw(0xd8, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), bin([]byte{1, 2, 3}), f64(2.5), raw(0xca, 0, 0, 0, 0)),
+		arr(s("BlockPinned"), arr(u(3), u(4)), arr(ints(1, 2)...)),
+		obj("type", s("BlockStored"), "block_hashes", arr(u(8)), "block_hashes", hashes,
+			"token_ids", arr(ints(1)...), "token_ids", toks, "block_size", i64(2), "parent_block_hash", nilv()),
+		obj("type", s("BlockRemoved"), "block_hashes", arr(u(6)), "token_ids", arr(ints(1, 2)...)),
+		obj("type", s("Unknown"), "block_hashes", arr(u(5))),
+		arr(s("BlockStored"), arr(u(9)), u(8), arr(ints(70000, 3)...), i64(2), i64(4), s("GPU"), s("lora-x")),
+	), i64(1)))
+	want := kv.Batch{Timestamp: 1.5, DataParallelRank: 1, Events: []kv.Event{
+		{Kind: kv.BlockRemoved, EngineHashes: []uint64{1, 2}},
+		{Kind: kv.BlockStored, EngineHashes: []uint64{0xff00000000000001, ^uint64(1), ^uint64(0), ^uint64(31), 7},
+			TokenIDs: []uint32{5, 200, 256, 65536, 0xffffffff, 127, 256, 131072, 9, 65535}, BlockSize: 2},
+		{Kind: kv.BlockRemoved, EngineHashes: []uint64{6}},
+		{Kind: kv.BlockStored, EngineHashes: []uint64{9}, HasParent: true, ParentHash: 8, TokenIDs: []uint32{70000, 3},
+			BlockSize: 2, Medium: "GPU", LoraName: "lora-x"},
+	}}
+	got, err := DecodePayload(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
+	// The events share backing arrays; appending to one must not change the next.
+	got.Events[1].TokenIDs = append(got.Events[1].TokenIDs, 42)
+	got.Events[0].EngineHashes = append(got.Events[0].EngineHashes, 42)
+	if got.Events[3].TokenIDs[0] != 70000 || got.Events[1].EngineHashes[0] != 0xff00000000000001 {
+		t.Fatalf("append to one event's slice changed another: %+v", got.Events)
+	}
+
+	for _, tc := range []struct {
+		name, wantErr string
+		payload       []byte
+	}{
+		{"token uint64 above uint32", "token_ids[0]: token id 4294967296 out of range",
+			build(arr(f64(1), arr(arr(s("BlockStored"), arr(u(1)), nilv(), arr(raw(0xcf, 0, 0, 0, 1, 0, 0, 0, 0)), i64(1))), nilv()))},
+		{"token uint64 above int64", "token_ids[0]: token_ids: 18446744073709551615 out of range",
+			build(arr(f64(1), arr(arr(s("BlockStored"), arr(u(1)), nilv(), arr(u(^uint64(0))), i64(1))), nilv()))},
+		{"token string", "token_ids[1]: token_ids: want integer, got string",
+			build(arr(f64(1), arr(arr(s("BlockStored"), arr(u(1)), nilv(), arr(i64(1), s("x")), i64(2))), nilv()))},
+		{"truncated token", "truncated", build(arr(f64(1), arr(arr(s("BlockStored"), arr(u(1)), nilv(), arr(raw(0xce, 0, 1)), i64(1)))))},
+		{"truncated hash", "truncated", build(arr(f64(1), arr(arr(s("BlockRemoved"), arr(raw(0xcf, 0, 1))))))},
+		{"empty bytes hash", "block_hashes[1]: empty bytes",
+			build(arr(f64(1), arr(arr(s("BlockRemoved"), arr(u(1), bin(nil)))), nilv()))},
+		{"unknown code in skipped field", "unknown msgpack code 0xc1",
+			build(arr(f64(1), arr(arr(s("AllBlocksCleared"), raw(0xc1))), nilv()))},
+		{"truncated extension", "truncated", build(arr(f64(1), arr(arr(s("AllBlocksCleared"), raw(0xc8, 0xff))), nilv()))},
+		{"map length bomb", "batch: length", []byte{0xdf, 0x7f, 0xff, 0xff, 0xff}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodePayload(tc.payload)
+			if err == nil || !strings.HasPrefix(err.Error(), "kvevents: ") || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
