@@ -255,6 +255,7 @@ type Stream struct {
 	cancel context.CancelFunc
 	done   bool
 	err    error
+	data   []byte // the current frame's data, reused from frame to frame
 }
 
 // Recv returns the next chunk. The chunk with FinishReason also carries the usage (the
@@ -331,8 +332,10 @@ type frame struct {
 
 // frame reads one SSE event's data and decodes it.
 func (s *Stream) frame() (frame, error) {
-	var data []byte
+	data := s.data[:0]
+	defer func() { s.data = data[:0] }()
 	var long []byte // a line longer than the reader's buffer, assembled in pieces
+	seen := false   // a non-empty data line was read
 	for {
 		line, err := s.rd.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
@@ -353,7 +356,7 @@ func (s *Stream) frame() (frame, error) {
 		}
 		l := bytes.TrimRight(line, "\r\n")
 		if len(l) == 0 {
-			if data != nil {
+			if seen {
 				break
 			}
 			continue
@@ -363,10 +366,11 @@ func (s *Stream) frame() (frame, error) {
 		}
 		if v, ok := bytes.CutPrefix(l, []byte("data:")); ok {
 			v = bytes.TrimPrefix(v, []byte(" "))
-			if data != nil {
+			if seen {
 				data = append(data, '\n')
 			}
 			data = append(data, v...)
+			seen = seen || len(v) > 0
 		}
 	}
 	if string(data) == "[DONE]" {
