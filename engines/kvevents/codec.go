@@ -234,7 +234,7 @@ func describe(c byte) string {
 //
 // The events' EngineHashes share one backing array, and so do their TokenIDs (each
 // capped at its own length, so appending to one never writes into another). Nothing
-// refers to payload after the call.
+// refers to payload after the call. Safe for concurrent use.
 func DecodePayload(payload []byte) (kv.Batch, error) {
 	if len(payload) > MaxPayloadBytes {
 		return kv.Batch{}, fmt.Errorf("kvevents: payload of %d bytes exceeds %d", len(payload), MaxPayloadBytes)
