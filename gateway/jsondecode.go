@@ -177,43 +177,51 @@ func (d *jsonDecoder) array() (any, error) {
 // 2^32. When it meets anything else it rewinds and returns false: the generic path then
 // decodes (or refuses) the array.
 func (d *jsonDecoder) ids() (idArray, bool) {
-	start := d.i
-	out := make(idArray, 0, 16)
+	b, i := d.b, d.i
+	out := make(idArray, 0, 256)
 	for {
-		j := d.i
-		var n uint64
-		for j < len(d.b) && d.b[j] >= '0' && d.b[j] <= '9' && j-d.i < 11 {
-			n = n*10 + uint64(d.b[j]-'0')
-			j++
-		}
-		digits := j - d.i
-		if digits == 0 || digits > 10 || n > math.MaxUint32 || (digits > 1 && d.b[d.i] == '0') {
-			d.i = start
+		// One integer: "0", or a non-zero digit and at most 9 more.
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
 			return nil, false
 		}
-		if j < len(d.b) {
-			if c := d.b[j]; c == '.' || c == 'e' || c == 'E' {
-				d.i = start
+		var n uint64
+		if b[i] == '0' {
+			i++
+		} else {
+			start := i
+			for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+				n = n*10 + uint64(b[i]-'0')
+				i++
+				if i-start > 10 {
+					return nil, false
+				}
+			}
+			if n > math.MaxUint32 {
 				return nil, false
 			}
 		}
-		out = append(out, uint32(n))
-		d.i = j
-		d.skipSpace()
-		if d.i >= len(d.b) {
-			d.i = start
+		if i >= len(b) {
 			return nil, false
 		}
-		switch d.b[d.i] {
+		out = append(out, uint32(n))
+		c := b[i]
+		for c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			if i++; i >= len(b) {
+				return nil, false
+			}
+			c = b[i]
+		}
+		i++
+		switch c {
 		case ',':
-			d.i++
-			d.skipSpace()
+			for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+				i++
+			}
 		case ']':
-			d.i++
+			d.i = i
 			return out, true
 		default:
-			d.i = start
-			return nil, false
+			return nil, false // '.', 'e', a leading zero's next digit, ...: the generic path
 		}
 	}
 }

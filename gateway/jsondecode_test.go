@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"reflect"
 	"testing"
@@ -114,4 +115,26 @@ func FuzzDecodeBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAgainstReference(t, body)
 	})
+}
+
+// BenchmarkParseCompletionTokenIDs parses a completions body with a 4,096-token id
+// prompt; reports µs per request.
+func BenchmarkParseCompletionTokenIDs(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"model":"m","stream":true,"max_tokens":2,"prompt":[`)
+	for i := range 4096 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprint(&body, (i*7919)%100000)
+	}
+	body.WriteString(`]}`)
+	b.SetBytes(int64(body.Len()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseCompletionRequest(body.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/request")
 }
