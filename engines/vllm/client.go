@@ -690,31 +690,47 @@ func cutPromptTokenIDs(data []byte) (ids []uint32, cut []byte, ok bool) {
 	}
 	end := start + n + 1
 	ids = make([]uint32, 0, bytes.Count(data[start:end], []byte(","))+1)
-	var v uint64
-	digits := 0
-	spaced := false // space after the current number's digits
-	for _, c := range data[start+1 : end] {
-		switch {
-		case c >= '0' && c <= '9':
-			if digits > 0 && v == 0 || digits == 10 || spaced {
-				return nil, nil, false // leading zero, too long, or "1 2"
+	b := data[start+1 : end] // the ids and the closing ']'
+	i := 0
+	for b[i] == ' ' {
+		i++
+	}
+	if b[i] == ']' {
+		i = len(b) // []
+	}
+	for i < len(b) {
+		// One id: "0", or a non-zero digit and at most 9 more; then spaces and ',' or ']'.
+		var v uint64
+		switch c := b[i]; {
+		case c == '0':
+			i++
+		case c >= '1' && c <= '9':
+			first := i
+			for b[i] >= '0' && b[i] <= '9' {
+				v = v*10 + uint64(b[i]-'0')
+				i++
 			}
-			v = v*10 + uint64(c-'0')
-			digits++
-		case c == ',' || c == ']':
-			if digits == 0 {
-				if c == ']' && len(ids) == 0 {
-					continue // []
-				}
+			if i-first > 10 || v > math.MaxUint32 {
 				return nil, nil, false
 			}
-			if v > math.MaxUint32 {
-				return nil, nil, false
+		default:
+			return nil, nil, false
+		}
+		ids = append(ids, uint32(v))
+		for b[i] == ' ' {
+			i++
+		}
+		switch b[i] {
+		case ',':
+			i++
+			for b[i] == ' ' {
+				i++
 			}
-			ids = append(ids, uint32(v))
-			v, digits, spaced = 0, 0, false
-		case c == ' ':
-			spaced = digits > 0
+			if b[i] == ']' {
+				return nil, nil, false // [1,]
+			}
+		case ']':
+			i++
 		default:
 			return nil, nil, false
 		}
