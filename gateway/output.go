@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"strings"
 
 	"github.com/turbine-llm/turbine/messages"
@@ -69,7 +70,10 @@ func (t *textOutput) push(c *messages.TokenChunk) (string, *APIError) {
 		if msg == "" {
 			msg = "the engine failed the request"
 		}
-		return out.String(), newError(KindEngineError, "", "The engine failed while generating: %s", msg)
+		// The engine's own message names internal addresses: it goes to the log only.
+		e := newError(KindEngineError, "", "The engine failed while generating; the request can be retried.")
+		e.Cause = errors.New(msg)
+		return out.String(), e
 	case reason == "abort":
 		return out.String(), newError(KindEngineError, "", "The engine aborted the request.")
 	case reason != "":

@@ -142,7 +142,9 @@ func TestSDKErrors(t *testing.T) {
 	})
 	for stream.Next() {
 	}
-	if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "engine died") {
+	// The SDK sees the engine_error frame; the engine's own words (which name internal
+	// addresses in practice) stay in the server log.
+	if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "engine_error") || strings.Contains(err.Error(), "engine died") {
 		t.Errorf("mid-stream failure surfaced as %v", err)
 	}
 	b.checkClosed(t)

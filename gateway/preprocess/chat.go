@@ -112,7 +112,7 @@ func (m *Model) RenderChat(in ChatTemplateInput) (string, error) {
 
 	out, err := renderTemplate(m.template, vars)
 	if err != nil {
-		return "", fmt.Errorf("preprocess: chat template of %s: %v", m.Source, err)
+		return "", fmt.Errorf("preprocess: chat template: %v", err)
 	}
 	return out, nil
 }
