@@ -50,6 +50,13 @@ type MetricsWriter interface {
 	WritePrometheus(ctx context.Context, w io.Writer)
 }
 
+// RecentModels is implemented by backends that remember models served a moment ago: a
+// request for one whose workers are all down gets 503 (retryable) instead of 404.
+type RecentModels interface {
+	// Recent reports whether model had a live worker recently.
+	Recent(model string) bool
+}
+
 // Backend errors (wrapped with detail by implementations; match with errors.Is).
 var (
 	ErrUnknownModel = errors.New("gateway: unknown model")

@@ -28,6 +28,9 @@ func (s *Server) lookupModel(ctx context.Context, name string) (*messages.ModelC
 			return c, nil
 		}
 	}
+	if r, ok := s.backend.(RecentModels); ok && r.Recent(name) {
+		return nil, backendError(name, fmt.Errorf("%w: %q has no ready worker right now", ErrNoWorkers, name))
+	}
 	return nil, modelNotFound(name)
 }
 

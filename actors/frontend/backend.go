@@ -24,7 +24,10 @@ type Config struct {
 	RouteTimeout time.Duration
 	// ModelsTTL is how long the model list from the Catalog grain is reused (default 500 ms).
 	ModelsTTL time.Duration
-	Logger    zerolog.Logger
+	// ModelMemory is how long a model that had live workers is answered with 503 (no
+	// ready worker) rather than 404 (unknown model) once it has none (default 10 min).
+	ModelMemory time.Duration
+	Logger      zerolog.Logger
 }
 
 // Backend implements gateway.Backend on a cluster member.
@@ -36,6 +39,7 @@ type Backend struct {
 	mu       sync.Mutex
 	models   []*messages.ModelCard
 	modelsAt time.Time
+	seen     map[string]time.Time // model -> last time the catalog listed it
 }
 
 var _ gateway.Backend = (*Backend)(nil)
@@ -51,7 +55,10 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	if cfg.ModelsTTL <= 0 {
 		cfg.ModelsTTL = 500 * time.Millisecond
 	}
-	return &Backend{c: c, cfg: cfg}
+	if cfg.ModelMemory <= 0 {
+		cfg.ModelMemory = 10 * time.Minute
+	}
+	return &Backend{c: c, cfg: cfg, seen: map[string]time.Time{}}
 }
 
 // Models returns the cards of the models that have at least one live worker, from the
@@ -69,10 +76,23 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("frontend: list models: %w", err)
 	}
+	now := time.Now()
 	b.mu.Lock()
-	b.models, b.modelsAt = list.Models, time.Now()
+	b.models, b.modelsAt = list.Models, now
+	for _, m := range list.Models {
+		b.seen[m.Model] = now
+	}
 	b.mu.Unlock()
 	return list.Models, nil
+}
+
+// Recent reports whether the catalog listed model within the last ModelMemory
+// (gateway.RecentModels).
+func (b *Backend) Recent(model string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	last, ok := b.seen[model]
+	return ok && time.Since(last) < b.cfg.ModelMemory
 }
 
 func (b *Backend) router(model string) *messages.RouterGrainClient {
@@ -90,6 +110,11 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 		known = known || m.Model == req.Model
 	}
 	if !known {
+		if b.Recent(req.Model) {
+			// A model served a moment ago whose engines are all down (restarting) is
+			// unavailable, not unknown: 503, which clients retry, rather than 404.
+			return nil, fmt.Errorf("%w: %q has no ready worker right now", gateway.ErrNoWorkers, req.Model)
+		}
 		return nil, fmt.Errorf("%w: %q", gateway.ErrUnknownModel, req.Model)
 	}
 	// Clients may reuse X-Request-Id; inside the cluster every request needs its own id

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,4 +89,56 @@ func TestE2EEngineFrozen(t *testing.T) {
 		return st != nil && st.Ready
 	})
 	s.waitIdle(t)
+}
+
+// TestE2EAllEnginesDownIs503 freezes the only engine until the model leaves /v1/models:
+// requests for it must get 503 with Retry-After (retryable), not 404 (unknown model).
+func TestE2EAllEnginesDownIs503(t *testing.T) {
+	s := startServe(t, 1, "--speedup-ratio", "50")
+	pid, _ := s.enginePID("w0")
+	if pid == 0 {
+		t.Fatal("no engine pid for w0 in the log")
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	s.waitFor(30*time.Second, "the model to leave /v1/models", func() bool {
+		resp, err := http.Get(s.url + "/v1/models")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var list struct {
+			Data []any `json:"data"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&list) == nil && len(list.Data) == 0
+	})
+	resp, err := s.postJSON(context.Background(), "/v1/chat/completions", map[string]any{
+		"model": model, "max_tokens": 2, "messages": []map[string]any{{"role": "user", "content": "hi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("status %d (Retry-After %q): %s; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	resp, err = http.Post(s.url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"never-served","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a model never served: status %d, want 404", resp.StatusCode)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(30*time.Second, "the model to be served again", func() bool {
+		st := s.workerStats(model)["w0"]
+		return st != nil && st.Ready
+	})
+	servedBy(t, s, "hello again")
 }
