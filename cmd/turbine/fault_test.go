@@ -59,19 +59,27 @@ func TestE2EEngineKilled(t *testing.T) {
 	s.waitIdle(t)
 }
 
-// TestE2EEngineFrozen stops (SIGSTOP) a worker's engine: it still holds its port but
-// answers nothing. The worker must leave routing so that requests go elsewhere, and come
-// back once the engine resumes (SIGCONT).
-func TestE2EEngineFrozen(t *testing.T) {
-	s := startServe(t, 2, "--speedup-ratio", "50")
-	pid, _ := s.enginePID("w0")
+// freezeEngine stops (SIGSTOP) worker w's engine process and returns its pid; it is
+// continued when the test ends.
+func (s *server) freezeEngine(t *testing.T, w string) int {
+	t.Helper()
+	pid, _ := s.enginePID(w)
 	if pid == 0 {
-		t.Fatal("no engine pid for w0 in the log")
+		t.Fatalf("no engine pid for %s in the log", w)
 	}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	return pid
+}
+
+// TestE2EEngineFrozen stops (SIGSTOP) a worker's engine: it still holds its port but
+// answers nothing. The worker must leave routing so that requests go elsewhere, and come
+// back once the engine resumes (SIGCONT).
+func TestE2EEngineFrozen(t *testing.T) {
+	s := startServe(t, 2, "--speedup-ratio", "50")
+	pid := s.freezeEngine(t, "w0")
 	s.waitFor(30*time.Second, "the frozen engine's worker to leave routing", func() bool {
 		st := s.workerStats(model)["w0"]
 		return st != nil && !st.Ready
@@ -95,14 +103,7 @@ func TestE2EEngineFrozen(t *testing.T) {
 // requests for it must get 503 with Retry-After (retryable), not 404 (unknown model).
 func TestE2EAllEnginesDownIs503(t *testing.T) {
 	s := startServe(t, 1, "--speedup-ratio", "50")
-	pid, _ := s.enginePID("w0")
-	if pid == 0 {
-		t.Fatal("no engine pid for w0 in the log")
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	pid := s.freezeEngine(t, "w0")
 	s.waitFor(30*time.Second, "the model to leave /v1/models", func() bool {
 		resp, err := http.Get(s.url + "/v1/models")
 		if err != nil {
