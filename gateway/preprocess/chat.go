@@ -260,25 +260,9 @@ func toJinja(v any) (jinja.Value, error) {
 	case float64:
 		return jinja.NewFloat(x), nil
 	case []any:
-		items := make([]jinja.Value, len(x))
-		for i, e := range x {
-			jv, err := toJinja(e)
-			if err != nil {
-				return jinja.Undefined(), err
-			}
-			items[i] = jv
-		}
-		return jinja.NewList(items), nil
+		return jinjaList(x)
 	case []map[string]any:
-		items := make([]jinja.Value, len(x))
-		for i, e := range x {
-			jv, err := toJinja(e)
-			if err != nil {
-				return jinja.Undefined(), err
-			}
-			items[i] = jv
-		}
-		return jinja.NewList(items), nil
+		return jinjaList(x)
 	case []string:
 		items := make([]jinja.Value, len(x))
 		for i, e := range x {
@@ -376,4 +360,17 @@ func decodeJinja(dec *json.Decoder) (jinja.Value, error) {
 		return jinja.FromGoValue(t), nil
 	}
 	return jinja.Undefined(), fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// jinjaList converts each element with toJinja into a jinja list.
+func jinjaList[T any](xs []T) (jinja.Value, error) {
+	items := make([]jinja.Value, len(xs))
+	for i, e := range xs {
+		jv, err := toJinja(e)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		items[i] = jv
+	}
+	return jinja.NewList(items), nil
 }
