@@ -21,22 +21,32 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	if err != nil {
 		return
 	}
-	type family struct{ name, help, typ string }
-	fams := []family{
-		{"turbine_router_worker_ready", "1 when the worker's engine is healthy and takes requests", "gauge"},
-		{"turbine_router_worker_busy", "1 when the worker is over a busy threshold", "gauge"},
-		{"turbine_router_worker_indexed_blocks", "KV blocks of the worker's engine in the router's index", "gauge"},
-		{"turbine_router_worker_active_decode_blocks", "KV blocks of requests routed to the worker and not yet freed", "gauge"},
-		{"turbine_router_worker_active_prefill_tokens", "prompt tokens routed to the worker still to prefill", "gauge"},
-		{"turbine_router_worker_active_requests", "requests routed to the worker and not yet freed", "gauge"},
-		{"turbine_router_worker_engine_running", "requests running in the worker's engine (last heartbeat)", "gauge"},
-		{"turbine_router_worker_engine_waiting", "requests waiting in the worker's engine (last heartbeat)", "gauge"},
-		{"turbine_router_worker_engine_kv_usage", "the engine's KV cache usage fraction (last heartbeat)", "gauge"},
-		{"turbine_router_requests_routed_total", "requests routed by the model's router", "counter"},
-		{"turbine_router_prompt_blocks_total", "full KV blocks in routed prompts", "counter"},
-		{"turbine_router_prefix_hit_blocks_total", "routed prompt blocks already cached on the chosen worker", "counter"},
+	type workerFamily struct {
+		name, help string
+		value      func(*messages.WorkerStats) float64
 	}
-	lines := make([][]string, len(fams))
+	type modelFamily struct {
+		name, help string
+		value      func(*messages.RouterStats) int64
+	}
+	workerFams := []workerFamily{
+		{"turbine_router_worker_ready", "1 when the worker's engine is healthy and takes requests", func(w *messages.WorkerStats) float64 { return b2f(w.Ready) }},
+		{"turbine_router_worker_busy", "1 when the worker is over a busy threshold", func(w *messages.WorkerStats) float64 { return b2f(w.Busy) }},
+		{"turbine_router_worker_indexed_blocks", "KV blocks of the worker's engine in the router's index", func(w *messages.WorkerStats) float64 { return float64(w.IndexedBlocks) }},
+		{"turbine_router_worker_active_decode_blocks", "KV blocks of requests routed to the worker and not yet freed", func(w *messages.WorkerStats) float64 { return float64(w.ActiveBlocks) }},
+		{"turbine_router_worker_active_prefill_tokens", "prompt tokens routed to the worker still to prefill", func(w *messages.WorkerStats) float64 { return float64(w.ActivePrefillTokens) }},
+		{"turbine_router_worker_active_requests", "requests routed to the worker and not yet freed", func(w *messages.WorkerStats) float64 { return float64(w.ActiveRequests) }},
+		{"turbine_router_worker_engine_running", "requests running in the worker's engine (last heartbeat)", func(w *messages.WorkerStats) float64 { return float64(w.EngineRunning) }},
+		{"turbine_router_worker_engine_waiting", "requests waiting in the worker's engine (last heartbeat)", func(w *messages.WorkerStats) float64 { return float64(w.EngineWaiting) }},
+		{"turbine_router_worker_engine_kv_usage", "the engine's KV cache usage fraction (last heartbeat)", func(w *messages.WorkerStats) float64 { return w.EngineKvUsage }},
+	}
+	modelFams := []modelFamily{
+		{"turbine_router_requests_routed_total", "requests routed by the model's router", func(s *messages.RouterStats) int64 { return s.Routed }},
+		{"turbine_router_prompt_blocks_total", "full KV blocks in routed prompts", func(s *messages.RouterStats) int64 { return s.PromptBlocks }},
+		{"turbine_router_prefix_hit_blocks_total", "routed prompt blocks already cached on the chosen worker", func(s *messages.RouterStats) int64 { return s.OverlapBlocks }},
+	}
+	workerLines := make([][]string, len(workerFams))
+	modelLines := make([][]string, len(modelFams))
 	for _, m := range models {
 		st, err := b.router(m.Model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
 		if err != nil {
@@ -45,25 +55,29 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		model := escapeLabel(m.Model)
 		for _, ws := range st.Workers {
 			lbl := fmt.Sprintf(`{model="%s",worker="%s"}`, model, escapeLabel(ws.WorkerId))
-			vals := []float64{b2f(ws.Ready), b2f(ws.Busy), float64(ws.IndexedBlocks), float64(ws.ActiveBlocks),
-				float64(ws.ActivePrefillTokens), float64(ws.ActiveRequests), float64(ws.EngineRunning),
-				float64(ws.EngineWaiting), ws.EngineKvUsage}
-			for i, v := range vals {
-				lines[i] = append(lines[i], fams[i].name+lbl+" "+strconv.FormatFloat(v, 'g', -1, 64))
+			for i, f := range workerFams {
+				workerLines[i] = append(workerLines[i], f.name+lbl+" "+strconv.FormatFloat(f.value(ws), 'g', -1, 64))
 			}
 		}
 		lbl := fmt.Sprintf(`{model="%s"}`, model)
-		for i, v := range []int64{st.Routed, st.PromptBlocks, st.OverlapBlocks} {
-			j := 9 + i
-			lines[j] = append(lines[j], fams[j].name+lbl+" "+strconv.FormatInt(v, 10))
+		for i, f := range modelFams {
+			modelLines[i] = append(modelLines[i], f.name+lbl+" "+strconv.FormatInt(f.value(st), 10))
 		}
 	}
-	for i, f := range fams {
-		if len(lines[i]) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s\n", f.name, f.help, f.name, f.typ, strings.Join(lines[i], "\n"))
+	for i, f := range workerFams {
+		writeFamily(w, f.name, f.help, "gauge", workerLines[i])
 	}
+	for i, f := range modelFams {
+		writeFamily(w, f.name, f.help, "counter", modelLines[i])
+	}
+}
+
+// writeFamily writes one metric family in Prometheus text format; nothing without lines.
+func writeFamily(w io.Writer, name, help, typ string, lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s\n", name, help, name, typ, strings.Join(lines, "\n"))
 }
 
 func b2f(b bool) float64 {

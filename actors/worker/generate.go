@@ -39,7 +39,6 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	c.Watch(replyTo)
 	self := c.Self()
 	engine := w.engine
-	w.served.Add(1)
 	go func() {
 		defer sys.Root.Send(self, requestDone{id: m.RequestId})
 		err := streamChunks(ctx, engine, m, r.credits, send, w.cfg.WorkerID)

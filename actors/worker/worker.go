@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -118,7 +117,6 @@ type workerActor struct {
 	backoff       supervise.Backoff
 	requests      map[string]*inflight
 	self          *actor.PID
-	served        atomic.Int64
 }
 
 func newActor(cfg Config) *workerActor {

@@ -62,6 +62,7 @@ type server struct {
 	mu   sync.Mutex
 	logs bytes.Buffer
 	done chan struct{}
+	once sync.Once // stop runs once, whether called by a test or by cleanup
 }
 
 // startServe runs `turbine serve --port 0` with args and waits until it serves the model
@@ -129,7 +130,9 @@ func (s *server) Logs() string {
 	return s.logs.String()
 }
 
-func (s *server) stop() {
+func (s *server) stop() { s.once.Do(s.stopOnce) }
+
+func (s *server) stopOnce() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.done:
