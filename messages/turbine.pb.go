@@ -2152,6 +2152,449 @@ func (x *Cancel) GetReason() string {
 	return ""
 }
 
+// GpuInfo is one GPU of a node as NVML reports it.
+type GpuInfo struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Index            int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"` // NVML device index (what CUDA_VISIBLE_DEVICES names)
+	Uuid             string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`    // e.g. "GPU-5a0b…"
+	Name             string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`    // product name, e.g. "NVIDIA H100 80GB HBM3"
+	MemoryTotalBytes uint64                 `protobuf:"varint,4,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	WorkerId         string                 `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"` // worker pinned to this GPU; empty when free
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GpuInfo) Reset() {
+	*x = GpuInfo{}
+	mi := &file_turbine_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GpuInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GpuInfo) ProtoMessage() {}
+
+func (x *GpuInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
+func (*GpuInfo) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GpuInfo) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *GpuInfo) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *GpuInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GpuInfo) GetMemoryTotalBytes() uint64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GpuInfo) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+// StartWorker asks a node agent to start one worker actor and its engine.
+type StartWorker struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId           string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`                                  // empty: the node names it "<node id>-<n>"
+	Engine             string                 `protobuf:"bytes,2,opt,name=engine,proto3" json:"engine,omitempty"`                                                      // "mocker" (others as their launchers land)
+	TensorParallelSize int32                  `protobuf:"varint,3,opt,name=tensor_parallel_size,json=tensorParallelSize,proto3" json:"tensor_parallel_size,omitempty"` // GPUs pinned to this worker; 0 = no GPU (mocker only)
+	Card               *ModelCard             `protobuf:"bytes,4,opt,name=card,proto3" json:"card,omitempty"`                                                          // model and limits the engine is started with
+	EngineArgs         []string               `protobuf:"bytes,5,rep,name=engine_args,json=engineArgs,proto3" json:"engine_args,omitempty"`                            // extra engine command-line arguments
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *StartWorker) Reset() {
+	*x = StartWorker{}
+	mi := &file_turbine_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartWorker) ProtoMessage() {}
+
+func (x *StartWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
+func (*StartWorker) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *StartWorker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *StartWorker) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
+func (x *StartWorker) GetTensorParallelSize() int32 {
+	if x != nil {
+		return x.TensorParallelSize
+	}
+	return 0
+}
+
+func (x *StartWorker) GetCard() *ModelCard {
+	if x != nil {
+		return x.Card
+	}
+	return nil
+}
+
+func (x *StartWorker) GetEngineArgs() []string {
+	if x != nil {
+		return x.EngineArgs
+	}
+	return nil
+}
+
+// StartWorkerReply answers StartWorker. error is empty on success, else it says why the
+// node could not place the worker (e.g. "needs 4 GPUs, 2 free").
+type StartWorkerReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Gpus          []int32                `protobuf:"varint,2,rep,packed,name=gpus,proto3" json:"gpus,omitempty"` // NVML indices pinned to the worker
+	Worker        *ActorRef              `protobuf:"bytes,3,opt,name=worker,proto3" json:"worker,omitempty"`
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartWorkerReply) Reset() {
+	*x = StartWorkerReply{}
+	mi := &file_turbine_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartWorkerReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartWorkerReply) ProtoMessage() {}
+
+func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
+func (*StartWorkerReply) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StartWorkerReply) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *StartWorkerReply) GetGpus() []int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+func (x *StartWorkerReply) GetWorker() *ActorRef {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+func (x *StartWorkerReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// StopWorker asks a node agent to stop one of its workers (engine stopped, GPUs freed).
+type StopWorker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StopWorker) Reset() {
+	*x = StopWorker{}
+	mi := &file_turbine_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopWorker) ProtoMessage() {}
+
+func (x *StopWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
+func (*StopWorker) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *StopWorker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type NodeStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeStatusRequest) Reset() {
+	*x = NodeStatusRequest{}
+	mi := &file_turbine_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStatusRequest) ProtoMessage() {}
+
+func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
+func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{35}
+}
+
+// NodeWorker is one worker a node agent runs.
+type NodeWorker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Gpus          []int32                `protobuf:"varint,3,rep,packed,name=gpus,proto3" json:"gpus,omitempty"`
+	Worker        *ActorRef              `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeWorker) Reset() {
+	*x = NodeWorker{}
+	mi := &file_turbine_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeWorker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeWorker) ProtoMessage() {}
+
+func (x *NodeWorker) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
+func (*NodeWorker) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *NodeWorker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *NodeWorker) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *NodeWorker) GetGpus() []int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+func (x *NodeWorker) GetWorker() *ActorRef {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+// NodeStatus describes a node: its GPUs (empty in CPU mode) and its workers.
+type NodeStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CpuOnly       bool                   `protobuf:"varint,2,opt,name=cpu_only,json=cpuOnly,proto3" json:"cpu_only,omitempty"` // no NVML driver: mock engines only
+	Gpus          []*GpuInfo             `protobuf:"bytes,3,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Workers       []*NodeWorker          `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeStatus) Reset() {
+	*x = NodeStatus{}
+	mi := &file_turbine_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStatus) ProtoMessage() {}
+
+func (x *NodeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
+func (*NodeStatus) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *NodeStatus) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetCpuOnly() bool {
+	if x != nil {
+		return x.CpuOnly
+	}
+	return false
+}
+
+func (x *NodeStatus) GetGpus() []*GpuInfo {
+	if x != nil {
+		return x.Gpus
+	}
+	return nil
+}
+
+func (x *NodeStatus) GetWorkers() []*NodeWorker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
 var File_turbine_proto protoreflect.FileDescriptor
 
 const file_turbine_proto_rawDesc = "" +
@@ -2330,7 +2773,41 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason2\xa9\x04\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x92\x01\n" +
+	"\aGpuInfo\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12,\n" +
+	"\x12memory_total_bytes\x18\x04 \x01(\x04R\x10memoryTotalBytes\x12\x1b\n" +
+	"\tworker_id\x18\x05 \x01(\tR\bworkerId\"\xc0\x01\n" +
+	"\vStartWorker\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
+	"\x06engine\x18\x02 \x01(\tR\x06engine\x120\n" +
+	"\x14tensor_parallel_size\x18\x03 \x01(\x05R\x12tensorParallelSize\x12)\n" +
+	"\x04card\x18\x04 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1f\n" +
+	"\vengine_args\x18\x05 \x03(\tR\n" +
+	"engineArgs\"\x87\x01\n" +
+	"\x10StartWorkerReply\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x12\n" +
+	"\x04gpus\x18\x02 \x03(\x05R\x04gpus\x12,\n" +
+	"\x06worker\x18\x03 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\")\n" +
+	"\n" +
+	"StopWorker\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"\x13\n" +
+	"\x11NodeStatusRequest\"\x81\x01\n" +
+	"\n" +
+	"NodeWorker\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x12\n" +
+	"\x04gpus\x18\x03 \x03(\x05R\x04gpus\x12,\n" +
+	"\x06worker\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\"\x9b\x01\n" +
+	"\n" +
+	"NodeStatus\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
+	"\bcpu_only\x18\x02 \x01(\bR\acpuOnly\x12'\n" +
+	"\x04gpus\x18\x03 \x03(\v2\x13.turbine.v1.GpuInfoR\x04gpus\x120\n" +
+	"\aworkers\x18\x04 \x03(\v2\x16.turbine.v1.NodeWorkerR\aworkers2\xa9\x04\n" +
 	"\x06Router\x12?\n" +
 	"\bRegister\x12\x1a.turbine.v1.RegisterWorker\x1a\x17.turbine.v1.RegisterAck\x12;\n" +
 	"\n" +
@@ -2358,7 +2835,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_turbine_proto_goTypes = []any{
 	(*ActorRef)(nil),           // 0: turbine.v1.ActorRef
 	(*ModelCard)(nil),          // 1: turbine.v1.ModelCard
@@ -2391,6 +2868,13 @@ var file_turbine_proto_goTypes = []any{
 	(*TokenChunk)(nil),         // 28: turbine.v1.TokenChunk
 	(*Credit)(nil),             // 29: turbine.v1.Credit
 	(*Cancel)(nil),             // 30: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 31: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 32: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 33: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 34: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 35: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 36: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 37: turbine.v1.NodeStatus
 }
 var file_turbine_proto_depIdxs = []int32{
 	0,  // 0: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
@@ -2409,33 +2893,38 @@ var file_turbine_proto_depIdxs = []int32{
 	1,  // 13: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
 	26, // 14: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
 	0,  // 15: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	4,  // 16: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
-	6,  // 17: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
-	11, // 18: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
-	13, // 19: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
-	15, // 20: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
-	17, // 21: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
-	17, // 22: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
-	19, // 23: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
-	20, // 24: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	23, // 25: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	24, // 26: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	5,  // 27: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	18, // 28: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	12, // 29: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	18, // 30: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	16, // 31: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	18, // 32: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	18, // 33: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	18, // 34: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	22, // 35: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	18, // 36: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	25, // 37: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	27, // [27:38] is the sub-list for method output_type
-	16, // [16:27] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	1,  // 16: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	0,  // 17: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	0,  // 18: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	31, // 19: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	36, // 20: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	4,  // 21: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
+	6,  // 22: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
+	11, // 23: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
+	13, // 24: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
+	15, // 25: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
+	17, // 26: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
+	17, // 27: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
+	19, // 28: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
+	20, // 29: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
+	23, // 30: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	24, // 31: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	5,  // 32: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	18, // 33: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	12, // 34: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	18, // 35: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	16, // 36: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	18, // 37: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	18, // 38: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	18, // 39: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	22, // 40: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	18, // 41: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	25, // 42: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -2454,7 +2943,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
