@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/kv/kvpb"
@@ -15,7 +17,9 @@ import (
 
 // Config configures every Router grain of a member.
 type Config struct {
-	// BlockSize is the KV block size in tokens; workers with another are refused.
+	// BlockSize is the KV block size in tokens; workers with another are refused. Zero
+	// means: taken from the model deployment card of the first worker that registers
+	// (what a frontend serving many models uses).
 	BlockSize int
 	// Mode is the routing policy: "kv", "round-robin" or "random".
 	Mode string
@@ -50,12 +54,15 @@ type workerState struct {
 type Grain struct {
 	cfg     Config
 	model   string
-	core    *kv.Router
+	kcfg    kv.Config
+	core    *kv.Router // nil until the block size is known
 	initErr error
 	rng     *rand.Rand
 	workers map[string]*workerState
 	card    *messages.ModelCard
 	log     zerolog.Logger
+	sub     *eventstream.Subscription
+	system  *actor.ActorSystem
 }
 
 // New returns a Router grain; its identity (the model) is set by Init.
@@ -75,9 +82,12 @@ func New(cfg Config) *Grain {
 		kcfg.Policy = cfg.Mode
 	}
 	kcfg.OverlapWeight, kcfg.Temperature, kcfg.Busy = cfg.OverlapWeight, cfg.Temperature, cfg.Busy
-	core, err := kv.NewRouter(kcfg)
-	return &Grain{cfg: cfg, core: core, initErr: err, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	g := &Grain{cfg: cfg, kcfg: kcfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		workers: map[string]*workerState{}, log: cfg.Logger}
+	if cfg.BlockSize != 0 {
+		g.core, g.initErr = kv.NewRouter(kcfg)
+	}
+	return g
 }
 
 func (g *Grain) Init(ctx cluster.GrainContext) {
@@ -86,10 +96,46 @@ func (g *Grain) Init(ctx cluster.GrainContext) {
 	if g.initErr != nil {
 		g.log.Error().Err(g.initErr).Msg("router configuration refused")
 	}
+	// Membership changes reach the grain as messages, so that workers on a member that
+	// left the cluster leave routing at once instead of after WorkerTTL.
+	self := ctx.Self()
+	g.system = ctx.ActorSystem()
+	g.sub = g.system.EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*cluster.ClusterTopology); ok && len(t.Left) > 0 {
+			g.system.Root.Send(self, t)
+		}
+	})
 }
 
-func (g *Grain) Terminate(cluster.GrainContext)      {}
-func (g *Grain) ReceiveDefault(cluster.GrainContext) {}
+// Terminate stops the membership subscription.
+func (g *Grain) Terminate(cluster.GrainContext) {
+	if g.sub != nil {
+		g.system.EventStream.Unsubscribe(g.sub)
+	}
+}
+
+// ReceiveDefault handles membership changes (*cluster.ClusterTopology).
+func (g *Grain) ReceiveDefault(ctx cluster.GrainContext) {
+	if t, ok := ctx.Message().(*cluster.ClusterTopology); ok {
+		for _, m := range t.Left {
+			g.membersLeft(m.Address())
+		}
+	}
+}
+
+// membersLeft removes, with their blocks and active requests, the workers whose actors
+// live on the member at address (host:port).
+func (g *Grain) membersLeft(address string) {
+	for id, w := range g.workers {
+		if w.actor.GetAddress() != address {
+			continue
+		}
+		n, _ := g.core.RemoveWorker(id)
+		delete(g.workers, id)
+		g.log.Warn().Str("worker", id).Str("member", address).Int("freed_requests", n).
+			Msg("worker's member left the cluster: removed with its blocks")
+	}
+}
 
 // expire removes workers not heard from within WorkerTTL.
 func (g *Grain) expire(now time.Time) {
@@ -114,6 +160,16 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	if info.Card.Model != g.model {
 		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q serves model %q, this router routes %q",
 			info.WorkerId, info.Card.Model, g.model)}, nil
+	}
+	if g.core == nil {
+		kcfg := g.kcfg
+		kcfg.BlockSize = int(info.Card.KvBlockSize)
+		core, err := kv.NewRouter(kcfg)
+		if err != nil {
+			return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: %v", info.WorkerId, err)}, nil
+		}
+		g.core = core
+		g.log.Info().Int("block_size", kcfg.BlockSize).Msg("router started with the first worker's KV block size")
 	}
 	now := g.cfg.Now()
 	g.expire(now)
@@ -142,7 +198,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 
 // Deregister removes a worker with its blocks and active requests.
 func (g *Grain) Deregister(req *messages.DeregisterWorker, _ cluster.GrainContext) (*messages.Ack, error) {
-	if g.initErr == nil {
+	if g.core != nil {
 		if n, err := g.core.RemoveWorker(req.WorkerId); err == nil {
 			g.log.Info().Str("worker", req.WorkerId).Str("reason", req.Reason).Int("freed_requests", n).Msg("worker deregistered")
 		}
@@ -153,7 +209,7 @@ func (g *Grain) Deregister(req *messages.DeregisterWorker, _ cluster.GrainContex
 
 // PublishEvents applies a numbered KV event batch; see kv.Router.ApplyBatch.
 func (g *Grain) PublishEvents(req *messages.KvEventBatch, _ cluster.GrainContext) (*messages.EventAck, error) {
-	if g.initErr != nil {
+	if g.core == nil {
 		return &messages.EventAck{}, nil
 	}
 	evs, err := kvpb.FromProtoAll(req.Events)
@@ -173,7 +229,7 @@ func (g *Grain) PublishEvents(req *messages.KvEventBatch, _ cluster.GrainContext
 
 // PublishDump replaces a worker's blocks with its full list (in parts).
 func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*messages.Ack, error) {
-	if g.initErr != nil {
+	if g.core == nil {
 		return &messages.Ack{}, nil
 	}
 	evs, err := kvpb.FromProtoAll(req.Events)
@@ -192,8 +248,11 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 // Route chooses a worker; errors come back in the response (error_code "no_workers",
 // "all_busy", "bad_request").
 func (g *Grain) Route(req *messages.RouteRequest, _ cluster.GrainContext) (*messages.RouteResponse, error) {
-	if g.initErr != nil {
+	switch {
+	case g.initErr != nil:
 		return &messages.RouteResponse{Error: g.initErr.Error(), ErrorCode: "no_workers"}, nil
+	case g.core == nil:
+		return &messages.RouteResponse{Error: "router: no worker registered for model " + g.model, ErrorCode: "no_workers"}, nil
 	}
 	now := g.cfg.Now()
 	g.expire(now)
@@ -219,7 +278,7 @@ func (g *Grain) Route(req *messages.RouteRequest, _ cluster.GrainContext) (*mess
 
 // PrefillDone records a request's first token.
 func (g *Grain) PrefillDone(req *messages.RequestRef, _ cluster.GrainContext) (*messages.Ack, error) {
-	if g.initErr == nil {
+	if g.core != nil {
 		g.core.PrefillDone(req.RequestId)
 	}
 	return &messages.Ack{}, nil
@@ -227,7 +286,7 @@ func (g *Grain) PrefillDone(req *messages.RequestRef, _ cluster.GrainContext) (*
 
 // Free ends a request's load tracking; unknown ids are harmless.
 func (g *Grain) Free(req *messages.RequestRef, _ cluster.GrainContext) (*messages.Ack, error) {
-	if g.initErr == nil {
+	if g.core != nil {
 		g.core.Free(req.RequestId)
 	}
 	return &messages.Ack{}, nil
@@ -238,12 +297,19 @@ func (g *Grain) SetBusyThresholds(req *messages.BusyThresholds, _ cluster.GrainC
 	if g.initErr != nil {
 		return nil, g.initErr
 	}
-	b := g.core.BusyThresholds()
+	b := g.kcfg.Busy
+	if g.core != nil {
+		b = g.core.BusyThresholds()
+	}
 	if req.KvUsage != 0 {
 		b.KVUsage = req.KvUsage
 	}
 	if req.PrefillTokens != 0 {
 		b.PrefillTokens = req.PrefillTokens
+	}
+	if g.core == nil { // applied when the first worker registers
+		g.kcfg.Busy = b
+		return &messages.Ack{}, nil
 	}
 	if err := g.core.SetBusyThresholds(b); err != nil {
 		return nil, err
@@ -253,7 +319,7 @@ func (g *Grain) SetBusyThresholds(req *messages.BusyThresholds, _ cluster.GrainC
 
 // Stats returns the router's per-worker state and counters.
 func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*messages.RouterStats, error) {
-	if g.initErr != nil {
+	if g.core == nil {
 		return &messages.RouterStats{}, nil
 	}
 	g.expire(g.cfg.Now())

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,49 @@ func TestGrainEngineRestartDropsBlocks(t *testing.T) {
 	st, _ = g.Stats(&messages.RouterStatsRequest{}, nil)
 	if st.Workers[0].IndexedBlocks != 0 {
 		t.Fatalf("after an engine restart indexed %d, want 0", st.Workers[0].IndexedBlocks)
+	}
+}
+
+func TestGrainDropsWorkersOfAMemberThatLeft(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGrain(t, clock)
+	for _, w := range []struct{ id, addr string }{{"w0", "10.0.0.1:7000"}, {"w1", "10.0.0.2:7000"}, {"w2", "10.0.0.2:7000"}} {
+		ack, err := g.Register(&messages.RegisterWorker{
+			Worker: &messages.WorkerInfo{WorkerId: w.id, Actor: &messages.ActorRef{Address: w.addr, Id: "node/worker/" + w.id},
+				Card: &messages.ModelCard{Model: "m", KvBlockSize: 4, TotalKvBlocks: 100}, Ready: true, EngineEpoch: 1},
+			Load: &messages.WorkerLoad{TotalBlocks: 100}}, nil)
+		if err != nil || !ack.Accepted {
+			t.Fatalf("register %s: %+v %v", w.id, ack, err)
+		}
+	}
+	g.membersLeft("10.0.0.2:7000")
+	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if len(st.Workers) != 1 || st.Workers[0].WorkerId != "w0" {
+		t.Fatalf("workers after member 10.0.0.2:7000 left = %v, want only w0", st.Workers)
+	}
+	for i := 0; i < 4; i++ {
+		resp, _ := g.Route(&messages.RouteRequest{RequestId: fmt.Sprint("r", i), TokenIds: []uint32{1, 2, 3, 4}}, nil)
+		if resp.WorkerId != "w0" {
+			t.Fatalf("route %d went to %q, want w0", i, resp.WorkerId)
+		}
+	}
+}
+
+func TestGrainTakesTheBlockSizeFromTheFirstWorker(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := New(Config{Mode: "kv", OverlapWeight: 1, Now: clock.now, Seed: 1})
+	g.model = "m"
+	if resp, _ := g.Route(&messages.RouteRequest{RequestId: "r0", TokenIds: []uint32{1}}, nil); resp.ErrorCode != "no_workers" {
+		t.Fatalf("route before any worker = %+v, want no_workers", resp)
+	}
+	if ack := register(t, g, "w0", 16, 1); !ack.Accepted {
+		t.Fatalf("first worker (block size 16) refused: %+v", ack)
+	}
+	ack := register(t, g, "w1", 32, 1)
+	if ack.Accepted || !strings.Contains(ack.Error, "16") || !strings.Contains(ack.Error, "32") {
+		t.Fatalf("second worker with block size 32: %+v, want a refusal naming 16 and 32", ack)
+	}
+	if resp, _ := g.Route(&messages.RouteRequest{RequestId: "r1", TokenIds: []uint32{1}}, nil); resp.WorkerId != "w0" {
+		t.Fatalf("route = %+v, want w0", resp)
 	}
 }
