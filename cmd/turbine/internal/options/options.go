@@ -1,0 +1,186 @@
+// Package options holds the flag groups that several turbine subcommands share — the
+// engine and its model deployment card (serve, node), the router (serve, frontend), the
+// HTTP listener (serve, frontend), cluster membership (frontend, node) and logging — so
+// that each flag has one name, one default and one validation everywhere.
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/actors/router"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
+	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// Engine are the mock engine's settings and the model deployment card it serves
+// (REFERENCE §7 defaults).
+type Engine struct {
+	Model, Tokenizer    string
+	BlockSize           int // tokens per KV block
+	NumGPUBlocks        int // KV blocks per engine
+	MaxNumSeqs          int
+	MaxNumBatchedTokens int // tokens per engine step
+	MaxModelLen         int // context length in tokens
+	SpeedupRatio        float64
+	MeanOutputTokens    int
+	Seed                int64
+	Heartbeat           time.Duration
+	ReadyTimeout        time.Duration
+}
+
+// DefaultEngine returns the engine defaults.
+func DefaultEngine() Engine {
+	return Engine{
+		Model: "turbine-mock", Tokenizer: "builtin:cl100k_base",
+		BlockSize: 64, NumGPUBlocks: 16384, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
+		MaxModelLen: 32768, SpeedupRatio: 1.0, MeanOutputTokens: 128,
+		Heartbeat: time.Second, ReadyTimeout: 2 * time.Minute,
+	}
+}
+
+// Flags registers the engine flags on fs.
+func (o *Engine) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Model, "model", o.Model, "served model name")
+	fs.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "tokenizer: builtin:cl100k_base, builtin:o200k_base, or an HF model folder (tokenizer.json, tokenizer_config.json)")
+	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "KV block size in tokens (engines and router)")
+	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks per mock engine")
+	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "running sequences per mock engine")
+	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", o.MaxNumBatchedTokens, "tokens per engine step")
+	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "context length in tokens (prompt + output)")
+	fs.Float64Var(&o.SpeedupRatio, "speedup-ratio", o.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster)")
+	fs.IntVar(&o.MeanOutputTokens, "mean-output-tokens", o.MeanOutputTokens, "mock engine: mean output length in tokens when EOS is not ignored")
+	fs.Int64Var(&o.Seed, "seed", o.Seed, "mock engine seed (same seed, same tokens)")
+	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "worker load and registration period")
+	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "how long a worker waits for its engine to become ready")
+}
+
+// Validate checks the engine options; errors name the flag.
+func (o *Engine) Validate() error {
+	switch {
+	case o.Model == "":
+		return errors.New("--model: empty")
+	case o.BlockSize < 1 || o.BlockSize > 4096:
+		return fmt.Errorf("--block-size %d: want 1..4096", o.BlockSize)
+	case o.NumGPUBlocks < 1:
+		return fmt.Errorf("--num-gpu-blocks %d: must be ≥ 1", o.NumGPUBlocks)
+	case o.MaxNumSeqs < 1:
+		return fmt.Errorf("--max-num-seqs %d: must be ≥ 1", o.MaxNumSeqs)
+	case o.MaxNumBatchedTokens < 1:
+		return fmt.Errorf("--max-num-batched-tokens %d: must be ≥ 1", o.MaxNumBatchedTokens)
+	case o.MaxModelLen < 1:
+		return fmt.Errorf("--max-model-len %d: must be ≥ 1", o.MaxModelLen)
+	case !finite(o.SpeedupRatio) || o.SpeedupRatio <= 0:
+		return fmt.Errorf("--speedup-ratio %g: must be a finite number > 0", o.SpeedupRatio)
+	case int64(o.NumGPUBlocks)*int64(o.BlockSize) < int64(o.MaxModelLen):
+		return fmt.Errorf("--num-gpu-blocks %d × --block-size %d = %d tokens of KV cache cannot hold one --max-model-len %d sequence",
+			o.NumGPUBlocks, o.BlockSize, int64(o.NumGPUBlocks)*int64(o.BlockSize), o.MaxModelLen)
+	case o.MeanOutputTokens < 1:
+		return fmt.Errorf("--mean-output-tokens %d: must be ≥ 1", o.MeanOutputTokens)
+	case o.Heartbeat < 10*time.Millisecond:
+		return fmt.Errorf("--heartbeat %v: must be ≥ 10ms", o.Heartbeat)
+	case o.ReadyTimeout <= 0:
+		return fmt.Errorf("--ready-timeout %v: must be > 0", o.ReadyTimeout)
+	}
+	return nil
+}
+
+// Card loads the tokenizer and returns the model deployment card the engines serve.
+// Errors name --tokenizer.
+func (o *Engine) Card() (*messages.ModelCard, error) {
+	model, err := preprocess.LoadModel(o.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("--tokenizer: %w", err)
+	}
+	return &messages.ModelCard{
+		Model: o.Model, Tokenizer: o.Tokenizer, ContextLength: int32(o.MaxModelLen),
+		KvBlockSize: int32(o.BlockSize), TotalKvBlocks: int64(o.NumGPUBlocks),
+		MaxNumSeqs: int32(o.MaxNumSeqs), MaxNumBatchedTokens: int32(o.MaxNumBatchedTokens),
+		EosTokenIds: model.EOSTokenIDs,
+	}, nil
+}
+
+// Mocker returns the launcher of mock engines for card, run as `<executable> mocker`.
+// The card's limits win over the flags, so that a StartWorker request can change them.
+func (o *Engine) Mocker(executable string, card *messages.ModelCard) *launcher.Mocker {
+	return &launcher.Mocker{Executable: executable, Model: card.Model, Tokenizer: card.Tokenizer,
+		BlockSize: int(card.KvBlockSize), NumGPUBlocks: int(card.TotalKvBlocks), MaxNumSeqs: int(card.MaxNumSeqs),
+		MaxNumBatchedTokens: int(card.MaxNumBatchedTokens), MaxModelLen: int(card.ContextLength),
+		SpeedupRatio: o.SpeedupRatio, MeanOutputTokens: o.MeanOutputTokens, Seed: o.Seed}
+}
+
+// MockerExecutable returns the turbine binary that runs mock engines (`turbine mocker`).
+// A Go test binary is refused: it would run its tests again in every engine.
+func MockerExecutable() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own executable for the mock engines: %w", err)
+	}
+	if strings.HasSuffix(self, ".test") {
+		return "", fmt.Errorf("the mock engines run as %q mocker, which is a test binary; run the turbine binary instead", self)
+	}
+	return self, nil
+}
+
+// Router are the routing-policy flags (REFERENCE §3).
+type Router struct {
+	RouterMode        string
+	OverlapWeight     float64
+	RouterTemperature float64
+}
+
+// DefaultRouter returns the routing defaults: kv policy, overlap weight 1, temperature 0.
+func DefaultRouter() Router { return Router{RouterMode: "kv", OverlapWeight: 1.0} }
+
+// Flags registers the router flags on fs.
+func (o *Router) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.RouterMode, "router-mode", o.RouterMode, "routing policy: kv, round-robin or random")
+	fs.Float64Var(&o.OverlapWeight, "overlap-weight", o.OverlapWeight, "weight of prefill blocks against decode blocks in the kv routing cost")
+	fs.Float64Var(&o.RouterTemperature, "router-temperature", o.RouterTemperature, "softmax temperature of the kv routing choice (0 = lowest cost)")
+}
+
+// Validate checks the router options; errors name the flag.
+func (o *Router) Validate() error {
+	switch {
+	case o.RouterMode != "kv" && o.RouterMode != "round-robin" && o.RouterMode != "random":
+		return fmt.Errorf("--router-mode %q: want kv, round-robin or random", o.RouterMode)
+	case !finite(o.OverlapWeight) || o.OverlapWeight < 0:
+		return fmt.Errorf("--overlap-weight %g: must be a finite number ≥ 0", o.OverlapWeight)
+	case !finite(o.RouterTemperature) || o.RouterTemperature < 0:
+		return fmt.Errorf("--router-temperature %g: must be a finite number ≥ 0", o.RouterTemperature)
+	}
+	return nil
+}
+
+// Config returns the Router grain configuration; blockSize 0 takes each model's KV block
+// size from its first worker's card.
+func (o *Router) Config(blockSize int, log zerolog.Logger) router.Config {
+	return router.Config{BlockSize: blockSize, Mode: o.RouterMode, OverlapWeight: o.OverlapWeight,
+		Temperature: o.RouterTemperature, Logger: log}
+}
+
+// Log are the logging flags.
+type Log struct{ LogFormat, LogLevel string }
+
+// DefaultLog returns auto format at info level.
+func DefaultLog() Log { return Log{LogFormat: "auto", LogLevel: "info"} }
+
+// Flags registers the logging flags on fs.
+func (o *Log) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "auto (console on a terminal, else JSON), json or console")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+}
+
+// Logger returns the process logger writing to w; errors name the flag.
+func (o *Log) Logger(w io.Writer) (zerolog.Logger, error) { return cli.Logger(w, o.LogFormat, o.LogLevel) }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
