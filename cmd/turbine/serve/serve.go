@@ -163,4 +163,3 @@ func waitForModel(ctx context.Context, b *frontend.Backend, model string, limit 
 		}
 	}
 }
-

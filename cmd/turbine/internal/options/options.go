@@ -181,6 +181,8 @@ func (o *Log) Flags(fs *flag.FlagSet) {
 }
 
 // Logger returns the process logger writing to w; errors name the flag.
-func (o *Log) Logger(w io.Writer) (zerolog.Logger, error) { return cli.Logger(w, o.LogFormat, o.LogLevel) }
+func (o *Log) Logger(w io.Writer) (zerolog.Logger, error) {
+	return cli.Logger(w, o.LogFormat, o.LogLevel)
+}
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
