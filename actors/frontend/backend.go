@@ -32,7 +32,7 @@ type Config struct {
 
 // Backend implements gateway.Backend on a cluster member.
 type Backend struct {
-	c   *pcluster.Cluster
+	c   atomic.Pointer[pcluster.Cluster]
 	cfg Config
 
 	seq      atomic.Uint64 // makes request ids unique inside the cluster
@@ -58,8 +58,14 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	if cfg.ModelMemory <= 0 {
 		cfg.ModelMemory = 10 * time.Minute
 	}
-	return &Backend{c: c, cfg: cfg, seen: map[string]time.Time{}}
+	b := &Backend{cfg: cfg, seen: map[string]time.Time{}}
+	b.c.Store(c)
+	return b
 }
+
+// SetCluster moves the Backend onto another member's cluster (a member restarted with a
+// fresh id). Streams already started stay on the member they started on.
+func (b *Backend) SetCluster(c *pcluster.Cluster) { b.c.Store(c) }
 
 // Models returns the cards of the models that have at least one live worker, from the
 // Catalog grain (cached for ModelsTTL).
@@ -71,7 +77,7 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 		return m, nil
 	}
 	b.mu.Unlock()
-	list, err := messages.GetCatalogGrainClient(b.c, catalog.Identity).List(&messages.ListModelsRequest{},
+	list, err := messages.GetCatalogGrainClient(b.c.Load(), catalog.Identity).List(&messages.ListModelsRequest{},
 		pcluster.WithTimeout(b.cfg.RouteTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("frontend: list models: %w", err)
@@ -96,7 +102,7 @@ func (b *Backend) Recent(model string) bool {
 }
 
 func (b *Backend) router(model string) *messages.RouterGrainClient {
-	return messages.GetRouterGrainClient(b.c, model)
+	return messages.GetRouterGrainClient(b.c.Load(), model)
 }
 
 // Generate routes req with the model's Router grain and starts it on the chosen worker.
@@ -140,9 +146,9 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	default:
 		return nil, fmt.Errorf("%w: %s", gateway.ErrNoWorkers, route.Error)
 	}
-	s := &stream{b: b, model: req.Model, requestID: id, workerID: route.WorkerId,
+	s := &stream{b: b, root: b.c.Load().ActorSystem.Root, model: req.Model, requestID: id, workerID: route.WorkerId,
 		worker: actor.NewPID(route.Worker.Address, route.Worker.Id), chunks: make(chan *messages.TokenChunk, 4*int(b.cfg.Credits)+8), closed: make(chan struct{})}
-	root := b.c.ActorSystem.Root
+	root := s.root
 	s.receiver = root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{s: s} }))
 	root.Send(s.worker, &messages.Generate{
 		RequestId:      id,
@@ -158,6 +164,7 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 // HTTP handler); the receiver actor only writes to chunks.
 type stream struct {
 	b         *Backend
+	root      *actor.RootContext // of the member the stream started on
 	model     string
 	requestID string
 	workerID  string
@@ -190,7 +197,7 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 			s.prefillDone()
 		}
 		if s.consumed++; s.consumed >= s.b.cfg.Credits/2 && !s.finished {
-			s.b.c.ActorSystem.Root.Send(s.worker, &messages.Credit{RequestId: s.requestID, Credits: s.consumed})
+			s.root.Send(s.worker, &messages.Credit{RequestId: s.requestID, Credits: s.consumed})
 			s.consumed = 0
 		}
 		return ch, nil
@@ -210,7 +217,7 @@ func (s *stream) prefillDone() {
 func (s *stream) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closed)
-		root := s.b.c.ActorSystem.Root
+		root := s.root
 		if !s.finished {
 			root.Send(s.worker, &messages.Cancel{RequestId: s.requestID, Reason: "client closed the stream"})
 		}
