@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -26,6 +27,10 @@ type Config struct {
 	// limits are the ones the engine is started with.
 	Card     *messages.ModelCard
 	Launcher engines.Launcher
+	// Env is extra environment (KEY=VALUE) for the engine process, after the launcher's
+	// own, so that a key set in both takes this value (e.g. node.CUDAEnv: the GPUs the
+	// engine may use).
+	Env []string
 	// Host the engine listens on (default 127.0.0.1).
 	Host string
 	// Heartbeat is the load/registration period (default 1 s).
@@ -215,6 +220,7 @@ func (w *workerActor) startEngine(c actor.Context) {
 
 func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint string) error {
 	argv, env := w.cfg.Launcher.Command(w.cfg.Host, port, kvEndpoint)
+	env = append(slices.Clip(env), w.cfg.Env...)
 	log := w.log.With().Uint64("epoch", epoch).Logger()
 	proc, err := supervise.Start(argv, env, func(stream, line string) {
 		log.Info().Str("stream", stream).Msg(line)
