@@ -1,0 +1,29 @@
+// Package node is the node agent: a named actor ("node", ActorName), one per node member,
+// that knows the machine's GPUs (through NVML, DiscoverGPUs) and starts and stops worker
+// actors pinned to disjoint sets of them.
+//
+// Messages handled (each answered with ctx.Respond; senders may be on other members):
+//   - messages.StartWorker → messages.StartWorkerReply: check the request (checkStart),
+//     name the worker ("<node id>-<n>" when no id is given), pin tensor_parallel_size
+//     GPUs (Allocator), build its props (Config.NewWorker) and spawn it as the child
+//     worker.ActorName(id), whose PID id is "node/worker/<id>". A request that cannot be
+//     placed is answered with StartWorkerReply.error and leaves nothing pinned.
+//   - messages.StopWorker → messages.Ack, sent once the worker is gone and its GPUs are
+//     free; an unknown id is answered at once (stopping is idempotent).
+//   - messages.NodeStatusRequest → messages.NodeStatus: GPUs with the worker pinned to
+//     each, workers with their model, GPUs and ActorRef.
+//   - *actor.Terminated of a child: its GPUs are freed, whether it was asked to stop or
+//     failed (workers that fail are stopped, not restarted: see Props).
+//
+// State owned: the Allocator (which GPU is pinned to which worker; authoritative on this
+// node, lost with the agent), the running workers (PID, model, GPUs, stopping, StopWorker
+// requesters waiting for the end). Placement is decided by pure code (checkStart,
+// Allocator); the actor only carries it out.
+//
+// Children: the worker actors (actors/worker), each supervising its engine process,
+// whose environment pins it to its GPUs (CUDAEnv). Who may send: operators and the
+// planner (StartWorker, StopWorker), anyone (NodeStatusRequest).
+//
+// CPU mode: without an NVML driver (ErrNoDriver) the node runs mock engines only, with
+// tensor_parallel_size 0.
+package node
