@@ -1,0 +1,53 @@
+package cluster
+
+import "time"
+
+// Defaults of Config and ConsulOptions: a zero field takes the value here.
+const (
+	DefaultName            = "turbine"
+	DefaultHost            = "127.0.0.1"
+	DefaultConsulPort      = 8500
+	DefaultMaxMessageBytes = 64 << 20 // gRPC's own default, 4 MiB, caps each batch of messages
+
+	// DefaultTTL is the Consul TTL check's time to live: a member that does not refresh it
+	// for this long turns critical and leaves the others' topology.
+	DefaultTTL = 3 * time.Second
+	// DefaultRefreshTTL is how often a member refreshes its TTL check.
+	DefaultRefreshTTL = time.Second
+	// DefaultDeregisterCritical is how long Consul keeps a critical member's registration
+	// before removing it (DeregisterCriticalServiceAfter; Consul reaps at most once a
+	// minute).
+	DefaultDeregisterCritical = 60 * time.Second
+
+	// RegisterBackoffMin and RegisterBackoffMax bound the capped exponential backoff (with
+	// jitter) between failed registrations and failed membership queries.
+	RegisterBackoffMin = 100 * time.Millisecond
+	RegisterBackoffMax = 5 * time.Second
+
+	// DefaultWatchdogInterval is how often the zombie watchdog looks at the member.
+	DefaultWatchdogInterval = time.Second
+)
+
+const (
+	// peerConnectAttempts is how many times protoactor's endpoint writer tries to connect
+	// to a peer before it drops the peer's messages (its default, 5, with 2 s between
+	// tries, holds Member.Stop for up to 10 s after a peer died).
+	peerConnectAttempts = 2
+	// blockingWait is the longest a membership query waits for a change.
+	blockingWait = 20 * time.Second
+	// stillFailingEvery is how often a failure that lasts is logged again.
+	stillFailingEvery = time.Minute
+	// absentChecksLimit is how many watchdog checks in a row may find the member missing
+	// from its own member list, with the provider healthy, before it counts as lost.
+	absentChecksLimit = 3
+	// unknownTypeLogEvery rate-limits the log line for remote messages of unknown types,
+	// per type name.
+	unknownTypeLogEvery = 10 * time.Second
+)
+
+// DefaultRecoveryWindow is the recovery window for a TTL: 2×TTL plus the longest
+// registration backoff — time enough for every member to notice that the agent lost its
+// registration and to register again.
+func DefaultRecoveryWindow(ttl time.Duration) time.Duration {
+	return 2*ttl + RegisterBackoffMax
+}
