@@ -54,10 +54,11 @@ func testingShort() bool {
 	return false
 }
 
-// server is a `turbine serve` process started by a test.
+// server is a turbine process (serve, frontend or node) started by a test.
 type server struct {
 	t    testing.TB
-	url  string
+	name string
+	url  string // the OpenAI API's base URL, for serve and frontend
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	logs bytes.Buffer
@@ -69,12 +70,22 @@ type server struct {
 // with every worker ready (bounded by a deadline, not a sleep).
 func startServe(t testing.TB, workers int, args ...string) *server {
 	t.Helper()
+	all := append([]string{"serve", "--port", "0", "--log-format", "json", "--workers", strconv.Itoa(workers),
+		"--heartbeat", "200ms"}, args...)
+	s := startTurbine(t, "serve", "turbine serving", all...)
+	s.waitReady("turbine-mock", workers)
+	return s
+}
+
+// startTurbine runs the turbine binary with args and waits (60 s at most) for its JSON
+// log line with message ready; that line's "url" field, if any, becomes s.url. The
+// process runs in its own process group; cleanup stops it.
+func startTurbine(t testing.TB, name, ready string, args ...string) *server {
+	t.Helper()
 	if turbineBin == "" {
 		t.Skip("end-to-end test: skipped with -short")
 	}
-	all := append([]string{"serve", "--port", "0", "--log-format", "json", "--workers", strconv.Itoa(workers),
-		"--heartbeat", "200ms"}, args...)
-	cmd := exec.Command(turbineBin, all...)
+	cmd := exec.Command(turbineBin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -83,12 +94,13 @@ func startServe(t testing.TB, workers int, args ...string) *server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: t, cmd: cmd, done: make(chan struct{})}
+	s := &server{t: t, name: name, cmd: cmd, done: make(chan struct{})}
 	urlc := make(chan string, 1)
 	go func() {
 		defer close(s.done)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		sent := false
 		for sc.Scan() {
 			line := sc.Text()
 			s.mu.Lock()
@@ -98,8 +110,9 @@ func startServe(t testing.TB, workers int, args ...string) *server {
 				Message string `json:"message"`
 				URL     string `json:"url"`
 			}
-			if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "turbine serving" {
+			if !sent && json.Unmarshal([]byte(line), &rec) == nil && rec.Message == ready {
 				urlc <- rec.URL
+				sent = true
 			}
 		}
 	}()
@@ -107,21 +120,33 @@ func startServe(t testing.TB, workers int, args ...string) *server {
 	select {
 	case s.url = <-urlc:
 	case <-s.done:
-		t.Fatalf("turbine serve exited before serving:\n%s", s.Logs())
+		t.Fatalf("turbine %s exited before %q:\n%s", name, ready, s.Logs())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("turbine serve did not start in 60 s:\n%s", s.Logs())
+		t.Fatalf("turbine %s: no %q in 60 s:\n%s", name, ready, s.Logs())
 	}
-	s.waitFor(60*time.Second, "all workers ready", func() bool {
-		st := s.workerStats("turbine-mock")
+	return s
+}
+
+// waitReady waits (60 s at most) until the router of model lists n ready workers.
+func (s *server) waitReady(model string, n int) {
+	s.t.Helper()
+	s.waitFor(60*time.Second, fmt.Sprintf("%d ready workers", n), func() bool {
 		ready := 0
-		for _, w := range st {
+		for _, w := range s.workerStats(model) {
 			if w.Ready {
 				ready++
 			}
 		}
-		return ready == workers
+		return ready == n
 	})
-	return s
+}
+
+// kill sends SIGKILL to the turbine process only (its engines die with it through their
+// parent-death signal), as a machine or OOM kill would.
+func (s *server) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+	_ = s.cmd.Wait()
 }
 
 func (s *server) Logs() string {
@@ -141,12 +166,14 @@ func (s *server) stopOnce() {
 		<-s.done
 	}
 	_ = s.cmd.Wait()
+	// Whatever the process left in its group (engines) goes too.
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	if s.t.Failed() {
 		logs := s.Logs()
 		if len(logs) > 20000 {
 			logs = logs[len(logs)-20000:]
 		}
-		s.t.Logf("turbine serve logs (tail):\n%s", logs)
+		s.t.Logf("turbine %s logs (tail):\n%s", s.name, logs)
 	}
 }
 
@@ -160,7 +187,7 @@ func (s *server) waitFor(limit time.Duration, what string, cond func() bool) {
 		}
 		select {
 		case <-s.done:
-			s.t.Fatalf("turbine serve exited while waiting for %s", what)
+			s.t.Fatalf("turbine %s exited while waiting for %s", s.name, what)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/turbine-llm/turbine/cmd/turbine/frontend"
 	"github.com/turbine-llm/turbine/cmd/turbine/mocker"
+	"github.com/turbine-llm/turbine/cmd/turbine/node"
 	"github.com/turbine-llm/turbine/cmd/turbine/serve"
 )
 
@@ -21,6 +23,8 @@ type command struct {
 
 var commands = []command{
 	{"serve", "run a whole service in one process: gateway, router and mock-engine workers", serve.Run},
+	{"frontend", "run a cluster frontend: OpenAI API for every model, hosting the routers", frontend.Run},
+	{"node", "run a machine's node agent and its workers (engines pinned to GPUs)", node.Run},
 	{"mocker", "run the mock engine (vLLM HTTP dialect and KV events, no GPU)", mocker.Run},
 }
 

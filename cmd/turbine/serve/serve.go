@@ -107,7 +107,8 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	mock := o.Engine.Mocker(self, card)
-	routerClient, catalogClient := worker.GrainClients(member.Cluster, o.Model, catalog.Identity)
+	routerClient, catalogClient := worker.GrainClients(member.Cluster, o.Model, catalog.Identity,
+		worker.GrainTimeout(o.Heartbeat))
 	root := member.System.Root
 	for i := 0; i < o.Workers; i++ {
 		id := fmt.Sprintf("w%d", i)

@@ -78,6 +78,8 @@ func Logger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Logger{}, fmt.Errorf("--log-format %q: want auto, json or console", format)
 	}
+	// Millisecond timestamps: member and engine events are seconds apart or less.
+	zerolog.TimeFieldFormat = "2006-01-02T15:04:05.000Z07:00"
 	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
 }
 

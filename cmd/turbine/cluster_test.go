@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/openai/openai-go/v3"
+
+	"github.com/turbine-llm/turbine/internal/consultest"
+)
+
+// localCluster is a cluster of separate turbine processes around a real Consul agent.
+type localCluster struct {
+	t      *testing.T
+	consul *consultest.Agent
+}
+
+func newLocalCluster(t *testing.T) *localCluster {
+	t.Helper()
+	if turbineBin == "" {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	return &localCluster{t: t, consul: consultest.Start(t)}
+}
+
+func (c *localCluster) discovery() string { return "consul://" + c.consul.Addr() }
+
+// clusterArgs are the membership flags every member of a test cluster gets: a short
+// Consul TTL so that a killed member leaves within about two seconds.
+func (c *localCluster) clusterArgs() []string {
+	return []string{"--discovery", c.discovery(), "--log-format", "json", "--consul-ttl", "2s",
+		"--consul-ttl-refresh", "500ms"}
+}
+
+func (c *localCluster) frontend(name string) *server {
+	c.t.Helper()
+	args := append([]string{"frontend", "--port", "0"}, c.clusterArgs()...)
+	return startTurbine(c.t, name, "turbine frontend serving", args...)
+}
+
+func (c *localCluster) node(id string, workers int) *server {
+	c.t.Helper()
+	args := append([]string{"node", "--node-id", id, "--workers", strconv.Itoa(workers), "--heartbeat", "200ms",
+		"--speedup-ratio", "50"}, c.clusterArgs()...)
+	return startTurbine(c.t, id, "node agent joined the cluster", args...)
+}
+
+// chat sends one non-streaming chat request and returns the usage.
+func chat(ctx context.Context, s *server, prompt string) (openai.CompletionUsage, error) {
+	c := sdk(s)
+	resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model:     model,
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		MaxTokens: openai.Int(4),
+	})
+	if err != nil {
+		return openai.CompletionUsage{}, err
+	}
+	return resp.Usage, nil
+}
+
+// mustChat sends n requests and fails the test on any error.
+func mustChat(t *testing.T, s *server, n int, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 0; i < n; i++ {
+		if _, err := chat(ctx, s, fmt.Sprintf("%s request %d about rivers", what, i)); err != nil {
+			t.Fatalf("%s: request %d: %v", what, i, err)
+		}
+	}
+}
+
+// workersOn lists the workers (by id prefix) the router of model routes to.
+func workersOn(s *server, prefix string) []string {
+	var out []string
+	for id := range s.workerStats(model) {
+		if strings.HasPrefix(id, prefix) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// servesModel reports whether GET /v1/models lists the model.
+func servesModel(s *server) bool {
+	resp, err := http.Get(s.url + "/v1/models")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return resp.StatusCode == http.StatusOK && strings.Contains(b.String(), `"`+model+`"`)
+}
+
+func TestClusterNodeKilled(t *testing.T) {
+	c := newLocalCluster(t)
+	t0 := time.Now()
+	fe := c.frontend("frontend")
+	n1 := c.node("node-1", 1)
+	c.node("node-2", 1)
+	fe.waitReady(model, 2)
+	t.Logf("1 frontend + 2 nodes: model served by 2 ready workers %.1f s after start", time.Since(t0).Seconds())
+	mustChat(t, fe, 6, "before the kill")
+
+	// kill -9 one node: its worker leaves routing, the other node keeps serving.
+	killed := time.Now()
+	n1.kill()
+	fe.waitFor(30*time.Second, "node-1's worker to leave routing", func() bool {
+		return len(workersOn(fe, "node-1")) == 0 && len(workersOn(fe, "node-2")) == 1
+	})
+	t.Logf("node kill -9 → its workers out of routing: %.2f s", time.Since(killed).Seconds())
+	mustChat(t, fe, 6, "after node-1 died")
+	if !servesModel(fe) {
+		t.Fatal("/v1/models dropped the model while node-2 still serves it")
+	}
+
+	// Restarting the node brings its worker back.
+	c.node("node-1", 1)
+	fe.waitReady(model, 2)
+	mustChat(t, fe, 4, "after node-1 came back")
+}
+
+func TestClusterLastNodeKilledDropsTheModel(t *testing.T) {
+	c := newLocalCluster(t)
+	fe := c.frontend("frontend")
+	n := c.node("node-1", 1)
+	fe.waitReady(model, 1)
+	mustChat(t, fe, 2, "before the kill")
+	n.kill()
+	fe.waitFor(30*time.Second, "/v1/models to drop the model", func() bool { return !servesModel(fe) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := chat(ctx, fe, "anyone there?")
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("request for a model whose last node died: %v, want 503", err)
+	}
+	c.node("node-1", 1)
+	fe.waitReady(model, 1)
+	mustChat(t, fe, 2, "after the node came back")
+}
+
+func TestClusterRouterGrainMoves(t *testing.T) {
+	c := newLocalCluster(t)
+	fes := []*server{c.frontend("frontend-a"), c.frontend("frontend-b")}
+	c.node("node-1", 2)
+	for _, fe := range fes {
+		fe.waitReady(model, 2)
+	}
+	// Any frontend serves any model.
+	mustChat(t, fes[0], 2, "through frontend-a")
+	mustChat(t, fes[1], 2, "through frontend-b")
+
+	// Fill the KV index with one long prefix.
+	prefix := longText("delta", 300)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := chat(ctx, fes[0], prefix+" first question"); err != nil {
+		t.Fatal(err)
+	}
+	fes[0].waitFor(10*time.Second, "indexed blocks", func() bool { return indexedBlocks(fes[0]) > 0 })
+
+	// The Router grain lives on the member whose log has the router's lines.
+	host, other := fes[0], fes[1]
+	if !strings.Contains(host.Logs(), `"router":"`+model+`"`) {
+		host, other = other, host
+	}
+	if !strings.Contains(host.Logs(), `"router":"`+model+`"`) {
+		t.Fatalf("no frontend logged hosting the %s router:\n%s\n%s", model, fes[0].Logs(), fes[1].Logs())
+	}
+	t.Logf("the %s Router grain lives on %s; killing it", model, host.name)
+	killed := time.Now()
+	host.kill()
+
+	// The next requests are served once the grain re-activates on the other frontend.
+	// Short client timeouts: a request caught by the kill waits for its own timeout, which
+	// would otherwise be what this measures.
+	other.waitFor(30*time.Second, "a request served after the router's member died", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := chat(ctx, other, "are you back?")
+		return err == nil
+	})
+	served := time.Since(killed)
+	// KV-aware placement is back once the moved grain rebuilt its index from the workers'
+	// block-list dumps: the long prefix is found again.
+	other.waitFor(30*time.Second, "a prefix hit through the moved router", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		u, err := chat(ctx, other, prefix+" second question")
+		return err == nil && u.PromptTokensDetails.CachedTokens > 0
+	})
+	t.Logf("router member kill -9 → first request served: %.2f s; → KV-aware again (prefix hit): %.2f s",
+		served.Seconds(), time.Since(killed).Seconds())
+	if !strings.Contains(other.Logs(), `"router":"`+model+`"`) {
+		t.Fatalf("%s served after the move but logged no router lines", other.name)
+	}
+}
+
+func TestClusterSurvivesConsulOutage(t *testing.T) {
+	c := newLocalCluster(t)
+	fe := c.frontend("frontend")
+	n := c.node("node-1", 1)
+	fe.waitReady(model, 1)
+	mustChat(t, fe, 2, "before the outage")
+
+	linesBefore := []int{strings.Count(fe.Logs(), "\n"), strings.Count(n.Logs(), "\n")}
+	c.consul.Stop()
+	// Ten seconds without the agent: members already known keep serving.
+	end := time.Now().Add(10 * time.Second)
+	for i := 0; time.Now().Before(end); i++ {
+		mustChat(t, fe, 1, fmt.Sprintf("during the outage (%d)", i))
+		select {
+		case <-fe.done:
+			t.Fatalf("frontend exited during the Consul outage:\n%s", fe.Logs())
+		case <-n.done:
+			t.Fatalf("node exited during the Consul outage:\n%s", n.Logs())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	c.consul.Restart(t) // dev mode: every registration is gone
+
+	// Membership converges again: both members re-register and pass their checks.
+	client, err := consulapi.NewClient(&consulapi.Config{Address: c.consul.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.waitFor(30*time.Second, "both members passing in Consul again", func() bool {
+		entries, _, err := client.Health().Service("turbine", "", true, nil)
+		return err == nil && len(entries) == 2
+	})
+	for i, s := range []*server{fe, n} {
+		if grown := strings.Count(s.Logs(), "\n") - linesBefore[i]; grown > 60 {
+			t.Errorf("%s logged %d lines during a 10 s Consul outage (flooding):\n%s", s.name, grown, s.Logs())
+		}
+	}
+	mustChat(t, fe, 2, "after the outage")
+	// A new frontend learns the cluster from Consul alone, so it proves convergence.
+	fe2 := c.frontend("frontend-2")
+	fe2.waitReady(model, 1)
+	mustChat(t, fe2, 2, "through a frontend started after the outage")
+}
+
+// indexedBlocks sums the KV blocks the router indexes over every worker.
+func indexedBlocks(s *server) float64 {
+	total := 0.0
+	for _, w := range s.workerStats(model) {
+		total += w.IndexedBlocks
+	}
+	return total
+}

@@ -1,0 +1,125 @@
+// Package frontend is `turbine frontend`: a cluster member that serves the OpenAI HTTP
+// API for every model in the cluster and hosts Router and Catalog grains. Workers run on
+// `turbine node` members; members find each other through Consul (or in-process with
+// --discovery local). Any number of frontends may run: each serves every model.
+package frontend
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/actors/catalog"
+	fe "github.com/turbine-llm/turbine/actors/frontend"
+	"github.com/turbine-llm/turbine/actors/router"
+	"github.com/turbine-llm/turbine/cluster"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/gateway"
+)
+
+// Options are the frontend's flags, with their defaults.
+type Options struct {
+	options.HTTP
+	options.Router
+	options.Cluster
+	options.Log
+}
+
+// Defaults are the embedded defaults.
+func Defaults() Options {
+	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Cluster: options.DefaultCluster(),
+		Log: options.DefaultLog()}
+}
+
+func flags(o *Options, fs *flag.FlagSet) {
+	o.HTTP.Flags(fs)
+	o.Router.Flags(fs)
+	o.Cluster.Flags(fs)
+	o.Log.Flags(fs)
+}
+
+// Validate checks the options; errors name the flag.
+func (o *Options) Validate() error {
+	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Cluster.Validate()} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run is `turbine frontend`.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := Defaults()
+	fs := flag.NewFlagSet("turbine frontend", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	flags(&o, fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: turbine frontend [flags]\n\nServes the OpenAI API for every model of the cluster and hosts its routers.\nEvery flag can also be set with TURBINE_<FLAG> (upper case, '-' as '_'),\ne.g. TURBINE_DISCOVERY=consul://10.0.0.5:8500. Flags:\n")
+		fs.PrintDefaults()
+	}
+	if help, err := cli.ParseCommand(fs, args); help || err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	log, err := o.Log.Logger(stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := cli.SignalContext(ctx)
+	defer stop()
+	return run(ctx, o, log)
+}
+
+func run(ctx context.Context, o Options, log zerolog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ln, err := o.HTTP.Listen()
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	kinds := []*pcluster.Kind{router.Kind(o.Router.Config(0, log)), catalog.Kind()}
+	cfg := o.Cluster.Config(kinds, log)
+
+	// The HTTP server outlives member restarts: one gateway (and one set of metrics) over
+	// a backend that moves to each new member.
+	var backend *fe.Backend
+	started := make(chan error, 1)
+	memberErr := make(chan error, 1)
+	go func() {
+		memberErr <- options.RunMember(ctx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
+			if backend == nil {
+				backend = fe.New(m.Cluster, fe.Config{Logger: log})
+				started <- nil
+			} else {
+				backend.SetCluster(m.Cluster)
+			}
+			log.Info().Str("member", m.ID()).Str("discovery", o.Discovery).Msg("frontend member joined the cluster")
+			<-mctx.Done()
+			return nil
+		})
+	}()
+	select {
+	case <-started:
+	case err := <-memberErr:
+		return err
+	}
+	handler, err := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("url", "http://"+ln.Addr().String()).Str("router_mode", o.RouterMode).Msg("turbine frontend serving")
+	serveErr := options.Serve(ctx, ln, handler, log)
+	cancel()
+	if err := <-memberErr; err != nil && serveErr == nil {
+		return err
+	}
+	return serveErr
+}

@@ -1,0 +1,141 @@
+package options
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/cluster"
+)
+
+// Cluster are the membership flags of `turbine frontend` and `turbine node`.
+type Cluster struct {
+	Discovery     string // "consul://HOST:PORT" or "local"
+	ClusterName   string
+	MemberHost    string // remoting (gRPC) bind address
+	MemberPort    int    // 0 picks a free one
+	AdvertiseHost string // what other members dial; default MemberHost
+
+	ConsulToken           string
+	ConsulCACert          string
+	ConsulClientCert      string
+	ConsulClientKey       string
+	ConsulTLSServerName   string
+	ConsulTLSSkipVerify   bool
+	ConsulTTL             time.Duration
+	ConsulTTLRefresh      time.Duration
+	ConsulDeregisterAfter time.Duration
+}
+
+// DefaultCluster returns Consul on 127.0.0.1:8500, cluster "turbine", loopback remoting.
+func DefaultCluster() Cluster {
+	return Cluster{Discovery: "consul://127.0.0.1:8500", ClusterName: "turbine", MemberHost: "127.0.0.1",
+		ConsulTTL: 3 * time.Second, ConsulTTLRefresh: time.Second, ConsulDeregisterAfter: time.Minute}
+}
+
+// Flags registers the membership flags on fs.
+func (o *Cluster) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Discovery, "discovery", o.Discovery, "how members find each other: consul://HOST:PORT (a Consul agent) or local (this process only)")
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "cluster name (the Consul service name); members of other clusters are ignored")
+	fs.StringVar(&o.MemberHost, "member-host", o.MemberHost, "address the member's remoting (gRPC) server binds")
+	fs.IntVar(&o.MemberPort, "member-port", o.MemberPort, "port of the member's remoting server (0 picks a free one)")
+	fs.StringVar(&o.AdvertiseHost, "advertise-host", o.AdvertiseHost, "address other members dial to reach this one (default --member-host; required when binding 0.0.0.0)")
+	fs.StringVar(&o.ConsulToken, "consul-token", o.ConsulToken, "Consul ACL token (default: CONSUL_HTTP_TOKEN)")
+	fs.StringVar(&o.ConsulCACert, "consul-cacert", o.ConsulCACert, "CA certificate file for TLS to Consul (turns on https)")
+	fs.StringVar(&o.ConsulClientCert, "consul-client-cert", o.ConsulClientCert, "client certificate file for TLS to Consul")
+	fs.StringVar(&o.ConsulClientKey, "consul-client-key", o.ConsulClientKey, "client key file for TLS to Consul")
+	fs.StringVar(&o.ConsulTLSServerName, "consul-tls-server-name", o.ConsulTLSServerName, "server name expected in Consul's TLS certificate")
+	fs.BoolVar(&o.ConsulTLSSkipVerify, "consul-tls-skip-verify", o.ConsulTLSSkipVerify, "do not verify Consul's TLS certificate (testing only)")
+	fs.DurationVar(&o.ConsulTTL, "consul-ttl", o.ConsulTTL, "TTL of the member's Consul health check: a member silent this long is critical")
+	fs.DurationVar(&o.ConsulTTLRefresh, "consul-ttl-refresh", o.ConsulTTLRefresh, "how often the member refreshes its TTL check (less than --consul-ttl)")
+	fs.DurationVar(&o.ConsulDeregisterAfter, "consul-deregister-after", o.ConsulDeregisterAfter, "Consul removes a member critical this long")
+}
+
+// Validate checks the membership options; errors name the flag.
+func (o *Cluster) Validate() error {
+	if _, err := cluster.ParseDiscovery(o.Discovery); err != nil {
+		return fmt.Errorf("--discovery: %w", err)
+	}
+	switch {
+	case o.ClusterName == "":
+		return errors.New("--cluster-name: empty")
+	case o.MemberPort < 0 || o.MemberPort > 65535:
+		return fmt.Errorf("--member-port %d: want 0..65535", o.MemberPort)
+	case (o.MemberHost == "0.0.0.0" || o.MemberHost == "::") && o.AdvertiseHost == "":
+		return fmt.Errorf("--member-host %s binds every address: set --advertise-host to the one other members dial", o.MemberHost)
+	}
+	return nil
+}
+
+// Config returns the member configuration hosting kinds.
+func (o *Cluster) Config(kinds []*pcluster.Kind, log zerolog.Logger) cluster.Config {
+	return cluster.Config{
+		Name: o.ClusterName, Host: o.MemberHost, Port: o.MemberPort, AdvertiseHost: o.AdvertiseHost,
+		Discovery: o.Discovery, Kinds: kinds, Logger: log,
+		Consul: cluster.ConsulOptions{
+			Token: o.ConsulToken, CAFile: o.ConsulCACert, CertFile: o.ConsulClientCert, KeyFile: o.ConsulClientKey,
+			TLSServerName: o.ConsulTLSServerName, InsecureSkipVerify: o.ConsulTLSSkipVerify,
+			TTL: o.ConsulTTL, RefreshTTL: o.ConsulTTLRefresh, DeregisterCritical: o.ConsulDeregisterAfter,
+		},
+	}
+}
+
+// RunMember runs a cluster member for as long as ctx lives. It starts a member from cfg
+// and calls run with a context that ends when ctx does or when the member is lost (the
+// cluster dropped or blocked it: protoactor never lets that id back in). A lost member is
+// stopped and replaced by a new one with a fresh id, and run is called again with it.
+// Start failures retry with capped backoff (1 s doubling to 30 s). RunMember returns nil
+// when ctx ends, or run's error when run fails on its own.
+func RunMember(ctx context.Context, cfg cluster.Config, log zerolog.Logger,
+	run func(ctx context.Context, m *cluster.Member) error) error {
+	delay := time.Second
+	for ctx.Err() == nil {
+		m, err := cluster.Start(cfg)
+		if err != nil {
+			log.Error().Err(err).Dur("retry_in", delay).Msg("cluster member did not start")
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, 30*time.Second)
+			continue
+		}
+		delay = time.Second
+		runCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-m.Lost():
+				cancel()
+			case <-runCtx.Done():
+			}
+		}()
+		err = run(runCtx, m)
+		cancel()
+		m.Stop()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case isLost(m):
+			log.Warn().Str("member", m.ID()).Msg("cluster member lost: starting a new one with a fresh id")
+		case err != nil:
+			return err
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+func isLost(m *cluster.Member) bool {
+	select {
+	case <-m.Lost():
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# A local Turbine cluster of separate processes: a Consul dev agent, frontends and nodes.
+#
+#   scripts/local-cluster.sh up            Consul + 1 frontend (:8000) + 2 nodes × 2 mock workers
+#   scripts/local-cluster.sh add-frontend  one more frontend on the next free port from 8001
+#   scripts/local-cluster.sh status        processes, members in Consul, served models
+#   scripts/local-cluster.sh down          stop everything this script started
+#
+# Everything lives in $TURBINE_CLUSTER_DIR (default .cluster/ in the repository): logs/
+# (one file per process), pids/, and the turbine binary built from this checkout.
+# Settings: CONSUL_HTTP_PORT (8500), TURBINE_FRONTEND_PORT (8000), TURBINE_NODES (2),
+# TURBINE_WORKERS (workers per node, 2), TURBINE_MODEL (turbine-mock); any other
+# TURBINE_<FLAG> variable reaches every turbine process as usual.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dir="${TURBINE_CLUSTER_DIR:-$root/.cluster}"
+consul_port="${CONSUL_HTTP_PORT:-8500}"
+fe_port="${TURBINE_FRONTEND_PORT:-8000}"
+nodes="${TURBINE_NODES:-2}"
+workers="${TURBINE_WORKERS:-2}"
+model="${TURBINE_MODEL:-turbine-mock}"
+bin="$dir/bin/turbine"
+mkdir -p "$dir/logs" "$dir/pids" "$dir/bin"
+
+# start NAME CMD... : runs CMD in its own process group, logs to logs/NAME.log.
+start() {
+  local name=$1; shift
+  setsid "$@" >"$dir/logs/$name.log" 2>&1 < /dev/null &
+  echo $! >"$dir/pids/$name.pid"
+}
+
+alive() { [ -f "$dir/pids/$1.pid" ] && kill -0 "$(cat "$dir/pids/$1.pid")" 2>/dev/null; }
+
+# wait_for WHAT SECONDS CMD... : polls CMD until it succeeds.
+wait_for() {
+  local what=$1 limit=$2; shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "timed out after ${limit}s waiting for $what (logs in $dir/logs)" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+up() {
+  if alive consul; then echo "a local cluster is already up (scripts/local-cluster.sh down stops it)" >&2; exit 1; fi
+  for p in "$consul_port" "$fe_port"; do
+    port_free "$p" || { echo "port $p is taken: set CONSUL_HTTP_PORT / TURBINE_FRONTEND_PORT" >&2; exit 1; }
+  done
+  local t0=$SECONDS consul
+  consul="$("$root/scripts/ensure-consul.sh")"
+  echo "building turbine into $bin"
+  (cd "$root" && go build -o "$bin" ./cmd/turbine)
+  start consul "$consul" agent -dev -bind 127.0.0.1 -client 127.0.0.1 -http-port "$consul_port" \
+    -dns-port -1 -grpc-port -1
+  wait_for "Consul's leader" 30 sh -c "curl -fsS http://127.0.0.1:$consul_port/v1/status/leader | grep -q :"
+  local t_boot=$SECONDS
+  export TURBINE_DISCOVERY="consul://127.0.0.1:$consul_port" TURBINE_MODEL="$model" TURBINE_LOG_FORMAT=json
+  start frontend-0 "$bin" frontend --port "$fe_port"
+  for i in $(seq 1 "$nodes"); do
+    start "node-$i" "$bin" node --node-id "node-$i" --workers "$workers"
+  done
+  wait_for "the model on http://127.0.0.1:$fe_port/v1/models" 120 \
+    sh -c "curl -fsS http://127.0.0.1:$fe_port/v1/models | grep -q '\"$model\"'"
+  echo "local cluster up in $((SECONDS - t_boot))s after Consul ($((SECONDS - t0))s in all):"
+  echo "  OpenAI API  http://127.0.0.1:$fe_port/v1   (model $model, $nodes nodes × $workers workers)"
+  echo "  Consul UI   http://127.0.0.1:$consul_port/ui"
+  echo "  logs        $dir/logs/"
+  echo "  stop with   scripts/local-cluster.sh down"
+}
+
+add_frontend() {
+  alive consul || { echo "no local cluster is up (scripts/local-cluster.sh up)" >&2; exit 1; }
+  local n=1 p=$((fe_port + 1))
+  while [ -f "$dir/pids/frontend-$n.pid" ] && alive "frontend-$n"; do n=$((n + 1)); done
+  while ! port_free "$p"; do p=$((p + 1)); done
+  TURBINE_DISCOVERY="consul://127.0.0.1:$consul_port" TURBINE_LOG_FORMAT=json start "frontend-$n" "$bin" frontend --port "$p"
+  wait_for "the model on http://127.0.0.1:$p/v1/models" 60 \
+    sh -c "curl -fsS http://127.0.0.1:$p/v1/models | grep -q '\"$model\"'"
+  echo "frontend-$n serving http://127.0.0.1:$p/v1 (the same models as every frontend)"
+}
+
+status() {
+  for f in "$dir"/pids/*.pid; do
+    [ -e "$f" ] || { echo "no local cluster"; return; }
+    local name; name="$(basename "$f" .pid)"
+    if alive "$name"; then echo "  $name  pid $(cat "$f")  running"; else echo "  $name  stopped"; fi
+  done
+  local members
+  members="$(curl -fsS "http://127.0.0.1:$consul_port/v1/health/service/${TURBINE_CLUSTER_NAME:-turbine}?passing" 2>/dev/null |
+    grep -o '"ServiceID":"[^"]\+"' | sort -u | wc -l)" || true
+  echo "  consul: ${members:-0} members passing their checks"
+  curl -fsS "http://127.0.0.1:$fe_port/v1/models" 2>/dev/null | sed 's/^/  models: /' || true
+  echo
+}
+
+down() {
+  # Members first (they leave the cluster gracefully on SIGTERM), Consul last.
+  local f name pid
+  for f in "$dir"/pids/frontend-*.pid "$dir"/pids/node-*.pid "$dir"/pids/consul.pid; do
+    [ -e "$f" ] || continue
+    name="$(basename "$f" .pid)"; pid="$(cat "$f")"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -KILL -- "-$pid" 2>/dev/null || true
+      echo "stopped $name"
+    fi
+    rm -f "$f"
+  done
+}
+
+case "${1:-}" in
+  up) up ;;
+  add-frontend) add_frontend ;;
+  status) status ;;
+  down) down ;;
+  *) echo "usage: $0 up|add-frontend|status|down" >&2; exit 2 ;;
+esac
