@@ -54,7 +54,7 @@ up() {
   local t0=$SECONDS consul
   consul="$("$root/scripts/ensure-consul.sh")"
   echo "building turbine into $bin"
-  (cd "$root" && go build -o "$bin" ./cmd/turbine)
+  (cd "$root" && CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations" go build -o "$bin" ./cmd/turbine)
   start consul "$consul" agent -dev -bind 127.0.0.1 -client 127.0.0.1 -http-port "$consul_port" \
     -dns-port -1 -grpc-port -1
   wait_for "Consul's leader" 30 sh -c "curl -fsS http://127.0.0.1:$consul_port/v1/status/leader | grep -q :"

@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-tools.sh
+# The cluster tests run a real Consul agent: found on PATH, or built once into the cache.
+TURBINE_CONSUL="$(scripts/ensure-consul.sh)"
+export TURBINE_CONSUL
+# go-nvml's C header marks old NVML calls deprecated; the warnings say nothing about us.
+export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 scripts/check-generated.sh
 echo "real tokenizer fixtures (npm, cached outside the repository):"
 scripts/fixtures.sh | sed "s/^/  /"
