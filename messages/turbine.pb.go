@@ -92,8 +92,14 @@ type ModelCard struct {
 	MaxNumSeqs          int32                  `protobuf:"varint,6,opt,name=max_num_seqs,json=maxNumSeqs,proto3" json:"max_num_seqs,omitempty"`
 	MaxNumBatchedTokens int32                  `protobuf:"varint,7,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"`
 	EosTokenIds         []uint32               `protobuf:"varint,8,rep,packed,name=eos_token_ids,json=eosTokenIds,proto3" json:"eos_token_ids,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// sha256 (hex) over the tokenizer folder's files that preprocessing reads (name and
+	// content, in name order); empty for a builtin tokenizer. A gateway whose local copy has
+	// another digest fetches the files (ModelFilesRequest).
+	TokenizerDigest string `protobuf:"bytes,9,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
+	// Set by the Catalog in List: a live worker of this model that answers ModelFilesRequest.
+	FilesFrom     *ActorRef `protobuf:"bytes,10,opt,name=files_from,json=filesFrom,proto3" json:"files_from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelCard) Reset() {
@@ -178,6 +184,20 @@ func (x *ModelCard) GetMaxNumBatchedTokens() int32 {
 func (x *ModelCard) GetEosTokenIds() []uint32 {
 	if x != nil {
 		return x.EosTokenIds
+	}
+	return nil
+}
+
+func (x *ModelCard) GetTokenizerDigest() string {
+	if x != nil {
+		return x.TokenizerDigest
+	}
+	return ""
+}
+
+func (x *ModelCard) GetFilesFrom() *ActorRef {
+	if x != nil {
+		return x.FilesFrom
 	}
 	return nil
 }
@@ -1585,6 +1605,7 @@ type AnnounceModel struct {
 	Card          *ModelCard             `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
 	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"` // the announcement expires after this many milliseconds
+	Worker        *ActorRef              `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`             // the announcing worker actor (answers ModelFilesRequest)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1640,6 +1661,174 @@ func (x *AnnounceModel) GetTtlMs() int64 {
 	return 0
 }
 
+func (x *AnnounceModel) GetWorker() *ActorRef {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+// ModelFilesRequest asks a worker actor for the tokenizer files of its model deployment
+// card (tokenizer.json, tokenizer_config.json, and chat_template.jinja when present).
+type ModelFilesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"` // the card's tokenizer_digest the caller expects
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelFilesRequest) Reset() {
+	*x = ModelFilesRequest{}
+	mi := &file_turbine_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelFilesRequest) ProtoMessage() {}
+
+func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelFilesRequest.ProtoReflect.Descriptor instead.
+func (*ModelFilesRequest) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ModelFilesRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// ModelFile is one file of a model folder.
+type ModelFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // base name, e.g. "tokenizer.json"
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelFile) Reset() {
+	*x = ModelFile{}
+	mi := &file_turbine_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelFile) ProtoMessage() {}
+
+func (x *ModelFile) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelFile.ProtoReflect.Descriptor instead.
+func (*ModelFile) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ModelFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelFile) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ModelFiles answers ModelFilesRequest. error is set (and files empty) when the worker
+// cannot read them or its digest differs from the one asked for.
+type ModelFiles struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	Files         []*ModelFile           `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelFiles) Reset() {
+	*x = ModelFiles{}
+	mi := &file_turbine_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelFiles) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelFiles) ProtoMessage() {}
+
+func (x *ModelFiles) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelFiles.ProtoReflect.Descriptor instead.
+func (*ModelFiles) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ModelFiles) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ModelFiles) GetFiles() []*ModelFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *ModelFiles) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type ListModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1648,7 +1837,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1849,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1862,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{24}
+	return file_turbine_proto_rawDescGZIP(), []int{27}
 }
 
 type ModelList struct {
@@ -1685,7 +1874,7 @@ type ModelList struct {
 
 func (x *ModelList) Reset() {
 	*x = ModelList{}
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1886,7 @@ func (x *ModelList) String() string {
 func (*ModelList) ProtoMessage() {}
 
 func (x *ModelList) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1899,7 @@ func (x *ModelList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelList.ProtoReflect.Descriptor instead.
 func (*ModelList) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{25}
+	return file_turbine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ModelList) GetModels() []*ModelCard {
@@ -1740,7 +1929,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1941,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1954,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{26}
+	return file_turbine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SamplingParams) GetMaxTokens() int32 {
@@ -1866,7 +2055,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +2067,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +2080,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{27}
+	return file_turbine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -1948,7 +2137,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2149,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2162,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{28}
+	return file_turbine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -2057,7 +2246,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2258,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2271,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{29}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -2110,7 +2299,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2311,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2324,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{30}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -2166,7 +2355,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2367,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2380,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -2243,7 +2432,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2444,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2457,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -2320,7 +2509,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2521,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2534,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -2386,7 +2575,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2587,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2600,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -2429,7 +2618,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2630,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2643,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -2470,7 +2659,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2671,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2684,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -2539,7 +2728,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2740,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2753,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2603,7 +2792,7 @@ const file_turbine_proto_rawDesc = "" +
 	"turbine.v1\"4\n" +
 	"\bActorRef\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xad\x02\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x8d\x03\n" +
 	"\tModelCard\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer\x12%\n" +
@@ -2613,7 +2802,11 @@ const file_turbine_proto_rawDesc = "" +
 	"\fmax_num_seqs\x18\x06 \x01(\x05R\n" +
 	"maxNumSeqs\x123\n" +
 	"\x16max_num_batched_tokens\x18\a \x01(\x05R\x13maxNumBatchedTokens\x12\"\n" +
-	"\reos_token_ids\x18\b \x03(\rR\veosTokenIds\"\xca\x01\n" +
+	"\reos_token_ids\x18\b \x03(\rR\veosTokenIds\x12)\n" +
+	"\x10tokenizer_digest\x18\t \x01(\tR\x0ftokenizerDigest\x123\n" +
+	"\n" +
+	"files_from\x18\n" +
+	" \x01(\v2\x14.turbine.v1.ActorRefR\tfilesFrom\"\xca\x01\n" +
 	"\n" +
 	"WorkerLoad\x12#\n" +
 	"\ractive_blocks\x18\x01 \x01(\x03R\factiveBlocks\x12!\n" +
@@ -2718,11 +2911,22 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
 	"\rprompt_blocks\x18\x03 \x01(\x03R\fpromptBlocks\x12%\n" +
 	"\x0eoverlap_blocks\x18\x04 \x01(\x03R\roverlapBlocks\x12)\n" +
-	"\x04card\x18\x05 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\"n\n" +
+	"\x04card\x18\x05 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\"\x9c\x01\n" +
 	"\rAnnounceModel\x12)\n" +
 	"\x04card\x18\x01 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\"\x13\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12,\n" +
+	"\x06worker\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\"+\n" +
+	"\x11ModelFilesRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\"3\n" +
+	"\tModelFile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"g\n" +
+	"\n" +
+	"ModelFiles\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12+\n" +
+	"\x05files\x18\x02 \x03(\v2\x15.turbine.v1.ModelFileR\x05files\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x13\n" +
 	"\x11ListModelsRequest\":\n" +
 	"\tModelList\x12-\n" +
 	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\x96\x03\n" +
@@ -2835,7 +3039,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_turbine_proto_goTypes = []any{
 	(*ActorRef)(nil),           // 0: turbine.v1.ActorRef
 	(*ModelCard)(nil),          // 1: turbine.v1.ModelCard
@@ -2861,70 +3065,76 @@ var file_turbine_proto_goTypes = []any{
 	(*WorkerStats)(nil),        // 21: turbine.v1.WorkerStats
 	(*RouterStats)(nil),        // 22: turbine.v1.RouterStats
 	(*AnnounceModel)(nil),      // 23: turbine.v1.AnnounceModel
-	(*ListModelsRequest)(nil),  // 24: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),          // 25: turbine.v1.ModelList
-	(*SamplingParams)(nil),     // 26: turbine.v1.SamplingParams
-	(*Generate)(nil),           // 27: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 28: turbine.v1.TokenChunk
-	(*Credit)(nil),             // 29: turbine.v1.Credit
-	(*Cancel)(nil),             // 30: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 31: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 32: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 33: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 34: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 35: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 36: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 37: turbine.v1.NodeStatus
+	(*ModelFilesRequest)(nil),  // 24: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),          // 25: turbine.v1.ModelFile
+	(*ModelFiles)(nil),         // 26: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),  // 27: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),          // 28: turbine.v1.ModelList
+	(*SamplingParams)(nil),     // 29: turbine.v1.SamplingParams
+	(*Generate)(nil),           // 30: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 31: turbine.v1.TokenChunk
+	(*Credit)(nil),             // 32: turbine.v1.Credit
+	(*Cancel)(nil),             // 33: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 34: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 35: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 36: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 37: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 38: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 39: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 40: turbine.v1.NodeStatus
 }
 var file_turbine_proto_depIdxs = []int32{
-	0,  // 0: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
-	1,  // 1: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
-	3,  // 2: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
-	2,  // 3: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
-	7,  // 4: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
-	8,  // 5: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
-	9,  // 6: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
-	10, // 7: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
-	10, // 8: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	0,  // 9: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	21, // 10: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	1,  // 11: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	1,  // 12: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	1,  // 13: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	26, // 14: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	0,  // 15: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	1,  // 16: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	0,  // 17: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	0,  // 18: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	31, // 19: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	36, // 20: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	4,  // 21: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
-	6,  // 22: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
-	11, // 23: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
-	13, // 24: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
-	15, // 25: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
-	17, // 26: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
-	17, // 27: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
-	19, // 28: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
-	20, // 29: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	23, // 30: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	24, // 31: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	5,  // 32: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	18, // 33: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	12, // 34: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	18, // 35: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	16, // 36: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	18, // 37: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	18, // 38: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	18, // 39: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	22, // 40: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	18, // 41: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	25, // 42: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	0,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
+	0,  // 1: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
+	1,  // 2: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
+	3,  // 3: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
+	2,  // 4: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
+	7,  // 5: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
+	8,  // 6: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
+	9,  // 7: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
+	10, // 8: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
+	10, // 9: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
+	0,  // 10: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	21, // 11: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	1,  // 12: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	1,  // 13: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	0,  // 14: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	25, // 15: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	1,  // 16: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	29, // 17: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	0,  // 18: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	1,  // 19: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	0,  // 20: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	0,  // 21: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	34, // 22: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	39, // 23: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	4,  // 24: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
+	6,  // 25: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
+	11, // 26: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
+	13, // 27: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
+	15, // 28: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
+	17, // 29: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
+	17, // 30: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
+	19, // 31: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
+	20, // 32: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
+	23, // 33: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	27, // 34: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	5,  // 35: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	18, // 36: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	12, // 37: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	18, // 38: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	16, // 39: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	18, // 40: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	18, // 41: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	18, // 42: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	22, // 43: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	18, // 44: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	28, // 45: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -2943,7 +3153,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
