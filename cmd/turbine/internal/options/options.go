@@ -94,10 +94,15 @@ func (o *Engine) Validate() error {
 	return nil
 }
 
-// Card loads the tokenizer and returns the model deployment card the engines serve.
-// Errors name --tokenizer.
+// Card loads the tokenizer and returns the model deployment card the engines serve, with
+// the digest of the tokenizer folder's files (empty for a builtin tokenizer). Errors name
+// --tokenizer.
 func (o *Engine) Card() (*messages.ModelCard, error) {
 	model, err := preprocess.LoadModel(o.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("--tokenizer: %w", err)
+	}
+	digest, err := preprocess.SourceDigest(o.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("--tokenizer: %w", err)
 	}
@@ -105,7 +110,7 @@ func (o *Engine) Card() (*messages.ModelCard, error) {
 		Model: o.Model, Tokenizer: o.Tokenizer, ContextLength: int32(o.MaxModelLen),
 		KvBlockSize: int32(o.BlockSize), TotalKvBlocks: int64(o.NumGPUBlocks),
 		MaxNumSeqs: int32(o.MaxNumSeqs), MaxNumBatchedTokens: int32(o.MaxNumBatchedTokens),
-		EosTokenIds: model.EOSTokenIDs,
+		EosTokenIds: model.EOSTokenIDs, TokenizerDigest: digest,
 	}, nil
 }
 
