@@ -7,6 +7,9 @@
 //   - messages.Credit (from the request's receiver): grant more chunks.
 //   - messages.Cancel (from gateways): abort the engine request; harmless when finished.
 //   - messages.DumpBlocksRequest (from the Router grain): publish the full block list.
+//   - messages.ModelFilesRequest (from gateways without a copy of the tokenizer folder):
+//     answered with messages.ModelFiles, read and hashed off the actor's goroutine
+//     (files.go).
 //   - *actor.Terminated of a reply_to PID: the caller is gone, abort its requests.
 //   - internal: engine started/ready/exited, restart timer, heartbeat tick, request done.
 //
@@ -14,6 +17,9 @@
 // in-flight requests (cancel func + credit channel). The KV block list and the event
 // numbering are owned by the relay goroutine (relay.go), which is the only sender to the
 // Router grain, so events, dumps and registrations reach it in order.
+//
+// Every heartbeat of a ready engine announces the card to the Catalog grain with this
+// actor's ref (AnnounceModel.worker), where gateways fetch tokenizer files from.
 //
 // Children: none (the engine is an OS process, supervised here with a capped exponential
 // backoff). Who may send: gateways, the Router grain, the node (stop).

@@ -154,6 +154,8 @@ func (w *workerActor) Receive(c actor.Context) {
 		if r := w.requests[m.RequestId]; r != nil {
 			r.cancel()
 		}
+	case *messages.ModelFilesRequest:
+		w.modelFiles(c, m)
 	case *messages.DumpBlocksRequest:
 		w.relay.in <- relayDump{}
 	case *actor.Terminated:
@@ -375,7 +377,7 @@ func (w *workerActor) heartbeat(c actor.Context) {
 			// Generous, so that a slow heartbeat never makes the model vanish for a moment.
 			ttl := max(5*w.cfg.Heartbeat, 3*time.Second)
 			if _, err := w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID,
-				TtlMs: ttl.Milliseconds()}); err != nil {
+				TtlMs: ttl.Milliseconds(), Worker: info.Actor}); err != nil {
 				w.log.Debug().Err(err).Msg("catalog announce failed")
 			}
 		}
@@ -395,7 +397,8 @@ func (w *workerActor) stop() {
 		w.engineStop()
 	}
 	if w.cfg.Catalog != nil {
-		_, _ = w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID, TtlMs: 0})
+		_, _ = w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID, TtlMs: 0,
+			Worker: &messages.ActorRef{Address: w.self.Address, Id: w.self.Id}})
 	}
 	// Let the relay deliver the deregistration, but never hang a shutdown on it.
 	done := make(chan struct{})
