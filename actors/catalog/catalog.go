@@ -1,9 +1,12 @@
 // Package catalog is the Catalog grain: the list of served models and their model
 // deployment cards, as announced by workers.
 //
-// Messages: Announce (a worker's card, with a time-to-live), List.
-// State: per model, per worker, the card and its expiry. Derived: the model list.
-// Rebuilt after a move from the workers' next announcements (every heartbeat).
+// Messages: Announce (a worker's card and actor ref, with a time-to-live), List.
+// State: per model, per worker, the card, the worker actor's ref and the expiry. Derived:
+// the model list, one card per model, copied from one live worker's announcement with
+// files_from set to that worker (so that the tokenizer digest and the worker that serves
+// its files agree). Stored cards are never handed out or changed. Rebuilt after a move
+// from the workers' next announcements (every heartbeat).
 // Senders: workers (Announce), gateways (List).
 package catalog
 
@@ -13,6 +16,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 // Identity is the one Catalog grain's identity.
@@ -20,6 +24,7 @@ const Identity = "models"
 
 type entry struct {
 	card    *messages.ModelCard
+	worker  *messages.ActorRef // nil from workers that do not say
 	expires time.Time
 }
 
@@ -57,31 +62,60 @@ func (c *Catalog) Announce(req *messages.AnnounceModel, _ cluster.GrainContext) 
 	if c.models[model] == nil {
 		c.models[model] = map[string]entry{}
 	}
-	c.models[model][req.WorkerId] = entry{card: req.Card, expires: c.now().Add(time.Duration(req.TtlMs) * time.Millisecond)}
+	c.models[model][req.WorkerId] = entry{card: req.Card, worker: req.Worker,
+		expires: c.now().Add(time.Duration(req.TtlMs) * time.Millisecond)}
 	return &messages.Ack{}, nil
 }
 
-// List returns one card per model that has at least one unexpired worker, sorted by name.
+// List returns one card per model that has at least one unexpired worker, sorted by name:
+// a copy of the card of the worker chosen by pick, with files_from set to that worker's
+// actor ref (unset when it announced none).
 func (c *Catalog) List(_ *messages.ListModelsRequest, _ cluster.GrainContext) (*messages.ModelList, error) {
 	now := c.now()
 	out := &messages.ModelList{}
 	for model, workers := range c.models {
-		var card *messages.ModelCard
 		for id, e := range workers {
 			if now.After(e.expires) {
 				delete(workers, id)
-				continue
-			}
-			if card == nil { // workers of one model publish the same card
-				card = e.card
 			}
 		}
 		if len(workers) == 0 {
 			delete(c.models, model)
 			continue
 		}
+		e := pick(workers)
+		card := proto.Clone(e.card).(*messages.ModelCard)
+		card.FilesFrom = nil
+		if e.worker != nil {
+			card.FilesFrom = proto.Clone(e.worker).(*messages.ActorRef)
+		}
 		out.Models = append(out.Models, card)
 	}
 	sort.Slice(out.Models, func(i, j int) bool { return out.Models[i].Model < out.Models[j].Model })
 	return out, nil
+}
+
+// pick chooses the worker whose card a model is listed with: among those that announced
+// an actor ref if any, the one announced last (latest expiry), then the lowest worker id,
+// so that the choice does not depend on map order.
+func pick(workers map[string]entry) entry {
+	var best entry
+	bestID := ""
+	better := func(id string, e entry) bool {
+		switch {
+		case bestID == "":
+			return true
+		case (e.worker != nil) != (best.worker != nil):
+			return e.worker != nil
+		case !e.expires.Equal(best.expires):
+			return e.expires.After(best.expires)
+		}
+		return id < bestID
+	}
+	for id, e := range workers {
+		if better(id, e) {
+			best, bestID = e, id
+		}
+	}
+	return best
 }

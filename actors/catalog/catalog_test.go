@@ -48,3 +48,66 @@ func TestCatalogListsModelsWithLiveWorkers(t *testing.T) {
 		t.Fatalf("models %v after an announcement without a model", got)
 	}
 }
+
+func TestCatalogListSetsFilesFromWithoutMutatingStoredCards(t *testing.T) {
+	now := time.Unix(100, 0)
+	c := New(func() time.Time { return now })
+	ref := func(id string) *messages.ActorRef {
+		return &messages.ActorRef{Address: "10.0.0.1:7000", Id: "worker/" + id}
+	}
+	cards := map[string]*messages.ModelCard{}
+	announce := func(worker, digest string, ref *messages.ActorRef) {
+		t.Helper()
+		card := &messages.ModelCard{Model: "m", Tokenizer: "/models/m", TokenizerDigest: digest}
+		cards[worker] = card
+		if _, err := c.Announce(&messages.AnnounceModel{Card: card, WorkerId: worker, TtlMs: 10_000, Worker: ref}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() *messages.ModelCard {
+		t.Helper()
+		l, err := c.List(&messages.ListModelsRequest{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l.Models) != 1 {
+			t.Fatalf("listed %d models, want 1", len(l.Models))
+		}
+		return l.Models[0]
+	}
+
+	announce("w0", "d0", nil) // a worker that names no actor
+	if got := list(); got.FilesFrom != nil {
+		t.Fatalf("files_from %v, want none when no worker named its actor", got.FilesFrom)
+	}
+	announce("w1", "d1", ref("w1"))
+	now = now.Add(time.Second)
+	announce("w2", "d2", ref("w2")) // announced last: chosen
+	got := list()
+	if got.GetFilesFrom().GetId() != "worker/w2" || got.GetTokenizerDigest() != "d2" {
+		t.Fatalf("listed files_from %v digest %q, want worker/w2 with its own card's digest d2", got.GetFilesFrom(), got.GetTokenizerDigest())
+	}
+	if got == cards["w2"] {
+		t.Fatal("List returned the stored card itself, not a copy")
+	}
+	got.FilesFrom.Id = "changed by a caller"
+	got.TokenizerDigest = "changed by a caller"
+	for w, card := range cards {
+		if card.FilesFrom != nil || card.TokenizerDigest != "d"+w[1:] {
+			t.Fatalf("stored card of %s changed: files_from %v digest %q", w, card.FilesFrom, card.TokenizerDigest)
+		}
+	}
+	if again := list(); again.GetFilesFrom().GetId() != "worker/w2" || again.GetTokenizerDigest() != "d2" {
+		t.Fatalf("a caller's change reached the catalog: files_from %v digest %q", again.GetFilesFrom(), again.GetTokenizerDigest())
+	}
+	// The chosen worker expires: another live one is named.
+	now = now.Add(9500 * time.Millisecond)
+	if got := list(); got.GetFilesFrom().GetId() != "worker/w2" {
+		t.Fatalf("files_from %v before w2 expired, want worker/w2", got.GetFilesFrom())
+	}
+	announce("w1", "d1", ref("w1"))
+	now = now.Add(time.Second)
+	if got := list(); got.GetFilesFrom().GetId() != "worker/w1" || got.GetTokenizerDigest() != "d1" {
+		t.Fatalf("after w2 expired: files_from %v digest %q, want worker/w1 with d1", got.GetFilesFrom(), got.GetTokenizerDigest())
+	}
+}
