@@ -27,7 +27,13 @@ type Config struct {
 	// ModelMemory is how long a model that had live workers is answered with 503 (no
 	// ready worker) rather than 404 (unknown model) once it has none (default 10 min).
 	ModelMemory time.Duration
-	Logger      zerolog.Logger
+	// ModelCacheDir holds tokenizer folders fetched from workers (LoaderConfig.CacheDir;
+	// default DefaultModelCacheDir()).
+	ModelCacheDir string
+	// FilesTimeout bounds a request for a model's tokenizer files to a worker (default
+	// DefaultFilesTimeout).
+	FilesTimeout time.Duration
+	Logger       zerolog.Logger
 }
 
 // Backend implements gateway.Backend on a cluster member.
@@ -40,6 +46,7 @@ type Backend struct {
 	models   []*messages.ModelCard
 	modelsAt time.Time
 	seen     map[string]time.Time // model -> last time the catalog listed it
+	loader   *ModelLoader
 }
 
 var _ gateway.Backend = (*Backend)(nil)
@@ -60,8 +67,22 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	}
 	b := &Backend{cfg: cfg, seen: map[string]time.Time{}}
 	b.c.Store(c)
+	b.loader = NewModelLoader(b.actorSystem,
+		LoaderConfig{CacheDir: cfg.ModelCacheDir, FilesTimeout: cfg.FilesTimeout, Logger: cfg.Logger})
 	return b
 }
+
+func (b *Backend) actorSystem() *actor.ActorSystem {
+	if c := b.c.Load(); c != nil {
+		return c.ActorSystem
+	}
+	return nil
+}
+
+// ModelLoader returns the gateway's model loader (gateway.WithModelLoader): a
+// ModelLoader that fetches tokenizer files from workers through the Backend's current
+// member when this machine lacks them.
+func (b *Backend) ModelLoader() gateway.ModelLoader { return b.loader.Load }
 
 // SetCluster moves the Backend onto another member's cluster (a member restarted with a
 // fresh id). Streams already started stay on the member they started on.

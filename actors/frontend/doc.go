@@ -8,6 +8,11 @@
 // the worker (the worker is gone: a migratable error). State: the next expected chunk
 // index and out-of-order chunks. Who may send: the worker serving the request.
 //
+// Model loading (models.go): the gateway's ModelLoader loads each card's tokenizer from
+// this machine when it has the folder with the card's tokenizer_digest, else asks the
+// worker named by the card's files_from (ModelFilesRequest, answered with ModelFiles) and
+// keeps the files under <cache>/models/<digest>/. No actor of its own: it uses futures.
+//
 // Load tracking: every request routed is freed in the Router grain exactly once, on
 // every path (finish, error, cancel, client gone): Stream.Close does it.
 package frontend
