@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -264,4 +266,43 @@ func indexedBlocks(s *server) float64 {
 		total += w.IndexedBlocks
 	}
 	return total
+}
+
+// A node serves a model whose tokenizer folder the frontend's machine does not have: the
+// frontend fetches the files from a worker (digest-checked) and preprocesses with them.
+// The node names the folder by a relative path, which resolves only in its own working
+// directory, as a path on another machine would.
+func TestClusterFrontendFetchesTokenizerFiles(t *testing.T) {
+	c := newLocalCluster(t)
+	nodeDir := t.TempDir()
+	src := filepath.Join("..", "..", "actors", "frontend", "testdata", "tiny")
+	if err := os.CopyFS(filepath.Join(nodeDir, "tiny-model"), os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	fe := startTurbineIn(t, t.TempDir(), "frontend", "turbine frontend serving",
+		append([]string{"frontend", "--port", "0", "--model-cache-dir", cache}, c.clusterArgs()...)...)
+	args := append([]string{"node", "--node-id", "node-1", "--workers", "1", "--heartbeat", "200ms",
+		"--speedup-ratio", "50", "--model", "tiny", "--tokenizer", "./tiny-model", "--max-model-len", "512"},
+		c.clusterArgs()...)
+	startTurbineIn(t, nodeDir, "node-1", "node agent joined the cluster", args...)
+	fe.waitReady("tiny", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := sdk(fe)
+	resp, err := cl.Completions.New(ctx, openai.CompletionNewParams{
+		Model:     openai.CompletionNewParamsModel("tiny"),
+		Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("hello world")},
+		MaxTokens: openai.Int(4),
+	})
+	if err != nil {
+		t.Fatalf("completion with a tokenizer only the node has: %v\n%s", err, fe.Logs())
+	}
+	if resp.Usage.PromptTokens == 0 {
+		t.Fatalf("usage %+v", resp.Usage)
+	}
+	fetched, err := filepath.Glob(filepath.Join(cache, "*", "tokenizer.json"))
+	if err != nil || len(fetched) != 1 {
+		t.Fatalf("frontend's model cache holds %v (%v), want one fetched tokenizer.json", fetched, err)
+	}
 }

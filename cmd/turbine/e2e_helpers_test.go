@@ -82,10 +82,18 @@ func startServe(t testing.TB, workers int, args ...string) *server {
 // process runs in its own process group; cleanup stops it.
 func startTurbine(t testing.TB, name, ready string, args ...string) *server {
 	t.Helper()
+	return startTurbineIn(t, "", name, ready, args...)
+}
+
+// startTurbineIn is startTurbine with the process's working directory set to dir ("" is
+// the test's own).
+func startTurbineIn(t testing.TB, dir, name, ready string, args ...string) *server {
+	t.Helper()
 	if turbineBin == "" {
 		t.Skip("end-to-end test: skipped with -short")
 	}
 	cmd := exec.Command(turbineBin, args...)
+	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

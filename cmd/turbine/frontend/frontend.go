@@ -27,6 +27,7 @@ type Options struct {
 	options.Router
 	options.Cluster
 	options.Log
+	ModelCacheDir string
 }
 
 // Defaults are the embedded defaults.
@@ -40,6 +41,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Router.Flags(fs)
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
+	fs.StringVar(&o.ModelCacheDir, "model-cache-dir", o.ModelCacheDir, "where tokenizer files fetched from workers are kept, one folder per digest (default $TURBINE_CACHE_DIR/models or ~/.cache/turbine/models)")
 }
 
 // Validate checks the options; errors name the flag.
@@ -96,7 +98,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	go func() {
 		memberErr <- options.RunMember(ctx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
 			if backend == nil {
-				backend = fe.New(m.Cluster, fe.Config{Logger: log})
+				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir})
 				started <- nil
 			} else {
 				backend.SetCluster(m.Cluster)
@@ -111,7 +113,10 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	case err := <-memberErr:
 		return err
 	}
-	handler, err := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend)
+	// Tokenizer files a node has and this machine lacks are fetched from a worker once,
+	// verified against the card's digest and cached.
+	handler, err := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend,
+		gateway.WithModelLoader(backend.ModelLoader()))
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,9 @@ import (
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 // Options are the node's flags, with their defaults.
@@ -127,16 +129,43 @@ func discover(log zerolog.Logger) ([]nodeactor.GPU, bool) {
 	return gpus, len(gpus) == 0
 }
 
+// completeCard checks a StartWorker's card and fills what the node derives itself: the
+// tokenizer digest, so that gateways on other machines can fetch the files.
+func completeCard(in *messages.ModelCard) (*messages.ModelCard, error) {
+	switch {
+	case in.GetKvBlockSize() < 1 || in.GetKvBlockSize() > 4096:
+		return nil, fmt.Errorf("card of %q: kv_block_size %d, want 1..4096", in.GetModel(), in.GetKvBlockSize())
+	case in.GetTotalKvBlocks() < 1 || in.GetMaxNumSeqs() < 1 || in.GetMaxNumBatchedTokens() < 1 || in.GetContextLength() < 1:
+		return nil, fmt.Errorf("card of %q: total_kv_blocks, max_num_seqs, max_num_batched_tokens and context_length must be ≥ 1", in.GetModel())
+	}
+	card := proto.Clone(in).(*messages.ModelCard)
+	if card.Tokenizer == "" {
+		card.Tokenizer = options.DefaultEngine().Tokenizer
+	}
+	if card.TokenizerDigest == "" {
+		d, err := preprocess.SourceDigest(card.Tokenizer)
+		if err != nil {
+			return nil, fmt.Errorf("card of %q: tokenizer %q: %w", card.Model, card.Tokenizer, err)
+		}
+		card.TokenizerDigest = d
+	}
+	return card, nil
+}
+
 // runNode runs the node agent on member m until ctx ends, starting the boot workers.
 func runNode(ctx context.Context, o Options, m *cluster.Member, card *messages.ModelCard, self string,
 	gpus []nodeactor.GPU, cpuOnly bool, log zerolog.Logger) error {
 	props, err := nodeactor.Props(nodeactor.Config{NodeID: o.NodeID, GPUs: gpus, CPUOnly: cpuOnly, Logger: log,
 		NewWorker: func(id string, req *messages.StartWorker, pinned []int) (*actor.Props, error) {
-			mock := o.Engine.Mocker(self, req.Card)
+			card, err := completeCard(req.Card)
+			if err != nil {
+				return nil, err
+			}
+			mock := o.Engine.Mocker(self, card)
 			mock.Extra = req.EngineArgs
-			routerClient, catalogClient := worker.GrainClients(m.Cluster, req.Card.Model, catalog.Identity,
+			routerClient, catalogClient := worker.GrainClients(m.Cluster, card.Model, catalog.Identity,
 				worker.GrainTimeout(o.Heartbeat))
-			return worker.Props(worker.Config{WorkerID: id, Card: req.Card, Launcher: mock,
+			return worker.Props(worker.Config{WorkerID: id, Card: card, Launcher: mock,
 				Env: nodeactor.CUDAEnv(pinned), Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout,
 				Router: routerClient, Catalog: catalogClient, Logger: log})
 		}})
