@@ -97,7 +97,11 @@ type ModelCard struct {
 	// another digest fetches the files (ModelFilesRequest).
 	TokenizerDigest string `protobuf:"bytes,9,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
 	// Set by the Catalog in List: a live worker of this model that answers ModelFilesRequest.
-	FilesFrom     *ActorRef `protobuf:"bytes,10,opt,name=files_from,json=filesFrom,proto3" json:"files_from,omitempty"`
+	FilesFrom *ActorRef `protobuf:"bytes,10,opt,name=files_from,json=filesFrom,proto3" json:"files_from,omitempty"`
+	// Architecture figures from the model folder's config.json (0 when unknown), for the
+	// planner and the mock engine's timing model.
+	Architecture  *ModelArchitecture `protobuf:"bytes,11,opt,name=architecture,proto3" json:"architecture,omitempty"`
+	Engine        string             `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"` // "mocker", "vllm", "sglang", "trtllm"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +206,129 @@ func (x *ModelCard) GetFilesFrom() *ActorRef {
 	return nil
 }
 
+func (x *ModelCard) GetArchitecture() *ModelArchitecture {
+	if x != nil {
+		return x.Architecture
+	}
+	return nil
+}
+
+func (x *ModelCard) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
+// ModelArchitecture is what config.json says about the model's size and KV cache.
+type ModelArchitecture struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Architecture      string                 `protobuf:"bytes,1,opt,name=architecture,proto3" json:"architecture,omitempty"`             // e.g. "Qwen3ForCausalLM"
+	NumLayers         int32                  `protobuf:"varint,2,opt,name=num_layers,json=numLayers,proto3" json:"num_layers,omitempty"` // num_hidden_layers
+	NumAttentionHeads int32                  `protobuf:"varint,3,opt,name=num_attention_heads,json=numAttentionHeads,proto3" json:"num_attention_heads,omitempty"`
+	NumKvHeads        int32                  `protobuf:"varint,4,opt,name=num_kv_heads,json=numKvHeads,proto3" json:"num_kv_heads,omitempty"` // num_key_value_heads (= attention heads without GQA)
+	HeadDim           int32                  `protobuf:"varint,5,opt,name=head_dim,json=headDim,proto3" json:"head_dim,omitempty"`            // head_dim, or hidden_size / num_attention_heads
+	HiddenSize        int32                  `protobuf:"varint,6,opt,name=hidden_size,json=hiddenSize,proto3" json:"hidden_size,omitempty"`
+	Dtype             string                 `protobuf:"bytes,7,opt,name=dtype,proto3" json:"dtype,omitempty"`                                                 // torch_dtype, e.g. "bfloat16"
+	KvBytesPerToken   int64                  `protobuf:"varint,8,opt,name=kv_bytes_per_token,json=kvBytesPerToken,proto3" json:"kv_bytes_per_token,omitempty"` // 2 (K and V) × layers × kv heads × head_dim × dtype bytes
+	NumParameters     int64                  `protobuf:"varint,9,opt,name=num_parameters,json=numParameters,proto3" json:"num_parameters,omitempty"`           // estimate, 0 when unknown
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ModelArchitecture) Reset() {
+	*x = ModelArchitecture{}
+	mi := &file_turbine_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelArchitecture) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelArchitecture) ProtoMessage() {}
+
+func (x *ModelArchitecture) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelArchitecture.ProtoReflect.Descriptor instead.
+func (*ModelArchitecture) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ModelArchitecture) GetArchitecture() string {
+	if x != nil {
+		return x.Architecture
+	}
+	return ""
+}
+
+func (x *ModelArchitecture) GetNumLayers() int32 {
+	if x != nil {
+		return x.NumLayers
+	}
+	return 0
+}
+
+func (x *ModelArchitecture) GetNumAttentionHeads() int32 {
+	if x != nil {
+		return x.NumAttentionHeads
+	}
+	return 0
+}
+
+func (x *ModelArchitecture) GetNumKvHeads() int32 {
+	if x != nil {
+		return x.NumKvHeads
+	}
+	return 0
+}
+
+func (x *ModelArchitecture) GetHeadDim() int32 {
+	if x != nil {
+		return x.HeadDim
+	}
+	return 0
+}
+
+func (x *ModelArchitecture) GetHiddenSize() int32 {
+	if x != nil {
+		return x.HiddenSize
+	}
+	return 0
+}
+
+func (x *ModelArchitecture) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+func (x *ModelArchitecture) GetKvBytesPerToken() int64 {
+	if x != nil {
+		return x.KvBytesPerToken
+	}
+	return 0
+}
+
+func (x *ModelArchitecture) GetNumParameters() int64 {
+	if x != nil {
+		return x.NumParameters
+	}
+	return 0
+}
+
 // WorkerLoad is a worker's load snapshot, sent on every heartbeat.
 type WorkerLoad struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -217,7 +344,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_turbine_proto_msgTypes[2]
+	mi := &file_turbine_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +356,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[2]
+	mi := &file_turbine_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +369,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{2}
+	return file_turbine_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WorkerLoad) GetActiveBlocks() int64 {
@@ -301,7 +428,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_turbine_proto_msgTypes[3]
+	mi := &file_turbine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +440,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[3]
+	mi := &file_turbine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +453,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{3}
+	return file_turbine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -377,7 +504,7 @@ type RegisterWorker struct {
 
 func (x *RegisterWorker) Reset() {
 	*x = RegisterWorker{}
-	mi := &file_turbine_proto_msgTypes[4]
+	mi := &file_turbine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +516,7 @@ func (x *RegisterWorker) String() string {
 func (*RegisterWorker) ProtoMessage() {}
 
 func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[4]
+	mi := &file_turbine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +529,7 @@ func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorker.ProtoReflect.Descriptor instead.
 func (*RegisterWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{4}
+	return file_turbine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterWorker) GetWorker() *WorkerInfo {
@@ -438,7 +565,7 @@ type RegisterAck struct {
 
 func (x *RegisterAck) Reset() {
 	*x = RegisterAck{}
-	mi := &file_turbine_proto_msgTypes[5]
+	mi := &file_turbine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +577,7 @@ func (x *RegisterAck) String() string {
 func (*RegisterAck) ProtoMessage() {}
 
 func (x *RegisterAck) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[5]
+	mi := &file_turbine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +590,7 @@ func (x *RegisterAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterAck.ProtoReflect.Descriptor instead.
 func (*RegisterAck) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{5}
+	return file_turbine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterAck) GetAccepted() bool {
@@ -498,7 +625,7 @@ type DeregisterWorker struct {
 
 func (x *DeregisterWorker) Reset() {
 	*x = DeregisterWorker{}
-	mi := &file_turbine_proto_msgTypes[6]
+	mi := &file_turbine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +637,7 @@ func (x *DeregisterWorker) String() string {
 func (*DeregisterWorker) ProtoMessage() {}
 
 func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[6]
+	mi := &file_turbine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +650,7 @@ func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorker.ProtoReflect.Descriptor instead.
 func (*DeregisterWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{6}
+	return file_turbine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeregisterWorker) GetWorkerId() string {
@@ -555,7 +682,7 @@ type KvBlockStored struct {
 
 func (x *KvBlockStored) Reset() {
 	*x = KvBlockStored{}
-	mi := &file_turbine_proto_msgTypes[7]
+	mi := &file_turbine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +694,7 @@ func (x *KvBlockStored) String() string {
 func (*KvBlockStored) ProtoMessage() {}
 
 func (x *KvBlockStored) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[7]
+	mi := &file_turbine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +707,7 @@ func (x *KvBlockStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlockStored.ProtoReflect.Descriptor instead.
 func (*KvBlockStored) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{7}
+	return file_turbine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KvBlockStored) GetBlockHashes() []uint64 {
@@ -642,7 +769,7 @@ type KvBlockRemoved struct {
 
 func (x *KvBlockRemoved) Reset() {
 	*x = KvBlockRemoved{}
-	mi := &file_turbine_proto_msgTypes[8]
+	mi := &file_turbine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +781,7 @@ func (x *KvBlockRemoved) String() string {
 func (*KvBlockRemoved) ProtoMessage() {}
 
 func (x *KvBlockRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[8]
+	mi := &file_turbine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +794,7 @@ func (x *KvBlockRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlockRemoved.ProtoReflect.Descriptor instead.
 func (*KvBlockRemoved) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{8}
+	return file_turbine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KvBlockRemoved) GetBlockHashes() []uint64 {
@@ -692,7 +819,7 @@ type KvAllBlocksCleared struct {
 
 func (x *KvAllBlocksCleared) Reset() {
 	*x = KvAllBlocksCleared{}
-	mi := &file_turbine_proto_msgTypes[9]
+	mi := &file_turbine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +831,7 @@ func (x *KvAllBlocksCleared) String() string {
 func (*KvAllBlocksCleared) ProtoMessage() {}
 
 func (x *KvAllBlocksCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[9]
+	mi := &file_turbine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +844,7 @@ func (x *KvAllBlocksCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvAllBlocksCleared.ProtoReflect.Descriptor instead.
 func (*KvAllBlocksCleared) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{9}
+	return file_turbine_proto_rawDescGZIP(), []int{10}
 }
 
 type KvEvent struct {
@@ -734,7 +861,7 @@ type KvEvent struct {
 
 func (x *KvEvent) Reset() {
 	*x = KvEvent{}
-	mi := &file_turbine_proto_msgTypes[10]
+	mi := &file_turbine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +873,7 @@ func (x *KvEvent) String() string {
 func (*KvEvent) ProtoMessage() {}
 
 func (x *KvEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[10]
+	mi := &file_turbine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +886,7 @@ func (x *KvEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEvent.ProtoReflect.Descriptor instead.
 func (*KvEvent) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{10}
+	return file_turbine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KvEvent) GetEvent() isKvEvent_Event {
@@ -832,7 +959,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_turbine_proto_msgTypes[11]
+	mi := &file_turbine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +971,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[11]
+	mi := &file_turbine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +984,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{11}
+	return file_turbine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KvEventBatch) GetWorkerId() string {
@@ -897,7 +1024,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_turbine_proto_msgTypes[12]
+	mi := &file_turbine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1036,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[12]
+	mi := &file_turbine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1049,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{12}
+	return file_turbine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *EventAck) GetNeedDump() bool {
@@ -948,7 +1075,7 @@ type BlockDump struct {
 
 func (x *BlockDump) Reset() {
 	*x = BlockDump{}
-	mi := &file_turbine_proto_msgTypes[13]
+	mi := &file_turbine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1087,7 @@ func (x *BlockDump) String() string {
 func (*BlockDump) ProtoMessage() {}
 
 func (x *BlockDump) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[13]
+	mi := &file_turbine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1100,7 @@ func (x *BlockDump) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDump.ProtoReflect.Descriptor instead.
 func (*BlockDump) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{13}
+	return file_turbine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BlockDump) GetWorkerId() string {
@@ -1027,7 +1154,7 @@ type DumpBlocksRequest struct {
 
 func (x *DumpBlocksRequest) Reset() {
 	*x = DumpBlocksRequest{}
-	mi := &file_turbine_proto_msgTypes[14]
+	mi := &file_turbine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1166,7 @@ func (x *DumpBlocksRequest) String() string {
 func (*DumpBlocksRequest) ProtoMessage() {}
 
 func (x *DumpBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[14]
+	mi := &file_turbine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1179,7 @@ func (x *DumpBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpBlocksRequest.ProtoReflect.Descriptor instead.
 func (*DumpBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{14}
+	return file_turbine_proto_rawDescGZIP(), []int{15}
 }
 
 type RouteRequest struct {
@@ -1071,7 +1198,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_turbine_proto_msgTypes[15]
+	mi := &file_turbine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1210,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[15]
+	mi := &file_turbine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1223,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{15}
+	return file_turbine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1169,7 +1296,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_turbine_proto_msgTypes[16]
+	mi := &file_turbine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1308,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[16]
+	mi := &file_turbine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1321,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{16}
+	return file_turbine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -1249,7 +1376,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1388,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1401,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{17}
+	return file_turbine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -1292,7 +1419,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1431,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1444,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{18}
+	return file_turbine_proto_rawDescGZIP(), []int{19}
 }
 
 type BusyThresholds struct {
@@ -1330,7 +1457,7 @@ type BusyThresholds struct {
 
 func (x *BusyThresholds) Reset() {
 	*x = BusyThresholds{}
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1469,7 @@ func (x *BusyThresholds) String() string {
 func (*BusyThresholds) ProtoMessage() {}
 
 func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1482,7 @@ func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BusyThresholds.ProtoReflect.Descriptor instead.
 func (*BusyThresholds) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{19}
+	return file_turbine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BusyThresholds) GetKvUsage() float64 {
@@ -1380,7 +1507,7 @@ type RouterStatsRequest struct {
 
 func (x *RouterStatsRequest) Reset() {
 	*x = RouterStatsRequest{}
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1519,7 @@ func (x *RouterStatsRequest) String() string {
 func (*RouterStatsRequest) ProtoMessage() {}
 
 func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1532,7 @@ func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStatsRequest.ProtoReflect.Descriptor instead.
 func (*RouterStatsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{20}
+	return file_turbine_proto_rawDescGZIP(), []int{21}
 }
 
 type WorkerStats struct {
@@ -1426,7 +1553,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1565,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1578,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{21}
+	return file_turbine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WorkerStats) GetWorkerId() string {
@@ -1537,7 +1664,7 @@ type RouterStats struct {
 
 func (x *RouterStats) Reset() {
 	*x = RouterStats{}
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1676,7 @@ func (x *RouterStats) String() string {
 func (*RouterStats) ProtoMessage() {}
 
 func (x *RouterStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1689,7 @@ func (x *RouterStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStats.ProtoReflect.Descriptor instead.
 func (*RouterStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{22}
+	return file_turbine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RouterStats) GetWorkers() []*WorkerStats {
@@ -1612,7 +1739,7 @@ type AnnounceModel struct {
 
 func (x *AnnounceModel) Reset() {
 	*x = AnnounceModel{}
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1751,7 @@ func (x *AnnounceModel) String() string {
 func (*AnnounceModel) ProtoMessage() {}
 
 func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1764,7 @@ func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnounceModel.ProtoReflect.Descriptor instead.
 func (*AnnounceModel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{23}
+	return file_turbine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AnnounceModel) GetCard() *ModelCard {
@@ -1679,7 +1806,7 @@ type ModelFilesRequest struct {
 
 func (x *ModelFilesRequest) Reset() {
 	*x = ModelFilesRequest{}
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1818,7 @@ func (x *ModelFilesRequest) String() string {
 func (*ModelFilesRequest) ProtoMessage() {}
 
 func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1831,7 @@ func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilesRequest.ProtoReflect.Descriptor instead.
 func (*ModelFilesRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{24}
+	return file_turbine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelFilesRequest) GetDigest() string {
@@ -1725,7 +1852,7 @@ type ModelFile struct {
 
 func (x *ModelFile) Reset() {
 	*x = ModelFile{}
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1864,7 @@ func (x *ModelFile) String() string {
 func (*ModelFile) ProtoMessage() {}
 
 func (x *ModelFile) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1877,7 @@ func (x *ModelFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFile.ProtoReflect.Descriptor instead.
 func (*ModelFile) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{25}
+	return file_turbine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModelFile) GetName() string {
@@ -1780,7 +1907,7 @@ type ModelFiles struct {
 
 func (x *ModelFiles) Reset() {
 	*x = ModelFiles{}
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1919,7 @@ func (x *ModelFiles) String() string {
 func (*ModelFiles) ProtoMessage() {}
 
 func (x *ModelFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1932,7 @@ func (x *ModelFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFiles.ProtoReflect.Descriptor instead.
 func (*ModelFiles) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{26}
+	return file_turbine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModelFiles) GetDigest() string {
@@ -1837,7 +1964,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +1976,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +1989,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{27}
+	return file_turbine_proto_rawDescGZIP(), []int{28}
 }
 
 type ModelList struct {
@@ -1874,7 +2001,7 @@ type ModelList struct {
 
 func (x *ModelList) Reset() {
 	*x = ModelList{}
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2013,7 @@ func (x *ModelList) String() string {
 func (*ModelList) ProtoMessage() {}
 
 func (x *ModelList) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2026,7 @@ func (x *ModelList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelList.ProtoReflect.Descriptor instead.
 func (*ModelList) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{28}
+	return file_turbine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModelList) GetModels() []*ModelCard {
@@ -1929,7 +2056,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2068,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2081,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{29}
+	return file_turbine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SamplingParams) GetMaxTokens() int32 {
@@ -2055,7 +2182,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2194,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2207,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{30}
+	return file_turbine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -2137,7 +2264,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2276,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2289,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -2246,7 +2373,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2385,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2398,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -2299,7 +2426,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2438,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2451,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -2355,7 +2482,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2494,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2507,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -2432,7 +2559,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2571,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2584,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -2509,7 +2636,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2648,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2661,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -2575,7 +2702,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2714,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2727,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -2618,7 +2745,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2757,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2770,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -2659,7 +2786,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2798,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2811,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -2728,7 +2855,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +2867,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +2880,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2792,7 +2919,7 @@ const file_turbine_proto_rawDesc = "" +
 	"turbine.v1\"4\n" +
 	"\bActorRef\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\x8d\x03\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xe8\x03\n" +
 	"\tModelCard\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer\x12%\n" +
@@ -2806,7 +2933,22 @@ const file_turbine_proto_rawDesc = "" +
 	"\x10tokenizer_digest\x18\t \x01(\tR\x0ftokenizerDigest\x123\n" +
 	"\n" +
 	"files_from\x18\n" +
-	" \x01(\v2\x14.turbine.v1.ActorRefR\tfilesFrom\"\xca\x01\n" +
+	" \x01(\v2\x14.turbine.v1.ActorRefR\tfilesFrom\x12A\n" +
+	"\farchitecture\x18\v \x01(\v2\x1d.turbine.v1.ModelArchitectureR\farchitecture\x12\x16\n" +
+	"\x06engine\x18\f \x01(\tR\x06engine\"\xce\x02\n" +
+	"\x11ModelArchitecture\x12\"\n" +
+	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12\x1d\n" +
+	"\n" +
+	"num_layers\x18\x02 \x01(\x05R\tnumLayers\x12.\n" +
+	"\x13num_attention_heads\x18\x03 \x01(\x05R\x11numAttentionHeads\x12 \n" +
+	"\fnum_kv_heads\x18\x04 \x01(\x05R\n" +
+	"numKvHeads\x12\x19\n" +
+	"\bhead_dim\x18\x05 \x01(\x05R\aheadDim\x12\x1f\n" +
+	"\vhidden_size\x18\x06 \x01(\x05R\n" +
+	"hiddenSize\x12\x14\n" +
+	"\x05dtype\x18\a \x01(\tR\x05dtype\x12+\n" +
+	"\x12kv_bytes_per_token\x18\b \x01(\x03R\x0fkvBytesPerToken\x12%\n" +
+	"\x0enum_parameters\x18\t \x01(\x03R\rnumParameters\"\xca\x01\n" +
 	"\n" +
 	"WorkerLoad\x12#\n" +
 	"\ractive_blocks\x18\x01 \x01(\x03R\factiveBlocks\x12!\n" +
@@ -3039,102 +3181,104 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_turbine_proto_goTypes = []any{
 	(*ActorRef)(nil),           // 0: turbine.v1.ActorRef
 	(*ModelCard)(nil),          // 1: turbine.v1.ModelCard
-	(*WorkerLoad)(nil),         // 2: turbine.v1.WorkerLoad
-	(*WorkerInfo)(nil),         // 3: turbine.v1.WorkerInfo
-	(*RegisterWorker)(nil),     // 4: turbine.v1.RegisterWorker
-	(*RegisterAck)(nil),        // 5: turbine.v1.RegisterAck
-	(*DeregisterWorker)(nil),   // 6: turbine.v1.DeregisterWorker
-	(*KvBlockStored)(nil),      // 7: turbine.v1.KvBlockStored
-	(*KvBlockRemoved)(nil),     // 8: turbine.v1.KvBlockRemoved
-	(*KvAllBlocksCleared)(nil), // 9: turbine.v1.KvAllBlocksCleared
-	(*KvEvent)(nil),            // 10: turbine.v1.KvEvent
-	(*KvEventBatch)(nil),       // 11: turbine.v1.KvEventBatch
-	(*EventAck)(nil),           // 12: turbine.v1.EventAck
-	(*BlockDump)(nil),          // 13: turbine.v1.BlockDump
-	(*DumpBlocksRequest)(nil),  // 14: turbine.v1.DumpBlocksRequest
-	(*RouteRequest)(nil),       // 15: turbine.v1.RouteRequest
-	(*RouteResponse)(nil),      // 16: turbine.v1.RouteResponse
-	(*RequestRef)(nil),         // 17: turbine.v1.RequestRef
-	(*Ack)(nil),                // 18: turbine.v1.Ack
-	(*BusyThresholds)(nil),     // 19: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil), // 20: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),        // 21: turbine.v1.WorkerStats
-	(*RouterStats)(nil),        // 22: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),      // 23: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),  // 24: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),          // 25: turbine.v1.ModelFile
-	(*ModelFiles)(nil),         // 26: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),  // 27: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),          // 28: turbine.v1.ModelList
-	(*SamplingParams)(nil),     // 29: turbine.v1.SamplingParams
-	(*Generate)(nil),           // 30: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 31: turbine.v1.TokenChunk
-	(*Credit)(nil),             // 32: turbine.v1.Credit
-	(*Cancel)(nil),             // 33: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 34: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 35: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 36: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 37: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 38: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 39: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 40: turbine.v1.NodeStatus
+	(*ModelArchitecture)(nil),  // 2: turbine.v1.ModelArchitecture
+	(*WorkerLoad)(nil),         // 3: turbine.v1.WorkerLoad
+	(*WorkerInfo)(nil),         // 4: turbine.v1.WorkerInfo
+	(*RegisterWorker)(nil),     // 5: turbine.v1.RegisterWorker
+	(*RegisterAck)(nil),        // 6: turbine.v1.RegisterAck
+	(*DeregisterWorker)(nil),   // 7: turbine.v1.DeregisterWorker
+	(*KvBlockStored)(nil),      // 8: turbine.v1.KvBlockStored
+	(*KvBlockRemoved)(nil),     // 9: turbine.v1.KvBlockRemoved
+	(*KvAllBlocksCleared)(nil), // 10: turbine.v1.KvAllBlocksCleared
+	(*KvEvent)(nil),            // 11: turbine.v1.KvEvent
+	(*KvEventBatch)(nil),       // 12: turbine.v1.KvEventBatch
+	(*EventAck)(nil),           // 13: turbine.v1.EventAck
+	(*BlockDump)(nil),          // 14: turbine.v1.BlockDump
+	(*DumpBlocksRequest)(nil),  // 15: turbine.v1.DumpBlocksRequest
+	(*RouteRequest)(nil),       // 16: turbine.v1.RouteRequest
+	(*RouteResponse)(nil),      // 17: turbine.v1.RouteResponse
+	(*RequestRef)(nil),         // 18: turbine.v1.RequestRef
+	(*Ack)(nil),                // 19: turbine.v1.Ack
+	(*BusyThresholds)(nil),     // 20: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil), // 21: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),        // 22: turbine.v1.WorkerStats
+	(*RouterStats)(nil),        // 23: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),      // 24: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),  // 25: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),          // 26: turbine.v1.ModelFile
+	(*ModelFiles)(nil),         // 27: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),  // 28: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),          // 29: turbine.v1.ModelList
+	(*SamplingParams)(nil),     // 30: turbine.v1.SamplingParams
+	(*Generate)(nil),           // 31: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 32: turbine.v1.TokenChunk
+	(*Credit)(nil),             // 33: turbine.v1.Credit
+	(*Cancel)(nil),             // 34: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 35: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 36: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 37: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 38: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 39: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 40: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 41: turbine.v1.NodeStatus
 }
 var file_turbine_proto_depIdxs = []int32{
 	0,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
-	0,  // 1: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
-	1,  // 2: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
-	3,  // 3: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
-	2,  // 4: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
-	7,  // 5: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
-	8,  // 6: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
-	9,  // 7: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
-	10, // 8: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
-	10, // 9: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	0,  // 10: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	21, // 11: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	1,  // 12: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	1,  // 13: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	0,  // 14: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	25, // 15: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	1,  // 16: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	29, // 17: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	0,  // 18: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	1,  // 19: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	0,  // 20: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	0,  // 21: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	34, // 22: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	39, // 23: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	4,  // 24: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
-	6,  // 25: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
-	11, // 26: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
-	13, // 27: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
-	15, // 28: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
-	17, // 29: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
-	17, // 30: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
-	19, // 31: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
-	20, // 32: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	23, // 33: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	27, // 34: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	5,  // 35: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	18, // 36: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	12, // 37: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	18, // 38: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	16, // 39: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	18, // 40: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	18, // 41: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	18, // 42: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	22, // 43: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	18, // 44: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	28, // 45: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	2,  // 1: turbine.v1.ModelCard.architecture:type_name -> turbine.v1.ModelArchitecture
+	0,  // 2: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
+	1,  // 3: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
+	4,  // 4: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
+	3,  // 5: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
+	8,  // 6: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
+	9,  // 7: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
+	10, // 8: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
+	11, // 9: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
+	11, // 10: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
+	0,  // 11: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	22, // 12: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	1,  // 13: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	1,  // 14: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	0,  // 15: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	26, // 16: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	1,  // 17: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	30, // 18: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	0,  // 19: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	1,  // 20: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	0,  // 21: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	0,  // 22: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	35, // 23: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	40, // 24: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	5,  // 25: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
+	7,  // 26: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
+	12, // 27: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
+	14, // 28: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
+	16, // 29: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
+	18, // 30: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
+	18, // 31: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
+	20, // 32: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
+	21, // 33: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
+	24, // 34: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	28, // 35: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	6,  // 36: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	19, // 37: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	13, // 38: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	19, // 39: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	17, // 40: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	19, // 41: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	19, // 42: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	19, // 43: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	23, // 44: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	19, // 45: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	29, // 46: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -3142,7 +3286,7 @@ func file_turbine_proto_init() {
 	if File_turbine_proto != nil {
 		return
 	}
-	file_turbine_proto_msgTypes[10].OneofWrappers = []any{
+	file_turbine_proto_msgTypes[11].OneofWrappers = []any{
 		(*KvEvent_Stored)(nil),
 		(*KvEvent_Removed)(nil),
 		(*KvEvent_Cleared)(nil),
@@ -3153,7 +3297,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
