@@ -44,8 +44,9 @@ type consulProvider struct {
 
 	mu         sync.Mutex
 	view       *memberView
-	registered bool // the agent holds our registration, as far as we know
-	queryOK    bool // the last membership query answered
+	registered bool            // the agent holds our registration, as far as we know
+	queryOK    bool            // the last membership query answered
+	passing    map[string]bool // member ids whose checks passed in the last answer; replaced, never changed
 	started    bool
 	stopped    bool
 
@@ -318,6 +319,10 @@ func (p *consulProvider) answer(index, last uint64, passing []*pcluster.Member) 
 	defer p.mu.Unlock()
 	now := p.now()
 	p.queryOK = true
+	p.passing = make(map[string]bool, len(passing))
+	for _, m := range passing {
+		p.passing[m.Id] = true
+	}
 	next := max(last, 1)
 	if last < index {
 		p.view.distrust(now)
@@ -345,6 +350,14 @@ func (p *consulProvider) waitTime() time.Duration {
 		return blockingWait
 	}
 	return min(blockingWait, max(ends.Sub(now)+10*time.Millisecond, 50*time.Millisecond))
+}
+
+// alive is the set of member ids whose checks passed in Consul's last answer (nil before
+// the first); the caller must not change it.
+func (p *consulProvider) alive() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.passing
 }
 
 // members is the last published member list (for tests and diagnostics).

@@ -40,6 +40,10 @@ const (
 	// absentChecksLimit is how many watchdog checks in a row may find the member missing
 	// from its own member list, with the provider healthy, before it counts as lost.
 	absentChecksLimit = 3
+	// peerSilenceLimit is how long a peer's gossiped topology may leave the member out, or
+	// every live peer stay silent, before the member counts as dropped (protoactor's own
+	// heartbeat expiry, 20 s, would then block those peers in turn).
+	peerSilenceLimit = 10 * time.Second
 	// unknownTypeLogEvery rate-limits the log line for remote messages of unknown types,
 	// per type name.
 	unknownTypeLogEvery = 10 * time.Second

@@ -158,11 +158,12 @@ func Start(cfg Config) (m *Member, err error) {
 	var provider pcluster.ClusterProvider
 	var consul *consulProvider
 	healthy := func() bool { return true }
+	var alive func() map[string]bool
 	if s.discovery.Kind == DiscoveryConsul {
 		if consul, err = newConsulProvider(s.discovery.Address, s.Consul, log); err != nil {
 			return nil, err
 		}
-		provider, healthy = consul, consul.healthy
+		provider, healthy, alive = consul, consul.healthy, consul.alive
 	} else {
 		provider = testprovider.NewTestProvider(sharedLocalAgent())
 	}
@@ -179,7 +180,7 @@ func Start(cfg Config) (m *Member, err error) {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(zerologHandler{log: libLog})
 	}))
-	wd := newWatchdog(system.ID, nil, healthy, s.WatchdogInterval, log)
+	wd := newWatchdog(system.ID, healthy, alive, s.WatchdogInterval, log)
 	remoteOpts := remoteOptions(s.MaxMessageBytes, newGRPCGuard(log, wd.onBlockedBy))
 	if s.advertise != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(s.advertise))
