@@ -1,0 +1,113 @@
+package sglang
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// Engine adapts a Client to engines.Engine.
+type Engine struct {
+	c *Client
+	// blockSize converts SGLang's token counts to KV blocks in WorkerLoad.
+	blockSize int
+}
+
+// NewEngine returns an engines.Engine over c. blockSize is the KV block size, in tokens,
+// in which WorkerLoad reports blocks (the router's block size); SGLang itself counts
+// tokens. Errors: blockSize < 1.
+func NewEngine(c *Client, blockSize int) (*Engine, error) {
+	if blockSize < 1 {
+		return nil, fmt.Errorf("sglang: block size %d must be at least 1", blockSize)
+	}
+	return &Engine{c: c, blockSize: blockSize}, nil
+}
+
+// Health returns nil when the server is ready (Client.Health).
+func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
+
+// Generate runs one request as rid requestID and calls fn for each chunk in order; the
+// last carries the finish reason and the token counts. Cancelling ctx, or an error from
+// fn, closes the stream and aborts the request in the server.
+func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
+	fn func(engines.Chunk) error) error {
+	stream, err := e.c.Generate(ctx, GenerateRequest{RID: requestID, InputIDs: tokens, Sampling: samplingFrom(s)})
+	if err != nil {
+		return err
+	}
+	defer stream.Close()
+	for {
+		ch, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: ch.FinishReason}
+		if ch.FinishReason != "" {
+			out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.PromptTokens, ch.CachedTokens, ch.CompletionTokens
+		}
+		if err := fn(out); err != nil {
+			return err
+		}
+		if ch.FinishReason != "" {
+			return nil
+		}
+	}
+}
+
+// samplingFrom maps Turbine's sampling parameters to SGLang's names.
+func samplingFrom(s *messages.SamplingParams) SamplingParams {
+	p := SamplingParams{MaxNewTokens: int(s.GetMaxTokens()), MinNewTokens: int(s.GetMinTokens()),
+		IgnoreEOS: s.GetIgnoreEos(), StopTokenIDs: s.GetStopTokenIds()}
+	if s.GetHasTemperature() {
+		v := s.GetTemperature()
+		p.Temperature = &v
+	}
+	if s.GetHasTopP() {
+		v := s.GetTopP()
+		p.TopP = &v
+	}
+	if s.GetHasSeed() {
+		v := s.GetSeed()
+		p.Seed = &v
+	}
+	if v := s.GetPresencePenalty(); v != 0 {
+		p.PresencePenalty = &v
+	}
+	if v := s.GetFrequencyPenalty(); v != 0 {
+		p.FrequencyPenalty = &v
+	}
+	return p
+}
+
+// Load scrapes the server's gauges: KvUsage is sglang:token_usage; TotalBlocks and
+// ActiveBlocks are the KV token counts divided by the block size (ActiveBlocks from the
+// usage when the server does not report used tokens).
+func (e *Engine) Load(ctx context.Context) (*messages.WorkerLoad, error) {
+	l, err := e.c.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return workerLoad(l, e.blockSize), nil
+}
+
+func workerLoad(l Load, blockSize int) *messages.WorkerLoad {
+	out := &messages.WorkerLoad{Running: int32(l.Running), Waiting: int32(l.Queued), KvUsage: l.TokenUsage}
+	bs := float64(blockSize)
+	out.TotalBlocks = int64(math.Floor(l.MaxTotalTokens / bs))
+	if l.UsedTokens > 0 {
+		out.ActiveBlocks = int64(math.Ceil(l.UsedTokens / bs))
+	} else {
+		out.ActiveBlocks = int64(math.Round(l.TokenUsage * float64(out.TotalBlocks)))
+	}
+	return out
+}
+
+var _ engines.Engine = (*Engine)(nil)

@@ -1,0 +1,346 @@
+package trtllm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+)
+
+// CompletionRequest is a streamed token-id completion. The client always streams, asks
+// for token ids ("detokenize": false) and for usage.
+type CompletionRequest struct {
+	// Model is the served model name; trtllm-serve requires the field.
+	Model string
+	// PromptTokenIDs: the prompt; at least one.
+	PromptTokenIDs []uint32
+	// MaxTokens >= 1.
+	MaxTokens    int
+	MinTokens    int
+	IgnoreEOS    bool
+	StopTokenIDs []uint32
+	Seed         *int64
+	Temperature  *float64
+	TopP         *float64
+	// TopK: 0 leaves it out (the server's default).
+	TopK int
+	// RequestID is sent as X-Request-Id (trtllm-serve assigns its own ids).
+	RequestID string
+	// Extra fields merged into the body (e.g. disaggregated_params). The server refuses
+	// fields it does not know.
+	Extra map[string]any
+}
+
+// Chunk is one step of a stream.
+type Chunk struct {
+	// TokenIDs generated in this chunk. The stop token that ended the request is not
+	// among them (trtllm-serve drops EOS and trims matched stop sequences).
+	TokenIDs []uint32
+	// FinishReason is "" until the last chunk: "stop", "length", "timeout" or
+	// "cancelled".
+	FinishReason string
+	// StopTokenID is the stop_token_ids entry that ended the request (stop_reason as an
+	// integer), when HasStopTokenID; StopString a stop_reason that is a string.
+	StopTokenID    uint32
+	HasStopTokenID bool
+	StopString     string
+	// Usage is set on the last chunk (nil when the server sent none).
+	Usage *Usage
+}
+
+// Usage counts tokens of the whole request.
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens int
+	// CachedTokens: prompt tokens served from the KV cache (prompt_tokens_details).
+	CachedTokens int
+}
+
+// Complete starts a streamed completion. The returned Stream must be closed; closing it
+// (or cancelling ctx) closes the connection, which makes trtllm-serve abort the request.
+// Errors: an invalid request, a transport error, or *Error for a non-200 answer.
+func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, error) {
+	switch {
+	case r.Model == "":
+		return nil, errors.New("trtllm: completion without a model name (trtllm-serve requires one)")
+	case len(r.PromptTokenIDs) == 0:
+		return nil, errors.New("trtllm: completion without prompt tokens")
+	case r.MaxTokens < 1:
+		return nil, fmt.Errorf("trtllm: max_tokens %d must be at least 1", r.MaxTokens)
+	}
+	body, err := completionBody(r)
+	if err != nil {
+		return nil, fmt.Errorf("trtllm: encoding the request: %w", err)
+	}
+	hdr := http.Header{"Accept": {"text/event-stream"}}
+	if r.RequestID != "" {
+		hdr.Set("X-Request-Id", r.RequestID)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	resp, err := c.do(sctx, http.MethodPost, "/v1/completions", body, hdr)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Stream{ctx: sctx, cancel: cancel, body: resp.Body, sse: newSSEReader(resp.Body)}, nil
+}
+
+// Stream reads a completion's chunks. Recv is not safe for concurrent use; Close may be
+// called from another goroutine.
+type Stream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	body   io.ReadCloser
+	sse    *sseReader
+	done   bool
+	err    error
+}
+
+// Recv returns the next chunk. The chunk with the FinishReason also carries the usage
+// (the usage chunk that follows it is folded in); after it Recv returns io.EOF. Errors:
+// an error frame (*Error), a malformed chunk, a stream that ends before [DONE], or the
+// context's error. Any error closes the stream.
+func (s *Stream) Recv() (Chunk, error) {
+	if s.err == nil && s.ctx.Err() != nil {
+		s.err = s.ctx.Err()
+		s.Close()
+	}
+	if s.err != nil {
+		return Chunk{}, s.err
+	}
+	ch, err := s.recv()
+	if err != nil {
+		if s.ctx.Err() != nil && !errors.Is(err, io.EOF) {
+			err = s.ctx.Err()
+		}
+		s.err = err
+		s.Close()
+	}
+	return ch, err
+}
+
+func (s *Stream) recv() (Chunk, error) {
+	if s.done {
+		return Chunk{}, io.EOF
+	}
+	for {
+		f, err := s.frame()
+		if err != nil {
+			return Chunk{}, err
+		}
+		if f.done {
+			s.done = true
+			return Chunk{}, fmt.Errorf("trtllm: stream ended with [DONE] before a finish reason: %w", io.ErrUnexpectedEOF)
+		}
+		if f.choice == nil {
+			continue // a usage chunk without a finished chunk before it
+		}
+		ch := *f.choice
+		if ch.FinishReason == "" {
+			if len(ch.TokenIDs) == 0 {
+				continue
+			}
+			return ch, nil
+		}
+		ch.Usage = f.usage
+		for {
+			g, err := s.frame()
+			if err != nil {
+				return Chunk{}, err
+			}
+			if g.done {
+				s.done = true
+				return ch, nil
+			}
+			if g.usage != nil {
+				ch.Usage = g.usage
+			}
+		}
+	}
+}
+
+type frame struct {
+	done   bool
+	choice *Chunk
+	usage  *Usage
+}
+
+func (s *Stream) frame() (frame, error) {
+	data, err := s.sse.next()
+	if err != nil {
+		return frame{}, err
+	}
+	if string(data) == "[DONE]" {
+		return frame{done: true}, nil
+	}
+	return decodeFrame(data)
+}
+
+// decodeFrame decodes one chunk of a stream (one choice: the client never asks for
+// more).
+func decodeFrame(data []byte) (frame, error) {
+	var raw struct {
+		Error   json.RawMessage `json:"error"`
+		Object  string          `json:"object"`
+		Message string          `json:"message"`
+		Choices []struct {
+			Index        int             `json:"index"`
+			Text         string          `json:"text"`
+			TokenIDs     []uint32        `json:"token_ids"`
+			FinishReason *string         `json:"finish_reason"`
+			StopReason   json.RawMessage `json:"stop_reason"`
+		} `json:"choices"`
+		Usage *struct {
+			PromptTokens        int `json:"prompt_tokens"`
+			CompletionTokens    int `json:"completion_tokens"`
+			TotalTokens         int `json:"total_tokens"`
+			PromptTokensDetails *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return frame{}, fmt.Errorf("trtllm: malformed stream chunk %.200q: %w", data, err)
+	}
+	if (len(raw.Error) > 0 && string(raw.Error) != "null") || raw.Object == "error" {
+		return frame{}, errorBody(data)
+	}
+	var f frame
+	if u := raw.Usage; u != nil {
+		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+		if u.PromptTokensDetails != nil {
+			f.usage.CachedTokens = u.PromptTokensDetails.CachedTokens
+		}
+	}
+	switch len(raw.Choices) {
+	case 0:
+		return f, nil
+	case 1:
+	default:
+		return frame{}, fmt.Errorf("trtllm: stream chunk with %d choices, want 1", len(raw.Choices))
+	}
+	c := raw.Choices[0]
+	ch := &Chunk{TokenIDs: c.TokenIDs}
+	if c.FinishReason != nil {
+		ch.FinishReason = *c.FinishReason
+	}
+	if c.TokenIDs == nil && (c.Text != "" || ch.FinishReason == "") {
+		return frame{}, errors.New(`trtllm: the server sent text without token_ids (it ignores "detokenize": false; trtllm-serve needs NVIDIA/TensorRT-LLM#5382, mid-2025)`)
+	}
+	if len(c.StopReason) > 0 && string(c.StopReason) != "null" {
+		var n float64
+		var str string
+		switch {
+		case json.Unmarshal(c.StopReason, &n) == nil && n >= 0 && n <= math.MaxUint32 && n == math.Trunc(n):
+			ch.StopTokenID, ch.HasStopTokenID = uint32(n), true
+		case json.Unmarshal(c.StopReason, &str) == nil:
+			ch.StopString = str
+		default:
+			return frame{}, fmt.Errorf("trtllm: stop_reason %.100s is neither a token id nor a string", c.StopReason)
+		}
+	}
+	f.choice = ch
+	return f, nil
+}
+
+// Close closes the connection (trtllm-serve then aborts the request if it still runs).
+// Safe to call more than once and from another goroutine than Recv.
+func (s *Stream) Close() error {
+	s.cancel()
+	return s.body.Close()
+}
+
+// completionBody encodes r as a /v1/completions JSON body; the id arrays are written
+// directly.
+func completionBody(r CompletionRequest) ([]byte, error) {
+	b := make([]byte, 0, 256+11*len(r.PromptTokenIDs))
+	b = append(b, '{')
+	own := map[string]bool{"model": true, "prompt": true, "max_tokens": true, "min_tokens": r.MinTokens > 0,
+		"ignore_eos": r.IgnoreEOS, "stop_token_ids": len(r.StopTokenIDs) > 0, "seed": r.Seed != nil,
+		"temperature": r.Temperature != nil, "top_p": r.TopP != nil, "top_k": r.TopK != 0,
+		"stream": true, "stream_options": true, "detokenize": true}
+	keys := make([]string, 0, len(r.Extra))
+	for k := range r.Extra {
+		if !own[k] {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, err := json.Marshal(r.Extra[k])
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %w", k, err)
+		}
+		b = key(b, k)
+		b = append(b, v...)
+	}
+	m, err := json.Marshal(r.Model)
+	if err != nil {
+		return nil, err
+	}
+	b = key(b, "model")
+	b = append(b, m...)
+	b = key(b, "prompt")
+	b = appendIDs(b, r.PromptTokenIDs)
+	b = key(b, "max_tokens")
+	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
+	if r.MinTokens > 0 {
+		b = key(b, "min_tokens")
+		b = strconv.AppendInt(b, int64(r.MinTokens), 10)
+	}
+	if r.IgnoreEOS {
+		b = key(b, "ignore_eos")
+		b = append(b, "true"...)
+	}
+	if len(r.StopTokenIDs) > 0 {
+		b = key(b, "stop_token_ids")
+		b = appendIDs(b, r.StopTokenIDs)
+	}
+	if r.Seed != nil {
+		b = key(b, "seed")
+		b = strconv.AppendInt(b, *r.Seed, 10)
+	}
+	for _, f := range []struct {
+		key string
+		v   *float64
+	}{{"temperature", r.Temperature}, {"top_p", r.TopP}} {
+		if f.v == nil {
+			continue
+		}
+		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
+			return nil, fmt.Errorf("%s: %v is not a finite number", f.key, *f.v)
+		}
+		b = key(b, f.key)
+		b = strconv.AppendFloat(b, *f.v, 'g', -1, 64)
+	}
+	if r.TopK != 0 {
+		b = key(b, "top_k")
+		b = strconv.AppendInt(b, int64(r.TopK), 10)
+	}
+	b = append(b, `,"stream":true,"stream_options":{"include_usage":true},"detokenize":false}`...)
+	return b, nil
+}
+
+// key appends a member name (with the comma before it unless the object just opened).
+func key(b []byte, k string) []byte {
+	if b[len(b)-1] != '{' {
+		b = append(b, ',')
+	}
+	b = strconv.AppendQuote(b, k)
+	return append(b, ':')
+}
+
+func appendIDs(b []byte, ids []uint32) []byte {
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(id), 10)
+	}
+	return append(b, ']')
+}
