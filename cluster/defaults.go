@@ -7,7 +7,7 @@ const (
 	DefaultName            = "turbine"
 	DefaultHost            = "127.0.0.1"
 	DefaultConsulPort      = 8500
-	DefaultMaxMessageBytes = 64 << 20 // gRPC's own default, 4 MiB, caps each batch of messages
+	DefaultMaxMessageBytes = 64 << 20 // gRPC's own 4 MiB would cap each batch of actor messages
 
 	// DefaultTTL is the Consul TTL check's time to live: a member that does not refresh it
 	// for this long turns critical and leaves the others' topology.
@@ -44,6 +44,10 @@ const (
 	// every live peer stay silent, before the member counts as dropped (protoactor's own
 	// heartbeat expiry, 20 s, would then block those peers in turn).
 	peerSilenceLimit = 10 * time.Second
+	// activationTimeout bounds the request for a grain's PID to the identity's owner
+	// member (the library's lookup waits a fixed 5 s, which a call caught by the owner's
+	// death waits in full before it retries on the new owner).
+	activationTimeout = time.Second
 	// unknownTypeLogEvery rate-limits the log line for remote messages of unknown types,
 	// per type name.
 	unknownTypeLogEvery = 10 * time.Second

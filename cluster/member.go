@@ -23,7 +23,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	testprovider "github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
-	"github.com/asynkron/protoactor-go/cluster/identitylookup/disthash"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/rs/zerolog"
@@ -187,7 +186,8 @@ func Start(cfg Config) (m *Member, err error) {
 	}
 	remoteCfg := remote.Configure(s.bindHost, s.Port, remoteOpts...)
 	remoteCfg.MaxRetryCount = peerConnectAttempts
-	clusterCfg := pcluster.Configure(s.Name, provider, disthash.New(), remoteCfg, pcluster.WithKinds(s.Kinds...))
+	clusterCfg := pcluster.Configure(s.Name, provider, newIdentityLookup(activationTimeout), remoteCfg,
+		pcluster.WithKinds(s.Kinds...))
 	c := pcluster.New(system, clusterCfg)
 	wd.cluster = c
 	sub := system.EventStream.Subscribe(func(evt any) {
@@ -239,9 +239,11 @@ func (m *Member) ID() string { return m.System.ID }
 func (m *Member) Address() string { return m.System.Address() }
 
 // Lost is closed when the watchdog finds that the cluster has dropped this member for
-// good (its id blocked, by itself or by a peer, or missing from its own member list while
-// discovery is healthy). A lost member hosts nothing and cannot rejoin: stop it and start
-// a new one, which gets a new id. LostReason says why.
+// good: its id is in its own block list; a peer answered a connection with "blocked"; it
+// has been missing from its own member list for three checks while discovery is healthy;
+// a peer's gossiped topology has left it out for 10 s; or no peer that discovery reports
+// alive has gossiped to it for 10 s. A lost member cannot rejoin (protoactor never lets a
+// blocked id back): stop it and start a new one, which gets a new id. LostReason says why.
 func (m *Member) Lost() <-chan struct{} { return m.watchdog.lost }
 
 // LostReason says why Lost was closed; "" while it is not.
