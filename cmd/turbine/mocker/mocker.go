@@ -1,7 +1,10 @@
-// Package mocker is `turbine mocker`: the mock engine as its own process. It behaves like
-// a vLLM server from the outside (OpenAI completions in vLLM's dialect, /health,
-// /v1/models, /metrics with vLLM's names, KV events over ZeroMQ in vLLM's wire format)
-// and needs no GPU. Flags follow vLLM's names.
+// Package mocker is `turbine mocker`: the mock engine as its own process. It needs no GPU
+// and behaves from the outside like the engine --dialect names: a vLLM server (default:
+// OpenAI completions in vLLM's dialect, /health, /v1/models, /metrics with vLLM's names),
+// an SGLang server (native /generate, /abort_request, /health, /get_model_info, /metrics
+// with SGLang's names) or trtllm-serve (/v1/completions with token ids, /health,
+// iteration stats on /metrics, KV cache events on /kv_cache_events). KV events go over
+// ZeroMQ in vLLM's wire format, which SGLang shares. Engine flags follow vLLM's names.
 package mocker
 
 import (
@@ -40,6 +43,12 @@ type Options struct {
 	LogFormat       string
 	LogLevel        string
 	ShutdownGrace   time.Duration
+	// Dialect: vllm, sglang or trtllm.
+	Dialect string
+	// IncrementalStreamingOutput: SGLang's --incremental-streaming-output.
+	IncrementalStreamingOutput bool
+	// EventBufferMaxSize: trtllm-serve's kv_cache_config.event_buffer_max_size.
+	EventBufferMaxSize int
 }
 
 // DefaultTokenizer is used when neither --tokenizer nor --model names one.
@@ -51,6 +60,7 @@ func Defaults() Options {
 		Host: "127.0.0.1", Port: 8000, Model: "turbine-mock",
 		Engine:    enginecore.DefaultConfig(),
 		LogFormat: "auto", LogLevel: "info", ShutdownGrace: 5 * time.Second,
+		Dialect: string(server.DialectVLLM),
 	}
 }
 
@@ -77,6 +87,11 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log format: auto (console on a terminal, else JSON), json or console")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace, "how long SIGTERM waits for in-flight requests before aborting them")
+	fs.StringVar(&o.Dialect, "dialect", o.Dialect, "HTTP dialect served: vllm, sglang or trtllm")
+	fs.BoolVar(&o.IncrementalStreamingOutput, "incremental-streaming-output", false,
+		"sglang dialect: stream each chunk's new output_ids and text instead of all so far (SGLang's flag)")
+	fs.IntVar(&o.EventBufferMaxSize, "event-buffer-max-size", 0,
+		"trtllm dialect: KV cache events kept for POST /kv_cache_events (kv_cache_config.event_buffer_max_size; 0: none)")
 }
 
 // Run parses args and serves until ctx ends or SIGINT/SIGTERM arrives, then shuts down
@@ -100,6 +115,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.Dialect == string(server.DialectSGLang) && kvCfg.Publisher == "zmq" {
+		// SGLang's KVEventsConfig has no enable flag: a zmq publisher is on.
+		kvCfg.EnableKVCacheEvents = true
+	}
 	model, err := preprocess.LoadModel(o.Tokenizer)
 	if err != nil {
 		return fmt.Errorf("--tokenizer %s: %w", o.Tokenizer, err)
@@ -109,6 +128,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv, err := server.New(server.Options{
 		Engine: o.Engine, ServedModelName: o.ServedModelName, ModelRoot: root, Model: model,
 		KVEvents: kvCfg, Logger: log, ShutdownGrace: o.ShutdownGrace,
+		Dialect: server.Dialect(o.Dialect), IncrementalStreamingOutput: o.IncrementalStreamingOutput,
+		EventBufferMaxSize: o.EventBufferMaxSize,
 	})
 	if err != nil {
 		return err
@@ -122,7 +143,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := cli.SignalContext(ctx)
 	defer stop()
 	return srv.Run(ctx, l, func() {
-		ev := log.Info().Str("host", o.Host).Int("port", port).Str("model", o.ServedModelName).
+		ev := log.Info().Str("dialect", o.Dialect).Str("host", o.Host).Int("port", port).Str("model", o.ServedModelName).
 			Str("tokenizer", o.Tokenizer).Int("block_size", o.Engine.BlockSize).Int("num_gpu_blocks", o.Engine.NumGPUBlocks)
 		if ep := srv.KVEventsEndpoint(); ep != "" {
 			ev = ev.Str("kv_events", ep).Bool("kv_events_bind", kvevents.EngineBinds(kvCfg.Endpoint))
@@ -161,6 +182,21 @@ func (o *Options) resolve() error {
 	}
 	if o.ShutdownGrace < 0 {
 		return fmt.Errorf("--shutdown-grace %v must not be negative", o.ShutdownGrace)
+	}
+	d, err := server.ParseDialect(o.Dialect)
+	if err != nil {
+		return fmt.Errorf("--dialect %q: want vllm, sglang or trtllm", o.Dialect)
+	}
+	if o.IncrementalStreamingOutput && d != server.DialectSGLang {
+		return fmt.Errorf("--incremental-streaming-output needs --dialect sglang (got %s)", d)
+	}
+	switch {
+	case o.EventBufferMaxSize < 0:
+		return fmt.Errorf("--event-buffer-max-size %d must not be negative", o.EventBufferMaxSize)
+	case o.EventBufferMaxSize > 0 && d != server.DialectTRTLLM:
+		return fmt.Errorf("--event-buffer-max-size needs --dialect trtllm (got %s)", d)
+	case o.EventBufferMaxSize > 0 && !o.Engine.EnablePrefixCaching:
+		return errors.New("--event-buffer-max-size needs prefix caching (block reuse); drop --no-enable-prefix-caching")
 	}
 	o.Engine.Seed = uint64(o.Seed)
 	if err := o.Engine.Validate(); err != nil {

@@ -23,9 +23,20 @@ const maxBodyBytes = 32 << 20
 // defaultMaxTokens is vLLM's default max_tokens for /v1/completions.
 const defaultMaxTokens = 16
 
-// Handler returns the HTTP API: POST /v1/completions, GET /health, GET /v1/models and
-// GET /metrics.
+// Handler returns the HTTP API of the server's dialect (see the package documentation).
 func (s *Server) Handler() http.Handler {
+	switch s.opts.Dialect {
+	case DialectSGLang:
+		return s.sglangHandler()
+	case DialectTRTLLM:
+		return s.trtllmHandler()
+	}
+	return s.vllmHandler()
+}
+
+// vllmHandler serves POST /v1/completions, GET /health, GET /v1/models and GET /metrics
+// in vLLM's dialect.
+func (s *Server) vllmHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /v1/models", s.handleModels)

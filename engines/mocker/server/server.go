@@ -1,8 +1,17 @@
-// Package server runs the mock engine core (engines/mocker) as a vLLM-compatible
-// process: the OpenAI completions endpoint in vLLM's dialect, /health, /v1/models,
-// Prometheus /metrics with vLLM's metric names, and KV events over ZeroMQ in vLLM's wire
-// format. The core runs in one goroutine on the real clock; every step's outputs and
-// events are released when the step's modelled duration has passed.
+// Package server runs the mock engine core (engines/mocker) as an engine process that
+// speaks one engine's HTTP dialect (Options.Dialect):
+//
+//   - vllm (default): the OpenAI completions endpoint in vLLM's dialect, /health,
+//     /v1/models, Prometheus /metrics with vLLM's metric names (engines/vllm).
+//   - sglang: SGLang's native /generate, /abort_request, /health, /health_generate,
+//     /get_model_info and /metrics with SGLang's names (engines/sglang).
+//   - trtllm: trtllm-serve's /v1/completions (token ids with "detokenize": false),
+//     /health, /v1/models, /version, JSON iteration stats on GET /metrics and KV cache
+//     events on POST /kv_cache_events (engines/trtllm).
+//
+// KV events go over ZeroMQ in vLLM's wire format when configured (SGLang publishes the
+// same layout). The core runs in one goroutine on the real clock; every step's outputs
+// and events are released when the step's modelled duration has passed.
 package server
 
 import (
@@ -42,6 +51,17 @@ type Options struct {
 	// ShutdownGrace bounds how long Run waits for in-flight requests on shutdown
 	// (default 5 s); requests still running then are aborted.
 	ShutdownGrace time.Duration
+	// Dialect is the HTTP surface served: vLLM's (default), SGLang's or trtllm-serve's.
+	Dialect Dialect
+	// IncrementalStreamingOutput (SGLang dialect, SGLang's --incremental-streaming-output):
+	// streamed output_ids and text hold each chunk's new tokens instead of all so far.
+	IncrementalStreamingOutput bool
+	// EventBufferMaxSize (trtllm dialect, kv_cache_config.event_buffer_max_size): the KV
+	// cache events kept for POST /kv_cache_events, oldest dropped first; 0 records none.
+	EventBufferMaxSize int
+	// PollWait (trtllm dialect) bounds how long GET /metrics and POST /kv_cache_events
+	// wait for a first entry when none is queued (default 2 s, as trtllm-serve).
+	PollWait time.Duration
 }
 
 // Server is a running mock engine. Create with New, serve with Run or Handler + Start.
@@ -52,7 +72,8 @@ type Server struct {
 	pub       *kvevents.Publisher
 	log       zerolog.Logger
 	metrics   *metrics.Set
-	mt        serverMetrics
+	mt        statsSink
+	trt       *trtllmState // trtllm dialect only
 	cmds      chan command
 	stats     atomic.Pointer[mocker.Stats]
 	created   int64
@@ -77,6 +98,27 @@ func New(opts Options) (*Server, error) {
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 5 * time.Second
 	}
+	if opts.Dialect == "" {
+		opts.Dialect = DialectVLLM
+	}
+	if _, err := ParseDialect(string(opts.Dialect)); err != nil {
+		return nil, err
+	}
+	if opts.EventBufferMaxSize < 0 {
+		return nil, fmt.Errorf("server: event buffer size %d must not be negative", opts.EventBufferMaxSize)
+	}
+	if opts.EventBufferMaxSize > 0 && opts.Dialect != DialectTRTLLM {
+		return nil, fmt.Errorf("server: an event buffer for /kv_cache_events needs the trtllm dialect, not %s", opts.Dialect)
+	}
+	if opts.EventBufferMaxSize > 0 && !opts.Engine.EnablePrefixCaching {
+		return nil, errors.New("server: KV cache events need prefix caching (block reuse)")
+	}
+	if opts.IncrementalStreamingOutput && opts.Dialect != DialectSGLang {
+		return nil, fmt.Errorf("server: incremental streaming output is an SGLang option; the dialect is %s", opts.Dialect)
+	}
+	if opts.PollWait <= 0 {
+		opts.PollWait = 2 * time.Second
+	}
 	vocab, err := mocker.BuildVocab(opts.Model.Tokenizer, opts.Model.EOSTokenIDs)
 	if err != nil {
 		return nil, err
@@ -97,7 +139,16 @@ func New(opts Options) (*Server, error) {
 	}
 	st := eng.Stats()
 	s.stats.Store(&st)
-	s.mt = newServerMetrics(s.metrics, opts.ServedModelName, opts.Engine, func() *mocker.Stats { return s.stats.Load() })
+	statsNow := func() *mocker.Stats { return s.stats.Load() }
+	switch opts.Dialect {
+	case DialectSGLang:
+		s.mt = newSGLangMetrics(s.metrics, opts.ServedModelName, opts.Engine, statsNow)
+	case DialectTRTLLM:
+		s.trt = newTRTLLMState(opts, s.created)
+		s.mt = s.trt
+	default:
+		s.mt = newServerMetrics(s.metrics, opts.ServedModelName, opts.Engine, statsNow)
+	}
 	if opts.KVEvents.Enabled() {
 		if !opts.Engine.EnablePrefixCaching {
 			return nil, errors.New("server: --kv-events-config needs prefix caching (--enable-prefix-caching)")
@@ -119,6 +170,10 @@ func (s *Server) KVEventsEndpoint() string {
 	}
 	return s.pub.Endpoint()
 }
+
+// Stats returns the engine's latest stats (updated after every step and every applied
+// abort).
+func (s *Server) Stats() mocker.Stats { return *s.stats.Load() }
 
 // Metrics returns the server's metric set (written by /metrics).
 func (s *Server) Metrics() *metrics.Set { return s.metrics }
@@ -175,6 +230,10 @@ type command struct {
 	st    *stream
 	errc  chan error
 	abort string
+	// abortAll aborts every request that has a stream.
+	abortAll bool
+	// aborted, when not nil, is closed once the abort was applied and the stats updated.
+	aborted chan struct{}
 }
 
 // stream carries one request's outputs from the loop to its handler. The queue is
@@ -221,7 +280,12 @@ func (st *stream) take() ([]mocker.Output, error) {
 	return q, nil
 }
 
-var errEngineStopped = errors.New("the engine is shutting down")
+var (
+	errEngineStopped = errors.New("the engine is shutting down")
+	// errAborted ends the stream of a request aborted by another request (SGLang's
+	// /abort_request).
+	errAborted = errors.New("the request was aborted")
+)
 
 // submit queues r in the engine and returns its stream.
 func (s *Server) submit(ctx context.Context, r mocker.Request) (*stream, error) {
@@ -242,11 +306,38 @@ func (s *Server) submit(ctx context.Context, r mocker.Request) (*stream, error) 
 	}
 }
 
-// abort removes a request from the engine (its blocks are freed). It does not wait.
+// abort removes a request from the engine (its blocks are freed); its stream, if still
+// read, ends with errAborted. It does not wait.
 func (s *Server) abort(id string) {
 	select {
 	case s.cmds <- command{abort: id}:
 	case <-s.loopDone:
+	}
+}
+
+// abortWait is abort that returns once the engine applied it (or ctx ended).
+func (s *Server) abortWait(ctx context.Context, id string) {
+	s.applyWait(ctx, command{abort: id, aborted: make(chan struct{})})
+}
+
+// abortAllWait aborts every request being streamed or awaited, and returns once the
+// engine applied it (or ctx ended).
+func (s *Server) abortAllWait(ctx context.Context) {
+	s.applyWait(ctx, command{abortAll: true, aborted: make(chan struct{})})
+}
+
+func (s *Server) applyWait(ctx context.Context, c command) {
+	select {
+	case s.cmds <- c:
+	case <-s.loopDone:
+		return
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-c.aborted:
+	case <-s.loopDone:
+	case <-ctx.Done():
 	}
 }
 
@@ -269,10 +360,26 @@ func (s *Server) loop(ctx context.Context) {
 			c.errc <- err
 			return
 		}
-		if s.eng.Abort(c.abort) {
-			s.log.Debug().Str("request_id", c.abort).Msg("request aborted")
+		ids := []string{c.abort}
+		if c.abortAll {
+			ids = ids[:0]
+			for id := range streams {
+				ids = append(ids, id)
+			}
 		}
-		delete(streams, c.abort)
+		for _, id := range ids {
+			if s.eng.Abort(id) {
+				s.log.Debug().Str("request_id", id).Msg("request aborted")
+			}
+			if st := streams[id]; st != nil {
+				st.fail(errAborted)
+				delete(streams, id)
+			}
+		}
+		if c.aborted != nil {
+			s.publishStats()
+			close(c.aborted)
+		}
 	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -324,7 +431,10 @@ func (s *Server) loop(ctx context.Context) {
 			}
 		}
 		// Counters first, so a client that got its last token sees them updated.
-		s.publishStats()
+		st := s.publishStats()
+		if s.trt != nil {
+			s.trt.step(&res, &st)
+		}
 		for _, o := range res.Outputs {
 			if o.Finished {
 				s.mt.finished(o.FinishReason)
@@ -343,8 +453,9 @@ func (s *Server) loop(ctx context.Context) {
 	}
 }
 
-func (s *Server) publishStats() {
+func (s *Server) publishStats() mocker.Stats {
 	st := s.eng.Stats()
 	s.stats.Store(&st)
 	s.mt.update(&st)
+	return st
 }
