@@ -3,11 +3,13 @@ module github.com/turbine-llm/turbine
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/ardanlabs/jinja v1.8.0
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/dlclark/regexp2 v1.12.0
 	github.com/go-zeromq/zmq4 v0.17.0
+	github.com/hashicorp/consul/api v1.26.1
 	github.com/mattn/go-isatty v0.0.20
 	github.com/openai/openai-go/v3 v3.99.0
 	github.com/pkoukk/tiktoken-go v0.1.8
@@ -19,11 +21,11 @@ require (
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	github.com/zeebo/xxh3 v1.1.0
 	golang.org/x/text v0.42.0
+	google.golang.org/grpc v1.60.1
 	google.golang.org/protobuf v1.36.12
 )
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/Workiva/go-datastructures v1.1.3 // indirect
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/asynkron/gofun v0.0.0-20220329210725-34fed760f4c2 // indirect
@@ -38,7 +40,6 @@ require (
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/hashicorp/consul/api v1.26.1 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/hashicorp/go-hclog v1.5.0 // indirect
@@ -77,7 +78,6 @@ require (
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20231002182017-d307bd883b97 // indirect
-	google.golang.org/grpc v1.60.1 // indirect
 )
 
 tool (
