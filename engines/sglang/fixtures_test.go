@@ -3,6 +3,7 @@ package sglang
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -172,10 +173,11 @@ func TestErrorAnswers(t *testing.T) {
 	}{
 		{"error_value.json", "application/json", 400, "", "The input (40000 tokens) is longer than the model's context length (32768 tokens)."},
 		{"error_validation.json", "application/json", 400, "Bad Request", "1 validation error for GenerateReqInput\nsampling_params\n  Input should be a valid dictionary"},
+		{"error_value.json", "application/json", 500, "", "The input (40000 tokens) is longer than the model's context length (32768 tokens)."},
 		{"", "text/plain", 500, "", "Internal Server Error"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.file, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%d", tc.file, tc.status), func(t *testing.T) {
 			var body []byte
 			if tc.file != "" {
 				body = readFixture(t, tc.file)

@@ -42,7 +42,7 @@ func (s *sseReader) next() ([]byte, error) {
 			line, long = append(long, line...), nil
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return nil, fmt.Errorf("sglang: stream ended before [DONE]: %w", io.ErrUnexpectedEOF)
 			}
 			return nil, fmt.Errorf("sglang: reading the stream: %w", err)

@@ -7,33 +7,68 @@ import (
 	"io"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// Engine adapts a Client to engines.Engine.
-type Engine struct {
-	c         *Client
-	model     string
-	blockSize int
-
-	mu   sync.Mutex
-	last Load // the latest iteration's load seen by Load
+// EngineOptions configure an Engine.
+type EngineOptions struct {
+	// Model is the served model name (trtllm-serve requires one in every request).
+	Model string
+	// BlockSize is the KV block size, in tokens, in which WorkerLoad reports blocks (the
+	// router's); TensorRT-LLM's own blocks are converted through its tokensPerBlock.
+	BlockSize int
+	// StatsInterval is the pause between two /metrics calls of the stats collector
+	// (default 1 s). Each call takes about 2 s on trtllm-serve, which waits that long for
+	// more stats before it answers.
+	StatsInterval time.Duration
+	// StatsTimeout bounds one /metrics call (default 10 s).
+	StatsTimeout time.Duration
+	// MaxStatsAge: Load fails when the collector's latest answer is older (default 30 s).
+	MaxStatsAge time.Duration
 }
 
-// NewEngine returns an engines.Engine over c for the served model name model. blockSize
-// is the KV block size, in tokens, in which WorkerLoad reports blocks (the router's);
-// TensorRT-LLM's own blocks are converted through its tokensPerBlock. Errors: an empty
-// model name or blockSize < 1.
-func NewEngine(c *Client, model string, blockSize int) (*Engine, error) {
-	if model == "" {
+// Engine adapts a Client to engines.Engine. Its load comes from a background collector
+// of the iteration stats, started by the first Load and stopped by Close: trtllm-serve
+// answers GET /metrics only after waiting about 2 s for stats, longer than a load scrape
+// may take.
+type Engine struct {
+	c    *Client
+	opts EngineOptions
+
+	startOnce sync.Once
+	stopOnce  sync.Once
+	stop      context.CancelFunc
+	stopped   chan struct{}
+	first     chan struct{} // closed when the collector's first call answered
+
+	mu     sync.Mutex
+	last   Load      // the latest iteration's load (an idle one after an empty answer)
+	lastAt time.Time // when last was answered
+	err    error     // the latest call's error, nil once one succeeds again
+}
+
+// NewEngine returns an engines.Engine over c. Errors: an empty model name or a block
+// size < 1.
+func NewEngine(c *Client, o EngineOptions) (*Engine, error) {
+	if o.Model == "" {
 		return nil, errors.New("trtllm: engine without a model name (trtllm-serve requires one)")
 	}
-	if blockSize < 1 {
-		return nil, fmt.Errorf("trtllm: block size %d must be at least 1", blockSize)
+	if o.BlockSize < 1 {
+		return nil, fmt.Errorf("trtllm: block size %d must be at least 1", o.BlockSize)
 	}
-	return &Engine{c: c, model: model, blockSize: blockSize}, nil
+	if o.StatsInterval <= 0 {
+		o.StatsInterval = time.Second
+	}
+	if o.StatsTimeout <= 0 {
+		o.StatsTimeout = 10 * time.Second
+	}
+	if o.MaxStatsAge <= 0 {
+		o.MaxStatsAge = 30 * time.Second
+	}
+	return &Engine{c: c, opts: o, stopped: make(chan struct{}), first: make(chan struct{})}, nil
 }
 
 // Health returns nil when GET /health answers 200.
@@ -45,7 +80,7 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // ctx, or an error from fn, closes the connection, which aborts the request.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
-	req := CompletionRequest{Model: e.model, PromptTokenIDs: tokens, RequestID: requestID,
+	req := CompletionRequest{Model: e.opts.Model, PromptTokenIDs: tokens, RequestID: requestID,
 		MaxTokens: int(s.GetMaxTokens()), MinTokens: int(s.GetMinTokens()), IgnoreEOS: s.GetIgnoreEos(),
 		StopTokenIDs: s.GetStopTokenIds()}
 	if s.GetHasSeed() {
@@ -97,24 +132,90 @@ func finishReason(r string) string {
 	return r
 }
 
-// Load reads the latest iteration's statistics from GET /metrics. trtllm-serve hands
-// each iteration's stats out once, so this must be the server's only /metrics reader.
-// When no iteration ran since the previous call the engine is idle: no running or
-// queued requests and no blocks in use, of the block count last seen.
+// Load returns the load of the latest iteration the stats collector saw (it starts the
+// collector on the first call and waits for its first answer). When no iteration ran
+// between two of its calls the engine is idle: no running or queued requests and no
+// blocks in use, of the block count last seen. trtllm-serve hands each iteration's stats
+// out once, so the collector must be the server's only /metrics reader. Errors: the
+// collector's latest error, no answer yet when ctx ends, or an answer older than
+// MaxStatsAge.
 func (e *Engine) Load(ctx context.Context) (*messages.WorkerLoad, error) {
-	stats, err := e.c.IterationStats(ctx)
+	e.startOnce.Do(func() {
+		cctx, cancel := context.WithCancel(context.Background())
+		e.stop = cancel
+		go e.collect(cctx)
+	})
+	select {
+	case <-e.stopped:
+		return nil, errors.New("trtllm: engine closed")
+	default:
+	}
+	select {
+	case <-e.first:
+	case <-e.stopped:
+		return nil, errors.New("trtllm: engine closed")
+	case <-ctx.Done():
+		return nil, fmt.Errorf("trtllm: no iteration stats from GET /metrics yet: %w", ctx.Err())
+	}
+	e.mu.Lock()
+	l, at, err := e.last, e.lastAt, e.err
+	e.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	l, ok := LoadFromStats(stats)
-	if ok {
-		e.last = l
-	} else {
-		l = Load{MaxBlocks: e.last.MaxBlocks, TokensPerBlock: e.last.TokensPerBlock, Iter: e.last.Iter}
+	if age := time.Since(at); age > e.opts.MaxStatsAge {
+		return nil, fmt.Errorf("trtllm: the latest iteration stats are %v old", age.Round(time.Second))
 	}
-	e.mu.Unlock()
-	return workerLoad(l, e.blockSize), nil
+	return workerLoad(l, e.opts.BlockSize), nil
+}
+
+// collect calls GET /metrics until ctx ends, keeping the latest load.
+func (e *Engine) collect(ctx context.Context) {
+	defer close(e.stopped)
+	firstDone := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, e.opts.StatsTimeout)
+		stats, err := e.c.IterationStats(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		e.mu.Lock()
+		if err != nil {
+			e.err = err
+		} else {
+			if l, ok := LoadFromStats(stats); ok {
+				e.last = l
+			} else {
+				e.last = Load{MaxBlocks: e.last.MaxBlocks, TokensPerBlock: e.last.TokensPerBlock, Iter: e.last.Iter}
+			}
+			e.lastAt, e.err = time.Now(), nil
+		}
+		e.mu.Unlock()
+		if !firstDone {
+			close(e.first)
+			firstDone = true
+		}
+		t := time.NewTimer(e.opts.StatsInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the stats collector. Safe to call more than once.
+func (e *Engine) Close() error {
+	e.stopOnce.Do(func() {
+		e.startOnce.Do(func() { close(e.stopped) }) // never started
+		if e.stop != nil {
+			e.stop()
+		}
+		<-e.stopped
+	})
+	return nil
 }
 
 func workerLoad(l Load, blockSize int) *messages.WorkerLoad {
