@@ -7,7 +7,6 @@ package frontend
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -57,21 +56,11 @@ func (o *Options) Validate() error {
 // Run is `turbine frontend`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
-	fs := flag.NewFlagSet("turbine frontend", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags(&o, fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: turbine frontend [flags]\n\nServes the OpenAI API for every model of the cluster and hosts its routers.\nEvery flag can also be set with TURBINE_<FLAG> (upper case, '-' as '_'),\ne.g. TURBINE_DISCOVERY=consul://10.0.0.5:8500. Flags:\n")
-		fs.PrintDefaults()
-	}
-	if help, err := cli.ParseCommand(fs, args); help || err != nil {
-		return err
-	}
-	if err := o.Validate(); err != nil {
-		return err
-	}
-	log, err := o.Log.Logger(stderr)
-	if err != nil {
+	log, help, err := options.Parse(options.Command{Name: "frontend",
+		Summary: "Serves the OpenAI API for every model of the cluster and hosts its routers.",
+		Example: "TURBINE_DISCOVERY=consul://10.0.0.5:8500", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
+		Validate: o.Validate, Log: &o.Log}, args, stderr)
+	if help || err != nil {
 		return err
 	}
 	ctx, stop := cli.SignalContext(ctx)

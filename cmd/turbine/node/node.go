@@ -78,21 +78,11 @@ func (o *Options) Validate() error {
 // Run is `turbine node`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
-	fs := flag.NewFlagSet("turbine node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags(&o, fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: turbine node [flags]\n\nRuns one machine's node agent and its workers.\nEvery flag can also be set with TURBINE_<FLAG> (upper case, '-' as '_'),\ne.g. TURBINE_NODE_ID=gpu-7. Flags:\n")
-		fs.PrintDefaults()
-	}
-	if help, err := cli.ParseCommand(fs, args); help || err != nil {
-		return err
-	}
-	if err := o.Validate(); err != nil {
-		return err
-	}
-	log, err := o.Log.Logger(stderr)
-	if err != nil {
+	log, help, err := options.Parse(options.Command{Name: "node",
+		Summary: "Runs one machine's node agent and its workers.",
+		Example: "TURBINE_NODE_ID=gpu-7", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
+		Validate: o.Validate, Log: &o.Log}, args, stderr)
+	if help || err != nil {
 		return err
 	}
 	card, err := o.Engine.Card()

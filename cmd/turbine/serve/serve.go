@@ -61,21 +61,11 @@ func (o *Options) Validate() error {
 // Run is `turbine serve`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
-	fs := flag.NewFlagSet("turbine serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags(&o, fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: turbine serve [flags]\n\nEvery flag can also be set with TURBINE_<FLAG> (upper case, '-' as '_'),\ne.g. TURBINE_WORKERS=4. Flags:\n")
-		fs.PrintDefaults()
-	}
-	if help, err := cli.ParseCommand(fs, args); help || err != nil {
-		return err
-	}
-	if err := o.Validate(); err != nil {
-		return err
-	}
-	log, err := o.Log.Logger(stderr)
-	if err != nil {
+	log, help, err := options.Parse(options.Command{Name: "serve",
+		Summary: "Runs a whole service in one process: gateway, router and mock-engine workers.",
+		Example: "TURBINE_WORKERS=4", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
+		Validate: o.Validate, Log: &o.Log}, args, stderr)
+	if help || err != nil {
 		return err
 	}
 	ctx, stop := cli.SignalContext(ctx)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -67,8 +68,34 @@ func (o *Cluster) Validate() error {
 		return fmt.Errorf("--member-port %d: want 0..65535", o.MemberPort)
 	case (o.MemberHost == "0.0.0.0" || o.MemberHost == "::") && o.AdvertiseHost == "":
 		return fmt.Errorf("--member-host %s binds every address: set --advertise-host to the one other members dial", o.MemberHost)
+	case o.ConsulTTL <= 0:
+		return fmt.Errorf("--consul-ttl %v: must be > 0", o.ConsulTTL)
+	case o.ConsulTTLRefresh <= 0:
+		return fmt.Errorf("--consul-ttl-refresh %v: must be > 0", o.ConsulTTLRefresh)
 	}
-	return nil
+	err := o.Config(nil, zerolog.Nop()).Consul.Validate()
+	var oe *cluster.OptionError
+	if errors.As(err, &oe) {
+		if f, ok := consulFlags[oe.Option]; ok {
+			return fmt.Errorf("%s %v: %s", f, oe.Value, renameOptions(oe.Reason))
+		}
+	}
+	return err
+}
+
+// consulFlags names the flag of each cluster.ConsulOptions field, for errors.
+var consulFlags = map[string]string{
+	"Consul.TTL": "--consul-ttl", "Consul.RefreshTTL": "--consul-ttl-refresh",
+	"Consul.DeregisterCritical": "--consul-deregister-after", "Consul.CAFile": "--consul-cacert",
+	"Consul.CertFile": "--consul-client-cert", "Consul.KeyFile": "--consul-client-key",
+}
+
+// renameOptions rewrites option names inside a reason into flag names.
+func renameOptions(reason string) string {
+	for opt, f := range consulFlags {
+		reason = strings.ReplaceAll(reason, opt, f)
+	}
+	return reason
 }
 
 // Config returns the member configuration hosting kinds.

@@ -191,3 +191,37 @@ func (o *Log) Logger(w io.Writer) (zerolog.Logger, error) {
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// Command describes a subcommand for Parse.
+type Command struct {
+	Name    string // e.g. "frontend"
+	Summary string // one line or more, printed under the usage line
+	Example string // an environment example, e.g. "TURBINE_WORKERS=4"
+	// Flags registers the command's flags; Validate checks them after parsing; Log is the
+	// command's logging group (its flags must be among those Flags registers).
+	Flags    func(fs *flag.FlagSet)
+	Validate func() error
+	Log      *Log
+}
+
+// Parse parses a subcommand's arguments (environment first, then flags), validates them
+// and returns the process logger writing to stderr. help is true (with no error) when -h
+// was asked for: the caller returns at once. Errors name the flag that was wrong.
+func Parse(c Command, args []string, stderr io.Writer) (log zerolog.Logger, help bool, err error) {
+	fs := flag.NewFlagSet("turbine "+c.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.Flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: turbine %s [flags]\n\n%s\nEvery flag can also be set with TURBINE_<FLAG> (upper case, '-' as '_'),\ne.g. %s. Flags:\n",
+			c.Name, c.Summary, c.Example)
+		fs.PrintDefaults()
+	}
+	if help, err := cli.ParseCommand(fs, args); help || err != nil {
+		return zerolog.Nop(), help, err
+	}
+	if err := c.Validate(); err != nil {
+		return zerolog.Nop(), false, err
+	}
+	log, err = c.Log.Logger(stderr)
+	return log, false, err
+}
