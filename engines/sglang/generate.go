@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
 // SamplingParams are the sampling_params of a generate request (SGLang's
@@ -108,9 +109,9 @@ type Stream struct {
 	sse    *sseReader
 	rid    string
 
-	seen     int    // output ids handed out so far
-	last     uint32 // the last of them
-	finished bool   // the last chunk was read
+	seen     int         // output ids handed out so far
+	last     uint32      // the last of them
+	finished atomic.Bool // the last chunk was read (Close reads it from any goroutine)
 	eof      bool
 	err      error
 
@@ -151,13 +152,13 @@ func (s *Stream) recv() (Chunk, error) {
 			return Chunk{}, err
 		}
 		if string(data) == "[DONE]" {
-			if !s.finished {
+			if !s.finished.Load() {
 				return Chunk{}, fmt.Errorf("sglang: stream ended with [DONE] before a finish reason: %w", io.ErrUnexpectedEOF)
 			}
 			s.eof = true
 			return Chunk{}, io.EOF
 		}
-		if s.finished {
+		if s.finished.Load() {
 			continue // nothing but [DONE] is expected after the last chunk
 		}
 		ch, ok, err := s.decode(data)
@@ -210,7 +211,7 @@ func (s *Stream) decode(data []byte) (Chunk, bool, error) {
 		return Chunk{}, false, err
 	}
 	if ch.FinishReason != "" {
-		s.finished = true
+		s.finished.Store(true)
 		return ch, true, nil
 	}
 	return ch, len(ch.TokenIDs) > 0, nil
@@ -307,7 +308,7 @@ func parseFinish(raw json.RawMessage, ch *Chunk) error {
 // abort's. Safe to call more than once and from another goroutine than Recv.
 func (s *Stream) Close() error {
 	s.closeOnce.Do(func() {
-		finished := s.finished
+		finished := s.finished.Load()
 		s.cancel()
 		_ = s.body.Close()
 		if !finished {

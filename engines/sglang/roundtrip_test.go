@@ -399,3 +399,29 @@ func TestServerGoneIsAnError(t *testing.T) {
 		t.Fatal("load of a closed server")
 	}
 }
+
+// TestCloseWhileReceiving: Close from another goroutine ends a Recv that waits.
+func TestCloseWhileReceiving(t *testing.T) {
+	m := startMock(t, 1, false)
+	c, _ := New(m.url, nil, Options{})
+	s, err := c.Generate(testCtx(t), GenerateRequest{RID: "bg", InputIDs: prompt(8), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	for {
+		if _, err := s.Recv(); err != nil {
+			break
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := m.abortedRIDs(); !slices.Equal(got, []string{"bg"}) {
+		t.Fatalf("aborted %v", got)
+	}
+}
