@@ -985,7 +985,7 @@ func (r *reader) arrayEvent(e *kv.Event) (refs eventRefs, known bool, err error)
 			read++
 		}
 		if fields > read {
-			if e.LoraName, err = r.strOrNil("lora_name"); err != nil {
+			if e.LoraName, err = r.loraNameSlot(); err != nil {
 				return refs, false, err
 			}
 			read++
@@ -1008,6 +1008,24 @@ func (r *reader) arrayEvent(e *kv.Event) (refs eventRefs, known bool, err error)
 		}
 	}
 	return refs, true, nil
+}
+
+// loraNameSlot reads element 7 of a BlockStored array: vLLM's lora_name (a string or
+// nil), or the metadata map of SGLang's BlockStoredWithMetadata ({"cache_salt": str},
+// sent by SGLang versions that appended it straight after medium when a request has a
+// cache_salt), which is skipped: SGLang has no adapter name there, so the name is "".
+func (r *reader) loraNameSlot() (string, error) {
+	c, err := r.peek()
+	if err != nil {
+		return "", err
+	}
+	if isMapCode(c) {
+		if err := r.skip(1); err != nil {
+			return "", fmt.Errorf("BlockStored metadata: %w", err)
+		}
+		return "", nil
+	}
+	return r.strOrNil("lora_name")
 }
 
 func (r *reader) parent() (bool, uint64, error) {

@@ -224,6 +224,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"empty event", "empty event array", build(arr(f64(1), arr(arr()), nilv()))},
 		{"deep nesting", "nested deeper", build(arr(f64(1), arr(arr(s("AllBlocksCleared"), deep)), nilv()))},
 		{"negative rank", "data_parallel_rank -2 out of range", build(arr(f64(1), arr(), i64(-2)))},
+		{"lora_name an array", "lora_name: want string, got array",
+			build(arr(f64(1), arr(arr(s("BlockStored"), arr(u(1)), nilv(), arr(ints(1)...), i64(1), nilv(), nilv(), arr(s("x")))), nilv()))},
+		{"metadata map cut short", "BlockStored metadata: truncated",
+			build(arr(f64(1), arr(arr(s("BlockStored"), arr(u(1)), nilv(), arr(ints(1)...), i64(1), nilv(), nilv(), raw(0x81, 0xaa))), nilv()))},
 		{"medium not string", "medium: want string, got integer",
 			build(arr(f64(1), arr(arr(s("BlockRemoved"), arr(), i64(3))), nilv()))},
 	}
@@ -375,6 +379,8 @@ func FuzzDecodePayload(f *testing.F) {
 	}
 	f.Add(build(obj("ts", f64(1), "events", arr(obj("type", s("BlockRemoved"), "block_hashes", arr(i64(-3)))), "data_parallel_rank", nilv())))
 	f.Add(build(arr(f64(1), arr(arr(s("BlockStored"), arr(bin([]byte{1, 2})), nilv(), arr(ints(1)...), i64(1), nilv(), nilv(), nilv(), arr())), i64(0))))
+	f.Add(build(arr(f64(1), arr(arr(s("BlockStored"), arr(u(1)), nilv(), arr(ints(1)...), i64(1), nilv(), s("GPU"),
+		obj("cache_salt", s("tenant-a")))), i64(0)))) // SGLang's BlockStoredWithMetadata
 	f.Add([]byte{0x93, 0xcb})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b, err := DecodePayload(data)

@@ -22,6 +22,14 @@
 //	["BlockRemoved", block_hashes, medium|nil, ...]
 //	["AllBlocksCleared", ...]
 //
+// SGLang publishes the same layout (python/sglang/srt/disaggregation/kv_events.py). For a
+// request with a cache_salt it sends BlockStoredWithMetadata, tagged "BlockStored", which
+// appends a metadata map {"cache_salt": str}: versions that added it put the map in the
+// lora_name slot (element 7), later ones keep lora_name nil, carry the salt in vLLM's
+// extra_keys slot and the map at element 14. The decoder skips the map wherever it is
+// (the salt is already mixed into SGLang's block hashes) and reads the other fields as
+// usual.
+//
 // The encoder here writes the array form with every listed field (msgspec's layout,
 // compact integers). The decoder accepts both forms, block hashes as signed or unsigned
 // 64-bit integers or as bytes (the low 64 bits of the big-endian value, as vLLM's
