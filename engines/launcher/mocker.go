@@ -1,14 +1,29 @@
 // Package launcher builds the engine processes a worker supervises: their command lines
-// and the clients that talk to them once they are up.
+// and the clients that talk to them once they are up. New builds the launcher of a real
+// engine (vLLM, SGLang, TensorRT-LLM) from an engine-neutral Spec; Mocker launches
+// Turbine's mock engine, which can speak any of their dialects.
+//
+// Each launcher serves one worker: a worker calls Command, then Connect, then
+// SubscribeKVEvents for every start of its engine, and closes the engines.Engine Connect
+// returned when the process ends and the launcher itself when the worker stops, when
+// they implement io.Closer (TRTLLM and its trtllm.Engine do).
 package launcher
 
 import (
-	"encoding/json"
+	"context"
+	"net"
 	"strconv"
+	"sync"
+
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/kv"
 )
 
-// Mocker launches the mock engine (`turbine mocker`), which speaks vLLM's HTTP dialect
-// and publishes KV events in vLLM's wire format; its flags follow vLLM's names.
+// Mocker launches the mock engine (`turbine mocker`). Its flags follow vLLM's names. By
+// default it speaks vLLM's HTTP dialect and publishes KV events in vLLM's ZMQ wire format;
+// with Dialect EngineSGLang it serves SGLang's native API (same ZMQ events), with
+// EngineTRTLLM trtllm-serve's (KV events polled over HTTP), and Connect and
+// SubscribeKVEvents use the matching clients, as for the real engine.
 type Mocker struct {
 	// Executable is the turbine binary (os.Executable() in `turbine serve`).
 	Executable          string
@@ -22,25 +37,13 @@ type Mocker struct {
 	SpeedupRatio        float64
 	MeanOutputTokens    int
 	Seed                int64
+	// Dialect is "" or EngineVLLM (vLLM's), EngineSGLang or EngineTRTLLM.
+	Dialect string
 	// Extra arguments appended untouched.
 	Extra []string
-}
 
-// KVEventsConfig is vLLM's --kv-events-config JSON (REFERENCE §1).
-type KVEventsConfig struct {
-	EnableKVCacheEvents bool   `json:"enable_kv_cache_events"`
-	Publisher           string `json:"publisher"`
-	Endpoint            string `json:"endpoint"`
-	Topic               string `json:"topic"`
-}
-
-// KVEventsTopic is the topic Turbine asks engines to publish KV events on.
-const KVEventsTopic = "kv-events"
-
-// kvEventsFlag renders --kv-events-config for a ZMQ publisher bound at endpoint.
-func kvEventsFlag(endpoint string) string {
-	b, _ := json.Marshal(KVEventsConfig{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: endpoint, Topic: KVEventsTopic})
-	return string(b)
+	mu    sync.Mutex
+	bases map[string]string // trtllm dialect: KV endpoint of the latest Command -> base URL
 }
 
 // Command returns the mock engine's argv for host:port with KV events on kvEndpoint.
@@ -58,8 +61,47 @@ func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []
 		"--speedup-ratio", strconv.FormatFloat(m.SpeedupRatio, 'g', -1, 64),
 		"--mean-output-tokens", strconv.Itoa(m.MeanOutputTokens),
 		"--seed", strconv.FormatInt(m.Seed, 10),
-		"--kv-events-config", kvEventsFlag(kvEndpoint),
+	}
+	switch m.Dialect {
+	case EngineTRTLLM:
+		m.mu.Lock()
+		m.bases = map[string]string{kvEndpoint: "http://" + net.JoinHostPort(host, strconv.Itoa(port))}
+		m.mu.Unlock()
+		argv = append(argv, "--dialect", m.Dialect, "--event-buffer-max-size", strconv.Itoa(DefaultKVEventBufferSize))
+	case EngineSGLang:
+		argv = append(argv, "--dialect", m.Dialect, "--kv-events-config", vllmKVEventsJSON(kvEndpoint))
+	default:
+		argv = append(argv, "--kv-events-config", vllmKVEventsJSON(kvEndpoint))
 	}
 	argv = append(argv, m.Extra...)
 	return argv, nil
 }
+
+// Connect returns the client of the mock engine's dialect at baseURL.
+func (m *Mocker) Connect(baseURL string) engines.Engine {
+	switch m.Dialect {
+	case EngineSGLang:
+		return connectSGLang(baseURL, m.BlockSize)
+	case EngineTRTLLM:
+		return connectTRTLLM(baseURL, m.Model, m.BlockSize)
+	}
+	return newVLLMEngine(baseURL, m.Model)
+}
+
+// SubscribeKVEvents subscribes to the mock engine's KV events: ZMQ in vLLM's wire format
+// at the endpoint it was given, or for the trtllm dialect POST /kv_cache_events of the
+// engine its latest Command started.
+func (m *Mocker) SubscribeKVEvents(ctx context.Context, endpoint string, fn func(kv.Batch)) error {
+	if m.Dialect != EngineTRTLLM {
+		return subscribeZMQ(ctx, endpoint, fn)
+	}
+	m.mu.Lock()
+	base, ok := m.bases[endpoint]
+	m.mu.Unlock()
+	if !ok {
+		return errNoEngineAt(endpoint)
+	}
+	return pollTRTLLM(ctx, base, m.BlockSize, fn)
+}
+
+var _ engines.Launcher = (*Mocker)(nil)

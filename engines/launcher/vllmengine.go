@@ -7,9 +7,7 @@ import (
 	"net/http"
 
 	"github.com/turbine-llm/turbine/engines"
-	"github.com/turbine-llm/turbine/engines/kvevents"
 	"github.com/turbine-llm/turbine/engines/vllm"
-	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -96,16 +94,3 @@ func (b brokenEngine) Generate(context.Context, string, []uint32, *messages.Samp
 	return b.err
 }
 func (b brokenEngine) Load(context.Context) (*messages.WorkerLoad, error) { return nil, b.err }
-
-// Connect returns the client for a mock engine at baseURL.
-func (m *Mocker) Connect(baseURL string) engines.Engine { return newVLLMEngine(baseURL, m.Model) }
-
-// SubscribeKVEvents subscribes to the mock engine's ZMQ KV events (vLLM wire format).
-// endpoint is the one the engine was given: like vLLM, an engine binds only for a "*"
-// host (or ipc://) and otherwise connects, in which case this side listens.
-func (m *Mocker) SubscribeKVEvents(ctx context.Context, endpoint string, fn func(kv.Batch)) error {
-	ep, listen := kvevents.ConsumerEndpoint(endpoint)
-	return kvevents.SubscribeWith(ctx, kvevents.SubscriberConfig{Endpoint: ep, Topic: KVEventsTopic, Listen: listen}, fn)
-}
-
-var _ engines.Launcher = (*Mocker)(nil)

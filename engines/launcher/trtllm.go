@@ -1,0 +1,214 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/trtllm"
+	"github.com/turbine-llm/turbine/kv"
+)
+
+// TRTLLMOptionsFile is the name of the extra_llm_api_options file in a TRTLLM launcher's
+// temporary folder.
+const TRTLLMOptionsFile = "extra_llm_api_options.yaml"
+
+// TRTLLM launches trtllm-serve (PyTorch backend). Command renders (flag names as
+// TensorRT-LLM's tensorrt_llm/commands/serve.py registers them; bracketed ones only when
+// the spec sets them):
+//
+//	<executable> <model> --host <host> --port <port> --backend pytorch --tp_size <tp>
+//	  [--max_batch_size <n>] [--max_num_tokens <n>] [--max_seq_len <n>]
+//	  [--kv_cache_free_gpu_memory_fraction <f>] --extra_llm_api_options <file> <extra...>
+//
+// The file (TRTLLMOptions) turns on block reuse and the KV event buffer that POST
+// /kv_cache_events drains, sets tokens_per_block to the spec's block size, and turns on
+// the iteration stats GET /metrics answers. trtllm-serve replaces its whole
+// kv_cache_config with the file's, so the file repeats free_gpu_memory_fraction. The file
+// lives in a temporary folder from New until Close.
+//
+// trtllm-serve has no served-model-name flag: it serves a model folder under the folder's
+// base name (any other model under the name given), and the client sends that name.
+// Its KV events are polled over HTTP (trtllm.Client.PollKVEvents), not ZMQ:
+// SubscribeKVEvents finds the engine by the KV endpoint its Command was given.
+type TRTLLM struct {
+	spec  Spec
+	dir   string // temporary folder holding the options file
+	model string // the model name trtllm-serve serves
+
+	mu    sync.Mutex
+	bases map[string]string // KV endpoint of the latest Command -> engine base URL
+}
+
+func newTRTLLM(spec Spec) (*TRTLLM, error) {
+	dir, err := os.MkdirTemp(spec.TempDir, "turbine-trtllm-")
+	if err != nil {
+		return nil, fmt.Errorf("launcher: trtllm: folder for %s: %w", TRTLLMOptionsFile, err)
+	}
+	l := &TRTLLM{spec: spec, dir: dir, model: trtllmModelName(spec.ModelPath), bases: map[string]string{}}
+	if err := l.writeOptions(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return l, nil
+}
+
+// trtllmModelName is the name trtllm-serve serves model under: a folder's base name, else
+// model as given (tensorrt_llm/serve/openai_server.py).
+func trtllmModelName(model string) string {
+	if fi, err := os.Stat(model); err == nil && fi.IsDir() {
+		return filepath.Base(filepath.Clean(model))
+	}
+	return model
+}
+
+// OptionsPath is the extra_llm_api_options file the engine is given.
+func (l *TRTLLM) OptionsPath() string { return filepath.Join(l.dir, TRTLLMOptionsFile) }
+
+func (l *TRTLLM) writeOptions() error {
+	if err := os.WriteFile(l.OptionsPath(), []byte(TRTLLMOptions(l.spec)), 0o600); err != nil {
+		return fmt.Errorf("launcher: trtllm: %w", err)
+	}
+	return nil
+}
+
+// TRTLLMOptions renders the extra_llm_api_options YAML for spec (TensorRT-LLM's
+// TorchLlmArgs: kv_cache_config is KvCacheConfig, tensorrt_llm/llmapi/llm_args.py):
+//
+//	kv_cache_config:
+//	  enable_block_reuse: true
+//	  tokens_per_block: <block size>
+//	  event_buffer_max_size: <KV event buffer size>
+//	  free_gpu_memory_fraction: <f>          # when the spec sets it
+//	enable_iter_perf_stats: true
+//	cache_transceiver_config:                # prefill and decode roles
+//	  backend: DEFAULT
+func TRTLLMOptions(spec Spec) string {
+	s := spec.withDefaults()
+	var b strings.Builder
+	b.WriteString("# trtllm-serve --extra_llm_api_options written by turbine: KV cache events for\n")
+	b.WriteString("# KV-aware routing, iteration stats for the load scrape.\n")
+	b.WriteString("kv_cache_config:\n")
+	b.WriteString("  enable_block_reuse: true\n")
+	fmt.Fprintf(&b, "  tokens_per_block: %d\n", s.BlockSize)
+	fmt.Fprintf(&b, "  event_buffer_max_size: %d\n", s.KVEventBufferSize)
+	if s.GPUMemoryUtilization > 0 {
+		fmt.Fprintf(&b, "  free_gpu_memory_fraction: %s\n", strconv.FormatFloat(s.GPUMemoryUtilization, 'g', -1, 64))
+	}
+	b.WriteString("enable_iter_perf_stats: true\n")
+	if s.Role != "" {
+		b.WriteString("cache_transceiver_config:\n  backend: DEFAULT\n")
+	}
+	return b.String()
+}
+
+// Command returns trtllm-serve's argv for host:port. kvEndpoint is not given to the
+// engine; it names this start for SubscribeKVEvents. The options file is written again
+// if something removed it.
+func (l *TRTLLM) Command(host string, port int, kvEndpoint string) (argv, env []string) {
+	s := l.spec
+	if _, err := os.Stat(l.OptionsPath()); err != nil {
+		_ = os.MkdirAll(l.dir, 0o700)
+		_ = l.writeOptions() // a failure shows in the engine's own error about the file
+	}
+	l.mu.Lock()
+	l.bases = map[string]string{kvEndpoint: "http://" + net.JoinHostPort(host, strconv.Itoa(port))}
+	l.mu.Unlock()
+	argv = []string{s.Executable, s.ModelPath,
+		"--host", host,
+		"--port", strconv.Itoa(port),
+		"--backend", "pytorch",
+		"--tp_size", strconv.Itoa(s.TensorParallelSize),
+	}
+	argv = appendInt(argv, "--max_batch_size", s.MaxNumSeqs)
+	argv = appendInt(argv, "--max_num_tokens", s.MaxNumBatchedTokens)
+	argv = appendInt(argv, "--max_seq_len", s.MaxModelLen)
+	argv = appendFloat(argv, "--kv_cache_free_gpu_memory_fraction", s.GPUMemoryUtilization)
+	argv = append(argv, "--extra_llm_api_options", l.OptionsPath())
+	return append(argv, s.Extra...), nil
+}
+
+// Connect returns a trtllm.Engine for trtllm-serve at baseURL. The worker closes it (it
+// runs a stats collector) when the engine process ends.
+func (l *TRTLLM) Connect(baseURL string) engines.Engine {
+	return connectTRTLLM(baseURL, l.model, l.spec.BlockSize)
+}
+
+// SubscribeKVEvents polls the KV cache events of the engine started with endpoint
+// (trtllm.Client.PollKVEvents), once its GET /health answers: trtllm-serve loads the
+// model for minutes before it serves. It returns nil when ctx ends. Errors: an endpoint
+// no Command was given last, and PollKVEvents' errors.
+func (l *TRTLLM) SubscribeKVEvents(ctx context.Context, endpoint string, fn func(kv.Batch)) error {
+	l.mu.Lock()
+	base, ok := l.bases[endpoint]
+	l.mu.Unlock()
+	if !ok {
+		return errNoEngineAt(endpoint)
+	}
+	return pollTRTLLM(ctx, base, l.spec.BlockSize, fn)
+}
+
+// Close removes the options file and its folder. Safe to call more than once.
+func (l *TRTLLM) Close() error {
+	if err := os.RemoveAll(l.dir); err != nil {
+		return fmt.Errorf("launcher: trtllm: %w", err)
+	}
+	return nil
+}
+
+// Spec returns the spec the launcher was built from, with defaults filled in.
+func (l *TRTLLM) Spec() Spec { return l.spec }
+
+var _ engines.Launcher = (*TRTLLM)(nil)
+
+func connectTRTLLM(baseURL, model string, blockSize int) engines.Engine {
+	c, err := trtllm.New(baseURL, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}})
+	if err != nil {
+		return brokenEngine{err}
+	}
+	e, err := trtllm.NewEngine(c, trtllm.EngineOptions{Model: model, BlockSize: blockSize})
+	if err != nil {
+		return brokenEngine{err}
+	}
+	return e
+}
+
+func errNoEngineAt(endpoint string) error {
+	return fmt.Errorf("launcher: trtllm: no engine was started with KV endpoint %s", endpoint)
+}
+
+// healthPoll is the pause between two readiness probes before KV event polling starts.
+const healthPoll = 500 * time.Millisecond
+
+// pollTRTLLM waits until the engine at base answers GET /health, then polls its KV cache
+// events until ctx ends.
+func pollTRTLLM(ctx context.Context, base string, blockSize int, fn func(kv.Batch)) error {
+	c, err := trtllm.New(base, nil)
+	if err != nil {
+		return err
+	}
+	for {
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.Health(hctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		t := time.NewTimer(healthPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	return c.PollKVEvents(ctx, trtllm.PollConfig{BlockSize: blockSize}, fn)
+}
