@@ -22,5 +22,7 @@
 // actor's ref (AnnounceModel.worker), where gateways fetch tokenizer files from.
 //
 // Children: none (the engine is an OS process, supervised here with a capped exponential
-// backoff). Who may send: gateways, the Router grain, the node (stop).
+// backoff; its stdout and stderr lines are logged with the worker id and engine epoch).
+// The engine client of each process is closed when the process ends, and the launcher
+// when the worker stops, when they implement io.Closer. Who may send: gateways, the Router grain, the node (stop).
 package worker

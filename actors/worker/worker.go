@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -25,7 +26,10 @@ type Config struct {
 	WorkerID string
 	// Card is the model deployment card the worker publishes; its KV block size and
 	// limits are the ones the engine is started with.
-	Card     *messages.ModelCard
+	Card *messages.ModelCard
+	// Launcher starts the engine. The engines.Engine its Connect returns is closed when
+	// that engine process ends, and the launcher when the worker stops, when they
+	// implement io.Closer.
 	Launcher engines.Launcher
 	// Env is extra environment (KEY=VALUE) for the engine process, after the launcher's
 	// own, so that a key set in both takes this value (e.g. node.CUDAEnv: the GPUs the
@@ -291,6 +295,7 @@ func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 	if w.engineStop != nil {
 		w.engineStop()
 	}
+	w.closeEngine()
 	if w.stopping {
 		return
 	}
@@ -303,6 +308,17 @@ func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 	w.log.Warn().Err(m.err).Dur("ran", m.ran).Dur("restart_in", delay).Int("restarts", w.backoff.Restarts()).Msg("engine exited")
 	self, sys := c.Self(), c.ActorSystem()
 	time.AfterFunc(delay, func() { sys.Root.Send(self, restartEngine{}) })
+}
+
+// closeEngine releases the client of an engine process that has ended (a trtllm client
+// runs a stats collector until closed); requests still streaming on it fail.
+func (w *workerActor) closeEngine() {
+	if c, ok := w.engine.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			w.log.Debug().Err(err).Msg("engine client close failed")
+		}
+	}
+	w.engine = nil
 }
 
 func (w *workerActor) info() *messages.WorkerInfo {
@@ -395,6 +411,12 @@ func (w *workerActor) stop() {
 	}
 	if w.engineStop != nil {
 		w.engineStop()
+	}
+	w.closeEngine()
+	if c, ok := w.cfg.Launcher.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			w.log.Warn().Err(err).Msg("engine launcher close failed")
+		}
 	}
 	if w.cfg.Catalog != nil {
 		_, _ = w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID, TtlMs: 0,
