@@ -1,7 +1,20 @@
 // Package node is `turbine node`: the cluster member of one machine. Its node agent owns
 // the machine's GPUs (found through NVML; CPU mode without a driver) and starts worker
 // actors pinned to disjoint GPU sets (CUDA_VISIBLE_DEVICES), each supervising its engine
-// subprocess. Routers and gateways run on `turbine frontend` members.
+// subprocess: the mock engine (`turbine mocker`), vLLM, SGLang or trtllm-serve, launched
+// by engines/launcher. Routers and gateways run on `turbine frontend` members.
+//
+//	turbine node --engine vllm --model /models/Qwen3-8B [flags] [-- <engine arguments>]
+//
+// Arguments after "--" reach every boot worker's engine untouched. With --model a model
+// folder, the model deployment card comes from it (engines/modelcard). Real engines take
+// --tensor-parallel-size GPUs each (default 1) and are refused on a machine without an
+// NVIDIA driver.
+//
+// Testing without GPUs: the environment variable TURBINE_FAKE_GPUS=<n> replaces NVML
+// discovery with n fake GPUs, so that the node agent places real engines (which then see
+// CUDA_VISIBLE_DEVICES naming devices that do not exist). It is meant for tests that run
+// stand-in engine executables; the node logs a warning when it is set.
 package node
 
 import (
@@ -11,6 +24,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -22,6 +38,7 @@ import (
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
 	"google.golang.org/protobuf/proto"
@@ -30,27 +47,32 @@ import (
 // Options are the node's flags, with their defaults.
 type Options struct {
 	options.Engine
+	options.Launch
 	options.Cluster
 	options.Log
 	NodeID             string
 	Workers            int
 	EngineName         string
 	TensorParallelSize int
+	// EngineArgs are the arguments after "--", appended to the boot workers' engines.
+	EngineArgs []string
 }
 
 // Defaults are the embedded defaults: two mock workers, no GPU each.
 func Defaults() Options {
 	host, _ := os.Hostname()
-	return Options{Engine: options.DefaultEngine(), Cluster: options.DefaultCluster(), Log: options.DefaultLog(),
-		NodeID: host, Workers: 2, EngineName: "mocker"}
+	return Options{Engine: options.DefaultEngine(), Launch: options.DefaultLaunch(), Cluster: options.DefaultCluster(),
+		Log: options.DefaultLog(), NodeID: host, Workers: 2, EngineName: launcher.EngineMocker}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
 	fs.StringVar(&o.NodeID, "node-id", o.NodeID, "node name, unique in the cluster; workers are named <node-id>-<n> (default: host name; set it when several nodes share a machine)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers started at boot (0: none until asked)")
-	fs.StringVar(&o.EngineName, "engine", o.EngineName, "engine of the workers started at boot: mocker")
-	fs.IntVar(&o.TensorParallelSize, "tensor-parallel-size", o.TensorParallelSize, "GPUs pinned to each worker started at boot (0: none, mock engines only)")
+	fs.StringVar(&o.EngineName, "engine", o.EngineName, "engine of the workers started at boot: mocker, "+strings.Join(launcher.Engines, ", "))
+	fs.IntVar(&o.TensorParallelSize, "tensor-parallel-size", o.TensorParallelSize, "GPUs pinned to each worker started at boot (0: none for the mocker, 1 for real engines)")
 	o.Engine.Flags(fs)
+	fs.Lookup("model").Usage = "model folder (or hub name) the engines load; with a folder the model card comes from its config.json and tokenizer files. The mocker serves it as its model name"
+	o.Launch.Flags(fs)
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
 }
@@ -62,12 +84,12 @@ func (o *Options) Validate() error {
 		return errors.New("--node-id: empty (and the host name is unknown)")
 	case o.Workers < 0 || o.Workers > 256:
 		return fmt.Errorf("--workers %d: want 0..256", o.Workers)
-	case o.EngineName != "mocker":
-		return fmt.Errorf("--engine %q: want mocker (real engines are started through their own launchers)", o.EngineName)
+	case o.EngineName != launcher.EngineMocker && !slices.Contains(launcher.Engines, o.EngineName):
+		return fmt.Errorf("--engine %q: want mocker, %s", o.EngineName, strings.Join(launcher.Engines, ", "))
 	case o.TensorParallelSize < 0 || o.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size %d: want 0..64", o.TensorParallelSize)
 	}
-	for _, err := range []error{o.Engine.Validate(), o.Cluster.Validate()} {
+	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Cluster.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -75,34 +97,80 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// bootTensorParallelSize is the GPUs of each boot worker: real engines need at least one.
+func (o *Options) bootTensorParallelSize() int {
+	if o.EngineName != launcher.EngineMocker && o.TensorParallelSize == 0 {
+		return 1
+	}
+	return o.TensorParallelSize
+}
+
+// splitEngineArgs splits a command line at the first "--": turbine's flags before it, the
+// engine's arguments after it.
+func splitEngineArgs(args []string) (flags, engine []string) {
+	if i := slices.Index(args, "--"); i >= 0 {
+		return args[:i], slices.Clone(args[i+1:])
+	}
+	return args, nil
+}
+
 // Run is `turbine node`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
+	args, o.EngineArgs = splitEngineArgs(args)
 	log, help, err := options.Parse(options.Command{Name: "node",
-		Summary: "Runs one machine's node agent and its workers.",
+		Summary: "Runs one machine's node agent and its workers. Arguments after -- go to the engines untouched.",
 		Example: "TURBINE_NODE_ID=gpu-7", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
 		Validate: o.Validate, Log: &o.Log}, args, stderr)
 	if help || err != nil {
 		return err
 	}
-	card, err := o.Engine.Card()
+	card, err := o.Engine.NodeCard(o.EngineName, o.Launch)
 	if err != nil {
 		return err
 	}
-	self, err := options.MockerExecutable()
-	if err != nil {
-		return fmt.Errorf("node: %w", err)
+	// The mock engine runs as this binary; a real-engine node needs it only for
+	// StartWorker requests that ask for the mocker, which fail with this error.
+	self, selfErr := options.MockerExecutable()
+	if selfErr != nil && o.EngineName == launcher.EngineMocker {
+		return fmt.Errorf("node: %w", selfErr)
 	}
 	ctx, stop := cli.SignalContext(ctx)
 	defer stop()
-	gpus, cpuOnly := discover(log)
+	gpus, cpuOnly := discover(log, os.Getenv(FakeGPUsEnv))
+	b := &builder{o: o, boot: card, self: self, selfErr: selfErr}
+	log.Info().Str("engine", o.EngineName).Str("model", o.Model).Str("served_model_name", card.Model).
+		Str("tokenizer", card.Tokenizer).Int32("context_length", card.ContextLength).Int32("kv_block_size", card.KvBlockSize).
+		Strs("engine_args", o.EngineArgs).Msg("model card")
 	return options.RunMember(ctx, o.Cluster.Config(nil, log), log, func(mctx context.Context, m *cluster.Member) error {
-		return runNode(mctx, o, m, card, self, gpus, cpuOnly, log)
+		return runNode(mctx, o, m, b, gpus, cpuOnly, log)
 	})
 }
 
+// FakeGPUsEnv names the environment variable that replaces GPU discovery with that many
+// fake GPUs (tests of real-engine launches on machines without GPUs).
+const FakeGPUsEnv = "TURBINE_FAKE_GPUS"
+
+// fakeGPUs returns n stand-in GPUs, indices 0..n-1.
+func fakeGPUs(n int) []nodeactor.GPU {
+	gpus := make([]nodeactor.GPU, n)
+	for i := range gpus {
+		gpus[i] = nodeactor.GPU{Index: i, UUID: fmt.Sprintf("GPU-fake-%d", i), Name: "fake GPU (" + FakeGPUsEnv + ")"}
+	}
+	return gpus
+}
+
 // discover lists the GPUs; without an NVML driver it says so once and returns CPU mode.
-func discover(log zerolog.Logger) ([]nodeactor.GPU, bool) {
+// fake, the value of TURBINE_FAKE_GPUS, replaces discovery when set.
+func discover(log zerolog.Logger, fake string) ([]nodeactor.GPU, bool) {
+	if fake != "" {
+		n, err := strconv.Atoi(fake)
+		if err == nil && n >= 1 && n <= 64 {
+			log.Warn().Int("gpus", n).Msg(FakeGPUsEnv + " is set: placing workers on fake GPUs (tests only; engines see CUDA_VISIBLE_DEVICES of devices that do not exist)")
+			return fakeGPUs(n), false
+		}
+		log.Error().Str(FakeGPUsEnv, fake).Msg("ignored: want a GPU count 1..64")
+	}
 	gpus, err := nodeactor.DiscoverGPUs(nvml.New())
 	switch {
 	case errors.Is(err, nodeactor.ErrNoDriver):
@@ -143,21 +211,18 @@ func completeCard(in *messages.ModelCard) (*messages.ModelCard, error) {
 }
 
 // runNode runs the node agent on member m until ctx ends, starting the boot workers.
-func runNode(ctx context.Context, o Options, m *cluster.Member, card *messages.ModelCard, self string,
-	gpus []nodeactor.GPU, cpuOnly bool, log zerolog.Logger) error {
+func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus []nodeactor.GPU, cpuOnly bool,
+	log zerolog.Logger) error {
 	props, err := nodeactor.Props(nodeactor.Config{NodeID: o.NodeID, GPUs: gpus, CPUOnly: cpuOnly, Logger: log,
 		NewWorker: func(id string, req *messages.StartWorker, pinned []int) (*actor.Props, error) {
-			card, err := completeCard(req.Card)
+			cfg, err := b.worker(id, req, pinned)
 			if err != nil {
 				return nil, err
 			}
-			mock := o.Engine.Mocker(self, card)
-			mock.Extra = req.EngineArgs
-			routerClient, catalogClient := worker.GrainClients(m.Cluster, card.Model, catalog.Identity,
+			cfg.Router, cfg.Catalog = worker.GrainClients(m.Cluster, cfg.Card.Model, catalog.Identity,
 				worker.GrainTimeout(o.Heartbeat))
-			return worker.Props(worker.Config{WorkerID: id, Card: card, Launcher: mock,
-				Env: nodeactor.CUDAEnv(pinned), Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout,
-				Router: routerClient, Catalog: catalogClient, Logger: log})
+			cfg.Logger = log
+			return worker.Props(cfg)
 		}})
 	if err != nil {
 		return err
@@ -172,7 +237,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, card *messages.M
 		Bool("cpu_only", cpuOnly).Int("gpus", len(gpus)).Msg("node agent joined the cluster")
 	for i := 0; i < o.Workers; i++ {
 		res, err := root.RequestFuture(pid, &messages.StartWorker{Engine: o.EngineName,
-			TensorParallelSize: int32(o.TensorParallelSize), Card: card}, 10*time.Second).Result()
+			TensorParallelSize: int32(o.bootTensorParallelSize()), Card: b.boot, EngineArgs: o.EngineArgs}, 10*time.Second).Result()
 		if err != nil {
 			return fmt.Errorf("start worker %d: %w", i, err)
 		}

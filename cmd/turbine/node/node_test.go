@@ -22,6 +22,11 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--block-size", "0"}, "--block-size"},
 		{[]string{"--heartbeat", "1ms"}, "--heartbeat"},
 		{[]string{"--tokenizer", "/nonexistent/model"}, "--tokenizer"},
+		{[]string{"--engine", "vllm", "--model", "Qwen/Qwen3-8B"}, "--tokenizer"},
+		{[]string{"--engine", "sglang", "--model", "../../../actors/frontend/testdata/tiny"}, "--model"},
+		{[]string{"--gpu-memory-utilization", "2"}, "--gpu-memory-utilization"},
+		{[]string{"--mocker-dialect", "tgi"}, "--mocker-dialect"},
+		{[]string{"--engine", "vllm", "--model", "../testdata/tiny-qwen3", "stray", "--", "--enforce-eager"}, `unexpected argument "stray"`},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

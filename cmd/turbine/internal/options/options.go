@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,10 @@ type Engine struct {
 	Seed                int64
 	Heartbeat           time.Duration
 	ReadyTimeout        time.Duration
+	// MaxModelLenSet and ReadyTimeoutSet say whether --max-model-len and --ready-timeout
+	// were given (flag or environment): real engines derive the context length from the
+	// model and get a longer readiness wait unless told otherwise.
+	MaxModelLenSet, ReadyTimeoutSet bool
 }
 
 // DefaultEngine returns the engine defaults.
@@ -53,15 +58,17 @@ func (o *Engine) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Model, "model", o.Model, "served model name")
 	fs.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "tokenizer: builtin:cl100k_base, builtin:o200k_base, or an HF model folder (tokenizer.json, tokenizer_config.json)")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "KV block size in tokens (engines and router)")
-	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks per mock engine")
-	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "running sequences per mock engine")
+	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks per mock engine (for real engines, the card's figure until the engine reports its own)")
+	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "running sequences per engine")
 	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", o.MaxNumBatchedTokens, "tokens per engine step")
-	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "context length in tokens (prompt + output)")
+	fs.Var(&tracked[int]{p: &o.MaxModelLen, set: &o.MaxModelLenSet, parse: strconv.Atoi}, "max-model-len",
+		"context length in `tokens` (prompt + output); turbine node with a model folder: the folder's, and real engines derive their own unless this is given")
 	fs.Float64Var(&o.SpeedupRatio, "speedup-ratio", o.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster)")
 	fs.IntVar(&o.MeanOutputTokens, "mean-output-tokens", o.MeanOutputTokens, "mock engine: mean output length in tokens when EOS is not ignored")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "mock engine seed (same seed, same tokens)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "worker load and registration period")
-	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", o.ReadyTimeout, "how long a worker waits for its engine to become ready")
+	fs.Var(&tracked[time.Duration]{p: &o.ReadyTimeout, set: &o.ReadyTimeoutSet, parse: time.ParseDuration}, "ready-timeout",
+		"how long a worker waits for its engine to become ready, a `duration` (real engines: 10m unless given)")
 }
 
 // Validate checks the engine options; errors name the flag.
@@ -188,6 +195,30 @@ func (o *Log) Flags(fs *flag.FlagSet) {
 // Logger returns the process logger writing to w; errors name the flag.
 func (o *Log) Logger(w io.Writer) (zerolog.Logger, error) {
 	return cli.Logger(w, o.LogFormat, o.LogLevel)
+}
+
+// tracked is a flag value that records whether it was set (flag package semantics:
+// String gives the default shown in help while unset).
+type tracked[T any] struct {
+	p     *T
+	set   *bool
+	parse func(string) (T, error)
+}
+
+func (v *tracked[T]) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return fmt.Sprint(*v.p)
+}
+
+func (v *tracked[T]) Set(s string) error {
+	x, err := v.parse(s)
+	if err != nil {
+		return err
+	}
+	*v.p, *v.set = x, true
+	return nil
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

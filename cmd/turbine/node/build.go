@@ -1,0 +1,78 @@
+package node
+
+import (
+	"fmt"
+	"strings"
+
+	nodeactor "github.com/turbine-llm/turbine/actors/node"
+	"github.com/turbine-llm/turbine/actors/worker"
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// builder turns the StartWorker requests the node agent accepts into worker
+// configurations: the completed card, the engine's launcher, the GPUs' environment and
+// the readiness wait. The cluster clients and the logger are added by the caller.
+type builder struct {
+	o       Options
+	boot    *messages.ModelCard // card of the boot workers (Engine.NodeCard)
+	self    string              // the turbine binary, which runs the mock engine
+	selfErr error               // why self is unusable ("" self)
+}
+
+// worker returns the configuration of worker id for req, pinned to gpus.
+func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (worker.Config, error) {
+	card, err := completeCard(req.Card)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	card.Engine = req.Engine
+	l, err := b.launcher(req, card)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	return worker.Config{WorkerID: id, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus),
+		Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine)}, nil
+}
+
+// launcher returns the launcher of req's engine for card.
+func (b *builder) launcher(req *messages.StartWorker, card *messages.ModelCard) (engines.Launcher, error) {
+	if req.Engine == launcher.EngineMocker {
+		if b.selfErr != nil {
+			return nil, b.selfErr
+		}
+		mock := b.o.Engine.Mocker(b.self, card)
+		mock.Extra, mock.Dialect = req.EngineArgs, b.o.MockerDialect
+		return mock, nil
+	}
+	spec := b.o.Launch.Spec(req.Engine, b.modelPath(card), card, int(req.TensorParallelSize), b.maxModelLen(card), req.EngineArgs)
+	l, err := launcher.New(spec)
+	if err != nil {
+		return nil, fmt.Errorf("engine %s: %w", req.Engine, err)
+	}
+	return l, nil
+}
+
+// modelPath is what a real engine loads for card: --model for the boot card's model,
+// else the card's tokenizer folder (a card from modelcard.FromFolder names the model
+// folder there), else the served name taken as a hub name.
+func (b *builder) modelPath(card *messages.ModelCard) string {
+	switch {
+	case card.Model == b.boot.Model:
+		return b.o.Model
+	case card.Tokenizer != "" && !strings.HasPrefix(card.Tokenizer, "builtin:"):
+		return card.Tokenizer
+	}
+	return card.Model
+}
+
+// maxModelLen is the context length a real engine is told: the card's when
+// --max-model-len was given or the request changed it, else 0 (the engine derives it from
+// the model as the card did, or knows better than a fallback).
+func (b *builder) maxModelLen(card *messages.ModelCard) int {
+	if b.o.MaxModelLenSet || card.ContextLength != b.boot.ContextLength {
+		return int(card.ContextLength)
+	}
+	return 0
+}
