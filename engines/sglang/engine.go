@@ -2,12 +2,11 @@ package sglang
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 
 	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -41,25 +40,16 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 		return err
 	}
 	defer stream.Close()
-	for {
-		ch, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: ch.FinishReason}
-		if ch.FinishReason != "" {
-			out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.PromptTokens, ch.CachedTokens, ch.CompletionTokens
-		}
-		if err := fn(out); err != nil {
-			return err
-		}
-		if ch.FinishReason != "" {
-			return nil
-		}
+	return enginehttp.Forward(stream.Recv, engineChunk, fn)
+}
+
+// engineChunk carries the token counts on the last chunk only.
+func engineChunk(ch Chunk) engines.Chunk {
+	out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: ch.FinishReason}
+	if ch.FinishReason != "" {
+		out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.PromptTokens, ch.CachedTokens, ch.CompletionTokens
 	}
+	return out
 }
 
 // samplingFrom maps Turbine's sampling parameters to SGLang's names.

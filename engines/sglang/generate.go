@@ -8,10 +8,10 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 )
 
 // SamplingParams are the sampling_params of a generate request (SGLang's
@@ -89,31 +89,30 @@ func (c *Client) Generate(ctx context.Context, r GenerateRequest) (*Stream, erro
 	if err != nil {
 		return nil, fmt.Errorf("sglang: encoding the request: %w", err)
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	resp, err := c.do(sctx, http.MethodPost, "/generate", body)
+	st, err := c.h.Stream(ctx, http.MethodPost, "/generate", body, nil, maxEventBytes)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	return &Stream{c: c, parent: ctx, ctx: sctx, cancel: cancel, body: resp.Body, sse: newSSEReader(resp.Body), rid: r.RID}, nil
+	return &Stream{c: c, parent: ctx, st: st, rid: r.RID}, nil
 }
+
+// maxEventBytes bounds one SSE event. With cumulative output (SGLang's default) every
+// chunk repeats all output ids and the text so far: a 128 K-token answer makes chunks of
+// about 1.5 MB.
+const maxEventBytes = 64 << 20
 
 // Stream reads a generation's chunks. Recv is not safe for concurrent use; Close may be
 // called from another goroutine.
 type Stream struct {
 	c      *Client
 	parent context.Context
-	ctx    context.Context
-	cancel context.CancelFunc
-	body   io.ReadCloser
-	sse    *sseReader
+	st     *enginehttp.Stream
 	rid    string
 
 	seen     int         // output ids handed out so far
 	last     uint32      // the last of them
 	finished atomic.Bool // the last chunk was read (Close reads it from any goroutine)
 	eof      bool
-	err      error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -123,31 +122,14 @@ type Stream struct {
 // once the server's [DONE] arrived. Errors: the server's error frame or abort with a
 // status (*Error), a malformed chunk, a stream that ends early, or the context's error.
 // Any error closes the stream (aborting the request in the server).
-func (s *Stream) Recv() (Chunk, error) {
-	if s.err == nil && s.ctx.Err() != nil {
-		s.err = s.ctx.Err()
-		s.Close()
-	}
-	if s.err != nil {
-		return Chunk{}, s.err
-	}
-	ch, err := s.recv()
-	if err != nil {
-		if s.ctx.Err() != nil && !errors.Is(err, io.EOF) {
-			err = s.ctx.Err()
-		}
-		s.err = err
-		s.Close()
-	}
-	return ch, err
-}
+func (s *Stream) Recv() (Chunk, error) { return enginehttp.Recv(s.st, s.recv, s.Close) }
 
 func (s *Stream) recv() (Chunk, error) {
 	if s.eof {
 		return Chunk{}, io.EOF
 	}
 	for {
-		data, err := s.sse.next()
+		data, err := s.st.Event()
 		if err != nil {
 			return Chunk{}, err
 		}
@@ -309,8 +291,7 @@ func parseFinish(raw json.RawMessage, ch *Chunk) error {
 func (s *Stream) Close() error {
 	s.closeOnce.Do(func() {
 		finished := s.finished.Load()
-		s.cancel()
-		_ = s.body.Close()
+		_ = s.st.Close()
 		if !finished {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(s.parent), s.c.opts.AbortTimeout)
 			defer cancel()
@@ -325,18 +306,15 @@ func generateBody(r GenerateRequest) ([]byte, error) {
 	b := make([]byte, 0, 256+11*len(r.InputIDs))
 	b = append(b, '{')
 	var err error
-	if b, err = extraFields(b, r.Extra, map[string]bool{"rid": true, "input_ids": true, "sampling_params": true, "stream": true}); err != nil {
+	if b, err = enginehttp.Extra(b, r.Extra, map[string]bool{"rid": true, "input_ids": true, "sampling_params": true, "stream": true}); err != nil {
 		return nil, err
 	}
-	b = key(b, "rid")
-	b = strconv.AppendQuote(b, r.RID)
-	b = key(b, "input_ids")
-	b = appendIDs(b, r.InputIDs)
-	b = key(b, "sampling_params")
-	if b, err = samplingBody(b, r.Sampling); err != nil {
+	b = enginehttp.String(enginehttp.Key(b, "rid"), r.RID)
+	b = enginehttp.IDs(enginehttp.Key(b, "input_ids"), r.InputIDs)
+	if b, err = samplingBody(enginehttp.Key(b, "sampling_params"), r.Sampling); err != nil {
 		return nil, err
 	}
-	b = key(b, "stream")
+	b = enginehttp.Key(b, "stream")
 	b = append(b, "true}"...)
 	return b, nil
 }
@@ -354,80 +332,32 @@ func samplingBody(b []byte, p SamplingParams) ([]byte, error) {
 		own[f.key] = f.v != nil
 	}
 	var err error
-	if b, err = extraFields(b, p.Extra, own); err != nil {
+	if b, err = enginehttp.Extra(b, p.Extra, own); err != nil {
 		return nil, err
 	}
-	b = key(b, "max_new_tokens")
-	b = strconv.AppendInt(b, int64(p.MaxNewTokens), 10)
+	b = enginehttp.Int(b, "max_new_tokens", int64(p.MaxNewTokens))
 	if p.MinNewTokens > 0 {
-		b = key(b, "min_new_tokens")
-		b = strconv.AppendInt(b, int64(p.MinNewTokens), 10)
+		b = enginehttp.Int(b, "min_new_tokens", int64(p.MinNewTokens))
 	}
 	for _, f := range floats {
 		if f.v == nil {
 			continue
 		}
-		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
-			return nil, fmt.Errorf("sampling_params.%s: %v is not a finite number", f.key, *f.v)
+		if b, err = enginehttp.Float(b, f.key, *f.v); err != nil {
+			return nil, fmt.Errorf("sampling_params.%w", err)
 		}
-		b = key(b, f.key)
-		b = strconv.AppendFloat(b, *f.v, 'g', -1, 64)
 	}
 	if p.TopK != 0 {
-		b = key(b, "top_k")
-		b = strconv.AppendInt(b, int64(p.TopK), 10)
+		b = enginehttp.Int(b, "top_k", int64(p.TopK))
 	}
 	if len(p.StopTokenIDs) > 0 {
-		b = key(b, "stop_token_ids")
-		b = appendIDs(b, p.StopTokenIDs)
+		b = enginehttp.IDs(enginehttp.Key(b, "stop_token_ids"), p.StopTokenIDs)
 	}
 	if p.IgnoreEOS {
-		b = key(b, "ignore_eos")
-		b = append(b, "true"...)
+		b = append(enginehttp.Key(b, "ignore_eos"), "true"...)
 	}
 	if p.Seed != nil {
-		b = key(b, "sampling_seed")
-		b = strconv.AppendInt(b, *p.Seed, 10)
+		b = enginehttp.Int(b, "sampling_seed", *p.Seed)
 	}
 	return append(b, '}'), nil
-}
-
-// key appends a member name (with the comma before it unless the object just opened).
-func key(b []byte, k string) []byte {
-	if b[len(b)-1] != '{' {
-		b = append(b, ',')
-	}
-	b = strconv.AppendQuote(b, k)
-	return append(b, ':')
-}
-
-func appendIDs(b []byte, ids []uint32) []byte {
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendUint(b, uint64(id), 10)
-	}
-	return append(b, ']')
-}
-
-// extraFields appends the entries of extra whose keys are not own, in key order.
-func extraFields(b []byte, extra map[string]any, own map[string]bool) ([]byte, error) {
-	keys := make([]string, 0, len(extra))
-	for k := range extra {
-		if !own[k] {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v, err := json.Marshal(extra[k])
-		if err != nil {
-			return nil, fmt.Errorf("field %q: %w", k, err)
-		}
-		b = key(b, k)
-		b = append(b, v...)
-	}
-	return b, nil
 }

@@ -3,13 +3,12 @@ package sglang
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
+
+	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 )
 
 // SGLang's scheduler gauges (python/sglang/srt/metrics/collector.py).
@@ -40,15 +39,9 @@ type Load struct {
 // non-200 (404 without --enable-metrics), unparsable text, or neither the running nor
 // the queue gauge present.
 func (c *Client) Load(ctx context.Context) (Load, error) {
-	resp, err := c.do(ctx, http.MethodGet, "/metrics", nil)
+	fams, err := c.h.Metrics(ctx, "/metrics")
 	if err != nil {
 		return Load{}, err
-	}
-	defer resp.Body.Close()
-	var p expfmt.TextParser
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return Load{}, fmt.Errorf("sglang: GET /metrics: %w", err)
 	}
 	return LoadFromFamilies(fams, time.Now())
 }
@@ -113,7 +106,7 @@ func reduce(f *dto.MetricFamily, mean bool) (float64, bool) {
 		if p, ok := label(m, "priority"); ok && hasAggregate && p != "" {
 			continue
 		}
-		sum += value(m)
+		sum += enginehttp.MetricValue(m)
 		n++
 	}
 	if n == 0 {
@@ -154,16 +147,4 @@ func label(m *dto.Metric, name string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Untyped != nil:
-		return m.Untyped.GetValue()
-	}
-	return 0
 }

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
-	"slices"
-	"strconv"
+
+	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 )
 
 // CompletionRequest is a streamed token-id completion. The client always streams, asks
@@ -80,48 +79,29 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	if r.RequestID != "" {
 		hdr.Set("X-Request-Id", r.RequestID)
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	resp, err := c.do(sctx, http.MethodPost, "/v1/completions", body, hdr)
+	st, err := c.h.Stream(ctx, http.MethodPost, "/v1/completions", body, hdr, maxEventBytes)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	return &Stream{ctx: sctx, cancel: cancel, body: resp.Body, sse: newSSEReader(resp.Body)}, nil
+	return &Stream{st: st}, nil
 }
+
+// maxEventBytes bounds one SSE event. A chunk holds one step's token ids; the bound
+// guards against a runaway server.
+const maxEventBytes = 16 << 20
 
 // Stream reads a completion's chunks. Recv is not safe for concurrent use; Close may be
 // called from another goroutine.
 type Stream struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	body   io.ReadCloser
-	sse    *sseReader
-	done   bool
-	err    error
+	st   *enginehttp.Stream
+	done bool
 }
 
 // Recv returns the next chunk. The chunk with the FinishReason also carries the usage
 // (the usage chunk that follows it is folded in); after it Recv returns io.EOF. Errors:
 // an error frame (*Error), a malformed chunk, a stream that ends before [DONE], or the
 // context's error. Any error closes the stream.
-func (s *Stream) Recv() (Chunk, error) {
-	if s.err == nil && s.ctx.Err() != nil {
-		s.err = s.ctx.Err()
-		s.Close()
-	}
-	if s.err != nil {
-		return Chunk{}, s.err
-	}
-	ch, err := s.recv()
-	if err != nil {
-		if s.ctx.Err() != nil && !errors.Is(err, io.EOF) {
-			err = s.ctx.Err()
-		}
-		s.err = err
-		s.Close()
-	}
-	return ch, err
-}
+func (s *Stream) Recv() (Chunk, error) { return enginehttp.Recv(s.st, s.recv, s.Close) }
 
 func (s *Stream) recv() (Chunk, error) {
 	if s.done {
@@ -170,7 +150,7 @@ type frame struct {
 }
 
 func (s *Stream) frame() (frame, error) {
-	data, err := s.sse.next()
+	data, err := s.st.Event()
 	if err != nil {
 		return frame{}, err
 	}
@@ -194,14 +174,7 @@ func decodeFrame(data []byte) (frame, error) {
 			FinishReason *string         `json:"finish_reason"`
 			StopReason   json.RawMessage `json:"stop_reason"`
 		} `json:"choices"`
-		Usage *struct {
-			PromptTokens        int `json:"prompt_tokens"`
-			CompletionTokens    int `json:"completion_tokens"`
-			TotalTokens         int `json:"total_tokens"`
-			PromptTokensDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
+		Usage *enginehttp.Usage `json:"usage"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return frame{}, fmt.Errorf("trtllm: malformed stream chunk %.200q: %w", data, err)
@@ -211,10 +184,8 @@ func decodeFrame(data []byte) (frame, error) {
 	}
 	var f frame
 	if u := raw.Usage; u != nil {
-		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-		if u.PromptTokensDetails != nil {
-			f.usage.CachedTokens = u.PromptTokensDetails.CachedTokens
-		}
+		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+			CachedTokens: u.CachedTokens()}
 	}
 	switch len(raw.Choices) {
 	case 0:
@@ -231,17 +202,9 @@ func decodeFrame(data []byte) (frame, error) {
 	if c.TokenIDs == nil && (c.Text != "" || ch.FinishReason == "") {
 		return frame{}, errors.New(`trtllm: the server sent text without token_ids (it ignores "detokenize": false; trtllm-serve needs NVIDIA/TensorRT-LLM#5382, mid-2025)`)
 	}
-	if len(c.StopReason) > 0 && string(c.StopReason) != "null" {
-		var n float64
-		var str string
-		switch {
-		case json.Unmarshal(c.StopReason, &n) == nil && n >= 0 && n <= math.MaxUint32 && n == math.Trunc(n):
-			ch.StopTokenID, ch.HasStopTokenID = uint32(n), true
-		case json.Unmarshal(c.StopReason, &str) == nil:
-			ch.StopString = str
-		default:
-			return frame{}, fmt.Errorf("trtllm: stop_reason %.100s is neither a token id nor a string", c.StopReason)
-		}
+	var err error
+	if ch.StopTokenID, ch.HasStopTokenID, ch.StopString, err = enginehttp.StopReason(c.StopReason); err != nil {
+		return frame{}, fmt.Errorf("trtllm: %w", err)
 	}
 	f.choice = ch
 	return f, nil
@@ -249,10 +212,7 @@ func decodeFrame(data []byte) (frame, error) {
 
 // Close closes the connection (trtllm-serve then aborts the request if it still runs).
 // Safe to call more than once and from another goroutine than Recv.
-func (s *Stream) Close() error {
-	s.cancel()
-	return s.body.Close()
-}
+func (s *Stream) Close() error { return s.st.Close() }
 
 // completionBody encodes r as a /v1/completions JSON body; the id arrays are written
 // directly.
@@ -263,46 +223,24 @@ func completionBody(r CompletionRequest) ([]byte, error) {
 		"ignore_eos": r.IgnoreEOS, "stop_token_ids": len(r.StopTokenIDs) > 0, "seed": r.Seed != nil,
 		"temperature": r.Temperature != nil, "top_p": r.TopP != nil, "top_k": r.TopK != 0,
 		"stream": true, "stream_options": true, "detokenize": true}
-	keys := make([]string, 0, len(r.Extra))
-	for k := range r.Extra {
-		if !own[k] {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v, err := json.Marshal(r.Extra[k])
-		if err != nil {
-			return nil, fmt.Errorf("field %q: %w", k, err)
-		}
-		b = key(b, k)
-		b = append(b, v...)
-	}
-	m, err := json.Marshal(r.Model)
+	b, err := enginehttp.Extra(b, r.Extra, own)
 	if err != nil {
 		return nil, err
 	}
-	b = key(b, "model")
-	b = append(b, m...)
-	b = key(b, "prompt")
-	b = appendIDs(b, r.PromptTokenIDs)
-	b = key(b, "max_tokens")
-	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
+	b = enginehttp.String(enginehttp.Key(b, "model"), r.Model)
+	b = enginehttp.IDs(enginehttp.Key(b, "prompt"), r.PromptTokenIDs)
+	b = enginehttp.Int(b, "max_tokens", int64(r.MaxTokens))
 	if r.MinTokens > 0 {
-		b = key(b, "min_tokens")
-		b = strconv.AppendInt(b, int64(r.MinTokens), 10)
+		b = enginehttp.Int(b, "min_tokens", int64(r.MinTokens))
 	}
 	if r.IgnoreEOS {
-		b = key(b, "ignore_eos")
-		b = append(b, "true"...)
+		b = append(enginehttp.Key(b, "ignore_eos"), "true"...)
 	}
 	if len(r.StopTokenIDs) > 0 {
-		b = key(b, "stop_token_ids")
-		b = appendIDs(b, r.StopTokenIDs)
+		b = enginehttp.IDs(enginehttp.Key(b, "stop_token_ids"), r.StopTokenIDs)
 	}
 	if r.Seed != nil {
-		b = key(b, "seed")
-		b = strconv.AppendInt(b, *r.Seed, 10)
+		b = enginehttp.Int(b, "seed", *r.Seed)
 	}
 	for _, f := range []struct {
 		key string
@@ -311,36 +249,13 @@ func completionBody(r CompletionRequest) ([]byte, error) {
 		if f.v == nil {
 			continue
 		}
-		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
-			return nil, fmt.Errorf("%s: %v is not a finite number", f.key, *f.v)
+		if b, err = enginehttp.Float(b, f.key, *f.v); err != nil {
+			return nil, err
 		}
-		b = key(b, f.key)
-		b = strconv.AppendFloat(b, *f.v, 'g', -1, 64)
 	}
 	if r.TopK != 0 {
-		b = key(b, "top_k")
-		b = strconv.AppendInt(b, int64(r.TopK), 10)
+		b = enginehttp.Int(b, "top_k", int64(r.TopK))
 	}
 	b = append(b, `,"stream":true,"stream_options":{"include_usage":true},"detokenize":false}`...)
 	return b, nil
-}
-
-// key appends a member name (with the comma before it unless the object just opened).
-func key(b []byte, k string) []byte {
-	if b[len(b)-1] != '{' {
-		b = append(b, ',')
-	}
-	b = strconv.AppendQuote(b, k)
-	return append(b, ':')
-}
-
-func appendIDs(b []byte, ids []uint32) []byte {
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendUint(b, uint64(id), 10)
-	}
-	return append(b, ']')
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sync"
 	"time"
 
 	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -103,25 +103,16 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 		return err
 	}
 	defer stream.Close()
-	for {
-		ch, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: finishReason(ch.FinishReason)}
-		if ch.Usage != nil {
-			out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.Usage.PromptTokens, ch.Usage.CachedTokens, ch.Usage.CompletionTokens
-		}
-		if err := fn(out); err != nil {
-			return err
-		}
-		if ch.FinishReason != "" {
-			return nil
-		}
+	return enginehttp.Forward(stream.Recv, engineChunk, fn)
+}
+
+// engineChunk maps the finish reason and carries the usage when the chunk has one.
+func engineChunk(ch Chunk) engines.Chunk {
+	out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: finishReason(ch.FinishReason)}
+	if ch.Usage != nil {
+		out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.Usage.PromptTokens, ch.Usage.CachedTokens, ch.Usage.CompletionTokens
 	}
+	return out
 }
 
 func finishReason(r string) string {

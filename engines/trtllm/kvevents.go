@@ -75,7 +75,7 @@ type UniqueToken struct {
 // cache events recorded since the previous call, oldest first. trtllm-serve waits up to
 // 2 s for events before answering [].
 func (c *Client) KVCacheEvents(ctx context.Context) ([]KVCacheEvent, error) {
-	resp, err := c.do(ctx, http.MethodPost, "/kv_cache_events", nil, nil)
+	resp, err := c.h.Do(ctx, http.MethodPost, "/kv_cache_events", nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ type InflightBatchingStats struct {
 // means no iteration ran, or the PyTorch backend runs without enable_iter_perf_stats.
 // trtllm-serve waits up to 2 s for stats before answering.
 func (c *Client) IterationStats(ctx context.Context) ([]IterationStats, error) {
-	resp, err := c.do(ctx, http.MethodGet, "/metrics", nil, nil)
+	resp, err := c.h.Do(ctx, http.MethodGet, "/metrics", nil, nil)
 	if err != nil {
 		return nil, err
 	}

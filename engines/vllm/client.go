@@ -5,7 +5,6 @@
 package vllm
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,38 +13,27 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/url"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
+
+	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 )
 
 // Client talks to one engine. Safe for concurrent use.
 type Client struct {
-	base *url.URL
-	hc   *http.Client
+	h *enginehttp.Client
 }
 
 // New returns a client for the engine at baseURL (e.g. http://127.0.0.1:8000). hc may be
 // nil (a client without an overall timeout: streams last as long as generation does;
 // bound calls with their contexts). Errors: a URL that is not absolute http(s).
 func New(baseURL string, hc *http.Client) (*Client, error) {
-	u, err := url.Parse(baseURL)
+	h, err := enginehttp.New("vllm", baseURL, hc, errorFrom)
 	if err != nil {
-		return nil, fmt.Errorf("vllm: engine URL %q: %w", baseURL, err)
+		return nil, err
 	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("vllm: engine URL %q: want http://host:port", baseURL)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
-	if hc == nil {
-		hc = &http.Client{Transport: http.DefaultTransport}
-	}
-	return &Client{base: u, hc: hc}, nil
+	return &Client{h: h}, nil
 }
 
 // Error is an error answer of the engine (HTTP status and vLLM's error body), or an
@@ -68,66 +56,20 @@ func (e *Error) Error() string {
 	return s + ": " + e.Message
 }
 
-func (c *Client) url(path string) string { return c.base.String() + path }
-
-func (c *Client) get(ctx context.Context, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path), nil)
-	if err != nil {
-		return nil, fmt.Errorf("vllm: GET %s: %w", path, err)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("vllm: GET %s: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return nil, errorFrom(resp)
-	}
-	return resp, nil
-}
+// errorShapes are vLLM's error bodies, in the order they are read: {"error": {"message",
+// "type", "param"}}, the same fields at the top level (older vLLM), FastAPI's
+// {"detail": ...}; anything else is kept as text.
+var errorShapes = []enginehttp.Shape{enginehttp.ErrorObject, enginehttp.TopLevel, enginehttp.Detail}
 
 // errorFrom reads a non-200 answer into an *Error.
-func errorFrom(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	e := &Error{Status: resp.StatusCode}
-	var body struct {
-		Error *struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-		} `json:"error"`
-		// Older vLLM answered the fields at the top level; FastAPI answers "detail".
-		Message string `json:"message"`
-		Type    string `json:"type"`
-		Detail  any    `json:"detail"`
-	}
-	switch err := json.Unmarshal(b, &body); {
-	case err == nil && body.Error != nil:
-		e.Message, e.Type = body.Error.Message, body.Error.Type
-		if body.Error.Param != nil {
-			e.Param = *body.Error.Param
-		}
-	case err == nil && body.Message != "":
-		e.Message, e.Type = body.Message, body.Type
-	case err == nil && body.Detail != nil:
-		e.Message = fmt.Sprint(body.Detail)
-	default:
-		e.Message = strings.TrimSpace(string(b))
-		if e.Message == "" {
-			e.Message = http.StatusText(resp.StatusCode)
-		}
-	}
-	return e
+func errorFrom(status int, body []byte) error {
+	f := enginehttp.DecodeAnswer(status, body, errorShapes...)
+	return &Error{Status: status, Type: f.Type, Param: f.Param, Message: f.Message}
 }
 
 // Health returns nil when GET /health answers 200.
 func (c *Client) Health(ctx context.Context) error {
-	resp, err := c.get(ctx, "/health")
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Body.Close()
+	return c.h.Call(ctx, http.MethodGet, "/health", nil)
 }
 
 // Model is one entry of GET /v1/models.
@@ -141,22 +83,7 @@ type Model struct {
 
 // Models returns the engine's served models.
 func (c *Client) Models(ctx context.Context) ([]Model, error) {
-	resp, err := c.get(ctx, "/v1/models")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var list struct {
-		Object string  `json:"object"`
-		Data   []Model `json:"data"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&list); err != nil {
-		return nil, fmt.Errorf("vllm: GET /v1/models: decoding the answer: %w", err)
-	}
-	if list.Object != "list" {
-		return nil, fmt.Errorf("vllm: GET /v1/models: object %q, want \"list\"", list.Object)
-	}
-	return list.Data, nil
+	return enginehttp.Models[Model](ctx, c.h)
 }
 
 // CompletionRequest is a token-id completion. The client always streams, asks for token
@@ -223,61 +150,28 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	if err != nil {
 		return nil, fmt.Errorf("vllm: encoding the request: %w", err)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url("/v1/completions"), bytes.NewReader(b))
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("vllm: POST /v1/completions: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
+	hdr := http.Header{"Accept": {"text/event-stream"}}
 	if r.RequestID != "" {
-		req.Header.Set("X-Request-Id", r.RequestID)
+		hdr.Set("X-Request-Id", r.RequestID)
 	}
-	resp, err := c.hc.Do(req)
+	st, err := c.h.Stream(ctx, http.MethodPost, "/v1/completions", b, hdr, maxFrameBytes)
 	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("vllm: POST /v1/completions: %w", err)
+		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		defer cancel()
-		defer resp.Body.Close()
-		return nil, errorFrom(resp)
-	}
-	return &Stream{ctx: ctx, body: resp.Body, rd: bufio.NewReaderSize(resp.Body, 64<<10), cancel: cancel}, nil
+	return &Stream{st: st}, nil
 }
 
 // Stream reads a completion's SSE frames. Not safe for concurrent use.
 type Stream struct {
-	ctx    context.Context
-	body   io.ReadCloser
-	rd     *bufio.Reader
-	cancel context.CancelFunc
-	done   bool
-	err    error
-	data   []byte // the current frame's data, reused from frame to frame
+	st   *enginehttp.Stream
+	done bool
 }
 
 // Recv returns the next chunk. The chunk with FinishReason also carries the usage (the
 // usage frame that follows it is folded in); after it Recv returns io.EOF. Errors: the
 // engine's error frame (*Error), a malformed frame, a stream that ends before [DONE], or
 // the context's error.
-func (s *Stream) Recv() (Chunk, error) {
-	if s.err == nil && s.ctx.Err() != nil {
-		// Cancelled: chunks still buffered from the connection are not handed out.
-		s.err = s.ctx.Err()
-		s.Close()
-	}
-	if s.err != nil {
-		return Chunk{}, s.err
-	}
-	ch, err := s.recv()
-	if err != nil {
-		s.err = err
-		s.Close()
-	}
-	return ch, err
-}
+func (s *Stream) Recv() (Chunk, error) { return enginehttp.Recv(s.st, s.recv, s.Close) }
 
 func (s *Stream) recv() (Chunk, error) {
 	if s.done {
@@ -320,7 +214,7 @@ func (s *Stream) recv() (Chunk, error) {
 	}
 }
 
-// maxFrameBytes bounds one SSE line: the first chunk of a token-id completion repeats
+// maxFrameBytes bounds one SSE event: the first chunk of a token-id completion repeats
 // the prompt's token ids (about 7 bytes each), so a 128 K-token prompt takes about 1 MB.
 const maxFrameBytes = 16 << 20
 
@@ -332,46 +226,9 @@ type frame struct {
 
 // frame reads one SSE event's data and decodes it.
 func (s *Stream) frame() (frame, error) {
-	data := s.data[:0]
-	defer func() { s.data = data[:0] }()
-	var long []byte // a line longer than the reader's buffer, assembled in pieces
-	seen := false   // a non-empty data line was read
-	for {
-		line, err := s.rd.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			if len(long)+len(line) > maxFrameBytes {
-				return frame{}, fmt.Errorf("vllm: stream frame longer than %d bytes", maxFrameBytes)
-			}
-			long = append(long, line...)
-			continue
-		}
-		if long != nil && err == nil {
-			line, long = append(long, line...), nil
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return frame{}, fmt.Errorf("vllm: stream ended before [DONE]: %w", io.ErrUnexpectedEOF)
-			}
-			return frame{}, fmt.Errorf("vllm: reading the stream: %w", err)
-		}
-		l := bytes.TrimRight(line, "\r\n")
-		if len(l) == 0 {
-			if seen {
-				break
-			}
-			continue
-		}
-		if l[0] == ':' {
-			continue // SSE comment
-		}
-		if v, ok := bytes.CutPrefix(l, []byte("data:")); ok {
-			v = bytes.TrimPrefix(v, []byte(" "))
-			if seen {
-				data = append(data, '\n')
-			}
-			data = append(data, v...)
-			seen = seen || len(v) > 0
-		}
+	data, err := s.st.Event()
+	if err != nil {
+		return frame{}, err
 	}
 	if string(data) == "[DONE]" {
 		return frame{done: true}, nil
@@ -390,14 +247,7 @@ func (s *Stream) frame() (frame, error) {
 			TokenIDs       []uint32        `json:"token_ids"`
 			PromptTokenIDs []uint32        `json:"prompt_token_ids"`
 		} `json:"choices"`
-		Usage *struct {
-			PromptTokens        int `json:"prompt_tokens"`
-			CompletionTokens    int `json:"completion_tokens"`
-			TotalTokens         int `json:"total_tokens"`
-			PromptTokensDetails *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
+		Usage *enginehttp.Usage `json:"usage"`
 	}
 	// The first frame repeats the prompt as prompt_token_ids; those are read by hand and
 	// the generic decoder sees null in their place (undone if the frame turns out not to
@@ -428,10 +278,8 @@ func (s *Stream) frame() (frame, error) {
 	}
 	var f frame
 	if u := raw.Usage; u != nil {
-		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-		if u.PromptTokensDetails != nil {
-			f.usage.CachedTokens = u.PromptTokensDetails.CachedTokens
-		}
+		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+			CachedTokens: u.CachedTokens()}
 	}
 	for _, c := range raw.Choices {
 		ch := Chunk{Text: c.Text, TokenIDs: c.TokenIDs, PromptTokenIDs: c.PromptTokenIDs}
@@ -441,17 +289,8 @@ func (s *Stream) frame() (frame, error) {
 		if c.TokenIDs == nil && (c.Text != "" || ch.FinishReason == "") {
 			return frame{}, errors.New("vllm: the engine sent no token_ids (return_token_ids needs vLLM 0.10.2 or later)")
 		}
-		if len(c.StopReason) > 0 && string(c.StopReason) != "null" {
-			var n float64
-			var str string
-			switch {
-			case json.Unmarshal(c.StopReason, &n) == nil && n >= 0 && n <= math.MaxUint32 && n == math.Trunc(n):
-				ch.StopTokenID, ch.HasStopTokenID = uint32(n), true
-			case json.Unmarshal(c.StopReason, &str) == nil:
-				ch.StopString = str
-			default:
-				return frame{}, fmt.Errorf("vllm: stop_reason %s is neither a token id nor a string", c.StopReason)
-			}
+		if ch.StopTokenID, ch.HasStopTokenID, ch.StopString, err = enginehttp.StopReason(c.StopReason); err != nil {
+			return frame{}, fmt.Errorf("vllm: %w", err)
 		}
 		f.choices = append(f.choices, ch)
 	}
@@ -460,10 +299,7 @@ func (s *Stream) frame() (frame, error) {
 
 // Close closes the connection (aborting the request in the engine if it still runs).
 // Safe to call more than once.
-func (s *Stream) Close() error {
-	s.cancel()
-	return s.body.Close()
-}
+func (s *Stream) Close() error { return s.st.Close() }
 
 // Load is an engine's load as its /metrics reports it (vLLM v1 metric names), summed
 // over its engines (data-parallel ranks) except KVCacheUsage, which is their mean.
@@ -484,15 +320,9 @@ type Load struct {
 // Load scrapes GET /metrics. Errors: transport, non-200, unparsable text, or none of
 // the running/waiting gauges present.
 func (c *Client) Load(ctx context.Context) (Load, error) {
-	resp, err := c.get(ctx, "/metrics")
+	fams, err := c.h.Metrics(ctx, "/metrics")
 	if err != nil {
 		return Load{}, err
-	}
-	defer resp.Body.Close()
-	var p expfmt.TextParser
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return Load{}, fmt.Errorf("vllm: GET /metrics: %w", err)
 	}
 	return LoadFromFamilies(fams, time.Now())
 }
@@ -532,18 +362,6 @@ func LoadFromFamilies(fams map[string]*dto.MetricFamily, at time.Time) (Load, er
 	return l, nil
 }
 
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Untyped != nil:
-		return m.Untyped.GetValue()
-	}
-	return 0
-}
-
 func sum(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
 	f := fams[name]
 	if f == nil {
@@ -551,7 +369,7 @@ func sum(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
 	}
 	var s float64
 	for _, m := range f.Metric {
-		s += value(m)
+		s += enginehttp.MetricValue(m)
 	}
 	return s, true
 }
@@ -582,69 +400,30 @@ func sumCounter(fams map[string]*dto.MetricFamily, names ...string) (float64, bo
 func completionBody(r CompletionRequest) ([]byte, error) {
 	b := make([]byte, 0, 256+11*len(r.PromptTokenIDs))
 	b = append(b, '{')
-	field := func(key string) {
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendQuote(b, key)
-		b = append(b, ':')
-	}
-	ids := func(v []uint32) {
-		b = append(b, '[')
-		for i, id := range v {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendUint(b, uint64(id), 10)
-		}
-		b = append(b, ']')
-	}
 	own := map[string]bool{"model": r.Model != "", "prompt": true, "max_tokens": true,
 		"min_tokens": r.MinTokens > 0, "ignore_eos": r.IgnoreEOS, "stop_token_ids": len(r.StopTokenIDs) > 0,
 		"seed": r.Seed != nil, "temperature": r.Temperature != nil, "top_p": r.TopP != nil,
 		"stream": true, "stream_options": true, "return_token_ids": true}
-	keys := make([]string, 0, len(r.Extra))
-	for k := range r.Extra {
-		if !own[k] {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v, err := json.Marshal(r.Extra[k])
-		if err != nil {
-			return nil, fmt.Errorf("field %q: %w", k, err)
-		}
-		field(k)
-		b = append(b, v...)
+	b, err := enginehttp.Extra(b, r.Extra, own)
+	if err != nil {
+		return nil, err
 	}
 	if r.Model != "" {
-		m, err := json.Marshal(r.Model)
-		if err != nil {
-			return nil, err
-		}
-		field("model")
-		b = append(b, m...)
+		b = enginehttp.String(enginehttp.Key(b, "model"), r.Model)
 	}
-	field("prompt")
-	ids(r.PromptTokenIDs)
-	field("max_tokens")
-	b = strconv.AppendInt(b, int64(r.MaxTokens), 10)
+	b = enginehttp.IDs(enginehttp.Key(b, "prompt"), r.PromptTokenIDs)
+	b = enginehttp.Int(b, "max_tokens", int64(r.MaxTokens))
 	if r.MinTokens > 0 {
-		field("min_tokens")
-		b = strconv.AppendInt(b, int64(r.MinTokens), 10)
+		b = enginehttp.Int(b, "min_tokens", int64(r.MinTokens))
 	}
 	if r.IgnoreEOS {
-		field("ignore_eos")
-		b = append(b, "true"...)
+		b = append(enginehttp.Key(b, "ignore_eos"), "true"...)
 	}
 	if len(r.StopTokenIDs) > 0 {
-		field("stop_token_ids")
-		ids(r.StopTokenIDs)
+		b = enginehttp.IDs(enginehttp.Key(b, "stop_token_ids"), r.StopTokenIDs)
 	}
 	if r.Seed != nil {
-		field("seed")
-		b = strconv.AppendInt(b, *r.Seed, 10)
+		b = enginehttp.Int(b, "seed", *r.Seed)
 	}
 	for _, f := range []struct {
 		key string
@@ -653,12 +432,9 @@ func completionBody(r CompletionRequest) ([]byte, error) {
 		if f.v == nil {
 			continue
 		}
-		v, err := json.Marshal(*f.v)
-		if err != nil {
-			return nil, fmt.Errorf("field %q: %w", f.key, err)
+		if b, err = enginehttp.Float(b, f.key, *f.v); err != nil {
+			return nil, err
 		}
-		field(f.key)
-		b = append(b, v...)
 	}
 	b = append(b, `,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`...)
 	return b, nil

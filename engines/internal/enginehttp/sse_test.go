@@ -1,0 +1,88 @@
+package enginehttp
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// readAll returns the events of a stream and the error that ended it.
+func readAll(r io.Reader, max int) ([]string, error) {
+	s := NewSSEReader(r, "eng", max)
+	var out []string
+	for {
+		d, err := s.Next()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, string(d))
+	}
+}
+
+func TestSSEReader(t *testing.T) {
+	long := strings.Repeat("x", 100<<10) // longer than the reader's 64 KiB buffer
+	cases := []struct {
+		name    string
+		stream  string
+		max     int
+		want    []string
+		wantErr string
+	}{
+		{"events", "data: a\n\ndata: [DONE]\n\n", 1 << 20, []string{"a", "[DONE]"}, "stream ended before [DONE]"},
+		{"crlf, comments, other fields, no space after the colon", ": ping\r\nevent: x\r\nid: 3\r\ndata:{}\r\n\r\n", 1 << 20, []string{"{}"}, "ended before"},
+		{"data lines joined by newlines", "data: a\ndata: b\n\n", 1 << 20, []string{"a\nb"}, "ended before"},
+		{"events without data are skipped", "\n\ndata:\n\n: c\n\ndata: a\n\n", 1 << 20, []string{"a"}, "ended before"},
+		{"a line longer than the buffer", "data: " + long + "\n\n", 1 << 20, []string{long}, "ended before"},
+		{"a line over the bound", "data: " + long + "\n\n", 50 << 10, nil, "stream event longer than 51200 bytes"},
+		{"an event over the bound", "data: 12345\ndata: 12345\n\n", 8, nil, "longer than 8 bytes"},
+		{"cut inside an event", "data: a\n\ndata: b", 1 << 20, []string{"a"}, "ended before [DONE]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readAll(strings.NewReader(tc.stream), tc.max)
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Fatalf("events %q, want %q", got, tc.want)
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), "eng: ") || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSSEReaderEndings(t *testing.T) {
+	// A body cut short (the transport's unexpected EOF) reads as a stream ended early.
+	_, err := readAll(io.MultiReader(strings.NewReader("data: a\n"), iotest.ErrReader(io.ErrUnexpectedEOF)), 1<<20)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "ended before [DONE]") {
+		t.Fatalf("cut body: %v", err)
+	}
+	boom := errors.New("boom")
+	_, err = readAll(io.MultiReader(strings.NewReader("data: a\n"), iotest.ErrReader(boom)), 1<<20)
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "eng: reading the stream") {
+		t.Fatalf("transport error: %v", err)
+	}
+}
+
+func FuzzSSEReader(f *testing.F) {
+	f.Add("data: a\n\ndata: [DONE]\n\n", 64)
+	f.Add(": c\r\ndata:\r\ndata: b\r\n\r\n", 3)
+	f.Fuzz(func(t *testing.T, stream string, max int) {
+		if max < 1 || max > 1<<20 {
+			return
+		}
+		events, err := readAll(strings.NewReader(stream), max)
+		if err == nil || !strings.HasPrefix(err.Error(), "eng: ") {
+			t.Fatalf("error %v", err)
+		}
+		for _, e := range events {
+			if len(e) == 0 || len(e) > max {
+				t.Fatalf("event of %d bytes (max %d)", len(e), max)
+			}
+			if !strings.Contains(stream, strings.Split(e, "\n")[0]) {
+				t.Fatalf("event %q not in the stream", e)
+			}
+		}
+	})
+}
