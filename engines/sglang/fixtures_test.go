@@ -7,8 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 )
 
 // fixtureServer answers POST /generate with a recorded body and records the rids posted
@@ -50,32 +50,6 @@ func startFixture(t *testing.T, status int, contentType string, body []byte) (*f
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	return f, hs.URL
-}
-
-func readFixture(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// collect reads a stream to its end and returns its chunks and the error that ended it
-// (nil at io.EOF).
-func collect(s *Stream) ([]Chunk, error) {
-	defer s.Close()
-	var out []Chunk
-	for {
-		ch, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, ch)
-	}
 }
 
 func TestStreamFixtures(t *testing.T) {
@@ -130,7 +104,7 @@ func TestStreamFixtures(t *testing.T) {
 			name += "/incremental-client"
 		}
 		t.Run(name, func(t *testing.T) {
-			fs, url := startFixture(t, 200, "text/event-stream", readFixture(t, tc.file))
+			fs, url := startFixture(t, 200, "text/event-stream", enginetest.ReadFixture(t, tc.file))
 			c, err := New(url, nil, Options{IncrementalOutput: tc.incremental})
 			if err != nil {
 				t.Fatal(err)
@@ -141,7 +115,7 @@ func TestStreamFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := collect(s)
+			got, err := enginetest.Collect(s.Recv, s.Close)
 			if !reflect.DeepEqual(got, tc.want) && !(len(got) == 0 && len(tc.want) == 0) {
 				t.Errorf("chunks\n got %+v\nwant %+v", got, tc.want)
 			}
@@ -180,7 +154,7 @@ func TestErrorAnswers(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d", tc.file, tc.status), func(t *testing.T) {
 			var body []byte
 			if tc.file != "" {
-				body = readFixture(t, tc.file)
+				body = enginetest.ReadFixture(t, tc.file)
 			}
 			fs, url := startFixture(t, tc.status, tc.contentType, body)
 			c, _ := New(url, nil, Options{})
@@ -213,7 +187,7 @@ func TestLoadFromFixtures(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
 			var p expfmt.TextParser
-			fams, err := p.TextToMetricFamilies(strings.NewReader(string(readFixture(t, tc.file))))
+			fams, err := p.TextToMetricFamilies(strings.NewReader(string(enginetest.ReadFixture(t, tc.file))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -239,7 +213,7 @@ func TestLoadFromFixtures(t *testing.T) {
 }
 
 func TestModelInfoFixture(t *testing.T) {
-	body := readFixture(t, "model_info.json")
+	body := enginetest.ReadFixture(t, "model_info.json")
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/get_model_info" {
 			http.NotFound(w, r)

@@ -12,19 +12,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/turbine-llm/turbine/engines"
-	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
-)
-
-var (
-	modelOnce sync.Once
-	model     *preprocess.Model
-	modelErr  error
 )
 
 // mock is the mock engine's real server in SGLang's dialect, with the rids posted to
@@ -44,25 +36,15 @@ func (m *mock) abortedRIDs() []string {
 
 func startMock(t *testing.T, speedup float64, incremental bool) *mock {
 	t.Helper()
-	modelOnce.Do(func() { model, modelErr = preprocess.LoadModel("builtin:cl100k_base") })
-	if modelErr != nil {
-		t.Fatal(modelErr)
-	}
-	cfg := mocker.DefaultConfig()
-	cfg.BlockSize = 16
-	cfg.NumGPUBlocks = 512
-	cfg.MaxModelLen = 4096
-	cfg.SpeedupRatio = speedup
-	cfg.Seed = 7
-	srv, err := server.New(server.Options{Engine: cfg, ServedModelName: "m", Model: model, Dialect: server.DialectSGLang,
-		IncrementalStreamingOutput: incremental})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	m := &mock{srv: srv}
-	h := srv.Handler()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	m := &mock{}
+	m.srv, m.url = enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(speedup, 7),
+		Dialect: server.DialectSGLang, IncrementalStreamingOutput: incremental}, m.recordAborts)
+	return m
+}
+
+// recordAborts records the rids posted to /abort_request before h answers.
+func (m *mock) recordAborts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/abort_request" {
 			var a struct {
 				RID string `json:"rid"`
@@ -75,27 +57,7 @@ func startMock(t *testing.T, speedup float64, incremental bool) *mock {
 			r.Body = io.NopCloser(strings.NewReader(string(b)))
 		}
 		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(func() {
-		hs.Close()
-		_ = srv.Close()
 	})
-	m.url = hs.URL
-	return m
-}
-
-func prompt(n int) []uint32 {
-	p := make([]uint32, n)
-	for i := range p {
-		p[i] = uint32(500 + i)
-	}
-	return p
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // generateFull asks the mock for a non-streamed answer.
@@ -129,15 +91,15 @@ func TestRoundTripAgainstMock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx := testCtx(t)
+			ctx := enginetest.Ctx(t)
 			seed := int64(11)
-			p := prompt(40)
+			p := enginetest.Prompt(40)
 			s, err := c.Generate(ctx, GenerateRequest{RID: "a", InputIDs: p,
 				Sampling: SamplingParams{MaxNewTokens: 20, IgnoreEOS: true, Seed: &seed}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			chunks, err := collect(s)
+			chunks, err := enginetest.Collect(s.Recv, s.Close)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +132,7 @@ func TestRoundTripAgainstMock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			chunks, err = collect(s)
+			chunks, err = enginetest.Collect(s.Recv, s.Close)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -198,11 +160,11 @@ func jsonIDs(ids []uint32) string {
 func TestModeMismatchAgainstMock(t *testing.T) {
 	m := startMock(t, 1000, false)
 	c, _ := New(m.url, nil, Options{IncrementalOutput: true})
-	s, err := c.Generate(testCtx(t), GenerateRequest{RID: "x", InputIDs: prompt(5), Sampling: SamplingParams{MaxNewTokens: 5, IgnoreEOS: true}})
+	s, err := c.Generate(enginetest.Ctx(t), GenerateRequest{RID: "x", InputIDs: enginetest.Prompt(5), Sampling: SamplingParams{MaxNewTokens: 5, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := collect(s); err == nil || !strings.Contains(err.Error(), "Options.IncrementalOutput must be false") {
+	if _, err := enginetest.Collect(s.Recv, s.Close); err == nil || !strings.Contains(err.Error(), "Options.IncrementalOutput must be false") {
 		t.Fatalf("error %v", err)
 	}
 }
@@ -212,7 +174,7 @@ func TestModeMismatchAgainstMock(t *testing.T) {
 func TestCloseAborts(t *testing.T) {
 	m := startMock(t, 1, false)
 	c, _ := New(m.url, nil, Options{})
-	s, err := c.Generate(testCtx(t), GenerateRequest{RID: "long", InputIDs: prompt(40), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
+	s, err := c.Generate(enginetest.Ctx(t), GenerateRequest{RID: "long", InputIDs: enginetest.Prompt(40), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,8 +204,8 @@ func TestCloseAborts(t *testing.T) {
 func TestAbortFromElsewhere(t *testing.T) {
 	m := startMock(t, 1, false)
 	c, _ := New(m.url, nil, Options{})
-	ctx := testCtx(t)
-	s, err := c.Generate(ctx, GenerateRequest{RID: "victim", InputIDs: prompt(8), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
+	ctx := enginetest.Ctx(t)
+	s, err := c.Generate(ctx, GenerateRequest{RID: "victim", InputIDs: enginetest.Prompt(8), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +236,10 @@ func TestAbortFromElsewhere(t *testing.T) {
 func TestCancelAborts(t *testing.T) {
 	m := startMock(t, 1, false)
 	c, _ := New(m.url, nil, Options{})
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(enginetest.Ctx(t))
 	e, _ := NewEngine(c, 16)
 	chunks := 0
-	err := e.Generate(ctx, "cancelled", prompt(20), &messages.SamplingParams{MaxTokens: 1500, IgnoreEos: true},
+	err := e.Generate(ctx, "cancelled", enginetest.Prompt(20), &messages.SamplingParams{MaxTokens: 1500, IgnoreEos: true},
 		func(ch engines.Chunk) error {
 			chunks++
 			cancel()
@@ -301,12 +263,12 @@ func TestEngineAdapterAgainstMock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t)
+	ctx := enginetest.Ctx(t)
 	if err := e.Health(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var got []engines.Chunk
-	err = e.Generate(ctx, "r1", prompt(33), &messages.SamplingParams{MaxTokens: 7, IgnoreEos: true},
+	err = e.Generate(ctx, "r1", enginetest.Prompt(33), &messages.SamplingParams{MaxTokens: 7, IgnoreEos: true},
 		func(ch engines.Chunk) error { got = append(got, ch); return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +290,7 @@ func TestEngineAdapterAgainstMock(t *testing.T) {
 	}
 	// fn's error stops the request and is returned.
 	boom := errors.New("boom")
-	err = e.Generate(ctx, "r2", prompt(10), &messages.SamplingParams{MaxTokens: 500, IgnoreEos: true},
+	err = e.Generate(ctx, "r2", enginetest.Prompt(10), &messages.SamplingParams{MaxTokens: 500, IgnoreEos: true},
 		func(engines.Chunk) error { return boom })
 	if !errors.Is(err, boom) || !slices.Contains(m.abortedRIDs(), "r2") {
 		t.Fatalf("Generate: %v, aborted %v", err, m.abortedRIDs())
@@ -343,8 +305,8 @@ func TestLoadWhileBusy(t *testing.T) {
 	m := startMock(t, 1, false)
 	c, _ := New(m.url, nil, Options{})
 	e, _ := NewEngine(c, 16)
-	ctx := testCtx(t)
-	s, err := c.Generate(ctx, GenerateRequest{RID: "busy", InputIDs: prompt(40), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
+	ctx := enginetest.Ctx(t)
+	s, err := c.Generate(ctx, GenerateRequest{RID: "busy", InputIDs: enginetest.Prompt(40), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,14 +327,14 @@ func TestLoadWhileBusy(t *testing.T) {
 func TestMockErrors(t *testing.T) {
 	m := startMock(t, 1000, false)
 	c, _ := New(m.url, nil, Options{})
-	ctx := testCtx(t)
+	ctx := enginetest.Ctx(t)
 	cases := []struct {
 		name string
 		req  GenerateRequest
 		want string
 	}{
-		{"too long", GenerateRequest{RID: "l", InputIDs: prompt(4096), Sampling: SamplingParams{MaxNewTokens: 1}}, "longer than the model's context length"},
-		{"unknown sampling key", GenerateRequest{RID: "k", InputIDs: prompt(3), Sampling: SamplingParams{MaxNewTokens: 1, Extra: map[string]any{"bogus": 1}}}, "unexpected keyword argument 'bogus'"},
+		{"too long", GenerateRequest{RID: "l", InputIDs: enginetest.Prompt(4096), Sampling: SamplingParams{MaxNewTokens: 1}}, "longer than the model's context length"},
+		{"unknown sampling key", GenerateRequest{RID: "k", InputIDs: enginetest.Prompt(3), Sampling: SamplingParams{MaxNewTokens: 1, Extra: map[string]any{"bogus": 1}}}, "unexpected keyword argument 'bogus'"},
 		{"out of vocabulary", GenerateRequest{RID: "v", InputIDs: []uint32{1 << 30}, Sampling: SamplingParams{MaxNewTokens: 1}}, "out of vocabulary"},
 	}
 	for _, tc := range cases {
@@ -391,7 +353,7 @@ func TestServerGoneIsAnError(t *testing.T) {
 	url := hs.URL
 	hs.Close()
 	c, _ := New(url, nil, Options{})
-	ctx := testCtx(t)
+	ctx := enginetest.Ctx(t)
 	if err := c.Health(ctx); err == nil {
 		t.Fatal("health of a closed server")
 	}
@@ -404,7 +366,7 @@ func TestServerGoneIsAnError(t *testing.T) {
 func TestCloseWhileReceiving(t *testing.T) {
 	m := startMock(t, 1, false)
 	c, _ := New(m.url, nil, Options{})
-	s, err := c.Generate(testCtx(t), GenerateRequest{RID: "bg", InputIDs: prompt(8), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
+	s, err := c.Generate(enginetest.Ctx(t), GenerateRequest{RID: "bg", InputIDs: enginetest.Prompt(8), Sampling: SamplingParams{MaxNewTokens: 1500, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

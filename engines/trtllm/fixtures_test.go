@@ -9,24 +9,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 	"github.com/turbine-llm/turbine/kv"
 )
-
-func readFixture(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // serveFixture answers every request on path with status and body.
 func serveFixture(t *testing.T, path string, status int, contentType string, body []byte) string {
@@ -44,27 +33,6 @@ func serveFixture(t *testing.T, path string, status int, contentType string, bod
 	}))
 	t.Cleanup(hs.Close)
 	return hs.URL
-}
-
-func collect(s *Stream) ([]Chunk, error) {
-	defer s.Close()
-	var out []Chunk
-	for {
-		ch, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, ch)
-	}
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func TestStreamFixtures(t *testing.T) {
@@ -91,16 +59,16 @@ func TestStreamFixtures(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
-			url := serveFixture(t, "/v1/completions", 200, "text/event-stream", readFixture(t, tc.file))
+			url := serveFixture(t, "/v1/completions", 200, "text/event-stream", enginetest.ReadFixture(t, tc.file))
 			c, err := New(url, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := c.Complete(testCtx(t), CompletionRequest{Model: "Qwen3-8B", PromptTokenIDs: []uint32{1, 2}, MaxTokens: 4})
+			s, err := c.Complete(enginetest.Ctx(t), CompletionRequest{Model: "Qwen3-8B", PromptTokenIDs: []uint32{1, 2}, MaxTokens: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := collect(s)
+			got, err := enginetest.Collect(s.Recv, s.Close)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("chunks\n got %+v\nwant %+v", got, tc.want)
 			}
@@ -141,7 +109,7 @@ func TestErrorAnswers(t *testing.T) {
 		t.Run(fmt.Sprintf("%s%s/%d", tc.file, tc.path, tc.status), func(t *testing.T) {
 			var body []byte
 			if tc.file != "" {
-				body = readFixture(t, tc.file)
+				body = enginetest.ReadFixture(t, tc.file)
 			}
 			c, _ := New(serveFixture(t, tc.path, tc.status, tc.contentType, body), nil)
 			call := tc.call
@@ -161,7 +129,7 @@ func TestErrorAnswers(t *testing.T) {
 }
 
 func TestIterationStatsFixtures(t *testing.T) {
-	stats, err := DecodeIterationStats(bytes.NewReader(readFixture(t, "metrics.json")))
+	stats, err := DecodeIterationStats(bytes.NewReader(enginetest.ReadFixture(t, "metrics.json")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +149,7 @@ func TestIterationStatsFixtures(t *testing.T) {
 	if w.TotalBlocks != 8192 || w.ActiveBlocks != 54 || w.Running != 3 || w.Waiting != 0 {
 		t.Fatalf("worker load %v", w)
 	}
-	empty, err := DecodeIterationStats(bytes.NewReader(readFixture(t, "metrics_empty.json")))
+	empty, err := DecodeIterationStats(bytes.NewReader(enginetest.ReadFixture(t, "metrics_empty.json")))
 	if err != nil || len(empty) != 0 {
 		t.Fatalf("%v %v", empty, err)
 	}
@@ -199,7 +167,7 @@ func TestEventConverterFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	decode := func(name string) []KVCacheEvent {
-		evs, err := DecodeKVCacheEvents(bytes.NewReader(readFixture(t, name)))
+		evs, err := DecodeKVCacheEvents(bytes.NewReader(enginetest.ReadFixture(t, name)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,22 +9,14 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/turbine-llm/turbine/engines"
-	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
-)
-
-var (
-	modelOnce sync.Once
-	model     *preprocess.Model
-	modelErr  error
 )
 
 type mock struct {
@@ -35,36 +27,9 @@ type mock struct {
 // startMock runs the mock engine's real server in trtllm-serve's dialect.
 func startMock(t *testing.T, speedup float64, eventBuffer int) *mock {
 	t.Helper()
-	modelOnce.Do(func() { model, modelErr = preprocess.LoadModel("builtin:cl100k_base") })
-	if modelErr != nil {
-		t.Fatal(modelErr)
-	}
-	cfg := mocker.DefaultConfig()
-	cfg.BlockSize = 16
-	cfg.NumGPUBlocks = 512
-	cfg.MaxModelLen = 4096
-	cfg.SpeedupRatio = speedup
-	cfg.Seed = 3
-	srv, err := server.New(server.Options{Engine: cfg, ServedModelName: "m", Model: model, Dialect: server.DialectTRTLLM,
-		EventBufferMaxSize: eventBuffer, PollWait: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		_ = srv.Close()
-	})
-	return &mock{srv: srv, url: hs.URL}
-}
-
-func prompt(n int) []uint32 {
-	p := make([]uint32, n)
-	for i := range p {
-		p[i] = uint32(500 + i)
-	}
-	return p
+	srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(speedup, 3), Dialect: server.DialectTRTLLM,
+		EventBufferMaxSize: eventBuffer, PollWait: 20 * time.Millisecond}, nil)
+	return &mock{srv: srv, url: url}
 }
 
 func jsonIDs(ids []uint32) string {
@@ -90,17 +55,17 @@ func TestRoundTripAgainstMock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t)
+	ctx := enginetest.Ctx(t)
 	if ids, err := c.Models(ctx); err != nil || !slices.Equal(ids, []string{"m"}) {
 		t.Fatalf("models %v %v", ids, err)
 	}
 	seed := int64(21)
-	p := prompt(40)
+	p := enginetest.Prompt(40)
 	s, err := c.Complete(ctx, CompletionRequest{Model: "m", PromptTokenIDs: p, MaxTokens: 20, IgnoreEOS: true, Seed: &seed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunks, err := collect(s)
+	chunks, err := enginetest.Collect(s.Recv, s.Close)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +113,7 @@ func TestRoundTripAgainstMock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunks, err = collect(s)
+	chunks, err = enginetest.Collect(s.Recv, s.Close)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,16 +131,16 @@ func TestRoundTripAgainstMock(t *testing.T) {
 func TestMockRefusals(t *testing.T) {
 	m := startMock(t, 1000, 0)
 	c, _ := New(m.url, nil)
-	ctx := testCtx(t)
+	ctx := enginetest.Ctx(t)
 	cases := []struct {
 		name     string
 		req      CompletionRequest
 		wantType string
 		want     string
 	}{
-		{"unknown field", CompletionRequest{Model: "m", PromptTokenIDs: prompt(3), MaxTokens: 1, Extra: map[string]any{"return_token_ids": true}},
+		{"unknown field", CompletionRequest{Model: "m", PromptTokenIDs: enginetest.Prompt(3), MaxTokens: 1, Extra: map[string]any{"return_token_ids": true}},
 			"", "Extra inputs are not permitted"},
-		{"too long", CompletionRequest{Model: "m", PromptTokenIDs: prompt(4096), MaxTokens: 1}, "BadRequestError", "prompt length (4096)"},
+		{"too long", CompletionRequest{Model: "m", PromptTokenIDs: enginetest.Prompt(4096), MaxTokens: 1}, "BadRequestError", "prompt length (4096)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,7 +157,7 @@ func TestMockRefusals(t *testing.T) {
 func TestCloseAborts(t *testing.T) {
 	m := startMock(t, 1, 0)
 	c, _ := New(m.url, nil)
-	s, err := c.Complete(testCtx(t), CompletionRequest{Model: "m", PromptTokenIDs: prompt(40), MaxTokens: 1500, IgnoreEOS: true})
+	s, err := c.Complete(enginetest.Ctx(t), CompletionRequest{Model: "m", PromptTokenIDs: enginetest.Prompt(40), MaxTokens: 1500, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +182,7 @@ func TestEngineStopsMidStream(t *testing.T) {
 	e, _ := NewEngine(c, EngineOptions{Model: "m", BlockSize: 16})
 	defer e.Close()
 	chunks := 0
-	err := e.Generate(testCtx(t), "r", prompt(10), &messages.SamplingParams{MaxTokens: 1500, IgnoreEos: true},
+	err := e.Generate(enginetest.Ctx(t), "r", enginetest.Prompt(10), &messages.SamplingParams{MaxTokens: 1500, IgnoreEos: true},
 		func(engines.Chunk) error {
 			chunks++
 			if chunks == 1 {
@@ -239,12 +204,12 @@ func TestEngineAdapterAgainstMock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	ctx := testCtx(t)
+	ctx := enginetest.Ctx(t)
 	if err := e.Health(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var got []engines.Chunk
-	err = e.Generate(ctx, "r1", prompt(33), &messages.SamplingParams{MaxTokens: 3, IgnoreEos: true},
+	err = e.Generate(ctx, "r1", enginetest.Prompt(33), &messages.SamplingParams{MaxTokens: 3, IgnoreEos: true},
 		func(ch engines.Chunk) error { got = append(got, ch); return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +219,7 @@ func TestEngineAdapterAgainstMock(t *testing.T) {
 		t.Fatalf("chunks %+v", got)
 	}
 	// Busy: the collector sees the running request (blocks of 16 are two of 8).
-	s, err := c.Complete(ctx, CompletionRequest{Model: "m", PromptTokenIDs: prompt(40), MaxTokens: 1500, IgnoreEOS: true})
+	s, err := c.Complete(ctx, CompletionRequest{Model: "m", PromptTokenIDs: enginetest.Prompt(40), MaxTokens: 1500, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,19 +272,19 @@ func TestLoadWaitsForFirstStatsWithinContext(t *testing.T) {
 func TestPollKVEventsAgainstMock(t *testing.T) {
 	m := startMock(t, 1000, 1000)
 	c, _ := New(m.url, nil)
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(enginetest.Ctx(t))
 	batches := make(chan kv.Batch, 100)
 	done := make(chan error, 1)
 	go func() {
 		done <- c.PollKVEvents(ctx, PollConfig{BlockSize: 16, Interval: 5 * time.Millisecond}, func(b kv.Batch) { batches <- b })
 	}()
 
-	p := prompt(40)
+	p := enginetest.Prompt(40)
 	s, err := c.Complete(ctx, CompletionRequest{Model: "m", PromptTokenIDs: p, MaxTokens: 4, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := collect(s); err != nil {
+	if _, err := enginetest.Collect(s.Recv, s.Close); err != nil {
 		t.Fatal(err)
 	}
 	// The first batch starts with the cache's creation; the prompt's two full blocks
@@ -366,12 +331,12 @@ func TestPollKVEventsAgainstMock(t *testing.T) {
 
 func TestPollKVEventsWithoutEndpoint(t *testing.T) {
 	c, _ := New(serveFixture(t, "/nothing", 200, "text/plain", nil), nil)
-	err := c.PollKVEvents(testCtx(t), PollConfig{BlockSize: 16}, func(kv.Batch) { t.Fatal("a batch") })
+	err := c.PollKVEvents(enginetest.Ctx(t), PollConfig{BlockSize: 16}, func(kv.Batch) { t.Fatal("a batch") })
 	var e *Error
 	if !errors.As(err, &e) || e.Status != 404 {
 		t.Fatalf("error %v", err)
 	}
-	if err := c.PollKVEvents(testCtx(t), PollConfig{}, nil); err == nil {
+	if err := c.PollKVEvents(enginetest.Ctx(t), PollConfig{}, nil); err == nil {
 		t.Fatal("block size 0 accepted")
 	}
 }

@@ -4,77 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
-)
-
-var (
-	modelOnce sync.Once
-	model     *preprocess.Model
-	modelErr  error
 )
 
 // startMocker runs the mock engine's real HTTP server.
 func startMocker(t *testing.T, speedup float64) (*Client, *server.Server) {
 	t.Helper()
-	modelOnce.Do(func() { model, modelErr = preprocess.LoadModel("builtin:cl100k_base") })
-	if modelErr != nil {
-		t.Fatal(modelErr)
-	}
-	cfg := mocker.DefaultConfig()
-	cfg.BlockSize = 16
-	cfg.NumGPUBlocks = 512
-	cfg.MaxModelLen = 4096
-	cfg.SpeedupRatio = speedup
-	s, err := server.New(server.Options{Engine: cfg, ServedModelName: "m", Model: model})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		_ = s.Close()
-	})
-	c, err := New(hs.URL+"/", nil)
+	s, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(speedup, 0)}, nil)
+	c, err := New(url+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c, s
-}
-
-func prompt(n int) []uint32 {
-	p := make([]uint32, n)
-	for i := range p {
-		p[i] = uint32(500 + i)
-	}
-	return p
-}
-
-func collect(t *testing.T, s *Stream) ([]Chunk, error) {
-	t.Helper()
-	defer s.Close()
-	var out []Chunk
-	for {
-		ch, err := s.Recv()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, ch)
-	}
 }
 
 func TestAgainstMocker(t *testing.T) {
@@ -87,12 +36,12 @@ func TestAgainstMocker(t *testing.T) {
 	if err != nil || len(ms) != 1 || ms[0].ID != "m" || ms[0].MaxModelLen != 4096 || ms[0].OwnedBy != "vllm" {
 		t.Fatalf("models %+v %v", ms, err)
 	}
-	p := prompt(40)
+	p := enginetest.Prompt(40)
 	st, err := c.Complete(ctx, CompletionRequest{Model: "m", PromptTokenIDs: p, MaxTokens: 10, IgnoreEOS: true, RequestID: "r1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunks, err := collect(t, st)
+	chunks, err := enginetest.Collect(st.Recv, st.Close)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +65,7 @@ func TestAgainstMocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunks, err = collect(t, st)
+	chunks, err = enginetest.Collect(st.Recv, st.Close)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +83,7 @@ func TestAgainstMocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunks, err = collect(t, st)
+	chunks, err = enginetest.Collect(st.Recv, st.Close)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,19 +105,19 @@ func TestAgainstMocker(t *testing.T) {
 func TestEngineErrors(t *testing.T) {
 	c, _ := startMocker(t, 100)
 	ctx := context.Background()
-	_, err := c.Complete(ctx, CompletionRequest{Model: "nope", PromptTokenIDs: prompt(3), MaxTokens: 1})
+	_, err := c.Complete(ctx, CompletionRequest{Model: "nope", PromptTokenIDs: enginetest.Prompt(3), MaxTokens: 1})
 	var e *Error
 	if !errors.As(err, &e) || e.Status != 404 || e.Type != "NotFoundError" || !strings.Contains(e.Error(), "The model `nope` does not exist.") {
 		t.Fatalf("unknown model: %v", err)
 	}
-	_, err = c.Complete(ctx, CompletionRequest{PromptTokenIDs: prompt(3), MaxTokens: 5000})
+	_, err = c.Complete(ctx, CompletionRequest{PromptTokenIDs: enginetest.Prompt(3), MaxTokens: 5000})
 	if !errors.As(err, &e) || e.Status != 400 || e.Param != "max_tokens" {
 		t.Fatalf("too long: %v", err)
 	}
 	if _, err := c.Complete(ctx, CompletionRequest{MaxTokens: 1}); err == nil {
 		t.Fatal("empty prompt accepted")
 	}
-	if _, err := c.Complete(ctx, CompletionRequest{PromptTokenIDs: prompt(1)}); err == nil {
+	if _, err := c.Complete(ctx, CompletionRequest{PromptTokenIDs: enginetest.Prompt(1)}); err == nil {
 		t.Fatal("max_tokens 0 accepted")
 	}
 	for _, u := range []string{"127.0.0.1:80", "ftp://x", "http://"} {
@@ -183,7 +132,7 @@ func TestEngineErrors(t *testing.T) {
 func TestCancelAborts(t *testing.T) {
 	c, s := startMocker(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := c.Complete(ctx, CompletionRequest{PromptTokenIDs: prompt(20), MaxTokens: 2000, IgnoreEOS: true})
+	st, err := c.Complete(ctx, CompletionRequest{PromptTokenIDs: enginetest.Prompt(20), MaxTokens: 2000, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +209,7 @@ func TestStreamParsing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			chunks, err := collect(t, st)
+			chunks, err := enginetest.Collect(st.Recv, st.Close)
 			if len(chunks) != tc.wantChunks {
 				t.Fatalf("%d chunks, want %d", len(chunks), tc.wantChunks)
 			}
@@ -278,7 +227,7 @@ func TestStreamParsing(t *testing.T) {
 	c := fakeEngine(t, 200, `data: {"choices":[{"text":"a",`+tok+`,"finish_reason":"stop","stop_reason":"END"}]}`+"\n\n"+
 		`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}`+"\n\ndata: [DONE]\n\n")
 	st, _ := c.Complete(context.Background(), CompletionRequest{PromptTokenIDs: []uint32{1}, MaxTokens: 1})
-	chunks, _ := collect(t, st)
+	chunks, _ := enginetest.Collect(st.Recv, st.Close)
 	if u := chunks[0].Usage; u == nil || u.CachedTokens != 2 || chunks[0].StopString != "END" {
 		t.Fatalf("usage %+v", chunks[0])
 	}
