@@ -385,25 +385,9 @@ func (s *Server) fullCompletion(ctx context.Context, w http.ResponseWriter, p *p
 }
 
 func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, p *parsed, st *stream, id string, created int64) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	send := func(v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
-	}
-	done := func() { _, _ = io.WriteString(w, "data: [DONE]\n\n") }
+	w.Header().Set("Cache-Control", "no-cache")
+	sse := startSSE(w, "text/event-stream; charset=utf-8")
+	send, done := sse.send, sse.done
 	completion := 0
 	first := true
 	for {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -409,25 +407,7 @@ func TestModelsHealthMetrics(t *testing.T) {
 	prompt := jsonIDs(promptIDs(40))
 	post(t, hs.URL, fmt.Sprintf(`{"prompt":%s,"max_tokens":5,"ignore_eos":true}`, prompt))
 	post(t, hs.URL, fmt.Sprintf(`{"prompt":%s,"max_tokens":3,"ignore_eos":true}`, prompt))
-	resp, err = http.Get(hs.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	path := filepath.Join("testdata", "metrics.golden")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("/metrics differs from %s:\n%s", path, got)
-	}
+	golden(t, hs.URL+"/metrics", "metrics.golden")
 }
 
 func TestNewValidation(t *testing.T) {

@@ -350,23 +350,8 @@ func (g *sglangGen) full(ctx context.Context, w http.ResponseWriter, st *stream)
 }
 
 func (g *sglangGen) stream(ctx context.Context, w http.ResponseWriter, st *stream) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	send := func(v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
-	}
-	done := func() { _, _ = io.WriteString(w, "data: [DONE]\n\n") }
+	sse := startSSE(w, "text/event-stream")
+	send, done := sse.send, sse.done
 	p := &parsed{req: g.req}
 	for {
 		outs, err := g.s.next(ctx, p, st)

@@ -336,22 +336,8 @@ func (g *trtllmGen) full(ctx context.Context, w http.ResponseWriter, st *stream)
 }
 
 func (g *trtllmGen) stream(ctx context.Context, w http.ResponseWriter, st *stream) {
-	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	send := func(v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return false
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return false
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return true
-	}
+	sse := startSSE(w, "text/event-stream; charset=utf-8")
+	send := sse.send
 	p := &parsed{req: g.p.req}
 	for {
 		outs, err := g.s.next(ctx, p, st)
@@ -373,7 +359,7 @@ func (g *trtllmGen) stream(ctx context.Context, w http.ResponseWriter, st *strea
 				send(trtllmChunk{ID: g.id, Object: "text_completion", Created: g.created, Model: g.p.model,
 					Choices: []trtllmChoice{}, Usage: g.usage()})
 			}
-			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			sse.done()
 			return
 		}
 	}
