@@ -3,11 +3,11 @@ package frontend
 import (
 	"context"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
@@ -33,6 +33,13 @@ type Config struct {
 	// FilesTimeout bounds a request for a model's tokenizer files to a worker (default
 	// DefaultFilesTimeout).
 	FilesTimeout time.Duration
+	// MigrationLimit is how many times one request may be re-sent to another worker after
+	// migratable faults (worker gone, engine failed, stream stalled); 0 disables migration.
+	// New keeps the value given (callers take DefaultMigrationLimit from their flags).
+	MigrationLimit int
+	// StallTimeout is how long a stream waits for its worker's next chunk before the
+	// attempt counts as stalled and is migrated (default 2 min; negative: never).
+	StallTimeout time.Duration
 	Logger       zerolog.Logger
 }
 
@@ -47,6 +54,7 @@ type Backend struct {
 	modelsAt time.Time
 	seen     map[string]time.Time // model -> last time the catalog listed it
 	loader   *ModelLoader
+	metrics  *metrics.Set // the frontend's own counters (migrations)
 }
 
 var _ gateway.Backend = (*Backend)(nil)
@@ -65,7 +73,10 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	if cfg.ModelMemory <= 0 {
 		cfg.ModelMemory = 10 * time.Minute
 	}
-	b := &Backend{cfg: cfg, seen: map[string]time.Time{}}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = 2 * time.Minute
+	}
+	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, metrics: metrics.NewSet()}
 	b.c.Store(c)
 	b.loader = NewModelLoader(b.actorSystem,
 		LoaderConfig{CacheDir: cfg.ModelCacheDir, FilesTimeout: cfg.FilesTimeout, Logger: cfg.Logger})
@@ -122,11 +133,10 @@ func (b *Backend) Recent(model string) bool {
 	return ok && time.Since(last) < b.cfg.ModelMemory
 }
 
-func (b *Backend) router(model string) *messages.RouterGrainClient {
-	return messages.GetRouterGrainClient(b.c.Load(), model)
-}
-
 // Generate routes req with the model's Router grain and starts it on the chosen worker.
+// The returned stream migrates the request to another worker on migratable faults
+// (Config.MigrationLimit). Errors: gateway.ErrUnknownModel, ErrNoWorkers, ErrAllBusy
+// (wrapped), or the Router grain call's error.
 func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (gateway.Stream, error) {
 	models, err := b.Models(ctx)
 	if err != nil {
@@ -144,162 +154,58 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 		}
 		return nil, fmt.Errorf("%w: %q", gateway.ErrUnknownModel, req.Model)
 	}
-	// Clients may reuse X-Request-Id; inside the cluster every request needs its own id
-	// (the router's load tracking and the worker's in-flight table are keyed by it).
-	id := fmt.Sprintf("%s#%d", req.RequestID, b.seq.Add(1))
-	rr := &messages.RouteRequest{RequestId: id, TokenIds: req.TokenIDs}
-	if req.OverlapWeight != nil {
-		rr.HasOverlapWeight, rr.OverlapWeight = true, *req.OverlapWeight
+	c := b.c.Load()
+	s := newStream(c.ActorSystem.Root, &grainRouting{
+		c: messages.GetRouterGrainClient(c, req.Model), timeout: b.cfg.RouteTimeout, log: b.cfg.Logger,
+	}, b.cfg, req, b.nextID, b.countMigration)
+	if err := s.start(req.TokenIDs, req.Sampling); err != nil {
+		return nil, err
 	}
-	if req.Temperature != nil {
-		rr.HasTemperature, rr.Temperature = true, *req.Temperature
-	}
-	route, err := b.router(req.Model).Route(rr, pcluster.WithTimeout(b.cfg.RouteTimeout))
-	if err != nil {
-		return nil, fmt.Errorf("frontend: route: %w", err)
-	}
-	switch route.ErrorCode {
-	case "":
-	case "all_busy":
-		return nil, fmt.Errorf("%w: %s", gateway.ErrAllBusy, route.Error)
-	case "unknown_model":
-		return nil, fmt.Errorf("%w: %s", gateway.ErrUnknownModel, route.Error)
-	default:
-		return nil, fmt.Errorf("%w: %s", gateway.ErrNoWorkers, route.Error)
-	}
-	s := &stream{b: b, root: b.c.Load().ActorSystem.Root, model: req.Model, requestID: id, workerID: route.WorkerId,
-		worker: actor.NewPID(route.Worker.Address, route.Worker.Id), chunks: make(chan *messages.TokenChunk, 4*int(b.cfg.Credits)+8), closed: make(chan struct{})}
-	root := s.root
-	s.receiver = root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{s: s} }))
-	root.Send(s.worker, &messages.Generate{
-		RequestId:      id,
-		TokenIds:       req.TokenIDs,
-		Sampling:       req.Sampling,
-		ReplyTo:        &messages.ActorRef{Address: s.receiver.Address, Id: s.receiver.Id},
-		InitialCredits: b.cfg.Credits,
-	})
 	return s, nil
 }
 
-// stream is one request's token stream. Recv and Close are called by one goroutine (the
-// HTTP handler); the receiver actor only writes to chunks.
-type stream struct {
-	b         *Backend
-	root      *actor.RootContext // of the member the stream started on
-	model     string
-	requestID string
-	workerID  string
-	worker    *actor.PID
-	receiver  *actor.PID
-	chunks    chan *messages.TokenChunk
-	closed    chan struct{}
-
-	consumed  int32
-	sawToken  bool
-	finished  bool
-	closeOnce sync.Once
+// nextID makes a request id unique inside the cluster from the client's: clients may
+// reuse X-Request-Id, and the router's load tracking and the worker's in-flight table are
+// keyed by it; every attempt of a migrated request gets its own.
+func (b *Backend) nextID(clientID string) string {
+	return fmt.Sprintf("%s#%d", clientID, b.seq.Add(1))
 }
 
-func (s *stream) WorkerID() string { return s.workerID }
-
-func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
-	if s.finished {
-		return nil, io.EOF
-	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case ch := <-s.chunks:
-		if ch.FinishReason != "" {
-			s.finished = true
-		}
-		if !s.sawToken && len(ch.TokenIds) > 0 {
-			s.sawToken = true
-			s.prefillDone()
-		}
-		if s.consumed++; s.consumed >= s.b.cfg.Credits/2 && !s.finished {
-			s.root.Send(s.worker, &messages.Credit{RequestId: s.requestID, Credits: s.consumed})
-			s.consumed = 0
-		}
-		return ch, nil
-	}
+// countMigration counts one migration of a request for model, by fault reason.
+func (b *Backend) countMigration(model, reason string) {
+	b.metrics.GetOrCreateCounter(fmt.Sprintf(`turbine_frontend_migrations_total{model="%s",reason="%s"}`,
+		escapeLabel(model), escapeLabel(reason))).Inc()
 }
 
-// prefillDone tells the router the prompt is computed (its tokens stop counting as
+// grainRouting is the routing of one model through its Router grain.
+type grainRouting struct {
+	c       *messages.RouterGrainClient
+	timeout time.Duration
+	log     zerolog.Logger
+}
+
+func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
+	return g.c.Route(rr, pcluster.WithTimeout(g.timeout))
+}
+
+// PrefillDone tells the router the prompt is computed (its tokens stop counting as
 // prefill load); fire and forget.
-func (s *stream) prefillDone() {
-	r := s.b.router(s.model)
-	id := s.requestID
+func (g *grainRouting) PrefillDone(id string) {
 	go func() {
-		_, _ = r.PrefillDone(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(s.b.cfg.RouteTimeout))
+		_, _ = g.c.PrefillDone(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(g.timeout))
 	}()
 }
 
-func (s *stream) Close() {
-	s.closeOnce.Do(func() {
-		close(s.closed)
-		root := s.root
-		if !s.finished {
-			root.Send(s.worker, &messages.Cancel{RequestId: s.requestID, Reason: "client closed the stream"})
+// Free ends the router's load tracking of id; fire and forget (the router expires
+// requests it never hears about).
+func (g *grainRouting) Free(id string) {
+	go func() {
+		if _, err := g.c.Free(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(g.timeout)); err != nil {
+			g.log.Warn().Err(err).Str("request_id", id).Msg("router free failed; the router expires it later")
 		}
-		root.Stop(s.receiver)
-		r := s.b.router(s.model)
-		id := s.requestID
-		go func() {
-			if _, err := r.Free(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(s.b.cfg.RouteTimeout)); err != nil {
-				s.b.cfg.Logger.Warn().Err(err).Str("request_id", id).Msg("router free failed; the router expires it later")
-			}
-		}()
-	})
+	}()
 }
 
-// receiver puts the worker's chunks in index order into the stream's channel.
-type receiver struct {
-	s       *stream
-	next    uint32
-	pending map[uint32]*messages.TokenChunk
-	done    bool
-}
-
-func (r *receiver) Receive(c actor.Context) {
-	switch m := c.Message().(type) {
-	case *actor.Started:
-		c.Watch(r.s.worker)
-	case *messages.TokenChunk:
-		if r.done || m.RequestId != r.s.requestID {
-			return
-		}
-		if m.Index != r.next {
-			if m.Index > r.next {
-				if r.pending == nil {
-					r.pending = map[uint32]*messages.TokenChunk{}
-				}
-				r.pending[m.Index] = m
-			}
-			return
-		}
-		r.deliver(m)
-		for p, ok := r.pending[r.next]; ok; p, ok = r.pending[r.next] {
-			delete(r.pending, p.Index)
-			r.deliver(p)
-		}
-	case *actor.Terminated:
-		if !r.done && m.Who.Equal(r.s.worker) {
-			r.deliver(&messages.TokenChunk{RequestId: r.s.requestID, Index: r.next, FinishReason: "error",
-				Error: "worker " + r.s.workerID + " terminated", Migratable: true, WorkerId: r.s.workerID})
-		}
-	}
-}
-
-func (r *receiver) deliver(m *messages.TokenChunk) {
-	r.next = m.Index + 1
-	if m.FinishReason != "" {
-		r.done = true
-	}
-	// The channel holds more than the credits granted, so this only blocks when a
-	// worker ignores flow control; a closed stream takes nothing more.
-	select {
-	case r.s.chunks <- m:
-	case <-r.s.closed:
-	}
+func (b *Backend) router(model string) *messages.RouterGrainClient {
+	return messages.GetRouterGrainClient(b.c.Load(), model)
 }

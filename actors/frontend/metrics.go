@@ -15,8 +15,12 @@ import (
 // scrape: per-worker readiness, indexed KV blocks, router-tracked active decode blocks,
 // prefill tokens and requests, the engine's running/waiting requests and KV usage from
 // its last heartbeat, and per-model routing counters (prefix-hit blocks of routed
-// prompts). Errors reaching a Router grain leave that model out of this scrape.
+// prompts). Errors reaching a Router grain leave that model out of this scrape. First
+// come the frontend's own counters: turbine_frontend_migrations_total{model,reason}
+// (requests re-sent to another worker, by fault: worker_terminated, engine_error,
+// stalled).
 func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
+	b.metrics.WritePrometheus(w)
 	models, err := b.Models(ctx)
 	if err != nil {
 		return

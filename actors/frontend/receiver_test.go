@@ -8,61 +8,77 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-func newReceiverStream(t *testing.T) (*actor.ActorSystem, *stream, *actor.PID) {
+func newReceiverAttempt(t *testing.T) (*actor.ActorSystem, *attempt, *actor.PID) {
 	t.Helper()
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
-	s := &stream{requestID: "r1", workerID: "w0", worker: worker,
-		chunks: make(chan *messages.TokenChunk, 16), closed: make(chan struct{})}
-	s.receiver = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{s: s} }))
-	return sys, s, worker
+	a := &attempt{requestID: "r1", workerID: "w0", worker: worker,
+		arrivals: make(chan arrival, 16), closed: make(chan struct{})}
+	a.receiver = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{a: a} }))
+	return sys, a, worker
 }
 
-func next(t *testing.T, s *stream) *messages.TokenChunk {
+func next(t *testing.T, a *attempt) arrival {
 	t.Helper()
 	select {
-	case ch := <-s.chunks:
-		return ch
+	case ar := <-a.arrivals:
+		return ar
 	case <-time.After(10 * time.Second):
 		t.Fatal("no chunk delivered")
-		return nil
+		return arrival{}
 	}
 }
 
 func TestReceiverDeliversInIndexOrder(t *testing.T) {
-	sys, s, _ := newReceiverStream(t)
+	sys, a, _ := newReceiverAttempt(t)
 	for _, i := range []uint32{2, 0, 3, 1} {
 		ch := &messages.TokenChunk{RequestId: "r1", Index: i, TokenIds: []uint32{100 + i}}
 		if i == 3 {
 			ch.FinishReason = "length"
 		}
-		sys.Root.Send(s.receiver, ch)
+		sys.Root.Send(a.receiver, ch)
 	}
-	sys.Root.Send(s.receiver, &messages.TokenChunk{RequestId: "other", Index: 4}) // not this request's
+	sys.Root.Send(a.receiver, &messages.TokenChunk{RequestId: "other", Index: 4}) // not this request's
 	for want := uint32(0); want < 4; want++ {
-		if ch := next(t, s); ch.Index != want || ch.TokenIds[0] != 100+want {
-			t.Fatalf("got chunk %d (%v), want %d", ch.Index, ch.TokenIds, want)
+		if ar := next(t, a); ar.chunk.Index != want || ar.chunk.TokenIds[0] != 100+want || ar.fault != "" {
+			t.Fatalf("got chunk %d (%v, fault %q), want %d", ar.chunk.Index, ar.chunk.TokenIds, ar.fault, want)
 		}
 	}
 	select {
-	case ch := <-s.chunks:
-		t.Fatalf("unexpected chunk after the last one: %+v", ch)
+	case ar := <-a.arrivals:
+		t.Fatalf("unexpected chunk after the last one: %+v", ar.chunk)
 	default:
 	}
 }
 
 func TestReceiverReportsWorkerLossAsMigratable(t *testing.T) {
-	sys, s, worker := newReceiverStream(t)
-	sys.Root.Send(s.receiver, &messages.TokenChunk{RequestId: "r1", Index: 0, TokenIds: []uint32{7}})
-	if ch := next(t, s); ch.Index != 0 {
-		t.Fatalf("first chunk %+v", ch)
+	sys, a, worker := newReceiverAttempt(t)
+	sys.Root.Send(a.receiver, &messages.TokenChunk{RequestId: "r1", Index: 0, TokenIds: []uint32{7}})
+	if ar := next(t, a); ar.chunk.Index != 0 {
+		t.Fatalf("first chunk %+v", ar.chunk)
 	}
 	if err := sys.Root.StopFuture(worker).Wait(); err != nil {
 		t.Fatal(err)
 	}
-	ch := next(t, s)
-	if ch.Index != 1 || ch.FinishReason != "error" || !ch.Migratable || ch.Error == "" {
-		t.Fatalf("after the worker stopped: %+v, want a migratable error chunk with index 1", ch)
+	ar := next(t, a)
+	ch := ar.chunk
+	if ch.Index != 1 || ch.FinishReason != "error" || !ch.Migratable || ch.Error == "" || ar.fault != FaultWorkerTerminated {
+		t.Fatalf("after the worker stopped: %+v (fault %q), want a worker_terminated error chunk with index 1", ch, ar.fault)
+	}
+}
+
+func TestReceiverClassifiesWorkerErrors(t *testing.T) {
+	sys, a, _ := newReceiverAttempt(t)
+	sys.Root.Send(a.receiver, &messages.TokenChunk{RequestId: "r1", Index: 0, FinishReason: "error",
+		Error: "engine: connection refused", Migratable: true})
+	if ar := next(t, a); ar.fault != FaultEngineError {
+		t.Fatalf("migratable engine error: fault %q, want %q", ar.fault, FaultEngineError)
+	}
+	sys2, b, _ := newReceiverAttempt(t)
+	sys2.Root.Send(b.receiver, &messages.TokenChunk{RequestId: "r1", Index: 0, FinishReason: "error",
+		Error: "worker: duplicate request id r1"})
+	if ar := next(t, b); ar.fault != "" {
+		t.Fatalf("non-migratable error: fault %q, want none", ar.fault)
 	}
 }

@@ -24,6 +24,7 @@ import (
 type Options struct {
 	options.HTTP
 	options.Router
+	options.Migration
 	options.Cluster
 	options.Log
 	ModelCacheDir string
@@ -31,13 +32,14 @@ type Options struct {
 
 // Defaults are the embedded defaults.
 func Defaults() Options {
-	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Cluster: options.DefaultCluster(),
+	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Migration: options.DefaultMigration(), Cluster: options.DefaultCluster(),
 		Log: options.DefaultLog()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
 	o.HTTP.Flags(fs)
 	o.Router.Flags(fs)
+	o.Migration.Flags(fs)
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
 	fs.StringVar(&o.ModelCacheDir, "model-cache-dir", o.ModelCacheDir, "where tokenizer files fetched from workers are kept, one folder per digest (default $TURBINE_CACHE_DIR/models or ~/.cache/turbine/models)")
@@ -45,7 +47,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 
 // Validate checks the options; errors name the flag.
 func (o *Options) Validate() error {
-	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Cluster.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Migration.Validate(), o.Cluster.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -87,7 +89,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	go func() {
 		memberErr <- options.RunMember(ctx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
 			if backend == nil {
-				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir})
+				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir, MigrationLimit: o.MigrationLimit})
 				started <- nil
 			} else {
 				backend.SetCluster(m.Cluster)

@@ -27,13 +27,14 @@ type Options struct {
 	options.HTTP
 	options.Engine
 	options.Router
+	options.Migration
 	options.Log
 	Workers int
 }
 
 // Defaults are the embedded defaults (REFERENCE §3, §7).
 func Defaults() Options {
-	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(),
+	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Migration: options.DefaultMigration(),
 		Log: options.DefaultLog(), Workers: 2}
 }
 
@@ -42,6 +43,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "number of aggregated workers, each with its own mock engine")
 	o.Engine.Flags(fs)
 	o.Router.Flags(fs)
+	o.Migration.Flags(fs)
 	o.Log.Flags(fs)
 }
 
@@ -50,7 +52,7 @@ func (o *Options) Validate() error {
 	if o.Workers < 1 || o.Workers > 256 {
 		return fmt.Errorf("--workers %d: want 1..256", o.Workers)
 	}
-	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate(), o.Migration.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -114,7 +116,7 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		defer func() { _ = root.PoisonFuture(pid).Wait() }()
 	}
 
-	backend := frontend.New(member.Cluster, frontend.Config{Logger: log})
+	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit})
 	handler, err := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend)
 	if err != nil {
 		return err
