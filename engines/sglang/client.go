@@ -57,16 +57,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	s := "sglang: engine answered"
-	if e.Status != 0 {
-		s += fmt.Sprintf(" %d", e.Status)
-	} else {
-		s += " an error frame"
-	}
-	if e.Type != "" {
-		s += " " + e.Type
-	}
-	return s + ": " + e.Message
+	return enginehttp.ErrorMessage("sglang", e.Status, e.Type, e.Message)
 }
 
 // errorShapes are SGLang's error bodies, in the order they are read: {"error":
@@ -75,16 +66,11 @@ func (e *Error) Error() string {
 // {"detail": ...}; anything else is kept as text.
 var errorShapes = []enginehttp.Shape{enginehttp.ErrorObject, enginehttp.ErrorText, enginehttp.TopLevel, enginehttp.Detail}
 
-// errorFrom reads a non-200 answer into an *Error.
+// errorFrom reads an error body into an *Error: a non-200 answer's (with its status), or
+// an error frame of a stream (status 0).
 func errorFrom(status int, body []byte) error {
 	f := enginehttp.DecodeAnswer(status, body, errorShapes...)
 	return &Error{Status: status, Type: f.Type, Message: f.Message}
-}
-
-// errorBody reads an error frame of a stream.
-func errorBody(b []byte) *Error {
-	f := enginehttp.DecodeError(b, errorShapes...)
-	return &Error{Type: f.Type, Message: f.Message}
 }
 
 // Health returns nil when the readiness probe (GET /health by default) answers 200.

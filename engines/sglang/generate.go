@@ -172,7 +172,7 @@ func (s *Stream) decode(data []byte) (Chunk, bool, error) {
 		return Chunk{}, false, fmt.Errorf("sglang: malformed stream chunk %.200q: %w", data, err)
 	}
 	if len(f.Error) > 0 && string(f.Error) != "null" {
-		return Chunk{}, false, errorBody(data)
+		return Chunk{}, false, errorFrom(0, data)
 	}
 	if f.MetaInfo == nil {
 		return Chunk{}, false, fmt.Errorf("sglang: stream chunk without meta_info: %.200q", data)

@@ -180,7 +180,7 @@ func decodeFrame(data []byte) (frame, error) {
 		return frame{}, fmt.Errorf("trtllm: malformed stream chunk %.200q: %w", data, err)
 	}
 	if (len(raw.Error) > 0 && string(raw.Error) != "null") || raw.Object == "error" {
-		return frame{}, errorBody(data)
+		return frame{}, errorFrom(0, data)
 	}
 	var f frame
 	if u := raw.Usage; u != nil {
@@ -214,48 +214,10 @@ func decodeFrame(data []byte) (frame, error) {
 // Safe to call more than once and from another goroutine than Recv.
 func (s *Stream) Close() error { return s.st.Close() }
 
-// completionBody encodes r as a /v1/completions JSON body; the id arrays are written
-// directly.
+// completionBody encodes r as a /v1/completions JSON body that asks for token ids
+// ("detokenize": false).
 func completionBody(r CompletionRequest) ([]byte, error) {
-	b := make([]byte, 0, 256+11*len(r.PromptTokenIDs))
-	b = append(b, '{')
-	own := map[string]bool{"model": true, "prompt": true, "max_tokens": true, "min_tokens": r.MinTokens > 0,
-		"ignore_eos": r.IgnoreEOS, "stop_token_ids": len(r.StopTokenIDs) > 0, "seed": r.Seed != nil,
-		"temperature": r.Temperature != nil, "top_p": r.TopP != nil, "top_k": r.TopK != 0,
-		"stream": true, "stream_options": true, "detokenize": true}
-	b, err := enginehttp.Extra(b, r.Extra, own)
-	if err != nil {
-		return nil, err
-	}
-	b = enginehttp.String(enginehttp.Key(b, "model"), r.Model)
-	b = enginehttp.IDs(enginehttp.Key(b, "prompt"), r.PromptTokenIDs)
-	b = enginehttp.Int(b, "max_tokens", int64(r.MaxTokens))
-	if r.MinTokens > 0 {
-		b = enginehttp.Int(b, "min_tokens", int64(r.MinTokens))
-	}
-	if r.IgnoreEOS {
-		b = append(enginehttp.Key(b, "ignore_eos"), "true"...)
-	}
-	if len(r.StopTokenIDs) > 0 {
-		b = enginehttp.IDs(enginehttp.Key(b, "stop_token_ids"), r.StopTokenIDs)
-	}
-	if r.Seed != nil {
-		b = enginehttp.Int(b, "seed", *r.Seed)
-	}
-	for _, f := range []struct {
-		key string
-		v   *float64
-	}{{"temperature", r.Temperature}, {"top_p", r.TopP}} {
-		if f.v == nil {
-			continue
-		}
-		if b, err = enginehttp.Float(b, f.key, *f.v); err != nil {
-			return nil, err
-		}
-	}
-	if r.TopK != 0 {
-		b = enginehttp.Int(b, "top_k", int64(r.TopK))
-	}
-	b = append(b, `,"stream":true,"stream_options":{"include_usage":true},"detokenize":false}`...)
-	return b, nil
+	return enginehttp.CompletionBody(enginehttp.Completion{Model: r.Model, PromptTokenIDs: r.PromptTokenIDs,
+		MaxTokens: r.MaxTokens, MinTokens: r.MinTokens, IgnoreEOS: r.IgnoreEOS, StopTokenIDs: r.StopTokenIDs, Seed: r.Seed,
+		Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, Extra: r.Extra}, "detokenize", false)
 }

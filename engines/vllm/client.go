@@ -395,49 +395,12 @@ func sumCounter(fams map[string]*dto.MetricFamily, names ...string) (float64, bo
 	return 0, false
 }
 
-// completionBody encodes r as a vLLM /v1/completions JSON body. The token-id arrays are
-// written directly; Extra fields are added unless the client sets the same key itself.
+// completionBody encodes r as a vLLM /v1/completions JSON body that asks for token ids
+// ("return_token_ids": true, vLLM >= 0.10.2).
 func completionBody(r CompletionRequest) ([]byte, error) {
-	b := make([]byte, 0, 256+11*len(r.PromptTokenIDs))
-	b = append(b, '{')
-	own := map[string]bool{"model": r.Model != "", "prompt": true, "max_tokens": true,
-		"min_tokens": r.MinTokens > 0, "ignore_eos": r.IgnoreEOS, "stop_token_ids": len(r.StopTokenIDs) > 0,
-		"seed": r.Seed != nil, "temperature": r.Temperature != nil, "top_p": r.TopP != nil,
-		"stream": true, "stream_options": true, "return_token_ids": true}
-	b, err := enginehttp.Extra(b, r.Extra, own)
-	if err != nil {
-		return nil, err
-	}
-	if r.Model != "" {
-		b = enginehttp.String(enginehttp.Key(b, "model"), r.Model)
-	}
-	b = enginehttp.IDs(enginehttp.Key(b, "prompt"), r.PromptTokenIDs)
-	b = enginehttp.Int(b, "max_tokens", int64(r.MaxTokens))
-	if r.MinTokens > 0 {
-		b = enginehttp.Int(b, "min_tokens", int64(r.MinTokens))
-	}
-	if r.IgnoreEOS {
-		b = append(enginehttp.Key(b, "ignore_eos"), "true"...)
-	}
-	if len(r.StopTokenIDs) > 0 {
-		b = enginehttp.IDs(enginehttp.Key(b, "stop_token_ids"), r.StopTokenIDs)
-	}
-	if r.Seed != nil {
-		b = enginehttp.Int(b, "seed", *r.Seed)
-	}
-	for _, f := range []struct {
-		key string
-		v   *float64
-	}{{"temperature", r.Temperature}, {"top_p", r.TopP}} {
-		if f.v == nil {
-			continue
-		}
-		if b, err = enginehttp.Float(b, f.key, *f.v); err != nil {
-			return nil, err
-		}
-	}
-	b = append(b, `,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`...)
-	return b, nil
+	return enginehttp.CompletionBody(enginehttp.Completion{Model: r.Model, PromptTokenIDs: r.PromptTokenIDs,
+		MaxTokens: r.MaxTokens, MinTokens: r.MinTokens, IgnoreEOS: r.IgnoreEOS, StopTokenIDs: r.StopTokenIDs, Seed: r.Seed,
+		Temperature: r.Temperature, TopP: r.TopP, Extra: r.Extra}, "return_token_ids", true)
 }
 
 // promptIDsKey is how vLLM (and the mock engine) write the first chunk's prompt ids. The

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -84,11 +85,27 @@ func (s Shape) read(errField json.RawMessage, message, typ string, detail any) (
 }
 
 // DecodeAnswer is DecodeError for the body of a non-200 answer with that status: an empty
-// message becomes the status's text.
+// message becomes the status's text. Status 0 (an error frame in a stream) has none.
 func DecodeAnswer(status int, b []byte, shapes ...Shape) ErrorFields {
 	f := DecodeError(b, shapes...)
 	if f.Message == "" {
 		f.Message = http.StatusText(status)
 	}
 	return f
+}
+
+// ErrorMessage is the text of an engine's error: "<name>: engine answered <status>
+// <type>: <message>", "an error frame" in place of a status 0 (an error in the middle of
+// a stream), no type when it is empty.
+func ErrorMessage(name string, status int, typ, message string) string {
+	s := name + ": engine answered"
+	if status != 0 {
+		s += " " + strconv.Itoa(status)
+	} else {
+		s += " an error frame"
+	}
+	if typ != "" {
+		s += " " + typ
+	}
+	return s + ": " + message
 }

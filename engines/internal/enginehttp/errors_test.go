@@ -59,3 +59,18 @@ func TestDecodeAnswerFallsBackToTheStatusText(t *testing.T) {
 		t.Errorf("message %q", f.Message)
 	}
 }
+
+func TestErrorMessage(t *testing.T) {
+	for _, tc := range []struct {
+		status    int
+		typ, want string
+	}{
+		{400, "BadRequestError", "eng: engine answered 400 BadRequestError: m"},
+		{503, "", "eng: engine answered 503: m"},
+		{0, "", "eng: engine answered an error frame: m"},
+	} {
+		if got := ErrorMessage("eng", tc.status, tc.typ, "m"); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 )
 
 // Usage is the usage member of an OpenAI-style completion chunk (vLLM, trtllm-serve).
@@ -39,4 +40,76 @@ func StopReason(raw json.RawMessage) (id uint32, isID bool, str string, err erro
 		return 0, false, str, nil
 	}
 	return 0, false, "", fmt.Errorf("stop_reason %.100s is neither a token id nor a string", raw)
+}
+
+// Completion is what a streamed token-id /v1/completions request of vLLM and
+// trtllm-serve holds alike.
+type Completion struct {
+	// Model: "" leaves it out.
+	Model          string
+	PromptTokenIDs []uint32
+	// MaxTokens is always written; MinTokens when > 0.
+	MaxTokens, MinTokens int
+	IgnoreEOS            bool
+	StopTokenIDs         []uint32
+	Seed                 *int64
+	Temperature, TopP    *float64
+	// TopK: 0 leaves it out.
+	TopK int
+	// Extra members, written first unless the request sets the same name.
+	Extra map[string]any
+}
+
+// CompletionBody encodes c as a JSON body that streams with usage
+// ("stream": true, "stream_options": {"include_usage": true}) and ends with the
+// engine's token-id switch: the member switchKey with the value switchOn (vLLM:
+// "return_token_ids": true; trtllm-serve: "detokenize": false). Members left at their
+// zero value are left out, so the server's defaults apply; the id arrays are written
+// directly. Errors: an Extra value encoding/json refuses, or a temperature or top_p that
+// is not a finite number.
+func CompletionBody(c Completion, switchKey string, switchOn bool) ([]byte, error) {
+	b := make([]byte, 0, 256+11*len(c.PromptTokenIDs))
+	b = append(b, '{')
+	own := map[string]bool{"model": c.Model != "", "prompt": true, "max_tokens": true, "min_tokens": c.MinTokens > 0,
+		"ignore_eos": c.IgnoreEOS, "stop_token_ids": len(c.StopTokenIDs) > 0, "seed": c.Seed != nil,
+		"temperature": c.Temperature != nil, "top_p": c.TopP != nil, "top_k": c.TopK != 0,
+		"stream": true, "stream_options": true, switchKey: true}
+	b, err := Extra(b, c.Extra, own)
+	if err != nil {
+		return nil, err
+	}
+	if c.Model != "" {
+		b = String(Key(b, "model"), c.Model)
+	}
+	b = IDs(Key(b, "prompt"), c.PromptTokenIDs)
+	b = Int(b, "max_tokens", int64(c.MaxTokens))
+	if c.MinTokens > 0 {
+		b = Int(b, "min_tokens", int64(c.MinTokens))
+	}
+	if c.IgnoreEOS {
+		b = append(Key(b, "ignore_eos"), "true"...)
+	}
+	if len(c.StopTokenIDs) > 0 {
+		b = IDs(Key(b, "stop_token_ids"), c.StopTokenIDs)
+	}
+	if c.Seed != nil {
+		b = Int(b, "seed", *c.Seed)
+	}
+	for _, f := range []struct {
+		key string
+		v   *float64
+	}{{"temperature", c.Temperature}, {"top_p", c.TopP}} {
+		if f.v == nil {
+			continue
+		}
+		if b, err = Float(b, f.key, *f.v); err != nil {
+			return nil, err
+		}
+	}
+	if c.TopK != 0 {
+		b = Int(b, "top_k", int64(c.TopK))
+	}
+	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	b = append(Key(b, switchKey), strconv.FormatBool(switchOn)...)
+	return append(b, '}'), nil
 }

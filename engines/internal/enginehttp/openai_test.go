@@ -2,6 +2,7 @@ package enginehttp
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,43 @@ func TestUsageCachedTokens(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"prompt_tokens_details":{"cached_tokens":2}}`), &u); err != nil || u.CachedTokens() != 2 {
 		t.Fatalf("%+v %v", u, err)
+	}
+}
+
+func TestCompletionBody(t *testing.T) {
+	seed, temp := int64(-3), 0.5
+	cases := []struct {
+		name    string
+		c       Completion
+		key     string
+		on      bool
+		want    string
+		wantErr string
+	}{
+		{"minimal, vLLM's switch", Completion{PromptTokenIDs: []uint32{1}, MaxTokens: 1}, "return_token_ids", true,
+			`{"prompt":[1],"max_tokens":1,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`, ""},
+		{"everything, trtllm-serve's switch", Completion{Model: "m", PromptTokenIDs: []uint32{0, 4294967295}, MaxTokens: 8,
+			MinTokens: 2, IgnoreEOS: true, StopTokenIDs: []uint32{7}, Seed: &seed, Temperature: &temp, TopP: &temp, TopK: 40,
+			Extra: map[string]any{"priority": 1, "model": "ignored", "detokenize": true, "stream": false}}, "detokenize", false,
+			`{"priority":1,"model":"m","prompt":[0,4294967295],"max_tokens":8,"min_tokens":2,"ignore_eos":true,"stop_token_ids":[7],"seed":-3,"temperature":0.5,"top_p":0.5,"top_k":40,"stream":true,"stream_options":{"include_usage":true},"detokenize":false}`, ""},
+		{"extra keys the request leaves unset pass", Completion{PromptTokenIDs: []uint32{1}, MaxTokens: 1,
+			Extra: map[string]any{"model": "x", "top_k": 5}}, "return_token_ids", true,
+			`{"model":"x","top_k":5,"prompt":[1],"max_tokens":1,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`, ""},
+		{"NaN", Completion{PromptTokenIDs: []uint32{1}, MaxTokens: 1, TopP: func() *float64 { v := math.NaN(); return &v }()},
+			"detokenize", false, "", "top_p: NaN is not a finite number"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := CompletionBody(tc.c, tc.key, tc.on)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || string(b) != tc.want || !json.Valid(b) {
+				t.Fatalf("body %s %v\nwant %s", b, err, tc.want)
+			}
+		})
 	}
 }

@@ -71,18 +71,10 @@ func startServer(t *testing.T, opts Options) (*Server, *httptest.Server) {
 	return s, hs
 }
 
+// post sends a vLLM /v1/completions body.
 func post(t *testing.T, url string, body string) (*http.Response, []byte) {
 	t.Helper()
-	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return postJSON(t, url+"/v1/completions", body)
 }
 
 func decodeMap(t *testing.T, b []byte) map[string]any {
