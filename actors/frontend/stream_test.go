@@ -1,0 +1,359 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/turbine-llm/turbine/gateway"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// scriptedWorker is a worker actor whose next token is 1000 plus its position in the whole
+// sequence (prompt and output), so that a continuation (prompt plus produced tokens)
+// goes on exactly where the first attempt stopped. After failAfter tokens (when ≥ 0) it
+// fails as fault says: "error" sends a migratable error chunk, "fatal" a non-migratable
+// one, "stop" stops the actor, "stall" goes silent.
+type scriptedWorker struct {
+	failAfter int
+	fault     string
+
+	mu        sync.Mutex
+	generates []*messages.Generate
+	cancels   []string
+}
+
+func (w *scriptedWorker) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *messages.Generate:
+		w.mu.Lock()
+		w.generates = append(w.generates, m)
+		w.mu.Unlock()
+		w.run(c, m)
+	case *messages.Cancel:
+		w.mu.Lock()
+		w.cancels = append(w.cancels, m.RequestId)
+		w.mu.Unlock()
+	}
+}
+
+func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
+	to := actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id)
+	send := func(ch *messages.TokenChunk) { ch.RequestId = m.RequestId; c.Send(to, ch) }
+	limit := int(m.Sampling.MaxTokens)
+	for i := 0; i < limit; i++ {
+		if i == w.failAfter {
+			switch w.fault {
+			case "error":
+				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: process died", Migratable: true})
+			case "fatal":
+				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: bad request"})
+			case "stop":
+				c.Stop(c.Self())
+			}
+			return
+		}
+		ch := &messages.TokenChunk{Index: uint32(i), TokenIds: []uint32{uint32(1000 + len(m.TokenIds) + i)}}
+		if i == limit-1 {
+			ch.FinishReason, ch.PromptTokens, ch.CompletionTokens, ch.CachedTokens = "length", int32(len(m.TokenIds)), int32(limit), int32(len(m.TokenIds))
+		}
+		send(ch)
+	}
+}
+
+func (w *scriptedWorker) calls() ([]*messages.Generate, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.generates), slices.Clone(w.cancels)
+}
+
+// fakeRouter picks the first of its workers not excluded and records every call.
+type fakeRouter struct {
+	ids  []string
+	pids map[string]*actor.PID
+
+	mu      sync.Mutex
+	routes  []*messages.RouteRequest
+	routed  []string // ids of the routes that got a worker
+	freed   []string
+	prefill []string
+}
+
+func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.routes = append(r.routes, rr)
+	for _, id := range r.ids {
+		if !slices.Contains(rr.ExcludeWorkers, id) {
+			p := r.pids[id]
+			r.routed = append(r.routed, rr.RequestId)
+			return &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}}, nil
+		}
+	}
+	return &messages.RouteResponse{ErrorCode: "no_workers", Error: "every worker is excluded"}, nil
+}
+
+func (r *fakeRouter) PrefillDone(id string) {
+	r.mu.Lock()
+	r.prefill = append(r.prefill, id)
+	r.mu.Unlock()
+}
+func (r *fakeRouter) Free(id string) { r.mu.Lock(); r.freed = append(r.freed, id); r.mu.Unlock() }
+
+// harness is a stream over fake workers w0, w1, … in one actor system.
+type harness struct {
+	workers  []*scriptedWorker
+	pids     []*actor.PID
+	router   *fakeRouter
+	stream   *stream
+	migrated []string
+}
+
+func newHarness(t *testing.T, limit int, stall time.Duration, workers ...*scriptedWorker) *harness {
+	t.Helper()
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	h := &harness{workers: workers, router: &fakeRouter{pids: map[string]*actor.PID{}}}
+	for i, w := range workers {
+		id := fmt.Sprintf("w%d", i)
+		pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return w }))
+		h.pids = append(h.pids, pid)
+		h.router.ids = append(h.router.ids, id)
+		h.router.pids[id] = pid
+	}
+	seq := 0
+	newID := func(c string) string { seq++; return fmt.Sprintf("%s#%d", c, seq) }
+	cfg := Config{Credits: 4, MigrationLimit: limit, StallTimeout: stall}
+	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
+		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, HasSeed: true, Seed: 7}}
+	h.stream = newStream(sys.Root, h.router, cfg, req, newID, func(model, reason string) {
+		h.migrated = append(h.migrated, model+"/"+reason)
+	})
+	if err := h.stream.start(req.TokenIDs, req.Sampling); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.stream.Close)
+	return h
+}
+
+// drain reads the stream to its end and returns its chunks.
+func (h *harness) drain(t *testing.T) []*messages.TokenChunk {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []*messages.TokenChunk
+	for {
+		ch, err := h.stream.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("Recv after %d chunks: %v", len(out), err)
+		}
+		out = append(out, ch)
+	}
+}
+
+// wantTokens is the undisturbed output of the 5-token prompt with max_tokens 8.
+var wantTokens = []uint32{1005, 1006, 1007, 1008, 1009, 1010, 1011, 1012}
+
+func TestStreamMigration(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	cases := []struct {
+		name    string
+		limit   int
+		workers []*scriptedWorker
+		// want: the tokens delivered, the last chunk's finish reason, its error's
+		// substring, and the migration reasons counted.
+		tokens   []uint32
+		finish   string
+		errPart  string
+		migrated []string
+		routes   int
+	}{
+		{"undisturbed", 3, []*scriptedWorker{{failAfter: -1}}, wantTokens, "length", "", nil, 1},
+		{"engine error migrates", 3, []*scriptedWorker{{failAfter: 3, fault: "error"}, {failAfter: -1}},
+			wantTokens, "length", "", []string{"m/engine_error"}, 2},
+		{"worker terminated migrates", 3, []*scriptedWorker{{failAfter: 2, fault: "stop"}, {failAfter: -1}},
+			wantTokens, "length", "", []string{"m/worker_terminated"}, 2},
+		{"stall migrates", 3, []*scriptedWorker{{failAfter: 4, fault: "stall"}, {failAfter: -1}},
+			wantTokens, "length", "", []string{"m/stalled"}, 2},
+		{"two faults in a row", 3, []*scriptedWorker{{failAfter: 1, fault: "error"}, {failAfter: 2, fault: "stop"}, {failAfter: -1}},
+			wantTokens, "length", "", []string{"m/engine_error", "m/worker_terminated"}, 3},
+		{"limit 0 disables", 0, []*scriptedWorker{{failAfter: 3, fault: "error"}, {failAfter: -1}},
+			wantTokens[:3], "error", "migration is disabled", nil, 1},
+		{"limit reached", 1, []*scriptedWorker{{failAfter: 2, fault: "error"}, {failAfter: 2, fault: "error"}, {failAfter: -1}},
+			wantTokens[:4], "error", "migration limit (1) is reached", []string{"m/engine_error"}, 2},
+		{"no worker left", 3, []*scriptedWorker{{failAfter: 2, fault: "error"}},
+			wantTokens[:2], "error", "every worker is excluded", nil, 2},
+		{"non-migratable error", 3, []*scriptedWorker{{failAfter: 3, fault: "fatal"}, {failAfter: -1}},
+			wantTokens[:3], "error", "engine: bad request", nil, 1},
+		{"fault after the last token", 3, []*scriptedWorker{{failAfter: 8, fault: "error"}},
+			wantTokens, "length", "", nil, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, c.limit, stall, c.workers...)
+			chunks := h.drain(t)
+			var got []uint32
+			for i, ch := range chunks {
+				if ch.Index != uint32(i) {
+					t.Fatalf("chunk %d has index %d", i, ch.Index)
+				}
+				if (ch.FinishReason != "") != (i == len(chunks)-1) {
+					t.Fatalf("chunk %d of %d has finish reason %q", i, len(chunks), ch.FinishReason)
+				}
+				got = append(got, ch.TokenIds...)
+			}
+			if !slices.Equal(got, c.tokens) {
+				t.Errorf("tokens %v, want %v", got, c.tokens)
+			}
+			last := chunks[len(chunks)-1]
+			if last.FinishReason != c.finish || !strings.Contains(last.Error, c.errPart) || (c.errPart == "") != (last.Error == "") {
+				t.Errorf("last chunk: finish %q error %q, want %q with %q", last.FinishReason, last.Error, c.finish, c.errPart)
+			}
+			if last.Migratable {
+				t.Errorf("the stream's last chunk is migratable: %+v", last)
+			}
+			if c.finish == "length" && (last.PromptTokens != 5 || last.CompletionTokens != 8 || last.CachedTokens > 5) {
+				t.Errorf("usage prompt %d completion %d cached %d, want 5, 8, ≤ 5", last.PromptTokens, last.CompletionTokens, last.CachedTokens)
+			}
+			if !slices.Equal(h.migrated, c.migrated) {
+				t.Errorf("migrations counted %v, want %v", h.migrated, c.migrated)
+			}
+			h.stream.Close()
+			h.checkRouter(t, c.routes)
+		})
+	}
+}
+
+// checkRouter checks the continuation requests (prompt plus produced, budgets reduced,
+// failed workers excluded) and that every attempt was freed exactly once.
+func (h *harness) checkRouter(t *testing.T, routes int) {
+	t.Helper()
+	r := h.router
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.routes) != routes {
+		t.Fatalf("%d routes, want %d", len(r.routes), routes)
+	}
+	ids := slices.Clone(r.routed)
+	for i, rr := range r.routes {
+		if i < len(h.workers) && !slices.Equal(rr.ExcludeWorkers, h.router.ids[:i]) {
+			t.Errorf("route %d excludes %v, want %v", i, rr.ExcludeWorkers, h.router.ids[:i])
+		}
+		if i >= len(h.workers) {
+			continue
+		}
+		gens, _ := h.workers[i].calls()
+		if len(gens) != 1 {
+			t.Fatalf("worker %d got %d Generate, want 1", i, len(gens))
+		}
+		g := gens[0]
+		produced := len(g.TokenIds) - 5
+		if g.RequestId != rr.RequestId || !slices.Equal(g.TokenIds[5:], wantTokens[:produced]) ||
+			g.Sampling.MaxTokens != int32(8-produced) || g.Sampling.MinTokens != int32(max(6-produced, 0)) ||
+			!g.Sampling.IgnoreEos || g.Sampling.Seed != 7 {
+			t.Errorf("attempt %d: Generate %v, want the prompt plus %d produced tokens, max_tokens %d, min_tokens %d",
+				i, g, produced, 8-produced, max(6-produced, 0))
+		}
+	}
+	freed := slices.Clone(r.freed)
+	slices.Sort(freed)
+	slices.Sort(ids)
+	if !slices.Equal(freed, ids) || len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		t.Errorf("freed %v, want every routed id once: %v", r.freed, ids)
+	}
+}
+
+// TestStreamCloseCancelsCurrentAttempt closes a stream after a migration: the engine
+// request cancelled is the continuation's, on the worker serving it now.
+func TestStreamCloseCancelsCurrentAttempt(t *testing.T) {
+	h := newHarness(t, 3, 0, &scriptedWorker{failAfter: 2, fault: "error"}, &scriptedWorker{failAfter: 4, fault: "stall"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; i < 6; i++ { // two tokens from w0, four from w1, which then goes silent
+		if _, err := h.stream.Recv(ctx); err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+	}
+	if h.stream.WorkerID() != "w1" {
+		t.Fatalf("serving worker %q, want w1", h.stream.WorkerID())
+	}
+	h.stream.Close()
+	h.stream.Close()
+	h.router.mu.Lock()
+	current := h.router.routes[1].RequestId
+	h.router.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, cancels := h.workers[1].calls()
+		if slices.Equal(cancels, []string{current}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("w1 cancels %v, want [%s]", cancels, current)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.checkRouter(t, 2)
+}
+
+func TestContinuation(t *testing.T) {
+	cases := []struct {
+		name          string
+		max, min      int32
+		produced      int
+		wantMax, wMin int32
+		more          bool
+	}{
+		{"reduces both", 10, 6, 4, 6, 2, true},
+		{"min_tokens not below 0", 10, 2, 4, 6, 0, true},
+		{"nothing produced", 10, 3, 0, 10, 3, true},
+		{"budget used up", 4, 0, 4, 0, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sp := &messages.SamplingParams{MaxTokens: c.max, MinTokens: c.min, HasSeed: true, Seed: 3}
+			produced := make([]uint32, c.produced)
+			for i := range produced {
+				produced[i] = uint32(50 + i)
+			}
+			toks, got, more := continuation([]uint32{1, 2}, sp, produced)
+			if more != c.more {
+				t.Fatalf("more = %v, want %v", more, c.more)
+			}
+			if sp.MaxTokens != c.max || sp.MinTokens != c.min {
+				t.Errorf("the original sampling was changed: %v", sp)
+			}
+			if !more {
+				return
+			}
+			if got.MaxTokens != c.wantMax || got.MinTokens != c.wMin || got.Seed != 3 {
+				t.Errorf("sampling %v, want max %d min %d seed 3", got, c.wantMax, c.wMin)
+			}
+			if !slices.Equal(toks, append([]uint32{1, 2}, produced...)) {
+				t.Errorf("tokens %v", toks)
+			}
+		})
+	}
+}
+
+func TestRefusal(t *testing.T) {
+	for _, c := range []struct {
+		limit, done int
+		want        string
+	}{{0, 0, "disabled"}, {3, 0, ""}, {3, 2, ""}, {3, 3, "limit (3)"}} {
+		got := refusal(c.limit, c.done)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("refusal(%d, %d) = %q, want %q", c.limit, c.done, got, c.want)
+		}
+	}
+}
