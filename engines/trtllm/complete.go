@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
@@ -83,7 +82,9 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{st: st}, nil
+	cs := enginehttp.NewCompletionStream(st, decodeFrame,
+		func(c *Chunk) bool { return c.FinishReason != "" }, func(c *Chunk) bool { return len(c.TokenIDs) == 0 })
+	return &Stream{st: st, cs: cs}, nil
 }
 
 // maxEventBytes bounds one SSE event. A chunk holds one step's token ids; the bound
@@ -93,8 +94,8 @@ const maxEventBytes = 16 << 20
 // Stream reads a completion's chunks. Recv is not safe for concurrent use; Close may be
 // called from another goroutine.
 type Stream struct {
-	st   *enginehttp.Stream
-	done bool
+	st *enginehttp.Stream
+	cs *enginehttp.CompletionStream[Chunk]
 }
 
 // Recv returns the next chunk. The chunk with the FinishReason also carries the usage
@@ -104,65 +105,17 @@ type Stream struct {
 func (s *Stream) Recv() (Chunk, error) { return enginehttp.Recv(s.st, s.recv, s.Close) }
 
 func (s *Stream) recv() (Chunk, error) {
-	if s.done {
-		return Chunk{}, io.EOF
+	ch, u, err := s.cs.Next()
+	if u != nil {
+		ch.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+			CachedTokens: u.CachedTokens()}
 	}
-	for {
-		f, err := s.frame()
-		if err != nil {
-			return Chunk{}, err
-		}
-		if f.done {
-			s.done = true
-			return Chunk{}, fmt.Errorf("trtllm: stream ended with [DONE] before a finish reason: %w", io.ErrUnexpectedEOF)
-		}
-		if f.choice == nil {
-			continue // a usage chunk without a finished chunk before it
-		}
-		ch := *f.choice
-		if ch.FinishReason == "" {
-			if len(ch.TokenIDs) == 0 {
-				continue
-			}
-			return ch, nil
-		}
-		ch.Usage = f.usage
-		for {
-			g, err := s.frame()
-			if err != nil {
-				return Chunk{}, err
-			}
-			if g.done {
-				s.done = true
-				return ch, nil
-			}
-			if g.usage != nil {
-				ch.Usage = g.usage
-			}
-		}
-	}
+	return ch, err
 }
 
-type frame struct {
-	done   bool
-	choice *Chunk
-	usage  *Usage
-}
-
-func (s *Stream) frame() (frame, error) {
-	data, err := s.st.Event()
-	if err != nil {
-		return frame{}, err
-	}
-	if string(data) == "[DONE]" {
-		return frame{done: true}, nil
-	}
-	return decodeFrame(data)
-}
-
-// decodeFrame decodes one chunk of a stream (one choice: the client never asks for
-// more).
-func decodeFrame(data []byte) (frame, error) {
+// decodeFrame decodes one chunk of a stream: its choice (one: the client never asks for
+// more; nil in the usage chunk) and its usage.
+func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 	var raw struct {
 		Error   json.RawMessage `json:"error"`
 		Object  string          `json:"object"`
@@ -177,22 +130,17 @@ func decodeFrame(data []byte) (frame, error) {
 		Usage *enginehttp.Usage `json:"usage"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return frame{}, fmt.Errorf("trtllm: malformed stream chunk %.200q: %w", data, err)
+		return nil, nil, fmt.Errorf("trtllm: malformed stream chunk %.200q: %w", data, err)
 	}
 	if (len(raw.Error) > 0 && string(raw.Error) != "null") || raw.Object == "error" {
-		return frame{}, errorFrom(0, data)
-	}
-	var f frame
-	if u := raw.Usage; u != nil {
-		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
-			CachedTokens: u.CachedTokens()}
+		return nil, nil, errorFrom(0, data)
 	}
 	switch len(raw.Choices) {
 	case 0:
-		return f, nil
+		return nil, raw.Usage, nil
 	case 1:
 	default:
-		return frame{}, fmt.Errorf("trtllm: stream chunk with %d choices, want 1", len(raw.Choices))
+		return nil, nil, fmt.Errorf("trtllm: stream chunk with %d choices, want 1", len(raw.Choices))
 	}
 	c := raw.Choices[0]
 	ch := &Chunk{TokenIDs: c.TokenIDs}
@@ -200,14 +148,13 @@ func decodeFrame(data []byte) (frame, error) {
 		ch.FinishReason = *c.FinishReason
 	}
 	if c.TokenIDs == nil && (c.Text != "" || ch.FinishReason == "") {
-		return frame{}, errors.New(`trtllm: the server sent text without token_ids (it ignores "detokenize": false; trtllm-serve needs NVIDIA/TensorRT-LLM#5382, mid-2025)`)
+		return nil, nil, errors.New(`trtllm: the server sent text without token_ids (it ignores "detokenize": false; trtllm-serve needs NVIDIA/TensorRT-LLM#5382, mid-2025)`)
 	}
 	var err error
 	if ch.StopTokenID, ch.HasStopTokenID, ch.StopString, err = enginehttp.StopReason(c.StopReason); err != nil {
-		return frame{}, fmt.Errorf("trtllm: %w", err)
+		return nil, nil, fmt.Errorf("trtllm: %w", err)
 	}
-	f.choice = ch
-	return f, nil
+	return ch, raw.Usage, nil
 }
 
 // Close closes the connection (trtllm-serve then aborts the request if it still runs).

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"time"
@@ -158,13 +157,15 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{st: st}, nil
+	cs := enginehttp.NewCompletionStream(st, decodeFrame, func(c *Chunk) bool { return c.FinishReason != "" },
+		func(c *Chunk) bool { return len(c.TokenIDs) == 0 && c.Text == "" })
+	return &Stream{st: st, cs: cs}, nil
 }
 
 // Stream reads a completion's SSE frames. Not safe for concurrent use.
 type Stream struct {
-	st   *enginehttp.Stream
-	done bool
+	st *enginehttp.Stream
+	cs *enginehttp.CompletionStream[Chunk]
 }
 
 // Recv returns the next chunk. The chunk with FinishReason also carries the usage (the
@@ -174,65 +175,21 @@ type Stream struct {
 func (s *Stream) Recv() (Chunk, error) { return enginehttp.Recv(s.st, s.recv, s.Close) }
 
 func (s *Stream) recv() (Chunk, error) {
-	if s.done {
-		return Chunk{}, io.EOF
+	ch, u, err := s.cs.Next()
+	if u != nil {
+		ch.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+			CachedTokens: u.CachedTokens()}
 	}
-	for {
-		f, err := s.frame()
-		if err != nil {
-			return Chunk{}, err
-		}
-		if f.done {
-			s.done = true
-			return Chunk{}, fmt.Errorf("vllm: stream ended with [DONE] before a finish reason: %w", io.ErrUnexpectedEOF)
-		}
-		if len(f.choices) == 0 {
-			continue // a usage frame without a finished chunk before it: ignore
-		}
-		ch := f.choices[0]
-		if ch.FinishReason == "" {
-			if len(ch.TokenIDs) == 0 && ch.Text == "" {
-				continue
-			}
-			return ch, nil
-		}
-		// The last chunk: take the usage frame (if any) and [DONE].
-		ch.Usage = f.usage
-		for {
-			g, err := s.frame()
-			if err != nil {
-				return Chunk{}, err
-			}
-			if g.done {
-				s.done = true
-				return ch, nil
-			}
-			if g.usage != nil {
-				ch.Usage = g.usage
-			}
-		}
-	}
+	return ch, err
 }
 
 // maxFrameBytes bounds one SSE event: the first chunk of a token-id completion repeats
 // the prompt's token ids (about 7 bytes each), so a 128 K-token prompt takes about 1 MB.
 const maxFrameBytes = 16 << 20
 
-type frame struct {
-	done    bool
-	choices []Chunk
-	usage   *Usage
-}
-
-// frame reads one SSE event's data and decodes it.
-func (s *Stream) frame() (frame, error) {
-	data, err := s.st.Event()
-	if err != nil {
-		return frame{}, err
-	}
-	if string(data) == "[DONE]" {
-		return frame{done: true}, nil
-	}
+// decodeFrame decodes one SSE event's data: its first choice (nil in the usage chunk;
+// the client never asks for more, but every choice is checked) and its usage.
+func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 	var raw struct {
 		Error *struct {
 			Message string  `json:"message"`
@@ -261,7 +218,7 @@ func (s *Stream) frame() (frame, error) {
 	}
 	if !hasPrompt {
 		if err := json.Unmarshal(data, &raw); err != nil {
-			return frame{}, fmt.Errorf("vllm: malformed stream frame %.200q: %w", data, err)
+			return nil, nil, fmt.Errorf("vllm: malformed stream frame %.200q: %w", data, err)
 		}
 	} else {
 		raw.Choices[0].PromptTokenIDs = promptIDs
@@ -274,27 +231,26 @@ func (s *Stream) frame() (frame, error) {
 		if raw.Error.Param != nil {
 			e.Param = *raw.Error.Param
 		}
-		return frame{}, e
+		return nil, nil, e
 	}
-	var f frame
-	if u := raw.Usage; u != nil {
-		f.usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
-			CachedTokens: u.CachedTokens()}
-	}
+	var first *Chunk
 	for _, c := range raw.Choices {
 		ch := Chunk{Text: c.Text, TokenIDs: c.TokenIDs, PromptTokenIDs: c.PromptTokenIDs}
 		if c.FinishReason != nil {
 			ch.FinishReason = *c.FinishReason
 		}
 		if c.TokenIDs == nil && (c.Text != "" || ch.FinishReason == "") {
-			return frame{}, errors.New("vllm: the engine sent no token_ids (return_token_ids needs vLLM 0.10.2 or later)")
+			return nil, nil, errors.New("vllm: the engine sent no token_ids (return_token_ids needs vLLM 0.10.2 or later)")
 		}
+		var err error
 		if ch.StopTokenID, ch.HasStopTokenID, ch.StopString, err = enginehttp.StopReason(c.StopReason); err != nil {
-			return frame{}, fmt.Errorf("vllm: %w", err)
+			return nil, nil, fmt.Errorf("vllm: %w", err)
 		}
-		f.choices = append(f.choices, ch)
+		if first == nil {
+			first = &ch
+		}
 	}
-	return f, nil
+	return first, raw.Usage, nil
 }
 
 // Close closes the connection (aborting the request in the engine if it still runs).

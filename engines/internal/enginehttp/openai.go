@@ -3,6 +3,7 @@ package enginehttp
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 )
@@ -112,4 +113,77 @@ func CompletionBody(c Completion, switchKey string, switchOn bool) ([]byte, erro
 	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
 	b = append(Key(b, switchKey), strconv.FormatBool(switchOn)...)
 	return append(b, '}'), nil
+}
+
+// CompletionStream reads an OpenAI-style completion stream (vLLM, trtllm-serve) whose
+// chunks carry one choice each. Not safe for concurrent use.
+type CompletionStream[C any] struct {
+	st       *Stream
+	decode   func(data []byte) (choice *C, usage *Usage, err error)
+	finished func(*C) bool // the choice carries a finish reason
+	empty    func(*C) bool // a choice without one carries nothing to hand out
+	done     bool
+}
+
+// NewCompletionStream reads st's events. decode turns an event's data into its choice
+// (nil for a chunk without one, such as the usage chunk) and its usage (nil when
+// absent); finished tells whether a choice carries a finish reason, empty whether a
+// choice without one carries nothing to hand out.
+func NewCompletionStream[C any](st *Stream, decode func([]byte) (*C, *Usage, error), finished, empty func(*C) bool) *CompletionStream[C] {
+	return &CompletionStream[C]{st: st, decode: decode, finished: finished, empty: empty}
+}
+
+// Next returns the next choice worth handing out. The one with the finish reason comes
+// with the request's usage: its own, or that of the usage chunk after it (the last
+// before [DONE]; nil when the server sent none); after it, Next returns io.EOF. Errors:
+// decode's, the stream's, or a [DONE] before a finish reason (wrapping
+// io.ErrUnexpectedEOF).
+func (r *CompletionStream[C]) Next() (C, *Usage, error) {
+	var zero C
+	if r.done {
+		return zero, nil, io.EOF
+	}
+	for {
+		ch, usage, done, err := r.frame()
+		switch {
+		case err != nil:
+			return zero, nil, err
+		case done:
+			r.done = true
+			return zero, nil, fmt.Errorf("%s: stream ended with [DONE] before a finish reason: %w", r.st.sse.name, io.ErrUnexpectedEOF)
+		case ch == nil:
+			continue // a usage chunk without a finished chunk before it
+		case !r.finished(ch) && r.empty(ch):
+			continue
+		case !r.finished(ch):
+			return *ch, nil, nil
+		}
+		// The last chunk: take the usage chunk (if any) and [DONE].
+		for {
+			_, u, done, err := r.frame()
+			if err != nil {
+				return zero, nil, err
+			}
+			if done {
+				r.done = true
+				return *ch, usage, nil
+			}
+			if u != nil {
+				usage = u
+			}
+		}
+	}
+}
+
+// frame reads and decodes one event; done is true for [DONE].
+func (r *CompletionStream[C]) frame() (ch *C, u *Usage, done bool, err error) {
+	data, err := r.st.Event()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if string(data) == "[DONE]" {
+		return nil, nil, true, nil
+	}
+	ch, u, err = r.decode(data)
+	return ch, u, false, err
 }
