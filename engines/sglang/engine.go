@@ -56,18 +56,7 @@ func engineChunk(ch Chunk) engines.Chunk {
 func samplingFrom(s *messages.SamplingParams) SamplingParams {
 	p := SamplingParams{MaxNewTokens: int(s.GetMaxTokens()), MinNewTokens: int(s.GetMinTokens()),
 		IgnoreEOS: s.GetIgnoreEos(), StopTokenIDs: s.GetStopTokenIds()}
-	if s.GetHasTemperature() {
-		v := s.GetTemperature()
-		p.Temperature = &v
-	}
-	if s.GetHasTopP() {
-		v := s.GetTopP()
-		p.TopP = &v
-	}
-	if s.GetHasSeed() {
-		v := s.GetSeed()
-		p.Seed = &v
-	}
+	p.Temperature, p.TopP, p.Seed = enginehttp.OptionalSampling(s)
 	if v := s.GetPresencePenalty(); v != 0 {
 		p.PresencePenalty = &v
 	}

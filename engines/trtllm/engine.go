@@ -83,18 +83,7 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	req := CompletionRequest{Model: e.opts.Model, PromptTokenIDs: tokens, RequestID: requestID,
 		MaxTokens: int(s.GetMaxTokens()), MinTokens: int(s.GetMinTokens()), IgnoreEOS: s.GetIgnoreEos(),
 		StopTokenIDs: s.GetStopTokenIds()}
-	if s.GetHasSeed() {
-		v := s.GetSeed()
-		req.Seed = &v
-	}
-	if s.GetHasTemperature() {
-		v := s.GetTemperature()
-		req.Temperature = &v
-	}
-	if s.GetHasTopP() {
-		v := s.GetTopP()
-		req.TopP = &v
-	}
+	req.Temperature, req.TopP, req.Seed = enginehttp.OptionalSampling(s)
 	if s.GetPresencePenalty() != 0 || s.GetFrequencyPenalty() != 0 {
 		req.Extra = map[string]any{"presence_penalty": s.GetPresencePenalty(), "frequency_penalty": s.GetFrequencyPenalty()}
 	}
