@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Request migration end to end: a streaming request whose engine is killed mid-stream
+// goes on on another worker with the prompt plus the tokens produced so far. The mock
+// engine's next token is a function of the seed and every token before it, so the
+// migrated stream must give exactly the text of an undisturbed run.
+
+const (
+	migRequests  = 60
+	migMaxTokens = 160
+)
+
+// streamResult is what a client saw of one streaming completion.
+type streamResult struct {
+	worker     string // X-Turbine-Worker: the worker it started on
+	text       string
+	finish     string
+	completion int    // usage.completion_tokens
+	prompt     int    // usage.prompt_tokens
+	errFrame   string // the JSON error frame's error.code, "" when none
+	done       bool   // [DONE] seen
+	transport  string // a transport failure, "" when none
+	took       time.Duration
+}
+
+// streamCompletion runs one streaming completion; first is called once the first text
+// arrives.
+func streamCompletion(ctx context.Context, s *server, i int, first func()) streamResult {
+	start := time.Now()
+	resp, err := s.postJSON(ctx, "/v1/completions", map[string]any{
+		"model": model, "prompt": fmt.Sprintf("request %d: %s", i, longText("basalt"+strconv.Itoa(i%7), 20)),
+		"max_tokens": migMaxTokens, "ignore_eos": true, "seed": 1234, "stream": true,
+		"stream_options": map[string]any{"include_usage": true},
+	})
+	if err != nil {
+		return streamResult{transport: err.Error()}
+	}
+	defer resp.Body.Close()
+	r := streamResult{worker: resp.Header.Get("X-Turbine-Worker")}
+	if resp.StatusCode != http.StatusOK {
+		r.transport = "status " + resp.Status
+		return r
+	}
+	var text strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			r.done = true
+			break
+		}
+		var f struct {
+			Choices []struct {
+				Text         string  `json:"text"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Error *struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &f); err != nil {
+			r.transport = "bad frame: " + data
+			return r
+		}
+		switch {
+		case f.Error != nil:
+			r.errFrame = f.Error.Code
+		case f.Usage != nil && len(f.Choices) == 0:
+			r.prompt, r.completion = f.Usage.PromptTokens, f.Usage.CompletionTokens
+		}
+		for _, c := range f.Choices {
+			if c.Text != "" && text.Len() == 0 && first != nil {
+				first()
+			}
+			text.WriteString(c.Text)
+			if c.FinishReason != nil {
+				r.finish = *c.FinishReason
+			}
+		}
+	}
+	if err := sc.Err(); err != nil && r.transport == "" {
+		r.transport = err.Error()
+	}
+	r.text, r.took = text.String(), time.Since(start)
+	return r
+}
+
+// runStreams runs migRequests concurrent streams; once every one has its first text (or
+// failed), during is called, when not nil.
+func runStreams(t *testing.T, s *server, during func()) []streamResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	out := make([]streamResult, migRequests)
+	var wg, firsts sync.WaitGroup
+	firsts.Add(migRequests)
+	for i := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var once sync.Once
+			out[i] = streamCompletion(ctx, s, i, func() { once.Do(firsts.Done) })
+			once.Do(firsts.Done) // a stream that failed before any text
+		}()
+	}
+	if during != nil {
+		firsts.Wait()
+		during()
+	}
+	wg.Wait()
+	return out
+}
+
+// busiest is the worker most streams started on.
+func busiest(rs []streamResult) string {
+	n := map[string]int{}
+	best := ""
+	for _, r := range rs {
+		n[r.worker]++
+		if best == "" || n[r.worker] > n[best] || (n[r.worker] == n[best] && r.worker < best) {
+			best = r.worker
+		}
+	}
+	return best
+}
+
+// migrations sums turbine_frontend_migrations_total over reasons, from /metrics.
+func (s *server) migrations(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		name, labels, v, ok := parseMetricLine(sc.Text())
+		if ok && name == "turbine_frontend_migrations_total" {
+			out[labels["reason"]] += v
+		}
+	}
+	return out
+}
+
+func TestE2EMigration(t *testing.T) {
+	for _, limit := range []int{3, 0} {
+		t.Run("limit="+strconv.Itoa(limit), func(t *testing.T) {
+			s := startServe(t, 3, "--speedup-ratio", "5", "--migration-limit", strconv.Itoa(limit))
+			base := runStreams(t, s, nil)
+			for i, r := range base {
+				if r.transport != "" || r.errFrame != "" || !r.done || r.finish != "length" || r.completion != migMaxTokens {
+					t.Fatalf("undisturbed request %d: %+v", i, r)
+				}
+			}
+			victim := busiest(base)
+			got := runStreams(t, s, func() {
+				pid, _ := s.enginePID(victim)
+				if pid == 0 {
+					t.Errorf("no engine pid for %s in the log", victim)
+					return
+				}
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Error(err)
+				}
+			})
+			checkMigrated(t, s, limit, victim, base, got)
+		})
+	}
+}
+
+// checkMigrated compares the disturbed run with the undisturbed one and prints the
+// summary line.
+func checkMigrated(t *testing.T, s *server, limit int, victim string, base, got []streamResult) {
+	t.Helper()
+	var completed, lost, duplicated, errs, affected int
+	var extra []time.Duration
+	for i, r := range got {
+		want := base[i]
+		switch {
+		case r.transport != "":
+			errs++
+			t.Errorf("request %d: %s", i, r.transport)
+		case r.errFrame != "":
+			errs++
+			if limit > 0 || r.worker != victim {
+				t.Errorf("request %d (started on %s): error frame %q", i, r.worker, r.errFrame)
+			}
+			if !r.done {
+				t.Errorf("request %d: error frame without [DONE]", i)
+			}
+			if !strings.HasPrefix(want.text, r.text) {
+				t.Errorf("request %d: failed stream's text is not a prefix of the undisturbed text", i)
+			}
+		case r.text == want.text && r.done && r.finish == "length" && r.completion == want.completion && r.prompt == want.prompt:
+			completed++
+			extra = append(extra, r.took-want.took)
+		default:
+			if len(r.text) < len(want.text) {
+				lost++
+			} else {
+				duplicated++
+			}
+			t.Errorf("request %d (started on %s): text differs from the undisturbed run (%d vs %d bytes; finish %q, usage %d+%d vs %d+%d)",
+				i, r.worker, len(r.text), len(want.text), r.finish, r.prompt, r.completion, want.prompt, want.completion)
+		}
+		if r.worker == victim {
+			affected++
+		}
+	}
+	m := s.migrations(t)
+	migrated := m["engine_error"] + m["worker_terminated"] + m["stalled"]
+	slices.Sort(extra)
+	var p99 time.Duration
+	if len(extra) > 0 {
+		p99 = extra[min(len(extra)-1, len(extra)*99/100)]
+	}
+	t.Logf("migration limit %d: requests %d, completed %d, migrated %.0f, lost %d, duplicated %d, errors %d, on the killed worker %d, p99 extra latency %v",
+		limit, len(got), completed, migrated, lost, duplicated, errs, affected, p99)
+	if affected == 0 {
+		t.Fatalf("no stream started on the killed worker %s", victim)
+	}
+	if limit > 0 {
+		if completed != len(got) || migrated == 0 {
+			t.Errorf("with migration: %d of %d completed, %.0f migrated (%v)", completed, len(got), migrated, m)
+		}
+		return
+	}
+	if migrated != 0 || errs == 0 || completed+errs != len(got) {
+		t.Errorf("with migration disabled: %.0f migrated, %d errors, %d completed of %d", migrated, errs, completed, len(got))
+	}
+}
