@@ -40,8 +40,9 @@ func (t *textOutput) finished() bool { return t.finishReason != "" }
 
 // push consumes one chunk and returns the text that became safe to emit. After the
 // chunk that finishes the request, finished() is true and the returned text is the last.
-// A chunk reporting an engine failure returns a KindEngineError. Chunks after the end
-// are ignored.
+// A chunk reporting an engine failure returns a KindEngineError, or a KindBackendError
+// when the chunk is marked migratable (the worker was lost and the request could not be
+// migrated). Chunks after the end are ignored.
 func (t *textOutput) push(c *messages.TokenChunk) (string, *APIError) {
 	if t.finished() {
 		return "", nil
@@ -72,6 +73,11 @@ func (t *textOutput) push(c *messages.TokenChunk) (string, *APIError) {
 		}
 		// The engine's own message names internal addresses: it goes to the log only.
 		e := newError(KindEngineError, "", "The engine failed while generating; the request can be retried.")
+		if c.GetMigratable() {
+			// The worker or its engine was lost and the request could not be moved to
+			// another one (migration disabled or its limit reached): 502, retryable.
+			e = newError(KindBackendError, "", "The worker serving the request failed and the request could not be moved to another worker; it can be retried.")
+		}
 		e.Cause = errors.New(msg)
 		return out.String(), e
 	case reason == "abort":

@@ -187,7 +187,8 @@ func (s *stream) hand(ch *messages.TokenChunk) *messages.TokenChunk {
 
 // migrate ends the failed attempt and re-sends the rest of the request to another
 // worker. It returns nil when the stream goes on, or the chunk that ends it: the fault's
-// error chunk naming why it was not migrated, or a "length" finish when max_tokens was
+// error chunk naming why it was not migrated (still marked migratable: another try may
+// succeed, which the gateway answers with 502), or a "length" finish when max_tokens was
 // already used up.
 func (s *stream) migrate(ar arrival) *messages.TokenChunk {
 	failed := s.cur
@@ -195,7 +196,7 @@ func (s *stream) migrate(ar arrival) *messages.TokenChunk {
 	s.cur = nil
 	fail := func(why string) *messages.TokenChunk {
 		ch := ar.chunk
-		ch.FinishReason, ch.Migratable, ch.TokenIds = "error", false, nil
+		ch.FinishReason, ch.TokenIds = "error", nil
 		ch.Error = fmt.Sprintf("%s; not migrated: %s", ch.Error, why)
 		return ch
 	}
