@@ -13,6 +13,14 @@
 // worker named by the card's files_from (ModelFilesRequest, answered with ModelFiles) and
 // keeps the files under <cache>/models/<digest>/. No actor of its own: it uses futures.
 //
-// Load tracking: every request routed is freed in the Router grain exactly once, on
-// every path (finish, error, cancel, client gone): Stream.Close does it.
+// Migration (stream.go, migration.go): when a worker is lost (Terminated), its engine
+// fails (a migratable error chunk) or the stream stalls (Config.StallTimeout), the stream
+// re-sends the prompt plus the tokens produced so far, with max_tokens and min_tokens
+// reduced, to another worker (the failed ones excluded), under a new internal request id,
+// up to Config.MigrationLimit times; Recv hides this from the gateway. Counted in
+// turbine_frontend_migrations_total{model,reason}.
+//
+// Load tracking: every attempt routed is freed in the Router grain exactly once, on
+// every path (finish, error, cancel, client gone, migration): a migration frees the
+// failed attempt, Stream.Close the current one.
 package frontend
