@@ -218,8 +218,8 @@ func (w *workerActor) startEngine(c actor.Context) {
 		}
 	}
 	if err != nil {
-		w.log.Error().Err(err).Msg("engine start failed")
 		delay := w.backoff.Next(0)
+		w.log.Error().Err(err).Dur("restart_in", delay).Int("restarts", w.backoff.Restarts()).Msg("engine start failed")
 		time.AfterFunc(delay, func() { sys.Root.Send(self, restartEngine{}) })
 	}
 }

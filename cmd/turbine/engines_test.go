@@ -275,6 +275,9 @@ func TestRealEngineFaults(t *testing.T) {
 	missing.waitFor(20*time.Second, "two failed starts of a missing engine binary", func() bool {
 		return countLogs(missing, "engine start failed", "missing-0", "/nonexistent/bin/vllm") >= 2
 	})
+	if n := countLogs(missing, "engine start failed", "missing-0", "restart_in"); n < 2 {
+		t.Fatalf("%d failed starts logged with a restart delay, want ≥ 2", n)
+	}
 	stuck.waitFor(20*time.Second, "a readiness timeout and a second start", func() bool {
 		return countLogs(stuck, "engine did not become ready; stopping it", "stuck-0", "") >= 1 &&
 			len(engineStarts(t, starts, "never-ready")) >= 2
