@@ -24,6 +24,11 @@ const (
 	MaxStopSequences = 4
 	// MaxRequestIDLength bounds an honoured X-Request-Id (bytes); longer ones are replaced.
 	MaxRequestIDLength = 128
+	// DefaultQueueTimeout is how long a queued request waits for a worker (QueueDepth > 0).
+	DefaultQueueTimeout = 10 * time.Second
+	// DefaultQueueRetry is how often the head of a model's queue retries the route when
+	// none of this server's streams ended meanwhile (load freed by other frontends).
+	DefaultQueueRetry = 20 * time.Millisecond
 )
 
 // Config is the gateway's user configuration. The zero value of each field means its
@@ -42,6 +47,15 @@ type Config struct {
 	// NewRequestID makes a request id when the client sent no usable X-Request-Id
 	// (default: 32 random hex digits).
 	NewRequestID func() string
+	// QueueDepth is how many requests per model may wait, first in first out, when every
+	// worker is busy; 0 (the default) answers them with 503 at once.
+	QueueDepth int
+	// QueueTimeout bounds a queued request's wait; then it gets 503 (default
+	// DefaultQueueTimeout).
+	QueueTimeout time.Duration
+	// QueueRetry is the period of the queue head's route retries (default
+	// DefaultQueueRetry); it also retries whenever a stream of its model ends here.
+	QueueRetry time.Duration
 }
 
 // withDefaults validates c and fills its defaults.
@@ -57,6 +71,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.QueueDepth < 0 || c.QueueTimeout < 0 || c.QueueRetry < 0 {
+		return c, fmt.Errorf("gateway: config QueueDepth, QueueTimeout and QueueRetry must be >= 0, got %d, %s, %s",
+			c.QueueDepth, c.QueueTimeout, c.QueueRetry)
+	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = DefaultQueueTimeout
+	}
+	if c.QueueRetry == 0 {
+		c.QueueRetry = DefaultQueueRetry
 	}
 	if c.OwnedBy == "" {
 		c.OwnedBy = DefaultOwnedBy

@@ -50,6 +50,8 @@ const (
 	// KindClientClosed: the client went away before the response ended. Never written to
 	// a client; it labels metrics and logs (status 499 as nginx counts it).
 	KindClientClosed
+	// KindDraining: the server is shutting down and takes no new request (Server.Drain).
+	KindDraining
 )
 
 // CatalogueEntry is one row of the error catalogue.
@@ -86,6 +88,7 @@ var catalogue = [...]CatalogueEntry{
 	KindBackendError:          {KindBackendError, "backend_error", http.StatusBadGateway, "server_error", "backend_unavailable", false},
 	KindInternal:              {KindInternal, "internal", http.StatusInternalServerError, "server_error", "internal_error", false},
 	KindClientClosed:          {KindClientClosed, "client_closed", 499, "invalid_request_error", "client_closed_request", false},
+	KindDraining:              {KindDraining, "draining", http.StatusServiceUnavailable, "server_error", "service_draining", true},
 }
 
 // Catalogue returns a copy of the whole error table, in ErrorKind order.
@@ -190,6 +193,8 @@ func backendError(model string, err error) *APIError {
 		e := modelNotFound(model)
 		e.Cause = err
 		return e
+	case errors.Is(err, errDraining):
+		return draining()
 	case errors.Is(err, ErrAllBusy):
 		return &APIError{Kind: KindAllBusy, Message: fmt.Sprintf("All workers serving model %q are busy; retry later.", model), Cause: err}
 	case errors.Is(err, ErrNoWorkers):
@@ -202,4 +207,8 @@ func backendError(model string, err error) *APIError {
 
 func modelNotFound(model string) *APIError {
 	return newError(KindModelNotFound, "model", "The model `%s` does not exist.", model)
+}
+
+func draining() *APIError {
+	return newError(KindDraining, "", "This server is shutting down and takes no new request; retry on another.")
 }

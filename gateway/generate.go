@@ -29,7 +29,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	rec.inflight.Inc()
 	rec.usage.PromptTokens = len(p.gen.TokenIDs)
 
-	stream, err := s.backend.Generate(ctx, p.gen)
+	stream, err := s.startGeneration(ctx, p.gen)
 	if err != nil {
 		if ctx.Err() != nil {
 			rec.cancel()
@@ -40,6 +40,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 		writeError(w, aerr, s.cfg.RetryAfter)
 		return
 	}
+	defer s.released(rec.model)
 	defer stream.Close()
 	rec.worker = stream.WorkerID()
 	if rec.worker != "" {

@@ -23,6 +23,8 @@ const (
 	metricCachedTokens = "turbine_frontend_cached_tokens"               // histogram {model}
 	metricRejected     = "turbine_frontend_rejected_requests_total"     // counter {model,reason}
 	metricCancelled    = "turbine_frontend_cancelled_requests_total"    // counter {model,endpoint}
+	metricQueued       = "turbine_frontend_queued_requests_total"       // counter {model}: requests that waited in the busy queue
+	metricQueueDepth   = "turbine_frontend_queue_depth"                 // gauge {model}: requests waiting now
 )
 
 // Histogram buckets (upper bounds).
@@ -106,7 +108,7 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 	m.hist(metricDuration, durationBuckets, "model", rec.model, "endpoint", rec.endpoint).Update(now.Sub(rec.start).Seconds())
 	if rec.kind != nil {
 		switch *rec.kind {
-		case KindNoWorkers, KindAllBusy:
+		case KindNoWorkers, KindAllBusy, KindDraining:
 			m.set.GetOrCreateCounter(name(metricRejected, "model", rec.model, "reason", rec.kind.Entry().Code)).Inc()
 		case KindClientClosed:
 			m.set.GetOrCreateCounter(name(metricCancelled, "model", rec.model, "endpoint", rec.endpoint)).Inc()
@@ -117,4 +119,11 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 		m.hist(metricOSL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.CompletionTokens))
 		m.hist(metricCachedTokens, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokensDetails.CachedTokens))
 	}
+}
+
+// queued counts one request entering model's queue q, and exposes q's length for model
+// as the queue depth gauge (created on the model's first queued request).
+func (m *frontendMetrics) queued(model string, q *queue) {
+	m.set.GetOrCreateCounter(name(metricQueued, "model", model)).Inc()
+	m.set.GetOrCreateGauge(name(metricQueueDepth, "model", model), func() float64 { return float64(q.len(model)) })
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -23,9 +24,14 @@ const (
 //	POST /v1/completions        completions (one prompt: text or token ids)
 //	GET  /v1/models             models with at least one live worker
 //	GET  /v1/models/{id}        one model (404 when unknown)
-//	GET  /health                200 when a model has a live worker, else 503
+//	GET  /health                200 when a model has a live worker, else 503 (also while draining)
 //	GET  /live                  200 while the process serves HTTP
 //	GET  /metrics               Prometheus text of the frontend's metrics
+//	GET  /admin/busy_thresholds?model=M   the model's busy thresholds and busy workers
+//	POST /admin/busy_thresholds  change them ({"model", "kv_usage", "prefill_tokens"})
+//
+// The admin routes exist when the Backend implements BusyAdmin; they carry no
+// authentication of their own (put the port behind the operator's network policy).
 //
 // Every response carries X-Request-Id (the client's when usable, else a new one);
 // generation responses carry X-Turbine-Worker, the id of the worker that served them.
@@ -35,6 +41,10 @@ type Server struct {
 	opts    options
 	metrics *frontendMetrics
 	mux     *http.ServeMux
+
+	draining atomic.Bool
+	active   *activity // generation requests from arrival to the end of their answer
+	queue    *queue    // nil when Config.QueueDepth is 0
 }
 
 // New returns a Server over backend. It fails only on an invalid Config.
@@ -50,7 +60,11 @@ func New(cfg Config, backend Backend, opts ...Option) (*Server, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{cfg: cfg, backend: backend, opts: o, metrics: newFrontendMetrics(), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, backend: backend, opts: o, metrics: newFrontendMetrics(), mux: http.NewServeMux(),
+		active: newActivity()}
+	if cfg.QueueDepth > 0 {
+		s.queue = newQueue(cfg.QueueDepth)
+	}
 	s.routes()
 	return s, nil
 }
@@ -66,6 +80,7 @@ func (s *Server) routes() {
 	s.mux.Handle("/health", only(http.MethodGet, s.handleHealth))
 	s.mux.Handle("/live", only(http.MethodGet, s.handleLive))
 	s.mux.Handle("/metrics", only(http.MethodGet, s.handleMetrics))
+	s.mux.HandleFunc("/admin/busy_thresholds", s.handleBusyThresholds)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newError(KindRouteNotFound, "", "Invalid URL (%s %s).", r.Method, r.URL.Path), 0)
 	})
@@ -185,8 +200,16 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 // prepare (by prepare), then run on the Backend.
 func (s *Server) handleGeneration(w http.ResponseWriter, r *http.Request, endpoint string,
 	prepare func(context.Context, *requestRecord, []byte) (*prepared, *APIError)) {
+	s.active.begin()
+	defer s.active.end()
 	rec := s.begin(r, endpoint)
 	defer s.end(rec)
+	if s.draining.Load() {
+		aerr := draining()
+		rec.fail(aerr)
+		writeError(w, aerr, s.cfg.RetryAfter)
+		return
+	}
 	body, aerr := s.readBody(w, r)
 	if aerr == nil {
 		var p *prepared
@@ -225,12 +248,16 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 
 // healthBody is /health's answer.
 type healthBody struct {
-	Status string   `json:"status"` // "healthy" or "unhealthy"
+	Status string   `json:"status"` // "healthy", "unhealthy" or "draining"
 	Models []string `json:"models"` // models with at least one live worker
 	Error  string   `json:"error,omitempty"`
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, healthBody{Status: "draining", Models: []string{}})
+		return
+	}
 	cards, err := s.backend.Models(r.Context())
 	body := healthBody{Status: "healthy", Models: []string{}}
 	for _, c := range cards {

@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+)
+
+// BusyAdmin is implemented by backends whose routers' busy thresholds (REFERENCE §4) can
+// be read and changed at run time; the server then serves /admin/busy_thresholds.
+type BusyAdmin interface {
+	// SetBusyThresholds changes the thresholds of model's router; nil fields stay as
+	// they are, 0 turns a test off. Errors: ErrUnknownModel (wrapped) or a transport error.
+	SetBusyThresholds(ctx context.Context, model string, t BusyUpdate) error
+	// BusyStatus returns model's thresholds and which of its workers are busy now.
+	// Errors: ErrUnknownModel (wrapped) or a transport error.
+	BusyStatus(ctx context.Context, model string) (*BusyStatus, error)
+}
+
+// BusyUpdate is the body of POST /admin/busy_thresholds.
+type BusyUpdate struct {
+	Model string `json:"model"`
+	// KVUsage: a worker is busy when its active KV blocks / total blocks exceed this
+	// fraction (0 < x; 0 turns the test off). Absent: unchanged.
+	KVUsage *float64 `json:"kv_usage,omitempty"`
+	// PrefillTokens: a worker is busy when its active prefill tokens exceed this many
+	// (0 turns the test off). Absent: unchanged.
+	PrefillTokens *int64 `json:"prefill_tokens,omitempty"`
+}
+
+// BusyStatus is the answer of GET (and POST) /admin/busy_thresholds.
+type BusyStatus struct {
+	Model string `json:"model"`
+	// KVUsage and PrefillTokens are the thresholds in force (0: that test is off).
+	KVUsage       float64 `json:"kv_usage"`
+	PrefillTokens int64   `json:"prefill_tokens"`
+	// Workers lists the model's workers as its router sees them.
+	Workers []BusyWorker `json:"workers"`
+}
+
+// BusyWorker is one worker's line of BusyStatus.
+type BusyWorker struct {
+	WorkerID            string  `json:"worker_id"`
+	Ready               bool    `json:"ready"`
+	Busy                bool    `json:"busy"`
+	ActiveBlocks        int64   `json:"active_blocks"`
+	ActivePrefillTokens int64   `json:"active_prefill_tokens"`
+	EngineKVUsage       float64 `json:"engine_kv_usage"`
+}
+
+// handleBusyThresholds serves GET /admin/busy_thresholds?model=M (the thresholds and
+// the workers' busy flags) and POST /admin/busy_thresholds with a BusyUpdate body (then
+// answers as GET does).
+func (s *Server) handleBusyThresholds(w http.ResponseWriter, r *http.Request) {
+	admin, ok := s.backend.(BusyAdmin)
+	if !ok {
+		writeError(w, newError(KindRouteNotFound, "", "This server's backend has no busy thresholds."), 0)
+		return
+	}
+	model := r.URL.Query().Get("model")
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+	case http.MethodPost:
+		u, aerr := s.parseBusyUpdate(w, r)
+		if aerr != nil {
+			writeError(w, aerr, 0)
+			return
+		}
+		if err := admin.SetBusyThresholds(r.Context(), u.Model, *u); err != nil {
+			writeError(w, adminError(u.Model, err), s.cfg.RetryAfter)
+			return
+		}
+		s.cfg.Logger.Info().Str("model", u.Model).Any("kv_usage", u.KVUsage).Any("prefill_tokens", u.PrefillTokens).
+			Msg("busy thresholds changed")
+		model = u.Model
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use GET or POST).", r.Method, r.URL.Path), 0)
+		return
+	}
+	if model == "" {
+		writeError(w, newError(KindMissingParameter, "model", "The query parameter `model` is required."), 0)
+		return
+	}
+	st, err := admin.BusyStatus(r.Context(), model)
+	if err != nil {
+		writeError(w, adminError(model, err), s.cfg.RetryAfter)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// parseBusyUpdate reads and checks a BusyUpdate body.
+func (s *Server) parseBusyUpdate(w http.ResponseWriter, r *http.Request) (*BusyUpdate, *APIError) {
+	body, aerr := s.readBody(w, r)
+	if aerr != nil {
+		return nil, aerr
+	}
+	var u BusyUpdate
+	if err := json.Unmarshal(body, &u); err != nil {
+		return nil, newError(KindInvalidJSON, "", "The body is not a busy thresholds object: %v.", err)
+	}
+	switch {
+	case u.Model == "":
+		return nil, newError(KindMissingParameter, "model", "`model` is required.")
+	case u.KVUsage == nil && u.PrefillTokens == nil:
+		return nil, newError(KindMissingParameter, "kv_usage", "Give `kv_usage`, `prefill_tokens` or both.")
+	case u.KVUsage != nil && (math.IsNaN(*u.KVUsage) || math.IsInf(*u.KVUsage, 0) || *u.KVUsage < 0):
+		return nil, newError(KindInvalidValue, "kv_usage", "`kv_usage` must be a fraction ≥ 0 (0 turns the test off), got %v.", *u.KVUsage)
+	case u.PrefillTokens != nil && *u.PrefillTokens < 0:
+		return nil, newError(KindInvalidValue, "prefill_tokens", "`prefill_tokens` must be ≥ 0 (0 turns the test off), got %d.", *u.PrefillTokens)
+	}
+	return &u, nil
+}
+
+// adminError maps a BusyAdmin error to the catalogue.
+func adminError(model string, err error) *APIError {
+	if errors.Is(err, ErrUnknownModel) {
+		e := modelNotFound(model)
+		e.Cause = err
+		return e
+	}
+	return backendError(model, err)
+}
