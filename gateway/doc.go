@@ -14,6 +14,8 @@
 //   - generate.go: the Backend call, the read loop, streaming and non-streaming answers.
 //   - response.go: OpenAI body and chunk shapes; sse.go: SSE framing.
 //   - errors.go: the error catalogue; metrics.go: metric families.
+//   - admission.go: Drain, WaitIdle and the bounded per-model queue of requests that
+//     found every worker busy; admin.go: /admin/busy_thresholds over a BusyAdmin backend.
 //
 // # Behaviour worth knowing
 //

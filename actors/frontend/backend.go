@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
 	"github.com/turbine-llm/turbine/gateway"
+	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -40,7 +41,10 @@ type Config struct {
 	// StallTimeout is how long a stream waits for its worker's next chunk before the
 	// attempt counts as stalled and is migrated (default 2 min; negative: never).
 	StallTimeout time.Duration
-	Logger       zerolog.Logger
+	// Busy are the busy thresholds the Router grains start with (router.Config.Busy), as
+	// BusyStatus reports them until they are changed through this frontend.
+	Busy   kv.BusyThresholds
+	Logger zerolog.Logger
 }
 
 // Backend implements gateway.Backend on a cluster member.
@@ -52,7 +56,8 @@ type Backend struct {
 	mu       sync.Mutex
 	models   []*messages.ModelCard
 	modelsAt time.Time
-	seen     map[string]time.Time // model -> last time the catalog listed it
+	seen     map[string]time.Time         // model -> last time the catalog listed it
+	busy     map[string]kv.BusyThresholds // model -> thresholds set through this frontend
 	loader   *ModelLoader
 	metrics  *metrics.Set // the frontend's own counters (migrations)
 }
@@ -76,7 +81,7 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = 2 * time.Minute
 	}
-	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, metrics: metrics.NewSet()}
+	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, busy: map[string]kv.BusyThresholds{}, metrics: metrics.NewSet()}
 	b.c.Store(c)
 	b.loader = NewModelLoader(b.actorSystem,
 		LoaderConfig{CacheDir: cfg.ModelCacheDir, FilesTimeout: cfg.FilesTimeout, Logger: cfg.Logger})

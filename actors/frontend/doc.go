@@ -23,4 +23,8 @@
 // Load tracking: every attempt routed is freed in the Router grain exactly once, on
 // every path (finish, error, cancel, client gone, migration): a migration frees the
 // failed attempt, Stream.Close the current one.
+//
+// Busy thresholds (busy.go): the Backend is a gateway.BusyAdmin; it changes a model's
+// thresholds with the Router grain's SetBusyThresholds and reads its workers' busy flags
+// from Stats.
 package frontend
