@@ -1,12 +1,3 @@
-// Package launcher builds the engine processes a worker supervises: their command lines
-// and the clients that talk to them once they are up. New builds the launcher of a real
-// engine (vLLM, SGLang, TensorRT-LLM) from an engine-neutral Spec; Mocker launches
-// Turbine's mock engine, which can speak any of their dialects.
-//
-// Each launcher serves one worker: a worker calls Command, then Connect, then
-// SubscribeKVEvents for every start of its engine, and closes the engines.Engine Connect
-// returned when the process ends and the launcher itself when the worker stops, when
-// they implement io.Closer (TRTLLM and its trtllm.Engine do).
 package launcher
 
 import (

@@ -1,0 +1,16 @@
+// Package launcher builds the engine processes a worker supervises: their command lines
+// and the clients that talk to them once they are up. New builds the launcher of a real
+// engine (vLLM, SGLang, TensorRT-LLM) from an engine-neutral Spec; Mocker launches
+// Turbine's mock engine, which can speak any of their dialects.
+//
+// Each launcher serves one worker: a worker calls Command, then Connect, then
+// SubscribeKVEvents for every start of its engine, and closes the engines.Engine Connect
+// returned when the process ends and the launcher itself when the worker stops, when
+// they implement io.Closer (TRTLLM and its trtllm.Engine do).
+//
+// Command lines, with the sources their flag names were checked against: VLLM (vLLM's
+// vllm/engine/arg_utils.py and vllm/config/kv_events.py), SGLang (SGLang's
+// python/sglang/srt/server_args.py and disaggregation/kv_events.py), TRTLLM
+// (TensorRT-LLM's tensorrt_llm/commands/serve.py and llmapi/llm_args.py). Golden files
+// under testdata/commands hold one rendering of each (go test -rewrite regenerates them).
+package launcher
