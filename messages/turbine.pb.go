@@ -619,6 +619,7 @@ type DeregisterWorker struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Actor         *ActorRef              `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"` // the leaving worker actor; another actor registered under the id stays
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -665,6 +666,13 @@ func (x *DeregisterWorker) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *DeregisterWorker) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
 }
 
 type KvBlockStored struct {
@@ -2971,10 +2979,11 @@ const file_turbine_proto_rawDesc = "" +
 	"\vRegisterAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1b\n" +
-	"\tneed_dump\x18\x03 \x01(\bR\bneedDump\"G\n" +
+	"\tneed_dump\x18\x03 \x01(\bR\bneedDump\"s\n" +
 	"\x10DeregisterWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xee\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12*\n" +
+	"\x05actor\x18\x03 \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\"\xee\x01\n" +
 	"\rKvBlockStored\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\x12\x1d\n" +
 	"\n" +
@@ -3233,52 +3242,53 @@ var file_turbine_proto_depIdxs = []int32{
 	1,  // 3: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
 	4,  // 4: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
 	3,  // 5: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
-	8,  // 6: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
-	9,  // 7: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
-	10, // 8: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
-	11, // 9: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
-	11, // 10: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	0,  // 11: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	22, // 12: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	1,  // 13: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	1,  // 14: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	0,  // 15: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	26, // 16: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	1,  // 17: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	30, // 18: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	0,  // 19: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	1,  // 20: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	0,  // 21: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	0,  // 22: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	35, // 23: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	40, // 24: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	5,  // 25: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
-	7,  // 26: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
-	12, // 27: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
-	14, // 28: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
-	16, // 29: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
-	18, // 30: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
-	18, // 31: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
-	20, // 32: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
-	21, // 33: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	24, // 34: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	28, // 35: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	6,  // 36: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	19, // 37: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	13, // 38: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	19, // 39: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	17, // 40: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	19, // 41: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	19, // 42: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	19, // 43: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	23, // 44: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	19, // 45: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	29, // 46: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	36, // [36:47] is the sub-list for method output_type
-	25, // [25:36] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	0,  // 6: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
+	8,  // 7: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
+	9,  // 8: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
+	10, // 9: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
+	11, // 10: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
+	11, // 11: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
+	0,  // 12: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	22, // 13: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	1,  // 14: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	1,  // 15: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	0,  // 16: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	26, // 17: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	1,  // 18: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	30, // 19: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	0,  // 20: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	1,  // 21: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	0,  // 22: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	0,  // 23: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	35, // 24: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	40, // 25: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	5,  // 26: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
+	7,  // 27: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
+	12, // 28: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
+	14, // 29: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
+	16, // 30: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
+	18, // 31: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
+	18, // 32: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
+	20, // 33: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
+	21, // 34: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
+	24, // 35: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	28, // 36: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	6,  // 37: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	19, // 38: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	13, // 39: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	19, // 40: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	17, // 41: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	19, // 42: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	19, // 43: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	19, // 44: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	23, // 45: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	19, // 46: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	29, // 47: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	37, // [37:48] is the sub-list for method output_type
+	26, // [26:37] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }

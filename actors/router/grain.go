@@ -63,6 +63,10 @@ type Grain struct {
 	log     zerolog.Logger
 	sub     *eventstream.Subscription
 	system  *actor.ActorSystem
+	// owners maps a gateway member's address to the requests it routed and has not freed,
+	// so that a gateway that dies mid-request does not leave load behind it.
+	owners map[string]map[string]struct{}
+	owner  map[string]string // request id -> gateway member address
 }
 
 // New returns a Router grain; its identity (the model) is set by Init.
@@ -83,7 +87,8 @@ func New(cfg Config) *Grain {
 	}
 	kcfg.OverlapWeight, kcfg.Temperature, kcfg.Busy = cfg.OverlapWeight, cfg.Temperature, cfg.Busy
 	g := &Grain{cfg: cfg, kcfg: kcfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		workers: map[string]*workerState{}, log: cfg.Logger}
+		workers: map[string]*workerState{}, log: cfg.Logger,
+		owners: map[string]map[string]struct{}{}, owner: map[string]string{}}
 	if cfg.BlockSize != 0 {
 		g.core, g.initErr = kv.NewRouter(kcfg)
 	}
@@ -119,7 +124,62 @@ func (g *Grain) ReceiveDefault(ctx cluster.GrainContext) {
 	if t, ok := ctx.Message().(*cluster.ClusterTopology); ok {
 		for _, m := range t.Left {
 			g.membersLeft(m.Address())
+			g.gatewayLeft(m.Address())
 		}
+	}
+}
+
+// callerAddress is the member address of a grain call's sender ("" when unknown or
+// local): a request's future lives on the calling gateway's member.
+func callerAddress(ctx cluster.GrainContext) string {
+	if ctx == nil {
+		return ""
+	}
+	if p := ctx.Sender(); p != nil {
+		return p.Address
+	}
+	return ""
+}
+
+// gatewayLeft ends the load tracking of the requests routed by the gateway member at
+// address (it left the cluster, so nobody will free them).
+func (g *Grain) gatewayLeft(address string) {
+	reqs := g.owners[address]
+	if len(reqs) == 0 {
+		return
+	}
+	for id := range reqs {
+		if g.core != nil {
+			g.core.Free(id)
+		}
+		delete(g.owner, id)
+	}
+	delete(g.owners, address)
+	g.log.Warn().Str("member", address).Int("requests", len(reqs)).
+		Msg("gateway member left the cluster: its requests' load tracking freed")
+}
+
+// track records that the gateway at address routed request id (address "" is not tracked:
+// a local caller).
+func (g *Grain) track(address, id string) {
+	if address == "" {
+		return
+	}
+	if g.owners[address] == nil {
+		g.owners[address] = map[string]struct{}{}
+	}
+	g.owners[address][id] = struct{}{}
+	g.owner[id] = address
+}
+
+// untrack forgets request id's gateway.
+func (g *Grain) untrack(id string) {
+	if a, ok := g.owner[id]; ok {
+		delete(g.owners[a], id)
+		if len(g.owners[a]) == 0 {
+			delete(g.owners, a)
+		}
+		delete(g.owner, id)
 	}
 }
 
@@ -173,6 +233,14 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	}
 	now := g.cfg.Now()
 	g.expire(now)
+	if w := g.workers[info.WorkerId]; w != nil && w.actor.GetAddress() != info.Actor.GetAddress() &&
+		now.Sub(w.lastSeen) <= g.cfg.WorkerTTL {
+		// Two live workers claim one id (two nodes with the same --node-id): routing by id
+		// would mix their KV indexes and loads. The first keeps it until it leaves.
+		return &messages.RegisterAck{Error: fmt.Sprintf(
+			"router: worker id %q is already registered by %s (seen %v ago); this one is at %s: give each node a unique --node-id",
+			info.WorkerId, w.actor.GetAddress(), now.Sub(w.lastSeen).Round(time.Millisecond), info.Actor.GetAddress())}, nil
+	}
 	total := req.GetLoad().GetTotalBlocks()
 	if total == 0 {
 		total = info.Card.TotalKvBlocks
@@ -198,6 +266,12 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 
 // Deregister removes a worker with its blocks and active requests.
 func (g *Grain) Deregister(req *messages.DeregisterWorker, _ cluster.GrainContext) (*messages.Ack, error) {
+	if w := g.workers[req.WorkerId]; w != nil && req.Actor != nil &&
+		(w.actor.GetAddress() != req.Actor.Address || w.actor.GetId() != req.Actor.Id) {
+		g.log.Warn().Str("worker", req.WorkerId).Str("from", req.Actor.Address).Str("registered", w.actor.GetAddress()).
+			Msg("deregistration from another actor than the registered one ignored (duplicate worker id?)")
+		return &messages.Ack{}, nil
+	}
 	if g.core != nil {
 		if n, err := g.core.RemoveWorker(req.WorkerId); err == nil {
 			g.log.Info().Str("worker", req.WorkerId).Str("reason", req.Reason).Int("freed_requests", n).Msg("worker deregistered")
@@ -247,7 +321,7 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 
 // Route chooses a worker; errors come back in the response (error_code "no_workers",
 // "all_busy", "bad_request").
-func (g *Grain) Route(req *messages.RouteRequest, _ cluster.GrainContext) (*messages.RouteResponse, error) {
+func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*messages.RouteResponse, error) {
 	switch {
 	case g.initErr != nil:
 		return &messages.RouteResponse{Error: g.initErr.Error(), ErrorCode: "no_workers"}, nil
@@ -272,6 +346,7 @@ func (g *Grain) Route(req *messages.RouteRequest, _ cluster.GrainContext) (*mess
 		g.core.Free(req.RequestId)
 		return &messages.RouteResponse{Error: "router: chosen worker has no address", ErrorCode: "no_workers"}, nil
 	}
+	g.track(callerAddress(ctx), req.RequestId)
 	return &messages.RouteResponse{WorkerId: d.WorkerID, Worker: w.actor, OverlapBlocks: int32(d.OverlapBlocks),
 		PromptBlocks: int32(d.PromptBlocks)}, nil
 }
@@ -289,6 +364,7 @@ func (g *Grain) Free(req *messages.RequestRef, _ cluster.GrainContext) (*message
 	if g.core != nil {
 		g.core.Free(req.RequestId)
 	}
+	g.untrack(req.RequestId)
 	return &messages.Ack{}, nil
 }
 

@@ -177,3 +177,67 @@ func TestGrainTakesTheBlockSizeFromTheFirstWorker(t *testing.T) {
 		t.Fatalf("route = %+v, want w0", resp)
 	}
 }
+
+func registerAt(t *testing.T, g *Grain, id, addr string) *messages.RegisterAck {
+	t.Helper()
+	ack, err := g.Register(&messages.RegisterWorker{
+		Worker: &messages.WorkerInfo{WorkerId: id, Actor: &messages.ActorRef{Address: addr, Id: "node/worker/" + id},
+			Card: &messages.ModelCard{Model: "m", KvBlockSize: 4, TotalKvBlocks: 100}, Ready: true, EngineEpoch: 1},
+		Load: &messages.WorkerLoad{TotalBlocks: 100}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack
+}
+
+func TestGrainRefusesADuplicateWorkerID(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGrain(t, clock)
+	if ack := registerAt(t, g, "n1-0", "10.0.0.1:7000"); !ack.Accepted {
+		t.Fatalf("first n1-0 refused: %+v", ack)
+	}
+	ack := registerAt(t, g, "n1-0", "10.0.0.2:7000")
+	if ack.Accepted || !strings.Contains(ack.Error, "--node-id") || !strings.Contains(ack.Error, "10.0.0.1:7000") {
+		t.Fatalf("second n1-0 from another member: %+v, want a refusal naming the first and --node-id", ack)
+	}
+	// The impostor's deregistration leaves the registered worker in place.
+	_, _ = g.Deregister(&messages.DeregisterWorker{WorkerId: "n1-0", Reason: "stopping",
+		Actor: &messages.ActorRef{Address: "10.0.0.2:7000", Id: "node/worker/n1-0"}}, nil)
+	if st, _ := g.Stats(&messages.RouterStatsRequest{}, nil); len(st.Workers) != 1 {
+		t.Fatalf("workers after the duplicate's deregistration: %v, want n1-0 kept", st.Workers)
+	}
+	// Once the first is silent past the TTL, the id is free again (a node restarted elsewhere).
+	clock.t = clock.t.Add(6 * time.Second)
+	if ack := registerAt(t, g, "n1-0", "10.0.0.2:7000"); !ack.Accepted {
+		t.Fatalf("n1-0 from a new member after the old one went silent: %+v", ack)
+	}
+}
+
+func TestGrainFreesTheRequestsOfAGatewayThatLeft(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGrain(t, clock)
+	registerAt(t, g, "w0", "10.0.0.1:7000")
+	for i, gw := range []string{"10.0.0.9:9000", "10.0.0.9:9000", "10.0.0.8:9000"} {
+		id := fmt.Sprint("r", i)
+		resp, _ := g.Route(&messages.RouteRequest{RequestId: id, TokenIds: []uint32{1, 2, 3, 4, 5, 6, 7, 8}}, nil)
+		if resp.WorkerId != "w0" {
+			t.Fatalf("route %s: %+v", id, resp)
+		}
+		g.track(gw, id)
+	}
+	active := func() int32 {
+		st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+		return st.Workers[0].ActiveRequests
+	}
+	if n := active(); n != 3 {
+		t.Fatalf("active requests %d, want 3", n)
+	}
+	g.gatewayLeft("10.0.0.9:9000")
+	if n := active(); n != 1 {
+		t.Fatalf("active requests after gateway 10.0.0.9:9000 left: %d, want 1 (the other gateway's)", n)
+	}
+	_, _ = g.Free(&messages.RequestRef{RequestId: "r2"}, nil)
+	if n := active(); n != 0 || len(g.owners) != 0 || len(g.owner) != 0 {
+		t.Fatalf("after freeing r2: active %d, owners %v, owner %v; want all empty", n, g.owners, g.owner)
+	}
+}

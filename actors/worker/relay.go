@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/kv"
@@ -51,6 +52,9 @@ type relay struct {
 	lastEng uint64 // last engine sequence number seen
 	seenEng bool
 	info    *messages.WorkerInfo
+	left    bool // deregistered (draining or stopping): nothing more goes to the router
+
+	failingSince, lastFailLog time.Time // registration failures, for paced logging
 }
 
 func newRelay(workerID string, router RouterClient, log zerolog.Logger) *relay {
@@ -70,6 +74,9 @@ func (r *relay) run(ctx context.Context) {
 }
 
 func (r *relay) handle(it any) {
+	if _, leave := it.(relayLeave); r.left && !leave {
+		return
+	}
 	switch it := it.(type) {
 	case relayEpoch:
 		r.epoch, r.seq, r.seenEng = it.epoch, 0, false
@@ -80,8 +87,21 @@ func (r *relay) handle(it any) {
 		r.info = it.info
 		ack, err := r.router.Register(&messages.RegisterWorker{Worker: it.info, Load: it.load, LastEventSeq: r.seq})
 		if err != nil {
-			r.log.Warn().Err(err).Msg("register with router failed")
+			// Once when it starts failing, then once a minute: a router out of reach (no
+			// frontend, discovery down) must not flood the log every heartbeat.
+			if now := time.Now(); r.failingSince.IsZero() || now.Sub(r.lastFailLog) >= time.Minute {
+				if r.failingSince.IsZero() {
+					r.failingSince = now
+				}
+				r.lastFailLog = now
+				r.log.Warn().Err(err).Dur("failing_for", now.Sub(r.failingSince).Round(time.Second)).
+					Msg("register with router failed: no Router grain reachable (is a frontend up, and discovery reachable?)")
+			}
 			return
+		}
+		if !r.failingSince.IsZero() {
+			r.log.Info().Dur("failed_for", time.Since(r.failingSince).Round(time.Second)).Msg("registered with router again")
+			r.failingSince = time.Time{}
 		}
 		if !ack.Accepted {
 			r.log.Error().Str("reason", ack.Error).Msg("router refused this worker")
@@ -93,7 +113,9 @@ func (r *relay) handle(it any) {
 	case relayDump:
 		r.dump()
 	case relayLeave:
-		if _, err := r.router.Deregister(&messages.DeregisterWorker{WorkerId: r.workerID, Reason: it.reason}); err != nil {
+		r.left = true
+		if _, err := r.router.Deregister(&messages.DeregisterWorker{WorkerId: r.workerID, Reason: it.reason,
+			Actor: r.info.GetActor()}); err != nil {
 			r.log.Debug().Err(err).Msg("deregister failed")
 		}
 		close(it.done)
