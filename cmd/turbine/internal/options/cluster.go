@@ -115,13 +115,19 @@ func (o *Cluster) Config(kinds []*pcluster.Kind, log zerolog.Logger) cluster.Con
 // and calls run with a context that ends when ctx does or when the member is lost (the
 // cluster dropped or blocked it: protoactor never lets that id back in). A lost member is
 // stopped and replaced by a new one with a fresh id, and run is called again with it.
-// Start failures retry with capped backoff (1 s doubling to 30 s). RunMember returns nil
+// A failure of the first start is returned at once; later start failures retry with
+// capped backoff (1 s doubling to 30 s). RunMember returns nil
 // when ctx ends, or run's error when run fails on its own.
 func RunMember(ctx context.Context, cfg cluster.Config, log zerolog.Logger,
 	run func(ctx context.Context, m *cluster.Member) error) error {
 	delay := time.Second
-	for ctx.Err() == nil {
+	for started := false; ctx.Err() == nil; started = true {
 		m, err := cluster.Start(cfg)
+		if err != nil && !started {
+			// The first start fails on configuration (a taken --member-port, a bad
+			// address): say so and exit rather than retry what cannot work.
+			return err
+		}
 		if err != nil {
 			log.Error().Err(err).Dur("retry_in", delay).Msg("cluster member did not start")
 			select {
