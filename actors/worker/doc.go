@@ -11,6 +11,11 @@
 //     answered with messages.ModelFiles, read and hashed off the actor's goroutine
 //     (files.go).
 //   - *actor.Terminated of a reply_to PID: the caller is gone, abort its requests.
+//   - *Drain (from the process that hosts the worker, before stopping it; drain.go):
+//     deregister and withdraw the card, refuse new requests (migratable), let those in
+//     flight run for the grace period, then end the rest with a migratable error chunk.
+//   - internal canary timer results (canary.go): an engine idle for CanaryInterval gets
+//     a one-token request; a failure registers the worker not ready until one passes.
 //   - internal: engine started/ready/exited, restart timer, heartbeat tick, request done.
 //
 // State owned: the engine process and its epoch (bumped on every start), readiness, the

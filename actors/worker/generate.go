@@ -13,6 +13,10 @@ import (
 // errCancelled marks a stream that its caller cancelled: nothing more is sent.
 var errCancelled = errors.New("worker: request cancelled")
 
+// errDraining is the cause of requests a draining worker ends after its grace period:
+// they get a migratable error chunk, so that another worker completes them.
+var errDraining = errors.New("worker: draining (shutting down)")
+
 // generate starts m on the engine; chunks go to m.ReplyTo, at most the granted credits
 // ahead of the receiver (initial_credits 0 means no flow control).
 func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
@@ -28,12 +32,18 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 			Error: "worker: duplicate request id " + m.RequestId})
 		return
 	}
+	if w.draining {
+		send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
+			Error: errDraining.Error(), Migratable: true})
+		return
+	}
 	if !w.ready || w.engine == nil {
 		send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
 			Error: "worker: engine not ready", Migratable: true})
 		return
 	}
-	ctx, cancel := context.WithCancel(w.ctx)
+	ctx, cancel := context.WithCancelCause(w.ctx)
+	w.canary.touch(w.cfg.Now())
 	r := &inflight{cancel: cancel, credits: make(chan int32, 1024), replyTo: replyTo}
 	w.requests[m.RequestId] = r
 	c.Watch(replyTo)
@@ -51,8 +61,9 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 }
 
 // streamChunks runs one request on engine and sends numbered chunks. It returns
-// errCancelled when ctx ended (nothing more is sent), nil after the last chunk, or the
-// engine error (after sending a migratable error chunk).
+// errCancelled when ctx ended (nothing more is sent, except a migratable error chunk
+// when ctx's cause is errDraining), nil after the last chunk, or the engine error (after
+// sending a migratable error chunk).
 func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Generate, credits <-chan int32,
 	send func(*messages.TokenChunk), workerID string) error {
 	flow := m.InitialCredits > 0
@@ -85,6 +96,10 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 		return nil
 	})
 	if ctx.Err() != nil {
+		if errors.Is(context.Cause(ctx), errDraining) && !finished {
+			send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
+				Error: errDraining.Error(), Migratable: true})
+		}
 		return errCancelled
 	}
 	if err != nil {

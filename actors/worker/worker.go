@@ -44,10 +44,17 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// StopGrace is how long a stopping engine gets between SIGTERM and SIGKILL (default 5 s).
 	StopGrace time.Duration
-	Backoff   supervise.Backoff
-	Router    RouterClient
-	Catalog   CatalogClient
-	Logger    zerolog.Logger
+	// CanaryInterval: an engine idle this long gets a one-token canary request; a failed
+	// canary takes the worker out of routing until one passes (REFERENCE §10). 0: off.
+	CanaryInterval time.Duration
+	// CanaryTimeout bounds a canary request (default 3 s).
+	CanaryTimeout time.Duration
+	// Now is the clock of the canary schedule (default time.Now).
+	Now     func() time.Time
+	Backoff supervise.Backoff
+	Router  RouterClient
+	Catalog CatalogClient
+	Logger  zerolog.Logger
 }
 
 func (c *Config) defaults() {
@@ -62,6 +69,12 @@ func (c *Config) defaults() {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 5 * time.Second
+	}
+	if c.CanaryTimeout <= 0 {
+		c.CanaryTimeout = 3 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 }
 
@@ -100,10 +113,15 @@ type (
 	heartbeatTick struct{}
 	heartbeatDone struct{ scraped, ok bool }
 	requestDone   struct{ id string }
+	canaryDone    struct {
+		epoch uint64
+		err   error
+	}
+	drainExpired struct{}
 )
 
 type inflight struct {
-	cancel  context.CancelFunc
+	cancel  context.CancelCauseFunc
 	credits chan int32
 	replyTo *actor.PID
 }
@@ -121,16 +139,21 @@ type workerActor struct {
 	engineStop    context.CancelFunc // ends the engine's KV subscription and readiness wait
 	ready         bool
 	stopping      bool
+	draining      bool
+	drainDone     []chan struct{} // closed when the last request of a draining worker ends
 	hbBusy        bool
 	failedScrapes int // consecutive load scrapes the engine did not answer
 	backoff       supervise.Backoff
 	requests      map[string]*inflight
 	self          *actor.PID
+	canary        canary
+	canaries      int // canary requests sent, for their ids
 }
 
 func newActor(cfg Config) *workerActor {
 	log := cfg.Logger.With().Str("worker", cfg.WorkerID).Logger()
-	return &workerActor{cfg: cfg, log: log, backoff: cfg.Backoff, requests: map[string]*inflight{}}
+	return &workerActor{cfg: cfg, log: log, backoff: cfg.Backoff, requests: map[string]*inflight{},
+		canary: canary{interval: cfg.CanaryInterval}}
 }
 
 func (w *workerActor) Receive(c actor.Context) {
@@ -156,7 +179,7 @@ func (w *workerActor) Receive(c actor.Context) {
 		}
 	case *messages.Cancel:
 		if r := w.requests[m.RequestId]; r != nil {
-			r.cancel()
+			r.cancel(nil)
 		}
 	case *messages.ModelFilesRequest:
 		w.modelFiles(c, m)
@@ -165,17 +188,26 @@ func (w *workerActor) Receive(c actor.Context) {
 	case *actor.Terminated:
 		for _, r := range w.requests {
 			if r.replyTo.Equal(m.Who) {
-				r.cancel()
+				r.cancel(nil)
 			}
 		}
 	case requestDone:
 		if r := w.requests[m.id]; r != nil {
-			r.cancel()
+			r.cancel(nil)
 			delete(w.requests, m.id)
+			w.canary.touch(w.cfg.Now())
+			w.drained()
 		}
+	case *Drain:
+		w.drain(c, m)
+	case drainExpired:
+		w.abortDraining()
+	case canaryDone:
+		w.onCanary(c, m)
 	case engineReady:
 		if m.epoch == w.epoch {
 			w.ready, w.failedScrapes = true, 0
+			w.canary.reset(w.cfg.Now())
 			w.log.Info().Uint64("epoch", m.epoch).Msg("engine ready")
 			w.heartbeat(c)
 		}
@@ -187,11 +219,12 @@ func (w *workerActor) Receive(c actor.Context) {
 	case engineExited:
 		w.onEngineExited(c, m)
 	case restartEngine:
-		if !w.stopping {
+		if !w.stopping && !w.draining {
 			w.startEngine(c)
 		}
 	case heartbeatTick:
 		w.heartbeat(c)
+		w.startCanary(c)
 		w.tick(c)
 	case heartbeatDone:
 		w.hbBusy = false
@@ -296,7 +329,7 @@ func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 		w.engineStop()
 	}
 	w.closeEngine()
-	if w.stopping {
+	if w.stopping || w.draining {
 		return
 	}
 	// The engine's KV cache died with it: a new epoch makes the router drop its blocks,
@@ -326,7 +359,7 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		WorkerId:    w.cfg.WorkerID,
 		Actor:       &messages.ActorRef{Address: w.self.Address, Id: w.self.Id},
 		Card:        w.cfg.Card,
-		Ready:       w.ready && w.failedScrapes < maxFailedScrapes,
+		Ready:       w.ready && w.failedScrapes < maxFailedScrapes && w.canary.healthy() && !w.draining,
 		EngineEpoch: w.epoch,
 	}
 }
@@ -358,11 +391,11 @@ func (w *workerActor) onScrape(m heartbeatDone) {
 // Catalog, off the actor's goroutine; at most one runs at a time. An engine that leaves
 // maxFailedScrapes scrapes in a row unanswered is registered as not ready.
 func (w *workerActor) heartbeat(c actor.Context) {
-	if w.hbBusy || w.stopping {
+	if w.hbBusy || w.stopping || w.draining {
 		return
 	}
 	w.hbBusy = true
-	info, engine, up, fails := w.info(), w.engine, w.ready, w.failedScrapes
+	info, engine, up, fails, healthy := w.info(), w.engine, w.ready, w.failedScrapes, w.canary.healthy()
 	self, sys := c.Self(), c.ActorSystem()
 	go func() {
 		done := heartbeatDone{}
@@ -382,7 +415,7 @@ func (w *workerActor) heartbeat(c actor.Context) {
 				fails++
 				w.log.Debug().Err(err).Msg("engine load scrape failed")
 			}
-			info.Ready = fails < maxFailedScrapes
+			info.Ready = healthy && fails < maxFailedScrapes
 		}
 		select {
 		case w.relay.in <- relayHeartbeat{info: info, load: load}:
@@ -404,7 +437,7 @@ func (w *workerActor) stop() {
 	w.stopping = true
 	w.ready = false
 	for _, r := range w.requests {
-		r.cancel()
+		r.cancel(nil)
 	}
 	if w.proc != nil {
 		w.proc.Stop(w.cfg.StopGrace)
