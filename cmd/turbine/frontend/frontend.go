@@ -25,6 +25,7 @@ type Options struct {
 	options.HTTP
 	options.Router
 	options.Migration
+	options.Admission
 	options.Cluster
 	options.Log
 	ModelCacheDir string
@@ -32,7 +33,7 @@ type Options struct {
 
 // Defaults are the embedded defaults.
 func Defaults() Options {
-	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Migration: options.DefaultMigration(), Cluster: options.DefaultCluster(),
+	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Migration: options.DefaultMigration(), Admission: options.DefaultAdmission(), Cluster: options.DefaultCluster(),
 		Log: options.DefaultLog()}
 }
 
@@ -40,6 +41,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.HTTP.Flags(fs)
 	o.Router.Flags(fs)
 	o.Migration.Flags(fs)
+	o.Admission.Flags(fs)
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
 	fs.StringVar(&o.ModelCacheDir, "model-cache-dir", o.ModelCacheDir, "where tokenizer files fetched from workers are kept, one folder per digest (default $TURBINE_CACHE_DIR/models or ~/.cache/turbine/models)")
@@ -47,7 +49,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 
 // Validate checks the options; errors name the flag.
 func (o *Options) Validate() error {
-	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Migration.Validate(), o.Cluster.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Cluster.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -71,14 +73,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func run(ctx context.Context, o Options, log zerolog.Logger) error {
-	ctx, cancel := context.WithCancel(ctx)
+	// The member outlives the end of ctx (SIGTERM) until the gateway has drained.
+	memberCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	ln, err := o.HTTP.Listen()
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	kinds := []*pcluster.Kind{router.Kind(o.Router.Config(0, log)), catalog.Kind()}
+	rcfg := o.Router.Config(0, log)
+	rcfg.Busy = o.Admission.Busy()
+	kinds := []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}
 	cfg := o.Cluster.Config(kinds, log)
 
 	// The HTTP server outlives member restarts: one gateway (and one set of metrics) over
@@ -87,9 +92,10 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	started := make(chan error, 1)
 	memberErr := make(chan error, 1)
 	go func() {
-		memberErr <- options.RunMember(ctx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
+		memberErr <- options.RunMember(memberCtx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
 			if backend == nil {
-				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir, MigrationLimit: o.MigrationLimit})
+				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir, MigrationLimit: o.MigrationLimit,
+					Busy: o.Admission.Busy()})
 				started <- nil
 			} else {
 				backend.SetCluster(m.Cluster)
@@ -103,16 +109,26 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	case <-started:
 	case err := <-memberErr:
 		return err
+	case <-ctx.Done():
+		return nil
 	}
 	// Tokenizer files a node has and this machine lacks are fetched from a worker once,
 	// verified against the card's digest and cached.
-	handler, err := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend,
+	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}), backend,
 		gateway.WithModelLoader(backend.ModelLoader()))
 	if err != nil {
 		return err
 	}
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("router_mode", o.RouterMode).Msg("turbine frontend serving")
-	serveErr := options.Serve(ctx, ln, handler, log)
+	// On SIGTERM: new requests get 503, those in flight run for --drain-timeout.
+	serveErr := options.ServeDrained(ctx, ln, handler, log, func() {
+		handler.Drain()
+		dctx, dcancel := context.WithTimeout(context.Background(), o.DrainTimeout)
+		defer dcancel()
+		if err := handler.WaitIdle(dctx); err != nil {
+			log.Warn().Dur("drain_timeout", o.DrainTimeout).Msg("requests still running after --drain-timeout; closing their connections")
+		}
+	})
 	cancel()
 	if err := <-memberErr; err != nil && serveErr == nil {
 		return err

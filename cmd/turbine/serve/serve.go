@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
@@ -28,6 +30,8 @@ type Options struct {
 	options.Engine
 	options.Router
 	options.Migration
+	options.Admission
+	options.Canary
 	options.Log
 	Workers int
 }
@@ -35,7 +39,7 @@ type Options struct {
 // Defaults are the embedded defaults (REFERENCE §3, §7).
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Migration: options.DefaultMigration(),
-		Log: options.DefaultLog(), Workers: 2}
+		Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -44,6 +48,8 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Engine.Flags(fs)
 	o.Router.Flags(fs)
 	o.Migration.Flags(fs)
+	o.Admission.Flags(fs)
+	o.Canary.Flags(fs)
 	o.Log.Flags(fs)
 }
 
@@ -52,7 +58,8 @@ func (o *Options) Validate() error {
 	if o.Workers < 1 || o.Workers > 256 {
 		return fmt.Errorf("--workers %d: want 1..256", o.Workers)
 	}
-	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate(), o.Migration.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate(), o.Migration.Validate(),
+		o.Admission.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -87,8 +94,10 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	defer ln.Close()
 
+	rcfg := o.Router.Config(o.BlockSize, log)
+	rcfg.Busy = o.Admission.Busy()
 	member, err := cluster.Start(cluster.Config{Name: "turbine-serve", Discovery: "local", Logger: log,
-		Kinds: []*pcluster.Kind{router.Kind(o.Router.Config(o.BlockSize, log)), catalog.Kind()}})
+		Kinds: []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}})
 	if err != nil {
 		return err
 	}
@@ -102,10 +111,20 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	routerClient, catalogClient := worker.GrainClients(member.Cluster, o.Model, catalog.Identity,
 		worker.GrainTimeout(o.Heartbeat))
 	root := member.System.Root
+	var pids []*actor.PID
+	drained := false
+	defer func() {
+		if !drained {
+			for _, pid := range pids {
+				_ = root.PoisonFuture(pid).Wait()
+			}
+		}
+	}()
 	for i := 0; i < o.Workers; i++ {
 		id := fmt.Sprintf("w%d", i)
 		props, err := worker.Props(worker.Config{WorkerID: id, Card: card, Launcher: mock,
-			Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, Router: routerClient, Catalog: catalogClient, Logger: log})
+			Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
+			Router: routerClient, Catalog: catalogClient, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -113,11 +132,11 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("spawn worker %s: %w", id, err)
 		}
-		defer func() { _ = root.PoisonFuture(pid).Wait() }()
+		pids = append(pids, pid)
 	}
 
-	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit})
-	handler, err := gateway.New(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}, backend)
+	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy()})
+	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}), backend)
 	if err != nil {
 		return err
 	}
@@ -129,7 +148,32 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("model", o.Model).Int("workers", o.Workers).
 		Str("router_mode", o.RouterMode).Msg("turbine serving")
-	return options.Serve(ctx, ln, handler, log)
+	return options.ServeDrained(ctx, ln, handler, log, func() {
+		drained = true
+		drain(root, handler, pids, o.DrainTimeout, log)
+	})
+}
+
+// drain shuts the service down gracefully (REFERENCE §10): the gateway refuses new
+// requests, every worker leaves routing and lets its requests run for grace, then ends
+// the rest as migratable and stops with its engine; the gateway waits (a little longer
+// than grace) until the last answer is written.
+func drain(root *actor.RootContext, handler *gateway.Server, pids []*actor.PID, grace time.Duration, log zerolog.Logger) {
+	handler.Drain()
+	var wg sync.WaitGroup
+	for _, pid := range pids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			worker.DrainAndStop(root, pid, grace)
+		}()
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := handler.WaitIdle(ctx); err != nil {
+		log.Warn().Msg("requests still answering 5 s after the workers stopped; closing their connections")
+	}
 }
 
 // waitForModel polls the catalog until model has a live worker, ctx ends, or limit passes.

@@ -54,8 +54,7 @@ func (o *HTTP) Listen() (net.Listener, error) {
 // hold connections forever); there is no write timeout, since streams last as long as
 // generation. It returns nil after a shutdown and the server's error otherwise.
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, log zerolog.Logger) error {
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
-		IdleTimeout: 120 * time.Second}
+	srv := newHTTPServer(handler)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -68,4 +67,10 @@ func Serve(ctx context.Context, ln net.Listener, handler http.Handler, log zerol
 	defer cancel()
 	_ = srv.Shutdown(shutdownCtx)
 	return nil
+}
+
+// newHTTPServer is the server of Serve and ServeDrained.
+func newHTTPServer(handler http.Handler) *http.Server {
+	return &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+		IdleTimeout: 120 * time.Second}
 }
