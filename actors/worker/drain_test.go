@@ -66,7 +66,7 @@ func startHeld(t *testing.T) (*actor.ActorSystem, *actor.PID, heldEngine, record
 	rt := recordingRouter{registered: make(chan bool, 64), deregistered: make(chan string, 4)}
 	sys := actor.NewActorSystem()
 	props, err := Props(Config{WorkerID: "w-drain", Card: &messages.ModelCard{Model: "m"},
-		Launcher: heldLauncher{shellLauncher: shellLauncher{script: "exec sleep 60"}, engine: eng},
+		Launcher:  heldLauncher{shellLauncher: shellLauncher{script: "exec sleep 60"}, engine: eng},
 		Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rt, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
