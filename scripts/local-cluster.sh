@@ -20,12 +20,13 @@ nodes="${TURBINE_NODES:-2}"
 workers="${TURBINE_WORKERS:-2}"
 model="${TURBINE_MODEL:-turbine-mock}"
 bin="$dir/bin/turbine"
+exec 3>&2 # the script's own stderr, for messages from inside silenced checks
 mkdir -p "$dir/logs" "$dir/pids" "$dir/bin"
 
 # start NAME CMD... : runs CMD in its own process group, logs to logs/NAME.log.
 start() {
   local name=$1; shift
-  setsid "$@" >"$dir/logs/$name.log" 2>&1 < /dev/null &
+  setsid "$@" >"$dir/logs/$name.log" 2>&1 </dev/null 3>&- &
   echo $! >"$dir/pids/$name.pid"
 }
 
@@ -46,6 +47,24 @@ wait_for() {
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# free_port_from N: the first free port from N up.
+free_port_from() {
+  local p=$1
+  while ! port_free "$p"; do p=$((p + 1)); done
+  echo "$p"
+}
+
+# consul_leader: succeeds once the agent has elected itself; fails the whole script at
+# once (with its log) when the agent has exited.
+consul_leader() {
+  if ! alive consul; then
+    echo "the Consul agent exited; its log ($dir/logs/consul.log) ends with:" >&3
+    tail -5 "$dir/logs/consul.log" >&3
+    exit 1
+  fi
+  curl -fsS "http://127.0.0.1:$consul_port/v1/status/leader" | grep -q :
+}
+
 up() {
   if alive consul; then echo "a local cluster is already up (scripts/local-cluster.sh down stops it)" >&2; exit 1; fi
   for p in "$consul_port" "$fe_port"; do
@@ -55,9 +74,17 @@ up() {
   consul="$("$root/scripts/ensure-consul.sh")"
   echo "building turbine into $bin"
   (cd "$root" && CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations" go build -o "$bin" ./cmd/turbine)
-  start consul "$consul" agent -dev -bind 127.0.0.1 -client 127.0.0.1 -http-port "$consul_port" \
-    -dns-port -1 -grpc-port -1
-  wait_for "Consul's leader" 30 sh -c "curl -fsS http://127.0.0.1:$consul_port/v1/status/leader | grep -q :"
+  # Every Consul port is chosen here (free ones above the HTTP port for the server and
+  # serf), and DNS and gRPC are off, so that another agent on this machine cannot collide.
+  local server lan wan
+  server="$(free_port_from $((consul_port + 1)))"
+  lan="$(free_port_from $((server + 1)))"
+  wan="$(free_port_from $((lan + 1)))"
+  start consul "$consul" agent -dev -node "turbine-local-$consul_port" -disable-host-node-id \
+    -bind 127.0.0.1 -client 127.0.0.1 -advertise 127.0.0.1 -http-port "$consul_port" \
+    -server-port "$server" -serf-lan-port "$lan" -serf-wan-port "$wan" \
+    -dns-port -1 -grpc-port -1 -grpc-tls-port -1
+  wait_for "Consul's leader" 30 consul_leader
   local t_boot=$SECONDS
   export TURBINE_DISCOVERY="consul://127.0.0.1:$consul_port" TURBINE_MODEL="$model" TURBINE_LOG_FORMAT=json
   start frontend-0 "$bin" frontend --port "$fe_port"
@@ -92,7 +119,7 @@ status() {
   done
   local members
   members="$(curl -fsS "http://127.0.0.1:$consul_port/v1/health/service/${TURBINE_CLUSTER_NAME:-turbine}?passing" 2>/dev/null |
-    grep -o '"ServiceID":"[^"]\+"' | sort -u | wc -l)" || true
+    grep -o '"ServiceID": *"[^"]\+"' | sort -u | wc -l)" || true
   echo "  consul: ${members:-0} members passing their checks"
   curl -fsS "http://127.0.0.1:$fe_port/v1/models" 2>/dev/null | sed 's/^/  models: /' || true
   echo

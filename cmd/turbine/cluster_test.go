@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/turbine-llm/turbine/internal/consultest"
 )
@@ -47,11 +50,11 @@ func (c *localCluster) frontend(name string) *server {
 	return startTurbine(c.t, name, "turbine frontend serving", args...)
 }
 
-func (c *localCluster) node(id string, workers int) *server {
+func (c *localCluster) node(id string, workers int, extra ...string) *server {
 	c.t.Helper()
 	args := append([]string{"node", "--node-id", id, "--workers", strconv.Itoa(workers), "--heartbeat", "200ms",
 		"--speedup-ratio", "50"}, c.clusterArgs()...)
-	return startTurbine(c.t, id, "node agent joined the cluster", args...)
+	return startTurbine(c.t, id, "node agent joined the cluster", append(args, extra...)...)
 }
 
 // chat sends one non-streaming chat request and returns the usage.
@@ -305,4 +308,105 @@ func TestClusterFrontendFetchesTokenizerFiles(t *testing.T) {
 	if err != nil || len(fetched) != 1 {
 		t.Fatalf("frontend's model cache holds %v (%v), want one fetched tokenizer.json", fetched, err)
 	}
+}
+
+// SIGTERM to a node under load: its workers leave routing at once, the streams they are
+// serving run to their end within the drain timeout, and the node exits cleanly.
+func TestClusterNodeDrainsOnSIGTERM(t *testing.T) {
+	c := newLocalCluster(t)
+	fe := c.frontend("frontend")
+	n1 := c.node("node-1", 1, "--speedup-ratio", "5", "--drain-timeout", "60s")
+	c.node("node-2", 1, "--speedup-ratio", "5")
+	fe.waitReady(model, 2)
+
+	const streams, maxTokens = 8, 120
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	type result struct {
+		worker, finish string
+		tokens         int64
+		err            error
+	}
+	results := make(chan result, streams)
+	started := make(chan struct{}, streams)
+	for i := 0; i < streams; i++ {
+		go func(i int) {
+			cl := sdk(fe)
+			st := cl.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+				Model:         model,
+				Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("drain %d", i))},
+				MaxTokens:     openai.Int(maxTokens),
+				StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+			}, option.WithJSONSet("ignore_eos", true))
+			var r result
+			first := true
+			for st.Next() {
+				ch := st.Current()
+				if first && len(ch.Choices) > 0 {
+					first = false
+					started <- struct{}{}
+				}
+				for _, c := range ch.Choices {
+					if c.FinishReason != "" {
+						r.finish = c.FinishReason
+					}
+				}
+				if ch.Usage.CompletionTokens > 0 {
+					r.tokens = ch.Usage.CompletionTokens
+				}
+			}
+			r.err = st.Err()
+			results <- r
+		}(i)
+	}
+	for i := 0; i < streams; i++ {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("streams did not start")
+		}
+	}
+	if err := n1.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	fe.waitFor(10*time.Second, "node-1's worker to leave routing", func() bool { return len(workersOn(fe, "node-1")) == 0 })
+	for i := 0; i < streams; i++ {
+		r := <-results
+		if r.err != nil || r.finish != "length" || r.tokens != maxTokens {
+			t.Errorf("stream %d: finish %q, %d tokens, error %v; want length, %d tokens, no error", i, r.finish, r.tokens, r.err, maxTokens)
+		}
+	}
+	select {
+	case <-n1.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("node-1 did not exit after draining")
+	}
+	if err := n1.cmd.Wait(); err != nil {
+		t.Fatalf("node-1 exit: %v", err)
+	}
+	// Drained, not migrated: the streams finished on the node that was stopping.
+	if !strings.Contains(n1.Logs(), "draining workers") {
+		t.Fatalf("node-1 did not log draining its workers:\n%s", n1.Logs())
+	}
+	if n := metricSum(fe, "turbine_frontend_migrations_total"); n != 0 {
+		t.Fatalf("%v streams migrated; a draining node should finish them itself", n)
+	}
+	mustChat(t, fe, 2, "after node-1 drained")
+}
+
+// metricSum adds up every series of a metric on s's /metrics.
+func metricSum(s *server, name string) float64 {
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if n, _, v, ok := parseMetricLine(line); ok && n == name {
+			total += v
+		}
+	}
+	return total
 }

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -50,6 +51,8 @@ type Options struct {
 	options.Launch
 	options.Cluster
 	options.Log
+	options.Canary
+	DrainTimeout       time.Duration
 	NodeID             string
 	Workers            int
 	EngineName         string
@@ -62,11 +65,12 @@ type Options struct {
 func Defaults() Options {
 	host, _ := os.Hostname()
 	return Options{Engine: options.DefaultEngine(), Launch: options.DefaultLaunch(), Cluster: options.DefaultCluster(),
-		Log: options.DefaultLog(), NodeID: host, Workers: 2, EngineName: launcher.EngineMocker}
+		Log: options.DefaultLog(), Canary: options.DefaultCanary(), DrainTimeout: options.DefaultDrainTimeout,
+		NodeID: host, Workers: 2, EngineName: launcher.EngineMocker}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
-	fs.StringVar(&o.NodeID, "node-id", o.NodeID, "node name, unique in the cluster; workers are named <node-id>-<n> (default: host name; set it when several nodes share a machine)")
+	fs.StringVar(&o.NodeID, "node-id", o.NodeID, "node name, unique in the cluster; workers are named <node-id>-<n> (set it when several nodes share a machine; the default is the host name)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers started at boot (0: none until asked)")
 	fs.StringVar(&o.EngineName, "engine", o.EngineName, "engine of the workers started at boot: mocker, "+strings.Join(launcher.Engines, ", "))
 	fs.IntVar(&o.TensorParallelSize, "tensor-parallel-size", o.TensorParallelSize, "GPUs pinned to each worker started at boot (0: none for the mocker, 1 for real engines)")
@@ -75,6 +79,9 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Launch.Flags(fs)
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
+	o.Canary.Flags(fs)
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
+		"on SIGTERM, how long the workers' requests in flight may run to their end (they leave routing at once) before the rest are ended as migratable")
 }
 
 // Validate checks the options; errors name the flag.
@@ -89,7 +96,10 @@ func (o *Options) Validate() error {
 	case o.TensorParallelSize < 0 || o.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size %d: want 0..64", o.TensorParallelSize)
 	}
-	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Cluster.Validate()} {
+	if o.DrainTimeout < 0 {
+		return fmt.Errorf("--drain-timeout %v: must be ≥ 0", o.DrainTimeout)
+	}
+	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Cluster.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -138,6 +148,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, stop := cli.SignalContext(ctx)
 	defer stop()
 	gpus, cpuOnly := discover(log, os.Getenv(FakeGPUsEnv))
+	// Boot workers this machine cannot place fail here, before the node joins the cluster.
+	if need := o.bootTensorParallelSize() * o.Workers; need > len(gpus) {
+		why := ""
+		if cpuOnly {
+			why = " (no NVML driver)"
+		}
+		return fmt.Errorf("--workers %d × --tensor-parallel-size %d needs %d GPUs; this node has %d%s",
+			o.Workers, o.bootTensorParallelSize(), need, len(gpus), why)
+	}
 	b := &builder{o: o, boot: card, self: self, selfErr: selfErr}
 	log.Info().Str("engine", o.EngineName).Str("model", o.Model).Str("served_model_name", card.Model).
 		Str("tokenizer", card.Tokenizer).Int32("context_length", card.ContextLength).Int32("kv_block_size", card.KvBlockSize).
@@ -222,6 +241,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 			cfg.Router, cfg.Catalog = worker.GrainClients(m.Cluster, cfg.Card.Model, catalog.Identity,
 				worker.GrainTimeout(o.Heartbeat))
 			cfg.Logger = log
+			cfg.CanaryInterval = o.CanaryInterval
 			return worker.Props(cfg)
 		}})
 	if err != nil {
@@ -248,5 +268,32 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		log.Info().Str("worker", reply.WorkerId).Ints32("gpus", reply.Gpus).Msg("worker started")
 	}
 	<-ctx.Done()
+	select {
+	case <-m.Lost(): // the member is gone: nobody can reach these workers to drain them
+	default:
+		drainWorkers(root, pid, o.DrainTimeout, log)
+	}
 	return nil
+}
+
+// drainWorkers drains every worker of the node agent at pid in parallel (they leave
+// routing at once; requests in flight get grace to finish, the rest end as migratable)
+// and returns once all have stopped.
+func drainWorkers(root *actor.RootContext, pid *actor.PID, grace time.Duration, log zerolog.Logger) {
+	res, err := root.RequestFuture(pid, &messages.NodeStatusRequest{}, 5*time.Second).Result()
+	st, _ := res.(*messages.NodeStatus)
+	if err != nil || st == nil {
+		log.Warn().Err(err).Msg("node status unavailable: stopping workers without draining")
+		return
+	}
+	log.Info().Int("workers", len(st.Workers)).Dur("grace", grace).Msg("draining workers")
+	var wg sync.WaitGroup
+	for _, w := range st.Workers {
+		wg.Add(1)
+		go func(ref *messages.ActorRef) {
+			defer wg.Done()
+			worker.DrainAndStop(root, actor.NewPID(ref.Address, ref.Id), grace)
+		}(w.Worker)
+	}
+	wg.Wait()
 }

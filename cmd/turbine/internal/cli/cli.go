@@ -63,8 +63,8 @@ func ParseCommand(fs *flag.FlagSet, args []string) (help bool, err error) {
 // "console"), JSON otherwise; level is a zerolog level name.
 func Logger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		return zerolog.Logger{}, fmt.Errorf("--log-level %q: %v", level, err)
+	if err != nil || level == "" {
+		return zerolog.Logger{}, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	var out io.Writer = w
 	switch format {
