@@ -17,6 +17,17 @@ var errCancelled = errors.New("worker: request cancelled")
 // they get a migratable error chunk, so that another worker completes them.
 var errDraining = errors.New("worker: draining (shutting down)")
 
+// errEngineFrozen is the cause of requests ended because their engine stopped answering
+// (maxFailedScrapes load scrapes in a row): a migratable error chunk lets another worker
+// complete them instead of leaving them stalled on a frozen process.
+var errEngineFrozen = errors.New("worker: engine does not answer")
+
+// handedOver reports whether a request cancelled with cause is ended with a migratable
+// error chunk rather than silently (a caller's own cancellation).
+func handedOver(cause error) bool {
+	return errors.Is(cause, errDraining) || errors.Is(cause, errEngineFrozen)
+}
+
 // generate starts m on the engine; chunks go to m.ReplyTo, at most the granted credits
 // ahead of the receiver (initial_credits 0 means no flow control).
 func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
@@ -96,9 +107,9 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 		return nil
 	})
 	if ctx.Err() != nil {
-		if errors.Is(context.Cause(ctx), errDraining) && !finished {
+		if cause := context.Cause(ctx); handedOver(cause) && !finished {
 			send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
-				Error: errDraining.Error(), Migratable: true})
+				Error: cause.Error(), Migratable: true})
 		}
 		return errCancelled
 	}

@@ -383,7 +383,11 @@ func (w *workerActor) onScrape(m heartbeatDone) {
 	}
 	w.failedScrapes++
 	if w.failedScrapes == maxFailedScrapes {
-		w.log.Warn().Int("unanswered_scrapes", w.failedScrapes).Msg("engine does not answer: out of routing until it does")
+		w.log.Warn().Int("unanswered_scrapes", w.failedScrapes).Int("in_flight", len(w.requests)).
+			Msg("engine does not answer: out of routing until it does; its requests handed back for migration")
+		for _, r := range w.requests {
+			r.cancel(errEngineFrozen)
+		}
 	}
 }
 

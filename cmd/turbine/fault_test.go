@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -142,4 +143,69 @@ func TestE2EAllEnginesDownIs503(t *testing.T) {
 		return st != nil && st.Ready
 	})
 	servedBy(t, s, "hello again")
+}
+
+// TestE2EStreamOnFrozenEngineMigrates freezes (SIGSTOP) the engine serving a stream: once
+// the worker finds it unresponsive it hands the request back, and the stream finishes on
+// the other worker with every token (no client-side timeout needed).
+func TestE2EStreamOnFrozenEngineMigrates(t *testing.T) {
+	s := startServe(t, 2, "--speedup-ratio", "5")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const maxTokens = 300
+	resp, err := s.postJSON(ctx, "/v1/completions", map[string]any{"model": model, "prompt": "frozen river",
+		"max_tokens": maxTokens, "ignore_eos": true, "stream": true, "seed": 3,
+		"stream_options": map[string]any{"include_usage": true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	w := resp.Header.Get("X-Turbine-Worker")
+	if resp.StatusCode != http.StatusOK || w == "" {
+		t.Fatalf("status %d, worker %q", resp.StatusCode, w)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	frozen, finish, completion := false, "", 0
+	for sc.Scan() {
+		line := strings.TrimPrefix(sc.Text(), "data: ")
+		if line == "" || line == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Error any `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &ch); err != nil {
+			t.Fatalf("bad frame %q: %v", line, err)
+		}
+		if ch.Error != nil {
+			t.Fatalf("stream failed: %s", line)
+		}
+		if !frozen && len(ch.Choices) > 0 {
+			s.freezeEngine(t, w)
+			frozen = true
+		}
+		for _, c := range ch.Choices {
+			if c.FinishReason != nil {
+				finish = *c.FinishReason
+			}
+		}
+		if ch.Usage != nil {
+			completion = ch.Usage.CompletionTokens
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if finish != "length" || completion != maxTokens {
+		t.Fatalf("finish %q with %d completion tokens, want length with %d", finish, completion, maxTokens)
+	}
+	if !strings.Contains(s.Logs(), "handed back for migration") {
+		t.Fatalf("the frozen engine's worker did not hand the request back:\n%s", s.Logs())
+	}
 }
