@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Summary is a run's report, written as JSON. Latencies are in milliseconds and cover
+// the requests that succeeded; throughputs count successful requests and their tokens.
+type Summary struct {
+	Label    string `json:"label"`    // names the run in comparisons
+	Workload string `json:"workload"` // what was sent
+	URL      string `json:"url"`
+	Model    string `json:"model"`
+
+	Requests  int            `json:"requests"`
+	Succeeded int            `json:"succeeded"`
+	Failed    int            `json:"failed"`
+	Errors    map[string]int `json:"errors"` // failures by kind
+
+	DurationS         float64 `json:"duration_s"`          // first send → last answer
+	RequestThroughput float64 `json:"request_throughput"`  // successful requests/s
+	OutputThroughput  float64 `json:"output_tokens_per_s"` // output tokens of successful requests/s
+	InputTokens       int64   `json:"input_tokens"`        // prompt tokens of successful requests
+	OutputTokens      int64   `json:"output_tokens"`       // output tokens of successful requests
+
+	TTFT Dist `json:"ttft_ms"`
+	ITL  Dist `json:"itl_ms"`
+	E2E  Dist `json:"e2e_ms"`
+
+	// PrefixCacheHitRate is cached / prompt tokens over the successful requests whose
+	// usage reported prompt_tokens_details.cached_tokens; null when none did.
+	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
+	PromptTokens       int64    `json:"prompt_tokens"` // of those requests
+	CachedTokens       int64    `json:"cached_tokens"` // of those requests
+
+	// TTFTCDF and ITLCDF are the 0th, 1st, …, 100th percentiles (ms), for plots.
+	TTFTCDF []float64 `json:"ttft_cdf_ms"`
+	ITLCDF  []float64 `json:"itl_cdf_ms"`
+	// Throughput is output tokens/s (every token-bearing frame received, failed requests
+	// included) in consecutive buckets of ThroughputBucketS from the start of the run.
+	ThroughputBucketS float64   `json:"throughput_bucket_s"`
+	Throughput        []float64 `json:"throughput_tokens_per_s"`
+}
+
+// throughputBuckets is how many buckets the throughput series has.
+const throughputBuckets = 60
+
+// Summarize reports an outcome.
+func Summarize(o Outcome) Summary {
+	s := Summary{Requests: len(o.Results), Errors: map[string]int{}, DurationS: o.Duration.Seconds()}
+	var ttft, itl, e2e []float64
+	var known bool
+	for _, r := range o.Results {
+		if r.Error != "" {
+			s.Failed++
+			s.Errors[r.Error]++
+			continue
+		}
+		s.Succeeded++
+		s.InputTokens += int64(r.InputLength)
+		s.OutputTokens += int64(r.OutputTokens)
+		ttft = append(ttft, ms(r.TTFT))
+		e2e = append(e2e, ms(r.E2E))
+		for _, g := range r.ITL {
+			itl = append(itl, ms(g))
+		}
+		if r.CachedKnown {
+			known = true
+			s.PromptTokens += int64(r.PromptTokens)
+			s.CachedTokens += int64(r.CachedTokens)
+		}
+	}
+	s.TTFT, s.ITL, s.E2E = Describe(ttft), Describe(itl), Describe(e2e)
+	s.TTFTCDF, s.ITLCDF = quantiles(ttft), quantiles(itl)
+	if known && s.PromptTokens > 0 {
+		rate := float64(s.CachedTokens) / float64(s.PromptTokens)
+		s.PrefixCacheHitRate = &rate
+	}
+	if o.Duration > 0 {
+		s.RequestThroughput = float64(s.Succeeded) / o.Duration.Seconds()
+		s.OutputThroughput = float64(s.OutputTokens) / o.Duration.Seconds()
+		s.ThroughputBucketS, s.Throughput = throughput(o)
+	}
+	return s
+}
+
+// throughput buckets the arrival times of every token-bearing frame.
+func throughput(o Outcome) (bucketS float64, perS []float64) {
+	bucket := max(o.Duration/throughputBuckets, time.Millisecond)
+	n := int(o.Duration/bucket) + 1
+	counts := make([]float64, n)
+	for _, r := range o.Results {
+		if r.TTFT == 0 {
+			continue
+		}
+		t := r.Start + r.TTFT
+		counts[min(int(t/bucket), n-1)]++
+		for _, g := range r.ITL {
+			t += g
+			counts[min(int(t/bucket), n-1)]++
+		}
+	}
+	for i := range counts {
+		counts[i] /= bucket.Seconds()
+	}
+	return bucket.Seconds(), counts
+}
+
+// WriteSummary writes s as indented JSON.
+func WriteSummary(w io.Writer, s Summary) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// ReadSummary reads a summary written by WriteSummary.
+func ReadSummary(r io.Reader, name string) (Summary, error) {
+	var s Summary
+	if err := json.NewDecoder(r).Decode(&s); err != nil {
+		return s, fmt.Errorf("bench: %s: not a benchmark summary: %v", name, err)
+	}
+	return s, nil
+}
+
+// CSVHeader is the header of the per-request CSV (times in milliseconds).
+var CSVHeader = []string{"index", "start_ms", "ttft_ms", "itl_mean_ms", "e2e_ms", "input_tokens",
+	"prompt_tokens", "cached_tokens", "output_tokens", "error", "detail"}
+
+// WriteCSV writes one row per result under CSVHeader. cached_tokens is empty when the
+// server did not report it; ttft_ms and itl_mean_ms are empty when there was no token.
+func WriteCSV(w io.Writer, results []Result) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
+	for _, r := range results {
+		ttft, itl, cached := "", "", ""
+		if r.TTFT > 0 {
+			ttft = f(ms(r.TTFT))
+		}
+		if len(r.ITL) > 0 {
+			var sum time.Duration
+			for _, g := range r.ITL {
+				sum += g
+			}
+			itl = f(ms(sum) / float64(len(r.ITL)))
+		}
+		if r.CachedKnown {
+			cached = strconv.Itoa(r.CachedTokens)
+		}
+		row := []string{strconv.Itoa(r.Index), f(ms(r.Start)), ttft, itl, f(ms(r.E2E)), strconv.Itoa(r.InputLength),
+			strconv.Itoa(r.PromptTokens), cached, strconv.Itoa(r.OutputTokens), r.Error, strings.ReplaceAll(r.Detail, "\n", " ")}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultBlockTokens is the Mooncake trace's block size: one hash id per 512 prompt tokens.
+const DefaultBlockTokens = 512
+
+// Request is one request of a workload.
+type Request struct {
+	Arrival      time.Duration // offset from the start of the run
+	InputLength  int           // prompt tokens
+	OutputLength int           // tokens to generate (max_tokens, with ignore_eos)
+	// HashIDs holds one id per block of the prompt, prefix-chained: two requests share
+	// their first k blocks of tokens exactly when their first k ids are equal.
+	HashIDs []int64
+}
+
+// mooncakeLine is one line of a Mooncake trace.
+type mooncakeLine struct {
+	Timestamp    *float64 `json:"timestamp"`     // ms from the trace start
+	InputLength  int      `json:"input_length"`  // tokens
+	OutputLength int      `json:"output_length"` // tokens
+	HashIDs      []int64  `json:"hash_ids"`
+}
+
+// ReadMooncake reads a Mooncake JSONL trace (timestamp in ms, input_length,
+// output_length, hash_ids with one id per blockTokens tokens) from r, at most limit
+// requests (0: all). Blank lines are skipped. Errors name the source and line.
+func ReadMooncake(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
+	if blockTokens < 1 {
+		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
+	}
+	var out []Request
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for line := 1; sc.Scan() && (limit <= 0 || len(out) < limit); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var m mooncakeLine
+		if err := json.Unmarshal([]byte(text), &m); err != nil {
+			return nil, fmt.Errorf("bench: %s:%d: %v", name, line, err)
+		}
+		if err := m.check(blockTokens); err != nil {
+			return nil, fmt.Errorf("bench: %s:%d: %v", name, line, err)
+		}
+		out = append(out, Request{
+			Arrival:      time.Duration(*m.Timestamp * float64(time.Millisecond)),
+			InputLength:  m.InputLength,
+			OutputLength: m.OutputLength,
+			HashIDs:      m.HashIDs,
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("bench: %s: %v", name, err)
+	}
+	return out, nil
+}
+
+func (m mooncakeLine) check(blockTokens int) error {
+	switch {
+	case m.Timestamp == nil:
+		return errors.New("no timestamp")
+	case *m.Timestamp < 0:
+		return fmt.Errorf("timestamp %v ms: want >= 0", *m.Timestamp)
+	case m.InputLength <= 0:
+		return fmt.Errorf("input_length %d: want > 0", m.InputLength)
+	case m.OutputLength < 0:
+		return fmt.Errorf("output_length %d: want >= 0", m.OutputLength)
+	case len(m.HashIDs) != (m.InputLength+blockTokens-1)/blockTokens:
+		return fmt.Errorf("input_length %d does not match %d hash_ids of %d tokens", m.InputLength, len(m.HashIDs), blockTokens)
+	}
+	return nil
+}
+
+// azureLayout is the Azure trace's TIMESTAMP format (fractional seconds of any length).
+const azureLayout = "2006-01-02 15:04:05.999999999"
+
+// ReadAzure reads an Azure LLM inference trace (CSV with a header naming TIMESTAMP,
+// ContextTokens and GeneratedTokens, in any order and case) from r, at most limit
+// requests (0: all). Arrivals are offsets from the first row's timestamp. The trace has
+// no prefix information, so every prompt gets blocks of its own (blockTokens tokens
+// each) that no other request shares. Errors name the source and line.
+func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
+	if blockTokens < 1 {
+		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
+	}
+	cr := csv.NewReader(r)
+	header, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: header: %v", name, err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[strings.ToLower(strings.TrimSpace(h))] = i
+	}
+	iTime, ok1 := col["timestamp"]
+	iCtx, ok2 := col["contexttokens"]
+	iGen, ok3 := col["generatedtokens"]
+	if !ok1 || !ok2 || !ok3 {
+		return nil, fmt.Errorf("bench: %s: header %q: want TIMESTAMP, ContextTokens and GeneratedTokens columns", name, header)
+	}
+	var out []Request
+	var first time.Time
+	ids := newIDSource()
+	for line := 2; limit <= 0 || len(out) < limit; line++ {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s:%d: %v", name, line, err)
+		}
+		ts, err := time.Parse(azureLayout, strings.TrimSpace(rec[iTime]))
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s:%d: TIMESTAMP %q: want %s", name, line, rec[iTime], azureLayout)
+		}
+		in, err1 := strconv.Atoi(strings.TrimSpace(rec[iCtx]))
+		gen, err2 := strconv.Atoi(strings.TrimSpace(rec[iGen]))
+		if err1 != nil || in <= 0 {
+			return nil, fmt.Errorf("bench: %s:%d: ContextTokens %q: want a positive integer", name, line, rec[iCtx])
+		}
+		if err2 != nil || gen < 0 {
+			return nil, fmt.Errorf("bench: %s:%d: GeneratedTokens %q: want a non-negative integer", name, line, rec[iGen])
+		}
+		if len(out) == 0 {
+			first = ts
+		}
+		if ts.Before(first) {
+			return nil, fmt.Errorf("bench: %s:%d: TIMESTAMP %s is before the first row's", name, line, rec[iTime])
+		}
+		out = append(out, Request{Arrival: ts.Sub(first), InputLength: in, OutputLength: gen, HashIDs: ids.next(in, blockTokens)})
+	}
+	return out, nil
+}
+
+// Synthetic returns n requests of isl prompt tokens and osl output tokens with prompts
+// that share nothing. rate > 0 gives Poisson arrivals of that many requests per second
+// drawn from rng; rate == 0 makes them all arrive at once (a closed loop, paced by the
+// runner's concurrency).
+func Synthetic(n, isl, osl, blockTokens int, rate float64, rng *rand.Rand) ([]Request, error) {
+	switch {
+	case n < 1:
+		return nil, fmt.Errorf("bench: %d requests: want at least 1", n)
+	case isl < 1:
+		return nil, fmt.Errorf("bench: input length %d: want at least 1", isl)
+	case osl < 0:
+		return nil, fmt.Errorf("bench: output length %d: want >= 0", osl)
+	case rate < 0:
+		return nil, fmt.Errorf("bench: rate %v requests/s: want >= 0", rate)
+	case blockTokens < 1:
+		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
+	}
+	out := make([]Request, n)
+	ids := newIDSource()
+	var at float64 // seconds
+	for i := range out {
+		if rate > 0 && i > 0 {
+			at += rng.ExpFloat64() / rate
+		}
+		out[i] = Request{Arrival: time.Duration(at * float64(time.Second)), InputLength: isl, OutputLength: osl, HashIDs: ids.next(isl, blockTokens)}
+	}
+	return out, nil
+}
+
+// Scale multiplies every arrival by factor (0.5 replays twice as fast).
+func Scale(reqs []Request, factor float64) {
+	for i := range reqs {
+		reqs[i].Arrival = time.Duration(float64(reqs[i].Arrival) * factor)
+	}
+}
+
+// idSource hands out hash ids above any a Mooncake trace uses, so that synthesized
+// prompts of traces without prefix information share no block.
+type idSource struct{ n int64 }
+
+func newIDSource() *idSource { return &idSource{n: 1 << 48} }
+
+func (s *idSource) next(tokens, blockTokens int) []int64 {
+	ids := make([]int64, (tokens+blockTokens-1)/blockTokens)
+	for i := range ids {
+		ids[i] = s.n
+		s.n++
+	}
+	return ids
+}

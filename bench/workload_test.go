@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReadMooncake(t *testing.T) {
+	f, err := os.Open("testdata/mooncake.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	reqs, err := ReadMooncake(f, "mooncake.jsonl", DefaultBlockTokens, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Request{
+		{0, 1000, 12, []int64{0, 1}},
+		{0, 1100, 3, []int64{0, 1, 2}},
+		{1500 * time.Millisecond, 512, 0, []int64{7}},
+		{3027 * time.Millisecond, 1600, 40, []int64{0, 8, 9, 10}},
+	}
+	if len(reqs) != len(want) {
+		t.Fatalf("%d requests, want %d", len(reqs), len(want))
+	}
+	for i := range want {
+		g, w := reqs[i], want[i]
+		if g.Arrival != w.Arrival || g.InputLength != w.InputLength || g.OutputLength != w.OutputLength || !slices.Equal(g.HashIDs, w.HashIDs) {
+			t.Errorf("request %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func TestReadMooncakeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		block    int
+		want     string
+	}{
+		{"not json", "{", 512, "x.jsonl:1"},
+		{"ids do not match length", `{"timestamp":0,"input_length":1025,"output_length":1,"hash_ids":[1,2]}`, 512, "does not match 2 hash_ids"},
+		{"other block size", `{"timestamp":0,"input_length":1025,"output_length":1,"hash_ids":[1,2]}`, 1024, ""},
+		{"no timestamp", `{"input_length":1,"output_length":1,"hash_ids":[1]}`, 512, "no timestamp"},
+		{"negative output", `{"timestamp":0,"input_length":1,"output_length":-1,"hash_ids":[1]}`, 512, "output_length -1"},
+		{"empty input", `{"timestamp":0,"input_length":0,"output_length":1,"hash_ids":[]}`, 512, "input_length 0"},
+		{"second line", "{\"timestamp\":0,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}\n[]", 512, "x.jsonl:2"},
+		{"zero block", `{}`, 0, "block size 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadMooncake(strings.NewReader(tc.in), "x.jsonl", tc.block, 0)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadMooncakeLimit(t *testing.T) {
+	f, err := os.Open("testdata/mooncake.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	reqs, err := ReadMooncake(f, "mooncake.jsonl", DefaultBlockTokens, 2)
+	if err != nil || len(reqs) != 2 {
+		t.Fatalf("%d requests, %v; want 2", len(reqs), err)
+	}
+}
+
+func TestReadAzure(t *testing.T) {
+	f, err := os.Open("testdata/azure.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	reqs, err := ReadAzure(f, "azure.csv", 512, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		at      time.Duration
+		in, out int
+	}{{0, 374, 44}, {4314579 * time.Microsecond, 1396, 109}, {4419410 * time.Microsecond, 20, 0}}
+	if len(reqs) != len(want) {
+		t.Fatalf("%d requests, want %d", len(reqs), len(want))
+	}
+	seen := map[int64]bool{}
+	for i, w := range want {
+		g := reqs[i]
+		if g.Arrival != w.at || g.InputLength != w.in || g.OutputLength != w.out {
+			t.Errorf("request %d = %v %d %d, want %v %d %d", i, g.Arrival, g.InputLength, g.OutputLength, w.at, w.in, w.out)
+		}
+		if len(g.HashIDs) != (w.in+511)/512 {
+			t.Errorf("request %d: %d hash ids for %d tokens", i, len(g.HashIDs), w.in)
+		}
+		for _, h := range g.HashIDs {
+			if seen[h] {
+				t.Errorf("request %d: hash id %d shared, but the Azure trace has no prefix information", i, h)
+			}
+			seen[h] = true
+		}
+	}
+}
+
+func TestReadAzureErrors(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"missing column", "TIMESTAMP,ContextTokens\n", "GeneratedTokens"},
+		{"bad time", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", "x.csv:2: TIMESTAMP"},
+		{"bad context", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,0,1\n", "ContextTokens"},
+		{"bad generated", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,x\n", "GeneratedTokens"},
+		{"going back", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,1\n2023-11-16 18:15:45,3,1\n", "x.csv:3"},
+		{"empty", "", "header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadAzure(strings.NewReader(tc.in), "x.csv", 512, 0)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSynthetic(t *testing.T) {
+	const n, rate = 2000, 50.0
+	reqs, err := Synthetic(n, 100, 7, 64, rate, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs[0].Arrival != 0 || !slices.IsSortedFunc(reqs, func(a, b Request) int { return int(a.Arrival - b.Arrival) }) {
+		t.Fatal("Poisson arrivals must start at 0 and never go back")
+	}
+	// The mean gap of n exponential gaps of mean 1/rate is within 10 % (about 4.5
+	// standard deviations) of 1/rate.
+	mean := reqs[n-1].Arrival.Seconds() / (n - 1)
+	if mean < 0.9/rate || mean > 1.1/rate {
+		t.Errorf("mean gap %.4f s, want about %.4f", mean, 1/rate)
+	}
+	if r := reqs[5]; r.InputLength != 100 || r.OutputLength != 7 || len(r.HashIDs) != 2 {
+		t.Errorf("request = %+v, want 100 in, 7 out, 2 blocks of 64", r)
+	}
+	closed, err := Synthetic(3, 10, 1, 64, 0, nil)
+	if err != nil || closed[2].Arrival != 0 {
+		t.Fatalf("rate 0: %v, %v; want all arrivals at 0", closed, err)
+	}
+	for _, bad := range [][4]float64{{0, 1, 1, 1}, {1, 0, 1, 1}, {1, 1, -1, 1}, {1, 1, 1, -1}} {
+		if _, err := Synthetic(int(bad[0]), int(bad[1]), int(bad[2]), 64, bad[3], nil); err == nil {
+			t.Errorf("Synthetic%v: no error", bad)
+		}
+	}
+}
+
+func TestScale(t *testing.T) {
+	reqs := []Request{{Arrival: 2 * time.Second}, {Arrival: 3 * time.Second}}
+	Scale(reqs, 0.5)
+	if reqs[0].Arrival != time.Second || reqs[1].Arrival != 1500*time.Millisecond {
+		t.Fatalf("arrivals %v %v, want 1s 1.5s", reqs[0].Arrival, reqs[1].Arrival)
+	}
+}
+
+func TestTokensShareBlocks(t *testing.T) {
+	const block = 16
+	for _, tc := range []struct {
+		name   string
+		a, b   Request
+		shared int // leading tokens equal
+	}{
+		{"same prefix", Request{InputLength: 40, HashIDs: []int64{1, 2, 3}}, Request{InputLength: 48, HashIDs: []int64{1, 2, 4}}, 32},
+		{"first block differs", Request{InputLength: 16, HashIDs: []int64{1}}, Request{InputLength: 16, HashIDs: []int64{2}}, 0},
+		{"one a prefix of the other", Request{InputLength: 20, HashIDs: []int64{5, 6}}, Request{InputLength: 30, HashIDs: []int64{5, 6}}, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := Tokens(tc.a, block)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := Tokens(tc.b, block)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a) != tc.a.InputLength || len(b) != tc.b.InputLength {
+				t.Fatalf("lengths %d %d, want %d %d", len(a), len(b), tc.a.InputLength, tc.b.InputLength)
+			}
+			n := 0
+			for n < min(len(a), len(b)) && a[n] == b[n] {
+				n++
+			}
+			if n != tc.shared {
+				t.Fatalf("%d leading tokens shared, want %d", n, tc.shared)
+			}
+			for _, tok := range a {
+				if tok < firstToken || tok >= firstToken+tokenRange {
+					t.Fatalf("token %d outside [%d, %d)", tok, firstToken, firstToken+tokenRange)
+				}
+			}
+		})
+	}
+	if _, err := Tokens(Request{InputLength: 33, HashIDs: []int64{1, 2}}, block); err == nil {
+		t.Error("2 blocks of 16 for 33 tokens: no error")
+	}
+}
+
+// TestTokensStable pins the synthesis: the same hash id gives the same block in every
+// version, so results stay comparable across runs (and with cmd/turbine's replay test,
+// which uses the same seeding).
+func TestTokensStable(t *testing.T) {
+	got, err := Tokens(Request{InputLength: 4, HashIDs: []int64{0}}, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint32{71250, 60277, 21543, 24553}; !slices.Equal(got, want) {
+		t.Fatalf("first tokens of hash id 0 = %v, want %v", got, want)
+	}
+}
