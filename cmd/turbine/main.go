@@ -9,6 +9,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/turbine-llm/turbine/cmd/turbine/bench"
 	"github.com/turbine-llm/turbine/cmd/turbine/frontend"
 	"github.com/turbine-llm/turbine/cmd/turbine/mocker"
 	"github.com/turbine-llm/turbine/cmd/turbine/node"
@@ -26,6 +27,7 @@ var commands = []command{
 	{"frontend", "run a cluster frontend: OpenAI API for every model, hosting the routers", frontend.Run},
 	{"node", "run a machine's node agent and its workers (engines pinned to GPUs)", node.Run},
 	{"mocker", "run the mock engine (vLLM HTTP dialect and KV events, no GPU)", mocker.Run},
+	{"bench", "measure an OpenAI-compatible endpoint under a trace or a synthetic load", bench.Run},
 }
 
 func main() {

@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// Plot writes an SVG of three panels to w: the TTFT CDF, the ITL CDF (both in ms) and
+// output-token throughput over time, with one series per summary, named by its Label.
+func Plot(w io.Writer, runs []Summary) error {
+	if len(runs) == 0 {
+		return fmt.Errorf("bench: nothing to plot")
+	}
+	ttft := newPanel("TTFT CDF", "TTFT (ms)", "fraction of requests")
+	itl := newPanel("ITL CDF", "inter-token latency (ms)", "fraction of gaps")
+	tput := newPanel("Output throughput", "time since start (s)", "tokens/s")
+	for i, s := range runs {
+		name := s.Label
+		if name == "" {
+			name = fmt.Sprintf("run %d", i+1)
+		}
+		for _, series := range []struct {
+			p   *plot.Plot
+			xys plotter.XYs
+		}{{ttft, cdf(s.TTFTCDF)}, {itl, cdf(s.ITLCDF)}, {tput, overTime(s.ThroughputBucketS, s.Throughput)}} {
+			if len(series.xys) == 0 {
+				continue
+			}
+			line, err := plotter.NewLine(series.xys)
+			if err != nil {
+				return fmt.Errorf("bench: plot %s: %v", name, err)
+			}
+			line.Color = plotutil.Color(i)
+			line.Dashes = plotutil.Dashes(i)
+			line.Width = vg.Points(1.5)
+			series.p.Add(line)
+			series.p.Legend.Add(name, line)
+		}
+	}
+	img := vgsvg.New(30*vg.Centimeter, 10*vg.Centimeter)
+	panels := [][]*plot.Plot{{ttft, itl, tput}}
+	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(panels, tiles, draw.New(img))
+	for j, p := range panels[0] {
+		p.Draw(canvases[0][j])
+	}
+	if _, err := img.WriteTo(w); err != nil {
+		return fmt.Errorf("bench: write SVG: %v", err)
+	}
+	return nil
+}
+
+func newPanel(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+// cdf turns 101 percentiles into (value, fraction) points.
+func cdf(q []float64) plotter.XYs {
+	xys := make(plotter.XYs, len(q))
+	for i, v := range q {
+		xys[i] = plotter.XY{X: v, Y: float64(i) / float64(max(len(q)-1, 1))}
+	}
+	return xys
+}
+
+// overTime places each bucket's rate at the bucket's middle.
+func overTime(bucketS float64, perS []float64) plotter.XYs {
+	xys := make(plotter.XYs, len(perS))
+	for i, v := range perS {
+		xys[i] = plotter.XY{X: (float64(i) + 0.5) * bucketS, Y: v}
+	}
+	return xys
+}

@@ -1,0 +1,38 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestPlot(t *testing.T) {
+	a := Summary{Label: "kv", TTFTCDF: quantiles([]float64{1, 2, 3}), ITLCDF: quantiles([]float64{0.5, 1}), ThroughputBucketS: 0.5, Throughput: []float64{10, 20, 5}}
+	b := Summary{Label: "round-robin", TTFTCDF: quantiles([]float64{2, 4}), ITLCDF: quantiles([]float64{1}), ThroughputBucketS: 1, Throughput: []float64{8}}
+	var buf bytes.Buffer
+	if err := Plot(&buf, []Summary{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	svg := buf.String()
+	for _, want := range []string{"<svg", "TTFT CDF", "ITL CDF", "Output throughput", "kv", "round-robin"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("SVG has no %q", want)
+		}
+	}
+	dec := xml.NewDecoder(&buf)
+	for {
+		if _, err := dec.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+	}
+	if err := Plot(io.Discard, nil); err == nil {
+		t.Error("Plot of no run: no error")
+	}
+	if err := Plot(io.Discard, []Summary{{Label: "empty"}}); err != nil {
+		t.Errorf("Plot of a run without samples: %v", err)
+	}
+}
