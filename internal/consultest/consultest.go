@@ -156,7 +156,45 @@ func (a *Agent) Stop() {
 }
 
 // Pause freezes the agent (SIGSTOP): its listeners accept connections but nothing answers.
-func (a *Agent) Pause() error { return a.signal(syscall.SIGSTOP) }
+// It returns once every thread of the agent is stopped (the signal is delivered to each
+// thread as it next runs, so a thread running right now could still answer).
+func (a *Agent) Pause() error {
+	if err := a.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	pid := a.cmd.Process.Pid
+	a.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for !allStopped(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consultest: agent %d not stopped 5 s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// allStopped reports whether every thread of process pid is in state T (stopped), from
+// /proc/<pid>/task/*/stat.
+func allStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false
+	}
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		// "pid (comm) S ...": the state follows the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume continues a paused agent (SIGCONT).
 func (a *Agent) Resume() error { return a.signal(syscall.SIGCONT) }
