@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/turbine-llm/turbine/engines"
@@ -37,7 +38,10 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	}
 	replyTo := actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id)
 	sys := c.ActorSystem()
-	send := func(ch *messages.TokenChunk) { sys.Root.Send(replyTo, ch) }
+	send := func(ch *messages.TokenChunk) {
+		w.progress.Store(time.Now().UnixNano())
+		sys.Root.Send(replyTo, ch)
+	}
 	if _, dup := w.requests[m.RequestId]; dup {
 		send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
 			Error: "worker: duplicate request id " + m.RequestId})
@@ -57,6 +61,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	w.canary.touch(w.cfg.Now())
 	r := &inflight{cancel: cancel, credits: make(chan int32, 1024), replyTo: replyTo}
 	w.requests[m.RequestId] = r
+	w.progress.Store(time.Now().UnixNano()) // a request just started counts as progress
 	c.Watch(replyTo)
 	self := c.Self()
 	engine := w.engine

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -127,11 +128,15 @@ type inflight struct {
 }
 
 type workerActor struct {
-	cfg    Config
-	log    zerolog.Logger
-	relay  *relay
-	ctx    context.Context // lives as long as the actor
-	cancel context.CancelFunc
+	cfg Config
+	log zerolog.Logger
+	// progress is when the engine last produced a chunk (Unix ns), written by the request
+	// goroutines: unanswered scrapes alone (a busy engine on a starved machine) do not make
+	// an engine frozen while its streams still move.
+	progress atomic.Int64
+	relay    *relay
+	ctx      context.Context // lives as long as the actor
+	cancel   context.CancelFunc
 
 	epoch         uint64
 	proc          *supervise.Process
@@ -383,12 +388,24 @@ func (w *workerActor) onScrape(m heartbeatDone) {
 	}
 	w.failedScrapes++
 	if w.failedScrapes == maxFailedScrapes {
-		w.log.Warn().Int("unanswered_scrapes", w.failedScrapes).Int("in_flight", len(w.requests)).
-			Msg("engine does not answer: out of routing until it does; its requests handed back for migration")
+		w.log.Warn().Int("unanswered_scrapes", w.failedScrapes).Msg("engine does not answer: out of routing until it does")
+	}
+	// Frozen, not merely slow: no scrape answered and no stream moved for a while. Its
+	// requests go back to their gateways (migratable) rather than wait on a stopped process.
+	stalled := time.Since(time.Unix(0, w.progress.Load()))
+	if w.failedScrapes >= maxFailedScrapes && len(w.requests) > 0 && stalled >= w.frozenAfter() {
+		w.log.Warn().Int("in_flight", len(w.requests)).Dur("no_progress_for", stalled.Round(time.Millisecond)).
+			Msg("engine frozen: its requests handed back for migration")
 		for _, r := range w.requests {
 			r.cancel(errEngineFrozen)
 		}
 	}
+}
+
+// frozenAfter is how long an engine that answers no scrape must also produce no chunk
+// before its requests are handed back: maxFailedScrapes heartbeats, at least 5 s.
+func (w *workerActor) frozenAfter() time.Duration {
+	return max(time.Duration(maxFailedScrapes)*w.cfg.Heartbeat, 5*time.Second)
 }
 
 // heartbeat scrapes the engine's load and registers with the Router grain and the

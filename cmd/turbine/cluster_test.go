@@ -410,3 +410,31 @@ func metricSum(s *server, name string) float64 {
 	}
 	return total
 }
+
+// kill -9 of a whole node process mid-stream, under 200 concurrent streams over three
+// nodes: every stream finishes with exactly the text of an undisturbed run (the mock
+// engine's tokens are a function of the seed and every token before them), the killed
+// node's streams migrated to the others.
+func TestClusterNodeKilledMidStreamMigrates(t *testing.T) {
+	c := newLocalCluster(t)
+	fe := c.frontend("frontend")
+	nodes := map[string]*server{}
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		nodes[id] = c.node(id, 1, "--speedup-ratio", "10")
+	}
+	fe.waitReady(model, 3)
+	const n, maxTokens = 200, 200
+	base := runStreamsN(t, fe, n, maxTokens, 2*time.Minute, nil)
+	for i, r := range base {
+		if r.transport != "" || r.errFrame != "" || !r.done || r.finish != "length" || r.completion != maxTokens {
+			t.Fatalf("undisturbed request %d: %+v", i, r)
+		}
+	}
+	victim := busiest(base)
+	node := nodes[victim[:strings.LastIndexByte(victim, '-')]]
+	if node == nil {
+		t.Fatalf("no node for worker %s", victim)
+	}
+	got := runStreamsN(t, fe, n, maxTokens, 2*time.Minute, func() { node.kill() })
+	checkMigrated(t, fe, 3, victim, base, got)
+}

@@ -21,8 +21,8 @@ import (
 // migrated stream must give exactly the text of an undisturbed run.
 
 const (
-	migRequests  = 60
-	migMaxTokens = 600
+	migRequests  = 200
+	migMaxTokens = 1200
 )
 
 // streamResult is what a client saw of one streaming completion.
@@ -40,11 +40,11 @@ type streamResult struct {
 
 // streamCompletion runs one streaming completion; first is called once the first text
 // arrives.
-func streamCompletion(ctx context.Context, s *server, i int, first func()) streamResult {
+func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first func()) streamResult {
 	start := time.Now()
 	resp, err := s.postJSON(ctx, "/v1/completions", map[string]any{
 		"model": model, "prompt": fmt.Sprintf("request %d: %s", i, longText("basalt"+strconv.Itoa(i%7), 20)),
-		"max_tokens": migMaxTokens, "ignore_eos": true, "seed": 1234, "stream": true,
+		"max_tokens": maxTokens, "ignore_eos": true, "seed": 1234, "stream": true,
 		"stream_options": map[string]any{"include_usage": true},
 	})
 	if err != nil {
@@ -108,22 +108,28 @@ func streamCompletion(ctx context.Context, s *server, i int, first func()) strea
 	return r
 }
 
-// runStreams runs migRequests concurrent streams; once every one has its first text (or
-// failed), during is called, when not nil.
+// runStreams runs migRequests concurrent streams of migMaxTokens; once every one has its
+// first text (or failed), during is called, when not nil.
 func runStreams(t *testing.T, s *server, during func()) []streamResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	return runStreamsN(t, s, migRequests, migMaxTokens, 45*time.Second, during)
+}
+
+// runStreamsN is runStreams with n streams of maxTokens each, all within limit.
+func runStreamsN(t *testing.T, s *server, n, maxTokens int, limit time.Duration, during func()) []streamResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	out := make([]streamResult, migRequests)
+	out := make([]streamResult, n)
 	t0 := time.Now()
 	var wg, firsts sync.WaitGroup
-	firsts.Add(migRequests)
+	firsts.Add(n)
 	for i := range out {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var once sync.Once
-			out[i] = streamCompletion(ctx, s, i, func() { once.Do(firsts.Done) })
+			out[i] = streamCompletion(ctx, s, i, maxTokens, func() { once.Do(firsts.Done) })
 			once.Do(firsts.Done) // a stream that failed before any text
 		}()
 	}
