@@ -53,6 +53,10 @@ type Config struct {
 	// QueueTimeout bounds a queued request's wait; then it gets 503 (default
 	// DefaultQueueTimeout).
 	QueueTimeout time.Duration
+	// RequestTimeout bounds a generation from its arrival to its last token; a request
+	// past it is cancelled in its engine and answered 504 (or, streaming, one error frame
+	// and [DONE]). Zero: no limit.
+	RequestTimeout time.Duration
 	// QueueRetry is the period of the queue head's route retries (default
 	// DefaultQueueRetry); it also retries whenever a stream of its model ends here.
 	QueueRetry time.Duration
@@ -71,6 +75,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.RequestTimeout < 0 {
+		return c, fmt.Errorf("gateway: config RequestTimeout must be >= 0, got %s", c.RequestTimeout)
 	}
 	if c.QueueDepth < 0 || c.QueueTimeout < 0 || c.QueueRetry < 0 {
 		return c, fmt.Errorf("gateway: config QueueDepth, QueueTimeout and QueueRetry must be >= 0, got %d, %s, %s",

@@ -52,6 +52,9 @@ const (
 	KindClientClosed
 	// KindDraining: the server is shutting down and takes no new request (Server.Drain).
 	KindDraining
+	// KindTimeout: the request ran past Config.RequestTimeout; its engine request was
+	// cancelled.
+	KindTimeout
 )
 
 // CatalogueEntry is one row of the error catalogue.
@@ -89,6 +92,7 @@ var catalogue = [...]CatalogueEntry{
 	KindInternal:              {KindInternal, "internal", http.StatusInternalServerError, "server_error", "internal_error", false},
 	KindClientClosed:          {KindClientClosed, "client_closed", 499, "invalid_request_error", "client_closed_request", false},
 	KindDraining:              {KindDraining, "draining", http.StatusServiceUnavailable, "server_error", "service_draining", true},
+	KindTimeout:               {KindTimeout, "timeout", http.StatusGatewayTimeout, "server_error", "request_timeout", false},
 }
 
 // Catalogue returns a copy of the whole error table, in ErrorKind order.

@@ -19,11 +19,28 @@ type generation struct {
 	resp   *responder
 }
 
+// errRequestTimeout is the cause of a request context that ran past Config.RequestTimeout.
+var errRequestTimeout = errors.New("gateway: request timeout")
+
+// timedOut returns the timeout error when ctx ended because the request ran past limit,
+// nil otherwise (running, or the client went away).
+func timedOut(ctx context.Context, limit time.Duration) *APIError {
+	if ctx.Err() == nil || !errors.Is(context.Cause(ctx), errRequestTimeout) {
+		return nil
+	}
+	return newError(KindTimeout, "", "The request did not finish within the server's %s limit; it was cancelled.", limit)
+}
+
 // generate starts p on the Backend and answers with a stream or one body. The Stream is
 // closed on every path, which cancels the engine request when it has not finished
 // (client gone, stop string hit, write failure).
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRecord, p *prepared) {
 	ctx := r.Context()
+	if s.cfg.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errRequestTimeout)
+		defer cancel()
+	}
 	rec.model = p.card.GetModel()
 	rec.inflight = s.metrics.inflight(rec.model)
 	rec.inflight.Inc()
@@ -31,6 +48,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 
 	stream, err := s.startGeneration(ctx, p.gen)
 	if err != nil {
+		if aerr := timedOut(ctx, s.cfg.RequestTimeout); aerr != nil {
+			rec.fail(aerr)
+			writeError(w, aerr, s.cfg.RetryAfter)
+			return
+		}
 		if ctx.Err() != nil {
 			rec.cancel()
 			return
@@ -88,6 +110,8 @@ func (g *generation) pump(ctx context.Context, emit func(string) error) (last st
 		c, err := g.stream.Recv(ctx)
 		if err != nil {
 			switch {
+			case timedOut(ctx, g.s.cfg.RequestTimeout) != nil:
+				return "", timedOut(ctx, g.s.cfg.RequestTimeout), false
 			case ctx.Err() != nil:
 				return "", nil, true
 			case errors.Is(err, io.EOF):

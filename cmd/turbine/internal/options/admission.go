@@ -31,6 +31,7 @@ type Admission struct {
 	QueueDepth        int           // per model; 0: busy answers 503 at once
 	QueueTimeout      time.Duration // longest wait in the queue
 	DrainTimeout      time.Duration // grace for in-flight requests on SIGTERM
+	RequestTimeout    time.Duration // longest generation; 0: no limit
 }
 
 // DefaultAdmission returns busy tests off, no queue and a 30 s drain.
@@ -47,6 +48,8 @@ func (o *Admission) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.QueueDepth, "queue-depth", o.QueueDepth,
 		"requests per model that wait (first in, first out) when every worker is busy; 0 answers them 503 at once")
 	fs.DurationVar(&o.QueueTimeout, "queue-timeout", o.QueueTimeout, "longest wait in the busy queue before a 503")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout,
+		"longest a generation may run from arrival to last token; past it the engine request is cancelled and the client gets 504 (0: no limit)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
 		"on SIGTERM, how long requests in flight may run to their end (new ones get 503) before the rest are ended as migratable")
 }
@@ -64,6 +67,8 @@ func (o *Admission) Validate() error {
 		return fmt.Errorf("--queue-timeout %v: must be > 0", o.QueueTimeout)
 	case o.DrainTimeout < 0:
 		return fmt.Errorf("--drain-timeout %v: must be ≥ 0", o.DrainTimeout)
+	case o.RequestTimeout < 0:
+		return fmt.Errorf("--request-timeout %v: must be ≥ 0 (0: no limit)", o.RequestTimeout)
 	}
 	return nil
 }
@@ -73,9 +78,9 @@ func (o *Admission) Busy() kv.BusyThresholds {
 	return kv.BusyThresholds{KVUsage: o.BusyKVUsage, PrefillTokens: o.BusyPrefillTokens}
 }
 
-// Gateway sets the queue fields of cfg.
+// Gateway sets the queue and request-timeout fields of cfg.
 func (o *Admission) Gateway(cfg gateway.Config) gateway.Config {
-	cfg.QueueDepth, cfg.QueueTimeout = o.QueueDepth, o.QueueTimeout
+	cfg.QueueDepth, cfg.QueueTimeout, cfg.RequestTimeout = o.QueueDepth, o.QueueTimeout, o.RequestTimeout
 	return cfg
 }
 
