@@ -118,13 +118,13 @@ func TestE2EDrain(t *testing.T) {
 	}
 }
 
-// TestE2EClientDisconnects: 200 requests, streaming and not, whose clients go away at
+// TestE2EClientDisconnects: 500 requests, streaming and not, whose clients go away at
 // seeded random points; afterwards every engine runs nothing and the router tracks no
 // active request or block.
 func TestE2EClientDisconnects(t *testing.T) {
 	s := startServe(t, 2, "--speedup-ratio", "5")
 	rng := rand.New(rand.NewPCG(7, 11))
-	const total, parallel = 200, 16
+	const total, parallel = 500, 16
 	type job struct {
 		stream bool
 		after  time.Duration
