@@ -15,7 +15,6 @@ import (
 	fe "github.com/turbine-llm/turbine/actors/frontend"
 	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/cluster"
-	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/gateway"
 )
@@ -60,16 +59,11 @@ func (o *Options) Validate() error {
 // Run is `turbine frontend`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
-	log, help, err := options.Parse(options.Command{Name: "frontend",
+	return options.Main(ctx, options.Command{Name: "frontend",
 		Summary: "Serves the OpenAI API for every model of the cluster and hosts its routers.",
 		Example: "TURBINE_DISCOVERY=consul://10.0.0.5:8500", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
-		Validate: o.Validate, Log: &o.Log}, args, stderr)
-	if help || err != nil {
-		return err
-	}
-	ctx, stop := cli.SignalContext(ctx)
-	defer stop()
-	return run(ctx, o, log)
+		Validate: o.Validate, Log: &o.Log}, args, stderr,
+		func(ctx context.Context, log zerolog.Logger) error { return run(ctx, o, log) })
 }
 
 func run(ctx context.Context, o Options, log zerolog.Logger) error {

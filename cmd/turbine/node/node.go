@@ -37,7 +37,6 @@ import (
 	nodeactor "github.com/turbine-llm/turbine/actors/node"
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
-	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
@@ -128,13 +127,16 @@ func splitEngineArgs(args []string) (flags, engine []string) {
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
 	args, o.EngineArgs = splitEngineArgs(args)
-	log, help, err := options.Parse(options.Command{Name: "node",
+	return options.Main(ctx, options.Command{Name: "node",
 		Summary: "Runs one machine's node agent and its workers. Arguments after -- go to the engines untouched.",
 		Example: "TURBINE_NODE_ID=gpu-7", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
-		Validate: o.Validate, Log: &o.Log}, args, stderr)
-	if help || err != nil {
-		return err
-	}
+		Validate: o.Validate, Log: &o.Log}, args, stderr,
+		func(ctx context.Context, log zerolog.Logger) error { return run(ctx, o, log) })
+}
+
+// run starts the node: its model card, GPU discovery, then the cluster member with the
+// node agent, until ctx ends.
+func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	card, err := o.Engine.NodeCard(o.EngineName, o.Launch)
 	if err != nil {
 		return err
@@ -145,8 +147,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if selfErr != nil && o.EngineName == launcher.EngineMocker {
 		return fmt.Errorf("node: %w", selfErr)
 	}
-	ctx, stop := cli.SignalContext(ctx)
-	defer stop()
 	gpus, cpuOnly := discover(log, os.Getenv(FakeGPUsEnv))
 	// Boot workers this machine cannot place fail here, before the node joins the cluster.
 	if need := o.bootTensorParallelSize() * o.Workers; need > len(gpus) {

@@ -19,7 +19,6 @@ import (
 	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
-	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/gateway"
 )
@@ -70,16 +69,11 @@ func (o *Options) Validate() error {
 // Run is `turbine serve`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
-	log, help, err := options.Parse(options.Command{Name: "serve",
+	return options.Main(ctx, options.Command{Name: "serve",
 		Summary: "Runs a whole service in one process: gateway, router and mock-engine workers.",
 		Example: "TURBINE_WORKERS=4", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
-		Validate: o.Validate, Log: &o.Log}, args, stderr)
-	if help || err != nil {
-		return err
-	}
-	ctx, stop := cli.SignalContext(ctx)
-	defer stop()
-	return serve(ctx, o, log)
+		Validate: o.Validate, Log: &o.Log}, args, stderr,
+		func(ctx context.Context, log zerolog.Logger) error { return serve(ctx, o, log) })
 }
 
 func serve(ctx context.Context, o Options, log zerolog.Logger) error {

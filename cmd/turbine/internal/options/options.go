@@ -5,6 +5,7 @@
 package options
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -255,4 +256,17 @@ func Parse(c Command, args []string, stderr io.Writer) (log zerolog.Logger, help
 	}
 	log, err = c.Log.Logger(stderr)
 	return log, false, err
+}
+
+// Main parses and validates a subcommand's arguments (Parse), then calls run with a
+// context cancelled on SIGINT or SIGTERM and the process logger. It returns nil for -h.
+func Main(ctx context.Context, c Command, args []string, stderr io.Writer,
+	run func(ctx context.Context, log zerolog.Logger) error) error {
+	log, help, err := Parse(c, args, stderr)
+	if help || err != nil {
+		return err
+	}
+	ctx, stop := cli.SignalContext(ctx)
+	defer stop()
+	return run(ctx, log)
 }
