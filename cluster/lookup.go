@@ -21,11 +21,24 @@ type identityLookup struct {
 	inner   pcluster.IdentityLookup
 	timeout time.Duration
 
-	c   *pcluster.Cluster
-	sub *eventstream.Subscription
-	mu  sync.RWMutex
-	rdv *pcluster.Rendezvous
+	c    *pcluster.Cluster
+	sub  *eventstream.Subscription
+	mu   sync.RWMutex
+	rdv  *pcluster.Rendezvous
+	last *pcluster.ClusterTopology
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once // Shutdown may be called more than once
 }
+
+// reconcileEvery is how often the placement actor re-checks which of its activations it
+// still owns. A member whose topology lags behind (it has not seen a member join yet) can
+// ask an old owner to activate a grain, and the library's placement actor activates it
+// without checking ownership; the activation would then outlive the change, beside the
+// one the real owner creates for everybody else (two Router grains for one model). The
+// check poisons such an activation; callers' PID caches drop it and their next lookup
+// finds the owner.
+const reconcileEvery = 2 * time.Second
 
 func newIdentityLookup(timeout time.Duration) *identityLookup {
 	return &identityLookup{inner: disthash.New(), timeout: timeout, rdv: pcluster.NewRendezvous()}
@@ -40,11 +53,35 @@ func (l *identityLookup) Setup(c *pcluster.Cluster, kinds []string, isClient boo
 			rdv := pcluster.NewRendezvous()
 			rdv.UpdateMembers(t.Members)
 			l.mu.Lock()
-			l.rdv = rdv
+			l.rdv, l.last = rdv, t
 			l.mu.Unlock()
 		}
 	})
 	l.inner.Setup(c, kinds, isClient)
+	l.stop, l.done = make(chan struct{}), make(chan struct{})
+	go l.reconcile()
+}
+
+// reconcile sends the latest topology to this member's placement actor every
+// reconcileEvery, until Shutdown.
+func (l *identityLookup) reconcile() {
+	defer close(l.done)
+	tick := time.NewTicker(reconcileEvery)
+	defer tick.Stop()
+	placement := actor.NewPID(l.c.ActorSystem.Address(), disthash.PartitionActivatorActorName)
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-tick.C:
+			l.mu.RLock()
+			t := l.last
+			l.mu.RUnlock()
+			if t != nil {
+				l.c.ActorSystem.Root.Send(placement, t)
+			}
+		}
+	}
 }
 
 // Get returns the PID of the grain, activating it on its owner member; nil when there is
@@ -74,6 +111,12 @@ func (l *identityLookup) RemovePid(ci *pcluster.ClusterIdentity, pid *actor.PID)
 
 // Shutdown stops the topology subscription and the library's lookup.
 func (l *identityLookup) Shutdown() {
+	l.once.Do(func() {
+		if l.stop != nil {
+			close(l.stop)
+			<-l.done
+		}
+	})
 	if l.sub != nil {
 		l.c.ActorSystem.EventStream.Unsubscribe(l.sub)
 	}
