@@ -82,3 +82,27 @@ func TestReceiverClassifiesWorkerErrors(t *testing.T) {
 		t.Fatalf("non-migratable error: fault %q, want none", ar.fault)
 	}
 }
+
+// A worker's termination notice can overtake the chunks it sent before stopping (a
+// draining worker stops as soon as its last request ends): a last chunk that arrives after
+// the notice, within terminatedGrace, finishes the attempt and no loss is reported.
+func TestReceiverTakesChunksThatTrailTheTerminationNotice(t *testing.T) {
+	sys, a, worker := newReceiverAttempt(t)
+	if err := sys.Root.StopFuture(worker).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// The receiver has the notice once a message sent after it is handled: send the
+	// trailing chunks now, as the wire would have delivered them late.
+	sys.Root.Send(a.receiver, &messages.TokenChunk{RequestId: "r1", Index: 0, TokenIds: []uint32{7}})
+	sys.Root.Send(a.receiver, &messages.TokenChunk{RequestId: "r1", Index: 1, TokenIds: []uint32{8}, FinishReason: "length"})
+	for want := uint32(0); want < 2; want++ {
+		if ar := next(t, a); ar.chunk.Index != want || ar.fault != "" {
+			t.Fatalf("chunk %d: %+v (fault %q), want the worker's own chunk", want, ar.chunk, ar.fault)
+		}
+	}
+	select {
+	case ar := <-a.arrivals:
+		t.Fatalf("after the last chunk: %+v (fault %q); want nothing", ar.chunk, ar.fault)
+	case <-time.After(2 * terminatedGrace):
+	}
+}

@@ -279,12 +279,27 @@ func (r *receiver) Receive(c actor.Context) {
 		}
 	case *actor.Terminated:
 		if !r.done && m.Who.Equal(r.a.worker) {
+			// The notice of a worker that stopped can overtake its last chunks (a draining
+			// worker stops right after its last request ends): wait a moment for them.
+			self, sys := c.Self(), c.ActorSystem()
+			time.AfterFunc(terminatedGrace, func() { sys.Root.Send(self, workerGone{}) })
+		}
+	case workerGone:
+		if !r.done {
 			r.deliver(arrival{fault: FaultWorkerTerminated, chunk: &messages.TokenChunk{RequestId: r.a.requestID,
 				Index: r.next, FinishReason: "error", Error: "worker " + r.a.workerID + " terminated",
 				Migratable: true, WorkerId: r.a.workerID}})
 		}
 	}
 }
+
+// workerGone tells a receiver that terminatedGrace has passed since its worker stopped.
+type workerGone struct{}
+
+// terminatedGrace is how long a receiver waits, after its worker's termination notice,
+// for chunks the worker sent before it stopped; then the attempt counts as lost
+// (migrated). Messages already on the wire arrive within milliseconds.
+const terminatedGrace = 100 * time.Millisecond
 
 func (r *receiver) deliver(ar arrival) {
 	r.next = ar.chunk.Index + 1
