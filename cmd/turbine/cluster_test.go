@@ -430,11 +430,15 @@ func TestClusterNodeKilledMidStreamMigrates(t *testing.T) {
 			t.Fatalf("undisturbed request %d: %+v", i, r)
 		}
 	}
-	victim := busiest(base)
-	node := nodes[victim[:strings.LastIndexByte(victim, '-')]]
-	if node == nil {
-		t.Fatalf("no node for worker %s", victim)
-	}
-	got := runStreamsN(t, fe, n, maxTokens, 3*time.Minute, func() { node.kill() })
+	victim := ""
+	got := runStreamsN(t, fe, n, maxTokens, 3*time.Minute, func() {
+		victim = busiestNow(t, fe)
+		node := nodes[victim[:strings.LastIndexByte(victim, '-')]]
+		if node == nil {
+			t.Errorf("no node for worker %s", victim)
+			return
+		}
+		node.kill()
+	})
 	checkMigrated(t, fe, 3, victim, base, got)
 }

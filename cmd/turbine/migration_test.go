@@ -152,15 +152,18 @@ func runStreamsN(t *testing.T, s *server, n, maxTokens int, limit time.Duration,
 	return out
 }
 
-// busiest is the worker most streams started on.
-func busiest(rs []streamResult) string {
-	n := map[string]int{}
-	best := ""
-	for _, r := range rs {
-		n[r.worker]++
-		if best == "" || n[r.worker] > n[best] || (n[r.worker] == n[best] && r.worker < best) {
-			best = r.worker
+// busiestNow is the worker with the most requests in flight, from the router's gauges:
+// the one whose failure hits the most streams mid-way.
+func busiestNow(t *testing.T, s *server) string {
+	t.Helper()
+	best, most := "", -1.0
+	for id, w := range s.workerStats(model) {
+		if w.ActiveRequests > most || (w.ActiveRequests == most && id < best) {
+			best, most = id, w.ActiveRequests
 		}
+	}
+	if best == "" {
+		t.Fatal("no worker in the router's gauges")
 	}
 	return best
 }
@@ -201,8 +204,9 @@ func TestE2EMigration(t *testing.T) {
 			}
 			slices.Sort(ds)
 			t.Logf("undisturbed durations %v .. %v", ds[0], ds[len(ds)-1])
-			victim := busiest(base)
+			victim := ""
 			got := runStreams(t, s, func() {
+				victim = busiestNow(t, s)
 				pid, _ := s.enginePID(victim)
 				if pid == 0 {
 					t.Errorf("no engine pid for %s in the log", victim)
