@@ -416,12 +416,18 @@ func (x *WorkerLoad) GetKvUsage() float64 {
 
 // WorkerInfo identifies a worker and how to reach it.
 type WorkerInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Actor         *ActorRef              `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"` // where Generate, Cancel and DumpBlocks go
-	Card          *ModelCard             `protobuf:"bytes,3,opt,name=card,proto3" json:"card,omitempty"`
-	Ready         bool                   `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`                                // engine healthy and serving
-	EngineEpoch   uint64                 `protobuf:"varint,5,opt,name=engine_epoch,json=engineEpoch,proto3" json:"engine_epoch,omitempty"` // changes each time the engine process restarts
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId    string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Actor       *ActorRef              `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"` // where Generate, Cancel and DumpBlocks go
+	Card        *ModelCard             `protobuf:"bytes,3,opt,name=card,proto3" json:"card,omitempty"`
+	Ready       bool                   `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`                                // engine healthy and serving
+	EngineEpoch uint64                 `protobuf:"varint,5,opt,name=engine_epoch,json=engineEpoch,proto3" json:"engine_epoch,omitempty"` // changes each time the engine process restarts
+	// role in disaggregated serving: "aggregated" (or empty: prefill and decode on one
+	// worker), "prefill" or "decode" (REFERENCE §6).
+	Role string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
+	// SGLang prefill workers: the advertised bootstrap host and port both legs are given.
+	BootstrapHost string `protobuf:"bytes,7,opt,name=bootstrap_host,json=bootstrapHost,proto3" json:"bootstrap_host,omitempty"`
+	BootstrapPort int32  `protobuf:"varint,8,opt,name=bootstrap_port,json=bootstrapPort,proto3" json:"bootstrap_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -487,6 +493,27 @@ func (x *WorkerInfo) GetReady() bool {
 func (x *WorkerInfo) GetEngineEpoch() uint64 {
 	if x != nil {
 		return x.EngineEpoch
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetBootstrapHost() string {
+	if x != nil {
+		return x.BootstrapHost
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetBootstrapPort() int32 {
+	if x != nil {
+		return x.BootstrapPort
 	}
 	return 0
 }
@@ -1200,8 +1227,12 @@ type RouteRequest struct {
 	HasTemperature   bool                   `protobuf:"varint,6,opt,name=has_temperature,json=hasTemperature,proto3" json:"has_temperature,omitempty"`
 	Temperature      float64                `protobuf:"fixed64,7,opt,name=temperature,proto3" json:"temperature,omitempty"`
 	ExcludeWorkers   []string               `protobuf:"bytes,8,rep,name=exclude_workers,json=excludeWorkers,proto3" json:"exclude_workers,omitempty"` // e.g. workers a migrated request already failed on
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Disaggregated serving: prefill workers not to use (a prefill leg failed there), and
+	// whether the request must be prefilled on its decode worker (no prefill leg).
+	ExcludePrefillWorkers []string `protobuf:"bytes,9,rep,name=exclude_prefill_workers,json=excludePrefillWorkers,proto3" json:"exclude_prefill_workers,omitempty"`
+	LocalPrefill          bool     `protobuf:"varint,10,opt,name=local_prefill,json=localPrefill,proto3" json:"local_prefill,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -1290,6 +1321,20 @@ func (x *RouteRequest) GetExcludeWorkers() []string {
 	return nil
 }
 
+func (x *RouteRequest) GetExcludePrefillWorkers() []string {
+	if x != nil {
+		return x.ExcludePrefillWorkers
+	}
+	return nil
+}
+
+func (x *RouteRequest) GetLocalPrefill() bool {
+	if x != nil {
+		return x.LocalPrefill
+	}
+	return false
+}
+
 type RouteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1297,9 +1342,24 @@ type RouteResponse struct {
 	OverlapBlocks int32                  `protobuf:"varint,3,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"` // prompt blocks the chosen worker already holds
 	PromptBlocks  int32                  `protobuf:"varint,4,opt,name=prompt_blocks,json=promptBlocks,proto3" json:"prompt_blocks,omitempty"`    // full prompt blocks
 	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`                                       // set when no worker can be chosen
-	ErrorCode     string                 `protobuf:"bytes,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`              // "no_workers", "all_busy", "unknown_model"
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ErrorCode     string                 `protobuf:"bytes,6,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`              // "no_workers", "all_busy", "unknown_model", "no_prefill_workers"
+	// Disaggregated serving. worker/worker_id above is the decode worker (or the one
+	// aggregated worker). When disagg_decision is "remote", the prefill leg runs on
+	// prefill_worker and is tracked in the router's load under prefill_request_id (free it
+	// separately); otherwise the prefill_* fields are empty.
+	// disagg_decision: "aggregated" (no prefill/decode pools), "remote", "local_short_prefill"
+	// (uncached suffix <= max local prefill tokens), "local_prefill_queue" (prefill pool's
+	// queue too long), "local_no_prefill_workers", "local_requested" (RouteRequest.local_prefill).
+	DisaggDecision        string    `protobuf:"bytes,7,opt,name=disagg_decision,json=disaggDecision,proto3" json:"disagg_decision,omitempty"`
+	PrefillWorkerId       string    `protobuf:"bytes,8,opt,name=prefill_worker_id,json=prefillWorkerId,proto3" json:"prefill_worker_id,omitempty"`
+	PrefillWorker         *ActorRef `protobuf:"bytes,9,opt,name=prefill_worker,json=prefillWorker,proto3" json:"prefill_worker,omitempty"`
+	PrefillOverlapBlocks  int32     `protobuf:"varint,10,opt,name=prefill_overlap_blocks,json=prefillOverlapBlocks,proto3" json:"prefill_overlap_blocks,omitempty"` // prompt blocks the prefill worker already holds
+	PrefillRequestId      string    `protobuf:"bytes,11,opt,name=prefill_request_id,json=prefillRequestId,proto3" json:"prefill_request_id,omitempty"`
+	PrefillBootstrapHost  string    `protobuf:"bytes,12,opt,name=prefill_bootstrap_host,json=prefillBootstrapHost,proto3" json:"prefill_bootstrap_host,omitempty"` // SGLang: the prefill worker's bootstrap address
+	PrefillBootstrapPort  int32     `protobuf:"varint,13,opt,name=prefill_bootstrap_port,json=prefillBootstrapPort,proto3" json:"prefill_bootstrap_port,omitempty"`
+	UncachedPrefillTokens int64     `protobuf:"varint,14,opt,name=uncached_prefill_tokens,json=uncachedPrefillTokens,proto3" json:"uncached_prefill_tokens,omitempty"` // ISL minus the decode worker's prefix hit (tokens)
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -1372,6 +1432,62 @@ func (x *RouteResponse) GetErrorCode() string {
 		return x.ErrorCode
 	}
 	return ""
+}
+
+func (x *RouteResponse) GetDisaggDecision() string {
+	if x != nil {
+		return x.DisaggDecision
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetPrefillWorkerId() string {
+	if x != nil {
+		return x.PrefillWorkerId
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetPrefillWorker() *ActorRef {
+	if x != nil {
+		return x.PrefillWorker
+	}
+	return nil
+}
+
+func (x *RouteResponse) GetPrefillOverlapBlocks() int32 {
+	if x != nil {
+		return x.PrefillOverlapBlocks
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetPrefillRequestId() string {
+	if x != nil {
+		return x.PrefillRequestId
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetPrefillBootstrapHost() string {
+	if x != nil {
+		return x.PrefillBootstrapHost
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetPrefillBootstrapPort() int32 {
+	if x != nil {
+		return x.PrefillBootstrapPort
+	}
+	return 0
+}
+
+func (x *RouteResponse) GetUncachedPrefillTokens() int64 {
+	if x != nil {
+		return x.UncachedPrefillTokens
+	}
+	return 0
 }
 
 // RequestRef names an active request in the router's load tracking.
@@ -1555,6 +1671,7 @@ type WorkerStats struct {
 	EngineWaiting       int32                  `protobuf:"varint,8,opt,name=engine_waiting,json=engineWaiting,proto3" json:"engine_waiting,omitempty"`
 	EngineKvUsage       float64                `protobuf:"fixed64,9,opt,name=engine_kv_usage,json=engineKvUsage,proto3" json:"engine_kv_usage,omitempty"`
 	ActiveRequests      int32                  `protobuf:"varint,10,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"` // requests routed to the worker and not yet freed
+	Role                string                 `protobuf:"bytes,11,opt,name=role,proto3" json:"role,omitempty"`                                            // "aggregated", "prefill" or "decode"
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -1657,6 +1774,13 @@ func (x *WorkerStats) GetActiveRequests() int32 {
 		return x.ActiveRequests
 	}
 	return 0
+}
+
+func (x *WorkerStats) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 type RouterStats struct {
@@ -2058,8 +2182,11 @@ type SamplingParams struct {
 	Seed             int64                  `protobuf:"varint,10,opt,name=seed,proto3" json:"seed,omitempty"`
 	PresencePenalty  float64                `protobuf:"fixed64,11,opt,name=presence_penalty,json=presencePenalty,proto3" json:"presence_penalty,omitempty"`
 	FrequencyPenalty float64                `protobuf:"fixed64,12,opt,name=frequency_penalty,json=frequencyPenalty,proto3" json:"frequency_penalty,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// One leg of a disaggregated request; unset for an aggregated one. It travels with the
+	// sampling parameters as vLLM's kv_transfer_params travel in SamplingParams.extra_args.
+	Disagg        *DisaggParams `protobuf:"bytes,13,opt,name=disagg,proto3" json:"disagg,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -2176,6 +2303,94 @@ func (x *SamplingParams) GetFrequencyPenalty() float64 {
 	return 0
 }
 
+func (x *SamplingParams) GetDisagg() *DisaggParams {
+	if x != nil {
+		return x.Disagg
+	}
+	return nil
+}
+
+// DisaggParams is what an engine needs for one leg of a disaggregated request
+// (REFERENCE §6).
+type DisaggParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Leg   string                 `protobuf:"bytes,1,opt,name=leg,proto3" json:"leg,omitempty"` // "prefill" or "decode"
+	// Decode leg: the JSON object the prefill leg returned, passed back unchanged (vLLM
+	// kv_transfer_params, TensorRT-LLM disaggregated_params).
+	KvTransferParams string `protobuf:"bytes,2,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"`
+	// SGLang, both legs: the prefill worker's bootstrap address and a random 63-bit room.
+	BootstrapHost string `protobuf:"bytes,3,opt,name=bootstrap_host,json=bootstrapHost,proto3" json:"bootstrap_host,omitempty"`
+	BootstrapPort int32  `protobuf:"varint,4,opt,name=bootstrap_port,json=bootstrapPort,proto3" json:"bootstrap_port,omitempty"`
+	BootstrapRoom uint64 `protobuf:"varint,5,opt,name=bootstrap_room,json=bootstrapRoom,proto3" json:"bootstrap_room,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisaggParams) Reset() {
+	*x = DisaggParams{}
+	mi := &file_turbine_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisaggParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisaggParams) ProtoMessage() {}
+
+func (x *DisaggParams) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
+func (*DisaggParams) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DisaggParams) GetLeg() string {
+	if x != nil {
+		return x.Leg
+	}
+	return ""
+}
+
+func (x *DisaggParams) GetKvTransferParams() string {
+	if x != nil {
+		return x.KvTransferParams
+	}
+	return ""
+}
+
+func (x *DisaggParams) GetBootstrapHost() string {
+	if x != nil {
+		return x.BootstrapHost
+	}
+	return ""
+}
+
+func (x *DisaggParams) GetBootstrapPort() int32 {
+	if x != nil {
+		return x.BootstrapPort
+	}
+	return 0
+}
+
+func (x *DisaggParams) GetBootstrapRoom() uint64 {
+	if x != nil {
+		return x.BootstrapRoom
+	}
+	return 0
+}
+
 // Generate asks a worker to run a request; chunks go to reply_to.
 type Generate struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -2190,7 +2405,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2417,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2430,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -2266,13 +2481,16 @@ type TokenChunk struct {
 	CachedTokens     int32                  `protobuf:"varint,8,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`             // on the last chunk: prompt tokens served from prefix cache
 	CompletionTokens int32                  `protobuf:"varint,9,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"` // on the last chunk
 	WorkerId         string                 `protobuf:"bytes,10,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Last chunk of a prefill leg: the engine's transfer parameters as a JSON object (vLLM
+	// kv_transfer_params, TensorRT-LLM disaggregated_params); empty otherwise.
+	KvTransferParams string `protobuf:"bytes,11,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2502,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2515,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -2370,6 +2588,13 @@ func (x *TokenChunk) GetWorkerId() string {
 	return ""
 }
 
+func (x *TokenChunk) GetKvTransferParams() string {
+	if x != nil {
+		return x.KvTransferParams
+	}
+	return ""
+}
+
 // Credit grants a worker more chunks for a request (flow control).
 type Credit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2381,7 +2606,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2618,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2631,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -2423,6 +2648,61 @@ func (x *Credit) GetCredits() int32 {
 	return 0
 }
 
+// ReleaseKv asks a prefill worker to release the KV blocks its engine pinned for a
+// request whose decode leg will not read them (decode leg rejected, cancelled or never
+// sent). Releasing blocks already released is harmless.
+type ReleaseKv struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	RequestId        string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	KvTransferParams string                 `protobuf:"bytes,2,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"` // what the prefill leg returned (JSON object)
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReleaseKv) Reset() {
+	*x = ReleaseKv{}
+	mi := &file_turbine_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseKv) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseKv) ProtoMessage() {}
+
+func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
+func (*ReleaseKv) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReleaseKv) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ReleaseKv) GetKvTransferParams() string {
+	if x != nil {
+		return x.KvTransferParams
+	}
+	return ""
+}
+
 // Cancel aborts a request in the worker's engine. Cancelling a finished request is harmless.
 type Cancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2434,7 +2714,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2726,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2739,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -2490,7 +2770,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2782,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2795,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -2567,7 +2847,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2859,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2872,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -2644,7 +2924,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2936,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2949,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -2710,7 +2990,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +3002,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +3015,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -2753,7 +3033,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +3045,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +3058,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -2794,7 +3074,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +3086,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +3099,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -2863,7 +3143,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3155,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3168,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -2964,14 +3244,17 @@ const file_turbine_proto_rawDesc = "" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12%\n" +
 	"\x0eprefill_tokens\x18\x05 \x01(\x03R\rprefillTokens\x12\x19\n" +
-	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xb9\x01\n" +
+	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\x9b\x02\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12*\n" +
 	"\x05actor\x18\x02 \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\x12)\n" +
 	"\x04card\x18\x03 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x14\n" +
 	"\x05ready\x18\x04 \x01(\bR\x05ready\x12!\n" +
-	"\fengine_epoch\x18\x05 \x01(\x04R\vengineEpoch\"\x92\x01\n" +
+	"\fengine_epoch\x18\x05 \x01(\x04R\vengineEpoch\x12\x12\n" +
+	"\x04role\x18\x06 \x01(\tR\x04role\x12%\n" +
+	"\x0ebootstrap_host\x18\a \x01(\tR\rbootstrapHost\x12%\n" +
+	"\x0ebootstrap_port\x18\b \x01(\x05R\rbootstrapPort\"\x92\x01\n" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
@@ -3017,7 +3300,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\xb0\x02\n" +
+	"\x11DumpBlocksRequest\"\x8d\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -3027,7 +3310,10 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eoverlap_weight\x18\x05 \x01(\x01R\roverlapWeight\x12'\n" +
 	"\x0fhas_temperature\x18\x06 \x01(\bR\x0ehasTemperature\x12 \n" +
 	"\vtemperature\x18\a \x01(\x01R\vtemperature\x12'\n" +
-	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\"\xdb\x01\n" +
+	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\x126\n" +
+	"\x17exclude_prefill_workers\x18\t \x03(\tR\x15excludePrefillWorkers\x12#\n" +
+	"\rlocal_prefill\x18\n" +
+	" \x01(\bR\flocalPrefill\"\xf5\x04\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12%\n" +
@@ -3035,7 +3321,16 @@ const file_turbine_proto_rawDesc = "" +
 	"\rprompt_blocks\x18\x04 \x01(\x05R\fpromptBlocks\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x06 \x01(\tR\terrorCode\"+\n" +
+	"error_code\x18\x06 \x01(\tR\terrorCode\x12'\n" +
+	"\x0fdisagg_decision\x18\a \x01(\tR\x0edisaggDecision\x12*\n" +
+	"\x11prefill_worker_id\x18\b \x01(\tR\x0fprefillWorkerId\x12;\n" +
+	"\x0eprefill_worker\x18\t \x01(\v2\x14.turbine.v1.ActorRefR\rprefillWorker\x124\n" +
+	"\x16prefill_overlap_blocks\x18\n" +
+	" \x01(\x05R\x14prefillOverlapBlocks\x12,\n" +
+	"\x12prefill_request_id\x18\v \x01(\tR\x10prefillRequestId\x124\n" +
+	"\x16prefill_bootstrap_host\x18\f \x01(\tR\x14prefillBootstrapHost\x124\n" +
+	"\x16prefill_bootstrap_port\x18\r \x01(\x05R\x14prefillBootstrapPort\x126\n" +
+	"\x17uncached_prefill_tokens\x18\x0e \x01(\x03R\x15uncachedPrefillTokens\"+\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
@@ -3044,7 +3339,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eBusyThresholds\x12\x19\n" +
 	"\bkv_usage\x18\x01 \x01(\x01R\akvUsage\x12%\n" +
 	"\x0eprefill_tokens\x18\x02 \x01(\x03R\rprefillTokens\"\x14\n" +
-	"\x12RouterStatsRequest\"\xf3\x02\n" +
+	"\x12RouterStatsRequest\"\x87\x03\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x03R\rindexedBlocks\x12#\n" +
@@ -3056,7 +3351,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eengine_waiting\x18\b \x01(\x05R\rengineWaiting\x12&\n" +
 	"\x0fengine_kv_usage\x18\t \x01(\x01R\rengineKvUsage\x12'\n" +
 	"\x0factive_requests\x18\n" +
-	" \x01(\x05R\x0eactiveRequests\"\xcf\x01\n" +
+	" \x01(\x05R\x0eactiveRequests\x12\x12\n" +
+	"\x04role\x18\v \x01(\tR\x04role\"\xcf\x01\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
@@ -3080,7 +3376,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"\x13\n" +
 	"\x11ListModelsRequest\":\n" +
 	"\tModelList\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\x96\x03\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\xc8\x03\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05R\tmaxTokens\x12\x1d\n" +
@@ -3097,14 +3393,21 @@ const file_turbine_proto_rawDesc = "" +
 	"\x04seed\x18\n" +
 	" \x01(\x03R\x04seed\x12)\n" +
 	"\x10presence_penalty\x18\v \x01(\x01R\x0fpresencePenalty\x12+\n" +
-	"\x11frequency_penalty\x18\f \x01(\x01R\x10frequencyPenalty\"\xd8\x01\n" +
+	"\x11frequency_penalty\x18\f \x01(\x01R\x10frequencyPenalty\x120\n" +
+	"\x06disagg\x18\r \x01(\v2\x18.turbine.v1.DisaggParamsR\x06disagg\"\xc3\x01\n" +
+	"\fDisaggParams\x12\x10\n" +
+	"\x03leg\x18\x01 \x01(\tR\x03leg\x12,\n" +
+	"\x12kv_transfer_params\x18\x02 \x01(\tR\x10kvTransferParams\x12%\n" +
+	"\x0ebootstrap_host\x18\x03 \x01(\tR\rbootstrapHost\x12%\n" +
+	"\x0ebootstrap_port\x18\x04 \x01(\x05R\rbootstrapPort\x12%\n" +
+	"\x0ebootstrap_room\x18\x05 \x01(\x04R\rbootstrapRoom\"\xd8\x01\n" +
 	"\bGenerate\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x126\n" +
 	"\bsampling\x18\x03 \x01(\v2\x1a.turbine.v1.SamplingParamsR\bsampling\x12/\n" +
 	"\breply_to\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\areplyTo\x12'\n" +
-	"\x0finitial_credits\x18\x05 \x01(\x05R\x0einitialCredits\"\xcd\x02\n" +
+	"\x0finitial_credits\x18\x05 \x01(\x05R\x0einitialCredits\"\xfb\x02\n" +
 	"\n" +
 	"TokenChunk\x12\x1d\n" +
 	"\n" +
@@ -3120,11 +3423,16 @@ const file_turbine_proto_rawDesc = "" +
 	"\rcached_tokens\x18\b \x01(\x05R\fcachedTokens\x12+\n" +
 	"\x11completion_tokens\x18\t \x01(\x05R\x10completionTokens\x12\x1b\n" +
 	"\tworker_id\x18\n" +
-	" \x01(\tR\bworkerId\"A\n" +
+	" \x01(\tR\bworkerId\x12,\n" +
+	"\x12kv_transfer_params\x18\v \x01(\tR\x10kvTransferParams\"A\n" +
 	"\x06Credit\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
-	"\acredits\x18\x02 \x01(\x05R\acredits\"?\n" +
+	"\acredits\x18\x02 \x01(\x05R\acredits\"X\n" +
+	"\tReleaseKv\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12,\n" +
+	"\x12kv_transfer_params\x18\x02 \x01(\tR\x10kvTransferParams\"?\n" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
@@ -3190,7 +3498,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_turbine_proto_goTypes = []any{
 	(*ActorRef)(nil),           // 0: turbine.v1.ActorRef
 	(*ModelCard)(nil),          // 1: turbine.v1.ModelCard
@@ -3223,17 +3531,19 @@ var file_turbine_proto_goTypes = []any{
 	(*ListModelsRequest)(nil),  // 28: turbine.v1.ListModelsRequest
 	(*ModelList)(nil),          // 29: turbine.v1.ModelList
 	(*SamplingParams)(nil),     // 30: turbine.v1.SamplingParams
-	(*Generate)(nil),           // 31: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 32: turbine.v1.TokenChunk
-	(*Credit)(nil),             // 33: turbine.v1.Credit
-	(*Cancel)(nil),             // 34: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 35: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 36: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 37: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 38: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 39: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 40: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 41: turbine.v1.NodeStatus
+	(*DisaggParams)(nil),       // 31: turbine.v1.DisaggParams
+	(*Generate)(nil),           // 32: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 33: turbine.v1.TokenChunk
+	(*Credit)(nil),             // 34: turbine.v1.Credit
+	(*ReleaseKv)(nil),          // 35: turbine.v1.ReleaseKv
+	(*Cancel)(nil),             // 36: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 37: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 38: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 39: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 40: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 41: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 42: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 43: turbine.v1.NodeStatus
 }
 var file_turbine_proto_depIdxs = []int32{
 	0,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -3249,46 +3559,48 @@ var file_turbine_proto_depIdxs = []int32{
 	11, // 10: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
 	11, // 11: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
 	0,  // 12: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	22, // 13: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	1,  // 14: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	1,  // 15: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	0,  // 16: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	26, // 17: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	1,  // 18: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	30, // 19: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	0,  // 20: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	1,  // 21: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	0,  // 22: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	0,  // 23: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	35, // 24: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	40, // 25: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	5,  // 26: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
-	7,  // 27: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
-	12, // 28: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
-	14, // 29: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
-	16, // 30: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
-	18, // 31: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
-	18, // 32: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
-	20, // 33: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
-	21, // 34: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	24, // 35: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	28, // 36: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	6,  // 37: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	19, // 38: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	13, // 39: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	19, // 40: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	17, // 41: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	19, // 42: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	19, // 43: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	19, // 44: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	23, // 45: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	19, // 46: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	29, // 47: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	0,  // 13: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
+	22, // 14: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	1,  // 15: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	1,  // 16: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	0,  // 17: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	26, // 18: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	1,  // 19: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	31, // 20: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	30, // 21: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	0,  // 22: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	1,  // 23: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	0,  // 24: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	0,  // 25: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	37, // 26: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	42, // 27: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	5,  // 28: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
+	7,  // 29: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
+	12, // 30: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
+	14, // 31: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
+	16, // 32: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
+	18, // 33: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
+	18, // 34: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
+	20, // 35: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
+	21, // 36: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
+	24, // 37: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	28, // 38: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	6,  // 39: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	19, // 40: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	13, // 41: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	19, // 42: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	17, // 43: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	19, // 44: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	19, // 45: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	19, // 46: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	23, // 47: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	19, // 48: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	29, // 49: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	39, // [39:50] is the sub-list for method output_type
+	28, // [28:39] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -3307,7 +3619,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
