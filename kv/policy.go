@@ -59,6 +59,7 @@ const (
 	PolicyKV         = "kv"
 	PolicyRoundRobin = "round-robin"
 	PolicyRandom     = "random"
+	PolicyCacheAware = "cache-aware"
 )
 
 // Registry maps policy names to factories. It is a plain value: build one with
@@ -72,13 +73,15 @@ type Registry struct {
 func NewRegistry() *Registry { return &Registry{factories: map[string]PolicyFactory{}} }
 
 // DefaultPolicies returns a new registry holding the built-in policies: "kv" (the
-// KV-aware cost of REFERENCE §3), "round-robin" and "random".
+// KV-aware cost of REFERENCE §3), "round-robin", "random" and "cache-aware" (SGLang's
+// cache_aware, see CacheAwarePolicy).
 func DefaultPolicies() *Registry {
 	r := NewRegistry()
 	for name, f := range map[string]PolicyFactory{
 		PolicyKV:         func() Policy { return KVPolicy{} },
 		PolicyRoundRobin: func() Policy { return &RoundRobinPolicy{} },
 		PolicyRandom:     func() Policy { return RandomPolicy{} },
+		PolicyCacheAware: func() Policy { return NewCacheAwarePolicy() },
 	} {
 		if err := r.Register(name, f); err != nil {
 			panic(err)

@@ -160,3 +160,110 @@ func (RandomPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	}
 	return drawN(rng, len(in.Candidates)), nil
 }
+
+// Defaults of CacheAwarePolicy: the sgl-router launcher's (--cache-threshold 0.3,
+// --balance-abs-threshold 64, --balance-rel-threshold 1.5).
+const (
+	DefaultCacheThreshold      = 0.3
+	DefaultBalanceAbsThreshold = 64
+	DefaultBalanceRelThreshold = 1.5
+)
+
+// CacheAwarePolicy is SGLang's sgl-router cache_aware policy on the router's KV index:
+//
+//	imbalanced = max_load - min_load > BalanceAbsThreshold  and  max_load > min_load * BalanceRelThreshold
+//	imbalanced:                      the least-loaded worker
+//	balanced, best ratio > CacheThreshold: the worker with the highest prefix match ratio
+//	balanced, otherwise:             the worker with the smallest cache
+//
+// The facts map onto a Candidate as follows:
+//   - load is ActiveBlocks, the distinct KV blocks of the worker's active requests.
+//     sgl-router counts a worker's requests in flight; a Candidate carries no request
+//     count, so BalanceAbsThreshold is in KV blocks here, not requests, and a single long
+//     prompt can tip the balance that sgl-router would need 64 requests for.
+//   - the prefix match ratio is min(OverlapBlocks*BlockSize, PromptTokens) / PromptTokens:
+//     the prompt tokens the worker's KV cache holds (whole blocks, from the engines' KV
+//     events) over the prompt. sgl-router matches characters against an approximate tree
+//     of the text it routed; the KV index reflects what the engines really cached.
+//   - the cache size is IndexedBlocks, the worker's blocks in the KV index (sgl-router:
+//     the size of the worker's tree).
+//
+// Among equally good workers (equal load; equal highest match; equal cache size) the
+// lower load wins, then a uniform draw from rng (the first of them when rng is nil).
+type CacheAwarePolicy struct {
+	// CacheThreshold: the match ratio (0..1) the best worker must exceed to be chosen
+	// for its cache.
+	CacheThreshold float64
+	// BalanceAbsThreshold: the load spread (KV blocks) above which, together with
+	// BalanceRelThreshold, the load counts as imbalanced.
+	BalanceAbsThreshold int
+	// BalanceRelThreshold: the ratio max_load / min_load above which, together with
+	// BalanceAbsThreshold, the load counts as imbalanced.
+	BalanceRelThreshold float64
+}
+
+// NewCacheAwarePolicy returns the policy with sgl-router's default thresholds.
+func NewCacheAwarePolicy() CacheAwarePolicy {
+	return CacheAwarePolicy{CacheThreshold: DefaultCacheThreshold, BalanceAbsThreshold: DefaultBalanceAbsThreshold,
+		BalanceRelThreshold: DefaultBalanceRelThreshold}
+}
+
+// MatchRatio is the share of in's prompt tokens that c's KV cache holds (0 for an
+// empty prompt).
+func MatchRatio(in *SelectInput, c *Candidate) float64 {
+	if in.PromptTokens <= 0 {
+		return 0
+	}
+	bs := max(in.BlockSize, 1)
+	return float64(min(c.OverlapBlocks*bs, in.PromptTokens)) / float64(in.PromptTokens)
+}
+
+// Select implements Policy.
+func (p CacheAwarePolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
+	cands := in.Candidates
+	if len(cands) == 0 {
+		return 0, ErrNoWorkers
+	}
+	minLoad, maxLoad := cands[0].ActiveBlocks, cands[0].ActiveBlocks
+	best := 0 // highest overlap
+	for i := range cands {
+		minLoad, maxLoad = min(minLoad, cands[i].ActiveBlocks), max(maxLoad, cands[i].ActiveBlocks)
+		if cands[i].OverlapBlocks > cands[best].OverlapBlocks {
+			best = i
+		}
+	}
+	if maxLoad-minLoad > p.BalanceAbsThreshold && float64(maxLoad) > float64(minLoad)*p.BalanceRelThreshold {
+		return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.ActiveBlocks, 0 }), nil
+	}
+	if MatchRatio(in, &cands[best]) > p.CacheThreshold {
+		top := cands[best].OverlapBlocks
+		return pickMin(cands, rng, func(c *Candidate) (int, int) {
+			if c.OverlapBlocks != top {
+				return math.MaxInt, 0
+			}
+			return c.ActiveBlocks, 0
+		}), nil
+	}
+	return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.IndexedBlocks, c.ActiveBlocks }), nil
+}
+
+// pickMin returns the candidate with the smallest key (compared as a pair), drawing
+// uniformly from rng among equal keys (the first of them when rng is nil).
+func pickMin(cands []Candidate, rng *rand.Rand, key func(*Candidate) (int, int)) int {
+	best, ties := 0, 1
+	b1, b2 := key(&cands[0])
+	for i := 1; i < len(cands); i++ {
+		k1, k2 := key(&cands[i])
+		switch {
+		case k1 < b1 || (k1 == b1 && k2 < b2):
+			best, ties, b1, b2 = i, 1, k1, k2
+		case k1 == b1 && k2 == b2:
+			ties++
+			// reservoir sampling: each tied candidate ends chosen with probability 1/ties
+			if rng != nil && rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
