@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -156,7 +158,7 @@ func DefaultRouter() Router { return Router{RouterMode: "kv", OverlapWeight: 1.0
 
 // Flags registers the router flags on fs.
 func (o *Router) Flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.RouterMode, "router-mode", o.RouterMode, "routing policy: kv, round-robin or random")
+	fs.StringVar(&o.RouterMode, "router-mode", o.RouterMode, "routing policy: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
 	fs.Float64Var(&o.OverlapWeight, "overlap-weight", o.OverlapWeight, "weight of prefill blocks against decode blocks in the kv routing cost")
 	fs.Float64Var(&o.RouterTemperature, "router-temperature", o.RouterTemperature, "softmax temperature of the kv routing choice (0 = lowest cost)")
 }
@@ -164,8 +166,8 @@ func (o *Router) Flags(fs *flag.FlagSet) {
 // Validate checks the router options; errors name the flag.
 func (o *Router) Validate() error {
 	switch {
-	case o.RouterMode != "kv" && o.RouterMode != "round-robin" && o.RouterMode != "random":
-		return fmt.Errorf("--router-mode %q: want kv, round-robin or random", o.RouterMode)
+	case !slices.Contains(kv.DefaultPolicies().Names(), o.RouterMode):
+		return fmt.Errorf("--router-mode %q: want one of %s", o.RouterMode, strings.Join(kv.DefaultPolicies().Names(), ", "))
 	case !finite(o.OverlapWeight) || o.OverlapWeight < 0:
 		return fmt.Errorf("--overlap-weight %g: must be a finite number ≥ 0", o.OverlapWeight)
 	case !finite(o.RouterTemperature) || o.RouterTemperature < 0:
