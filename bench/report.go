@@ -38,6 +38,9 @@ type Summary struct {
 	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
 	PromptTokens       int64    `json:"prompt_tokens"` // of those requests
 	CachedTokens       int64    `json:"cached_tokens"` // of those requests
+	// HitRateCeiling is the workload's Ceiling: the hit rate an infinite prefix cache
+	// would reach (trace workloads; absent otherwise).
+	HitRateCeiling *float64 `json:"hit_rate_ceiling,omitempty"`
 
 	// TTFTCDF and ITLCDF are the 0th, 1st, …, 100th percentiles (ms), for plots.
 	TTFTCDF []float64 `json:"ttft_cdf_ms"`
