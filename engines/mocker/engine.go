@@ -36,6 +36,23 @@ type Request struct {
 	HasSeed bool
 	// LoraName names the adapter ("" for the base model); it changes the block hashes.
 	LoraName string
+
+	// HoldBlocks makes the request the prefill leg of a disaggregated request (vLLM's
+	// kv_transfer_params do_remote_decode): when it finishes on its length limit
+	// (FinishLength) its blocks stay referenced ("pinned") for a decode engine to read,
+	// and the finished Output lists them, until Release, Abort or the caller's timeout.
+	// A request that finishes on a stop token releases its blocks at once, as vLLM's
+	// NIXL connector only delays freeing for length-capped requests.
+	HoldBlocks bool
+	// ImportedTokens makes the request the decode leg of a disaggregated request (vLLM's
+	// do_remote_prefill): that many leading prompt tokens have their KV transferred from
+	// a prefill engine, so they count as computed without prefill time when the request
+	// is first scheduled (beyond what the prefix cache holds). At most len(Prompt)-1
+	// tokens are imported: the last prompt token is always computed locally to produce
+	// the first output token, as vLLM's scheduler does after a remote KV load. The
+	// imported blocks enter the prefix cache (BlockStored) like computed ones. A request
+	// preempted later recomputes them.
+	ImportedTokens int
 }
 
 // FinishReason says why a request ended (OpenAI/vLLM finish_reason values).
@@ -62,6 +79,16 @@ type Output struct {
 	// PromptTokens is len(Request.Prompt); CachedTokens how many of them were served
 	// from the prefix cache when the request was first scheduled (vLLM num_cached_tokens).
 	PromptTokens, CachedTokens int
+	// ImportedTokens is how many prompt tokens were taken as computed from a remote
+	// prefill when the request was first scheduled (Request.ImportedTokens, less the
+	// prefix-cache hits and the last prompt token).
+	ImportedTokens int
+	// Pinned is set on the finished output of a HoldBlocks request that finished on its
+	// length limit: its blocks stay referenced until Release (or Abort). BlockIDs lists
+	// them, in block-table order (the prompt's first block first); a pinned request's
+	// first len(Prompt)/BlockSize blocks hold its full prompt blocks.
+	Pinned   bool
+	BlockIDs []int32
 }
 
 // StepResult is everything a step did, for the caller to carry out.
@@ -99,6 +126,12 @@ type Stats struct {
 	Preemptions               uint64 // [vllm:num_preemptions]
 	PromptTokens              uint64 // prompt tokens of requests that started generating [vllm:prompt_tokens]
 	GenerationTokens          uint64 // tokens generated [vllm:generation_tokens]
+	// PinnedRequests are finished HoldBlocks requests whose blocks are still held;
+	// PinnedBlocks the blocks of their block tables (counted in ActiveBlocks too; a block
+	// shared by two pinned requests counts twice).
+	PinnedRequests, PinnedBlocks int
+	// ImportedTokens counts prompt tokens taken from remote prefills (Output.ImportedTokens).
+	ImportedTokens uint64
 }
 
 // Engine is the mock engine's scheduler and KV cache. It is not safe for concurrent use;
@@ -110,7 +143,10 @@ type Engine struct {
 	waiting []*sequence // FCFS; preempted requests go back to the front
 	running []*sequence // in admission order; preemption takes from the end
 	byID    map[string]*sequence
-	stats   Stats
+	// pinned holds the block tables of finished HoldBlocks requests until Release.
+	pinned       map[string][]int32
+	pinnedBlocks int
+	stats        Stats
 }
 
 type sequence struct {
@@ -124,6 +160,7 @@ type sequence struct {
 	state      uint64 // generation state: seed folded with every token
 	output     int
 	cached     int
+	imported   int
 	admitted   bool
 	finished   bool
 }
@@ -140,22 +177,25 @@ func New(cfg Config, vocab Vocab) (*Engine, error) {
 	return &Engine{
 		cfg:   cfg,
 		vocab: vocab,
-		cache: newBlockCache(cfg.NumGPUBlocks, cfg.BlockSize, cfg.EnablePrefixCaching),
-		byID:  make(map[string]*sequence),
+		cache:  newBlockCache(cfg.NumGPUBlocks, cfg.BlockSize, cfg.EnablePrefixCaching),
+		byID:   make(map[string]*sequence),
+		pinned: make(map[string][]int32),
 	}, nil
 }
 
 // Config returns the engine's configuration.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Add queues a request. Errors: empty or duplicate id (ErrDuplicateID), empty prompt,
-// MaxTokens < 1, MinTokens outside [0, MaxTokens], or prompt plus MaxTokens longer than
-// MaxModelLen.
+// Add queues a request. Errors: empty or duplicate id (ErrDuplicateID; a pinned request
+// keeps its id until released), empty prompt, MaxTokens < 1, MinTokens outside [0,
+// MaxTokens], ImportedTokens outside [0, len(Prompt)], or prompt plus MaxTokens longer
+// than MaxModelLen.
 func (e *Engine) Add(r Request) error {
+	_, pinned := e.pinned[r.ID]
 	switch {
 	case r.ID == "":
 		return errors.New("mocker: request without id")
-	case e.byID[r.ID] != nil:
+	case e.byID[r.ID] != nil || pinned:
 		return fmt.Errorf("%w %q", ErrDuplicateID, r.ID)
 	case len(r.Prompt) == 0:
 		return fmt.Errorf("mocker: request %q has an empty prompt", r.ID)
@@ -163,6 +203,8 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("mocker: request %q: max_tokens %d must be at least 1", r.ID, r.MaxTokens)
 	case r.MinTokens < 0 || r.MinTokens > r.MaxTokens:
 		return fmt.Errorf("mocker: request %q: min_tokens %d must be between 0 and max_tokens %d", r.ID, r.MinTokens, r.MaxTokens)
+	case r.ImportedTokens < 0 || r.ImportedTokens > len(r.Prompt):
+		return fmt.Errorf("mocker: request %q: %d imported tokens must be between 0 and the prompt's %d", r.ID, r.ImportedTokens, len(r.Prompt))
 	case r.MaxTokens > e.cfg.MaxModelLen-len(r.Prompt): // no overflow for a huge max_tokens
 		return fmt.Errorf("mocker: request %q: %d prompt tokens plus max_tokens %d exceed the context length %d",
 			r.ID, len(r.Prompt), r.MaxTokens, e.cfg.MaxModelLen)
@@ -182,9 +224,12 @@ func (e *Engine) Add(r Request) error {
 	return nil
 }
 
-// Abort removes a request, waiting or running, and frees its blocks (full blocks stay in
-// the prefix cache). It reports whether the request was in the engine.
+// Abort removes a request, waiting, running or pinned, and frees its blocks (full blocks
+// stay in the prefix cache). It reports whether the request was in the engine.
 func (e *Engine) Abort(id string) bool {
+	if e.Release(id) {
+		return true
+	}
 	s := e.byID[id]
 	if s == nil {
 		return false
@@ -200,7 +245,24 @@ func (e *Engine) Abort(id string) bool {
 	return true
 }
 
-// HasWork reports whether any request is waiting or running.
+// Release frees the blocks of a pinned request (Output.Pinned), last block first; full
+// blocks stay in the prefix cache. It reports whether id was pinned: releasing a request
+// that is not (any more) is harmless.
+func (e *Engine) Release(id string) bool {
+	blocks, ok := e.pinned[id]
+	if !ok {
+		return false
+	}
+	for k := len(blocks) - 1; k >= 0; k-- {
+		e.cache.release(blocks[k])
+	}
+	e.pinnedBlocks -= len(blocks)
+	delete(e.pinned, id)
+	return true
+}
+
+// HasWork reports whether any request is waiting or running (pinned requests are not
+// work: they wait for Release).
 func (e *Engine) HasWork() bool { return len(e.waiting)+len(e.running) > 0 }
 
 // Stats returns the current load and counters.
@@ -211,6 +273,7 @@ func (e *Engine) Stats() Stats {
 	st.CachedBlocks = e.cache.lruLen
 	st.FreeBlocks = len(e.cache.free)
 	st.KVUsage = float64(e.cache.active) / float64(e.cfg.NumGPUBlocks)
+	st.PinnedRequests, st.PinnedBlocks = len(e.pinned), e.pinnedBlocks
 	return st
 }
 
@@ -256,12 +319,20 @@ func (e *Engine) Step(now time.Time) StepResult {
 		s := e.waiting[0]
 		hits := e.prefixHits(s)
 		hitTokens := hits * bs
-		n := len(s.tokens) - hitTokens
+		// A remote prefill's tokens count as computed on first admission only: once
+		// preempted, the request recomputes them.
+		start, imported := hitTokens, 0
+		if !s.admitted {
+			if k := min(s.req.ImportedTokens, len(s.tokens)-1); k > hitTokens {
+				start, imported = k, k-hitTokens
+			}
+		}
+		n := len(s.tokens) - start
 		if !e.cfg.EnableChunkedPrefill && n > budget {
 			break
 		}
 		n = min(n, budget)
-		need := ceilDiv(hitTokens+n, bs) - hits
+		need := ceilDiv(start+n, bs) - hits
 		inactiveHits := 0
 		for k := 0; k < hits; k++ {
 			id, _ := e.cache.lookup(s.hashes[k])
@@ -277,14 +348,15 @@ func (e *Engine) Step(now time.Time) StepResult {
 			e.cache.acquire(id)
 			s.blocks = append(s.blocks, id)
 		}
-		s.computed, s.registered = hitTokens, hits
+		s.computed, s.registered = start, hits
 		e.grow(s, need)
 		if e.cfg.EnablePrefixCaching {
 			e.stats.PrefixQueries += uint64(len(s.tokens))
 			e.stats.PrefixHits += uint64(hitTokens)
 		}
 		if !s.admitted {
-			s.admitted, s.cached = true, hitTokens
+			s.admitted, s.cached, s.imported = true, hitTokens, imported
+			e.stats.ImportedTokens += uint64(imported)
 		}
 		e.waiting = e.waiting[1:]
 		e.running = append(e.running, s)
@@ -316,7 +388,14 @@ func (e *Engine) Step(now time.Time) StepResult {
 		if out.Finished {
 			anyFinished = true
 			s.finished = true
-			e.freeBlocks(s)
+			if s.req.HoldBlocks && out.FinishReason == FinishLength {
+				out.Pinned, out.BlockIDs = true, slices.Clone(s.blocks)
+				e.pinned[s.req.ID] = s.blocks // the references now belong to the pin
+				e.pinnedBlocks += len(s.blocks)
+				s.blocks = nil
+			} else {
+				e.freeBlocks(s)
+			}
 			delete(e.byID, s.req.ID)
 		}
 		res.Outputs = append(res.Outputs, out)
@@ -418,7 +497,8 @@ func (e *Engine) generate(s *sequence) Output {
 	s.state = foldToken(s.state, tok)
 	s.output++
 	e.stats.GenerationTokens++
-	out := Output{RequestID: s.req.ID, TokenIDs: []uint32{tok}, PromptTokens: len(s.req.Prompt), CachedTokens: s.cached}
+	out := Output{RequestID: s.req.ID, TokenIDs: []uint32{tok}, PromptTokens: len(s.req.Prompt), CachedTokens: s.cached,
+		ImportedTokens: s.imported}
 	switch {
 	case !s.req.IgnoreEOS && slices.Contains(e.vocab.EOS, tok):
 		out.Finished, out.FinishReason = true, FinishStop

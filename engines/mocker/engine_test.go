@@ -359,7 +359,7 @@ func TestPreemptionRecomputes(t *testing.T) {
 }
 
 // TestEventsMatchCache replays every event of a seeded random workload (with aborts,
-// shared prefixes and a small cache) into a model of the engine's prefix cache and
+// shared prefixes, pinned prefill legs, imported decode legs and a small cache) into a model of the engine's prefix cache and
 // checks it against the cache: events say exactly what is stored and evicted.
 func TestEventsMatchCache(t *testing.T) {
 	cfg := smallConfig()
@@ -383,11 +383,21 @@ func TestEventsMatchCache(t *testing.T) {
 			if len(p)+max > cfg.MaxModelLen {
 				continue
 			}
-			mustAdd(t, e, Request{ID: fmt.Sprint(nextID), Prompt: p, MaxTokens: max, LoraName: []string{"", "", "l"}[rng.IntN(3)]})
+			r := Request{ID: fmt.Sprint(nextID), Prompt: p, MaxTokens: max, LoraName: []string{"", "", "l"}[rng.IntN(3)]}
+			switch rng.IntN(4) { // legs of disaggregated requests
+			case 0:
+				r.HoldBlocks = true
+			case 1:
+				r.ImportedTokens = rng.IntN(len(p) + 1)
+			}
+			mustAdd(t, e, r)
 			nextID++
 		}
 		if rng.IntN(10) == 0 && nextID > 0 {
 			e.Abort(fmt.Sprint(rng.IntN(nextID)))
+		}
+		if rng.IntN(3) == 0 && nextID > 0 {
+			e.Release(fmt.Sprint(rng.IntN(nextID)))
 		}
 		r := e.Step(now)
 		now = r.End
@@ -430,6 +440,12 @@ func TestEventsMatchCache(t *testing.T) {
 		if st.ActiveBlocks+st.CachedBlocks+st.FreeBlocks != cfg.NumGPUBlocks {
 			t.Fatalf("step %d: pools %+v do not add up", step, st)
 		}
+	}
+	for id := 0; id < nextID; id++ {
+		e.Abort(fmt.Sprint(id))
+	}
+	if st := e.Stats(); st.ActiveBlocks != 0 || st.PinnedBlocks != 0 || st.PinnedRequests != 0 || e.HasWork() {
+		t.Fatalf("blocks left after aborting everything: %+v", st)
 	}
 }
 
