@@ -175,8 +175,8 @@ func New(cfg Config, vocab Vocab) (*Engine, error) {
 		return nil, errors.New("mocker: vocabulary has no ordinary tokens")
 	}
 	return &Engine{
-		cfg:   cfg,
-		vocab: vocab,
+		cfg:    cfg,
+		vocab:  vocab,
 		cache:  newBlockCache(cfg.NumGPUBlocks, cfg.BlockSize, cfg.EnablePrefixCaching),
 		byID:   make(map[string]*sequence),
 		pinned: make(map[string][]int32),
