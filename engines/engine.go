@@ -15,6 +15,17 @@ type Chunk struct {
 	FinishReason string // "" until the last chunk: "stop", "length", "abort"
 	// Usage, set on the last chunk (token counts).
 	PromptTokens, CachedTokens, CompletionTokens int
+	// KVTransferParams is set on the last chunk of a prefill leg
+	// (SamplingParams.disagg.leg "prefill") whose engine returned transfer parameters:
+	// a JSON object the decode leg passes back unchanged (DisaggParams.kv_transfer_params).
+	// vLLM: the response's kv_transfer_params (do_remote_prefill, remote_engine_id,
+	// remote_block_ids, remote_host, remote_port, tp_size, ...; REFERENCE §6).
+	// TensorRT-LLM: the choice's disaggregated_params (request_type, first_gen_tokens,
+	// ctx_request_id, encoded_opaque_state). Empty when the engine returned none: vLLM
+	// returns none when the prefill leg finished on a stop token (its only token ended
+	// the request, and no KV was kept), and SGLang never does (its decode leg finds the
+	// KV through the bootstrap room both legs were given).
+	KVTransferParams string
 }
 
 // Engine is how a worker talks to its engine process once it is up.
@@ -27,6 +38,32 @@ type Engine interface {
 	Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams, fn func(Chunk) error) error
 	// Load scrapes the engine's load (running/waiting requests, KV usage).
 	Load(ctx context.Context) (*messages.WorkerLoad, error)
+}
+
+// KVReleaser is implemented by engines whose KV blocks pinned for a disaggregated
+// request can be released on request: the worker of a prefill leg calls ReleaseKV when
+// the decode leg will not read them (rejected, cancelled, or never sent), so that they
+// do not stay pinned until the engine's own timeout.
+//
+// What each adapter does:
+//
+//   - Turbine's mock engine (any dialect): it sends a release message to the transfer
+//     port named in kvTransferParams (remote_host, remote_port), which frees the blocks
+//     at once.
+//   - vLLM: a no-op returning nil. vLLM has no API to release a request's blocks: its
+//     NIXL connector frees them when the decode engine has read them, or after
+//     VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s by default).
+//   - TensorRT-LLM: a no-op returning nil; the context server frees them after its
+//     cache_transceiver_config.kv_transfer_timeout_ms.
+//   - SGLang: not implemented (the prefill server frees a room's KV when its bootstrap
+//     times out).
+//
+// Releasing blocks that were already read or released is harmless and returns nil.
+// requestID is the prefill leg's request id; kvTransferParams what its last chunk
+// carried (Chunk.KVTransferParams). Errors: malformed parameters, or the engine could
+// not be reached.
+type KVReleaser interface {
+	ReleaseKV(ctx context.Context, requestID, kvTransferParams string) error
 }
 
 // Launcher builds an engine process's command line and its client.
