@@ -13,6 +13,16 @@ const (
 	// DefaultMaxBufferedBatches bounds the event batches a Router keeps for a worker
 	// while it waits for that worker's dump (they are replayed after it).
 	DefaultMaxBufferedBatches = 4096
+	// DefaultMaxLocalPrefillTokens: requests whose uncached prompt suffix on their decode
+	// worker is at most this many tokens are prefilled there (REFERENCE §6, the
+	// reference max_local_prefill_length).
+	DefaultMaxLocalPrefillTokens = 1000
+	// DefaultMaxPrefillQueueTokens: the prefill pool's queue is long when every prefill
+	// worker has more active prefill tokens than this: four full batches of 8192 tokens
+	// (the reference max_num_batched_tokens), about 0.7 s of prefill in the reference
+	// timing (REFERENCE §7) — a wait past which prefilling a request on its decode
+	// worker is usually faster than queueing it.
+	DefaultMaxPrefillQueueTokens = 4 * 8192
 )
 
 // Config configures a Router. Start from DefaultConfig and change fields; NewRouter
@@ -34,6 +44,9 @@ type Config struct {
 	Busy BusyThresholds
 	// MaxBufferedBatches: see DefaultMaxBufferedBatches; <= 0 means the default.
 	MaxBufferedBatches int
+	// Disagg: conditional disaggregation, used while some worker has role prefill or
+	// decode (disagg.go). Taken as given: start from DefaultDisaggConfig.
+	Disagg DisaggConfig
 }
 
 // BusyThresholds mark a worker busy (REFERENCE §4); busy workers are skipped by every
@@ -55,5 +68,14 @@ func DefaultConfig(blockSize int) Config {
 		Temperature:        DefaultTemperature,
 		MaxSequenceAge:     DefaultMaxSequenceAge,
 		MaxBufferedBatches: DefaultMaxBufferedBatches,
+		Disagg:             DefaultDisaggConfig(),
 	}
+}
+
+// DefaultDisaggConfig returns the conditional-disaggregation defaults: local prefill up
+// to DefaultMaxLocalPrefillTokens uncached tokens, a long queue past
+// DefaultMaxPrefillQueueTokens, local fallback when no prefill worker is ready.
+func DefaultDisaggConfig() DisaggConfig {
+	return DisaggConfig{MaxLocalPrefillTokens: DefaultMaxLocalPrefillTokens,
+		MaxPrefillQueueTokens: DefaultMaxPrefillQueueTokens}
 }

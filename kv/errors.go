@@ -30,6 +30,12 @@ var (
 	// ErrInvalidRequest: a call's arguments are malformed (empty request or worker id,
 	// negative overrides ...).
 	ErrInvalidRequest = errors.New("kv: invalid request")
+	// ErrNoPrefillWorkers: disaggregated serving with Disagg.Enforce, and no ready prefill
+	// worker (none registered, none ready, or all excluded) for a request that would be
+	// prefilled remotely.
+	ErrNoPrefillWorkers = errors.New("kv: no ready prefill workers")
+	// ErrInvalidRole: a worker role other than aggregated (or empty), prefill or decode.
+	ErrInvalidRole = errors.New("kv: invalid worker role")
 	// ErrDumpOrder: a block dump part arrived out of order; the dump must restart.
 	ErrDumpOrder = errors.New("kv: block dump part out of order")
 )

@@ -28,27 +28,36 @@ import (
 //     sent yet). Epochs should increase with each engine start (a start time will
 //     do): batches and dumps of a lower epoch than the registered one are dropped as
 //     late, a higher one means a restart; a registration with any other epoch does.
-//   - active holds every routed request until Free, Expire or RemoveWorker.
+//   - active holds every routed request until Free, Expire or RemoveWorker; a remote
+//     decision holds two (the decode leg under the request id, the prefill leg under
+//     PrefillRequestID of it).
+//   - roleCount[role] is the number of registered workers with that role (kept by
+//     Register and RemoveWorker); prefill or decode workers switch Route to
+//     disaggregated serving (disagg.go).
 type Router struct {
-	cfg     Config
-	policy  Policy
-	index   *Index
-	active  *ActiveSequences
-	workers []*routerWorker // by WorkerID; nil = free id
-	byName  map[string]*routerWorker
-	routed  int64
-	prompt  int64
-	overlap int64
-	skipped int64 // events skipped in dumps (invalid or orphaned)
-	hashBuf []uint64
-	ovBuf   []uint32
-	apBuf   []uint32
-	candBuf []Candidate
+	cfg           Config
+	policy        Policy // aggregated and decode workers
+	prefillPolicy Policy // prefill workers: a value of its own, so stateful policies keep separate cycles
+	roleCount     [numRoles]int
+	decisions     [numKinds]int64
+	index         *Index
+	active        *ActiveSequences
+	workers       []*routerWorker // by WorkerID; nil = free id
+	byName        map[string]*routerWorker
+	routed        int64
+	prompt        int64
+	overlap       int64
+	skipped       int64 // events skipped in dumps (invalid or orphaned)
+	hashBuf       []uint64
+	ovBuf         []uint32
+	apBuf         []uint32
+	candBuf       []Candidate
 }
 
 type routerWorker struct {
 	id          WorkerID
 	name        string
+	role        Role
 	totalBlocks int64
 	ready       bool
 	epoch       uint64
@@ -81,6 +90,9 @@ type WorkerSpec struct {
 	Epoch uint64
 	// LastSeq: the seq of the last event batch the worker sent in this epoch (0 = none).
 	LastSeq uint64
+	// Role in disaggregated serving (zero value: aggregated). A registration may change
+	// it; the worker's blocks and active requests stay.
+	Role Role
 }
 
 // RouteInput is one routing request.
@@ -96,8 +108,14 @@ type RouteInput struct {
 	OverlapWeight    float64
 	HasTemperature   bool
 	Temperature      float64
-	// Exclude: worker ids not to use (e.g. those a migrated request failed on).
+	// Exclude: worker ids not to use (e.g. those a migrated request failed on); in
+	// disaggregated serving, for the decode (or aggregated) worker.
 	Exclude []string
+	// ExcludePrefill: prefill worker ids not to use for the prefill leg (a prefill leg
+	// failed there). Disaggregated serving only.
+	ExcludePrefill []string
+	// LocalPrefill: prefill on the decode worker, never remotely (DisaggLocalRequested).
+	LocalPrefill bool
 }
 
 // Decision is the outcome of Route.
@@ -108,8 +126,19 @@ type Decision struct {
 	OverlapBlocks int
 	// PromptBlocks: full KV blocks in the prompt.
 	PromptBlocks int
-	// PrefillTokens: prompt tokens the worker has to compute (ISL - OverlapBlocks*B).
+	// PrefillTokens: prompt tokens the worker has to compute (ISL - OverlapBlocks*B),
+	// as tracked in its load; 0 for the decode worker of a remote decision.
 	PrefillTokens int64
+	// Disagg: the disaggregation decision, one of DisaggAggregated, DisaggRemote,
+	// DisaggLocalShortPrefill, DisaggLocalPrefillQueue, DisaggLocalNoPrefillWorkers,
+	// DisaggLocalRequested (see disagg.go). WorkerID/Worker is the decode worker, or the
+	// only worker when the decision is not remote.
+	Disagg string
+	// UncachedPrefillTokens: ISL minus the worker's prefix hit (tokens), what the worker
+	// would prefill itself.
+	UncachedPrefillTokens int64
+	// Prefill: where the prefill leg runs; set only when Disagg is DisaggRemote.
+	Prefill *PrefillLeg
 }
 
 // NewRouter validates cfg and returns an empty router.
@@ -126,6 +155,9 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := validateBusy(cfg.Busy); err != nil {
 		return nil, err
 	}
+	if err := validateDisagg(cfg.Disagg); err != nil {
+		return nil, err
+	}
 	if cfg.Policies == nil {
 		cfg.Policies = DefaultPolicies()
 	}
@@ -139,12 +171,17 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Policy: %w", err)
 	}
+	pp, err := cfg.Policies.New(cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("Policy: %w", err)
+	}
 	return &Router{
-		cfg:    cfg,
-		policy: p,
-		index:  NewIndex(cfg.BlockSize),
-		active: NewActiveSequences(cfg.MaxSequenceAge),
-		byName: make(map[string]*routerWorker),
+		cfg:           cfg,
+		policy:        p,
+		prefillPolicy: pp,
+		index:         NewIndex(cfg.BlockSize),
+		active:        NewActiveSequences(cfg.MaxSequenceAge),
+		byName:        make(map[string]*routerWorker),
 	}, nil
 }
 
@@ -180,6 +217,9 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 	if spec.TotalBlocks < 0 {
 		return false, fmt.Errorf("%w: worker %q total KV blocks %d is negative", ErrInvalidRequest, spec.ID, spec.TotalBlocks)
 	}
+	if spec.Role >= numRoles {
+		return false, fmt.Errorf("%w: worker %q: %v", ErrInvalidRole, spec.ID, spec.Role)
+	}
 	rw := r.byName[spec.ID]
 	if rw == nil {
 		id := WorkerID(0)
@@ -189,8 +229,9 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 		if id > MaxWorkerID {
 			return false, fmt.Errorf("%w: more than %d workers", ErrInvalidRequest, MaxWorkerID+1)
 		}
-		rw = &routerWorker{id: id, name: spec.ID, epoch: spec.Epoch, lastSeq: spec.LastSeq,
+		rw = &routerWorker{id: id, name: spec.ID, role: spec.Role, epoch: spec.Epoch, lastSeq: spec.LastSeq,
 			synced: spec.LastSeq == 0, dumpPart: -1}
+		r.roleCount[spec.Role]++
 		if int(id) == len(r.workers) {
 			r.workers = append(r.workers, rw)
 		} else {
@@ -209,6 +250,11 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 			// Batches the router never got (or numbering that went backwards).
 			rw.synced = false
 		}
+	}
+	if rw.role != spec.Role {
+		r.roleCount[rw.role]--
+		r.roleCount[spec.Role]++
+		rw.role = spec.Role
 	}
 	rw.ready, rw.totalBlocks = spec.Ready, spec.TotalBlocks
 	return !rw.synced && rw.dumpPart < 0, nil
@@ -231,6 +277,7 @@ func (r *Router) RemoveWorker(workerID string) (int, error) {
 	}
 	r.index.RemoveWorker(rw.id)
 	n := r.active.RemoveWorker(rw.id)
+	r.roleCount[rw.role]--
 	r.workers[rw.id] = nil
 	for len(r.workers) > 0 && r.workers[len(r.workers)-1] == nil {
 		r.workers = r.workers[:len(r.workers)-1]
@@ -412,10 +459,14 @@ func (r *Router) busy(rw *routerWorker, l Load) bool {
 
 // Route chooses a worker for a request and records it as active there (free it with
 // Free; PrefillDone at its first token). It first expires sequences older than
-// MaxSequenceAge and forgets any earlier placement of the same request id. Errors:
-// ErrInvalidRequest (empty id, negative or non-finite overrides), ErrNoWorkers (no
-// ready worker, or all excluded), ErrAllBusy (every remaining worker busy), or a
-// policy's error. It allocates only the active-sequence record.
+// MaxSequenceAge and forgets any earlier placement of the same request id (both legs).
+// While some worker has role prefill or decode it also decides where the prefill runs
+// (disaggregated serving, see disagg.go); otherwise Decision.Disagg is
+// DisaggAggregated. Errors: ErrInvalidRequest (empty id, negative or non-finite
+// overrides), ErrNoWorkers (no ready worker, or all excluded), ErrAllBusy (every
+// remaining worker busy), ErrNoPrefillWorkers (Disagg.Enforce and no prefill worker),
+// or a policy's error. It allocates only the active-sequence records (and the
+// PrefillLeg of a remote decision).
 func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, error) {
 	if in.RequestID == "" {
 		return Decision{}, fmt.Errorf("%w: empty request id", ErrInvalidRequest)
@@ -439,7 +490,7 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 		sel.Temperature = in.Temperature
 	}
 	r.active.Expire(now)
-	r.active.Free(in.RequestID)
+	r.Free(in.RequestID)
 
 	r.hashBuf = AppendSequenceHashes(r.hashBuf[:0], in.Tokens, r.cfg.BlockSize, in.LoraName)
 	hashes := r.hashBuf
@@ -451,10 +502,32 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 	r.apBuf = r.apBuf[:len(r.workers)]
 	r.active.ActivePrefix(hashes, r.apBuf)
 
-	cands := r.candBuf[:0]
-	eligible := 0
+	if r.disaggregated() {
+		return r.routeDisagg(&in, &sel, hashes, now, rng)
+	}
+	cands, eligible := r.gather(maskAggregated|maskPrefill|maskDecode, in.Exclude)
+	if eligible == 0 {
+		return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
+	}
+	if len(cands) == 0 {
+		return Decision{}, fmt.Errorf("%w: %d ready workers over the busy thresholds", ErrAllBusy, eligible)
+	}
+	sel.Candidates = cands
+	c, err := r.choose(r.policy, &sel, rng)
+	if err != nil {
+		return Decision{}, err
+	}
+	return r.placeLocal(&in, hashes, c, kindAggregated, now), nil
+}
+
+// gather collects, in r.candBuf, the ready, non-busy workers whose role is in mask
+// (a set of 1<<Role bits) and whose id is not in exclude, with their routing facts
+// for the prompt whose overlaps and active prefixes are in r.ovBuf and r.apBuf.
+// eligible counts the ready, non-excluded workers of those roles, busy or not.
+func (r *Router) gather(mask uint8, exclude []string) (cands []Candidate, eligible int) {
+	cands = r.candBuf[:0]
 	for _, rw := range r.workers {
-		if rw == nil || !rw.ready || excluded(in.Exclude, rw.name) {
+		if rw == nil || mask&(1<<rw.role) == 0 || !rw.ready || excluded(exclude, rw.name) {
 			continue
 		}
 		eligible++
@@ -477,31 +550,20 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 		cands = append(cands, c)
 	}
 	r.candBuf = cands
-	if eligible == 0 {
-		return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
-	}
-	if len(cands) == 0 {
-		return Decision{}, fmt.Errorf("%w: %d ready workers over the busy thresholds", ErrAllBusy, eligible)
-	}
-	sel.Candidates = cands
-	i, err := r.policy.Select(&sel, rng)
+	return cands, eligible
+}
+
+// choose runs policy p on sel (at least one candidate) and returns a copy of the
+// chosen candidate.
+func (r *Router) choose(p Policy, sel *SelectInput, rng *rand.Rand) (Candidate, error) {
+	i, err := p.Select(sel, rng)
 	if err != nil {
-		return Decision{}, err
+		return Candidate{}, err
 	}
-	if i < 0 || i >= len(cands) {
-		return Decision{}, fmt.Errorf("kv: policy %q chose candidate %d of %d", r.cfg.Policy, i, len(cands))
+	if i < 0 || i >= len(sel.Candidates) {
+		return Candidate{}, fmt.Errorf("kv: policy %q chose candidate %d of %d", r.cfg.Policy, i, len(sel.Candidates))
 	}
-	c := cands[i]
-	prefill := int64(len(in.Tokens) - c.OverlapBlocks*r.cfg.BlockSize)
-	if prefill < 0 {
-		prefill = 0
-	}
-	r.active.Add(in.RequestID, c.Worker, hashes, prefill, now)
-	r.routed++
-	r.prompt += int64(len(hashes))
-	r.overlap += int64(c.OverlapBlocks)
-	return Decision{WorkerID: c.ID, Worker: c.Worker, OverlapBlocks: c.OverlapBlocks,
-		PromptBlocks: len(hashes), PrefillTokens: prefill}, nil
+	return sel.Candidates[i], nil
 }
 
 func excluded(list []string, name string) bool {
@@ -514,11 +576,23 @@ func excluded(list []string, name string) bool {
 }
 
 // PrefillDone records a request's first token (its prompt tokens stop counting as
-// prefill load). It reports whether the request was active.
-func (r *Router) PrefillDone(reqID string) bool { return r.active.PrefillDone(reqID) }
+// prefill load); for a request id it also marks its prefill leg done (the first token
+// comes after the prefill). It reports whether the id (or its prefill leg) was active.
+func (r *Router) PrefillDone(reqID string) bool {
+	a := r.active.PrefillDone(reqID)
+	b := r.active.PrefillDone(PrefillRequestID(reqID))
+	return a || b
+}
 
-// Free ends a request (finished, cancelled, failed). Unknown ids are harmless.
-func (r *Router) Free(reqID string) bool { return r.active.Free(reqID) }
+// Free ends a request (finished, cancelled, failed): the id given — a request id or
+// the PrefillRequestID of a prefill leg — and, for a request id, its prefill leg too if
+// still tracked, so a caller that forgets the leg leaks nothing. It reports whether
+// anything was active. Unknown ids are harmless.
+func (r *Router) Free(reqID string) bool {
+	a := r.active.Free(reqID)
+	b := r.active.Free(PrefillRequestID(reqID))
+	return a || b
+}
 
 // Expire frees requests older than MaxSequenceAge and returns how many.
 func (r *Router) Expire(now time.Time) int { return r.active.Expire(now) }
@@ -527,6 +601,7 @@ func (r *Router) Expire(now time.Time) int { return r.active.Expire(now) }
 type WorkerStats struct {
 	ID     string
 	Worker WorkerID
+	Role   Role
 	// IndexedBlocks: blocks of its KV cache in the index.
 	IndexedBlocks int
 	// ActiveBlocks, ActivePrefillTokens (tokens), ActiveRequests: router-tracked load.
@@ -546,7 +621,8 @@ type WorkerStats struct {
 type Stats struct {
 	// Workers, sorted by ID.
 	Workers []WorkerStats
-	// Routed requests; PromptBlocks routed in total, OverlapBlocks of them prefix hits.
+	// Routed requests; PromptBlocks routed in total, OverlapBlocks of them prefix hits
+	// on the worker that prefilled (the prefill worker of a remote decision).
 	Routed        int64
 	PromptBlocks  int64
 	OverlapBlocks int64
@@ -557,6 +633,8 @@ type Stats struct {
 	// dump events that could not be applied.
 	UnknownRemovals uint64
 	SkippedEvents   int64
+	// Decisions counts routed requests by Decision.Disagg kind (every kind present).
+	Decisions map[string]int64
 }
 
 // Stats returns a snapshot of the router's state.
@@ -565,6 +643,10 @@ func (r *Router) Stats() Stats {
 		Routed: r.routed, PromptBlocks: r.prompt, OverlapBlocks: r.overlap,
 		IndexNodes: r.index.Nodes(), ActiveRequests: r.active.Len(),
 		UnknownRemovals: r.index.UnknownRemovals(), SkippedEvents: r.skipped,
+		Decisions: make(map[string]int64, numKinds),
+	}
+	for k, n := range r.decisions {
+		s.Decisions[disaggKinds[k]] = n
 	}
 	for _, rw := range r.workers {
 		if rw == nil {
@@ -572,7 +654,7 @@ func (r *Router) Stats() Stats {
 		}
 		l := r.active.Load(rw.id)
 		s.Workers = append(s.Workers, WorkerStats{
-			ID: rw.name, Worker: rw.id, IndexedBlocks: r.index.Blocks(rw.id),
+			ID: rw.name, Worker: rw.id, Role: rw.role, IndexedBlocks: r.index.Blocks(rw.id),
 			ActiveBlocks: l.ActiveBlocks, ActivePrefillTokens: l.PrefillTokens, ActiveRequests: l.Sequences,
 			TotalBlocks: rw.totalBlocks, Busy: r.busy(rw, l), Ready: rw.ready,
 			Epoch: rw.epoch, LastSeq: rw.lastSeq, Synced: rw.synced,

@@ -1,0 +1,278 @@
+package kv
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Disaggregated serving (xPyD, REFERENCE §6): prefill and decode run on separate worker
+// pools. The Router places both legs of a request and decides, per request, whether the
+// prefill leg runs remotely on a prefill worker or locally on the decode worker
+// (conditional disaggregation).
+//
+// Mode: while no registered worker has role prefill or decode, Route behaves exactly
+// as an aggregated router (Decision.Disagg = DisaggAggregated). Otherwise:
+//
+//  1. Decode worker: chosen among the ready, non-busy decode and aggregated workers not
+//     in RouteInput.Exclude, for load rather than for prefix reuse: the kv policy runs
+//     with overlap weight 0 (its cost is then the decode blocks alone); any other
+//     policy runs as configured. If no decode or aggregated worker is ready (and not
+//     excluded), the prefill workers serve the request aggregated instead (fallback,
+//     Decision.Disagg = DisaggAggregated, chosen KV-aware like any aggregated request);
+//     if some are ready but all busy, Route fails with ErrAllBusy, since loading the
+//     prefill pool with decodes would slow every other request's TTFT.
+//  2. uncached = ISL − overlap(decode worker) × B: what the decode worker would compute.
+//  3. Local (the decode worker prefills; tracked like an aggregated request, with
+//     uncached prefill tokens), checked in this order:
+//     - RouteInput.LocalPrefill                        → DisaggLocalRequested
+//     - uncached ≤ Disagg.MaxLocalPrefillTokens        → DisaggLocalShortPrefill
+//     - no ready prefill worker outside ExcludePrefill → DisaggLocalNoPrefillWorkers,
+//     or ErrNoPrefillWorkers when Disagg.Enforce
+//     - the prefill pool's queue is long: every ready, non-excluded prefill worker is
+//     busy or has more than Disagg.MaxPrefillQueueTokens active prefill tokens
+//     → DisaggLocalPrefillQueue
+//  4. Remote otherwise (DisaggRemote): the prefill worker is chosen KV-aware by the
+//     configured policy (with the request's overlap weight and temperature) among the
+//     ready, non-busy prefill workers not in ExcludePrefill. The prefill leg is tracked
+//     on it under PrefillRequestID(RequestID) with ISL − overlap(prefill worker) × B
+//     prefill tokens; the decode leg is tracked on the decode worker under RequestID
+//     with the prompt's blocks (they will be transferred there) and 0 prefill tokens:
+//     it computes at most the prompt's last partial block, which is not counted.
+//
+// The prefill pool has its own policy value (a round-robin cycle of its own).
+
+// Role is a worker's part in disaggregated serving.
+type Role uint8
+
+// Worker roles. The zero value is RoleAggregated.
+const (
+	// RoleAggregated: prefill and decode of a request on one worker.
+	RoleAggregated Role = iota
+	// RolePrefill: computes prompts' KV blocks, which decode workers then read.
+	RolePrefill
+	// RoleDecode: generates tokens from KV blocks a prefill worker computed (or prefills
+	// short prompts itself).
+	RoleDecode
+	numRoles
+)
+
+var roleNames = [numRoles]string{"aggregated", "prefill", "decode"}
+
+// String returns "aggregated", "prefill" or "decode" (the names of WorkerInfo.role).
+func (r Role) String() string {
+	if r < numRoles {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("Role(%d)", uint8(r))
+}
+
+// ParseRole parses a role name: "aggregated" or "" (aggregated), "prefill", "decode".
+// Any other value is an ErrInvalidRole error naming it.
+func ParseRole(s string) (Role, error) {
+	if s == "" {
+		return RoleAggregated, nil
+	}
+	for i, n := range roleNames {
+		if s == n {
+			return Role(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q (want aggregated, prefill or decode)", ErrInvalidRole, s)
+}
+
+// Decision kinds (Decision.Disagg, RouteResponse.disagg_decision).
+const (
+	// DisaggAggregated: no prefill/decode pools (or the fallback of prefill workers
+	// serving aggregated when no decode worker is ready); one worker does everything.
+	DisaggAggregated = "aggregated"
+	// DisaggRemote: the prefill leg runs on Decision.Prefill, the decode leg on the worker.
+	DisaggRemote = "remote"
+	// DisaggLocalShortPrefill: the uncached prompt suffix is at most
+	// Disagg.MaxLocalPrefillTokens; the decode worker prefills it.
+	DisaggLocalShortPrefill = "local_short_prefill"
+	// DisaggLocalPrefillQueue: the prefill pool's queue is long; the decode worker prefills.
+	DisaggLocalPrefillQueue = "local_prefill_queue"
+	// DisaggLocalNoPrefillWorkers: no ready prefill worker (or all excluded); the decode
+	// worker prefills.
+	DisaggLocalNoPrefillWorkers = "local_no_prefill_workers"
+	// DisaggLocalRequested: RouteInput.LocalPrefill asked for the decode worker to prefill.
+	DisaggLocalRequested = "local_requested"
+)
+
+// disaggKinds indexes the decision counters.
+var disaggKinds = [...]string{DisaggAggregated, DisaggRemote, DisaggLocalShortPrefill,
+	DisaggLocalPrefillQueue, DisaggLocalNoPrefillWorkers, DisaggLocalRequested}
+
+const (
+	kindAggregated = iota
+	kindRemote
+	kindShort
+	kindQueue
+	kindNoPrefill
+	kindRequested
+	numKinds
+)
+
+// PrefillRequestSuffix is appended to a request id to name its prefill leg in the load
+// tracking (PrefillRequestID).
+const PrefillRequestSuffix = "#prefill"
+
+// PrefillRequestID is the id under which the prefill leg of request id is tracked.
+func PrefillRequestID(id string) string { return id + PrefillRequestSuffix }
+
+// PrefillLeg is where the prefill leg of a remote decision runs.
+type PrefillLeg struct {
+	WorkerID string
+	Worker   WorkerID
+	// OverlapBlocks: prompt blocks already cached on the prefill worker.
+	OverlapBlocks int
+	// PrefillTokens: prompt tokens the prefill worker computes (ISL − OverlapBlocks×B).
+	PrefillTokens int64
+	// RequestID: the leg's id in the load tracking (PrefillRequestID of the request);
+	// free it with Free when the leg ends.
+	RequestID string
+}
+
+// DisaggConfig configures conditional disaggregation (REFERENCE §6). It only matters
+// while some worker has role prefill or decode.
+type DisaggConfig struct {
+	// MaxLocalPrefillTokens (tokens, >= 0): a request whose uncached prompt suffix on
+	// its decode worker is at most this long is prefilled there (default 1000, the
+	// reference max_local_prefill_length). 0: every request with an uncached token goes
+	// remote.
+	MaxLocalPrefillTokens int
+	// MaxPrefillQueueTokens (tokens, >= 0): the prefill pool's queue counts as long —
+	// and requests are prefilled on their decode worker — when every ready, non-busy
+	// prefill worker has more active prefill tokens than this. 0: never long.
+	MaxPrefillQueueTokens int64
+	// Enforce: with no ready prefill worker, a request that would go remote fails with
+	// ErrNoPrefillWorkers instead of being prefilled on its decode worker.
+	Enforce bool
+}
+
+func validateDisagg(d DisaggConfig) error {
+	if d.MaxLocalPrefillTokens < 0 {
+		return fmt.Errorf("%w: Disagg.MaxLocalPrefillTokens %d must be >= 0 (tokens)", ErrInvalidConfig, d.MaxLocalPrefillTokens)
+	}
+	if d.MaxPrefillQueueTokens < 0 {
+		return fmt.Errorf("%w: Disagg.MaxPrefillQueueTokens %d must be >= 0 (tokens; 0 = no limit)", ErrInvalidConfig, d.MaxPrefillQueueTokens)
+	}
+	return nil
+}
+
+// Role masks for gather.
+const (
+	maskAggregated = 1 << RoleAggregated
+	maskPrefill    = 1 << RolePrefill
+	maskDecode     = 1 << RoleDecode
+)
+
+// disaggregated reports whether any registered worker has role prefill or decode.
+func (r *Router) disaggregated() bool { return r.roleCount[RolePrefill]+r.roleCount[RoleDecode] > 0 }
+
+// routeDisagg is Route for a fleet with prefill or decode workers (see the top of this
+// file). sel carries the request's overlap weight and temperature; hashes are the
+// prompt's sequence hashes; the overlap and active-prefix buffers are filled.
+func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, now time.Time, rng *rand.Rand) (Decision, error) {
+	isl := int64(len(in.Tokens))
+	bs := int64(r.cfg.BlockSize)
+	cands, eligible := r.gather(maskDecode|maskAggregated, in.Exclude)
+	if eligible == 0 {
+		// No decode worker at all: the prefill pool serves the request aggregated.
+		cands, eligible = r.gather(maskPrefill, in.Exclude)
+		if eligible == 0 {
+			return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
+		}
+		if len(cands) == 0 {
+			return Decision{}, fmt.Errorf("%w: no decode worker ready, %d ready prefill workers over the busy thresholds", ErrAllBusy, eligible)
+		}
+		sel.Candidates = cands
+		c, err := r.choose(r.policy, sel, rng)
+		if err != nil {
+			return Decision{}, err
+		}
+		return r.placeLocal(in, hashes, c, kindAggregated, now), nil
+	}
+	if len(cands) == 0 {
+		return Decision{}, fmt.Errorf("%w: %d ready decode and aggregated workers over the busy thresholds", ErrAllBusy, eligible)
+	}
+	dsel := *sel
+	dsel.Candidates = cands
+	if r.cfg.Policy == PolicyKV {
+		dsel.OverlapWeight = 0 // for load: the decode blocks alone
+	}
+	dc, err := r.choose(r.policy, &dsel, rng)
+	if err != nil {
+		return Decision{}, err
+	}
+	uncached := max(0, isl-int64(dc.OverlapBlocks)*bs)
+	switch {
+	case in.LocalPrefill:
+		return r.placeLocal(in, hashes, dc, kindRequested, now), nil
+	case uncached <= int64(r.cfg.Disagg.MaxLocalPrefillTokens):
+		return r.placeLocal(in, hashes, dc, kindShort, now), nil
+	}
+	// dc is a copy: the buffer behind cands may be reused now.
+	pcands, peligible := r.gather(maskPrefill, in.ExcludePrefill)
+	switch {
+	case peligible == 0 && r.cfg.Disagg.Enforce:
+		return Decision{}, fmt.Errorf("%w: %d prefill workers registered, none ready and not excluded", ErrNoPrefillWorkers, r.roleCount[RolePrefill])
+	case peligible == 0:
+		return r.placeLocal(in, hashes, dc, kindNoPrefill, now), nil
+	case r.queueLong(pcands):
+		return r.placeLocal(in, hashes, dc, kindQueue, now), nil
+	}
+	sel.Candidates = pcands
+	pc, err := r.choose(r.prefillPolicy, sel, rng)
+	if err != nil {
+		return Decision{}, err
+	}
+	pid := PrefillRequestID(in.RequestID)
+	ptoks := max(0, isl-int64(pc.OverlapBlocks)*bs)
+	r.active.Add(pid, pc.Worker, hashes, ptoks, now)
+	r.active.Add(in.RequestID, dc.Worker, hashes, 0, now)
+	r.count(kindRemote, len(hashes), pc.OverlapBlocks)
+	return Decision{WorkerID: dc.ID, Worker: dc.Worker, OverlapBlocks: dc.OverlapBlocks, PromptBlocks: len(hashes),
+		Disagg: DisaggRemote, UncachedPrefillTokens: uncached,
+		Prefill: &PrefillLeg{WorkerID: pc.ID, Worker: pc.Worker, OverlapBlocks: pc.OverlapBlocks,
+			PrefillTokens: ptoks, RequestID: pid}}, nil
+}
+
+// queueLong reports whether every candidate prefill worker (ready, non-busy, not
+// excluded) has more active prefill tokens than Disagg.MaxPrefillQueueTokens; with no
+// candidate (all busy) the queue is long too.
+func (r *Router) queueLong(cands []Candidate) bool {
+	if len(cands) == 0 {
+		return true
+	}
+	limit := r.cfg.Disagg.MaxPrefillQueueTokens
+	if limit <= 0 {
+		return false
+	}
+	for i := range cands {
+		if cands[i].ActivePrefillTokens <= limit {
+			return false
+		}
+	}
+	return true
+}
+
+// placeLocal records a request prefilled on its (decode or aggregated) worker c, like an
+// aggregated request, and returns its decision of the given kind.
+func (r *Router) placeLocal(in *RouteInput, hashes []uint64, c Candidate, kind int, now time.Time) Decision {
+	prefill := max(0, int64(len(in.Tokens))-int64(c.OverlapBlocks)*int64(r.cfg.BlockSize))
+	r.active.Add(in.RequestID, c.Worker, hashes, prefill, now)
+	r.count(kind, len(hashes), c.OverlapBlocks)
+	return Decision{WorkerID: c.ID, Worker: c.Worker, OverlapBlocks: c.OverlapBlocks, PromptBlocks: len(hashes),
+		PrefillTokens: prefill, Disagg: disaggKinds[kind], UncachedPrefillTokens: prefill}
+}
+
+// count updates the routing counters: overlap is the prefix hit of the worker that
+// prefills the request.
+func (r *Router) count(kind, promptBlocks, overlap int) {
+	r.routed++
+	r.prompt += int64(promptBlocks)
+	r.overlap += int64(overlap)
+	r.decisions[kind]++
+}
