@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -14,10 +15,32 @@ type Runner struct {
 	Client      *Client
 	Concurrency int // most requests in flight; 0: no bound (open loop on arrivals)
 	BlockTokens int // tokens per hash id when synthesizing prompts
-	// Progress, when set, gets a plain line every ProgressEvery (requests done, in
-	// flight, errors, running TTFT p50).
+	// Progress, when set, gets a plain line (ProgressState.String) every ProgressEvery.
 	Progress      io.Writer
 	ProgressEvery time.Duration
+	// Observe, when set, gets the run's state every ProgressEvery and once more when the
+	// last answer has ended (a live progress bar draws from it). It is called from one
+	// goroutine at a time.
+	Observe func(ProgressState)
+}
+
+// ProgressState is a run's state at one moment.
+type ProgressState struct {
+	Done, Total int // requests ended (answered or failed), requests in the workload
+	InFlight    int // requests sent and not ended
+	Errors      int // requests ended with an error
+	// TTFTP50 is the median time to first token (ms) of the valid answers so far; NaN
+	// before the first.
+	TTFTP50 float64
+}
+
+// String is the plain progress line.
+func (s ProgressState) String() string {
+	ttft := "-"
+	if !math.IsNaN(s.TTFTP50) {
+		ttft = fmt.Sprintf("%.1f ms", s.TTFTP50)
+	}
+	return fmt.Sprintf("bench: %d/%d done, %d in flight, %d errors, TTFT p50 %s", s.Done, s.Total, s.InFlight, s.Errors, ttft)
 }
 
 // Outcome is a finished run: one Result per request, in workload order.
@@ -135,28 +158,35 @@ func (p *progress) finish(res Result) {
 	p.ttftMS = append(p.ttftMS, ms(res.TTFT))
 }
 
-func (p *progress) line(total int) string {
+func (p *progress) state(total int) ProgressState {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	sorted := slices.Clone(p.ttftMS)
+	st := ProgressState{Done: p.done, Total: total, InFlight: p.inFlight, Errors: p.errors}
+	p.mu.Unlock()
 	slices.Sort(sorted)
-	ttft := "-"
-	if len(sorted) > 0 {
-		ttft = fmt.Sprintf("%.1f ms", Percentile(sorted, 50))
-	}
-	return fmt.Sprintf("bench: %d/%d done, %d in flight, %d errors, TTFT p50 %s", p.done, total, p.inFlight, p.errors, ttft)
+	st.TTFTP50 = Percentile(sorted, 50)
+	return st
 }
 
 func (r *Runner) report(clock Clock, p *progress, stop <-chan struct{}, total int) {
-	if r.Progress == nil || r.ProgressEvery <= 0 {
+	if (r.Progress == nil && r.Observe == nil) || r.ProgressEvery <= 0 {
 		return
 	}
 	for {
 		select {
 		case <-stop:
+			if r.Observe != nil {
+				r.Observe(p.state(total))
+			}
 			return
 		case <-clock.After(r.ProgressEvery):
-			fmt.Fprintln(r.Progress, p.line(total))
+			st := p.state(total)
+			if r.Progress != nil {
+				fmt.Fprintln(r.Progress, st)
+			}
+			if r.Observe != nil {
+				r.Observe(st)
+			}
 		}
 	}
 }
