@@ -151,7 +151,7 @@ type chunk struct {
 // only carries the finish reason does not.
 func readStream(body io.Reader, now func() time.Time, start time.Time, res Result) Result {
 	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	sc.Buffer(make([]byte, 4<<10), 16<<20) // grows for long frames
 	var last time.Time
 	frames, usageTokens := 0, -1
 	for sc.Scan() {
