@@ -1,0 +1,302 @@
+package kvtransfer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+type release struct {
+	key, requestID string
+	reason         Reason
+}
+
+type fixture struct {
+	srv      *Server
+	addr     string
+	released chan release
+}
+
+func start(t *testing.T, mut func(*Config)) *fixture {
+	t.Helper()
+	f := &fixture{released: make(chan release, 16)}
+	cfg := Config{EngineID: "engine-a", BlockSize: 16, BytesPerToken: 1024, Timeout: time.Minute,
+		Release: func(key, id string, r Reason) { f.released <- release{key, id, r} }}
+	if mut != nil {
+		mut(&cfg)
+	}
+	srv, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		_ = srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	f.srv, f.addr = srv, l.Addr().String()
+	return f
+}
+
+// next waits for the next release (there is no other way to see it happen).
+func (f *fixture) next(t *testing.T) release {
+	t.Helper()
+	select {
+	case r := <-f.released:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no release")
+	}
+	return release{}
+}
+
+func (f *fixture) none(t *testing.T) {
+	t.Helper()
+	select {
+	case r := <-f.released:
+		t.Fatalf("unexpected release %+v", r)
+	default:
+	}
+}
+
+func TestReadReleasesAfterAck(t *testing.T) {
+	f := start(t, nil)
+	f.srv.Pin("req-1", "engine-req-1", []int32{4, 5, 6})
+	res, err := Read(context.Background(), f.addr, Request{EngineID: "engine-a", Key: "req-1", BlockIDs: []int64{4, 5}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != 2*16*1024 || len(res.BlockIDs) != 2 || res.BlockSize != 16 || res.BytesPerToken != 1024 {
+		t.Fatalf("read %+v", res)
+	}
+	if r := f.next(t); r != (release{"req-1", "engine-req-1", ReasonRead}) {
+		t.Fatalf("release %+v", r)
+	}
+	if f.srv.Pins() != 0 || f.srv.SentBytes() != res.Bytes {
+		t.Fatalf("pins %d, sent %d", f.srv.Pins(), f.srv.SentBytes())
+	}
+	// A pin is read once.
+	_, err = Read(context.Background(), f.addr, Request{EngineID: "engine-a", Key: "req-1"}, nil)
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Field != "remote_request_id" {
+		t.Fatalf("second read: %v", err)
+	}
+	f.none(t)
+}
+
+// TestReadPaced: the bytes arrive no faster than the bandwidth allows (a lower bound
+// that holds by construction, not a speed measurement).
+func TestReadPaced(t *testing.T) {
+	f := start(t, func(c *Config) { c.Bandwidth = 4 << 20 }) // 4 MiB/s
+	f.srv.Pin("r", "r", []int32{1, 2, 3, 4, 5, 6, 7, 8})  // 8 × 16 KiB = 128 KiB: ≥ 31 ms
+	res, err := Read(context.Background(), f.addr, Request{Key: "r"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if min := time.Duration(float64(res.Bytes) / (4 << 20) * float64(time.Second)); res.Duration < min {
+		t.Fatalf("%d bytes in %v, faster than the bandwidth allows (%v)", res.Bytes, res.Duration, min)
+	}
+	f.next(t)
+}
+
+func TestReadRefusals(t *testing.T) {
+	f := start(t, nil)
+	f.srv.Pin("r", "r", []int32{1, 2})
+	for _, tc := range []struct {
+		name  string
+		req   Request
+		field string
+		msg   string
+	}{
+		{"engine id", Request{EngineID: "engine-b", Key: "r"}, "remote_engine_id", `"engine-b" is not this engine's`},
+		{"unknown request", Request{Key: "x"}, "remote_request_id", `no KV blocks are pinned for "x"`},
+		{"no key", Request{}, "remote_request_id", "names no pinned request"},
+		{"unknown block", Request{Key: "r", BlockIDs: []int64{1, 9}}, "remote_block_ids", "block 9 is not pinned"},
+		{"block twice", Request{Key: "r", BlockIDs: []int64{1, 1}}, "remote_block_ids", "listed twice"},
+		{"unknown room", Request{Key: RoomKey(7)}, "bootstrap_room", "room:7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Read(context.Background(), f.addr, tc.req, nil)
+			var re *RemoteError
+			if !errors.As(err, &re) || re.Field != tc.field || !strings.Contains(re.Message, tc.msg) {
+				t.Fatalf("error %v, want field %s containing %q", err, tc.field, tc.msg)
+			}
+		})
+	}
+	// Refusals leave the pin in place.
+	f.none(t)
+	if f.srv.Pins() != 1 {
+		t.Fatal("a refused read dropped the pin")
+	}
+	// A malformed request line and an unknown op are refused too.
+	for _, line := range []string{"{\"op\":\"steal\"}\n", "not json\n", "{\"op\":\"read\",\"extra\":1}\n"} {
+		c, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(line))
+		buf := make([]byte, 512)
+		n, _ := c.Read(buf)
+		c.Close()
+		if !strings.Contains(string(buf[:n]), `"ok":false`) {
+			t.Fatalf("%q answered %q", line, buf[:n])
+		}
+	}
+}
+
+func TestReleaseOp(t *testing.T) {
+	f := start(t, nil)
+	f.srv.Pin("r", "id", []int32{1})
+	if ok, err := Release(context.Background(), f.addr, "engine-a", "r"); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	if r := f.next(t); r.reason != ReasonReleased || r.requestID != "id" {
+		t.Fatalf("release %+v", r)
+	}
+	if ok, err := Release(context.Background(), f.addr, "", "r"); err != nil || ok {
+		t.Fatalf("second release: %v %v", ok, err)
+	}
+	var re *RemoteError
+	if _, err := Release(context.Background(), f.addr, "engine-b", "r"); !errors.As(err, &re) || re.Field != "remote_engine_id" {
+		t.Fatalf("release on another engine id: %v", err)
+	}
+	f.srv.Pin("u", "u", nil)
+	if !f.srv.Unpin("u") || f.srv.Unpin("u") {
+		t.Fatal("Unpin")
+	}
+	if r := f.next(t); r.reason != ReasonReleased {
+		t.Fatalf("release %+v", r)
+	}
+	f.none(t)
+}
+
+func TestTimeoutReleases(t *testing.T) {
+	f := start(t, func(c *Config) { c.Timeout = 50 * time.Millisecond })
+	f.srv.Pin("r", "id", []int32{1})
+	if r := f.next(t); r != (release{"r", "id", ReasonTimeout}) {
+		t.Fatalf("release %+v", r)
+	}
+	if f.srv.Pins() != 0 {
+		t.Fatal("pin left after its timeout")
+	}
+}
+
+// TestReaderLeaves: a reader that leaves in the middle of the transfer, or refuses the
+// blocks, makes the server release them.
+func TestReaderLeaves(t *testing.T) {
+	f := start(t, func(c *Config) { c.Bandwidth = 1 << 20 }) // 1 MiB/s: 2 MiB take 2 s
+	blocks := make([]int32, 128)
+	for i := range blocks {
+		blocks[i] = int32(i)
+	}
+	f.srv.Pin("r", "id", blocks)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, err := Read(ctx, f.addr, Request{Key: "r", BlockIDs: seq(128)}, func(Response) error {
+		time.AfterFunc(50*time.Millisecond, cancel)
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled read: %v", err)
+	}
+	if r := f.next(t); r.reason != ReasonClosed {
+		t.Fatalf("release %+v", r)
+	}
+
+	f.srv.Pin("s", "id2", []int32{3})
+	refuse := errors.New("block size differs")
+	if _, err := Read(context.Background(), f.addr, Request{Key: "s"}, func(Response) error { return refuse }); err != refuse {
+		t.Fatalf("refused read: %v", err)
+	}
+	if r := f.next(t); r.reason != ReasonClosed || r.key != "s" {
+		t.Fatalf("release %+v", r)
+	}
+}
+
+func seq(n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(i)
+	}
+	return out
+}
+
+// TestRoomWait: an SGLang decode leg may ask before its prefill leg finished; it waits
+// for the room. One that leaves first makes the room's pin be released on arrival.
+func TestRoomWait(t *testing.T) {
+	f := start(t, nil)
+	key := RoomKey(1 << 62)
+	got := make(chan error, 1)
+	go func() {
+		res, err := Read(context.Background(), f.addr, Request{Key: key, WaitMillis: 10_000}, nil)
+		if err == nil && res.Bytes != 2*16*1024 {
+			err = errors.New("wrong size")
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { f.srv.mu.Lock(); defer f.srv.mu.Unlock(); return f.srv.waiters[key] != nil })
+	f.srv.Pin(key, "p", []int32{8, 9})
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if r := f.next(t); r.reason != ReasonRead {
+		t.Fatalf("release %+v", r)
+	}
+
+	key = RoomKey(5)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _, err := Read(ctx, f.addr, Request{Key: key, WaitMillis: 10_000}, nil); got <- err }()
+	waitFor(t, func() bool { f.srv.mu.Lock(); defer f.srv.mu.Unlock(); return f.srv.waiters[key] != nil })
+	cancel()
+	<-got
+	waitFor(t, func() bool { f.srv.mu.Lock(); defer f.srv.mu.Unlock(); _, ok := f.srv.abandoned[key]; return ok })
+	f.srv.Pin(key, "p2", []int32{1})
+	if r := f.next(t); r != (release{key, "p2", ReasonClosed}) {
+		t.Fatalf("release %+v", r)
+	}
+	if f.srv.Pins() != 0 {
+		t.Fatal("an abandoned room stayed pinned")
+	}
+}
+
+// waitFor polls a condition set by another goroutine of the server.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestNewServerValidation(t *testing.T) {
+	ok := Config{EngineID: "e", BlockSize: 1, BytesPerToken: 1, Timeout: time.Second, Release: func(string, string, Reason) {}}
+	for _, tc := range []struct {
+		mut  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.EngineID = "" }, "engine id"},
+		{func(c *Config) { c.BlockSize = 0 }, "block size"},
+		{func(c *Config) { c.BytesPerToken = 0 }, "bytes per token"},
+		{func(c *Config) { c.Bandwidth = -1 }, "bandwidth"},
+		{func(c *Config) { c.Timeout = 0 }, "timeout"},
+		{func(c *Config) { c.Release = nil }, "release"},
+	} {
+		c := ok
+		tc.mut(&c)
+		if _, err := NewServer(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewServer = %v, want %q", err, tc.want)
+		}
+	}
+}
