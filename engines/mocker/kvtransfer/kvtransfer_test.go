@@ -98,7 +98,7 @@ func TestReadReleasesAfterAck(t *testing.T) {
 // that holds by construction, not a speed measurement).
 func TestReadPaced(t *testing.T) {
 	f := start(t, func(c *Config) { c.Bandwidth = 4 << 20 }) // 4 MiB/s
-	f.srv.Pin("r", "r", []int32{1, 2, 3, 4, 5, 6, 7, 8})  // 8 × 16 KiB = 128 KiB: ≥ 31 ms
+	f.srv.Pin("r", "r", []int32{1, 2, 3, 4, 5, 6, 7, 8})     // 8 × 16 KiB = 128 KiB: ≥ 31 ms
 	res, err := Read(context.Background(), f.addr, Request{Key: "r"}, nil)
 	if err != nil {
 		t.Fatal(err)
