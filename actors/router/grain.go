@@ -28,6 +28,10 @@ type Config struct {
 	Temperature   float64
 	// Busy thresholds (REFERENCE §4); zero values mean off.
 	Busy kv.BusyThresholds
+	// Disagg: conditional disaggregation (REFERENCE §6), used while some worker registers
+	// with role prefill or decode: MaxLocalPrefillTokens, MaxPrefillQueueTokens, Enforce
+	// (see kv.DisaggConfig). nil means kv.DefaultDisaggConfig(); a value is taken as given.
+	Disagg *kv.DisaggConfig
 	// WorkerTTL: a worker not heard from for this long is removed (default 10 s: ten
 	// missed heartbeats at the default period, so a starved machine does not flap).
 	WorkerTTL time.Duration
@@ -48,6 +52,11 @@ type workerState struct {
 	card     *messages.ModelCard
 	load     *messages.WorkerLoad
 	lastSeen time.Time
+	role     kv.Role
+	// bootstrapHost and bootstrapPort: a prefill worker's advertised SGLang bootstrap
+	// address, given with every remote decision it prefills.
+	bootstrapHost string
+	bootstrapPort int32
 }
 
 // Grain implements messages.Router.
@@ -86,6 +95,9 @@ func New(cfg Config) *Grain {
 		kcfg.Policy = cfg.Mode
 	}
 	kcfg.OverlapWeight, kcfg.Temperature, kcfg.Busy = cfg.OverlapWeight, cfg.Temperature, cfg.Busy
+	if cfg.Disagg != nil {
+		kcfg.Disagg = *cfg.Disagg
+	}
 	g := &Grain{cfg: cfg, kcfg: kcfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		workers: map[string]*workerState{}, log: cfg.Logger,
 		owners: map[string]map[string]struct{}{}, owner: map[string]string{}}
@@ -245,19 +257,30 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	if total == 0 {
 		total = info.Card.TotalKvBlocks
 	}
+	role, err := kv.ParseRole(info.Role)
+	if err != nil {
+		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: %v", info.WorkerId, err)}, nil
+	}
+	if info.BootstrapPort < 0 || info.BootstrapPort > 65535 {
+		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: bootstrap port %d out of range 0-65535",
+			info.WorkerId, info.BootstrapPort)}, nil
+	}
 	needDump, err := g.core.Register(kv.WorkerSpec{ID: info.WorkerId, BlockSize: int(info.Card.KvBlockSize),
-		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq})
+		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role})
 	if err != nil {
 		g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused")
 		return &messages.RegisterAck{Error: err.Error()}, nil
 	}
 	w := g.workers[info.WorkerId]
 	if w == nil {
-		w = &workerState{}
+		w = &workerState{role: role}
 		g.workers[info.WorkerId] = w
-		g.log.Info().Str("worker", info.WorkerId).Bool("ready", info.Ready).Msg("worker registered")
+		g.log.Info().Str("worker", info.WorkerId).Bool("ready", info.Ready).Stringer("role", role).Msg("worker registered")
+	} else if w.role != role {
+		g.log.Info().Str("worker", info.WorkerId).Stringer("from", w.role).Stringer("role", role).Msg("worker changed role")
 	}
 	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
+	w.role, w.bootstrapHost, w.bootstrapPort = role, info.BootstrapHost, info.BootstrapPort
 	if g.card == nil {
 		g.card = info.Card
 	}
@@ -319,8 +342,9 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 	return &messages.Ack{}, nil
 }
 
-// Route chooses a worker; errors come back in the response (error_code "no_workers",
-// "all_busy", "bad_request").
+// Route chooses a worker — in disaggregated serving a decode worker and, for a remote
+// decision, a prefill worker (see kv.Router.Route). Errors come back in the response
+// (error_code "no_workers", "all_busy", "bad_request", "no_prefill_workers").
 func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*messages.RouteResponse, error) {
 	switch {
 	case g.initErr != nil:
@@ -332,8 +356,11 @@ func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	g.expire(now)
 	d, err := g.core.Route(kv.RouteInput{RequestID: req.RequestId, Tokens: req.TokenIds, LoraName: req.LoraName,
 		HasOverlapWeight: req.HasOverlapWeight, OverlapWeight: req.OverlapWeight,
-		HasTemperature: req.HasTemperature, Temperature: req.Temperature, Exclude: req.ExcludeWorkers}, now, g.rng)
+		HasTemperature: req.HasTemperature, Temperature: req.Temperature, Exclude: req.ExcludeWorkers,
+		ExcludePrefill: req.ExcludePrefillWorkers, LocalPrefill: req.LocalPrefill}, now, g.rng)
 	switch {
+	case errors.Is(err, kv.ErrNoPrefillWorkers):
+		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "no_prefill_workers"}, nil
 	case errors.Is(err, kv.ErrAllBusy):
 		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "all_busy"}, nil
 	case errors.Is(err, kv.ErrInvalidRequest):
@@ -342,13 +369,25 @@ func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "no_workers"}, nil
 	}
 	w := g.workers[d.WorkerID]
-	if w == nil { // registered in the core but not here: cannot happen; refuse rather than guess
+	var pw *workerState
+	if d.Prefill != nil {
+		pw = g.workers[d.Prefill.WorkerID]
+	}
+	if w == nil || d.Prefill != nil && pw == nil { // registered in the core but not here: cannot happen; refuse rather than guess
 		g.core.Free(req.RequestId)
 		return &messages.RouteResponse{Error: "router: chosen worker has no address", ErrorCode: "no_workers"}, nil
 	}
-	g.track(callerAddress(ctx), req.RequestId)
-	return &messages.RouteResponse{WorkerId: d.WorkerID, Worker: w.actor, OverlapBlocks: int32(d.OverlapBlocks),
-		PromptBlocks: int32(d.PromptBlocks)}, nil
+	addr := callerAddress(ctx)
+	g.track(addr, req.RequestId)
+	resp := &messages.RouteResponse{WorkerId: d.WorkerID, Worker: w.actor, OverlapBlocks: int32(d.OverlapBlocks),
+		PromptBlocks: int32(d.PromptBlocks), DisaggDecision: d.Disagg, UncachedPrefillTokens: d.UncachedPrefillTokens}
+	if p := d.Prefill; p != nil {
+		g.track(addr, p.RequestID)
+		resp.PrefillWorkerId, resp.PrefillWorker, resp.PrefillOverlapBlocks = p.WorkerID, pw.actor, int32(p.OverlapBlocks)
+		resp.PrefillRequestId = p.RequestID
+		resp.PrefillBootstrapHost, resp.PrefillBootstrapPort = pw.bootstrapHost, pw.bootstrapPort
+	}
+	return resp, nil
 }
 
 // PrefillDone records a request's first token.
@@ -359,12 +398,14 @@ func (g *Grain) PrefillDone(req *messages.RequestRef, _ cluster.GrainContext) (*
 	return &messages.Ack{}, nil
 }
 
-// Free ends a request's load tracking; unknown ids are harmless.
+// Free ends a request's load tracking; unknown ids are harmless. A request id frees
+// its prefill leg too when still tracked; a prefill_request_id frees only the leg.
 func (g *Grain) Free(req *messages.RequestRef, _ cluster.GrainContext) (*messages.Ack, error) {
 	if g.core != nil {
 		g.core.Free(req.RequestId)
 	}
 	g.untrack(req.RequestId)
+	g.untrack(kv.PrefillRequestID(req.RequestId))
 	return &messages.Ack{}, nil
 }
 
@@ -403,7 +444,8 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 	out := &messages.RouterStats{Routed: st.Routed, PromptBlocks: st.PromptBlocks, OverlapBlocks: st.OverlapBlocks, Card: g.card}
 	for _, w := range st.Workers {
 		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
-			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests)}
+			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests),
+			Role: w.Role.String()}
 		if s := g.workers[w.ID]; s != nil && s.load != nil {
 			ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
 		}
