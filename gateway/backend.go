@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/turbine-llm/turbine/messages"
@@ -44,6 +45,27 @@ type Stream interface {
 	Close()
 }
 
+// DisaggInfo says how a request was split between a prefill and a decode worker
+// (disaggregated serving, REFERENCE §6).
+type DisaggInfo struct {
+	// Decision is the router's: "aggregated" (no prefill/decode pools), "remote" (a
+	// prefill leg on PrefillWorker, then the decode leg on DecodeWorker), or a reason the
+	// decode worker prefilled the prompt itself: "local_short_prefill",
+	// "local_prefill_queue", "local_no_prefill_workers", "local_requested".
+	Decision string
+	// PrefillWorker is the prefill leg's worker id ("" unless Decision is "remote").
+	PrefillWorker string
+	// DecodeWorker is the decode worker's id ("" when Decision is "aggregated").
+	DecodeWorker string
+}
+
+// DisaggStream is implemented by streams that know their disaggregation decision. The
+// answer may change while the stream runs: a prefill leg retried on another worker, or a
+// request migrated, is routed again.
+type DisaggStream interface {
+	Disagg() DisaggInfo
+}
+
 // MetricsWriter is implemented by backends that add their own families (e.g. the
 // routers' per-worker load) to the gateway's /metrics, in Prometheus text format.
 type MetricsWriter interface {
@@ -62,4 +84,7 @@ var (
 	ErrUnknownModel = errors.New("gateway: unknown model")
 	ErrNoWorkers    = errors.New("gateway: no live worker for model")
 	ErrAllBusy      = errors.New("gateway: all workers busy")
+	// ErrNoPrefillWorkers: disaggregation is enforced and no prefill worker is live. It
+	// wraps ErrNoWorkers (503).
+	ErrNoPrefillWorkers = fmt.Errorf("%w: no live prefill worker, and disaggregated serving is enforced", ErrNoWorkers)
 )

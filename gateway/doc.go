@@ -44,6 +44,9 @@
 //     away does the same and is counted in turbine_frontend_cancelled_requests_total.
 //   - Response ids are "chatcmpl-<request id>" / "cmpl-<request id>", as vLLM does.
 //   - `{"turbine": {"return_worker": true}}` adds a `turbine` object (worker_id,
-//     request_id, cached_tokens) to the body, or to the finishing chunk of a stream;
+//     request_id, cached_tokens; with a DisaggStream also disagg, prefill_worker_id and
+//     decode_worker_id) to the body, or to the finishing chunk of a stream;
 //     `overlap_weight` and `router_temperature` override the router per request.
+//   - Disaggregated serving: X-Turbine-Disagg names the router's decision ("remote",
+//     "local_short_prefill", ...), X-Turbine-Prefill-Worker the prefill leg's worker.
 package gateway

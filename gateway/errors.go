@@ -201,6 +201,8 @@ func backendError(model string, err error) *APIError {
 		return draining()
 	case errors.Is(err, ErrAllBusy):
 		return &APIError{Kind: KindAllBusy, Message: fmt.Sprintf("All workers serving model %q are busy; retry later.", model), Cause: err}
+	case errors.Is(err, ErrNoPrefillWorkers):
+		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live prefill worker serves model %q and this service enforces disaggregated serving; retry later.", model), Cause: err}
 	case errors.Is(err, ErrNoWorkers):
 		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live worker serves model %q now; retry later.", model), Cause: err}
 	default:

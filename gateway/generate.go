@@ -68,6 +68,18 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	if rec.worker != "" {
 		w.Header().Set("X-Turbine-Worker", rec.worker)
 	}
+	if ds, ok := stream.(DisaggStream); ok {
+		// The decision as routed; a prefill leg retried elsewhere shows in the `turbine`
+		// object and the log line, which are written at the end.
+		rec.disagg = ds.Disagg()
+		if rec.disagg.Decision != "" {
+			w.Header().Set("X-Turbine-Disagg", rec.disagg.Decision)
+		}
+		if rec.disagg.PrefillWorker != "" {
+			w.Header().Set("X-Turbine-Prefill-Worker", rec.disagg.PrefillWorker)
+		}
+		defer func() { rec.disagg = ds.Disagg() }()
+	}
 
 	var stops StopMatcher
 	if len(p.common.Stop) > 0 {
@@ -150,7 +162,12 @@ func (g *generation) info() *TurbineInfo {
 	if worker == "" {
 		worker = g.stream.WorkerID()
 	}
-	return &TurbineInfo{WorkerID: worker, RequestID: g.rec.id, CachedTokens: g.out.cachedTokens}
+	info := &TurbineInfo{WorkerID: worker, RequestID: g.rec.id, CachedTokens: g.out.cachedTokens}
+	if ds, ok := g.stream.(DisaggStream); ok {
+		d := ds.Disagg()
+		info.Disagg, info.PrefillWorkerID, info.DecodeWorkerID = d.Decision, d.PrefillWorker, d.DecodeWorker
+	}
+	return info
 }
 
 // streamTo answers with SSE: a role chunk (chat), content chunks, the finishing chunk,

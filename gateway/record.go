@@ -24,6 +24,7 @@ type requestRecord struct {
 	kind      *ErrorKind
 	err       *APIError
 	worker    string
+	disagg    DisaggInfo // the backend's disaggregation decision, when it reports one
 	usage     Usage
 	generated bool // the request ran to its end and usage is final
 	inflight  *metrics.Gauge
@@ -69,6 +70,12 @@ func (s *Server) end(rec *requestRecord) {
 		Bool("stream", rec.stream).Int("status", rec.status).Dur("duration", now.Sub(rec.start))
 	if rec.worker != "" {
 		ev = ev.Str("worker", rec.worker)
+	}
+	if d := rec.disagg; d.Decision != "" {
+		ev = ev.Str("disagg", d.Decision)
+		if d.PrefillWorker != "" {
+			ev = ev.Str("prefill_worker", d.PrefillWorker)
+		}
 	}
 	if rec.generated {
 		ev = ev.Int("prompt_tokens", rec.usage.PromptTokens).Int("completion_tokens", rec.usage.CompletionTokens).

@@ -30,6 +30,13 @@ type TurbineInfo struct {
 	RequestID string `json:"request_id"`
 	// CachedTokens is the number of prompt tokens the worker found in its prefix cache.
 	CachedTokens int `json:"cached_tokens"`
+	// Disagg is the disaggregation decision (DisaggInfo.Decision); absent when the
+	// backend does not report one.
+	Disagg string `json:"disagg,omitempty"`
+	// PrefillWorkerID names the worker that ran the prefill leg (Disagg "remote" only).
+	PrefillWorkerID string `json:"prefill_worker_id,omitempty"`
+	// DecodeWorkerID names the decode worker (absent for Disagg "aggregated").
+	DecodeWorkerID string `json:"decode_worker_id,omitempty"`
 }
 
 // usageNull is the JSON null every stream chunk carries when include_usage is on.

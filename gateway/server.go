@@ -34,7 +34,9 @@ const (
 // authentication of their own (put the port behind the operator's network policy).
 //
 // Every response carries X-Request-Id (the client's when usable, else a new one);
-// generation responses carry X-Turbine-Worker, the id of the worker that served them.
+// generation responses carry X-Turbine-Worker, the id of the worker that served them,
+// and, when the Backend's stream is a DisaggStream, X-Turbine-Disagg (the disaggregation
+// decision) and X-Turbine-Prefill-Worker (the prefill leg's worker, "remote" only).
 type Server struct {
 	cfg     Config
 	backend Backend

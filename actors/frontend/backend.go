@@ -59,7 +59,8 @@ type Backend struct {
 	seen     map[string]time.Time         // model -> last time the catalog listed it
 	busy     map[string]kv.BusyThresholds // model -> thresholds set through this frontend
 	loader   *ModelLoader
-	metrics  *metrics.Set // the frontend's own counters (migrations)
+	metrics  *metrics.Set // the frontend's own counters (migrations, disaggregation)
+	rec      *setRecorder // records the streams' events into metrics
 }
 
 var _ gateway.Backend = (*Backend)(nil)
@@ -82,6 +83,7 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 		cfg.StallTimeout = 2 * time.Minute
 	}
 	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, busy: map[string]kv.BusyThresholds{}, metrics: metrics.NewSet()}
+	b.rec = &setRecorder{set: b.metrics}
 	b.c.Store(c)
 	b.loader = NewModelLoader(b.actorSystem,
 		LoaderConfig{CacheDir: cfg.ModelCacheDir, FilesTimeout: cfg.FilesTimeout, Logger: cfg.Logger})
@@ -162,7 +164,7 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	c := b.c.Load()
 	s := newStream(c.ActorSystem.Root, &grainRouting{
 		c: messages.GetRouterGrainClient(c, req.Model), timeout: b.cfg.RouteTimeout, log: b.cfg.Logger,
-	}, b.cfg, req, b.nextID, b.countMigration)
+	}, b.cfg, req, b.nextID, b.rec)
 	if err := s.start(req.TokenIDs, req.Sampling); err != nil {
 		return nil, err
 	}
@@ -174,12 +176,6 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 // keyed by it; every attempt of a migrated request gets its own.
 func (b *Backend) nextID(clientID string) string {
 	return fmt.Sprintf("%s#%d", clientID, b.seq.Add(1))
-}
-
-// countMigration counts one migration of a request for model, by fault reason.
-func (b *Backend) countMigration(model, reason string) {
-	b.metrics.GetOrCreateCounter(fmt.Sprintf(`turbine_frontend_migrations_total{model="%s",reason="%s"}`,
-		escapeLabel(model), escapeLabel(reason))).Inc()
 }
 
 // grainRouting is the routing of one model through its Router grain.

@@ -6,19 +6,89 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/turbine-llm/turbine/messages"
 )
 
+// Metric families of the frontend's own (REFERENCE §11), besides the gateway's:
+const (
+	// counter {model,reason}: requests re-sent to another worker, by fault.
+	metricMigrations = "turbine_frontend_migrations_total"
+	// counter {model,decision}: routing decisions by disaggregation decision (aggregated,
+	// remote, local_short_prefill, local_prefill_queue, local_no_prefill_workers,
+	// local_requested); every Route counts, including those of migrations and prefill retries.
+	metricDisaggDecisions = "turbine_frontend_disagg_decisions_total"
+	// counter {model,reason}: prefill legs that failed (worker_terminated, engine_error,
+	// stalled) and were routed again.
+	metricPrefillRetries = "turbine_frontend_prefill_retries_total"
+	// counter {model}: ReleaseKv messages sent to prefill workers (decode leg ended before
+	// its first token).
+	metricKvReleases = "turbine_frontend_kv_releases_total"
+	// histogram {model}, seconds: a prefill leg from its Generate to its last chunk.
+	metricPrefillLeg = "turbine_frontend_prefill_leg_seconds"
+	// histogram {model}, seconds: a decode leg from its Generate to its first token (the
+	// KV transfer plus one decode step).
+	metricTransferWait = "turbine_frontend_kv_transfer_wait_seconds"
+)
+
+// legBuckets are the upper bounds of the leg histograms: 1 ms .. 131 s.
+var legBuckets = metrics.ExponentialBuckets(0.001, 2, 18)
+
+// setRecorder records the streams' events (recorder) into the Backend's metric set.
+type setRecorder struct{ set *metrics.Set }
+
+func (r *setRecorder) counter(family string, kv ...string) *metrics.Counter {
+	return r.set.GetOrCreateCounter(series(family, kv...))
+}
+
+func (r *setRecorder) hist(family, model string) *metrics.PrometheusHistogram {
+	return r.set.GetOrCreatePrometheusHistogramExt(series(family, "model", model), legBuckets)
+}
+
+func (r *setRecorder) migrated(model, reason string) {
+	r.counter(metricMigrations, "model", model, "reason", reason).Inc()
+}
+func (r *setRecorder) decided(model, decision string) {
+	r.counter(metricDisaggDecisions, "model", model, "decision", decision).Inc()
+}
+func (r *setRecorder) prefillRetried(model, fault string) {
+	r.counter(metricPrefillRetries, "model", model, "reason", fault).Inc()
+}
+func (r *setRecorder) released(model string) { r.counter(metricKvReleases, "model", model).Inc() }
+func (r *setRecorder) prefillLeg(model string, d time.Duration) {
+	r.hist(metricPrefillLeg, model).Update(d.Seconds())
+}
+func (r *setRecorder) transferWait(model string, d time.Duration) {
+	r.hist(metricTransferWait, model).Update(d.Seconds())
+}
+
+// series builds `family{k1="v1",...}` with escaped label values.
+func series(family string, kv ...string) string {
+	var b strings.Builder
+	b.WriteString(family)
+	b.WriteByte('{')
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `%s="%s"`, kv[i], escapeLabel(kv[i+1]))
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
 // WritePrometheus appends the Router grains' view of every live model to a /metrics
 // scrape: per-worker readiness, indexed KV blocks, router-tracked active decode blocks,
 // prefill tokens and requests, the engine's running/waiting requests and KV usage from
 // its last heartbeat, and per-model routing counters (prefix-hit blocks of routed
-// prompts). Errors reaching a Router grain leave that model out of this scrape. First
-// come the frontend's own counters: turbine_frontend_migrations_total{model,reason}
-// (requests re-sent to another worker, by fault: worker_terminated, engine_error,
-// stalled).
+// prompts), and each worker's disaggregation role. Errors reaching a Router grain leave
+// that model out of this scrape. First come the frontend's own families (the metric*
+// constants): migrations by fault, disaggregation decisions, prefill retries, KV
+// releases, and the prefill-leg and transfer-wait histograms.
 func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	b.metrics.WritePrometheus(w)
 	models, err := b.Models(ctx)
@@ -51,6 +121,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	}
 	workerLines := make([][]string, len(workerFams))
 	modelLines := make([][]string, len(modelFams))
+	var roleLines []string
 	for _, m := range models {
 		st, err := b.router(m.Model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
 		if err != nil {
@@ -62,6 +133,12 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 			for i, f := range workerFams {
 				workerLines[i] = append(workerLines[i], f.name+lbl+" "+strconv.FormatFloat(f.value(ws), 'g', -1, 64))
 			}
+			role := ws.Role
+			if role == "" {
+				role = "aggregated"
+			}
+			roleLines = append(roleLines, fmt.Sprintf(`turbine_router_worker_role{model="%s",worker="%s",role="%s"} 1`,
+				model, escapeLabel(ws.WorkerId), escapeLabel(role)))
 		}
 		lbl := fmt.Sprintf(`{model="%s"}`, model)
 		for i, f := range modelFams {
@@ -71,6 +148,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	for i, f := range workerFams {
 		writeFamily(w, f.name, f.help, "gauge", workerLines[i])
 	}
+	writeFamily(w, "turbine_router_worker_role", "1 for the worker's role in disaggregated serving (aggregated, prefill or decode)", "gauge", roleLines)
 	for i, f := range modelFams {
 		writeFamily(w, f.name, f.help, "counter", modelLines[i])
 	}

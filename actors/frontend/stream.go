@@ -12,30 +12,50 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// routing is what a stream needs from its model's router: choose a worker, and keep the
-// router's load tracking of each attempt right (PrefillDone once its first token
-// arrives, Free exactly once when it ends). PrefillDone and Free do not block.
+// routing is what a stream needs from its model's router: choose a worker (and, for a
+// disaggregated request, a prefill worker), and keep the router's load tracking of each
+// leg right (PrefillDone once its prompt is computed, Free exactly once when it ends).
+// PrefillDone and Free do not block.
 type routing interface {
 	Route(rr *messages.RouteRequest) (*messages.RouteResponse, error)
 	PrefillDone(requestID string)
 	Free(requestID string)
 }
 
+// recorder takes a stream's events for the frontend's metrics. Durations are wall time.
+type recorder interface {
+	// migrated: the request was re-sent to another worker after a fault (migration.go).
+	migrated(model, reason string)
+	// decided: the router answered a Route with this disaggregation decision.
+	decided(model, decision string)
+	// prefillRetried: a prefill leg failed with fault and the request was routed again.
+	prefillRetried(model, fault string)
+	// released: ReleaseKv was sent to a prefill worker whose blocks no decode leg read.
+	released(model string)
+	// prefillLeg: a prefill leg took d from its Generate to its last chunk.
+	prefillLeg(model string, d time.Duration)
+	// transferWait: a decode leg took d from its Generate to its first token (the KV
+	// transfer plus one decode step).
+	transferWait(model string, d time.Duration)
+}
+
 // stream is one request's token stream, across every worker it ran on. Recv and Close
-// are called by one goroutine (the HTTP handler); each attempt's receiver actor only
-// writes to that attempt's channel.
+// are called by one goroutine (the HTTP handler); each leg's receiver actor only writes
+// to that leg's channel.
 //
 // Invariants: produced holds every token handed to the caller, in order; index is the
-// number of chunks handed out (the next chunk's index); every attempt started is ended
+// number of chunks handed out (the next chunk's index); every leg started is ended
 // (cancelled unless finished, receiver stopped, freed in the router) exactly once, by a
-// migration or by Close; cur is nil once the stream failed for good.
+// migration, a prefill retry or Close; a prefill leg's pinned KV blocks are released
+// (ReleaseKv) when its decode leg ends without a token; cur is nil once the stream failed
+// for good.
 type stream struct {
-	root     *actor.RootContext // of the member the stream started on
-	router   routing
-	cfg      Config
-	req      *gateway.GenerateRequest
-	newID    func(clientID string) string
-	migrated func(model, reason string)
+	root   *actor.RootContext // of the member the stream started on
+	router routing
+	cfg    Config
+	req    *gateway.GenerateRequest
+	newID  func(clientID string) string
+	rec    recorder
 
 	cur        *attempt
 	produced   []uint32
@@ -44,9 +64,26 @@ type stream struct {
 	index      uint32
 	finished   bool
 	closeOnce  sync.Once
+
+	// Disaggregated serving: prefill workers whose prefill leg failed, how many prefill
+	// legs failed, whether the request must be prefilled on its decode worker from now
+	// on (after maxPrefillFailures-1 failures), and the latest route's decision (read by
+	// the gateway while the stream runs, hence the lock).
+	excludedPrefill []string
+	prefillFailures int
+	localPrefill    bool
+	infoMu          sync.Mutex
+	info            gateway.DisaggInfo
 }
 
-// attempt is the request running on one worker under one internal request id.
+// maxPrefillFailures is how many failed prefill legs a request survives: after the
+// first it is routed to another prefill worker, after the second it is prefilled on its
+// decode worker, and a third (which local prefill makes impossible) ends it.
+const maxPrefillFailures = 2
+
+// attempt is one leg of the request on one worker under one internal request id: an
+// aggregated request, a decode leg (pre set when its prompt is prefilled elsewhere), or
+// a prefill leg (leg "prefill").
 type attempt struct {
 	requestID string
 	workerID  string
@@ -56,6 +93,25 @@ type attempt struct {
 	closed    chan struct{}
 	consumed  int32 // chunks taken since the last Credit
 	sawToken  bool
+	leg       string // "prefill" for a prefill leg, "" otherwise
+
+	// tokens and sampling are the request this attempt serves, as routed (sampling
+	// without disaggregation parameters): a prefill retry routes them again.
+	tokens   []uint32
+	sampling *messages.SamplingParams
+
+	sent   bool      // Generate was sent
+	sentAt time.Time // when
+	ended  bool      // endLeg ran
+
+	// A decode leg's prefill leg (nil for aggregated and local requests), the transfer
+	// parameters the prefill leg returned, whether ReleaseKv was sent, and the SGLang
+	// bootstrap parameters both legs share.
+	pre       *attempt
+	preDone   bool
+	kvParams  string
+	released  bool
+	bootstrap *messages.DisaggParams
 }
 
 // arrival is a chunk from the receiver; fault is the migratable fault it reports ("" for
@@ -66,16 +122,22 @@ type arrival struct {
 }
 
 func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.GenerateRequest,
-	newID func(string) string, migrated func(model, reason string)) *stream {
-	return &stream{root: root, router: r, cfg: cfg, req: req, newID: newID, migrated: migrated}
+	newID func(string) string, rec recorder) *stream {
+	return &stream{root: root, router: r, cfg: cfg, req: req, newID: newID, rec: rec}
 }
 
-// start routes tokens (excluding the workers already failed on) and sends Generate to the
-// chosen worker under a new request id. Errors: gateway.ErrAllBusy, ErrUnknownModel,
-// ErrNoWorkers (wrapped) from the router's answer, or the router call's error.
+// start routes tokens (excluding the workers and prefill workers already failed on) and
+// starts the request under a new request id: on the chosen worker, or, when the router
+// decides "remote", as a prefill leg on the prefill worker followed by the decode leg on
+// the chosen (decode) worker. A vLLM-style decode leg is sent once its prefill leg
+// returned the transfer parameters (Recv does that); an SGLang-style one (bootstrap
+// address in the route) is sent with its prefill leg. Errors: gateway.ErrAllBusy,
+// ErrUnknownModel, ErrNoPrefillWorkers, ErrNoWorkers (wrapped) from the router's answer,
+// or the router call's error.
 func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error {
 	id := s.newID(s.req.RequestID)
-	rr := &messages.RouteRequest{RequestId: id, TokenIds: tokens, ExcludeWorkers: s.excluded}
+	rr := &messages.RouteRequest{RequestId: id, TokenIds: tokens, ExcludeWorkers: s.excluded,
+		ExcludePrefillWorkers: s.excludedPrefill, LocalPrefill: s.localPrefill}
 	if s.req.OverlapWeight != nil {
 		rr.HasOverlapWeight, rr.OverlapWeight = true, *s.req.OverlapWeight
 	}
@@ -92,24 +154,73 @@ func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error
 		return fmt.Errorf("%w: %s", gateway.ErrAllBusy, route.Error)
 	case "unknown_model":
 		return fmt.Errorf("%w: %s", gateway.ErrUnknownModel, route.Error)
+	case "no_prefill_workers":
+		return fmt.Errorf("%w: %s", gateway.ErrNoPrefillWorkers, route.Error)
 	default:
 		return fmt.Errorf("%w: %s", gateway.ErrNoWorkers, route.Error)
 	}
-	a := &attempt{requestID: id, workerID: route.WorkerId, worker: actor.NewPID(route.Worker.Address, route.Worker.Id),
-		arrivals: make(chan arrival, 4*int(s.cfg.Credits)+8), closed: make(chan struct{})}
+	if route.Worker == nil {
+		return fmt.Errorf("%w: the router chose worker %q without its address", gateway.ErrNoWorkers, route.WorkerId)
+	}
+	decision := route.DisaggDecision
+	if decision == "" {
+		decision = DecisionAggregated
+	}
+	if decision == DecisionRemote && route.PrefillWorker == nil {
+		// The router tracks a prefill leg it gave no address for: let it go, and
+		// prefill on the decode worker.
+		s.cfg.Logger.Warn().Str("request_id", id).Str("prefill_worker", route.PrefillWorkerId).
+			Msg("route without the prefill worker's address: prefilling on the decode worker")
+		if route.PrefillRequestId != "" {
+			s.router.Free(route.PrefillRequestId)
+		}
+		decision = DecisionLocalRequested
+	}
+	if s.rec != nil {
+		s.rec.decided(s.req.Model, decision)
+	}
+	a := s.newAttempt(id, route.WorkerId, route.Worker, tokens, sampling)
+	info := gateway.DisaggInfo{Decision: decision}
+	if decision != DecisionAggregated {
+		info.DecodeWorker = route.WorkerId
+	}
+	if decision == DecisionRemote {
+		info.PrefillWorker = route.PrefillWorkerId
+		s.startRemote(a, route)
+	} else {
+		s.send(a, tokens, sampling)
+	}
+	s.infoMu.Lock()
+	s.info = info
+	s.infoMu.Unlock()
+	s.cur = a
+	return nil
+}
+
+// newAttempt spawns the receiver of a leg on worker ref; nothing is sent yet.
+func (s *stream) newAttempt(id, workerID string, ref *messages.ActorRef, tokens []uint32,
+	sampling *messages.SamplingParams) *attempt {
+	a := &attempt{requestID: id, workerID: workerID, worker: actor.NewPID(ref.Address, ref.Id),
+		arrivals: make(chan arrival, 4*int(s.cfg.Credits)+8), closed: make(chan struct{}),
+		tokens: tokens, sampling: sampling}
 	a.receiver = s.root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{a: a} }))
+	return a
+}
+
+// send sends Generate for leg a with sampling.
+func (s *stream) send(a *attempt, tokens []uint32, sampling *messages.SamplingParams) {
+	a.sent, a.sentAt = true, time.Now()
 	s.root.Send(a.worker, &messages.Generate{
-		RequestId:      id,
+		RequestId:      a.requestID,
 		TokenIds:       tokens,
 		Sampling:       sampling,
 		ReplyTo:        &messages.ActorRef{Address: a.receiver.Address, Id: a.receiver.Id},
 		InitialCredits: s.cfg.Credits,
 	})
-	s.cur = a
-	return nil
 }
 
-// WorkerID names the worker serving the request now ("" once it failed for good).
+// WorkerID names the worker serving the request now (the decode worker of a
+// disaggregated request; "" once it failed for good).
 func (s *stream) WorkerID() string {
 	if s.cur == nil {
 		return ""
@@ -117,15 +228,29 @@ func (s *stream) WorkerID() string {
 	return s.cur.workerID
 }
 
+// Disagg returns the latest route's disaggregation decision (gateway.DisaggStream).
+func (s *stream) Disagg() gateway.DisaggInfo {
+	s.infoMu.Lock()
+	defer s.infoMu.Unlock()
+	return s.info
+}
+
 // Recv returns the next chunk of the request, whichever worker produced it: chunk
 // indexes run on across migrations, and the finishing chunk's usage counts the original
-// prompt and every token produced. A fault that cannot be migrated is returned as an
-// error chunk (finish reason "error") naming why.
+// prompt and every token produced. A prefill leg's chunks are never returned: the decode
+// leg produces the whole output. A fault that cannot be migrated is returned as an error
+// chunk (finish reason "error") naming why.
 func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 	for !s.finished {
-		ar, err := s.next(ctx)
+		ar, leg, err := s.next(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if leg != s.cur {
+			if ch := s.onPrefill(ar); ch != nil {
+				return s.hand(ch), nil
+			}
+			continue
 		}
 		if ar.fault != "" {
 			if ch := s.migrate(ar); ch != nil {
@@ -133,15 +258,28 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 			}
 			continue
 		}
+		if s.cur.pre != nil && !s.cur.sawToken && len(ar.chunk.TokenIds) > 0 && s.rec != nil {
+			s.rec.transferWait(s.req.Model, time.Since(s.cur.sentAt))
+		}
 		return s.hand(ar.chunk), nil
 	}
 	return nil, io.EOF
 }
 
-// next waits for the current attempt's next arrival; after StallTimeout without one it
-// reports a FaultStalled arrival.
-func (s *stream) next(ctx context.Context) (arrival, error) {
+// next waits for the next arrival of the current request: from its leg (cur) or from
+// cur's prefill leg while that runs, and returns it with the leg it came from. After
+// StallTimeout without one it reports a FaultStalled arrival of the leg being waited
+// for: the prefill leg while the decode leg waits for its transfer parameters, else cur.
+func (s *stream) next(ctx context.Context) (arrival, *attempt, error) {
 	a := s.cur
+	var pre <-chan arrival
+	waited := a
+	if p := a.pre; p != nil && !p.ended {
+		pre = p.arrivals
+		if !a.sent {
+			waited = p
+		}
+	}
 	var stall <-chan time.Time
 	if s.cfg.StallTimeout > 0 {
 		t := time.NewTimer(s.cfg.StallTimeout)
@@ -150,13 +288,15 @@ func (s *stream) next(ctx context.Context) (arrival, error) {
 	}
 	select {
 	case <-ctx.Done():
-		return arrival{}, ctx.Err()
+		return arrival{}, nil, ctx.Err()
 	case ar := <-a.arrivals:
-		return ar, nil
+		return ar, a, nil
+	case ar := <-pre:
+		return ar, a.pre, nil
 	case <-stall:
-		return arrival{fault: FaultStalled, chunk: &messages.TokenChunk{RequestId: a.requestID, FinishReason: "error",
-			WorkerId: a.workerID, Migratable: true,
-			Error: fmt.Sprintf("worker %s sent nothing for %v", a.workerID, s.cfg.StallTimeout)}}, nil
+		return arrival{fault: FaultStalled, chunk: &messages.TokenChunk{RequestId: waited.requestID, FinishReason: "error",
+			WorkerId: waited.workerID, Migratable: true,
+			Error: fmt.Sprintf("worker %s sent nothing for %v", waited.workerID, s.cfg.StallTimeout)}}, waited, nil
 	}
 }
 
@@ -215,26 +355,48 @@ func (s *stream) migrate(ar arrival) *messages.TokenChunk {
 	s.cfg.Logger.Info().Str("request_id", s.req.RequestID).Str("from", failed.workerID).Str("to", s.cur.workerID).
 		Str("reason", ar.fault).Int("produced", len(s.produced)).Int("migration", s.migrations).
 		Msg("request migrated")
-	if s.migrated != nil {
-		s.migrated(s.req.Model, ar.fault)
+	if s.rec != nil {
+		s.rec.migrated(s.req.Model, ar.fault)
 	}
 	return nil
 }
 
-// end ends attempt a: its engine request is cancelled for reason unless reason is ""
-// (cancelling one that already ended is harmless), its receiver stopped, and its load
-// freed in the router.
+// end ends attempt a and its prefill leg: each leg still running is cancelled for
+// reason (or, for a prefill leg outliving its decode leg, because the decode leg ended),
+// its receiver stopped and its load freed in the router; a decode leg that ends without
+// a token tells its prefill worker to release the KV blocks it pinned for it.
 func (s *stream) end(a *attempt, reason string) {
+	if p := a.pre; p != nil {
+		why := reason
+		if why == "" {
+			why = "the decode leg ended"
+		}
+		s.endLeg(p, why)
+		if !a.sawToken {
+			s.release(a)
+		}
+	}
+	s.endLeg(a, reason)
+}
+
+// endLeg ends one leg once: cancelled in its engine unless reason is "" or Generate was
+// never sent (cancelling one that already ended is harmless), its receiver stopped, and
+// its load freed in the router.
+func (s *stream) endLeg(a *attempt, reason string) {
+	if a.ended {
+		return
+	}
+	a.ended = true
 	close(a.closed)
-	if reason != "" {
+	if reason != "" && a.sent {
 		s.root.Send(a.worker, &messages.Cancel{RequestId: a.requestID, Reason: reason})
 	}
 	s.root.Stop(a.receiver)
 	s.router.Free(a.requestID)
 }
 
-// Close cancels the current attempt in its engine unless the request finished, and frees
-// its load in the router. Safe to call more than once.
+// Close cancels the current attempt (and its prefill leg) in its engine unless the
+// request finished, and frees their load in the router. Safe to call more than once.
 func (s *stream) Close() {
 	s.closeOnce.Do(func() {
 		switch {
@@ -247,7 +409,7 @@ func (s *stream) Close() {
 	})
 }
 
-// receiver puts one attempt's chunks in index order into the attempt's channel.
+// receiver puts one leg's chunks in index order into the leg's channel.
 type receiver struct {
 	a       *attempt
 	next    uint32

@@ -28,6 +28,7 @@ type scriptedWorker struct {
 	mu        sync.Mutex
 	generates []*messages.Generate
 	cancels   []string
+	releases  []*messages.ReleaseKv
 }
 
 func (w *scriptedWorker) Receive(c actor.Context) {
@@ -41,7 +42,16 @@ func (w *scriptedWorker) Receive(c actor.Context) {
 		w.mu.Lock()
 		w.cancels = append(w.cancels, m.RequestId)
 		w.mu.Unlock()
+	case *messages.ReleaseKv:
+		w.mu.Lock()
+		w.releases = append(w.releases, m)
+		w.mu.Unlock()
 	}
+}
+
+// kvParamsFor is the transfer parameters a scripted prefill worker returns for request id.
+func kvParamsFor(id string) string {
+	return `{"do_remote_prefill":true,"remote_block_ids":[1,2],"remote_request_id":"` + id + `"}`
 }
 
 func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
@@ -63,6 +73,9 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 		ch := &messages.TokenChunk{Index: uint32(i), TokenIds: []uint32{uint32(1000 + len(m.TokenIds) + i)}}
 		if i == limit-1 {
 			ch.FinishReason, ch.PromptTokens, ch.CompletionTokens, ch.CachedTokens = "length", int32(len(m.TokenIds)), int32(limit), int32(len(m.TokenIds))
+			if m.Sampling.GetDisagg().GetLeg() == LegPrefill && m.Sampling.GetDisagg().GetBootstrapHost() == "" {
+				ch.KvTransferParams = kvParamsFor(m.RequestId)
+			}
 		}
 		send(ch)
 	}
@@ -74,14 +87,28 @@ func (w *scriptedWorker) calls() ([]*messages.Generate, []string) {
 	return slices.Clone(w.generates), slices.Clone(w.cancels)
 }
 
-// fakeRouter picks the first of its workers not excluded and records every call.
+func (w *scriptedWorker) released() []*messages.ReleaseKv {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.releases)
+}
+
+// fakeRouter picks the first of its workers not excluded and records every call. With
+// prefill workers it answers like a disaggregated router: the first prefill worker not
+// excluded gets the prefill leg ("remote") unless local says otherwise, the request asks
+// for local prefill, or none is left (then enforce refuses the request).
 type fakeRouter struct {
 	ids  []string
 	pids map[string]*actor.PID
 
+	prefillIDs []string // prefill workers, in preference order
+	local      string   // a local decision to answer instead of "remote" ("" = none)
+	bootstrap  bool     // remote routes name an SGLang bootstrap address
+	enforce    bool
+
 	mu      sync.Mutex
 	routes  []*messages.RouteRequest
-	routed  []string // ids of the routes that got a worker
+	routed  []string // ids of the routes that got a worker, and of their prefill legs
 	freed   []string
 	prefill []string
 }
@@ -91,11 +118,42 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 	defer r.mu.Unlock()
 	r.routes = append(r.routes, rr)
 	for _, id := range r.ids {
-		if !slices.Contains(rr.ExcludeWorkers, id) {
-			p := r.pids[id]
-			r.routed = append(r.routed, rr.RequestId)
-			return &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}}, nil
+		if slices.Contains(rr.ExcludeWorkers, id) {
+			continue
 		}
+		p := r.pids[id]
+		resp := &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}}
+		if r.prefillIDs == nil && !r.enforce {
+			r.routed = append(r.routed, rr.RequestId)
+			return resp, nil
+		}
+		prefill := ""
+		for _, pid := range r.prefillIDs {
+			if !slices.Contains(rr.ExcludePrefillWorkers, pid) {
+				prefill = pid
+				break
+			}
+		}
+		switch {
+		case rr.LocalPrefill:
+			resp.DisaggDecision = DecisionLocalRequested
+		case prefill == "" && r.enforce:
+			return &messages.RouteResponse{ErrorCode: "no_prefill_workers", Error: "no live prefill worker"}, nil
+		case prefill == "":
+			resp.DisaggDecision = DecisionLocalNoPrefillWorkers
+		case r.local != "":
+			resp.DisaggDecision = r.local
+		default:
+			pp := r.pids[prefill]
+			resp.DisaggDecision, resp.PrefillWorkerId, resp.PrefillRequestId = DecisionRemote, prefill, rr.RequestId+"/p"
+			resp.PrefillWorker = &messages.ActorRef{Address: pp.Address, Id: pp.Id}
+			if r.bootstrap {
+				resp.PrefillBootstrapHost, resp.PrefillBootstrapPort = "10.0.0.7", 8998
+			}
+			r.routed = append(r.routed, resp.PrefillRequestId)
+		}
+		r.routed = append(r.routed, rr.RequestId)
+		return resp, nil
 	}
 	return &messages.RouteResponse{ErrorCode: "no_workers", Error: "every worker is excluded"}, nil
 }
@@ -107,20 +165,72 @@ func (r *fakeRouter) PrefillDone(id string) {
 }
 func (r *fakeRouter) Free(id string) { r.mu.Lock(); r.freed = append(r.freed, id); r.mu.Unlock() }
 
-// harness is a stream over fake workers w0, w1, … in one actor system.
+// harness is a stream over fake workers w0, w1, … (and prefill workers p0, p1, …) in
+// one actor system.
 type harness struct {
 	workers  []*scriptedWorker
+	prefill  []*scriptedWorker
 	pids     []*actor.PID
 	router   *fakeRouter
 	stream   *stream
+	rec      *fakeRecorder
 	migrated []string
+	startErr error
+}
+
+// fakeRecorder keeps a stream's metric events as "event:model/label" strings.
+type fakeRecorder struct {
+	h      *harness
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *fakeRecorder) add(e string) { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() }
+func (r *fakeRecorder) migrated(model, reason string) {
+	r.h.migrated = append(r.h.migrated, model+"/"+reason)
+}
+func (r *fakeRecorder) decided(model, decision string)     { r.add("decided:" + model + "/" + decision) }
+func (r *fakeRecorder) prefillRetried(model, fault string) { r.add("retried:" + model + "/" + fault) }
+func (r *fakeRecorder) released(model string)              { r.add("released:" + model) }
+func (r *fakeRecorder) prefillLeg(model string, d time.Duration) {
+	r.add("prefill_leg:" + model)
+}
+func (r *fakeRecorder) transferWait(model string, d time.Duration) {
+	r.add("transfer_wait:" + model)
+}
+
+func (r *fakeRecorder) list() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
 }
 
 func newHarness(t *testing.T, limit int, stall time.Duration, workers ...*scriptedWorker) *harness {
 	t.Helper()
+	h := buildHarness(t, harnessOpts{limit: limit, stall: stall}, workers...)
+	if h.startErr != nil {
+		t.Fatal(h.startErr)
+	}
+	return h
+}
+
+// harnessOpts configure buildHarness.
+type harnessOpts struct {
+	limit     int
+	stall     time.Duration
+	prefill   []*scriptedWorker // prefill workers p0, p1, …: the router disaggregates
+	local     string            // fakeRouter.local
+	bootstrap bool
+	enforce   bool
+}
+
+// buildHarness starts the stream over workers; a start error is kept in startErr.
+func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harness {
+	t.Helper()
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
-	h := &harness{workers: workers, router: &fakeRouter{pids: map[string]*actor.PID{}}}
+	h := &harness{workers: workers, prefill: o.prefill, router: &fakeRouter{pids: map[string]*actor.PID{},
+		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce}}
 	for i, w := range workers {
 		id := fmt.Sprintf("w%d", i)
 		pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return w }))
@@ -128,17 +238,22 @@ func newHarness(t *testing.T, limit int, stall time.Duration, workers ...*script
 		h.router.ids = append(h.router.ids, id)
 		h.router.pids[id] = pid
 	}
+	if o.prefill != nil {
+		h.router.prefillIDs = []string{}
+	}
+	for i, w := range o.prefill {
+		id := fmt.Sprintf("p%d", i)
+		h.router.prefillIDs = append(h.router.prefillIDs, id)
+		h.router.pids[id] = sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return w }))
+	}
 	seq := 0
 	newID := func(c string) string { seq++; return fmt.Sprintf("%s#%d", c, seq) }
-	cfg := Config{Credits: 4, MigrationLimit: limit, StallTimeout: stall}
+	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall}
 	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
 		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, HasSeed: true, Seed: 7}}
-	h.stream = newStream(sys.Root, h.router, cfg, req, newID, func(model, reason string) {
-		h.migrated = append(h.migrated, model+"/"+reason)
-	})
-	if err := h.stream.start(req.TokenIDs, req.Sampling); err != nil {
-		t.Fatal(err)
-	}
+	h.rec = &fakeRecorder{h: h}
+	h.stream = newStream(sys.Root, h.router, cfg, req, newID, h.rec)
+	h.startErr = h.stream.start(req.TokenIDs, req.Sampling)
 	t.Cleanup(h.stream.Close)
 	return h
 }
