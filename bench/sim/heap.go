@@ -1,0 +1,83 @@
+package sim
+
+import "time"
+
+// evKind orders events that happen at the same virtual time (lower first).
+type evKind uint8
+
+const (
+	// evDeliver: a worker's next KV event batch reaches the router.
+	evDeliver evKind = iota
+	// evStepEnd: a worker's step ends; its outputs become visible.
+	evStepEnd
+	// evArrival: a request arrives (arrivals are not kept in the heap; the kind only
+	// places them among the heap's events).
+	evArrival
+	// evStepStart: an idle worker with work starts a step.
+	evStepStart
+)
+
+// event is one heap entry: what happens at at to worker w. key packs the kind (top
+// byte) above an insertion counter, so equal times order by kind, then first in first
+// out, and the order is a total one (the run is deterministic).
+type event struct {
+	at  time.Duration
+	key uint64
+	w   int32
+}
+
+const kindShift = 56
+
+func (e *event) kind() evKind { return evKind(e.key >> kindShift) }
+
+// before reports whether a happens before b.
+func (a *event) before(b *event) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.key < b.key
+}
+
+// eventHeap is a binary min-heap of events (container/heap without the interface
+// boxing, which costs an allocation per push).
+type eventHeap []event
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	i := len(q) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !q[i].before(&q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q[r].before(&q[l]) {
+			m = r
+		}
+		if !q[m].before(&q[i]) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
+}
