@@ -6,6 +6,10 @@
 //     messages.TokenChunk go to reply_to, at most the granted credits ahead.
 //   - messages.Credit (from the request's receiver): grant more chunks.
 //   - messages.Cancel (from gateways): abort the engine request; harmless when finished.
+//   - messages.ReleaseKv (from gateways, to a prefill worker): release the KV blocks the
+//     engine pinned for a prefill leg whose decode leg will not read them, through
+//     engines.KVReleaser off the actor's goroutine (bounded, failures logged); an engine
+//     without it frees them on its own timeout.
 //   - messages.DumpBlocksRequest (from the Router grain): publish the full block list.
 //   - messages.ModelFilesRequest (from gateways without a copy of the tokenizer folder):
 //     answered with messages.ModelFiles, read and hashed off the actor's goroutine
@@ -22,6 +26,12 @@
 // in-flight requests (cancel func + credit channel). The KV block list and the event
 // numbering are owned by the relay goroutine (relay.go), which is the only sender to the
 // Router grain, so events, dumps and registrations reach it in order.
+//
+// Disaggregated serving: every registration carries the worker's role (Config.Role)
+// and, for an SGLang prefill worker, its bootstrap address. A leg's DisaggParams ride in
+// Generate.sampling to the engine unchanged; the last chunk carries the engine's
+// transfer parameters (TokenChunk.kv_transfer_params). A prefill leg is cancelled like
+// any request.
 //
 // Every heartbeat of a ready engine announces the card to the Catalog grain with this
 // actor's ref (AnnounceModel.worker), where gateways fetch tokenizer files from.

@@ -76,7 +76,10 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	}()
 }
 
-// streamChunks runs one request on engine and sends numbered chunks. It returns
+// streamChunks runs one request on engine and sends numbered chunks. The sampling
+// parameters go to the engine as they came, with the leg of a disaggregated request
+// (SamplingParams.disagg); the last chunk carries the engine's transfer parameters
+// (kv_transfer_params, set by a prefill leg). It returns
 // errCancelled when ctx ended (nothing more is sent, except a migratable error chunk
 // when ctx's cause is errDraining), nil after the last chunk, or the engine error (after
 // sending a migratable error chunk).
@@ -101,6 +104,7 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 		ch := &messages.TokenChunk{RequestId: m.RequestId, Index: index, TokenIds: ec.TokenIDs,
 			FinishReason: ec.FinishReason, WorkerId: workerID}
 		if ec.FinishReason != "" {
+			ch.KvTransferParams = ec.KVTransferParams
 			ch.PromptTokens = int32(ec.PromptTokens)
 			ch.CachedTokens = int32(ec.CachedTokens)
 			ch.CompletionTokens = int32(ec.CompletionTokens)
@@ -130,4 +134,33 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 		return err
 	}
 	return nil
+}
+
+// releaseKVTimeout bounds a ReleaseKv call to the engine.
+const releaseKVTimeout = 5 * time.Second
+
+// releaseKV asks the engine to release the KV blocks it pinned for a prefill leg whose
+// decode leg will not read them (messages.ReleaseKv), off the actor's goroutine and
+// within releaseKVTimeout. An engine without engines.KVReleaser frees them on its own
+// timeout; an engine that is not running took them with it.
+func (w *workerActor) releaseKV(m *messages.ReleaseKv) {
+	log := w.log.With().Str("request_id", m.RequestId).Logger()
+	if w.engine == nil {
+		log.Debug().Msg("ReleaseKv: no engine running (its pinned KV blocks ended with it)")
+		return
+	}
+	rel, ok := w.engine.(engines.KVReleaser)
+	if !ok {
+		log.Debug().Msg("ReleaseKv: the engine cannot release KV blocks on request; it frees pinned blocks on its own timeout")
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(w.ctx, releaseKVTimeout)
+		defer cancel()
+		if err := rel.ReleaseKV(ctx, m.RequestId, m.KvTransferParams); err != nil {
+			log.Warn().Err(err).Msg("ReleaseKv: the engine did not release the pinned KV blocks (they stay until its own timeout)")
+			return
+		}
+		log.Debug().Msg("ReleaseKv: pinned KV blocks released")
+	}()
 }

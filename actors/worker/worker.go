@@ -38,6 +38,15 @@ type Config struct {
 	Env []string
 	// Host the engine listens on (default 127.0.0.1).
 	Host string
+	// Role in disaggregated serving, sent with every registration (WorkerInfo.role):
+	// "aggregated" (or ""), "prefill" or "decode" (kv.ParseRole). The engine itself must
+	// be started for that role (its launcher's flags).
+	Role string
+	// BootstrapHost and BootstrapPort: the SGLang bootstrap address a prefill worker
+	// advertises (WorkerInfo.bootstrap_host/port; port 0-65535, 0 = none). Both legs of
+	// a request it prefills are given it.
+	BootstrapHost string
+	BootstrapPort int
 	// Heartbeat is the load/registration period (default 1 s).
 	Heartbeat time.Duration
 	// ReadyTimeout bounds how long a starting engine may take to answer /health
@@ -80,7 +89,7 @@ func (c *Config) defaults() {
 }
 
 // Props returns the props of a worker actor. Errors: a config without id, card, launcher
-// or router.
+// or router, an unknown Role (kv.ErrInvalidRole), a BootstrapPort out of range.
 func Props(cfg Config) (*actor.Props, error) {
 	cfg.defaults()
 	switch {
@@ -92,7 +101,14 @@ func Props(cfg Config) (*actor.Props, error) {
 		return nil, errors.New("worker: missing engine launcher")
 	case cfg.Router == nil:
 		return nil, errors.New("worker: missing router client")
+	case cfg.BootstrapPort < 0 || cfg.BootstrapPort > 65535:
+		return nil, fmt.Errorf("worker: bootstrap port %d out of range 0-65535", cfg.BootstrapPort)
 	}
+	role, err := kv.ParseRole(cfg.Role)
+	if err != nil {
+		return nil, fmt.Errorf("worker: role: %w", err)
+	}
+	cfg.Role = role.String()
 	return actor.PropsFromProducer(func() actor.Actor { return newActor(cfg) }), nil
 }
 
@@ -186,6 +202,8 @@ func (w *workerActor) Receive(c actor.Context) {
 		if r := w.requests[m.RequestId]; r != nil {
 			r.cancel(nil)
 		}
+	case *messages.ReleaseKv:
+		w.releaseKV(m)
 	case *messages.ModelFilesRequest:
 		w.modelFiles(c, m)
 	case *messages.DumpBlocksRequest:
@@ -361,11 +379,14 @@ func (w *workerActor) closeEngine() {
 
 func (w *workerActor) info() *messages.WorkerInfo {
 	return &messages.WorkerInfo{
-		WorkerId:    w.cfg.WorkerID,
-		Actor:       &messages.ActorRef{Address: w.self.Address, Id: w.self.Id},
-		Card:        w.cfg.Card,
-		Ready:       w.ready && w.failedScrapes < maxFailedScrapes && w.canary.healthy() && !w.draining,
-		EngineEpoch: w.epoch,
+		WorkerId:      w.cfg.WorkerID,
+		Actor:         &messages.ActorRef{Address: w.self.Address, Id: w.self.Id},
+		Card:          w.cfg.Card,
+		Ready:         w.ready && w.failedScrapes < maxFailedScrapes && w.canary.healthy() && !w.draining,
+		EngineEpoch:   w.epoch,
+		Role:          w.cfg.Role,
+		BootstrapHost: w.cfg.BootstrapHost,
+		BootstrapPort: int32(w.cfg.BootstrapPort),
 	}
 }
 

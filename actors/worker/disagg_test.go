@@ -1,0 +1,264 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/kv"
+	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestPropsRoleAndBootstrap(t *testing.T) {
+	base := Config{WorkerID: "w", Card: &messages.ModelCard{Model: "m"}, Launcher: shellLauncher{}, Router: nopRouter{}}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		err  string
+	}{
+		{"default", func(*Config) {}, ""},
+		{"prefill", func(c *Config) { c.Role, c.BootstrapHost, c.BootstrapPort = "prefill", "10.0.0.1", 8998 }, ""},
+		{"decode", func(c *Config) { c.Role = "decode" }, ""},
+		{"unknown role", func(c *Config) { c.Role = "both" }, `worker: role: kv: invalid worker role: "both"`},
+		{"port", func(c *Config) { c.BootstrapPort = 65536 }, "bootstrap port 65536 out of range"},
+	} {
+		cfg := base
+		tc.mod(&cfg)
+		_, err := Props(cfg)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
+		}
+		if tc.name == "unknown role" && !errors.Is(err, kv.ErrInvalidRole) {
+			t.Errorf("unknown role: %v is not kv.ErrInvalidRole", err)
+		}
+	}
+}
+
+// disaggEngine is healthy. Generate records the sampling parameters, sends one token,
+// then waits for release (or its context) and finishes with transfer parameters.
+// ReleaseKV reports its calls and returns releaseErr.
+type disaggEngine struct {
+	sampling   chan *messages.SamplingParams
+	cancelled  chan string
+	release    chan struct{}
+	released   chan [2]string
+	releaseErr error
+}
+
+func newDisaggEngine() *disaggEngine {
+	return &disaggEngine{sampling: make(chan *messages.SamplingParams, 8), cancelled: make(chan string, 8),
+		release: make(chan struct{}), released: make(chan [2]string, 8)}
+}
+
+func (*disaggEngine) Health(context.Context) error { return nil }
+func (*disaggEngine) Load(context.Context) (*messages.WorkerLoad, error) {
+	return &messages.WorkerLoad{TotalBlocks: 16}, nil
+}
+func (e *disaggEngine) Generate(ctx context.Context, id string, _ []uint32, s *messages.SamplingParams, fn func(engines.Chunk) error) error {
+	e.sampling <- s
+	if err := fn(engines.Chunk{TokenIDs: []uint32{1}}); err != nil {
+		return err
+	}
+	select {
+	case <-e.release:
+	case <-ctx.Done():
+		e.cancelled <- id
+		return ctx.Err()
+	}
+	return fn(engines.Chunk{TokenIDs: []uint32{2}, FinishReason: "length", CompletionTokens: 2,
+		KVTransferParams: `{"do_remote_prefill":true,"remote_block_ids":[1,2]}`})
+}
+func (e *disaggEngine) ReleaseKV(_ context.Context, id, params string) error {
+	e.released <- [2]string{id, params}
+	return e.releaseErr
+}
+
+// plainEngine hides disaggEngine's ReleaseKV.
+type plainEngine struct{ e *disaggEngine }
+
+func (p plainEngine) Health(ctx context.Context) error { return p.e.Health(ctx) }
+func (p plainEngine) Load(ctx context.Context) (*messages.WorkerLoad, error) {
+	return p.e.Load(ctx)
+}
+func (p plainEngine) Generate(ctx context.Context, id string, tokens []uint32, s *messages.SamplingParams, fn func(engines.Chunk) error) error {
+	return p.e.Generate(ctx, id, tokens, s, fn)
+}
+
+type engineLauncher struct {
+	shellLauncher
+	engine engines.Engine
+}
+
+func (l engineLauncher) Connect(string) engines.Engine { return l.engine }
+
+// infoRouter passes on the WorkerInfo of every registration.
+type infoRouter struct {
+	nopRouter
+	infos chan *messages.WorkerInfo
+}
+
+func (r infoRouter) Register(m *messages.RegisterWorker) (*messages.RegisterAck, error) {
+	select {
+	case r.infos <- m.Worker:
+	default:
+	}
+	return &messages.RegisterAck{Accepted: true}, nil
+}
+
+// logLines is a zerolog writer passing on each log line.
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// startWorker starts a worker over engine with cfg's role fields and waits for its first
+// ready registration, which it returns.
+func startWorker(t *testing.T, engine engines.Engine, mod func(*Config), log zerolog.Logger) (*actor.ActorSystem, *actor.PID, *messages.WorkerInfo) {
+	t.Helper()
+	rt := infoRouter{infos: make(chan *messages.WorkerInfo, 64)}
+	cfg := Config{WorkerID: "w-disagg", Card: &messages.ModelCard{Model: "m"},
+		Launcher:  engineLauncher{shellLauncher: shellLauncher{script: "exec sleep 60"}, engine: engine},
+		Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rt, Logger: log}
+	if mod != nil {
+		mod(&cfg)
+	}
+	props, err := Props(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	pid := sys.Root.Spawn(props)
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case info := <-rt.infos:
+			if info.Ready {
+				return sys, pid, info
+			}
+		case <-deadline:
+			t.Fatal("worker not registered ready within 10 s")
+		}
+	}
+}
+
+func TestRegistrationCarriesRole(t *testing.T) {
+	for _, tc := range []struct {
+		name, role, host string
+		port             int
+		want             string
+	}{
+		{"default", "", "", 0, "aggregated"},
+		{"prefill", "prefill", "10.0.0.1", 8998, "prefill"},
+		{"decode", "decode", "", 0, "decode"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, info := startWorker(t, newDisaggEngine(), func(c *Config) {
+				c.Role, c.BootstrapHost, c.BootstrapPort = tc.role, tc.host, tc.port
+			}, zerolog.Nop())
+			if info.Role != tc.want || info.BootstrapHost != tc.host || info.BootstrapPort != int32(tc.port) {
+				t.Fatalf("registered role %q bootstrap %s:%d; want %q %s:%d", info.Role, info.BootstrapHost,
+					info.BootstrapPort, tc.want, tc.host, tc.port)
+			}
+		})
+	}
+}
+
+// TestPrefillLeg: the leg's DisaggParams reach the engine unchanged, and the last chunk
+// carries the engine's transfer parameters.
+func TestPrefillLeg(t *testing.T) {
+	eng := newDisaggEngine()
+	sys, pid, _ := startWorker(t, eng, func(c *Config) { c.Role = "prefill" }, zerolog.Nop())
+	ref, chunks := chunkSink(sys)
+	sampling := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill",
+		BootstrapHost: "10.0.0.1", BootstrapPort: 8998, BootstrapRoom: 1<<62 + 5}}
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r1#prefill", TokenIds: []uint32{5}, Sampling: sampling, ReplyTo: ref})
+	if got := <-eng.sampling; !proto.Equal(got, sampling) {
+		t.Fatalf("engine got sampling %v, want %v", got, sampling)
+	}
+	if c := next(t, chunks); c.FinishReason != "" || c.KvTransferParams != "" {
+		t.Fatalf("first chunk %v", c)
+	}
+	close(eng.release)
+	c := next(t, chunks)
+	if c.FinishReason != "length" || c.KvTransferParams != `{"do_remote_prefill":true,"remote_block_ids":[1,2]}` {
+		t.Fatalf("last chunk %v", c)
+	}
+}
+
+// TestPrefillLegCancel: a Cancel aborts a prefill leg in its engine like any request.
+func TestPrefillLegCancel(t *testing.T) {
+	eng := newDisaggEngine()
+	sys, pid, _ := startWorker(t, eng, func(c *Config) { c.Role = "prefill" }, zerolog.Nop())
+	ref, chunks := chunkSink(sys)
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r1#prefill", TokenIds: []uint32{5}, ReplyTo: ref,
+		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}})
+	next(t, chunks)
+	sys.Root.Send(pid, &messages.Cancel{RequestId: "r1#prefill"})
+	select {
+	case id := <-eng.cancelled:
+		if id != "r1#prefill" {
+			t.Fatalf("cancelled %q", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("prefill leg not cancelled in the engine within 10 s")
+	}
+}
+
+func TestReleaseKv(t *testing.T) {
+	const params = `{"remote_block_ids":[3],"remote_host":"10.0.0.1","remote_port":5600}`
+	t.Run("engine releases", func(t *testing.T) {
+		eng := newDisaggEngine()
+		sys, pid, _ := startWorker(t, eng, nil, zerolog.Nop())
+		sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "r1#prefill", KvTransferParams: params})
+		select {
+		case got := <-eng.released:
+			if got != [2]string{"r1#prefill", params} {
+				t.Fatalf("ReleaseKV(%q, %q)", got[0], got[1])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("ReleaseKV not called within 10 s")
+		}
+	})
+	t.Run("engine fails", func(t *testing.T) {
+		eng := newDisaggEngine()
+		eng.releaseErr = errors.New("transfer port refused")
+		lines := make(logLines, 256)
+		sys, pid, _ := startWorker(t, eng, nil, zerolog.New(lines).Level(zerolog.WarnLevel))
+		sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "r2#prefill", KvTransferParams: params})
+		waitLine(t, lines, "transfer port refused")
+	})
+	t.Run("engine without release", func(t *testing.T) {
+		lines := make(logLines, 256)
+		sys, pid, _ := startWorker(t, plainEngine{newDisaggEngine()}, nil, zerolog.New(lines).Level(zerolog.DebugLevel))
+		sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "r3#prefill", KvTransferParams: params})
+		waitLine(t, lines, "frees pinned blocks on its own timeout")
+	})
+}
+
+// waitLine waits for a log line containing s.
+func waitLine(t *testing.T, lines logLines, s string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case l := <-lines:
+			if strings.Contains(l, s) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no log line with %q within 10 s", s)
+		}
+	}
+}
