@@ -23,6 +23,7 @@ import (
 type Options struct {
 	options.HTTP
 	options.Router
+	options.Disagg
 	options.Migration
 	options.Admission
 	options.Cluster
@@ -32,13 +33,14 @@ type Options struct {
 
 // Defaults are the embedded defaults.
 func Defaults() Options {
-	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Migration: options.DefaultMigration(), Admission: options.DefaultAdmission(), Cluster: options.DefaultCluster(),
+	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(), Admission: options.DefaultAdmission(), Cluster: options.DefaultCluster(),
 		Log: options.DefaultLog()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
 	o.HTTP.Flags(fs)
 	o.Router.Flags(fs)
+	o.Disagg.Flags(fs)
 	o.Migration.Flags(fs)
 	o.Admission.Flags(fs)
 	o.Cluster.Flags(fs)
@@ -48,7 +50,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 
 // Validate checks the options; errors name the flag.
 func (o *Options) Validate() error {
-	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Cluster.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Cluster.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -77,6 +79,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	defer ln.Close()
 	rcfg := o.Router.Config(0, log)
 	rcfg.Busy = o.Admission.Busy()
+	rcfg.Disagg = o.Disagg.Config()
 	kinds := []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}
 	cfg := o.Cluster.Config(kinds, log)
 

@@ -22,6 +22,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--router-mode", "fastest"}, "--router-mode"},
 		{[]string{"--port", "-1"}, "--port"},
 		{[]string{"stray"}, "unexpected argument"},
+		{[]string{"--max-local-prefill-tokens", "-1"}, "--max-local-prefill-tokens"},
+		{[]string{"--max-prefill-queue-tokens", "-2"}, "--max-prefill-queue-tokens"},
+		{[]string{"--enforce-disagg=maybe"}, "enforce-disagg"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

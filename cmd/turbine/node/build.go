@@ -6,6 +6,7 @@ import (
 
 	nodeactor "github.com/turbine-llm/turbine/actors/node"
 	"github.com/turbine-llm/turbine/actors/worker"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/messages"
@@ -32,7 +33,7 @@ func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (work
 	if err != nil {
 		return worker.Config{}, err
 	}
-	return worker.Config{WorkerID: id, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus),
+	return worker.Config{WorkerID: id, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
 		Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine)}, nil
 }
 
@@ -42,11 +43,12 @@ func (b *builder) launcher(req *messages.StartWorker, card *messages.ModelCard) 
 		if b.selfErr != nil {
 			return nil, b.selfErr
 		}
-		mock := b.o.Engine.Mocker(b.self, card)
+		mock := b.o.Engine.MockerFor(b.self, card, b.o.WorkerRole)
 		mock.Extra, mock.Dialect = req.EngineArgs, b.o.MockerDialect
 		return mock, nil
 	}
 	spec := b.o.Launch.Spec(req.Engine, b.modelPath(card), card, int(req.TensorParallelSize), b.maxModelLen(card), req.EngineArgs)
+	spec.Role = options.LauncherRole(b.o.WorkerRole)
 	l, err := launcher.New(spec)
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", req.Engine, err)

@@ -159,3 +159,28 @@ func TestBootTensorParallelSize(t *testing.T) {
 		}
 	}
 }
+
+// TestBuilderRole: --worker-role reaches every worker's registration and its engine's
+// launch (a real engine's spec; the mock engine's role).
+func TestBuilderRole(t *testing.T) {
+	for _, role := range []string{"aggregated", "prefill", "decode"} {
+		t.Run(role, func(t *testing.T) {
+			b := bootBuilder(t, "--engine", "vllm", "--model", fixture, "--worker-role", role)
+			cfg, err := b.worker("n-0", &messages.StartWorker{Engine: "vllm", TensorParallelSize: 1, Card: b.boot}, []int{0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Role != role {
+				t.Fatalf("worker role %q, want %q", cfg.Role, role)
+			}
+			argv, _ := cfg.Launcher.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
+			transfer := slices.Contains(argv, "--kv-transfer-config")
+			if transfer != (role != "aggregated") {
+				t.Fatalf("role %s: argv %q (KV transfer configured: %v)", role, argv, transfer)
+			}
+		})
+	}
+	if _, err := options.ParseWorkerRole("--worker-role", ""); err != nil {
+		t.Fatalf("empty role: %v", err)
+	}
+}

@@ -56,6 +56,9 @@ type Options struct {
 	Workers            int
 	EngineName         string
 	TensorParallelSize int
+	// WorkerRole is the disaggregated-serving role of every worker the node starts:
+	// "aggregated", "prefill" or "decode".
+	WorkerRole string
 	// EngineArgs are the arguments after "--", appended to the boot workers' engines.
 	EngineArgs []string
 }
@@ -65,7 +68,7 @@ func Defaults() Options {
 	host, _ := os.Hostname()
 	return Options{Engine: options.DefaultEngine(), Launch: options.DefaultLaunch(), Cluster: options.DefaultCluster(),
 		Log: options.DefaultLog(), Canary: options.DefaultCanary(), DrainTimeout: options.DefaultDrainTimeout,
-		NodeID: host, Workers: 2, EngineName: launcher.EngineMocker}
+		NodeID: host, Workers: 2, EngineName: launcher.EngineMocker, WorkerRole: "aggregated"}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -73,6 +76,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers started at boot (0: none until asked)")
 	fs.StringVar(&o.EngineName, "engine", o.EngineName, "engine of the workers started at boot: mocker, "+strings.Join(launcher.Engines, ", "))
 	fs.IntVar(&o.TensorParallelSize, "tensor-parallel-size", o.TensorParallelSize, "GPUs pinned to each worker started at boot (0: none for the mocker, 1 for real engines)")
+	fs.StringVar(&o.WorkerRole, "worker-role", o.WorkerRole, "role of every worker this node starts in disaggregated serving: aggregated, prefill or decode (the engines are started for it)")
 	o.Engine.Flags(fs)
 	fs.Lookup("model").Usage = "model folder (or hub name) the engines load; with a folder the model card comes from its config.json and tokenizer files. The mocker serves it as its model name"
 	o.Launch.Flags(fs)
@@ -95,6 +99,11 @@ func (o *Options) Validate() error {
 	case o.TensorParallelSize < 0 || o.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size %d: want 0..64", o.TensorParallelSize)
 	}
+	role, err := options.ParseWorkerRole("--worker-role", o.WorkerRole)
+	if err != nil {
+		return err
+	}
+	o.WorkerRole = role
 	if o.DrainTimeout < 0 {
 		return fmt.Errorf("--drain-timeout %v: must be ≥ 0", o.DrainTimeout)
 	}
@@ -158,7 +167,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 			o.Workers, o.bootTensorParallelSize(), need, len(gpus), why)
 	}
 	b := &builder{o: o, boot: card, self: self, selfErr: selfErr}
-	log.Info().Str("engine", o.EngineName).Str("model", o.Model).Str("served_model_name", card.Model).
+	log.Info().Str("engine", o.EngineName).Str("worker_role", o.WorkerRole).Str("model", o.Model).Str("served_model_name", card.Model).
 		Str("tokenizer", card.Tokenizer).Int32("context_length", card.ContextLength).Int32("kv_block_size", card.KvBlockSize).
 		Strs("engine_args", o.EngineArgs).Msg("model card")
 	return options.RunMember(ctx, o.Cluster.Config(nil, log), log, func(mctx context.Context, m *cluster.Member) error {

@@ -26,6 +26,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--engine", "sglang", "--model", "../../../actors/frontend/testdata/tiny"}, "--model"},
 		{[]string{"--gpu-memory-utilization", "2"}, "--gpu-memory-utilization"},
 		{[]string{"--mocker-dialect", "tgi"}, "--mocker-dialect"},
+		{[]string{"--worker-role", "both"}, "--worker-role"},
 		{[]string{"--engine", "vllm", "--model", "../testdata/tiny-qwen3", "stray", "--", "--enforce-eager"}, `unexpected argument "stray"`},
 	}
 	for _, tc := range tests {

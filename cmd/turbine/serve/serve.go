@@ -1,6 +1,11 @@
 // Package serve is `turbine serve`: a whole Turbine service in one process — a gateway on
-// an HTTP port, the Router and Catalog grains, and N worker actors each supervising its
+// an HTTP port, the Router and Catalog grains, and worker actors each supervising its
 // own mock-engine subprocess — on an in-process cluster (no Consul needed).
+//
+// Workers are aggregated (--workers, named w0, w1, …), or, for disaggregated serving
+// (xPyD), prefill (--prefill-workers, p0, p1, …) and decode (--decode-workers, d0, d1,
+// …) workers; with prefill or decode workers and --workers not given, there are no
+// aggregated ones.
 package serve
 
 import (
@@ -28,36 +33,63 @@ type Options struct {
 	options.HTTP
 	options.Engine
 	options.Router
+	options.Disagg
 	options.Migration
 	options.Admission
 	options.Canary
 	options.Log
-	Workers int
+	// Workers, PrefillWorkers, DecodeWorkers: workers of each role (aggregated, prefill,
+	// decode). WorkersSet says whether --workers was given.
+	Workers, PrefillWorkers, DecodeWorkers int
+	WorkersSet                             bool
 }
 
 // Defaults are the embedded defaults (REFERENCE §3, §7).
 func Defaults() Options {
-	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Migration: options.DefaultMigration(),
+	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(),
 		Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
 	o.HTTP.Flags(fs)
-	fs.IntVar(&o.Workers, "workers", o.Workers, "number of aggregated workers, each with its own mock engine")
+	options.IntVarTracked(fs, &o.Workers, &o.WorkersSet, "workers",
+		"number of aggregated workers, each with its own mock engine (default 2, or 0 with --prefill-workers or --decode-workers)")
+	fs.IntVar(&o.PrefillWorkers, "prefill-workers", o.PrefillWorkers, "number of prefill workers (disaggregated serving, xPyD)")
+	fs.IntVar(&o.DecodeWorkers, "decode-workers", o.DecodeWorkers, "number of decode workers (disaggregated serving, xPyD)")
 	o.Engine.Flags(fs)
 	o.Router.Flags(fs)
+	o.Disagg.Flags(fs)
 	o.Migration.Flags(fs)
 	o.Admission.Flags(fs)
 	o.Canary.Flags(fs)
 	o.Log.Flags(fs)
 }
 
-// Validate checks the options; errors name the flag.
+// Validate checks the options and settles the layout (--workers is 0 by default in an
+// xPyD layout); errors name the flag.
 func (o *Options) Validate() error {
-	if o.Workers < 1 || o.Workers > 256 {
-		return fmt.Errorf("--workers %d: want 1..256", o.Workers)
+	switch {
+	case o.PrefillWorkers < 0 || o.PrefillWorkers > 256:
+		return fmt.Errorf("--prefill-workers %d: want 0..256", o.PrefillWorkers)
+	case o.DecodeWorkers < 0 || o.DecodeWorkers > 256:
+		return fmt.Errorf("--decode-workers %d: want 0..256", o.DecodeWorkers)
 	}
-	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate(), o.Migration.Validate(),
+	disagg := o.PrefillWorkers+o.DecodeWorkers > 0
+	if disagg && !o.WorkersSet {
+		o.Workers = 0
+	}
+	switch {
+	case !disagg && (o.Workers < 1 || o.Workers > 256):
+		return fmt.Errorf("--workers %d: want 1..256 (or an xPyD layout with --prefill-workers and --decode-workers)", o.Workers)
+	case o.Workers < 0 || o.Workers > 256:
+		return fmt.Errorf("--workers %d: want 0..256", o.Workers)
+	case o.Workers+o.PrefillWorkers+o.DecodeWorkers > 256:
+		return fmt.Errorf("--workers %d + --prefill-workers %d + --decode-workers %d: want 256 workers at most",
+			o.Workers, o.PrefillWorkers, o.DecodeWorkers)
+	case o.PrefillWorkers > 0 && o.Workers+o.DecodeWorkers == 0:
+		return fmt.Errorf("--prefill-workers %d without --decode-workers or --workers: nothing would decode", o.PrefillWorkers)
+	}
+	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(),
 		o.Admission.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
@@ -71,7 +103,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o := Defaults()
 	return options.Main(ctx, options.Command{Name: "serve",
 		Summary: "Runs a whole service in one process: gateway, router and mock-engine workers.",
-		Example: "TURBINE_WORKERS=4", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
+		Example: "TURBINE_WORKERS=4 (or TURBINE_PREFILL_WORKERS=1 TURBINE_DECODE_WORKERS=2)", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
 		Validate: o.Validate, Log: &o.Log}, args, stderr,
 		func(ctx context.Context, log zerolog.Logger) error { return serve(ctx, o, log) })
 }
@@ -90,6 +122,7 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 
 	rcfg := o.Router.Config(o.BlockSize, log)
 	rcfg.Busy = o.Admission.Busy()
+	rcfg.Disagg = o.Disagg.Config()
 	member, err := cluster.Start(cluster.Config{Name: "turbine-serve", Discovery: "local", Logger: log,
 		Kinds: []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}})
 	if err != nil {
@@ -101,7 +134,6 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	mock := o.Engine.Mocker(self, card)
 	routerClient, catalogClient := worker.GrainClients(member.Cluster, o.Model, catalog.Identity,
 		worker.GrainTimeout(o.Heartbeat))
 	root := member.System.Root
@@ -114,17 +146,16 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 			}
 		}
 	}()
-	for i := 0; i < o.Workers; i++ {
-		id := fmt.Sprintf("w%d", i)
-		props, err := worker.Props(worker.Config{WorkerID: id, Card: card, Launcher: mock,
-			Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
+	for _, w := range o.layout() {
+		props, err := worker.Props(worker.Config{WorkerID: w.id, Card: card, Launcher: o.Engine.MockerFor(self, card, w.role),
+			Role: w.role, Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
 			Router: routerClient, Catalog: catalogClient, Logger: log})
 		if err != nil {
 			return err
 		}
-		pid, err := root.SpawnNamed(props, worker.ActorName(id))
+		pid, err := root.SpawnNamed(props, worker.ActorName(w.id))
 		if err != nil {
-			return fmt.Errorf("spawn worker %s: %w", id, err)
+			return fmt.Errorf("spawn worker %s: %w", w.id, err)
 		}
 		pids = append(pids, pid)
 	}
@@ -136,16 +167,35 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	// Answer only once the model is served, so that the first client never sees a 404
 	// for a model whose engines are still starting; connections wait in the backlog.
-	log.Info().Int("workers", o.Workers).Msg("waiting for the first worker's engine to be ready")
+	log.Info().Int("workers", o.Workers).Int("prefill_workers", o.PrefillWorkers).Int("decode_workers", o.DecodeWorkers).
+		Msg("waiting for the first worker's engine to be ready")
 	if err := waitForModel(ctx, backend, o.Model, o.ReadyTimeout); err != nil {
 		return err
 	}
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("model", o.Model).Int("workers", o.Workers).
+		Int("prefill_workers", o.PrefillWorkers).Int("decode_workers", o.DecodeWorkers).
 		Str("router_mode", o.RouterMode).Msg("turbine serving")
 	return options.ServeDrained(ctx, ln, handler, log, func() {
 		drained = true
 		drain(root, handler, pids, o.DrainTimeout, log)
 	})
+}
+
+// workerSpec is one worker of the layout: its id and role.
+type workerSpec struct{ id, role string }
+
+// layout lists the workers to start: aggregated w0…, prefill p0…, decode d0….
+func (o *Options) layout() []workerSpec {
+	var out []workerSpec
+	for _, g := range []struct {
+		n            int
+		prefix, role string
+	}{{o.Workers, "w", "aggregated"}, {o.PrefillWorkers, "p", "prefill"}, {o.DecodeWorkers, "d", "decode"}} {
+		for i := range g.n {
+			out = append(out, workerSpec{id: fmt.Sprintf("%s%d", g.prefix, i), role: g.role})
+		}
+	}
+	return out
 }
 
 // drain shuts the service down gracefully (REFERENCE §10): the gateway refuses new

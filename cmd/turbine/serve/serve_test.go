@@ -2,9 +2,12 @@ package serve
 
 import (
 	"context"
+	"flag"
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 )
 
 func TestRunRejectsBadFlags(t *testing.T) {
@@ -27,6 +30,13 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--overlap-weight", "Inf"}, "--overlap-weight"},
 		{[]string{"--speedup-ratio", "NaN"}, "--speedup-ratio"},
 		{[]string{"--num-gpu-blocks", "1"}, "--max-model-len"},
+		{[]string{"--prefill-workers", "-1", "--decode-workers", "1"}, "--prefill-workers"},
+		{[]string{"--decode-workers", "300"}, "--decode-workers"},
+		{[]string{"--prefill-workers", "1"}, "--prefill-workers 1 without --decode-workers"},
+		{[]string{"--prefill-workers", "1", "--decode-workers", "1", "--workers", "-1"}, "--workers"},
+		{[]string{"--prefill-workers", "200", "--decode-workers", "100"}, "256 workers at most"},
+		{[]string{"--max-local-prefill-tokens", "-5"}, "--max-local-prefill-tokens"},
+		{[]string{"--max-prefill-queue-tokens", "-1"}, "--max-prefill-queue-tokens"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -46,5 +56,53 @@ func TestDefaultsAreValid(t *testing.T) {
 	}
 	if o.Port != 8000 || o.Workers != 2 || o.RouterMode != "kv" || o.BlockSize != 64 {
 		t.Fatalf("defaults changed: %+v", o)
+	}
+}
+
+// TestLayout: the workers serve starts, by role, for each combination of the worker flags.
+func TestLayout(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "w0:aggregated w1:aggregated"},
+		{[]string{"--workers", "3"}, "w0:aggregated w1:aggregated w2:aggregated"},
+		{[]string{"--prefill-workers", "1", "--decode-workers", "2"}, "p0:prefill d0:decode d1:decode"},
+		{[]string{"--decode-workers", "1"}, "d0:decode"},
+		{[]string{"--workers", "1", "--prefill-workers", "1", "--decode-workers", "1"}, "w0:aggregated p0:prefill d0:decode"},
+		{[]string{"--workers", "0", "--prefill-workers", "1", "--decode-workers", "1"}, "p0:prefill d0:decode"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			o := Defaults()
+			_, help, err := options.Parse(options.Command{Name: "serve", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
+				Validate: o.Validate, Log: &o.Log}, tc.args, io.Discard)
+			if err != nil || help {
+				t.Fatalf("parse: %v", err)
+			}
+			var got []string
+			for _, w := range o.layout() {
+				got = append(got, w.id+":"+w.role)
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Fatalf("layout %v, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDisaggFlags(t *testing.T) {
+	o := Defaults()
+	if o.MaxLocalPrefillTokens != 1000 || o.EnforceDisagg {
+		t.Fatalf("disaggregation defaults changed: %+v", o.Disagg)
+	}
+	_, _, err := options.Parse(options.Command{Name: "serve", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
+		Validate: o.Validate, Log: &o.Log}, []string{"--max-local-prefill-tokens", "0", "--max-prefill-queue-tokens", "500",
+		"--enforce-disagg", "--prefill-workers", "1", "--decode-workers", "1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Disagg.Config()
+	if c.MaxLocalPrefillTokens != 0 || c.MaxPrefillQueueTokens != 500 || !c.Enforce {
+		t.Fatalf("router config %+v", c)
 	}
 }
