@@ -105,6 +105,7 @@ type parsed struct {
 	includeUsage   bool
 	continuous     bool
 	returnTokenIDs bool
+	leg            vllmLeg // disaggregated serving: kv_transfer_params
 }
 
 func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
@@ -171,6 +172,10 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 		p.continuous = so.ContinuousUsageStats != nil && *so.ContinuousUsageStats
 	}
 	r := mocker.Request{ID: randomID(), Prompt: prompt, MaxTokens: maxTokens}
+	if p.leg, aerr = s.parseKVTransferParams(cr.KVTransferParams, len(prompt)); aerr != nil {
+		return nil, aerr
+	}
+	r.HoldBlocks = p.leg.prefill
 	if cr.MinTokens != nil {
 		switch {
 		case *cr.MinTokens < 0:
@@ -284,6 +289,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		id = "cmpl-" + h
 	}
 	ctx := r.Context()
+	if !s.pullVLLM(ctx, w, p) {
+		return
+	}
 	st, err := s.submit(ctx, p.req)
 	if err != nil {
 		if errors.Is(err, errEngineStopped) {
@@ -375,10 +383,14 @@ func (s *Server) fullCompletion(ctx context.Context, w http.ResponseWriter, p *p
 			if p.returnTokenIDs {
 				choice.TokenIDs, choice.PromptTokenIDs = ids, p.req.Prompt
 			}
-			writeJSON(w, http.StatusOK, completionResponse{
+			resp := completionResponse{
 				ID: id, Object: "text_completion", Created: created, Model: s.opts.ServedModelName,
 				Choices: []completionChoice{choice}, Usage: usageOf(o, len(ids)),
-			})
+			}
+			if kp := s.prefillParams(ctx, p, o); kp != nil {
+				resp.KVTransferParams = kp
+			}
+			writeJSON(w, http.StatusOK, resp)
 			return
 		}
 	}
@@ -417,7 +429,11 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, p 
 				u.PromptTokensDetails = nil
 				chunk.Usage = &u
 			}
+			chunk.KVTransferParams = s.prefillParams(ctx, p, o)
 			if !send(chunk) {
+				if chunk.KVTransferParams != nil {
+					s.ReleaseKV(o.RequestID) // nobody will learn where the blocks are
+				}
 				s.abort(p.req.ID)
 				return
 			}

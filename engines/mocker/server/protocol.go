@@ -22,6 +22,21 @@ type completionRequest struct {
 	IgnoreEOS      *bool          `json:"ignore_eos"`
 	StopTokenIDs   []int64        `json:"stop_token_ids"`
 	ReturnTokenIDs *bool          `json:"return_token_ids"`
+	// KVTransferParams is vLLM's kv_transfer_params (disaggregated serving).
+	KVTransferParams rawJSON `json:"kv_transfer_params"`
+}
+
+// vllmKVTransferParams is what a prefill leg returns (vLLM's NIXL connector,
+// request_finished): the decode leg sends it back unchanged.
+type vllmKVTransferParams struct {
+	DoRemotePrefill bool    `json:"do_remote_prefill"`
+	DoRemoteDecode  bool    `json:"do_remote_decode"`
+	RemoteBlockIDs  []int64 `json:"remote_block_ids"`
+	RemoteEngineID  string  `json:"remote_engine_id"`
+	RemoteRequestID string  `json:"remote_request_id"`
+	RemoteHost      string  `json:"remote_host"`
+	RemotePort      int     `json:"remote_port"`
+	TPSize          int     `json:"tp_size"`
 }
 
 type streamOptions struct {
@@ -95,6 +110,8 @@ type streamChunk struct {
 	Model   string         `json:"model"`
 	Choices []streamChoice `json:"choices"`
 	Usage   *usageInfo     `json:"usage"`
+	// KVTransferParams is set on the last content chunk of a streamed prefill leg.
+	KVTransferParams *vllmKVTransferParams `json:"kv_transfer_params,omitempty"`
 }
 
 // usageChunk is the last chunk with stream_options.include_usage (vLLM drops its null

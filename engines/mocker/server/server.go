@@ -62,6 +62,11 @@ type Options struct {
 	// PollWait (trtllm dialect) bounds how long GET /metrics and POST /kv_cache_events
 	// wait for a first entry when none is queued (default 2 s, as trtllm-serve).
 	PollWait time.Duration
+	// Role is the engine's part in disaggregated serving (default RoleAggregated); see
+	// disagg.go for what it changes.
+	Role Role
+	// KVTransfer configures the KV transfer port, opened by New in every role.
+	KVTransfer KVTransferOptions
 }
 
 // Server is a running mock engine. Create with New, serve with Run or Handler + Start.
@@ -74,6 +79,7 @@ type Server struct {
 	metrics   *metrics.Set
 	mt        statsSink
 	trt       *trtllmState // trtllm dialect only
+	xfer      *transfer
 	cmds      chan command
 	stats     atomic.Pointer[mocker.Stats]
 	created   int64
@@ -119,6 +125,14 @@ func New(opts Options) (*Server, error) {
 	if opts.PollWait <= 0 {
 		opts.PollWait = 2 * time.Second
 	}
+	role, err := ParseRole(string(opts.Role))
+	if err != nil {
+		return nil, err
+	}
+	opts.Role = role
+	if err := opts.KVTransfer.resolve(); err != nil {
+		return nil, err
+	}
 	vocab, err := mocker.BuildVocab(opts.Model.Tokenizer, opts.Model.EOSTokenIDs)
 	if err != nil {
 		return nil, err
@@ -158,6 +172,12 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := s.startTransfer(); err != nil {
+		if s.pub != nil {
+			_ = s.pub.Close()
+		}
+		return nil, err
+	}
 	s.loopCtx, s.stopLoop = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -178,15 +198,24 @@ func (s *Server) Stats() mocker.Stats { return *s.stats.Load() }
 // Metrics returns the server's metric set (written by /metrics).
 func (s *Server) Metrics() *metrics.Set { return s.metrics }
 
-// Start starts the engine loop (Run does it too). Safe to call more than once.
+// Start starts the engine loop and the KV transfer port (Run does it too). Safe to call
+// more than once.
 func (s *Server) Start() {
-	s.startOnce.Do(func() { go s.loop(s.loopCtx) })
+	s.startOnce.Do(func() {
+		go s.loop(s.loopCtx)
+		go func() { s.xfer.served <- s.xfer.srv.Serve(s.xfer.l) }()
+	})
 }
 
-// Close stops the engine loop (in-flight requests end with an error) and closes the
-// event publisher.
+// Close stops the KV transfer port (transfers under way end), the engine loop (in-flight
+// requests end with an error) and the event publisher.
 func (s *Server) Close() error {
 	s.Start()
+	_ = s.xfer.srv.Close()
+	if err := <-s.xfer.served; err != nil {
+		s.log.Warn().Err(err).Msg("KV transfer port failed")
+	}
+	s.xfer.served <- nil // a second Close does not wait
 	s.stopLoop()
 	<-s.loopDone
 	if s.pub != nil {
@@ -232,6 +261,8 @@ type command struct {
 	abort string
 	// abortAll aborts every request that has a stream.
 	abortAll bool
+	// release frees the pinned blocks of a finished prefill leg.
+	release string
 	// aborted, when not nil, is closed once the abort was applied and the stats updated.
 	aborted chan struct{}
 }
@@ -358,6 +389,14 @@ func (s *Server) loop(ctx context.Context) {
 				streams[c.add.ID] = c.st
 			}
 			c.errc <- err
+			return
+		}
+		if c.release != "" {
+			s.eng.Release(c.release)
+			s.publishStats()
+			if c.aborted != nil {
+				close(c.aborted)
+			}
 			return
 		}
 		ids := []string{c.abort}

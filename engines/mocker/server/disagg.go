@@ -1,0 +1,360 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
+)
+
+// Disaggregated serving (REFERENCE §6). Every mock engine serves both legs of a
+// disaggregated request, whatever its Role, as vLLM's NIXL connector with kv_role
+// kv_both does: a request's own parameters say which leg it is (vLLM's
+// kv_transfer_params, TensorRT-LLM's disaggregated_params). Role says what the worker
+// registers as; only the SGLang dialect acts on it, because SGLang's requests do not
+// name their leg (both legs carry the same bootstrap fields and --disaggregation-mode
+// decides).
+//
+// A prefill leg keeps its blocks pinned after it finishes (mocker.Request.HoldBlocks) and
+// registers its full prompt blocks with the engine's KV transfer port
+// (engines/mocker/kvtransfer). A decode leg reads them from the prefill engine's port
+// before it enters the engine (so its TTFT includes the transfer), then runs with the
+// prompt's KV imported (mocker.Request.ImportedTokens). The prefill engine releases the
+// pinned blocks once they were read, when the reader leaves early, on an explicit
+// release (kvtransfer.Release, which engines.KVReleaser uses), or after
+// KVTransferOptions.Timeout.
+
+// Role is the part an engine plays in disaggregated serving.
+type Role string
+
+// Roles of disaggregated serving.
+const (
+	RoleAggregated Role = "aggregated"
+	RolePrefill    Role = "prefill"
+	RoleDecode     Role = "decode"
+)
+
+// Roles lists the roles, the default first.
+var Roles = []Role{RoleAggregated, RolePrefill, RoleDecode}
+
+// ParseRole checks a role name ("" is RoleAggregated). Errors name the accepted ones.
+func ParseRole(s string) (Role, error) {
+	if s == "" {
+		return RoleAggregated, nil
+	}
+	for _, r := range Roles {
+		if string(r) == s {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("server: role %q: want aggregated, prefill or decode", s)
+}
+
+// Defaults of the KV transfer.
+const (
+	// DefaultKVTransferBandwidth is the reference mocker's transfer bandwidth (REFERENCE
+	// §7: 64 GB/s), in bytes per second.
+	DefaultKVTransferBandwidth = 64e9
+	// DefaultKVBytesPerToken is the KV cache size of one token when no model folder says
+	// otherwise: Llama-3.1-8B in bfloat16, 2 (K and V) × 32 layers × 8 KV heads × 128 ×
+	// 2 bytes = 131072 bytes.
+	DefaultKVBytesPerToken = 131072
+	// DefaultKVTransferTimeout is how long pinned blocks wait for their reader: vLLM's
+	// VLLM_NIXL_ABORT_REQUEST_TIMEOUT.
+	DefaultKVTransferTimeout = 480 * time.Second
+	// DefaultKVTransferHost is the address the transfer port listens on and advertises.
+	DefaultKVTransferHost = "127.0.0.1"
+)
+
+// KVTransferOptions configure the engine's KV transfer port. Zero values take the
+// defaults above.
+type KVTransferOptions struct {
+	// Host is the address the port listens on and that prefill legs advertise
+	// (remote_host); a wildcard address is advertised as DefaultKVTransferHost.
+	Host string
+	// Port is the TCP port (0 picks a free one; KVTransferAddr names it).
+	Port int
+	// Bandwidth in bytes per second at which reads of this engine's blocks are paced;
+	// the engine's speed-up ratio multiplies it, as it divides every modelled duration.
+	Bandwidth float64
+	// BytesPerToken is the KV cache size of one token in bytes (the model's
+	// kv_bytes_per_token, engines/modelcard).
+	BytesPerToken int64
+	// Timeout releases pinned blocks nobody read.
+	Timeout time.Duration
+	// EngineID is the id prefill legs advertise (remote_engine_id); random when empty.
+	EngineID string
+}
+
+func (o *KVTransferOptions) resolve() error {
+	if o.Host == "" {
+		o.Host = DefaultKVTransferHost
+	}
+	if o.Bandwidth == 0 {
+		o.Bandwidth = DefaultKVTransferBandwidth
+	}
+	if o.BytesPerToken == 0 {
+		o.BytesPerToken = DefaultKVBytesPerToken
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultKVTransferTimeout
+	}
+	if o.EngineID == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		h := hex.EncodeToString(b[:])
+		o.EngineID = h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+	}
+	switch {
+	case o.Port < 0 || o.Port > 65535:
+		return fmt.Errorf("server: --kv-transfer-port %d out of range 0-65535", o.Port)
+	case !(o.Bandwidth > 0) || math.IsInf(o.Bandwidth, 0):
+		return fmt.Errorf("server: --kv-transfer-bandwidth %v bytes/s must be positive and finite", o.Bandwidth)
+	case o.BytesPerToken < 0:
+		return fmt.Errorf("server: --kv-bytes-per-token %d must be positive", o.BytesPerToken)
+	case o.Timeout < 0:
+		return fmt.Errorf("server: --kv-transfer-timeout %v must be positive", o.Timeout)
+	}
+	return nil
+}
+
+// transfer is the engine's KV transfer port and its metrics.
+type transfer struct {
+	srv       *kvtransfer.Server
+	l         net.Listener
+	host      string // advertised
+	port      int
+	engineID  string
+	served    chan error
+	blockSize int
+	bpt       int64
+
+	reads, failed *metrics.Counter // reads by this engine as a decode leg
+	bytes         *metrics.Counter
+	seconds       *metrics.FloatCounter
+	sent          *metrics.Counter // synced with the server's count when a read ends
+	released      map[kvtransfer.Reason]*metrics.Counter
+	nixlTime      *metrics.PrometheusHistogram // vLLM dialect only
+	nixlBytes     *metrics.PrometheusHistogram
+	nixlFailed    *metrics.Counter
+	nixlExpired   *metrics.Counter
+}
+
+// Metric names of the mock engine's disaggregated serving (every dialect).
+const (
+	MetricRoleInfo          = "turbine_mocker_role_info"
+	MetricPinnedBlocks      = "turbine_mocker_kv_pinned_blocks"
+	MetricPinnedRequests    = "turbine_mocker_kv_pinned_requests"
+	MetricReleased          = "turbine_mocker_kv_released_total"
+	MetricTransfers         = "turbine_mocker_kv_transfers_total"
+	MetricTransferBytes     = "turbine_mocker_kv_transfer_bytes_total"
+	MetricTransferSeconds   = "turbine_mocker_kv_transfer_seconds_total"
+	MetricTransferSentBytes = "turbine_mocker_kv_transfer_sent_bytes_total"
+)
+
+// vLLM's NIXL connector metrics (vllm/distributed/kv_transfer/kv_connector/v1/nixl),
+// served by the vLLM dialect: a decode engine records its reads.
+const (
+	MetricNIXLXferTime    = "vllm:nixl_xfer_time_seconds"
+	MetricNIXLBytes       = "vllm:nixl_bytes_transferred"
+	MetricNIXLFailed      = "vllm:nixl_num_failed_transfers_total"
+	MetricNIXLExpiredReqs = "vllm:nixl_num_kv_expired_reqs_total"
+)
+
+// nixlTimeBuckets are the upper bounds, in seconds, of MetricNIXLXferTime.
+var nixlTimeBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// startTransfer binds the transfer port and registers the metrics.
+func (s *Server) startTransfer() error {
+	o := s.opts.KVTransfer
+	cfg := s.opts.Engine
+	l, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	if err != nil {
+		return fmt.Errorf("server: --kv-transfer-port %d on %s: %w", o.Port, o.Host, err)
+	}
+	host := o.Host
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = DefaultKVTransferHost
+	}
+	t := &transfer{l: l, host: host, port: l.Addr().(*net.TCPAddr).Port, engineID: o.EngineID,
+		served: make(chan error, 1), blockSize: cfg.BlockSize, bpt: o.BytesPerToken,
+		released: map[kvtransfer.Reason]*metrics.Counter{}}
+	t.srv, err = kvtransfer.NewServer(kvtransfer.Config{EngineID: o.EngineID, BlockSize: cfg.BlockSize,
+		BytesPerToken: o.BytesPerToken, Bandwidth: o.Bandwidth * cfg.SpeedupRatio, Timeout: o.Timeout,
+		Release: s.onRelease})
+	if err != nil {
+		_ = l.Close()
+		return err
+	}
+	set := s.metrics
+	statsNow := func() *mocker.Stats { return s.stats.Load() }
+	set.NewGauge(fmt.Sprintf(`%s{role=%q}`, MetricRoleInfo, s.opts.Role), func() float64 { return 1 })
+	set.NewGauge(MetricPinnedBlocks, func() float64 { return float64(statsNow().PinnedBlocks) })
+	set.NewGauge(MetricPinnedRequests, func() float64 { return float64(statsNow().PinnedRequests) })
+	for _, r := range kvtransfer.Reasons {
+		t.released[r] = set.NewCounter(fmt.Sprintf(`%s{reason=%q}`, MetricReleased, r))
+	}
+	t.reads = set.NewCounter(MetricTransfers + `{result="ok"}`)
+	t.failed = set.NewCounter(MetricTransfers + `{result="failed"}`)
+	t.bytes = set.NewCounter(MetricTransferBytes)
+	t.seconds = set.NewFloatCounter(MetricTransferSeconds)
+	t.sent = set.NewCounter(MetricTransferSentBytes)
+	if s.opts.Dialect == DialectVLLM {
+		labels := fmt.Sprintf(`model_name=%s,engine="0"`, strconv.Quote(s.opts.ServedModelName))
+		var byteBuckets []float64
+		for b := 2048.0; b <= 16<<30; b *= 4 {
+			byteBuckets = append(byteBuckets, b)
+		}
+		t.nixlTime = set.NewPrometheusHistogramExt(MetricNIXLXferTime+"{"+labels+"}", nixlTimeBuckets)
+		t.nixlBytes = set.NewPrometheusHistogramExt(MetricNIXLBytes+"{"+labels+"}", byteBuckets)
+		t.nixlFailed = set.NewCounter(MetricNIXLFailed + "{" + labels + "}")
+		t.nixlExpired = set.NewCounter(MetricNIXLExpiredReqs + "{" + labels + "}")
+	}
+	s.xfer = t
+	return nil
+}
+
+// KVTransferAddr is the host:port of the engine's KV transfer port (what prefill legs
+// advertise as remote_host and remote_port, and SGLang's bootstrap address).
+func (s *Server) KVTransferAddr() string {
+	return net.JoinHostPort(s.xfer.host, strconv.Itoa(s.xfer.port))
+}
+
+// KVTransferEngineID is the engine id prefill legs advertise (remote_engine_id).
+func (s *Server) KVTransferEngineID() string { return s.xfer.engineID }
+
+// TransferStats counts the engine's KV transfers.
+type TransferStats struct {
+	// Reads this engine made as a decode leg: completed and failed, their bytes and
+	// their total duration in seconds (dial to last byte).
+	Reads, FailedReads uint64
+	Bytes              uint64
+	Seconds            float64
+	// SentBytes this engine sent as a prefill engine; Released counts its pins' ends by
+	// reason.
+	SentBytes int64
+	Released  map[kvtransfer.Reason]uint64
+	// Pins waiting for their reader (or being read).
+	Pins int
+}
+
+// TransferStats returns the engine's transfer counters.
+func (s *Server) TransferStats() TransferStats {
+	t := s.xfer
+	st := TransferStats{Reads: t.reads.Get(), FailedReads: t.failed.Get(), Bytes: t.bytes.Get(), Seconds: t.seconds.Get(),
+		SentBytes: t.srv.SentBytes(), Released: map[kvtransfer.Reason]uint64{}, Pins: t.srv.Pins()}
+	for r, c := range t.released {
+		st.Released[r] = c.Get()
+	}
+	return st
+}
+
+// onRelease frees a pin's blocks in the engine (kvtransfer.Config.Release).
+func (s *Server) onRelease(key, requestID string, reason kvtransfer.Reason) {
+	s.xfer.sent.Set(uint64(s.xfer.srv.SentBytes())) // every read ends with a release
+	s.xfer.released[reason].Inc()
+	if reason == kvtransfer.ReasonTimeout && s.xfer.nixlExpired != nil {
+		s.xfer.nixlExpired.Inc()
+	}
+	s.log.Debug().Str("request_id", requestID).Str("key", key).Str("reason", string(reason)).Msg("pinned KV blocks released")
+	s.applyWait(context.Background(), command{release: requestID, aborted: make(chan struct{})})
+}
+
+// ReleaseKV releases the blocks pinned under key (a prefill leg's request id as
+// advertised, or an SGLang room's kvtransfer.RoomKey) in this engine; it reports
+// whether they were pinned. It is what a release message on the transfer port does.
+func (s *Server) ReleaseKV(key string) bool { return s.xfer.srv.Unpin(key) }
+
+// prefillDone handles the finished output o of a prefill leg: its full prompt blocks are
+// pinned under key for a decode leg to read. Blocks the reader will not read are not
+// kept: with no full prompt block, vLLM's connector frees them at once (pinEmpty false);
+// an SGLang room is pinned anyway (pinEmpty true), since its reader is waiting. A leg
+// whose client has gone (ctx ended) releases its blocks. ok is false when nothing was
+// pinned (o not pinned: the leg finished on a stop token; or the client left).
+func (s *Server) prefillDone(ctx context.Context, key string, o mocker.Output, promptLen int, pinEmpty bool) (blocks []int64, ok bool) {
+	if !o.Pinned {
+		return nil, false
+	}
+	full := min(promptLen/s.opts.Engine.BlockSize, len(o.BlockIDs))
+	blocks = make([]int64, full)
+	for i := range blocks {
+		blocks[i] = int64(o.BlockIDs[i])
+	}
+	if ctx.Err() != nil || (full == 0 && !pinEmpty) {
+		s.applyWait(context.Background(), command{release: o.RequestID, aborted: make(chan struct{})})
+		return blocks, ctx.Err() == nil
+	}
+	s.xfer.srv.Pin(key, o.RequestID, o.BlockIDs[:full])
+	return blocks, true
+}
+
+// remoteKV names the pinned blocks a decode leg reads.
+type remoteKV struct {
+	addr     string // host:port of the prefill engine's transfer port
+	engineID string // "" accepts any (SGLang)
+	key      string
+	blockIDs []int64 // nil: the pin's (SGLang)
+	wait     time.Duration
+}
+
+// transferError is a failed read, answered by each dialect in its error shape.
+type transferError struct {
+	status int
+	field  string // the transfer parameter at fault, "" when none is
+	msg    string
+}
+
+// pullKV reads rk's blocks and returns how many prompt tokens of a prompt of promptLen
+// they hold (at most promptLen: the engine recomputes the last one). Errors: a refusal
+// of the prefill engine (400, naming the parameter), a block size or KV size that differs
+// from this engine's (400), or the prefill engine unreachable (503). A read cut short
+// because ctx ended reports ctx's error in the message; the caller answers nothing then.
+func (s *Server) pullKV(ctx context.Context, rk remoteKV, promptLen int) (int, *transferError) {
+	t := s.xfer
+	res, err := kvtransfer.Read(ctx, rk.addr, kvtransfer.Request{EngineID: rk.engineID, Key: rk.key,
+		BlockIDs: rk.blockIDs, WaitMillis: rk.wait.Milliseconds()}, func(r kvtransfer.Response) error {
+		switch {
+		case r.BlockSize != t.blockSize:
+			return &kvtransfer.RemoteError{Message: fmt.Sprintf("the prefill engine at %s has KV blocks of %d tokens, this engine %d",
+				rk.addr, r.BlockSize, t.blockSize)}
+		case r.BytesPerToken != t.bpt:
+			return &kvtransfer.RemoteError{Message: fmt.Sprintf("the prefill engine at %s holds %d KV bytes per token, this engine %d (another model?)",
+				rk.addr, r.BytesPerToken, t.bpt)}
+		case int64(len(r.BlockIDs))*int64(t.blockSize) > int64(promptLen)+int64(t.blockSize)-1:
+			return &kvtransfer.RemoteError{Field: "remote_block_ids", Message: fmt.Sprintf("%d blocks of %d tokens are more than the prompt's %d tokens fill",
+				len(r.BlockIDs), t.blockSize, promptLen)}
+		}
+		return nil
+	})
+	if err != nil {
+		t.failed.Inc()
+		if t.nixlFailed != nil {
+			t.nixlFailed.Inc()
+		}
+		var re *kvtransfer.RemoteError
+		if errors.As(err, &re) {
+			return 0, &transferError{status: http.StatusBadRequest, field: re.Field, msg: "KV transfer refused: " + re.Message}
+		}
+		return 0, &transferError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("KV transfer from %s failed: %v", rk.addr, err)}
+	}
+	t.reads.Inc()
+	t.bytes.Add(int(res.Bytes))
+	t.seconds.Add(res.Duration.Seconds())
+	if t.nixlTime != nil {
+		t.nixlTime.Update(res.Duration.Seconds())
+		t.nixlBytes.Update(float64(res.Bytes))
+	}
+	s.log.Debug().Str("from", rk.addr).Str("key", rk.key).Int64("bytes", res.Bytes).Dur("duration", res.Duration).Msg("KV blocks read")
+	return min(len(res.BlockIDs)*t.blockSize, promptLen), nil
+}
