@@ -5,6 +5,12 @@
 // with SGLang's names) or trtllm-serve (/v1/completions with token ids, /health,
 // iteration stats on /metrics, KV cache events on /kv_cache_events). KV events go over
 // ZeroMQ in vLLM's wire format, which SGLang shares. Engine flags follow vLLM's names.
+//
+// Disaggregated serving: every mocker opens a KV transfer port (--kv-transfer-port) and
+// serves both legs of a disaggregated request (engines/mocker/server, disagg.go); --role
+// says what it registers as. A decode leg reads the prefill engine's KV blocks over
+// that port: --kv-bytes-per-token bytes per token of each full prompt block, paced at
+// --kv-transfer-bandwidth × --speedup-ratio bytes per second.
 package mocker
 
 import (
@@ -13,6 +19,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -25,6 +33,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/kvevents"
 	enginecore "github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
+	"github.com/turbine-llm/turbine/engines/modelcard"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
 )
 
@@ -49,6 +58,20 @@ type Options struct {
 	IncrementalStreamingOutput bool
 	// EventBufferMaxSize: trtllm-serve's kv_cache_config.event_buffer_max_size.
 	EventBufferMaxSize int
+	// Role in disaggregated serving: aggregated, prefill or decode.
+	Role string
+	// KVTransferHost and KVTransferPort: the KV transfer port's address (port 0 picks a
+	// free one; the ready log line names it).
+	KVTransferHost string
+	KVTransferPort int
+	// KVTransferBandwidth in bytes per second (divided, like every modelled duration, by
+	// --speedup-ratio: the effective rate is bandwidth × speed-up).
+	KVTransferBandwidth float64
+	// KVBytesPerToken: the KV cache size of one token in bytes; 0 takes the model
+	// folder's (engines/modelcard) or server.DefaultKVBytesPerToken.
+	KVBytesPerToken int64
+	// KVTransferTimeout releases pinned blocks nobody read.
+	KVTransferTimeout time.Duration
 }
 
 // DefaultTokenizer is used when neither --tokenizer nor --model names one.
@@ -61,6 +84,8 @@ func Defaults() Options {
 		Engine:    enginecore.DefaultConfig(),
 		LogFormat: "auto", LogLevel: "info", ShutdownGrace: 5 * time.Second,
 		Dialect: string(server.DialectVLLM),
+		Role:    string(server.RoleAggregated), KVTransferBandwidth: server.DefaultKVTransferBandwidth,
+		KVTransferTimeout: server.DefaultKVTransferTimeout,
 	}
 }
 
@@ -92,6 +117,16 @@ func flags(o *Options, fs *flag.FlagSet) {
 		"sglang dialect: stream each chunk's new output_ids and text instead of all so far (SGLang's flag)")
 	fs.IntVar(&o.EventBufferMaxSize, "event-buffer-max-size", 0,
 		"trtllm dialect: KV cache events kept for POST /kv_cache_events (kv_cache_config.event_buffer_max_size; 0: none)")
+	fs.StringVar(&o.Role, "role", o.Role, "disaggregated serving role: aggregated, prefill or decode (every role serves both legs, "+
+		"as vLLM's kv_both; the sglang dialect takes the leg of bootstrap requests from it)")
+	fs.StringVar(&o.KVTransferHost, "kv-transfer-host", o.KVTransferHost, "address of the KV transfer port, advertised to decode legs (default: --host)")
+	fs.IntVar(&o.KVTransferPort, "kv-transfer-port", o.KVTransferPort, "KV transfer port (vLLM's remote_port, SGLang's bootstrap port; 0 picks a free one)")
+	fs.Float64Var(&o.KVTransferBandwidth, "kv-transfer-bandwidth", o.KVTransferBandwidth,
+		"KV transfer bandwidth in bytes/s at which decode legs read this engine's blocks (multiplied by --speedup-ratio)")
+	fs.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken,
+		fmt.Sprintf("KV cache bytes per token (default: from the model folder's config.json, else %d, Llama-3.1-8B in bfloat16)", server.DefaultKVBytesPerToken))
+	fs.DurationVar(&o.KVTransferTimeout, "kv-transfer-timeout", o.KVTransferTimeout,
+		"how long pinned KV blocks of a prefill leg wait for their decode leg (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
 }
 
 // Run parses args and serves until ctx ends or SIGINT/SIGTERM arrives, then shuts down
@@ -129,7 +164,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Engine: o.Engine, ServedModelName: o.ServedModelName, ModelRoot: root, Model: model,
 		KVEvents: kvCfg, Logger: log, ShutdownGrace: o.ShutdownGrace,
 		Dialect: server.Dialect(o.Dialect), IncrementalStreamingOutput: o.IncrementalStreamingOutput,
-		EventBufferMaxSize: o.EventBufferMaxSize,
+		EventBufferMaxSize: o.EventBufferMaxSize, Role: server.Role(o.Role),
+		KVTransfer: server.KVTransferOptions{Host: o.KVTransferHost, Port: o.KVTransferPort, Bandwidth: o.KVTransferBandwidth,
+			BytesPerToken: o.KVBytesPerToken, Timeout: o.KVTransferTimeout},
 	})
 	if err != nil {
 		return err
@@ -148,6 +185,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ep := srv.KVEventsEndpoint(); ep != "" {
 			ev = ev.Str("kv_events", ep).Bool("kv_events_bind", kvevents.EngineBinds(kvCfg.Endpoint))
 		}
+		ev = ev.Str("role", o.Role).Str("kv_transfer", srv.KVTransferAddr()).Str("kv_transfer_engine_id", srv.KVTransferEngineID()).
+			Int64("kv_bytes_per_token", o.KVBytesPerToken)
 		ev.Msg("mocker serving")
 	})
 }
@@ -202,5 +241,51 @@ func (o *Options) resolve() error {
 	if err := o.Engine.Validate(); err != nil {
 		return errors.New(strings.TrimPrefix(err.Error(), "mocker: "))
 	}
+	if _, err := server.ParseRole(o.Role); err != nil {
+		return fmt.Errorf("--role %q: want aggregated, prefill or decode", o.Role)
+	}
+	if o.KVTransferHost == "" {
+		o.KVTransferHost = o.Host
+	}
+	switch {
+	case o.KVTransferPort < 0 || o.KVTransferPort > 65535:
+		return fmt.Errorf("--kv-transfer-port %d out of range 0-65535", o.KVTransferPort)
+	case !(o.KVTransferBandwidth > 0) || math.IsInf(o.KVTransferBandwidth, 0):
+		return fmt.Errorf("--kv-transfer-bandwidth %v bytes/s must be positive and finite", o.KVTransferBandwidth)
+	case o.KVBytesPerToken < 0:
+		return fmt.Errorf("--kv-bytes-per-token %d must be positive", o.KVBytesPerToken)
+	case o.KVTransferTimeout <= 0:
+		return fmt.Errorf("--kv-transfer-timeout %v must be positive", o.KVTransferTimeout)
+	}
+	if o.KVBytesPerToken == 0 {
+		n, err := kvBytesPerToken(o.Model, o.Tokenizer)
+		if err != nil {
+			return err
+		}
+		o.KVBytesPerToken = n
+	}
 	return nil
+}
+
+// kvBytesPerToken is the KV size of one token of the model whose folder is --model, or
+// else --tokenizer, as its config.json describes it (modelcard.Model.KVBytesPerToken);
+// server.DefaultKVBytesPerToken when neither is a folder with a config.json. Errors: a
+// config.json that cannot be read or parsed.
+func kvBytesPerToken(model, tokenizer string) (int64, error) {
+	for _, c := range []struct{ flag, dir string }{{"--model", model}, {"--tokenizer", tokenizer}} {
+		if fi, err := os.Stat(c.dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		m, err := modelcard.ReadFolder(c.dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a tokenizer folder without config.json
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: %w (or set --kv-bytes-per-token)", c.flag, c.dir, err)
+		}
+		if n := m.KVBytesPerToken(); n > 0 {
+			return n, nil
+		}
+	}
+	return server.DefaultKVBytesPerToken, nil
 }

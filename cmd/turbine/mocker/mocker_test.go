@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 	"github.com/turbine-llm/turbine/engines/vllm"
 )
 
@@ -163,6 +165,12 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--port", "x"}, `invalid value "x" for flag -port`},
 		{[]string{"model-as-argument"}, "unexpected argument"},
 		{[]string{"--shutdown-grace", "-1s"}, "--shutdown-grace"},
+		{[]string{"--role", "both"}, `--role "both"`},
+		{[]string{"--kv-transfer-port", "-1"}, "--kv-transfer-port -1"},
+		{[]string{"--kv-transfer-bandwidth", "0"}, "--kv-transfer-bandwidth"},
+		{[]string{"--kv-bytes-per-token", "-5"}, "--kv-bytes-per-token -5"},
+		{[]string{"--kv-transfer-timeout", "0s"}, "--kv-transfer-timeout"},
+		{[]string{"--model", "../../../engines/modelcard/testdata/bad-malformed"}, "or set --kv-bytes-per-token"},
 	} {
 		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -193,5 +201,58 @@ func TestResolveTokenizer(t *testing.T) {
 		if o.Tokenizer != want || o.ServedModelName != tc.model {
 			t.Errorf("model %q: tokenizer %q served %q", tc.model, o.Tokenizer, o.ServedModelName)
 		}
+	}
+}
+
+func TestKVBytesPerToken(t *testing.T) {
+	const cards = "../../../engines/modelcard/testdata/"
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 131072}, // the documented default
+		{[]string{"--model", cards + "mistral-small-3.1-24b-instruct"}, 2 * 40 * 8 * 128 * 2},
+		{[]string{"--tokenizer", cards + "llama-3.1-8b-instruct"}, 2 * 32 * 8 * 128 * 2},
+		{[]string{"--model", cards + "mistral-small-3.1-24b-instruct", "--kv-bytes-per-token", "7"}, 7},
+		{[]string{"--model", t.TempDir()}, 131072}, // a folder without config.json
+	} {
+		o := Defaults()
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		flags(&o, fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.resolve(); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if o.KVBytesPerToken != tc.want {
+			t.Errorf("%q: %d KV bytes per token, want %d", tc.args, o.KVBytesPerToken, tc.want)
+		}
+	}
+}
+
+// TestRoleFlags: a prefill mocker's ready line names its role and KV transfer port, and
+// the port answers.
+func TestRoleFlags(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, []string{"--port", "0", "--role", "prefill", "--kv-transfer-port", "0", "--kv-bytes-per-token", "4096",
+			"--max-model-len", "4096", "--log-format", "json"}, io.Discard, logs)
+	}()
+	ready := waitReady(t, logs, errc)
+	addr, _ := ready["kv_transfer"].(string)
+	if ready["role"] != "prefill" || ready["kv_bytes_per_token"] != 4096.0 || ready["kv_transfer_engine_id"] == nil || addr == "" {
+		t.Fatalf("ready line %v", ready)
+	}
+	released, err := kvtransfer.Release(ctx, addr, ready["kv_transfer_engine_id"].(string), "nothing-pinned")
+	if err != nil || released {
+		t.Fatalf("release on the transfer port: %v %v", released, err)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
