@@ -5,7 +5,8 @@
 // credits as they are consumed (flow control).
 //
 // Receiver actor messages: messages.TokenChunk (from the worker), *actor.Terminated of
-// the worker (the worker is gone: a migratable error). State: the next expected chunk
+// the worker (the worker is gone: a migratable error). One receiver per leg: a
+// disaggregated request has one for its prefill leg and one for its decode leg. State: the next expected chunk
 // index and out-of-order chunks. Who may send: the worker serving the request.
 //
 // Model loading (models.go): the gateway's ModelLoader loads each card's tokenizer from
@@ -20,9 +21,20 @@
 // up to Config.MigrationLimit times; Recv hides this from the gateway. Counted in
 // turbine_frontend_migrations_total{model,reason}.
 //
+// Disaggregated serving (disagg.go): when the Router grain answers "remote", the stream
+// runs a prefill leg (max_tokens 1) on the prefill worker under the route's
+// prefill_request_id, with its own receiver, then sends the decode leg with the
+// returned transfer parameters to the decode worker (SGLang: both legs at once, with a
+// bootstrap room). Workers also receive messages.ReleaseKv (a decode leg ended before
+// its first token: the prefill engine releases the blocks it pinned). A prefill leg that
+// fails migratably is routed again (exclude_prefill_workers, then local_prefill).
+// Decisions are counted in turbine_frontend_disagg_decisions_total{model,decision} and
+// reported to the gateway (gateway.DisaggStream).
+//
 // Load tracking: every attempt routed is freed in the Router grain exactly once, on
-// every path (finish, error, cancel, client gone, migration): a migration frees the
-// failed attempt, Stream.Close the current one.
+// every path (finish, error, cancel, client gone, migration, prefill retry): a
+// migration frees the failed attempt, Stream.Close the current one; a prefill leg is
+// freed (after PrefillDone) when its last chunk arrives, or when its request ends.
 //
 // Busy thresholds (busy.go): the Backend is a gateway.BusyAdmin; it changes a model's
 // thresholds with the Router grain's SetBusyThresholds and reads its workers' busy flags
