@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"time"
@@ -125,6 +126,10 @@ type Chunk struct {
 	StopString     string
 	// Usage is set on the last chunk (nil when the engine sent none).
 	Usage *Usage
+	// KVTransferParams is the answer's kv_transfer_params (disaggregated serving: what a
+	// prefill leg returns for its decode leg, REFERENCE §6), on the last chunk; nil when
+	// absent or null.
+	KVTransferParams json.RawMessage
 }
 
 // Usage counts tokens of the whole request.
@@ -160,6 +165,80 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	cs := enginehttp.NewCompletionStream(st, decodeFrame, func(c *Chunk) bool { return c.FinishReason != "" },
 		func(c *Chunk) bool { return len(c.TokenIDs) == 0 && c.Text == "" })
 	return &Stream{st: st, cs: cs}, nil
+}
+
+// CompleteOnce runs a completion answered in one JSON body ("stream": false), as a
+// disaggregated prefill leg is sent (REFERENCE §6), and returns it as the last chunk of
+// a stream: all its token ids, the finish reason, the usage and kv_transfer_params.
+// Cancelling ctx closes the connection, which makes vLLM abort the request. Errors: an
+// invalid request, a transport error, *Error for a non-200 answer, or a malformed
+// answer (not one choice, no token ids, no finish reason).
+func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, error) {
+	if len(r.PromptTokenIDs) == 0 {
+		return Chunk{}, errors.New("vllm: completion without prompt tokens")
+	}
+	if r.MaxTokens < 1 {
+		return Chunk{}, fmt.Errorf("vllm: max_tokens %d must be at least 1", r.MaxTokens)
+	}
+	b, err := enginehttp.CompletionBody(enginehttp.Completion{Model: r.Model, PromptTokenIDs: r.PromptTokenIDs,
+		MaxTokens: r.MaxTokens, MinTokens: r.MinTokens, IgnoreEOS: r.IgnoreEOS, StopTokenIDs: r.StopTokenIDs, Seed: r.Seed,
+		Temperature: r.Temperature, TopP: r.TopP, Extra: r.Extra, NoStream: true}, "return_token_ids", true)
+	if err != nil {
+		return Chunk{}, fmt.Errorf("vllm: encoding the request: %w", err)
+	}
+	var hdr http.Header
+	if r.RequestID != "" {
+		hdr = http.Header{"X-Request-Id": {r.RequestID}}
+	}
+	resp, err := c.h.Do(ctx, http.MethodPost, "/v1/completions", b, hdr)
+	if err != nil {
+		return Chunk{}, err
+	}
+	defer resp.Body.Close()
+	var raw struct {
+		Choices []struct {
+			Text           string          `json:"text"`
+			FinishReason   *string         `json:"finish_reason"`
+			StopReason     json.RawMessage `json:"stop_reason"`
+			TokenIDs       []uint32        `json:"token_ids"`
+			PromptTokenIDs []uint32        `json:"prompt_token_ids"`
+		} `json:"choices"`
+		Usage            *enginehttp.Usage `json:"usage"`
+		KVTransferParams json.RawMessage   `json:"kv_transfer_params"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxFrameBytes)).Decode(&raw); err != nil {
+		if ctx.Err() != nil {
+			return Chunk{}, ctx.Err()
+		}
+		return Chunk{}, fmt.Errorf("vllm: malformed completion answer: %w", err)
+	}
+	if len(raw.Choices) != 1 {
+		return Chunk{}, fmt.Errorf("vllm: completion answer with %d choices, want 1", len(raw.Choices))
+	}
+	ch := raw.Choices[0]
+	if ch.TokenIDs == nil {
+		return Chunk{}, errors.New("vllm: the engine sent no token_ids (return_token_ids needs vLLM 0.10.2 or later)")
+	}
+	if ch.FinishReason == nil {
+		return Chunk{}, errors.New("vllm: completion answer without a finish reason")
+	}
+	out := Chunk{TokenIDs: ch.TokenIDs, Text: ch.Text, PromptTokenIDs: ch.PromptTokenIDs, FinishReason: *ch.FinishReason,
+		KVTransferParams: nullToNil(raw.KVTransferParams)}
+	if out.StopTokenID, out.HasStopTokenID, out.StopString, err = enginehttp.StopReason(ch.StopReason); err != nil {
+		return Chunk{}, fmt.Errorf("vllm: %w", err)
+	}
+	if u := raw.Usage; u != nil {
+		out.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+			CachedTokens: u.CachedTokens()}
+	}
+	return out, nil
+}
+
+func nullToNil(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
 }
 
 // Stream reads a completion's SSE frames. Not safe for concurrent use.
@@ -204,7 +283,8 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 			TokenIDs       []uint32        `json:"token_ids"`
 			PromptTokenIDs []uint32        `json:"prompt_token_ids"`
 		} `json:"choices"`
-		Usage *enginehttp.Usage `json:"usage"`
+		Usage            *enginehttp.Usage `json:"usage"`
+		KVTransferParams json.RawMessage   `json:"kv_transfer_params"`
 	}
 	// The first frame repeats the prompt as prompt_token_ids; those are read by hand and
 	// the generic decoder sees null in their place (undone if the frame turns out not to
@@ -213,7 +293,7 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 	if hasPrompt {
 		if err := json.Unmarshal(cut, &raw); err != nil || len(raw.Choices) != 1 {
 			hasPrompt = false
-			raw.Error, raw.Choices, raw.Usage = nil, nil, nil
+			raw.Error, raw.Choices, raw.Usage, raw.KVTransferParams = nil, nil, nil, nil
 		}
 	}
 	if !hasPrompt {
@@ -247,6 +327,7 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 			return nil, nil, fmt.Errorf("vllm: %w", err)
 		}
 		if first == nil {
+			ch.KVTransferParams = nullToNil(raw.KVTransferParams)
 			first = &ch
 		}
 	}

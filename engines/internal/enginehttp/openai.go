@@ -59,10 +59,14 @@ type Completion struct {
 	TopK int
 	// Extra members, written first unless the request sets the same name.
 	Extra map[string]any
+	// NoStream asks for one JSON answer ("stream": false, no stream_options) instead of
+	// a stream (a prefill leg of disaggregated serving, REFERENCE §6).
+	NoStream bool
 }
 
 // CompletionBody encodes c as a JSON body that streams with usage
-// ("stream": true, "stream_options": {"include_usage": true}) and ends with the
+// ("stream": true, "stream_options": {"include_usage": true}; "stream": false with
+// NoStream) and ends with the
 // engine's token-id switch: the member switchKey with the value switchOn (vLLM:
 // "return_token_ids": true; trtllm-serve: "detokenize": false). Members left at their
 // zero value are left out, so the server's defaults apply; the id arrays are written
@@ -110,7 +114,11 @@ func CompletionBody(c Completion, switchKey string, switchOn bool) ([]byte, erro
 	if c.TopK != 0 {
 		b = Int(b, "top_k", int64(c.TopK))
 	}
-	b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	if c.NoStream {
+		b = append(b, `,"stream":false`...)
+	} else {
+		b = append(b, `,"stream":true,"stream_options":{"include_usage":true}`...)
+	}
 	b = append(Key(b, switchKey), strconv.FormatBool(switchOn)...)
 	return append(b, '}'), nil
 }

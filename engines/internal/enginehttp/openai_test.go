@@ -65,6 +65,9 @@ func TestCompletionBody(t *testing.T) {
 		{"extra keys the request leaves unset pass", Completion{PromptTokenIDs: []uint32{1}, MaxTokens: 1,
 			Extra: map[string]any{"model": "x", "top_k": 5}}, "return_token_ids", true,
 			`{"model":"x","top_k":5,"prompt":[1],"max_tokens":1,"stream":true,"stream_options":{"include_usage":true},"return_token_ids":true}`, ""},
+		{"one answer, not a stream", Completion{PromptTokenIDs: []uint32{1}, MaxTokens: 1, NoStream: true,
+			Extra: map[string]any{"kv_transfer_params": json.RawMessage(`{"do_remote_decode":true}`), "stream_options": 1}}, "return_token_ids", true,
+			`{"kv_transfer_params":{"do_remote_decode":true},"prompt":[1],"max_tokens":1,"stream":false,"return_token_ids":true}`, ""},
 		{"NaN", Completion{PromptTokenIDs: []uint32{1}, MaxTokens: 1, TopP: func() *float64 { v := math.NaN(); return &v }()},
 			"detokenize", false, "", "top_p: NaN is not a finite number"},
 	}
