@@ -85,10 +85,12 @@ func TestCommandGolden(t *testing.T) {
 		{"sglang-full", full(EngineSGLang)},
 		{"sglang-minimal", minimal(EngineSGLang)},
 		{"sglang-decode", withRole(minimal(EngineSGLang), RoleDecode)},
+		{"sglang-prefill", func() Spec { s := withRole(minimal(EngineSGLang), RolePrefill); s.BootstrapPort = 8998; return s }()},
 		{"sglang-python", withExecutables(minimal(EngineSGLang))},
 		{"trtllm-full", full(EngineTRTLLM)},
 		{"trtllm-minimal", minimal(EngineTRTLLM)},
 		{"trtllm-prefill", withRole(minimal(EngineTRTLLM), RolePrefill)},
+		{"trtllm-decode", withRole(minimal(EngineTRTLLM), RoleDecode)},
 		{"trtllm-executable", withExecutables(minimal(EngineTRTLLM))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,6 +127,7 @@ func TestNewRefuses(t *testing.T) {
 		{"block size", func(s *Spec) { s.BlockSize = 0 }, "KV block size 0"},
 		{"negative limit", func(s *Spec) { s.MaxNumSeqs = -1 }, "must not be negative"},
 		{"role", func(s *Spec) { s.Role = "both" }, `role "both"`},
+		{"bootstrap port", func(s *Spec) { s.BootstrapPort = 70000 }, "bootstrap port 70000"},
 		{"sglang chunk", func(s *Spec) { s.Engine = EngineSGLang; s.MaxNumBatchedTokens = 100 },
 			"--chunked-prefill-size) 100 is not a multiple of the KV block size (--page-size) 64"},
 		{"trtllm temp dir", func(s *Spec) { s.Engine = EngineTRTLLM; s.TempDir = "/nonexistent/tmp" }, "/nonexistent/tmp"},

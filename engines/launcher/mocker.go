@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/kv"
@@ -30,11 +31,27 @@ type Mocker struct {
 	Seed                int64
 	// Dialect is "" or EngineVLLM (vLLM's), EngineSGLang or EngineTRTLLM.
 	Dialect string
+	// Role is the worker's part in disaggregated serving ("" for aggregated), passed as
+	// --role. Every mock engine serves both legs (as vLLM's kv_both); the SGLang dialect
+	// takes the leg of a request with bootstrap fields from it.
+	Role Role
+	// KVTransferPort is the mock engine's KV transfer port (--kv-transfer-port): 0
+	// leaves the choice to the engine, except for an SGLang-dialect prefill engine, whose
+	// port is its bootstrap port (Bootstrap) and is picked free at each Command.
+	KVTransferPort int
+	// KVTransferBandwidth in bytes per second (--kv-transfer-bandwidth), KVBytesPerToken
+	// (--kv-bytes-per-token) and KVTransferTimeout (--kv-transfer-timeout); zero values
+	// leave the mock engine's defaults (64e9 bytes/s; the model folder's KV size, else
+	// 131072; 480 s).
+	KVTransferBandwidth float64
+	KVBytesPerToken     int64
+	KVTransferTimeout   time.Duration
 	// Extra arguments appended untouched.
 	Extra []string
 
-	mu    sync.Mutex
-	bases map[string]string // trtllm dialect: KV endpoint of the latest Command -> base URL
+	mu        sync.Mutex
+	bases     map[string]string // trtllm dialect: KV endpoint of the latest Command -> base URL
+	bootstrap string            // host:port of the latest Command's bootstrap (SGLang prefill)
 }
 
 // Command returns the mock engine's argv for host:port with KV events on kvEndpoint.
@@ -64,8 +81,55 @@ func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []
 	default:
 		argv = append(argv, "--kv-events-config", vllmKVEventsJSON(kvEndpoint))
 	}
+	if m.Role != "" {
+		argv = append(argv, "--role", string(m.Role))
+	}
+	xport := m.KVTransferPort
+	if xport == 0 && m.Dialect == EngineSGLang && m.Role == RolePrefill {
+		if p, err := freePort(host); err == nil {
+			xport = p
+		}
+	}
+	m.mu.Lock()
+	m.bootstrap = ""
+	if m.Dialect == EngineSGLang && m.Role == RolePrefill && xport > 0 {
+		m.bootstrap = net.JoinHostPort(host, strconv.Itoa(xport))
+	}
+	m.mu.Unlock()
+	argv = append(argv, "--kv-transfer-host", host, "--kv-transfer-port", strconv.Itoa(xport))
+	if m.KVTransferBandwidth > 0 {
+		argv = append(argv, "--kv-transfer-bandwidth", strconv.FormatFloat(m.KVTransferBandwidth, 'g', -1, 64))
+	}
+	if m.KVBytesPerToken > 0 {
+		argv = append(argv, "--kv-bytes-per-token", strconv.FormatInt(m.KVBytesPerToken, 10))
+	}
+	if m.KVTransferTimeout > 0 {
+		argv = append(argv, "--kv-transfer-timeout", m.KVTransferTimeout.String())
+	}
 	argv = append(argv, m.Extra...)
 	return argv, nil
+}
+
+// Bootstrap returns the bootstrap address of an SGLang-dialect prefill engine started by
+// the latest Command (its KV transfer port), which both legs of a disaggregated request
+// are given (REFERENCE §6); ok is false for other dialects and roles, or before Command.
+func (m *Mocker) Bootstrap() (host string, port int, ok bool) {
+	m.mu.Lock()
+	addr := m.bootstrap
+	m.mu.Unlock()
+	return splitBootstrap(addr)
+}
+
+func splitBootstrap(addr string) (string, int, bool) {
+	if addr == "" {
+		return "", 0, false
+	}
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(p)
+	return h, n, err == nil
 }
 
 // Connect returns the client of the mock engine's dialect at baseURL.
@@ -76,7 +140,7 @@ func (m *Mocker) Connect(baseURL string) engines.Engine {
 	case EngineTRTLLM:
 		return connectTRTLLM(baseURL, m.Model, m.BlockSize)
 	}
-	return newVLLMEngine(baseURL, m.Model)
+	return newVLLMEngine(baseURL, m.Model, true)
 }
 
 // SubscribeKVEvents subscribes to the mock engine's KV events: ZMQ in vLLM's wire format
@@ -95,4 +159,7 @@ func (m *Mocker) SubscribeKVEvents(ctx context.Context, endpoint string, fn func
 	return pollTRTLLM(ctx, base, m.BlockSize, fn)
 }
 
-var _ engines.Launcher = (*Mocker)(nil)
+var (
+	_ engines.Launcher = (*Mocker)(nil)
+	_ Bootstrapper     = (*Mocker)(nil)
+)

@@ -3,11 +3,14 @@ package launcher
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/sglang"
+	"github.com/turbine-llm/turbine/engines/supervise"
 	"github.com/turbine-llm/turbine/kv"
 )
 
@@ -19,13 +22,25 @@ import (
 //	  --host <host> --port <port> --tp-size <tp> [--mem-fraction-static <f>]
 //	  --page-size <b> [--context-length <n>] [--max-running-requests <n>]
 //	  [--chunked-prefill-size <n>] --enable-metrics --kv-events-config <json>
-//	  [--disaggregation-mode prefill|decode] <extra...>
+//	  [--disaggregation-mode prefill|decode] [--disaggregation-bootstrap-port <port>]
+//	  <extra...>
+//
+// A prefill engine gets --disaggregation-bootstrap-port: Spec.BootstrapPort, or a free
+// port picked at each Command (SGLang's default, 8998, would collide between two prefill
+// engines on one machine); Bootstrap names it for the worker to advertise. The transfer
+// backend is SGLang's default (mooncake); choose another with Extra
+// (--disaggregation-transfer-backend nixl).
 //
 // --enable-metrics makes GET /metrics answer (the worker's load scrape). The KV events
 // config is {"publisher":"zmq","endpoint":<kv endpoint>,"topic":"kv-events"}; SGLang's
 // radix cache (prefix caching) is on by default. SGLang asserts that the chunked prefill
 // size is a multiple of the page size, which New checks.
-type SGLang struct{ spec Spec }
+type SGLang struct {
+	spec Spec
+
+	mu        sync.Mutex
+	bootstrap string // host:port of the latest Command's bootstrap server (prefill)
+}
 
 func newSGLang(spec Spec) (*SGLang, error) {
 	if n := spec.MaxNumBatchedTokens; n > 0 && n%spec.BlockSize != 0 {
@@ -51,10 +66,44 @@ func (l *SGLang) Command(host string, port int, kvEndpoint string) (argv, env []
 	argv = appendInt(argv, "--max-running-requests", s.MaxNumSeqs)
 	argv = appendInt(argv, "--chunked-prefill-size", s.MaxNumBatchedTokens)
 	argv = append(argv, "--enable-metrics", "--kv-events-config", sglangKVEventsJSON(kvEndpoint))
+	bootstrap := ""
 	if s.Role != "" {
 		argv = append(argv, "--disaggregation-mode", string(s.Role))
 	}
+	if s.Role == RolePrefill {
+		port := s.BootstrapPort
+		if port == 0 {
+			if p, err := freePort(host); err == nil {
+				port = p
+			}
+		}
+		if port > 0 {
+			argv = append(argv, "--disaggregation-bootstrap-port", strconv.Itoa(port))
+			bootstrap = net.JoinHostPort(host, strconv.Itoa(port))
+		}
+	}
+	l.mu.Lock()
+	l.bootstrap = bootstrap
+	l.mu.Unlock()
 	return append(argv, s.Extra...), nil
+}
+
+// freePort is a free TCP port on host, or on every address when host is not one of
+// this machine's (the engine binds it there).
+func freePort(host string) (int, error) {
+	if p, err := supervise.FreePort(host); err == nil {
+		return p, nil
+	}
+	return supervise.FreePort("")
+}
+
+// Bootstrap returns the bootstrap address of the prefill engine the latest Command
+// started (Bootstrapper); ok is false for other roles or before Command.
+func (l *SGLang) Bootstrap() (host string, port int, ok bool) {
+	l.mu.Lock()
+	addr := l.bootstrap
+	l.mu.Unlock()
+	return splitBootstrap(addr)
 }
 
 // Connect returns an engines.Engine over SGLang's native API at baseURL (cumulative
@@ -71,7 +120,10 @@ func (l *SGLang) SubscribeKVEvents(ctx context.Context, endpoint string, fn func
 // Spec returns the spec the launcher was built from, with defaults filled in.
 func (l *SGLang) Spec() Spec { return l.spec }
 
-var _ engines.Launcher = (*SGLang)(nil)
+var (
+	_ engines.Launcher = (*SGLang)(nil)
+	_ Bootstrapper     = (*SGLang)(nil)
+)
 
 func connectSGLang(baseURL string, blockSize int) engines.Engine {
 	c, err := sglang.New(baseURL, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}, sglang.Options{})

@@ -30,6 +30,16 @@ const (
 	RoleDecode  Role = "decode"
 )
 
+// Bootstrapper is implemented by launchers whose prefill engines advertise a bootstrap
+// address that both legs of a disaggregated request are given (SGLang's
+// --disaggregation-bootstrap-port; REFERENCE §6): the worker registers it
+// (messages.WorkerInfo bootstrap_host and bootstrap_port). Bootstrap returns the address
+// of the engine the latest Command started; ok is false when the engine has none (not
+// SGLang, not a prefill role, or no Command yet).
+type Bootstrapper interface {
+	Bootstrap() (host string, port int, ok bool)
+}
+
 // Default executables.
 const (
 	DefaultVLLMExecutable   = "vllm"
@@ -79,6 +89,9 @@ type Spec struct {
 	MaxNumBatchedTokens int
 	// Role is the worker's part in disaggregated serving ("" for aggregated).
 	Role Role
+	// BootstrapPort is an SGLang prefill engine's --disaggregation-bootstrap-port; 0
+	// picks a free one at each Command (Bootstrap names it). Other engines ignore it.
+	BootstrapPort int
 	// Executable runs vLLM (default "vllm") or trtllm-serve (default "trtllm-serve"); a
 	// name is looked up on PATH when the engine starts.
 	Executable string
@@ -108,6 +121,8 @@ func (s *Spec) Validate() error {
 		return errors.New("launcher: max model length, max sequences, max batched tokens and KV event buffer size must not be negative")
 	case s.Role != "" && s.Role != RolePrefill && s.Role != RoleDecode:
 		return fmt.Errorf("launcher: role %q: want \"\", %q or %q", s.Role, RolePrefill, RoleDecode)
+	case s.BootstrapPort < 0 || s.BootstrapPort > 65535:
+		return fmt.Errorf("launcher: bootstrap port %d out of range 0-65535", s.BootstrapPort)
 	}
 	return nil
 }

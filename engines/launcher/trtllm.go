@@ -89,8 +89,13 @@ func (l *TRTLLM) writeOptions() error {
 //	  event_buffer_max_size: <KV event buffer size>
 //	  free_gpu_memory_fraction: <f>          # when the spec sets it
 //	enable_iter_perf_stats: true
+//	disable_overlap_scheduler: true          # prefill role (context server)
 //	cache_transceiver_config:                # prefill and decode roles
 //	  backend: DEFAULT
+//
+// TensorRT-LLM's disaggregated serving examples turn the overlap scheduler off on
+// context servers (examples/disaggregated/README.md), and give both kinds of server a
+// cache_transceiver_config; backend DEFAULT is NIXL.
 func TRTLLMOptions(spec Spec) string {
 	s := spec.withDefaults()
 	var b strings.Builder
@@ -104,6 +109,9 @@ func TRTLLMOptions(spec Spec) string {
 		fmt.Fprintf(&b, "  free_gpu_memory_fraction: %s\n", strconv.FormatFloat(s.GPUMemoryUtilization, 'g', -1, 64))
 	}
 	b.WriteString("enable_iter_perf_stats: true\n")
+	if s.Role == RolePrefill {
+		b.WriteString("disable_overlap_scheduler: true\n")
+	}
 	if s.Role != "" {
 		b.WriteString("cache_transceiver_config:\n  backend: DEFAULT\n")
 	}

@@ -52,7 +52,7 @@ func (v *VLLM) Command(host string, port int, kvEndpoint string) (argv, env []st
 
 // Connect returns a client for vLLM at baseURL, sending the served model name.
 func (v *VLLM) Connect(baseURL string) engines.Engine {
-	return newVLLMEngine(baseURL, v.spec.ServedModelName)
+	return newVLLMEngine(baseURL, v.spec.ServedModelName, false)
 }
 
 // SubscribeKVEvents subscribes to vLLM's ZMQ KV events for the endpoint it was given.

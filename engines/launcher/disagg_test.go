@@ -1,0 +1,234 @@
+package launcher
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
+	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// disaggMock runs a mock engine in process for disaggregated tests (small KV transfers).
+func disaggMock(t *testing.T, dialect server.Dialect, role server.Role) (*server.Server, string) {
+	t.Helper()
+	model, err := preprocess.LoadModel("builtin:cl100k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mocker.DefaultConfig()
+	cfg.BlockSize, cfg.NumGPUBlocks, cfg.MaxModelLen, cfg.SpeedupRatio, cfg.Seed = testBlock, 512, 4096, 1000, 5
+	s, err := server.New(server.Options{Engine: cfg, ServedModelName: "m", Model: model, Dialect: dialect, Role: role,
+		KVTransfer: server.KVTransferOptions{BytesPerToken: 512}, PollWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		hs.Close()
+		_ = s.Close()
+	})
+	return s, hs.URL
+}
+
+// collect runs a request and returns its chunks.
+func collect(t *testing.T, e engines.Engine, id string, prompt []uint32, s *messages.SamplingParams) ([]engines.Chunk, error) {
+	t.Helper()
+	var out []engines.Chunk
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := e.Generate(ctx, id, prompt, s, func(c engines.Chunk) error { out = append(out, c); return nil })
+	return out, err
+}
+
+func tokensOf(chunks []engines.Chunk) []uint32 {
+	var out []uint32
+	for _, c := range chunks {
+		out = append(out, c.TokenIDs...)
+	}
+	return out
+}
+
+// idle waits until a mock engine holds no request and no pinned or active block.
+func idle(t *testing.T, s *server.Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := s.Stats()
+		if st.Running+st.Waiting == 0 && st.ActiveBlocks == 0 && st.PinnedBlocks == 0 && s.TransferStats().Pins == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine not idle: %+v", st)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func disaggPrompt() []uint32 {
+	p := make([]uint32, 50) // three full blocks of 16 and two tokens
+	for i := range p {
+		p[i] = uint32(700 + 3*i)
+	}
+	return p
+}
+
+// TestVLLMDisaggregatedLegs drives the vLLM adapter's legs against two mock engines:
+// the prefill leg's chunk carries kv_transfer_params, the decode leg given them produces
+// the aggregated output, and ReleaseKV frees blocks a decode leg will not read.
+func TestVLLMDisaggregatedLegs(t *testing.T) {
+	preSrv, preURL := disaggMock(t, server.DialectVLLM, server.RolePrefill)
+	decSrv, decURL := disaggMock(t, server.DialectVLLM, server.RoleDecode)
+	m := &Mocker{Model: "m", BlockSize: testBlock, Role: RolePrefill}
+	pre, dec := m.Connect(preURL), m.Connect(decURL)
+	prompt := disaggPrompt()
+	sampling := func(leg, params string) *messages.SamplingParams {
+		s := &messages.SamplingParams{MaxTokens: 12, IgnoreEos: true}
+		if leg != "" {
+			s.Disagg = &messages.DisaggParams{Leg: leg, KvTransferParams: params}
+		}
+		return s
+	}
+	agg, err := collect(t, dec, "agg", prompt, sampling("", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tokensOf(agg)
+
+	prefill := func(id string) string {
+		t.Helper()
+		chunks, err := collect(t, pre, id, prompt, sampling(LegPrefill, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chunks) != 1 || chunks[0].FinishReason != "length" || len(chunks[0].TokenIDs) != 1 || chunks[0].PromptTokens != len(prompt) {
+			t.Fatalf("prefill leg chunks %+v", chunks)
+		}
+		var kp map[string]any
+		if err := json.Unmarshal([]byte(chunks[0].KVTransferParams), &kp); err != nil || kp["do_remote_prefill"] != true ||
+			len(kp["remote_block_ids"].([]any)) != 3 {
+			t.Fatalf("prefill leg kv_transfer_params %q", chunks[0].KVTransferParams)
+		}
+		if st := preSrv.Stats(); st.PinnedRequests != 1 {
+			t.Fatalf("prefill engine %+v", st)
+		}
+		return chunks[0].KVTransferParams
+	}
+
+	// The whole flow.
+	params := prefill("r1")
+	chunks, err := collect(t, dec, "r1", prompt, sampling(LegDecode, params))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tokensOf(chunks); !slices.Equal(got, want) {
+		t.Fatalf("decode leg %v, want %v", got, want)
+	}
+	if last := chunks[len(chunks)-1]; last.KVTransferParams != "" || last.PromptTokens != len(prompt) || last.CompletionTokens != 12 {
+		t.Fatalf("decode leg's last chunk %+v", last)
+	}
+	idle(t, preSrv)
+
+	// A decode leg refused by its engine: the worker releases the prefill leg's blocks.
+	params = prefill("r2")
+	var kp map[string]any
+	json.Unmarshal([]byte(params), &kp)
+	kp["remote_engine_id"] = "someone-else"
+	bad, _ := json.Marshal(kp)
+	if _, err := collect(t, dec, "r2", prompt, sampling(LegDecode, string(bad))); err == nil || !strings.Contains(err.Error(), "remote_engine_id") {
+		t.Fatalf("refused decode leg: %v", err)
+	}
+	rel, ok := pre.(engines.KVReleaser)
+	if !ok {
+		t.Fatal("the mock engine's vLLM client is no KVReleaser")
+	}
+	if err := rel.ReleaseKV(context.Background(), "r2", params); err != nil {
+		t.Fatal(err)
+	}
+	idle(t, preSrv)
+	if err := rel.ReleaseKV(context.Background(), "r2", params); err != nil {
+		t.Fatalf("a second release: %v", err)
+	}
+	if err := rel.ReleaseKV(context.Background(), "r0", ""); err != nil {
+		t.Fatalf("releasing nothing: %v", err)
+	}
+	if err := rel.ReleaseKV(context.Background(), "r0", "{"); err == nil {
+		t.Fatal("malformed parameters released")
+	}
+
+	// A real vLLM has no release API: ReleaseKV does nothing.
+	params = prefill("r3")
+	real := (&VLLM{spec: Spec{ServedModelName: "m"}}).Connect(preURL)
+	if err := real.(engines.KVReleaser).ReleaseKV(context.Background(), "r3", params); err != nil {
+		t.Fatal(err)
+	}
+	if st := preSrv.Stats(); st.PinnedRequests != 1 {
+		t.Fatalf("the real vLLM's ReleaseKV released: %+v", st)
+	}
+	rel.ReleaseKV(context.Background(), "r3", params)
+	idle(t, preSrv)
+
+	// Malformed legs are refused before anything is sent.
+	for _, s := range []*messages.SamplingParams{sampling("middle", ""), sampling(LegDecode, ""), sampling(LegDecode, "[1]")} {
+		if _, err := collect(t, dec, "x", prompt, s); err == nil {
+			t.Fatalf("leg %+v accepted", s.Disagg)
+		}
+	}
+	idle(t, preSrv)
+	idle(t, decSrv)
+}
+
+// TestMockerRoleCommand: the mock engine's command line carries the role and transfer
+// flags; an SGLang-dialect prefill engine's transfer port is its bootstrap port.
+func TestMockerRoleCommand(t *testing.T) {
+	m := &Mocker{Executable: "turbine", Model: "m", Tokenizer: "builtin:cl100k_base", BlockSize: 16, Role: RolePrefill,
+		KVTransferBandwidth: 1e9, KVBytesPerToken: 4096, KVTransferTimeout: 30 * time.Second}
+	argv, _ := m.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
+	line := strings.Join(argv, " ")
+	for _, want := range []string{"--role prefill", "--kv-transfer-host 127.0.0.1 --kv-transfer-port 0", "--kv-transfer-bandwidth 1e+09",
+		"--kv-bytes-per-token 4096", "--kv-transfer-timeout 30s"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("command %q lacks %q", line, want)
+		}
+	}
+	if _, _, ok := m.Bootstrap(); ok {
+		t.Fatal("a vLLM-dialect mock engine has a bootstrap address")
+	}
+	m.Dialect = EngineSGLang
+	argv, _ = m.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
+	host, port, ok := m.Bootstrap()
+	if !ok || host != "127.0.0.1" || port == 0 || !slices.Contains(argv, "--kv-transfer-port") ||
+		argv[slices.Index(argv, "--kv-transfer-port")+1] != itoa(port) {
+		t.Fatalf("bootstrap %s:%d %v in %q", host, port, ok, argv)
+	}
+	m.Role = RoleDecode
+	m.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
+	if _, _, ok := m.Bootstrap(); ok {
+		t.Fatal("a decode engine has a bootstrap address")
+	}
+	m.Role = ""
+	argv, _ = m.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
+	if slices.Contains(argv, "--role") {
+		t.Fatalf("an aggregated engine got --role: %q", argv)
+	}
+
+	l, err := New(withRole(minimal(EngineSGLang), RolePrefill))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv, _ = l.Command("10.0.0.5", 8000, "tcp://127.0.0.1:5557")
+	host, port, ok = l.(Bootstrapper).Bootstrap()
+	if !ok || host != "10.0.0.5" || argv[slices.Index(argv, "--disaggregation-bootstrap-port")+1] != itoa(port) {
+		t.Fatalf("SGLang bootstrap %s:%d %v in %q", host, port, ok, argv)
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
