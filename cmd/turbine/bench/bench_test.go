@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,20 +17,68 @@ import (
 	"github.com/turbine-llm/turbine/bench"
 )
 
+// TestValidate: every flag error of `turbine bench` and `turbine bench compare` names
+// its flag.
 func TestValidate(t *testing.T) {
+	m := []string{"--model", "m"}
+	sim := []string{"--simulate", "--rate", "10"}
+	with := func(base []string, more ...string) []string { return append(append([]string{}, base...), more...) }
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{}, "--model"},
-		{[]string{"--model", "m", "--url", "localhost:8000"}, "--url"},
-		{[]string{"--model", "m", "--time-scale", "0"}, "--time-scale"},
-		{[]string{"--model", "m", "--block-tokens", "0"}, "--block-tokens"},
-		{[]string{"--model", "m", "--rate", "0"}, "--concurrency"},
-		{[]string{"--model", "m", "--rate", "-1"}, "--rate"},
-		{[]string{"--model", "m", "--concurrency", "2", "--isl", "0"}, "--isl"},
-		{[]string{"--model", "m", "--trace", "x.txt"}, "--trace"},
-		{[]string{"--model", "m", "--trace", "testdata/missing.jsonl"}, "--trace"},
+		{with(m, "--url", "localhost:8000"), "--url"},
+		{with(m, "--time-scale", "0"), "--time-scale"},
+		{with(m, "--block-tokens", "0"), "--block-tokens"},
+		{with(m, "--limit", "-1"), "--limit"},
+		{with(m, "--concurrency", "-1"), "--concurrency"},
+		{with(m, "--rate", "0"), "--concurrency"},
+		{with(m, "--rate", "-1"), "--rate"},
+		{with(m, "--concurrency", "2", "--isl", "0"), "--isl"},
+		{with(m, "--concurrency", "2", "--osl", "0"), "--osl"},
+		{with(m, "--concurrency", "2", "--requests", "0"), "--requests"},
+		{with(m, "--out", ""), "--out"},
+		{with(m, "--timeout", "0s"), "--timeout"},
+		{with(m, "--progress-interval", "-1s"), "--progress-interval"},
+		{with(m, "--trace", "x.txt"), "--trace"},
+		{with(m, "--trace", "testdata/missing.jsonl"), "--trace"},
+		{with(m, "--workers", "4"), "--workers"},
+		{with(m, "--router-mode", "random"), "--router-mode"},
+		{with(m, "--speedup-ratio", "10"), "--speedup-ratio"},
+		{with(sim, "--url", "http://127.0.0.1:1"), "--url"},
+		{with(sim, "--concurrency", "4"), "--concurrency"},
+		{[]string{"--simulate"}, "--rate"},
+		{with(sim, "--router-mode", "fastest"), "--router-mode"},
+		{with(sim, "--workers", "0"), "--workers"},
+		{with(sim, "--prefill-workers", "-1"), "--prefill-workers"},
+		{with(sim, "--block-size", "0"), "--block-size"},
+		{with(sim, "--num-gpu-blocks", "0"), "--num-gpu-blocks"},
+		{with(sim, "--max-num-seqs", "0"), "--max-num-seqs"},
+		{with(sim, "--max-num-batched-tokens", "0"), "--max-num-batched-tokens"},
+		{with(sim, "--max-model-len", "0"), "--max-model-len"},
+		{with(sim, "--speedup-ratio", "0"), "--speedup-ratio"},
+		{with(sim, "--overlap-weight", "-1"), "--overlap-weight"},
+		{with(sim, "--router-temperature", "-1"), "--router-temperature"},
+		{[]string{"--simulate", "--trace", "testdata/mini.jsonl", "--max-model-len", "600"}, "--max-model-len"},
+		{[]string{"--simulate", "--trace", "testdata/mini.jsonl", "--out", ""}, "--out"},
+
+		{[]string{"compare", "--modes", ""}, "--modes"},
+		{[]string{"compare", "--modes", "kv,fastest"}, "--modes"},
+		{[]string{"compare", "--modes", "kv,kv"}, "--modes"},
+		{[]string{"compare", "--model", ""}, "--model"},
+		{[]string{"compare", "--workers", "0"}, "--workers"},
+		{[]string{"compare", "--ready-timeout", "0s"}, "--ready-timeout"},
+		{[]string{"compare", "--prefill-workers", "-1"}, "--prefill-workers"},
+		{[]string{"compare", "--block-size", "0"}, "--block-size"},
+		{[]string{"compare", "--num-gpu-blocks", "1"}, "--num-gpu-blocks"},
+		{[]string{"compare", "--speedup-ratio", "-2"}, "--speedup-ratio"},
+		{[]string{"compare", "--rate", "0"}, "--concurrency"},
+		{[]string{"compare", "--trace", "testdata/mini.jsonl", "--max-model-len", "600"}, "--max-model-len"},
+		{[]string{"compare", "--trace", "testdata/mini.jsonl", "--time-scale", "-1"}, "--time-scale"},
+		{[]string{"compare", "--simulate", "--concurrency", "2"}, "--concurrency"},
+		{[]string{"compare", "--simulate", "--prefill-workers", "-1", "--rate", "1"}, "--prefill-workers"},
+		{[]string{"compare", "--url", "http://x"}, "-url"},
 	} {
 		err := Run(context.Background(), tc.args, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -135,4 +184,51 @@ func readSummary(t *testing.T, path string) bench.Summary {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestRunSimulate: --simulate replays the trace on a simulated fleet and writes what a
+// real run writes, with the trace's hit-rate ceiling.
+func TestRunSimulate(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"--simulate", "--trace", "testdata/mini.jsonl", "--workers", "2", "--router-mode", "cache-aware",
+		"--block-size", "16", "--num-gpu-blocks", "256", "--max-model-len", "2048", "--out", dir}
+	if err := Run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	s := readSummary(t, filepath.Join(dir, "summary.json"))
+	if s.Succeeded != 3 || s.OutputTokens != 9 || s.URL != "simulated: 2 workers, router cache-aware" || s.PrefixCacheHitRate == nil {
+		t.Fatalf("summary %+v: want 3 valid simulated requests with a hit rate", s)
+	}
+	// mini.jsonl: the second request shares its first 512-token block with the first.
+	if s.HitRateCeiling == nil || math.Abs(*s.HitRateCeiling-512.0/1400) > 1e-12 || *s.PrefixCacheHitRate > *s.HitRateCeiling {
+		t.Fatalf("hit rate %v, ceiling %v: want the ceiling 512/1400 and a hit rate below it", s.PrefixCacheHitRate, s.HitRateCeiling)
+	}
+	for _, f := range []string{"requests.csv", "plot.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(stdout.String(), "hit-rate ceiling 36.6%") || !strings.Contains(stderr.String(), "bench: 3/3 simulated") {
+		t.Fatalf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+}
+
+// TestCompareSimulate runs every mode on a simulated fleet.
+func TestCompareSimulate(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"compare", "--simulate", "--trace", "testdata/mini.jsonl", "--workers", "2", "--block-size", "16",
+		"--num-gpu-blocks", "256", "--max-model-len", "2048", "--out", dir, "--progress-interval", "0"}
+	if err := Run(context.Background(), args, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for _, m := range []string{"kv", "round-robin", "random", "cache-aware"} {
+		if s := readSummary(t, filepath.Join(dir, m, "summary.json")); s.Succeeded != 3 || s.Label != m {
+			t.Fatalf("%s: %+v", m, s)
+		}
+	}
+	if !strings.Contains(stdout.String(), "| hit rate (ceiling 36.6 %) |") || !strings.Contains(stdout.String(), "Fleet: simulated, 2 workers") {
+		t.Fatalf("table:\n%s", stdout.String())
+	}
 }

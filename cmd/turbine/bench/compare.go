@@ -1,0 +1,278 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/turbine-llm/turbine/bench"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+)
+
+// CompareRow is one routing mode's line of a comparison. Latencies are in ms.
+type CompareRow struct {
+	Mode             string         `json:"mode"`
+	HitRate          *float64       `json:"hit_rate"` // prefix-cache hit rate; null when not reported
+	TTFTP50          float64        `json:"ttft_p50_ms"`
+	TTFTP99          float64        `json:"ttft_p99_ms"`
+	ITLP50           float64        `json:"itl_p50_ms"`
+	ITLP99           float64        `json:"itl_p99_ms"`
+	OutputThroughput float64        `json:"output_tokens_per_s"`
+	Requests         int            `json:"requests"`
+	Succeeded        int            `json:"succeeded"` // latencies are of these; 0: none
+	Failed           int            `json:"failed"`
+	Errors           map[string]int `json:"errors"` // failures by kind
+}
+
+// Comparison is the result of `turbine bench compare`, written as compare.json and
+// (RenderComparison) compare.md.
+type Comparison struct {
+	Workload string `json:"workload"`
+	Fleet    string `json:"fleet"` // the service every mode ran on
+	// HitRateCeiling is the workload's infinite-cache hit rate (bench.Ceiling); absent
+	// for synthetic workloads.
+	HitRateCeiling *float64     `json:"hit_rate_ceiling,omitempty"`
+	Rows           []CompareRow `json:"rows"`
+}
+
+// compareRow reports one mode's summary.
+func compareRow(mode string, s bench.Summary) CompareRow {
+	return CompareRow{Mode: mode, HitRate: s.PrefixCacheHitRate, TTFTP50: s.TTFT.P50, TTFTP99: s.TTFT.P99,
+		ITLP50: s.ITL.P50, ITLP99: s.ITL.P99, OutputThroughput: s.OutputThroughput, Requests: s.Requests,
+		Succeeded: s.Succeeded, Failed: s.Failed, Errors: s.Errors}
+}
+
+// RenderComparison renders c as a Markdown table (one row per mode) under a line naming
+// the workload and the fleet.
+func RenderComparison(c Comparison) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Workload: %s\n\nFleet: %s\n\n", c.Workload, c.Fleet)
+	hit := "hit rate"
+	if c.HitRateCeiling != nil {
+		hit = fmt.Sprintf("hit rate (ceiling %.1f %%)", 100**c.HitRateCeiling)
+	}
+	head := []string{"mode", hit, "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "output tok/s", "errors"}
+	rows := [][]string{head}
+	for _, r := range c.Rows {
+		rate := "-"
+		if r.HitRate != nil {
+			rate = fmt.Sprintf("%.1f %%", 100**r.HitRate)
+		}
+		lat := func(x float64, prec int) string {
+			if r.Succeeded == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.*f", prec, x)
+		}
+		rows = append(rows, []string{r.Mode, rate, lat(r.TTFTP50, 1), lat(r.TTFTP99, 1), lat(r.ITLP50, 2), lat(r.ITLP99, 2),
+			fmt.Sprintf("%.1f", r.OutputThroughput), errorsCell(r)})
+	}
+	width := make([]int, len(head))
+	for _, row := range rows {
+		for i, cell := range row {
+			width[i] = max(width[i], len([]rune(cell)))
+		}
+	}
+	line := func(cells []string, right bool) {
+		b.WriteString("|")
+		for i, cell := range cells {
+			pad := strings.Repeat(" ", width[i]-len([]rune(cell)))
+			if right && i > 0 {
+				fmt.Fprintf(&b, " %s%s |", pad, cell)
+			} else {
+				fmt.Fprintf(&b, " %s%s |", cell, pad)
+			}
+		}
+		b.WriteString("\n")
+	}
+	line(head, false)
+	b.WriteString("|")
+	for i, w := range width {
+		if i == 0 {
+			fmt.Fprintf(&b, " %s |", strings.Repeat("-", w))
+		} else {
+			fmt.Fprintf(&b, " %s: |", strings.Repeat("-", w-1))
+		}
+	}
+	b.WriteString("\n")
+	for _, row := range rows[1:] {
+		line(row, true)
+	}
+	return b.String()
+}
+
+// errorsCell is the failure count, with the kinds when there are any.
+func errorsCell(r CompareRow) string {
+	if r.Failed == 0 {
+		return "0"
+	}
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, r.Errors[k]))
+	}
+	return fmt.Sprintf("%d of %d (%s)", r.Failed, r.Requests, strings.Join(kinds, ", "))
+}
+
+// compareDefaults are the defaults of `turbine bench compare`: serve's model name and
+// settings, DefaultWorkers workers, output in bench-compare.
+func compareDefaults() Options {
+	o := Defaults()
+	o.Model, o.Out = options.DefaultEngine().Model, "bench-compare"
+	return o
+}
+
+// compareFlags registers the flags of `turbine bench compare`.
+func compareFlags(o *Options, fs *flag.FlagSet) {
+	fs.StringVar(&o.Model, "model", o.Model, "served model name (serve --model), sent in every request")
+	workloadFlags(o, fs)
+	fs.StringVar(&o.Out, "out", o.Out, "directory for one sub-directory per mode (summary.json, requests.csv, plot.svg) and compare.{md,json,svg}")
+	fs.BoolVar(&o.Simulate, "simulate", o.Simulate, "simulate every mode's fleet (virtual time) instead of running turbine serve")
+	o.Fleet.compareFlags(fs)
+}
+
+// runCompare is `turbine bench compare [flags]`: the same workload against a fresh
+// `turbine serve` (or simulated fleet) per routing mode, then one table.
+func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := compareDefaults()
+	fs := flag.NewFlagSet("turbine bench compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	compareFlags(&o, fs)
+	if help, err := cli.ParseCommand(fs, args); help || err != nil {
+		return err
+	}
+	modes, err := o.validateCompare()
+	if err != nil {
+		return err
+	}
+	reqs, workload, err := o.workload()
+	if err != nil {
+		return err
+	}
+	if err := o.Fleet.checkFits(reqs); err != nil {
+		return err
+	}
+	exe := o.Fleet.ServeExecutable
+	if exe == "" && !o.Simulate {
+		if exe, err = os.Executable(); err != nil {
+			return fmt.Errorf("--serve-executable: this executable is unknown (%v); give one", err)
+		}
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("--out %s: %v", o.Out, err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmp := Comparison{Workload: workload, Fleet: o.fleetDescription()}
+	if o.Trace != "" {
+		c := bench.Ceiling(reqs, o.BlockTokens)
+		cmp.HitRateCeiling = &c
+	}
+	var runs []bench.Summary
+	for _, mode := range modes {
+		var s bench.Summary
+		var results []bench.Result
+		if o.Simulate {
+			s, results, err = o.simulate(ctx, reqs, workload, mode, mode, stderr)
+		} else {
+			s, results, err = o.serveAndMeasure(ctx, exe, reqs, workload, mode, stderr)
+		}
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("mode %s: stopped: %w", mode, err)
+		}
+		if err := write(filepath.Join(o.Out, mode), s, results); err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+		printSummary(stderr, s, filepath.Join(o.Out, mode))
+		runs = append(runs, s)
+		cmp.Rows = append(cmp.Rows, compareRow(mode, s))
+	}
+	table := RenderComparison(cmp)
+	files := []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{"compare.md", func(w io.Writer) error { _, err := io.WriteString(w, table); return err }},
+		{"compare.json", func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(cmp)
+		}},
+		{"compare.svg", func(w io.Writer) error { return bench.Plot(w, runs) }},
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(o.Out, f.name), f.write); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(stdout, table)
+	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(o.Out, "{compare.md,compare.json,compare.svg}"))
+	return nil
+}
+
+// validateCompare checks the options of a comparison and returns its modes; errors name
+// the flag.
+func (o *Options) validateCompare() ([]string, error) {
+	modes, err := parseModes(o.Fleet.Modes)
+	if err != nil {
+		return nil, err
+	}
+	if o.Model == "" {
+		return nil, errors.New("--model: empty")
+	}
+	if o.Simulate {
+		if err := o.validateSimulate(); err != nil {
+			return nil, err
+		}
+	}
+	if err := o.Fleet.validate(modes, "--modes"); err != nil {
+		return nil, err
+	}
+	return modes, o.validateWorkload()
+}
+
+// fleetDescription names the service every mode of a comparison runs on.
+func (o *Options) fleetDescription() string {
+	f := o.Fleet
+	kind := "turbine serve"
+	if o.Simulate {
+		kind = "simulated"
+	}
+	return fmt.Sprintf("%s, %s; mock engines: block size %d, %d KV blocks, max %d seqs, %d batched tokens, max model len %d, speedup %g; overlap weight %g, router temperature %g",
+		kind, f.workers(), f.BlockSize, f.NumGPUBlocks, f.MaxNumSeqs, f.MaxNumBatchedTokens, f.MaxModelLen, f.SpeedupRatio,
+		f.OverlapWeight, f.RouterTemperature)
+}
+
+// serveAndMeasure starts a fresh serve for mode (cold caches), measures reqs against it
+// and stops it. Errors include the serve's last log lines.
+func (o *Options) serveAndMeasure(ctx context.Context, exe string, reqs []bench.Request, workload, mode string, stderr io.Writer) (bench.Summary, []bench.Result, error) {
+	fmt.Fprintf(stderr, "bench: mode %s: starting %s serve with %s\n", mode, filepath.Base(exe), o.Fleet.workers())
+	s, err := startServe(ctx, exe, o.Fleet.serveArgs(mode, o.Model), o.Model, o.Fleet.Workers+o.Fleet.PrefillWorkers, o.Fleet.ReadyTimeout)
+	if err != nil {
+		return bench.Summary{}, nil, err
+	}
+	fmt.Fprintf(stderr, "bench: mode %s: %d requests (%s) to %s\n", mode, len(reqs), workload, s.url)
+	sum, results := o.measure(ctx, reqs, workload, s.url, mode, stderr)
+	select {
+	case <-s.done:
+		return sum, results, fmt.Errorf("%w (%v)%s", errServeStopped, s.err, s.logs())
+	default:
+	}
+	if err := s.stop(); err != nil {
+		fmt.Fprintf(stderr, "bench: mode %s: serve did not stop cleanly: %v%s\n", mode, err, s.logs())
+	}
+	return sum, results, nil
+}

@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/turbine-llm/turbine/bench"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/kv"
+)
+
+// Fleet is the service a simulated run or a comparison stands up: the workers, the
+// routing policy and the mock engines' settings. Names and defaults are serve's, so that
+// the same flags mean the same thing (`turbine serve -h`).
+type Fleet struct {
+	Workers        int
+	PrefillWorkers int    // xPyD prefill workers (0: aggregated); Workers are then the decode workers
+	RouterMode     string // a single run's routing policy
+	Modes          string // compare: comma-separated routing policies
+
+	Tokenizer           string
+	BlockSize           int // tokens per KV block
+	NumGPUBlocks        int // KV blocks per engine
+	MaxNumSeqs          int
+	MaxNumBatchedTokens int // tokens per engine step
+	MaxModelLen         int // context length in tokens
+	SpeedupRatio        float64
+	OverlapWeight       float64
+	RouterTemperature   float64
+
+	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
+	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
+}
+
+// DefaultFleet returns serve's defaults with the given worker count.
+func DefaultFleet(workers int) Fleet {
+	e, r := options.DefaultEngine(), options.DefaultRouter()
+	return Fleet{Workers: workers, RouterMode: r.RouterMode, Modes: "kv,round-robin,random,cache-aware",
+		Tokenizer: e.Tokenizer, BlockSize: e.BlockSize, NumGPUBlocks: e.NumGPUBlocks, MaxNumSeqs: e.MaxNumSeqs,
+		MaxNumBatchedTokens: e.MaxNumBatchedTokens, MaxModelLen: e.MaxModelLen, SpeedupRatio: e.SpeedupRatio,
+		OverlapWeight: r.OverlapWeight, RouterTemperature: r.RouterTemperature, ReadyTimeout: 2 * time.Minute}
+}
+
+// fleetFlagNames are the flags engineFlags registers (a real run refuses them).
+var fleetFlagNames = []string{"workers", "prefill-workers", "router-mode", "tokenizer", "block-size", "num-gpu-blocks",
+	"max-num-seqs", "max-num-batched-tokens", "max-model-len", "speedup-ratio", "overlap-weight", "router-temperature"}
+
+// engineFlags registers the mock engines' and the router's flags.
+func (f *Fleet) engineFlags(fs *flag.FlagSet) {
+	fs.IntVar(&f.BlockSize, "block-size", f.BlockSize, "KV block size in tokens (engines and router)")
+	fs.IntVar(&f.NumGPUBlocks, "num-gpu-blocks", f.NumGPUBlocks, "KV blocks per mock engine")
+	fs.IntVar(&f.MaxNumSeqs, "max-num-seqs", f.MaxNumSeqs, "running sequences per engine")
+	fs.IntVar(&f.MaxNumBatchedTokens, "max-num-batched-tokens", f.MaxNumBatchedTokens, "tokens per engine step")
+	fs.IntVar(&f.MaxModelLen, "max-model-len", f.MaxModelLen, "context length in tokens (prompt + output); a longer request of the workload is an error")
+	fs.Float64Var(&f.SpeedupRatio, "speedup-ratio", f.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster)")
+	fs.Float64Var(&f.OverlapWeight, "overlap-weight", f.OverlapWeight, "weight of prefill blocks against decode blocks in the kv routing cost")
+	fs.Float64Var(&f.RouterTemperature, "router-temperature", f.RouterTemperature, "softmax temperature of the kv routing choice (0 = lowest cost)")
+}
+
+// simulateFlags registers the flags of `turbine bench --simulate`.
+func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
+	fs.IntVar(&f.Workers, "workers", f.Workers, "--simulate: number of workers; the decode workers with --prefill-workers")
+	fs.IntVar(&f.PrefillWorkers, "prefill-workers", f.PrefillWorkers, "--simulate: number of prefill workers of disaggregated serving (0: aggregated)")
+	fs.StringVar(&f.RouterMode, "router-mode", f.RouterMode, "--simulate: routing policy: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
+	f.engineFlags(fs)
+}
+
+// compareFlags registers the flags of `turbine bench compare`.
+func (f *Fleet) compareFlags(fs *flag.FlagSet) {
+	fs.IntVar(&f.Workers, "workers", f.Workers, "number of workers of every serve (or simulated fleet); the decode workers with --prefill-workers")
+	fs.IntVar(&f.PrefillWorkers, "prefill-workers", f.PrefillWorkers, "number of prefill workers of disaggregated serving, xPyD (0: aggregated)")
+	fs.StringVar(&f.Modes, "modes", f.Modes, "comma-separated routing policies to compare: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
+	fs.StringVar(&f.Tokenizer, "tokenizer", f.Tokenizer, "tokenizer of the served model (serve --tokenizer)")
+	fs.StringVar(&f.ServeExecutable, "serve-executable", f.ServeExecutable, "turbine binary that runs serve (default: this one)")
+	fs.DurationVar(&f.ReadyTimeout, "ready-timeout", f.ReadyTimeout, "limit on a serve's start, until every worker is ready")
+	f.engineFlags(fs)
+}
+
+// validate checks the fleet for the given modes; errors name the flag.
+func (f *Fleet) validate(modes []string, modesFlag string) error {
+	switch {
+	case f.Workers < 1:
+		return fmt.Errorf("--workers %d: want at least 1", f.Workers)
+	case f.PrefillWorkers < 0:
+		return fmt.Errorf("--prefill-workers %d: want >= 0", f.PrefillWorkers)
+	case f.ReadyTimeout <= 0:
+		return fmt.Errorf("--ready-timeout %v: want > 0", f.ReadyTimeout)
+	}
+	names := kv.DefaultPolicies().Names()
+	for _, m := range modes {
+		if !slices.Contains(names, m) {
+			return fmt.Errorf("%s %q: want one of %s", modesFlag, m, strings.Join(names, ", "))
+		}
+	}
+	e := f.engine()
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	r := options.Router{RouterMode: modes[0], OverlapWeight: f.OverlapWeight, RouterTemperature: f.RouterTemperature}
+	return r.Validate()
+}
+
+// engine returns the fleet's engine settings in serve's option type.
+func (f *Fleet) engine() options.Engine {
+	e := options.DefaultEngine()
+	e.Tokenizer, e.BlockSize, e.NumGPUBlocks, e.MaxNumSeqs = f.Tokenizer, f.BlockSize, f.NumGPUBlocks, f.MaxNumSeqs
+	e.MaxNumBatchedTokens, e.MaxModelLen, e.SpeedupRatio = f.MaxNumBatchedTokens, f.MaxModelLen, f.SpeedupRatio
+	return e
+}
+
+// parseModes splits a comma-separated list of routing policies; errors name --modes.
+func parseModes(s string) ([]string, error) {
+	var modes []string
+	for _, m := range strings.Split(s, ",") {
+		m = strings.TrimSpace(m)
+		if m == "" {
+			continue
+		}
+		if slices.Contains(modes, m) {
+			return nil, fmt.Errorf("--modes %q: %s given twice", s, m)
+		}
+		modes = append(modes, m)
+	}
+	if len(modes) == 0 {
+		return nil, fmt.Errorf("--modes %q: want at least one routing policy", s)
+	}
+	return modes, nil
+}
+
+// checkFits fails when a request of reqs needs more than --max-model-len tokens (its
+// prompt plus its output), which the engines would refuse.
+func (f *Fleet) checkFits(reqs []bench.Request) error {
+	for i, r := range reqs {
+		if need := r.InputLength + max(r.OutputLength, 1); need > f.MaxModelLen {
+			return fmt.Errorf("--max-model-len %d: request %d needs %d tokens (%d prompt + %d output); raise it", f.MaxModelLen, i, need, r.InputLength, max(r.OutputLength, 1))
+		}
+	}
+	return nil
+}
+
+// serveArgs are the arguments of `turbine serve` for one routing mode: the fleet's
+// settings, the model, a free port and JSON logs (read for the URL and kept for errors).
+func (f *Fleet) serveArgs(mode, model string) []string {
+	ff := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	layout := []string{"--workers", strconv.Itoa(f.Workers)}
+	if f.PrefillWorkers > 0 {
+		layout = []string{"--workers", "0", "--prefill-workers", strconv.Itoa(f.PrefillWorkers), "--decode-workers", strconv.Itoa(f.Workers)}
+	}
+	return append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--log-format", "json"}, append(layout, "--router-mode", mode, "--model", model, "--tokenizer", f.Tokenizer,
+		"--block-size", strconv.Itoa(f.BlockSize), "--num-gpu-blocks", strconv.Itoa(f.NumGPUBlocks),
+		"--max-num-seqs", strconv.Itoa(f.MaxNumSeqs), "--max-num-batched-tokens", strconv.Itoa(f.MaxNumBatchedTokens),
+		"--max-model-len", strconv.Itoa(f.MaxModelLen), "--speedup-ratio", ff(f.SpeedupRatio),
+		"--overlap-weight", ff(f.OverlapWeight), "--router-temperature", ff(f.RouterTemperature),
+		"--ready-timeout", f.ReadyTimeout.String())...)
+}
+
+// workers describes the fleet's layout ("8 workers", "2 prefill + 6 decode workers").
+func (f *Fleet) workers() string {
+	if f.PrefillWorkers > 0 {
+		return fmt.Sprintf("%d prefill + %d decode workers", f.PrefillWorkers, f.Workers)
+	}
+	if f.Workers == 1 {
+		return "1 worker"
+	}
+	return fmt.Sprintf("%d workers", f.Workers)
+}

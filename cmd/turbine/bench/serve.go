@@ -1,0 +1,229 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// serveLogLines is how many of a serve's last log lines an error quotes.
+const serveLogLines = 20
+
+// serveGrace is how long a serve may take to drain and exit after SIGTERM before it
+// and its engines are killed.
+const serveGrace = 30 * time.Second
+
+// serveProc is a `turbine serve` child process.
+type serveProc struct {
+	cmd  *exec.Cmd
+	url  string // the OpenAI API's base URL, from the "turbine serving" log line
+	done chan struct{}
+	err  error // cmd.Wait's, once done is closed
+
+	mu   sync.Mutex
+	tail []string // last serveLogLines lines of its stderr
+}
+
+// startServe runs exe with args in its own process group and waits until it logs
+// "turbine serving" with its URL (JSON logs), then until its /v1/models lists model and
+// its router reports workers ready workers, all within limit.
+func startServe(ctx context.Context, exe string, args []string, model string, workers int, limit time.Duration) (*serveProc, error) {
+	cmd := exec.Command(exe, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %v", exe, err)
+	}
+	s := &serveProc{cmd: cmd, done: make(chan struct{})}
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			s.keep(line)
+			var rec struct {
+				Message string `json:"message"`
+				URL     string `json:"url"`
+			}
+			if !sent && json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "turbine serving" && rec.URL != "" {
+				urlc <- rec.URL
+				sent = true
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		s.err = cmd.Wait()
+		close(s.done)
+	}()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case s.url = <-urlc:
+	case <-s.done:
+		return nil, fmt.Errorf("serve exited before serving (%v)%s", s.err, s.logs())
+	case <-timer.C:
+		s.stop()
+		return nil, fmt.Errorf("serve did not log \"turbine serving\" within --ready-timeout %v%s", limit, s.logs())
+	case <-ctx.Done():
+		s.stop()
+		return nil, ctx.Err()
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := ready(ctx, s.url, model, workers)
+		if err == nil && ok {
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("serve exited before its workers were ready (%v)%s", s.err, s.logs())
+		case <-timer.C:
+			s.stop()
+			if err == nil {
+				err = fmt.Errorf("fewer than %d ready workers", workers)
+			}
+			return nil, fmt.Errorf("serve not ready within --ready-timeout %v: %v%s", limit, err, s.logs())
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *serveProc) keep(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.tail) == serveLogLines {
+		s.tail = append(s.tail[:0], s.tail[1:]...)
+	}
+	s.tail = append(s.tail, line)
+}
+
+// logs returns the last log lines, indented after a newline ("" when there are none).
+func (s *serveProc) logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.tail) == 0 {
+		return ""
+	}
+	return "; serve's last log lines:\n  " + strings.Join(s.tail, "\n  ")
+}
+
+// stop sends SIGTERM and waits for the exit (the serve drains its workers); after
+// serveGrace it kills the process group. Whatever is left in the group (engines) is
+// killed too. It returns the exit error of a serve that did not exit cleanly.
+func (s *serveProc) stop() error {
+	pid := s.cmd.Process.Pid
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case <-s.done:
+		err = s.err
+	case <-time.After(serveGrace):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-s.done
+		err = fmt.Errorf("no exit %v after SIGTERM: killed", serveGrace)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return err
+}
+
+// ready reports whether url's /v1/models lists model and its /metrics show workers
+// workers of model ready (turbine_router_worker_ready 1).
+func ready(ctx context.Context, url, model string, workers int) (bool, error) {
+	body, err := get(ctx, url+"/v1/models")
+	if err != nil {
+		return false, err
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return false, fmt.Errorf("/v1/models: %v", err)
+	}
+	listed := false
+	for _, m := range list.Data {
+		listed = listed || m.ID == model
+	}
+	if !listed {
+		return false, fmt.Errorf("/v1/models does not list %q", model)
+	}
+	body, err = get(ctx, url+"/metrics")
+	if err != nil {
+		return false, err
+	}
+	n := readyWorkers(string(body), model)
+	if n < workers {
+		return false, fmt.Errorf("%d of %d workers ready", n, workers)
+	}
+	return true, nil
+}
+
+func get(ctx context.Context, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	return body, nil
+}
+
+// readyWorkers counts the workers of model whose turbine_router_worker_ready gauge is 1
+// in a Prometheus text exposition.
+func readyWorkers(exposition, model string) int {
+	n := 0
+	for _, line := range strings.Split(exposition, "\n") {
+		rest, ok := strings.CutPrefix(line, "turbine_router_worker_ready{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err != nil || v != 1 {
+			continue
+		}
+		for _, l := range strings.Split(labels, ",") {
+			if l == `model="`+model+`"` {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// errServeStopped marks a run whose serve exited while it was being measured.
+var errServeStopped = errors.New("serve exited during the run")

@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/turbine-llm/turbine/bench"
+	"github.com/turbine-llm/turbine/bench/sim"
+	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/kv"
+)
+
+// simConfig is the simulated fleet of o.Fleet under routing policy mode.
+func (o *Options) simConfig(mode string) sim.Config {
+	f := o.Fleet
+	eng := mocker.DefaultConfig()
+	eng.BlockSize, eng.NumGPUBlocks, eng.MaxNumSeqs = f.BlockSize, f.NumGPUBlocks, f.MaxNumSeqs
+	eng.MaxNumBatchedTokens, eng.MaxModelLen, eng.SpeedupRatio = f.MaxNumBatchedTokens, f.MaxModelLen, f.SpeedupRatio
+	rc := kv.DefaultConfig(f.BlockSize)
+	rc.Policy, rc.OverlapWeight, rc.Temperature = mode, f.OverlapWeight, f.RouterTemperature
+	return sim.Config{Workers: f.Workers, PrefillWorkers: f.PrefillWorkers, Engine: eng, Router: rc,
+		BlockTokens: o.BlockTokens, Seed: o.Seed}
+}
+
+// fleetName describes a simulated fleet (the URL field of its summary).
+func (o *Options) fleetName(mode string) string {
+	return fmt.Sprintf("simulated: %s, router %s", o.Fleet.workers(), mode)
+}
+
+// simulate replays reqs on the simulated fleet under routing policy mode (package
+// bench/sim, virtual time) and summarizes the outcome as a real run's.
+func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, mode, label string, stderr io.Writer) (bench.Summary, []bench.Result, error) {
+	if label == "" {
+		label = workload
+	}
+	cfg := o.simConfig(mode)
+	fmt.Fprintf(stderr, "bench: simulating %d requests (%s) on %s, router %s\n", len(reqs), workload, o.Fleet.workers(), mode)
+	p := newProgress(stderr, o.ProgressInterval, len(reqs), barTitle(label, workload), isTerminal(stderr))
+	cfg.Progress = p.simulated()
+	out, st, err := sim.Run(ctx, cfg, reqs)
+	p.finish()
+	if err != nil {
+		return bench.Summary{}, nil, fmt.Errorf("simulate router %s: %w", mode, err)
+	}
+	fmt.Fprintf(stderr, "bench: simulated %.1f s of serving in %.1f s (%d engine steps)\n", st.SimulatedTime.Seconds(), st.WallTime.Seconds(), st.Steps)
+	s := bench.Summarize(out)
+	s.Workload, s.URL, s.Model, s.Label = workload, o.fleetName(mode), o.Model, label
+	o.setCeiling(&s, reqs)
+	return s, out.Results, nil
+}
