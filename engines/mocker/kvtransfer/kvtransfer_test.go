@@ -300,3 +300,27 @@ func TestNewServerValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestHandle(t *testing.T) {
+	h := Handle{EngineID: "e", Host: "127.0.0.1", Port: 9000, Key: "42", BlockIDs: []int64{3, 4}}
+	got, err := DecodeHandle(h.Encode())
+	if err != nil || got.Addr() != "127.0.0.1:9000" || got.Key != "42" || len(got.BlockIDs) != 2 {
+		t.Fatalf("round trip %+v %v", got, err)
+	}
+	for _, bad := range []string{"!!", "e30=" /* {} */, "eyJ4IjoxfQ==" /* {"x":1} */} {
+		if _, err := DecodeHandle(bad); err == nil {
+			t.Errorf("DecodeHandle(%q) accepted", bad)
+		}
+	}
+}
+
+func TestUnpinRequest(t *testing.T) {
+	f := start(t, nil)
+	f.srv.Pin(RoomKey(3), "rid-1", []int32{1})
+	if f.srv.UnpinRequest("rid-2") || !f.srv.UnpinRequest("rid-1") {
+		t.Fatal("UnpinRequest")
+	}
+	if r := f.next(t); r != (release{RoomKey(3), "rid-1", ReasonReleased}) {
+		t.Fatalf("release %+v", r)
+	}
+}

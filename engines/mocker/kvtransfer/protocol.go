@@ -25,8 +25,12 @@
 package kvtransfer
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
+	"strconv"
 )
 
 // MaxRequestBytes bounds a request or response line (1 MiB: about 100 k block ids).
@@ -98,4 +102,40 @@ func encodeLine(v any) []byte {
 		panic(err) // only plain structs are encoded
 	}
 	return append(b, '\n')
+}
+
+// Handle locates a prefill leg's pinned blocks, for dialects whose transfer parameters
+// are opaque to the caller: the mock engine's TensorRT-LLM dialect sends it as
+// disaggregated_params.encoded_opaque_state (Encode).
+type Handle struct {
+	EngineID string  `json:"engine_id"`
+	Host     string  `json:"host"`
+	Port     int     `json:"port"`
+	Key      string  `json:"key"`
+	BlockIDs []int64 `json:"block_ids"`
+}
+
+// Addr is the transfer port's host:port.
+func (h Handle) Addr() string { return net.JoinHostPort(h.Host, strconv.Itoa(h.Port)) }
+
+// Encode returns h as base64 (standard encoding) of its JSON.
+func (h Handle) Encode() string { return base64.StdEncoding.EncodeToString(encodeLine(h)) }
+
+// DecodeHandle reads an encoded Handle. Errors: not base64, not the JSON of a Handle, or
+// a Handle without engine id, host, port (1-65535) or key.
+func DecodeHandle(s string) (Handle, error) {
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return Handle{}, fmt.Errorf("kvtransfer: handle is not base64: %w", err)
+	}
+	var h Handle
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&h); err != nil {
+		return Handle{}, fmt.Errorf("kvtransfer: handle is not a transfer handle: %w", err)
+	}
+	if h.EngineID == "" || h.Host == "" || h.Port < 1 || h.Port > 65535 || h.Key == "" {
+		return Handle{}, fmt.Errorf("kvtransfer: handle %s lacks an engine id, host, port or key", b)
+	}
+	return h, nil
 }

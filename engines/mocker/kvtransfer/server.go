@@ -149,6 +149,21 @@ func (s *Server) Unpin(key string) bool {
 	return true
 }
 
+// UnpinRequest releases the pin of the engine request requestID (see Unpin), whatever
+// its key; for an engine that aborted a pinned request by its id.
+func (s *Server) UnpinRequest(requestID string) bool {
+	s.mu.Lock()
+	key := ""
+	for k, p := range s.pins {
+		if p.requestID == requestID {
+			key = k
+			break
+		}
+	}
+	s.mu.Unlock()
+	return key != "" && s.Unpin(key)
+}
+
 // Pins returns how many pins wait for a reader or are being read.
 func (s *Server) Pins() int {
 	s.mu.Lock()
