@@ -11,8 +11,10 @@
 // hit rate from usage.prompt_tokens_details.cached_tokens when the server reports it.
 //
 // The pieces are separable: ReadMooncake, ReadAzure and Synthetic build []Request;
-// Tokens synthesizes a prompt; Client.Do runs one request; Run drives a workload;
-// Summarize, WriteSummary and WriteCSV report; Plot draws an SVG.
+// Tokens synthesizes a prompt; Ceiling gives the hit rate an infinite prefix cache would
+// reach on a workload; Client.Do runs one request; Runner.Run drives a workload (with
+// plain progress lines or a ProgressState callback); Summarize, WriteSummary and
+// WriteCSV report; Plot draws an SVG.
 //
 // Time is an input: the client and runner read a Clock, so tests run on a virtual one.
 package bench
