@@ -149,3 +149,13 @@ turbine_router_worker_ready_total{model="m",worker="w3"} 1
 		t.Fatalf("ready workers of m: %d, want 2", got)
 	}
 }
+
+// TestCompareMissingExecutable: a serve that cannot start names its mode.
+func TestCompareMissingExecutable(t *testing.T) {
+	args := []string{"compare", "--serve-executable", filepath.Join(t.TempDir(), "none"), "--modes", "random",
+		"--concurrency", "1", "--requests", "1", "--out", t.TempDir()}
+	err := Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "mode random") || !strings.Contains(err.Error(), "none") {
+		t.Fatalf("error %v: want one naming the mode and the executable", err)
+	}
+}
