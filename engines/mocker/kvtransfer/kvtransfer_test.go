@@ -243,7 +243,7 @@ func TestRoomWait(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitFor(t, func() bool { f.srv.mu.Lock(); defer f.srv.mu.Unlock(); return f.srv.waiters[key] != nil })
+	waitFor(t, func() bool { return f.srv.Waiting() == 1 })
 	f.srv.Pin(key, "p", []int32{8, 9})
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -255,7 +255,7 @@ func TestRoomWait(t *testing.T) {
 	key = RoomKey(5)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _, err := Read(ctx, f.addr, Request{Key: key, WaitMillis: 10_000}, nil); got <- err }()
-	waitFor(t, func() bool { f.srv.mu.Lock(); defer f.srv.mu.Unlock(); return f.srv.waiters[key] != nil })
+	waitFor(t, func() bool { return f.srv.Waiting() == 1 })
 	cancel()
 	<-got
 	waitFor(t, func() bool { f.srv.mu.Lock(); defer f.srv.mu.Unlock(); _, ok := f.srv.abandoned[key]; return ok })
@@ -263,8 +263,8 @@ func TestRoomWait(t *testing.T) {
 	if r := f.next(t); r != (release{key, "p2", ReasonClosed}) {
 		t.Fatalf("release %+v", r)
 	}
-	if f.srv.Pins() != 0 {
-		t.Fatal("an abandoned room stayed pinned")
+	if f.srv.Pins() != 0 || f.srv.Waiting() != 0 {
+		t.Fatal("an abandoned room stayed pinned or waited for")
 	}
 }
 

@@ -60,13 +60,19 @@ type Server struct {
 
 	mu        sync.Mutex
 	pins      map[string]*pin
-	waiters   map[string]chan struct{} // closed when the key is pinned
-	abandoned map[string]time.Time     // keys whose waiting reader left: released when pinned
+	waiters   map[string]*waiter   // readers waiting for a key to be pinned
+	abandoned map[string]time.Time // keys whose waiting reader left: released when pinned
 	conns     map[net.Conn]struct{}
 	closed    bool
 	wg        sync.WaitGroup
 
 	sent atomic.Int64 // KV bytes sent by reads
+}
+
+// waiter is closed when its key is pinned; n readers wait on it.
+type waiter struct {
+	ch chan struct{}
+	n  int
 }
 
 type pin struct {
@@ -92,8 +98,8 @@ func NewServer(cfg Config) (*Server, error) {
 	case cfg.Release == nil:
 		return nil, errors.New("kvtransfer: a release function is required")
 	}
-	return &Server{cfg: cfg, pins: map[string]*pin{}, waiters: map[string]chan struct{}{},
-		abandoned: map[string]time.Time{}, conns: map[net.Conn]struct{}{}}, nil
+	return &Server{cfg: cfg, pins: map[string]*pin{},
+		abandoned: map[string]time.Time{}, conns: map[net.Conn]struct{}{}, waiters: map[string]*waiter{}}, nil
 }
 
 // BlockBytes is the size of one block's KV in bytes.
@@ -129,7 +135,7 @@ func (s *Server) Pin(key, requestID string, blocks []int32) {
 	p.timer = time.AfterFunc(s.cfg.Timeout, func() { s.expire(key, p) })
 	s.pins[key] = p
 	if w := s.waiters[key]; w != nil {
-		close(w)
+		close(w.ch)
 		delete(s.waiters, key)
 	}
 	s.mu.Unlock()
@@ -162,6 +168,13 @@ func (s *Server) UnpinRequest(requestID string) bool {
 	}
 	s.mu.Unlock()
 	return key != "" && s.Unpin(key)
+}
+
+// Waiting returns how many keys readers wait for (SGLang rooms not pinned yet).
+func (s *Server) Waiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters)
 }
 
 // Pins returns how many pins wait for a reader or are being read.
@@ -264,7 +277,7 @@ func (s *Server) Close() error {
 		p.timer.Stop()
 	}
 	for k, w := range s.waiters {
-		close(w)
+		close(w.ch)
 		delete(s.waiters, k)
 	}
 	s.mu.Unlock()
@@ -377,19 +390,23 @@ func (s *Server) claim(req Request, ended <-chan bool) (p *pin, resp Response, l
 	if p == nil && req.WaitMillis > 0 && !s.closed {
 		w := s.waiters[req.Key]
 		if w == nil {
-			w = make(chan struct{})
+			w = &waiter{ch: make(chan struct{})}
 			s.waiters[req.Key] = w
 		}
+		w.n++
 		s.mu.Unlock()
 		t := time.NewTimer(time.Duration(req.WaitMillis) * time.Millisecond)
 		select {
-		case <-w:
+		case <-w.ch:
 		case <-t.C:
 		case <-ended:
 			left = true
 		}
 		t.Stop()
 		s.mu.Lock()
+		if w.n--; w.n == 0 && s.waiters[req.Key] == w {
+			delete(s.waiters, req.Key)
+		}
 		p = s.pins[req.Key]
 		if p == nil && left && !s.closed {
 			// The reader left before the prefill leg finished: release its pin when it

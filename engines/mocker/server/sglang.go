@@ -15,6 +15,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 )
 
 // SGLang's dialect: the native API of python/sglang/srt/entrypoints/http_server.py, the
@@ -228,7 +229,20 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 		sglangError(w, http.StatusBadRequest, "%s", msg)
 		return
 	}
+	leg, msg := s.parseSGLangDisagg(body)
+	if msg != "" {
+		sglangError(w, http.StatusBadRequest, "%s", msg)
+		return
+	}
+	if leg.prefill {
+		// The prefill leg computes the prompt and one token, and keeps the blocks
+		// (min_new_tokens 1: it always ends on its length limit).
+		req.MaxTokens, req.MinTokens, req.HoldBlocks, maxNew = 1, 1, true, 1
+	}
 	ctx := r.Context()
+	if !s.pullSGLang(ctx, w, leg, &req) {
+		return
+	}
 	st, err := s.submit(ctx, req)
 	if err != nil {
 		switch {
@@ -241,7 +255,7 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	g := &sglangGen{s: s, req: req, maxNew: maxNew, start: time.Now(), incremental: s.opts.IncrementalStreamingOutput && stream}
+	g := &sglangGen{s: s, req: req, maxNew: maxNew, start: time.Now(), incremental: s.opts.IncrementalStreamingOutput && stream, leg: leg}
 	if stream {
 		g.stream(ctx, w, st)
 	} else {
@@ -259,6 +273,14 @@ type sglangGen struct {
 	text        strings.Builder
 	ids         []uint32
 	cached      int
+	leg         sglangLeg
+}
+
+// finished pins a prefill leg's blocks under its room when it ends.
+func (g *sglangGen) finished(ctx context.Context, o mocker.Output) {
+	if g.leg.prefill {
+		g.s.prefillDone(ctx, kvtransfer.RoomKey(g.leg.room), o, len(g.req.Prompt), true)
+	}
 }
 
 type sglangMeta struct {
@@ -342,6 +364,7 @@ func (g *sglangGen) full(ctx context.Context, w http.ResponseWriter, st *stream)
 		for i := range outs {
 			d := g.out(&outs[i])
 			if outs[i].Finished {
+				g.finished(ctx, outs[i])
 				writeJSON(w, http.StatusOK, d)
 				return
 			}
@@ -368,8 +391,15 @@ func (g *sglangGen) stream(ctx context.Context, w http.ResponseWriter, st *strea
 			return
 		}
 		for i := range outs {
+			if outs[i].Finished {
+				// Pinned before the last chunk goes out: the decode leg is already
+				// waiting for the room, whether or not this client reads on.
+				g.finished(ctx, outs[i])
+			}
 			if !send(g.out(&outs[i])) {
-				g.s.abort(g.req.ID)
+				if !(outs[i].Finished && g.leg.prefill) { // a pinned room waits for its reader
+					g.s.abort(g.req.ID)
+				}
 				return
 			}
 			if outs[i].Finished {
@@ -398,6 +428,7 @@ func (s *Server) handleSGLangAbort(w http.ResponseWriter, r *http.Request) {
 	case a.AbortAll:
 		s.abortAllWait(r.Context())
 	case a.RID != nil && *a.RID != "":
+		s.xfer.srv.UnpinRequest(*a.RID) // a prefill leg's pinned room, if any
 		s.abortWait(r.Context(), *a.RID)
 	}
 	w.WriteHeader(http.StatusOK)

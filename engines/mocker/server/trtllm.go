@@ -112,6 +112,7 @@ type trtllmParsed struct {
 	includeUsage bool
 	detokenize   bool
 	keepStop     bool
+	leg          trtllmLeg // disaggregated serving: disaggregated_params
 }
 
 // parseTRTLLM validates a /v1/completions body. validation is true for failures the
@@ -195,6 +196,14 @@ func (s *Server) parseTRTLLM(body []byte) (p *trtllmParsed, validation bool, msg
 	if cr.Seed != nil {
 		r.Seed, r.HasSeed = uint64(*cr.Seed), true
 	}
+	if p.leg, msg = parseTRTLLMDisagg(fields["disaggregated_params"]); msg != "" {
+		return nil, false, msg
+	}
+	if p.leg.context {
+		// A context leg computes the prompt and its first token, and keeps the blocks
+		// (min_tokens 1: it always ends on its length limit).
+		r.ID, r.MaxTokens, r.MinTokens, r.HoldBlocks = trtllmContextID(), 1, 1, true
+	}
 	p.req = r
 	return p, false, ""
 }
@@ -215,6 +224,9 @@ func (s *Server) handleTRTLLMCompletion(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	ctx := r.Context()
+	if !s.pullTRTLLM(ctx, w, p) {
+		return
+	}
 	st, err := s.submit(ctx, p.req)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -248,6 +260,8 @@ type trtllmChoice struct {
 	FinishReason            *string  `json:"finish_reason"`
 	StopReason              *uint32  `json:"stop_reason"`
 	AvgDecodedTokensPerIter *float64 `json:"avg_decoded_tokens_per_iter"`
+	// DisaggregatedParams is set on the last chunk of a streamed context leg.
+	DisaggregatedParams map[string]any `json:"disaggregated_params,omitempty"`
 }
 
 type trtllmUsage struct {
@@ -325,10 +339,14 @@ func (g *trtllmGen) full(ctx context.Context, w http.ResponseWriter, st *stream)
 			if !g.p.detokenize {
 				c.TokenIDs = ids
 			}
+			var dp any
+			if m := g.s.trtllmDisaggParams(ctx, g.p, o); m != nil {
+				dp = m
+			}
 			writeJSON(w, http.StatusOK, map[string]any{"id": g.id, "object": "text_completion", "created": g.created,
 				"model": g.p.model, "choices": []any{map[string]any{"index": 0, "text": c.Text, "token_ids": c.TokenIDs,
 					"logprobs": nil, "context_logits": nil, "finish_reason": c.FinishReason, "stop_reason": c.StopReason,
-					"disaggregated_params": nil, "avg_decoded_tokens_per_iter": nil}},
+					"disaggregated_params": dp, "avg_decoded_tokens_per_iter": nil}},
 				"usage": g.usage(), "prompt_token_ids": nil})
 			return
 		}
@@ -346,9 +364,14 @@ func (g *trtllmGen) stream(ctx context.Context, w http.ResponseWriter, st *strea
 			panic(http.ErrAbortHandler)
 		}
 		for _, o := range outs {
+			c := g.choice(o)
+			c.DisaggregatedParams = g.s.trtllmDisaggParams(ctx, g.p, o)
 			chunk := trtllmChunk{ID: g.id, Object: "text_completion", Created: g.created, Model: g.p.model,
-				Choices: []trtllmChoice{g.choice(o)}}
+				Choices: []trtllmChoice{c}}
 			if !send(chunk) {
+				if c.DisaggregatedParams != nil {
+					g.s.ReleaseKV(o.RequestID) // nobody will learn where the blocks are
+				}
 				g.s.abort(g.p.req.ID)
 				return
 			}
