@@ -33,9 +33,29 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // Generate runs one request as rid requestID and calls fn for each chunk in order; the
 // last carries the finish reason and the token counts. Cancelling ctx, or an error from
 // fn, closes the stream and aborts the request in the server.
+//
+// Disaggregated serving (SamplingParams.disagg, REFERENCE §6): both legs are the same
+// request with bootstrap_host, bootstrap_port and bootstrap_room added; the server's
+// --disaggregation-mode decides which leg it runs, and the caller sends both at once. No
+// transfer parameters come back (Chunk.KVTransferParams stays empty): the decode server
+// finds the KV by the room. Errors: an unknown leg, or a leg without a bootstrap host
+// and port.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
-	stream, err := e.c.Generate(ctx, GenerateRequest{RID: requestID, InputIDs: tokens, Sampling: samplingFrom(s)})
+	req := GenerateRequest{RID: requestID, InputIDs: tokens, Sampling: samplingFrom(s)}
+	switch leg := s.GetDisagg(); leg.GetLeg() {
+	case "":
+	case "prefill", "decode":
+		if leg.GetBootstrapHost() == "" || leg.GetBootstrapPort() < 1 || leg.GetBootstrapPort() > 65535 {
+			return fmt.Errorf("sglang: the %s leg of %s needs the prefill server's bootstrap host and port, got %q:%d",
+				leg.GetLeg(), requestID, leg.GetBootstrapHost(), leg.GetBootstrapPort())
+		}
+		req.Extra = map[string]any{"bootstrap_host": leg.GetBootstrapHost(), "bootstrap_port": leg.GetBootstrapPort(),
+			"bootstrap_room": leg.GetBootstrapRoom()}
+	default:
+		return fmt.Errorf("sglang: disaggregated leg %q: want \"prefill\" or \"decode\"", leg.GetLeg())
+	}
+	stream, err := e.c.Generate(ctx, req)
 	if err != nil {
 		return err
 	}
