@@ -17,6 +17,8 @@ type Candidate struct {
 	OverlapBlocks int
 	// ActiveBlocks: distinct KV blocks of the worker's active requests.
 	ActiveBlocks int
+	// ActiveRequests: requests routed to the worker and not yet freed.
+	ActiveRequests int
 	// ActivePrefixBlocks: leading prompt blocks already active on the worker (shared
 	// with a running request); PromptBlocks - ActivePrefixBlocks would be new.
 	ActivePrefixBlocks int

@@ -177,10 +177,8 @@ const (
 //	balanced, otherwise:             the worker with the smallest cache
 //
 // The facts map onto a Candidate as follows:
-//   - load is ActiveBlocks, the distinct KV blocks of the worker's active requests.
-//     sgl-router counts a worker's requests in flight; a Candidate carries no request
-//     count, so BalanceAbsThreshold is in KV blocks here, not requests, and a single long
-//     prompt can tip the balance that sgl-router would need 64 requests for.
+//   - load is ActiveRequests, the worker's requests in flight (sgl-router's running
+//     request count); ties in load go to fewer ActiveBlocks.
 //   - the prefix match ratio is min(OverlapBlocks*BlockSize, PromptTokens) / PromptTokens:
 //     the prompt tokens the worker's KV cache holds (whole blocks, from the engines' KV
 //     events) over the prompt. sgl-router matches characters against an approximate tree
@@ -188,13 +186,17 @@ const (
 //   - the cache size is IndexedBlocks, the worker's blocks in the KV index (sgl-router:
 //     the size of the worker's tree).
 //
+// Requests are a coarse load measure: a worker holding a few long contexts counts as
+// lightly loaded (REFERENCE §3 lists this among peers' failure modes). The policy is
+// kept faithful to sgl-router so that `turbine bench compare` measures it as it is.
+//
 // Among equally good workers (equal load; equal highest match; equal cache size) the
 // lower load wins, then a uniform draw from rng (the first of them when rng is nil).
 type CacheAwarePolicy struct {
 	// CacheThreshold: the match ratio (0..1) the best worker must exceed to be chosen
 	// for its cache.
 	CacheThreshold float64
-	// BalanceAbsThreshold: the load spread (KV blocks) above which, together with
+	// BalanceAbsThreshold: the load spread (requests) above which, together with
 	// BalanceRelThreshold, the load counts as imbalanced.
 	BalanceAbsThreshold int
 	// BalanceRelThreshold: the ratio max_load / min_load above which, together with
@@ -224,16 +226,16 @@ func (p CacheAwarePolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	if len(cands) == 0 {
 		return 0, ErrNoWorkers
 	}
-	minLoad, maxLoad := cands[0].ActiveBlocks, cands[0].ActiveBlocks
+	minLoad, maxLoad := cands[0].ActiveRequests, cands[0].ActiveRequests
 	best := 0 // highest overlap
 	for i := range cands {
-		minLoad, maxLoad = min(minLoad, cands[i].ActiveBlocks), max(maxLoad, cands[i].ActiveBlocks)
+		minLoad, maxLoad = min(minLoad, cands[i].ActiveRequests), max(maxLoad, cands[i].ActiveRequests)
 		if cands[i].OverlapBlocks > cands[best].OverlapBlocks {
 			best = i
 		}
 	}
 	if maxLoad-minLoad > p.BalanceAbsThreshold && float64(maxLoad) > float64(minLoad)*p.BalanceRelThreshold {
-		return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.ActiveBlocks, 0 }), nil
+		return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.ActiveRequests, c.ActiveBlocks }), nil
 	}
 	if MatchRatio(in, &cands[best]) > p.CacheThreshold {
 		top := cands[best].OverlapBlocks
@@ -241,10 +243,10 @@ func (p CacheAwarePolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 			if c.OverlapBlocks != top {
 				return math.MaxInt, 0
 			}
-			return c.ActiveBlocks, 0
+			return c.ActiveRequests, c.ActiveBlocks
 		}), nil
 	}
-	return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.IndexedBlocks, c.ActiveBlocks }), nil
+	return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.IndexedBlocks, c.ActiveRequests }), nil
 }
 
 // pickMin returns the candidate with the smallest key (compared as a pair), drawing

@@ -20,18 +20,20 @@ func TestCacheAwarePolicy(t *testing.T) {
 			in(Candidate{OverlapBlocks: 1}, Candidate{OverlapBlocks: 4, IndexedBlocks: 900}, Candidate{OverlapBlocks: 2}), []int{1}},
 		{"balanced, best match at the threshold: smallest cache",
 			in(Candidate{OverlapBlocks: 3, IndexedBlocks: 50}, Candidate{IndexedBlocks: 20}, Candidate{IndexedBlocks: 30}), []int{1}},
-		{"balanced, empty caches: smallest cache, then lower load",
-			in(Candidate{ActiveBlocks: 10}, Candidate{ActiveBlocks: 5}, Candidate{ActiveBlocks: 7}), []int{1}},
-		{"spread 64 is not above the absolute threshold: cache wins",
-			in(Candidate{ActiveBlocks: 64, OverlapBlocks: 10}, Candidate{}), []int{0}},
+		{"balanced, empty caches: smallest cache, then fewer requests",
+			in(Candidate{ActiveRequests: 10}, Candidate{ActiveRequests: 5}, Candidate{ActiveRequests: 7}), []int{1}},
+		{"spread 64 requests is not above the absolute threshold (blocks do not count): cache wins",
+			in(Candidate{ActiveRequests: 64, ActiveBlocks: 5000, OverlapBlocks: 10}, Candidate{}), []int{0}},
 		{"spread 65 with an idle worker is imbalanced: least loaded wins over the cache",
-			in(Candidate{ActiveBlocks: 65, OverlapBlocks: 10}, Candidate{ActiveBlocks: 3}, Candidate{ActiveBlocks: 0}), []int{2}},
+			in(Candidate{ActiveRequests: 65, OverlapBlocks: 10}, Candidate{ActiveRequests: 3}, Candidate{ActiveRequests: 0}), []int{2}},
 		{"spread above 64 but max within 1.5 × min is balanced",
-			in(Candidate{ActiveBlocks: 290, OverlapBlocks: 10}, Candidate{ActiveBlocks: 200}), []int{0}},
+			in(Candidate{ActiveRequests: 290, OverlapBlocks: 10}, Candidate{ActiveRequests: 200}), []int{0}},
 		{"spread above 64 and max above 1.5 × min is imbalanced",
-			in(Candidate{ActiveBlocks: 301, OverlapBlocks: 10}, Candidate{ActiveBlocks: 200}), []int{1}},
+			in(Candidate{ActiveRequests: 301, OverlapBlocks: 10}, Candidate{ActiveRequests: 200}), []int{1}},
+		{"equal requests: fewer active blocks",
+			in(Candidate{ActiveRequests: 100, ActiveBlocks: 9}, Candidate{ActiveRequests: 100, ActiveBlocks: 4}, Candidate{ActiveRequests: 100, ActiveBlocks: 4, IndexedBlocks: 1}, Candidate{ActiveRequests: 200}), []int{1, 2}},
 		{"equal best matches: lower load",
-			in(Candidate{OverlapBlocks: 8, ActiveBlocks: 30}, Candidate{OverlapBlocks: 8, ActiveBlocks: 20}, Candidate{OverlapBlocks: 2}), []int{1}},
+			in(Candidate{OverlapBlocks: 8, ActiveRequests: 3}, Candidate{OverlapBlocks: 8, ActiveRequests: 2}, Candidate{OverlapBlocks: 2}), []int{1}},
 		{"overlap beyond the prompt counts as a full match",
 			in(Candidate{OverlapBlocks: 12}, Candidate{}), []int{0}},
 		{"equal everything: any",
@@ -63,7 +65,7 @@ func TestCacheAwareEmptyPrompt(t *testing.T) {
 func TestCacheAwareTieDraw(t *testing.T) {
 	p := NewCacheAwarePolicy()
 	in := &SelectInput{PromptTokens: 64, PromptBlocks: 4, BlockSize: 16, Candidates: []Candidate{
-		{OverlapBlocks: 4, ActiveBlocks: 1}, {OverlapBlocks: 4, ActiveBlocks: 1}, {OverlapBlocks: 4, ActiveBlocks: 2}}}
+		{OverlapBlocks: 4, ActiveRequests: 1}, {OverlapBlocks: 4, ActiveRequests: 1}, {OverlapBlocks: 4, ActiveRequests: 2}}}
 	rng := rand.New(rand.NewPCG(7, 7))
 	count := map[int]int{}
 	for range 2000 {

@@ -539,6 +539,7 @@ func (r *Router) gather(mask uint8, exclude []string) (cands []Candidate, eligib
 			Worker:              rw.id,
 			ID:                  rw.name,
 			ActiveBlocks:        l.ActiveBlocks,
+			ActiveRequests:      l.Sequences,
 			ActivePrefixBlocks:  int(r.apBuf[rw.id]),
 			ActivePrefillTokens: l.PrefillTokens,
 			IndexedBlocks:       r.index.Blocks(rw.id),
