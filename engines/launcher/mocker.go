@@ -138,7 +138,7 @@ func (m *Mocker) Connect(baseURL string) engines.Engine {
 	case EngineSGLang:
 		return connectSGLang(baseURL, m.BlockSize)
 	case EngineTRTLLM:
-		return connectTRTLLM(baseURL, m.Model, m.BlockSize)
+		return connectTRTLLM(baseURL, m.Model, m.BlockSize, true)
 	}
 	return newVLLMEngine(baseURL, m.Model, true)
 }

@@ -147,7 +147,7 @@ func (l *TRTLLM) Command(host string, port int, kvEndpoint string) (argv, env []
 // Connect returns a trtllm.Engine for trtllm-serve at baseURL. The worker closes it (it
 // runs a stats collector) when the engine process ends.
 func (l *TRTLLM) Connect(baseURL string) engines.Engine {
-	return connectTRTLLM(baseURL, l.model, l.spec.BlockSize)
+	return connectTRTLLM(baseURL, l.model, l.spec.BlockSize, false)
 }
 
 // SubscribeKVEvents polls the KV cache events of the engine started with endpoint
@@ -177,12 +177,12 @@ func (l *TRTLLM) Spec() Spec { return l.spec }
 
 var _ engines.Launcher = (*TRTLLM)(nil)
 
-func connectTRTLLM(baseURL, model string, blockSize int) engines.Engine {
+func connectTRTLLM(baseURL, model string, blockSize int, mock bool) engines.Engine {
 	c, err := trtllm.New(baseURL, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}})
 	if err != nil {
 		return brokenEngine{err}
 	}
-	e, err := trtllm.NewEngine(c, trtllm.EngineOptions{Model: model, BlockSize: blockSize})
+	e, err := trtllm.NewEngine(c, trtllm.EngineOptions{Model: model, BlockSize: blockSize, MockTransfer: mock})
 	if err != nil {
 		return brokenEngine{err}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
@@ -49,6 +50,10 @@ type Chunk struct {
 	StopString     string
 	// Usage is set on the last chunk (nil when the server sent none).
 	Usage *Usage
+	// DisaggregatedParams is the choice's disaggregated_params (disaggregated serving:
+	// what a context_only request returns for its generation_only request, REFERENCE
+	// §6); nil when absent or null.
+	DisaggregatedParams json.RawMessage
 }
 
 // Usage counts tokens of the whole request.
@@ -126,6 +131,7 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 			TokenIDs     []uint32        `json:"token_ids"`
 			FinishReason *string         `json:"finish_reason"`
 			StopReason   json.RawMessage `json:"stop_reason"`
+			Disagg       json.RawMessage `json:"disaggregated_params"`
 		} `json:"choices"`
 		Usage *enginehttp.Usage `json:"usage"`
 	}
@@ -143,7 +149,7 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 		return nil, nil, fmt.Errorf("trtllm: stream chunk with %d choices, want 1", len(raw.Choices))
 	}
 	c := raw.Choices[0]
-	ch := &Chunk{TokenIDs: c.TokenIDs}
+	ch := &Chunk{TokenIDs: c.TokenIDs, DisaggregatedParams: nullToNil(c.Disagg)}
 	if c.FinishReason != nil {
 		ch.FinishReason = *c.FinishReason
 	}
@@ -155,6 +161,64 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 		return nil, nil, fmt.Errorf("trtllm: %w", err)
 	}
 	return ch, raw.Usage, nil
+}
+
+func nullToNil(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
+}
+
+// CompleteOnce runs a completion answered in one JSON body ("stream": false), as a
+// disaggregated context_only request is sent, and returns its one choice as the last
+// chunk of a stream: its token ids, finish reason, usage and disaggregated_params.
+// Cancelling ctx closes the connection, which makes trtllm-serve abort the request.
+// Errors: an invalid request, a transport error, *Error for a non-200 answer, or a
+// malformed answer (not one choice, no token ids, no finish reason).
+func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, error) {
+	switch {
+	case r.Model == "":
+		return Chunk{}, errors.New("trtllm: completion without a model name (trtllm-serve requires one)")
+	case len(r.PromptTokenIDs) == 0:
+		return Chunk{}, errors.New("trtllm: completion without prompt tokens")
+	case r.MaxTokens < 1:
+		return Chunk{}, fmt.Errorf("trtllm: max_tokens %d must be at least 1", r.MaxTokens)
+	}
+	body, err := enginehttp.CompletionBody(enginehttp.Completion{Model: r.Model, PromptTokenIDs: r.PromptTokenIDs,
+		MaxTokens: r.MaxTokens, MinTokens: r.MinTokens, IgnoreEOS: r.IgnoreEOS, StopTokenIDs: r.StopTokenIDs, Seed: r.Seed,
+		Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, Extra: r.Extra, NoStream: true}, "detokenize", false)
+	if err != nil {
+		return Chunk{}, fmt.Errorf("trtllm: encoding the request: %w", err)
+	}
+	var hdr http.Header
+	if r.RequestID != "" {
+		hdr = http.Header{"X-Request-Id": {r.RequestID}}
+	}
+	resp, err := c.h.Do(ctx, http.MethodPost, "/v1/completions", body, hdr)
+	if err != nil {
+		return Chunk{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxEventBytes))
+	if err != nil {
+		if ctx.Err() != nil {
+			return Chunk{}, ctx.Err()
+		}
+		return Chunk{}, fmt.Errorf("trtllm: reading the completion answer: %w", err)
+	}
+	ch, u, err := decodeFrame(b)
+	if err != nil {
+		return Chunk{}, err
+	}
+	if ch == nil || ch.FinishReason == "" {
+		return Chunk{}, fmt.Errorf("trtllm: completion answer without a finished choice: %.200q", b)
+	}
+	if u != nil {
+		ch.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
+			CachedTokens: u.CachedTokens()}
+	}
+	return *ch, nil
 }
 
 // Close closes the connection (trtllm-serve then aborts the request if it still runs).

@@ -2,6 +2,7 @@ package trtllm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -28,6 +30,9 @@ type EngineOptions struct {
 	StatsTimeout time.Duration
 	// MaxStatsAge: Load fails when the collector's latest answer is older (default 30 s).
 	MaxStatsAge time.Duration
+	// MockTransfer: the server is Turbine's mock engine, whose context legs' pinned
+	// blocks ReleaseKV releases over its KV transfer port (trtllm-serve has no such API).
+	MockTransfer bool
 }
 
 // Engine adapts a Client to engines.Engine. Its load comes from a background collector
@@ -78,14 +83,46 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // finish reason ("cancelled" and "timeout" become "abort") and the usage. The stop token
 // that ended a request is not among the ids: trtllm-serve does not return it. Cancelling
 // ctx, or an error from fn, closes the connection, which aborts the request.
+//
+// Disaggregated serving (SamplingParams.disagg, REFERENCE §6): a prefill leg is a
+// context_only request (disaggregated_params {"request_type": "context_only"},
+// max_tokens 1, "stream": false, as trtllm-serve's disaggregated server sends it); its
+// one chunk carries the choice's disaggregated_params (Chunk.KVTransferParams). A decode
+// leg sends those parameters back with request_type generation_only and streams as
+// usual. Errors: an unknown leg, a decode leg without a parameters object, and the
+// client's.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
 	req := CompletionRequest{Model: e.opts.Model, PromptTokenIDs: tokens, RequestID: requestID,
 		MaxTokens: int(s.GetMaxTokens()), MinTokens: int(s.GetMinTokens()), IgnoreEOS: s.GetIgnoreEos(),
 		StopTokenIDs: s.GetStopTokenIds()}
 	req.Temperature, req.TopP, req.Seed = enginehttp.OptionalSampling(s)
+	req.Extra = map[string]any{}
 	if s.GetPresencePenalty() != 0 || s.GetFrequencyPenalty() != 0 {
 		req.Extra = map[string]any{"presence_penalty": s.GetPresencePenalty(), "frequency_penalty": s.GetFrequencyPenalty()}
+	}
+	switch leg := s.GetDisagg(); leg.GetLeg() {
+	case "":
+	case "prefill":
+		req.MaxTokens, req.MinTokens = 1, min(req.MinTokens, 1)
+		req.Extra["disaggregated_params"] = map[string]any{"request_type": "context_only"}
+		ch, err := e.c.CompleteOnce(ctx, req)
+		if err != nil {
+			return err
+		}
+		out := engineChunk(ch)
+		out.KVTransferParams = string(ch.DisaggregatedParams)
+		return fn(out)
+	case "decode":
+		var dp map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(leg.GetKvTransferParams()), &dp); err != nil || dp == nil {
+			return fmt.Errorf("trtllm: a decode leg needs its context leg's disaggregated_params (a JSON object), got %.100q",
+				leg.GetKvTransferParams())
+		}
+		dp["request_type"] = json.RawMessage(`"generation_only"`)
+		req.Extra["disaggregated_params"] = dp
+	default:
+		return fmt.Errorf("trtllm: disaggregated leg %q: want \"prefill\" or \"decode\"", leg.GetLeg())
 	}
 	stream, err := e.c.Complete(ctx, req)
 	if err != nil {
@@ -102,6 +139,35 @@ func engineChunk(ch Chunk) engines.Chunk {
 		out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.Usage.PromptTokens, ch.Usage.CachedTokens, ch.Usage.CompletionTokens
 	}
 	return out
+}
+
+// ReleaseKV releases the blocks a context leg pinned (engines.KVReleaser). On the mock
+// engine (EngineOptions.MockTransfer) it reads the transfer handle in
+// encoded_opaque_state and sends a release to its transfer port; empty parameters
+// release nothing. On trtllm-serve it does nothing and returns nil: the context server
+// frees the blocks after cache_transceiver_config.kv_transfer_timeout_ms. Errors (mock
+// engine): malformed parameters, or the transfer port unreachable.
+func (e *Engine) ReleaseKV(ctx context.Context, requestID, kvTransferParams string) error {
+	if !e.opts.MockTransfer || kvTransferParams == "" {
+		return nil
+	}
+	var dp struct {
+		State string `json:"encoded_opaque_state"`
+	}
+	if err := json.Unmarshal([]byte(kvTransferParams), &dp); err != nil {
+		return fmt.Errorf("trtllm: releasing the KV of %s: disaggregated_params: %w", requestID, err)
+	}
+	h, err := kvtransfer.DecodeHandle(dp.State)
+	if err != nil {
+		return fmt.Errorf("trtllm: releasing the KV of %s: %w", requestID, err)
+	}
+	if len(h.BlockIDs) == 0 {
+		return nil
+	}
+	if _, err := kvtransfer.Release(ctx, h.Addr(), h.EngineID, h.Key); err != nil {
+		return fmt.Errorf("trtllm: releasing the KV of %s: %w", requestID, err)
+	}
+	return nil
 }
 
 func finishReason(r string) string {
@@ -209,4 +275,7 @@ func workerLoad(l Load, blockSize int) *messages.WorkerLoad {
 	return out
 }
 
-var _ engines.Engine = (*Engine)(nil)
+var (
+	_ engines.Engine     = (*Engine)(nil)
+	_ engines.KVReleaser = (*Engine)(nil)
+)

@@ -1,0 +1,128 @@
+package trtllm
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+func roleEngine(t *testing.T, role server.Role, mock bool) (*server.Server, *Engine) {
+	t.Helper()
+	srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(100, 3), Dialect: server.DialectTRTLLM,
+		Role: role, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}, nil)
+	c, err := New(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := NewEngine(c, EngineOptions{Model: "m", BlockSize: 16, MockTransfer: mock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return srv, e
+}
+
+func run(ctx context.Context, e *Engine, p []uint32, s *messages.SamplingParams) ([]engines.Chunk, error) {
+	var out []engines.Chunk
+	err := e.Generate(ctx, "r", p, s, func(c engines.Chunk) error { out = append(out, c); return nil })
+	return out, err
+}
+
+func tokens(cs []engines.Chunk) []uint32 {
+	var out []uint32
+	for _, c := range cs {
+		out = append(out, c.TokenIDs...)
+	}
+	return out
+}
+
+func waitFree(t *testing.T, s *server.Server) {
+	t.Helper()
+	eventually(t, "no pinned or active blocks", func() bool {
+		st := s.Stats()
+		return st.ActiveBlocks == 0 && st.PinnedBlocks == 0 && s.TransferStats().Pins == 0
+	})
+}
+
+// TestDisaggregatedLegs: a context_only leg's chunk carries disaggregated_params; the
+// generation_only leg given them produces the aggregated output; ReleaseKV frees a
+// context leg's blocks on the mock engine and does nothing on trtllm-serve.
+func TestDisaggregatedLegs(t *testing.T) {
+	_, agg := roleEngine(t, server.RoleAggregated, true)
+	preSrv, pre := roleEngine(t, server.RolePrefill, true)
+	decSrv, dec := roleEngine(t, server.RoleDecode, true)
+	ctx := enginetest.Ctx(t)
+	p := enginetest.Prompt(40)
+	base := func() *messages.SamplingParams { return &messages.SamplingParams{MaxTokens: 10, IgnoreEos: true} }
+	cs, err := run(ctx, agg, p, base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tokens(cs)
+
+	prefill := func() string {
+		t.Helper()
+		s := base()
+		s.Disagg = &messages.DisaggParams{Leg: "prefill"}
+		cs, err := run(ctx, pre, p, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dp map[string]any
+		if len(cs) != 1 || cs[0].FinishReason != "length" || json.Unmarshal([]byte(cs[0].KVTransferParams), &dp) != nil ||
+			dp["request_type"] != "context_only" || dp["encoded_opaque_state"] == nil || cs[0].PromptTokens != 40 {
+			t.Fatalf("context leg %+v", cs)
+		}
+		return cs[0].KVTransferParams
+	}
+	decode := func(params string) *messages.SamplingParams {
+		s := base()
+		s.Disagg = &messages.DisaggParams{Leg: "decode", KvTransferParams: params}
+		return s
+	}
+
+	cs, err = run(ctx, dec, p, decode(prefill()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(cs); !slices.Equal(got, want) {
+		t.Fatalf("generation leg %v, want %v", got, want)
+	}
+	if ts := decSrv.TransferStats(); ts.Reads != 1 {
+		t.Fatalf("transfers %+v", ts)
+	}
+	waitFree(t, preSrv)
+
+	params := prefill()
+	real, err := NewEngine(pre.c, EngineOptions{Model: "m", BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := real.ReleaseKV(ctx, "r", params); err != nil || preSrv.Stats().PinnedRequests != 1 {
+		t.Fatalf("trtllm-serve's ReleaseKV: %v %+v", err, preSrv.Stats())
+	}
+	if err := pre.ReleaseKV(ctx, "r", params); err != nil {
+		t.Fatal(err)
+	}
+	waitFree(t, preSrv)
+	if _, err := run(ctx, dec, p, decode(params)); err == nil || !strings.Contains(err.Error(), "KV transfer refused") {
+		t.Fatalf("generation leg after the release: %v", err)
+	}
+	if err := pre.ReleaseKV(ctx, "r", "{}"); err == nil {
+		t.Fatal("parameters without a handle released")
+	}
+	for _, s := range []*messages.SamplingParams{decode(""), decode("[]"), {MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "x"}}} {
+		if _, err := run(ctx, dec, p, s); err == nil {
+			t.Fatalf("leg %+v accepted", s.Disagg)
+		}
+	}
+	waitFree(t, preSrv)
+	waitFree(t, decSrv)
+}
