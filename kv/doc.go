@@ -20,10 +20,15 @@
 //     tokens. Every way a request ends goes through one release path.
 //   - Policies (policy.go, policy_builtin.go): a one-method Policy interface, a
 //     Registry value (duplicate names are an error), and the built-ins "kv" (the
-//     reference cost), "round-robin" and "random".
+//     reference cost), "round-robin", "random" and "cache-aware" (sgl-router's
+//     cache_aware policy with load gating).
 //   - Router (router.go): worker registration (block size check, engine epochs), the
 //     per-worker numbered event stream with gap detection and dump/replay, busy
 //     thresholds (REFERENCE §4), Route, and Stats.
+//   - Disaggregated serving (disagg.go, REFERENCE §6): worker roles (aggregated,
+//     prefill, decode); Route picks a decode worker for load and, when the uncached
+//     prompt suffix is long and the prefill pool's queue short, a prefill worker
+//     KV-aware (conditional disaggregation), tracking the prefill leg under its own id.
 //
 // Defaults live in defaults.go, errors in errors.go (all prefixed "kv: ", tested with
 // errors.Is). The scripts under testdata/scripts show the Router's behaviour end to
