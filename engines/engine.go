@@ -47,16 +47,19 @@ type Engine interface {
 //
 // What each adapter does:
 //
-//   - Turbine's mock engine (any dialect): it sends a release message to the transfer
-//     port named in kvTransferParams (remote_host, remote_port), which frees the blocks
-//     at once.
+//   - Turbine's mock engine in vLLM's and TensorRT-LLM's dialects: it sends a release
+//     message to the engine's KV transfer port, named in kvTransferParams (vLLM's
+//     remote_host and remote_port; TensorRT-LLM's encoded_opaque_state), which frees the
+//     blocks at once (engines/mocker/kvtransfer).
 //   - vLLM: a no-op returning nil. vLLM has no API to release a request's blocks: its
 //     NIXL connector frees them when the decode engine has read them, or after
 //     VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s by default).
 //   - TensorRT-LLM: a no-op returning nil; the context server frees them after its
 //     cache_transceiver_config.kv_transfer_timeout_ms.
-//   - SGLang: not implemented (the prefill server frees a room's KV when its bootstrap
-//     times out).
+//   - SGLang (and the mock engine in SGLang's dialect): not implemented, as a prefill leg
+//     returns no parameters to name the blocks by. The prefill server frees a room's KV
+//     when its bootstrap times out; the mock engine also frees it at once when the
+//     decode leg that waited for the room gives up (the worker cancels it).
 //
 // Releasing blocks that were already read or released is harmless and returns nil.
 // requestID is the prefill leg's request id; kvTransferParams what its last chunk

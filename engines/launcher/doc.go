@@ -13,4 +13,12 @@
 // python/sglang/srt/server_args.py and disaggregation/kv_events.py), TRTLLM
 // (TensorRT-LLM's tensorrt_llm/commands/serve.py and llmapi/llm_args.py). Golden files
 // under testdata/commands hold one rendering of each (go test -rewrite regenerates them).
+//
+// Disaggregated serving (REFERENCE §6): Spec.Role (and Mocker.Role) starts an engine as
+// a prefill or decode worker: vLLM with the NIXL connector (kv_role kv_both), SGLang with
+// --disaggregation-mode (and a bootstrap port on prefill engines, which Bootstrapper
+// names), TensorRT-LLM with a cache transceiver. The engines Connect returns run the leg
+// SamplingParams.disagg names, return the prefill leg's transfer parameters on its last
+// chunk (engines.Chunk.KVTransferParams), and, for vLLM and TensorRT-LLM, implement
+// engines.KVReleaser.
 package launcher

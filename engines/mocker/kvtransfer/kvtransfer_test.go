@@ -324,3 +324,37 @@ func TestUnpinRequest(t *testing.T) {
 		t.Fatalf("release %+v", r)
 	}
 }
+
+// BenchmarkRead reads 64 blocks of 16 tokens × 128 KiB (128 MiB, a 1,024-token prompt of
+// Llama-3.1-8B) over loopback, unpaced: the ceiling of what a configured bandwidth can
+// reach on this machine.
+func BenchmarkRead(b *testing.B) {
+	released := make(chan struct{}, 1)
+	srv, err := NewServer(Config{EngineID: "e", BlockSize: 16, BytesPerToken: 128 << 10, Timeout: time.Minute,
+		Release: func(string, string, Reason) { released <- struct{}{} }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close()
+	blocks := make([]int32, 64)
+	for i := range blocks {
+		blocks[i] = int32(i)
+	}
+	var bytes int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		srv.Pin("r", "r", blocks)
+		res, err := Read(context.Background(), l.Addr().String(), Request{Key: "r"}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bytes += res.Bytes
+		<-released
+	}
+	b.ReportMetric(float64(bytes)/b.Elapsed().Seconds()/1e9, "GB/s")
+}

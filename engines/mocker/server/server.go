@@ -12,6 +12,11 @@
 // KV events go over ZeroMQ in vLLM's wire format when configured (SGLang publishes the
 // same layout). The core runs in one goroutine on the real clock; every step's outputs
 // and events are released when the step's modelled duration has passed.
+//
+// Disaggregated serving (disagg.go): every dialect serves prefill and decode legs in its
+// engine's own parameters (vLLM's kv_transfer_params, TensorRT-LLM's
+// disaggregated_params, SGLang's bootstrap fields), and the KV blocks move between mock
+// engines over a real TCP connection (engines/mocker/kvtransfer), paced at a bandwidth.
 package server
 
 import (
