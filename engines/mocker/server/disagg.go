@@ -34,6 +34,11 @@ import (
 // pinned blocks once they were read, when the reader leaves early, on an explicit
 // release (kvtransfer.Release, which engines.KVReleaser uses), or after
 // KVTransferOptions.Timeout.
+//
+// Simplification: a decode leg reads every full prompt block the prefill leg kept, even
+// those its own prefix cache already holds (vLLM reads only the blocks past its local
+// hit); the engine then counts those as prefix-cache hits (cached_tokens) and the rest
+// as imported.
 
 // Role is the part an engine plays in disaggregated serving.
 type Role string
