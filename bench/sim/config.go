@@ -43,6 +43,10 @@ type Config struct {
 	// EventDelay is the virtual time between the end of an engine step and its KV events
 	// reaching the router (>= 0; 0: at once).
 	EventDelay time.Duration
+	// StepOverhead is virtual time added to every engine step beyond the timing model's
+	// (>= 0; 0: none): a real engine loop's own work between steps and its timer's
+	// lateness, which on a busy machine is a sizeable part of a short decode step.
+	StepOverhead time.Duration
 	// KVBytesPerToken is the model's KV cache size per token in bytes, for the transfer
 	// time of disaggregated requests (>= 0).
 	KVBytesPerToken int64
@@ -100,6 +104,8 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: BlockTokens %d: want at least 1", c.BlockTokens)
 	case c.EventDelay < 0:
 		return c, fmt.Errorf("sim: EventDelay %v: want >= 0", c.EventDelay)
+	case c.StepOverhead < 0:
+		return c, fmt.Errorf("sim: StepOverhead %v: want >= 0", c.StepOverhead)
 	case c.KVBytesPerToken < 0:
 		return c, fmt.Errorf("sim: KVBytesPerToken %d: want >= 0", c.KVBytesPerToken)
 	case !(c.TransferBandwidth > 0) || math.IsInf(c.TransferBandwidth, 0):

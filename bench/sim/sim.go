@@ -328,7 +328,7 @@ func (s *simulator) stepStart(w *worker) {
 	}
 	s.stats.Steps++
 	w.res = res
-	s.push(s.now+res.Duration, evStepEnd, w.idx)
+	s.push(s.now+res.Duration+s.cfg.StepOverhead, evStepEnd, w.idx)
 }
 
 // stepEnd publishes w's step: KV events first (as an engine publishes them before it

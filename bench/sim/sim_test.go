@@ -72,6 +72,7 @@ func TestConfigErrors(t *testing.T) {
 		{"router policy", func(c *Config) { c.Router.Policy = "nonesuch" }, "Router"},
 		{"block tokens", func(c *Config) { c.BlockTokens = -1 }, "BlockTokens"},
 		{"event delay", func(c *Config) { c.EventDelay = -time.Millisecond }, "EventDelay"},
+		{"step overhead", func(c *Config) { c.StepOverhead = -1 }, "StepOverhead"},
 		{"kv bytes", func(c *Config) { c.KVBytesPerToken = -1 }, "KVBytesPerToken"},
 		{"bandwidth", func(c *Config) { c.TransferBandwidth = math.Inf(1) }, "TransferBandwidth"},
 		{"local prefill", func(c *Config) { c.MaxLocalPrefillTokens = -1 }, "MaxLocalPrefillTokens"},
@@ -113,8 +114,9 @@ func TestTiming(t *testing.T) {
 	// 1000 prompt tokens are 2 hash ids of 512 (the last cut to 488).
 	one := bench.Request{Arrival: 3 * time.Second, InputLength: 1000, OutputLength: 4, HashIDs: []int64{7, 8}}
 	for _, tc := range []struct {
-		name string
-		reqs []bench.Request
+		name     string
+		reqs     []bench.Request
+		overhead time.Duration // Config.StepOverhead
 		// want per request: TTFT, ITL gaps, cached tokens
 		ttft   []time.Duration
 		itl    [][]time.Duration
@@ -127,6 +129,16 @@ func TestTiming(t *testing.T) {
 			reqs:   []bench.Request{one},
 			ttft:   []time.Duration{ms(mocker.PrefillMillis(512), sp) + ms(mocker.PrefillMillis(488), sp)},
 			itl:    [][]time.Duration{{decode(1001), decode(1002), decode(1003)}},
+			cached: []int{0},
+		},
+		{
+			// A step overhead lengthens every step: two to the first token, one per gap.
+			name:     "step overhead",
+			reqs:     []bench.Request{one},
+			overhead: time.Millisecond,
+			ttft:     []time.Duration{ms(mocker.PrefillMillis(512), sp) + ms(mocker.PrefillMillis(488), sp) + 2*time.Millisecond},
+			itl: [][]time.Duration{{decode(1001) + time.Millisecond, decode(1002) + time.Millisecond,
+				decode(1003) + time.Millisecond}},
 			cached: []int{0},
 		},
 		{
@@ -155,7 +167,7 @@ func TestTiming(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Workers: 1, Engine: eng, Seed: 1}
+			cfg := Config{Workers: 1, Engine: eng, StepOverhead: tc.overhead, Seed: 1}
 			out, st, err := Run(context.Background(), cfg, tc.reqs)
 			if err != nil {
 				t.Fatal(err)
