@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -19,7 +18,7 @@ const (
 	// DefaultMaxLocalPrefillTokens is the conditional disaggregation threshold, in
 	// tokens: a prompt with more uncached tokens than this is prefilled remotely
 	// (REFERENCE §6: 1000).
-	DefaultMaxLocalPrefillTokens = 1000
+	DefaultMaxLocalPrefillTokens = kv.DefaultMaxLocalPrefillTokens
 )
 
 // Config describes the simulated fleet. The zero values of Engine and Router mean
@@ -28,8 +27,8 @@ type Config struct {
 	// Workers is the number of aggregated workers (at least 1); with PrefillWorkers > 0
 	// it is the number of decode workers.
 	Workers int
-	// PrefillWorkers is the number of prefill workers of xPyD disaggregated serving; 0
-	// means aggregated serving.
+	// PrefillWorkers is the number of prefill workers of xPyD disaggregated serving (X
+	// prefill, Y = Workers decode workers); 0 means aggregated serving.
 	PrefillWorkers int
 	// Engine is every worker's mock engine configuration (block size, KV blocks, batch
 	// limits, speedup ratio ...).
@@ -48,13 +47,16 @@ type Config struct {
 	// lateness, which on a busy machine is a sizeable part of a short decode step.
 	StepOverhead time.Duration
 	// KVBytesPerToken is the model's KV cache size per token in bytes, for the transfer
-	// time of disaggregated requests (>= 0).
+	// time of disaggregated requests (>= 0; 0: transfers take no time).
 	KVBytesPerToken int64
-	// TransferBandwidth is the KV transfer bandwidth in bytes per second (0:
-	// DefaultTransferBandwidth).
+	// TransferBandwidth is the KV transfer bandwidth between a prefill and a decode
+	// engine in bytes per second at the reference timing (0: DefaultTransferBandwidth);
+	// like every engine time it is divided by Engine.SpeedupRatio.
 	TransferBandwidth float64
-	// MaxLocalPrefillTokens is the conditional disaggregation threshold in tokens (0:
-	// DefaultMaxLocalPrefillTokens).
+	// MaxLocalPrefillTokens is the conditional disaggregation threshold in tokens: a
+	// request whose uncached prompt suffix on its decode worker is at most this long is
+	// prefilled there. It sets Router.Disagg.MaxLocalPrefillTokens; 0 keeps the
+	// router's (DefaultMaxLocalPrefillTokens in kv.DefaultConfig).
 	MaxLocalPrefillTokens int
 	// Seed seeds the router's random choices (random policy, ties, softmax draws) and is
 	// the engines' generation seed unless Engine.Seed is set.
@@ -87,9 +89,6 @@ func (c Config) normalize() (Config, error) {
 	if c.TransferBandwidth == 0 {
 		c.TransferBandwidth = DefaultTransferBandwidth
 	}
-	if c.MaxLocalPrefillTokens == 0 {
-		c.MaxLocalPrefillTokens = DefaultMaxLocalPrefillTokens
-	}
 	switch {
 	case c.Workers < 1:
 		return c, fmt.Errorf("sim: Workers %d: want at least 1", c.Workers)
@@ -112,8 +111,9 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: TransferBandwidth %v bytes/s: want a positive number", c.TransferBandwidth)
 	case c.MaxLocalPrefillTokens < 0:
 		return c, fmt.Errorf("sim: MaxLocalPrefillTokens %d: want >= 0", c.MaxLocalPrefillTokens)
-	case c.PrefillWorkers > 0:
-		return c, errors.New("sim: PrefillWorkers: disaggregated simulation needs the router's worker roles, which this build lacks")
+	}
+	if c.MaxLocalPrefillTokens > 0 {
+		c.Router.Disagg.MaxLocalPrefillTokens = c.MaxLocalPrefillTokens
 	}
 	return c, nil
 }

@@ -18,6 +18,17 @@
 // frees it. Prompts are synthesized from the trace's hash ids with bench.Tokens, as a
 // real run sends them.
 //
+// Disaggregated serving (Config.PrefillWorkers > 0, xPyD, REFERENCE §6): the router
+// registers the workers with their roles and decides per request. A remote decision
+// runs the prefill leg on its prefill engine (max_tokens 1, its blocks held when it
+// finishes); at that token the router stops tracking the leg and the prompt's full
+// blocks travel to the decode worker (blocks × block size × KVBytesPerToken bytes at
+// TransferBandwidth × the speedup ratio, as the mock engine's KV transfer port sends
+// them); then the prefill engine releases them and the decode leg enters the decode
+// engine with those tokens imported, computing only the last prompt token before its
+// first output token (the request's TTFT). A local decision runs the request on its
+// decode worker as an aggregated one. Stats.Decisions counts the decisions.
+//
 // What is not modelled: HTTP, tokenization and the actor messages between gateway,
 // router and worker (a real run adds a few milliseconds to each TTFT and less to each
 // ITL), engine load reports (the kv router does not use them), busy-queueing at the

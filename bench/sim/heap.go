@@ -10,6 +10,9 @@ const (
 	evDeliver evKind = iota
 	// evStepEnd: a worker's step ends; its outputs become visible.
 	evStepEnd
+	// evTransfer: a remote prefill's KV blocks have reached the decode worker; the
+	// request's decode leg enters its engine.
+	evTransfer
 	// evArrival: a request arrives (arrivals are not kept in the heap; the kind only
 	// places them among the heap's events).
 	evArrival
@@ -17,13 +20,15 @@ const (
 	evStepStart
 )
 
-// event is one heap entry: what happens at at to worker w. key packs the kind (top
-// byte) above an insertion counter, so equal times order by kind, then first in first
-// out, and the order is a total one (the run is deterministic).
+// event is one heap entry: what happens at at to worker w (and request r, for a
+// transfer). key packs the kind (top byte) above an insertion counter, so equal times
+// order by kind, then first in first out, and the order is a total one (the run is
+// deterministic).
 type event struct {
 	at  time.Duration
 	key uint64
 	w   int32
+	r   int32
 }
 
 const kindShift = 56

@@ -32,8 +32,9 @@ const (
 )
 
 // DecisionAggregated counts, in Stats.Decisions, requests served by one worker from
-// prefill to the last token.
-const DecisionAggregated = "aggregated"
+// prefill to the last token (kv.DisaggAggregated). With prefill workers the other
+// decisions are the router's: kv.DisaggRemote, kv.DisaggLocalShortPrefill ...
+const DecisionAggregated = kv.DisaggAggregated
 
 // Stats describes a simulation run.
 type Stats struct {
@@ -43,7 +44,9 @@ type Stats struct {
 	Steps int64
 	// Requests is the number of requests in the workload.
 	Requests int
-	// Decisions counts routed requests by serving decision (DecisionAggregated ...).
+	// Decisions counts routed requests by the router's serving decision
+	// (DecisionAggregated, or kv.DisaggRemote, kv.DisaggLocalShortPrefill ... when the
+	// fleet has prefill workers).
 	Decisions map[string]int
 	// WallTime is the real time Run took.
 	WallTime time.Duration
@@ -99,16 +102,22 @@ type simulator struct {
 
 // reqState is the simulation's bookkeeping of one request.
 type reqState struct {
-	id        string        // request id in the router and the engine (its index)
+	id        string        // request id in the router and the engines (its index)
 	last      time.Duration // time of its last token
 	maxTokens int32
 	active    bool // routed and not ended
+	// A remote (disaggregated) request: its prefill worker (-1: none), the decode leg's
+	// worker, and the prompt, kept until the decode leg enters its engine.
+	prefillW int32
+	decodeW  int32
+	prompt   []uint32
 }
 
 // worker is one simulated worker: its engine and its KV event stream.
 type worker struct {
 	idx  int // in simulator.workers, and the router's WorkerID
 	name string
+	role kv.Role
 	eng  *mocker.Engine
 	// busy: a step is scheduled or in flight (res holds the in-flight step).
 	busy bool
@@ -139,17 +148,32 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		stats:   Stats{Requests: len(reqs), Decisions: map[string]int{}},
 	}
 	vocab := simVocab()
-	for i := range cfg.Workers {
+	add := func(name string, role kv.Role) error {
 		eng, err := mocker.New(cfg.Engine, vocab)
 		if err != nil {
-			return nil, fmt.Errorf("sim: Engine: %w", err)
+			return fmt.Errorf("sim: Engine: %w", err)
 		}
-		w := &worker{idx: i, name: "worker-" + strconv.Itoa(i), eng: eng}
+		w := &worker{idx: len(s.workers), name: name, role: role, eng: eng}
 		if _, err := router.Register(kv.WorkerSpec{ID: w.name, BlockSize: cfg.Engine.BlockSize,
-			TotalBlocks: int64(cfg.Engine.NumGPUBlocks), Ready: true, Epoch: 1}); err != nil {
-			return nil, fmt.Errorf("sim: registering %s: %w", w.name, err)
+			TotalBlocks: int64(cfg.Engine.NumGPUBlocks), Ready: true, Epoch: 1, Role: role}); err != nil {
+			return fmt.Errorf("sim: registering %s: %w", w.name, err)
 		}
 		s.workers = append(s.workers, w)
+		return nil
+	}
+	name, role := "worker-", kv.RoleAggregated
+	if cfg.PrefillWorkers > 0 {
+		name, role = "decode-", kv.RoleDecode
+	}
+	for i := range cfg.Workers {
+		if err := add(name+strconv.Itoa(i), role); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cfg.PrefillWorkers {
+		if err := add("prefill-"+strconv.Itoa(i), kv.RolePrefill); err != nil {
+			return nil, err
+		}
 	}
 	for i := range reqs {
 		if reqs[i].Arrival < 0 {
@@ -246,6 +270,8 @@ func (s *simulator) run(ctx context.Context) error {
 			s.deliver(w)
 		case evStepEnd:
 			s.stepEnd(w)
+		case evTransfer:
+			s.transferred(int(ev.r))
 		case evStepStart:
 			s.stepStart(w)
 		}
@@ -254,9 +280,11 @@ func (s *simulator) run(ctx context.Context) error {
 	return nil
 }
 
-func (s *simulator) push(at time.Duration, k evKind, w int) {
+func (s *simulator) push(at time.Duration, k evKind, w int) { s.pushReq(at, k, w, -1) }
+
+func (s *simulator) pushReq(at time.Duration, k evKind, w, r int) {
 	s.seq++
-	s.heap.push(event{at: at, key: uint64(k)<<kindShift | s.seq, w: int32(w)})
+	s.heap.push(event{at: at, key: uint64(k)<<kindShift | s.seq, w: int32(w), r: int32(r)})
 }
 
 // arrive routes request i and adds it to its worker's engine.
@@ -275,24 +303,73 @@ func (s *simulator) arrive(i int, p prompt) {
 	st := &s.state[i]
 	st.id = strconv.Itoa(i)
 	st.maxTokens = int32(maxTokens(r))
+	st.prefillW = -1
 	d, err := s.router.Route(kv.RouteInput{RequestID: st.id, Tokens: p.tokens}, simBase.Add(s.now), s.rng)
 	if err != nil {
 		s.fail(i, routeKind(err), err.Error())
 		return
 	}
-	wi := int(d.Worker)
-	if wi < 0 || wi >= len(s.workers) || s.workers[wi].name != d.WorkerID {
-		panic(fmt.Sprintf("sim: the router chose worker %d %q, which is not worker %d", d.Worker, d.WorkerID, wi))
+	wi := s.workerIndex(d.Worker, d.WorkerID)
+	st.decodeW = int32(wi)
+	req := mocker.Request{ID: st.id, Prompt: p.tokens, MaxTokens: int(st.maxTokens), IgnoreEOS: true}
+	if d.Prefill != nil {
+		// Remote: the prefill leg computes the prompt and one token, and keeps its blocks
+		// for the decode worker to read; the decode leg enters its engine once they are
+		// transferred (transferred).
+		wi = s.workerIndex(d.Prefill.Worker, d.Prefill.WorkerID)
+		st.prefillW, st.prompt = int32(wi), p.tokens
+		req.MaxTokens, req.HoldBlocks = 1, true
 	}
-	w := s.workers[wi]
-	if err := w.eng.Add(mocker.Request{ID: st.id, Prompt: p.tokens, MaxTokens: int(st.maxTokens), IgnoreEOS: true}); err != nil {
+	if err := s.workers[wi].eng.Add(req); err != nil {
 		s.router.Free(st.id)
 		s.fail(i, ErrInvalidRequest, err.Error())
 		return
 	}
 	st.active = true
-	s.stats.Decisions[DecisionAggregated]++
+	s.stats.Decisions[d.Disagg]++
 	s.wake(wi)
+}
+
+// workerIndex returns the index of the worker the router named, which is its WorkerID.
+func (s *simulator) workerIndex(id kv.WorkerID, name string) int {
+	wi := int(id)
+	if wi < 0 || wi >= len(s.workers) || s.workers[wi].name != name {
+		panic(fmt.Sprintf("sim: the router chose worker %d %q, which is not worker %d", id, name, wi))
+	}
+	return wi
+}
+
+// prefilled ends the prefill leg of remote request i: the router stops tracking the leg,
+// and the prompt's full blocks travel to the decode worker, at TransferBandwidth (as the
+// mock engine's KV transfer port sends them: full blocks of BlockSize tokens of
+// KVBytesPerToken bytes each, paced at the bandwidth times the speedup ratio).
+func (s *simulator) prefilled(i int) {
+	st := &s.state[i]
+	s.router.Free(kv.PrefillRequestID(st.id))
+	bs := s.cfg.Engine.BlockSize
+	bytes := float64(len(st.prompt)/bs*bs) * float64(s.cfg.KVBytesPerToken)
+	d := time.Duration(bytes / (s.cfg.TransferBandwidth * s.cfg.Engine.SpeedupRatio) * float64(time.Second))
+	s.pushReq(s.now+d, evTransfer, int(st.decodeW), i)
+}
+
+// transferred runs when request i's KV blocks have reached its decode worker: the
+// prefill engine releases them and the decode leg enters the decode engine with the
+// prompt's full blocks imported (no prefill time for them).
+func (s *simulator) transferred(i int) {
+	st := &s.state[i]
+	s.workers[st.prefillW].eng.Release(st.id)
+	bs := s.cfg.Engine.BlockSize
+	prompt := st.prompt
+	st.prompt = nil
+	err := s.workers[st.decodeW].eng.Add(mocker.Request{ID: st.id, Prompt: prompt, MaxTokens: int(st.maxTokens),
+		IgnoreEOS: true, ImportedTokens: len(prompt) / bs * bs})
+	if err != nil {
+		st.active = false
+		s.router.Free(st.id)
+		s.fail(i, ErrInvalidRequest, err.Error())
+		return
+	}
+	s.wake(int(st.decodeW))
 }
 
 func routeKind(err error) string {
@@ -339,14 +416,21 @@ func (s *simulator) stepEnd(w *worker) {
 		s.emit(w, res.Events)
 	}
 	for k := range res.Outputs {
-		s.output(&res.Outputs[k])
+		o := &res.Outputs[k]
+		if i := parseIndex(o.RequestID); s.state[i].prefillW == int32(w.idx) {
+			s.prefilled(i) // a prefill leg's only token: no client sees it
+		} else {
+			s.output(o, i)
+		}
 	}
 	w.res = mocker.StepResult{}
 	switch {
 	case !w.eng.HasWork():
 		w.busy = false
-	case s.next < len(s.order) && s.reqs[s.order[s.next]].Arrival == s.now:
-		// Requests arriving at this instant join the next step: start it after them.
+	case s.next < len(s.order) && s.reqs[s.order[s.next]].Arrival == s.now,
+		len(s.heap) > 0 && s.heap[0].at == s.now:
+		// Requests arriving (or transferred) at this instant join the next step: start it
+		// after them.
 		s.push(s.now, evStepStart, w.idx)
 	default:
 		s.stepStart(w)
@@ -382,9 +466,8 @@ func (s *simulator) apply(w *worker, seq uint64, events []kv.Event) {
 	}
 }
 
-// output records one step output of a request.
-func (s *simulator) output(o *mocker.Output) {
-	i := parseIndex(o.RequestID)
+// output records one step output of request i.
+func (s *simulator) output(o *mocker.Output, i int) {
 	st := &s.state[i]
 	res := &s.results[i]
 	if res.OutputTokens == 0 {
@@ -437,11 +520,12 @@ func (s *simulator) cancel(detail string) {
 	s.cancelKind(bench.ErrCanceled, detail)
 }
 
-// cancelKind ends the requests still in engines with kind; the router frees them.
+// cancelKind ends the requests still in engines with kind; the router frees them (both
+// legs of a remote request).
 func (s *simulator) cancelKind(kind, detail string) {
 	for i := range s.state {
 		if st := &s.state[i]; st.active {
-			st.active = false
+			st.active, st.prompt = false, nil
 			s.router.Free(st.id)
 			if s.results[i].OutputTokens > 0 {
 				s.results[i].E2E = st.last - s.reqs[i].Arrival

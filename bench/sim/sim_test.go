@@ -418,3 +418,151 @@ func TestCancel(t *testing.T) {
 		}
 	})
 }
+
+// TestDisaggTiming checks xPyD serving against the timing model for requests alone: a
+// long prompt is prefilled on the prefill worker (its one token unseen by the client),
+// its full blocks are transferred at the KV bandwidth, and the decode worker computes
+// only the last prompt token before the first output token; a short prompt is
+// prefilled on its decode worker.
+func TestDisaggTiming(t *testing.T) {
+	eng := smallEngine()
+	sp := eng.SpeedupRatio
+	const kvBytes = 131072 // bytes per token
+	decode := func(l int) time.Duration { return ms(mocker.DecodeMillis(float64((l+15)/16)/256), sp) }
+	// 2000 tokens: 125 full blocks of 16, all transferred: 2000 × 128 KiB at 64 GB/s × 2.
+	transfer := time.Duration(float64(2000*kvBytes) / (DefaultTransferBandwidth * sp) * float64(time.Second))
+	long := bench.Request{Arrival: 0, InputLength: 2000, OutputLength: 3, HashIDs: []int64{1, 2, 3, 4}}
+	short := bench.Request{Arrival: 10 * time.Second, InputLength: 500, OutputLength: 2, HashIDs: []int64{9}}
+	for _, tc := range []struct {
+		name      string
+		reqs      []bench.Request
+		maxLocal  int // Config.MaxLocalPrefillTokens
+		ttft      []time.Duration
+		itl       [][]time.Duration
+		decisions map[string]int
+	}{
+		{
+			name: "remote prefill",
+			reqs: []bench.Request{long},
+			// Prefill worker: chunks of 512, 512, 512 and 464 tokens; transfer; decode
+			// worker: the last prompt token (a 1-token prefill step), then decode steps.
+			ttft: []time.Duration{3*ms(mocker.PrefillMillis(512), sp) + ms(mocker.PrefillMillis(464), sp) + transfer +
+				ms(mocker.PrefillMillis(1), sp)},
+			itl:       [][]time.Duration{{decode(2001), decode(2002)}},
+			decisions: map[string]int{kv.DisaggRemote: 1},
+		},
+		{
+			// A threshold above the prompt's 2000 tokens: the decode worker prefills it.
+			name:      "threshold set above the prompt",
+			reqs:      []bench.Request{long},
+			maxLocal:  4000,
+			ttft:      []time.Duration{3*ms(mocker.PrefillMillis(512), sp) + ms(mocker.PrefillMillis(464), sp)},
+			itl:       [][]time.Duration{{decode(2001), decode(2002)}},
+			decisions: map[string]int{kv.DisaggLocalShortPrefill: 1},
+		},
+		{
+			name:      "short prompt prefilled locally",
+			reqs:      []bench.Request{long, short},
+			ttft:      []time.Duration{0, ms(mocker.PrefillMillis(500), sp)},
+			itl:       [][]time.Duration{nil, {decode(501)}},
+			decisions: map[string]int{kv.DisaggRemote: 1, kv.DisaggLocalShortPrefill: 1},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Workers: 1, PrefillWorkers: 1, Engine: eng, BlockTokens: 512, KVBytesPerToken: kvBytes,
+				MaxLocalPrefillTokens: tc.maxLocal}
+			s, err := newSimulator(cfg, tc.reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			out, st := s.outcome()
+			for i, r := range out.Results {
+				if r.Error != "" {
+					t.Fatalf("request %d: %s: %s", i, r.Error, r.Detail)
+				}
+				if tc.ttft[i] == 0 {
+					continue // checked by another case
+				}
+				if r.TTFT != tc.ttft[i] || !reflect.DeepEqual(r.ITL, tc.itl[i]) {
+					t.Errorf("request %d: TTFT %v, ITL %v; want %v, %v", i, r.TTFT, r.ITL, tc.ttft[i], tc.itl[i])
+				}
+				if r.OutputTokens != tc.reqs[i].OutputLength || r.PromptTokens != tc.reqs[i].InputLength || r.CachedTokens != 0 {
+					t.Errorf("request %d: %d output, %d prompt, %d cached tokens", i, r.OutputTokens, r.PromptTokens, r.CachedTokens)
+				}
+			}
+			if !reflect.DeepEqual(st.Decisions, tc.decisions) {
+				t.Errorf("decisions %v, want %v", st.Decisions, tc.decisions)
+			}
+			// A remote prefill leaves no pinned block on the prefill engine, its prompt's 125
+			// full blocks in both engines' prefix caches, and all but the last prompt token
+			// imported on the decode engine; a local one leaves the prefill engine unused.
+			pre, dec := s.workers[1].eng.Stats(), s.workers[0].eng.Stats()
+			if s.workers[1].role != kv.RolePrefill || pre.PinnedRequests != 0 || pre.ActiveBlocks != 0 {
+				t.Errorf("prefill engine %+v", pre)
+			}
+			wantImported, wantPrefillCached := uint64(1999), 125
+			if tc.maxLocal > 0 {
+				wantImported, wantPrefillCached = 0, 0
+			}
+			if dec.ImportedTokens != wantImported || dec.CachedBlocks < 125 || pre.CachedBlocks != wantPrefillCached {
+				t.Errorf("decode engine %+v, prefill engine %+v: want %d tokens imported, %d blocks cached on prefill",
+					dec, pre, wantImported, wantPrefillCached)
+			}
+		})
+	}
+}
+
+// TestDisaggFleet runs a mixed workload on a 2P4D fleet: every request succeeds, both
+// kinds of decision occur, the run is deterministic and the router ends with nothing
+// tracked (neither leg) and every event batch applied.
+func TestDisaggFleet(t *testing.T) {
+	reqs := sharedPrefixWorkload(200, 5, 2, 2, 512, 20, 20, 13)
+	for i := range reqs {
+		if i%3 == 0 { // some short prompts, prefilled on their decode worker
+			reqs[i].InputLength = 300
+			reqs[i].HashIDs = reqs[i].HashIDs[:1]
+		}
+	}
+	cfg := Config{Workers: 4, PrefillWorkers: 2, Engine: smallEngine(), BlockTokens: 512, KVBytesPerToken: 1 << 20,
+		EventDelay: time.Millisecond, Seed: 4}
+	var outs []bench.Outcome
+	for range 2 {
+		s, err := newSimulator(cfg, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		out, st := s.outcome()
+		outs = append(outs, out)
+		if sum := bench.Summarize(out); sum.Succeeded != len(reqs) {
+			t.Fatalf("%d of %d succeeded: %v", sum.Succeeded, len(reqs), sum.Errors)
+		}
+		if st.Decisions[kv.DisaggRemote] == 0 || st.Decisions[kv.DisaggLocalShortPrefill] == 0 {
+			t.Errorf("decisions %v: want remote and local ones", st.Decisions)
+		}
+		rs := s.router.Stats()
+		var n int
+		for k, c := range st.Decisions {
+			n += c
+			if rs.Decisions[k] != int64(c) {
+				t.Errorf("decision %s: %d counted, the router says %d", k, c, rs.Decisions[k])
+			}
+		}
+		if n != len(reqs) || rs.ActiveRequests != 0 || s.applyErrs != 0 {
+			t.Errorf("%d decisions, %d requests still tracked, %d batches not applied", n, rs.ActiveRequests, s.applyErrs)
+		}
+		for _, w := range s.workers {
+			if est := w.eng.Stats(); w.eng.HasWork() || est.PinnedRequests != 0 || est.ActiveBlocks != 0 {
+				t.Errorf("%s: %+v", w.name, est)
+			}
+		}
+	}
+	if !reflect.DeepEqual(outs[0], outs[1]) {
+		t.Fatal("two runs differ")
+	}
+}
