@@ -30,10 +30,11 @@
 // decode worker as an aggregated one. Stats.Decisions counts the decisions.
 //
 // What is not modelled: HTTP, tokenization and the actor messages between gateway,
-// router and worker (a real run adds a few milliseconds to each TTFT and less to each
-// ITL), engine load reports (the kv router does not use them), busy-queueing at the
-// gateway (a request refused by every worker's busy threshold fails), migration and
-// faults.
+// router and worker (a real run adds a few milliseconds to each TTFT), a real engine
+// loop's lateness at every step (its timer fires late on a busy machine; set
+// Config.StepOverhead to model it), engine load reports (the kv router does not use
+// them), busy-queueing at the gateway (a request refused by every worker's busy
+// threshold fails), migration and faults.
 //
 // Runs are deterministic: the same Config (Seed included) and requests give the same
 // Outcome, whatever the machine.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -184,24 +185,12 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 	for i := range s.order {
 		s.order[i] = int32(i)
 	}
-	slices.SortStableFunc(s.order, func(a, b int32) int {
-		return compareDurations(reqs[a].Arrival, reqs[b].Arrival)
-	})
+	slices.SortStableFunc(s.order, func(a, b int32) int { return cmp.Compare(reqs[a].Arrival, reqs[b].Arrival) })
 	if len(reqs) > 0 {
 		s.origin = reqs[s.order[0]].Arrival
 		s.now = s.origin
 	}
 	return s, nil
-}
-
-func compareDurations(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Vocabulary of the simulated engines: output token ids vocabFirst.. (within the range
