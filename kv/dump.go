@@ -96,7 +96,7 @@ func (x *Index) Dump(w WorkerID) []Event {
 		m := &x.meta[s]
 		parent := x.t.parent[s]
 		start := len(toks)
-		toks = append(toks, x.tokens[int(s)*bs:(int(s)+1)*bs]...)
+		toks = append(toks, x.slotTokens(s)...)
 		if n := len(events); n > 0 && parent != noSlot && parent == last && x.loras[m.lora] == events[n-1].LoraName {
 			ev := &events[n-1]
 			ev.EngineHashes = append(ev.EngineHashes, primary[s])
@@ -148,7 +148,7 @@ func (x *Index) Dump(w WorkerID) []Event {
 	for _, xb := range extras {
 		m := &x.meta[xb.slot]
 		start := len(toks)
-		toks = append(toks, x.tokens[int(xb.slot)*bs:(int(xb.slot)+1)*bs]...)
+		toks = append(toks, x.slotTokens(xb.slot)...)
 		ev := Event{
 			Kind:         BlockStored,
 			EngineHashes: []uint64{xb.e},

@@ -43,12 +43,23 @@ type Index struct {
 	blockSize int
 	t         bitTable
 	meta      []nodeMeta // per slot
-	tokens    []uint32   // per slot, blockSize token ids
-	workers   []*workerBlocks
-	loras     []string
-	loraIDs   map[string]uint32
+	// tokens holds each slot's blockSize token ids in pages of tokenPageSlots slots, so
+	// that growing the index never copies the tokens already stored.
+	tokens  [][]uint32
+	workers []*workerBlocks
+	loras   []string
+	loraIDs map[string]uint32
 	// unknownRemovals counts BlockRemoved hashes the worker was not known to hold.
 	unknownRemovals uint64
+}
+
+// tokenPageSlots is the number of slots per page of Index.tokens.
+const tokenPageSlots = 1024
+
+// slotTokens returns the token ids stored for slot s (blockSize of them).
+func (x *Index) slotTokens(s uint32) []uint32 {
+	off := int(s%tokenPageSlots) * x.blockSize
+	return x.tokens[s/tokenPageSlots][off : off+x.blockSize]
 }
 
 type nodeMeta struct {
@@ -240,10 +251,11 @@ func (x *Index) node(h uint64, parent, lora uint32, toks []uint32) uint32 {
 	}
 	if int(s) >= len(x.meta) {
 		x.meta = append(x.meta, nodeMeta{})
-		x.tokens = append(x.tokens, toks...)
-	} else {
-		copy(x.tokens[int(s)*x.blockSize:], toks)
 	}
+	if int(s/tokenPageSlots) >= len(x.tokens) {
+		x.tokens = append(x.tokens, make([]uint32, tokenPageSlots*x.blockSize))
+	}
+	copy(x.slotTokens(s), toks)
 	x.meta[s] = nodeMeta{lora: lora}
 	if parent != noSlot {
 		x.meta[parent].children++
