@@ -3,12 +3,14 @@ package bench
 import (
 	"flag"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/turbine-llm/turbine/bench"
+	"github.com/turbine-llm/turbine/bench/sim"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/kv"
 )
@@ -32,6 +34,13 @@ type Fleet struct {
 	OverlapWeight       float64
 	RouterTemperature   float64
 
+	// Disagg: the router's conditional disaggregation (serve's flags); KVBytesPerToken
+	// (bytes) and KVTransferBandwidth (bytes/s): the simulated KV transfer of a
+	// disaggregated request (the mock engine's flags).
+	Disagg              options.Disagg
+	KVBytesPerToken     int64
+	KVTransferBandwidth float64
+
 	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
 	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
 }
@@ -42,12 +51,29 @@ func DefaultFleet(workers int) Fleet {
 	return Fleet{Workers: workers, RouterMode: r.RouterMode, Modes: "kv,round-robin,random,cache-aware",
 		Tokenizer: e.Tokenizer, BlockSize: e.BlockSize, NumGPUBlocks: e.NumGPUBlocks, MaxNumSeqs: e.MaxNumSeqs,
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens, MaxModelLen: e.MaxModelLen, SpeedupRatio: e.SpeedupRatio,
-		OverlapWeight: r.OverlapWeight, RouterTemperature: r.RouterTemperature, ReadyTimeout: 2 * time.Minute}
+		OverlapWeight: r.OverlapWeight, RouterTemperature: r.RouterTemperature, ReadyTimeout: 2 * time.Minute,
+		Disagg: options.DefaultDisagg(), KVBytesPerToken: DefaultKVBytesPerToken, KVTransferBandwidth: sim.DefaultTransferBandwidth}
+}
+
+// DefaultKVBytesPerToken is the simulated model's KV cache size per token in bytes: the
+// mock engine's default, Llama-3.1-8B in bfloat16 (2 × 32 layers × 8 KV heads × 128 ×
+// 2 bytes).
+const DefaultKVBytesPerToken = 131072
+
+// simulateOnlyFlags are flags a simulation takes that serve does not.
+var simulateOnlyFlags = []string{"kv-bytes-per-token", "kv-transfer-bandwidth"}
+
+// disaggFlags registers the disaggregation flags (router and simulated transfer).
+func (f *Fleet) disaggFlags(fs *flag.FlagSet) {
+	f.Disagg.Flags(fs)
+	fs.Int64Var(&f.KVBytesPerToken, "kv-bytes-per-token", f.KVBytesPerToken, "--simulate, disaggregated: the model's KV cache `bytes` per token (transfer size)")
+	fs.Float64Var(&f.KVTransferBandwidth, "kv-transfer-bandwidth", f.KVTransferBandwidth, "--simulate, disaggregated: KV transfer bandwidth between prefill and decode engines, `bytes/s` (divided out by --speedup-ratio like every engine time)")
 }
 
 // fleetFlagNames are the flags engineFlags registers (a real run refuses them).
 var fleetFlagNames = []string{"workers", "prefill-workers", "router-mode", "tokenizer", "block-size", "num-gpu-blocks",
-	"max-num-seqs", "max-num-batched-tokens", "max-model-len", "speedup-ratio", "overlap-weight", "router-temperature"}
+	"max-num-seqs", "max-num-batched-tokens", "max-model-len", "speedup-ratio", "overlap-weight", "router-temperature",
+	"max-local-prefill-tokens", "max-prefill-queue-tokens", "enforce-disagg", "kv-bytes-per-token", "kv-transfer-bandwidth"}
 
 // engineFlags registers the mock engines' and the router's flags.
 func (f *Fleet) engineFlags(fs *flag.FlagSet) {
@@ -59,6 +85,7 @@ func (f *Fleet) engineFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&f.SpeedupRatio, "speedup-ratio", f.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster)")
 	fs.Float64Var(&f.OverlapWeight, "overlap-weight", f.OverlapWeight, "weight of prefill blocks against decode blocks in the kv routing cost")
 	fs.Float64Var(&f.RouterTemperature, "router-temperature", f.RouterTemperature, "softmax temperature of the kv routing choice (0 = lowest cost)")
+	f.disaggFlags(fs)
 }
 
 // simulateFlags registers the flags of `turbine bench --simulate`.
@@ -89,6 +116,13 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 		return fmt.Errorf("--prefill-workers %d: want >= 0", f.PrefillWorkers)
 	case f.ReadyTimeout <= 0:
 		return fmt.Errorf("--ready-timeout %v: want > 0", f.ReadyTimeout)
+	case f.KVBytesPerToken < 0:
+		return fmt.Errorf("--kv-bytes-per-token %d: want >= 0", f.KVBytesPerToken)
+	case !(f.KVTransferBandwidth > 0) || math.IsInf(f.KVTransferBandwidth, 0):
+		return fmt.Errorf("--kv-transfer-bandwidth %v: want a positive number of bytes/s", f.KVTransferBandwidth)
+	}
+	if err := f.Disagg.Validate(); err != nil {
+		return err
 	}
 	names := kv.DefaultPolicies().Names()
 	for _, m := range modes {
@@ -155,7 +189,10 @@ func (f *Fleet) serveArgs(mode, model string) []string {
 		"--max-num-seqs", strconv.Itoa(f.MaxNumSeqs), "--max-num-batched-tokens", strconv.Itoa(f.MaxNumBatchedTokens),
 		"--max-model-len", strconv.Itoa(f.MaxModelLen), "--speedup-ratio", ff(f.SpeedupRatio),
 		"--overlap-weight", ff(f.OverlapWeight), "--router-temperature", ff(f.RouterTemperature),
-		"--ready-timeout", f.ReadyTimeout.String())...)
+		"--ready-timeout", f.ReadyTimeout.String(),
+		"--max-local-prefill-tokens", strconv.Itoa(f.Disagg.MaxLocalPrefillTokens),
+		"--max-prefill-queue-tokens", strconv.FormatInt(f.Disagg.MaxPrefillQueueTokens, 10),
+		"--enforce-disagg="+strconv.FormatBool(f.Disagg.EnforceDisagg))...)
 }
 
 // workers describes the fleet's layout ("8 workers", "2 prefill + 6 decode workers").

@@ -19,8 +19,10 @@ func (o *Options) simConfig(mode string) sim.Config {
 	eng.MaxNumBatchedTokens, eng.MaxModelLen, eng.SpeedupRatio = f.MaxNumBatchedTokens, f.MaxModelLen, f.SpeedupRatio
 	rc := kv.DefaultConfig(f.BlockSize)
 	rc.Policy, rc.OverlapWeight, rc.Temperature = mode, f.OverlapWeight, f.RouterTemperature
+	rc.Disagg = *f.Disagg.Config()
 	return sim.Config{Workers: f.Workers, PrefillWorkers: f.PrefillWorkers, Engine: eng, Router: rc,
-		BlockTokens: o.BlockTokens, Seed: o.Seed}
+		BlockTokens: o.BlockTokens, Seed: o.Seed,
+		KVBytesPerToken: f.KVBytesPerToken, TransferBandwidth: f.KVTransferBandwidth}
 }
 
 // fleetName describes a simulated fleet (the URL field of its summary).
