@@ -39,7 +39,8 @@ func fakeServe(how string, args []string) int {
 	mode := fs.String("router-mode", "kv", "")
 	model := fs.String("model", "turbine-mock", "")
 	for _, name := range []string{"host", "port", "log-format", "tokenizer", "block-size", "num-gpu-blocks", "max-num-seqs",
-		"max-num-batched-tokens", "max-model-len", "speedup-ratio", "overlap-weight", "router-temperature", "ready-timeout"} {
+		"max-num-batched-tokens", "max-model-len", "speedup-ratio", "overlap-weight", "router-temperature", "ready-timeout",
+		"max-local-prefill-tokens", "max-prefill-queue-tokens", "enforce-disagg"} {
 		fs.String(name, "", "")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
