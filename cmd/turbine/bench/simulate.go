@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/bench/sim"
@@ -47,7 +49,34 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 	}
 	fmt.Fprintf(stderr, "bench: simulated %.1f s of serving in %.1f s (%d engine steps)\n", st.SimulatedTime.Seconds(), st.WallTime.Seconds(), st.Steps)
 	s := bench.Summarize(out)
+	if o.Fleet.PrefillWorkers > 0 {
+		s.DisaggDecisions = st.Decisions
+		fmt.Fprintf(stderr, "bench: disaggregation decisions: %s\n", decisions(st.Decisions))
+	}
 	s.Workload, s.URL, s.Model, s.Label = workload, o.fleetName(mode), o.Model, label
 	o.setCeiling(&s, reqs)
 	return s, out.Results, nil
+}
+
+// decisions lists decision counts as "remote 120, local_short_prefill 30", largest first.
+func decisions(m map[string]int) string {
+	type kc struct {
+		k string
+		c int
+	}
+	var list []kc
+	for k, c := range m {
+		if c > 0 {
+			list = append(list, kc{k, c})
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].c > list[j].c || (list[i].c == list[j].c && list[i].k < list[j].k) })
+	parts := make([]string, len(list))
+	for i, x := range list {
+		parts[i] = fmt.Sprintf("%s %d", x.k, x.c)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
