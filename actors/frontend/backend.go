@@ -41,6 +41,12 @@ type Config struct {
 	// StallTimeout is how long a stream waits for its worker's next chunk before the
 	// attempt counts as stalled and is migrated (default 2 min; negative: never).
 	StallTimeout time.Duration
+	// PrefillReleaseWait is how long a prefill leg cancelled before its last chunk arrived
+	// (the client left, or its decode leg failed, during the prefill leg) is waited for,
+	// so that the ReleaseKv sent to its worker carries the transfer parameters of a leg
+	// that finished, with its blocks pinned, just before the cancel reached it (default
+	// 2 s; chunks already sent arrive within milliseconds).
+	PrefillReleaseWait time.Duration
 	// Busy are the busy thresholds the Router grains start with (router.Config.Busy), as
 	// BusyStatus reports them until they are changed through this frontend.
 	Busy   kv.BusyThresholds
@@ -78,6 +84,9 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	}
 	if cfg.ModelMemory <= 0 {
 		cfg.ModelMemory = 10 * time.Minute
+	}
+	if cfg.PrefillReleaseWait <= 0 {
+		cfg.PrefillReleaseWait = 2 * time.Second
 	}
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = 2 * time.Minute

@@ -105,6 +105,9 @@ func (s *stream) onPrefill(ar arrival) *messages.TokenChunk {
 	a := s.cur
 	p := a.pre
 	ch := ar.chunk
+	if ch.FinishReason != "" || ar.fault != "" {
+		p.final = true
+	}
 	switch {
 	case a.sawToken:
 		// The decode leg has its KV already (SGLang: both legs ran at once): whatever
@@ -193,6 +196,42 @@ func (s *stream) retryPrefill(ar arrival) *messages.TokenChunk {
 		Str("reason", ar.fault).Str("decision", s.Disagg().Decision).Str("prefill_worker", s.Disagg().PrefillWorker).
 		Str("decode_worker", s.cur.workerID).Msg("prefill leg retried")
 	return nil
+}
+
+// settlePrefill ends decode leg a's prefill leg p, which has not delivered its last
+// chunk, when a ends before its first token: p is cancelled and freed in the router at
+// once, and ReleaseKv goes to p's worker once p's last chunk arrives — with the transfer
+// parameters of a leg that finished before the cancel reached it, whose blocks its engine
+// pinned — or after Config.PrefillReleaseWait without one (the cancel stopped it first).
+func (s *stream) settlePrefill(a *attempt, reason string) {
+	p := a.pre
+	p.ended, a.released = true, true
+	s.root.Send(p.worker, &messages.Cancel{RequestId: p.requestID, Reason: reason})
+	s.router.Free(p.requestID)
+	root, rec, model, wait := s.root, s.rec, s.req.Model, s.cfg.PrefillReleaseWait
+	go func() {
+		kvParams := ""
+		t := time.NewTimer(wait)
+		defer t.Stop()
+	wait:
+		for {
+			select {
+			case ar := <-p.arrivals:
+				if ar.chunk.FinishReason != "" || ar.fault != "" {
+					kvParams = ar.chunk.KvTransferParams
+					break wait
+				}
+			case <-t.C:
+				break wait
+			}
+		}
+		close(p.closed)
+		root.Stop(p.receiver)
+		if rec != nil {
+			rec.released(model)
+		}
+		root.Send(p.worker, &messages.ReleaseKv{RequestId: p.requestID, KvTransferParams: kvParams})
+	}()
 }
 
 // release tells decode leg a's prefill worker, once, to release the KV blocks its engine

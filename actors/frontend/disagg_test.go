@@ -456,3 +456,34 @@ func TestLegSampling(t *testing.T) {
 		t.Errorf("base changed: %v", base)
 	}
 }
+
+// TestDisaggReleaseAfterLateLastChunk: the client leaves while the prefill leg's last
+// chunk is on its way (the engine finished and pinned the prompt's blocks, the stream
+// had not taken the chunk yet): the ReleaseKv sent to the prefill worker carries that
+// chunk's transfer parameters, without which the engine could not find the blocks.
+func TestDisaggReleaseAfterLateLastChunk(t *testing.T) {
+	pre := &scriptedWorker{failAfter: -1}
+	h := buildHarness(t, harnessOpts{prefill: []*scriptedWorker{pre}}, &scriptedWorker{failAfter: -1})
+	if h.startErr != nil {
+		t.Fatal(h.startErr)
+	}
+	p := h.stream.cur.pre
+	eventually(t, "the prefill leg's last chunk at the stream", func() bool { return len(p.arrivals) > 0 })
+	h.stream.Close()
+	eventually(t, "p0's ReleaseKv", func() bool { return len(pre.released()) > 0 })
+	gens, cancels := pre.calls()
+	r := pre.released()
+	if len(r) != 1 || r[0].RequestId != gens[0].RequestId || r[0].KvTransferParams != kvParamsFor(gens[0].RequestId) {
+		t.Fatalf("p0 releases %v, want its leg %s with its transfer parameters", r, gens[0].RequestId)
+	}
+	if len(cancels) != 1 {
+		t.Errorf("p0 cancels %v, want its leg cancelled", cancels)
+	}
+	if gens, _ := h.workers[0].calls(); len(gens) != 0 {
+		t.Errorf("w0 got %d Generate after the client left", len(gens))
+	}
+	h.checkFreed(t)
+	if ev := h.rec.list(); !slices.Contains(ev, "released:m") {
+		t.Errorf("events %v: want the release counted", ev)
+	}
+}

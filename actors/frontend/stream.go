@@ -103,6 +103,7 @@ type attempt struct {
 	sent   bool      // Generate was sent
 	sentAt time.Time // when
 	ended  bool      // endLeg ran
+	final  bool      // a prefill leg's last chunk (or fault) was taken from arrivals
 
 	// A decode leg's prefill leg (nil for aggregated and local requests), the transfer
 	// parameters the prefill leg returned, whether ReleaseKv was sent, and the SGLang
@@ -371,8 +372,13 @@ func (s *stream) end(a *attempt, reason string) {
 		if why == "" {
 			why = "the decode leg ended"
 		}
-		s.endLeg(p, why)
-		if !a.sawToken {
+		switch {
+		case a.sawToken:
+			s.endLeg(p, why)
+		case !p.ended && !p.final && p.sent:
+			s.settlePrefill(a, why)
+		default:
+			s.endLeg(p, why)
 			s.release(a)
 		}
 	}

@@ -248,7 +248,7 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	}
 	seq := 0
 	newID := func(c string) string { seq++; return fmt.Sprintf("%s#%d", c, seq) }
-	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall}
+	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, PrefillReleaseWait: 200 * time.Millisecond}
 	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
 		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, HasSeed: true, Seed: 7}}
 	h.rec = &fakeRecorder{h: h}
