@@ -180,6 +180,14 @@ func TestBuilderRole(t *testing.T) {
 			}
 		})
 	}
+	b := bootBuilder(t, "--worker-role", "prefill")
+	cfg, err := b.worker("n-0", &messages.StartWorker{Engine: "mocker", Card: b.boot}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Launcher.(*launcher.Mocker); m.Role != launcher.RolePrefill || cfg.Role != "prefill" {
+		t.Fatalf("mocker role %q, worker role %q; want prefill", m.Role, cfg.Role)
+	}
 	if _, err := options.ParseWorkerRole("--worker-role", ""); err != nil {
 		t.Fatalf("empty role: %v", err)
 	}

@@ -88,9 +88,10 @@ func LauncherRole(role string) launcher.Role {
 	return ""
 }
 
-// MockerFor is Mocker for a worker of role ("aggregated", "prefill" or "decode").
-// The mock engine's own role flag is not wired yet: it starts as an aggregated engine,
-// which serves both legs (a decode leg then computes the prompt itself).
+// MockerFor is Mocker for a worker of role ("aggregated", "prefill" or "decode"): the
+// mock engine is started with --role (and, as every mock engine, a KV transfer port).
 func (o *Engine) MockerFor(executable string, card *messages.ModelCard, role string) *launcher.Mocker {
-	return o.Mocker(executable, card)
+	m := o.Mocker(executable, card)
+	m.Role = LauncherRole(role)
+	return m
 }
