@@ -9,7 +9,10 @@ package bench
 // so those blocks hold exactly the same tokens — counted in tokens (blockTokens per id)
 // and capped at InputLength-1, since an engine always computes at least the prompt's last
 // token (vLLM recomputes it on a full hit to produce the first output token's logits).
-// Traces without prefix information (Azure, synthetic) share no id and have ceiling 0.
+// A shared prefix that ends inside a block (Request.PrefixTokens) counts in full once
+// an earlier request had the same PrefixID, since it then holds exactly the same
+// tokens. Traces without prefix information (Azure, synthetic without a shared prefix)
+// share no id and have ceiling 0.
 func Ceiling(reqs []Request, blockTokens int) float64 {
 	hit, total := ceilingTokens(reqs, blockTokens)
 	if total == 0 {
@@ -39,12 +42,22 @@ func CeilingBlocks(reqs []Request) float64 {
 
 func ceilingTokens(reqs []Request, blockTokens int) (hit, total int64) {
 	seen := make(map[int64]struct{})
+	prefixes := make(map[int64]struct{}) // PrefixIDs seen
 	for _, r := range reqs {
 		k := leadingSeen(r.HashIDs, seen)
 		total += int64(r.InputLength)
-		hit += int64(max(min(k*blockTokens, r.InputLength-1), 0))
+		h := k * blockTokens
+		if r.PrefixTokens > h && k >= r.PrefixTokens/blockTokens {
+			if _, ok := prefixes[r.PrefixID]; ok {
+				h = r.PrefixTokens
+			}
+		}
+		hit += int64(max(min(h, r.InputLength-1), 0))
 		for _, id := range r.HashIDs[k:] {
 			seen[id] = struct{}{}
+		}
+		if r.PrefixTokens > 0 {
+			prefixes[r.PrefixID] = struct{}{}
 		}
 	}
 	return hit, total

@@ -24,6 +24,15 @@ type Request struct {
 	// HashIDs holds one id per block of the prompt, prefix-chained: two requests share
 	// their first k blocks of tokens exactly when their first k ids are equal.
 	HashIDs []int64
+	// PrefixTokens > 0 makes the prompt's first PrefixTokens tokens the shared prefix of
+	// group PrefixID (a synthetic workload's shared prefix, SyntheticSpec): its whole
+	// blocks are HashIDs[:PrefixTokens/blockTokens], the same ids in every request of
+	// the group, and its remainder, the first PrefixTokens%blockTokens tokens of the
+	// next block (a block of the request's own), is synthesized from PrefixID. Requests
+	// with the same PrefixID therefore share exactly PrefixTokens leading tokens, however
+	// the prefix falls on blocks. 0: no such prefix (traces).
+	PrefixTokens int
+	PrefixID     int64
 }
 
 // mooncakeLine is one line of a Mooncake trace.
@@ -149,7 +158,8 @@ func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, err
 // Synthetic returns n requests of isl prompt tokens and osl output tokens with prompts
 // that share nothing. rate > 0 gives Poisson arrivals of that many requests per second
 // drawn from rng; rate == 0 makes them all arrive at once (a closed loop, paced by the
-// runner's concurrency).
+// runner's concurrency). SyntheticSpec describes the general case: drawn lengths, shared
+// prefixes, a duration.
 func Synthetic(n, isl, osl, blockTokens int, rate float64, rng *rand.Rand) ([]Request, error) {
 	switch {
 	case n < 1:

@@ -20,10 +20,10 @@ func TestReadMooncake(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Request{
-		{0, 1000, 12, []int64{0, 1}},
-		{0, 1100, 3, []int64{0, 1, 2}},
-		{1500 * time.Millisecond, 512, 0, []int64{7}},
-		{3027 * time.Millisecond, 1600, 40, []int64{0, 8, 9, 10}},
+		{Arrival: 0, InputLength: 1000, OutputLength: 12, HashIDs: []int64{0, 1}},
+		{Arrival: 0, InputLength: 1100, OutputLength: 3, HashIDs: []int64{0, 1, 2}},
+		{Arrival: 1500 * time.Millisecond, InputLength: 512, OutputLength: 0, HashIDs: []int64{7}},
+		{Arrival: 3027 * time.Millisecond, InputLength: 1600, OutputLength: 40, HashIDs: []int64{0, 8, 9, 10}},
 	}
 	if len(reqs) != len(want) {
 		t.Fatalf("%d requests, want %d", len(reqs), len(want))
