@@ -57,12 +57,21 @@ type Result struct {
 	Detail       string          // the error's message
 }
 
+// Endpoints a Client sends to.
+const (
+	EndpointCompletions = "completions" // /v1/completions, the prompt as token ids
+	EndpointChat        = "chat"        // /v1/chat/completions, the prompt as text
+)
+
 // Client sends completions to one OpenAI-compatible server.
 type Client struct {
 	HTTP  *http.Client // nil: http.DefaultClient
 	URL   string       // base URL, e.g. http://127.0.0.1:8000 (without /v1)
 	Model string
 	Clock Clock // nil: WallClock
+	// Endpoint is what a Runner sends through: EndpointCompletions ("" too: Do) or
+	// EndpointChat (DoChat).
+	Endpoint string
 }
 
 func (c *Client) clock() Clock {
@@ -79,8 +88,42 @@ func (c *Client) Do(ctx context.Context, origin time.Time, prompt []uint32, maxT
 		"model": c.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}, "ignore_eos": true,
 	})
-	res := Result{InputLength: len(prompt)}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+"/v1/completions", bytes.NewReader(body))
+	return c.send(ctx, origin, "/v1/completions", body, Result{InputLength: len(prompt)}, false, maxTokens)
+}
+
+// DoChat sends text as the one user message of a streaming chat completion and measures
+// it like Do. The body asks for maxTokens both as max_completion_tokens (OpenAI's
+// current name) and max_tokens (the older one, which some servers still need), with
+// stream_options.include_usage and ignore_eos, an extension that vLLM, SGLang,
+// TensorRT-LLM and Turbine honour (a server that ignores it may stop early, which shows
+// as output_length errors). Token-bearing chunks are those whose choices[].delta has
+// content (or a reasoning model's reasoning_content or reasoning) not empty: the first
+// chunk, which only names the role, does not count, and every such chunk gives one ITL
+// gap, however many tokens it carries. The output length is
+// usage.completion_tokens; the result's InputLength is usage.prompt_tokens (the server
+// tokenized the text and applied its chat template), or the number of words of text
+// when the usage chunk is missing.
+func (c *Client) DoChat(ctx context.Context, origin time.Time, text string, maxTokens int) Result {
+	body, _ := json.Marshal(map[string]any{
+		"model": c.Model, "messages": []map[string]string{{"role": "user", "content": text}},
+		"max_completion_tokens": maxTokens, "max_tokens": maxTokens, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}, "ignore_eos": true,
+	})
+	words := 0
+	if text != "" {
+		words = strings.Count(text, " ") + 1
+	}
+	res := c.send(ctx, origin, "/v1/chat/completions", body, Result{InputLength: words}, true, maxTokens)
+	if res.PromptTokens > 0 {
+		res.InputLength = res.PromptTokens
+	}
+	return res
+}
+
+// send posts body to path, reads the stream (chat chunks when chat) and checks the
+// output length.
+func (c *Client) send(ctx context.Context, origin time.Time, path string, body []byte, res Result, chat bool, maxTokens int) Result {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return fail(res, ErrConnect, err.Error())
 	}
@@ -103,7 +146,7 @@ func (c *Client) Do(ctx context.Context, origin time.Time, prompt []uint32, maxT
 		res.E2E = clock.Now().Sub(start)
 		return fail(res, fmt.Sprintf("http_%d", resp.StatusCode), strings.TrimSpace(string(msg)))
 	}
-	res = readStream(resp.Body, clock.Now, start, res)
+	res = readStream(resp.Body, clock.Now, start, res, chat)
 	if res.Error == ErrConnect {
 		res.Error = connectKind(ctx)
 	}
@@ -125,10 +168,16 @@ func fail(r Result, kind, detail string) Result {
 	return r
 }
 
-// chunk is the part of a completion stream chunk the benchmark reads.
+// chunk is the part of a completion or chat completion stream chunk the benchmark
+// reads.
 type chunk struct {
 	Choices []struct {
-		Text         string  `json:"text"`
+		Text  string `json:"text"` // completions
+		Delta *struct {
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
+			Reasoning        string `json:"reasoning"`
+		} `json:"delta"` // chat
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
@@ -145,11 +194,12 @@ type chunk struct {
 	} `json:"error"`
 }
 
-// readStream reads an SSE completion stream from body, timing each token-bearing frame
-// with now, and fills res. A frame bears tokens when it has a choice with text, or a
-// choice without finish_reason (a token whose text is not complete yet); a frame that
-// only carries the finish reason does not.
-func readStream(body io.Reader, now func() time.Time, start time.Time, res Result) Result {
+// readStream reads an SSE completion stream (chat: chat completion stream) from body,
+// timing each token-bearing frame with now, and fills res. A completion frame bears
+// tokens when it has a choice with text, or a choice without finish_reason (a token
+// whose text is not complete yet); a frame that only carries the finish reason does not.
+// A chat frame bears tokens when a choice's delta has content (see bearsTokens).
+func readStream(body io.Reader, now func() time.Time, start time.Time, res Result, chat bool) Result {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 4<<10), 16<<20) // grows for long frames
 	var last time.Time
@@ -193,7 +243,7 @@ func readStream(body io.Reader, now func() time.Time, start time.Time, res Resul
 		if c.Choices == nil && c.Usage == nil {
 			return fail(res, ErrSSE, fmt.Sprintf("frame %q has neither choices nor usage", clip(payload)))
 		}
-		if !bearsTokens(c) {
+		if !bearsTokens(c, chat) {
 			continue
 		}
 		t := now()
@@ -213,8 +263,17 @@ func readStream(body io.Reader, now func() time.Time, start time.Time, res Resul
 	return fail(res, ErrNoDone, "the stream ended without data: [DONE]")
 }
 
-func bearsTokens(c chunk) bool {
+// bearsTokens reports whether c carries generated tokens. A chat chunk does when a
+// choice's delta has text (content, reasoning_content or reasoning): the first chunk
+// names the role alone, and the last may carry only the finish reason.
+func bearsTokens(c chunk, chat bool) bool {
 	for _, ch := range c.Choices {
+		if chat {
+			if d := ch.Delta; d != nil && (d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "") {
+				return true
+			}
+			continue
+		}
 		if ch.Text != "" || ch.FinishReason == nil {
 			return true
 		}

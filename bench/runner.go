@@ -26,7 +26,9 @@ type Runner struct {
 
 // ProgressState is a run's state at one moment.
 type ProgressState struct {
-	Done, Total int // requests ended (answered or failed), requests in the workload
+	// Done: requests ended (answered or failed); Total: requests in the workload, or in
+	// a run of a duration (RunFor), the requests sent so far.
+	Done, Total int
 	InFlight    int // requests sent and not ended
 	Errors      int // requests ended with an error
 	// TTFTP50 is the median time to first token (ms) of the valid answers so far; NaN
@@ -53,43 +55,94 @@ type Outcome struct {
 // for a free slot when Concurrency requests are in flight, and returns when every
 // answer has ended. Cancelling ctx stops sending; requests in flight end as canceled.
 func (r *Runner) Run(ctx context.Context, reqs []Request) Outcome {
+	next := func(i int) (Request, bool) {
+		if i >= len(reqs) {
+			return Request{}, false
+		}
+		return reqs[i], true
+	}
+	return r.run(ctx, len(reqs), next, 0)
+}
+
+// RunFor runs a closed loop for d: it sends next(0), next(1), … in turn, each when one
+// of Concurrency slots is free (and not before its Arrival), until d from the start of
+// the run; then it stops sending and waits for the answers in flight, which end
+// normally. Outcome.Results has one Result per request sent, in order (a request whose
+// turn came at d or later is not in it). Cancelling ctx stops sending at once; requests
+// in flight end as canceled. It fails when Concurrency or d is not positive (the loop
+// would never wait).
+func (r *Runner) RunFor(ctx context.Context, next func(i int) Request, d time.Duration) (Outcome, error) {
+	switch {
+	case r.Concurrency < 1:
+		return Outcome{}, fmt.Errorf("bench: a run of a duration needs a concurrency bound, not %d", r.Concurrency)
+	case d <= 0:
+		return Outcome{}, fmt.Errorf("bench: run duration %v: want > 0", d)
+	}
+	return r.run(ctx, -1, func(i int) (Request, bool) { return next(i), true }, d), nil
+}
+
+// run sends next(0), next(1), … until next has no more, or stop (> 0) from the start of
+// the run has come. total is the number of requests next gives (-1: no end): when ctx
+// ends first, those not sent are reported as canceled.
+func (r *Runner) run(ctx context.Context, total int, next func(i int) (Request, bool), stop time.Duration) Outcome {
 	clock := r.Client.clock()
 	origin := clock.Now()
-	results := make([]Result, len(reqs))
+	var mu sync.Mutex // results
+	results := make([]Result, 0, max(total, 0))
 	var p progress
-	stop := make(chan struct{})
+	done := make(chan struct{})
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		r.report(clock, &p, stop, len(reqs))
+		r.report(clock, &p, done, total)
 	}()
+	var stopC <-chan time.Time // fires at the stop time
+	if stop > 0 {
+		stopC = clock.After(stop)
+	}
 	var wg sync.WaitGroup
 	var slots chan struct{}
 	if r.Concurrency > 0 {
 		slots = make(chan struct{}, r.Concurrency)
 	}
-	for i, rq := range reqs {
-		if !r.wait(ctx, clock, origin.Add(rq.Arrival), slots) {
-			for j := i; j < len(reqs); j++ {
-				results[j] = Result{Index: j, InputLength: reqs[j].InputLength, Error: ErrCanceled, Detail: "not sent: the run was stopped"}
-			}
+	for i := 0; ; i++ {
+		rq, ok := next(i)
+		if !ok {
 			break
 		}
-		p.start()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := r.one(ctx, origin, rq)
-			res.Index = i
-			results[i] = res
-			p.finish(res)
-			if slots != nil {
-				<-slots
+		switch r.wait(ctx, clock, origin, rq.Arrival, stop, stopC, slots) {
+		case waitStopped:
+		case waitCanceled:
+			mu.Lock()
+			for j := i; j < total; j++ {
+				rq, _ := next(j)
+				results = append(results, Result{Index: j, InputLength: rq.InputLength, Error: ErrCanceled, Detail: "not sent: the run was stopped"})
 			}
-		}()
+			mu.Unlock()
+		default:
+			mu.Lock()
+			results = append(results, Result{Index: i})
+			mu.Unlock()
+			p.start()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res := r.one(ctx, origin, rq)
+				res.Index = i
+				mu.Lock()
+				results[i] = res
+				mu.Unlock()
+				p.finish(res)
+				if slots != nil {
+					<-slots
+				}
+			}()
+			continue
+		}
+		break
 	}
 	wg.Wait()
-	close(stop)
+	close(done)
 	<-progressDone
 	end := origin
 	for _, res := range results {
@@ -105,32 +158,67 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// wait blocks until at and then until a slot is free; false when ctx ended first.
-func (r *Runner) wait(ctx context.Context, clock Clock, at time.Time, slots chan struct{}) bool {
-	if d := at.Sub(clock.Now()); d > 0 {
-		select {
-		case <-clock.After(d):
-		case <-ctx.Done():
-			return false
+// Outcomes of Runner.wait.
+const (
+	waitSend     = iota // send the request now (a slot is held)
+	waitStopped         // the stop time has come: send nothing more
+	waitCanceled        // ctx ended
+)
+
+// wait blocks until origin+arrival and then until a slot is free; it says whether to
+// send. With stop > 0 it gives waitStopped when stopC fires first, or when the slot
+// comes at or after the stop time (the slot is then given back).
+func (r *Runner) wait(ctx context.Context, clock Clock, origin time.Time, arrival, stop time.Duration, stopC <-chan time.Time, slots chan struct{}) int {
+	if arrival > 0 { // arrival 0 is due: the clock need not be read
+		if d := origin.Add(arrival).Sub(clock.Now()); d > 0 {
+			select {
+			case <-clock.After(d):
+			case <-stopC:
+				return waitStopped
+			case <-ctx.Done():
+				return waitCanceled
+			}
 		}
 	}
-	if slots == nil {
-		return ctx.Err() == nil
+	if ctx.Err() != nil {
+		return waitCanceled
 	}
-	select {
-	case slots <- struct{}{}:
-		return true
-	case <-ctx.Done():
-		return false
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+		default:
+			select {
+			case slots <- struct{}{}:
+			case <-stopC:
+				return waitStopped
+			case <-ctx.Done():
+				return waitCanceled
+			}
+		}
 	}
+	if stop > 0 && !clock.Now().Before(origin.Add(stop)) {
+		if slots != nil {
+			<-slots
+		}
+		return waitStopped
+	}
+	return waitSend
 }
 
 func (r *Runner) one(ctx context.Context, origin time.Time, rq Request) Result {
+	maxTokens := max(rq.OutputLength, 1)
+	if r.Client.Endpoint == EndpointChat {
+		text, err := Text(rq, r.BlockTokens)
+		if err != nil {
+			return Result{InputLength: rq.InputLength, Error: ErrWorkload, Detail: err.Error()}
+		}
+		return r.Client.DoChat(ctx, origin, text, maxTokens)
+	}
 	prompt, err := Tokens(rq, r.BlockTokens)
 	if err != nil {
 		return Result{InputLength: rq.InputLength, Error: ErrWorkload, Detail: err.Error()}
 	}
-	return r.Client.Do(ctx, origin, prompt, max(rq.OutputLength, 1))
+	return r.Client.Do(ctx, origin, prompt, maxTokens)
 }
 
 // progress is the running state the progress lines show.
@@ -162,6 +250,9 @@ func (p *progress) state(total int) ProgressState {
 	p.mu.Lock()
 	sorted := slices.Clone(p.ttftMS)
 	st := ProgressState{Done: p.done, Total: total, InFlight: p.inFlight, Errors: p.errors}
+	if total < 0 { // a run of a duration: the requests sent so far
+		st.Total = p.done + p.inFlight
+	}
 	p.mu.Unlock()
 	slices.Sort(sorted)
 	st.TTFTP50 = Percentile(sorted, 50)
