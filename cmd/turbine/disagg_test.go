@@ -561,3 +561,68 @@ func TestE2EDisaggNoPrefillWorker(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterDisaggScaling: an xPyD cluster of separate processes (Consul, a frontend,
+// one prefill node and one decode node) whose pools change while it serves: a second
+// prefill node joins and the first leaves (drained), a decode node is replaced the same
+// way, and with the last prefill node gone serving falls back to the decode workers —
+// the router adapts each time without a restart.
+func TestClusterDisaggScaling(t *testing.T) {
+	c := newLocalCluster(t)
+	fe := c.frontend("frontend")
+	pre1 := c.node("pre-1", 1, "--worker-role", "prefill")
+	dec1 := c.node("dec-1", 1, "--worker-role", "decode")
+	fe.waitReady(model, 2)
+	// remote sends a long prompt (new each time) and returns its turbine object.
+	n := 0
+	remote := func(what string) turbineExt {
+		t.Helper()
+		n++
+		r := complete(t, fe, longText(fmt.Sprintf("%s%d", what, n), disaggLongWords), 4)
+		if r.status != http.StatusOK || r.completionToks != 4 {
+			t.Fatalf("%s: status %d: %s", what, r.status, r.body)
+		}
+		return r.turbine
+	}
+	leave := func(s *server, prefix string) {
+		t.Helper()
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		fe.waitFor(20*time.Second, prefix+"'s worker to leave routing", func() bool { return len(workersOn(fe, prefix)) == 0 })
+	}
+	if got := remote("first"); got.Disagg != "remote" || !strings.HasPrefix(got.PrefillWorkerID, "pre-1-") ||
+		!strings.HasPrefix(got.DecodeWorkerID, "dec-1-") {
+		t.Fatalf("1P1D: %+v", got)
+	}
+
+	pre2 := c.node("pre-2", 1, "--worker-role", "prefill")
+	fe.waitReady(model, 3)
+	leave(pre1, "pre-1")
+	if got := remote("prefill-replaced"); got.Disagg != "remote" || !strings.HasPrefix(got.PrefillWorkerID, "pre-2-") {
+		t.Fatalf("after pre-1 left: %+v, want pre-2 to prefill", got)
+	}
+
+	c.node("dec-2", 1, "--worker-role", "decode")
+	fe.waitReady(model, 3)
+	leave(dec1, "dec-1")
+	if got := remote("decode-replaced"); got.Disagg != "remote" || !strings.HasPrefix(got.DecodeWorkerID, "dec-2-") {
+		t.Fatalf("after dec-1 left: %+v, want dec-2 to decode", got)
+	}
+
+	for _, s := range []*server{pre1, dec1} {
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not exit after draining", s.name)
+		}
+	}
+	// The last prefill node goes: the decode worker prefills alone.
+	leave(pre2, "pre-2")
+	if got := remote("no-prefill"); got.Disagg != "local_no_prefill_workers" || !strings.HasPrefix(got.DecodeWorkerID, "dec-2-") {
+		t.Fatalf("without prefill workers: %+v, want the decode worker alone", got)
+	}
+	if d := fe.decisions(t); d["remote"] != 3 || d["local_no_prefill_workers"] != 1 {
+		t.Fatalf("decisions %v: want 3 remote, 1 local_no_prefill_workers", d)
+	}
+}
