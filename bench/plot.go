@@ -9,12 +9,30 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Plot writes an SVG of three panels to w: the TTFT CDF, the ITL CDF (both in ms) and
 // output-token throughput over time, with one series per summary, named by its Label.
-func Plot(w io.Writer, runs []Summary) error {
+func Plot(w io.Writer, runs []Summary) error { return PlotAs(w, runs, "svg") }
+
+// PlotAs is Plot in the given format: "svg", or "png" (150 dots per inch). Errors: no
+// runs, an unknown format, or the writer's.
+func PlotAs(w io.Writer, runs []Summary, format string) error {
+	var img interface {
+		vg.CanvasSizer
+		io.WriterTo
+	}
+	const width, height = 30 * vg.Centimeter, 10 * vg.Centimeter
+	switch format {
+	case "svg":
+		img = vgsvg.New(width, height)
+	case "png":
+		img = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(150))}
+	default:
+		return fmt.Errorf("bench: plot format %q: want svg or png", format)
+	}
 	if len(runs) == 0 {
 		return fmt.Errorf("bench: nothing to plot")
 	}
@@ -44,7 +62,6 @@ func Plot(w io.Writer, runs []Summary) error {
 			series.p.Legend.Add(name, line)
 		}
 	}
-	img := vgsvg.New(30*vg.Centimeter, 10*vg.Centimeter)
 	panels := [][]*plot.Plot{{ttft, itl, tput}}
 	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
 	canvases := plot.Align(panels, tiles, draw.New(img))
@@ -52,7 +69,7 @@ func Plot(w io.Writer, runs []Summary) error {
 		p.Draw(canvases[0][j])
 	}
 	if _, err := img.WriteTo(w); err != nil {
-		return fmt.Errorf("bench: write SVG: %v", err)
+		return fmt.Errorf("bench: write %s: %v", format, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/xml"
+	"image/png"
 	"io"
 	"strings"
 	"testing"
@@ -34,5 +35,24 @@ func TestPlot(t *testing.T) {
 	}
 	if err := Plot(io.Discard, []Summary{{Label: "empty"}}); err != nil {
 		t.Errorf("Plot of a run without samples: %v", err)
+	}
+}
+
+func TestPlotPNG(t *testing.T) {
+	a := Summary{Label: "kv", TTFTCDF: quantiles([]float64{1, 2, 3}), ITLCDF: quantiles([]float64{0.5, 1}), ThroughputBucketS: 0.5, Throughput: []float64{10, 20, 5}}
+	var buf bytes.Buffer
+	if err := PlotAs(&buf, []Summary{a}, "png"); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	// 30 cm × 10 cm at 150 dpi
+	if b := img.Bounds(); b.Dx() != 1772 || b.Dy() != 591 {
+		t.Errorf("PNG is %d×%d pixels, want 1772×591", b.Dx(), b.Dy())
+	}
+	if err := PlotAs(io.Discard, []Summary{a}, "gif"); err == nil || !strings.Contains(err.Error(), `"gif"`) {
+		t.Errorf("format gif: %v, want an error naming it", err)
 	}
 }
