@@ -36,8 +36,13 @@ func PlotAs(w io.Writer, runs []Summary, format string) error {
 	if len(runs) == 0 {
 		return fmt.Errorf("bench: nothing to plot")
 	}
-	ttft := newPanel("TTFT CDF", "TTFT (ms)", "fraction of requests")
-	itl := newPanel("ITL CDF", "inter-token latency (ms)", "fraction of gaps")
+	ttft := newPanel("TTFT CDF", "TTFT (ms, log scale)", "fraction of requests")
+	itl := newPanel("ITL CDF", "inter-token latency (ms, log scale)", "fraction of gaps")
+	for _, p := range []*plot.Plot{ttft, itl} {
+		// latencies span orders of magnitude; the empty lower right of a CDF holds the legend
+		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+		p.Legend.Top, p.Legend.Left = false, false
+	}
 	tput := newPanel("Output throughput", "time since start (s)", "tokens/s")
 	for i, s := range runs {
 		name := s.Label
@@ -59,7 +64,9 @@ func PlotAs(w io.Writer, runs []Summary, format string) error {
 			line.Dashes = plotutil.Dashes(i)
 			line.Width = vg.Points(1.5)
 			series.p.Add(line)
-			series.p.Legend.Add(name, line)
+			if series.p == ttft { // one legend: the series share their colours across panels
+				series.p.Legend.Add(name, line)
+			}
 		}
 	}
 	panels := [][]*plot.Plot{{ttft, itl, tput}}
@@ -78,18 +85,23 @@ func newPanel(title, x, y string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
 	p.Legend.Top = true
+	p.Legend.Padding = vg.Millimeter
 	p.Add(plotter.NewGrid())
 	return p
 }
 
-// cdf turns 101 percentiles into (value, fraction) points.
+// cdf turns 101 percentiles into (value, fraction) points, for a log-scale axis: values
+// below minCDFMillis (a zero gap, e.g. tokens of one frame) are drawn at it.
 func cdf(q []float64) plotter.XYs {
 	xys := make(plotter.XYs, len(q))
 	for i, v := range q {
-		xys[i] = plotter.XY{X: v, Y: float64(i) / float64(max(len(q)-1, 1))}
+		xys[i] = plotter.XY{X: max(v, minCDFMillis), Y: float64(i) / float64(max(len(q)-1, 1))}
 	}
 	return xys
 }
+
+// minCDFMillis is the smallest latency a CDF panel shows (ms).
+const minCDFMillis = 0.01
 
 // overTime places each bucket's rate at the bucket's middle.
 func overTime(bucketS float64, perS []float64) plotter.XYs {
