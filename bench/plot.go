@@ -69,6 +69,11 @@ func PlotAs(w io.Writer, runs []Summary, format string) error {
 			}
 		}
 	}
+	for _, p := range []*plot.Plot{ttft, itl} {
+		if !(p.X.Min > 0) || !(p.X.Max > p.X.Min) { // no samples: a range a log axis can draw
+			p.X.Min, p.X.Max = 1, 10
+		}
+	}
 	panels := [][]*plot.Plot{{ttft, itl, tput}}
 	tiles := draw.Tiles{Rows: 1, Cols: 3, PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
 	canvases := plot.Align(panels, tiles, draw.New(img))
