@@ -70,8 +70,11 @@ func PlotAs(w io.Writer, runs []Summary, format string) error {
 		}
 	}
 	for _, p := range []*plot.Plot{ttft, itl} {
-		if !(p.X.Min > 0) || !(p.X.Max > p.X.Min) { // no samples: a range a log axis can draw
+		switch {
+		case !(p.X.Min > 0) || p.X.Max < p.X.Min: // no samples: a range a log axis can draw
 			p.X.Min, p.X.Max = 1, 10
+		case p.X.Max == p.X.Min: // one value: a range around it
+			p.X.Min, p.X.Max = p.X.Min/2, p.X.Max*2
 		}
 	}
 	panels := [][]*plot.Plot{{ttft, itl, tput}}
