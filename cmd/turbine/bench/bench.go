@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -28,15 +27,26 @@ import (
 
 // Options are the flags of `turbine bench`, with their defaults.
 type Options struct {
-	URL, Model       string
-	Trace            string  // Mooncake .jsonl or Azure .csv; "" for a synthetic workload
-	BlockTokens      int     // tokens per Mooncake hash id
-	TimeScale        float64 // arrival multiplier
-	Limit            int     // first N trace requests; 0 all
-	ISL, OSL         int     // synthetic lengths
-	Rate             float64 // synthetic Poisson arrivals per second; 0 closed loop
-	Concurrency      int     // most requests in flight; 0 no bound
-	Requests         int     // synthetic request count
+	URL, Model  string
+	Trace       string  // Mooncake .jsonl or Azure .csv; "" for a synthetic workload
+	BlockTokens int     // tokens per Mooncake hash id
+	TimeScale   float64 // arrival multiplier
+	Limit       int     // first N trace requests; 0 all
+	// ISL and OSL are the synthetic lengths in tokens: N or a distribution
+	// (bench.ParseLength: uniform:MIN:MAX, normal:MEAN:SD, lognormal:MEAN:SD).
+	ISL, OSL    string
+	Rate        float64 // synthetic Poisson arrivals per second; 0 closed loop
+	Concurrency int     // most requests in flight; 0 no bound
+	Requests    int     // synthetic request count
+	RequestsSet bool    // --requests was given (it excludes --duration)
+	// Duration > 0 runs a synthetic workload for this long instead of Requests: Poisson
+	// arrivals until then (with Rate), or a closed loop that stops sending then.
+	Duration time.Duration
+	// SharedPrefixGroups and SharedPrefixTokens: synthetic prompts fall into that many
+	// groups (drawn by Seed) and begin with their group's prefix of that many tokens.
+	SharedPrefixGroups, SharedPrefixTokens int
+	// Endpoint is bench.EndpointCompletions (token ids) or bench.EndpointChat (text).
+	Endpoint         string
 	Seed             uint64
 	Out, Label       string
 	ProgressInterval time.Duration
@@ -53,9 +63,9 @@ const DefaultWorkers = 8
 
 // Defaults are the embedded defaults.
 func Defaults() Options {
-	return Options{URL: "http://127.0.0.1:8000", BlockTokens: bench.DefaultBlockTokens, TimeScale: 1, ISL: 1024, OSL: 128,
-		Requests: 100, Seed: 1, Out: "bench-out", ProgressInterval: 5 * time.Second, Timeout: 10 * time.Minute,
-		Fleet: DefaultFleet(DefaultWorkers)}
+	return Options{URL: "http://127.0.0.1:8000", BlockTokens: bench.DefaultBlockTokens, TimeScale: 1, ISL: "1024", OSL: "128",
+		Requests: 100, Endpoint: bench.EndpointCompletions, Seed: 1, Out: "bench-out", ProgressInterval: 5 * time.Second,
+		Timeout: 10 * time.Minute, Fleet: DefaultFleet(DefaultWorkers)}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -74,12 +84,16 @@ func workloadFlags(o *Options, fs *flag.FlagSet) {
 	fs.IntVar(&o.BlockTokens, "block-tokens", o.BlockTokens, "prompt tokens per Mooncake hash id")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "multiplier of trace arrival times (0.5 replays twice as fast)")
 	fs.IntVar(&o.Limit, "limit", o.Limit, "replay only the trace's first N requests (0: all)")
-	fs.IntVar(&o.ISL, "isl", o.ISL, "synthetic input length (tokens)")
-	fs.IntVar(&o.OSL, "osl", o.OSL, "synthetic output length (tokens)")
+	fs.StringVar(&o.ISL, "isl", o.ISL, "synthetic input length in `tokens`: N, uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD")
+	fs.StringVar(&o.OSL, "osl", o.OSL, "synthetic output length in `tokens`: N, uniform:MIN:MAX, normal:MEAN:SD or lognormal:MEAN:SD")
+	fs.IntVar(&o.SharedPrefixGroups, "shared-prefix-groups", o.SharedPrefixGroups, "synthetic prompts fall into this many groups (drawn by --seed), each beginning with a prefix of its own (0: none)")
+	fs.IntVar(&o.SharedPrefixTokens, "shared-prefix-tokens", o.SharedPrefixTokens, "length of each group's shared prefix in `tokens` (every prompt is longer)")
 	fs.Float64Var(&o.Rate, "rate", o.Rate, "synthetic Poisson arrival rate (requests/s); 0 sends as fast as --concurrency allows")
 	fs.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "most requests in flight (0: no bound)")
-	fs.IntVar(&o.Requests, "requests", o.Requests, "synthetic request count")
-	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the synthetic arrivals (and of a simulation's random choices)")
+	fs.Var(setInt{&o.Requests, &o.RequestsSet}, "requests", "synthetic request count (not with --duration)")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "run a synthetic workload this long instead of --requests: Poisson arrivals until then with --rate, else a closed loop that stops sending then and waits for the answers in flight")
+	fs.StringVar(&o.Endpoint, "endpoint", o.Endpoint, "completions: prompts as token ids to /v1/completions; chat: prompts as text (one common word per token) to /v1/chat/completions")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the synthetic arrivals, lengths and prefix groups (and of a simulation's random choices)")
 	fs.DurationVar(&o.ProgressInterval, "progress-interval", o.ProgressInterval, "time between progress lines on stderr when it is not a terminal (a terminal gets a live bar); 0: none")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit on one request, answer included")
 }
@@ -107,6 +121,8 @@ func (o *Options) Validate() error {
 // validateSimulate checks what a simulated run cannot do; errors name the flag.
 func (o *Options) validateSimulate() error {
 	switch {
+	case o.Endpoint == bench.EndpointChat:
+		return errors.New("--endpoint chat: not with --simulate (a simulation sends token ids; it has no tokenizer)")
 	case o.Concurrency != 0:
 		return fmt.Errorf("--concurrency %d: not with --simulate (a simulation replays the arrivals as given)", o.Concurrency)
 	case o.Trace == "" && o.Rate == 0:
@@ -132,21 +148,17 @@ func (o *Options) validateWorkload() error {
 		return fmt.Errorf("--timeout %v: want > 0", o.Timeout)
 	case o.ProgressInterval < 0:
 		return fmt.Errorf("--progress-interval %v: want >= 0", o.ProgressInterval)
+	case o.Endpoint != bench.EndpointCompletions && o.Endpoint != bench.EndpointChat:
+		return fmt.Errorf("--endpoint %q: want %s or %s", o.Endpoint, bench.EndpointCompletions, bench.EndpointChat)
 	}
-	if o.Trace != "" {
-		return nil
+	if o.Trace == "" {
+		return o.validateSynthetic()
 	}
 	switch {
-	case o.Requests < 1:
-		return fmt.Errorf("--requests %d: want at least 1", o.Requests)
-	case o.ISL < 1:
-		return fmt.Errorf("--isl %d: want at least 1", o.ISL)
-	case o.OSL < 1:
-		return fmt.Errorf("--osl %d: want at least 1", o.OSL)
-	case !(o.Rate >= 0) || math.IsInf(o.Rate, 0):
-		return fmt.Errorf("--rate %v: want >= 0", o.Rate)
-	case o.Rate == 0 && o.Concurrency == 0:
-		return errors.New("--rate 0 needs --concurrency: a synthetic closed loop is paced by its concurrency")
+	case o.Duration != 0:
+		return fmt.Errorf("--duration %v: only for a synthetic workload (a trace is replayed whole, or its first --limit requests)", o.Duration)
+	case o.SharedPrefixGroups != 0 || o.SharedPrefixTokens != 0:
+		return errors.New("--shared-prefix-groups, --shared-prefix-tokens: only for a synthetic workload (a trace's hash ids say what its prompts share)")
 	}
 	return nil
 }
@@ -204,12 +216,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.Simulate {
 		s, results, err = o.simulate(ctx, reqs, workload, o.Fleet.RouterMode, o.Label, stderr)
 	} else {
-		fmt.Fprintf(stderr, "bench: %d requests (%s) to %s, model %s\n", len(reqs), workload, o.URL, o.Model)
+		fmt.Fprintf(stderr, "bench: %s (%s) to %s, model %s\n", o.requestCount(reqs), workload, o.URL, o.Model)
 		label := o.Label
 		if label == "" {
 			label = workload
 		}
-		s, results = o.measure(ctx, reqs, workload, o.URL, label, stderr)
+		s, results, err = o.measure(ctx, reqs, workload, o.URL, label, stderr)
 	}
 	if err != nil {
 		return err
@@ -227,39 +239,51 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// measure sends reqs to url and summarizes the answers.
-func (o *Options) measure(ctx context.Context, reqs []bench.Request, workload, url, label string, stderr io.Writer) (bench.Summary, []bench.Result) {
+// measure sends reqs to url, or for a generated workload (reqs nil) runs its closed
+// loop for --duration, and summarizes the answers.
+func (o *Options) measure(ctx context.Context, reqs []bench.Request, workload, url, label string, stderr io.Writer) (bench.Summary, []bench.Result, error) {
 	runner := &bench.Runner{
-		Client:      &bench.Client{URL: url, Model: o.Model, HTTP: newHTTPClient(o.Timeout, o.Concurrency)},
+		Client:      &bench.Client{URL: url, Model: o.Model, HTTP: newHTTPClient(o.Timeout, o.Concurrency), Endpoint: o.Endpoint},
 		Concurrency: o.Concurrency, BlockTokens: o.BlockTokens,
 	}
-	p := newProgress(stderr, o.ProgressInterval, len(reqs), barTitle(label, workload), isTerminal(stderr))
+	total := len(reqs)
+	if o.generated() {
+		total = -1 // unknown ahead: a live bar spins
+	}
+	p := newProgress(stderr, o.ProgressInterval, total, barTitle(label, workload), isTerminal(stderr))
 	p.runner(runner)
-	outcome := runner.Run(ctx, reqs)
+	var outcome bench.Outcome
+	if o.generated() {
+		var err error
+		if outcome, reqs, err = o.runGenerated(ctx, runner); err != nil {
+			p.finish()
+			return bench.Summary{}, nil, err
+		}
+	} else {
+		outcome = runner.Run(ctx, reqs)
+	}
 	p.finish()
 	s := bench.Summarize(outcome)
 	s.Workload, s.URL, s.Model, s.Label = workload, url, o.Model, label
 	o.setCeiling(&s, reqs)
-	return s, outcome.Results
+	return s, outcome.Results, nil
 }
 
-// setCeiling puts the workload's infinite-cache hit rate into s (trace workloads only).
+// setCeiling puts the infinite-cache hit rate of reqs (the requests sent) into s, for
+// the workloads that have one (hasCeiling).
 func (o *Options) setCeiling(s *bench.Summary, reqs []bench.Request) {
-	if o.Trace != "" {
+	if o.hasCeiling() {
 		c := bench.Ceiling(reqs, o.BlockTokens)
 		s.HitRateCeiling = &c
 	}
 }
 
-// workload builds the requests the options describe and names them.
+// workload builds the requests the options describe and names them. The requests of a
+// generated workload (a synthetic closed loop for a duration) are nil: measure draws
+// them as it sends.
 func (o *Options) workload() ([]bench.Request, string, error) {
 	if o.Trace == "" {
-		reqs, err := bench.Synthetic(o.Requests, o.ISL, o.OSL, o.BlockTokens, o.Rate, rand.New(rand.NewPCG(o.Seed, 0)))
-		name := fmt.Sprintf("synthetic isl %d osl %d", o.ISL, o.OSL)
-		if o.Rate > 0 {
-			name += fmt.Sprintf(" rate %g/s", o.Rate)
-		}
-		return reqs, name, err
+		return o.synthetic()
 	}
 	f, err := os.Open(o.Trace)
 	if err != nil {

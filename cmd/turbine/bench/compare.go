@@ -41,7 +41,8 @@ type Comparison struct {
 	Workload string `json:"workload"`
 	Fleet    string `json:"fleet"` // the service every mode ran on
 	// HitRateCeiling is the workload's infinite-cache hit rate (bench.Ceiling); absent
-	// for synthetic workloads.
+	// for synthetic workloads without a shared prefix, and for a closed loop of a
+	// --duration (each mode sends other requests; its summary.json has their ceiling).
 	HitRateCeiling *float64     `json:"hit_rate_ceiling,omitempty"`
 	Rows           []CompareRow `json:"rows"`
 }
@@ -169,6 +170,9 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := o.Fleet.checkFits(reqs); err != nil {
 		return err
 	}
+	if err := o.checkGeneratedFits(); err != nil {
+		return err
+	}
 	exe := o.Fleet.ServeExecutable
 	if exe == "" && !o.Simulate {
 		if exe, err = os.Executable(); err != nil {
@@ -181,7 +185,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmp := Comparison{Workload: workload, Fleet: o.fleetDescription()}
-	if o.Trace != "" {
+	if o.hasCeiling() && !o.generated() { // a generated workload's differs by mode
 		c := bench.Ceiling(reqs, o.BlockTokens)
 		cmp.HitRateCeiling = &c
 	}
@@ -271,8 +275,12 @@ func (o *Options) serveAndMeasure(ctx context.Context, exe string, reqs []bench.
 	if err != nil {
 		return bench.Summary{}, nil, err
 	}
-	fmt.Fprintf(stderr, "bench: mode %s: %d requests (%s) to %s\n", mode, len(reqs), workload, s.url)
-	sum, results := o.measure(ctx, reqs, workload, s.url, mode, stderr)
+	fmt.Fprintf(stderr, "bench: mode %s: %s (%s) to %s\n", mode, o.requestCount(reqs), workload, s.url)
+	sum, results, err := o.measure(ctx, reqs, workload, s.url, mode, stderr)
+	if err != nil {
+		_ = s.stop()
+		return bench.Summary{}, nil, err
+	}
 	select {
 	case <-s.done:
 		return sum, results, fmt.Errorf("%w (%v)%s", errServeStopped, s.err, s.logs())
