@@ -360,9 +360,9 @@ func printSummary(w io.Writer, s bench.Summary, dir string) {
 func runPlot(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("turbine bench plot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", "bench.svg", "SVG file to write")
+	out := fs.String("o", "bench.svg", "picture to write: SVG, or PNG when the name ends in .png")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: turbine bench plot [-o cmp.svg] SUMMARY.json ...")
+		fmt.Fprintln(stderr, "usage: turbine bench plot [-o cmp.svg|cmp.png] SUMMARY.json ...")
 		fs.PrintDefaults()
 	}
 	// Flags may follow the files.
@@ -383,6 +383,14 @@ func runPlot(args []string, stderr io.Writer) error {
 	if len(files) == 0 {
 		return errors.New("plot: no summary.json given")
 	}
+	format := "svg"
+	switch ext := strings.ToLower(filepath.Ext(*out)); ext {
+	case ".png":
+		format = "png"
+	case ".svg":
+	default:
+		return fmt.Errorf("-o %s: want a .svg or .png file", *out)
+	}
 	var runs []bench.Summary
 	for _, name := range files {
 		f, err := os.Open(name)
@@ -396,5 +404,5 @@ func runPlot(args []string, stderr io.Writer) error {
 		}
 		runs = append(runs, s)
 	}
-	return writeFile(*out, func(w io.Writer) error { return bench.Plot(w, runs) })
+	return writeFile(*out, func(w io.Writer) error { return bench.PlotAs(w, runs, format) })
 }

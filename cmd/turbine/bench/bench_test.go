@@ -159,6 +159,16 @@ func TestRunTraceAndPlot(t *testing.T) {
 	if err := Run(context.Background(), []string{"plot", "-o", cmp, filepath.Join(dir, "requests.csv")}, &stdout, &stderr); err == nil {
 		t.Fatal("plot of a CSV: no error")
 	}
+	pngPath := filepath.Join(dir, "cmp.png")
+	if err := Run(context.Background(), []string{"plot", a, "-o", pngPath}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(pngPath); err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("cmp.png: %v; want a PNG file", err)
+	}
+	if err := Run(context.Background(), []string{"plot", a, "-o", filepath.Join(dir, "cmp.gif")}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "-o") {
+		t.Fatalf("plot to .gif: %v, want an error naming -o", err)
+	}
 }
 
 func TestRunSyntheticErrors(t *testing.T) {
