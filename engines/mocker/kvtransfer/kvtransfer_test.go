@@ -177,6 +177,13 @@ func TestReleaseOp(t *testing.T) {
 	if r := f.next(t); r.reason != ReasonReleased {
 		t.Fatalf("release %+v", r)
 	}
+	f.srv.Pin("g", "gone", []int32{2})
+	if !f.srv.Drop("g", ReasonClientGone) || f.srv.Drop("g", ReasonClientGone) {
+		t.Fatal("Drop")
+	}
+	if r := f.next(t); r != (release{"g", "gone", ReasonClientGone}) {
+		t.Fatalf("drop %+v", r)
+	}
 	f.none(t)
 }
 

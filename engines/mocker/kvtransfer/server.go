@@ -28,10 +28,14 @@ const (
 	ReasonReleased Reason = "released"
 	// ReasonTimeout: nobody read the blocks within Config.Timeout.
 	ReasonTimeout Reason = "timeout"
+	// ReasonClientGone: the prefill leg's own client left before the answer that names
+	// the blocks reached it, so no decode leg can be told to read them (Drop). A real
+	// engine keeps them until its timeout; the mock engine frees them at once.
+	ReasonClientGone Reason = "client_gone"
 )
 
 // Reasons lists every Reason (metric labels).
-var Reasons = []Reason{ReasonRead, ReasonClosed, ReasonReleased, ReasonTimeout}
+var Reasons = []Reason{ReasonRead, ReasonClosed, ReasonReleased, ReasonTimeout, ReasonClientGone}
 
 // Config configures a Server.
 type Config struct {
@@ -146,12 +150,16 @@ func (s *Server) Pin(key, requestID string, blocks []int32) {
 
 // Unpin releases key's pin unless a read of it is under way (the read releases it when it
 // ends). It reports whether the pin existed and was released now.
-func (s *Server) Unpin(key string) bool {
+func (s *Server) Unpin(key string) bool { return s.Drop(key, ReasonReleased) }
+
+// Drop is Unpin with the reason Config.Release is given (ReasonClientGone: the blocks'
+// owner never learned where they are).
+func (s *Server) Drop(key string, reason Reason) bool {
 	p := s.take(key, nil, false)
 	if p == nil {
 		return false
 	}
-	s.cfg.Release(key, p.requestID, ReasonReleased)
+	s.cfg.Release(key, p.requestID, reason)
 	return true
 }
 

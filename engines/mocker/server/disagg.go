@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -288,23 +289,74 @@ func (s *Server) ReleaseKV(key string) bool { return s.xfer.srv.Unpin(key) }
 // pinned under key for a decode leg to read. Blocks the reader will not read are not
 // kept: with no full prompt block, vLLM's connector frees them at once (pinEmpty false);
 // an SGLang room is pinned anyway (pinEmpty true), since its reader is waiting. A leg
-// whose client has gone (ctx ended) releases its blocks. ok is false when nothing was
-// pinned (o not pinned: the leg finished on a stop token; or the client left).
+// whose client has gone (ctx ended) releases its blocks (kvtransfer.ReasonClientGone).
+// ok is false when nothing was pinned (o not pinned: the leg finished on a stop token;
+// or the client left).
 func (s *Server) prefillDone(ctx context.Context, key string, o mocker.Output, promptLen int, pinEmpty bool) (blocks []int64, ok bool) {
 	if !o.Pinned {
 		return nil, false
 	}
+	s.hook(ctx, hookPrefillFinished)
 	full := min(promptLen/s.opts.Engine.BlockSize, len(o.BlockIDs))
 	blocks = make([]int64, full)
 	for i := range blocks {
 		blocks[i] = int64(o.BlockIDs[i])
 	}
-	if ctx.Err() != nil || (full == 0 && !pinEmpty) {
+	switch {
+	case full == 0 && !pinEmpty:
 		s.applyWait(context.Background(), command{release: o.RequestID, aborted: make(chan struct{})})
 		return blocks, ctx.Err() == nil
+	case ctx.Err() != nil:
+		s.onRelease(key, o.RequestID, kvtransfer.ReasonClientGone)
+		return blocks, false
 	}
 	s.xfer.srv.Pin(key, o.RequestID, o.BlockIDs[:full])
+	s.hook(ctx, hookPrefillPinned)
 	return blocks, true
+}
+
+// Points of a prefill leg at which a test hook (Server.testHook) runs.
+const (
+	hookPrefillFinished = "finished" // the engine kept the blocks; not pinned yet
+	hookPrefillPinned   = "pinned"   // pinned; the answer naming them is not written yet
+)
+
+// hook runs the test hook, if any, at point of a request whose context is ctx.
+func (s *Server) hook(ctx context.Context, point string) {
+	if s.testHook != nil {
+		s.testHook(ctx, point)
+	}
+}
+
+// clientGone releases the blocks pinned under key for a prefill leg whose answer, which
+// names them, could not be written: its client left (kvtransfer.ReasonClientGone).
+// vLLM and trtllm-serve keep such blocks until their timeout; the mock engine frees them
+// at once, so that a client that leaves never makes it hold blocks nobody can read.
+func (s *Server) clientGone(key string) {
+	if s.xfer.srv.Drop(key, kvtransfer.ReasonClientGone) {
+		s.log.Debug().Str("key", key).Msg("prefill leg's client gone before its answer: pinned KV blocks released")
+	}
+}
+
+// writePrefillAnswer writes a prefill leg's JSON answer, which names its pinned blocks,
+// and flushes it. It returns false when the client is gone: ctx ended before the write,
+// or the write or flush failed (the caller then releases the blocks: clientGone).
+func writePrefillAnswer(ctx context.Context, w http.ResponseWriter, v any) bool {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return false
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(b); err != nil {
+		return false
+	}
+	err = http.NewResponseController(w).Flush()
+	return err == nil || errors.Is(err, http.ErrNotSupported)
 }
 
 // remoteKV names the pinned blocks a decode leg reads.

@@ -389,6 +389,10 @@ func (s *Server) fullCompletion(ctx context.Context, w http.ResponseWriter, p *p
 			}
 			if kp := s.prefillParams(ctx, p, o); kp != nil {
 				resp.KVTransferParams = kp
+				if !writePrefillAnswer(ctx, w, resp) {
+					s.clientGone(o.RequestID) // nobody will learn where the blocks are
+				}
+				return
 			}
 			writeJSON(w, http.StatusOK, resp)
 			return
@@ -430,9 +434,9 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, p 
 				chunk.Usage = &u
 			}
 			chunk.KVTransferParams = s.prefillParams(ctx, p, o)
-			if !send(chunk) {
+			if (chunk.KVTransferParams != nil && ctx.Err() != nil) || !send(chunk) {
 				if chunk.KVTransferParams != nil {
-					s.ReleaseKV(o.RequestID) // nobody will learn where the blocks are
+					s.clientGone(o.RequestID) // nobody will learn where the blocks are
 				}
 				s.abort(p.req.ID)
 				return

@@ -92,6 +92,9 @@ type Server struct {
 	startOnce sync.Once
 	stopLoop  context.CancelFunc
 	loopCtx   context.Context
+	// testHook, when set (by tests), runs at points of a request (hookPrefillFinished,
+	// hookPrefillPinned) with the request's context.
+	testHook func(ctx context.Context, point string)
 }
 
 // New builds the engine, the vocabulary and, when enabled, the KV event publisher.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,8 +11,8 @@ import (
 // sseWriter writes a streamed answer as Server-Sent Events: each value as one
 // "data: <json>" event, flushed as it is written, as the engines' servers do.
 type sseWriter struct {
-	w       http.ResponseWriter
-	flusher http.Flusher
+	w  http.ResponseWriter
+	rc *http.ResponseController
 }
 
 // startSSE answers 200 with contentType (the engine's own: "text/event-stream", with or
@@ -19,12 +20,11 @@ type sseWriter struct {
 func startSSE(w http.ResponseWriter, contentType string) *sseWriter {
 	w.Header().Set("Content-Type", contentType)
 	w.WriteHeader(http.StatusOK)
-	f, _ := w.(http.Flusher)
-	return &sseWriter{w: w, flusher: f}
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
 }
 
-// send writes v as one event. It returns false when v cannot be encoded or the write
-// fails (the client left).
+// send writes v as one event. It returns false when v cannot be encoded or the write or
+// its flush fails (the client left).
 func (s *sseWriter) send(v any) bool {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -33,10 +33,8 @@ func (s *sseWriter) send(v any) bool {
 	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", b); err != nil {
 		return false
 	}
-	if s.flusher != nil {
-		s.flusher.Flush()
-	}
-	return true
+	err = s.rc.Flush()
+	return err == nil || errors.Is(err, http.ErrNotSupported)
 }
 
 // done writes the "data: [DONE]" event that ends a stream.

@@ -340,14 +340,22 @@ func (g *trtllmGen) full(ctx context.Context, w http.ResponseWriter, st *stream)
 				c.TokenIDs = ids
 			}
 			var dp any
-			if m := g.s.trtllmDisaggParams(ctx, g.p, o); m != nil {
+			m := g.s.trtllmDisaggParams(ctx, g.p, o)
+			if m != nil {
 				dp = m
 			}
-			writeJSON(w, http.StatusOK, map[string]any{"id": g.id, "object": "text_completion", "created": g.created,
+			answer := map[string]any{"id": g.id, "object": "text_completion", "created": g.created,
 				"model": g.p.model, "choices": []any{map[string]any{"index": 0, "text": c.Text, "token_ids": c.TokenIDs,
 					"logprobs": nil, "context_logits": nil, "finish_reason": c.FinishReason, "stop_reason": c.StopReason,
 					"disaggregated_params": dp, "avg_decoded_tokens_per_iter": nil}},
-				"usage": g.usage(), "prompt_token_ids": nil})
+				"usage": g.usage(), "prompt_token_ids": nil}
+			if m != nil {
+				if !writePrefillAnswer(ctx, w, answer) {
+					g.s.clientGone(o.RequestID) // nobody will learn where the blocks are
+				}
+				return
+			}
+			writeJSON(w, http.StatusOK, answer)
 			return
 		}
 	}
@@ -368,9 +376,9 @@ func (g *trtllmGen) stream(ctx context.Context, w http.ResponseWriter, st *strea
 			c.DisaggregatedParams = g.s.trtllmDisaggParams(ctx, g.p, o)
 			chunk := trtllmChunk{ID: g.id, Object: "text_completion", Created: g.created, Model: g.p.model,
 				Choices: []trtllmChoice{c}}
-			if !send(chunk) {
+			if (c.DisaggregatedParams != nil && ctx.Err() != nil) || !send(chunk) {
 				if c.DisaggregatedParams != nil {
-					g.s.ReleaseKV(o.RequestID) // nobody will learn where the blocks are
+					g.s.clientGone(o.RequestID) // nobody will learn where the blocks are
 				}
 				g.s.abort(g.p.req.ID)
 				return
