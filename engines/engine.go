@@ -35,6 +35,11 @@ type Engine interface {
 	// Generate runs one request with the prompt as token ids and calls fn for each chunk
 	// in order. Cancelling ctx aborts the request in the engine. An error returned by fn
 	// stops the stream and is returned.
+	//
+	// A prefill leg (SamplingParams.disagg leg "prefill") whose engine answers after ctx
+	// ended (FinishPrefill) still passes its last chunk, with its KVTransferParams, to fn,
+	// and Generate then returns ctx's error (or fn's): the caller, which will not hand
+	// the parameters to a decode leg, releases the blocks they name (KVReleaser).
 	Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams, fn func(Chunk) error) error
 	// Load scrapes the engine's load (running/waiting requests, KV usage).
 	Load(ctx context.Context) (*messages.WorkerLoad, error)
@@ -67,6 +72,17 @@ type Engine interface {
 // not be reached.
 type KVReleaser interface {
 	ReleaseKV(ctx context.Context, requestID, kvTransferParams string) error
+}
+
+// Bootstrapper is implemented by launchers whose prefill engines advertise a bootstrap
+// address that both legs of a disaggregated request are given (SGLang's
+// --disaggregation-bootstrap-port; REFERENCE §6): the worker registers it
+// (messages.WorkerInfo bootstrap_host and bootstrap_port) after each Command, since the
+// port may be chosen at each start. Bootstrap returns the address of the engine the
+// latest Command started; ok is false when the engine has none (not SGLang, not a
+// prefill role, or no Command yet).
+type Bootstrapper interface {
+	Bootstrap() (host string, port int, ok bool)
 }
 
 // Launcher builds an engine process's command line and its client.

@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 	"github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
@@ -232,3 +234,72 @@ func TestMockerRoleCommand(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestVLLMPrefillLegCancelled: a prefill leg cancelled once its engine pinned the
+// prompt's blocks, before the answer naming them arrived, still passes that answer to
+// fn on the mock engine (whose blocks ReleaseKV then frees) and reports the
+// cancellation; on vLLM, which cannot release pinned blocks on request, a leg not
+// answered yet is aborted at once.
+func TestVLLMPrefillLegCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mock bool
+	}{
+		{"mock engine: answered after the cancel", true},
+		{"vLLM: aborted before its answer", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The mock engine's answer is held once written (blocks pinned); on vLLM the
+			// request itself is held, so that the cancel comes before any answer.
+			gate := enginetest.NewGate("/v1/completions", !tc.mock, tc.mock)
+			srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(100, 3), Dialect: server.DialectVLLM,
+				Role: server.RolePrefill, KVTransfer: server.KVTransferOptions{BytesPerToken: 512}}, gate.Wrap)
+			t.Cleanup(func() { gate.OpenAdmit(); gate.OpenAnswer() })
+			e := newVLLMEngine(url, "m", tc.mock)
+			ctx, cancel := context.WithCancel(enginetest.Ctx(t))
+			var chunks []engines.Chunk
+			done := make(chan error, 1)
+			go func() {
+				done <- e.Generate(ctx, "leg", disaggPrompt(), &messages.SamplingParams{MaxTokens: 1,
+					Disagg: &messages.DisaggParams{Leg: LegPrefill}}, func(c engines.Chunk) error { chunks = append(chunks, c); return nil })
+			}()
+			if tc.mock {
+				<-gate.Writing
+			} else {
+				<-gate.Arrived
+			}
+			cancel()
+			gate.OpenAnswer()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Generate did not return within 10 s of the cancel")
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Generate returned %v, want context.Canceled", err)
+			}
+			if !tc.mock {
+				if len(chunks) != 0 {
+					t.Fatalf("an aborted leg passed chunks %+v", chunks)
+				}
+				gate.OpenAdmit()
+				idle(t, srv)
+				return
+			}
+			var kp struct {
+				Blocks []int `json:"remote_block_ids"`
+			}
+			if len(chunks) != 1 || json.Unmarshal([]byte(chunks[0].KVTransferParams), &kp) != nil || len(kp.Blocks) != 3 {
+				t.Fatalf("chunks %+v: want the answer naming 3 pinned blocks", chunks)
+			}
+			if st := srv.Stats(); st.PinnedRequests != 1 {
+				t.Fatalf("pinned %+v, want the leg's blocks", st)
+			}
+			if err := e.(engines.KVReleaser).ReleaseKV(enginetest.Ctx(t), "leg", chunks[0].KVTransferParams); err != nil {
+				t.Fatal(err)
+			}
+			idle(t, srv)
+		})
+	}
+}

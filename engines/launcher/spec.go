@@ -30,15 +30,9 @@ const (
 	RoleDecode  Role = "decode"
 )
 
-// Bootstrapper is implemented by launchers whose prefill engines advertise a bootstrap
-// address that both legs of a disaggregated request are given (SGLang's
-// --disaggregation-bootstrap-port; REFERENCE §6): the worker registers it
-// (messages.WorkerInfo bootstrap_host and bootstrap_port). Bootstrap returns the address
-// of the engine the latest Command started; ok is false when the engine has none (not
-// SGLang, not a prefill role, or no Command yet).
-type Bootstrapper interface {
-	Bootstrap() (host string, port int, ok bool)
-}
+// Bootstrapper is engines.Bootstrapper: launchers whose prefill engines advertise a
+// bootstrap address (SGLang, and the mock engine in SGLang's dialect) implement it.
+type Bootstrapper = engines.Bootstrapper
 
 // Default executables.
 const (

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
@@ -34,7 +35,9 @@ var vllmPrefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_pre
 // carries the answer's kv_transfer_params (Chunk.KVTransferParams). min_tokens 1 makes
 // the leg end on its length limit, the only finish after which vLLM keeps the blocks and
 // returns kv_transfer_params; its token is not part of the answer (the decode leg
-// generates the whole output). A decode leg is streamed as usual with the prefill leg's
+// generates the whole output). A prefill leg cancelled while it runs is finished with
+// engines.FinishPrefill (prefillGrace), so that an answer that names pinned blocks
+// still reaches fn. A decode leg is streamed as usual with the prefill leg's
 // kv_transfer_params, unchanged.
 type vllmEngine struct {
 	c     *vllm.Client
@@ -93,11 +96,16 @@ func (e *vllmEngine) Generate(ctx context.Context, requestID string, tokens []ui
 	case LegPrefill:
 		req.MaxTokens, req.MinTokens = 1, 1
 		extra("kv_transfer_params", vllmPrefillParams)
-		ch, err := e.c.CompleteOnce(ctx, req)
+		ch, err := engines.FinishPrefill(ctx, e.prefillGrace(), func(ctx context.Context) (vllm.Chunk, error) {
+			return e.c.CompleteOnce(ctx, req)
+		})
 		if err != nil {
 			return err
 		}
-		return fn(vllmChunk(ch))
+		if err := fn(vllmChunk(ch)); err != nil {
+			return err
+		}
+		return ctx.Err()
 	case LegDecode:
 		p := leg.GetKvTransferParams()
 		if !isJSONObject(p) {
@@ -127,6 +135,17 @@ func (e *vllmEngine) Generate(ctx context.Context, requestID string, tokens []ui
 			return nil
 		}
 	}
+}
+
+// prefillGrace is how long a cancelled prefill leg may still run (engines.FinishPrefill):
+// on the mock engine, whose pinned blocks ReleaseKV releases, engines.PrefillGrace; on
+// vLLM none (aborting the request frees its blocks, while a leg that finishes pins them
+// until VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+func (e *vllmEngine) prefillGrace() time.Duration {
+	if e.mock {
+		return engines.PrefillGrace
+	}
+	return 0
 }
 
 func vllmChunk(ch vllm.Chunk) engines.Chunk {

@@ -3,9 +3,11 @@ package trtllm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/internal/enginetest"
@@ -125,4 +127,76 @@ func TestDisaggregatedLegs(t *testing.T) {
 	}
 	waitFree(t, preSrv)
 	waitFree(t, decSrv)
+}
+
+// TestContextLegCancelled: a context_only leg cancelled once its engine pinned the
+// prompt's blocks, before the answer naming them arrived, still passes that answer to
+// fn on the mock engine (whose blocks ReleaseKV then frees) and reports the
+// cancellation; on trtllm-serve, which cannot release pinned blocks on request, a leg
+// not answered yet is aborted at once.
+func TestContextLegCancelled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mock bool
+	}{
+		{"mock engine: answered after the cancel", true},
+		{"trtllm-serve: aborted before its answer", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := enginetest.NewGate("/v1/completions", !tc.mock, tc.mock)
+			srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(100, 3), Dialect: server.DialectTRTLLM,
+				Role: server.RolePrefill, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}, gate.Wrap)
+			t.Cleanup(func() { gate.OpenAdmit(); gate.OpenAnswer() })
+			c, err := New(url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := NewEngine(c, EngineOptions{Model: "m", BlockSize: 16, MockTransfer: tc.mock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { e.Close() })
+			ctx, cancel := context.WithCancel(enginetest.Ctx(t))
+			var chunks []engines.Chunk
+			done := make(chan error, 1)
+			go func() {
+				done <- e.Generate(ctx, "leg", enginetest.Prompt(40), &messages.SamplingParams{MaxTokens: 1,
+					Disagg: &messages.DisaggParams{Leg: "prefill"}}, func(c engines.Chunk) error { chunks = append(chunks, c); return nil })
+			}()
+			if tc.mock {
+				<-gate.Writing
+			} else {
+				<-gate.Arrived
+			}
+			cancel()
+			gate.OpenAnswer()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Generate did not return within 10 s of the cancel")
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Generate returned %v, want context.Canceled", err)
+			}
+			if !tc.mock {
+				if len(chunks) != 0 {
+					t.Fatalf("an aborted leg passed chunks %+v", chunks)
+				}
+				gate.OpenAdmit()
+				waitFree(t, srv)
+				return
+			}
+			var dp map[string]any
+			if len(chunks) != 1 || json.Unmarshal([]byte(chunks[0].KVTransferParams), &dp) != nil || dp["encoded_opaque_state"] == nil {
+				t.Fatalf("chunks %+v: want the answer with the pinned blocks' handle", chunks)
+			}
+			if st := srv.Stats(); st.PinnedRequests != 1 {
+				t.Fatalf("pinned %+v, want the leg's blocks", st)
+			}
+			if err := e.ReleaseKV(enginetest.Ctx(t), "leg", chunks[0].KVTransferParams); err != nil {
+				t.Fatal(err)
+			}
+			waitFree(t, srv)
+		})
+	}
 }

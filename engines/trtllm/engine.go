@@ -87,9 +87,12 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // Disaggregated serving (SamplingParams.disagg, REFERENCE §6): a prefill leg is a
 // context_only request (disaggregated_params {"request_type": "context_only"},
 // max_tokens 1, "stream": false, as trtllm-serve's disaggregated server sends it); its
-// one chunk carries the choice's disaggregated_params (Chunk.KVTransferParams). A decode
-// leg sends those parameters back with request_type generation_only and streams as
-// usual. Errors: an unknown leg, a decode leg without a parameters object, and the
+// one chunk carries the choice's disaggregated_params (Chunk.KVTransferParams); a prefill
+// leg cancelled while it runs is finished with engines.FinishPrefill (on the mock engine
+// within engines.PrefillGrace; on trtllm-serve, which cannot release pinned blocks on
+// request, it is aborted at once unless its answer is arriving), so that an answer that
+// names pinned blocks still reaches fn, and Generate returns ctx's error. A decode leg
+// sends those parameters back with request_type generation_only and streams as usual. Errors: an unknown leg, a decode leg without a parameters object, and the
 // client's.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
@@ -106,13 +109,22 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	case "prefill":
 		req.MaxTokens, req.MinTokens = 1, min(req.MinTokens, 1)
 		req.Extra["disaggregated_params"] = map[string]any{"request_type": "context_only"}
-		ch, err := e.c.CompleteOnce(ctx, req)
+		grace := time.Duration(0) // trtllm-serve: an abort frees the blocks, a finished leg pins them
+		if e.opts.MockTransfer {
+			grace = engines.PrefillGrace
+		}
+		ch, err := engines.FinishPrefill(ctx, grace, func(ctx context.Context) (Chunk, error) {
+			return e.c.CompleteOnce(ctx, req)
+		})
 		if err != nil {
 			return err
 		}
 		out := engineChunk(ch)
 		out.KVTransferParams = string(ch.DisaggregatedParams)
-		return fn(out)
+		if err := fn(out); err != nil {
+			return err
+		}
+		return ctx.Err()
 	case "decode":
 		var dp map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(leg.GetKvTransferParams()), &dp); err != nil || dp == nil {
