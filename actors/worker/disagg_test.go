@@ -262,3 +262,115 @@ func waitLine(t *testing.T, lines logLines, s string) {
 		}
 	}
 }
+
+// lateParams are the transfer parameters lateEngine answers with.
+const lateParams = `{"do_remote_prefill":true,"remote_block_ids":[7,8],"remote_request_id":"late"}`
+
+// lateEngine answers a prefill leg only once its context ended: the engine pinned the
+// prompt's blocks and its answer arrived after the worker cancelled the leg
+// (engines.FinishPrefill). It sends one token first.
+type lateEngine struct{ *disaggEngine }
+
+func (e lateEngine) Generate(ctx context.Context, id string, _ []uint32, s *messages.SamplingParams, fn func(engines.Chunk) error) error {
+	e.sampling <- s
+	if err := fn(engines.Chunk{TokenIDs: []uint32{1}}); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	e.cancelled <- id
+	if err := fn(engines.Chunk{TokenIDs: []uint32{2}, FinishReason: "length", KVTransferParams: lateParams}); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// TestCancelledPrefillLegReleasesKV: the transfer parameters of a prefill leg that the
+// worker could not send, because the leg was cancelled before its last chunk went out,
+// are released by the worker itself (engines.KVReleaser): nobody else learns them.
+func TestCancelledPrefillLegReleasesKV(t *testing.T) {
+	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}
+	for _, tc := range []struct {
+		name   string
+		engine func(*disaggEngine) engines.Engine
+		// credits: the leg's initial credits; end lets its engine finish (after the
+		// first chunk, before the Cancel); want: the parameters ReleaseKV must get.
+		credits int32
+		end     func(eng *disaggEngine)
+		want    string
+	}{
+		{name: "answered after the cancel", engine: func(e *disaggEngine) engines.Engine { return lateEngine{e} },
+			end: func(*disaggEngine) {}, want: lateParams},
+		{name: "last chunk waiting for credits", engine: func(e *disaggEngine) engines.Engine { return e }, credits: 1,
+			end: func(e *disaggEngine) { close(e.release) }, want: `{"do_remote_prefill":true,"remote_block_ids":[1,2]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newDisaggEngine()
+			sys, pid, _ := startWorker(t, tc.engine(eng), func(c *Config) { c.Role = "prefill" }, zerolog.Nop())
+			ref, chunks := chunkSink(sys)
+			sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill,
+				ReplyTo: ref, InitialCredits: tc.credits})
+			<-eng.sampling
+			if c := next(t, chunks); c.FinishReason != "" {
+				t.Fatalf("first chunk %v", c)
+			}
+			tc.end(eng)
+			sys.Root.Send(pid, &messages.Cancel{RequestId: "r#prefill"})
+			select {
+			case got := <-eng.released:
+				if got != [2]string{"r#prefill", tc.want} {
+					t.Fatalf("ReleaseKV(%q, %q), want the leg's own parameters %q", got[0], got[1], tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the cancelled leg's parameters were not released within 10 s")
+			}
+			select {
+			case c := <-chunks:
+				t.Fatalf("a chunk was sent after the cancel: %v", c)
+			default:
+			}
+		})
+	}
+}
+
+// TestDeliveredPrefillLegNotReleased: parameters that reached the leg's receiver are
+// its to use (the decode leg reads the blocks): a Cancel after the last chunk releases
+// nothing.
+func TestDeliveredPrefillLegNotReleased(t *testing.T) {
+	eng := newDisaggEngine()
+	sys, pid, _ := startWorker(t, eng, func(c *Config) { c.Role = "prefill" }, zerolog.Nop())
+	ref, chunks := chunkSink(sys)
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, ReplyTo: ref,
+		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}})
+	next(t, chunks)
+	close(eng.release)
+	if c := next(t, chunks); c.KvTransferParams == "" {
+		t.Fatalf("last chunk %v without parameters", c)
+	}
+	sys.Root.Send(pid, &messages.Cancel{RequestId: "r#prefill"})
+	// The actor handles messages in order: a ReleaseKv sent after the Cancel is released
+	// after anything the Cancel could have caused.
+	sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "marker"})
+	select {
+	case got := <-eng.released:
+		if got[0] != "marker" {
+			t.Fatalf("ReleaseKV(%q, %q) of a leg whose parameters were delivered", got[0], got[1])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReleaseKv not handled within 10 s")
+	}
+}
+
+// TestCancelledPrefillLegEngineWithoutRelease: an engine that cannot release on request
+// keeps the blocks until its own timeout; the worker says so.
+func TestCancelledPrefillLegEngineWithoutRelease(t *testing.T) {
+	eng := newDisaggEngine()
+	lines := make(logLines, 256)
+	sys, pid, _ := startWorker(t, plainEngine{eng}, func(c *Config) { c.Role = "prefill" }, zerolog.New(lines).Level(zerolog.DebugLevel))
+	ref, chunks := chunkSink(sys)
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, ReplyTo: ref, InitialCredits: 1,
+		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}})
+	next(t, chunks)
+	close(eng.release)
+	sys.Root.Send(pid, &messages.Cancel{RequestId: "r#prefill"})
+	waitLine(t, lines, "cancelled prefill leg: the engine cannot release KV blocks on request")
+}

@@ -67,7 +67,8 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	engine := w.engine
 	go func() {
 		defer sys.Root.Send(self, requestDone{id: m.RequestId})
-		err := streamChunks(ctx, engine, m, r.credits, send, w.cfg.WorkerID)
+		release := func(params string) { w.releaseUndelivered(engine, m.RequestId, params) }
+		err := streamChunks(ctx, engine, m, r.credits, send, w.cfg.WorkerID, release)
 		switch {
 		case err == nil, errors.Is(err, errCancelled), ctx.Err() != nil:
 		default:
@@ -83,20 +84,40 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 // errCancelled when ctx ended (nothing more is sent, except a migratable error chunk
 // when ctx's cause is errDraining), nil after the last chunk, or the engine error (after
 // sending a migratable error chunk).
+//
+// A last chunk whose transfer parameters are not sent, because ctx ended before it
+// could be (a prefill leg cancelled once its engine pinned the prompt's blocks, whose
+// engine answered anyway: engines.FinishPrefill), is passed to release: nobody else
+// learns which blocks the engine keeps for a decode leg that will never read them.
 func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Generate, credits <-chan int32,
-	send func(*messages.TokenChunk), workerID string) error {
+	send func(*messages.TokenChunk), workerID string, release func(kvTransferParams string)) error {
 	flow := m.InitialCredits > 0
 	left := m.InitialCredits
 	var index uint32
 	finished := false
+	undelivered := ""
+	defer func() {
+		if undelivered != "" {
+			release(undelivered)
+		}
+	}()
 	err := engine.Generate(ctx, m.RequestId, m.TokenIds, m.Sampling, func(ec engines.Chunk) error {
 		if len(ec.TokenIDs) == 0 && ec.FinishReason == "" {
 			return nil
 		}
+		cancelled := func() error {
+			if ec.FinishReason != "" {
+				undelivered = ec.KVTransferParams
+			}
+			return errCancelled
+		}
+		if ctx.Err() != nil {
+			return cancelled()
+		}
 		for flow && left <= 0 {
 			select {
 			case <-ctx.Done():
-				return errCancelled
+				return cancelled()
 			case n := <-credits:
 				left += n
 			}
@@ -138,6 +159,29 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 
 // releaseKVTimeout bounds a ReleaseKv call to the engine.
 const releaseKVTimeout = 5 * time.Second
+
+// releaseUndelivered releases the KV blocks engine pinned for prefill leg requestID,
+// whose transfer parameters kvTransferParams were never sent (streamChunks), within
+// releaseKVTimeout. It runs on the request's goroutine.
+func (w *workerActor) releaseUndelivered(engine engines.Engine, requestID, kvTransferParams string) {
+	log := w.log.With().Str("request_id", requestID).Logger()
+	rel, ok := engine.(engines.KVReleaser)
+	switch {
+	case w.ctx.Err() != nil:
+		log.Debug().Msg("cancelled prefill leg: the worker is stopping (its engine's pinned KV blocks end with it)")
+		return
+	case !ok:
+		log.Debug().Msg("cancelled prefill leg: the engine cannot release KV blocks on request; it frees pinned blocks on its own timeout")
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, releaseKVTimeout)
+	defer cancel()
+	if err := rel.ReleaseKV(ctx, requestID, kvTransferParams); err != nil {
+		log.Warn().Err(err).Msg("cancelled prefill leg: the engine did not release its pinned KV blocks (they stay until its own timeout)")
+		return
+	}
+	log.Debug().Msg("cancelled prefill leg: its pinned KV blocks released")
+}
 
 // releaseKV asks the engine to release the KV blocks it pinned for a prefill leg whose
 // decode leg will not read them (messages.ReleaseKv), off the actor's goroutine and
