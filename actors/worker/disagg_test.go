@@ -3,6 +3,9 @@ package worker
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/supervise"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
 	"google.golang.org/protobuf/proto"
@@ -373,4 +378,89 @@ func TestCancelledPrefillLegEngineWithoutRelease(t *testing.T) {
 	close(eng.release)
 	sys.Root.Send(pid, &messages.Cancel{RequestId: "r#prefill"})
 	waitLine(t, lines, "cancelled prefill leg: the engine cannot release KV blocks on request")
+}
+
+// TestRegistrationCarriesLauncherBootstrap: a prefill worker whose launcher names a
+// bootstrap address (engines.Bootstrapper: here the mock engine in SGLang's dialect,
+// which picks its bootstrap port at each Command) registers the address of its running
+// engine, also after the engine restarted on another port; a fixed Config address wins.
+func TestRegistrationCarriesLauncherBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	argvFile := filepath.Join(dir, "argv")
+	// The stub engine records its arguments; its first start exits at once, so that the
+	// worker starts it again (with a new bootstrap port), and the second one stays up.
+	stub := filepath.Join(dir, "turbine")
+	script := "#!/bin/sh\necho \"$@\" >> " + argvFile + "\n" +
+		"[ \"$(wc -l < " + argvFile + ")\" -ge 2 ] || exit 1\nexec sleep 60\n"
+	if err := os.WriteFile(stub, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		host     string
+		port     int
+		wantPort func(argv []string) int
+	}{
+		{name: "launcher's", wantPort: func(argv []string) int { return flagInt(t, argv, "--kv-transfer-port") }},
+		{name: "fixed", host: "10.0.0.1", port: 8998, wantPort: func([]string) int { return 8998 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = os.Remove(argvFile)
+			rt := infoRouter{infos: make(chan *messages.WorkerInfo, 256)}
+			l := &launcher.Mocker{Executable: stub, Model: "m", Tokenizer: "builtin:cl100k_base", BlockSize: 16,
+				NumGPUBlocks: 64, MaxNumSeqs: 4, MaxNumBatchedTokens: 64, MaxModelLen: 256, SpeedupRatio: 1,
+				Dialect: launcher.EngineSGLang, Role: launcher.RolePrefill}
+			props, err := Props(Config{WorkerID: "w-boot", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
+				Role: "prefill", BootstrapHost: tc.host, BootstrapPort: tc.port, Heartbeat: 10 * time.Millisecond,
+				StopGrace: time.Second, Backoff: supervise.Backoff{Initial: 10 * time.Millisecond}, Router: rt,
+				Logger: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sys := actor.NewActorSystem()
+			pid := sys.Root.Spawn(props)
+			t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+			deadline := time.After(10 * time.Second)
+			for {
+				var info *messages.WorkerInfo
+				select {
+				case info = <-rt.infos:
+				case <-deadline:
+					t.Fatal("no registration with the second engine's bootstrap address within 10 s")
+				}
+				b, _ := os.ReadFile(argvFile)
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				if len(lines) < 2 {
+					continue // still the first engine's
+				}
+				want := tc.wantPort(strings.Fields(lines[1]))
+				wantHost := tc.host
+				if wantHost == "" {
+					wantHost = "127.0.0.1"
+				}
+				if info.BootstrapHost == wantHost && info.BootstrapPort == int32(want) {
+					if h, p, ok := l.Bootstrap(); tc.host == "" && (!ok || h != wantHost || p != want) {
+						t.Fatalf("launcher's bootstrap %s:%d %v, registered %s:%d", h, p, ok, info.BootstrapHost, info.BootstrapPort)
+					}
+					return
+				}
+			}
+		})
+	}
+}
+
+// flagInt is the integer value of flag name in argv.
+func flagInt(t *testing.T, argv []string, name string) int {
+	t.Helper()
+	for i, a := range argv[:len(argv)-1] {
+		if a == name {
+			n, err := strconv.Atoi(argv[i+1])
+			if err != nil {
+				t.Fatalf("%s %q: %v", name, argv[i+1], err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in %q", name, argv)
+	return 0
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +46,10 @@ type Config struct {
 	Role string
 	// BootstrapHost and BootstrapPort: the SGLang bootstrap address a prefill worker
 	// advertises (WorkerInfo.bootstrap_host/port; port 0-65535, 0 = none). Both legs of
-	// a request it prefills are given it.
+	// a request it prefills are given it. Left empty (host "" and port 0), the worker
+	// advertises the address of its Launcher when that is an engines.Bootstrapper
+	// (SGLang, the mock engine in SGLang's dialect), read after each Command: the port
+	// may be chosen anew at each start of the engine.
 	BootstrapHost string
 	BootstrapPort int
 	// Heartbeat is the load/registration period (default 1 s).
@@ -166,6 +171,10 @@ type workerActor struct {
 	failedScrapes int // consecutive load scrapes the engine did not answer
 	backoff       supervise.Backoff
 	requests      map[string]*inflight
+	// bootstrapHost and bootstrapPort: the advertised bootstrap address (Config's, else
+	// the launcher's for the running engine; "" and 0 for none).
+	bootstrapHost string
+	bootstrapPort int
 	self          *actor.PID
 	canary        canary
 	canaries      int // canary requests sent, for their ids
@@ -174,7 +183,7 @@ type workerActor struct {
 func newActor(cfg Config) *workerActor {
 	log := cfg.Logger.With().Str("worker", cfg.WorkerID).Logger()
 	return &workerActor{cfg: cfg, log: log, backoff: cfg.Backoff, requests: map[string]*inflight{},
-		canary: canary{interval: cfg.CanaryInterval}}
+		canary: canary{interval: cfg.CanaryInterval}, bootstrapHost: cfg.BootstrapHost, bootstrapPort: cfg.BootstrapPort}
 }
 
 func (w *workerActor) Receive(c actor.Context) {
@@ -284,6 +293,7 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 	argv, env := w.cfg.Launcher.Command(w.cfg.Host, port, kvEndpoint)
 	env = append(slices.Clip(env), w.cfg.Env...)
 	log := w.log.With().Uint64("epoch", epoch).Logger()
+	w.bootstrap(log)
 	proc, err := supervise.Start(argv, env, func(stream, line string) {
 		log.Info().Str("stream", stream).Msg(line)
 	})
@@ -343,6 +353,29 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 	return nil
 }
 
+// bootstrap settles the bootstrap address to advertise for the engine the latest
+// Command describes: Config's when set, else the launcher's (engines.Bootstrapper).
+func (w *workerActor) bootstrap(log zerolog.Logger) {
+	if w.cfg.BootstrapHost != "" || w.cfg.BootstrapPort != 0 {
+		return
+	}
+	b, ok := w.cfg.Launcher.(engines.Bootstrapper)
+	if !ok {
+		return
+	}
+	host, port, ok := b.Bootstrap()
+	switch {
+	case !ok:
+		host, port = "", 0
+	case host == "" || port < 1 || port > 65535:
+		log.Warn().Str("host", host).Int("port", port).Msg("the engine launcher names an invalid bootstrap address: none advertised")
+		host, port = "", 0
+	default:
+		log.Info().Str("bootstrap", net.JoinHostPort(host, strconv.Itoa(port))).Msg("engine bootstrap address advertised")
+	}
+	w.bootstrapHost, w.bootstrapPort = host, port
+}
+
 func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 	if m.epoch != w.epoch {
 		return
@@ -385,8 +418,8 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		Ready:         w.ready && w.failedScrapes < maxFailedScrapes && w.canary.healthy() && !w.draining,
 		EngineEpoch:   w.epoch,
 		Role:          w.cfg.Role,
-		BootstrapHost: w.cfg.BootstrapHost,
-		BootstrapPort: int32(w.cfg.BootstrapPort),
+		BootstrapHost: w.bootstrapHost,
+		BootstrapPort: int32(w.bootstrapPort),
 	}
 }
 
