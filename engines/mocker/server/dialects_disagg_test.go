@@ -155,6 +155,11 @@ func TestSGLangDisaggregated(t *testing.T) {
 		got <- m
 	}()
 	waitUntil(t, "the decode leg to wait for its room", func() bool { return waiting(pre) })
+	var m strings.Builder
+	pre.s.metrics.WritePrometheus(&m)
+	if !strings.Contains(m.String(), MetricWaitingReads+" 1\n") {
+		t.Fatalf("the prefill engine's metrics lack the waiting read:\n%s", m.String())
+	}
 	resp, b := postJSON(t, pre.url+"/generate", body)
 	if resp.StatusCode != 200 || len(ids(decodeMap(t, b)["output_ids"])) != 1 {
 		t.Fatalf("prefill leg: %d %s", resp.StatusCode, b)

@@ -162,9 +162,12 @@ type transfer struct {
 
 // Metric names of the mock engine's disaggregated serving (every dialect).
 const (
-	MetricRoleInfo          = "turbine_mocker_role_info"
-	MetricPinnedBlocks      = "turbine_mocker_kv_pinned_blocks"
-	MetricPinnedRequests    = "turbine_mocker_kv_pinned_requests"
+	MetricRoleInfo       = "turbine_mocker_role_info"
+	MetricPinnedBlocks   = "turbine_mocker_kv_pinned_blocks"
+	MetricPinnedRequests = "turbine_mocker_kv_pinned_requests"
+	// MetricWaitingReads: reads of this engine's blocks waiting for them to be pinned
+	// (SGLang rooms whose decode leg came before the prefill leg finished).
+	MetricWaitingReads      = "turbine_mocker_kv_waiting_reads"
 	MetricReleased          = "turbine_mocker_kv_released_total"
 	MetricTransfers         = "turbine_mocker_kv_transfers_total"
 	MetricTransferBytes     = "turbine_mocker_kv_transfer_bytes_total"
@@ -211,6 +214,7 @@ func (s *Server) startTransfer() error {
 	set.NewGauge(fmt.Sprintf(`%s{role=%q}`, MetricRoleInfo, s.opts.Role), func() float64 { return 1 })
 	set.NewGauge(MetricPinnedBlocks, func() float64 { return float64(statsNow().PinnedBlocks) })
 	set.NewGauge(MetricPinnedRequests, func() float64 { return float64(statsNow().PinnedRequests) })
+	set.NewGauge(MetricWaitingReads, func() float64 { return float64(t.srv.Waiting()) })
 	for _, r := range kvtransfer.Reasons {
 		t.released[r] = set.NewCounter(fmt.Sprintf(`%s{reason=%q}`, MetricReleased, r))
 	}
