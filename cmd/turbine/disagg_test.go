@@ -63,6 +63,7 @@ type engineLoad struct {
 	KVUsage                    float64 // fraction of blocks held by requests
 	Running, Waiting           float64
 	TransfersOK, ReleasedTotal float64
+	WaitingReads               float64 // reads waiting for their blocks to be pinned (SGLang rooms)
 }
 
 func (l engineLoad) idle() bool {
@@ -93,11 +94,11 @@ func (s *server) engineLoad(w string) (engineLoad, bool) {
 			l.Pinned = v
 		case "turbine_mocker_kv_pinned_requests":
 			l.PinnedRequests = v
-		case "vllm:kv_cache_usage_perc":
+		case "vllm:kv_cache_usage_perc", "sglang:token_usage":
 			l.KVUsage = v
-		case "vllm:num_requests_running":
+		case "vllm:num_requests_running", "sglang:num_running_reqs":
 			l.Running = v
-		case "vllm:num_requests_waiting":
+		case "vllm:num_requests_waiting", "sglang:num_queue_reqs":
 			l.Waiting = v
 		case "turbine_mocker_kv_transfers_total":
 			if labels["result"] == "ok" {
@@ -105,6 +106,8 @@ func (s *server) engineLoad(w string) (engineLoad, bool) {
 			}
 		case "turbine_mocker_kv_released_total":
 			l.ReleasedTotal += v
+		case "turbine_mocker_kv_waiting_reads":
+			l.WaitingReads = v
 		}
 	}
 	return l, true
@@ -528,6 +531,53 @@ func TestE2EDisagg(t *testing.T) {
 		}
 		// The engine restarts; then everything is idle again.
 		s.waitReady(model, 2)
+		s.checkIdle(t, workers...)
+	})
+}
+
+// TestE2EDisaggSGLang: with mock engines in SGLang's dialect the prefill worker
+// registers its engine's bootstrap address (picked at the engine's start), so a long
+// prompt goes remote with both legs sent at once: while the prefill leg computes the
+// room's blocks, the decode engine already waits to read them. A client that leaves
+// during the prefill leg leaves nothing pinned or running.
+func TestE2EDisaggSGLang(t *testing.T) {
+	s := startDisagg(t, 2, "--prefill-workers", "1", "--decode-workers", "1", "--speedup-ratio", "1", "--mocker-dialect", "sglang")
+	workers := []string{"p0", "d0"}
+	s.checkIdle(t, workers...)
+
+	t.Run("long prompt goes remote with both legs at once", func(t *testing.T) {
+		type result struct {
+			c   disaggResult
+			err error
+		}
+		done := make(chan result, 1)
+		go func() { c, err := tryComplete(s, longText("gneiss", disaggHugeWords), 16); done <- result{c, err} }()
+		// Sent one after the other, the decode leg would reach the decode engine only
+		// once the prefill leg had pinned the room's blocks: no read would wait for them.
+		s.waitFor(30*time.Second, "the decode engine to wait for the room while the prefill leg runs", func() bool {
+			p, _ := s.engineLoad("p0")
+			return p.Running > 0 && p.WaitingReads == 1
+		})
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		c := r.c
+		want := turbineExt{WorkerID: "d0", Disagg: "remote", PrefillWorkerID: "p0", DecodeWorkerID: "d0"}
+		if c.status != http.StatusOK || c.finish != "length" || c.completionToks != 16 || c.turbine != want {
+			t.Fatalf("status %d finish %q tokens %d turbine %+v: %s; want %+v", c.status, c.finish, c.completionToks, c.turbine, c.body, want)
+		}
+		if l, _ := s.engineLoad("d0"); l.TransfersOK != 1 {
+			t.Fatalf("the decode engine read %v rooms from the prefill engine, want 1: %+v", l.TransfersOK, l)
+		}
+		s.checkIdle(t, workers...)
+	})
+
+	t.Run("client gone during the prefill leg", func(t *testing.T) {
+		streamUntil(t, s, longText("gabbro", disaggHugeWords), 64, func(int) bool {
+			p, _ := s.engineLoad("p0")
+			return p.Running > 0
+		})
 		s.checkIdle(t, workers...)
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/gateway"
 )
 
@@ -42,6 +43,9 @@ type Options struct {
 	// decode). WorkersSet says whether --workers was given.
 	Workers, PrefillWorkers, DecodeWorkers int
 	WorkersSet                             bool
+	// MockerDialect is the mock engines' HTTP dialect: "" or vllm, sglang, trtllm
+	// (--mocker-dialect, as on turbine node); the workers use that engine's client.
+	MockerDialect string
 }
 
 // Defaults are the embedded defaults (REFERENCE §3, §7).
@@ -56,6 +60,8 @@ func flags(o *Options, fs *flag.FlagSet) {
 		"number of aggregated workers, each with its own mock engine (default 2, or 0 with --prefill-workers or --decode-workers)")
 	fs.IntVar(&o.PrefillWorkers, "prefill-workers", o.PrefillWorkers, "number of prefill workers (disaggregated serving, xPyD)")
 	fs.IntVar(&o.DecodeWorkers, "decode-workers", o.DecodeWorkers, "number of decode workers (disaggregated serving, xPyD)")
+	fs.StringVar(&o.MockerDialect, "mocker-dialect", o.MockerDialect,
+		"HTTP dialect of the mock engines: vllm (default), sglang or trtllm; the workers use that engine's client")
 	o.Engine.Flags(fs)
 	o.Router.Flags(fs)
 	o.Disagg.Flags(fs)
@@ -88,6 +94,11 @@ func (o *Options) Validate() error {
 			o.Workers, o.PrefillWorkers, o.DecodeWorkers)
 	case o.PrefillWorkers > 0 && o.Workers+o.DecodeWorkers == 0:
 		return fmt.Errorf("--prefill-workers %d without --decode-workers or --workers: nothing would decode", o.PrefillWorkers)
+	}
+	switch o.MockerDialect {
+	case "", launcher.EngineVLLM, launcher.EngineSGLang, launcher.EngineTRTLLM:
+	default:
+		return fmt.Errorf("--mocker-dialect %q: want vllm, sglang or trtllm", o.MockerDialect)
 	}
 	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(),
 		o.Admission.Validate(), o.Canary.Validate()} {
@@ -147,7 +158,9 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		}
 	}()
 	for _, w := range o.layout() {
-		props, err := worker.Props(worker.Config{WorkerID: w.id, Card: card, Launcher: o.Engine.MockerFor(self, card, w.role),
+		mock := o.Engine.MockerFor(self, card, w.role)
+		mock.Dialect = o.MockerDialect
+		props, err := worker.Props(worker.Config{WorkerID: w.id, Card: card, Launcher: mock,
 			Role: w.role, Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
 			Router: routerClient, Catalog: catalogClient, Logger: log})
 		if err != nil {

@@ -37,6 +37,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--prefill-workers", "200", "--decode-workers", "100"}, "256 workers at most"},
 		{[]string{"--max-local-prefill-tokens", "-5"}, "--max-local-prefill-tokens"},
 		{[]string{"--max-prefill-queue-tokens", "-1"}, "--max-prefill-queue-tokens"},
+		{[]string{"--mocker-dialect", "tgi"}, "--mocker-dialect"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
