@@ -38,6 +38,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--max-local-prefill-tokens", "-5"}, "--max-local-prefill-tokens"},
 		{[]string{"--max-prefill-queue-tokens", "-1"}, "--max-prefill-queue-tokens"},
 		{[]string{"--mocker-dialect", "tgi"}, "--mocker-dialect"},
+		{[]string{"--kv-bytes-per-token", "-1"}, "--kv-bytes-per-token"},
+		{[]string{"--kv-transfer-bandwidth", "-1"}, "--kv-transfer-bandwidth"},
+		{[]string{"--kv-transfer-bandwidth", "Inf"}, "--kv-transfer-bandwidth"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

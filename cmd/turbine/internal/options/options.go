@@ -38,6 +38,11 @@ type Engine struct {
 	SpeedupRatio        float64
 	MeanOutputTokens    int
 	Seed                int64
+	// KVBytesPerToken (bytes) and KVTransferBandwidth (bytes/s): the mock engines' KV
+	// transfer between prefill and decode workers; 0 leaves the mock engine's defaults
+	// (the model folder's config.json, else Llama-3.1-8B's 131072 bytes; 64e9 bytes/s).
+	KVBytesPerToken     int64
+	KVTransferBandwidth float64
 	Heartbeat           time.Duration
 	ReadyTimeout        time.Duration
 	// MaxModelLenSet and ReadyTimeoutSet say whether --max-model-len and --ready-timeout
@@ -69,6 +74,10 @@ func (o *Engine) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.SpeedupRatio, "speedup-ratio", o.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster)")
 	fs.IntVar(&o.MeanOutputTokens, "mean-output-tokens", o.MeanOutputTokens, "mock engine: mean output length in tokens when EOS is not ignored")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "mock engine seed (same seed, same tokens)")
+	fs.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken,
+		"mock engines, disaggregated serving: KV cache `bytes` per token sent from prefill to decode (0: the model folder's config.json, else 131072)")
+	fs.Float64Var(&o.KVTransferBandwidth, "kv-transfer-bandwidth", o.KVTransferBandwidth,
+		"mock engines, disaggregated serving: KV transfer pacing in `bytes/s`, times --speedup-ratio (0: 64e9)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "worker load and registration period")
 	fs.Var(&tracked[time.Duration]{p: &o.ReadyTimeout, set: &o.ReadyTimeoutSet, parse: time.ParseDuration}, "ready-timeout",
 		"how long a worker waits for its engine to become ready, a `duration` (real engines: 10m unless given)")
@@ -96,6 +105,10 @@ func (o *Engine) Validate() error {
 			o.NumGPUBlocks, o.BlockSize, int64(o.NumGPUBlocks)*int64(o.BlockSize), o.MaxModelLen)
 	case o.MeanOutputTokens < 1:
 		return fmt.Errorf("--mean-output-tokens %d: must be ≥ 1", o.MeanOutputTokens)
+	case o.KVBytesPerToken < 0:
+		return fmt.Errorf("--kv-bytes-per-token %d: must be ≥ 0 (0: the model's)", o.KVBytesPerToken)
+	case !finite(o.KVTransferBandwidth) || o.KVTransferBandwidth < 0:
+		return fmt.Errorf("--kv-transfer-bandwidth %g: must be a finite number ≥ 0 bytes/s (0: the default)", o.KVTransferBandwidth)
 	case o.Heartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--heartbeat %v: must be ≥ 10ms", o.Heartbeat)
 	case o.ReadyTimeout <= 0:
@@ -130,7 +143,8 @@ func (o *Engine) Mocker(executable string, card *messages.ModelCard) *launcher.M
 	return &launcher.Mocker{Executable: executable, Model: card.Model, Tokenizer: card.Tokenizer,
 		BlockSize: int(card.KvBlockSize), NumGPUBlocks: int(card.TotalKvBlocks), MaxNumSeqs: int(card.MaxNumSeqs),
 		MaxNumBatchedTokens: int(card.MaxNumBatchedTokens), MaxModelLen: int(card.ContextLength),
-		SpeedupRatio: o.SpeedupRatio, MeanOutputTokens: o.MeanOutputTokens, Seed: o.Seed}
+		SpeedupRatio: o.SpeedupRatio, MeanOutputTokens: o.MeanOutputTokens, Seed: o.Seed,
+		KVBytesPerToken: o.KVBytesPerToken, KVTransferBandwidth: o.KVTransferBandwidth}
 }
 
 // MockerExecutable returns the turbine binary that runs mock engines (`turbine mocker`).
