@@ -37,8 +37,13 @@ const (
 //
 // It returns call's result and error: a leg that answered after ctx ended returns its
 // answer (the caller passes it on so that its blocks are released, and reports ctx's
-// error); one aborted returns the error of its cancelled request.
+// error); one aborted returns the error of its cancelled request. A leg whose ctx ended
+// before FinishPrefill was called is not sent: it returns ctx's error.
 func FinishPrefill[T any](ctx context.Context, grace time.Duration, call func(context.Context) (T, error)) (T, error) {
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
 	var answering atomic.Bool
 	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() { answering.Store(true) }}
 	cctx, abort := context.WithCancel(httptrace.WithClientTrace(context.WithoutCancel(ctx), trace))

@@ -40,6 +40,17 @@ func (p *prefillServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// TestFinishPrefillCancelledBefore: a leg cancelled before it was sent is not sent.
+func TestFinishPrefillCancelledBefore(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	called := false
+	_, err := FinishPrefill(ctx, time.Minute, func(context.Context) (string, error) { called = true; return "", nil })
+	if called || !errors.Is(err, context.Canceled) {
+		t.Fatalf("called %v, error %v; want no call and context.Canceled", called, err)
+	}
+}
+
 // TestFinishPrefill: a prefill leg's answer that arrives after its context ended is
 // still read when the leg may run on (grace) or when its answer had begun; otherwise the
 // request is aborted, at once or once grace is over.
@@ -107,6 +118,9 @@ func TestFinishPrefill(t *testing.T) {
 				t.Fatalf("answer %q without error; want the request aborted", body)
 			case !tc.wantAnswer && !errors.Is(err, context.Canceled):
 				t.Fatalf("error %v; want the aborted request's context.Canceled", err)
+			}
+			if tc.wantAnswer && tc.cancel && ctx.Err() == nil {
+				t.Fatal("the answer came before the cancel")
 			}
 			if !tc.wantAnswer {
 				select {
