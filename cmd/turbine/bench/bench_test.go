@@ -73,7 +73,7 @@ func TestValidate(t *testing.T) {
 		{[]string{"compare", "--ready-timeout", "0s"}, "--ready-timeout"},
 		{[]string{"compare", "--prefill-workers", "-1"}, "--prefill-workers"},
 		{[]string{"compare", "--block-size", "0"}, "--block-size"},
-		{[]string{"compare", "--kv-bytes-per-token", "10"}, "--kv-bytes-per-token"},
+		{[]string{"compare", "--kv-bytes-per-token", "-10"}, "--kv-bytes-per-token"},
 		{[]string{"compare", "--simulate", "--rate", "1", "--kv-bytes-per-token", "-1"}, "--kv-bytes-per-token"},
 		{[]string{"compare", "--simulate", "--rate", "1", "--kv-transfer-bandwidth", "0"}, "--kv-transfer-bandwidth"},
 		{[]string{"compare", "--max-local-prefill-tokens", "-1"}, "--max-local-prefill-tokens"},

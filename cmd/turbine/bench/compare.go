@@ -152,13 +152,6 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if help, err := cli.ParseCommand(fs, args); help || err != nil {
 		return err
 	}
-	if !o.Simulate {
-		for _, name := range simulateOnlyFlags {
-			if isSet(fs, name) {
-				return fmt.Errorf("--%s: only with --simulate (serve's mock engines take it from the model)", name)
-			}
-		}
-	}
 	modes, err := o.validateCompare()
 	if err != nil {
 		return err

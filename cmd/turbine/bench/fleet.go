@@ -60,14 +60,11 @@ func DefaultFleet(workers int) Fleet {
 // 2 bytes).
 const DefaultKVBytesPerToken = 131072
 
-// simulateOnlyFlags are flags a simulation takes that serve does not.
-var simulateOnlyFlags = []string{"kv-bytes-per-token", "kv-transfer-bandwidth"}
-
 // disaggFlags registers the disaggregation flags (router and simulated transfer).
 func (f *Fleet) disaggFlags(fs *flag.FlagSet) {
 	f.Disagg.Flags(fs)
-	fs.Int64Var(&f.KVBytesPerToken, "kv-bytes-per-token", f.KVBytesPerToken, "--simulate, disaggregated: the model's KV cache `bytes` per token (transfer size)")
-	fs.Float64Var(&f.KVTransferBandwidth, "kv-transfer-bandwidth", f.KVTransferBandwidth, "--simulate, disaggregated: KV transfer bandwidth between prefill and decode engines, `bytes/s` (divided out by --speedup-ratio like every engine time)")
+	fs.Int64Var(&f.KVBytesPerToken, "kv-bytes-per-token", f.KVBytesPerToken, "disaggregated: the model's KV cache `bytes` per token (the KV transfer's size)")
+	fs.Float64Var(&f.KVTransferBandwidth, "kv-transfer-bandwidth", f.KVTransferBandwidth, "disaggregated: KV transfer bandwidth between prefill and decode engines, `bytes/s` (times --speedup-ratio, like every engine speed)")
 }
 
 // fleetFlagNames are the flags engineFlags registers (a real run refuses them).
@@ -192,7 +189,8 @@ func (f *Fleet) serveArgs(mode, model string) []string {
 		"--ready-timeout", f.ReadyTimeout.String(),
 		"--max-local-prefill-tokens", strconv.Itoa(f.Disagg.MaxLocalPrefillTokens),
 		"--max-prefill-queue-tokens", strconv.FormatInt(f.Disagg.MaxPrefillQueueTokens, 10),
-		"--enforce-disagg="+strconv.FormatBool(f.Disagg.EnforceDisagg))...)
+		"--enforce-disagg="+strconv.FormatBool(f.Disagg.EnforceDisagg),
+		"--kv-bytes-per-token", strconv.FormatInt(f.KVBytesPerToken, 10), "--kv-transfer-bandwidth", ff(f.KVTransferBandwidth))...)
 }
 
 // workers describes the fleet's layout ("8 workers", "2 prefill + 6 decode workers").

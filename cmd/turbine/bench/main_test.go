@@ -40,7 +40,7 @@ func fakeServe(how string, args []string) int {
 	model := fs.String("model", "turbine-mock", "")
 	for _, name := range []string{"host", "port", "log-format", "tokenizer", "block-size", "num-gpu-blocks", "max-num-seqs",
 		"max-num-batched-tokens", "max-model-len", "speedup-ratio", "overlap-weight", "router-temperature", "ready-timeout",
-		"max-local-prefill-tokens", "max-prefill-queue-tokens", "enforce-disagg"} {
+		"max-local-prefill-tokens", "max-prefill-queue-tokens", "enforce-disagg", "kv-bytes-per-token", "kv-transfer-bandwidth"} {
 		fs.String(name, "", "")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
