@@ -65,7 +65,7 @@ func PlotAs(w io.Writer, runs []Summary, format string) error {
 			line.Width = vg.Points(1.5)
 			series.p.Add(line)
 			if series.p == ttft { // one legend: the series share their colours across panels
-				series.p.Legend.Add(name, line)
+				series.p.Legend.Add(legendName(name), line)
 			}
 		}
 	}
@@ -118,4 +118,17 @@ func overTime(bucketS float64, perS []float64) plotter.XYs {
 		xys[i] = plotter.XY{X: (float64(i) + 0.5) * bucketS, Y: v}
 	}
 	return xys
+}
+
+// maxLegendRunes bounds a series name in the legend, which sits inside the TTFT panel.
+const maxLegendRunes = 28
+
+// legendName shortens a long run label (the default label is the workload's description)
+// to maxLegendRunes, keeping its start.
+func legendName(name string) string {
+	r := []rune(name)
+	if len(r) <= maxLegendRunes {
+		return name
+	}
+	return string(r[:maxLegendRunes-1]) + "…"
 }

@@ -56,3 +56,16 @@ func TestPlotPNG(t *testing.T) {
 		t.Errorf("format gif: %v, want an error naming it", err)
 	}
 }
+
+func TestLegendName(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"kv", "kv"},
+		{"exactly twenty-eight runes!!", "exactly twenty-eight runes!!"},
+		{"mooncake_fast25_conversation_trace.jsonl (300 requests)", "mooncake_fast25_conversatio…"},
+		{"ééééééééééééééééééééééééééééééé", "ééééééééééééééééééééééééééé…"},
+	} {
+		if got := legendName(tc.in); got != tc.want {
+			t.Errorf("legendName(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

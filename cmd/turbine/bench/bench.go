@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -178,6 +179,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("turbine bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	flags(&o, fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: turbine bench [flags]                 measure --url (or --simulate a fleet)
+       turbine bench compare [flags]         the same workload against several routing policies
+       turbine bench plot [-o F] A.json ...  CDFs and throughput of earlier runs (SVG or PNG)
+Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
+`)
+		fs.PrintDefaults()
+	}
 	if help, err := cli.ParseCommand(fs, args); help || err != nil {
 		return err
 	}
@@ -342,7 +351,7 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 func printSummary(w io.Writer, s bench.Summary, dir string) {
-	fmt.Fprintf(w, "%s: %d requests, %d ok, %d failed %v, %.1f s\n", s.Label, s.Requests, s.Succeeded, s.Failed, s.Errors, s.DurationS)
+	fmt.Fprintf(w, "%s: %d requests, %d ok, %d failed%s, %.1f s\n", s.Label, s.Requests, s.Succeeded, s.Failed, errorKinds(s.Errors), s.DurationS)
 	fmt.Fprintf(w, "  TTFT ms  p50 %.1f  p90 %.1f  p99 %.1f  mean %.1f\n", s.TTFT.P50, s.TTFT.P90, s.TTFT.P99, s.TTFT.Mean)
 	fmt.Fprintf(w, "  ITL ms   p50 %.2f  p90 %.2f  p99 %.2f  mean %.2f\n", s.ITL.P50, s.ITL.P90, s.ITL.P99, s.ITL.Mean)
 	fmt.Fprintf(w, "  E2E ms   p50 %.1f  p90 %.1f  p99 %.1f  mean %.1f\n", s.E2E.P50, s.E2E.P90, s.E2E.P99, s.E2E.Mean)
@@ -405,4 +414,28 @@ func runPlot(args []string, stderr io.Writer) error {
 		runs = append(runs, s)
 	}
 	return writeFile(*out, func(w io.Writer) error { return bench.PlotAs(w, runs, format) })
+}
+
+// errorKinds lists failures by kind as " (http_400 2, timeout 1)", most first; "" when none.
+func errorKinds(m map[string]int) string {
+	kinds := make([]string, 0, len(m))
+	for k, n := range m {
+		if n > 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	if len(kinds) == 0 {
+		return ""
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if m[kinds[i]] != m[kinds[j]] {
+			return m[kinds[i]] > m[kinds[j]]
+		}
+		return kinds[i] < kinds[j]
+	})
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -91,6 +91,11 @@ func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.PrefillWorkers, "prefill-workers", f.PrefillWorkers, "--simulate: number of prefill workers of disaggregated serving (0: aggregated)")
 	fs.StringVar(&f.RouterMode, "router-mode", f.RouterMode, "--simulate: routing policy: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
 	f.engineFlags(fs)
+	for _, name := range fleetFlagNames { // a real run refuses them: say so in -h
+		if fl := fs.Lookup(name); fl != nil && !strings.HasPrefix(fl.Usage, "--simulate") {
+			fl.Usage = "--simulate: " + fl.Usage
+		}
+	}
 }
 
 // compareFlags registers the flags of `turbine bench compare`.

@@ -57,7 +57,7 @@ func Defaults() Options {
 func flags(o *Options, fs *flag.FlagSet) {
 	o.HTTP.Flags(fs)
 	options.IntVarTracked(fs, &o.Workers, &o.WorkersSet, "workers",
-		"number of aggregated workers, each with its own mock engine (default 2, or 0 with --prefill-workers or --decode-workers)")
+		"number of aggregated workers, each with its own mock engine (0 when --prefill-workers or --decode-workers is given without it)")
 	fs.IntVar(&o.PrefillWorkers, "prefill-workers", o.PrefillWorkers, "number of prefill workers (disaggregated serving, xPyD)")
 	fs.IntVar(&o.DecodeWorkers, "decode-workers", o.DecodeWorkers, "number of decode workers (disaggregated serving, xPyD)")
 	fs.StringVar(&o.MockerDialect, "mocker-dialect", o.MockerDialect,
