@@ -196,15 +196,9 @@ func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, 
 	}
 	defer resp.Body.Close()
 	var raw struct {
-		Choices []struct {
-			Text           string          `json:"text"`
-			FinishReason   *string         `json:"finish_reason"`
-			StopReason     json.RawMessage `json:"stop_reason"`
-			TokenIDs       []uint32        `json:"token_ids"`
-			PromptTokenIDs []uint32        `json:"prompt_token_ids"`
-		} `json:"choices"`
-		Usage            *enginehttp.Usage `json:"usage"`
-		KVTransferParams json.RawMessage   `json:"kv_transfer_params"`
+		Choices          []completionChoice `json:"choices"`
+		Usage            *enginehttp.Usage  `json:"usage"`
+		KVTransferParams json.RawMessage    `json:"kv_transfer_params"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxFrameBytes)).Decode(&raw); err != nil {
 		if ctx.Err() != nil {
@@ -276,15 +270,9 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 			Param   *string `json:"param"`
 			Code    any     `json:"code"`
 		} `json:"error"`
-		Choices []struct {
-			Text           string          `json:"text"`
-			FinishReason   *string         `json:"finish_reason"`
-			StopReason     json.RawMessage `json:"stop_reason"`
-			TokenIDs       []uint32        `json:"token_ids"`
-			PromptTokenIDs []uint32        `json:"prompt_token_ids"`
-		} `json:"choices"`
-		Usage            *enginehttp.Usage `json:"usage"`
-		KVTransferParams json.RawMessage   `json:"kv_transfer_params"`
+		Choices          []completionChoice `json:"choices"`
+		Usage            *enginehttp.Usage  `json:"usage"`
+		KVTransferParams json.RawMessage    `json:"kv_transfer_params"`
 	}
 	// The first frame repeats the prompt as prompt_token_ids; those are read by hand and
 	// the generic decoder sees null in their place (undone if the frame turns out not to
@@ -516,4 +504,13 @@ func cutPromptTokenIDs(data []byte) (ids []uint32, cut []byte, ok bool) {
 	cut = append(cut, "null"...)
 	cut = append(cut, data[end:]...)
 	return ids, cut, true
+}
+
+// completionChoice is one choice of a vLLM /v1/completions answer or stream frame.
+type completionChoice struct {
+	Text           string          `json:"text"`
+	FinishReason   *string         `json:"finish_reason"`
+	StopReason     json.RawMessage `json:"stop_reason"`
+	TokenIDs       []uint32        `json:"token_ids"`
+	PromptTokenIDs []uint32        `json:"prompt_token_ids"`
 }

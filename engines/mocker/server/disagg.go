@@ -244,6 +244,9 @@ func (s *Server) KVTransferAddr() string {
 	return net.JoinHostPort(s.xfer.host, strconv.Itoa(s.xfer.port))
 }
 
+// kvTransferHostPort is the KV transfer listener's advertised host and port.
+func (s *Server) kvTransferHostPort() (string, int) { return s.xfer.host, s.xfer.port }
+
 // KVTransferEngineID is the engine id prefill legs advertise (remote_engine_id).
 func (s *Server) KVTransferEngineID() string { return s.xfer.engineID }
 

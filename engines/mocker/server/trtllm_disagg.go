@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 
@@ -129,8 +128,7 @@ func (s *Server) trtllmDisaggParams(ctx context.Context, p *trtllmParsed, o mock
 	if !ok {
 		return nil
 	}
-	host, port, _ := net.SplitHostPort(s.KVTransferAddr())
-	n, _ := strconv.Atoi(port)
+	host, n := s.kvTransferHostPort()
 	h := kvtransfer.Handle{EngineID: s.xfer.engineID, Host: host, Port: n, Key: o.RequestID, BlockIDs: blocks}
 	id, _ := strconv.ParseUint(o.RequestID, 10, 64)
 	return map[string]any{"request_type": "context_only", "first_gen_tokens": o.TokenIDs, "ctx_request_id": id,

@@ -172,8 +172,7 @@ func (s *Server) prefillParams(ctx context.Context, p *parsed, o mocker.Output) 
 	if !ok {
 		return nil
 	}
-	host, port, _ := net.SplitHostPort(s.KVTransferAddr())
-	n, _ := strconv.Atoi(port)
+	host, n := s.kvTransferHostPort()
 	return &vllmKVTransferParams{DoRemotePrefill: true, RemoteBlockIDs: blocks, RemoteEngineID: s.xfer.engineID,
 		RemoteRequestID: o.RequestID, RemoteHost: host, RemotePort: n, TPSize: 1}
 }
