@@ -123,9 +123,11 @@ func lengthFloat(name, s string, least float64) (float64, error) {
 	return x, nil
 }
 
-// String writes l as ParseLength reads it.
+// String writes l as ParseLength reads it: every parameter in plain decimal notation
+// (16777216, 1500.5; never an exponent such as 1.6777216e+07, which N, MIN and MAX do
+// not accept).
 func (l Length) String() string {
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 	switch l.kind {
 	case lengthUniform:
 		return "uniform:" + f(l.a) + ":" + f(l.b)

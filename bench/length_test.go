@@ -21,6 +21,12 @@ func TestParseLength(t *testing.T) {
 		{"normal:1024:256", "normal:1024:256", 1, MaxLength, false},
 		{"normal:100.5:0", "normal:100.5:0", 1, MaxLength, false},
 		{"lognormal:800:1200", "lognormal:800:1200", 1, MaxLength, false},
+		// Lengths of a million tokens and more are written as integers, not 1e+06.
+		{"1000000", "1000000", 1000000, 1000000, true},
+		{"16777216", "16777216", MaxLength, MaxLength, true},
+		{"uniform:1000000:16777216", "uniform:1000000:16777216", 1000000, MaxLength, true},
+		{"normal:16777216:2000000", "normal:16777216:2000000", 1, MaxLength, false},
+		{"lognormal:1234567.25:0.000001", "lognormal:1234567.25:0.000001", 1, MaxLength, false},
 	} {
 		l, err := ParseLength(tc.in)
 		if err != nil {
