@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -35,6 +36,20 @@ type Request struct {
 	PrefixID     int64
 }
 
+// MaxArrival bounds a request's arrival, its offset from the start of a run: 30 days,
+// far beyond any trace replay or synthetic run, and far inside time.Duration's range
+// (292 years), so that an arrival plus the latencies after it cannot overflow. The trace
+// readers, Scale and the synthetic workloads (Synthetic, SyntheticSpec) refuse
+// arrivals beyond it.
+const MaxArrival = 30 * 24 * time.Hour
+
+// MaxTraceLine is the longest line of a Mooncake trace ReadMooncake reads, in bytes
+// (64 MiB: a line of 120 k-token prompt has about 250 hash ids, a few kB).
+const MaxTraceLine = 64 << 20
+
+// maxArrivalMillis is MaxArrival in ms, a Mooncake timestamp's unit.
+const maxArrivalMillis = float64(MaxArrival / time.Millisecond)
+
 // mooncakeLine is one line of a Mooncake trace.
 type mooncakeLine struct {
 	Timestamp    *float64 `json:"timestamp"`     // ms from the trace start
@@ -45,15 +60,20 @@ type mooncakeLine struct {
 
 // ReadMooncake reads a Mooncake JSONL trace (timestamp in ms, input_length,
 // output_length, hash_ids with one id per blockTokens tokens) from r, at most limit
-// requests (0: all). Blank lines are skipped. Errors name the source and line.
+// requests (0: all). Blank lines are skipped. Timestamps must not go backwards (a
+// line's may equal the previous request's) and must be at most MaxArrival; lines may be
+// at most MaxTraceLine bytes long. Errors name the source and line.
 func ReadMooncake(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
 	if blockTokens < 1 {
 		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
 	}
 	var out []Request
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for line := 1; sc.Scan() && (limit <= 0 || len(out) < limit); line++ {
+	sc.Buffer(make([]byte, 0, 1<<20), MaxTraceLine)
+	line := 0                  // the last line read
+	prevLine, prevMS := 0, 0.0 // the previous request's line and timestamp
+	for (limit <= 0 || len(out) < limit) && sc.Scan() {
+		line++
 		text := strings.TrimSpace(sc.Text())
 		if text == "" {
 			continue
@@ -65,6 +85,11 @@ func ReadMooncake(r io.Reader, name string, blockTokens, limit int) ([]Request, 
 		if err := m.check(blockTokens); err != nil {
 			return nil, fmt.Errorf("bench: %s:%d: %v", name, line, err)
 		}
+		if *m.Timestamp < prevMS {
+			return nil, fmt.Errorf("bench: %s:%d: timestamp %v ms is earlier than line %d's %v ms: want the requests in arrival order",
+				name, line, *m.Timestamp, prevLine, prevMS)
+		}
+		prevLine, prevMS = line, *m.Timestamp
 		out = append(out, Request{
 			Arrival:      time.Duration(*m.Timestamp * float64(time.Millisecond)),
 			InputLength:  m.InputLength,
@@ -73,7 +98,10 @@ func ReadMooncake(r io.Reader, name string, blockTokens, limit int) ([]Request, 
 		})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("bench: %s: %v", name, err)
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("bench: %s:%d: line longer than %d MiB, the most a trace line may have", name, line+1, MaxTraceLine>>20)
+		}
+		return nil, fmt.Errorf("bench: %s:%d: %v", name, line+1, err)
 	}
 	return out, nil
 }
@@ -84,6 +112,8 @@ func (m mooncakeLine) check(blockTokens int) error {
 		return errors.New("no timestamp")
 	case *m.Timestamp < 0:
 		return fmt.Errorf("timestamp %v ms: want >= 0", *m.Timestamp)
+	case *m.Timestamp > maxArrivalMillis:
+		return fmt.Errorf("timestamp %v ms: want at most %.0f ms (%v from the trace start)", *m.Timestamp, maxArrivalMillis, MaxArrival)
 	case m.InputLength <= 0:
 		return fmt.Errorf("input_length %d: want > 0", m.InputLength)
 	case m.OutputLength < 0:
@@ -99,9 +129,11 @@ const azureLayout = "2006-01-02 15:04:05.999999999"
 
 // ReadAzure reads an Azure LLM inference trace (CSV with a header naming TIMESTAMP,
 // ContextTokens and GeneratedTokens, in any order and case) from r, at most limit
-// requests (0: all). Arrivals are offsets from the first row's timestamp. The trace has
-// no prefix information, so every prompt gets blocks of its own (blockTokens tokens
-// each) that no other request shares. Errors name the source and line.
+// requests (0: all). Arrivals are offsets from the first row's timestamp: rows must not
+// go backwards in time (a row's TIMESTAMP may equal the previous row's) and must lie at
+// most MaxArrival after the first. The trace has no prefix information, so every prompt
+// gets blocks of its own (blockTokens tokens each) that no other request shares. Errors
+// name the source and line.
 func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
 	if blockTokens < 1 {
 		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
@@ -122,7 +154,8 @@ func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, err
 		return nil, fmt.Errorf("bench: %s: header %q: want TIMESTAMP, ContextTokens and GeneratedTokens columns", name, header)
 	}
 	var out []Request
-	var first time.Time
+	var first, prev time.Time
+	prevLine := 0
 	ids := newIDSource()
 	for line := 2; limit <= 0 || len(out) < limit; line++ {
 		rec, err := cr.Read()
@@ -145,21 +178,28 @@ func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, err
 			return nil, fmt.Errorf("bench: %s:%d: GeneratedTokens %q: want a non-negative integer", name, line, rec[iGen])
 		}
 		if len(out) == 0 {
-			first = ts
+			first, prev = ts, ts
 		}
-		if ts.Before(first) {
-			return nil, fmt.Errorf("bench: %s:%d: TIMESTAMP %s is before the first row's", name, line, rec[iTime])
+		if ts.Before(prev) {
+			return nil, fmt.Errorf("bench: %s:%d: TIMESTAMP %s is earlier than line %d's (%s): want the rows in arrival order",
+				name, line, strings.TrimSpace(rec[iTime]), prevLine, prev.Format(azureLayout))
 		}
+		if at := ts.Sub(first); at > MaxArrival { // Sub saturates: no overflow
+			return nil, fmt.Errorf("bench: %s:%d: TIMESTAMP %s is %v after the first row's (%s): want at most %v",
+				name, line, strings.TrimSpace(rec[iTime]), at, first.Format(azureLayout), MaxArrival)
+		}
+		prev, prevLine = ts, line
 		out = append(out, Request{Arrival: ts.Sub(first), InputLength: in, OutputLength: gen, HashIDs: ids.next(in, blockTokens)})
 	}
 	return out, nil
 }
 
 // Synthetic returns n requests of isl prompt tokens and osl output tokens with prompts
-// that share nothing. rate > 0 gives Poisson arrivals of that many requests per second
-// drawn from rng; rate == 0 makes them all arrive at once (a closed loop, paced by the
-// runner's concurrency). SyntheticSpec describes the general case: drawn lengths, shared
-// prefixes, a duration.
+// that share nothing. rate > 0 (at least MinRate) gives Poisson arrivals of that many
+// requests per second drawn from rng; rate == 0 makes them all arrive at once (a closed
+// loop, paced by the runner's concurrency). An arrival drawn beyond MaxArrival is an
+// error. SyntheticSpec describes the general case: drawn lengths, shared prefixes, a
+// duration.
 func Synthetic(n, isl, osl, blockTokens int, rate float64, rng *rand.Rand) ([]Request, error) {
 	switch {
 	case n < 1:
@@ -168,10 +208,11 @@ func Synthetic(n, isl, osl, blockTokens int, rate float64, rng *rand.Rand) ([]Re
 		return nil, fmt.Errorf("bench: input length %d: want at least 1", isl)
 	case osl < 0:
 		return nil, fmt.Errorf("bench: output length %d: want >= 0", osl)
-	case rate < 0:
-		return nil, fmt.Errorf("bench: rate %v requests/s: want >= 0", rate)
 	case blockTokens < 1:
 		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
+	}
+	if err := checkRate(rate); err != nil {
+		return nil, err
 	}
 	out := make([]Request, n)
 	ids := newIDSource()
@@ -180,16 +221,43 @@ func Synthetic(n, isl, osl, blockTokens int, rate float64, rng *rand.Rand) ([]Re
 		if rate > 0 && i > 0 {
 			at += rng.ExpFloat64() / rate
 		}
-		out[i] = Request{Arrival: time.Duration(at * float64(time.Second)), InputLength: isl, OutputLength: osl, HashIDs: ids.next(isl, blockTokens)}
+		arrival, err := arrivalAt(at, i, rate)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Request{Arrival: arrival, InputLength: isl, OutputLength: osl, HashIDs: ids.next(isl, blockTokens)}
 	}
 	return out, nil
 }
 
-// Scale multiplies every arrival by factor (0.5 replays twice as fast).
-func Scale(reqs []Request, factor float64) {
+// arrivalAt converts request i's drawn arrival, at seconds from the start under rate
+// requests/s, to a Request.Arrival; an arrival beyond MaxArrival is an error that says
+// so and names the rate.
+func arrivalAt(at float64, i int, rate float64) (time.Duration, error) {
+	if !(at <= MaxArrival.Seconds()) {
+		return 0, fmt.Errorf("bench: rate %v requests/s: request %d would arrive %.4g s after the start, beyond the %v limit (bench.MaxArrival); raise the rate or send fewer requests",
+			rate, i, at, MaxArrival)
+	}
+	return time.Duration(at * float64(time.Second)), nil
+}
+
+// Scale multiplies every arrival by factor (0.5 replays twice as fast). Errors, with
+// reqs left unchanged: a factor that is not positive and finite, or a scaled arrival
+// beyond MaxArrival (the error names the first such request by its index in reqs).
+func Scale(reqs []Request, factor float64) error {
+	if !(factor > 0) || math.IsInf(factor, 0) {
+		return fmt.Errorf("bench: time scale %v: want a positive number", factor)
+	}
+	for i, r := range reqs {
+		if at := r.Arrival.Seconds() * factor; at > MaxArrival.Seconds() {
+			return fmt.Errorf("bench: time scale %v: request %d (arrival %v) would arrive %.4g s after the start, beyond the %v limit (bench.MaxArrival)",
+				factor, i, r.Arrival, at, MaxArrival)
+		}
+	}
 	for i := range reqs {
 		reqs[i].Arrival = time.Duration(float64(reqs[i].Arrival) * factor)
 	}
+	return nil
 }
 
 // idSource hands out hash ids above any a Mooncake trace uses, so that synthesized

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -50,6 +52,15 @@ func TestReadMooncakeErrors(t *testing.T) {
 		{"empty input", `{"timestamp":0,"input_length":0,"output_length":1,"hash_ids":[]}`, 512, "input_length 0"},
 		{"second line", "{\"timestamp\":0,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}\n[]", 512, "x.jsonl:2"},
 		{"zero block", `{}`, 0, "block size 0"},
+		// Arrivals beyond MaxArrival (30 days) would overflow time.Duration further on.
+		{"timestamp 1e300", `{"timestamp":1e300,"input_length":1,"output_length":1,"hash_ids":[1]}`, 512, "x.jsonl:1: timestamp 1e+300 ms: want at most 2592000000 ms"},
+		{"timestamp past 30 days", `{"timestamp":2592000001,"input_length":1,"output_length":1,"hash_ids":[1]}`, 512, "x.jsonl:1: timestamp"},
+		{"timestamp at 30 days", `{"timestamp":2592000000,"input_length":1,"output_length":1,"hash_ids":[1]}`, 512, ""},
+		// Requests must come in arrival order; equal timestamps are fine.
+		{"going back", "{\"timestamp\":2000,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}\n\n" +
+			"{\"timestamp\":0,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}", 512, "x.jsonl:3: timestamp 0 ms is earlier than line 1's 2000 ms"},
+		{"equal timestamps", "{\"timestamp\":5,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}\n" +
+			"{\"timestamp\":5,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}", 512, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadMooncake(strings.NewReader(tc.in), "x.jsonl", tc.block, 0)
@@ -64,6 +75,32 @@ func TestReadMooncakeErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadMooncakeLongLine: a line over MaxTraceLine is an error naming the file, the
+// line and the limit (not bufio's bare "token too long").
+func TestReadMooncakeLongLine(t *testing.T) {
+	first := `{"timestamp":0,"input_length":1,"output_length":1,"hash_ids":[1]}` + "\n"
+	long := io.MultiReader(strings.NewReader(first), io.LimitReader(repeatByte('x'), MaxTraceLine+1))
+	_, err := ReadMooncake(long, "x.jsonl", 512, 0)
+	if err == nil || !strings.Contains(err.Error(), "x.jsonl:2: line longer than 64 MiB") {
+		t.Fatalf("error %v, want one naming x.jsonl:2 and the 64 MiB limit", err)
+	}
+	// The limit stops reading before the long line: no error.
+	long = io.MultiReader(strings.NewReader(first), io.LimitReader(repeatByte('x'), MaxTraceLine+1))
+	if reqs, err := ReadMooncake(long, "x.jsonl", 512, 1); err != nil || len(reqs) != 1 {
+		t.Fatalf("limit 1: %d requests, %v; want 1, no error", len(reqs), err)
+	}
+}
+
+// repeatByte reads as an endless run of one byte.
+type repeatByte byte
+
+func (b repeatByte) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
 }
 
 func TestReadMooncakeLimit(t *testing.T) {
@@ -120,6 +157,12 @@ func TestReadAzureErrors(t *testing.T) {
 		{"bad context", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,0,1\n", "ContextTokens"},
 		{"bad generated", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,x\n", "GeneratedTokens"},
 		{"going back", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,1\n2023-11-16 18:15:45,3,1\n", "x.csv:3"},
+		// Earlier than the previous row, though not than the first: refused as well.
+		{"going back after the first", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,3,1\n2023-11-16 18:15:50,3,1\n2023-11-16 18:15:48,3,1\n",
+			"x.csv:4: TIMESTAMP 2023-11-16 18:15:48 is earlier than line 3's (2023-11-16 18:15:50): want the rows in arrival order"},
+		// Years apart: beyond MaxArrival (and beyond time.Duration's 292 years).
+		{"years 0001 to 9999", "TIMESTAMP,ContextTokens,GeneratedTokens\n0001-01-01 00:00:00,3,1\n9999-12-31 23:59:59,3,1\n", "x.csv:3: TIMESTAMP 9999-12-31 23:59:59 is"},
+		{"31 days", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-01 00:00:00,3,1\n2023-12-02 00:00:00,3,1\n", "after the first row's (2023-11-01 00:00:00): want at most 720h0m0s"},
 		{"empty", "", "header"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,11 +203,67 @@ func TestSynthetic(t *testing.T) {
 	}
 }
 
+// TestSyntheticArrivalBounds: a rate below MinRate, or arrivals drawn beyond
+// MaxArrival, are errors, never wrapped-around (negative) arrivals.
+func TestSyntheticArrivalBounds(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		rate float64
+		want string
+	}{
+		{3, 1e-300, "rate 1e-300 requests/s: want 0 (all at once) or a number from 1e-06"},
+		{3, 1e-12, "rate 1e-12 requests/s: want 0"},
+		{3, math.NaN(), "rate NaN"},
+		{3, math.Inf(1), "rate +Inf"},
+		{1000, 1e-6, "rate 1e-06 requests/s: request "}, // 1000 requests at ~11.6 days apart
+		{1000, 1, ""},
+	} {
+		reqs, err := Synthetic(tc.n, 10, 1, 64, tc.rate, rand.New(rand.NewPCG(1, 2)))
+		if tc.want == "" {
+			if err != nil || reqs[tc.n-1].Arrival <= 0 || reqs[tc.n-1].Arrival > MaxArrival {
+				t.Errorf("rate %v: %v; want arrivals within (0, MaxArrival]", tc.rate, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rate %v: error %v, want one containing %q", tc.rate, err, tc.want)
+		}
+	}
+}
+
 func TestScale(t *testing.T) {
 	reqs := []Request{{Arrival: 2 * time.Second}, {Arrival: 3 * time.Second}}
-	Scale(reqs, 0.5)
+	if err := Scale(reqs, 0.5); err != nil {
+		t.Fatal(err)
+	}
 	if reqs[0].Arrival != time.Second || reqs[1].Arrival != 1500*time.Millisecond {
 		t.Fatalf("arrivals %v %v, want 1s 1.5s", reqs[0].Arrival, reqs[1].Arrival)
+	}
+}
+
+// TestScaleErrors: a factor that is not a positive number, or one that would move an
+// arrival beyond MaxArrival (or past time.Duration's range), is an error and leaves
+// the arrivals as they were.
+func TestScaleErrors(t *testing.T) {
+	for _, tc := range []struct {
+		factor float64
+		want   string
+	}{
+		{1e300, "time scale 1e+300: request 1 (arrival 3s) would arrive 3e+300 s after the start, beyond the 720h0m0s limit"},
+		{1e6, "request 1 (arrival 3s) would arrive 3e+06 s"}, // 34.7 days
+		{0, "time scale 0: want a positive number"},
+		{-1, "time scale -1"},
+		{math.NaN(), "time scale NaN"},
+		{math.Inf(1), "time scale +Inf"},
+	} {
+		reqs := []Request{{Arrival: 0}, {Arrival: 3 * time.Second}}
+		err := Scale(reqs, tc.factor)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("factor %v: error %v, want one containing %q", tc.factor, err, tc.want)
+		}
+		if reqs[1].Arrival != 3*time.Second {
+			t.Errorf("factor %v: arrival changed to %v on error", tc.factor, reqs[1].Arrival)
+		}
 	}
 }
 
