@@ -227,6 +227,11 @@ func TestSyntheticCheck(t *testing.T) {
 		{"prefix as long as the prompt", func(s *SyntheticSpec) { s.PrefixGroups, s.PrefixTokens = 2, 100 }, "shortest prompt (100 tokens)"},
 		{"uniform below the prefix", func(s *SyntheticSpec) { s.ISL, s.PrefixGroups, s.PrefixTokens = mustLength(t, "uniform:50:500"), 1, 60 }, "shortest prompt (50 tokens)"},
 		{"normal mean below the prefix", func(s *SyntheticSpec) { s.ISL, s.PrefixGroups, s.PrefixTokens = mustLength(t, "normal:50:500"), 1, 60 }, "mean prompt (50 tokens)"},
+		{"rate below MinRate", func(s *SyntheticSpec) { s.Rate = 1e-12 }, "rate 1e-12 requests/s: want 0 (all at once) or a number from 1e-06"},
+		{"rate 1e-300 for an hour", func(s *SyntheticSpec) { s.Rate, s.Duration = 1e-300, time.Hour }, "rate 1e-300"},
+		{"rate +Inf", func(s *SyntheticSpec) { s.Rate = math.Inf(1) }, "rate +Inf"},
+		{"duration beyond MaxArrival", func(s *SyntheticSpec) { s.Rate, s.Duration = 1e-6, MaxArrival + time.Second }, "duration 720h0m1s: want at most 720h0m0s"},
+		{"too many groups", func(s *SyntheticSpec) { s.PrefixGroups, s.PrefixTokens = 100_000_000, 10 }, "100000000 shared prefix groups: want at most 1000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good
@@ -239,5 +244,94 @@ func TestSyntheticCheck(t *testing.T) {
 				t.Fatal("Generate: no error")
 			}
 		})
+	}
+}
+
+// TestSyntheticArrivalsBounded: a low rate never yields wrapped-around (negative)
+// arrivals: Generate refuses arrivals beyond MaxArrival, a duration's loop ends, and
+// Generator saturates at time.Duration's maximum.
+func TestSyntheticArrivalsBounded(t *testing.T) {
+	base := SyntheticSpec{ISL: FixedLength(5), OSL: FixedLength(1), BlockTokens: 16, Seed: 1}
+	for _, tc := range []struct {
+		name     string
+		rate     float64
+		requests int
+		duration time.Duration
+		want     string // error; "" none
+	}{
+		{"1000 requests at MinRate", MinRate, 1000, 0, "rate 1e-06 requests/s: request "},
+		{"3 requests at MinRate", MinRate, 3, 0, ""},
+		{"MinRate for 30 days", MinRate, 0, MaxArrival, ""},
+		{"1 request per second for an hour", 1, 0, time.Hour, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := base
+			s.Rate, s.Requests, s.Duration = tc.rate, tc.requests, tc.duration
+			reqs, err := s.Generate()
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want one containing %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range reqs {
+				if r.Arrival < 0 || r.Arrival > MaxArrival || (i > 0 && r.Arrival < reqs[i-1].Arrival) {
+					t.Fatalf("request %d arrives at %v", i, r.Arrival)
+				}
+			}
+		})
+	}
+	s := base
+	s.Rate = MinRate
+	g, err := s.Generator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Mean gap 10^6 s: time.Duration's 9.2·10^9 s are passed after about 9,200 draws.
+	var last time.Duration
+	for i := range 20_000 {
+		r := g.Next()
+		if r.Arrival < last {
+			t.Fatalf("request %d arrives at %v, before the previous one's %v", i, r.Arrival, last)
+		}
+		last = r.Arrival
+	}
+	if last != math.MaxInt64 {
+		t.Fatalf("last arrival %v, want saturated at %v", last, time.Duration(math.MaxInt64))
+	}
+}
+
+// TestSyntheticPrefixGroupIDs pins the hash ids of prefix groups (the same workload for
+// a seed in every version): group k's whole blocks come first, from 2^48, then its
+// remainder's id, group after group; then the requests' own blocks. A million groups
+// cost no memory ahead.
+func TestSyntheticPrefixGroupIDs(t *testing.T) {
+	const base = int64(1) << 48
+	s := SyntheticSpec{ISL: FixedLength(1024), OSL: FixedLength(1), Requests: 20, PrefixGroups: 3, PrefixTokens: 1000,
+		BlockTokens: 512, Seed: 4}
+	reqs, err := s.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := base + 3*2 // after 3 groups of 1 whole block and 1 remainder id
+	for i, r := range reqs {
+		k := (r.PrefixID - base - 1) / 2
+		if k < 0 || k > 2 || r.PrefixID != base+2*k+1 || !slices.Equal(r.HashIDs, []int64{base + 2*k, own}) {
+			t.Fatalf("request %d: prefix id %d, hash ids %v; want group k's [%d+2k, %d]", i, r.PrefixID, r.HashIDs, base, own)
+		}
+		own++
+	}
+	s.PrefixGroups, s.Requests = MaxPrefixGroups, 5
+	reqs, err = s.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range reqs {
+		if r.HashIDs[1] != base+2*MaxPrefixGroups+int64(i) || r.HashIDs[0] != r.PrefixID-1 {
+			t.Fatalf("request %d: hash ids %v, prefix id %d", i, r.HashIDs, r.PrefixID)
+		}
 	}
 }
