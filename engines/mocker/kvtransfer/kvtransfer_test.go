@@ -1,8 +1,10 @@
 package kvtransfer
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -297,6 +299,11 @@ func TestNewServerValidation(t *testing.T) {
 		{func(c *Config) { c.BlockSize = 0 }, "block size"},
 		{func(c *Config) { c.BytesPerToken = 0 }, "bytes per token"},
 		{func(c *Config) { c.Bandwidth = -1 }, "bandwidth"},
+		{func(c *Config) { c.Bandwidth = 1e-300 }, "bandwidth"},
+		{func(c *Config) { c.BytesPerToken = MaxBytesPerToken + 1 }, "bytes per token"},
+		{func(c *Config) { c.BytesPerToken = math.MaxInt64 }, "bytes per token"},
+		{func(c *Config) { c.BytesPerToken, c.BlockSize = MaxBytesPerToken, 1<<20 }, "too large"},
+		{func(c *Config) { c.Keepalive = -time.Second }, "keepalive"},
 		{func(c *Config) { c.Timeout = 0 }, "timeout"},
 		{func(c *Config) { c.Release = nil }, "release"},
 	} {
@@ -364,4 +371,126 @@ func BenchmarkRead(b *testing.B) {
 		<-released
 	}
 	b.ReportMetric(float64(bytes)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// silentServer accepts connections, reads the request line and then, after answer
+// (when not nil) is written, sends nothing more: a prefill engine frozen while it holds
+// the connection.
+func silentServer(t *testing.T, answer []byte) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var conns []net.Conn
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+			go func() {
+				if _, err := bufio.NewReader(c).ReadSlice('\n'); err == nil && answer != nil {
+					_, _ = c.Write(answer)
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// TestReadStalls: a transfer server that accepted the connection and then stops (never
+// answers, or stops in the middle of the data) fails the read with ErrStalled after the
+// client's progress timeout, instead of holding it forever.
+func TestReadStalls(t *testing.T) {
+	cl := Client{ProgressTimeout: 100 * time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		answer string
+		want   string
+	}{
+		{"no answer", "", "answered nothing for 100ms"},
+		{"data stops", `{"ok":true,"bytes":1000000,"block_ids":[1],"block_size":16,"kv_bytes_per_token":62500}` + "\n" + "abc",
+			"nothing for 100ms after 3 of 1000000 bytes"},
+		{"keepalives stop", `{"ok":true,"waiting":true}` + "\n", "answered nothing for 100ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var answer []byte
+			if tc.answer != "" {
+				answer = []byte(tc.answer)
+			}
+			addr := silentServer(t, answer)
+			_, err := cl.Read(context.Background(), addr, Request{Key: "r", WaitMillis: 60_000}, nil)
+			if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Read = %v, want ErrStalled with %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := cl.Release(context.Background(), silentServer(t, nil), "", "r"); !errors.Is(err, ErrStalled) {
+		t.Fatalf("Release = %v, want ErrStalled", err)
+	}
+}
+
+// TestRoomWaitKeepalive: a read that waits for its room longer than the client's
+// progress timeout is kept alive by the server's keepalive lines, and gets its blocks
+// once they are pinned.
+func TestRoomWaitKeepalive(t *testing.T) {
+	f := start(t, func(c *Config) { c.Keepalive = 20 * time.Millisecond })
+	cl := Client{ProgressTimeout: 200 * time.Millisecond}
+	key := RoomKey(7)
+	got := make(chan error, 1)
+	go func() {
+		res, err := cl.Read(context.Background(), f.addr, Request{Key: key, WaitMillis: 60_000}, nil)
+		if err == nil && res.Bytes != 16*1024 {
+			err = errors.New("wrong size")
+		}
+		got <- err
+	}()
+	waitFor(t, func() bool { return f.srv.Waiting() == 1 })
+	time.Sleep(3 * cl.ProgressTimeout) // three progress timeouts without the pin
+	f.srv.Pin(key, "p", []int32{8})
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if r := f.next(t); r.reason != ReasonRead {
+		t.Fatalf("release %+v", r)
+	}
+}
+
+func TestPaceDelay(t *testing.T) {
+	for _, tc := range []struct {
+		n    int64
+		rate float64
+		want time.Duration
+	}{
+		{1000, 1000, time.Second},
+		{1 << 40, 1, math.MaxInt64},
+		{math.MaxInt64, 1e6, math.MaxInt64},
+	} {
+		if got := paceDelay(tc.n, tc.rate); got != tc.want {
+			t.Errorf("paceDelay(%d, %g) = %v, want %v", tc.n, tc.rate, got, tc.want)
+		}
+	}
+}
+
+// TestSlowBandwidthKeepsDataFlowing: at a low bandwidth data still comes in small pieces
+// about every millisecond, far within a reader's progress timeout.
+func TestSlowBandwidthKeepsDataFlowing(t *testing.T) {
+	f := start(t, func(c *Config) { c.Bandwidth = 2000; c.BlockSize = 1; c.BytesPerToken = 200 }) // 200 bytes: 0.1 s
+	f.srv.Pin("r", "id", []int32{1})
+	cl := Client{ProgressTimeout: 50 * time.Millisecond}
+	res, err := cl.Read(context.Background(), f.addr, Request{Key: "r"}, nil)
+	if err != nil || res.Bytes != 200 {
+		t.Fatalf("read %+v: %v", res, err)
+	}
 }

@@ -18,6 +18,13 @@
 // the blocks when the ack arrives, or when the connection ends first (the reader gave
 // up, e.g. because its own client disconnected): a pin is read at most once.
 //
+// A read that waits for its key to be pinned (Request.WaitMillis, SGLang's decode leg
+// sent with its prefill leg) gets a keepalive line {"ok":true,"waiting":true} every
+// Config.Keepalive until the pin comes (then the answer as above) or the wait ends. The
+// client bounds every wait for a line or for data (Client.ProgressTimeout), so a prefill
+// engine that accepted the connection and then froze fails the read instead of holding
+// it forever.
+//
 // The bytes sent are len(blocks) × block size × KV bytes per token: what the KV cache of
 // those blocks holds (a partly filled block occupies a whole block), which is what
 // vLLM's NIXL connector transfers. vLLM sends only a prompt's full blocks (the decode
@@ -35,6 +42,23 @@ import (
 
 // MaxRequestBytes bounds a request or response line (1 MiB: about 100 k block ids).
 const MaxRequestBytes = 1 << 20
+
+// Bounds of the KV cache size and of the transfer bandwidth that engines accept from
+// their configuration (the mock engine's --kv-bytes-per-token and
+// --kv-transfer-bandwidth, and turbine serve's and node's, which pass them on).
+const (
+	// MaxBytesPerToken (16 MiB) is above the KV cache of one token of the largest
+	// models in bfloat16 (2 × 126 layers × 8 KV heads × 128 × 2 bytes = 0.5 MiB for
+	// Llama-3.1-405B; 2 × 96 layers × 12288 × 2 bytes = 4.5 MiB for OPT-175B, whose
+	// attention has no grouped KV heads), and keeps a block's size (× block size) and a
+	// read's (× block ids) far from overflowing int64.
+	MaxBytesPerToken = 16 << 20
+	// MinBandwidth (1 MB/s) and MaxBandwidth (10 TB/s), in bytes per second, bracket
+	// every real interconnect (from 1 GbE's 125 MB/s to NVLink 5's 1.8 TB/s) with a
+	// wide margin; below the minimum a prompt's KV takes hours to move.
+	MinBandwidth = 1e6
+	MaxBandwidth = 1e13
+)
 
 // Operations of a Request.
 const (
@@ -76,6 +100,9 @@ type Response struct {
 	BytesPerToken int64   `json:"kv_bytes_per_token,omitempty"`
 	// Released (release): the pin existed and was released.
 	Released bool `json:"released,omitempty"`
+	// Waiting (read, with OK): a keepalive line; the key is not pinned yet and the
+	// server goes on waiting. The answer follows.
+	Waiting bool `json:"waiting,omitempty"`
 }
 
 // RemoteError is an error the prefill engine's transfer server answered.

@@ -46,7 +46,8 @@ type Config struct {
 	BlockSize     int
 	BytesPerToken int64
 	// Bandwidth paces reads, in bytes per second (already multiplied by the engine's
-	// speed-up ratio); 0 or +Inf sends as fast as the connection goes.
+	// speed-up ratio); 0 or +Inf sends as fast as the connection goes. A finite
+	// bandwidth must be at least 1 byte/s.
 	Bandwidth float64
 	// Timeout is how long a pin waits for its reader before it is released (vLLM's
 	// VLLM_NIXL_ABORT_REQUEST_TIMEOUT); also how long an abandoned SGLang room is
@@ -56,7 +57,14 @@ type Config struct {
 	// ends by a read, a closed reader, an OpRelease, Unpin or a timeout, from the
 	// goroutine that ended it, with no lock held. Required.
 	Release func(key, requestID string, reason Reason)
+	// Keepalive is how often a read that waits for its key to be pinned gets a
+	// keepalive line (DefaultKeepalive when 0); it must stay well below the readers'
+	// Client.ProgressTimeout.
+	Keepalive time.Duration
 }
+
+// DefaultKeepalive is Config.Keepalive's default: a twentieth of DefaultProgressTimeout.
+const DefaultKeepalive = 500 * time.Millisecond
 
 // Server serves reads and releases of pinned KV blocks. Safe for concurrent use.
 type Server struct {
@@ -93,14 +101,22 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, errors.New("kvtransfer: an engine id is required")
 	case cfg.BlockSize < 1:
 		return nil, fmt.Errorf("kvtransfer: block size %d must be positive", cfg.BlockSize)
-	case cfg.BytesPerToken < 1:
-		return nil, fmt.Errorf("kvtransfer: %d KV bytes per token must be positive", cfg.BytesPerToken)
-	case math.IsNaN(cfg.Bandwidth) || cfg.Bandwidth < 0:
-		return nil, fmt.Errorf("kvtransfer: bandwidth %v bytes/s must be positive", cfg.Bandwidth)
+	case cfg.BytesPerToken < 1 || cfg.BytesPerToken > MaxBytesPerToken:
+		return nil, fmt.Errorf("kvtransfer: %d KV bytes per token out of range 1-%d", cfg.BytesPerToken, MaxBytesPerToken)
+	case int64(cfg.BlockSize) > math.MaxInt64/MaxRequestBytes/cfg.BytesPerToken:
+		// A read names at most MaxRequestBytes block ids: its byte count must fit int64.
+		return nil, fmt.Errorf("kvtransfer: blocks of %d tokens × %d KV bytes per token are too large", cfg.BlockSize, cfg.BytesPerToken)
+	case math.IsNaN(cfg.Bandwidth) || cfg.Bandwidth < 0 || (cfg.Bandwidth > 0 && cfg.Bandwidth < 1):
+		return nil, fmt.Errorf("kvtransfer: bandwidth %v bytes/s must be 0 (unpaced) or at least 1", cfg.Bandwidth)
+	case cfg.Keepalive < 0:
+		return nil, fmt.Errorf("kvtransfer: keepalive %v must not be negative", cfg.Keepalive)
 	case cfg.Timeout <= 0:
 		return nil, fmt.Errorf("kvtransfer: timeout %v must be positive", cfg.Timeout)
 	case cfg.Release == nil:
 		return nil, errors.New("kvtransfer: a release function is required")
+	}
+	if cfg.Keepalive == 0 {
+		cfg.Keepalive = DefaultKeepalive
 	}
 	return &Server{cfg: cfg, pins: map[string]*pin{},
 		abandoned: map[string]time.Time{}, conns: map[net.Conn]struct{}{}, waiters: map[string]*waiter{}}, nil
@@ -353,7 +369,7 @@ func (s *Server) serveRead(c net.Conn, br *bufio.Reader, req Request) {
 		line, err := readLine(br)
 		ended <- err == nil && isAck(line)
 	}()
-	p, resp, left := s.claim(req, ended)
+	p, resp, left := s.claim(c, req, ended)
 	if left {
 		if p != nil {
 			s.cfg.Release(req.Key, p.requestID, ReasonClosed)
@@ -386,10 +402,11 @@ func (s *Server) serveRead(c net.Conn, br *bufio.Reader, req Request) {
 	}
 }
 
-// claim finds and marks the pin a read names (waiting for it when asked), or returns
-// the error response. left is true when the reader left while waiting; a pin that came
-// meanwhile is then removed and returned for the caller to release.
-func (s *Server) claim(req Request, ended <-chan bool) (p *pin, resp Response, left bool) {
+// claim finds and marks the pin a read names (waiting for it when asked, with a
+// keepalive line on c every Config.Keepalive), or returns the error response. left is
+// true when the reader left while waiting (or a keepalive could not be written); a pin
+// that came meanwhile is then removed and returned for the caller to release.
+func (s *Server) claim(c net.Conn, req Request, ended <-chan bool) (p *pin, resp Response, left bool) {
 	if req.Key == "" {
 		return nil, Response{Field: "remote_request_id", Error: "the request names no pinned request"}, false
 	}
@@ -404,12 +421,25 @@ func (s *Server) claim(req Request, ended <-chan bool) (p *pin, resp Response, l
 		w.n++
 		s.mu.Unlock()
 		t := time.NewTimer(time.Duration(req.WaitMillis) * time.Millisecond)
-		select {
-		case <-w.ch:
-		case <-t.C:
-		case <-ended:
-			left = true
+		tick := time.NewTicker(s.cfg.Keepalive)
+	wait:
+		for {
+			select {
+			case <-w.ch:
+				break wait
+			case <-t.C:
+				break wait
+			case <-ended:
+				left = true
+				break wait
+			case <-tick.C:
+				if !s.answer(c, Response{OK: true, Waiting: true}) {
+					left = true
+					break wait
+				}
+			}
 		}
+		tick.Stop()
 		t.Stop()
 		s.mu.Lock()
 		if w.n--; w.n == 0 && s.waiters[req.Key] == w {
@@ -458,6 +488,10 @@ func (s *Server) claim(req Request, ended <-chan bool) (p *pin, resp Response, l
 			}
 		}
 	}
+	if int64(len(blocks)) > math.MaxInt64/s.BlockBytes() {
+		return nil, Response{Field: "remote_block_ids", Error: fmt.Sprintf("%d blocks of %d bytes are more than a read can carry",
+			len(blocks), s.BlockBytes())}, false
+	}
 	p.reading = true
 	p.timer.Stop()
 	return p, Response{OK: true, Bytes: int64(len(blocks)) * s.BlockBytes(), BlockIDs: blocks,
@@ -475,8 +509,9 @@ func (s *Server) send(c net.Conn, n int64, ended <-chan bool) bool {
 	paced := rate > 0 && !math.IsInf(rate, 1)
 	chunk := int64(len(zeros))
 	if paced {
-		// About one chunk per millisecond, between 4 KiB and 1 MiB.
-		chunk = max(4096, min(chunk, int64(rate/1000)))
+		// About one chunk per millisecond, at most 1 MiB: however low the bandwidth, data
+		// keeps arriving well within a reader's progress timeout.
+		chunk = max(1, min(chunk, int64(rate/1000)))
 	}
 	start := time.Now()
 	var timer *time.Timer
@@ -488,7 +523,7 @@ func (s *Server) send(c net.Conn, n int64, ended <-chan bool) bool {
 	for sent := int64(0); sent < n; {
 		k := min(chunk, n-sent)
 		if paced {
-			due := start.Add(time.Duration(float64(sent+k) / rate * float64(time.Second)))
+			due := start.Add(paceDelay(sent+k, rate))
 			if d := time.Until(due); d > 0 {
 				if timer == nil {
 					timer = time.NewTimer(d)
@@ -510,6 +545,16 @@ func (s *Server) send(c net.Conn, n int64, ended <-chan bool) bool {
 		s.sent.Add(k)
 	}
 	return true
+}
+
+// paceDelay is how long after the first byte the n-th may leave at rate bytes/s,
+// saturating at the longest time.Duration instead of overflowing.
+func paceDelay(n int64, rate float64) time.Duration {
+	d := float64(n) / rate * float64(time.Second)
+	if d >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(d)
 }
 
 // readLine reads one line of at most MaxRequestBytes, without its newline.
