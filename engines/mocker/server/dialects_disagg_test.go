@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -103,7 +104,8 @@ func TestTRTLLMDisaggregated(t *testing.T) {
 			}
 		})
 	}
-	// Released on the transfer port, the blocks are gone: a generation leg is refused.
+	// Released on the transfer port, the blocks are gone: the generation leg's KV cache
+	// transfer fails, a request-level error (500 KVTransferError, DISAGG_TRANS_ERROR).
 	h, err := kvtransfer.DecodeHandle(dp["encoded_opaque_state"].(string))
 	if err != nil {
 		t.Fatal(err)
@@ -112,8 +114,22 @@ func TestTRTLLMDisaggregated(t *testing.T) {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	resp, b = post(t, gen.url, genBody(dp, nil))
-	if resp.StatusCode != 400 || !strings.Contains(string(b), "disaggregated_params.ctx_request_id: KV transfer refused") {
+	er := decodeMap(t, b)
+	if resp.StatusCode != 500 || er["type"] != KVTransferErrorType ||
+		!strings.Contains(fmt.Sprint(er["message"]), "disaggregated_params.ctx_request_id: the KV cache transfer of context request "+h.Key+" failed (DISAGG_TRANS_ERROR): KV transfer from") {
 		t.Fatalf("generation leg after the release: %d %s", resp.StatusCode, b)
+	}
+	// The Prometheus families are on /prometheus/metrics (/metrics is the JSON
+	// iteration stats).
+	mresp, err := http.Get(gen.url + TRTLLMPrometheusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if mresp.StatusCode != 200 || !strings.Contains(string(mb), MetricPinnedBlocks+" 0\n") ||
+		!strings.Contains(string(mb), MetricTransfers+`{result="failed"} 1`) {
+		t.Fatalf("GET %s: %d\n%s", TRTLLMPrometheusPath, mresp.StatusCode, mb)
 	}
 	waitIdle(t, agg, ctxE, gen)
 }
@@ -201,6 +217,16 @@ func TestSGLangDisaggregated(t *testing.T) {
 	}
 	postJSON(t, pre.url+"/abort_request", `{"rid":"r"}`)
 	waitIdle(t, pre)
+
+	// A decode leg whose prefill engine is gone is aborted as SGLang's decode scheduler
+	// does: 500 "Decode transfer failed ... KVTransferError(...)".
+	_, closedPort, _ := net.SplitHostPort(listenAndClose(t))
+	resp, b = postJSON(t, dec.url+"/generate", sglangBody(prompt, fmt.Sprintf(`"bootstrap_host":"127.0.0.1","bootstrap_port":%s,"bootstrap_room":11`, closedPort)))
+	if msg := fmt.Sprint(decodeMap(t, b)["error"]); resp.StatusCode != 500 ||
+		!strings.Contains(msg, "Decode transfer failed for request rid=r bootstrap_room=11 with exception KVTransferError(bootstrap_room=11): KV transfer from") {
+		t.Fatalf("decode leg without its prefill engine: %d %s", resp.StatusCode, b)
+	}
+	waitIdle(t, dec)
 
 	for _, tc := range []struct {
 		name string

@@ -36,6 +36,16 @@ import (
 // release (kvtransfer.Release, which engines.KVReleaser uses), or after
 // KVTransferOptions.Timeout.
 //
+// A read that fails — the prefill engine refused the connection, cut it, stopped
+// answering for KVTransferOptions.ReadTimeout, or no longer holds the blocks — is a KV
+// load failure, handled by KVTransferOptions.LoadFailurePolicy: "fail" answers the
+// dialect's KV transfer error (vLLM: 503 KVTransferError; SGLang: 500 "Decode transfer
+// failed ... KVTransferError(...)"; TensorRT-LLM: 500 KVTransferError naming
+// DISAGG_TRANS_ERROR), which Turbine's adapters report as engines.ErrKVTransfer so that
+// the request's prefill is retried elsewhere; "recompute" (vLLM's kv_load_failure_policy,
+// vLLM dialect only) makes the decode leg compute the whole prompt itself, counted in
+// MetricKVRecomputed. Only malformed transfer parameters are refused with 400.
+//
 // Simplification: a decode leg reads every full prompt block the prefill leg kept, even
 // those its own prefix cache already holds (vLLM reads only the blocks past its local
 // hit); the engine then counts those as prefix-cache hits (cached_tokens) and the rest
@@ -81,7 +91,24 @@ const (
 	DefaultKVTransferTimeout = 480 * time.Second
 	// DefaultKVTransferHost is the address the transfer port listens on and advertises.
 	DefaultKVTransferHost = "127.0.0.1"
+	// DefaultKVTransferConnectTimeout and DefaultKVTransferReadTimeout bound a decode
+	// leg's read of the prefill engine's blocks (kvtransfer.Client).
+	DefaultKVTransferConnectTimeout = kvtransfer.DefaultConnectTimeout
+	DefaultKVTransferReadTimeout    = kvtransfer.DefaultProgressTimeout
 )
+
+// KV load failure policies (vLLM's kv_transfer_config kv_load_failure_policy).
+const (
+	// LoadFailureFail answers a decode leg whose read failed with the dialect's KV
+	// transfer error (vLLM's default since v0.16).
+	LoadFailureFail = "fail"
+	// LoadFailureRecompute makes such a decode leg compute the whole prompt itself (vLLM
+	// dialect only: SGLang and TensorRT-LLM have no such fallback).
+	LoadFailureRecompute = "recompute"
+)
+
+// LoadFailurePolicies lists the policies, the default first.
+var LoadFailurePolicies = []string{LoadFailureFail, LoadFailureRecompute}
 
 // KVTransferOptions configure the engine's KV transfer port. Zero values take the
 // defaults above.
@@ -91,19 +118,29 @@ type KVTransferOptions struct {
 	Host string
 	// Port is the TCP port (0 picks a free one; KVTransferAddr names it).
 	Port int
-	// Bandwidth in bytes per second at which reads of this engine's blocks are paced;
-	// the engine's speed-up ratio multiplies it, as it divides every modelled duration.
-	// It is a ceiling: the bytes really cross the connection, and loopback TCP moves
-	// a few GB/s (2.5 GB/s measured by kvtransfer's BenchmarkRead on a 2-core test
-	// machine), well below the default 64 GB/s.
+	// Bandwidth in bytes per second at which reads of this engine's blocks are paced
+	// (turbine mocker's flag takes kvtransfer.MinBandwidth to kvtransfer.MaxBandwidth);
+	// the engine's speed-up ratio multiplies it, as it divides every modelled duration,
+	// and the product must be at least 1 byte/s. It is a ceiling: the bytes
+	// really cross the connection, and loopback TCP moves a few GB/s (2.5 GB/s measured
+	// by kvtransfer's BenchmarkRead on a 2-core test machine), well below the default
+	// 64 GB/s.
 	Bandwidth float64
 	// BytesPerToken is the KV cache size of one token in bytes (the model's
-	// kv_bytes_per_token, engines/modelcard).
+	// kv_bytes_per_token, engines/modelcard), 1 to kvtransfer.MaxBytesPerToken.
 	BytesPerToken int64
 	// Timeout releases pinned blocks nobody read.
 	Timeout time.Duration
 	// EngineID is the id prefill legs advertise (remote_engine_id); random when empty.
 	EngineID string
+	// ConnectTimeout and ReadTimeout bound this engine's reads as a decode leg:
+	// connecting to the prefill engine's port, and each wait for its answer, keepalive
+	// or data once connected (DefaultKVTransferConnectTimeout,
+	// DefaultKVTransferReadTimeout when 0). A read past either fails as a KV load
+	// failure.
+	ConnectTimeout, ReadTimeout time.Duration
+	// LoadFailurePolicy is LoadFailureFail (default) or LoadFailureRecompute.
+	LoadFailurePolicy string
 }
 
 func (o *KVTransferOptions) resolve() error {
@@ -119,6 +156,15 @@ func (o *KVTransferOptions) resolve() error {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultKVTransferTimeout
 	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultKVTransferConnectTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = DefaultKVTransferReadTimeout
+	}
+	if o.LoadFailurePolicy == "" {
+		o.LoadFailurePolicy = LoadFailureFail
+	}
 	if o.EngineID == "" {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
@@ -129,11 +175,19 @@ func (o *KVTransferOptions) resolve() error {
 	case o.Port < 0 || o.Port > 65535:
 		return fmt.Errorf("server: --kv-transfer-port %d out of range 0-65535", o.Port)
 	case !(o.Bandwidth > 0) || math.IsInf(o.Bandwidth, 0):
+		// The flags bound it further (kvtransfer.MinBandwidth, MaxBandwidth); times the
+		// speed-up ratio it must stay at least 1 byte/s (kvtransfer.NewServer).
 		return fmt.Errorf("server: --kv-transfer-bandwidth %v bytes/s must be positive and finite", o.Bandwidth)
-	case o.BytesPerToken < 0:
-		return fmt.Errorf("server: --kv-bytes-per-token %d must be positive", o.BytesPerToken)
+	case o.BytesPerToken < 1 || o.BytesPerToken > kvtransfer.MaxBytesPerToken:
+		return fmt.Errorf("server: --kv-bytes-per-token %d out of range 1-%d (16 MiB)", o.BytesPerToken, kvtransfer.MaxBytesPerToken)
 	case o.Timeout < 0:
 		return fmt.Errorf("server: --kv-transfer-timeout %v must be positive", o.Timeout)
+	case o.ConnectTimeout < 0:
+		return fmt.Errorf("server: --kv-transfer-connect-timeout %v must be positive", o.ConnectTimeout)
+	case o.ReadTimeout < 0:
+		return fmt.Errorf("server: --kv-transfer-read-timeout %v must be positive", o.ReadTimeout)
+	case o.LoadFailurePolicy != LoadFailureFail && o.LoadFailurePolicy != LoadFailureRecompute:
+		return fmt.Errorf("server: --kv-load-failure-policy %q: want fail or recompute", o.LoadFailurePolicy)
 	}
 	return nil
 }
@@ -149,7 +203,10 @@ type transfer struct {
 	blockSize int
 	bpt       int64
 
+	client        kvtransfer.Client
+	recompute     bool             // LoadFailureRecompute
 	reads, failed *metrics.Counter // reads by this engine as a decode leg
+	recomputed    *metrics.Counter // failed reads whose decode leg computed the prompt itself
 	bytes         *metrics.Counter
 	seconds       *metrics.FloatCounter
 	sent          *metrics.Counter // synced with the server's count when a read ends
@@ -173,6 +230,9 @@ const (
 	MetricTransferBytes     = "turbine_mocker_kv_transfer_bytes_total"
 	MetricTransferSeconds   = "turbine_mocker_kv_transfer_seconds_total"
 	MetricTransferSentBytes = "turbine_mocker_kv_transfer_sent_bytes_total"
+	// MetricKVRecomputed: decode legs whose KV read failed and that computed the whole
+	// prompt themselves (KVTransferOptions.LoadFailurePolicy "recompute").
+	MetricKVRecomputed = "turbine_mocker_kv_recomputed_total"
 )
 
 // vLLM's NIXL connector metrics (vllm/distributed/kv_transfer/kv_connector/v1/nixl),
@@ -201,7 +261,9 @@ func (s *Server) startTransfer() error {
 	}
 	t := &transfer{l: l, host: host, port: l.Addr().(*net.TCPAddr).Port, engineID: o.EngineID,
 		served: make(chan error, 1), blockSize: cfg.BlockSize, bpt: o.BytesPerToken,
-		released: map[kvtransfer.Reason]*metrics.Counter{}}
+		released:  map[kvtransfer.Reason]*metrics.Counter{},
+		client:    kvtransfer.Client{ConnectTimeout: o.ConnectTimeout, ProgressTimeout: o.ReadTimeout},
+		recompute: o.LoadFailurePolicy == LoadFailureRecompute}
 	t.srv, err = kvtransfer.NewServer(kvtransfer.Config{EngineID: o.EngineID, BlockSize: cfg.BlockSize,
 		BytesPerToken: o.BytesPerToken, Bandwidth: o.Bandwidth * cfg.SpeedupRatio, Timeout: o.Timeout,
 		Release: s.onRelease})
@@ -223,6 +285,7 @@ func (s *Server) startTransfer() error {
 	t.bytes = set.NewCounter(MetricTransferBytes)
 	t.seconds = set.NewFloatCounter(MetricTransferSeconds)
 	t.sent = set.NewCounter(MetricTransferSentBytes)
+	t.recomputed = set.NewCounter(MetricKVRecomputed)
 	if s.opts.Dialect == DialectVLLM {
 		labels := fmt.Sprintf(`model_name=%s,engine="0"`, strconv.Quote(s.opts.ServedModelName))
 		var byteBuckets []float64
@@ -257,6 +320,8 @@ type TransferStats struct {
 	Reads, FailedReads uint64
 	Bytes              uint64
 	Seconds            float64
+	// Recomputed: failed reads whose decode leg computed the prompt itself.
+	Recomputed uint64
 	// SentBytes this engine sent as a prefill engine; Released counts its pins' ends by
 	// reason.
 	SentBytes int64
@@ -269,6 +334,7 @@ type TransferStats struct {
 func (s *Server) TransferStats() TransferStats {
 	t := s.xfer
 	st := TransferStats{Reads: t.reads.Get(), FailedReads: t.failed.Get(), Bytes: t.bytes.Get(), Seconds: t.seconds.Get(),
+		Recomputed: t.recomputed.Get(),
 		SentBytes: t.srv.SentBytes(), Released: map[kvtransfer.Reason]uint64{}, Pins: t.srv.Pins()}
 	for r, c := range t.released {
 		st.Released[r] = c.Get()
@@ -375,21 +441,25 @@ type remoteKV struct {
 	wait     time.Duration
 }
 
-// transferError is a failed read, answered by each dialect in its error shape.
+// transferError is a failed read (a KV load failure), answered by each dialect in its
+// error shape unless the decode leg recomputes the prompt.
 type transferError struct {
-	status int
-	field  string // the transfer parameter at fault, "" when none is
-	msg    string
+	field string // the transfer parameter the prefill engine refused, "" when none is
+	msg   string
 }
 
 // pullKV reads rk's blocks and returns how many prompt tokens of a prompt of promptLen
-// they hold (at most promptLen: the engine recomputes the last one). Errors: a refusal
-// of the prefill engine (400, naming the parameter), a block size or KV size that differs
-// from this engine's (400), or the prefill engine unreachable (503). A read cut short
-// because ctx ended reports ctx's error in the message; the caller answers nothing then.
+// they hold (at most promptLen: the engine recomputes the last one). A failed read — the
+// prefill engine unreachable, silent past the read timeout (kvtransfer.ErrStalled), gone
+// in the middle, refusing (the blocks are not pinned there any more, another engine
+// answers at that port), or holding blocks of another size — is counted and returned as
+// a *transferError, except with the recompute policy: then it is logged and counted
+// (MetricKVRecomputed) and pullKV returns 0 tokens and no error, so that the decode leg
+// computes the whole prompt itself. A read cut short because ctx ended reports ctx's
+// error in the message; the caller answers nothing then.
 func (s *Server) pullKV(ctx context.Context, rk remoteKV, promptLen int) (int, *transferError) {
 	t := s.xfer
-	res, err := kvtransfer.Read(ctx, rk.addr, kvtransfer.Request{EngineID: rk.engineID, Key: rk.key,
+	res, err := t.client.Read(ctx, rk.addr, kvtransfer.Request{EngineID: rk.engineID, Key: rk.key,
 		BlockIDs: rk.blockIDs, WaitMillis: rk.wait.Milliseconds()}, func(r kvtransfer.Response) error {
 		switch {
 		case r.BlockSize != t.blockSize:
@@ -409,11 +479,18 @@ func (s *Server) pullKV(ctx context.Context, rk remoteKV, promptLen int) (int, *
 		if t.nixlFailed != nil {
 			t.nixlFailed.Inc()
 		}
+		terr := &transferError{msg: fmt.Sprintf("KV transfer from %s failed: %v", rk.addr, err)}
 		var re *kvtransfer.RemoteError
 		if errors.As(err, &re) {
-			return 0, &transferError{status: http.StatusBadRequest, field: re.Field, msg: "KV transfer refused: " + re.Message}
+			terr.field, terr.msg = re.Field, fmt.Sprintf("KV transfer from %s refused: %s", rk.addr, re.Message)
 		}
-		return 0, &transferError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("KV transfer from %s failed: %v", rk.addr, err)}
+		if ctx.Err() != nil || !t.recompute {
+			return 0, terr
+		}
+		t.recomputed.Inc()
+		s.log.Warn().Str("from", rk.addr).Str("key", rk.key).Str("error", terr.msg).
+			Msg("KV load failed: the decode leg computes the prompt itself (kv_load_failure_policy recompute)")
+		return 0, nil
 	}
 	t.reads.Inc()
 	t.bytes.Add(int(res.Bytes))

@@ -141,6 +141,9 @@ func New(opts Options) (*Server, error) {
 	if err := opts.KVTransfer.resolve(); err != nil {
 		return nil, err
 	}
+	if opts.KVTransfer.LoadFailurePolicy == LoadFailureRecompute && opts.Dialect != DialectVLLM {
+		return nil, fmt.Errorf("server: --kv-load-failure-policy recompute is vLLM's; %s has no such fallback (use fail)", opts.Dialect)
+	}
 	vocab, err := mocker.BuildVocab(opts.Model.Tokenizer, opts.Model.EOSTokenIDs)
 	if err != nil {
 		return nil, err

@@ -73,7 +73,9 @@ func (s *Server) parseSGLangDisagg(body []byte) (sglangLeg, string) {
 }
 
 // pullSGLang reads a decode leg's blocks into req; false when it answered an error (or
-// the client left).
+// the client left). A failed read is answered as SGLang's decode scheduler aborts such a
+// request (disaggregation/decode.py): 500 "Decode transfer failed for request ... with
+// exception KVTransferError(bootstrap_room=...): ...".
 func (s *Server) pullSGLang(ctx context.Context, w http.ResponseWriter, leg sglangLeg, req *mocker.Request) bool {
 	if leg.remote == nil {
 		return true
@@ -81,11 +83,9 @@ func (s *Server) pullSGLang(ctx context.Context, w http.ResponseWriter, leg sgla
 	imported, terr := s.pullKV(ctx, *leg.remote, len(req.Prompt))
 	if terr != nil {
 		if ctx.Err() == nil {
-			field := "bootstrap_room"
-			if terr.field == "" {
-				field = "bootstrap_host/bootstrap_port"
-			}
-			sglangError(w, terr.status, "%s: %s", field, terr.msg)
+			sglangError(w, http.StatusInternalServerError,
+				"Decode transfer failed for request rid=%s bootstrap_room=%d with exception %s(bootstrap_room=%d): %s",
+				req.ID, leg.room, KVTransferErrorType, leg.room, terr.msg)
 		}
 		return false
 	}

@@ -32,7 +32,10 @@ const trtllmMaxIterStats = 1000
 const trtllmPriority = 35
 
 // trtllmHandler serves POST /v1/completions, GET /health, GET /v1/models, GET /version,
-// GET /metrics (iteration stats) and POST /kv_cache_events.
+// GET /metrics (iteration stats), POST /kv_cache_events and GET /prometheus/metrics:
+// the mock engine's Prometheus families (MetricPinnedBlocks, the transfer counters),
+// where trtllm-serve (1.0 and later, with return_perf_metrics) mounts its Prometheus
+// exposition, since /metrics is the JSON iteration stats.
 func (s *Server) trtllmHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -57,9 +60,16 @@ func (s *Server) trtllmHandler() http.Handler {
 	mux.HandleFunc("POST /kv_cache_events", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.trt.events.drain(r.Context(), s.opts.PollWait))
 	})
+	mux.HandleFunc("GET "+TRTLLMPrometheusPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.metrics.WritePrometheus(w)
+	})
 	mux.HandleFunc("POST /v1/completions", s.handleTRTLLMCompletion)
 	return mux
 }
+
+// TRTLLMPrometheusPath is where the trtllm dialect serves Prometheus metrics.
+const TRTLLMPrometheusPath = "/prometheus/metrics"
 
 // trtllmError answers ErrorResponse, as OpenAIServer.create_error_response.
 func trtllmError(w http.ResponseWriter, status int, typ, format string, args ...any) {

@@ -92,7 +92,9 @@ func trtllmContextID() string {
 }
 
 // pullTRTLLM reads a generation leg's blocks into p.req; false when it answered an error
-// (or the client left).
+// (or the client left): a failed read is a request-level error, as TensorRT-LLM's
+// generation server answers a request whose KV cache transfer failed
+// (DISAGG_TRANS_ERROR): 500 KVTransferError.
 func (s *Server) pullTRTLLM(ctx context.Context, w http.ResponseWriter, p *trtllmParsed) bool {
 	h := p.leg.remote
 	if h == nil || len(h.BlockIDs) == 0 {
@@ -107,11 +109,8 @@ func (s *Server) pullTRTLLM(ctx context.Context, w http.ResponseWriter, p *trtll
 		if terr.field == "remote_request_id" {
 			field = "disaggregated_params.ctx_request_id"
 		}
-		typ := "BadRequestError"
-		if terr.status == http.StatusServiceUnavailable {
-			typ = "ServiceUnavailableError"
-		}
-		trtllmError(w, terr.status, typ, "%s: %s", field, terr.msg)
+		trtllmError(w, http.StatusInternalServerError, KVTransferErrorType,
+			"%s: the KV cache transfer of context request %s failed (DISAGG_TRANS_ERROR): %s", field, h.Key, terr.msg)
 		return false
 	}
 	p.req.ImportedTokens = imported

@@ -135,8 +135,14 @@ func (s *Server) parseKVTransferParams(raw rawJSON, promptLen int) (vllmLeg, *ap
 	return leg, nil
 }
 
+// KVTransferErrorType is the error type of the mock engine's answer to a decode leg
+// whose KV blocks could not be read (every dialect; engines.IsKVLoadFailureAnswer).
+const KVTransferErrorType = "KVTransferError"
+
 // pullVLLM reads a decode leg's blocks into p.req; false when it answered an error (or
-// the client left).
+// the client left): a failed read is answered 503 KVTransferError naming the transfer
+// parameter the prefill engine refused, unless the recompute policy lets the leg
+// compute the prompt itself.
 func (s *Server) pullVLLM(ctx context.Context, w http.ResponseWriter, p *parsed) bool {
 	if p.leg.remote == nil {
 		return true
@@ -150,11 +156,8 @@ func (s *Server) pullVLLM(ctx context.Context, w http.ResponseWriter, p *parsed)
 		if terr.field != "" {
 			param += "." + terr.field
 		}
-		typ := "BadRequestError"
-		if terr.status == http.StatusServiceUnavailable {
-			typ = "ServiceUnavailableError"
-		}
-		writeError(w, &apiError{status: terr.status, typ: typ, param: param, msg: terr.msg})
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: KVTransferErrorType, param: param,
+			msg: "KV cache load failed (kv_load_failure_policy fail): " + terr.msg})
 		return false
 	}
 	p.req.ImportedTokens = imported

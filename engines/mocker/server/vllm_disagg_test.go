@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -326,11 +327,23 @@ func TestCancelDuringPrefill(t *testing.T) {
 	}
 }
 
-// slowPrefill starts a prefill engine whose transfers take about 3 s per 32 KiB (10 kB/s
-// at speed-up 1) and runs a prefill leg on it.
+// slowKVBytesPerToken makes a 40-token prompt's two full blocks 3.2 MB: about 3 s at
+// the flags' lowest bandwidth (kvtransfer.MinBandwidth) and speed-up 1.
+const slowKVBytesPerToken = 100_000
+
+// slowOptions are disaggOptions at speed-up 1, with slowKVBytesPerToken and the lowest
+// bandwidth: both engines of a transfer need the same KV size.
+func slowOptions(t testing.TB, role Role) Options {
+	o := disaggOptions(t, role)
+	o.Engine.SpeedupRatio = 1
+	o.KVTransfer.BytesPerToken, o.KVTransfer.Bandwidth = slowKVBytesPerToken, kvtransfer.MinBandwidth
+	return o
+}
+
+// slowPrefill starts a prefill engine whose transfers take about 3 s (slowOptions) and
+// runs a prefill leg on it.
 func slowPrefill(t *testing.T, mut func(*Options)) (engine, []uint32, json.RawMessage) {
-	o := disaggOptions(t, RolePrefill)
-	o.KVTransfer.Bandwidth = 1e4 / o.Engine.SpeedupRatio
+	o := slowOptions(t, RolePrefill)
 	if mut != nil {
 		mut(&o)
 	}
@@ -343,7 +356,7 @@ func slowPrefill(t *testing.T, mut func(*Options)) (engine, []uint32, json.RawMe
 // the connection; the prefill engine releases the blocks.
 func TestCancelDuringTransfer(t *testing.T) {
 	pre, prompt, raw := slowPrefill(t, nil)
-	dec := startEngine(t, disaggOptions(t, RoleDecode))
+	dec := startEngine(t, slowOptions(t, RoleDecode))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -359,7 +372,7 @@ func TestCancelDuringTransfer(t *testing.T) {
 	<-done
 	waitUntil(t, "the prefill engine to release", func() bool { return pre.s.TransferStats().Released[kvtransfer.ReasonClosed] == 1 })
 	waitUntil(t, "the failed read to be counted", func() bool { return dec.s.TransferStats().FailedReads == 1 })
-	if ps := pre.s.TransferStats(); ps.SentBytes >= 2*16*testKVBytesPerToken {
+	if ps := pre.s.TransferStats(); ps.SentBytes >= 2*16*slowKVBytesPerToken {
 		t.Fatalf("the whole transfer happened: %+v", ps)
 	}
 	if st := dec.s.Stats(); st.PromptTokens != 0 {
@@ -397,7 +410,7 @@ func TestCancelDuringDecode(t *testing.T) {
 
 // TestExplicitRelease: a release on the transfer port (what engines.KVReleaser sends
 // when a decode leg is rejected or never sent) frees the blocks at once; a decode leg
-// sent afterwards is refused, naming remote_request_id.
+// sent afterwards fails to load them (503 KVTransferError), naming remote_request_id.
 func TestExplicitRelease(t *testing.T) {
 	pre := startEngine(t, disaggOptions(t, RolePrefill))
 	dec := startEngine(t, disaggOptions(t, RoleDecode))
@@ -411,7 +424,7 @@ func TestExplicitRelease(t *testing.T) {
 	}
 	waitIdle(t, pre)
 	resp, b := post(t, dec.url, decodeBody(prompt, 4, raw, false))
-	assertAPIError(t, resp, b, 400, "kv_transfer_params.remote_request_id", "no KV blocks are pinned")
+	assertKVLoadFailure(t, resp, b, "kv_transfer_params.remote_request_id", "no KV blocks are pinned")
 	if ok, err := kvtransfer.Release(context.Background(), addr, kp.RemoteEngineID, kp.RemoteRequestID); err != nil || ok {
 		t.Fatalf("second release: %v %v", ok, err)
 	}
@@ -440,9 +453,21 @@ func assertAPIError(t *testing.T, resp *http.Response, b []byte, status int, par
 	}
 }
 
-// TestBadKVTransferParams: malformed parameters, and parameters the prefill engine
-// refuses, are answered 400 naming the field; the refused reads leave the pin for a
-// good read.
+// assertKVLoadFailure checks a decode leg's answer to a failed KV read
+// (kv_load_failure_policy fail): 503, type KVTransferError, naming param and saying msg.
+func assertKVLoadFailure(t *testing.T, resp *http.Response, b []byte, param, msg string) {
+	t.Helper()
+	assertAPIError(t, resp, b, http.StatusServiceUnavailable, param, msg)
+	var er errorResponse
+	if json.Unmarshal(b, &er) != nil || er.Error.Type != KVTransferErrorType || !strings.HasPrefix(er.Error.Message, "KV cache load failed") {
+		t.Errorf("answer %s: want type %s and a message starting with \"KV cache load failed\"", b, KVTransferErrorType)
+	}
+}
+
+// TestBadKVTransferParams: malformed parameters are answered 400 naming the field;
+// parameters the prefill engine refuses (its blocks are not there) and an unreachable
+// prefill engine are KV load failures: 503 KVTransferError naming the field. The refused
+// reads leave the pin for a good read.
 func TestBadKVTransferParams(t *testing.T) {
 	pre := startEngine(t, disaggOptions(t, RolePrefill))
 	dec := startEngine(t, disaggOptions(t, RoleDecode))
@@ -485,14 +510,18 @@ func TestBadKVTransferParams(t *testing.T) {
 		{"block id type", with("remote_block_ids", []any{1, "x"}), 400, "kv_transfer_params.remote_block_ids", "[1] must be a block id"},
 		{"too many blocks", with("remote_block_ids", []int{1, 2, 3, 4}), 400, "kv_transfer_params.remote_block_ids", "fills 3 blocks"},
 		{"tp size", with("tp_size", 0), 400, "kv_transfer_params.tp_size", "positive integer"},
-		{"unknown engine id", with("remote_engine_id", "another-engine"), 400, "kv_transfer_params.remote_engine_id", `"another-engine" is not this engine's`},
-		{"unknown request", with("remote_request_id", "nobody"), 400, "kv_transfer_params.remote_request_id", "no KV blocks are pinned"},
-		{"unknown block ids", with("remote_block_ids", []int{200, 201}), 400, "kv_transfer_params.remote_block_ids", "block 200 is not pinned"},
-		{"unreachable engine", with("remote_port", port), 503, "kv_transfer_params", "KV transfer from"},
+		{"unknown engine id", with("remote_engine_id", "another-engine"), 503, "kv_transfer_params.remote_engine_id", `"another-engine" is not this engine's`},
+		{"unknown request", with("remote_request_id", "nobody"), 503, "kv_transfer_params.remote_request_id", "no KV blocks are pinned"},
+		{"unknown block ids", with("remote_block_ids", []int{200, 201}), 503, "kv_transfer_params.remote_block_ids", "block 200 is not pinned"},
+		{"unreachable engine", with("remote_port", port), 503, "kv_transfer_params", "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, b := post(t, dec.url, decodeBody(prompt, 4, json.RawMessage(tc.params), false))
-			assertAPIError(t, resp, b, tc.status, tc.param, tc.msg)
+			if tc.status == http.StatusServiceUnavailable {
+				assertKVLoadFailure(t, resp, b, tc.param, tc.msg)
+			} else {
+				assertAPIError(t, resp, b, tc.status, tc.param, tc.msg)
+			}
 		})
 	}
 	// A prefill engine with another block size or KV size is refused, and its pin
@@ -502,12 +531,129 @@ func TestBadKVTransferParams(t *testing.T) {
 	other := startEngine(t, o)
 	otherRaw := runPrefill(t, other, prompt, false)
 	resp, b := post(t, dec.url, decodeBody(prompt, 4, otherRaw, false))
-	assertAPIError(t, resp, b, 400, "kv_transfer_params", "2048 KV bytes per token, this engine 1024")
+	assertKVLoadFailure(t, resp, b, "kv_transfer_params", "2048 KV bytes per token, this engine 1024")
 	// The pin survived the refusals: the good parameters still work.
 	if resp, b := post(t, dec.url, decodeBody(prompt, 4, raw, false)); resp.StatusCode != 200 {
 		t.Fatalf("good decode leg: %d %s", resp.StatusCode, b)
 	}
 	waitIdle(t, pre, dec, other)
+}
+
+// TestKVLoadFailurePolicy: a decode leg whose prefill engine went silent after
+// accepting the connection (frozen) fails within the read timeout; with the fail
+// policy it is answered 503 KVTransferError, with the recompute policy it computes the
+// prompt itself and answers the same tokens as an undisturbed run, counted as
+// recomputed. A prefill engine that died (nothing listens) is the same.
+func TestKVLoadFailurePolicy(t *testing.T) {
+	pre := startEngine(t, disaggOptions(t, RolePrefill))
+	prompt := promptIDs(40)
+	raw := runPrefill(t, pre, prompt, false)
+	var kp map[string]any
+	json.Unmarshal(raw, &kp)
+	_, closedPort, _ := net.SplitHostPort(listenAndClose(t))
+	_, silentPort, _ := net.SplitHostPort(silentListener(t))
+	at := func(port string) json.RawMessage {
+		m := map[string]any{}
+		for k, v := range kp {
+			m[k] = v
+		}
+		m["remote_port"], _ = strconv.Atoi(port)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	tokensOf := func(t *testing.T, b []byte) []uint32 {
+		t.Helper()
+		var c struct {
+			Choices []struct {
+				TokenIDs []uint32 `json:"token_ids"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(b, &c); err != nil || len(c.Choices) != 1 {
+			t.Fatalf("answer %s: %v", b, err)
+		}
+		return c.Choices[0].TokenIDs
+	}
+	// The undisturbed run reads the pinned blocks.
+	good := startEngine(t, disaggOptions(t, RoleDecode))
+	resp, b := post(t, good.url, decodeBody(prompt, 6, raw, false))
+	if resp.StatusCode != 200 {
+		t.Fatalf("undisturbed decode leg: %d %s", resp.StatusCode, b)
+	}
+	want := tokensOf(t, b)
+	waitIdle(t, pre, good)
+
+	for _, policy := range []string{LoadFailureFail, LoadFailureRecompute} {
+		o := disaggOptions(t, RoleDecode)
+		o.KVTransfer.LoadFailurePolicy, o.KVTransfer.ReadTimeout = policy, 200*time.Millisecond
+		dec := startEngine(t, o)
+		for _, tc := range []struct{ name, port, msg string }{
+			{"frozen prefill engine", silentPort, "answered nothing for 200ms"},
+			{"dead prefill engine", closedPort, "connection refused"},
+		} {
+			t.Run(policy+"/"+tc.name, func(t *testing.T) {
+				start := time.Now()
+				resp, b := post(t, dec.url, decodeBody(prompt, 6, at(tc.port), false))
+				if d := time.Since(start); d > 5*time.Second {
+					t.Errorf("answered after %v, want within the read timeout and a little", d)
+				}
+				if policy == LoadFailureFail {
+					assertKVLoadFailure(t, resp, b, "kv_transfer_params", tc.msg)
+					return
+				}
+				if resp.StatusCode != 200 {
+					t.Fatalf("recomputed decode leg: %d %s", resp.StatusCode, b)
+				}
+				if got := tokensOf(t, b); !slices.Equal(got, want) {
+					t.Fatalf("recomputed decode leg %v, want the undisturbed run's %v", got, want)
+				}
+			})
+		}
+		st := dec.s.TransferStats()
+		wantRecomputed := uint64(0)
+		if policy == LoadFailureRecompute {
+			wantRecomputed = 2
+		}
+		if st.FailedReads != 2 || st.Recomputed != wantRecomputed {
+			t.Errorf("%s: transfer stats %+v, want 2 failed reads, %d recomputed", policy, st, wantRecomputed)
+		}
+		var m strings.Builder
+		dec.s.metrics.WritePrometheus(&m)
+		if !strings.Contains(m.String(), fmt.Sprintf("%s %d\n", MetricKVRecomputed, wantRecomputed)) {
+			t.Errorf("%s: metrics lack %s %d", policy, MetricKVRecomputed, wantRecomputed)
+		}
+		waitIdle(t, dec)
+	}
+	waitIdle(t, pre)
+}
+
+// silentListener returns the address of a port that accepts connections and never
+// answers: a prefill engine frozen (SIGSTOP) while the kernel still accepts for it.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
 }
 
 // listenAndClose returns an address nothing listens on.
@@ -520,4 +666,39 @@ func listenAndClose(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// TestKVTransferOptionsValidation: KV sizes and bandwidths that would overflow a read's
+// byte count or disable its pacing, and a recompute policy outside vLLM's dialect, are
+// refused by New, naming the flag.
+func TestKVTransferOptionsValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(*Options)
+		want string
+	}{
+		{"huge KV size", func(o *Options) { o.KVTransfer.BytesPerToken = math.MaxInt64 }, "--kv-bytes-per-token 9223372036854775807 out of range"},
+		{"KV size above 16 MiB", func(o *Options) { o.KVTransfer.BytesPerToken = kvtransfer.MaxBytesPerToken + 1 }, "out of range 1-16777216"},
+		{"negative bandwidth", func(o *Options) { o.KVTransfer.Bandwidth = -1 }, "--kv-transfer-bandwidth"},
+		{"infinite bandwidth", func(o *Options) { o.KVTransfer.Bandwidth = math.Inf(1) }, "--kv-transfer-bandwidth"},
+		{"bandwidth below a byte per second", func(o *Options) { o.KVTransfer.Bandwidth = 1e-300 }, "bandwidth"},
+		{"read timeout", func(o *Options) { o.KVTransfer.ReadTimeout = -time.Second }, "--kv-transfer-read-timeout"},
+		{"connect timeout", func(o *Options) { o.KVTransfer.ConnectTimeout = -time.Second }, "--kv-transfer-connect-timeout"},
+		{"policy", func(o *Options) { o.KVTransfer.LoadFailurePolicy = "retry" }, `--kv-load-failure-policy "retry"`},
+		{"recompute in SGLang's dialect", func(o *Options) {
+			o.Dialect, o.KVTransfer.LoadFailurePolicy = DialectSGLang, LoadFailureRecompute
+		}, "recompute is vLLM's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := disaggOptions(t, RoleDecode)
+			tc.mut(&o)
+			s, err := New(o)
+			if err == nil {
+				s.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New = %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
 }
