@@ -334,8 +334,8 @@ type TransferStats struct {
 func (s *Server) TransferStats() TransferStats {
 	t := s.xfer
 	st := TransferStats{Reads: t.reads.Get(), FailedReads: t.failed.Get(), Bytes: t.bytes.Get(), Seconds: t.seconds.Get(),
-		Recomputed: t.recomputed.Get(),
-		SentBytes: t.srv.SentBytes(), Released: map[kvtransfer.Reason]uint64{}, Pins: t.srv.Pins()}
+		Recomputed: t.recomputed.Get(), SentBytes: t.srv.SentBytes(), Released: map[kvtransfer.Reason]uint64{},
+		Pins: t.srv.Pins()}
 	for r, c := range t.released {
 		st.Released[r] = c.Get()
 	}
