@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
@@ -302,4 +304,58 @@ func TestVLLMPrefillLegCancelled(t *testing.T) {
 			idle(t, srv)
 		})
 	}
+}
+
+// TestDecodeLegKVLoadFailure: in every dialect, a decode leg whose prefill engine is
+// gone (nothing listens at its transfer port) fails with engines.ErrKVTransfer, whose
+// tag survives the worker's "engine: <error>" text; a malformed decode leg fails with
+// an ordinary error.
+func TestDecodeLegKVLoadFailure(t *testing.T) {
+	gone := deadPort(t)
+	prompt := disaggPrompt()
+	for _, tc := range []struct {
+		dialect string
+		leg     *messages.DisaggParams
+	}{
+		{EngineVLLM, &messages.DisaggParams{Leg: LegDecode, KvTransferParams: `{"do_remote_prefill":true,"remote_engine_id":"e",` +
+			`"remote_block_ids":[0,1,2],"remote_host":"127.0.0.1","remote_port":` + itoa(gone) + `,"remote_request_id":"p1"}`}},
+		{EngineSGLang, &messages.DisaggParams{Leg: LegDecode, BootstrapHost: "127.0.0.1", BootstrapPort: int32(gone), BootstrapRoom: 9}},
+		{EngineTRTLLM, &messages.DisaggParams{Leg: LegDecode, KvTransferParams: `{"request_type":"context_only","ctx_request_id":5,` +
+			`"first_gen_tokens":[1],"encoded_opaque_state":"` + kvHandle(gone) + `"}`}},
+	} {
+		t.Run(tc.dialect, func(t *testing.T) {
+			srv, url := disaggMock(t, server.Dialect(tc.dialect), server.RoleDecode)
+			e := (&Mocker{Model: "m", BlockSize: testBlock, Dialect: tc.dialect, Role: RoleDecode}).Connect(url)
+			if c, ok := e.(interface{ Close() error }); ok {
+				t.Cleanup(func() { c.Close() })
+			}
+			_, err := collect(t, e, "d1", prompt, &messages.SamplingParams{MaxTokens: 4, IgnoreEos: true, Disagg: tc.leg})
+			if !errors.Is(err, engines.ErrKVTransfer) || !engines.IsKVTransferFailure("engine: "+err.Error()) {
+				t.Fatalf("decode leg without its prefill engine: %v, want engines.ErrKVTransfer", err)
+			}
+			_, err = collect(t, e, "d2", prompt, &messages.SamplingParams{MaxTokens: 4, IgnoreEos: true, MinTokens: 9})
+			if err == nil || errors.Is(err, engines.ErrKVTransfer) || engines.IsKVTransferFailure(err.Error()) {
+				t.Fatalf("a refused aggregated request: %v, want an error that is no KV transfer failure", err)
+			}
+			idle(t, srv)
+		})
+	}
+}
+
+// deadPort returns a local TCP port nothing listens on.
+func deadPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
+}
+
+// kvHandle is the mock engine's TensorRT-LLM opaque state of context request 5 on a
+// transfer port.
+func kvHandle(port int) string {
+	return kvtransfer.Handle{EngineID: "e", Host: "127.0.0.1", Port: port, Key: "5", BlockIDs: []int64{0, 1, 2}}.Encode()
 }

@@ -63,7 +63,7 @@ func (e *vllmEngine) Health(ctx context.Context) error { return e.c.Health(ctx) 
 
 // Generate runs a request, or one leg of a disaggregated request (see vllmEngine).
 // Errors: an unknown leg, a decode leg without a kv_transfer_params object, and the
-// client's.
+// client's; a decode leg whose KV blocks could not be loaded wraps engines.ErrKVTransfer.
 func (e *vllmEngine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
 	req := vllm.CompletionRequest{Model: e.model, PromptTokenIDs: tokens, RequestID: requestID,
@@ -115,9 +115,10 @@ func (e *vllmEngine) Generate(ctx context.Context, requestID string, tokens []ui
 	default:
 		return fmt.Errorf("vllm: disaggregated leg %q: want %q or %q", leg.GetLeg(), LegPrefill, LegDecode)
 	}
+	decode := s.GetDisagg().GetLeg() == LegDecode
 	stream, err := e.c.Complete(ctx, req)
 	if err != nil {
-		return err
+		return kvLoadFailure(decode, err)
 	}
 	defer stream.Close()
 	for {
@@ -126,7 +127,7 @@ func (e *vllmEngine) Generate(ctx context.Context, requestID string, tokens []ui
 			return nil
 		}
 		if err != nil {
-			return err
+			return kvLoadFailure(decode, err)
 		}
 		if err := fn(vllmChunk(ch)); err != nil {
 			return err
@@ -135,6 +136,20 @@ func (e *vllmEngine) Generate(ctx context.Context, requestID string, tokens []ui
 			return nil
 		}
 	}
+}
+
+// kvLoadFailure wraps err, the error of a decode leg (decode true), in
+// engines.ErrKVTransfer when it is the engine's answer that the leg's KV blocks could
+// not be loaded from the prefill engine (engines.IsKVLoadFailureAnswer: the mock
+// engine's 503 KVTransferError; vLLM with kv_load_failure_policy "fail" when its answer
+// names the KV load failure — released vLLM answers a bare 500 "Internal server error",
+// which stays an engine error).
+func kvLoadFailure(decode bool, err error) error {
+	var ve *vllm.Error
+	if decode && errors.As(err, &ve) && engines.IsKVLoadFailureAnswer(ve.Type, ve.Message) {
+		return fmt.Errorf("%w: %w", engines.ErrKVTransfer, err)
+	}
+	return err
 }
 
 // prefillGrace is how long a cancelled prefill leg may still run (engines.FinishPrefill):

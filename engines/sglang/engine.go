@@ -2,6 +2,7 @@ package sglang
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -55,12 +56,25 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	default:
 		return fmt.Errorf("sglang: disaggregated leg %q: want \"prefill\" or \"decode\"", leg.GetLeg())
 	}
+	decode := s.GetDisagg().GetLeg() == "decode"
 	stream, err := e.c.Generate(ctx, req)
 	if err != nil {
-		return err
+		return kvLoadFailure(decode, err)
 	}
 	defer stream.Close()
-	return enginehttp.Forward(stream.Recv, engineChunk, fn)
+	return kvLoadFailure(decode, enginehttp.Forward(stream.Recv, engineChunk, fn))
+}
+
+// kvLoadFailure wraps err, the error of a decode leg (decode true), in
+// engines.ErrKVTransfer when it is the server's abort of a request whose KV transfer
+// failed (engines.IsKVLoadFailureAnswer: "Decode transfer failed ... KVTransferError"):
+// the prefill server is at fault, not this one.
+func kvLoadFailure(decode bool, err error) error {
+	var se *Error
+	if decode && errors.As(err, &se) && engines.IsKVLoadFailureAnswer(se.Type, se.Message) {
+		return fmt.Errorf("%w: %w", engines.ErrKVTransfer, err)
+	}
+	return err
 }
 
 // engineChunk carries the token counts on the last chunk only.

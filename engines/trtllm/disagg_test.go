@@ -114,8 +114,8 @@ func TestDisaggregatedLegs(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFree(t, preSrv)
-	if _, err := run(ctx, dec, p, decode(params)); err == nil || !strings.Contains(err.Error(), "KV transfer refused") {
-		t.Fatalf("generation leg after the release: %v", err)
+	if _, err := run(ctx, dec, p, decode(params)); !errors.Is(err, engines.ErrKVTransfer) || !strings.Contains(err.Error(), "KV transfer from") {
+		t.Fatalf("generation leg after the release: %v, want engines.ErrKVTransfer", err)
 	}
 	if err := pre.ReleaseKV(ctx, "r", "{}"); err == nil {
 		t.Fatal("parameters without a handle released")

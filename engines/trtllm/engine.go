@@ -92,8 +92,9 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // within engines.PrefillGrace; on trtllm-serve, which cannot release pinned blocks on
 // request, it is aborted at once unless its answer is arriving), so that an answer that
 // names pinned blocks still reaches fn, and Generate returns ctx's error. A decode leg
-// sends those parameters back with request_type generation_only and streams as usual. Errors: an unknown leg, a decode leg without a parameters object, and the
-// client's.
+// sends those parameters back with request_type generation_only and streams as usual.
+// Errors: an unknown leg, a decode leg without a parameters object, and the client's; a
+// decode leg whose KV cache transfer failed wraps engines.ErrKVTransfer.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
 	req := CompletionRequest{Model: e.opts.Model, PromptTokenIDs: tokens, RequestID: requestID,
@@ -136,12 +137,25 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	default:
 		return fmt.Errorf("trtllm: disaggregated leg %q: want \"prefill\" or \"decode\"", leg.GetLeg())
 	}
+	decode := s.GetDisagg().GetLeg() == "decode"
 	stream, err := e.c.Complete(ctx, req)
 	if err != nil {
-		return err
+		return kvLoadFailure(decode, err)
 	}
 	defer stream.Close()
-	return enginehttp.Forward(stream.Recv, engineChunk, fn)
+	return kvLoadFailure(decode, enginehttp.Forward(stream.Recv, engineChunk, fn))
+}
+
+// kvLoadFailure wraps err, the error of a decode leg (decode true), in
+// engines.ErrKVTransfer when it is the server's answer that the leg's KV cache transfer
+// failed (engines.IsKVLoadFailureAnswer: DISAGG_TRANS_ERROR, or the mock engine's
+// KVTransferError): the context server is at fault, not this one.
+func kvLoadFailure(decode bool, err error) error {
+	var te *Error
+	if decode && errors.As(err, &te) && engines.IsKVLoadFailureAnswer(te.Type, te.Message) {
+		return fmt.Errorf("%w: %w", engines.ErrKVTransfer, err)
+	}
+	return err
 }
 
 // engineChunk maps the finish reason and carries the usage when the chunk has one.

@@ -1,0 +1,37 @@
+package engines
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestKVTransferFailure(t *testing.T) {
+	wrapped := fmt.Errorf("%w: vllm: engine answered 503 KVTransferError: KV cache load failed", ErrKVTransfer)
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{
+		{"engine: " + wrapped.Error(), true},
+		{"engine: vllm: engine answered 503 KVTransferError: KV cache load failed", false}, // not wrapped by an adapter
+		{"engine: process died", false},
+	} {
+		if got := IsKVTransferFailure(tc.text); got != tc.want {
+			t.Errorf("IsKVTransferFailure(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		typ, msg string
+		want     bool
+	}{
+		{"KVTransferError", "KV cache load failed (kv_load_failure_policy fail): ...", true},
+		{"", "Decode transfer failed for request rank=0 rid='a' bootstrap_room=5 with exception KVTransferError(bootstrap_room=5): Failed to get kvcache from prefill instance, it might be dead", true},
+		{"InternalServerError", "the KV cache transfer of context request 5 failed (DISAGG_TRANS_ERROR): gone", true},
+		{"InternalServerError", "KV cache load failed for request cmpl-1", true},
+		{"BadRequestError", "kv_transfer_params.remote_port must be a TCP port", false},
+		{"InternalServerError", "Internal server error", false},
+	} {
+		if got := IsKVLoadFailureAnswer(tc.typ, tc.msg); got != tc.want {
+			t.Errorf("IsKVLoadFailureAnswer(%q, %q) = %v, want %v", tc.typ, tc.msg, got, tc.want)
+		}
+	}
+}
