@@ -1,12 +1,14 @@
 package frontend
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -21,11 +23,15 @@ import (
 // random 63-bit bootstrap room.
 //
 // Faults: a prefill leg that fails in a way that allows re-sending (worker gone, engine
-// failure, stall) is routed again without that prefill worker, and after a second
-// failure prefilled on the decode worker (RouteRequest.local_prefill). A decode leg that
-// ends before its first token (rejected, failed, cancelled) sends ReleaseKv to the
-// prefill worker, whose engine otherwise keeps the pinned blocks until its own timeout.
-// A decode leg that fails is migrated like an aggregated request.
+// failure, stall), or a decode leg whose engine could not load the prompt's KV from the
+// prefill engine before its first token (FaultKVTransfer: the prefill engine died, froze
+// or dropped the blocks during the transfer, or, with SGLang, while its prefill leg
+// ran), is routed again without that prefill worker — the decode worker is not blamed —
+// and after a second failure prefilled on the decode worker (RouteRequest.local_prefill;
+// also at once when the retry finds no prefill worker under --enforce-disagg). A decode
+// leg that ends before its first token (rejected, failed, cancelled) sends ReleaseKv to
+// the prefill worker, whose engine otherwise keeps the pinned blocks until its own
+// timeout. A decode leg that fails otherwise is migrated like an aggregated request.
 
 // Disaggregation decisions (RouteResponse.disagg_decision): the label values of
 // turbine_frontend_disagg_decisions_total.
@@ -163,12 +169,14 @@ func (s *stream) prefillFinished(a *attempt, ch *messages.TokenChunk) {
 }
 
 // retryPrefill handles a prefill leg that failed with a migratable fault before the
-// decode leg produced anything: both legs end (the decode leg's route is freed, and the
+// decode leg produced anything, or a decode leg that could not load the KV its prefill
+// leg computed (FaultKVTransfer): both legs end (the decode leg's route is freed, and the
 // prefill worker told to release what it may have pinned), and the request is routed
-// again without that prefill worker — after maxPrefillFailures-1 failures, with local
-// prefill on the decode worker. It returns nil when the request goes on, or the chunk
-// that ends it. Prefill retries do not count against the migration limit: no token was
-// produced, and their number is bounded by maxPrefillFailures.
+// again without that prefill worker — after maxPrefillFailures-1 failures, or when no
+// prefill worker is left and disaggregation is enforced, with local prefill on a decode
+// worker. The decode worker is not excluded. It returns nil when the request goes on, or
+// the chunk that ends it. Prefill retries do not count against the migration limit: no
+// token was produced, and their number is bounded by maxPrefillFailures.
 func (s *stream) retryPrefill(ar arrival) *messages.TokenChunk {
 	a := s.cur
 	p := a.pre
@@ -189,7 +197,14 @@ func (s *stream) retryPrefill(ar arrival) *messages.TokenChunk {
 	if s.rec != nil {
 		s.rec.prefillRetried(s.req.Model, ar.fault)
 	}
-	if err := s.start(a.tokens, a.sampling); err != nil {
+	err := s.start(a.tokens, a.sampling)
+	if errors.Is(err, gateway.ErrNoPrefillWorkers) && !s.localPrefill {
+		// Enforced disaggregation refuses new requests without a prefill worker; this one
+		// was admitted and its prefill failed: its decode worker finishes it.
+		s.localPrefill = true
+		err = s.start(a.tokens, a.sampling)
+	}
+	if err != nil {
 		return fail(err.Error())
 	}
 	s.cfg.Logger.Info().Str("request_id", s.req.RequestID).Str("failed_prefill_worker", p.workerID).

@@ -345,6 +345,65 @@ func TestDisaggStream(t *testing.T) {
 			},
 		},
 		{
+			name:    "decode leg cannot load its KV: prefill retried elsewhere, then local on the same decode worker",
+			opts:    harnessOpts{prefill: []*scriptedWorker{ok(), ok(), ok()}, limit: 3},
+			workers: []*scriptedWorker{{failAfter: 0, fault: "kv"}, ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
+			info:   gateway.DisaggInfo{Decision: DecisionLocalRequested, DecodeWorker: "w0"},
+			events: []string{"decided:m/remote", "retried:m/kv_transfer", "decided:m/remote", "retried:m/kv_transfer", "decided:m/local_requested"},
+			check: func(t *testing.T, h *harness) {
+				h.router.mu.Lock()
+				routes := slices.Clone(h.router.routes)
+				h.router.mu.Unlock()
+				if len(routes) != 3 || !slices.Equal(routes[1].ExcludePrefillWorkers, []string{"p0"}) ||
+					!slices.Equal(routes[2].ExcludePrefillWorkers, []string{"p0", "p1"}) || !routes[2].LocalPrefill {
+					t.Fatalf("routes %v: want p0, then p0 and p1 excluded, then local prefill", routes)
+				}
+				for _, r := range routes {
+					if len(r.ExcludeWorkers) != 0 {
+						t.Fatalf("route %v excludes decode workers: the decode worker was blamed for a KV load failure", r)
+					}
+				}
+				if len(h.migrated) != 0 {
+					t.Errorf("migrations %v, want none", h.migrated)
+				}
+				_, dec := legs(h.workers[0])
+				if len(dec) != 3 || dec[2].Sampling.Disagg != nil {
+					t.Errorf("w0 got %v: want two decode legs, then the request prefilled locally", dec)
+				}
+				if gens, _ := h.workers[1].calls(); len(gens) != 0 {
+					t.Errorf("w1 got %d Generate: the request left its decode worker", len(gens))
+				}
+				eventually(t, "p0's and p1's ReleaseKv", func() bool {
+					return len(h.prefill[0].released()) == 1 && len(h.prefill[1].released()) == 1
+				})
+			},
+		},
+		{
+			name:    "decode leg cannot load its KV from the only prefill worker: the decode worker prefills",
+			opts:    harnessOpts{prefill: []*scriptedWorker{ok()}},
+			workers: []*scriptedWorker{{failAfter: 0, fault: "kv"}}, cancelAt: -1, tokens: wantTokens, finish: "length",
+			info:   gateway.DisaggInfo{Decision: DecisionLocalNoPrefillWorkers, DecodeWorker: "w0"},
+			events: []string{"decided:m/remote", "retried:m/kv_transfer", "decided:m/local_no_prefill_workers"},
+		},
+		{
+			name:    "decode leg cannot load its KV, disaggregation enforced: the decode worker prefills",
+			opts:    harnessOpts{prefill: []*scriptedWorker{ok()}, enforce: true},
+			workers: []*scriptedWorker{{failAfter: 0, fault: "kv"}}, cancelAt: -1, tokens: wantTokens, finish: "length",
+			info:   gateway.DisaggInfo{Decision: DecisionLocalRequested, DecodeWorker: "w0"},
+			events: []string{"decided:m/remote", "retried:m/kv_transfer", "decided:m/local_requested"},
+		},
+		{
+			name:    "KV load failure without a prefill leg is an engine failure",
+			opts:    harnessOpts{limit: 3},
+			workers: []*scriptedWorker{{failAfter: 0, fault: "kvall"}, ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
+			info: gateway.DisaggInfo{Decision: DecisionAggregated},
+			check: func(t *testing.T, h *harness) {
+				if !slices.Equal(h.migrated, []string{"m/engine_error"}) {
+					t.Errorf("migrations %v, want one engine_error", h.migrated)
+				}
+			},
+		},
+		{
 			name:    "prefill leg refused: the client gets the error",
 			opts:    harnessOpts{prefill: []*scriptedWorker{{failAfter: 0, fault: "fatal"}}},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, finish: "error", errPart: "prefill leg on p0: engine: bad request",

@@ -23,7 +23,8 @@ const (
 	// local_requested); every Route counts, including those of migrations and prefill retries.
 	metricDisaggDecisions = "turbine_frontend_disagg_decisions_total"
 	// counter {model,reason}: prefill legs that failed (worker_terminated, engine_error,
-	// stalled) and were routed again.
+	// stalled), or whose KV the decode leg could not load (kv_transfer), and were routed
+	// again.
 	metricPrefillRetries = "turbine_frontend_prefill_retries_total"
 	// counter {model}: ReleaseKv messages sent to prefill workers (decode leg ended before
 	// its first token).

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -22,20 +23,29 @@ const (
 	FaultEngineError = "engine_error"
 	// FaultStalled: no chunk arrived within Config.StallTimeout.
 	FaultStalled = "stalled"
+	// FaultKVTransfer: a decode leg's engine could not load the prompt's KV blocks from
+	// the prefill engine (engines.ErrKVTransfer: the prefill engine died, froze or no
+	// longer holds them). The prefill side is at fault: the request's prefill is
+	// retried (disagg.go), and the decode worker is not excluded.
+	FaultKVTransfer = "kv_transfer"
 )
 
 // DefaultMigrationLimit is how many times a request is re-sent after migratable faults
 // unless configured otherwise (the --migration-limit default).
 const DefaultMigrationLimit = 3
 
-// faultOf returns the fault reason of a chunk from a worker: FaultEngineError for a
-// failure the worker marked migratable, "" otherwise (tokens, a finish, or a failure that
-// re-sending would not mend).
+// faultOf returns the fault reason of a chunk from a worker: FaultKVTransfer for a
+// migratable failure whose error carries engines.KVTransferFailed, FaultEngineError for
+// any other failure the worker marked migratable, "" otherwise (tokens, a finish, or a
+// failure that re-sending would not mend).
 func faultOf(ch *messages.TokenChunk) string {
-	if ch.GetMigratable() && (ch.GetError() != "" || ch.GetFinishReason() == "error") {
-		return FaultEngineError
+	switch {
+	case !ch.GetMigratable() || (ch.GetError() == "" && ch.GetFinishReason() != "error"):
+		return ""
+	case engines.IsKVTransferFailure(ch.GetError()):
+		return FaultKVTransfer
 	}
-	return ""
+	return FaultEngineError
 }
 
 // refusal says why a fault is not migrated after done migrations under limit, or ""

@@ -239,8 +239,10 @@ func (s *stream) Disagg() gateway.DisaggInfo {
 // Recv returns the next chunk of the request, whichever worker produced it: chunk
 // indexes run on across migrations, and the finishing chunk's usage counts the original
 // prompt and every token produced. A prefill leg's chunks are never returned: the decode
-// leg produces the whole output. A fault that cannot be migrated is returned as an error
-// chunk (finish reason "error") naming why.
+// leg produces the whole output. A decode leg that failed to load its KV from the
+// prefill engine (FaultKVTransfer) retries the prefill (retryPrefill) rather than
+// migrating away from its decode worker. A fault that cannot be migrated is returned as
+// an error chunk (finish reason "error") naming why.
 func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 	for !s.finished {
 		ar, leg, err := s.next(ctx)
@@ -252,6 +254,17 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 				return s.hand(ch), nil
 			}
 			continue
+		}
+		if ar.fault == FaultKVTransfer {
+			if s.cur.pre != nil && !s.cur.sawToken {
+				// The decode leg could not load its KV from the prefill engine: the
+				// prefill side failed, not this decode worker.
+				if ch := s.retryPrefill(ar); ch != nil {
+					return s.hand(ch), nil
+				}
+				continue
+			}
+			ar.fault = FaultEngineError // no prefill leg to blame: an engine failure like any other
 		}
 		if ar.fault != "" {
 			if ch := s.migrate(ar); ch != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -58,11 +59,17 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 	to := actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id)
 	send := func(ch *messages.TokenChunk) { ch.RequestId = m.RequestId; c.Send(to, ch) }
 	limit := int(m.Sampling.MaxTokens)
+	decode := m.Sampling.GetDisagg().GetLeg() == LegDecode
 	for i := 0; i < limit; i++ {
-		if i == w.failAfter {
+		// "kv" fails decode legs only (their engine could not load the prompt's KV);
+		// "kvall" fails every request with that error.
+		if i == w.failAfter && (w.fault != "kv" || decode) {
 			switch w.fault {
 			case "error":
 				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: process died", Migratable: true})
+			case "kv", "kvall":
+				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Migratable: true,
+					Error: "engine: " + engines.ErrKVTransfer.Error() + ": vllm: engine answered 503 KVTransferError: KV transfer from p0 failed: EOF"})
 			case "fatal":
 				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: bad request"})
 			case "stop":
