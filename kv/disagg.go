@@ -3,6 +3,7 @@ package kv
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -19,9 +20,13 @@ import (
 //     with overlap weight 0 (its cost is then the decode blocks alone); any other
 //     policy runs as configured. If no decode or aggregated worker is ready (and not
 //     excluded), the prefill workers serve the request aggregated instead (fallback,
-//     Decision.Disagg = DisaggAggregated, chosen KV-aware like any aggregated request);
-//     if some are ready but all busy, Route fails with ErrAllBusy, since loading the
-//     prefill pool with decodes would slow every other request's TTFT.
+//     Decision.Disagg = DisaggAggregated, chosen KV-aware like any aggregated request,
+//     among those in neither RouteInput.Exclude nor ExcludePrefill: a prefill worker
+//     this request's prefill already failed on may be dead before the router hears
+//     of it) — unless Disagg.Enforce, which keeps prefill workers to prefill legs:
+//     then Route fails with ErrNoWorkers. If some decode or aggregated workers are
+//     ready but all busy, Route fails with ErrAllBusy, since loading the prefill pool
+//     with decodes would slow every other request's TTFT.
 //  2. uncached = ISL − overlap(decode worker) × B: what the decode worker would compute.
 //  3. Local (the decode worker prefills; tracked like an aggregated request, with
 //     uncached prefill tokens), checked in this order:
@@ -84,7 +89,8 @@ func ParseRole(s string) (Role, error) {
 // Decision kinds (Decision.Disagg, RouteResponse.disagg_decision).
 const (
 	// DisaggAggregated: no prefill/decode pools (or the fallback of prefill workers
-	// serving aggregated when no decode worker is ready); one worker does everything.
+	// serving aggregated when no decode or aggregated worker is ready, unless
+	// Disagg.Enforce); one worker does everything.
 	DisaggAggregated = "aggregated"
 	// DisaggRemote: the prefill leg runs on Decision.Prefill, the decode leg on the worker.
 	DisaggRemote = "remote"
@@ -147,7 +153,9 @@ type DisaggConfig struct {
 	// prefill worker has more active prefill tokens than this. 0: never long.
 	MaxPrefillQueueTokens int64
 	// Enforce: with no ready prefill worker, a request that would go remote fails with
-	// ErrNoPrefillWorkers instead of being prefilled on its decode worker.
+	// ErrNoPrefillWorkers instead of being prefilled on its decode worker; and with no
+	// ready decode (or aggregated) worker, requests fail with ErrNoWorkers instead of
+	// being served whole by prefill workers. RouteInput.LocalPrefill is still honoured.
 	Enforce bool
 }
 
@@ -179,8 +187,17 @@ func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 	bs := int64(r.cfg.BlockSize)
 	cands, eligible := r.gather(maskDecode|maskAggregated, in.Exclude)
 	if eligible == 0 {
-		// No decode worker at all: the prefill pool serves the request aggregated.
-		cands, eligible = r.gather(maskPrefill, in.Exclude)
+		// No decode worker at all: the prefill pool serves the request aggregated, without
+		// the prefill workers this request failed on, unless prefill workers only prefill.
+		if r.cfg.Disagg.Enforce {
+			return Decision{}, fmt.Errorf("%w: no decode or aggregated worker ready and not excluded (%d registered), and "+
+				"disaggregation is enforced: prefill workers serve no whole request", ErrNoWorkers, len(r.byName))
+		}
+		exclude := in.Exclude
+		if len(in.ExcludePrefill) > 0 {
+			exclude = append(slices.Clip(in.Exclude), in.ExcludePrefill...)
+		}
+		cands, eligible = r.gather(maskPrefill, exclude)
 		if eligible == 0 {
 			return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
 		}

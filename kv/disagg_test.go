@@ -234,6 +234,21 @@ func TestDisaggDecisions(t *testing.T) {
 		{name: "decode workers excluded: prefill workers serve aggregated", fleet: "d0:decode p0:prefill",
 			in:   RouteInput{Tokens: prompt(40), Exclude: []string{"d0"}},
 			want: want{kind: DisaggAggregated, decode: "p0", uncached: 40}},
+		{name: "decode workers excluded: a prefill worker this request failed on serves nothing", fleet: "d0:decode p0:prefill p1:prefill",
+			setup: func(t *testing.T, r *Router) { cache(t, r, "p0", 40) },
+			in:    RouteInput{Tokens: prompt(40), Exclude: []string{"d0"}, ExcludePrefill: []string{"p0"}},
+			want:  want{kind: DisaggAggregated, decode: "p1", uncached: 40}},
+		{name: "decode workers excluded, the only prefill worker failed", fleet: "d0:decode p0:prefill",
+			in:   RouteInput{Tokens: prompt(40), Exclude: []string{"d0"}, ExcludePrefill: []string{"p0"}},
+			want: want{err: ErrNoWorkers}},
+		{name: "enforce: no decode worker, prefill workers serve no whole request", fleet: "d0:decode:down p0:prefill",
+			cfg:  func(c *Config) { c.Disagg.Enforce = true },
+			in:   RouteInput{Tokens: prompt(40)},
+			want: want{err: ErrNoWorkers}},
+		{name: "enforce: decode workers excluded, prefill workers serve no whole request", fleet: "d0:decode p0:prefill",
+			cfg:  func(c *Config) { c.Disagg.Enforce = true },
+			in:   RouteInput{Tokens: prompt(8), Exclude: []string{"d0"}},
+			want: want{err: ErrNoWorkers}},
 		{name: "decode workers all busy", fleet: "d0:decode p0:prefill",
 			cfg:   func(c *Config) { c.Busy.KVUsage = 0.05 },
 			setup: func(t *testing.T, r *Router) { load(r, "d0", "x0", 40) },
@@ -625,7 +640,7 @@ func TestDisaggRandomOps(t *testing.T) {
 			}
 			for _, k := range []string{DisaggAggregated, DisaggRemote, DisaggLocalShortPrefill, DisaggLocalRequested,
 				DisaggLocalNoPrefillWorkers} {
-				if kinds[k] == 0 && !(k == DisaggLocalNoPrefillWorkers && cfg.Disagg.Enforce) {
+				if kinds[k] == 0 && !((k == DisaggLocalNoPrefillWorkers || k == DisaggAggregated) && cfg.Disagg.Enforce) {
 					t.Errorf("no %s decision in %v", k, kinds)
 				}
 			}
@@ -652,8 +667,9 @@ func checkRoles(t *testing.T, r *Router, step int, in RouteInput, d Decision) {
 			t.Fatalf("step %d: %s decision in an aggregated fleet", step, d.Disagg)
 		}
 	case d.Disagg == DisaggAggregated:
-		if role != RolePrefill {
-			t.Fatalf("step %d: aggregated fallback on a %v worker", step, role)
+		if role != RolePrefill || r.cfg.Disagg.Enforce || excluded(in.ExcludePrefill, d.WorkerID) {
+			t.Fatalf("step %d: aggregated fallback on %v worker %s (enforce %v, prefill excluded %v)", step, role, d.WorkerID,
+				r.cfg.Disagg.Enforce, in.ExcludePrefill)
 		}
 	case role == RolePrefill:
 		t.Fatalf("step %d: %s decision decodes on prefill worker %s", step, d.Disagg, d.WorkerID)
