@@ -49,4 +49,8 @@
 //     `overlap_weight` and `router_temperature` override the router per request.
 //   - Disaggregated serving: X-Turbine-Disagg names the router's decision ("remote",
 //     "local_short_prefill", ...), X-Turbine-Prefill-Worker the prefill leg's worker.
+//     A non-streaming answer's X-Turbine-* headers name the outcome (a prefill retried
+//     elsewhere or a migration routes the request again); a stream's are sent before
+//     its first chunk, as first routed, and the `turbine` object of its finishing chunk
+//     names the outcome. The access log line names the outcome in both cases.
 package gateway

@@ -64,22 +64,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	}
 	defer s.released(rec.model)
 	defer stream.Close()
+	// The headers as first routed: a stream sends them before its first chunk. A
+	// non-streaming answer sets them again from the outcome once the request finished
+	// (respond), and the log line names the outcome either way (below).
 	rec.worker = stream.WorkerID()
-	if rec.worker != "" {
-		w.Header().Set("X-Turbine-Worker", rec.worker)
-	}
 	if ds, ok := stream.(DisaggStream); ok {
-		// The decision as routed; a prefill leg retried elsewhere shows in the `turbine`
-		// object and the log line, which are written at the end.
 		rec.disagg = ds.Disagg()
-		if rec.disagg.Decision != "" {
-			w.Header().Set("X-Turbine-Disagg", rec.disagg.Decision)
-		}
-		if rec.disagg.PrefillWorker != "" {
-			w.Header().Set("X-Turbine-Prefill-Worker", rec.disagg.PrefillWorker)
-		}
-		defer func() { rec.disagg = ds.Disagg() }()
 	}
+	setOutcomeHeaders(w.Header(), rec.worker, rec.disagg)
 
 	var stops StopMatcher
 	if len(p.common.Stop) > 0 {
@@ -97,11 +89,46 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 			includeUsage: p.common.IncludeUsage,
 		},
 	}
+	defer func() {
+		// A prefill leg retried elsewhere, or a migration, changed where the request
+		// ran: the log line names the final worker and decision.
+		rec.worker, rec.disagg = g.outcome()
+	}()
 	if p.common.Stream {
 		g.streamTo(ctx, w)
 	} else {
 		g.respond(ctx, w)
 	}
+}
+
+// setOutcomeHeaders sets X-Turbine-Worker, X-Turbine-Disagg and X-Turbine-Prefill-Worker
+// (each removed when empty) from a request's worker and disaggregation decision.
+func setOutcomeHeaders(h http.Header, worker string, d DisaggInfo) {
+	for _, kv := range [...][2]string{{"X-Turbine-Worker", worker}, {"X-Turbine-Disagg", d.Decision},
+		{"X-Turbine-Prefill-Worker", d.PrefillWorker}} {
+		if kv[1] == "" {
+			h.Del(kv[0])
+		} else {
+			h.Set(kv[0], kv[1])
+		}
+	}
+}
+
+// outcome is where the request ran, as far as it got: the worker of its last chunk (the
+// stream's current worker before any chunk) and the latest disaggregation decision
+// (zero when the stream reports none).
+func (g *generation) outcome() (worker string, d DisaggInfo) {
+	worker = g.out.workerID
+	if worker == "" {
+		worker = g.stream.WorkerID()
+	}
+	if worker == "" {
+		worker = g.rec.worker
+	}
+	if ds, ok := g.stream.(DisaggStream); ok {
+		d = ds.Disagg()
+	}
+	return worker, d
 }
 
 // idPrefix is OpenAI's response id prefix per endpoint.
@@ -153,21 +180,14 @@ func (g *generation) pump(ctx context.Context, emit func(string) error) (last st
 	}
 }
 
-// info is the `turbine` extension object, when the request asked for it.
+// info is the `turbine` extension object, when the request asked for it: the outcome.
 func (g *generation) info() *TurbineInfo {
 	if !g.p.common.Turbine.ReturnWorker {
 		return nil
 	}
-	worker := g.out.workerID
-	if worker == "" {
-		worker = g.stream.WorkerID()
-	}
-	info := &TurbineInfo{WorkerID: worker, RequestID: g.rec.id, CachedTokens: g.out.cachedTokens}
-	if ds, ok := g.stream.(DisaggStream); ok {
-		d := ds.Disagg()
-		info.Disagg, info.PrefillWorkerID, info.DecodeWorkerID = d.Decision, d.PrefillWorker, d.DecodeWorker
-	}
-	return info
+	worker, d := g.outcome()
+	return &TurbineInfo{WorkerID: worker, RequestID: g.rec.id, CachedTokens: g.out.cachedTokens,
+		Disagg: d.Decision, PrefillWorkerID: d.PrefillWorker, DecodeWorkerID: d.DecodeWorker}
 }
 
 // streamTo answers with SSE: a role chunk (chat), content chunks, the finishing chunk,
@@ -216,10 +236,15 @@ func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
 	}
 }
 
-// respond answers with one JSON body once the request has finished.
+// respond answers with one JSON body once the request has finished, its X-Turbine-*
+// headers naming the outcome (the worker that finished it, the latest decision).
 func (g *generation) respond(ctx context.Context, w http.ResponseWriter) {
 	var text strings.Builder
 	last, aerr, gone := g.pump(ctx, func(t string) error { text.WriteString(t); return nil })
+	if !gone {
+		worker, d := g.outcome()
+		setOutcomeHeaders(w.Header(), worker, d)
+	}
 	switch {
 	case gone:
 		g.rec.cancel()

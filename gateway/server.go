@@ -36,7 +36,9 @@ const (
 // Every response carries X-Request-Id (the client's when usable, else a new one);
 // generation responses carry X-Turbine-Worker, the id of the worker that served them,
 // and, when the Backend's stream is a DisaggStream, X-Turbine-Disagg (the disaggregation
-// decision) and X-Turbine-Prefill-Worker (the prefill leg's worker, "remote" only).
+// decision) and X-Turbine-Prefill-Worker (the prefill leg's worker, "remote" only): the
+// outcome for a non-streaming answer, the first routing for a stream (whose finishing
+// chunk's `turbine` object names the outcome).
 type Server struct {
 	cfg     Config
 	backend Backend
