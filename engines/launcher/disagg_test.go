@@ -194,11 +194,11 @@ func TestVLLMDisaggregatedLegs(t *testing.T) {
 // flags; an SGLang-dialect prefill engine's transfer port is its bootstrap port.
 func TestMockerRoleCommand(t *testing.T) {
 	m := &Mocker{Executable: "turbine", Model: "m", Tokenizer: "builtin:cl100k_base", BlockSize: 16, Role: RolePrefill,
-		KVTransferBandwidth: 1e9, KVBytesPerToken: 4096, KVTransferTimeout: 30 * time.Second}
+		KVTransferBandwidth: 1e9, KVBytesPerToken: 4096, KVTransferTimeout: 30 * time.Second, KVLoadFailurePolicy: "recompute"}
 	argv, _ := m.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
 	line := strings.Join(argv, " ")
 	for _, want := range []string{"--role prefill", "--kv-transfer-host 127.0.0.1 --kv-transfer-port 0", "--kv-transfer-bandwidth 1e+09",
-		"--kv-bytes-per-token 4096", "--kv-transfer-timeout 30s"} {
+		"--kv-bytes-per-token 4096", "--kv-transfer-timeout 30s", "--kv-load-failure-policy recompute"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("command %q lacks %q", line, want)
 		}

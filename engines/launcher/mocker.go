@@ -46,6 +46,9 @@ type Mocker struct {
 	KVTransferBandwidth float64
 	KVBytesPerToken     int64
 	KVTransferTimeout   time.Duration
+	// KVLoadFailurePolicy (--kv-load-failure-policy: "fail" or "recompute"); "" leaves
+	// the mock engine's default (fail).
+	KVLoadFailurePolicy string
 	// Extra arguments appended untouched.
 	Extra []string
 
@@ -105,6 +108,9 @@ func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []
 	}
 	if m.KVTransferTimeout > 0 {
 		argv = append(argv, "--kv-transfer-timeout", m.KVTransferTimeout.String())
+	}
+	if m.KVLoadFailurePolicy != "" {
+		argv = append(argv, "--kv-load-failure-policy", m.KVLoadFailurePolicy)
 	}
 	argv = append(argv, m.Extra...)
 	return argv, nil

@@ -10,7 +10,9 @@
 // serves both legs of a disaggregated request (engines/mocker/server, disagg.go); --role
 // says what it registers as. A decode leg reads the prefill engine's KV blocks over
 // that port: --kv-bytes-per-token bytes per token of each full prompt block, paced at
-// --kv-transfer-bandwidth × --speedup-ratio bytes per second.
+// --kv-transfer-bandwidth × --speedup-ratio bytes per second, within
+// --kv-transfer-connect-timeout and --kv-transfer-read-timeout; a read that fails is
+// answered as --kv-load-failure-policy says (fail, or recompute the prompt).
 package mocker
 
 import (
@@ -20,7 +22,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -32,6 +33,7 @@ import (
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/engines/kvevents"
 	enginecore "github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/engines/modelcard"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
@@ -72,6 +74,11 @@ type Options struct {
 	KVBytesPerToken int64
 	// KVTransferTimeout releases pinned blocks nobody read.
 	KVTransferTimeout time.Duration
+	// KVTransferConnectTimeout and KVTransferReadTimeout bound a decode leg's read of
+	// the prefill engine's blocks (connecting; each wait for an answer or data).
+	KVTransferConnectTimeout, KVTransferReadTimeout time.Duration
+	// KVLoadFailurePolicy: fail or recompute (vLLM's kv_load_failure_policy).
+	KVLoadFailurePolicy string
 }
 
 // DefaultTokenizer is used when neither --tokenizer nor --model names one.
@@ -85,7 +92,9 @@ func Defaults() Options {
 		LogFormat: "auto", LogLevel: "info", ShutdownGrace: 5 * time.Second,
 		Dialect: string(server.DialectVLLM),
 		Role:    string(server.RoleAggregated), KVTransferBandwidth: server.DefaultKVTransferBandwidth,
-		KVTransferTimeout: server.DefaultKVTransferTimeout,
+		KVTransferTimeout:        server.DefaultKVTransferTimeout,
+		KVTransferConnectTimeout: server.DefaultKVTransferConnectTimeout, KVTransferReadTimeout: server.DefaultKVTransferReadTimeout,
+		KVLoadFailurePolicy: server.LoadFailureFail,
 	}
 }
 
@@ -122,11 +131,18 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.StringVar(&o.KVTransferHost, "kv-transfer-host", o.KVTransferHost, "address of the KV transfer port, advertised to decode legs (default: --host)")
 	fs.IntVar(&o.KVTransferPort, "kv-transfer-port", o.KVTransferPort, "KV transfer port (vLLM's remote_port, SGLang's bootstrap port; 0 picks a free one)")
 	fs.Float64Var(&o.KVTransferBandwidth, "kv-transfer-bandwidth", o.KVTransferBandwidth,
-		"KV transfer bandwidth in bytes/s at which decode legs read this engine's blocks (multiplied by --speedup-ratio)")
+		"KV transfer bandwidth in bytes/s at which decode legs read this engine's blocks, 1e6 to 1e13 (multiplied by --speedup-ratio)")
 	fs.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken,
-		fmt.Sprintf("KV cache bytes per token (default: from the model folder's config.json, else %d, Llama-3.1-8B in bfloat16)", server.DefaultKVBytesPerToken))
+		fmt.Sprintf("KV cache bytes per token, at most %d (default: from the model folder's config.json, else %d, Llama-3.1-8B in bfloat16)",
+			kvtransfer.MaxBytesPerToken, server.DefaultKVBytesPerToken))
 	fs.DurationVar(&o.KVTransferTimeout, "kv-transfer-timeout", o.KVTransferTimeout,
 		"how long pinned KV blocks of a prefill leg wait for their decode leg (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)")
+	fs.DurationVar(&o.KVTransferConnectTimeout, "kv-transfer-connect-timeout", o.KVTransferConnectTimeout,
+		"how long a decode leg waits to connect to the prefill engine's KV transfer port before its KV load fails")
+	fs.DurationVar(&o.KVTransferReadTimeout, "kv-transfer-read-timeout", o.KVTransferReadTimeout,
+		"how long a decode leg's KV read waits for the prefill engine's next answer, keepalive or data before it fails (a frozen prefill engine)")
+	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy,
+		"a decode leg whose KV read failed: fail (answer the dialect's KV transfer error) or recompute (compute the prompt itself; vLLM dialect only, vLLM's kv_load_failure_policy)")
 }
 
 // Run parses args and serves until ctx ends or SIGINT/SIGTERM arrives, then shuts down
@@ -160,21 +176,24 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	root := o.Model
 	metrics.ExposeMetadata(true) // # HELP and # TYPE lines on /metrics, as vLLM's exposition
+	// The HTTP port first: it was picked free by the worker that started this engine,
+	// and the KV transfer port (0: any free port) must not take it meanwhile.
+	l, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	if err != nil {
+		return fmt.Errorf("--host %s --port %d: %w", o.Host, o.Port, err)
+	}
 	srv, err := server.New(server.Options{
 		Engine: o.Engine, ServedModelName: o.ServedModelName, ModelRoot: root, Model: model,
 		KVEvents: kvCfg, Logger: log, ShutdownGrace: o.ShutdownGrace,
 		Dialect: server.Dialect(o.Dialect), IncrementalStreamingOutput: o.IncrementalStreamingOutput,
 		EventBufferMaxSize: o.EventBufferMaxSize, Role: server.Role(o.Role),
 		KVTransfer: server.KVTransferOptions{Host: o.KVTransferHost, Port: o.KVTransferPort, Bandwidth: o.KVTransferBandwidth,
-			BytesPerToken: o.KVBytesPerToken, Timeout: o.KVTransferTimeout},
+			BytesPerToken: o.KVBytesPerToken, Timeout: o.KVTransferTimeout, ConnectTimeout: o.KVTransferConnectTimeout,
+			ReadTimeout: o.KVTransferReadTimeout, LoadFailurePolicy: o.KVLoadFailurePolicy},
 	})
 	if err != nil {
+		_ = l.Close()
 		return err
-	}
-	l, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
-	if err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("--host %s --port %d: %w", o.Host, o.Port, err)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	ctx, stop := cli.SignalContext(ctx)
@@ -250,12 +269,25 @@ func (o *Options) resolve() error {
 	switch {
 	case o.KVTransferPort < 0 || o.KVTransferPort > 65535:
 		return fmt.Errorf("--kv-transfer-port %d out of range 0-65535", o.KVTransferPort)
-	case !(o.KVTransferBandwidth > 0) || math.IsInf(o.KVTransferBandwidth, 0):
-		return fmt.Errorf("--kv-transfer-bandwidth %v bytes/s must be positive and finite", o.KVTransferBandwidth)
-	case o.KVBytesPerToken < 0:
-		return fmt.Errorf("--kv-bytes-per-token %d must be positive", o.KVBytesPerToken)
+	case !(o.KVTransferBandwidth >= kvtransfer.MinBandwidth && o.KVTransferBandwidth <= kvtransfer.MaxBandwidth):
+		return fmt.Errorf("--kv-transfer-bandwidth %v: want %g..%g bytes/s", o.KVTransferBandwidth,
+			float64(kvtransfer.MinBandwidth), float64(kvtransfer.MaxBandwidth))
+	case o.KVTransferBandwidth*o.Engine.SpeedupRatio < 1:
+		return fmt.Errorf("--kv-transfer-bandwidth %v × --speedup-ratio %v is below 1 byte/s", o.KVTransferBandwidth, o.Engine.SpeedupRatio)
+	case o.KVBytesPerToken < 0 || o.KVBytesPerToken > kvtransfer.MaxBytesPerToken:
+		return fmt.Errorf("--kv-bytes-per-token %d: want 1..%d bytes (16 MiB, above the largest models' KV per token; 0: the model's)",
+			o.KVBytesPerToken, kvtransfer.MaxBytesPerToken)
 	case o.KVTransferTimeout <= 0:
 		return fmt.Errorf("--kv-transfer-timeout %v must be positive", o.KVTransferTimeout)
+	case o.KVTransferConnectTimeout <= 0:
+		return fmt.Errorf("--kv-transfer-connect-timeout %v must be positive", o.KVTransferConnectTimeout)
+	case o.KVTransferReadTimeout < time.Second:
+		// Keepalives of a read waiting for its blocks come every 500 ms.
+		return fmt.Errorf("--kv-transfer-read-timeout %v: want at least 1s", o.KVTransferReadTimeout)
+	case o.KVLoadFailurePolicy != server.LoadFailureFail && o.KVLoadFailurePolicy != server.LoadFailureRecompute:
+		return fmt.Errorf("--kv-load-failure-policy %q: want fail or recompute", o.KVLoadFailurePolicy)
+	case o.KVLoadFailurePolicy == server.LoadFailureRecompute && d != server.DialectVLLM:
+		return fmt.Errorf("--kv-load-failure-policy recompute needs --dialect vllm (%s has no such fallback)", d)
 	}
 	if o.KVBytesPerToken == 0 {
 		n, err := kvBytesPerToken(o.Model, o.Tokenizer)

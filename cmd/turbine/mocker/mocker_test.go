@@ -170,6 +170,16 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--kv-transfer-bandwidth", "0"}, "--kv-transfer-bandwidth"},
 		{[]string{"--kv-bytes-per-token", "-5"}, "--kv-bytes-per-token -5"},
 		{[]string{"--kv-transfer-timeout", "0s"}, "--kv-transfer-timeout"},
+		{[]string{"--kv-bytes-per-token", "9223372036854775807"}, "--kv-bytes-per-token 9223372036854775807: want 1..16777216"},
+		{[]string{"--kv-bytes-per-token", "16777217"}, "--kv-bytes-per-token 16777217"},
+		{[]string{"--kv-transfer-bandwidth", "1e-300"}, "--kv-transfer-bandwidth 1e-300: want 1e+06..1e+13 bytes/s"},
+		{[]string{"--kv-transfer-bandwidth", "1e14"}, "--kv-transfer-bandwidth 1e+14"},
+		{[]string{"--kv-transfer-bandwidth", "NaN"}, "--kv-transfer-bandwidth NaN"},
+		{[]string{"--kv-transfer-bandwidth", "1e6", "--speedup-ratio", "1e-7"}, "is below 1 byte/s"},
+		{[]string{"--kv-transfer-connect-timeout", "0s"}, "--kv-transfer-connect-timeout"},
+		{[]string{"--kv-transfer-read-timeout", "100ms"}, "--kv-transfer-read-timeout 100ms: want at least 1s"},
+		{[]string{"--kv-load-failure-policy", "retry"}, `--kv-load-failure-policy "retry"`},
+		{[]string{"--kv-load-failure-policy", "recompute", "--dialect", "sglang"}, "recompute needs --dialect vllm"},
 		{[]string{"--model", "../../../engines/modelcard/testdata/bad-malformed"}, "or set --kv-bytes-per-token"},
 	} {
 		err := Run(context.Background(), tc.args, io.Discard, io.Discard)

@@ -101,7 +101,7 @@ func TestBuilderRealEngines(t *testing.T) {
 
 func TestBuilderMocker(t *testing.T) {
 	b := bootBuilder(t, "--model", fixture, "--served-model-name", "tiny", "--mocker-dialect", "sglang",
-		"--kv-bytes-per-token", "4096", "--kv-transfer-bandwidth", "1e9")
+		"--kv-bytes-per-token", "4096", "--kv-transfer-bandwidth", "1e9", "--kv-load-failure-policy", "fail")
 	if b.boot.Model != "tiny" || b.boot.ContextLength != 40960 || b.boot.Tokenizer != fixture ||
 		!slices.Equal(b.boot.EosTokenIds, []uint32{261}) || b.boot.Architecture.GetArchitecture() != "Qwen3ForCausalLM" {
 		t.Fatalf("boot card from the model folder: %v", b.boot)
@@ -113,7 +113,7 @@ func TestBuilderMocker(t *testing.T) {
 	m, ok := cfg.Launcher.(*launcher.Mocker)
 	if !ok || m.Dialect != "sglang" || m.Executable != "/usr/local/bin/turbine" || !slices.Equal(m.Extra, []string{"--seed", "3"}) ||
 		m.MaxModelLen != 40960 || cfg.ReadyTimeout != options.DefaultEngine().ReadyTimeout ||
-		m.KVBytesPerToken != 4096 || m.KVTransferBandwidth != 1e9 {
+		m.KVBytesPerToken != 4096 || m.KVTransferBandwidth != 1e9 || m.KVLoadFailurePolicy != "fail" {
 		t.Fatalf("launcher %#v, ready timeout %v", cfg.Launcher, cfg.ReadyTimeout)
 	}
 	b.self, b.selfErr = "", errTestBinary

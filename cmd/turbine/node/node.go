@@ -107,7 +107,8 @@ func (o *Options) Validate() error {
 	if o.DrainTimeout < 0 {
 		return fmt.Errorf("--drain-timeout %v: must be ≥ 0", o.DrainTimeout)
 	}
-	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Cluster.Validate(), o.Canary.Validate()} {
+	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
+		o.Cluster.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
 		}

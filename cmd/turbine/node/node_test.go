@@ -27,6 +27,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--gpu-memory-utilization", "2"}, "--gpu-memory-utilization"},
 		{[]string{"--mocker-dialect", "tgi"}, "--mocker-dialect"},
 		{[]string{"--worker-role", "both"}, "--worker-role"},
+		{[]string{"--kv-bytes-per-token", "9223372036854775807"}, "--kv-bytes-per-token 9223372036854775807"},
+		{[]string{"--kv-transfer-bandwidth", "1e-300"}, "--kv-transfer-bandwidth 1e-300"},
+		{[]string{"--kv-load-failure-policy", "recompute", "--mocker-dialect", "sglang"}, "--kv-load-failure-policy recompute needs --mocker-dialect vllm"},
 		{[]string{"--engine", "vllm", "--model", "../testdata/tiny-qwen3", "stray", "--", "--enforce-eager"}, `unexpected argument "stray"`},
 	}
 	for _, tc := range tests {

@@ -100,8 +100,8 @@ func (o *Options) Validate() error {
 	default:
 		return fmt.Errorf("--mocker-dialect %q: want vllm, sglang or trtllm", o.MockerDialect)
 	}
-	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(),
-		o.Admission.Validate(), o.Canary.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
+		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
 		}

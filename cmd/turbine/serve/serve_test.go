@@ -41,6 +41,11 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--kv-bytes-per-token", "-1"}, "--kv-bytes-per-token"},
 		{[]string{"--kv-transfer-bandwidth", "-1"}, "--kv-transfer-bandwidth"},
 		{[]string{"--kv-transfer-bandwidth", "Inf"}, "--kv-transfer-bandwidth"},
+		{[]string{"--kv-bytes-per-token", "9223372036854775807"}, "--kv-bytes-per-token 9223372036854775807: want 0 (the model's) or 1..16777216 bytes"},
+		{[]string{"--kv-transfer-bandwidth", "1e-300"}, "--kv-transfer-bandwidth 1e-300: want 0 (the default) or 1e+06..1e+13 bytes/s"},
+		{[]string{"--kv-transfer-bandwidth", "2e13"}, "--kv-transfer-bandwidth 2e+13"},
+		{[]string{"--kv-load-failure-policy", "retry"}, `--kv-load-failure-policy "retry"`},
+		{[]string{"--kv-load-failure-policy", "recompute", "--mocker-dialect", "trtllm"}, "--kv-load-failure-policy recompute needs --mocker-dialect vllm"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

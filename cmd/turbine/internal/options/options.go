@@ -21,6 +21,7 @@ import (
 	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
@@ -38,11 +39,17 @@ type Engine struct {
 	SpeedupRatio        float64
 	MeanOutputTokens    int
 	Seed                int64
-	// KVBytesPerToken (bytes) and KVTransferBandwidth (bytes/s): the mock engines' KV
-	// transfer between prefill and decode workers; 0 leaves the mock engine's defaults
-	// (the model folder's config.json, else Llama-3.1-8B's 131072 bytes; 64e9 bytes/s).
+	// KVBytesPerToken (bytes, at most kvtransfer.MaxBytesPerToken) and
+	// KVTransferBandwidth (bytes/s, kvtransfer.MinBandwidth to MaxBandwidth): the mock
+	// engines' KV transfer between prefill and decode workers; 0 leaves the mock
+	// engine's defaults (the model folder's config.json, else Llama-3.1-8B's 131072
+	// bytes; 64e9 bytes/s).
 	KVBytesPerToken     int64
 	KVTransferBandwidth float64
+	// KVLoadFailurePolicy: what a mock decode engine does when it cannot read the
+	// prompt's KV blocks ("fail", "recompute"; "" leaves the mock engine's default,
+	// fail). Recompute needs the vLLM dialect (CheckKVLoadFailurePolicy).
+	KVLoadFailurePolicy string
 	Heartbeat           time.Duration
 	ReadyTimeout        time.Duration
 	// MaxModelLenSet and ReadyTimeoutSet say whether --max-model-len and --ready-timeout
@@ -75,9 +82,12 @@ func (o *Engine) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MeanOutputTokens, "mean-output-tokens", o.MeanOutputTokens, "mock engine: mean output length in tokens when EOS is not ignored")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "mock engine seed (same seed, same tokens)")
 	fs.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken,
-		"mock engines, disaggregated serving: KV cache `bytes` per token sent from prefill to decode (0: the model folder's config.json, else 131072)")
+		"mock engines, disaggregated serving: KV cache `bytes` per token sent from prefill to decode, at most 16777216 (0: the model folder's config.json, else 131072)")
 	fs.Float64Var(&o.KVTransferBandwidth, "kv-transfer-bandwidth", o.KVTransferBandwidth,
-		"mock engines, disaggregated serving: KV transfer pacing in `bytes/s`, times --speedup-ratio (0: 64e9)")
+		"mock engines, disaggregated serving: KV transfer pacing in `bytes/s`, 1e6 to 1e13, times --speedup-ratio (0: 64e9)")
+	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy,
+		"mock engines, disaggregated serving: a decode engine that cannot read the prompt's KV from the prefill engine answers a KV transfer error "+
+			"(fail, the default: the request's prefill is retried elsewhere) or computes the prompt itself (recompute, vLLM dialect only)")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "worker load and registration period")
 	fs.Var(&tracked[time.Duration]{p: &o.ReadyTimeout, set: &o.ReadyTimeoutSet, parse: time.ParseDuration}, "ready-timeout",
 		"how long a worker waits for its engine to become ready, a `duration` (real engines: 10m unless given)")
@@ -105,10 +115,14 @@ func (o *Engine) Validate() error {
 			o.NumGPUBlocks, o.BlockSize, int64(o.NumGPUBlocks)*int64(o.BlockSize), o.MaxModelLen)
 	case o.MeanOutputTokens < 1:
 		return fmt.Errorf("--mean-output-tokens %d: must be ≥ 1", o.MeanOutputTokens)
-	case o.KVBytesPerToken < 0:
-		return fmt.Errorf("--kv-bytes-per-token %d: must be ≥ 0 (0: the model's)", o.KVBytesPerToken)
-	case !finite(o.KVTransferBandwidth) || o.KVTransferBandwidth < 0:
-		return fmt.Errorf("--kv-transfer-bandwidth %g: must be a finite number ≥ 0 bytes/s (0: the default)", o.KVTransferBandwidth)
+	case o.KVBytesPerToken < 0 || o.KVBytesPerToken > kvtransfer.MaxBytesPerToken:
+		return fmt.Errorf("--kv-bytes-per-token %d: want 0 (the model's) or 1..%d bytes (16 MiB, above the largest models' KV per token)",
+			o.KVBytesPerToken, kvtransfer.MaxBytesPerToken)
+	case o.KVTransferBandwidth != 0 && !(o.KVTransferBandwidth >= kvtransfer.MinBandwidth && o.KVTransferBandwidth <= kvtransfer.MaxBandwidth):
+		return fmt.Errorf("--kv-transfer-bandwidth %g: want 0 (the default) or %g..%g bytes/s", o.KVTransferBandwidth,
+			float64(kvtransfer.MinBandwidth), float64(kvtransfer.MaxBandwidth))
+	case o.KVLoadFailurePolicy != "" && o.KVLoadFailurePolicy != "fail" && o.KVLoadFailurePolicy != "recompute":
+		return fmt.Errorf("--kv-load-failure-policy %q: want fail or recompute", o.KVLoadFailurePolicy)
 	case o.Heartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--heartbeat %v: must be ≥ 10ms", o.Heartbeat)
 	case o.ReadyTimeout <= 0:
@@ -144,7 +158,17 @@ func (o *Engine) Mocker(executable string, card *messages.ModelCard) *launcher.M
 		BlockSize: int(card.KvBlockSize), NumGPUBlocks: int(card.TotalKvBlocks), MaxNumSeqs: int(card.MaxNumSeqs),
 		MaxNumBatchedTokens: int(card.MaxNumBatchedTokens), MaxModelLen: int(card.ContextLength),
 		SpeedupRatio: o.SpeedupRatio, MeanOutputTokens: o.MeanOutputTokens, Seed: o.Seed,
-		KVBytesPerToken: o.KVBytesPerToken, KVTransferBandwidth: o.KVTransferBandwidth}
+		KVBytesPerToken: o.KVBytesPerToken, KVTransferBandwidth: o.KVTransferBandwidth, KVLoadFailurePolicy: o.KVLoadFailurePolicy}
+}
+
+// CheckKVLoadFailurePolicy checks --kv-load-failure-policy against --mocker-dialect:
+// recompute is vLLM's kv_load_failure_policy; SGLang and TensorRT-LLM have no such
+// fallback.
+func (o *Engine) CheckKVLoadFailurePolicy(mockerDialect string) error {
+	if o.KVLoadFailurePolicy == "recompute" && mockerDialect != "" && mockerDialect != launcher.EngineVLLM {
+		return fmt.Errorf("--kv-load-failure-policy recompute needs --mocker-dialect vllm (%s has no such fallback)", mockerDialect)
+	}
+	return nil
 }
 
 // MockerExecutable returns the turbine binary that runs mock engines (`turbine mocker`).
