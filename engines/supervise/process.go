@@ -109,12 +109,56 @@ func (p *Process) Kill() {
 
 // FreePort asks the kernel for a free TCP port on host. The port is free when this
 // returns; another process may still take it before the caller binds it, in which case
-// the engine fails to start and is restarted on a new port.
+// the engine fails to start and is restarted on a new port (after the worker's restart
+// backoff, 250 ms the first time). Within this process a port is not handed out twice
+// within portQuarantine: the workers of one `turbine serve` each pick an engine port and
+// a KV events port at about the same moment, and the kernel may offer a port again as
+// soon as it was closed.
 func FreePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("supervise: free port on %s: %w", host, err)
+	var port int
+	for range maxPortTries {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("supervise: free port on %s: %w", host, err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if given.claim(port, time.Now()) {
+			break
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
+}
+
+// portQuarantine is how long FreePort does not hand out a port again, time enough for
+// an engine to bind the port it was given; maxPortTries bounds its attempts (the last
+// port offered is returned even if recently given).
+const (
+	portQuarantine = 30 * time.Second
+	maxPortTries   = 16
+)
+
+// given remembers the ports FreePort handed out recently.
+var given = &recentPorts{at: map[int]time.Time{}}
+
+type recentPorts struct {
+	mu sync.Mutex
+	at map[int]time.Time
+}
+
+// claim records port as given at now and reports true, unless it was given within
+// portQuarantine; entries older than that are dropped.
+func (r *recentPorts) claim(port int, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, at := range r.at {
+		if now.Sub(at) >= portQuarantine {
+			delete(r.at, p)
+		}
+	}
+	if _, ok := r.at[port]; ok {
+		return false
+	}
+	r.at[port] = now
+	return true
 }

@@ -82,3 +82,24 @@ func TestStartMissingExecutable(t *testing.T) {
 		t.Fatal("want an error for a missing executable")
 	}
 }
+
+// TestFreePortNotRepeated: ports handed out within the quarantine are not handed out
+// again, however often the kernel offers them.
+func TestFreePortNotRepeated(t *testing.T) {
+	seen := map[int]bool{}
+	for range 50 {
+		p, err := FreePort("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice within %v", p, portQuarantine)
+		}
+		seen[p] = true
+	}
+	r := &recentPorts{at: map[int]time.Time{}}
+	t0 := time.Unix(1000, 0)
+	if !r.claim(9000, t0) || r.claim(9000, t0.Add(portQuarantine-time.Millisecond)) || !r.claim(9000, t0.Add(portQuarantine)) {
+		t.Fatal("claim does not follow the quarantine")
+	}
+}
