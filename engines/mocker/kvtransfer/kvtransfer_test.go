@@ -494,3 +494,23 @@ func TestSlowBandwidthKeepsDataFlowing(t *testing.T) {
 		t.Fatalf("read %+v: %v", res, err)
 	}
 }
+
+// TestReadingCount: a read under way counts in Reading until it ends.
+func TestReadingCount(t *testing.T) {
+	f := start(t, func(c *Config) { c.Bandwidth = 1 << 20 }) // 1 MiB/s: 128 KiB take 0.125 s
+	f.srv.Pin("r", "id", []int32{1, 2, 3, 4, 5, 6, 7, 8})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Read(ctx, f.addr, Request{Key: "r"}, func(Response) error { return nil })
+		done <- err
+	}()
+	waitFor(t, func() bool { return f.srv.Reading() == 1 })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r := f.next(t); r.reason != ReasonRead || f.srv.Reading() != 0 {
+		t.Fatalf("release %+v, reading %d", r, f.srv.Reading())
+	}
+}

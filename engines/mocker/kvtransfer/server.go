@@ -201,6 +201,19 @@ func (s *Server) Waiting() int {
 	return len(s.waiters)
 }
 
+// Reading returns how many pins are being read (their data on its way to a reader).
+func (s *Server) Reading() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.pins {
+		if p.reading {
+			n++
+		}
+	}
+	return n
+}
+
 // Pins returns how many pins wait for a reader or are being read.
 func (s *Server) Pins() int {
 	s.mu.Lock()

@@ -224,7 +224,9 @@ const (
 	MetricPinnedRequests = "turbine_mocker_kv_pinned_requests"
 	// MetricWaitingReads: reads of this engine's blocks waiting for them to be pinned
 	// (SGLang rooms whose decode leg came before the prefill leg finished).
-	MetricWaitingReads      = "turbine_mocker_kv_waiting_reads"
+	MetricWaitingReads = "turbine_mocker_kv_waiting_reads"
+	// MetricActiveReads: reads of this engine's blocks under way (data being sent).
+	MetricActiveReads       = "turbine_mocker_kv_active_reads"
 	MetricReleased          = "turbine_mocker_kv_released_total"
 	MetricTransfers         = "turbine_mocker_kv_transfers_total"
 	MetricTransferBytes     = "turbine_mocker_kv_transfer_bytes_total"
@@ -277,6 +279,7 @@ func (s *Server) startTransfer() error {
 	set.NewGauge(MetricPinnedBlocks, func() float64 { return float64(statsNow().PinnedBlocks) })
 	set.NewGauge(MetricPinnedRequests, func() float64 { return float64(statsNow().PinnedRequests) })
 	set.NewGauge(MetricWaitingReads, func() float64 { return float64(t.srv.Waiting()) })
+	set.NewGauge(MetricActiveReads, func() float64 { return float64(t.srv.Reading()) })
 	for _, r := range kvtransfer.Reasons {
 		t.released[r] = set.NewCounter(fmt.Sprintf(`%s{reason=%q}`, MetricReleased, r))
 	}
