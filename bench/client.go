@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Clock is the time source of the client and the runner.
@@ -30,16 +33,53 @@ func (WallClock) Now() time.Time { return time.Now() }
 func (WallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Error kinds of a Result (a kind may also be "http_<status>" or "stream_<code>" for an
-// error frame of the stream with that code).
+// error frame of the stream with that code; see ErrorKind).
 const (
-	ErrConnect      = "connect"       // the request could not be sent or the body not read
-	ErrSSE          = "sse_malformed" // a frame that is not `data: <json>` or has no choices/usage
-	ErrNoDone       = "no_done"       // the stream ended without data: [DONE]
-	ErrNoUsage      = "no_usage"      // no usage chunk although include_usage was asked
-	ErrOutputLength = "output_length" // completion_tokens differs from max_tokens (ignore_eos)
-	ErrCanceled     = "canceled"      // the run was stopped before the answer ended
-	ErrWorkload     = "workload"      // the request's prompt could not be synthesized
+	ErrConnect       = "connect"         // the request could not be sent or the body not read
+	ErrTimeout       = "timeout"         // the request ran past its limit (http.Client.Timeout, a deadline)
+	ErrFrameTooLarge = "frame_too_large" // an SSE line longer than MaxFrameBytes
+	ErrSSE           = "sse_malformed"   // a frame that is not `data: <json>` or has no choices/usage
+	ErrNoDone        = "no_done"         // the stream ended without data: [DONE]
+	ErrNoUsage       = "no_usage"        // no usage chunk although include_usage was asked
+	ErrNoTokens      = "no_tokens"       // the stream ended with [DONE] but no token-bearing frame
+	ErrBadUsage      = "bad_usage"       // usage counts that cannot be: negative, or cached_tokens > prompt_tokens
+	ErrOutputLength  = "output_length"   // completion_tokens differs from max_tokens (ignore_eos)
+	ErrCanceled      = "canceled"        // the run was stopped before the answer ended
+	ErrWorkload      = "workload"        // the request's prompt could not be synthesized
 )
+
+// MaxFrameBytes is the longest SSE line a Client reads (16 MiB); a longer one fails the
+// request with ErrFrameTooLarge.
+const MaxFrameBytes = 16 << 20
+
+// MaxErrorKind is the longest error kind, in bytes; ErrorKind clips longer ones.
+const MaxErrorKind = 64
+
+// maxDetail is the longest Result.Detail, in bytes (a server's error message may be
+// long; the report keeps its start).
+const maxDetail = 1024
+
+// ErrorKind turns s (an error kind built from a server's error code) into one a report
+// can hold: letters lowered, every byte other than a-z, 0-9, '_', '.' and '-' replaced
+// by '_', clipped to MaxErrorKind bytes; "error" when s is empty.
+func ErrorKind(s string) string {
+	if s == "" {
+		return "error"
+	}
+	b := make([]byte, 0, min(len(s), MaxErrorKind))
+	for i := 0; i < len(s) && len(b) < MaxErrorKind; i++ {
+		c := s[i]
+		switch {
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			c = '_'
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
 
 // Result is the measurement of one request. Times are offsets on the run's clock.
 type Result struct {
@@ -47,14 +87,14 @@ type Result struct {
 	Start        time.Duration   // when the request was sent, from the start of the run
 	TTFT         time.Duration   // send → first token-bearing frame
 	ITL          []time.Duration // gaps between successive token-bearing frames
-	E2E          time.Duration   // send → end of the stream
+	E2E          time.Duration   // send → end of the stream (or the failure)
 	InputLength  int             // prompt tokens sent
 	PromptTokens int             // usage.prompt_tokens (0 when not reported)
 	CachedTokens int             // usage.prompt_tokens_details.cached_tokens
 	CachedKnown  bool            // the server reported cached_tokens
 	OutputTokens int             // usage.completion_tokens, else token-bearing frames
 	Error        string          // error kind; "" when the answer was valid
-	Detail       string          // the error's message
+	Detail       string          // the error's message (at most 1 KiB)
 }
 
 // Endpoints a Client sends to.
@@ -121,7 +161,7 @@ func (c *Client) DoChat(ctx context.Context, origin time.Time, text string, maxT
 }
 
 // send posts body to path, reads the stream (chat chunks when chat) and checks the
-// output length.
+// output length. A failure's E2E is the time from the send to the failure.
 func (c *Client) send(ctx context.Context, origin time.Time, path string, body []byte, res Result, chat bool, maxTokens int) Result {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(body))
 	if err != nil {
@@ -138,7 +178,8 @@ func (c *Client) send(ctx context.Context, origin time.Time, path string, body [
 	res.Start = start.Sub(origin)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fail(res, connectKind(ctx), err.Error())
+		res.E2E = clock.Now().Sub(start)
+		return fail(res, transportKind(ctx, err), err.Error())
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -146,9 +187,9 @@ func (c *Client) send(ctx context.Context, origin time.Time, path string, body [
 		res.E2E = clock.Now().Sub(start)
 		return fail(res, fmt.Sprintf("http_%d", resp.StatusCode), strings.TrimSpace(string(msg)))
 	}
-	res = readStream(resp.Body, clock.Now, start, res, chat)
-	if res.Error == ErrConnect {
-		res.Error = connectKind(ctx)
+	res, err = readStream(resp.Body, clock.Now, start, res, chat)
+	if err != nil {
+		res.Error = transportKind(ctx, err)
 	}
 	if res.Error == "" && res.OutputTokens != maxTokens {
 		res = fail(res, ErrOutputLength, fmt.Sprintf("%d tokens generated, max_tokens %d with ignore_eos", res.OutputTokens, maxTokens))
@@ -156,16 +197,39 @@ func (c *Client) send(ctx context.Context, origin time.Time, path string, body [
 	return res
 }
 
-func connectKind(ctx context.Context) string {
-	if ctx.Err() != nil {
+// transportKind classifies an error of sending a request or reading its body: the run
+// stopped (ErrCanceled), a time limit (ErrTimeout: the client's Timeout, a deadline of
+// ctx or of the connection), a line over MaxFrameBytes (ErrFrameTooLarge), or else
+// ErrConnect.
+func transportKind(ctx context.Context, err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, bufio.ErrTooLong):
+		return ErrFrameTooLarge
+	case errors.Is(ctx.Err(), context.Canceled):
 		return ErrCanceled
+	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return ErrTimeout
 	}
 	return ErrConnect
 }
 
 func fail(r Result, kind, detail string) Result {
-	r.Error, r.Detail = kind, detail
+	r.Error, r.Detail = kind, clipDetail(detail)
 	return r
+}
+
+// clipDetail keeps the first maxDetail bytes of s (whole UTF-8 characters).
+func clipDetail(s string) string {
+	if len(s) <= maxDetail {
+		return s
+	}
+	cut := maxDetail
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // chunk is the part of a completion or chat completion stream chunk the benchmark
@@ -198,12 +262,19 @@ type chunk struct {
 // timing each token-bearing frame with now, and fills res. A completion frame bears
 // tokens when it has a choice with text, or a choice without finish_reason (a token
 // whose text is not complete yet); a frame that only carries the finish reason does not.
-// A chat frame bears tokens when a choice's delta has content (see bearsTokens).
-func readStream(body io.Reader, now func() time.Time, start time.Time, res Result, chat bool) Result {
+// A chat frame bears tokens when a choice's delta has content (see bearsTokens). A
+// failure's E2E is the time from start to the failure. err is the body's read error
+// (res.Error is then ErrConnect; the caller classifies it), nil otherwise.
+func readStream(body io.Reader, now func() time.Time, start time.Time, res Result, chat bool) (_ Result, err error) {
 	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 4<<10), 16<<20) // grows for long frames
+	sc.Buffer(make([]byte, 4<<10), MaxFrameBytes) // grows for long frames
 	var last time.Time
 	frames, usageTokens := 0, -1
+	failed := func(kind, detail string) Result {
+		res.E2E = now().Sub(start)
+		res.OutputTokens = frames
+		return fail(res, kind, detail)
+	}
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || strings.HasPrefix(line, ":") {
@@ -214,34 +285,49 @@ func readStream(body io.Reader, now func() time.Time, start time.Time, res Resul
 			if strings.HasPrefix(line, "event:") || strings.HasPrefix(line, "id:") || strings.HasPrefix(line, "retry:") {
 				continue
 			}
-			return fail(res, ErrSSE, fmt.Sprintf("line %q is not an SSE data frame", clip(line)))
+			return failed(ErrSSE, fmt.Sprintf("line %q is not an SSE data frame", clip(line))), nil
 		}
 		payload = strings.TrimSpace(payload)
 		if payload == "[DONE]" {
 			res.E2E = now().Sub(start)
 			res.OutputTokens = frames
-			if usageTokens < 0 {
-				return fail(res, ErrNoUsage, "the stream ended without a usage chunk")
+			switch {
+			case frames == 0:
+				detail := "the stream ended with [DONE] without a token-bearing frame"
+				if usageTokens >= 0 {
+					detail += fmt.Sprintf(" (usage.completion_tokens %d)", usageTokens)
+				}
+				return fail(res, ErrNoTokens, detail), nil
+			case usageTokens < 0:
+				return fail(res, ErrNoUsage, "the stream ended without a usage chunk"), nil
 			}
 			res.OutputTokens = usageTokens
-			return res
+			return res, nil
 		}
 		var c chunk
 		if err := json.Unmarshal([]byte(payload), &c); err != nil {
-			return fail(res, ErrSSE, fmt.Sprintf("frame %q: %v", clip(payload), err))
+			return failed(ErrSSE, fmt.Sprintf("frame %q: %v", clip(payload), err)), nil
 		}
 		if c.Error != nil {
-			return fail(res, "stream_"+errorCode(c.Error.Code, c.Error.Type), c.Error.Message)
+			return failed(ErrorKind("stream_"+errorCode(c.Error.Code, c.Error.Type)), c.Error.Message), nil
 		}
-		if c.Usage != nil {
-			usageTokens = c.Usage.CompletionTokens
-			res.PromptTokens = c.Usage.PromptTokens
-			if d := c.Usage.PromptTokensDetails; d != nil {
+		if u := c.Usage; u != nil {
+			d := u.PromptTokensDetails
+			if u.PromptTokens < 0 || u.CompletionTokens < 0 || (d != nil && (d.CachedTokens < 0 || d.CachedTokens > u.PromptTokens)) {
+				what := fmt.Sprintf("prompt_tokens %d, completion_tokens %d", u.PromptTokens, u.CompletionTokens)
+				if d != nil {
+					what += fmt.Sprintf(", cached_tokens %d", d.CachedTokens)
+				}
+				return failed(ErrBadUsage, "usage "+what+": want counts >= 0 and cached_tokens <= prompt_tokens"), nil
+			}
+			usageTokens = u.CompletionTokens
+			res.PromptTokens = u.PromptTokens
+			if d != nil {
 				res.CachedTokens, res.CachedKnown = d.CachedTokens, true
 			}
 		}
 		if c.Choices == nil && c.Usage == nil {
-			return fail(res, ErrSSE, fmt.Sprintf("frame %q has neither choices nor usage", clip(payload)))
+			return failed(ErrSSE, fmt.Sprintf("frame %q has neither choices nor usage", clip(payload))), nil
 		}
 		if !bearsTokens(c, chat) {
 			continue
@@ -255,12 +341,13 @@ func readStream(body io.Reader, now func() time.Time, start time.Time, res Resul
 		last = t
 		frames++
 	}
-	res.E2E = now().Sub(start)
-	res.OutputTokens = frames
 	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return fail(res, ErrConnect, err.Error())
+		if errors.Is(err, bufio.ErrTooLong) {
+			return failed(ErrFrameTooLarge, fmt.Sprintf("an SSE line longer than %d MiB", MaxFrameBytes>>20)), err
+		}
+		return failed(ErrConnect, err.Error()), err
 	}
-	return fail(res, ErrNoDone, "the stream ended without data: [DONE]")
+	return failed(ErrNoDone, "the stream ended without data: [DONE]"), nil
 }
 
 // bearsTokens reports whether c carries generated tokens. A chat chunk does when a
