@@ -92,3 +92,42 @@ func TestRunCanceled(t *testing.T) {
 		t.Fatalf("errors %v, want 3 canceled", s.Errors)
 	}
 }
+
+// TestRunArrivalOrder: a workload out of arrival order is sent in arrival order (equal
+// arrivals in workload order), as a simulation replays it, and reported in workload
+// order.
+func TestRunArrivalOrder(t *testing.T) {
+	srv := httptest.NewServer(openAIStream(t))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name     string
+		arrivals []time.Duration
+		sent     []int // workload positions in the order sent
+	}{
+		{"backwards", []time.Duration{2000 * time.Millisecond, 0, 100 * time.Millisecond}, []int{1, 2, 0}},
+		{"ties keep their order", []time.Duration{5 * time.Millisecond, 0, 5 * time.Millisecond, 0}, []int{1, 3, 0, 2}},
+		{"in order", []time.Duration{0, time.Millisecond, time.Second}, []int{0, 1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reqs := make([]Request, len(tc.arrivals))
+			for i, at := range tc.arrivals {
+				reqs[i] = Request{Arrival: at, InputLength: 8 + i, OutputLength: 1, HashIDs: []int64{int64(i)}}
+			}
+			r := &Runner{Client: &Client{URL: srv.URL, Model: "m", Clock: newTickClock(time.Millisecond)}, Concurrency: 1, BlockTokens: 16}
+			out := r.Run(context.Background(), reqs)
+			for i, res := range out.Results {
+				if res.Index != i || res.InputLength != reqs[i].InputLength || res.Error != "" {
+					t.Fatalf("result %d = %+v: want request %d's, valid", i, res, i)
+				}
+				if res.Start < reqs[i].Arrival {
+					t.Fatalf("request %d sent at %v, before its arrival %v", i, res.Start, reqs[i].Arrival)
+				}
+			}
+			for k := 1; k < len(tc.sent); k++ {
+				if a, b := out.Results[tc.sent[k-1]], out.Results[tc.sent[k]]; a.Start >= b.Start {
+					t.Fatalf("request %d sent at %v, not before request %d at %v: want the order %v", tc.sent[k-1], a.Start, tc.sent[k], b.Start, tc.sent)
+				}
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -48,20 +49,41 @@ func (s ProgressState) String() string {
 // Outcome is a finished run: one Result per request, in workload order.
 type Outcome struct {
 	Results  []Result
-	Duration time.Duration // first send → last answer
+	Duration time.Duration // first send → last answer or failure
 }
 
 // Run sends each request at its arrival (an offset from the start of the run), waiting
 // for a free slot when Concurrency requests are in flight, and returns when every
-// answer has ended. Cancelling ctx stops sending; requests in flight end as canceled.
+// answer has ended. Requests are sent in arrival order, those of equal arrivals in the
+// order of reqs (as package bench/sim replays them), whatever the order of reqs;
+// Outcome.Results is in the order of reqs (Result.Index is the position in reqs).
+// Cancelling ctx stops sending; requests in flight end as canceled.
 func (r *Runner) Run(ctx context.Context, reqs []Request) Outcome {
+	var order []int // positions in reqs by arrival; nil when reqs is in order
+	if !slices.IsSortedFunc(reqs, func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
+		order = make([]int, len(reqs))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(reqs[a].Arrival, reqs[b].Arrival) })
+	}
 	next := func(i int) (Request, bool) {
-		if i >= len(reqs) {
+		switch {
+		case i >= len(reqs):
 			return Request{}, false
+		case order != nil:
+			return reqs[order[i]], true
 		}
 		return reqs[i], true
 	}
-	return r.run(ctx, len(reqs), next, 0)
+	out := r.run(ctx, len(reqs), next, 0)
+	if order != nil { // back to the order of reqs
+		for k := range out.Results {
+			out.Results[k].Index = order[out.Results[k].Index]
+		}
+		slices.SortFunc(out.Results, func(a, b Result) int { return cmp.Compare(a.Index, b.Index) })
+	}
+	return out
 }
 
 // RunFor runs a closed loop for d: it sends next(0), next(1), … in turn, each when one
