@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -99,11 +100,15 @@ func newPanel(title, x, y string) *plot.Plot {
 }
 
 // cdf turns 101 percentiles into (value, fraction) points, for a log-scale axis: values
-// below minCDFMillis (a zero gap, e.g. tokens of one frame) are drawn at it.
+// below minCDFMillis (a zero gap, e.g. tokens of one frame) are drawn at it, values
+// above MaxSummaryMillis (+Inf too) at that, and NaNs not at all.
 func cdf(q []float64) plotter.XYs {
-	xys := make(plotter.XYs, len(q))
+	xys := make(plotter.XYs, 0, len(q))
 	for i, v := range q {
-		xys[i] = plotter.XY{X: max(v, minCDFMillis), Y: float64(i) / float64(max(len(q)-1, 1))}
+		if math.IsNaN(v) {
+			continue
+		}
+		xys = append(xys, plotter.XY{X: min(max(v, minCDFMillis), MaxSummaryMillis), Y: float64(i) / float64(max(len(q)-1, 1))})
 	}
 	return xys
 }
@@ -111,11 +116,32 @@ func cdf(q []float64) plotter.XYs {
 // minCDFMillis is the smallest latency a CDF panel shows (ms).
 const minCDFMillis = 0.01
 
-// overTime places each bucket's rate at the bucket's middle.
+// maxPlotPoints bounds the points of a throughput series: longer series are drawn as
+// the means of consecutive groups of buckets.
+const maxPlotPoints = 2000
+
+// overTime places each bucket's rate at the bucket's middle; a series of more than
+// maxPlotPoints buckets is averaged over groups of buckets. Values that are not finite
+// and positive (or 0), or a bucket width that is not, are left out.
 func overTime(bucketS float64, perS []float64) plotter.XYs {
-	xys := make(plotter.XYs, len(perS))
-	for i, v := range perS {
-		xys[i] = plotter.XY{X: (float64(i) + 0.5) * bucketS, Y: v}
+	if !(bucketS > 0) || math.IsInf(bucketS, 0) {
+		return nil
+	}
+	group := (len(perS) + maxPlotPoints - 1) / maxPlotPoints
+	xys := make(plotter.XYs, 0, min(len(perS), maxPlotPoints))
+	for start := 0; start < len(perS); start += group {
+		end := min(start+group, len(perS))
+		var sum float64
+		n := 0
+		for _, v := range perS[start:end] {
+			if v >= 0 && !math.IsInf(v, 0) {
+				sum += v
+				n++
+			}
+		}
+		if n > 0 {
+			xys = append(xys, plotter.XY{X: float64(start+end) / 2 * bucketS, Y: min(sum/float64(n), MaxSummaryRate)})
+		}
 	}
 	return xys
 }

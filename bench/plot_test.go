@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"image/png"
 	"io"
+	"math"
 	"strings"
 	"testing"
 )
@@ -67,5 +68,77 @@ func TestLegendName(t *testing.T) {
 		if got := legendName(tc.in); got != tc.want {
 			t.Errorf("legendName(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestPlotExtremeValues: absurd series (latencies of 1e308 ms or +Inf, NaN, very long
+// throughput series, a zero bucket width) draw without a panic and within bounds.
+func TestPlotExtremeValues(t *testing.T) {
+	huge := make([]float64, 101)
+	for i := range huge {
+		huge[i] = 1e308
+	}
+	mixed := quantiles([]float64{1, 2})
+	mixed[50], mixed[100] = math.NaN(), math.Inf(1)
+	long := make([]float64, 1_000_000)
+	for i := range long {
+		long[i] = float64(i % 7)
+	}
+	for _, tc := range []struct {
+		name string
+		s    Summary
+	}{
+		{"CDF all 1e308", Summary{TTFTCDF: huge, ITLCDF: huge}},
+		{"CDF with NaN and +Inf", Summary{TTFTCDF: mixed, ITLCDF: mixed}},
+		{"a million throughput buckets", Summary{ThroughputBucketS: 0.001, Throughput: long}},
+		{"throughput without a bucket width", Summary{Throughput: []float64{1, 2}}},
+		{"throughput of NaN and +Inf", Summary{ThroughputBucketS: 1, Throughput: []float64{math.NaN(), math.Inf(1), 1e308}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := Plot(io.Discard, []Summary{tc.s}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if xys := overTime(0.001, long); len(xys) > maxPlotPoints {
+		t.Fatalf("%d points drawn of a million buckets, want at most %d", len(xys), maxPlotPoints)
+	}
+	for _, xy := range cdf(huge) {
+		if xy.X > MaxSummaryMillis {
+			t.Fatalf("CDF point at %v ms, want at most %v", xy.X, MaxSummaryMillis)
+		}
+	}
+}
+
+// TestReadSummaryLimits: a summary whose series no run gives is an error naming the
+// file and the field, before anything is plotted.
+func TestReadSummaryLimits(t *testing.T) {
+	cdf101 := func(v string) string { return "[" + strings.TrimSuffix(strings.Repeat(v+",", 101), ",") + "]" }
+	for _, tc := range []struct {
+		name, json, want string
+	}{
+		{"valid", `{"label":"a","ttft_cdf_ms":` + cdf101("1.5") + `,"itl_cdf_ms":[],"throughput_bucket_s":1,"throughput_tokens_per_s":[3,4]}`, ""},
+		{"CDF of 1e308", `{"ttft_cdf_ms":` + cdf101("1e308") + `}`, "s.json: ttft_cdf_ms[0] = 1e+308: want a number from 0 to 1e+12"},
+		{"negative latency", `{"itl_cdf_ms":` + cdf101("-1") + `}`, "s.json: itl_cdf_ms[0] = -1"},
+		{"CDF of 3 points", `{"ttft_cdf_ms":[1,2,3]}`, "s.json: ttft_cdf_ms has 3 points: want 101"},
+		{"too many throughput points", `{"throughput_bucket_s":1,"throughput_tokens_per_s":[` + strings.TrimSuffix(strings.Repeat("1,", MaxThroughputPoints+1), ",") + `]}`,
+			"s.json: throughput_tokens_per_s has 10001 points: want at most 10000"},
+		{"no bucket width", `{"throughput_tokens_per_s":[1]}`, "s.json: throughput_bucket_s 0"},
+		{"absurd rate", `{"throughput_bucket_s":1,"throughput_tokens_per_s":[1e300]}`, "s.json: throughput_tokens_per_s[0] = 1e+300"},
+		{"not json", `{`, "s.json: not a benchmark summary"},
+		{"too large", `{"label":"` + strings.Repeat("x", MaxSummaryBytes) + `"}`, "s.json: larger than 16 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadSummary(strings.NewReader(tc.json), "s.json")
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -125,13 +125,70 @@ func WriteSummary(w io.Writer, s Summary) error {
 	return enc.Encode(s)
 }
 
-// ReadSummary reads a summary written by WriteSummary.
+// Limits of a summary ReadSummary accepts: far above what WriteSummary writes (a few kB,
+// 101 points per CDF, throughputBuckets+1 throughput buckets), so that a damaged or
+// foreign file fails with an error instead of exhausting memory or a plot's axes.
+const (
+	MaxSummaryBytes     = 16 << 20 // bytes of JSON
+	MaxThroughputPoints = 10_000   // throughput_tokens_per_s entries
+	// MaxSummaryMillis bounds every CDF value (ms, about 31.7 years) and MaxSummaryRate
+	// every throughput value (tokens/s).
+	MaxSummaryMillis = 1e12
+	MaxSummaryRate   = 1e12
+)
+
+// ReadSummary reads a summary written by WriteSummary. Errors name the source: not JSON
+// of a Summary, longer than MaxSummaryBytes, or series that no run gives (a CDF of
+// other than 0 or 101 points, more than MaxThroughputPoints throughput buckets, or a
+// value that is negative, not finite, above MaxSummaryMillis or MaxSummaryRate).
 func ReadSummary(r io.Reader, name string) (Summary, error) {
 	var s Summary
-	if err := json.NewDecoder(r).Decode(&s); err != nil {
+	data, err := io.ReadAll(io.LimitReader(r, MaxSummaryBytes+1))
+	if err != nil {
+		return s, fmt.Errorf("bench: %s: %v", name, err)
+	}
+	if len(data) > MaxSummaryBytes {
+		return s, fmt.Errorf("bench: %s: larger than %d MiB: not a benchmark summary", name, MaxSummaryBytes>>20)
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
 		return s, fmt.Errorf("bench: %s: not a benchmark summary: %v", name, err)
 	}
+	if err := s.checkSeries(); err != nil {
+		return Summary{}, fmt.Errorf("bench: %s: %v", name, err)
+	}
 	return s, nil
+}
+
+// checkSeries checks the series a plot draws.
+func (s *Summary) checkSeries() error {
+	for _, c := range []struct {
+		field string
+		xs    []float64
+	}{{"ttft_cdf_ms", s.TTFTCDF}, {"itl_cdf_ms", s.ITLCDF}} {
+		if len(c.xs) != 0 && len(c.xs) != 101 {
+			return fmt.Errorf("%s has %d points: want 101 (the 0th to 100th percentiles) or none", c.field, len(c.xs))
+		}
+		if err := checkValues(c.field, c.xs, MaxSummaryMillis); err != nil {
+			return err
+		}
+	}
+	if n := len(s.Throughput); n > MaxThroughputPoints {
+		return fmt.Errorf("throughput_tokens_per_s has %d points: want at most %d", n, MaxThroughputPoints)
+	}
+	if len(s.Throughput) > 0 && !(s.ThroughputBucketS > 0 && s.ThroughputBucketS <= MaxArrival.Seconds()) {
+		return fmt.Errorf("throughput_bucket_s %v: want a number of seconds from above 0 to %v", s.ThroughputBucketS, MaxArrival.Seconds())
+	}
+	return checkValues("throughput_tokens_per_s", s.Throughput, MaxSummaryRate)
+}
+
+// checkValues fails on a value of xs that is not from 0 to most.
+func checkValues(field string, xs []float64, most float64) error {
+	for i, x := range xs {
+		if !(x >= 0 && x <= most) {
+			return fmt.Errorf("%s[%d] = %v: want a number from 0 to %g", field, i, x, most)
+		}
+	}
+	return nil
 }
 
 // CSVHeader is the header of the per-request CSV (times in milliseconds).
