@@ -21,6 +21,54 @@ const (
 	DefaultMaxLocalPrefillTokens = kv.DefaultMaxLocalPrefillTokens
 )
 
+// Bounds of a Config's figures: outside them a simulation's times or memory run away
+// (durations past time.Duration's 292 years, or more memory than a machine has).
+const (
+	// MaxKVBytesPerToken bounds KVBytesPerToken (16 MiB): about 30 times the largest
+	// model's KV cache per token (Llama-3.1-405B in bfloat16, 2 × 126 layers × 8 KV heads
+	// × 128 × 2 bytes = 516 kB).
+	MaxKVBytesPerToken = 16 << 20
+	// MinTransferBandwidth and MaxTransferBandwidth bound TransferBandwidth, in bytes/s:
+	// from 1 MB/s (a slow network link) to 10 TB/s (above NVLink 5's 1.8 TB/s per GPU).
+	MinTransferBandwidth = 1e6
+	MaxTransferBandwidth = 1e13
+	// MinSpeedupRatio and MaxSpeedupRatio bound Engine.SpeedupRatio: from a thousand
+	// times slower than the timing model (a 17 ms prefill step then takes 17 s) to a
+	// million times faster (a 1 ms decode step then takes 1 ns, time.Duration's unit:
+	// faster still and every step rounds to nothing).
+	MinSpeedupRatio = 1e-3
+	MaxSpeedupRatio = 1e6
+	// MaxEventDelay bounds EventDelay and StepOverhead.
+	MaxEventDelay = time.Hour
+	// MaxSimulatedTime bounds the virtual time of any event, from offset 0 (100 years):
+	// a step or KV transfer that would end later fails the run (Run's error) instead of
+	// wrapping around to a negative time.
+	MaxSimulatedTime = 100 * 365 * 24 * time.Hour
+	// DefaultMemoryLimit is the memory estimate (MemoryEstimate) a Config may reach
+	// unless MemoryLimit says otherwise: 8 GiB.
+	DefaultMemoryLimit = 8 << 30
+)
+
+// MemoryEstimate is the memory in bytes a fleet of workers engines of numBlocks KV
+// blocks of blockSize tokens takes once every cache is full: the engines' blocks and
+// prefix-cache maps and the router's index of every block (its tokens and a bitset of
+// one bit per worker), measured at 250 to 900 bytes per block (more with larger blocks
+// and more workers) and estimated a little above:
+//
+//	workers × (numBlocks × (200 + 4·blockSize + 8·⌈workers/64⌉) + 16 KiB)
+//
+// It does not count the workload (its requests and results).
+//
+// A figure beyond int64 saturates at math.MaxInt64.
+func MemoryEstimate(workers, numBlocks, blockSize int) int64 {
+	w, b, bs := float64(workers), float64(numBlocks), float64(blockSize)
+	est := w * (b*(200+4*bs+8*math.Ceil(w/64)) + 16<<10)
+	if est >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(est)
+}
+
 // Config describes the simulated fleet. The zero values of Engine and Router mean
 // mocker.DefaultConfig() and kv.DefaultConfig(Engine.BlockSize).
 type Config struct {
@@ -40,18 +88,20 @@ type Config struct {
 	// (0: bench.DefaultBlockTokens).
 	BlockTokens int
 	// EventDelay is the virtual time between the end of an engine step and its KV events
-	// reaching the router (>= 0; 0: at once).
+	// reaching the router (0 to MaxEventDelay; 0: at once).
 	EventDelay time.Duration
 	// StepOverhead is virtual time added to every engine step beyond the timing model's
-	// (>= 0; 0: none): a real engine loop's own work between steps and its timer's
+	// (0 to MaxEventDelay; 0: none): a real engine loop's own work between steps and its timer's
 	// lateness, which on a busy machine is a sizeable part of a short decode step.
 	StepOverhead time.Duration
 	// KVBytesPerToken is the model's KV cache size per token in bytes, for the transfer
-	// time of disaggregated requests (>= 0; 0: transfers take no time).
+	// time of disaggregated requests (0 to MaxKVBytesPerToken; 0: transfers take no
+	// time).
 	KVBytesPerToken int64
 	// TransferBandwidth is the KV transfer bandwidth between a prefill and a decode
-	// engine in bytes per second at the reference timing (0: DefaultTransferBandwidth);
-	// like every engine time it is divided by Engine.SpeedupRatio.
+	// engine in bytes per second at the reference timing, MinTransferBandwidth to
+	// MaxTransferBandwidth (0: DefaultTransferBandwidth); like every engine time it is
+	// divided by Engine.SpeedupRatio (MinSpeedupRatio to MaxSpeedupRatio here).
 	TransferBandwidth float64
 	// MaxLocalPrefillTokens is the conditional disaggregation threshold in tokens: a
 	// request whose uncached prompt suffix on its decode worker is at most this long is
@@ -61,6 +111,9 @@ type Config struct {
 	// Seed seeds the router's random choices (random policy, ties, softmax draws) and is
 	// the engines' generation seed unless Engine.Seed is set.
 	Seed uint64
+	// MemoryLimit bounds MemoryEstimate of the fleet (Workers + PrefillWorkers engines)
+	// in bytes; 0: DefaultMemoryLimit.
+	MemoryLimit int64
 	// Progress, when set, is called as each request ends (finished or failed) with the
 	// number ended so far and the total, from the goroutine that called Run.
 	Progress func(done, total int)
@@ -89,6 +142,9 @@ func (c Config) normalize() (Config, error) {
 	if c.TransferBandwidth == 0 {
 		c.TransferBandwidth = DefaultTransferBandwidth
 	}
+	if c.MemoryLimit == 0 {
+		c.MemoryLimit = DefaultMemoryLimit
+	}
 	switch {
 	case c.Workers < 1:
 		return c, fmt.Errorf("sim: Workers %d: want at least 1", c.Workers)
@@ -101,21 +157,43 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: Router.BlockSize %d differs from Engine.BlockSize %d", c.Router.BlockSize, c.Engine.BlockSize)
 	case c.BlockTokens < 1:
 		return c, fmt.Errorf("sim: BlockTokens %d: want at least 1", c.BlockTokens)
-	case c.EventDelay < 0:
-		return c, fmt.Errorf("sim: EventDelay %v: want >= 0", c.EventDelay)
-	case c.StepOverhead < 0:
-		return c, fmt.Errorf("sim: StepOverhead %v: want >= 0", c.StepOverhead)
-	case c.KVBytesPerToken < 0:
-		return c, fmt.Errorf("sim: KVBytesPerToken %d: want >= 0", c.KVBytesPerToken)
-	case !(c.TransferBandwidth > 0) || math.IsInf(c.TransferBandwidth, 0):
-		return c, fmt.Errorf("sim: TransferBandwidth %v bytes/s: want a positive number", c.TransferBandwidth)
+	case c.EventDelay < 0 || c.EventDelay > MaxEventDelay:
+		return c, fmt.Errorf("sim: EventDelay %v: want 0 to %v", c.EventDelay, MaxEventDelay)
+	case c.StepOverhead < 0 || c.StepOverhead > MaxEventDelay:
+		return c, fmt.Errorf("sim: StepOverhead %v: want 0 to %v", c.StepOverhead, MaxEventDelay)
+	case c.KVBytesPerToken < 0 || c.KVBytesPerToken > MaxKVBytesPerToken:
+		return c, fmt.Errorf("sim: KVBytesPerToken %d: want 0 to %d bytes", c.KVBytesPerToken, MaxKVBytesPerToken)
+	case !(c.TransferBandwidth >= MinTransferBandwidth && c.TransferBandwidth <= MaxTransferBandwidth):
+		return c, fmt.Errorf("sim: TransferBandwidth %v bytes/s: want %g to %g", c.TransferBandwidth, MinTransferBandwidth, MaxTransferBandwidth)
+	case !(c.Engine.SpeedupRatio >= MinSpeedupRatio && c.Engine.SpeedupRatio <= MaxSpeedupRatio):
+		return c, fmt.Errorf("sim: Engine.SpeedupRatio %v: want %g to %g", c.Engine.SpeedupRatio, MinSpeedupRatio, MaxSpeedupRatio)
 	case c.MaxLocalPrefillTokens < 0:
 		return c, fmt.Errorf("sim: MaxLocalPrefillTokens %d: want >= 0", c.MaxLocalPrefillTokens)
+	case c.MemoryLimit < 0:
+		return c, fmt.Errorf("sim: MemoryLimit %d bytes: want >= 0", c.MemoryLimit)
+	}
+	if est := MemoryEstimate(c.Workers+c.PrefillWorkers, c.Engine.NumGPUBlocks, c.Engine.BlockSize); est > c.MemoryLimit {
+		return c, fmt.Errorf("sim: Workers %d + PrefillWorkers %d engines of Engine.NumGPUBlocks %d blocks of %d tokens need about %s once their caches fill, above MemoryLimit %s: fewer workers or KV blocks",
+			c.Workers, c.PrefillWorkers, c.Engine.NumGPUBlocks, c.Engine.BlockSize, Bytes(est), Bytes(c.MemoryLimit))
 	}
 	if c.MaxLocalPrefillTokens > 0 {
 		c.Router.Disagg.MaxLocalPrefillTokens = c.MaxLocalPrefillTokens
 	}
 	return c, nil
+}
+
+// Bytes writes a memory size in GiB, MiB or KiB with one decimal (or in bytes below
+// 1 KiB), for error messages.
+func Bytes(b int64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", b)
 }
 
 // isZeroRouter reports whether r is kv.Config's zero value (Policies is a pointer, so

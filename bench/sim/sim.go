@@ -61,8 +61,11 @@ type Stats struct {
 // last answer. Requests that cannot run fail with an error kind (ErrInvalidRequest,
 // bench.ErrWorkload, ErrNoWorkers, ErrAllBusy) instead of stopping the run.
 //
-// Errors: an invalid cfg (the message names the field), or ctx's error when ctx ends
-// first; the outcome then has the requests not finished marked bench.ErrCanceled.
+// Errors: an invalid cfg (the message names the field; a fleet whose MemoryEstimate is
+// above its MemoryLimit is one), a request whose arrival is outside 0 to
+// bench.MaxArrival (the message names it), a step or KV transfer that would end beyond
+// MaxSimulatedTime, or ctx's error when ctx ends first; after the last two the outcome
+// has the requests not finished marked bench.ErrCanceled.
 func Run(ctx context.Context, cfg Config, reqs []bench.Request) (bench.Outcome, Stats, error) {
 	wallStart := time.Now()
 	s, err := newSimulator(cfg, reqs)
@@ -99,6 +102,8 @@ type simulator struct {
 	// applyErrs counts KV event batches the router could not apply (it lost track of a
 	// worker's blocks); none are expected, since the simulated stream loses nothing.
 	applyErrs int
+	// err stops the run: an event that would happen beyond MaxSimulatedTime.
+	err error
 }
 
 // reqState is the simulation's bookkeeping of one request.
@@ -177,8 +182,8 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		}
 	}
 	for i := range reqs {
-		if reqs[i].Arrival < 0 {
-			return nil, fmt.Errorf("sim: request %d: arrival %v is negative", i, reqs[i].Arrival)
+		if at := reqs[i].Arrival; at < 0 || at > bench.MaxArrival {
+			return nil, fmt.Errorf("sim: request %d: arrival %v: want 0 to %v (bench.MaxArrival)", i, at, bench.MaxArrival)
 		}
 	}
 	s.order = make([]int32, len(reqs))
@@ -229,7 +234,8 @@ func invalid(r *bench.Request, cfg *mocker.Config) string {
 // ctxCheckEvery is how many events run between two looks at ctx.
 const ctxCheckEvery = 1024
 
-// run processes events until none is left or ctx ends.
+// run processes events until none is left, ctx ends or an event would happen beyond
+// MaxSimulatedTime (s.err).
 func (s *simulator) run(ctx context.Context) error {
 	prompts, stop := startPrompts(s.reqs, s.order, s.cfg)
 	defer stop()
@@ -237,6 +243,10 @@ func (s *simulator) run(ctx context.Context) error {
 		if n%ctxCheckEvery == 0 && ctx.Err() != nil {
 			s.cancel("the simulation was stopped")
 			return ctx.Err()
+		}
+		if s.err != nil {
+			s.cancel("the simulation failed")
+			return s.err
 		}
 		arrival := s.next < len(s.order)
 		if !arrival && len(s.heap) == 0 {
@@ -337,7 +347,13 @@ func (s *simulator) prefilled(i int) {
 	s.router.Free(kv.PrefillRequestID(st.id))
 	bs := s.cfg.Engine.BlockSize
 	bytes := float64(len(st.prompt)/bs*bs) * float64(s.cfg.KVBytesPerToken)
-	d := time.Duration(bytes / (s.cfg.TransferBandwidth * s.cfg.Engine.SpeedupRatio) * float64(time.Second))
+	secs := bytes / (s.cfg.TransferBandwidth * s.cfg.Engine.SpeedupRatio)
+	if !(secs <= (MaxSimulatedTime - s.now).Seconds()) {
+		s.err = fmt.Errorf("sim: request %d: a KV transfer of %.4g bytes at %g bytes/s × speedup ratio %g takes %.4g s: at %v it would end beyond %v (MaxSimulatedTime)",
+			i, bytes, s.cfg.TransferBandwidth, s.cfg.Engine.SpeedupRatio, secs, s.now, MaxSimulatedTime)
+		return
+	}
+	d := time.Duration(secs * float64(time.Second))
 	s.pushReq(s.now+d, evTransfer, int(st.decodeW), i)
 }
 
@@ -390,6 +406,13 @@ func (s *simulator) stepStart(w *worker) {
 		if len(res.Events) > 0 {
 			s.emit(w, res.Events)
 		}
+		return
+	}
+	// A duration past time.Duration's range comes out negative (or saturated) from the
+	// timing model: stop the run rather than go back in time.
+	if res.Duration < 0 || res.Duration > MaxSimulatedTime || s.now+res.Duration+s.cfg.StepOverhead > MaxSimulatedTime {
+		s.err = fmt.Errorf("sim: %s: a step of %v (the timing model divided by speedup ratio %g) at %v would end beyond %v (MaxSimulatedTime)",
+			w.name, res.Duration, s.cfg.Engine.SpeedupRatio, s.now, MaxSimulatedTime)
 		return
 	}
 	s.stats.Steps++

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -76,6 +77,19 @@ func TestConfigErrors(t *testing.T) {
 		{"kv bytes", func(c *Config) { c.KVBytesPerToken = -1 }, "KVBytesPerToken"},
 		{"bandwidth", func(c *Config) { c.TransferBandwidth = math.Inf(1) }, "TransferBandwidth"},
 		{"local prefill", func(c *Config) { c.MaxLocalPrefillTokens = -1 }, "MaxLocalPrefillTokens"},
+		// Figures whose times or memory run away.
+		{"kv bytes at int64's maximum", func(c *Config) { c.KVBytesPerToken = math.MaxInt64 }, "KVBytesPerToken 9223372036854775807: want 0 to 16777216 bytes"},
+		{"kv bytes above 16 MiB", func(c *Config) { c.KVBytesPerToken = 16<<20 + 1 }, "KVBytesPerToken"},
+		{"bandwidth 1e-300", func(c *Config) { c.TransferBandwidth = 1e-300 }, "TransferBandwidth 1e-300 bytes/s: want 1e+06 to 1e+13"},
+		{"bandwidth above 10 TB/s", func(c *Config) { c.TransferBandwidth = 1e14 }, "TransferBandwidth"},
+		{"bandwidth NaN", func(c *Config) { c.TransferBandwidth = math.NaN() }, "TransferBandwidth"},
+		{"speedup 1e-300", func(c *Config) { c.Engine.SpeedupRatio = 1e-300 }, "Engine.SpeedupRatio 1e-300: want 0.001 to 1e+06"},
+		{"speedup 1e7", func(c *Config) { c.Engine.SpeedupRatio = 1e7 }, "Engine.SpeedupRatio"},
+		{"event delay of a day", func(c *Config) { c.EventDelay = 24 * time.Hour }, "EventDelay"},
+		{"step overhead of a day", func(c *Config) { c.StepOverhead = 24 * time.Hour }, "StepOverhead"},
+		{"memory limit", func(c *Config) { c.MemoryLimit = -1 }, "MemoryLimit"},
+		{"3000 default engines", func(c *Config) { c.Workers, c.Engine = 3000, mocker.DefaultConfig() }, "Workers 3000 + PrefillWorkers 0 engines of Engine.NumGPUBlocks 16384"},
+		{"memory above a set limit", func(c *Config) { c.MemoryLimit = 1 << 10 }, "need about 168.0 KiB once their caches fill, above MemoryLimit 1.0 KiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good
@@ -86,12 +100,15 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
-	t.Run("negative arrival", func(t *testing.T) {
-		_, _, err := Run(context.Background(), good, []bench.Request{{Arrival: -1, InputLength: 1, OutputLength: 1, HashIDs: []int64{1}}})
-		if err == nil || !strings.Contains(err.Error(), "request 0") {
-			t.Fatalf("error %v: want one naming request 0", err)
-		}
-	})
+	for _, at := range []time.Duration{-1, bench.MaxArrival + 1, math.MinInt64} {
+		t.Run(fmt.Sprintf("arrival %v", at), func(t *testing.T) {
+			_, _, err := Run(context.Background(), good, []bench.Request{{InputLength: 1, OutputLength: 1, HashIDs: []int64{1}},
+				{Arrival: at, InputLength: 1, OutputLength: 1, HashIDs: []int64{1}}})
+			if err == nil || !strings.Contains(err.Error(), "request 1: arrival") {
+				t.Fatalf("error %v: want one naming request 1's arrival", err)
+			}
+		})
+	}
 	t.Run("zero engine and router mean the defaults", func(t *testing.T) {
 		out, _, err := Run(context.Background(), Config{Workers: 1}, []bench.Request{{InputLength: 100, OutputLength: 2, HashIDs: []int64{1}}})
 		if err != nil || out.Results[0].Error != "" {
@@ -564,5 +581,70 @@ func TestDisaggFleet(t *testing.T) {
 	}
 	if !reflect.DeepEqual(outs[0], outs[1]) {
 		t.Fatal("two runs differ")
+	}
+}
+
+// TestMemoryEstimate: the fleets the bench command promises (8 to 256 workers of the
+// default engine) fit DefaultMemoryLimit; thousands do not.
+func TestMemoryEstimate(t *testing.T) {
+	eng := mocker.DefaultConfig()
+	for _, tc := range []struct {
+		workers, prefill int
+		fits             bool
+	}{{8, 0, true}, {64, 0, true}, {256, 0, true}, {128, 128, true}, {3000, 0, false}, {1024, 0, false}} {
+		est := MemoryEstimate(tc.workers+tc.prefill, eng.NumGPUBlocks, eng.BlockSize)
+		if fits := est <= DefaultMemoryLimit; fits != tc.fits {
+			t.Errorf("%d+%d workers: estimate %s, fits %v; want %v", tc.workers, tc.prefill, Bytes(est), fits, tc.fits)
+		}
+		_, err := Config{Workers: tc.workers, PrefillWorkers: tc.prefill}.normalize()
+		if (err == nil) != tc.fits {
+			t.Errorf("%d+%d workers: %v", tc.workers, tc.prefill, err)
+		}
+	}
+	if est := MemoryEstimate(math.MaxInt32, math.MaxInt, 1<<20); est != math.MaxInt64 {
+		t.Errorf("estimate %d, want saturated at %d", est, int64(math.MaxInt64))
+	}
+}
+
+// TestOverflowStopsRun: a step or KV transfer that would end beyond MaxSimulatedTime
+// (here from figures past Config's bounds, set behind its back) stops the run with an
+// error; no request reports a negative time.
+func TestOverflowStopsRun(t *testing.T) {
+	eng := smallEngine()
+	long := bench.Request{InputLength: 2000, OutputLength: 3, HashIDs: []int64{1, 2, 3, 4}}
+	for _, tc := range []struct {
+		name string
+		edit func(*simulator)
+		want string
+	}{
+		{"KV transfer at 1e-300 bytes/s", func(s *simulator) { s.cfg.TransferBandwidth = 1e-300 }, "sim: request 0: a KV transfer of"},
+		{"step at speedup 1e-300", func(s *simulator) {
+			slow := eng
+			slow.SpeedupRatio = 1e-300
+			e, err := mocker.New(slow, simVocab())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.workers[1].eng = e // the prefill worker
+		}, "sim: prefill-0: a step of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Workers: 1, PrefillWorkers: 1, Engine: eng, BlockTokens: 512, KVBytesPerToken: 1 << 20}
+			s, err := newSimulator(cfg, []bench.Request{long, {Arrival: time.Second, InputLength: 10, OutputLength: 1, HashIDs: []int64{9}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(s)
+			err = s.run(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "MaxSimulatedTime") {
+				t.Fatalf("error %v, want one containing %q and naming MaxSimulatedTime", err, tc.want)
+			}
+			out, _ := s.outcome()
+			for i, r := range out.Results {
+				if r.Error == "" || r.Start < 0 || r.TTFT < 0 || r.E2E < 0 || out.Duration < 0 {
+					t.Errorf("request %d: %+v (run %v): want a failure, no negative time", i, r, out.Duration)
+				}
+			}
+		})
 	}
 }
