@@ -79,6 +79,10 @@ func (s SyntheticSpec) Check() error {
 	return CheckPrefixFits(s.ISL, s.PrefixTokens)
 }
 
+// ErrLateArrival is wrapped by the errors of Synthetic, SyntheticSpec.Generate and Scale
+// that refuse an arrival beyond MaxArrival.
+var ErrLateArrival = errors.New("arrival beyond bench.MaxArrival")
+
 // checkRate fails unless rate is 0 or a finite number of at least MinRate requests/s.
 func checkRate(rate float64) error {
 	if !(rate == 0 || rate >= MinRate) || math.IsInf(rate, 0) {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -269,8 +270,8 @@ func TestSyntheticArrivalsBounded(t *testing.T) {
 			s.Rate, s.Requests, s.Duration = tc.rate, tc.requests, tc.duration
 			reqs, err := s.Generate()
 			if tc.want != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.want) {
-					t.Fatalf("error %v, want one containing %q", err, tc.want)
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrLateArrival) {
+					t.Fatalf("error %v, want one containing %q and wrapping ErrLateArrival", err, tc.want)
 				}
 				return
 			}

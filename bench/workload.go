@@ -235,8 +235,8 @@ func Synthetic(n, isl, osl, blockTokens int, rate float64, rng *rand.Rand) ([]Re
 // so and names the rate.
 func arrivalAt(at float64, i int, rate float64) (time.Duration, error) {
 	if !(at <= MaxArrival.Seconds()) {
-		return 0, fmt.Errorf("bench: rate %v requests/s: request %d would arrive %.4g s after the start, beyond the %v limit (bench.MaxArrival); raise the rate or send fewer requests",
-			rate, i, at, MaxArrival)
+		return 0, fmt.Errorf("bench: rate %v requests/s: request %d would arrive %.4g s after the start, beyond the %v limit: raise the rate or send fewer requests (%w)",
+			rate, i, at, MaxArrival, ErrLateArrival)
 	}
 	return time.Duration(at * float64(time.Second)), nil
 }
@@ -250,8 +250,8 @@ func Scale(reqs []Request, factor float64) error {
 	}
 	for i, r := range reqs {
 		if at := r.Arrival.Seconds() * factor; at > MaxArrival.Seconds() {
-			return fmt.Errorf("bench: time scale %v: request %d (arrival %v) would arrive %.4g s after the start, beyond the %v limit (bench.MaxArrival)",
-				factor, i, r.Arrival, at, MaxArrival)
+			return fmt.Errorf("bench: time scale %v: request %d (arrival %v) would arrive %.4g s after the start, beyond the %v limit (%w)",
+				factor, i, r.Arrival, at, MaxArrival, ErrLateArrival)
 		}
 	}
 	for i := range reqs {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -263,6 +264,9 @@ func TestScaleErrors(t *testing.T) {
 		}
 		if reqs[1].Arrival != 3*time.Second {
 			t.Errorf("factor %v: arrival changed to %v on error", tc.factor, reqs[1].Arrival)
+		}
+		if late := tc.factor > 1; errors.Is(err, ErrLateArrival) != late {
+			t.Errorf("factor %v: errors.Is(%v, ErrLateArrival) != %v", tc.factor, err, late)
 		}
 	}
 }
