@@ -265,7 +265,7 @@ func TestScaleErrors(t *testing.T) {
 		if reqs[1].Arrival != 3*time.Second {
 			t.Errorf("factor %v: arrival changed to %v on error", tc.factor, reqs[1].Arrival)
 		}
-		if late := tc.factor > 1; errors.Is(err, ErrLateArrival) != late {
+		if late := tc.factor > 1 && !math.IsInf(tc.factor, 0); errors.Is(err, ErrLateArrival) != late {
 			t.Errorf("factor %v: errors.Is(%v, ErrLateArrival) != %v", tc.factor, err, late)
 		}
 	}
