@@ -100,7 +100,7 @@ const (
 // KV load failure policies (vLLM's kv_transfer_config kv_load_failure_policy).
 const (
 	// LoadFailureFail answers a decode leg whose read failed with the dialect's KV
-	// transfer error (vLLM's default since v0.16).
+	// transfer error (vLLM's default in recent releases; it was recompute before).
 	LoadFailureFail = "fail"
 	// LoadFailureRecompute makes such a decode leg compute the whole prompt itself (vLLM
 	// dialect only: SGLang and TensorRT-LLM have no such fallback).

@@ -21,7 +21,9 @@ type Disagg struct {
 	// than this, requests are prefilled on their decode worker (0: no limit).
 	MaxPrefillQueueTokens int64
 	// EnforceDisagg: with no live prefill worker, requests that would go to one are
-	// answered 503 instead of being prefilled on their decode worker.
+	// answered 503 instead of being prefilled on their decode worker; with no live
+	// decode worker, requests are answered 503 instead of being served whole by a
+	// prefill worker.
 	EnforceDisagg bool
 }
 
@@ -40,7 +42,8 @@ func (o *Disagg) Flags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.MaxPrefillQueueTokens, "max-prefill-queue-tokens", o.MaxPrefillQueueTokens,
 		"disaggregated serving: when every prefill worker has more active prefill `tokens` than this, requests are prefilled on their decode worker (0: no limit)")
 	fs.BoolVar(&o.EnforceDisagg, "enforce-disagg", o.EnforceDisagg,
-		"disaggregated serving: with no live prefill worker, answer 503 instead of prefilling on the decode workers")
+		"disaggregated serving: answer 503 instead of falling back, i.e. instead of prefilling on the decode workers when no prefill worker is live, "+
+			"and instead of serving whole requests on the prefill workers when no decode worker is live")
 }
 
 // Validate checks the disaggregation options; errors name the flag.
