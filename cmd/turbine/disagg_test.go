@@ -64,6 +64,7 @@ type engineLoad struct {
 	Running, Waiting           float64
 	TransfersOK, ReleasedTotal float64
 	WaitingReads               float64 // reads waiting for their blocks to be pinned (SGLang rooms)
+	ActiveReads                float64 // reads of its blocks under way
 }
 
 func (l engineLoad) idle() bool {
@@ -108,6 +109,8 @@ func (s *server) engineLoad(w string) (engineLoad, bool) {
 			l.ReleasedTotal += v
 		case "turbine_mocker_kv_waiting_reads":
 			l.WaitingReads = v
+		case "turbine_mocker_kv_active_reads":
+			l.ActiveReads = v
 		}
 	}
 	return l, true
@@ -535,6 +538,97 @@ func TestE2EDisagg(t *testing.T) {
 	})
 }
 
+// TestE2EDisaggPrefillEngineLost: the prefill engine dies (SIGKILL) or freezes
+// (SIGSTOP) after the prefill leg, while the decode engine reads the prompt's KV blocks
+// from it (slowed to seconds), or, in SGLang's dialect, while the prefill leg still
+// runs and the decode engine waits for the room. The decode engine's KV load fails (at
+// once, or after its 10 s read timeout), the request's prefill is retried and, with no
+// other prefill worker, the decode worker prefills it alone: the client gets 200 with
+// the text of an undisturbed run, the decode worker is not blamed (no migration), and
+// afterwards nothing is pinned or active anywhere.
+func TestE2EDisaggPrefillEngineLost(t *testing.T) {
+	type fault struct {
+		name  string
+		sig   syscall.Signal
+		when  func(s *server) bool // the moment to signal the prefill engine
+		seed  string               // the prompt's first word (one token: longText's count fits the context)
+		words int                  // of the prompt
+	}
+	reading := func(s *server) bool { l, _ := s.engineLoad("p0"); return l.ActiveReads > 0 }
+	roomWait := func(s *server) bool { l, _ := s.engineLoad("p0"); return l.Running > 0 && l.WaitingReads > 0 }
+	for _, tc := range []struct {
+		dialect string
+		faults  []fault
+	}{
+		{"vllm", []fault{{"killed during the KV read", syscall.SIGKILL, reading, "chert", disaggLongWords},
+			{"frozen during the KV read", syscall.SIGSTOP, reading, "flint", disaggLongWords}}},
+		// A huge prompt's prefill leg is long enough to freeze its engine while it runs.
+		{"sglang", []fault{{"killed during the KV read", syscall.SIGKILL, reading, "jasper", disaggLongWords},
+			{"frozen during the prefill leg", syscall.SIGSTOP, roomWait, "tuff", disaggHugeWords}}},
+	} {
+		t.Run(tc.dialect, func(t *testing.T) {
+			// 4 KiB of KV per token at 4 MB/s: a prompt of about 5,000 tokens takes
+			// about 5 s to read.
+			s := startDisagg(t, 2, "--prefill-workers", "1", "--decode-workers", "1", "--speedup-ratio", "1",
+				"--mocker-dialect", tc.dialect, "--kv-bytes-per-token", "4096", "--kv-transfer-bandwidth", "4e6")
+			workers := []string{"p0", "d0"}
+			for i, f := range tc.faults {
+				t.Run(f.name, func(t *testing.T) {
+					prompt := longText(f.seed, f.words)
+					type result struct {
+						c   disaggResult
+						err error
+					}
+					done := make(chan result, 1)
+					go func() { c, err := tryComplete(s, prompt, 16); done <- result{c, err} }()
+					s.waitFor(30*time.Second, "the moment to signal the prefill engine", func() bool { return f.when(s) })
+					pid, _ := s.enginePID("p0")
+					if pid == 0 {
+						t.Fatal("no engine pid for p0 in the log")
+					}
+					if err := syscall.Kill(pid, f.sig); err != nil {
+						t.Fatal(err)
+					}
+					var r result
+					select {
+					case r = <-done:
+					case <-time.After(50 * time.Second):
+						_ = syscall.Kill(pid, syscall.SIGCONT)
+						t.Fatal("no answer within 50 s of the prefill engine's fault")
+					}
+					if f.sig == syscall.SIGSTOP {
+						if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					c := r.c
+					if c.status != http.StatusOK || c.finish != "length" || c.completionToks != 16 || c.turbine.WorkerID != "d0" ||
+						c.turbine.Disagg != "local_no_prefill_workers" || c.header.Get("X-Turbine-Worker") != "d0" ||
+						c.header.Get("X-Turbine-Disagg") != "local_no_prefill_workers" || c.header.Get("X-Turbine-Prefill-Worker") != "" {
+						t.Fatalf("after the prefill engine's fault: status %d, finish %q, tokens %d, turbine %+v, headers %v: %s",
+							c.status, c.finish, c.completionToks, c.turbine, c.header, c.body)
+					}
+					if m := s.migrations(t); len(m) != 0 {
+						t.Fatalf("migrations %v: the decode worker was blamed for the prefill engine's fault", m)
+					}
+					if r := s.counterBy(t, "turbine_frontend_prefill_retries_total", "reason"); r["kv_transfer"]+r["engine_error"]+r["stalled"] < float64(i+1) {
+						t.Fatalf("prefill retries %v, want %d", r, i+1)
+					}
+					s.waitReady(model, 2)
+					want := complete(t, s, prompt, 16)
+					if want.status != http.StatusOK || c.text != want.text {
+						t.Fatalf("text %q, an undisturbed run's %q (status %d)", c.text, want.text, want.status)
+					}
+					s.checkIdle(t, workers...)
+				})
+			}
+		})
+	}
+}
+
 // TestE2EDisaggSGLang: with mock engines in SGLang's dialect the prefill worker
 // registers its engine's bootstrap address (picked at the engine's start), so a long
 // prompt goes remote with both legs sent at once: while the prefill leg computes the
@@ -608,6 +702,46 @@ func TestE2EDisaggNoPrefillWorker(t *testing.T) {
 				t.Fatalf("short prompt: status %d, turbine %+v: %s", short.status, short.turbine, short.body)
 			}
 			s.checkIdle(t, "d0")
+		})
+	}
+}
+
+// TestE2EDisaggNoDecodeWorker: with the only decode worker out of routing (its engine
+// frozen), a request is served whole by the prefill worker (decision aggregated), unless
+// --enforce-disagg keeps prefill workers to prefill legs: then it is answered 503.
+func TestE2EDisaggNoDecodeWorker(t *testing.T) {
+	for _, enforce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("enforce=%v", enforce), func(t *testing.T) {
+			args := []string{"--prefill-workers", "1", "--decode-workers", "1", "--speedup-ratio", "5"}
+			if enforce {
+				args = append(args, "--enforce-disagg")
+			}
+			s := startDisagg(t, 2, args...)
+			pid, _ := s.enginePID("d0")
+			if pid == 0 {
+				t.Fatal("no engine pid for d0 in the log")
+			}
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			cont := func() { _ = syscall.Kill(pid, syscall.SIGCONT) }
+			defer cont()
+			s.waitFor(30*time.Second, "d0 out of routing", func() bool {
+				st := s.workerStats(model)["d0"]
+				return st != nil && !st.Ready
+			})
+			c := complete(t, s, longText("slate", disaggLongWords), 8)
+			switch {
+			case enforce && (c.status != http.StatusServiceUnavailable || c.header.Get("X-Turbine-Worker") != ""):
+				t.Fatalf("enforced without a decode worker: status %d, headers %v, want 503: %s", c.status, c.header, c.body)
+			case !enforce && (c.status != http.StatusOK || c.turbine.Disagg != "aggregated" || c.turbine.WorkerID != "p0" ||
+				c.header.Get("X-Turbine-Disagg") != "aggregated" || c.header.Get("X-Turbine-Worker") != "p0"):
+				t.Fatalf("without a decode worker: status %d, turbine %+v, headers %v: want p0 to serve it whole: %s",
+					c.status, c.turbine, c.header, c.body)
+			}
+			cont()
+			s.waitReady(model, 2)
+			s.checkIdle(t, "p0", "d0")
 		})
 	}
 }
