@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +59,31 @@ type Options struct {
 	// by Fleet instead of sending it to URL.
 	Simulate bool
 	Fleet    Fleet
+
+	// given names the flags given on the command line or by their environment variables,
+	// as the flag and its value ("--isl 2048", "TURBINE_ISL=2048"): a synthetic-only flag
+	// given with --trace, or a trace-only one without, is refused rather than ignored.
+	// nil: none is known to be given.
+	given map[string]string
+}
+
+// syntheticOnlyFlags describe a synthetic workload; a trace gives each request's lengths
+// and arrival. traceOnlyFlags select and time a trace.
+var (
+	syntheticOnlyFlags = []string{"isl", "osl", "rate", "requests", "duration", "shared-prefix-groups", "shared-prefix-tokens"}
+	traceOnlyFlags     = []string{"limit", "time-scale"}
+)
+
+// setGiven records the flags of fs that were given, after parsing (cli.Parse sets a
+// flag from its environment variable unless the command line gives it).
+func (o *Options) setGiven(fs *flag.FlagSet) {
+	o.given = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(cli.EnvName(f.Name)); ok {
+			o.given[f.Name] = fmt.Sprintf("%s=%s", cli.EnvName(f.Name), v)
+		}
+	})
+	fs.Visit(func(f *flag.Flag) { o.given[f.Name] = fmt.Sprintf("--%s %s", f.Name, f.Value) })
 }
 
 // DefaultWorkers is the worker count of a simulated run and of a comparison.
@@ -108,15 +135,40 @@ func (o *Options) Validate() error {
 		if err := o.Fleet.validate([]string{o.Fleet.RouterMode}, "--router-mode"); err != nil {
 			return err
 		}
+		if err := o.Fleet.checkMemory(); err != nil {
+			return err
+		}
 	} else {
-		switch {
-		case o.Model == "":
+		if o.Model == "" {
 			return errors.New("--model: required")
-		case !strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://"):
-			return fmt.Errorf("--url %q: want http:// or https://", o.URL)
+		}
+		if err := checkURL(o.URL); err != nil {
+			return err
 		}
 	}
 	return o.validateWorkload()
+}
+
+// checkURL checks --url: an absolute http:// or https:// URL with a host (a base URL:
+// no query or fragment).
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--url %q: %v", s, errors.Unwrap(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("--url %q: want http:// or https://", s)
+	case u.Hostname() == "":
+		return fmt.Errorf("--url %q: no host (want e.g. http://127.0.0.1:8000)", s)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("--url %q: want a base URL without user, query or fragment", s)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("--url %q: port %s: want 1 to 65535", s, p)
+		}
+	}
+	return nil
 }
 
 // validateSimulate checks what a simulated run cannot do; errors name the flag.
@@ -153,7 +205,17 @@ func (o *Options) validateWorkload() error {
 		return fmt.Errorf("--endpoint %q: want %s or %s", o.Endpoint, bench.EndpointCompletions, bench.EndpointChat)
 	}
 	if o.Trace == "" {
+		for _, name := range traceOnlyFlags {
+			if g, ok := o.given[name]; ok {
+				return fmt.Errorf("%s: only with --trace (a synthetic workload has no trace to select or time)", g)
+			}
+		}
 		return o.validateSynthetic()
+	}
+	for _, name := range syntheticOnlyFlags {
+		if g, ok := o.given[name]; ok {
+			return fmt.Errorf("%s: only for a synthetic workload, not with --trace (the trace gives each request's lengths and arrival)", g)
+		}
 	}
 	switch {
 	case o.Duration != 0:
@@ -190,6 +252,7 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 	if help, err := cli.ParseCommand(fs, args); help || err != nil {
 		return err
 	}
+	o.setGiven(fs)
 	if !o.Simulate {
 		var err error
 		fs.Visit(func(f *flag.Flag) {
@@ -309,12 +372,14 @@ func (o *Options) workload() ([]bench.Request, string, error) {
 		return nil, "", fmt.Errorf("--trace %s: want a Mooncake .jsonl or an Azure .csv file", o.Trace)
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("--trace: %s", strings.TrimPrefix(err.Error(), "bench: "))
 	}
 	if len(reqs) == 0 {
 		return nil, "", fmt.Errorf("--trace %s: no request", o.Trace)
 	}
-	bench.Scale(reqs, o.TimeScale)
+	if err := bench.Scale(reqs, o.TimeScale); err != nil {
+		return nil, "", fmt.Errorf("--time-scale %g with --trace %s: %s", o.TimeScale, o.Trace, strings.TrimPrefix(err.Error(), "bench: "))
+	}
 	return reqs, fmt.Sprintf("%s (%d requests, time scale %g)", filepath.Base(o.Trace), len(reqs), o.TimeScale), nil
 }
 

@@ -152,6 +152,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if help, err := cli.ParseCommand(fs, args); help || err != nil {
 		return err
 	}
+	o.setGiven(fs)
 	modes, err := o.validateCompare()
 	if err != nil {
 		return err
@@ -244,6 +245,11 @@ func (o *Options) validateCompare() ([]string, error) {
 	}
 	if err := o.Fleet.validate(modes, "--modes"); err != nil {
 		return nil, err
+	}
+	if o.Simulate {
+		if err := o.Fleet.checkMemory(); err != nil {
+			return nil, err
+		}
 	}
 	return modes, o.validateWorkload()
 }

@@ -3,8 +3,8 @@ package bench
 import (
 	"flag"
 	"fmt"
-	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -118,10 +118,12 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 		return fmt.Errorf("--prefill-workers %d: want >= 0", f.PrefillWorkers)
 	case f.ReadyTimeout <= 0:
 		return fmt.Errorf("--ready-timeout %v: want > 0", f.ReadyTimeout)
-	case f.KVBytesPerToken < 0:
-		return fmt.Errorf("--kv-bytes-per-token %d: want >= 0", f.KVBytesPerToken)
-	case !(f.KVTransferBandwidth > 0) || math.IsInf(f.KVTransferBandwidth, 0):
-		return fmt.Errorf("--kv-transfer-bandwidth %v: want a positive number of bytes/s", f.KVTransferBandwidth)
+	case f.KVBytesPerToken < 0 || f.KVBytesPerToken > sim.MaxKVBytesPerToken:
+		return fmt.Errorf("--kv-bytes-per-token %d: want 0 to %d bytes (16 MiB, about 30 times the largest model's KV cache per token)", f.KVBytesPerToken, sim.MaxKVBytesPerToken)
+	case !(f.KVTransferBandwidth >= sim.MinTransferBandwidth && f.KVTransferBandwidth <= sim.MaxTransferBandwidth):
+		return fmt.Errorf("--kv-transfer-bandwidth %v: want %g (1 MB/s) to %g (10 TB/s) bytes/s", f.KVTransferBandwidth, sim.MinTransferBandwidth, sim.MaxTransferBandwidth)
+	case !(f.SpeedupRatio >= sim.MinSpeedupRatio && f.SpeedupRatio <= sim.MaxSpeedupRatio):
+		return fmt.Errorf("--speedup-ratio %v: want %g to %g (slower makes a step last minutes, faster rounds a step to nothing)", f.SpeedupRatio, sim.MinSpeedupRatio, sim.MaxSpeedupRatio)
 	}
 	if err := f.Disagg.Validate(); err != nil {
 		return err
@@ -146,6 +148,24 @@ func (f *Fleet) engine() options.Engine {
 	e.Tokenizer, e.BlockSize, e.NumGPUBlocks, e.MaxNumSeqs = f.Tokenizer, f.BlockSize, f.NumGPUBlocks, f.MaxNumSeqs
 	e.MaxNumBatchedTokens, e.MaxModelLen, e.SpeedupRatio = f.MaxNumBatchedTokens, f.MaxModelLen, f.SpeedupRatio
 	return e
+}
+
+// checkMemory fails when a simulated fleet's memory estimate (sim.MemoryEstimate, with
+// every KV cache full) is above sim.DefaultMemoryLimit; the error says how many KV
+// blocks per engine would fit.
+func (f *Fleet) checkMemory() error {
+	engines := f.Workers + f.PrefillWorkers
+	est := sim.MemoryEstimate(engines, f.NumGPUBlocks, f.BlockSize)
+	if est <= sim.DefaultMemoryLimit {
+		return nil
+	}
+	fit := sort.Search(f.NumGPUBlocks, func(b int) bool { return sim.MemoryEstimate(engines, b+1, f.BlockSize) > sim.DefaultMemoryLimit })
+	hint := fmt.Sprintf("lower --num-gpu-blocks to at most %d, or --workers", fit)
+	if fit*f.BlockSize < f.MaxModelLen {
+		hint = "lower --workers" // fewer blocks could not hold one context of --max-model-len
+	}
+	return fmt.Errorf("--workers %d, --prefill-workers %d, --num-gpu-blocks %d: a simulated fleet of %d engines needs about %s once the KV caches fill, above the %s a simulation may take: %s",
+		f.Workers, f.PrefillWorkers, f.NumGPUBlocks, engines, sim.Bytes(est), sim.Bytes(sim.DefaultMemoryLimit), hint)
 }
 
 // parseModes splits a comma-separated list of routing policies; errors name --modes.

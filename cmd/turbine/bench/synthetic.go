@@ -54,6 +54,8 @@ func (o *Options) validateSynthetic() error {
 	switch {
 	case o.Duration < 0:
 		return fmt.Errorf("--duration %v: want > 0 (or 0: --requests governs)", o.Duration)
+	case o.Duration > bench.MaxArrival:
+		return fmt.Errorf("--duration %v: want at most %v", o.Duration, bench.MaxArrival)
 	case o.Duration > 0 && o.RequestsSet:
 		return fmt.Errorf("--requests %d and --duration %v: give one (--duration sends until then, --requests that many)", o.Requests, o.Duration)
 	case o.Duration == 0 && o.Requests < 1:
@@ -62,12 +64,15 @@ func (o *Options) validateSynthetic() error {
 		return fmt.Errorf("--requests %d: want at most %d", o.Requests, bench.MaxSyntheticRequests)
 	case !(o.Rate >= 0) || math.IsInf(o.Rate, 0):
 		return fmt.Errorf("--rate %v: want >= 0", o.Rate)
+	case o.Rate > 0 && o.Rate < bench.MinRate:
+		return fmt.Errorf("--rate %v: want 0 or at least %g requests/s (one every 11.6 days on average; arrivals may lie at most %v after the start)",
+			o.Rate, bench.MinRate, bench.MaxArrival)
 	case o.Rate == 0 && o.Concurrency == 0:
 		return errors.New("--rate 0 needs --concurrency: a synthetic closed loop is paced by its concurrency")
 	case o.Duration > 0 && o.Rate*o.Duration.Seconds() > bench.MaxSyntheticRequests:
 		return fmt.Errorf("--rate %v for --duration %v: %.0f requests expected, want at most %d", o.Rate, o.Duration, o.Rate*o.Duration.Seconds(), bench.MaxSyntheticRequests)
-	case o.SharedPrefixGroups < 0:
-		return fmt.Errorf("--shared-prefix-groups %d: want >= 0", o.SharedPrefixGroups)
+	case o.SharedPrefixGroups < 0 || o.SharedPrefixGroups > bench.MaxPrefixGroups:
+		return fmt.Errorf("--shared-prefix-groups %d: want 0 to %d", o.SharedPrefixGroups, bench.MaxPrefixGroups)
 	case o.SharedPrefixTokens < 0:
 		return fmt.Errorf("--shared-prefix-tokens %d: want >= 0", o.SharedPrefixTokens)
 	case o.SharedPrefixGroups > 0 && o.SharedPrefixTokens == 0:
@@ -119,6 +124,10 @@ func (o *Options) synthetic() ([]bench.Request, string, error) {
 		return nil, name, nil
 	}
 	reqs, err := o.spec(isl, osl).Generate()
+	if errors.Is(err, bench.ErrLateArrival) {
+		_, why, _ := strings.Cut(err.Error(), "requests/s: ") // after bench's "rate R requests/s: "
+		return nil, "", fmt.Errorf("--rate %v with --requests %d: %s", o.Rate, o.Requests, why)
+	}
 	return reqs, name, err
 }
 
