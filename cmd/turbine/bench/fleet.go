@@ -63,8 +63,8 @@ const DefaultKVBytesPerToken = 131072
 // disaggFlags registers the disaggregation flags (router and simulated transfer).
 func (f *Fleet) disaggFlags(fs *flag.FlagSet) {
 	f.Disagg.Flags(fs)
-	fs.Int64Var(&f.KVBytesPerToken, "kv-bytes-per-token", f.KVBytesPerToken, "disaggregated: the model's KV cache `bytes` per token (the KV transfer's size)")
-	fs.Float64Var(&f.KVTransferBandwidth, "kv-transfer-bandwidth", f.KVTransferBandwidth, "disaggregated: KV transfer bandwidth between prefill and decode engines, `bytes/s` (times --speedup-ratio, like every engine speed)")
+	fs.Int64Var(&f.KVBytesPerToken, "kv-bytes-per-token", f.KVBytesPerToken, "disaggregated: the model's KV cache `bytes` per token (the KV transfer's size; at most 16 MiB)")
+	fs.Float64Var(&f.KVTransferBandwidth, "kv-transfer-bandwidth", f.KVTransferBandwidth, "disaggregated: KV transfer bandwidth between prefill and decode engines, `bytes/s` from 1e6 to 1e13 (times --speedup-ratio, like every engine speed)")
 }
 
 // fleetFlagNames are the flags engineFlags registers (a real run refuses them).
@@ -79,7 +79,7 @@ func (f *Fleet) engineFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxNumSeqs, "max-num-seqs", f.MaxNumSeqs, "running sequences per engine")
 	fs.IntVar(&f.MaxNumBatchedTokens, "max-num-batched-tokens", f.MaxNumBatchedTokens, "tokens per engine step")
 	fs.IntVar(&f.MaxModelLen, "max-model-len", f.MaxModelLen, "context length in tokens (prompt + output); a longer request of the workload is an error")
-	fs.Float64Var(&f.SpeedupRatio, "speedup-ratio", f.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster)")
+	fs.Float64Var(&f.SpeedupRatio, "speedup-ratio", f.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster; 0.001 to 1e6)")
 	fs.Float64Var(&f.OverlapWeight, "overlap-weight", f.OverlapWeight, "weight of prefill blocks against decode blocks in the kv routing cost")
 	fs.Float64Var(&f.RouterTemperature, "router-temperature", f.RouterTemperature, "softmax temperature of the kv routing choice (0 = lowest cost)")
 	f.disaggFlags(fs)
