@@ -71,13 +71,20 @@ func (l engineLoad) idle() bool {
 	return l.Pinned == 0 && l.PinnedRequests == 0 && l.KVUsage == 0 && l.Running == 0 && l.Waiting == 0
 }
 
-// engineLoad scrapes worker w's engine; ok is false when it does not answer.
+// engineLoad scrapes worker w's engine; ok is false when it does not answer. The
+// TensorRT-LLM dialect serves Prometheus metrics on /prometheus/metrics (its /metrics is
+// JSON iteration stats, without the mock engine's families), the others on /metrics.
 func (s *server) engineLoad(w string) (engineLoad, bool) {
 	port := s.enginePort(w)
 	if port == 0 {
 		return engineLoad{}, false
 	}
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	resp, err := http.Get(base + "/prometheus/metrics")
+	if err == nil && resp.StatusCode == http.StatusNotFound {
+		resp.Body.Close()
+		resp, err = http.Get(base + "/metrics")
+	}
 	if err != nil {
 		return engineLoad{}, false
 	}
@@ -541,7 +548,7 @@ func TestE2EDisagg(t *testing.T) {
 // TestE2EDisaggPrefillEngineLost: the prefill engine dies (SIGKILL) or freezes
 // (SIGSTOP) after the prefill leg, while the decode engine reads the prompt's KV blocks
 // from it (slowed to seconds), or, in SGLang's dialect, while the prefill leg still
-// runs and the decode engine waits for the room. The decode engine's KV load fails (at
+// runs and the decode engine waits for the room; in each mock dialect. The decode engine's KV load fails (at
 // once, or after its 10 s read timeout), the request's prefill is retried and, with no
 // other prefill worker, the decode worker prefills it alone: the client gets 200 with
 // the text of an undisturbed run, the decode worker is not blamed (no migration), and
@@ -565,6 +572,7 @@ func TestE2EDisaggPrefillEngineLost(t *testing.T) {
 		// A huge prompt's prefill leg is long enough to freeze its engine while it runs.
 		{"sglang", []fault{{"killed during the KV read", syscall.SIGKILL, reading, "jasper", disaggLongWords},
 			{"frozen during the prefill leg", syscall.SIGSTOP, roomWait, "tuff", disaggHugeWords}}},
+		{"trtllm", []fault{{"killed during the KV read", syscall.SIGKILL, reading, "agate", disaggLongWords}}},
 	} {
 		t.Run(tc.dialect, func(t *testing.T) {
 			// 4 KiB of KV per token at 4 MB/s: a prompt of about 5,000 tokens takes
