@@ -231,7 +231,7 @@ func TestSyntheticCheck(t *testing.T) {
 		{"rate below MinRate", func(s *SyntheticSpec) { s.Rate = 1e-12 }, "rate 1e-12 requests/s: want 0 (all at once) or a number from 1e-06"},
 		{"rate 1e-300 for an hour", func(s *SyntheticSpec) { s.Rate, s.Duration = 1e-300, time.Hour }, "rate 1e-300"},
 		{"rate +Inf", func(s *SyntheticSpec) { s.Rate = math.Inf(1) }, "rate +Inf"},
-		{"duration beyond MaxArrival", func(s *SyntheticSpec) { s.Rate, s.Duration = 1e-6, MaxArrival + time.Second }, "duration 720h0m1s: want at most 720h0m0s"},
+		{"duration beyond MaxArrival", func(s *SyntheticSpec) { s.Rate, s.Duration = 1e-6, MaxArrival+time.Second }, "duration 720h0m1s: want at most 720h0m0s"},
 		{"too many groups", func(s *SyntheticSpec) { s.PrefixGroups, s.PrefixTokens = 100_000_000, 10 }, "100000000 shared prefix groups: want at most 1000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
