@@ -191,7 +191,10 @@ func (s *server) migrations(t *testing.T) map[string]float64 {
 func TestE2EMigration(t *testing.T) {
 	for _, limit := range []int{3, 0} {
 		t.Run("limit="+strconv.Itoa(limit), func(t *testing.T) {
-			s := startServe(t, 3, "--speedup-ratio", "5", "--migration-limit", strconv.Itoa(limit))
+			// At the reference speed an engine takes about 8 s for its streams' 1,200 tokens,
+			// so it is still generating when it is killed even if a loaded machine reads the
+			// streams slowly (at 5× the engines finished first and buffered frames hid the kill).
+			s := startServe(t, 3, "--speedup-ratio", "1", "--migration-limit", strconv.Itoa(limit))
 			base := runStreams(t, s, nil)
 			for i, r := range base {
 				if r.transport != "" || r.errFrame != "" || !r.done || r.finish != "length" || r.completion != migMaxTokens {
