@@ -431,8 +431,8 @@ func TestClusterNodeKilledMidStreamMigrates(t *testing.T) {
 		}
 	}
 	victim := ""
-	got := runStreamsN(t, fe, n, maxTokens, 3*time.Minute, func() {
-		victim = busiestNow(t, fe)
+	got := runStreamsN(t, fe, n, maxTokens, 3*time.Minute, func(started map[string]int) {
+		victim = mostStarted(t, started)
 		node := nodes[victim[:strings.LastIndexByte(victim, '-')]]
 		if node == nil {
 			t.Errorf("no node for worker %s", victim)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -39,9 +40,9 @@ type streamResult struct {
 	took       time.Duration
 }
 
-// streamCompletion runs one streaming completion; first is called once the first text
-// arrives.
-func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first func()) streamResult {
+// streamCompletion runs one streaming completion; first is called with the worker it
+// started on once the first text arrives.
+func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first func(worker string)) streamResult {
 	start := time.Now()
 	resp, err := s.postJSON(ctx, "/v1/completions", map[string]any{
 		"model": model, "prompt": fmt.Sprintf("request %d: %s", i, longText("basalt"+strconv.Itoa(i%7), 20)),
@@ -94,7 +95,7 @@ func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first fu
 		}
 		for _, c := range f.Choices {
 			if c.Text != "" && text.Len() == 0 && first != nil {
-				first()
+				first(r.worker)
 			}
 			text.WriteString(c.Text)
 			if c.FinishReason != nil {
@@ -110,15 +111,16 @@ func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first fu
 }
 
 // runStreams runs migRequests concurrent streams of migMaxTokens; once half of them have
-// their first text (or failed), during is called, when not nil: early enough that the
-// fault lands mid-stream even when a loaded machine is slow to start all of them.
-func runStreams(t *testing.T, s *server, during func()) []streamResult {
+// their first text (or failed), during is called, when not nil, with the number of
+// streams streaming from each worker by then: early enough that the fault lands
+// mid-stream even when a loaded machine is slow to start all of them.
+func runStreams(t *testing.T, s *server, during func(started map[string]int)) []streamResult {
 	t.Helper()
 	return runStreamsN(t, s, migRequests, migMaxTokens, 45*time.Second, during)
 }
 
 // runStreamsN is runStreams with n streams of maxTokens each, all within limit.
-func runStreamsN(t *testing.T, s *server, n, maxTokens int, limit time.Duration, during func()) []streamResult {
+func runStreamsN(t *testing.T, s *server, n, maxTokens int, limit time.Duration, during func(started map[string]int)) []streamResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -127,43 +129,54 @@ func runStreamsN(t *testing.T, s *server, n, maxTokens int, limit time.Duration,
 	var wg, firsts sync.WaitGroup
 	firsts.Add(n / 2)
 	var started atomic.Int64
+	var mu sync.Mutex
+	on := map[string]int{} // streams with text, by the worker they started on
 	for i := range out {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var once sync.Once
-			first := func() {
+			first := func(worker string) {
 				once.Do(func() {
+					if worker != "" {
+						mu.Lock()
+						on[worker]++
+						mu.Unlock()
+					}
 					if started.Add(1) <= int64(n/2) {
 						firsts.Done()
 					}
 				})
 			}
 			out[i] = streamCompletion(ctx, s, i, maxTokens, first)
-			first() // a stream that failed before any text
+			first("") // a stream that failed before any text
 		}()
 	}
 	if during != nil {
 		firsts.Wait()
 		t.Logf("half the streams started after %v", time.Since(t0))
-		during()
+		mu.Lock()
+		snapshot := maps.Clone(on)
+		mu.Unlock()
+		during(snapshot)
 	}
 	wg.Wait()
 	return out
 }
 
-// busiestNow is the worker with the most requests in flight, from the router's gauges:
-// the one whose failure hits the most streams mid-way.
-func busiestNow(t *testing.T, s *server) string {
+// mostStarted is the worker the most of the started streams run on: the one whose
+// failure hits the most streams mid-way. It reads nothing from the server, which a
+// loaded machine may be slow to answer while the streams run.
+func mostStarted(t *testing.T, started map[string]int) string {
 	t.Helper()
-	best, most := "", -1.0
-	for id, w := range s.workerStats(model) {
-		if w.ActiveRequests > most || (w.ActiveRequests == most && id < best) {
-			best, most = id, w.ActiveRequests
+	best := ""
+	for id, n := range started {
+		if best == "" || n > started[best] || (n == started[best] && id < best) {
+			best = id
 		}
 	}
 	if best == "" {
-		t.Fatal("no worker in the router's gauges")
+		t.Fatal("no stream started on any worker")
 	}
 	return best
 }
@@ -208,8 +221,8 @@ func TestE2EMigration(t *testing.T) {
 			slices.Sort(ds)
 			t.Logf("undisturbed durations %v .. %v", ds[0], ds[len(ds)-1])
 			victim := ""
-			got := runStreams(t, s, func() {
-				victim = busiestNow(t, s)
+			got := runStreams(t, s, func(started map[string]int) {
+				victim = mostStarted(t, started)
 				pid, _ := s.enginePID(victim)
 				if pid == 0 {
 					t.Errorf("no engine pid for %s in the log", victim)
