@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -102,7 +103,10 @@ func inFreshProcess(t *testing.T) bool {
 	report := testReport(string(out))
 	switch {
 	case err != nil:
-		t.Fatalf("%s in a fresh process: %v\n%s", t.Name(), err, tail(string(out), 20000))
+		// The test's own report comes last: a long output's tail would otherwise be the
+		// members' and the agent's logs printed at cleanup, and hide why it failed.
+		t.Fatalf("%s in a fresh process: %v\noutput (tail):\n%s\n\n%s's report: %v\n%s", t.Name(), err,
+			tail(string(out), 20000), t.Name(), err, tail(failureReport(string(out)), 6000))
 	case strings.Contains(string(out), "--- SKIP: "+t.Name()):
 		t.Skip(report)
 	default:
@@ -123,6 +127,22 @@ func testReport(out string) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// failureReport keeps the lines a failed test run wrote itself: its file:line messages
+// and results, without the logs its cleanup printed (member JSON logs, Consul's log lines).
+func failureReport(out string) string {
+	var keep []string
+	for _, l := range strings.Split(testReport(out), "\n") {
+		if t := strings.TrimSpace(l); strings.HasPrefix(t, "---") || strings.HasPrefix(t, "FAIL") ||
+			strings.HasPrefix(t, "panic") || goTestMessage.MatchString(t) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// goTestMessage matches a line that t.Log/t.Error wrote: "name_test.go:123: ...".
+var goTestMessage = regexp.MustCompile(`^\w+_test\.go:\d+: `)
 
 // echoProps is an actor that answers every message with the message itself.
 func echoProps() *actor.Props {
