@@ -18,8 +18,8 @@ import (
 const (
 	// DefaultDrainTimeout is how long in-flight requests may run after SIGTERM.
 	DefaultDrainTimeout = 30 * time.Second
-	// DefaultCanaryInterval is how long an engine may stay idle before its canary.
-	DefaultCanaryInterval = 30 * time.Second
+	// DefaultCanaryInterval is how long an engine may stay idle before its canary (REFERENCE §10).
+	DefaultCanaryInterval = 10 * time.Second
 )
 
 // Admission are the gateway's overload and shutdown flags (REFERENCE §4, §10): the
@@ -87,7 +87,7 @@ func (o *Admission) Gateway(cfg gateway.Config) gateway.Config {
 // Canary is the workers' canary flag (REFERENCE §10).
 type Canary struct{ CanaryInterval time.Duration }
 
-// DefaultCanary returns a 30 s canary interval.
+// DefaultCanary returns a 10 s canary interval.
 func DefaultCanary() Canary { return Canary{CanaryInterval: DefaultCanaryInterval} }
 
 // Flags registers --canary-interval on fs.
