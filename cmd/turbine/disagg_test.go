@@ -313,32 +313,7 @@ func streamAll(t *testing.T, s *server, prompt string, maxTokens int, at func(wo
 	r := streamed{worker: resp.Header.Get("X-Turbine-Worker")}
 	var text strings.Builder
 	frames := 0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			r.done = true
-			break
-		}
-		var f struct {
-			Choices []struct {
-				Text         string  `json:"text"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Error *struct {
-				Code string `json:"code"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(data), &f); err != nil {
-			t.Fatalf("bad frame %q", data)
-		}
+	done, err := readSSE(resp.Body, func(f sseFrame) {
 		if f.Error != nil {
 			r.errFrame = f.Error.Code
 		}
@@ -355,7 +330,11 @@ func streamAll(t *testing.T, s *server, prompt string, maxTokens int, at func(wo
 				at(r.worker, frames)
 			}
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	r.done = done
 	r.text = text.String()
 	return r
 }

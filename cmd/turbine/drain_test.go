@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -35,26 +34,21 @@ func streamSSE(ctx context.Context, s *server, prompt string, maxTokens int, fir
 		return drainSSE{err: fmt.Errorf("status %d: %s", resp.StatusCode, b)}
 	}
 	var r drainSSE
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		switch {
-		case !ok:
-		case line == "[DONE]":
-			r.done = true
-		case strings.HasPrefix(line, `{"error"`):
+	r.done, r.err = readSSE(resp.Body, func(f sseFrame) {
+		if f.Error != nil {
 			r.errs++
-		default:
-			if first != nil {
-				close(first)
-				first = nil
-			}
-			if i := strings.Index(line, `"finish_reason":"`); i >= 0 {
-				r.finish = strings.SplitN(line[i+len(`"finish_reason":"`):], `"`, 2)[0]
+			return
+		}
+		if first != nil {
+			close(first)
+			first = nil
+		}
+		for _, c := range f.Choices {
+			if c.FinishReason != nil {
+				r.finish = *c.FinishReason
 			}
 		}
-	}
-	r.err = sc.Err()
+	})
 	return r
 }
 

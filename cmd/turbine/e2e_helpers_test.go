@@ -287,3 +287,42 @@ func (s *server) postJSON(ctx context.Context, path string, body any) (*http.Res
 	req.Header.Set("Content-Type", "application/json")
 	return http.DefaultClient.Do(req)
 }
+
+// sseFrame is one data frame of a streaming /v1/completions answer (OpenAI wire format):
+// a text chunk, the usage chunk (no choices), or an error frame.
+type sseFrame struct {
+	Choices []struct {
+		Text         string  `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Error *struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
+// readSSE reads a streaming completion's body and calls frame for each data frame, until
+// [DONE] (done is true) or the end of the body. Lines that are not "data: " lines are
+// skipped. Errors: a frame that is not JSON (it is quoted), or the body's read error.
+func readSSE(body io.Reader, frame func(sseFrame)) (done bool, err error) {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			return true, nil
+		}
+		var f sseFrame
+		if err := json.Unmarshal([]byte(data), &f); err != nil {
+			return false, fmt.Errorf("bad frame %q: %w", data, err)
+		}
+		frame(f)
+	}
+	return false, sc.Err()
+}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -59,34 +57,7 @@ func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first fu
 		return r
 	}
 	var text strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			r.done = true
-			break
-		}
-		var f struct {
-			Choices []struct {
-				Text         string  `json:"text"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *struct {
-				PromptTokens     int `json:"prompt_tokens"`
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Error *struct {
-				Code string `json:"code"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(data), &f); err != nil {
-			r.transport = "bad frame: " + data
-			return r
-		}
+	done, err := readSSE(resp.Body, func(f sseFrame) {
 		switch {
 		case f.Error != nil:
 			r.errFrame = f.Error.Code
@@ -102,8 +73,9 @@ func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first fu
 				r.finish = *c.FinishReason
 			}
 		}
-	}
-	if err := sc.Err(); err != nil && r.transport == "" {
+	})
+	r.done = done
+	if err != nil {
 		r.transport = err.Error()
 	}
 	r.text, r.took = text.String(), time.Since(start)
@@ -181,24 +153,10 @@ func mostStarted(t *testing.T, started map[string]int) string {
 	return best
 }
 
-// migrations sums turbine_frontend_migrations_total over reasons, from /metrics.
+// migrations is turbine_frontend_migrations_total of the test model by reason, from /metrics.
 func (s *server) migrations(t *testing.T) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(s.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		name, labels, v, ok := parseMetricLine(sc.Text())
-		if ok && name == "turbine_frontend_migrations_total" {
-			out[labels["reason"]] += v
-		}
-	}
-	return out
+	return s.counterBy(t, "turbine_frontend_migrations_total", "reason")
 }
 
 func TestE2EMigration(t *testing.T) {
