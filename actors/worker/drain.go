@@ -125,5 +125,5 @@ func (w *workerActor) onCanary(c actor.Context, m canaryDone) {
 	} else {
 		w.log.Info().Msg("canary passed: back in routing")
 	}
-	w.heartbeat(c)
+	w.heartbeatNow(c)
 }

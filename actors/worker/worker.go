@@ -168,7 +168,8 @@ type workerActor struct {
 	draining      bool
 	drainDone     []chan struct{} // closed when the last request of a draining worker ends
 	hbBusy        bool
-	failedScrapes int // consecutive load scrapes the engine did not answer
+	hbAgain       bool // a state change came while a heartbeat was in flight: send one more
+	failedScrapes int  // consecutive load scrapes the engine did not answer
 	backoff       supervise.Backoff
 	requests      map[string]*inflight
 	// bootstrapHost and bootstrapPort: the advertised bootstrap address (Config's, else
@@ -241,7 +242,7 @@ func (w *workerActor) Receive(c actor.Context) {
 			w.ready, w.failedScrapes = true, 0
 			w.canary.reset(w.cfg.Now())
 			w.log.Info().Uint64("epoch", m.epoch).Msg("engine ready")
-			w.heartbeat(c)
+			w.heartbeatNow(c)
 		}
 	case engineFailed:
 		if m.epoch == w.epoch && w.proc != nil {
@@ -261,6 +262,10 @@ func (w *workerActor) Receive(c actor.Context) {
 	case heartbeatDone:
 		w.hbBusy = false
 		w.onScrape(m)
+		if w.hbAgain {
+			w.hbAgain = false
+			w.heartbeat(c)
+		}
 	case *actor.Stopping:
 		w.stop()
 	}
@@ -392,7 +397,7 @@ func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 	// and the heartbeat tells it at once that this worker takes no requests.
 	w.epoch++
 	w.relay.in <- relayEpoch{epoch: w.epoch}
-	w.heartbeat(c)
+	w.heartbeatNow(c)
 	delay := w.backoff.Next(m.ran)
 	w.log.Warn().Err(m.err).Dur("ran", m.ran).Dur("restart_in", delay).Int("restarts", w.backoff.Restarts()).Msg("engine exited")
 	self, sys := c.Self(), c.ActorSystem()
@@ -462,9 +467,22 @@ func (w *workerActor) frozenAfter() time.Duration {
 	return max(time.Duration(maxFailedScrapes)*w.cfg.Heartbeat, 5*time.Second)
 }
 
+// heartbeatNow sends a heartbeat for a change of the worker's state (engine ready or
+// exited, canary result): if one is in flight, with what was true when it started, another
+// follows as soon as it ends, so that the router learns of the change at once rather than
+// at the next tick.
+func (w *workerActor) heartbeatNow(c actor.Context) {
+	if w.hbBusy {
+		w.hbAgain = true
+		return
+	}
+	w.heartbeat(c)
+}
+
 // heartbeat scrapes the engine's load and registers with the Router grain and the
-// Catalog, off the actor's goroutine; at most one runs at a time. An engine that leaves
-// maxFailedScrapes scrapes in a row unanswered is registered as not ready.
+// Catalog, off the actor's goroutine; at most one runs at a time (a tick that finds one
+// in flight is skipped). An engine that leaves maxFailedScrapes scrapes in a row
+// unanswered is registered as not ready.
 func (w *workerActor) heartbeat(c actor.Context) {
 	if w.hbBusy || w.stopping || w.draining {
 		return

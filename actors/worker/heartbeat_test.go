@@ -1,0 +1,115 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// heldLoadEngine is healthy; its first Load call reports on inLoad and waits for release
+// to close, later calls answer at once.
+type heldLoadEngine struct {
+	inLoad  chan struct{}
+	release chan struct{}
+	calls   chan struct{} // one token: the first call takes it
+}
+
+func newHeldLoadEngine() *heldLoadEngine {
+	e := &heldLoadEngine{inLoad: make(chan struct{}), release: make(chan struct{}), calls: make(chan struct{}, 1)}
+	e.calls <- struct{}{}
+	return e
+}
+
+func (*heldLoadEngine) Health(context.Context) error { return nil }
+func (e *heldLoadEngine) Load(ctx context.Context) (*messages.WorkerLoad, error) {
+	select {
+	case <-e.calls:
+		close(e.inLoad)
+		<-e.release // held past the scrape's own timeout on purpose: the heartbeat stays in flight
+	default:
+	}
+	return &messages.WorkerLoad{TotalBlocks: 16}, nil
+}
+func (*heldLoadEngine) Generate(context.Context, string, []uint32, *messages.SamplingParams, func(engines.Chunk) error) error {
+	return nil
+}
+
+// TestEngineExitDuringHeartbeatReachesRouterAtOnce: the engine dies while a heartbeat is
+// in flight (its load scrape hangs). That heartbeat still carries "ready"; the next one,
+// saying "not ready", must follow as soon as it ends — not at the next tick (an hour
+// here), and not only once the restarted engine is ready again.
+func TestEngineExitDuringHeartbeatReachesRouterAtOnce(t *testing.T) {
+	engine := newHeldLoadEngine()
+	logs := make(logLines, 1024)
+	rt := infoRouter{infos: make(chan *messages.WorkerInfo, 64)}
+	props, err := Props(Config{WorkerID: "w-hb", Card: &messages.ModelCard{Model: "m"},
+		Launcher:  engineLauncher{shellLauncher: shellLauncher{script: "exec sleep 60"}, engine: engine},
+		Heartbeat: time.Hour, StopGrace: time.Second, Router: rt, Logger: zerolog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	pid := sys.Root.Spawn(props)
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+
+	select {
+	case <-engine.inLoad: // the engine is ready and the heartbeat announcing it is in flight
+	case <-time.After(10 * time.Second):
+		t.Fatal("no heartbeat scraped the engine within 10 s")
+	}
+	var started struct{ Pid int }
+	if err := json.Unmarshal([]byte(waitLog(t, logs, "engine started")), &started); err != nil || started.Pid == 0 {
+		t.Fatalf("engine pid from the log: %v", err)
+	}
+	if err := syscall.Kill(started.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, logs, "engine exited")
+	close(engine.release)
+
+	deadline := time.After(10 * time.Second)
+	var seen []string
+	var first uint64 // the epoch of the engine that died (the stale heartbeat's)
+	for {
+		select {
+		case info := <-rt.infos:
+			seen = append(seen, "ready="+strconv.FormatBool(info.Ready)+" epoch="+strconv.FormatUint(info.EngineEpoch, 10))
+			if first == 0 {
+				first = info.EngineEpoch
+			}
+			switch {
+			case !info.Ready:
+				return
+			case info.EngineEpoch > first+1: // the exit's epoch is first+1, the restart's first+2
+				t.Fatalf("the restarted engine registered before any not-ready heartbeat: %v", seen)
+			}
+		case <-deadline:
+			t.Fatalf("no not-ready heartbeat within 10 s of the engine's exit: %v", seen)
+		}
+	}
+}
+
+// waitLog waits up to 10 s for a log line containing msg and returns it.
+func waitLog(t *testing.T, logs logLines, msg string) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case l := <-logs:
+			if strings.Contains(l, msg) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("no %q log line within 10 s", msg)
+		}
+	}
+}
