@@ -160,6 +160,7 @@ func (s *stream) onPrefill(ar arrival) *messages.TokenChunk {
 func (s *stream) prefillFinished(a *attempt, ch *messages.TokenChunk) {
 	p := a.pre
 	a.preDone = true
+	a.preCached = ch.CachedTokens
 	a.kvParams = ch.KvTransferParams
 	if s.rec != nil {
 		s.rec.prefillLeg(s.req.Model, time.Since(p.sentAt))

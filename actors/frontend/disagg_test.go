@@ -103,6 +103,7 @@ func TestDisaggStream(t *testing.T) {
 		cancelAt  int // close the stream after this many chunks (-1: read to the end)
 		tokens    []uint32
 		finish    string // of the last chunk read ("" when cancelled)
+		cached    int32  // the last chunk's cached tokens, when > 0
 		errPart   string
 		info      gateway.DisaggInfo
 		events    []string // recorder events that must appear (in order, others may be between)
@@ -138,6 +139,15 @@ func TestDisaggStream(t *testing.T) {
 					t.Errorf("PrefillDone for %v, want the prefill leg %s and the decode leg %s", h.router.prefill, pre[0].RequestId, d.RequestId)
 				}
 			},
+		},
+		{
+			// The prompt was computed on p0: its prefix-cache hit (3 tokens) is the
+			// request's, not the 5 that w0 reports for the KV it loaded.
+			name: "cached tokens are the prefill worker's",
+			opts: harnessOpts{prefill: []*scriptedWorker{{failAfter: -1, cached: 3}}}, workers: []*scriptedWorker{ok()},
+			cancelAt: -1, tokens: wantTokens, finish: "length",
+			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			cached: 3,
 		},
 		{
 			name: "sglang bootstrap sends both legs at once", opts: harnessOpts{prefill: []*scriptedWorker{ok()}, bootstrap: true},
@@ -460,6 +470,9 @@ func TestDisaggStream(t *testing.T) {
 				}
 				if c.finish == "length" && (last.PromptTokens != 5 || last.CompletionTokens != 8) {
 					t.Errorf("usage %d+%d, want 5+8", last.PromptTokens, last.CompletionTokens)
+				}
+				if c.cached > 0 && last.CachedTokens != c.cached {
+					t.Errorf("cached tokens %d, want %d", last.CachedTokens, c.cached)
 				}
 			}
 			if got := h.stream.Disagg(); got != c.info {

@@ -110,6 +110,7 @@ type attempt struct {
 	// bootstrap parameters both legs share.
 	pre       *attempt
 	preDone   bool
+	preCached int32 // prompt tokens the prefill leg found in its worker's prefix cache
 	kvParams  string
 	released  bool
 	bootstrap *messages.DisaggParams
@@ -319,6 +320,15 @@ func (s *stream) next(ctx context.Context) (arrival, *attempt, error) {
 func (s *stream) hand(ch *messages.TokenChunk) *messages.TokenChunk {
 	ch.Index = s.index
 	s.index++
+	if a := s.cur; a != nil && a.pre != nil {
+		// A remotely prefilled prompt was computed on the prefill worker: its prefix-cache
+		// hit is the request's. The decode worker's own count would describe KV it loaded
+		// over the transfer (or, in SGLang, before the prefill leg has even finished).
+		ch.CachedTokens = 0
+		if a.preDone {
+			ch.CachedTokens = a.preCached
+		}
+	}
 	s.produced = append(s.produced, ch.TokenIds...)
 	if ch.FinishReason != "" {
 		s.finished = true

@@ -25,6 +25,7 @@ import (
 type scriptedWorker struct {
 	failAfter int
 	fault     string
+	cached    int32 // prompt tokens it reports cached; 0: the whole prompt
 
 	mu        sync.Mutex
 	generates []*messages.Generate
@@ -80,6 +81,9 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 		ch := &messages.TokenChunk{Index: uint32(i), TokenIds: []uint32{uint32(1000 + len(m.TokenIds) + i)}}
 		if i == limit-1 {
 			ch.FinishReason, ch.PromptTokens, ch.CompletionTokens, ch.CachedTokens = "length", int32(len(m.TokenIds)), int32(limit), int32(len(m.TokenIds))
+			if w.cached > 0 {
+				ch.CachedTokens = w.cached
+			}
 			if m.Sampling.GetDisagg().GetLeg() == LegPrefill && m.Sampling.GetDisagg().GetBootstrapHost() == "" {
 				ch.KvTransferParams = kvParamsFor(m.RequestId)
 			}

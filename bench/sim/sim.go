@@ -117,6 +117,10 @@ type reqState struct {
 	prefillW int32
 	decodeW  int32
 	prompt   []uint32
+	// preCached: prompt tokens the prefill leg found in its engine's prefix cache. They
+	// are a remote request's cached tokens, as the frontend reports them: the prompt was
+	// computed there, and the decode engine's own hit describes KV it loaded anyway.
+	preCached int
 }
 
 // worker is one simulated worker: its engine and its KV event stream.
@@ -430,6 +434,7 @@ func (s *simulator) stepEnd(w *worker) {
 	for k := range res.Outputs {
 		o := &res.Outputs[k]
 		if i := parseIndex(o.RequestID); s.state[i].prefillW == int32(w.idx) {
+			s.state[i].preCached = o.CachedTokens
 			s.prefilled(i) // a prefill leg's only token: no client sees it
 		} else {
 			s.output(o, i)
@@ -485,6 +490,9 @@ func (s *simulator) output(o *mocker.Output, i int) {
 	if res.OutputTokens == 0 {
 		res.TTFT = s.now - s.reqs[i].Arrival
 		res.PromptTokens, res.CachedTokens, res.CachedKnown = o.PromptTokens, o.CachedTokens, true
+		if st.prefillW >= 0 {
+			res.CachedTokens = st.preCached
+		}
 		res.ITL = make([]time.Duration, 0, st.maxTokens-1)
 		s.router.PrefillDone(st.id)
 	} else {

@@ -532,6 +532,34 @@ func TestDisaggTiming(t *testing.T) {
 	}
 }
 
+// TestDisaggCachedTokens: a remote request's cached tokens are its prefill engine's
+// prefix-cache hit, as the frontend reports them. A short local request first leaves 496
+// of the long prompt's tokens (31 blocks of 16) cached on the decode engine only; the long
+// one, prefilled remotely on a cold prefill engine, has 0 cached tokens, not 496.
+func TestDisaggCachedTokens(t *testing.T) {
+	reqs := []bench.Request{
+		{Arrival: 0, InputLength: 500, OutputLength: 2, HashIDs: []int64{1}},
+		{Arrival: 10 * time.Second, InputLength: 2000, OutputLength: 2, HashIDs: []int64{1, 2, 3, 4}},
+	}
+	cfg := Config{Workers: 1, PrefillWorkers: 1, Engine: smallEngine(), BlockTokens: 512, KVBytesPerToken: 131072}
+	s, err := newSimulator(cfg, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, st := s.outcome()
+	if st.Decisions[kv.DisaggLocalShortPrefill] != 1 || st.Decisions[kv.DisaggRemote] != 1 {
+		t.Fatalf("decisions %v: want the short request local, the long one remote", st.Decisions)
+	}
+	for i, want := range []int{0, 0} {
+		if r := out.Results[i]; r.Error != "" || !r.CachedKnown || r.CachedTokens != want {
+			t.Errorf("request %d: error %q, cached tokens %d (known %v), want %d", i, r.Error, r.CachedTokens, r.CachedKnown, want)
+		}
+	}
+}
+
 // TestDisaggFleet runs a mixed workload on a 2P4D fleet: every request succeeds, both
 // kinds of decision occur, the run is deterministic and the router ends with nothing
 // tracked (neither leg) and every event batch applied.
