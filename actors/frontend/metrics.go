@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -40,7 +41,42 @@ const (
 var legBuckets = metrics.ExponentialBuckets(0.001, 2, 18)
 
 // setRecorder records the streams' events (recorder) into the Backend's metric set.
-type setRecorder struct{ set *metrics.Set }
+// A model's counters appear at zero with its first routing decision, every reason
+// included, so that a scrape shows the series before their first event (rates and
+// absent-series alerts need them).
+type setRecorder struct {
+	set *metrics.Set
+
+	mu     sync.Mutex
+	models map[string]bool // models whose counters exist
+}
+
+// migrationReasons and prefillRetryReasons are the label values of the migration and
+// prefill-retry counters.
+var (
+	migrationReasons    = []string{FaultWorkerTerminated, FaultEngineError, FaultStalled}
+	prefillRetryReasons = []string{FaultWorkerTerminated, FaultEngineError, FaultStalled, FaultKVTransfer}
+)
+
+// declare creates model's counters at zero the first time it is seen.
+func (r *setRecorder) declare(model string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.models[model] {
+		return
+	}
+	if r.models == nil {
+		r.models = map[string]bool{}
+	}
+	r.models[model] = true
+	for _, reason := range migrationReasons {
+		r.counter(metricMigrations, "model", model, "reason", reason)
+	}
+	for _, reason := range prefillRetryReasons {
+		r.counter(metricPrefillRetries, "model", model, "reason", reason)
+	}
+	r.counter(metricKvReleases, "model", model)
+}
 
 func (r *setRecorder) counter(family string, kv ...string) *metrics.Counter {
 	return r.set.GetOrCreateCounter(series(family, kv...))
@@ -54,6 +90,7 @@ func (r *setRecorder) migrated(model, reason string) {
 	r.counter(metricMigrations, "model", model, "reason", reason).Inc()
 }
 func (r *setRecorder) decided(model, decision string) {
+	r.declare(model)
 	r.counter(metricDisaggDecisions, "model", model, "decision", decision).Inc()
 }
 func (r *setRecorder) prefillRetried(model, fault string) {
