@@ -108,3 +108,19 @@ func (b *Backend) BusyStatus(ctx context.Context, model string) (*gateway.BusySt
 	}
 	return out, nil
 }
+
+// ReadyWorkers counts model's ready workers by role ("aggregated", "prefill", "decode"),
+// as its Router grain sees them. Errors: the Router grain could not be asked.
+func (b *Backend) ReadyWorkers(model string) (map[string]int, error) {
+	st, err := b.router(model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("frontend: router stats of %q: %w", model, err)
+	}
+	out := map[string]int{}
+	for _, w := range st.Workers {
+		if w.Ready {
+			out[w.Role]++
+		}
+	}
+	return out, nil
+}

@@ -174,7 +174,7 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 
 	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy()})
-	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}), backend)
+	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes, APIKeys: o.APIKeys}), backend)
 	if err != nil {
 		return err
 	}
@@ -182,12 +182,20 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	// for a model whose engines are still starting; connections wait in the backlog.
 	log.Info().Int("workers", o.Workers).Int("prefill_workers", o.PrefillWorkers).Int("decode_workers", o.DecodeWorkers).
 		Msg("waiting for the first worker's engine to be ready")
+	deadline := time.Now().Add(o.ReadyTimeout)
 	if err := waitForModel(ctx, backend, o.Model, o.ReadyTimeout); err != nil {
 		return err
 	}
+	if o.PrefillWorkers > 0 {
+		// An xPyD layout serves as designed once both pools have a ready worker; until
+		// then its requests would be prefilled on their decode workers.
+		if err := waitForPools(ctx, backend, o.Model, deadline); err != nil {
+			log.Warn().Err(err).Msg("serving before both pools are ready: requests are prefilled on their decode workers until a prefill worker is")
+		}
+	}
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("model", o.Model).Int("workers", o.Workers).
 		Int("prefill_workers", o.PrefillWorkers).Int("decode_workers", o.DecodeWorkers).
-		Str("router_mode", o.RouterMode).Msg("turbine serving")
+		Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Msg("turbine serving")
 	return options.ServeDrained(ctx, ln, handler, log, func() {
 		drained = true
 		drain(root, handler, pids, o.DrainTimeout, log)
@@ -234,6 +242,27 @@ func drain(root *actor.RootContext, handler *gateway.Server, pids []*actor.PID, 
 }
 
 // waitForModel polls the catalog until model has a live worker, ctx ends, or limit passes.
+// waitForPools waits until model has a ready prefill worker and a ready decode worker.
+// Errors: the deadline passed first (naming the ready workers by role), or ctx ended.
+func waitForPools(ctx context.Context, b *frontend.Backend, model string, deadline time.Time) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ready, err := b.ReadyWorkers(model)
+		if err == nil && ready["prefill"] > 0 && ready["decode"] > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no ready prefill and decode worker within --ready-timeout (ready by role: %v)", ready)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 func waitForModel(ctx context.Context, b *frontend.Backend, model string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	tick := time.NewTicker(50 * time.Millisecond)
