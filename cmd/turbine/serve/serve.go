@@ -241,7 +241,6 @@ func drain(root *actor.RootContext, handler *gateway.Server, pids []*actor.PID, 
 	}
 }
 
-// waitForModel polls the catalog until model has a live worker, ctx ends, or limit passes.
 // waitForPools waits until model has a ready prefill worker and a ready decode worker.
 // Errors: the deadline passed first (naming the ready workers by role), or ctx ended.
 func waitForPools(ctx context.Context, b *frontend.Backend, model string, deadline time.Time) error {
@@ -263,6 +262,7 @@ func waitForPools(ctx context.Context, b *frontend.Backend, model string, deadli
 	}
 }
 
+// waitForModel polls the catalog until model has a live worker, ctx ends, or limit passes.
 func waitForModel(ctx context.Context, b *frontend.Backend, model string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	tick := time.NewTicker(50 * time.Millisecond)
