@@ -4,7 +4,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/rs/zerolog"
 
@@ -60,6 +62,13 @@ type Config struct {
 	// QueueRetry is the period of the queue head's route retries (default
 	// DefaultQueueRetry); it also retries whenever a stream of its model ends here.
 	QueueRetry time.Duration
+	// APIKeys, when not empty, are the keys that a request to a path under /v1/ or
+	// /admin/ must present, any one of them, as "Authorization: Bearer <key>" (vLLM's
+	// --api-key); other requests there get 401 (KindUnauthorized). /health, /live and
+	// /metrics stay open. Empty (the default): no authentication. Each key must be
+	// non-empty, without white space at either end and without control characters (it
+	// could not be sent in a header otherwise). The keys are never logged.
+	APIKeys []string
 }
 
 // withDefaults validates c and fills its defaults.
@@ -82,6 +91,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.QueueDepth < 0 || c.QueueTimeout < 0 || c.QueueRetry < 0 {
 		return c, fmt.Errorf("gateway: config QueueDepth, QueueTimeout and QueueRetry must be >= 0, got %d, %s, %s",
 			c.QueueDepth, c.QueueTimeout, c.QueueRetry)
+	}
+	for i, k := range c.APIKeys {
+		// The error names the key's position, never the key.
+		switch {
+		case k == "":
+			return c, fmt.Errorf("gateway: config APIKeys[%d] is empty", i)
+		case strings.TrimSpace(k) != k || strings.ContainsFunc(k, unicode.IsControl):
+			return c, fmt.Errorf("gateway: config APIKeys[%d] has white space at an end or a control character (it could not be sent in an Authorization header)", i)
+		}
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = DefaultQueueTimeout

@@ -55,6 +55,10 @@ const (
 	// KindTimeout: the request ran past Config.RequestTimeout; its engine request was
 	// cancelled.
 	KindTimeout
+	// KindUnauthorized: Config.APIKeys is set and the request to /v1/ or /admin/ does not
+	// present one of them as "Authorization: Bearer <key>" (no header, another scheme, or
+	// a wrong key). Answered with WWW-Authenticate: Bearer.
+	KindUnauthorized
 )
 
 // CatalogueEntry is one row of the error catalogue.
@@ -93,6 +97,7 @@ var catalogue = [...]CatalogueEntry{
 	KindClientClosed:          {KindClientClosed, "client_closed", 499, "invalid_request_error", "client_closed_request", false},
 	KindDraining:              {KindDraining, "draining", http.StatusServiceUnavailable, "server_error", "service_draining", true},
 	KindTimeout:               {KindTimeout, "timeout", http.StatusGatewayTimeout, "server_error", "request_timeout", false},
+	KindUnauthorized:          {KindUnauthorized, "unauthorized", http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", false},
 }
 
 // Catalogue returns a copy of the whole error table, in ErrorKind order.

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"io"
 	"net/http"
@@ -30,8 +32,14 @@ const (
 //	GET  /admin/busy_thresholds?model=M   the model's busy thresholds and busy workers
 //	POST /admin/busy_thresholds  change them ({"model", "kv_usage", "prefill_tokens"})
 //
-// The admin routes exist when the Backend implements BusyAdmin; they carry no
-// authentication of their own (put the port behind the operator's network policy).
+// The admin routes exist when the Backend implements BusyAdmin.
+//
+// With Config.APIKeys set, every request whose path is under /v1/ or /admin/ must carry
+// "Authorization: Bearer <key>" with one of the keys (as vLLM's --api-key); a missing or
+// wrong key gets 401 with an OpenAI error body (code "invalid_api_key") and
+// WWW-Authenticate: Bearer. /health, /live and /metrics stay open, for probes and
+// scrapers. Without keys nothing is authenticated: put the port behind the operator's
+// network policy.
 //
 // Every response carries X-Request-Id (the client's when usable, else a new one);
 // generation responses carry X-Turbine-Worker, the id of the worker that served them,
@@ -45,6 +53,8 @@ type Server struct {
 	opts    options
 	metrics *frontendMetrics
 	mux     *http.ServeMux
+	// keyDigests are the SHA-256 digests of Config.APIKeys (nil: no authentication).
+	keyDigests [][sha256.Size]byte
 
 	draining atomic.Bool
 	active   *activity // generation requests from arrival to the end of their answer
@@ -68,6 +78,9 @@ func New(cfg Config, backend Backend, opts ...Option) (*Server, error) {
 		active: newActivity()}
 	if cfg.QueueDepth > 0 {
 		s.queue = newQueue(cfg.QueueDepth)
+	}
+	for _, k := range cfg.APIKeys {
+		s.keyDigests = append(s.keyDigests, sha256.Sum256([]byte(k)))
 	}
 	s.routes()
 	return s, nil
@@ -104,14 +117,70 @@ func only(method string, h http.HandlerFunc) http.Handler {
 
 type requestIDKey struct{}
 
-// ServeHTTP assigns the request id and dispatches.
+// ServeHTTP assigns the request id, checks the API key (Config.APIKeys) and dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("X-Request-Id")
 	if !validRequestID(id) {
 		id = s.cfg.NewRequestID()
 	}
 	w.Header().Set("X-Request-Id", id)
-	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	if len(s.keyDigests) > 0 && authRequired(r.URL.Path) && !s.authorized(r) {
+		s.unauthorized(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// authRequired reports whether a request to path (the decoded URL path) needs an API
+// key: the OpenAI API (/v1/) and the admin routes (/admin/). An escaped form
+// (/%761/models) decodes to the same path; one not in canonical form
+// (/health/../admin/…) is not served but redirected to its canonical form, which is
+// checked when the client follows.
+func authRequired(path string) bool {
+	return strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/admin/")
+}
+
+// authorized reports whether r presents one of the API keys as
+// "Authorization: Bearer <key>" (the scheme's case does not matter, RFC 7235). The key is
+// compared through its SHA-256 digest with every key's, in constant time
+// (crypto/subtle), so the time taken tells neither which key matched nor their lengths.
+func (s *Server) authorized(r *http.Request) bool {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return false
+	}
+	d := sha256.Sum256([]byte(token))
+	match := 0
+	for i := range s.keyDigests {
+		match |= subtle.ConstantTimeCompare(d[:], s.keyDigests[i][:])
+	}
+	return match == 1
+}
+
+// unauthorized answers 401 with WWW-Authenticate: Bearer. A refused generation request
+// is counted and logged like its other failures (its endpoint, status 401, no model);
+// the presented key is never logged.
+func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
+	aerr := newError(KindUnauthorized, "", "Incorrect API key provided.")
+	endpoint := ""
+	switch r.URL.Path {
+	case "/v1/chat/completions":
+		endpoint = endpointChat
+	case "/v1/completions":
+		endpoint = endpointCompletions
+	}
+	if endpoint != "" {
+		rec := s.begin(r, endpoint)
+		rec.fail(aerr)
+		defer s.end(rec)
+	}
+	w.Header().Set("WWW-Authenticate", "Bearer")
+	writeError(w, aerr, 0)
 }
 
 // validRequestID accepts 1..MaxRequestIDLength bytes of letters, digits and "-_.:".

@@ -111,12 +111,12 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	// Tokenizer files a node has and this machine lacks are fetched from a worker once,
 	// verified against the card's digest and cached.
-	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes}), backend,
+	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes, APIKeys: o.APIKeys}), backend,
 		gateway.WithModelLoader(backend.ModelLoader()))
 	if err != nil {
 		return err
 	}
-	log.Info().Str("url", "http://"+ln.Addr().String()).Str("router_mode", o.RouterMode).Msg("turbine frontend serving")
+	log.Info().Str("url", "http://"+ln.Addr().String()).Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Msg("turbine frontend serving")
 	// On SIGTERM: new requests get 503, those in flight run for --drain-timeout.
 	serveErr := options.ServeDrained(ctx, ln, handler, log, func() {
 		handler.Drain()

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/rs/zerolog"
 )
@@ -17,6 +19,10 @@ type HTTP struct {
 	Host         string
 	Port         int
 	MaxBodyBytes int64 // largest accepted request body, bytes
+	// APIKeys are the keys a client must present as "Authorization: Bearer <key>" on
+	// /v1/ and /admin/ (gateway.Config.APIKeys); empty: no authentication. From
+	// --api-key, repeatable and comma-separated, or TURBINE_API_KEY (comma-separated).
+	APIKeys []string
 }
 
 // DefaultHTTP returns 127.0.0.1:8000 and a 4 MiB body limit.
@@ -27,6 +33,9 @@ func (o *HTTP) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Host, "host", o.Host, "address the OpenAI HTTP API listens on")
 	fs.IntVar(&o.Port, "port", o.Port, "port of the OpenAI HTTP API (0 picks a free one)")
 	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "largest accepted HTTP request body in bytes")
+	fs.Var(&keyList{keys: &o.APIKeys, fs: fs}, "api-key",
+		"require `keys` on /v1/ and /admin/ (\"Authorization: Bearer KEY\"; /health, /live, /metrics stay open): comma-separated, "+
+			"the flag repeatable; any one of them is accepted (default: no authentication)")
 }
 
 // Validate checks the HTTP options; errors name the flag.
@@ -36,6 +45,49 @@ func (o *HTTP) Validate() error {
 		return fmt.Errorf("--port %d: want 0..65535", o.Port)
 	case o.MaxBodyBytes < 1024:
 		return fmt.Errorf("--max-body-bytes %d: must be ≥ 1024", o.MaxBodyBytes)
+	}
+	// The errors name the key's position, never the key.
+	for i, k := range o.APIKeys {
+		switch {
+		case k == "":
+			return fmt.Errorf("--api-key: key %d of %d is empty (give non-empty keys, comma-separated or with --api-key repeated)", i+1, len(o.APIKeys))
+		case strings.ContainsFunc(k, unicode.IsControl):
+			return fmt.Errorf("--api-key: key %d of %d has a control character (it could not be sent in an Authorization header)", i+1, len(o.APIKeys))
+		}
+	}
+	return nil
+}
+
+// keyList is the value of --api-key: comma-separated keys (white space around each
+// trimmed), the flag repeatable. As for every flag, the command line wins over the
+// environment: the keys of TURBINE_API_KEY (which cli.Parse sets before it parses the
+// arguments) are replaced by those of the first --api-key, and further --api-key flags
+// add theirs. String never shows the keys (flag errors and help print it).
+type keyList struct {
+	keys *[]string
+	fs   *flag.FlagSet // Parsed tells the environment's Set from the command line's
+	// from is where the keys held came from: 0 the default, 1 the environment, 2 the
+	// command line.
+	from int
+}
+
+func (v *keyList) String() string {
+	if v == nil || v.keys == nil || len(*v.keys) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("(%d keys)", len(*v.keys))
+}
+
+func (v *keyList) Set(s string) error {
+	from := 1
+	if v.fs.Parsed() {
+		from = 2
+	}
+	if from != v.from {
+		*v.keys, v.from = nil, from
+	}
+	for _, k := range strings.Split(s, ",") {
+		*v.keys = append(*v.keys, strings.TrimSpace(k))
 	}
 	return nil
 }
