@@ -32,8 +32,9 @@ func (WallClock) Now() time.Time { return time.Now() }
 // After is time.After.
 func (WallClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// Error kinds of a Result (a kind may also be "http_<status>" or "stream_<code>" for an
-// error frame of the stream with that code; see ErrorKind).
+// Error kinds of a Result (a kind may also be "http_<status>" for another HTTP status
+// than 200 or 401, or "stream_<code>" for an error frame of the stream with that code;
+// see ErrorKind).
 const (
 	ErrConnect       = "connect"         // the request could not be sent or the body not read
 	ErrTimeout       = "timeout"         // the request ran past its limit (http.Client.Timeout, a deadline)
@@ -46,6 +47,7 @@ const (
 	ErrOutputLength  = "output_length"   // completion_tokens differs from max_tokens (ignore_eos)
 	ErrCanceled      = "canceled"        // the run was stopped before the answer ended
 	ErrWorkload      = "workload"        // the request's prompt could not be synthesized
+	ErrUnauthorized  = "unauthorized"    // HTTP 401: the server wants an API key, and none or a wrong one was sent
 )
 
 // MaxFrameBytes is the longest SSE line a Client reads (16 MiB); a longer one fails the
@@ -112,6 +114,9 @@ type Client struct {
 	// Endpoint is what a Runner sends through: EndpointCompletions ("" too: Do) or
 	// EndpointChat (DoChat).
 	Endpoint string
+	// APIKey, when not empty, is sent with every request as "Authorization: Bearer
+	// <APIKey>" (OpenAI's and vLLM's --api-key scheme).
+	APIKey string
 }
 
 func (c *Client) clock() Clock {
@@ -169,6 +174,9 @@ func (c *Client) send(ctx context.Context, origin time.Time, path string, body [
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
@@ -185,6 +193,13 @@ func (c *Client) send(ctx context.Context, origin time.Time, path string, body [
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		res.E2E = clock.Now().Sub(start)
+		if resp.StatusCode == http.StatusUnauthorized {
+			what := "no API key was sent"
+			if c.APIKey != "" {
+				what = "the API key sent was refused"
+			}
+			return fail(res, ErrUnauthorized, fmt.Sprintf("HTTP 401, %s: %s", what, strings.TrimSpace(string(msg))))
+		}
 		return fail(res, fmt.Sprintf("http_%d", resp.StatusCode), strings.TrimSpace(string(msg)))
 	}
 	res, err = readStream(resp.Body, clock.Now, start, res, chat)

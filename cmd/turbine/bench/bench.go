@@ -23,6 +23,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
@@ -54,6 +55,10 @@ type Options struct {
 	Out, Label       string
 	ProgressInterval time.Duration
 	Timeout          time.Duration // per request
+	// APIKey is sent with every request as "Authorization: Bearer <APIKey>"; "" sends
+	// none. From --api-key, else the first key of TURBINE_API_KEY (the serve's
+	// comma-separated list), else OPENAI_API_KEY (as the OpenAI SDK).
+	APIKey string
 
 	// Simulate replays the workload on a simulated fleet (package bench/sim) described
 	// by Fleet instead of sending it to URL.
@@ -102,6 +107,8 @@ func flags(o *Options, fs *flag.FlagSet) {
 	workloadFlags(o, fs)
 	fs.StringVar(&o.Out, "out", o.Out, "directory for summary.json, requests.csv and plot.svg")
 	fs.StringVar(&o.Label, "label", o.Label, "name of the run in summaries and plots (default: the workload)")
+	fs.StringVar(&o.APIKey, "api-key", o.APIKey, "API `key` sent as \"Authorization: Bearer KEY\" to a server started with --api-key "+
+		"(default: $OPENAI_API_KEY, as the OpenAI SDK; --api-key '' sends none)")
 	fs.BoolVar(&o.Simulate, "simulate", o.Simulate, "replay the workload on a simulated fleet of mock engines (virtual time; no --url)")
 	o.Fleet.simulateFlags(fs)
 }
@@ -145,8 +152,27 @@ func (o *Options) Validate() error {
 		if err := checkURL(o.URL); err != nil {
 			return err
 		}
+		if strings.ContainsFunc(o.APIKey, unicode.IsControl) {
+			// The key itself is not shown.
+			return errors.New("--api-key: the key has a control character (it could not be sent in an Authorization header)")
+		}
 	}
 	return o.validateWorkload()
+}
+
+// defaultAPIKey settles APIKey after parsing: a key from TURBINE_API_KEY (the serve's
+// variable, a comma-separated list) is its first; without --api-key or TURBINE_API_KEY,
+// OPENAI_API_KEY's. White space around the key is dropped (a server trims its header
+// values).
+func (o *Options) defaultAPIKey() {
+	given, ok := o.given["api-key"]
+	switch {
+	case !ok:
+		o.APIKey = os.Getenv("OPENAI_API_KEY")
+	case !strings.HasPrefix(given, "--"): // from the environment
+		o.APIKey, _, _ = strings.Cut(o.APIKey, ",")
+	}
+	o.APIKey = strings.TrimSpace(o.APIKey)
 }
 
 // checkURL checks --url: an absolute http:// or https:// URL with a host (a base URL:
@@ -253,6 +279,7 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 		return err
 	}
 	o.setGiven(fs)
+	o.defaultAPIKey()
 	if !o.Simulate {
 		var err error
 		fs.Visit(func(f *flag.Flag) {
@@ -265,6 +292,8 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 		}
 	} else if isSet(fs, "url") {
 		return errors.New("--url: not with --simulate (the simulated fleet is in this process)")
+	} else if isSet(fs, "api-key") {
+		return errors.New("--api-key: not with --simulate (the simulated fleet is in this process)")
 	}
 	if err := o.Validate(); err != nil {
 		return err
@@ -294,6 +323,11 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 			label = workload
 		}
 		s, results, err = o.measure(ctx, reqs, workload, o.URL, label, stderr)
+		if err == nil {
+			if hint := unauthorizedHint(s, o.APIKey != ""); hint != "" {
+				fmt.Fprintln(stderr, hint)
+			}
+		}
 	}
 	if err != nil {
 		return err
@@ -311,11 +345,26 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
+// unauthorizedHint explains the run's 401 answers (bench.ErrUnauthorized); "" when
+// there were none.
+func unauthorizedHint(s bench.Summary, keySent bool) string {
+	n := s.Errors[bench.ErrUnauthorized]
+	if n == 0 {
+		return ""
+	}
+	what := "the server wants an API key and none was sent: give it with --api-key (or TURBINE_API_KEY, OPENAI_API_KEY)"
+	if keySent {
+		what = "the server refused the API key sent (from --api-key, TURBINE_API_KEY or OPENAI_API_KEY): check it against the server's --api-key"
+	}
+	return fmt.Sprintf("bench: %d of %d requests answered HTTP 401 (%s): %s", n, s.Requests, bench.ErrUnauthorized, what)
+}
+
 // measure sends reqs to url, or for a generated workload (reqs nil) runs its closed
 // loop for --duration, and summarizes the answers.
 func (o *Options) measure(ctx context.Context, reqs []bench.Request, workload, url, label string, stderr io.Writer) (bench.Summary, []bench.Result, error) {
 	runner := &bench.Runner{
-		Client:      &bench.Client{URL: url, Model: o.Model, HTTP: newHTTPClient(o.Timeout, o.Concurrency), Endpoint: o.Endpoint},
+		Client: &bench.Client{URL: url, Model: o.Model, HTTP: newHTTPClient(o.Timeout, o.Concurrency), Endpoint: o.Endpoint,
+			APIKey: o.APIKey},
 		Concurrency: o.Concurrency, BlockTokens: o.BlockTokens,
 	}
 	total := len(reqs)

@@ -47,6 +47,8 @@ func TestValidate(t *testing.T) {
 		{with(m, "--router-mode", "random"), "--router-mode"},
 		{with(m, "--speedup-ratio", "10"), "--speedup-ratio"},
 		{with(sim, "--url", "http://127.0.0.1:1"), "--url"},
+		{with(sim, "--api-key", "sk-a"), "--api-key: not with --simulate"},
+		{with(m, "--api-key", "sk-\x01a"), "--api-key: the key has a control character"},
 		{with(sim, "--concurrency", "4"), "--concurrency"},
 		{[]string{"--simulate"}, "--rate"},
 		{with(sim, "--router-mode", "fastest"), "--router-mode"},
@@ -94,8 +96,11 @@ func TestValidate(t *testing.T) {
 }
 
 // server answers streaming completions like vLLM, reporting half the prompt as cached.
-func server(t *testing.T) *httptest.Server {
-	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func server(t *testing.T) *httptest.Server { return httptest.NewServer(completions(t)) }
+
+// completions is server's handler.
+func completions(t *testing.T) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		var b struct {
 			Prompt    []uint32 `json:"prompt"`
 			MaxTokens int      `json:"max_tokens"`
@@ -110,7 +115,7 @@ func server(t *testing.T) *httptest.Server {
 		}
 		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}\n\ndata: [DONE]\n\n",
 			len(b.Prompt), b.MaxTokens, len(b.Prompt)/2)
-	}))
+	}
 }
 
 func TestRunTraceAndPlot(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -88,7 +89,17 @@ func fakeServe(how string, args []string) int {
 		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}\n\ndata: [DONE]\n\n",
 			len(b.Prompt), b.MaxTokens, cached)
 	})
-	srv := &http.Server{Handler: mux}
+	var h http.Handler = mux
+	if key := os.Getenv("TURBINE_API_KEY"); key != "" { // as serve --api-key would
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/v1/") && r.Header.Get("Authorization") != "Bearer "+key {
+				http.Error(w, `{"error":{"code":"invalid_api_key"}}`, http.StatusUnauthorized)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
+	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Fprintf(os.Stderr, `{"level":"info","url":"http://%s","model":%q,"workers":%d,"router_mode":%q,"message":"turbine serving"}`+"\n",
 		ln.Addr(), *model, *workers, *mode)

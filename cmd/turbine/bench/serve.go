@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 )
 
 // serveLogLines is how many of a serve's last log lines an error quotes.
@@ -40,6 +43,9 @@ type serveProc struct {
 func startServe(ctx context.Context, exe string, args []string, model string, workers int, limit time.Duration) (*serveProc, error) {
 	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The serve is the comparison's own and its API stays open to it: an API key the
+	// environment would give it (TURBINE_API_KEY) is left out.
+	cmd.Env = withoutEnv(os.Environ(), cli.EnvName("api-key"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -223,6 +229,17 @@ func readyWorkers(exposition, model string) int {
 		}
 	}
 	return n
+}
+
+// withoutEnv returns env (KEY=value entries) without those of the variable name.
+func withoutEnv(env []string, name string) []string {
+	out := make([]string, 0, len(env))
+	for _, e := range env {
+		if k, _, _ := strings.Cut(e, "="); k != name {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // errServeStopped marks a run whose serve exited while it was being measured.
