@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -116,8 +117,8 @@ func TestRunUnauthorized(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			args := append([]string{"--url", srv.URL, "--model", "m", "--isl", "20", "--osl", "2", "--requests", "3",
 				"--concurrency", "1", "--progress-interval", "0", "--out", dir}, tc.args...)
-			if err := Run(context.Background(), args, &stdout, &stderr); err != nil {
-				t.Fatalf("%v\n%s", err, stderr.String())
+			if err := Run(context.Background(), args, &stdout, &stderr); !errors.Is(err, ErrNoSuccess) {
+				t.Fatalf("Run: %v, want ErrNoSuccess\n%s", err, stderr.String())
 			}
 			s := readSummary(t, filepath.Join(dir, "summary.json"))
 			if s.Failed != 3 || s.Errors[bench.ErrUnauthorized] != 3 {

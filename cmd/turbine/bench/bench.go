@@ -336,6 +336,19 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 		return err
 	}
 	printSummary(stdout, s, o.Out)
+	return noneSucceeded(s)
+}
+
+// ErrNoSuccess is returned by a run in which no request succeeded: its files are written
+// (they say why), but it measured nothing, and a script must not take it for a result.
+var ErrNoSuccess = errors.New("no request succeeded")
+
+// noneSucceeded is ErrNoSuccess, naming the failures, when s has requests and none
+// succeeded; nil otherwise.
+func noneSucceeded(s bench.Summary) error {
+	if s.Requests > 0 && s.Succeeded == 0 {
+		return fmt.Errorf("%w: %d of %d failed%s", ErrNoSuccess, s.Failed, s.Requests, errorKinds(s.Errors))
+	}
 	return nil
 }
 
@@ -466,9 +479,9 @@ func writeFile(path string, write func(io.Writer) error) error {
 
 func printSummary(w io.Writer, s bench.Summary, dir string) {
 	fmt.Fprintf(w, "%s: %d requests, %d ok, %d failed%s, %.1f s\n", s.Label, s.Requests, s.Succeeded, s.Failed, errorKinds(s.Errors), s.DurationS)
-	fmt.Fprintf(w, "  TTFT ms  p50 %.1f  p90 %.1f  p99 %.1f  mean %.1f\n", s.TTFT.P50, s.TTFT.P90, s.TTFT.P99, s.TTFT.Mean)
-	fmt.Fprintf(w, "  ITL ms   p50 %.2f  p90 %.2f  p99 %.2f  mean %.2f\n", s.ITL.P50, s.ITL.P90, s.ITL.P99, s.ITL.Mean)
-	fmt.Fprintf(w, "  E2E ms   p50 %.1f  p90 %.1f  p99 %.1f  mean %.1f\n", s.E2E.P50, s.E2E.P90, s.E2E.P99, s.E2E.Mean)
+	printDist(w, "TTFT ms ", s.TTFT, "%.1f")
+	printDist(w, "ITL ms  ", s.ITL, "%.2f")
+	printDist(w, "E2E ms  ", s.E2E, "%.1f")
 	fmt.Fprintf(w, "  throughput %.2f requests/s, %.1f output tokens/s\n", s.RequestThroughput, s.OutputThroughput)
 	if s.PrefixCacheHitRate != nil {
 		fmt.Fprintf(w, "  prefix-cache hit rate %.1f%% (%d of %d prompt tokens)\n", 100**s.PrefixCacheHitRate, s.CachedTokens, s.PromptTokens)
@@ -477,6 +490,16 @@ func printSummary(w io.Writer, s bench.Summary, dir string) {
 		fmt.Fprintf(w, "  hit-rate ceiling %.1f%% (an infinite prefix cache on this workload)\n", 100**s.HitRateCeiling)
 	}
 	fmt.Fprintf(w, "  written: %s\n", filepath.Join(dir, "{summary.json,requests.csv,plot.svg}"))
+}
+
+// printDist prints one latency line; a distribution without samples (no successful
+// request, or no second token for ITL) says so instead of printing zeros.
+func printDist(w io.Writer, name string, d bench.Dist, f string) {
+	if d.Count == 0 {
+		fmt.Fprintf(w, "  %s no samples\n", name)
+		return
+	}
+	fmt.Fprintf(w, "  %s p50 "+f+"  p90 "+f+"  p99 "+f+"  mean "+f+"\n", name, d.P50, d.P90, d.P99, d.Mean)
 }
 
 // runPlot is `turbine bench plot A.json B.json … -o cmp.svg`.
@@ -523,7 +546,7 @@ func runPlot(args []string, stderr io.Writer) error {
 		s, err := bench.ReadSummary(f, name)
 		f.Close()
 		if err != nil {
-			return err
+			return fmt.Errorf("plot: %s", strings.TrimPrefix(err.Error(), "bench: "))
 		}
 		runs = append(runs, s)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -184,12 +185,18 @@ func TestRunSyntheticErrors(t *testing.T) {
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	args := []string{"--url", srv.URL, "--model", "m", "--isl", "20", "--osl", "2", "--requests", "5", "--concurrency", "2", "--out", dir}
-	if err := Run(context.Background(), args, &stdout, &stderr); err != nil {
-		t.Fatal(err)
+	// Nothing succeeded: the run fails (a script must not take it for a result), with its
+	// files written and no made-up latencies printed.
+	err := Run(context.Background(), args, &stdout, &stderr)
+	if !errors.Is(err, ErrNoSuccess) || !strings.Contains(err.Error(), "5 of 5 failed (http_503 5)") {
+		t.Fatalf("Run: %v, want ErrNoSuccess naming 5 http_503 failures", err)
 	}
 	s := readSummary(t, filepath.Join(dir, "summary.json"))
 	if s.Failed != 5 || s.Errors["http_503"] != 5 || s.PrefixCacheHitRate != nil {
 		t.Fatalf("summary %+v: want 5 failures of kind http_503 and no hit rate", s)
+	}
+	if out := stdout.String(); strings.Count(out, "no samples") != 3 || strings.Contains(out, "p50") {
+		t.Errorf("stdout prints latencies without samples:\n%s", out)
 	}
 }
 

@@ -225,6 +225,11 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprint(stdout, table)
 	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(o.Out, "{compare.md,compare.json,compare.svg}"))
+	for i, s := range runs {
+		if err := noneSucceeded(s); err != nil {
+			return fmt.Errorf("mode %s: %w", modes[i], err)
+		}
+	}
 	return nil
 }
 
