@@ -13,7 +13,8 @@ import (
 // canary decides when an idle engine gets a one-token canary request and whether the
 // last one passed (REFERENCE §10). It is a pure core: the actor passes the time in.
 // A failed canary keeps the worker out of routing; since it then gets no request it
-// stays idle, and the next canary, one interval later, may bring it back.
+// stays idle, and the next canary, failedRetry later (or one interval, if shorter), may
+// bring it back.
 type canary struct {
 	interval   time.Duration // 0: off
 	lastActive time.Time     // last request start or end, canary or engine (re)start
@@ -24,10 +25,20 @@ type canary struct {
 // touch records engine activity at now (a request started or ended, an engine started).
 func (c *canary) touch(now time.Time) { c.lastActive = now }
 
+// failedRetry is how soon a canary follows a failed one: the worker is out of routing
+// meanwhile, so a recovered engine (a paused process resumed) should not wait a whole
+// interval to serve again.
+const failedRetry = 2 * time.Second
+
 // due reports whether a canary should start at now: on, none running, no request in
-// flight, and the engine silent for at least the interval.
+// flight, and the engine silent for at least the interval (failedRetry after a failed
+// canary, when that is shorter).
 func (c *canary) due(now time.Time, inflight int) bool {
-	return c.interval > 0 && !c.running && inflight == 0 && now.Sub(c.lastActive) >= c.interval
+	wait := c.interval
+	if c.failed {
+		wait = min(wait, failedRetry)
+	}
+	return c.interval > 0 && !c.running && inflight == 0 && now.Sub(c.lastActive) >= wait
 }
 
 // start marks a canary running.

@@ -439,8 +439,12 @@ func (w *workerActor) onScrape(m heartbeatDone) {
 		return
 	}
 	if m.ok {
-		if w.failedScrapes >= maxFailedScrapes {
+		switch {
+		case w.failedScrapes < maxFailedScrapes:
+		case w.canary.healthy():
 			w.log.Info().Msg("engine answers again: back in routing")
+		default:
+			w.log.Info().Msg("engine answers load scrapes again; out of routing until a canary passes")
 		}
 		w.failedScrapes = 0
 		return
