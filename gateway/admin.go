@@ -107,8 +107,8 @@ func (s *Server) parseBusyUpdate(w http.ResponseWriter, r *http.Request) (*BusyU
 		return nil, newError(KindMissingParameter, "model", "`model` is required.")
 	case u.KVUsage == nil && u.PrefillTokens == nil:
 		return nil, newError(KindMissingParameter, "kv_usage", "Give `kv_usage`, `prefill_tokens` or both.")
-	case u.KVUsage != nil && (math.IsNaN(*u.KVUsage) || math.IsInf(*u.KVUsage, 0) || *u.KVUsage < 0):
-		return nil, newError(KindInvalidValue, "kv_usage", "`kv_usage` must be a fraction ≥ 0 (0 turns the test off), got %v.", *u.KVUsage)
+	case u.KVUsage != nil && (math.IsNaN(*u.KVUsage) || *u.KVUsage < 0 || *u.KVUsage > 1):
+		return nil, newError(KindInvalidValue, "kv_usage", "`kv_usage` must be a fraction from 0 to 1 (0 turns the test off), got %v.", *u.KVUsage)
 	case u.PrefillTokens != nil && *u.PrefillTokens < 0:
 		return nil, newError(KindInvalidValue, "prefill_tokens", "`prefill_tokens` must be ≥ 0 (0 turns the test off), got %d.", *u.PrefillTokens)
 	}

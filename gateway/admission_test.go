@@ -254,6 +254,7 @@ func TestAdminBusyThresholds(t *testing.T) {
 		{"unknown model", "POST", "/admin/busy_thresholds", `{"model":"nope","kv_usage":0.5}`, 404, `model_not_found`},
 		{"nothing to set", "POST", "/admin/busy_thresholds", `{"model":"tiny"}`, 400, `"param":"kv_usage"`},
 		{"negative usage", "POST", "/admin/busy_thresholds", `{"model":"tiny","kv_usage":-1}`, 400, `"param":"kv_usage"`},
+		{"usage above 1", "POST", "/admin/busy_thresholds", `{"model":"tiny","kv_usage":1.5}`, 400, `"param":"kv_usage"`},
 		{"negative tokens", "POST", "/admin/busy_thresholds", `{"model":"tiny","prefill_tokens":-5}`, 400, `"param":"prefill_tokens"`},
 		{"bad json", "POST", "/admin/busy_thresholds", `{`, 400, `invalid_json`},
 		{"wrong method", "DELETE", "/admin/busy_thresholds", ``, 405, `method_not_allowed`},

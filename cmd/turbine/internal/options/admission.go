@@ -57,8 +57,8 @@ func (o *Admission) Flags(fs *flag.FlagSet) {
 // Validate checks the admission options; errors name the flag.
 func (o *Admission) Validate() error {
 	switch {
-	case math.IsNaN(o.BusyKVUsage) || math.IsInf(o.BusyKVUsage, 0) || o.BusyKVUsage < 0:
-		return fmt.Errorf("--busy-kv-usage %g: want a fraction ≥ 0 (0: off)", o.BusyKVUsage)
+	case math.IsNaN(o.BusyKVUsage) || o.BusyKVUsage < 0 || o.BusyKVUsage > 1:
+		return fmt.Errorf("--busy-kv-usage %g: want a fraction from 0 to 1 (0: off)", o.BusyKVUsage)
 	case o.BusyPrefillTokens < 0:
 		return fmt.Errorf("--busy-prefill-tokens %d: want ≥ 0 (0: off)", o.BusyPrefillTokens)
 	case o.QueueDepth < 0 || o.QueueDepth > 1_000_000:

@@ -16,6 +16,8 @@ func TestAdmissionFlags(t *testing.T) {
 		{[]string{"--busy-kv-usage", "0.9", "--busy-prefill-tokens", "20000", "--queue-depth", "8", "--queue-timeout", "2s", "--drain-timeout", "0s", "--canary-interval", "0"}, ""},
 		{[]string{"--busy-kv-usage", "-0.1"}, "--busy-kv-usage"},
 		{[]string{"--busy-kv-usage", "NaN"}, "--busy-kv-usage"},
+		{[]string{"--busy-kv-usage", "2"}, "--busy-kv-usage"},
+		{[]string{"--busy-kv-usage", "1"}, ""},
 		{[]string{"--busy-prefill-tokens", "-1"}, "--busy-prefill-tokens"},
 		{[]string{"--queue-depth", "-1"}, "--queue-depth"},
 		{[]string{"--queue-timeout", "0s"}, "--queue-timeout"},

@@ -92,11 +92,11 @@ func (v *keyList) Set(s string) error {
 	return nil
 }
 
-// Listen binds the HTTP port; errors name --port.
+// Listen binds the HTTP port; errors name --host and --port.
 func (o *HTTP) Listen() (net.Listener, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
 	if err != nil {
-		return nil, fmt.Errorf("--port: %w", err)
+		return nil, fmt.Errorf("--host %s --port %d: %w", o.Host, o.Port, err)
 	}
 	return ln, nil
 }
