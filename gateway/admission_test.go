@@ -278,3 +278,41 @@ func TestAdminWithoutBusyAdmin(t *testing.T) {
 		t.Errorf("got %d %s", rr.Code, rr.Body.String())
 	}
 }
+
+// TestDrainCutRequestSaysDraining: a request that its worker hands back, migratable, while
+// the server drains (the drain period is over and no worker is left to take it) answers
+// 503 service_draining — the server is shutting down — not 502 "a worker failed"; a
+// stream gets that error frame. Outside a drain the same chunk stays a 502.
+func TestDrainCutRequestSaysDraining(t *testing.T) {
+	handedBack := &messages.TokenChunk{FinishReason: "error", Migratable: true,
+		Error: "worker w0: engine request ended by the drain; not migrated: no live worker"}
+	for _, tc := range []struct {
+		name   string
+		drain  bool
+		stream bool
+		code   int
+		want   string
+	}{
+		{"drained, whole answer", true, false, 503, `"code":"service_draining"`},
+		{"drained, stream", true, true, 200, `"code":"service_draining"`},
+		{"not draining", false, false, 502, `"code":"backend_unavailable"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newFakeBackend()
+			s := newTestServer(t, b)
+			b.steps = []step{tokens("Hel"), {chunk: handedBack, before: func() {
+				if tc.drain {
+					s.Drain()
+				}
+			}}}
+			body := `{"model":"tiny","prompt":"hi","max_tokens":8}`
+			if tc.stream {
+				body = `{"model":"tiny","prompt":"hi","max_tokens":8,"stream":true}`
+			}
+			rr := serve(s, http.MethodPost, "/v1/completions", body)
+			if rr.Code != tc.code || !strings.Contains(rr.Body.String(), tc.want) {
+				t.Fatalf("%d %s; want %d with %s", rr.Code, rr.Body.String(), tc.code, tc.want)
+			}
+		})
+	}
+}

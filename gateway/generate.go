@@ -169,6 +169,14 @@ func (g *generation) pump(ctx context.Context, emit func(string) error) (last st
 			prev = now
 		}
 		text, aerr := g.out.push(c)
+		if aerr != nil && aerr.Kind == KindBackendError && g.s.draining.Load() {
+			// The worker handed the request back at the end of the drain period and no
+			// worker is left to take it: the client should hear that the server is
+			// shutting down (503, retry elsewhere), not that a worker failed.
+			cause := aerr.Cause
+			aerr = newError(KindDraining, "", "The server is shutting down: the request was ended at the end of its drain period; it can be retried.")
+			aerr.Cause = cause
+		}
 		if aerr != nil || g.out.finished() {
 			return text, aerr, false
 		}
