@@ -60,7 +60,8 @@ type mooncakeLine struct {
 
 // ReadMooncake reads a Mooncake JSONL trace (timestamp in ms, input_length,
 // output_length, hash_ids with one id per blockTokens tokens) from r, at most limit
-// requests (0: all). Blank lines are skipped. Timestamps must not go backwards (a
+// requests (0: all). Blank lines are skipped. input_length and output_length must be
+// positive (a request generates at least one token). Timestamps must not go backwards (a
 // line's may equal the previous request's) and must be at most MaxArrival; lines may be
 // at most MaxTraceLine bytes long. Errors name the source and line.
 func ReadMooncake(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
@@ -116,8 +117,8 @@ func (m mooncakeLine) check(blockTokens int) error {
 		return fmt.Errorf("timestamp %v ms: want at most %.0f ms (%v from the trace start)", *m.Timestamp, maxArrivalMillis, MaxArrival)
 	case m.InputLength <= 0:
 		return fmt.Errorf("input_length %d: want > 0", m.InputLength)
-	case m.OutputLength < 0:
-		return fmt.Errorf("output_length %d: want >= 0", m.OutputLength)
+	case m.OutputLength <= 0:
+		return fmt.Errorf("output_length %d: want > 0 (a request generates at least one token)", m.OutputLength)
 	case len(m.HashIDs) != (m.InputLength+blockTokens-1)/blockTokens:
 		return fmt.Errorf("input_length %d does not match %d hash_ids of %d tokens", m.InputLength, len(m.HashIDs), blockTokens)
 	}
@@ -129,11 +130,12 @@ const azureLayout = "2006-01-02 15:04:05.999999999"
 
 // ReadAzure reads an Azure LLM inference trace (CSV with a header naming TIMESTAMP,
 // ContextTokens and GeneratedTokens, in any order and case) from r, at most limit
-// requests (0: all). Arrivals are offsets from the first row's timestamp: rows must not
-// go backwards in time (a row's TIMESTAMP may equal the previous row's) and must lie at
-// most MaxArrival after the first. The trace has no prefix information, so every prompt
-// gets blocks of its own (blockTokens tokens each) that no other request shares. Errors
-// name the source and line.
+// requests (0: all). ContextTokens and GeneratedTokens must be positive integers (a
+// request generates at least one token). Arrivals are offsets from the first row's
+// timestamp: rows must not go backwards in time (a row's TIMESTAMP may equal the
+// previous row's) and must lie at most MaxArrival after the first. The trace has no
+// prefix information, so every prompt gets blocks of its own (blockTokens tokens each)
+// that no other request shares. Errors name the source and line.
 func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
 	if blockTokens < 1 {
 		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
@@ -174,8 +176,8 @@ func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, err
 		if err1 != nil || in <= 0 {
 			return nil, fmt.Errorf("bench: %s:%d: ContextTokens %q: want a positive integer", name, line, rec[iCtx])
 		}
-		if err2 != nil || gen < 0 {
-			return nil, fmt.Errorf("bench: %s:%d: GeneratedTokens %q: want a non-negative integer", name, line, rec[iGen])
+		if err2 != nil || gen <= 0 {
+			return nil, fmt.Errorf("bench: %s:%d: GeneratedTokens %q: want a positive integer (a request generates at least one token)", name, line, rec[iGen])
 		}
 		if len(out) == 0 {
 			first, prev = ts, ts

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ func TestReadMooncake(t *testing.T) {
 	want := []Request{
 		{Arrival: 0, InputLength: 1000, OutputLength: 12, HashIDs: []int64{0, 1}},
 		{Arrival: 0, InputLength: 1100, OutputLength: 3, HashIDs: []int64{0, 1, 2}},
-		{Arrival: 1500 * time.Millisecond, InputLength: 512, OutputLength: 0, HashIDs: []int64{7}},
+		{Arrival: 1500 * time.Millisecond, InputLength: 512, OutputLength: 1, HashIDs: []int64{7}},
 		{Arrival: 3027 * time.Millisecond, InputLength: 1600, OutputLength: 40, HashIDs: []int64{0, 8, 9, 10}},
 	}
 	if len(reqs) != len(want) {
@@ -50,6 +51,11 @@ func TestReadMooncakeErrors(t *testing.T) {
 		{"other block size", `{"timestamp":0,"input_length":1025,"output_length":1,"hash_ids":[1,2]}`, 1024, ""},
 		{"no timestamp", `{"input_length":1,"output_length":1,"hash_ids":[1]}`, 512, "no timestamp"},
 		{"negative output", `{"timestamp":0,"input_length":1,"output_length":-1,"hash_ids":[1]}`, 512, "output_length -1"},
+		// A request generates at least one token: 0 would be sent as max_tokens 1.
+		{"zero output", "{\"timestamp\":0,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}\n" +
+			`{"timestamp":0,"input_length":1,"output_length":0,"hash_ids":[1]}`, 512,
+			"x.jsonl:2: output_length 0: want > 0 (a request generates at least one token)"},
+		{"no output_length", `{"timestamp":0,"input_length":1,"hash_ids":[1]}`, 512, "x.jsonl:1: output_length 0"},
 		{"empty input", `{"timestamp":0,"input_length":0,"output_length":1,"hash_ids":[]}`, 512, "input_length 0"},
 		{"second line", "{\"timestamp\":0,\"input_length\":1,\"output_length\":1,\"hash_ids\":[1]}\n[]", 512, "x.jsonl:2"},
 		{"zero block", `{}`, 0, "block size 0"},
@@ -129,7 +135,7 @@ func TestReadAzure(t *testing.T) {
 	want := []struct {
 		at      time.Duration
 		in, out int
-	}{{0, 374, 44}, {4314579 * time.Microsecond, 1396, 109}, {4419410 * time.Microsecond, 20, 0}}
+	}{{0, 374, 44}, {4314579 * time.Microsecond, 1396, 109}, {4419410 * time.Microsecond, 20, 1}}
 	if len(reqs) != len(want) {
 		t.Fatalf("%d requests, want %d", len(reqs), len(want))
 	}
@@ -157,6 +163,9 @@ func TestReadAzureErrors(t *testing.T) {
 		{"bad time", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", "x.csv:2: TIMESTAMP"},
 		{"bad context", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,0,1\n", "ContextTokens"},
 		{"bad generated", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,x\n", "GeneratedTokens"},
+		{"zero generated", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,1\n2023-11-16 18:15:47,3,0\n",
+			`x.csv:3: GeneratedTokens "0": want a positive integer (a request generates at least one token)`},
+		{"negative generated", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,-2\n", `x.csv:2: GeneratedTokens "-2"`},
 		{"going back", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,1\n2023-11-16 18:15:45,3,1\n", "x.csv:3"},
 		// Earlier than the previous row, though not than the first: refused as well.
 		{"going back after the first", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,3,1\n2023-11-16 18:15:50,3,1\n2023-11-16 18:15:48,3,1\n",
@@ -323,5 +332,49 @@ func TestTokensStable(t *testing.T) {
 	}
 	if want := []uint32{71250, 60277, 21543, 24553}; !slices.Equal(got, want) {
 		t.Fatalf("first tokens of hash id 0 = %v, want %v", got, want)
+	}
+}
+
+// TestReadSharedTraces: the traces beside the repository (../shared/data) load whole
+// (every request generates at least one token). Skipped when they are not there.
+func TestReadSharedTraces(t *testing.T) {
+	dir := sharedData(t)
+	for _, tc := range []struct {
+		file string
+		read func(io.Reader, string, int, int) ([]Request, error)
+	}{
+		{"mooncake_fast25_conversation_trace.jsonl", ReadMooncake},
+		{"AzureLLMInferenceTrace_conv_2023.csv", ReadAzure},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			f, err := os.Open(filepath.Join(dir, tc.file))
+			if err != nil {
+				t.Skipf("trace not available: %v", err)
+			}
+			defer f.Close()
+			reqs, err := tc.read(f, tc.file, DefaultBlockTokens, 0)
+			if err != nil || len(reqs) == 0 {
+				t.Fatalf("%d requests, %v", len(reqs), err)
+			}
+		})
+	}
+}
+
+// sharedData is ../shared/data beside the repository root (the directory of go.mod).
+func sharedData(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "..", "shared", "data")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("no go.mod above the package directory")
+		}
+		dir = parent
 	}
 }
