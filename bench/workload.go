@@ -63,13 +63,14 @@ type mooncakeLine struct {
 // requests (0: all). Blank lines are skipped. input_length and output_length must be
 // positive (a request generates at least one token). Timestamps must not go backwards (a
 // line's may equal the previous request's) and must be at most MaxArrival; lines may be
-// at most MaxTraceLine bytes long. Errors name the source and line.
+// at most MaxTraceLine bytes long. One leading UTF-8 byte order mark is skipped. Errors
+// name the source and line.
 func ReadMooncake(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
 	if blockTokens < 1 {
 		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
 	}
 	var out []Request
-	sc := bufio.NewScanner(r)
+	sc := bufio.NewScanner(skipBOM(r))
 	sc.Buffer(make([]byte, 0, 1<<20), MaxTraceLine)
 	line := 0                  // the last line read
 	prevLine, prevMS := 0, 0.0 // the previous request's line and timestamp
@@ -125,6 +126,19 @@ func (m mooncakeLine) check(blockTokens int) error {
 	return nil
 }
 
+// utf8BOM is the UTF-8 encoding of U+FEFF, the byte order mark some editors write at the
+// start of a text file.
+const utf8BOM = "\ufeff"
+
+// skipBOM returns r without one leading utf8BOM.
+func skipBOM(r io.Reader) io.Reader {
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(len(utf8BOM)); err == nil && string(b) == utf8BOM {
+		_, _ = br.Discard(len(utf8BOM))
+	}
+	return br
+}
+
 // azureLayout is the Azure trace's TIMESTAMP format (fractional seconds of any length).
 const azureLayout = "2006-01-02 15:04:05.999999999"
 
@@ -135,12 +149,13 @@ const azureLayout = "2006-01-02 15:04:05.999999999"
 // timestamp: rows must not go backwards in time (a row's TIMESTAMP may equal the
 // previous row's) and must lie at most MaxArrival after the first. The trace has no
 // prefix information, so every prompt gets blocks of its own (blockTokens tokens each)
-// that no other request shares. Errors name the source and line.
+// that no other request shares. One leading UTF-8 byte order mark (as Excel's "CSV
+// UTF-8" writes) is skipped. Errors name the source and line.
 func ReadAzure(r io.Reader, name string, blockTokens, limit int) ([]Request, error) {
 	if blockTokens < 1 {
 		return nil, fmt.Errorf("bench: block size %d tokens: want at least 1", blockTokens)
 	}
-	cr := csv.NewReader(r)
+	cr := csv.NewReader(skipBOM(r))
 	header, err := cr.Read()
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: header: %v", name, err)

@@ -335,6 +335,46 @@ func TestTokensStable(t *testing.T) {
 	}
 }
 
+// TestReadTraceBOM: one leading UTF-8 byte order mark (Excel's "CSV UTF-8", some JSONL
+// writers) is skipped by both readers; a second one, or one further on, is still an
+// error.
+func TestReadTraceBOM(t *testing.T) {
+	const bom = "\ufeff"
+	mooncake := `{"timestamp":0,"input_length":1,"output_length":2,"hash_ids":[1]}` + "\n"
+	azure := "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,3,2\n"
+	for _, tc := range []struct {
+		name, in string
+		read     func(io.Reader) ([]Request, error)
+		want     string // error; "" for one request of output length 2
+	}{
+		{"mooncake", mooncake, readMooncakeX, ""},
+		{"mooncake with a BOM", bom + mooncake, readMooncakeX, ""},
+		{"mooncake with a BOM before a blank line", bom + "\n" + mooncake, readMooncakeX, ""},
+		{"mooncake with two BOMs", bom + bom + mooncake, readMooncakeX, "x.jsonl:1: invalid character"},
+		{"mooncake with a BOM on line 2", mooncake + bom + mooncake, readMooncakeX, "x.jsonl:2: invalid character"},
+		{"azure", azure, readAzureX, ""},
+		{"azure with a BOM", bom + azure, readAzureX, ""},
+		{"azure with two BOMs", bom + bom + azure, readAzureX, "want TIMESTAMP, ContextTokens and GeneratedTokens"},
+		{"only a BOM", bom, readAzureX, "x.csv: header: EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reqs, err := tc.read(strings.NewReader(tc.in))
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want one containing %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil || len(reqs) != 1 || reqs[0].OutputLength != 2 {
+				t.Fatalf("%+v, %v: want one request of 2 output tokens", reqs, err)
+			}
+		})
+	}
+}
+
+func readMooncakeX(r io.Reader) ([]Request, error) { return ReadMooncake(r, "x.jsonl", 512, 0) }
+func readAzureX(r io.Reader) ([]Request, error)    { return ReadAzure(r, "x.csv", 512, 0) }
+
 // TestReadSharedTraces: the traces beside the repository (../shared/data) load whole
 // (every request generates at least one token). Skipped when they are not there.
 func TestReadSharedTraces(t *testing.T) {
