@@ -287,7 +287,7 @@ func (o *Options) serveAndMeasure(ctx context.Context, exe string, reqs []bench.
 	}
 	select {
 	case <-s.done:
-		return sum, results, fmt.Errorf("%w (%v)%s", errServeStopped, s.err, s.logs())
+		return sum, results, fmt.Errorf("%w (%s %s)%s", errServeStopped, exe, exited(s.err), s.logs())
 	default:
 	}
 	if err := s.stop(); err != nil {

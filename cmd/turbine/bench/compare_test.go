@@ -120,7 +120,7 @@ func TestCompareServeFails(t *testing.T) {
 		t.Fatal("no error")
 	}
 	msg := err.Error()
-	for _, want := range []string{"mode round-robin", "serve exited before serving", "out of KV blocks", "starting line 29"} {
+	for _, want := range []string{"mode round-robin", "exited with status 1 before logging \"turbine serving\"", "out of KV blocks", "starting line 29"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
 		}

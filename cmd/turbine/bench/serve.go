@@ -81,7 +81,7 @@ func startServe(ctx context.Context, exe string, args []string, model string, wo
 	select {
 	case s.url = <-urlc:
 	case <-s.done:
-		return nil, fmt.Errorf("serve exited before serving (%v)%s", s.err, s.logs())
+		return nil, fmt.Errorf("serve %s %s before logging \"turbine serving\"%s", exe, exited(s.err), s.logs())
 	case <-timer.C:
 		s.stop()
 		return nil, fmt.Errorf("serve did not log \"turbine serving\" within --ready-timeout %v%s", limit, s.logs())
@@ -98,7 +98,7 @@ func startServe(ctx context.Context, exe string, args []string, model string, wo
 		}
 		select {
 		case <-s.done:
-			return nil, fmt.Errorf("serve exited before its workers were ready (%v)%s", s.err, s.logs())
+			return nil, fmt.Errorf("serve %s %s before its workers were ready%s", exe, exited(s.err), s.logs())
 		case <-timer.C:
 			s.stop()
 			if err == nil {
@@ -111,6 +111,21 @@ func startServe(ctx context.Context, exe string, args []string, model string, wo
 		case <-tick.C:
 		}
 	}
+}
+
+// exited describes a process's end from cmd.Wait's error: "exited with status 0" (nil),
+// "exited with status 3", "was killed by signal: killed".
+func exited(err error) string {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return "exited with status 0"
+	case errors.As(err, &ee) && ee.Exited():
+		return fmt.Sprintf("exited with status %d", ee.ExitCode())
+	case errors.As(err, &ee):
+		return fmt.Sprintf("was killed by %v", ee) // "signal: killed"
+	}
+	return fmt.Sprintf("ended (%v)", err)
 }
 
 func (s *serveProc) keep(line string) {

@@ -49,3 +49,49 @@ func TestCompareRealServe(t *testing.T) {
 	}
 	t.Logf("\n%s", stdout.String())
 }
+
+// TestStartServeExited: a serve that exits before logging "turbine serving" is an error
+// naming the executable and how it ended (status 0 too, not Wait's nil error), with its
+// last log lines.
+func TestStartServeExited(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"status 0", []string{"-c", "exit 0"}, "serve " + sh + ` exited with status 0 before logging "turbine serving"`},
+		{"status 3", []string{"-c", "echo engine failed >&2; exit 3"},
+			"serve " + sh + " exited with status 3 before logging \"turbine serving\"; serve's last log lines:\n  engine failed"},
+		{"killed", []string{"-c", "kill -KILL $$"}, "serve " + sh + ` was killed by signal: killed before logging "turbine serving"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := startServe(context.Background(), sh, tc.args, "m", 1, time.Minute)
+			if err == nil {
+				_ = s.stop()
+				t.Fatal("no error")
+			}
+			if err.Error() != tc.want {
+				t.Fatalf("error %q, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCompareServeExecutableExits: bench compare with a --serve-executable that exits at
+// once names it and its status 0.
+func TestCompareServeExecutableExits(t *testing.T) {
+	exe, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true")
+	}
+	args := []string{"compare", "--serve-executable", exe, "--modes", "kv", "--isl", "40", "--osl", "3", "--requests", "2",
+		"--concurrency", "1", "--out", t.TempDir(), "--progress-interval", "0"}
+	err = Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
+	if want := "mode kv: serve " + exe + ` exited with status 0 before logging "turbine serving"`; err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+}
