@@ -6,8 +6,10 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlot(t *testing.T) {
@@ -114,19 +116,56 @@ func TestPlotExtremeValues(t *testing.T) {
 // file and the field, before anything is plotted.
 func TestReadSummaryLimits(t *testing.T) {
 	cdf101 := func(v string) string { return "[" + strings.TrimSuffix(strings.Repeat(v+",", 101), ",") + "]" }
+	descending := make([]string, 101)
+	for i := range descending {
+		descending[i] = strconv.Itoa(200 - i)
+	}
+	notDecreasing := make([]string, 101)
+	for i := range notDecreasing {
+		notDecreasing[i] = strconv.Itoa(i / 10)
+	}
+	// summary is a summary of 2 requests with the given fields.
+	summary := func(fields string) string {
+		if fields == "" {
+			return `{"requests":2,"succeeded":2,"failed":0}`
+		}
+		return `{"requests":2,"succeeded":2,"failed":0,` + fields + `}`
+	}
 	for _, tc := range []struct {
 		name, json, want string
 	}{
-		{"valid", `{"label":"a","ttft_cdf_ms":` + cdf101("1.5") + `,"itl_cdf_ms":[],"throughput_bucket_s":1,"throughput_tokens_per_s":[3,4]}`, ""},
-		{"CDF of 1e308", `{"ttft_cdf_ms":` + cdf101("1e308") + `}`, "s.json: ttft_cdf_ms[0] = 1e+308: want a number from 0 to 1e+12"},
-		{"negative latency", `{"itl_cdf_ms":` + cdf101("-1") + `}`, "s.json: itl_cdf_ms[0] = -1"},
-		{"CDF of 3 points", `{"ttft_cdf_ms":[1,2,3]}`, "s.json: ttft_cdf_ms has 3 points: want 101"},
-		{"too many throughput points", `{"throughput_bucket_s":1,"throughput_tokens_per_s":[` + strings.TrimSuffix(strings.Repeat("1,", MaxThroughputPoints+1), ",") + `]}`,
+		{"valid", summary(`"label":"a","ttft_cdf_ms":` + cdf101("1.5") + `,"itl_cdf_ms":[],"throughput_bucket_s":1,"throughput_tokens_per_s":[3,4]`), ""},
+		{"no samples", `{"requests":0,"succeeded":0,"failed":0,"errors":{},"ttft_cdf_ms":null,"itl_cdf_ms":null,"throughput_bucket_s":0,"throughput_tokens_per_s":null}`, ""},
+		{"failures", `{"requests":3,"succeeded":1,"failed":2,"errors":{"timeout":1,"http_503":1}}`, ""},
+		{"CDF of 1e308", summary(`"ttft_cdf_ms":` + cdf101("1e308")), "s.json: ttft_cdf_ms[0] = 1e+308: want a number from 0 to 1e+12"},
+		{"negative latency", summary(`"itl_cdf_ms":` + cdf101("-1")), "s.json: itl_cdf_ms[0] = -1"},
+		{"CDF of 3 points", summary(`"ttft_cdf_ms":[1,2,3]`), "s.json: ttft_cdf_ms has 3 points: want 101"},
+		{"descending TTFT CDF", summary(`"ttft_cdf_ms":[` + strings.Join(descending, ",") + `]`),
+			"s.json: ttft_cdf_ms[1] = 199 is below ttft_cdf_ms[0] = 200: want percentiles in non-decreasing order"},
+		{"ITL CDF going down at the end", summary(`"itl_cdf_ms":[` + strings.Join(notDecreasing[:100], ",") + `,0]`), "s.json: itl_cdf_ms[100] = 0 is below itl_cdf_ms[99] = 9"},
+		{"CDF with steps", summary(`"itl_cdf_ms":[` + strings.Join(notDecreasing, ",") + `]`), ""},
+		{"too many throughput points", summary(`"throughput_bucket_s":1,"throughput_tokens_per_s":[` + strings.TrimSuffix(strings.Repeat("1,", MaxThroughputPoints+1), ",") + `]`),
 			"s.json: throughput_tokens_per_s has 10001 points: want at most 10000"},
-		{"no bucket width", `{"throughput_tokens_per_s":[1]}`, "s.json: throughput_bucket_s 0"},
-		{"absurd rate", `{"throughput_bucket_s":1,"throughput_tokens_per_s":[1e300]}`, "s.json: throughput_tokens_per_s[0] = 1e+300"},
+		{"no bucket width", summary(`"throughput_tokens_per_s":[1]`), "s.json: throughput_bucket_s 0"},
+		{"bucket of 1e-300 s", summary(`"throughput_bucket_s":1e-300,"throughput_tokens_per_s":[1]`), "s.json: throughput_bucket_s 1e-300: want a number of seconds from 0.001 to 2.592e+06"},
+		{"bucket of 1e-300 s without buckets", summary(`"throughput_bucket_s":1e-300`), "s.json: throughput_bucket_s 1e-300 without throughput_tokens_per_s: want 0"},
+		{"bucket below 1 ms", summary(`"throughput_bucket_s":0.0009,"throughput_tokens_per_s":[1]`), "s.json: throughput_bucket_s 0.0009"},
+		{"bucket of 1 ms", summary(`"throughput_bucket_s":0.001,"throughput_tokens_per_s":[1]`), ""},
+		{"bucket of 30 days", summary(`"throughput_bucket_s":2592000,"throughput_tokens_per_s":[1]`), ""},
+		{"bucket over 30 days", summary(`"throughput_bucket_s":2592001,"throughput_tokens_per_s":[1]`), "s.json: throughput_bucket_s 2.592001e+06"},
+		{"absurd rate", summary(`"throughput_bucket_s":1,"throughput_tokens_per_s":[1e300]`), "s.json: throughput_tokens_per_s[0] = 1e+300"},
 		{"not json", `{`, "s.json: not a benchmark summary"},
-		{"too large", `{"label":"` + strings.Repeat("x", MaxSummaryBytes) + `"}`, "s.json: larger than 16 MiB"},
+		{"null", `null`, "s.json: JSON null: not a benchmark summary (want a JSON object)"},
+		{"array", `[1]`, "s.json: a JSON array: not a benchmark summary (want a JSON object)"},
+		{"number", ` 7 `, "s.json: a JSON number: not a benchmark summary"},
+		{"empty object", `{}`, "s.json: no requests field: not a benchmark summary"},
+		{"requests null", `{"requests":null,"succeeded":0,"failed":0}`, "s.json: no requests field"},
+		{"other JSON", `{"model":"m","choices":[]}`, "s.json: no requests field"},
+		{"negative count", `{"requests":-1,"succeeded":0,"failed":-1}`, "s.json: requests -1, succeeded 0, failed -1: want counts >= 0"},
+		{"counts do not add up", `{"requests":5,"succeeded":2,"failed":2,"errors":{"timeout":2}}`, "s.json: succeeded 2 + failed 2 is not requests 5"},
+		{"errors do not add up", `{"requests":5,"succeeded":2,"failed":3,"errors":{"timeout":2}}`, "s.json: errors add up to 2: want failed (3)"},
+		{"zero error count", `{"requests":1,"succeeded":1,"failed":0,"errors":{"timeout":0}}`, `s.json: errors["timeout"] = 0`},
+		{"too large", `{"requests":0,"label":"` + strings.Repeat("x", MaxSummaryBytes) + `"}`, "s.json: larger than 16 MiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadSummary(strings.NewReader(tc.json), "s.json")
@@ -138,6 +177,36 @@ func TestReadSummaryLimits(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestReadSummaryRoundTrip: ReadSummary reads back what WriteSummary writes of a run's
+// summary, however the run went (all valid, failures, nothing sent, a long run of
+// 1-second buckets, a run of a few ms whose buckets are 1 ms wide).
+func TestReadSummaryRoundTrip(t *testing.T) {
+	ok := func(start, ttft time.Duration, itl ...time.Duration) Result {
+		return Result{Start: start, TTFT: ttft, ITL: itl, E2E: ttft + 10*time.Millisecond, OutputTokens: 1 + len(itl)}
+	}
+	for _, tc := range []struct {
+		name string
+		o    Outcome
+	}{
+		{"valid", Outcome{Results: []Result{ok(0, 5*time.Millisecond, time.Millisecond), ok(time.Second, 7*time.Millisecond)}, Duration: 2 * time.Second}},
+		{"failures", Outcome{Results: []Result{ok(0, time.Millisecond), {Error: ErrTimeout}, {Error: ErrTimeout}, {Error: "http_503"}}, Duration: time.Minute}},
+		{"nothing sent", Outcome{}},
+		{"all failed", Outcome{Results: []Result{{Error: ErrConnect}}, Duration: time.Millisecond}},
+		{"a few ms", Outcome{Results: []Result{ok(0, time.Millisecond)}, Duration: 3 * time.Millisecond}},
+		{"30 days", Outcome{Results: []Result{ok(MaxArrival-time.Second, time.Second)}, Duration: MaxArrival + time.Minute}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := WriteSummary(&buf, Summarize(tc.o)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ReadSummary(&buf, "s.json"); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

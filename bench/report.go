@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -137,26 +138,70 @@ const (
 	MaxSummaryRate   = 1e12
 )
 
-// ReadSummary reads a summary written by WriteSummary. Errors name the source: not JSON
-// of a Summary, longer than MaxSummaryBytes, or series that no run gives (a CDF of
-// other than 0 or 101 points, more than MaxThroughputPoints throughput buckets, or a
-// value that is negative, not finite, above MaxSummaryMillis or MaxSummaryRate).
+// minBucket is the narrowest throughput bucket Summarize makes.
+const minBucket = time.Millisecond
+
+// ReadSummary reads a summary written by WriteSummary and refuses one it could not have
+// written. Errors name the source and, for a summary that is JSON, the field: longer
+// than MaxSummaryBytes; not JSON, or JSON other than an object; no requests field;
+// counts that are negative or do not add up (succeeded + failed = requests, errors by
+// kind summing to failed); a CDF of other than 0 or 101 points, or whose points are not
+// non-decreasing numbers from 0 to MaxSummaryMillis; more than MaxThroughputPoints
+// throughput buckets, or a value that is negative, not finite or above MaxSummaryRate;
+// a throughput_bucket_s other than 0 without buckets, or outside 1 ms to MaxArrival with
+// them.
 func ReadSummary(r io.Reader, name string) (Summary, error) {
-	var s Summary
 	data, err := io.ReadAll(io.LimitReader(r, MaxSummaryBytes+1))
 	if err != nil {
-		return s, fmt.Errorf("bench: %s: %v", name, err)
+		return Summary{}, fmt.Errorf("bench: %s: %v", name, err)
 	}
 	if len(data) > MaxSummaryBytes {
-		return s, fmt.Errorf("bench: %s: larger than %d MiB: not a benchmark summary", name, MaxSummaryBytes>>20)
+		return Summary{}, fmt.Errorf("bench: %s: larger than %d MiB: not a benchmark summary", name, MaxSummaryBytes>>20)
 	}
+	// The fields as given, to tell an absent field from a zero one.
+	var fields map[string]json.RawMessage
+	var typeErr *json.UnmarshalTypeError
+	switch err := json.Unmarshal(data, &fields); {
+	case errors.As(err, &typeErr):
+		return Summary{}, fmt.Errorf("bench: %s: a JSON %s: not a benchmark summary (want a JSON object)", name, typeErr.Value)
+	case err != nil:
+		return Summary{}, fmt.Errorf("bench: %s: not a benchmark summary: %v", name, err)
+	case fields == nil:
+		return Summary{}, fmt.Errorf("bench: %s: JSON null: not a benchmark summary (want a JSON object)", name)
+	}
+	if raw, ok := fields["requests"]; !ok || string(raw) == "null" {
+		return Summary{}, fmt.Errorf("bench: %s: no requests field: not a benchmark summary", name)
+	}
+	var s Summary
 	if err := json.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("bench: %s: not a benchmark summary: %v", name, err)
+		return Summary{}, fmt.Errorf("bench: %s: not a benchmark summary: %v", name, err)
 	}
-	if err := s.checkSeries(); err != nil {
+	if err := s.check(); err != nil {
 		return Summary{}, fmt.Errorf("bench: %s: %v", name, err)
 	}
 	return s, nil
+}
+
+// check checks what a summary's reader relies on: its counts and the series a plot
+// draws.
+func (s *Summary) check() error {
+	switch {
+	case s.Requests < 0 || s.Succeeded < 0 || s.Failed < 0:
+		return fmt.Errorf("requests %d, succeeded %d, failed %d: want counts >= 0", s.Requests, s.Succeeded, s.Failed)
+	case s.Succeeded+s.Failed != s.Requests:
+		return fmt.Errorf("succeeded %d + failed %d is not requests %d", s.Succeeded, s.Failed, s.Requests)
+	}
+	failed := 0
+	for kind, n := range s.Errors {
+		if n < 1 || n > s.Failed {
+			return fmt.Errorf("errors[%q] = %d: want 1 to failed (%d)", kind, n, s.Failed)
+		}
+		failed += n
+	}
+	if failed != s.Failed {
+		return fmt.Errorf("errors add up to %d: want failed (%d)", failed, s.Failed)
+	}
+	return s.checkSeries()
 }
 
 // checkSeries checks the series a plot draws.
@@ -171,12 +216,21 @@ func (s *Summary) checkSeries() error {
 		if err := checkValues(c.field, c.xs, MaxSummaryMillis); err != nil {
 			return err
 		}
+		for i := 1; i < len(c.xs); i++ {
+			if c.xs[i] < c.xs[i-1] {
+				return fmt.Errorf("%s[%d] = %v is below %s[%d] = %v: want percentiles in non-decreasing order",
+					c.field, i, c.xs[i], c.field, i-1, c.xs[i-1])
+			}
+		}
 	}
 	if n := len(s.Throughput); n > MaxThroughputPoints {
 		return fmt.Errorf("throughput_tokens_per_s has %d points: want at most %d", n, MaxThroughputPoints)
 	}
-	if len(s.Throughput) > 0 && !(s.ThroughputBucketS > 0 && s.ThroughputBucketS <= MaxArrival.Seconds()) {
-		return fmt.Errorf("throughput_bucket_s %v: want a number of seconds from above 0 to %v", s.ThroughputBucketS, MaxArrival.Seconds())
+	switch b := s.ThroughputBucketS; {
+	case len(s.Throughput) == 0 && b != 0:
+		return fmt.Errorf("throughput_bucket_s %v without throughput_tokens_per_s: want 0", b)
+	case len(s.Throughput) > 0 && !(b >= minBucket.Seconds() && b <= MaxArrival.Seconds()):
+		return fmt.Errorf("throughput_bucket_s %v: want a number of seconds from %v to %v", b, minBucket.Seconds(), MaxArrival.Seconds())
 	}
 	return checkValues("throughput_tokens_per_s", s.Throughput, MaxSummaryRate)
 }

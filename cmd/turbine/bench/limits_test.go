@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -136,8 +137,9 @@ func TestWorkloadLabelLengths(t *testing.T) {
 	}
 }
 
-// TestPlotAbsurdSummaries: `bench plot` refuses a summary whose series no run gives,
-// naming the file, instead of panicking or running out of memory.
+// TestPlotAbsurdSummaries: `bench plot` refuses a summary it could not have written
+// (series no run gives, JSON that is not a summary), naming the file and field, instead
+// of panicking, running out of memory or drawing nonsense.
 func TestPlotAbsurdSummaries(t *testing.T) {
 	dir := t.TempDir()
 	long := filepath.Join(dir, "long.json")
@@ -150,10 +152,27 @@ func TestPlotAbsurdSummaries(t *testing.T) {
 	if err := os.WriteFile(long, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ file, want string }{
+	descending := make([]string, 101)
+	for i := range descending {
+		descending[i] = strconv.Itoa(101 - i)
+	}
+	cases := []struct{ file, want string }{
 		{"testdata/absurd_summary.json", "testdata/absurd_summary.json: ttft_cdf_ms[0] = 1e+308"},
 		{long, long + ": larger than 16 MiB"},
+	}
+	for _, c := range []struct{ name, json, want string }{
+		{"null.json", "null", "JSON null: not a benchmark summary (want a JSON object)"},
+		{"empty.json", "{}", "no requests field: not a benchmark summary"},
+		{"descending.json", `{"requests":0,"ttft_cdf_ms":[` + strings.Join(descending, ",") + `]}`, "ttft_cdf_ms[1] = 100 is below ttft_cdf_ms[0] = 101"},
+		{"tiny-bucket.json", `{"requests":0,"throughput_bucket_s":1e-300}`, "throughput_bucket_s 1e-300"},
 	} {
+		path := filepath.Join(dir, c.name)
+		if err := os.WriteFile(path, []byte(c.json), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct{ file, want string }{path, "plot: " + path + ": " + c.want})
+	}
+	for _, tc := range cases {
 		err := Run(context.Background(), []string{"plot", "-o", filepath.Join(dir, "out.svg"), tc.file}, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("plot %s: error %v, want one containing %q", tc.file, err, tc.want)
