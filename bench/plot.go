@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
+	"unicode"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -15,7 +17,8 @@ import (
 )
 
 // Plot writes an SVG of three panels to w: the TTFT CDF, the ITL CDF (both in ms) and
-// output-token throughput over time, with one series per summary, named by its Label.
+// output-token throughput over time, with one series per summary, named by its Label
+// (characters XML 1.0 cannot hold, such as most control characters, drawn as U+FFFD).
 func Plot(w io.Writer, runs []Summary) error { return PlotAs(w, runs, "svg") }
 
 // PlotAs is Plot in the given format: "svg", or "png" (150 dots per inch). Errors: no
@@ -46,7 +49,7 @@ func PlotAs(w io.Writer, runs []Summary, format string) error {
 	}
 	tput := newPanel("Output throughput", "time since start (s)", "tokens/s")
 	for i, s := range runs {
-		name := s.Label
+		name := xmlText(s.Label) // whatever the label, the SVG stays XML
 		if name == "" {
 			name = fmt.Sprintf("run %d", i+1)
 		}
@@ -157,4 +160,21 @@ func legendName(name string) string {
 		return name
 	}
 	return string(r[:maxLegendRunes-1]) + "…"
+}
+
+// xmlText replaces each character XML 1.0 cannot hold (its Char production: tab, line
+// feed, carriage return, U+0020 to U+D7FF, U+E000 to U+FFFD, U+10000 to U+10FFFF), and
+// each byte of invalid UTF-8, by U+FFFD. Escaping cannot help: not even a character
+// reference may name such a character.
+func xmlText(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t' || r == '\n' || r == '\r',
+			r >= 0x20 && r <= 0xD7FF,
+			r >= 0xE000 && r <= 0xFFFD,
+			r >= 0x10000 && r <= unicode.MaxRune:
+			return r
+		}
+		return unicode.ReplacementChar
+	}, s)
 }

@@ -3,9 +3,11 @@ package bench
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"image/png"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +40,55 @@ func TestPlot(t *testing.T) {
 	}
 	if err := Plot(io.Discard, []Summary{{Label: "empty"}}); err != nil {
 		t.Errorf("Plot of a run without samples: %v", err)
+	}
+}
+
+// TestPlotLabelXML: a label with characters XML cannot hold (control characters, even
+// escaped; invalid UTF-8; U+FFFE) passed straight to Plot still gives well-formed SVG,
+// the characters drawn as U+FFFD; characters XML can hold are kept (markup escaped).
+func TestPlotLabelXML(t *testing.T) {
+	for _, tc := range []struct{ label, want string }{
+		{"a\x01b", "a\ufffdb"},
+		{"nul\x00", "nul\ufffd"},
+		{"esc\x1b[31m", "esc\ufffd[31m"},
+		{"del\x7f", "del\x7f"}, // XML 1.0 holds U+007F
+		{"bad \xff\xfe utf-8", "bad \ufffd\ufffd utf-8"},
+		{"non-char \ufffe", "non-char \ufffd"},
+		{"<kv & rr>", "<kv & rr>"},
+		{"emoji 🚀 中文", "emoji 🚀 中文"},
+	} {
+		t.Run(fmt.Sprintf("%q", tc.label), func(t *testing.T) {
+			s := Summary{Label: tc.label, TTFTCDF: quantiles([]float64{1, 2}), ThroughputBucketS: 1, Throughput: []float64{3}}
+			var buf bytes.Buffer
+			if err := Plot(&buf, []Summary{s}); err != nil {
+				t.Fatal(err)
+			}
+			dec := xml.NewDecoder(&buf)
+			var texts []string
+			inText := false
+			for {
+				tok, err := dec.Token()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatalf("SVG is not well-formed XML: %v", err)
+				}
+				switch tok := tok.(type) {
+				case xml.StartElement:
+					inText = tok.Name.Local == "text"
+				case xml.CharData:
+					if inText {
+						texts = append(texts, string(tok))
+					}
+				case xml.EndElement:
+					inText = false
+				}
+			}
+			if !slices.Contains(texts, tc.want) {
+				t.Fatalf("SVG texts %q: no legend %q", texts, tc.want)
+			}
+		})
 	}
 }
 
@@ -165,6 +216,11 @@ func TestReadSummaryLimits(t *testing.T) {
 		{"counts do not add up", `{"requests":5,"succeeded":2,"failed":2,"errors":{"timeout":2}}`, "s.json: succeeded 2 + failed 2 is not requests 5"},
 		{"errors do not add up", `{"requests":5,"succeeded":2,"failed":3,"errors":{"timeout":2}}`, "s.json: errors add up to 2: want failed (3)"},
 		{"zero error count", `{"requests":1,"succeeded":1,"failed":0,"errors":{"timeout":0}}`, `s.json: errors["timeout"] = 0`},
+		{"label with a control character", summary(`"label":"a\u0001b"`), `s.json: label "a\x01b": has a control character (U+0001 at byte 1)`},
+		{"label with a tab", summary(`"label":"a\tb"`), `s.json: label "a\tb": has a control character (U+0009`},
+		{"label with a C1 control", summary(`"label":"\u0085"`), `s.json: label "\u0085": has a control character (U+0085`},
+		{"label of invalid UTF-8", summary(`"label":"a` + "\xff" + `b"`), "s.json: label: not valid UTF-8"},
+		{"label of U+FFFD", summary(`"label":"a\ufffdb 中文"`), ""},
 		{"too large", `{"requests":0,"label":"` + strings.Repeat("x", MaxSummaryBytes) + `"}`, "s.json: larger than 16 MiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,5 +265,23 @@ func TestReadSummaryRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+func TestCheckLabel(t *testing.T) {
+	for _, tc := range []struct{ label, want string }{
+		{"", ""},
+		{"kv", ""},
+		{"kv <&> 中文 🚀 \ufffd", ""},
+		{"a\x01b", "has a control character (U+0001 at byte 1)"},
+		{"line\nbreak", "has a control character (U+000A at byte 4)"},
+		{"del\x7f", "has a control character (U+007F at byte 3)"},
+		{"é\u009b", "has a control character (U+009B at byte 2)"},
+		{"a\xffb", "not valid UTF-8"},
+	} {
+		err := CheckLabel(tc.label)
+		if got := fmt.Sprint(err); (tc.want == "" && err != nil) || (tc.want != "" && got != tc.want) {
+			t.Errorf("CheckLabel(%q) = %v, want %q", tc.label, err, tc.want)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Summary is a run's report, written as JSON. Latencies are in milliseconds and cover
@@ -145,7 +147,8 @@ const minBucket = time.Millisecond
 // written. Errors name the source and, for a summary that is JSON, the field: longer
 // than MaxSummaryBytes; not JSON, or JSON other than an object; no requests field;
 // counts that are negative or do not add up (succeeded + failed = requests, errors by
-// kind summing to failed); a CDF of other than 0 or 101 points, or whose points are not
+// kind summing to failed); a label that is not valid UTF-8 or has a control character
+// (CheckLabel); a CDF of other than 0 or 101 points, or whose points are not
 // non-decreasing numbers from 0 to MaxSummaryMillis; more than MaxThroughputPoints
 // throughput buckets, or a value that is negative, not finite or above MaxSummaryRate;
 // a throughput_bucket_s other than 0 without buckets, or outside 1 ms to MaxArrival with
@@ -176,14 +179,18 @@ func ReadSummary(r io.Reader, name string) (Summary, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return Summary{}, fmt.Errorf("bench: %s: not a benchmark summary: %v", name, err)
 	}
+	if raw, ok := fields["label"]; ok && !utf8.Valid(raw) {
+		// Unmarshal has replaced the invalid bytes by U+FFFD: look at them as given.
+		return Summary{}, fmt.Errorf("bench: %s: label: not valid UTF-8", name)
+	}
 	if err := s.check(); err != nil {
 		return Summary{}, fmt.Errorf("bench: %s: %v", name, err)
 	}
 	return s, nil
 }
 
-// check checks what a summary's reader relies on: its counts and the series a plot
-// draws.
+// check checks what a summary's reader relies on: its counts, its label and the series
+// a plot draws.
 func (s *Summary) check() error {
 	switch {
 	case s.Requests < 0 || s.Succeeded < 0 || s.Failed < 0:
@@ -200,6 +207,9 @@ func (s *Summary) check() error {
 	}
 	if failed != s.Failed {
 		return fmt.Errorf("errors add up to %d: want failed (%d)", failed, s.Failed)
+	}
+	if err := CheckLabel(s.Label); err != nil {
+		return fmt.Errorf("label %q: %v", s.Label, err)
 	}
 	return s.checkSeries()
 }
@@ -241,6 +251,20 @@ func checkValues(field string, xs []float64, most float64) error {
 		if !(x >= 0 && x <= most) {
 			return fmt.Errorf("%s[%d] = %v: want a number from 0 to %g", field, i, x, most)
 		}
+	}
+	return nil
+}
+
+// CheckLabel checks a run's label (--label, a summary's label): it must be valid UTF-8
+// without control characters (Unicode category Cc: C0, DEL, C1), which a plot or a
+// terminal could not show and SVG (XML) cannot hold.
+func CheckLabel(label string) error {
+	if !utf8.ValidString(label) {
+		return errors.New("not valid UTF-8")
+	}
+	if i := strings.IndexFunc(label, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(label[i:])
+		return fmt.Errorf("has a control character (%U at byte %d)", r, i)
 	}
 	return nil
 }

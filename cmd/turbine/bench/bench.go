@@ -212,6 +212,9 @@ func (o *Options) validateSimulate() error {
 
 // validateWorkload checks the workload flags; errors name the flag.
 func (o *Options) validateWorkload() error {
+	if err := bench.CheckLabel(o.Label); err != nil {
+		return fmt.Errorf("--label %q: %v", o.Label, err)
+	}
 	switch {
 	case o.BlockTokens < 1:
 		return fmt.Errorf("--block-tokens %d: want at least 1", o.BlockTokens)
@@ -318,11 +321,7 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 		s, results, err = o.simulate(ctx, reqs, workload, o.Fleet.RouterMode, o.Label, stderr)
 	} else {
 		fmt.Fprintf(stderr, "bench: %s (%s) to %s, model %s\n", o.requestCount(reqs), workload, o.URL, o.Model)
-		label := o.Label
-		if label == "" {
-			label = workload
-		}
-		s, results, err = o.measure(ctx, reqs, workload, o.URL, label, stderr)
+		s, results, err = o.measure(ctx, reqs, workload, o.URL, runLabel(o.Label, workload), stderr)
 		if err == nil {
 			if hint := unauthorizedHint(s, o.APIKey != ""); hint != "" {
 				fmt.Fprintln(stderr, hint)
@@ -337,6 +336,22 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 	}
 	printSummary(stdout, s, o.Out)
 	return noneSucceeded(s)
+}
+
+// runLabel is a run's label: label (--label, checked by bench.CheckLabel), else the
+// workload's description with what bench.CheckLabel refuses (control characters,
+// invalid UTF-8, as a trace's file name may have) replaced by U+FFFD, so that
+// bench.ReadSummary reads the summary back.
+func runLabel(label, workload string) string {
+	if label != "" {
+		return label
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return unicode.ReplacementChar
+		}
+		return r // invalid UTF-8 comes as U+FFFD and is written as such
+	}, workload)
 }
 
 // ErrNoSuccess is returned by a run in which no request succeeded: its files are written

@@ -50,6 +50,10 @@ func TestValidate(t *testing.T) {
 		{with(sim, "--url", "http://127.0.0.1:1"), "--url"},
 		{with(sim, "--api-key", "sk-a"), "--api-key: not with --simulate"},
 		{with(m, "--api-key", "sk-\x01a"), "--api-key: the key has a control character"},
+		{with(m, "--label", "a\x01b"), `--label "a\x01b": has a control character (U+0001 at byte 1)`},
+		{with(m, "--label", "kv\n"), `--label "kv\n": has a control character`},
+		{with(m, "--label", "a\xffb"), `--label "a\xffb": not valid UTF-8`},
+		{with(sim, "--label", "\x1b[1m", "--requests", "0"), `--label "\x1b[1m"`}, // checked first: nothing runs
 		{with(sim, "--concurrency", "4"), "--concurrency"},
 		{[]string{"--simulate"}, "--rate"},
 		{with(sim, "--router-mode", "fastest"), "--router-mode"},
@@ -258,5 +262,42 @@ func TestCompareSimulate(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "| hit rate (ceiling 36.6 %) |") || !strings.Contains(stdout.String(), "Fleet: simulated, 2 workers") {
 		t.Fatalf("table:\n%s", stdout.String())
+	}
+}
+
+// TestRunDefaultLabel: the default label (the workload's description) of a trace whose
+// file name has control characters or invalid UTF-8 has them as U+FFFD, so that the run's
+// summary reads back and plots.
+func TestRunDefaultLabel(t *testing.T) {
+	trace, err := os.ReadFile("testdata/mini.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{"mini.jsonl", "mini.jsonl (3 requests, time scale 1)"},
+		{"mi\x01ni.jsonl", "mi\ufffdni.jsonl (3 requests, time scale 1)"},
+		{"mi\tni\x7f.jsonl", "mi\ufffdni\ufffd.jsonl (3 requests, time scale 1)"},
+		{"mi\xffni.jsonl", "mi\ufffdni.jsonl (3 requests, time scale 1)"},
+	} {
+		t.Run(fmt.Sprintf("%q", tc.file), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, tc.file)
+			if err := os.WriteFile(path, trace, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "out")
+			args := []string{"--simulate", "--trace", path, "--workers", "2", "--block-size", "16", "--num-gpu-blocks", "256",
+				"--max-model-len", "2048", "--out", out, "--progress-interval", "0"}
+			if err := Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+				t.Fatal(err)
+			}
+			summary := filepath.Join(out, "summary.json")
+			if s := readSummary(t, summary); s.Label != tc.want {
+				t.Fatalf("label %q, want %q", s.Label, tc.want)
+			}
+			if err := Run(context.Background(), []string{"plot", "-o", filepath.Join(dir, "p.svg"), summary}, &bytes.Buffer{}, &bytes.Buffer{}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

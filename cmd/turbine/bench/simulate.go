@@ -35,9 +35,7 @@ func (o *Options) fleetName(mode string) string {
 // simulate replays reqs on the simulated fleet under routing policy mode (package
 // bench/sim, virtual time) and summarizes the outcome as a real run's.
 func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, mode, label string, stderr io.Writer) (bench.Summary, []bench.Result, error) {
-	if label == "" {
-		label = workload
-	}
+	label = runLabel(label, workload)
 	cfg := o.simConfig(mode)
 	fmt.Fprintf(stderr, "bench: simulating %d requests (%s) on %s, router %s\n", len(reqs), workload, o.Fleet.workers(), mode)
 	p := newProgress(stderr, o.ProgressInterval, len(reqs), barTitle(label, workload), isTerminal(stderr))
