@@ -13,18 +13,23 @@ import (
 	"unicode/utf8"
 )
 
-// Summary is a run's report, written as JSON. Latencies are in milliseconds and cover
-// the requests that succeeded; throughputs count successful requests and their tokens.
+// Summary is a run's report, written as JSON. Its counts are of the requests sent (a run
+// stopped early reports those not sent in NotSent alone). Latencies are in milliseconds
+// and cover the requests that succeeded; throughputs count successful requests and their
+// tokens.
 type Summary struct {
 	Label    string `json:"label"`    // names the run in comparisons
 	Workload string `json:"workload"` // what was sent
 	URL      string `json:"url"`
 	Model    string `json:"model"`
 
-	Requests  int            `json:"requests"`
+	Requests  int            `json:"requests"` // sent: Succeeded + Failed
 	Succeeded int            `json:"succeeded"`
 	Failed    int            `json:"failed"`
 	Errors    map[string]int `json:"errors"` // failures by kind
+	// NotSent counts the workload's requests never sent because the run was stopped
+	// (SIGINT, SIGTERM) first (Outcome.NotSent); absent when 0.
+	NotSent int `json:"not_sent,omitempty"`
 
 	DurationS         float64 `json:"duration_s"`          // first send → last answer
 	RequestThroughput float64 `json:"request_throughput"`  // successful requests/s
@@ -62,7 +67,7 @@ const throughputBuckets = 60
 
 // Summarize reports an outcome.
 func Summarize(o Outcome) Summary {
-	s := Summary{Requests: len(o.Results), Errors: map[string]int{}, DurationS: o.Duration.Seconds()}
+	s := Summary{Requests: len(o.Results), Errors: map[string]int{}, DurationS: o.Duration.Seconds(), NotSent: o.NotSent}
 	var ttft, itl, e2e []float64
 	var known bool
 	for _, r := range o.Results {
@@ -193,8 +198,8 @@ func ReadSummary(r io.Reader, name string) (Summary, error) {
 // a plot draws.
 func (s *Summary) check() error {
 	switch {
-	case s.Requests < 0 || s.Succeeded < 0 || s.Failed < 0:
-		return fmt.Errorf("requests %d, succeeded %d, failed %d: want counts >= 0", s.Requests, s.Succeeded, s.Failed)
+	case s.Requests < 0 || s.Succeeded < 0 || s.Failed < 0 || s.NotSent < 0:
+		return fmt.Errorf("requests %d, succeeded %d, failed %d, not_sent %d: want counts >= 0", s.Requests, s.Succeeded, s.Failed, s.NotSent)
 	case s.Succeeded+s.Failed != s.Requests:
 		return fmt.Errorf("succeeded %d + failed %d is not requests %d", s.Succeeded, s.Failed, s.Requests)
 	}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -81,15 +85,99 @@ func TestRunConcurrent(t *testing.T) {
 	}
 }
 
-func TestRunCanceled(t *testing.T) {
-	srv := httptest.NewServer(openAIStream(t))
-	defer srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	reqs, _ := Synthetic(3, 8, 1, 16, 0, nil)
-	out := (&Runner{Client: &Client{URL: srv.URL, Model: "m"}, BlockTokens: 16}).Run(ctx, reqs)
-	if s := Summarize(out); s.Errors[ErrCanceled] != 3 {
-		t.Fatalf("errors %v, want 3 canceled", s.Errors)
+// TestRunStopped: cancelling the run's context (SIGINT, SIGTERM) stops sending: the
+// requests answered keep their results, the one in flight ends as canceled, and those
+// never sent have no result and are counted apart (not as failures), in order or not.
+func TestRunStopped(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		arrivals []time.Duration // in ms
+		stopAt   int             // the run is stopped while the stopAt-th request sent (from 1) is in flight; 0: before the start
+		answered []int           // workload positions answered
+		canceled []int           // workload positions canceled in flight
+		notSent  int
+	}{
+		{"before the start", []time.Duration{0, 0, 0}, 0, nil, nil, 3},
+		{"during the first", []time.Duration{0, 0, 0}, 1, nil, []int{0}, 2},
+		{"during the third of five", []time.Duration{0, 1, 2, 3, 4}, 3, []int{0, 1}, []int{2}, 2},
+		{"during the last", []time.Duration{0, 1, 2}, 3, []int{0, 1}, []int{2}, 0},
+		{"out of arrival order", []time.Duration{20, 0, 10}, 2, []int{1}, []int{2}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.stopAt == 0 {
+				cancel()
+			}
+			var mu sync.Mutex
+			sent := 0
+			stream := openAIStream(t)
+			ended := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				sent++
+				stop := sent == tc.stopAt
+				mu.Unlock()
+				if stop { // in flight when the run is stopped: wait for the client to go
+					cancel()
+					// The server notices a closed connection once the body is read.
+					_, _ = io.Copy(io.Discard, r.Body)
+					select {
+					case <-r.Context().Done():
+					case <-ended: // the test failed before the client went
+					}
+					return
+				}
+				stream(w, r)
+			}))
+			defer srv.Close()
+			defer close(ended)
+			reqs := make([]Request, len(tc.arrivals))
+			for i, at := range tc.arrivals {
+				reqs[i] = Request{Arrival: at * time.Millisecond, InputLength: 8 + i, OutputLength: 2, HashIDs: []int64{int64(i)}}
+			}
+			r := &Runner{Client: &Client{URL: srv.URL, Model: "m", Clock: newTickClock(time.Millisecond)}, Concurrency: 1, BlockTokens: 16}
+			out := r.Run(ctx, reqs)
+			var answered, canceled []int
+			for k, res := range out.Results {
+				if k > 0 && res.Index <= out.Results[k-1].Index {
+					t.Fatalf("results %+v: not in workload order", out.Results)
+				}
+				if res.InputLength != reqs[res.Index].InputLength {
+					t.Fatalf("result %+v: not request %d's", res, res.Index)
+				}
+				switch res.Error {
+				case "":
+					answered = append(answered, res.Index)
+				case ErrCanceled:
+					canceled = append(canceled, res.Index)
+				default:
+					t.Fatalf("result %+v: want valid or canceled", res)
+				}
+			}
+			if !slices.Equal(answered, tc.answered) || !slices.Equal(canceled, tc.canceled) || out.NotSent != tc.notSent {
+				t.Fatalf("answered %v, canceled %v, %d not sent; want %v, %v, %d", answered, canceled, out.NotSent, tc.answered, tc.canceled, tc.notSent)
+			}
+			s := Summarize(out)
+			if s.Requests != len(tc.answered)+len(tc.canceled) || s.Succeeded != len(tc.answered) || s.Failed != len(tc.canceled) ||
+				s.Errors[ErrCanceled] != len(tc.canceled) || s.NotSent != tc.notSent {
+				t.Fatalf("summary %+v: want the %d requests sent (%d canceled) and %d not sent", s, len(tc.answered)+len(tc.canceled), len(tc.canceled), tc.notSent)
+			}
+			var buf bytes.Buffer
+			if err := WriteCSV(&buf, out.Results); err != nil {
+				t.Fatal(err)
+			}
+			if rows, err := csv.NewReader(&buf).ReadAll(); err != nil || len(rows) != 1+s.Requests {
+				t.Fatalf("requests.csv: %v, %d rows; want a row per request sent (%d)", err, len(rows)-1, s.Requests)
+			}
+			buf.Reset()
+			if err := WriteSummary(&buf, s); err != nil {
+				t.Fatal(err)
+			}
+			if back, err := ReadSummary(&buf, "s.json"); err != nil || back.NotSent != tc.notSent {
+				t.Fatalf("summary read back: %v, not_sent %d; want %d", err, back.NotSent, tc.notSent)
+			}
+		})
 	}
 }
 

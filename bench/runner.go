@@ -46,18 +46,24 @@ func (s ProgressState) String() string {
 	return fmt.Sprintf("bench: %d/%d done, %d in flight, %d errors, TTFT p50 %s", s.Done, s.Total, s.InFlight, s.Errors, ttft)
 }
 
-// Outcome is a finished run: one Result per request, in workload order.
+// Outcome is a finished run: one Result per request sent, in workload order.
 type Outcome struct {
 	Results  []Result
 	Duration time.Duration // first send → last answer or failure
+	// NotSent counts the requests of the workload never sent because the run was stopped
+	// (its context ended) first; they have no Result. A run of a duration (RunFor) has
+	// no such count: 0.
+	NotSent int
 }
 
 // Run sends each request at its arrival (an offset from the start of the run), waiting
 // for a free slot when Concurrency requests are in flight, and returns when every
 // answer has ended. Requests are sent in arrival order, those of equal arrivals in the
 // order of reqs (as package bench/sim replays them), whatever the order of reqs;
-// Outcome.Results is in the order of reqs (Result.Index is the position in reqs).
-// Cancelling ctx stops sending; requests in flight end as canceled.
+// Outcome.Results has one Result per request sent, in the order of reqs (Result.Index
+// is the position in reqs). Cancelling ctx stops sending: requests in flight end as
+// canceled (ErrCanceled), and those not sent have no Result (Outcome.NotSent counts
+// them).
 func (r *Runner) Run(ctx context.Context, reqs []Request) Outcome {
 	var order []int // positions in reqs by arrival; nil when reqs is in order
 	if !slices.IsSortedFunc(reqs, func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
@@ -105,7 +111,7 @@ func (r *Runner) RunFor(ctx context.Context, next func(i int) Request, d time.Du
 
 // run sends next(0), next(1), … until next has no more, or stop (> 0) from the start of
 // the run has come. total is the number of requests next gives (-1: no end): when ctx
-// ends first, those not sent are reported as canceled.
+// ends first, those not sent are counted in Outcome.NotSent.
 func (r *Runner) run(ctx context.Context, total int, next func(i int) (Request, bool), stop time.Duration) Outcome {
 	clock := r.Client.clock()
 	origin := clock.Now()
@@ -123,6 +129,7 @@ func (r *Runner) run(ctx context.Context, total int, next func(i int) (Request, 
 		stopC = clock.After(stop)
 	}
 	var wg sync.WaitGroup
+	notSent := 0
 	var slots chan struct{}
 	if r.Concurrency > 0 {
 		slots = make(chan struct{}, r.Concurrency)
@@ -135,12 +142,7 @@ func (r *Runner) run(ctx context.Context, total int, next func(i int) (Request, 
 		switch r.wait(ctx, clock, origin, rq.Arrival, stop, stopC, slots) {
 		case waitStopped:
 		case waitCanceled:
-			mu.Lock()
-			for j := i; j < total; j++ {
-				rq, _ := next(j)
-				results = append(results, Result{Index: j, InputLength: rq.InputLength, Error: ErrCanceled, Detail: "not sent: the run was stopped"})
-			}
-			mu.Unlock()
+			notSent = max(total-i, 0)
 		default:
 			mu.Lock()
 			results = append(results, Result{Index: i})
@@ -170,7 +172,7 @@ func (r *Runner) run(ctx context.Context, total int, next func(i int) (Request, 
 	for _, res := range results {
 		end = maxTime(end, origin.Add(res.Start+res.E2E))
 	}
-	return Outcome{Results: results, Duration: end.Sub(origin)}
+	return Outcome{Results: results, Duration: end.Sub(origin), NotSent: notSent}
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -256,7 +256,9 @@ func (o *Options) validateWorkload() error {
 }
 
 // Run is `turbine bench [flags]`, `turbine bench plot A.json B.json -o cmp.svg` and
-// `turbine bench compare [flags]`.
+// `turbine bench compare [flags]`. A run writes its files and prints its summary, then
+// returns ErrStopped when SIGINT, SIGTERM or ctx stopped it early, else ErrNoSuccess
+// when no request succeeded.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -313,7 +315,7 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return fmt.Errorf("--out %s: %v", o.Out, err)
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := notifyStop(ctx)
 	defer stop()
 	var s bench.Summary
 	var results []bench.Result
@@ -335,7 +337,63 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 		return err
 	}
 	printSummary(stdout, s, o.Out)
+	if ctx.Err() != nil {
+		return stopped(ctx, s)
+	}
 	return noneSucceeded(s)
+}
+
+// ErrStopped is returned by a run stopped before its end by SIGINT or SIGTERM (or by
+// its caller's context): its files are written, with the requests sent so far, but it
+// is not the measurement asked for.
+var ErrStopped = errors.New("stopped")
+
+// stopSignal is the cause of a context that notifyStop cancelled on a signal.
+type stopSignal struct{ sig os.Signal }
+
+func (s stopSignal) Error() string { return s.sig.String() + " signal received" }
+
+// notifyStop is signal.NotifyContext for SIGINT and SIGTERM, with a stopSignal naming
+// the signal as the context's cause.
+func notifyStop(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case sig := <-c:
+			cancel(stopSignal{sig})
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(c)
+		cancel(nil)
+	}
+}
+
+// stopped is ErrStopped for the run s of ctx, which ended: what stopped it ("by a signal
+// (interrupt)" when notifyStop's signal did) and how many of the requests were answered,
+// canceled in flight and not sent.
+func stopped(ctx context.Context, s bench.Summary) error {
+	by := fmt.Sprintf("(%v)", context.Cause(ctx))
+	var sig stopSignal
+	if errors.As(context.Cause(ctx), &sig) {
+		by = fmt.Sprintf("by a signal (%v)", sig.sig)
+	}
+	canceled := s.Errors[bench.ErrCanceled]
+	var parts []string
+	if canceled > 0 {
+		parts = append(parts, fmt.Sprintf("%d canceled in flight", canceled))
+	}
+	if s.NotSent > 0 {
+		parts = append(parts, fmt.Sprintf("%d not sent", s.NotSent))
+	}
+	detail := ""
+	if len(parts) > 0 {
+		detail = " (" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Errorf("%w %s after %d of %d requests were answered%s", ErrStopped, by, s.Requests-canceled, s.Requests+s.NotSent, detail)
 }
 
 // runLabel is a run's label: label (--label, checked by bench.CheckLabel), else the
@@ -414,6 +472,13 @@ func (o *Options) measure(ctx context.Context, reqs []bench.Request, workload, u
 	p.finish()
 	s := bench.Summarize(outcome)
 	s.Workload, s.URL, s.Model, s.Label = workload, url, o.Model, label
+	if outcome.NotSent > 0 { // stopped: the ceiling of the requests sent
+		sent := make([]bench.Request, len(outcome.Results))
+		for i, r := range outcome.Results {
+			sent[i] = reqs[r.Index]
+		}
+		reqs = sent
+	}
 	o.setCeiling(&s, reqs)
 	return s, outcome.Results, nil
 }
@@ -493,7 +558,11 @@ func writeFile(path string, write func(io.Writer) error) error {
 }
 
 func printSummary(w io.Writer, s bench.Summary, dir string) {
-	fmt.Fprintf(w, "%s: %d requests, %d ok, %d failed%s, %.1f s\n", s.Label, s.Requests, s.Succeeded, s.Failed, errorKinds(s.Errors), s.DurationS)
+	notSent := ""
+	if s.NotSent > 0 {
+		notSent = fmt.Sprintf(" (stopped: %d more not sent)", s.NotSent)
+	}
+	fmt.Fprintf(w, "%s: %d requests%s, %d ok, %d failed%s, %.1f s\n", s.Label, s.Requests, notSent, s.Succeeded, s.Failed, errorKinds(s.Errors), s.DurationS)
 	printDist(w, "TTFT ms ", s.TTFT, "%.1f")
 	printDist(w, "ITL ms  ", s.ITL, "%.2f")
 	printDist(w, "E2E ms  ", s.E2E, "%.1f")

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if how := os.Getenv(fakeServeEnv); how != "" {
 		os.Exit(fakeServe(how, os.Args[1:]))
 	}
+	if os.Getenv(runEnv) != "" {
+		os.Exit(runMain())
+	}
 	os.Exit(m.Run())
 }
 
