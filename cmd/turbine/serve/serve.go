@@ -190,7 +190,11 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		// An xPyD layout serves as designed once both pools have a ready worker; until
 		// then its requests would be prefilled on their decode workers.
 		if err := waitForPools(ctx, backend, o.Model, deadline); err != nil {
-			log.Warn().Err(err).Msg("serving before both pools are ready: requests are prefilled on their decode workers until a prefill worker is")
+			what := "requests are prefilled on their decode workers until a prefill worker is"
+			if o.EnforceDisagg {
+				what = "requests that need a prefill worker get 503 until one is (--enforce-disagg)"
+			}
+			log.Warn().Err(err).Msg("serving before both pools are ready: " + what)
 		}
 	}
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("model", o.Model).Int("workers", o.Workers).
