@@ -175,19 +175,34 @@ func TestReadSummaryLimits(t *testing.T) {
 	for i := range notDecreasing {
 		notDecreasing[i] = strconv.Itoa(i / 10)
 	}
-	// summary is a summary of 2 requests with the given fields.
+	// dists are the TTFT and E2E distributions of n successful requests.
+	dists := func(n int) string {
+		d := `{"count":` + strconv.Itoa(n) + `,"mean":2,"p50":2,"p90":2,"p99":2,"min":1,"max":3}`
+		return `"ttft_ms":` + d + `,"e2e_ms":` + d
+	}
+	// summary is a summary of 2 successful requests with the given fields.
 	summary := func(fields string) string {
 		if fields == "" {
-			return `{"requests":2,"succeeded":2,"failed":0}`
+			return `{"requests":2,"succeeded":2,"failed":0,` + dists(2) + `}`
 		}
-		return `{"requests":2,"succeeded":2,"failed":0,` + fields + `}`
+		return `{"requests":2,"succeeded":2,"failed":0,` + dists(2) + `,` + fields + `}`
 	}
+	// latency is a summary of 2 successful requests with the given latency fields.
+	latency := func(fields string) string { return `{"requests":2,"succeeded":2,"failed":0,` + fields + `}` }
+	ok := `{"count":2,"mean":2,"p50":2,"p90":2,"p99":2,"min":1,"max":3}`
 	for _, tc := range []struct {
 		name, json, want string
 	}{
 		{"valid", summary(`"label":"a","ttft_cdf_ms":` + cdf101("1.5") + `,"itl_cdf_ms":[],"throughput_bucket_s":1,"throughput_tokens_per_s":[3,4]`), ""},
 		{"no samples", `{"requests":0,"succeeded":0,"failed":0,"errors":{},"ttft_cdf_ms":null,"itl_cdf_ms":null,"throughput_bucket_s":0,"throughput_tokens_per_s":null}`, ""},
-		{"failures", `{"requests":3,"succeeded":1,"failed":2,"errors":{"timeout":1,"http_503":1}}`, ""},
+		{"failures", `{"requests":3,"succeeded":1,"failed":2,"errors":{"timeout":1,"http_503":1},` + dists(1) + `}`, ""},
+		{"TTFT count not the successes", latency(`"ttft_ms":{"count":5,"mean":2,"p50":2,"p90":2,"p99":2,"min":1,"max":3},"e2e_ms":` + ok), "s.json: ttft_ms.count 5: want 2"},
+		{"negative p50", latency(`"ttft_ms":{"count":2,"mean":2,"p50":-1,"p90":2,"p99":2,"min":1,"max":3},"e2e_ms":` + ok), "s.json: ttft_ms (min, p50, p90, p99, max, mean)[1] = -1: want a number from 0"},
+		{"p99 above max", latency(`"ttft_ms":` + ok + `,"e2e_ms":{"count":2,"mean":2,"p50":2,"p90":2,"p99":4,"min":1,"max":3}`), "s.json: e2e_ms: min 1, p50 2, p90 2, p99 4, max 3"},
+		{"mean outside", latency(`"ttft_ms":` + ok + `,"e2e_ms":{"count":2,"mean":9,"p50":2,"p90":2,"p99":2,"min":1,"max":3}`), "s.json: e2e_ms: min 1"},
+		{"ITL values without samples", summary(`"itl_ms":{"count":0,"mean":1}`), "s.json: itl_ms: values without samples"},
+		{"latencies with no success", `{"requests":1,"succeeded":0,"failed":1,"errors":{"timeout":1},"ttft_ms":` + ok + `}`, "s.json: ttft_ms.count 2: want 0"},
+		{"error kind with a control character", `{"requests":1,"succeeded":0,"failed":1,"errors":{"a\u001bb":1}}`, `s.json: errors: kind "a\x1bb": has a control character`},
 		{"CDF of 1e308", summary(`"ttft_cdf_ms":` + cdf101("1e308")), "s.json: ttft_cdf_ms[0] = 1e+308: want a number from 0 to 1e+12"},
 		{"negative latency", summary(`"itl_cdf_ms":` + cdf101("-1")), "s.json: itl_cdf_ms[0] = -1"},
 		{"CDF of 3 points", summary(`"ttft_cdf_ms":[1,2,3]`), "s.json: ttft_cdf_ms has 3 points: want 101"},
@@ -214,10 +229,10 @@ func TestReadSummaryLimits(t *testing.T) {
 		{"other JSON", `{"model":"m","choices":[]}`, "s.json: no requests field"},
 		{"negative count", `{"requests":-1,"succeeded":0,"failed":-1}`, "s.json: requests -1, succeeded 0, failed -1, not_sent 0: want counts >= 0"},
 		{"negative not_sent", `{"requests":0,"succeeded":0,"failed":0,"not_sent":-3}`, "s.json: requests 0, succeeded 0, failed 0, not_sent -3: want counts >= 0"},
-		{"stopped", `{"requests":1,"succeeded":1,"failed":0,"not_sent":3}`, ""},
+		{"stopped", `{"requests":1,"succeeded":1,"failed":0,"not_sent":3,` + dists(1) + `}`, ""},
 		{"counts do not add up", `{"requests":5,"succeeded":2,"failed":2,"errors":{"timeout":2}}`, "s.json: succeeded 2 + failed 2 is not requests 5"},
 		{"errors do not add up", `{"requests":5,"succeeded":2,"failed":3,"errors":{"timeout":2}}`, "s.json: errors add up to 2: want failed (3)"},
-		{"zero error count", `{"requests":1,"succeeded":1,"failed":0,"errors":{"timeout":0}}`, `s.json: errors["timeout"] = 0`},
+		{"zero error count", `{"requests":1,"succeeded":1,"failed":0,"errors":{"timeout":0},` + dists(1) + `}`, `s.json: errors["timeout"] = 0`},
 		{"label with a control character", summary(`"label":"a\u0001b"`), `s.json: label "a\x01b": has a control character (U+0001 at byte 1)`},
 		{"label with a tab", summary(`"label":"a\tb"`), `s.json: label "a\tb": has a control character (U+0009`},
 		{"label with a C1 control", summary(`"label":"\u0085"`), `s.json: label "\u0085": has a control character (U+0085`},

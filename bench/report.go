@@ -213,10 +213,46 @@ func (s *Summary) check() error {
 	if failed != s.Failed {
 		return fmt.Errorf("errors add up to %d: want failed (%d)", failed, s.Failed)
 	}
+	for kind := range s.Errors {
+		if err := CheckLabel(kind); err != nil {
+			return fmt.Errorf("errors: kind %q: %v", kind, err)
+		}
+	}
 	if err := CheckLabel(s.Label); err != nil {
 		return fmt.Errorf("label %q: %v", s.Label, err)
 	}
+	for _, d := range []struct {
+		field string
+		d     Dist
+		count int // the count Summarize gives it; -1: any (ITL: gaps between tokens)
+	}{{"ttft_ms", s.TTFT, s.Succeeded}, {"e2e_ms", s.E2E, s.Succeeded}, {"itl_ms", s.ITL, -1}} {
+		if err := d.d.check(d.field, d.count); err != nil {
+			return err
+		}
+	}
 	return s.checkSeries()
+}
+
+// check checks a latency distribution as Describe makes it: want samples (-1: any
+// number), values in milliseconds from 0 to MaxSummaryMillis, min ≤ p50 ≤ p90 ≤ p99 ≤
+// max, the mean between min and max, and all zero without samples.
+func (d Dist) check(field string, want int) error {
+	switch {
+	case d.Count < 0 || want >= 0 && d.Count != want:
+		return fmt.Errorf("%s.count %d: want %d (one per successful request)", field, d.Count, want)
+	case d.Count == 0 && d != Dist{}:
+		return fmt.Errorf("%s: values without samples (count 0)", field)
+	}
+	if err := checkValues(field+" (min, p50, p90, p99, max, mean)", []float64{d.Min, d.P50, d.P90, d.P99, d.Max, d.Mean}, MaxSummaryMillis); err != nil {
+		return err
+	}
+	const slack = 1e-9 // the mean's rounding
+	if !(d.Min <= d.P50 && d.P50 <= d.P90 && d.P90 <= d.P99 && d.P99 <= d.Max) ||
+		d.Mean < d.Min*(1-slack) || d.Mean > d.Max*(1+slack) {
+		return fmt.Errorf("%s: min %v, p50 %v, p90 %v, p99 %v, max %v, mean %v: want min ≤ p50 ≤ p90 ≤ p99 ≤ max and the mean between min and max",
+			field, d.Min, d.P50, d.P90, d.P99, d.Max, d.Mean)
+	}
+	return nil
 }
 
 // checkSeries checks the series a plot draws.
