@@ -122,6 +122,24 @@ func TestAPIKeyAuthentication(t *testing.T) {
 	}
 }
 
+// TestSeveralAuthorizationHeaders: two Authorization headers are refused, whichever
+// comes first, even when one carries a right key.
+func TestSeveralAuthorizationHeaders(t *testing.T) {
+	a := &fakeAdmin{fakeBackend: newFakeBackend(finish("Hello", "stop")), st: BusyStatus{Workers: []BusyWorker{}}}
+	s := newKeyedServer(t, a, &bytes.Buffer{}, testKeyOne, testKeyTwo)
+	for _, pair := range [][2]string{{"Bearer " + testKeyOne, "Bearer nope"}, {"Bearer nope", "Bearer " + testKeyOne},
+		{"Bearer " + testKeyOne, "Bearer " + testKeyTwo}} {
+		req := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+		req.Header.Add("Authorization", pair[0])
+		req.Header.Add("Authorization", pair[1])
+		rr := httptest.NewRecorder()
+		s.ServeHTTP(rr, req)
+		if rr.Code != http.StatusUnauthorized {
+			t.Errorf("Authorization %q then %q: %d, want 401", pair[0], pair[1], rr.Code)
+		}
+	}
+}
+
 // TestUnauthorizedAnswer checks the 401's body, headers, metrics and log line.
 func TestUnauthorizedAnswer(t *testing.T) {
 	const presented = "sk-presented-wrong-key"

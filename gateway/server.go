@@ -145,8 +145,14 @@ func authRequired(path string) bool {
 // "Authorization: Bearer <key>" (the scheme's case does not matter, RFC 7235). The key is
 // compared through its SHA-256 digest with every key's, in constant time
 // (crypto/subtle), so the time taken tells neither which key matched nor their lengths.
+// A request with several Authorization headers is refused: which one a proxy on the way
+// checked cannot be known.
 func (s *Server) authorized(r *http.Request) bool {
-	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	auth := r.Header.Values("Authorization")
+	if len(auth) != 1 {
+		return false
+	}
+	scheme, token, ok := strings.Cut(auth[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
