@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,15 +25,23 @@ type Process struct {
 	once    sync.Once
 }
 
-// Start runs argv[0] with argv[1:] and extra environment (KEY=VALUE). Each line the
-// process writes to stdout or stderr is passed to logLine (which must be safe for
-// concurrent use). Errors: the executable cannot be started.
+// secretEnv is the environment an engine does not inherit: the gateway's API keys
+// (TURBINE_API_KEY) are not an engine's to read.
+var secretEnv = []string{"TURBINE_API_KEY"}
+
+// Start runs argv[0] with argv[1:] and extra environment (KEY=VALUE), on top of this
+// process's environment less secretEnv. Each line the process writes to stdout or stderr
+// is passed to logLine (which must be safe for concurrent use). Errors: the executable
+// cannot be started.
 func Start(argv []string, env []string, logLine func(stream, line string)) (*Process, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("supervise: empty command")
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(cmd.Environ(), env...)
+	cmd.Env = append(slices.DeleteFunc(cmd.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(secretEnv, k)
+	}), env...)
 	cmd.SysProcAttr = sysProcAttr()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -33,6 +33,30 @@ func TestProcessLogsAndExit(t *testing.T) {
 	}
 }
 
+// TestSecretsNotInherited: the engine does not see TURBINE_API_KEY; other variables and
+// the extra environment pass.
+func TestSecretsNotInherited(t *testing.T) {
+	t.Setenv("TURBINE_API_KEY", "sk-secret")
+	t.Setenv("TURBINE_TEST_VISIBLE", "yes")
+	var mu sync.Mutex
+	var lines []string
+	p, err := Start([]string{"sh", "-c", `echo "key=${TURBINE_API_KEY:-none} visible=$TURBINE_TEST_VISIBLE extra=$EXTRA"`},
+		[]string{"EXTRA=1"}, func(_, line string) {
+			mu.Lock()
+			lines = append(lines, line)
+			mu.Unlock()
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(lines, "\n"); got != "key=none visible=yes extra=1" {
+		t.Fatalf("the engine saw %q", got)
+	}
+}
+
 func TestStopKillsProcessGroup(t *testing.T) {
 	// The shell ignores SIGTERM and starts a child; Stop must kill both.
 	var mu sync.Mutex
