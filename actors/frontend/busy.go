@@ -94,9 +94,9 @@ func (b *Backend) BusyStatus(ctx context.Context, model string) (*gateway.BusySt
 	if err := b.knownModel(ctx, model); err != nil {
 		return nil, err
 	}
-	st, err := b.router(model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
+	st, err := b.routerStats(model)
 	if err != nil {
-		return nil, fmt.Errorf("frontend: router stats of %q: %w", model, err)
+		return nil, err
 	}
 	b.mu.Lock()
 	t := b.thresholds(model)
@@ -112,9 +112,9 @@ func (b *Backend) BusyStatus(ctx context.Context, model string) (*gateway.BusySt
 // ReadyWorkers counts model's ready workers by role ("aggregated", "prefill", "decode"),
 // as its Router grain sees them. Errors: the Router grain could not be asked.
 func (b *Backend) ReadyWorkers(model string) (map[string]int, error) {
-	st, err := b.router(model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
+	st, err := b.routerStats(model)
 	if err != nil {
-		return nil, fmt.Errorf("frontend: router stats of %q: %w", model, err)
+		return nil, err
 	}
 	out := map[string]int{}
 	for _, w := range st.Workers {
@@ -123,4 +123,13 @@ func (b *Backend) ReadyWorkers(model string) (map[string]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// routerStats asks model's Router grain for its stats, within the route timeout.
+func (b *Backend) routerStats(model string) (*messages.RouterStats, error) {
+	st, err := b.router(model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("frontend: router stats of %q: %w", model, err)
+	}
+	return st, nil
 }

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/gateway"
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // Options are serve's flags, with their defaults.
@@ -248,40 +250,37 @@ func drain(root *actor.RootContext, handler *gateway.Server, pids []*actor.PID, 
 // waitForPools waits until model has a ready prefill worker and a ready decode worker.
 // Errors: the deadline passed first (naming the ready workers by role), or ctx ended.
 func waitForPools(ctx context.Context, b *frontend.Backend, model string, deadline time.Time) error {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ready, err := b.ReadyWorkers(model)
-		if err == nil && ready["prefill"] > 0 && ready["decode"] > 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no ready prefill and decode worker within --ready-timeout (ready by role: %v)", ready)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+	var ready map[string]int
+	return pollUntil(ctx, deadline, func() bool {
+		var err error
+		ready, err = b.ReadyWorkers(model)
+		return err == nil && ready["prefill"] > 0 && ready["decode"] > 0
+	}, func() error {
+		return fmt.Errorf("no ready prefill and decode worker within --ready-timeout (ready by role: %v)", ready)
+	})
 }
 
 // waitForModel polls the catalog until model has a live worker, ctx ends, or limit passes.
 func waitForModel(ctx context.Context, b *frontend.Backend, model string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+	return pollUntil(ctx, time.Now().Add(limit), func() bool {
+		cards, err := b.Models(ctx)
+		return err == nil && slices.ContainsFunc(cards, func(c *messages.ModelCard) bool { return c.Model == model })
+	}, func() error {
+		return fmt.Errorf("no worker became ready within --ready-timeout %v (see the engine log lines above)", limit)
+	})
+}
+
+// pollUntil checks done every 50 ms until it holds (nil), deadline passes (late's error)
+// or ctx ends (its error). The cluster's state has no event to wait on here.
+func pollUntil(ctx context.Context, deadline time.Time, done func() bool, late func() error) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		cards, err := b.Models(ctx)
-		if err == nil {
-			for _, c := range cards {
-				if c.Model == model {
-					return nil
-				}
-			}
+		if done() {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no worker became ready within --ready-timeout %v (see the engine log lines above)", limit)
+			return late()
 		}
 		select {
 		case <-ctx.Done():
