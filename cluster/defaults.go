@@ -44,6 +44,16 @@ const (
 	// every live peer stay silent, before the member counts as dropped (protoactor's own
 	// heartbeat expiry, 20 s, would then block those peers in turn).
 	peerSilenceLimit = 10 * time.Second
+	// pauseMargin is how much longer than its health check's TTL a process must have been
+	// stopped (SIGSTOP, a frozen VM) for the watchdog to take it as dropped: by then its
+	// check has been critical long enough for every member watching Consul to have seen it
+	// fail, dropped it and blocked its id.
+	pauseMargin = time.Second
+	// pauseTick is how often the watchdog's clock wakes to measure pauses.
+	pauseTick = 100 * time.Millisecond
+	// maxBlockedBy bounds the peer ids (remote input) the watchdog keeps per check from
+	// "blocked" answers, and those it remembers having logged.
+	maxBlockedBy = 64
 	// activationTimeout bounds the request for a grain's PID to the identity's owner
 	// member (the library's lookup waits a fixed 5 s, which a call caught by the owner's
 	// death waits in full before it retries on the new owner).

@@ -9,6 +9,9 @@
 //     logged instead of crashing the process, handler panics recovered (grpc.go);
 //   - a zombie watchdog that closes Member.Lost when the cluster has dropped the member
 //     for good; the owner then starts a new member, which gets a new id (watchdog.go).
+//     Only the live cluster counts: a member the cluster has dropped, resumed after a
+//     freeze, blocks its peers in turn; its "blocked" answers do not make them restart,
+//     and it finds out by itself that it is the one to restart.
 package cluster
 
 import (
@@ -179,7 +182,11 @@ func Start(cfg Config) (m *Member, err error) {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return slog.New(zerologHandler{log: libLog})
 	}))
-	wd := newWatchdog(system.ID, healthy, alive, s.WatchdogInterval, log)
+	var pauseLimit time.Duration // in-process discovery: no TTL, and every member pauses with the process
+	if consul != nil {
+		pauseLimit = s.Consul.withDefaults().TTL + pauseMargin
+	}
+	wd := newWatchdog(system.ID, healthy, alive, s.WatchdogInterval, pauseLimit, log)
 	remoteOpts := remoteOptions(s.MaxMessageBytes, newGRPCGuard(log, wd.onBlockedBy))
 	if s.advertise != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(s.advertise))
@@ -202,7 +209,7 @@ func Start(cfg Config) (m *Member, err error) {
 		}
 	}()
 	c.StartMember()
-	go wd.run()
+	wd.start()
 	m = &Member{System: system, Cluster: c, log: log, consul: consul, watchdog: wd, sub: sub}
 	log.Info().Str("member", m.ID()).Str("address", system.Address()).Str("discovery", s.discovery.String()).
 		Msg("cluster member started")
@@ -239,11 +246,15 @@ func (m *Member) ID() string { return m.System.ID }
 func (m *Member) Address() string { return m.System.Address() }
 
 // Lost is closed when the watchdog finds that the cluster has dropped this member for
-// good: its id is in its own block list; a peer answered a connection with "blocked"; it
-// has been missing from its own member list for three checks while discovery is healthy;
-// a peer's gossiped topology has left it out for 10 s; or no peer that discovery reports
-// alive has gossiped to it for 10 s. A lost member cannot rejoin (protoactor never lets a
-// blocked id back): stop it and start a new one, which gets a new id. LostReason says why.
+// good: its id is in its own block list; with Consul, the process did not run (SIGSTOP, a
+// frozen VM) for its TTL plus a second, so its check lapsed; a live peer answered a
+// connection with "blocked"; it has been missing from its own member list for three
+// checks while discovery is healthy; a live peer's gossiped topology has left it out for
+// 10 s; or no live peer has gossiped to it for 10 s. Live peers are the members of its
+// latest topology that discovery reports alive: a member the cluster has dropped (which,
+// once resumed, blocks every peer it has not heard from) cannot make a healthy member
+// restart. A lost member cannot rejoin (protoactor never lets a blocked id back): stop it
+// and start a new one, which gets a new id. LostReason says why.
 func (m *Member) Lost() <-chan struct{} { return m.watchdog.lost }
 
 // LostReason says why Lost was closed; "" while it is not.

@@ -27,5 +27,5 @@ go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} ./cluster/ | quie
 # Tests where a peer leaves an in-process member skip under -race (protoactor's own data
 # races, REFERENCE §13); they run here without it.
 echo "cluster tests that protoactor's own races keep from -race, without it:"
-go test -count=1 -run 'TestConsulMembersSeeEachOtherAndStopLeaves|TestConsulKilledMemberLeavesWithinTTL|TestLargeMessageCrossesMembers|TestUnknownProtobufTypeIsDroppedNotFatal' \
+go test -count=1 -run 'TestConsulMembersSeeEachOtherAndStopLeaves|TestConsulKilledMemberLeavesWithinTTL|TestLargeMessageCrossesMembers|TestUnknownProtobufTypeIsDroppedNotFatal|TestWatchdogNoticesSelfBlock' \
   ./cluster/ | sed "s/^/  /"
