@@ -6,7 +6,10 @@
 // Each launcher serves one worker: a worker calls Command, then Connect, then
 // SubscribeKVEvents for every start of its engine, and closes the engines.Engine Connect
 // returned when the process ends and the launcher itself when the worker stops, when
-// they implement io.Closer (TRTLLM and its trtllm.Engine do).
+// they implement io.Closer (TRTLLM and its trtllm.Engine do). The HTTP client of each
+// engine Connect returns has a connection pool of its own, which keeps at most 64 idle
+// connections to the engine and closes each after 30 s unused (enginehttp.DefaultPool);
+// the connections streams hold are not bounded.
 //
 // Command lines, with the sources their flag names were checked against: VLLM (vLLM's
 // vllm/engine/arg_utils.py and vllm/config/kv_events.py), SGLang (SGLang's

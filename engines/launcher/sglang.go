@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 
@@ -126,7 +125,7 @@ var (
 )
 
 func connectSGLang(baseURL string, blockSize int) engines.Engine {
-	c, err := sglang.New(baseURL, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}, sglang.Options{})
+	c, err := sglang.New(baseURL, nil, sglang.Options{})
 	if err != nil {
 		return brokenEngine{err}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -178,7 +177,7 @@ func (l *TRTLLM) Spec() Spec { return l.spec }
 var _ engines.Launcher = (*TRTLLM)(nil)
 
 func connectTRTLLM(baseURL, model string, blockSize int, mock bool) engines.Engine {
-	c, err := trtllm.New(baseURL, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}})
+	c, err := trtllm.New(baseURL, nil)
 	if err != nil {
 		return brokenEngine{err}
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -52,7 +51,7 @@ type vllmEngine struct {
 // Turbine's mock engine. A malformed baseURL gives an engine whose every call fails with
 // that error.
 func newVLLMEngine(baseURL, model string, mock bool) engines.Engine {
-	c, err := vllm.New(baseURL, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}})
+	c, err := vllm.New(baseURL, nil)
 	if err != nil {
 		return brokenEngine{err}
 	}

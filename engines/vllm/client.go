@@ -26,8 +26,10 @@ type Client struct {
 }
 
 // New returns a client for the engine at baseURL (e.g. http://127.0.0.1:8000). hc may be
-// nil (a client without an overall timeout: streams last as long as generation does;
-// bound calls with their contexts). Errors: a URL that is not absolute http(s).
+// nil: a client of its own, without an overall timeout (streams last as long as
+// generation does; bound calls with their contexts), keeping at most 64 idle
+// connections, each closed after 30 s unused (enginehttp.NewHTTPClient). Errors: a
+// URL that is not absolute http(s).
 func New(baseURL string, hc *http.Client) (*Client, error) {
 	h, err := enginehttp.New("vllm", baseURL, hc, errorFrom)
 	if err != nil {

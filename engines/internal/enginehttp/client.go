@@ -31,10 +31,11 @@ type Client struct {
 }
 
 // New returns a client for the server at baseURL (e.g. http://127.0.0.1:8000). name
-// prefixes the client's errors. hc may be nil: an http.Client on http.DefaultTransport
-// without an overall timeout (streams last as long as generation does; bound calls with
-// their contexts). answered turns a non-200 answer (its status and up to 64 KiB of its
-// body) into the error Do returns. Errors: a URL that is not absolute http(s).
+// prefixes the client's errors. hc may be nil: NewHTTPClient(DefaultPool()), a client
+// of its own without an overall timeout (streams last as long as generation does; bound
+// calls with their contexts). answered turns a non-200 answer (its status and up to 64
+// KiB of its body) into the error Do returns. Errors: a URL that is not absolute
+// http(s).
 func New(name, baseURL string, hc *http.Client, answered func(status int, body []byte) error) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
@@ -45,7 +46,7 @@ func New(name, baseURL string, hc *http.Client, answered func(status int, body [
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	if hc == nil {
-		hc = &http.Client{Transport: http.DefaultTransport}
+		hc = NewHTTPClient(DefaultPool())
 	}
 	return &Client{name: name, base: u.String(), hc: hc, answered: answered}, nil
 }
