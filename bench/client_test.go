@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -179,16 +180,51 @@ func TestClientTransportKinds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := serve(tc.mode)
 			defer srv.Close()
-			c := &Client{URL: srv.URL, Model: "m", HTTP: &http.Client{Timeout: tc.timeout}}
-			res := c.Do(tc.ctx(), time.Now(), []uint32{1}, 1)
+			clock := &sendClock{}
+			c := &Client{URL: srv.URL, Model: "m", HTTP: &http.Client{Timeout: tc.timeout}, Clock: clock}
+			ctx := tc.ctx()
+			res := c.Do(ctx, time.Now(), []uint32{1}, 1)
 			if res.Error != tc.want {
 				t.Fatalf("error kind %q (%s), want %q", res.Error, res.Detail, tc.want)
 			}
-			if tc.want == ErrTimeout && res.E2E < limit {
-				t.Fatalf("E2E %v, want at least the %v limit", res.E2E, limit)
+			if tc.want != ErrTimeout {
+				return
+			}
+			// The failure is measured once the limit has passed: the client's Timeout
+			// runs from within the send, a deadline from before it (ctx was made first).
+			start := clock.start()
+			end := start.Add(limit)
+			if d, ok := ctx.Deadline(); ok {
+				end = d
+			}
+			if failed := start.Add(res.E2E); failed.Before(end) {
+				t.Fatalf("E2E %v: the failure measured %v before the limit's end", res.E2E, end.Sub(failed))
 			}
 		})
 	}
+}
+
+// sendClock is the wall clock; it keeps its first reading, a Client's send start.
+type sendClock struct {
+	WallClock
+	mu    sync.Mutex
+	first time.Time
+}
+
+func (c *sendClock) Now() time.Time {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.first.IsZero() {
+		c.first = now
+	}
+	return now
+}
+
+func (c *sendClock) start() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
 }
 
 // TestRunAllTimedOut: a run whose requests all time out lasts until the last failure.

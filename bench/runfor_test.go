@@ -97,8 +97,10 @@ func TestRunFor(t *testing.T) {
 	}
 }
 
-// TestRunForConcurrent: many requests in flight on the wall clock, under the race
-// detector, stop after a short run with every answer valid and counted.
+// TestRunForConcurrent: many requests in flight, under the race detector, stop after a
+// short run with every answer valid and counted. The run lasts 200 readings of a clock
+// that moves 1 ms per reading, whatever the machine's speed: on the wall clock a pause
+// as long as the run before the first request would leave nothing sent.
 func TestRunForConcurrent(t *testing.T) {
 	srv := httptest.NewServer(openAIStream(t))
 	defer srv.Close()
@@ -107,8 +109,8 @@ func TestRunForConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{Client: &Client{URL: srv.URL, Model: "m"}, Concurrency: 8, BlockTokens: 16}
-	out, err := r.RunFor(context.Background(), func(int) Request { return g.Next() }, 50*time.Millisecond)
+	r := &Runner{Client: &Client{URL: srv.URL, Model: "m", Clock: newReadingClock(time.Millisecond)}, Concurrency: 8, BlockTokens: 16}
+	out, err := r.RunFor(context.Background(), func(int) Request { return g.Next() }, 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

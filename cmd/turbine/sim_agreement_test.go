@@ -61,6 +61,17 @@ const (
 	agreeHitAbs  = 0.01
 )
 
+// agreeMaxLateness is the timer lateness (per agreeProbePeriod sleep, measured during
+// the real run) up to which the time tolerances above hold: they were measured at
+// 0.5–1.2 ms, and held at 1.5 ms (TTFT p50 0.2 %, E2E mean 1.6 % apart). A machine busier
+// than that runs the real engines and the gateway slower than the timing model: with 6
+// to 9 runnable processes per core, timers fired 2.0 and 3.4 ms late, the real TTFT p50
+// was 2 to 2.6 times the informed simulation's and the real E2E mean up to 30 % above
+// it. The test then logs its figures, compares the hit rates (which agreed all the same)
+// and skips the comparison of times: on such a machine it would measure the load, not
+// the simulator.
+const agreeMaxLateness = 1500 * time.Microsecond
+
 // TestSimulationAgreement runs the same scenario for real (turbine serve, the bench
 // runner, the wall clock) and simulated (bench/sim, a virtual clock) and wants their
 // reports to agree on TTFT p50, mean E2E and the prefix-cache hit rate.
@@ -72,7 +83,8 @@ const (
 // while the real run goes (a goroutine sleeping 5 ms again and again) and compares the
 // real run with an informed simulation: that lateness as Config.StepOverhead, and every
 // request arriving when the real client sent it (Result.Start), so that the client's
-// own jitter is not counted as disagreement.
+// own jitter is not counted as disagreement. Timers later than agreeMaxLateness skip the
+// comparison of times.
 func TestSimulationAgreement(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
@@ -157,24 +169,30 @@ func TestSimulationAgreement(t *testing.T) {
 	t.Logf("plain sim against real: TTFT p50 %+.1f %%, E2E mean %+.1f %%, hit rate %+.4f",
 		100*(plain.TTFT.P50/real.TTFT.P50-1), 100*(plain.E2E.Mean/real.E2E.Mean-1), *plain.PrefixCacheHitRate-*real.PrefixCacheHitRate)
 
+	tooBusy := lateness > agreeMaxLateness
 	for _, c := range []struct {
 		what           string
 		real, informed float64
 		limit          float64 // largest difference allowed
+		timing         bool    // a time, compared only on a machine that kept to the timing model
 	}{
-		{"TTFT p50 (ms)", real.TTFT.P50, informed.TTFT.P50, agreeTTFTRel * real.TTFT.P50},
-		{"E2E mean (ms)", real.E2E.Mean, informed.E2E.Mean, agreeE2ERel * real.E2E.Mean},
-		{"prefix-cache hit rate", *real.PrefixCacheHitRate, *informed.PrefixCacheHitRate, agreeHitAbs},
+		{"TTFT p50 (ms)", real.TTFT.P50, informed.TTFT.P50, agreeTTFTRel * real.TTFT.P50, true},
+		{"E2E mean (ms)", real.E2E.Mean, informed.E2E.Mean, agreeE2ERel * real.E2E.Mean, true},
+		{"prefix-cache hit rate", *real.PrefixCacheHitRate, *informed.PrefixCacheHitRate, agreeHitAbs, false},
 	} {
 		diff := math.Abs(c.real - c.informed)
 		t.Logf("%-22s real %9.4f  informed sim %9.4f  difference %8.4f  tolerance %8.4f", c.what, c.real, c.informed, diff, c.limit)
-		if diff > c.limit {
+		if diff > c.limit && !(c.timing && tooBusy) {
 			t.Errorf("%s: real %.4f, simulated %.4f: the difference %.4f exceeds the tolerance %.4f", c.what, c.real, c.informed, diff, c.limit)
 		}
 	}
 	if d := math.Abs(*plain.PrefixCacheHitRate - *real.PrefixCacheHitRate); d > agreeHitAbs {
 		t.Errorf("prefix-cache hit rate: real %.4f, plain simulation %.4f: the difference %.4f exceeds %.4f",
 			*real.PrefixCacheHitRate, *plain.PrefixCacheHitRate, d, agreeHitAbs)
+	}
+	if tooBusy {
+		t.Skipf("timers fired %v late per %v sleep during the real run, above the %v the time tolerances hold at: the machine was too busy to compare times (the hit rates were compared)",
+			lateness, agreeProbePeriod, agreeMaxLateness)
 	}
 }
 

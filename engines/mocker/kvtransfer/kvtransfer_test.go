@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,7 +23,77 @@ type fixture struct {
 	srv      *Server
 	addr     string
 	released chan release
+	tap      *tap
 }
+
+// tap is a listener whose connections record what the server writes to them.
+type tap struct {
+	net.Listener
+	mu      sync.Mutex
+	writes  [][]byte      // every write, in order
+	changed chan struct{} // closed and replaced at every write
+}
+
+func newTap(l net.Listener) *tap { return &tap{Listener: l, changed: make(chan struct{})} }
+
+func (l *tap) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &tappedConn{Conn: c, tap: l}, nil
+}
+
+type tappedConn struct {
+	net.Conn
+	tap *tap
+}
+
+func (c *tappedConn) Write(b []byte) (int, error) {
+	c.tap.mu.Lock()
+	c.tap.writes = append(c.tap.writes, append([]byte(nil), b...))
+	close(c.tap.changed)
+	c.tap.changed = make(chan struct{})
+	c.tap.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+// count returns how many writes so far match.
+func (l *tap) count(match func([]byte) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, w := range l.writes {
+		if match(w) {
+			n++
+		}
+	}
+	return n
+}
+
+// await returns true once n writes match, false if they do not within 10 s (a bound on
+// liveness only).
+func (l *tap) await(n int, match func([]byte) bool) bool {
+	limit := time.NewTimer(10 * time.Second)
+	defer limit.Stop()
+	for {
+		l.mu.Lock()
+		changed := l.changed
+		l.mu.Unlock()
+		if l.count(match) >= n {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-limit.C:
+			return false
+		}
+	}
+}
+
+// isKeepalive matches a keepalive line; isData a piece of the KV data (zeros).
+func isKeepalive(b []byte) bool { return strings.Contains(string(b), `"waiting":true`) }
+func isData(b []byte) bool      { return len(b) > 0 && strings.Trim(string(b), "\x00") == "" }
 
 func start(t *testing.T, mut func(*Config)) *fixture {
 	t.Helper()
@@ -34,10 +107,11 @@ func start(t *testing.T, mut func(*Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := newTap(nl)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() {
@@ -46,7 +120,7 @@ func start(t *testing.T, mut func(*Config)) *fixture {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	f.srv, f.addr = srv, l.Addr().String()
+	f.srv, f.addr, f.tap = srv, l.Addr().String(), l
 	return f
 }
 
@@ -203,7 +277,7 @@ func TestTimeoutReleases(t *testing.T) {
 // TestReaderLeaves: a reader that leaves in the middle of the transfer, or refuses the
 // blocks, makes the server release them.
 func TestReaderLeaves(t *testing.T) {
-	f := start(t, func(c *Config) { c.Bandwidth = 1 << 20 }) // 1 MiB/s: 2 MiB take 2 s
+	f := start(t, func(c *Config) { c.Bandwidth = 64 << 10 }) // 64 KiB/s: 2 MiB take 32 s
 	blocks := make([]int32, 128)
 	for i := range blocks {
 		blocks[i] = int32(i)
@@ -211,7 +285,10 @@ func TestReaderLeaves(t *testing.T) {
 	f.srv.Pin("r", "id", blocks)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, err := Read(ctx, f.addr, Request{Key: "r", BlockIDs: seq(128)}, func(Response) error {
-		time.AfterFunc(50*time.Millisecond, cancel)
+		go func() {
+			f.tap.await(1, isData) // the reader leaves once the data has begun to flow
+			cancel()
+		}()
 		return nil
 	})
 	if !errors.Is(err, context.Canceled) {
@@ -445,8 +522,9 @@ func TestReadStalls(t *testing.T) {
 // progress timeout is kept alive by the server's keepalive lines, and gets its blocks
 // once they are pinned.
 func TestRoomWaitKeepalive(t *testing.T) {
-	f := start(t, func(c *Config) { c.Keepalive = 20 * time.Millisecond })
-	cl := Client{ProgressTimeout: 200 * time.Millisecond}
+	const keepalive = 10 * time.Millisecond
+	f := start(t, func(c *Config) { c.Keepalive = keepalive })
+	cl := Client{ProgressTimeout: 500 * time.Millisecond}
 	key := RoomKey(7)
 	got := make(chan error, 1)
 	go func() {
@@ -457,7 +535,11 @@ func TestRoomWaitKeepalive(t *testing.T) {
 		got <- err
 	}()
 	waitFor(t, func() bool { return f.srv.Waiting() == 1 })
-	time.Sleep(3 * cl.ProgressTimeout) // three progress timeouts without the pin
+	// Two progress timeouts without the pin: the server's keepalive ticker started with
+	// the wait, and its n-th line leaves n keepalive periods after that at the earliest.
+	if n := int(2 * cl.ProgressTimeout / keepalive); !f.tap.await(n, isKeepalive) {
+		t.Fatalf("%d keepalive lines written, want %d", f.tap.count(isKeepalive), n)
+	}
 	f.srv.Pin(key, "p", []int32{8})
 	if err := <-got; err != nil {
 		t.Fatal(err)
@@ -483,15 +565,26 @@ func TestPaceDelay(t *testing.T) {
 	}
 }
 
-// TestSlowBandwidthKeepsDataFlowing: at a low bandwidth data still comes in small pieces
-// about every millisecond, far within a reader's progress timeout.
+// TestSlowBandwidthKeepsDataFlowing: at a low bandwidth data still goes out in small
+// pieces, one per millisecond's worth of the bandwidth (2 bytes at 2,000 bytes/s), each
+// due a millisecond after the previous one: far within a reader's progress timeout.
 func TestSlowBandwidthKeepsDataFlowing(t *testing.T) {
 	f := start(t, func(c *Config) { c.Bandwidth = 2000; c.BlockSize = 1; c.BytesPerToken = 200 }) // 200 bytes: 0.1 s
 	f.srv.Pin("r", "id", []int32{1})
-	cl := Client{ProgressTimeout: 50 * time.Millisecond}
-	res, err := cl.Read(context.Background(), f.addr, Request{Key: "r"}, nil)
+	res, err := Read(context.Background(), f.addr, Request{Key: "r"}, nil)
 	if err != nil || res.Bytes != 200 {
 		t.Fatalf("read %+v: %v", res, err)
+	}
+	f.tap.mu.Lock()
+	defer f.tap.mu.Unlock()
+	var pieces []int
+	for _, w := range f.tap.writes {
+		if isData(w) {
+			pieces = append(pieces, len(w))
+		}
+	}
+	if len(pieces) != 100 || slices.ContainsFunc(pieces, func(n int) bool { return n != 2 }) {
+		t.Fatalf("200 bytes sent in pieces of %v bytes, want 100 pieces of 2", pieces)
 	}
 }
 
@@ -499,15 +592,14 @@ func TestSlowBandwidthKeepsDataFlowing(t *testing.T) {
 func TestReadingCount(t *testing.T) {
 	f := start(t, func(c *Config) { c.Bandwidth = 1 << 20 }) // 1 MiB/s: 128 KiB take 0.125 s
 	f.srv.Pin("r", "id", []int32{1, 2, 3, 4, 5, 6, 7, 8})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := Read(ctx, f.addr, Request{Key: "r"}, func(Response) error { return nil })
-		done <- err
-	}()
-	waitFor(t, func() bool { return f.srv.Reading() == 1 })
-	if err := <-done; err != nil {
+	_, err := Read(context.Background(), f.addr, Request{Key: "r"}, func(Response) error {
+		// The server has answered; the read lasts until this reader acknowledges the data.
+		if n := f.srv.Reading(); n != 1 {
+			return fmt.Errorf("%d reads under way during one, want 1", n)
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if r := f.next(t); r.reason != ReasonRead || f.srv.Reading() != 0 {
