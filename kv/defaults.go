@@ -23,6 +23,13 @@ const (
 	// timing (REFERENCE §7) — a wait past which prefilling a request on its decode
 	// worker is usually faster than queueing it.
 	DefaultMaxPrefillQueueTokens = 4 * 8192
+	// DefaultMaxUnackedAge: a request routed with RouteInput.WillAck whose caller has not
+	// acknowledged it (Router.Ack) within this long is expired. The frontend acknowledges
+	// right after it sent the work, within milliseconds of the route's answer, and that
+	// answer reaches it within its route timeout (5 s) or it frees the request itself: 30 s
+	// leaves room for an acknowledgement queued behind a busy router, and still clears a
+	// request whose frontend never learnt of its routing long before MaxSequenceAge.
+	DefaultMaxUnackedAge = 30 * time.Second
 )
 
 // Config configures a Router. Start from DefaultConfig and change fields; NewRouter
@@ -40,6 +47,9 @@ type Config struct {
 	Temperature   float64
 	// MaxSequenceAge: active sequences older than this are expired; <= 0 never.
 	MaxSequenceAge time.Duration
+	// MaxUnackedAge: a request routed with RouteInput.WillAck and not acknowledged
+	// (Router.Ack) within this long is expired, with its prefill leg; <= 0 never.
+	MaxUnackedAge time.Duration
 	// Busy: thresholds above which a worker gets no new requests.
 	Busy BusyThresholds
 	// MaxBufferedBatches: see DefaultMaxBufferedBatches; <= 0 means the default.
@@ -67,6 +77,7 @@ func DefaultConfig(blockSize int) Config {
 		OverlapWeight:      DefaultOverlapWeight,
 		Temperature:        DefaultTemperature,
 		MaxSequenceAge:     DefaultMaxSequenceAge,
+		MaxUnackedAge:      DefaultMaxUnackedAge,
 		MaxBufferedBatches: DefaultMaxBufferedBatches,
 		Disagg:             DefaultDisaggConfig(),
 	}

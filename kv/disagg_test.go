@@ -418,8 +418,8 @@ func TestDisaggLoadFreedForBothLegs(t *testing.T) {
 	if _, err := r2.Route(RouteInput{RequestID: "old", Tokens: prompt(40)}, t0, rng); err != nil {
 		t.Fatal(err)
 	}
-	if n := r2.Expire(t0.Add(DefaultMaxSequenceAge + time.Second)); n != 2 || r2.active.Len() != 0 {
-		t.Fatalf("expired %d, %d left", n, r2.active.Len())
+	if n := r2.Expire(t0.Add(DefaultMaxSequenceAge + time.Second)); n != (Expired{Stale: 2}) || r2.active.Len() != 0 {
+		t.Fatalf("expired %+v, %d left", n, r2.active.Len())
 	}
 	if err := checkActiveInvariants(r.active); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,9 @@
 //     cache_aware policy with load gating).
 //   - Router (router.go): worker registration (block size check, engine epochs), the
 //     per-worker numbered event stream with gap detection and dump/replay, busy
-//     thresholds (REFERENCE §4), Route, and Stats.
+//     thresholds (REFERENCE §4), Route, and Stats. Expire drops what nobody will free:
+//     requests routed with WillAck and not acknowledged (Ack) within MaxUnackedAge, and
+//     any request older than MaxSequenceAge.
 //   - Disaggregated serving (disagg.go, REFERENCE §6): worker roles (aggregated,
 //     prefill, decode); Route picks a decode worker for load and, when the uncached
 //     prompt suffix is long and the prefill pool's queue short, a prefill worker

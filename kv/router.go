@@ -31,6 +31,12 @@ import (
 //   - active holds every routed request until Free, Expire or RemoveWorker; a remote
 //     decision holds two (the decode leg under the request id, the prefill leg under
 //     PrefillRequestID of it).
+//   - awaiting maps each request id routed with WillAck, and neither acknowledged nor
+//     freed since, to the generation of that routing; ackQueue holds (id, generation,
+//     routing time) in routing order from ackHead on, so every awaiting entry has a
+//     queue entry of its generation. Entries of ids acknowledged, freed or routed again
+//     are skipped and compacted away. An awaiting id may have lost its sequences
+//     already (RemoveWorker, MaxSequenceAge): expiring it then frees nothing.
 //   - roleCount[role] is the number of registered workers with that role (kept by
 //     Register and RemoveWorker); prefill or decode workers switch Route to
 //     disaggregated serving (disagg.go).
@@ -48,6 +54,11 @@ type Router struct {
 	prompt        int64
 	overlap       int64
 	skipped       int64 // events skipped in dumps (invalid or orphaned)
+	awaiting      map[string]uint64
+	ackQueue      []queued
+	ackHead       int
+	ackGen        uint64
+	expired       Expired // cumulative, for Stats
 	hashBuf       []uint64
 	ovBuf         []uint32
 	apBuf         []uint32
@@ -116,7 +127,24 @@ type RouteInput struct {
 	ExcludePrefill []string
 	// LocalPrefill: prefill on the decode worker, never remotely (DisaggLocalRequested).
 	LocalPrefill bool
+	// WillAck: the caller acknowledges the routing (Ack) once it has sent the work, and
+	// the request, with its prefill leg, is expired when that has not happened within
+	// Config.MaxUnackedAge — a caller that never learnt the decision (its call timed out)
+	// cannot free it. Without WillAck only MaxSequenceAge bounds it.
+	WillAck bool
 }
+
+// Expired counts the tracked sequences (a remote decision's two legs count two)
+// that expiry freed, by cause.
+type Expired struct {
+	// Unacked: routed with WillAck and not acknowledged within MaxUnackedAge.
+	Unacked int64
+	// Stale: older than MaxSequenceAge.
+	Stale int64
+}
+
+// Total is Unacked + Stale.
+func (e Expired) Total() int64 { return e.Unacked + e.Stale }
 
 // Decision is the outcome of Route.
 type Decision struct {
@@ -182,6 +210,7 @@ func NewRouter(cfg Config) (*Router, error) {
 		index:         NewIndex(cfg.BlockSize),
 		active:        NewActiveSequences(cfg.MaxSequenceAge),
 		byName:        make(map[string]*routerWorker),
+		awaiting:      make(map[string]uint64),
 	}, nil
 }
 
@@ -458,16 +487,29 @@ func (r *Router) busy(rw *routerWorker, l Load) bool {
 }
 
 // Route chooses a worker for a request and records it as active there (free it with
-// Free; PrefillDone at its first token). It first expires sequences older than
-// MaxSequenceAge and forgets any earlier placement of the same request id (both legs).
+// Free; PrefillDone at its first token; with in.WillAck, Ack once the work is sent). It
+// first expires what Expire would at now and forgets any earlier placement of the same
+// request id (both legs), so routing one id twice (a retried call) tracks it once.
 // While some worker has role prefill or decode it also decides where the prefill runs
 // (disaggregated serving, see disagg.go); otherwise Decision.Disagg is
 // DisaggAggregated. Errors: ErrInvalidRequest (empty id, negative or non-finite
 // overrides), ErrNoWorkers (no ready worker, or all excluded), ErrAllBusy (every
 // remaining worker busy), ErrNoPrefillWorkers (Disagg.Enforce and no prefill worker),
-// or a policy's error. It allocates only the active-sequence records (and the
-// PrefillLeg of a remote decision).
+// or a policy's error; a request that fails is not tracked. It allocates only the
+// active-sequence records (and the PrefillLeg of a remote decision, and the entry of a
+// request awaiting its acknowledgement).
 func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, error) {
+	d, err := r.route(&in, now, rng)
+	if err == nil && in.WillAck && r.cfg.MaxUnackedAge > 0 {
+		r.ackGen++
+		r.awaiting[in.RequestID] = r.ackGen
+		r.ackQueue = append(r.ackQueue, queued{id: in.RequestID, gen: r.ackGen, start: now})
+		r.compactAcks()
+	}
+	return d, err
+}
+
+func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision, error) {
 	if in.RequestID == "" {
 		return Decision{}, fmt.Errorf("%w: empty request id", ErrInvalidRequest)
 	}
@@ -489,7 +531,7 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 		}
 		sel.Temperature = in.Temperature
 	}
-	r.active.Expire(now)
+	r.Expire(now)
 	r.Free(in.RequestID)
 
 	r.hashBuf = AppendSequenceHashes(r.hashBuf[:0], in.Tokens, r.cfg.BlockSize, in.LoraName)
@@ -503,7 +545,7 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 	r.active.ActivePrefix(hashes, r.apBuf)
 
 	if r.disaggregated() {
-		return r.routeDisagg(&in, &sel, hashes, now, rng)
+		return r.routeDisagg(in, &sel, hashes, now, rng)
 	}
 	cands, eligible := r.gather(maskAggregated|maskPrefill|maskDecode, in.Exclude)
 	if eligible == 0 {
@@ -517,7 +559,7 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 	if err != nil {
 		return Decision{}, err
 	}
-	return r.placeLocal(&in, hashes, c, kindAggregated, now), nil
+	return r.placeLocal(in, hashes, c, kindAggregated, now), nil
 }
 
 // gather collects, in r.candBuf, the ready, non-busy workers whose role is in mask
@@ -588,15 +630,89 @@ func (r *Router) PrefillDone(reqID string) bool {
 // Free ends a request (finished, cancelled, failed): the id given — a request id or
 // the PrefillRequestID of a prefill leg — and, for a request id, its prefill leg too if
 // still tracked, so a caller that forgets the leg leaks nothing. It reports whether
-// anything was active. Unknown ids are harmless.
+// anything was active. Unknown ids and repeated frees are harmless.
 func (r *Router) Free(reqID string) bool {
+	delete(r.awaiting, reqID)
 	a := r.active.Free(reqID)
 	b := r.active.Free(PrefillRequestID(reqID))
 	return a || b
 }
 
-// Expire frees requests older than MaxSequenceAge and returns how many.
-func (r *Router) Expire(now time.Time) int { return r.active.Expire(now) }
+// Ack records that the caller of a Route with WillAck has sent the request's work: the
+// request (and its prefill leg) is no longer expired for want of an acknowledgement, only
+// by Free, MaxSequenceAge or its worker's removal. It reports whether reqID was awaiting
+// its acknowledgement; acknowledging an unknown, freed, expired or already acknowledged
+// id is harmless.
+func (r *Router) Ack(reqID string) bool {
+	if _, ok := r.awaiting[reqID]; !ok {
+		return false
+	}
+	delete(r.awaiting, reqID)
+	return true
+}
+
+// Expire frees the sequences older than MaxSequenceAge and the requests (both legs)
+// routed with WillAck more than MaxUnackedAge before now and not acknowledged since, and
+// returns how many sequences it freed. now should not go backwards; if it does, expiry is
+// only delayed.
+func (r *Router) Expire(now time.Time) Expired {
+	e := Expired{Stale: int64(r.active.Expire(now))}
+	if r.cfg.MaxUnackedAge > 0 {
+		for r.ackHead < len(r.ackQueue) {
+			q := r.ackQueue[r.ackHead]
+			if now.Sub(q.start) <= r.cfg.MaxUnackedAge {
+				break
+			}
+			if gen, ok := r.awaiting[q.id]; ok && gen == q.gen {
+				delete(r.awaiting, q.id)
+				for _, id := range [2]string{q.id, PrefillRequestID(q.id)} {
+					if r.active.Free(id) {
+						e.Unacked++
+					}
+				}
+			}
+			r.ackQueue[r.ackHead] = queued{}
+			r.ackHead++
+		}
+		r.compactAcks()
+	}
+	r.expired.Unacked += e.Unacked
+	r.expired.Stale += e.Stale
+	return e
+}
+
+// compactAcks drops consumed and dead entries of the acknowledgement queue once they
+// dominate it.
+func (r *Router) compactAcks() {
+	if r.ackHead > 0 && r.ackHead >= len(r.ackQueue) {
+		r.ackQueue, r.ackHead = r.ackQueue[:0], 0
+		return
+	}
+	if len(r.ackQueue)-r.ackHead < 2*len(r.awaiting)+1024 {
+		return
+	}
+	live := r.ackQueue[:0]
+	for _, q := range r.ackQueue[r.ackHead:] {
+		if gen, ok := r.awaiting[q.id]; ok && gen == q.gen {
+			live = append(live, q)
+		}
+	}
+	clear(r.ackQueue[len(live):])
+	r.ackQueue, r.ackHead = live, 0
+}
+
+// ActiveRequests is the number of tracked sequences (Stats.ActiveRequests, cheaply).
+func (r *Router) ActiveRequests() int { return r.active.Len() }
+
+// Tracked reports whether reqID — a request id or a prefill leg's id — is active, or, for
+// a request id, its prefill leg is.
+func (r *Router) Tracked(reqID string) bool {
+	if _, ok := r.active.Worker(reqID); ok {
+		return true
+	}
+	_, ok := r.active.Worker(PrefillRequestID(reqID))
+	return ok
+}
 
 // WorkerStats is one worker's line in Stats.
 type WorkerStats struct {
@@ -636,6 +752,10 @@ type Stats struct {
 	SkippedEvents   int64
 	// Decisions counts routed requests by Decision.Disagg kind (every kind present).
 	Decisions map[string]int64
+	// Expired: the sequences expiry has freed since the router started, by cause.
+	Expired Expired
+	// AwaitingAck: requests routed with WillAck and not acknowledged yet.
+	AwaitingAck int
 }
 
 // Stats returns a snapshot of the router's state.
@@ -644,7 +764,7 @@ func (r *Router) Stats() Stats {
 		Routed: r.routed, PromptBlocks: r.prompt, OverlapBlocks: r.overlap,
 		IndexNodes: r.index.Nodes(), ActiveRequests: r.active.Len(),
 		UnknownRemovals: r.index.UnknownRemovals(), SkippedEvents: r.skipped,
-		Decisions: make(map[string]int64, numKinds),
+		Decisions: make(map[string]int64, numKinds), Expired: r.expired, AwaitingAck: len(r.awaiting),
 	}
 	for k, n := range r.decisions {
 		s.Decisions[disaggKinds[k]] = n

@@ -60,7 +60,7 @@ func runRouterOps(t testing.TB, c chooser, steps int, stop func() bool) {
 			}
 		case op < 10:
 			toks, lora := g.probe(c)
-			in := RouteInput{RequestID: fmt.Sprint("r", c.IntN(8)), Tokens: toks, LoraName: lora}
+			in := RouteInput{RequestID: fmt.Sprint("r", c.IntN(8)), Tokens: toks, LoraName: lora, WillAck: c.IntN(2) == 0}
 			if c.IntN(3) == 0 {
 				in.Exclude = []string{names[c.IntN(3)]}
 			}
@@ -73,9 +73,12 @@ func runRouterOps(t testing.TB, c chooser, steps int, stop func() bool) {
 			}
 		case op < 11:
 			id := fmt.Sprint("r", c.IntN(8))
-			if c.IntN(2) == 0 {
+			switch c.IntN(3) {
+			case 0:
 				r.PrefillDone(id)
-			} else {
+			case 1:
+				r.Ack(id)
+			default:
 				r.Free(id)
 			}
 		default:
@@ -95,6 +98,9 @@ func runRouterOps(t testing.TB, c chooser, steps int, stop func() bool) {
 		if err := checkActiveInvariants(r.active); err != nil {
 			t.Fatalf("step %d: load tracking: %v", step, err)
 		}
+		if err := checkAckInvariants(r); err != nil {
+			t.Fatalf("step %d: acknowledgements: %v", step, err)
+		}
 		st := r.Stats()
 		sum := 0
 		for _, ws := range st.Workers {
@@ -112,6 +118,9 @@ func runRouterOps(t testing.TB, c chooser, steps int, stop func() bool) {
 	}
 	if st := r.Stats(); st.ActiveRequests != 0 || st.IndexNodes != 0 || r.active.Blocks() != 0 {
 		t.Fatalf("after removing every worker: %+v, %d active blocks", st, r.active.Blocks())
+	}
+	if r.Expire(now.Add(cfg.MaxUnackedAge + time.Second)); len(r.awaiting) != 0 || len(r.ackQueue) != 0 {
+		t.Fatalf("after expiry: %d awaiting, %d queued", len(r.awaiting), len(r.ackQueue))
 	}
 }
 

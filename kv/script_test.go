@@ -26,12 +26,12 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // Commands:
 //
-//	config block-size=4 policy=kv weight=1 temperature=0 max-age=300s busy-kv=0 busy-prefill=0 max-buffered=N
+//	config block-size=4 policy=kv weight=1 temperature=0 max-age=300s max-unacked=30s busy-kv=0 busy-prefill=0 max-buffered=N
 //	add-worker id=w1 [block-size=4] [total=100] [ready=true] [epoch=1] [last-seq=0]
 //	kv-event worker=w1 [epoch=1] seq=1      input: one event per line (see parseEvent)
 //	dump worker=w1 [epoch=1] last-seq=3 [part=0] [last=true]   input: events
-//	route id=r1 (blocks=a,b | tokens=1,2,..) [extra=N] [lora=x] [weight=W] [temp=T] [exclude=w1,w2]
-//	prefill-done id=r1 | free id=r1 | tick 10s | expire | kill-worker id=w1
+//	route id=r1 (blocks=a,b | tokens=1,2,..) [extra=N] [lora=x] [weight=W] [temp=T] [exclude=w1,w2] [will-ack]
+//	prefill-done id=r1 | free id=r1 | ack id=r1 | tick 10s | expire | kill-worker id=w1
 //	busy [kv=0.9] [prefill=1000] | overlaps (blocks=..|tokens=..) [lora=x] | stats | replay
 //
 // A block written as a name (blocks=sys,q1) stands for block-size tokens derived from
@@ -326,6 +326,13 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 			}
 			h.cfg.MaxSequenceAge = d
 		}
+		if v, ok := a["max-unacked"]; ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.cfg.MaxUnackedAge = d
+		}
 		if _, err := NewRouter(h.cfg); err != nil {
 			return "error: " + err.Error()
 		}
@@ -353,7 +360,8 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 			evs, a.int(t, "part", 0), a.str("last", "true") == "true")
 		return result(nd, err)
 	case "route":
-		in := RouteInput{RequestID: a.str("id", ""), Tokens: h.tokens(t, a), LoraName: a.str("lora", ""), Exclude: a.list("exclude")}
+		in := RouteInput{RequestID: a.str("id", ""), Tokens: h.tokens(t, a), LoraName: a.str("lora", ""), Exclude: a.list("exclude"),
+			WillAck: a.str("will-ack", "false") == "true"}
 		if _, ok := a["weight"]; ok {
 			in.HasOverlapWeight, in.OverlapWeight = true, a.float(t, "weight", 0)
 		}
@@ -369,6 +377,8 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		return fmt.Sprintf("active=%v", h.router(t).PrefillDone(a.str("id", "")))
 	case "free":
 		return fmt.Sprintf("active=%v", h.router(t).Free(a.str("id", "")))
+	case "ack":
+		return fmt.Sprintf("awaiting=%v", h.router(t).Ack(a.str("id", "")))
 	case "tick":
 		d, err := time.ParseDuration(f[1])
 		if err != nil {
@@ -377,7 +387,8 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		h.now = h.now.Add(d)
 		return "now=+" + h.now.Sub(t0).String()
 	case "expire":
-		return fmt.Sprintf("expired=%d", h.router(t).Expire(h.now))
+		e := h.router(t).Expire(h.now)
+		return fmt.Sprintf("expired=%d unacked=%d stale=%d", e.Total(), e.Unacked, e.Stale)
 	case "kill-worker":
 		n, err := h.router(t).RemoveWorker(a.str("id", ""))
 		if err != nil {
@@ -422,6 +433,9 @@ func formatStats(s Stats) string {
 	}
 	fmt.Fprintf(&sb, "routed=%d prompt-blocks=%d overlap-blocks=%d nodes=%d active-requests=%d unknown-removals=%d skipped=%d",
 		s.Routed, s.PromptBlocks, s.OverlapBlocks, s.IndexNodes, s.ActiveRequests, s.UnknownRemovals, s.SkippedEvents)
+	if s.Expired != (Expired{}) || s.AwaitingAck != 0 {
+		fmt.Fprintf(&sb, "\nexpired-unacked=%d expired-stale=%d awaiting-ack=%d", s.Expired.Unacked, s.Expired.Stale, s.AwaitingAck)
+	}
 	return sb.String()
 }
 

@@ -1231,8 +1231,13 @@ type RouteRequest struct {
 	// whether the request must be prefilled on its decode worker (no prefill leg).
 	ExcludePrefillWorkers []string `protobuf:"bytes,9,rep,name=exclude_prefill_workers,json=excludePrefillWorkers,proto3" json:"exclude_prefill_workers,omitempty"`
 	LocalPrefill          bool     `protobuf:"varint,10,opt,name=local_prefill,json=localPrefill,proto3" json:"local_prefill,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The caller sends RouteAck to the response's router once it has sent the work; a
+	// request not acknowledged within the router's bound (kv.DefaultMaxUnackedAge) is
+	// expired, both legs: its caller never learnt the decision (the call timed out), so
+	// nobody would free it.
+	WillAck       bool `protobuf:"varint,11,opt,name=will_ack,json=willAck,proto3" json:"will_ack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
@@ -1335,6 +1340,13 @@ func (x *RouteRequest) GetLocalPrefill() bool {
 	return false
 }
 
+func (x *RouteRequest) GetWillAck() bool {
+	if x != nil {
+		return x.WillAck
+	}
+	return false
+}
+
 type RouteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1358,8 +1370,10 @@ type RouteResponse struct {
 	PrefillBootstrapHost  string    `protobuf:"bytes,12,opt,name=prefill_bootstrap_host,json=prefillBootstrapHost,proto3" json:"prefill_bootstrap_host,omitempty"` // SGLang: the prefill worker's bootstrap address
 	PrefillBootstrapPort  int32     `protobuf:"varint,13,opt,name=prefill_bootstrap_port,json=prefillBootstrapPort,proto3" json:"prefill_bootstrap_port,omitempty"`
 	UncachedPrefillTokens int64     `protobuf:"varint,14,opt,name=uncached_prefill_tokens,json=uncachedPrefillTokens,proto3" json:"uncached_prefill_tokens,omitempty"` // ISL minus the decode worker's prefix hit (tokens)
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The Router grain activation that recorded the request: RouteAck goes there.
+	Router        *ActorRef `protobuf:"bytes,15,opt,name=router,proto3" json:"router,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -1490,6 +1504,60 @@ func (x *RouteResponse) GetUncachedPrefillTokens() int64 {
 	return 0
 }
 
+func (x *RouteResponse) GetRouter() *ActorRef {
+	if x != nil {
+		return x.Router
+	}
+	return nil
+}
+
+// RouteAck acknowledges a route made with will_ack: the request's work was sent (the
+// caller will free it). Sent, not requested, to RouteResponse.router (the grain takes it
+// in ReceiveDefault); an acknowledgement of an unknown or freed request is ignored.
+type RouteAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteAck) Reset() {
+	*x = RouteAck{}
+	mi := &file_turbine_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteAck) ProtoMessage() {}
+
+func (x *RouteAck) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteAck.ProtoReflect.Descriptor instead.
+func (*RouteAck) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RouteAck) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 // RequestRef names an active request in the router's load tracking.
 type RequestRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1500,7 +1568,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1580,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1593,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{18}
+	return file_turbine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -1543,7 +1611,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1623,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1636,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{19}
+	return file_turbine_proto_rawDescGZIP(), []int{20}
 }
 
 type BusyThresholds struct {
@@ -1581,7 +1649,7 @@ type BusyThresholds struct {
 
 func (x *BusyThresholds) Reset() {
 	*x = BusyThresholds{}
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1661,7 @@ func (x *BusyThresholds) String() string {
 func (*BusyThresholds) ProtoMessage() {}
 
 func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1674,7 @@ func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BusyThresholds.ProtoReflect.Descriptor instead.
 func (*BusyThresholds) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{20}
+	return file_turbine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BusyThresholds) GetKvUsage() float64 {
@@ -1631,7 +1699,7 @@ type RouterStatsRequest struct {
 
 func (x *RouterStatsRequest) Reset() {
 	*x = RouterStatsRequest{}
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1711,7 @@ func (x *RouterStatsRequest) String() string {
 func (*RouterStatsRequest) ProtoMessage() {}
 
 func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1724,7 @@ func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStatsRequest.ProtoReflect.Descriptor instead.
 func (*RouterStatsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{21}
+	return file_turbine_proto_rawDescGZIP(), []int{22}
 }
 
 type WorkerStats struct {
@@ -1678,7 +1746,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1758,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1771,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{22}
+	return file_turbine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WorkerStats) GetWorkerId() string {
@@ -1790,13 +1858,18 @@ type RouterStats struct {
 	PromptBlocks  int64                  `protobuf:"varint,3,opt,name=prompt_blocks,json=promptBlocks,proto3" json:"prompt_blocks,omitempty"`    // total full prompt blocks routed
 	OverlapBlocks int64                  `protobuf:"varint,4,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"` // of which already cached on the chosen worker
 	Card          *ModelCard             `protobuf:"bytes,5,opt,name=card,proto3" json:"card,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Tracked requests (sequences: a remote decision's legs count one each) expired since
+	// the router started: routed with will_ack and not acknowledged in time, and older than
+	// the maximum sequence age (300 s).
+	ExpiredUnacked int64 `protobuf:"varint,6,opt,name=expired_unacked,json=expiredUnacked,proto3" json:"expired_unacked,omitempty"`
+	ExpiredStale   int64 `protobuf:"varint,7,opt,name=expired_stale,json=expiredStale,proto3" json:"expired_stale,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RouterStats) Reset() {
 	*x = RouterStats{}
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1881,7 @@ func (x *RouterStats) String() string {
 func (*RouterStats) ProtoMessage() {}
 
 func (x *RouterStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1894,7 @@ func (x *RouterStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStats.ProtoReflect.Descriptor instead.
 func (*RouterStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{23}
+	return file_turbine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RouterStats) GetWorkers() []*WorkerStats {
@@ -1859,6 +1932,20 @@ func (x *RouterStats) GetCard() *ModelCard {
 	return nil
 }
 
+func (x *RouterStats) GetExpiredUnacked() int64 {
+	if x != nil {
+		return x.ExpiredUnacked
+	}
+	return 0
+}
+
+func (x *RouterStats) GetExpiredStale() int64 {
+	if x != nil {
+		return x.ExpiredStale
+	}
+	return 0
+}
+
 type AnnounceModel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Card          *ModelCard             `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
@@ -1871,7 +1958,7 @@ type AnnounceModel struct {
 
 func (x *AnnounceModel) Reset() {
 	*x = AnnounceModel{}
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1970,7 @@ func (x *AnnounceModel) String() string {
 func (*AnnounceModel) ProtoMessage() {}
 
 func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1983,7 @@ func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnounceModel.ProtoReflect.Descriptor instead.
 func (*AnnounceModel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{24}
+	return file_turbine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AnnounceModel) GetCard() *ModelCard {
@@ -1938,7 +2025,7 @@ type ModelFilesRequest struct {
 
 func (x *ModelFilesRequest) Reset() {
 	*x = ModelFilesRequest{}
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2037,7 @@ func (x *ModelFilesRequest) String() string {
 func (*ModelFilesRequest) ProtoMessage() {}
 
 func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2050,7 @@ func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilesRequest.ProtoReflect.Descriptor instead.
 func (*ModelFilesRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{25}
+	return file_turbine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModelFilesRequest) GetDigest() string {
@@ -1984,7 +2071,7 @@ type ModelFile struct {
 
 func (x *ModelFile) Reset() {
 	*x = ModelFile{}
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2083,7 @@ func (x *ModelFile) String() string {
 func (*ModelFile) ProtoMessage() {}
 
 func (x *ModelFile) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2096,7 @@ func (x *ModelFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFile.ProtoReflect.Descriptor instead.
 func (*ModelFile) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{26}
+	return file_turbine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ModelFile) GetName() string {
@@ -2039,7 +2126,7 @@ type ModelFiles struct {
 
 func (x *ModelFiles) Reset() {
 	*x = ModelFiles{}
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2138,7 @@ func (x *ModelFiles) String() string {
 func (*ModelFiles) ProtoMessage() {}
 
 func (x *ModelFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2151,7 @@ func (x *ModelFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFiles.ProtoReflect.Descriptor instead.
 func (*ModelFiles) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{27}
+	return file_turbine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ModelFiles) GetDigest() string {
@@ -2096,7 +2183,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2195,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2208,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{28}
+	return file_turbine_proto_rawDescGZIP(), []int{29}
 }
 
 type ModelList struct {
@@ -2133,7 +2220,7 @@ type ModelList struct {
 
 func (x *ModelList) Reset() {
 	*x = ModelList{}
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2232,7 @@ func (x *ModelList) String() string {
 func (*ModelList) ProtoMessage() {}
 
 func (x *ModelList) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2245,7 @@ func (x *ModelList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelList.ProtoReflect.Descriptor instead.
 func (*ModelList) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{29}
+	return file_turbine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelList) GetModels() []*ModelCard {
@@ -2191,7 +2278,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2290,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2303,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{30}
+	return file_turbine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SamplingParams) GetMaxTokens() int32 {
@@ -2328,7 +2415,7 @@ type DisaggParams struct {
 
 func (x *DisaggParams) Reset() {
 	*x = DisaggParams{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2427,7 @@ func (x *DisaggParams) String() string {
 func (*DisaggParams) ProtoMessage() {}
 
 func (x *DisaggParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2440,7 @@ func (x *DisaggParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
 func (*DisaggParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DisaggParams) GetLeg() string {
@@ -2405,7 +2492,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2504,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2517,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -2490,7 +2577,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2589,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2602,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -2606,7 +2693,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2705,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2718,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -2661,7 +2748,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2673,7 +2760,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2686,7 +2773,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -2714,7 +2801,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2813,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2826,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -2770,7 +2857,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +2869,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +2882,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -2847,7 +2934,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +2946,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +2959,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -2924,7 +3011,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3023,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3036,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -2990,7 +3077,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3089,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3102,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -3033,7 +3120,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3132,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3145,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -3074,7 +3161,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3173,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3186,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -3143,7 +3230,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3242,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3255,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3300,7 +3387,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\x8d\x03\n" +
+	"\x11DumpBlocksRequest\"\xa8\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -3313,7 +3400,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0fexclude_workers\x18\b \x03(\tR\x0eexcludeWorkers\x126\n" +
 	"\x17exclude_prefill_workers\x18\t \x03(\tR\x15excludePrefillWorkers\x12#\n" +
 	"\rlocal_prefill\x18\n" +
-	" \x01(\bR\flocalPrefill\"\xf5\x04\n" +
+	" \x01(\bR\flocalPrefill\x12\x19\n" +
+	"\bwill_ack\x18\v \x01(\bR\awillAck\"\xa3\x05\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12%\n" +
@@ -3330,7 +3418,11 @@ const file_turbine_proto_rawDesc = "" +
 	"\x12prefill_request_id\x18\v \x01(\tR\x10prefillRequestId\x124\n" +
 	"\x16prefill_bootstrap_host\x18\f \x01(\tR\x14prefillBootstrapHost\x124\n" +
 	"\x16prefill_bootstrap_port\x18\r \x01(\x05R\x14prefillBootstrapPort\x126\n" +
-	"\x17uncached_prefill_tokens\x18\x0e \x01(\x03R\x15uncachedPrefillTokens\"+\n" +
+	"\x17uncached_prefill_tokens\x18\x0e \x01(\x03R\x15uncachedPrefillTokens\x12,\n" +
+	"\x06router\x18\x0f \x01(\v2\x14.turbine.v1.ActorRefR\x06router\")\n" +
+	"\bRouteAck\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"+\n" +
 	"\n" +
 	"RequestRef\x12\x1d\n" +
 	"\n" +
@@ -3352,13 +3444,15 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0fengine_kv_usage\x18\t \x01(\x01R\rengineKvUsage\x12'\n" +
 	"\x0factive_requests\x18\n" +
 	" \x01(\x05R\x0eactiveRequests\x12\x12\n" +
-	"\x04role\x18\v \x01(\tR\x04role\"\xcf\x01\n" +
+	"\x04role\x18\v \x01(\tR\x04role\"\x9d\x02\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
 	"\rprompt_blocks\x18\x03 \x01(\x03R\fpromptBlocks\x12%\n" +
 	"\x0eoverlap_blocks\x18\x04 \x01(\x03R\roverlapBlocks\x12)\n" +
-	"\x04card\x18\x05 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\"\x9c\x01\n" +
+	"\x04card\x18\x05 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12'\n" +
+	"\x0fexpired_unacked\x18\x06 \x01(\x03R\x0eexpiredUnacked\x12#\n" +
+	"\rexpired_stale\x18\a \x01(\x03R\fexpiredStale\"\x9c\x01\n" +
 	"\rAnnounceModel\x12)\n" +
 	"\x04card\x18\x01 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x15\n" +
@@ -3498,7 +3592,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_turbine_proto_goTypes = []any{
 	(*ActorRef)(nil),           // 0: turbine.v1.ActorRef
 	(*ModelCard)(nil),          // 1: turbine.v1.ModelCard
@@ -3518,32 +3612,33 @@ var file_turbine_proto_goTypes = []any{
 	(*DumpBlocksRequest)(nil),  // 15: turbine.v1.DumpBlocksRequest
 	(*RouteRequest)(nil),       // 16: turbine.v1.RouteRequest
 	(*RouteResponse)(nil),      // 17: turbine.v1.RouteResponse
-	(*RequestRef)(nil),         // 18: turbine.v1.RequestRef
-	(*Ack)(nil),                // 19: turbine.v1.Ack
-	(*BusyThresholds)(nil),     // 20: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil), // 21: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),        // 22: turbine.v1.WorkerStats
-	(*RouterStats)(nil),        // 23: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),      // 24: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),  // 25: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),          // 26: turbine.v1.ModelFile
-	(*ModelFiles)(nil),         // 27: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),  // 28: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),          // 29: turbine.v1.ModelList
-	(*SamplingParams)(nil),     // 30: turbine.v1.SamplingParams
-	(*DisaggParams)(nil),       // 31: turbine.v1.DisaggParams
-	(*Generate)(nil),           // 32: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 33: turbine.v1.TokenChunk
-	(*Credit)(nil),             // 34: turbine.v1.Credit
-	(*ReleaseKv)(nil),          // 35: turbine.v1.ReleaseKv
-	(*Cancel)(nil),             // 36: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 37: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 38: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 39: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 40: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 41: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 42: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 43: turbine.v1.NodeStatus
+	(*RouteAck)(nil),           // 18: turbine.v1.RouteAck
+	(*RequestRef)(nil),         // 19: turbine.v1.RequestRef
+	(*Ack)(nil),                // 20: turbine.v1.Ack
+	(*BusyThresholds)(nil),     // 21: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil), // 22: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),        // 23: turbine.v1.WorkerStats
+	(*RouterStats)(nil),        // 24: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),      // 25: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),  // 26: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),          // 27: turbine.v1.ModelFile
+	(*ModelFiles)(nil),         // 28: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),  // 29: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),          // 30: turbine.v1.ModelList
+	(*SamplingParams)(nil),     // 31: turbine.v1.SamplingParams
+	(*DisaggParams)(nil),       // 32: turbine.v1.DisaggParams
+	(*Generate)(nil),           // 33: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 34: turbine.v1.TokenChunk
+	(*Credit)(nil),             // 35: turbine.v1.Credit
+	(*ReleaseKv)(nil),          // 36: turbine.v1.ReleaseKv
+	(*Cancel)(nil),             // 37: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 38: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 39: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 40: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 41: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 42: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 43: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 44: turbine.v1.NodeStatus
 }
 var file_turbine_proto_depIdxs = []int32{
 	0,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -3560,47 +3655,48 @@ var file_turbine_proto_depIdxs = []int32{
 	11, // 11: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
 	0,  // 12: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
 	0,  // 13: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
-	22, // 14: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	1,  // 15: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	1,  // 16: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	0,  // 17: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	26, // 18: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	1,  // 19: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	31, // 20: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	30, // 21: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	0,  // 22: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	1,  // 23: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	0,  // 24: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	0,  // 25: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	37, // 26: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	42, // 27: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	5,  // 28: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
-	7,  // 29: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
-	12, // 30: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
-	14, // 31: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
-	16, // 32: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
-	18, // 33: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
-	18, // 34: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
-	20, // 35: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
-	21, // 36: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	24, // 37: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	28, // 38: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	6,  // 39: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	19, // 40: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	13, // 41: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	19, // 42: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	17, // 43: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	19, // 44: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	19, // 45: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	19, // 46: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	23, // 47: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	19, // 48: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	29, // 49: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	39, // [39:50] is the sub-list for method output_type
-	28, // [28:39] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	0,  // 14: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
+	23, // 15: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	1,  // 16: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	1,  // 17: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	0,  // 18: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	27, // 19: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	1,  // 20: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	32, // 21: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	31, // 22: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	0,  // 23: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	1,  // 24: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	0,  // 25: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	0,  // 26: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	38, // 27: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	43, // 28: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	5,  // 29: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
+	7,  // 30: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
+	12, // 31: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
+	14, // 32: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
+	16, // 33: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
+	19, // 34: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
+	19, // 35: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
+	21, // 36: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
+	22, // 37: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
+	25, // 38: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	29, // 39: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	6,  // 40: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	20, // 41: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	13, // 42: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	20, // 43: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	17, // 44: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	20, // 45: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	20, // 46: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	20, // 47: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	24, // 48: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	20, // 49: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	30, // 50: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	40, // [40:51] is the sub-list for method output_type
+	29, // [29:40] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -3619,7 +3715,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

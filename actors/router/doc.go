@@ -3,7 +3,8 @@
 //
 // Messages (messages.Router service): Register (worker heartbeat), Deregister,
 // PublishEvents (numbered KV event batches), PublishDump (a worker's full block list),
-// Route, PrefillDone, Free, SetBusyThresholds, Stats.
+// Route, PrefillDone, Free, SetBusyThresholds, Stats. Not calls (ReceiveDefault):
+// messages.RouteAck, and membership changes (*cluster.ClusterTopology).
 //
 // State: the kv.Router (index, active sequences, registrations), each worker's actor
 // address and last load heartbeat, and when it was last heard from. All of it is rebuilt
@@ -22,6 +23,16 @@
 // Worker loss: a worker not heard from for WorkerTTL is removed with its blocks and its
 // active requests (checked on every call, so no timer is needed).
 //
+// Requests nobody frees: a frontend routes with will_ack and, once it has sent the work,
+// sends RouteAck to the activation named in the answer (RouteResponse.router). A request
+// whose acknowledgement has not come within Config.MaxUnackedAge (kv.DefaultMaxUnackedAge,
+// 30 s) is expired with its prefill leg: its Route call failed on the frontend's side
+// (timed out while the grain was busy), so the frontend — which frees the id of every
+// failed call too — may never free it. Every tracked request is also expired past
+// kv.DefaultMaxSequenceAge. Expiry runs on every heartbeat, Route and Stats; it is logged
+// and counted (RouterStats.expired_unacked, expired_stale). Routing an id twice (a call
+// the cluster retried) tracks it once; a Free or RouteAck of an unknown id is ignored.
+//
 // Senders: workers (Register, Deregister, PublishEvents, PublishDump), frontends (Route,
-// PrefillDone, Free, Stats), operators (SetBusyThresholds).
+// RouteAck, PrefillDone, Free, Stats), operators (SetBusyThresholds).
 package router

@@ -35,7 +35,11 @@ type Config struct {
 	// WorkerTTL: a worker not heard from for this long is removed (default 10 s: ten
 	// missed heartbeats at the default period, so a starved machine does not flap).
 	WorkerTTL time.Duration
-	Logger    zerolog.Logger
+	// MaxUnackedAge: a request routed with will_ack whose RouteAck has not come within
+	// this long is expired (kv.Config.MaxUnackedAge). Zero means kv.DefaultMaxUnackedAge;
+	// negative, never.
+	MaxUnackedAge time.Duration
+	Logger        zerolog.Logger
 	// Now and Seed are for tests; zero means time.Now and a random seed.
 	Now  func() time.Time
 	Seed uint64
@@ -95,6 +99,9 @@ func New(cfg Config) *Grain {
 		kcfg.Policy = cfg.Mode
 	}
 	kcfg.OverlapWeight, kcfg.Temperature, kcfg.Busy = cfg.OverlapWeight, cfg.Temperature, cfg.Busy
+	if cfg.MaxUnackedAge != 0 {
+		kcfg.MaxUnackedAge = cfg.MaxUnackedAge
+	}
 	if cfg.Disagg != nil {
 		kcfg.Disagg = *cfg.Disagg
 	}
@@ -131,12 +138,20 @@ func (g *Grain) Terminate(cluster.GrainContext) {
 	}
 }
 
-// ReceiveDefault handles membership changes (*cluster.ClusterTopology).
-func (g *Grain) ReceiveDefault(ctx cluster.GrainContext) {
-	if t, ok := ctx.Message().(*cluster.ClusterTopology); ok {
-		for _, m := range t.Left {
-			g.membersLeft(m.Address())
-			g.gatewayLeft(m.Address())
+// ReceiveDefault handles the messages that are not grain calls: membership changes
+// (*cluster.ClusterTopology) and acknowledged routes (*messages.RouteAck).
+func (g *Grain) ReceiveDefault(ctx cluster.GrainContext) { g.receive(ctx.Message()) }
+
+func (g *Grain) receive(msg any) {
+	switch m := msg.(type) {
+	case *cluster.ClusterTopology:
+		for _, l := range m.Left {
+			g.membersLeft(l.Address())
+			g.gatewayLeft(l.Address())
+		}
+	case *messages.RouteAck:
+		if g.core != nil {
+			g.core.Ack(m.RequestId)
 		}
 	}
 }
@@ -209,13 +224,36 @@ func (g *Grain) membersLeft(address string) {
 	}
 }
 
-// expire removes workers not heard from within WorkerTTL.
+// expire removes workers not heard from within WorkerTTL and expires the requests the
+// core no longer should count (kv.Router.Expire: routed and never acknowledged, or older
+// than the maximum sequence age). It runs on every heartbeat, route and stats call, so no
+// timer is needed: load left by a request nobody will free goes within a heartbeat of
+// its bound even without traffic.
 func (g *Grain) expire(now time.Time) {
 	for id, w := range g.workers {
 		if now.Sub(w.lastSeen) > g.cfg.WorkerTTL {
 			n, _ := g.core.RemoveWorker(id)
 			delete(g.workers, id)
 			g.log.Warn().Str("worker", id).Int("freed_requests", n).Msg("worker silent past its TTL: removed with its blocks")
+		}
+	}
+	if e := g.core.Expire(now); e.Total() > 0 {
+		g.log.Warn().Int64("unacknowledged", e.Unacked).Int64("stale", e.Stale).
+			Dur("max_unacked_age", g.kcfg.MaxUnackedAge).Dur("max_sequence_age", g.kcfg.MaxSequenceAge).
+			Msg("expired tracked requests that nobody freed: routed but never acknowledged, or older than the maximum sequence age")
+	}
+	g.pruneOwners()
+}
+
+// pruneOwners forgets the gateway of requests the core no longer tracks (expired, or
+// freed with their worker) once they dominate the map; each call costs O(1) amortized.
+func (g *Grain) pruneOwners() {
+	if len(g.owner) < 2*g.core.ActiveRequests()+1024 {
+		return
+	}
+	for id := range g.owner {
+		if !g.core.Tracked(id) {
+			g.untrack(id)
 		}
 	}
 }
@@ -344,7 +382,9 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 
 // Route chooses a worker — in disaggregated serving a decode worker and, for a remote
 // decision, a prefill worker (see kv.Router.Route). Errors come back in the response
-// (error_code "no_workers", "all_busy", "bad_request", "no_prefill_workers").
+// (error_code "no_workers", "all_busy", "bad_request", "no_prefill_workers"). The
+// response names this activation (router), where a will_ack caller sends RouteAck. Routing
+// one request id again replaces its earlier placement, so a retried call counts once.
 func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*messages.RouteResponse, error) {
 	switch {
 	case g.initErr != nil:
@@ -357,7 +397,7 @@ func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	d, err := g.core.Route(kv.RouteInput{RequestID: req.RequestId, Tokens: req.TokenIds, LoraName: req.LoraName,
 		HasOverlapWeight: req.HasOverlapWeight, OverlapWeight: req.OverlapWeight,
 		HasTemperature: req.HasTemperature, Temperature: req.Temperature, Exclude: req.ExcludeWorkers,
-		ExcludePrefill: req.ExcludePrefillWorkers, LocalPrefill: req.LocalPrefill}, now, g.rng)
+		ExcludePrefill: req.ExcludePrefillWorkers, LocalPrefill: req.LocalPrefill, WillAck: req.WillAck}, now, g.rng)
 	switch {
 	case errors.Is(err, kv.ErrNoPrefillWorkers):
 		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "no_prefill_workers"}, nil
@@ -381,6 +421,11 @@ func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	g.track(addr, req.RequestId)
 	resp := &messages.RouteResponse{WorkerId: d.WorkerID, Worker: w.actor, OverlapBlocks: int32(d.OverlapBlocks),
 		PromptBlocks: int32(d.PromptBlocks), DisaggDecision: d.Disagg, UncachedPrefillTokens: d.UncachedPrefillTokens}
+	if ctx != nil {
+		if self := ctx.Self(); self != nil {
+			resp.Router = &messages.ActorRef{Address: self.Address, Id: self.Id}
+		}
+	}
 	if p := d.Prefill; p != nil {
 		g.track(addr, p.RequestID)
 		resp.PrefillWorkerId, resp.PrefillWorker, resp.PrefillOverlapBlocks = p.WorkerID, pw.actor, int32(p.OverlapBlocks)
@@ -441,7 +486,8 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 	}
 	g.expire(g.cfg.Now())
 	st := g.core.Stats()
-	out := &messages.RouterStats{Routed: st.Routed, PromptBlocks: st.PromptBlocks, OverlapBlocks: st.OverlapBlocks, Card: g.card}
+	out := &messages.RouterStats{Routed: st.Routed, PromptBlocks: st.PromptBlocks, OverlapBlocks: st.OverlapBlocks, Card: g.card,
+		ExpiredUnacked: st.Expired.Unacked, ExpiredStale: st.Expired.Stale}
 	for _, w := range st.Workers {
 		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
 			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests),

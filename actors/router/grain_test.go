@@ -241,3 +241,56 @@ func TestGrainFreesTheRequestsOfAGatewayThatLeft(t *testing.T) {
 		t.Fatalf("after freeing r2: active %d, owners %v, owner %v; want all empty", n, g.owners, g.owner)
 	}
 }
+
+// TestGrainExpiresUnacknowledgedRoutes: a route made with will_ack and never acknowledged
+// (its caller's call timed out after the grain recorded it, and its free was lost) is
+// expired at the first heartbeat past MaxUnackedAge, without any route traffic; an
+// acknowledged one (RouteAck, a plain message) and one made without will_ack stay. The
+// expiry is counted in Stats, and the gateway bookkeeping of requests the core no longer
+// tracks is pruned.
+func TestGrainExpiresUnacknowledgedRoutes(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := New(Config{BlockSize: 4, Mode: "kv", OverlapWeight: 1, WorkerTTL: 5 * time.Second,
+		MaxUnackedAge: 2 * time.Second, Now: clock.now, Seed: 1})
+	g.model = "m"
+	register(t, g, "w0", 4, 1)
+	for _, r := range []struct {
+		id      string
+		willAck bool
+	}{{"acked", true}, {"orphan", true}, {"plain", false}} {
+		resp, err := g.Route(&messages.RouteRequest{RequestId: r.id, TokenIds: []uint32{1, 2, 3, 4}, WillAck: r.willAck}, nil)
+		if err != nil || resp.ErrorCode != "" {
+			t.Fatalf("route %s: %+v %v", r.id, resp, err)
+		}
+	}
+	g.receive(&messages.RouteAck{RequestId: "acked"})
+	g.receive(&messages.RouteAck{RequestId: "unknown"})
+	for i := 0; i < 2000; i++ { // gateways' requests freed with their worker, say
+		g.track("10.0.0.9:9000", fmt.Sprint("gone", i))
+	}
+	clock.t = clock.t.Add(2 * time.Second)
+	register(t, g, "w0", 4, 1)
+	if st, _ := g.Stats(&messages.RouterStatsRequest{}, nil); st.Workers[0].ActiveRequests != 3 || st.ExpiredUnacked != 0 {
+		t.Fatalf("at the bound: %d active, %d expired; want 3, 0", st.Workers[0].ActiveRequests, st.ExpiredUnacked)
+	}
+	clock.t = clock.t.Add(time.Second)
+	register(t, g, "w0", 4, 1) // a heartbeat: no route, no stats call
+	if n := g.core.ActiveRequests(); n != 2 {
+		t.Fatalf("after the heartbeat past the bound: %d active, want 2 (acked and plain)", n)
+	}
+	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if st.Workers[0].ActiveRequests != 2 || st.ExpiredUnacked != 1 || st.ExpiredStale != 0 {
+		t.Fatalf("stats %+v: want 2 active, 1 expired unacknowledged", st)
+	}
+	if len(g.owner) != 0 || len(g.owners) != 0 {
+		t.Fatalf("%d request owners left, want the untracked ones pruned", len(g.owner))
+	}
+	for _, id := range []string{"acked", "plain"} {
+		if _, err := g.Free(&messages.RequestRef{RequestId: id}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, _ := g.Stats(&messages.RouterStatsRequest{}, nil); st.Workers[0].ActiveRequests != 0 || st.Workers[0].ActiveBlocks != 0 {
+		t.Fatalf("after freeing: %+v", st.Workers[0])
+	}
+}
