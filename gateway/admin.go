@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/netip"
 )
 
 // BusyAdmin is implemented by backends whose routers' busy thresholds (REFERENCE §4) can
@@ -77,7 +78,7 @@ func (s *Server) handleBusyThresholds(w http.ResponseWriter, r *http.Request) {
 		model = u.Model
 	default:
 		w.Header().Set("Allow", "GET, POST")
-		writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use GET or POST).", r.Method, r.URL.Path), 0)
+		writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use GET or POST).", clipName(r.Method), r.URL.Path), 0)
 		return
 	}
 	if model == "" {
@@ -123,4 +124,50 @@ func adminError(model string, err error) *APIError {
 		return e
 	}
 	return backendError(model, err)
+}
+
+// Who may use the admin routes (Config.AdminAPIKeys): they change how every request is
+// routed, so they are never opened by the ordinary API keys.
+
+// adminAccess answers whether r may reach /admin/ (nil) or the error to refuse it with.
+func (s *Server) adminAccess(r *http.Request) *APIError {
+	presented := len(s.adminDigests) > 0 && presentsKey(r, s.adminDigests)
+	return adminDecision(len(s.adminDigests) > 0, len(s.keyDigests) > 0, presented, loopbackClient(r))
+}
+
+// adminDecision is the admin routes' policy: with admin keys, a request presenting one
+// of them is served from anywhere, any other gets 401 (KindUnauthorized); with API keys
+// but no admin key, every request gets 403 (KindAdminForbidden): the operator asked for
+// authentication and no key was made for these routes; with no key at all, loopback
+// clients are served (as before admin keys existed, when the default listener is
+// 127.0.0.1) and others get 403.
+func adminDecision(haveAdminKeys, haveAPIKeys, adminKeyPresented, loopback bool) *APIError {
+	switch {
+	case haveAdminKeys && adminKeyPresented:
+		return nil
+	case haveAdminKeys:
+		return newError(KindUnauthorized, "", "Incorrect admin API key provided: the admin routes take the server's admin keys (--admin-api-key), not its API keys.")
+	case haveAPIKeys:
+		return newError(KindAdminForbidden, "", "The admin routes are off: this server requires API keys but has no admin key; start it with --admin-api-key to use them.")
+	case !loopback:
+		return newError(KindAdminForbidden, "", "The admin routes answer only clients on this machine (loopback, not through a proxy) while the server has no admin key; start it with --admin-api-key to use them from elsewhere.")
+	}
+	return nil
+}
+
+// proxyHeaders mark a request relayed by a proxy: its loopback peer address is the
+// proxy's, not the client's.
+var proxyHeaders = [...]string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"}
+
+// loopbackClient reports whether r came from a loopback address (127.0.0.0/8, ::1, or
+// an IPv4-mapped loopback address) without any proxy header: a reverse proxy on the same
+// machine connects from loopback on behalf of remote clients.
+func loopbackClient(r *http.Request) bool {
+	for _, h := range proxyHeaders {
+		if _, ok := r.Header[h]; ok {
+			return false
+		}
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }

@@ -5,17 +5,142 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Admission of generation requests: draining (the server takes no new request) and the
-// bounded per-model FIFO queue of requests that found every worker busy.
+// Admission of generation requests: draining (the server takes no new request), the
+// bound on the requests the server runs at once (Config.MaxConcurrentRequests), and the
+// bounded per-model FIFO queue of requests that found every worker busy or no slot free.
 //
-// Ownership: the queue's slices and the in-flight count are guarded by their own mutex;
-// no lock is held across a Backend call.
+// Ownership: the queue's slices and the in-flight count are guarded by their own mutex,
+// the slot count is atomic, and a ticket belongs to its request's handler goroutine; no
+// lock is held across a Backend call.
 
 // errDraining is what a request admitted before Drain but still queued gets.
 var errDraining = errors.New("gateway: server draining")
+
+// admission is the fate of a generation request on arrival (admit).
+type admission int
+
+const (
+	// admitRun: a slot is free; the request takes it and holds it to the end of its answer.
+	admitRun admission = iota
+	// admitWait: no slot is free and the queue is on; the request waits in its model's
+	// queue, and takes a slot when it reaches the head and one is free.
+	admitWait
+	// admitRefuse: no slot is free and there is no queue; 503 server_overloaded at once.
+	admitRefuse
+)
+
+// admit decides for a request that arrives while inUse requests hold a slot, of limit
+// (0: no limit); queue says whether the busy queue is on (Config.QueueDepth > 0).
+func admit(inUse, limit int, queue bool) admission {
+	switch {
+	case limit <= 0 || inUse < limit:
+		return admitRun
+	case queue:
+		return admitWait
+	default:
+		return admitRefuse
+	}
+}
+
+// slots counts the generation requests that hold one of the limit slots
+// (Config.MaxConcurrentRequests); a nil *slots has no limit. freed runs after every
+// release (it wakes the queue heads).
+type slots struct {
+	limit int
+	used  atomic.Int64
+	freed func()
+}
+
+func newSlots(limit int, freed func()) *slots {
+	if limit <= 0 {
+		return nil
+	}
+	return &slots{limit: limit, freed: freed}
+}
+
+// admit decides (admit) for a request arriving now, taking a slot when it is admitRun;
+// queue says whether the busy queue is on. Without a limit it is always admitRun.
+func (l *slots) admit(queue bool) admission {
+	if l == nil {
+		return admitRun
+	}
+	for {
+		n := l.used.Load()
+		d := admit(int(n), l.limit, queue)
+		if d != admitRun || l.used.CompareAndSwap(n, n+1) {
+			return d
+		}
+	}
+}
+
+func (l *slots) release() {
+	if l == nil {
+		return
+	}
+	l.used.Add(-1)
+	if l.freed != nil {
+		l.freed()
+	}
+}
+
+// inUse returns how many slots are taken (0 without a limit).
+func (l *slots) inUse() int {
+	if l == nil {
+		return 0
+	}
+	return int(l.used.Load())
+}
+
+// full reports whether every slot is taken.
+func (l *slots) full() bool { return l != nil && l.inUse() >= l.limit }
+
+// ticket is one request's hold on a slot; it belongs to the request's handler goroutine.
+type ticket struct {
+	slots *slots
+	held  bool
+}
+
+// acquire takes a slot unless the ticket holds one; it reports whether it holds one.
+func (t *ticket) acquire() bool {
+	if !t.held {
+		t.held = t.slots.admit(false) == admitRun
+	}
+	return t.held
+}
+
+// release gives the slot back, if held.
+func (t *ticket) release() {
+	if t.held {
+		t.held = false
+		t.slots.release()
+	}
+}
+
+// overloaded is the answer to a request refused for want of a slot.
+func (s *Server) overloaded() *APIError {
+	return newError(KindOverloaded, "",
+		"This server is already running its limit of %d concurrent requests; retry later, or on another server.",
+		s.cfg.MaxConcurrentRequests)
+}
+
+// queueRefusal is the error of a request that leaves the queue without running (the
+// queue was full, or it waited past QueueTimeout; why says which): ErrAllBusy when the
+// request found every worker busy (triedBusy: it held a slot and the route said so),
+// else 503 server_overloaded when every slot is taken (the server's own bound held it
+// back), else ErrAllBusy (the requests ahead of it waited for a worker).
+func queueRefusal(triedBusy, slotsFull bool, why error) error {
+	if !triedBusy && slotsFull {
+		return fmt.Errorf("%w: %w", errOverloaded, why)
+	}
+	return fmt.Errorf("%w: %w", ErrAllBusy, why)
+}
+
+// errOverloaded marks a request refused for want of a slot (Config.MaxConcurrentRequests).
+var errOverloaded = errors.New("gateway: concurrency limit reached")
 
 // queue holds the requests of each model that wait for a worker to stop being busy, in
 // arrival order. Only the head of a model's queue retries the route, so requests leave in
@@ -82,6 +207,15 @@ func (q *queue) notify(model string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if line := q.lines[model]; len(line) > 0 {
+		line[0].signal()
+	}
+}
+
+// notifyHeads wakes the head of every model's queue: a slot was freed.
+func (q *queue) notifyHeads() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, line := range q.lines {
 		line[0].signal()
 	}
 }
@@ -169,26 +303,64 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // or ctx ends (then it returns ctx.Err()).
 func (s *Server) WaitIdle(ctx context.Context) error { return s.active.wait(ctx) }
 
-// startGeneration runs req on the Backend. When every worker is busy and the queue is on
-// (Config.QueueDepth > 0), the request waits in its model's queue, retrying the route each
-// time one of this server's streams for the model ends and every QueueRetry, for at most
-// QueueTimeout; a request arriving while others wait joins the queue's end without
-// trying. Errors: those of Backend.Generate, ErrAllBusy (wrapped) when the queue is full
-// or the wait timed out, errDraining, ctx.Err().
-func (s *Server) startGeneration(ctx context.Context, req *GenerateRequest) (Stream, error) {
-	if s.queue == nil || s.queue.len(req.Model) == 0 {
-		st, err := s.backend.Generate(ctx, req)
-		if s.queue == nil || !errors.Is(err, ErrAllBusy) {
-			return st, err
-		}
+// admitRequest decides a generation request's admission on arrival, before its body is
+// read: it returns the request's ticket (holding a slot when one was free), or the 503
+// server_overloaded answer when no slot is free and there is no queue.
+func (s *Server) admitRequest() (*ticket, *APIError) {
+	switch s.slots.admit(s.queue != nil) {
+	case admitRun:
+		return &ticket{slots: s.slots, held: true}, nil
+	case admitWait:
+		return &ticket{slots: s.slots}, nil // startGeneration queues it
+	default:
+		return nil, s.overloaded()
 	}
-	return s.waitInQueue(ctx, req)
 }
 
-func (s *Server) waitInQueue(ctx context.Context, req *GenerateRequest) (Stream, error) {
+// startGeneration runs req on the Backend, holding t's slot. A request that holds no
+// slot (none was free on arrival: admitWait), or that finds every worker busy, waits in
+// its model's queue when the queue is on (Config.QueueDepth > 0), giving its slot back
+// meanwhile: the head of the queue takes a slot and retries the route each time a slot
+// is freed, one of this server's streams for the model ends, and every QueueRetry, for
+// at most QueueTimeout; a request arriving while others wait joins the queue's end
+// without trying. Errors: those of Backend.Generate, ErrAllBusy (wrapped) when the queue
+// is full or the wait timed out behind busy workers, the 503 server_overloaded
+// *APIError when it did so for want of a slot, errDraining, ctx.Err().
+func (s *Server) startGeneration(ctx context.Context, req *GenerateRequest, t *ticket) (Stream, error) {
+	busy := false
+	if s.queue == nil || s.queue.len(req.Model) == 0 {
+		if t.acquire() {
+			st, err := s.backend.Generate(ctx, req)
+			if s.queue == nil || !errors.Is(err, ErrAllBusy) {
+				return st, err
+			}
+			busy = true
+		} else if s.queue == nil { // not from admitRequest, which refuses these on arrival
+			return nil, s.overloaded()
+		}
+	}
+	t.release() // the head of the queue takes a slot when it tries
+	return s.waitInQueue(ctx, req, t, busy)
+}
+
+// queueError is the error of a request that leaves the queue without running
+// (queueRefusal): the 503 server_overloaded *APIError wrapping why, or ErrAllBusy.
+func (s *Server) queueError(triedBusy bool, why error) error {
+	err := queueRefusal(triedBusy, s.slots.full(), why)
+	if errors.Is(err, errOverloaded) {
+		aerr := s.overloaded()
+		aerr.Cause = err
+		return aerr
+	}
+	return err
+}
+
+// waitInQueue queues req (see startGeneration); busy says whether it found every worker
+// busy before.
+func (s *Server) waitInQueue(ctx context.Context, req *GenerateRequest, t *ticket, busy bool) (Stream, error) {
 	w, ok := s.queue.join(req.Model)
 	if !ok {
-		return nil, fmt.Errorf("%w: the queue of %d requests for %q is full", ErrAllBusy, s.cfg.QueueDepth, req.Model)
+		return nil, s.queueError(busy, fmt.Errorf("the queue of %d requests for %q is full", s.cfg.QueueDepth, req.Model))
 	}
 	defer s.queue.leave(req.Model, w)
 	s.metrics.queued(req.Model, s.queue)
@@ -201,20 +373,21 @@ func (s *Server) waitInQueue(ctx context.Context, req *GenerateRequest) (Stream,
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-timeout.C:
-			return nil, fmt.Errorf("%w: no worker freed up within --queue-timeout %v", ErrAllBusy, s.cfg.QueueTimeout)
+			return nil, s.queueError(busy, fmt.Errorf("waited --queue-timeout %v", s.cfg.QueueTimeout))
 		case <-w.wake:
 		case <-retry.C:
 		}
 		if s.draining.Load() {
 			return nil, errDraining
 		}
-		if !s.queue.head(req.Model, w) {
+		if !s.queue.head(req.Model, w) || !t.acquire() {
 			continue
 		}
 		st, err := s.backend.Generate(ctx, req)
 		if !errors.Is(err, ErrAllBusy) {
 			return st, err
 		}
+		busy = true
 	}
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -286,25 +287,38 @@ func TestAdminWithoutBusyAdmin(t *testing.T) {
 func TestDrainCutRequestSaysDraining(t *testing.T) {
 	handedBack := &messages.TokenChunk{FinishReason: "error", Migratable: true,
 		Error: "worker w0: engine request ended by the drain; not migrated: no live worker"}
+	// What the frontend's stream returns when the handed-back request found no worker to
+	// migrate to (503 no_live_workers outside a drain).
+	notRerouted := &APIError{Kind: KindNoWorkers, Message: "The request could not be routed to a worker in time; retry later.",
+		Cause: fmt.Errorf("%w: no live worker", ErrNoWorkers)}
 	for _, tc := range []struct {
-		name   string
-		drain  bool
-		stream bool
-		code   int
-		want   string
+		name     string
+		drain    bool
+		stream   bool
+		rerouted bool // the hand-back surfaces as a failed re-route, not an error chunk
+		code     int
+		want     string
 	}{
-		{"drained, whole answer", true, false, 503, `"code":"service_draining"`},
-		{"drained, stream", true, true, 200, `"code":"service_draining"`},
-		{"not draining", false, false, 502, `"code":"backend_unavailable"`},
+		{"drained, whole answer", true, false, false, 503, `"code":"service_draining"`},
+		{"drained, stream", true, true, false, 200, `"code":"service_draining"`},
+		{"not draining", false, false, false, 502, `"code":"backend_unavailable"`},
+		{"drained, not rerouted, whole answer", true, false, true, 503, `"code":"service_draining"`},
+		{"drained, not rerouted, stream", true, true, true, 200, `"code":"service_draining"`},
+		{"not rerouted, not draining", false, false, true, 503, `"code":"no_live_workers"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newFakeBackend()
 			s := newTestServer(t, b)
-			b.steps = []step{tokens("Hel"), {chunk: handedBack, before: func() {
+			last := step{chunk: handedBack}
+			if tc.rerouted {
+				last = step{err: notRerouted}
+			}
+			last.before = func() {
 				if tc.drain {
 					s.Drain()
 				}
-			}}}
+			}
+			b.steps = []step{tokens("Hel"), last}
 			body := `{"model":"tiny","prompt":"hi","max_tokens":8}`
 			if tc.stream {
 				body = `{"model":"tiny","prompt":"hi","max_tokens":8,"stream":true}`
@@ -314,5 +328,276 @@ func TestDrainCutRequestSaysDraining(t *testing.T) {
 				t.Fatalf("%d %s; want %d with %s", rr.Code, rr.Body.String(), tc.code, tc.want)
 			}
 		})
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	for _, tc := range []struct {
+		inUse, limit int
+		queue        bool
+		want         admission
+	}{
+		{0, 0, false, admitRun},       // no limit
+		{5000, 0, false, admitRun},    // no limit, however many run
+		{0, 1, false, admitRun},       // a slot free
+		{3, 4, true, admitRun},        // the last slot free
+		{4, 4, false, admitRefuse},    // all taken, no queue
+		{4, 4, true, admitWait},       // all taken, queue on
+		{5, 4, false, admitRefuse},    // more than the limit (cannot happen; still refused)
+		{1024, 1024, true, admitWait}, // the default limit, all taken
+	} {
+		if got := admit(tc.inUse, tc.limit, tc.queue); got != tc.want {
+			t.Errorf("admit(%d, %d, queue %v) = %d, want %d", tc.inUse, tc.limit, tc.queue, got, tc.want)
+		}
+	}
+}
+
+// TestSlots runs a script of acquires and releases over two tickets on 2 slots and on
+// no limit, checking what each step reports and the slots in use after it.
+func TestSlots(t *testing.T) {
+	type op struct {
+		ticket  int    // 0, 1 or 2
+		act     string // "acquire" or "release"
+		want    bool   // acquire's result
+		inUse   int
+		freedBy int // freed callbacks so far
+	}
+	for _, tc := range []struct {
+		name  string
+		limit int
+		ops   []op
+	}{
+		{"two slots", 2, []op{
+			{0, "acquire", true, 1, 0},
+			{0, "acquire", true, 1, 0}, // a ticket holds one slot at most
+			{1, "acquire", true, 2, 0},
+			{2, "acquire", false, 2, 0}, // all taken
+			{2, "release", false, 2, 0}, // a ticket without a slot gives nothing back
+			{0, "release", false, 1, 1},
+			{0, "release", false, 1, 1}, // released once only
+			{2, "acquire", true, 2, 1},
+			{1, "release", false, 1, 2},
+			{2, "release", false, 0, 3},
+		}},
+		{"no limit", 0, []op{
+			{0, "acquire", true, 0, 0},
+			{1, "acquire", true, 0, 0},
+			{2, "acquire", true, 0, 0},
+			{1, "release", false, 0, 0},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			freed := 0
+			l := newSlots(tc.limit, func() { freed++ })
+			tickets := []*ticket{{slots: l}, {slots: l}, {slots: l}}
+			for i, o := range tc.ops {
+				got := false
+				if o.act == "acquire" {
+					got = tickets[o.ticket].acquire()
+				} else {
+					tickets[o.ticket].release()
+				}
+				if got != o.want || l.inUse() != o.inUse || freed != o.freedBy {
+					t.Fatalf("step %d (%s ticket %d): got %v, %d in use, %d freed; want %v, %d, %d",
+						i, o.act, o.ticket, got, l.inUse(), freed, o.want, o.inUse, o.freedBy)
+				}
+			}
+		})
+	}
+}
+
+// TestSlotsAdmit: a request arriving when the one slot is taken waits with the queue on,
+// is refused without it, and takes no slot either way.
+func TestSlotsAdmit(t *testing.T) {
+	l := newSlots(1, nil)
+	for i, step := range []struct {
+		queue bool
+		want  admission
+		inUse int
+	}{
+		{true, admitRun, 1},
+		{true, admitWait, 1},
+		{false, admitRefuse, 1},
+	} {
+		if got := l.admit(step.queue); got != step.want || l.inUse() != step.inUse {
+			t.Fatalf("step %d: admit(queue %v) = %d with %d in use, want %d with %d", i, step.queue, got, l.inUse(), step.want, step.inUse)
+		}
+	}
+	l.release()
+	if got := l.admit(false); got != admitRun || l.inUse() != 1 {
+		t.Fatalf("after a release: %d with %d in use", got, l.inUse())
+	}
+	if got := (*slots)(nil).admit(false); got != admitRun {
+		t.Fatalf("no limit: %d", got)
+	}
+}
+
+func TestQueueRefusal(t *testing.T) {
+	why := fmt.Errorf("waited")
+	for _, tc := range []struct {
+		name            string
+		triedBusy, full bool
+		overloaded      bool // else all workers busy
+	}{
+		{"never routed, no slot free: the server's bound held it back", false, true, true},
+		{"never routed, a slot free: the requests ahead waited for workers", false, false, false},
+		{"routed and found every worker busy, no slot free", true, true, false},
+		{"routed and found every worker busy, slots free", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := queueRefusal(tc.triedBusy, tc.full, why)
+			if errors.Is(err, errOverloaded) != tc.overloaded || errors.Is(err, ErrAllBusy) == tc.overloaded {
+				t.Errorf("got %v", err)
+			}
+			if !errors.Is(err, why) {
+				t.Errorf("%v does not wrap the reason", err)
+			}
+		})
+	}
+}
+
+// answer returns the result of a request expected to be answered without waiting for
+// other requests to end; a request that hangs fails the test (after a guard of 10 s,
+// not a timing assertion: the answer comes at once or never).
+func answer(t *testing.T, ch chan *httpResult) *httpResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer: the request waits instead of being refused")
+		return nil
+	}
+}
+
+func newLimitServer(t *testing.T, b Backend, limit, depth int, timeout time.Duration) *Server {
+	t.Helper()
+	// A retry period of an hour: only a freed slot, a stream's end or the timeout wakes
+	// the queue.
+	s, err := New(Config{Now: func() time.Time { return testTime }, MaxConcurrentRequests: limit, QueueDepth: depth,
+		QueueTimeout: timeout, QueueRetry: time.Hour}, b, fakeOptions(fakePreprocessor{eos: []uint32{fakeEOS}})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestConcurrencyLimitRefusesAtOnce: one slot, workers free; while a runs, b is answered
+// 503 server_overloaded with Retry-After without reaching the Backend, and counted; once
+// a ended, c runs.
+func TestConcurrencyLimitRefusesAtOnce(t *testing.T) {
+	b := newSlotBackend(8)
+	s := newLimitServer(t, b, 1, 0, time.Hour)
+	ra := post(s, "a")
+	<-b.started
+	r := answer(t, post(s, "b"))
+	if r.code != 503 || r.retryAfter == "" || !strings.Contains(r.body, `"code":"server_overloaded"`) ||
+		!strings.Contains(r.body, `"type":"server_error"`) {
+		t.Fatalf("b over the limit: %d Retry-After=%q %s", r.code, r.retryAfter, r.body)
+	}
+	if got := metricValue(s, `turbine_frontend_rejected_requests_total{model="",reason="server_overloaded"}`); got != "1" {
+		t.Errorf("rejected = %q, want 1", got)
+	}
+	close(b.release)
+	if r := <-ra; r.code != 200 {
+		t.Fatalf("a: %d %s", r.code, r.body)
+	}
+	if r := <-post(s, "c"); r.code != 200 {
+		t.Fatalf("c after a ended: %d %s", r.code, r.body)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.calls != 2 {
+		t.Errorf("Backend called %d times, want 2 (a and c)", b.calls)
+	}
+}
+
+// TestConcurrencyLimitQueues: one slot and a queue of 2; while a runs, b and c wait,
+// d finds the queue full and gets 503 server_overloaded; when a ends b gets the slot,
+// then c, in arrival order.
+func TestConcurrencyLimitQueues(t *testing.T) {
+	b := newSlotBackend(8)
+	s := newLimitServer(t, b, 1, 2, time.Hour)
+	ra := post(s, "a")
+	<-b.started
+	rb := post(s, "b")
+	waitQueued(t, s, "tiny", 1)
+	rc := post(s, "c")
+	waitQueued(t, s, "tiny", 2)
+	if r := answer(t, post(s, "d")); r.code != 503 || r.retryAfter == "" || !strings.Contains(r.body, `"code":"server_overloaded"`) {
+		t.Fatalf("d with a full queue and no slot: %d %s", r.code, r.body)
+	}
+	if got := metricValue(s, `turbine_frontend_rejected_requests_total{model="tiny",reason="server_overloaded"}`); got != "1" {
+		t.Errorf("rejected = %q, want 1", got)
+	}
+	close(b.release)
+	for _, want := range []string{"b", "c"} {
+		if id := <-b.started; id != want {
+			t.Fatalf("admitted %s, want %s", id, want)
+		}
+	}
+	for name, ch := range map[string]chan *httpResult{"a": ra, "b": rb, "c": rc} {
+		if r := <-ch; r.code != 200 {
+			t.Errorf("%s: %d %s", name, r.code, r.body)
+		}
+	}
+	if n := s.slots.inUse(); n != 0 {
+		t.Errorf("%d slots still taken after every request ended", n)
+	}
+}
+
+// TestConcurrencyLimitQueueTimeout: a request that waited its QueueTimeout for a slot
+// gets 503 server_overloaded (the server's limit held it back, not busy workers), and
+// leaves the queue.
+func TestConcurrencyLimitQueueTimeout(t *testing.T) {
+	b := newSlotBackend(8)
+	s := newLimitServer(t, b, 1, 4, time.Millisecond)
+	ra := post(s, "a")
+	<-b.started
+	r := answer(t, post(s, "b"))
+	if r.code != 503 || r.retryAfter == "" || !strings.Contains(r.body, `"code":"server_overloaded"`) {
+		t.Fatalf("b after its wait: %d %s", r.code, r.body)
+	}
+	if s.queue.len("tiny") != 0 {
+		t.Error("the timed-out request is still queued")
+	}
+	close(b.release)
+	if r := <-ra; r.code != 200 {
+		t.Fatalf("a: %d %s", r.code, r.body)
+	}
+}
+
+// TestConcurrencyLimitBusyHeadKeepsOrder: two slots, one worker slot. a runs; b holds a
+// slot, finds the worker busy and queues (giving its slot back); c arrives with a free
+// slot but joins the queue's end behind b; when a ends, b runs before c.
+func TestConcurrencyLimitBusyHeadKeepsOrder(t *testing.T) {
+	b := newSlotBackend(1)
+	s := newLimitServer(t, b, 2, 4, time.Hour)
+	ra := post(s, "a")
+	<-b.started
+	rb := post(s, "b")
+	waitQueued(t, s, "tiny", 1)
+	if n := s.slots.inUse(); n != 1 {
+		t.Fatalf("%d slots taken while b waits, want 1 (a's)", n)
+	}
+	rc := post(s, "c")
+	waitQueued(t, s, "tiny", 2)
+	close(b.release)
+	for _, want := range []string{"b", "c"} {
+		if id := <-b.started; id != want {
+			t.Fatalf("admitted %s, want %s", id, want)
+		}
+	}
+	for name, ch := range map[string]chan *httpResult{"a": ra, "b": rb, "c": rc} {
+		if r := <-ch; r.code != 200 {
+			t.Errorf("%s: %d %s", name, r.code, r.body)
+		}
+	}
+}
+
+func TestConfigMaxConcurrentRequests(t *testing.T) {
+	if _, err := New(Config{MaxConcurrentRequests: -1}, newFakeBackend()); err == nil ||
+		!strings.Contains(err.Error(), "MaxConcurrentRequests") {
+		t.Fatalf("negative limit: %v", err)
 	}
 }

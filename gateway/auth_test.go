@@ -64,7 +64,9 @@ func TestAPIKeyAuthentication(t *testing.T) {
 		// No keys configured: everything open, as before.
 		{"open models", nil, "GET", "/v1/models", "", "", 200},
 		{"open chat", nil, "POST", chatPath, chat, "", 200},
-		{"open admin", nil, "POST", "/admin/busy_thresholds", update, "", 200},
+		// The admin routes answer loopback clients only (httptest's RemoteAddr is not);
+		// adminauth_test.go has the admin cases.
+		{"open admin from a remote client", nil, "POST", "/admin/busy_thresholds", update, "", 403},
 		{"open ignores a header", nil, "GET", "/v1/models", "", "Bearer whatever", 200},
 
 		// Keys configured: /v1/ and /admin/ need one.
@@ -90,11 +92,11 @@ func TestAPIKeyAuthentication(t *testing.T) {
 		{"wrong method still needs a key", both, "GET", chatPath, "", "", 401},
 		{"unknown /v1/ route needs a key", both, "GET", "/v1/nope", "", "", 401},
 		{"escaped path", both, "GET", "/%761/models", "", "", 401},
-		{"admin get without key", both, "GET", "/admin/busy_thresholds?model=tiny", "", "", 401},
-		{"admin post without key", both, "POST", "/admin/busy_thresholds", update, "", 401},
-		{"admin post wrong key", both, "POST", "/admin/busy_thresholds", update, "Bearer nope", 401},
-		{"admin get with key", both, "GET", "/admin/busy_thresholds?model=tiny", "", right, 200},
-		{"admin post with key", both, "POST", "/admin/busy_thresholds", update, second, 200},
+		// API keys do not open the admin routes (Config.AdminAPIKeys does).
+		{"admin get without key", both, "GET", "/admin/busy_thresholds?model=tiny", "", "", 403},
+		{"admin post wrong key", both, "POST", "/admin/busy_thresholds", update, "Bearer nope", 403},
+		{"admin get with key", both, "GET", "/admin/busy_thresholds?model=tiny", "", right, 403},
+		{"admin post with key", both, "POST", "/admin/busy_thresholds", update, second, 403},
 		// A path that only reaches /admin/ once cleaned is redirected, not served.
 		{"dot-dot to admin", both, "POST", "/health/../admin/busy_thresholds", update, "", http.StatusTemporaryRedirect},
 
@@ -113,7 +115,7 @@ func TestAPIKeyAuthentication(t *testing.T) {
 			if rr.Code != tc.code {
 				t.Fatalf("%s %s with Authorization %q: %d %s, want %d", tc.method, tc.path, tc.auth, rr.Code, rr.Body.String(), tc.code)
 			}
-			if rr.Code == http.StatusUnauthorized {
+			if rr.Code == http.StatusUnauthorized || rr.Code == http.StatusForbidden {
 				if n := len(a.generated()) + len(a.set); n != 0 {
 					t.Errorf("a refused request reached the backend (%d calls)", n)
 				}
@@ -154,7 +156,6 @@ func TestUnauthorizedAnswer(t *testing.T) {
 		{"completions", "POST", compPath, `{"model":"tiny","prompt":"x"}`, "", "generated-id",
 			`turbine_frontend_requests_total{model="",endpoint="completions",request_type="unary",status="401"}`},
 		{"models", "GET", "/v1/models", "", "req-2", "req-2", ""},
-		{"admin", "POST", "/admin/busy_thresholds", `{"model":"tiny","kv_usage":0.5}`, "", "generated-id", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log bytes.Buffer

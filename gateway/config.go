@@ -31,6 +31,13 @@ const (
 	// DefaultQueueRetry is how often the head of a model's queue retries the route when
 	// none of this server's streams ended meanwhile (load freed by other frontends).
 	DefaultQueueRetry = 20 * time.Millisecond
+	// DefaultStreamWriteTimeout is how long one write of a response may wait for the
+	// client to read (Config.StreamWriteTimeout): nginx's send_timeout, which has the same
+	// meaning and default. A write waits only once the client's receive window and the
+	// server's send queue are full, so only a client that has stopped reading (or whose
+	// network has been down) for about this long is cut; a minute rides out a stalled
+	// link and still frees a stalled client's engine sequence within about a minute.
+	DefaultStreamWriteTimeout = 60 * time.Second
 )
 
 // Config is the gateway's user configuration. The zero value of each field means its
@@ -62,6 +69,22 @@ type Config struct {
 	// QueueRetry is the period of the queue head's route retries (default
 	// DefaultQueueRetry); it also retries whenever a stream of its model ends here.
 	QueueRetry time.Duration
+	// MaxConcurrentRequests bounds the generation requests this server handles at once,
+	// each counted from its arrival to the end of its answer, whatever its model (as
+	// sgl-router's --max-concurrent-requests). A request arriving when all are taken waits
+	// in its model's queue when QueueDepth > 0 (503 server_overloaded once the queue is
+	// full or after QueueTimeout), else it is answered 503 server_overloaded with
+	// Retry-After at once, before its body is read. 0 (the default): no limit.
+	MaxConcurrentRequests int
+	// StreamWriteTimeout bounds how long one write (or flush) of any response, streamed
+	// or not, may wait for the client to read: the deadline is renewed before every
+	// write, so it limits a stall, not the response's length, nor the time between
+	// tokens. A client that reads nothing for this long once the socket buffers are full
+	// has its connection closed and its engine request cancelled (counted as a client
+	// that went away, status 499). A legitimately slow client is cut too: one whose
+	// reading stalls longer than this (default DefaultStreamWriteTimeout; negative: no
+	// deadline).
+	StreamWriteTimeout time.Duration
 	// APIKeys, when not empty, are the keys that a request to a path under /v1/ or
 	// /admin/ must present, any one of them, as "Authorization: Bearer <key>" (vLLM's
 	// --api-key); other requests there get 401 (KindUnauthorized). /health, /live and
@@ -69,6 +92,13 @@ type Config struct {
 	// non-empty, without white space at either end and without control characters (it
 	// could not be sent in a header otherwise). The keys are never logged.
 	APIKeys []string
+	// AdminAPIKeys, when not empty, are the keys that a request to a path under /admin/
+	// must present, any one of them, as "Authorization: Bearer <key>"; APIKeys do not
+	// open /admin/, nor do these keys open /v1/. Without them, /admin/ refuses every
+	// request with 403 (KindAdminForbidden) when APIKeys is set, and otherwise serves
+	// only loopback clients whose request carries no proxy header (Forwarded,
+	// X-Forwarded-For, X-Real-Ip). Same rules as APIKeys; never logged.
+	AdminAPIKeys []string
 }
 
 // withDefaults validates c and fills its defaults.
@@ -88,24 +118,27 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RequestTimeout < 0 {
 		return c, fmt.Errorf("gateway: config RequestTimeout must be >= 0, got %s", c.RequestTimeout)
 	}
+	if c.MaxConcurrentRequests < 0 {
+		return c, fmt.Errorf("gateway: config MaxConcurrentRequests must be >= 0, got %d", c.MaxConcurrentRequests)
+	}
 	if c.QueueDepth < 0 || c.QueueTimeout < 0 || c.QueueRetry < 0 {
 		return c, fmt.Errorf("gateway: config QueueDepth, QueueTimeout and QueueRetry must be >= 0, got %d, %s, %s",
 			c.QueueDepth, c.QueueTimeout, c.QueueRetry)
 	}
-	for i, k := range c.APIKeys {
-		// The error names the key's position, never the key.
-		switch {
-		case k == "":
-			return c, fmt.Errorf("gateway: config APIKeys[%d] is empty", i)
-		case strings.TrimSpace(k) != k || strings.ContainsFunc(k, unicode.IsControl):
-			return c, fmt.Errorf("gateway: config APIKeys[%d] has white space at an end or a control character (it could not be sent in an Authorization header)", i)
-		}
+	if err := checkKeys("APIKeys", c.APIKeys); err != nil {
+		return c, err
+	}
+	if err := checkKeys("AdminAPIKeys", c.AdminAPIKeys); err != nil {
+		return c, err
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = DefaultQueueTimeout
 	}
 	if c.QueueRetry == 0 {
 		c.QueueRetry = DefaultQueueRetry
+	}
+	if c.StreamWriteTimeout == 0 {
+		c.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
 	if c.OwnedBy == "" {
 		c.OwnedBy = DefaultOwnedBy
@@ -117,6 +150,20 @@ func (c Config) withDefaults() (Config, error) {
 		c.NewRequestID = randomRequestID
 	}
 	return c, nil
+}
+
+// checkKeys checks the keys of the Config field named field; the error names a key's
+// position, never the key.
+func checkKeys(field string, keys []string) error {
+	for i, k := range keys {
+		switch {
+		case k == "":
+			return fmt.Errorf("gateway: config %s[%d] is empty", field, i)
+		case strings.TrimSpace(k) != k || strings.ContainsFunc(k, unicode.IsControl):
+			return fmt.Errorf("gateway: config %s[%d] has white space at an end or a control character (it could not be sent in an Authorization header)", field, i)
+		}
+	}
+	return nil
 }
 
 func randomRequestID() string {

@@ -13,15 +13,32 @@
 //   - output.go: the pure token→text core (detokenizer, stop ids, stop strings, counts).
 //   - generate.go: the Backend call, the read loop, streaming and non-streaming answers.
 //   - response.go: OpenAI body and chunk shapes; sse.go: SSE framing.
-//   - errors.go: the error catalogue; metrics.go: metric families.
-//   - admission.go: Drain, WaitIdle and the bounded per-model queue of requests that
-//     found every worker busy; admin.go: /admin/busy_thresholds over a BusyAdmin backend.
+//   - errors.go: the error catalogue; metrics.go: metric families; clip.go: request-
+//     supplied names cut short where answers and logs repeat them.
+//   - writetimeout.go: the per-write deadline of every answer (Config.StreamWriteTimeout);
+//     encoding.go: gzip and deflate request bodies.
+//   - admission.go: Drain, WaitIdle, the bound on the requests handled at once
+//     (Config.MaxConcurrentRequests) and the bounded per-model queue of requests that
+//     found every worker busy or no slot free; admin.go: /admin/busy_thresholds over a
+//     BusyAdmin backend.
 //
 // # Behaviour worth knowing
 //
 //   - Errors come from one catalogue (Catalogue): status, OpenAI `type` and `code`; the
 //     body is {"error": {"message", "type", "param", "code"}}, param in OpenAI's
 //     notation ("messages[0].content"). 503s carry Retry-After.
+//   - Past Config.MaxConcurrentRequests generation requests at once, a new one waits in
+//     its model's queue (QueueDepth > 0) or is refused at once, before its body is read,
+//     with 503 server_overloaded (counted with model ""), so that an overloaded
+//     frontend sheds load instead of letting Router grain calls time out. A model name from the
+//     request is repeated at most 256 bytes long (then "… (N bytes)").
+//   - Request bodies may be gzip or deflate (Content-Encoding); MaxBodyBytes bounds them
+//     as received and decoded (413); other codings get 415.
+//   - Every write of an answer has a deadline (Config.StreamWriteTimeout, renewed at each
+//     write): a client that stops reading is disconnected and its engine request
+//     cancelled, counted as a client that went away.
+//   - /admin/ takes Config.AdminAPIKeys, not the API keys; without admin keys it is
+//     closed when there are API keys, and open to loopback clients only otherwise.
 //   - Unknown top-level fields are ignored, as OpenAI does; fields of the `turbine`
 //     extension object are checked strictly.
 //   - Legal OpenAI fields that cannot be honoured are refused with 400 (code

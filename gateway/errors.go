@@ -55,10 +55,25 @@ const (
 	// KindTimeout: the request ran past Config.RequestTimeout; its engine request was
 	// cancelled.
 	KindTimeout
-	// KindUnauthorized: Config.APIKeys is set and the request to /v1/ or /admin/ does not
-	// present one of them as "Authorization: Bearer <key>" (no header, another scheme, or
-	// a wrong key). Answered with WWW-Authenticate: Bearer.
+	// KindUnauthorized: Config.APIKeys is set and the request to /v1/ does not present
+	// one of them as "Authorization: Bearer <key>" (no header, another scheme, or a wrong
+	// key), or Config.AdminAPIKeys is set and the request to /admin/ does not present one
+	// of those. Answered with WWW-Authenticate: Bearer.
 	KindUnauthorized
+	// KindOverloaded: this server already handles Config.MaxConcurrentRequests requests
+	// (and its queue, if any, is full or the request waited past QueueTimeout).
+	KindOverloaded
+	// KindUnsupportedEncoding: the request body's Content-Encoding is not one the server
+	// decodes (gzip, deflate, identity), or several codings are stacked. Answered with
+	// Accept-Encoding.
+	KindUnsupportedEncoding
+	// KindInvalidEncoding: the body is not valid data of its Content-Encoding (corrupt or
+	// truncated gzip or deflate).
+	KindInvalidEncoding
+	// KindAdminForbidden: the admin routes (/admin/) are closed to this request: the
+	// server has API keys but no admin key, or it has neither and the client is not on
+	// loopback (Config.AdminAPIKeys).
+	KindAdminForbidden
 )
 
 // CatalogueEntry is one row of the error catalogue.
@@ -98,6 +113,10 @@ var catalogue = [...]CatalogueEntry{
 	KindDraining:              {KindDraining, "draining", http.StatusServiceUnavailable, "server_error", "service_draining", true},
 	KindTimeout:               {KindTimeout, "timeout", http.StatusGatewayTimeout, "server_error", "request_timeout", false},
 	KindUnauthorized:          {KindUnauthorized, "unauthorized", http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", false},
+	KindOverloaded:            {KindOverloaded, "overloaded", http.StatusServiceUnavailable, "server_error", "server_overloaded", true},
+	KindUnsupportedEncoding:   {KindUnsupportedEncoding, "unsupported_encoding", http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_content_encoding", false},
+	KindInvalidEncoding:       {KindInvalidEncoding, "invalid_encoding", http.StatusBadRequest, "invalid_request_error", "invalid_content_encoding", false},
+	KindAdminForbidden:        {KindAdminForbidden, "admin_forbidden", http.StatusForbidden, "invalid_request_error", "admin_forbidden", false},
 }
 
 // Catalogue returns a copy of the whole error table, in ErrorKind order.
@@ -193,6 +212,7 @@ func writeError(w http.ResponseWriter, e *APIError, retryAfter time.Duration) {
 }
 
 // backendError maps an error from Backend.Generate or Stream.Recv to the catalogue.
+// model may come from the request: messages carry it clipped (clipName).
 func backendError(model string, err error) *APIError {
 	var ae *APIError
 	switch {
@@ -205,19 +225,20 @@ func backendError(model string, err error) *APIError {
 	case errors.Is(err, errDraining):
 		return draining()
 	case errors.Is(err, ErrAllBusy):
-		return &APIError{Kind: KindAllBusy, Message: fmt.Sprintf("All workers serving model %q are busy; retry later.", model), Cause: err}
+		return &APIError{Kind: KindAllBusy, Message: fmt.Sprintf("All workers serving model %q are busy; retry later.", clipName(model)), Cause: err}
 	case errors.Is(err, ErrNoPrefillWorkers):
-		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live prefill worker serves model %q and this service enforces disaggregated serving; retry later.", model), Cause: err}
+		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live prefill worker serves model %q and this service enforces disaggregated serving; retry later.", clipName(model)), Cause: err}
 	case errors.Is(err, ErrNoWorkers):
-		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live worker serves model %q now; retry later.", model), Cause: err}
+		return &APIError{Kind: KindNoWorkers, Message: fmt.Sprintf("No live worker serves model %q now; retry later.", clipName(model)), Cause: err}
 	default:
 		// The cause (cluster internals) goes to the log, not to the client.
-		return &APIError{Kind: KindBackendError, Message: fmt.Sprintf("The request for model %q could not be run on a worker; retry later.", model), Cause: err}
+		return &APIError{Kind: KindBackendError, Message: fmt.Sprintf("The request for model %q could not be run on a worker; retry later.", clipName(model)), Cause: err}
 	}
 }
 
+// modelNotFound is OpenAI's 404 for model, a request-supplied name, clipped (clipName).
 func modelNotFound(model string) *APIError {
-	return newError(KindModelNotFound, "model", "The model `%s` does not exist.", model)
+	return newError(KindModelNotFound, "model", "The model `%s` does not exist.", clipName(model))
 }
 
 func draining() *APIError {

@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 )
@@ -46,7 +48,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	rec.inflight.Inc()
 	rec.usage.PromptTokens = len(p.gen.TokenIDs)
 
-	stream, err := s.startGeneration(ctx, p.gen)
+	stream, err := s.startGeneration(ctx, p.gen, rec.ticket)
 	if err != nil {
 		if aerr := timedOut(ctx, s.cfg.RequestTimeout); aerr != nil {
 			rec.fail(aerr)
@@ -156,7 +158,7 @@ func (g *generation) pump(ctx context.Context, emit func(string) error) (last st
 			case errors.Is(err, io.EOF):
 				return "", newError(KindEngineError, "", "The token stream ended before the request finished."), false
 			default:
-				return "", backendError(g.rec.model, err), false
+				return "", g.drainCut(backendError(g.rec.model, err)), false
 			}
 		}
 		if n := len(c.GetTokenIds()); n > 0 {
@@ -169,13 +171,8 @@ func (g *generation) pump(ctx context.Context, emit func(string) error) (last st
 			prev = now
 		}
 		text, aerr := g.out.push(c)
-		if aerr != nil && aerr.Kind == KindBackendError && g.s.draining.Load() {
-			// The worker handed the request back at the end of the drain period and no
-			// worker is left to take it: the client should hear that the server is
-			// shutting down (503, retry elsewhere), not that a worker failed.
-			cause := aerr.Cause
-			aerr = newError(KindDraining, "", "The server is shutting down: the request was ended at the end of its drain period; it can be retried.")
-			aerr.Cause = cause
+		if aerr != nil {
+			aerr = g.drainCut(aerr)
 		}
 		if aerr != nil || g.out.finished() {
 			return text, aerr, false
@@ -186,6 +183,19 @@ func (g *generation) pump(ctx context.Context, emit func(string) error) (last st
 			}
 		}
 	}
+}
+
+// drainCut turns a worker failure (502) or a failed re-route (503 no_live_workers) of a
+// request that a draining worker handed back into 503 service_draining while this server
+// drains: no worker is left to take the request, and the client should hear that the
+// server is shutting down (retry elsewhere), not that a worker failed.
+func (g *generation) drainCut(aerr *APIError) *APIError {
+	if !g.s.draining.Load() || aerr.Kind != KindBackendError && aerr.Kind != KindNoWorkers {
+		return aerr
+	}
+	out := newError(KindDraining, "", "The server is shutting down: the request was ended at the end of its drain period; it can be retried.")
+	out.Cause = aerr.Cause
+	return out
 }
 
 // info is the `turbine` extension object, when the request asked for it: the outcome.
@@ -204,19 +214,19 @@ func (g *generation) info() *TurbineInfo {
 func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
 	sse, err := startSSE(w)
 	if err != nil {
-		g.rec.cancel()
+		g.clientGone(err)
 		return
 	}
 	if first, ok := g.resp.first(); ok {
 		if sse.data(first) != nil {
-			g.rec.cancel()
+			g.clientGone(sse.err)
 			return
 		}
 	}
 	last, aerr, gone := g.pump(ctx, func(text string) error { return sse.data(g.resp.delta(text, nil, nil)) })
 	switch {
 	case gone:
-		g.rec.cancel()
+		g.clientGone(sse.err)
 		return
 	case aerr != nil:
 		g.rec.fail(aerr)
@@ -232,15 +242,26 @@ func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
 	usage := g.out.usage(len(g.p.gen.TokenIDs))
 	g.rec.succeed(usage)
 	if sse.data(g.resp.delta(last, &finish, g.info())) != nil {
-		g.rec.cancel()
+		g.clientGone(sse.err)
 		return
 	}
 	if g.resp.includeUsage && sse.data(g.resp.usageChunk(usage)) != nil {
-		g.rec.cancel()
+		g.clientGone(sse.err)
 		return
 	}
 	if sse.done() != nil {
-		g.rec.cancel()
+		g.clientGone(sse.err)
+	}
+}
+
+// clientGone marks the request as abandoned by its client; err is the write error that
+// showed it, when a write failed. A write that waited Config.StreamWriteTimeout (the
+// client stopped reading) is named as such in the log line.
+func (g *generation) clientGone(err error) {
+	g.rec.cancel()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		g.rec.err.Message = fmt.Sprintf("The client read nothing for the %s write timeout; its connection was closed.", g.s.cfg.StreamWriteTimeout)
+		g.rec.err.Cause = err
 	}
 }
 
@@ -265,5 +286,7 @@ func (g *generation) respond(ctx context.Context, w http.ResponseWriter) {
 	text.WriteString(last)
 	usage := g.out.usage(len(g.p.gen.TokenIDs))
 	g.rec.succeed(usage)
-	writeJSON(w, http.StatusOK, g.resp.full(text.String(), g.out.finishReason, usage, g.info()))
+	if err := writeJSON(w, http.StatusOK, g.resp.full(text.String(), g.out.finishReason, usage, g.info())); err != nil {
+		g.clientGone(err)
+	}
 }

@@ -31,13 +31,15 @@ func newTestServer(t *testing.T, b Backend) *Server {
 	return s
 }
 
-// serve runs one request through h in-process with request id "req-1".
+// serve runs one request through h in-process with request id "req-1", from a loopback
+// client.
 func serve(h http.Handler, method, path, body string) *httptest.ResponseRecorder {
 	return serveCtx(context.Background(), h, method, path, body)
 }
 
 func serveCtx(ctx context.Context, h http.Handler, method, path, body string) *httptest.ResponseRecorder {
 	req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
+	req.RemoteAddr = "127.0.0.1:1234" // a client on this machine (the admin routes answer it)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", "req-1")
 	rr := httptest.NewRecorder()

@@ -21,9 +21,9 @@ const (
 	metricISL          = "turbine_frontend_input_sequence_tokens"       // histogram {model}
 	metricOSL          = "turbine_frontend_output_sequence_tokens"      // histogram {model}
 	metricCachedTokens = "turbine_frontend_cached_tokens"               // histogram {model}
-	metricRejected     = "turbine_frontend_rejected_requests_total"     // counter {model,reason}
+	metricRejected     = "turbine_frontend_rejected_requests_total"     // counter {model,reason}: 503s by code; model "" for server_overloaded refused on arrival
 	metricCancelled    = "turbine_frontend_cancelled_requests_total"    // counter {model,endpoint}
-	metricQueued       = "turbine_frontend_queued_requests_total"       // counter {model}: requests that waited in the busy queue
+	metricQueued       = "turbine_frontend_queued_requests_total"       // counter {model}: requests that waited in the queue (busy workers or no slot free)
 	metricQueueDepth   = "turbine_frontend_queue_depth"                 // gauge {model}: requests waiting now
 )
 
@@ -108,7 +108,7 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 	m.hist(metricDuration, durationBuckets, "model", rec.model, "endpoint", rec.endpoint).Update(now.Sub(rec.start).Seconds())
 	if rec.kind != nil {
 		switch *rec.kind {
-		case KindNoWorkers, KindAllBusy, KindDraining:
+		case KindNoWorkers, KindAllBusy, KindDraining, KindOverloaded:
 			m.set.GetOrCreateCounter(name(metricRejected, "model", rec.model, "reason", rec.kind.Entry().Code)).Inc()
 		case KindClientClosed:
 			m.set.GetOrCreateCounter(name(metricCancelled, "model", rec.model, "endpoint", rec.endpoint)).Inc()

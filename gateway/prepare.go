@@ -29,7 +29,7 @@ func (s *Server) lookupModel(ctx context.Context, name string) (*messages.ModelC
 		}
 	}
 	if r, ok := s.backend.(RecentModels); ok && r.Recent(name) {
-		return nil, backendError(name, fmt.Errorf("%w: %q has no ready worker right now", ErrNoWorkers, name))
+		return nil, backendError(name, fmt.Errorf("%w: %q has no ready worker right now", ErrNoWorkers, clipName(name)))
 	}
 	return nil, modelNotFound(name)
 }

@@ -28,6 +28,7 @@ type requestRecord struct {
 	usage     Usage
 	generated bool // the request ran to its end and usage is final
 	inflight  *metrics.Gauge
+	ticket    *ticket // its hold on a slot of Config.MaxConcurrentRequests
 }
 
 func (s *Server) begin(r *http.Request, endpoint string) *requestRecord {

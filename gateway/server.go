@@ -34,12 +34,15 @@ const (
 //
 // The admin routes exist when the Backend implements BusyAdmin.
 //
-// With Config.APIKeys set, every request whose path is under /v1/ or /admin/ must carry
+// With Config.APIKeys set, every request whose path is under /v1/ must carry
 // "Authorization: Bearer <key>" with one of the keys (as vLLM's --api-key); a missing or
 // wrong key gets 401 with an OpenAI error body (code "invalid_api_key") and
 // WWW-Authenticate: Bearer. /health, /live and /metrics stay open, for probes and
-// scrapers. Without keys nothing is authenticated: put the port behind the operator's
-// network policy.
+// scrapers. Without keys /v1/ is not authenticated: put the port behind the operator's
+// network policy. The admin routes (/admin/) take Config.AdminAPIKeys instead, the same
+// way; without admin keys they answer 403 (code "admin_forbidden") to every request when
+// there are API keys, and otherwise to every client that is not on loopback (see
+// adminDecision).
 //
 // Every response carries X-Request-Id (the client's when usable, else a new one);
 // generation responses carry X-Turbine-Worker, the id of the worker that served them,
@@ -55,10 +58,13 @@ type Server struct {
 	mux     *http.ServeMux
 	// keyDigests are the SHA-256 digests of Config.APIKeys (nil: no authentication).
 	keyDigests [][sha256.Size]byte
+	// adminDigests are those of Config.AdminAPIKeys (nil: see adminDecision).
+	adminDigests [][sha256.Size]byte
 
 	draining atomic.Bool
 	active   *activity // generation requests from arrival to the end of their answer
 	queue    *queue    // nil when Config.QueueDepth is 0
+	slots    *slots    // nil when Config.MaxConcurrentRequests is 0
 }
 
 // New returns a Server over backend. It fails only on an invalid Config.
@@ -79,8 +85,16 @@ func New(cfg Config, backend Backend, opts ...Option) (*Server, error) {
 	if cfg.QueueDepth > 0 {
 		s.queue = newQueue(cfg.QueueDepth)
 	}
+	s.slots = newSlots(cfg.MaxConcurrentRequests, func() {
+		if s.queue != nil {
+			s.queue.notifyHeads()
+		}
+	})
 	for _, k := range cfg.APIKeys {
 		s.keyDigests = append(s.keyDigests, sha256.Sum256([]byte(k)))
+	}
+	for _, k := range cfg.AdminAPIKeys {
+		s.adminDigests = append(s.adminDigests, sha256.Sum256([]byte(k)))
 	}
 	s.routes()
 	return s, nil
@@ -99,7 +113,7 @@ func (s *Server) routes() {
 	s.mux.Handle("/metrics", only(http.MethodGet, s.handleMetrics))
 	s.mux.HandleFunc("/admin/busy_thresholds", s.handleBusyThresholds)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newError(KindRouteNotFound, "", "Invalid URL (%s %s).", r.Method, r.URL.Path), 0)
+		writeError(w, newError(KindRouteNotFound, "", "Invalid URL (%s %s).", clipName(r.Method), clipName(r.URL.Path)), 0)
 	})
 }
 
@@ -108,7 +122,7 @@ func only(method string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
-			writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use %s).", r.Method, r.URL.Path, method), 0)
+			writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use %s).", clipName(r.Method), r.URL.Path, method), 0)
 			return
 		}
 		h(w, r)
@@ -117,15 +131,26 @@ func only(method string, h http.HandlerFunc) http.Handler {
 
 type requestIDKey struct{}
 
-// ServeHTTP assigns the request id, checks the API key (Config.APIKeys) and dispatches.
+// ServeHTTP assigns the request id, puts every write of the answer under
+// Config.StreamWriteTimeout, checks the API key (Config.APIKeys; Config.AdminAPIKeys
+// under /admin/) and dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("X-Request-Id")
 	if !validRequestID(id) {
 		id = s.cfg.NewRequestID()
 	}
+	w = withWriteDeadlines(w, s.cfg.StreamWriteTimeout)
 	w.Header().Set("X-Request-Id", id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
-	if len(s.keyDigests) > 0 && authRequired(r.URL.Path) && !s.authorized(r) {
+	if strings.HasPrefix(r.URL.Path, "/admin/") {
+		if aerr := s.adminAccess(r); aerr != nil {
+			if aerr.Kind == KindUnauthorized {
+				w.Header().Set("WWW-Authenticate", "Bearer")
+			}
+			writeError(w, aerr, 0)
+			return
+		}
+	} else if len(s.keyDigests) > 0 && authRequired(r.URL.Path) && !s.authorized(r) {
 		s.unauthorized(w, r)
 		return
 	}
@@ -133,21 +158,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authRequired reports whether a request to path (the decoded URL path) needs an API
-// key: the OpenAI API (/v1/) and the admin routes (/admin/). An escaped form
-// (/%761/models) decodes to the same path; one not in canonical form
-// (/health/../admin/…) is not served but redirected to its canonical form, which is
-// checked when the client follows.
+// key: the OpenAI API (/v1/); the admin routes (/admin/) have their own keys
+// (adminAccess). An escaped form (/%761/models) decodes to the same path; one not in
+// canonical form (/health/../admin/…) is not served but redirected to its canonical
+// form, which is checked when the client follows.
 func authRequired(path string) bool {
-	return strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, "/admin/")
+	return strings.HasPrefix(path, "/v1/")
 }
 
-// authorized reports whether r presents one of the API keys as
-// "Authorization: Bearer <key>" (the scheme's case does not matter, RFC 7235). The key is
-// compared through its SHA-256 digest with every key's, in constant time
+// authorized reports whether r presents one of the API keys (presentsKey).
+func (s *Server) authorized(r *http.Request) bool { return presentsKey(r, s.keyDigests) }
+
+// presentsKey reports whether r presents one of the keys whose SHA-256 digests are
+// digests as "Authorization: Bearer <key>" (the scheme's case does not matter, RFC
+// 7235). The key is compared through its digest with every key's, in constant time
 // (crypto/subtle), so the time taken tells neither which key matched nor their lengths.
 // A request with several Authorization headers is refused: which one a proxy on the way
 // checked cannot be known.
-func (s *Server) authorized(r *http.Request) bool {
+func presentsKey(r *http.Request, digests [][sha256.Size]byte) bool {
 	auth := r.Header.Values("Authorization")
 	if len(auth) != 1 {
 		return false
@@ -162,8 +190,8 @@ func (s *Server) authorized(r *http.Request) bool {
 	}
 	d := sha256.Sum256([]byte(token))
 	match := 0
-	for i := range s.keyDigests {
-		match |= subtle.ConstantTimeCompare(d[:], s.keyDigests[i][:])
+	for i := range digests {
+		match |= subtle.ConstantTimeCompare(d[:], digests[i][:])
 	}
 	return match == 1
 }
@@ -209,18 +237,30 @@ func requestID(r *http.Request) string {
 	return id
 }
 
-// readBody reads the body up to the configured limit.
+// readBody reads the body up to the configured limit (Config.MaxBodyBytes), decoding a
+// gzip or deflate Content-Encoding; the limit bounds the body as received and decoded
+// (decodeEncodedBody). Errors: KindUnsupportedEncoding (with Accept-Encoding set on w),
+// KindBodyTooLarge, KindInvalidEncoding, KindInvalidJSON (the body could not be read).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *APIError) {
 	limit := s.cfg.MaxBodyBytes
 	tooLarge := func() *APIError {
 		return newError(KindBodyTooLarge, "", "The request body is larger than the limit of %d bytes.", limit)
 	}
+	coding, aerr := contentCoding(r.Header.Values("Content-Encoding"))
+	if aerr != nil {
+		w.Header().Set("Accept-Encoding", acceptedEncodings)
+		return nil, aerr
+	}
 	if r.ContentLength > limit {
 		return nil, tooLarge()
 	}
+	raw := http.MaxBytesReader(unwrapDeadlines(w), r.Body, limit)
+	if coding != "" {
+		return decodeEncodedBody(coding, raw, limit)
+	}
 	// With a Content-Length the body is read into one buffer of that size (plus one byte
 	// to see the end), not grown by doubling.
-	body, err := readAllSized(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	body, err := readAllSized(raw, r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -289,6 +329,14 @@ func (s *Server) handleGeneration(w http.ResponseWriter, r *http.Request, endpoi
 		writeError(w, aerr, s.cfg.RetryAfter)
 		return
 	}
+	t, aerr := s.admitRequest()
+	if aerr != nil {
+		rec.fail(aerr)
+		writeError(w, aerr, s.cfg.RetryAfter)
+		return
+	}
+	rec.ticket = t
+	defer t.release()
 	body, aerr := s.readBody(w, r)
 	if aerr == nil {
 		var p *prepared
@@ -364,13 +412,16 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON answers v as JSON with status. It returns the write's error (the client is
+// gone, or stopped reading for Config.StreamWriteTimeout).
+func writeJSON(w http.ResponseWriter, status int, v any) error {
 	b, err := encodeJSON(v)
 	if err != nil {
 		writeError(w, &APIError{Kind: KindInternal, Message: "The response could not be encoded.", Cause: err}, 0)
-		return
+		return nil
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

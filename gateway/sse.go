@@ -11,6 +11,9 @@ import (
 type sseWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
+	// err is the first write or flush error (the client is gone, or stopped reading for
+	// Config.StreamWriteTimeout); every later frame fails with it.
+	err error
 }
 
 // startSSE writes the stream's headers (status 200) and flushes them.
@@ -37,11 +40,15 @@ func (s *sseWriter) data(v any) error {
 func (s *sseWriter) done() error { return s.frame([]byte("[DONE]")) }
 
 func (s *sseWriter) frame(payload []byte) error {
+	if s.err != nil {
+		return s.err
+	}
 	buf := make([]byte, 0, len(payload)+8)
 	buf = append(buf, "data: "...)
 	buf = append(buf, payload...)
 	buf = append(buf, "\n\n"...)
 	if _, err := s.w.Write(buf); err != nil {
+		s.err = err
 		return err
 	}
 	return s.flush()
@@ -49,6 +56,7 @@ func (s *sseWriter) frame(payload []byte) error {
 
 func (s *sseWriter) flush() error {
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.err = err
 		return err
 	}
 	return nil

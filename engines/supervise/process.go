@@ -26,8 +26,8 @@ type Process struct {
 }
 
 // secretEnv is the environment an engine does not inherit: the gateway's API keys
-// (TURBINE_API_KEY) are not an engine's to read.
-var secretEnv = []string{"TURBINE_API_KEY"}
+// (TURBINE_API_KEY, TURBINE_ADMIN_API_KEY) are not an engine's to read.
+var secretEnv = []string{"TURBINE_API_KEY", "TURBINE_ADMIN_API_KEY"}
 
 // Start runs argv[0] with argv[1:] and extra environment (KEY=VALUE), on top of this
 // process's environment less secretEnv. Each line the process writes to stdout or stderr

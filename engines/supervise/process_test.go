@@ -33,14 +33,15 @@ func TestProcessLogsAndExit(t *testing.T) {
 	}
 }
 
-// TestSecretsNotInherited: the engine does not see TURBINE_API_KEY; other variables and
-// the extra environment pass.
+// TestSecretsNotInherited: the engine sees neither TURBINE_API_KEY nor
+// TURBINE_ADMIN_API_KEY; other variables and the extra environment pass.
 func TestSecretsNotInherited(t *testing.T) {
 	t.Setenv("TURBINE_API_KEY", "sk-secret")
+	t.Setenv("TURBINE_ADMIN_API_KEY", "sk-admin-secret")
 	t.Setenv("TURBINE_TEST_VISIBLE", "yes")
 	var mu sync.Mutex
 	var lines []string
-	p, err := Start([]string{"sh", "-c", `echo "key=${TURBINE_API_KEY:-none} visible=$TURBINE_TEST_VISIBLE extra=$EXTRA"`},
+	p, err := Start([]string{"sh", "-c", `echo "key=${TURBINE_API_KEY:-none} admin=${TURBINE_ADMIN_API_KEY:-none} visible=$TURBINE_TEST_VISIBLE extra=$EXTRA"`},
 		[]string{"EXTRA=1"}, func(_, line string) {
 			mu.Lock()
 			lines = append(lines, line)
@@ -52,7 +53,7 @@ func TestSecretsNotInherited(t *testing.T) {
 	<-p.Done()
 	mu.Lock()
 	defer mu.Unlock()
-	if got := strings.Join(lines, "\n"); got != "key=none visible=yes extra=1" {
+	if got := strings.Join(lines, "\n"); got != "key=none admin=none visible=yes extra=1" {
 		t.Fatalf("the engine saw %q", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/turbine-llm/turbine/actors/catalog"
 	fe "github.com/turbine-llm/turbine/actors/frontend"
 	"github.com/turbine-llm/turbine/actors/router"
+	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/gateway"
@@ -80,7 +81,8 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	rcfg := o.Router.Config(0, log)
 	rcfg.Busy = o.Admission.Busy()
 	rcfg.Disagg = o.Disagg.Config()
-	kinds := []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}
+	// The workers' registrations and KV events go before routing calls in the grain.
+	kinds := []*pcluster.Kind{worker.UrgentRouterKind(router.Kind(rcfg)), catalog.Kind()}
 	cfg := o.Cluster.Config(kinds, log)
 
 	// The HTTP server outlives member restarts: one gateway (and one set of metrics) over
@@ -111,7 +113,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	// Tokenizer files a node has and this machine lacks are fetched from a worker once,
 	// verified against the card's digest and cached.
-	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes, APIKeys: o.APIKeys}), backend,
+	handler, err := gateway.New(o.Admission.Gateway(o.HTTP.Gateway(gateway.Config{Logger: log})), backend,
 		gateway.WithModelLoader(backend.ModelLoader()))
 	if err != nil {
 		return err

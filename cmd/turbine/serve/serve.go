@@ -137,7 +137,7 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	rcfg.Busy = o.Admission.Busy()
 	rcfg.Disagg = o.Disagg.Config()
 	member, err := cluster.Start(cluster.Config{Name: "turbine-serve", Discovery: "local", Logger: log,
-		Kinds: []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}})
+		Kinds: []*pcluster.Kind{worker.UrgentRouterKind(router.Kind(rcfg)), catalog.Kind()}})
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 
 	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy()})
-	handler, err := gateway.New(o.Admission.Gateway(gateway.Config{Logger: log, MaxBodyBytes: o.MaxBodyBytes, APIKeys: o.APIKeys}), backend)
+	handler, err := gateway.New(o.Admission.Gateway(o.HTTP.Gateway(gateway.Config{Logger: log})), backend)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -20,23 +21,35 @@ const (
 	DefaultDrainTimeout = 30 * time.Second
 	// DefaultCanaryInterval is how long an engine may stay idle before its canary (REFERENCE §10).
 	DefaultCanaryInterval = 10 * time.Second
+	// DefaultMaxConcurrentRequestsPerCPU: by default a frontend handles at most this many
+	// generation requests at once (--max-concurrent-requests) per CPU it may use
+	// (GOMAXPROCS): 256 on two cores. It bounds the frontend's own work — HTTP streams,
+	// Router grain calls, receivers — which grows with its CPUs, not the engines'
+	// capacity (the busy thresholds guard that). On the shared two-core development
+	// machine (BENCHMARKS.md, "Saturation"), 256 streams kept every Router grain call
+	// inside the frontend's 5 s route timeout, where 512 let a few time out in some runs
+	// and 5,000 without a bound made half of the requests fail with 502.
+	DefaultMaxConcurrentRequestsPerCPU = 128
 )
 
-// Admission are the gateway's overload and shutdown flags (REFERENCE §4, §10): the
-// routers' starting busy thresholds, the bounded queue of requests that find every
-// worker busy, and the drain period on SIGTERM.
+// Admission are the gateway's overload and shutdown flags: the routers' starting busy
+// thresholds, the bound on the requests a frontend handles at once, the bounded queue of
+// requests that find every worker busy or no slot free, and the drain period on SIGTERM.
 type Admission struct {
 	BusyKVUsage       float64       // fraction; 0: off
 	BusyPrefillTokens int64         // tokens; 0: off
+	MaxConcurrent     int           // generation requests handled at once; 0: no limit
 	QueueDepth        int           // per model; 0: busy answers 503 at once
 	QueueTimeout      time.Duration // longest wait in the queue
 	DrainTimeout      time.Duration // grace for in-flight requests on SIGTERM
 	RequestTimeout    time.Duration // longest generation; 0: no limit
 }
 
-// DefaultAdmission returns busy tests off, no queue and a 30 s drain.
+// DefaultAdmission returns busy tests off, 128 concurrent requests per CPU, no queue and a
+// 30 s drain.
 func DefaultAdmission() Admission {
-	return Admission{QueueTimeout: gateway.DefaultQueueTimeout, DrainTimeout: DefaultDrainTimeout}
+	return Admission{MaxConcurrent: DefaultMaxConcurrentRequestsPerCPU * runtime.GOMAXPROCS(0),
+		QueueTimeout: gateway.DefaultQueueTimeout, DrainTimeout: DefaultDrainTimeout}
 }
 
 // Flags registers the admission flags on fs.
@@ -45,9 +58,11 @@ func (o *Admission) Flags(fs *flag.FlagSet) {
 		"a worker whose active KV blocks / total blocks exceed this fraction gets no new request (0: off; change at run time with POST /admin/busy_thresholds)")
 	fs.Int64Var(&o.BusyPrefillTokens, "busy-prefill-tokens", o.BusyPrefillTokens,
 		"a worker with more active prefill tokens than this gets no new request (0: off)")
+	fs.IntVar(&o.MaxConcurrent, "max-concurrent-requests", o.MaxConcurrent,
+		"generation requests this frontend handles at once, from arrival to the end of the answer; more wait in the queue (--queue-depth) or get 503 server_overloaded with Retry-After at once (0: no limit; default 128 per CPU)")
 	fs.IntVar(&o.QueueDepth, "queue-depth", o.QueueDepth,
-		"requests per model that wait (first in, first out) when every worker is busy; 0 answers them 503 at once")
-	fs.DurationVar(&o.QueueTimeout, "queue-timeout", o.QueueTimeout, "longest wait in the busy queue before a 503")
+		"requests per model that wait (first in, first out) when every worker is busy or --max-concurrent-requests are running; 0 answers them 503 at once")
+	fs.DurationVar(&o.QueueTimeout, "queue-timeout", o.QueueTimeout, "longest wait in the queue before a 503")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout,
 		"longest a generation may run from arrival to last token; past it the engine request is cancelled and the client gets 504 (0: no limit)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
@@ -61,6 +76,8 @@ func (o *Admission) Validate() error {
 		return fmt.Errorf("--busy-kv-usage %g: want a fraction from 0 to 1 (0: off)", o.BusyKVUsage)
 	case o.BusyPrefillTokens < 0:
 		return fmt.Errorf("--busy-prefill-tokens %d: want ≥ 0 (0: off)", o.BusyPrefillTokens)
+	case o.MaxConcurrent < 0 || o.MaxConcurrent > 1_000_000:
+		return fmt.Errorf("--max-concurrent-requests %d: want 0..1000000 (0: no limit)", o.MaxConcurrent)
 	case o.QueueDepth < 0 || o.QueueDepth > 1_000_000:
 		return fmt.Errorf("--queue-depth %d: want 0..1000000", o.QueueDepth)
 	case o.QueueTimeout <= 0:
@@ -78,8 +95,9 @@ func (o *Admission) Busy() kv.BusyThresholds {
 	return kv.BusyThresholds{KVUsage: o.BusyKVUsage, PrefillTokens: o.BusyPrefillTokens}
 }
 
-// Gateway sets the queue and request-timeout fields of cfg.
+// Gateway sets the concurrency limit, queue and request-timeout fields of cfg.
 func (o *Admission) Gateway(cfg gateway.Config) gateway.Config {
+	cfg.MaxConcurrentRequests = o.MaxConcurrent
 	cfg.QueueDepth, cfg.QueueTimeout, cfg.RequestTimeout = o.QueueDepth, o.QueueTimeout, o.RequestTimeout
 	return cfg
 }

@@ -3,8 +3,11 @@ package options
 import (
 	"flag"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/turbine-llm/turbine/gateway"
 )
 
 func TestAdmissionFlags(t *testing.T) {
@@ -20,6 +23,10 @@ func TestAdmissionFlags(t *testing.T) {
 		{[]string{"--busy-kv-usage", "1"}, ""},
 		{[]string{"--busy-prefill-tokens", "-1"}, "--busy-prefill-tokens"},
 		{[]string{"--queue-depth", "-1"}, "--queue-depth"},
+		{[]string{"--max-concurrent-requests", "0"}, ""},
+		{[]string{"--max-concurrent-requests", "5000", "--queue-depth", "100"}, ""},
+		{[]string{"--max-concurrent-requests", "-1"}, "--max-concurrent-requests"},
+		{[]string{"--max-concurrent-requests", "1000001"}, "--max-concurrent-requests"},
 		{[]string{"--queue-timeout", "0s"}, "--queue-timeout"},
 		{[]string{"--drain-timeout", "-1s"}, "--drain-timeout"},
 		{[]string{"--canary-interval", "-1s"}, "--canary-interval"},
@@ -41,5 +48,17 @@ func TestAdmissionFlags(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// TestDefaultMaxConcurrentRequests: the default bound scales with the CPUs the process
+// may use, and reaches the gateway's configuration.
+func TestDefaultMaxConcurrentRequests(t *testing.T) {
+	a := DefaultAdmission()
+	if want := DefaultMaxConcurrentRequestsPerCPU * runtime.GOMAXPROCS(0); a.MaxConcurrent != want {
+		t.Errorf("default --max-concurrent-requests %d, want %d", a.MaxConcurrent, want)
+	}
+	if got := a.Gateway(gateway.Config{}).MaxConcurrentRequests; got != a.MaxConcurrent {
+		t.Errorf("gateway bound %d, want %d", got, a.MaxConcurrent)
 	}
 }

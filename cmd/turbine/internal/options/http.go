@@ -12,6 +12,8 @@ import (
 	"unicode"
 
 	"github.com/rs/zerolog"
+
+	"github.com/turbine-llm/turbine/gateway"
 )
 
 // HTTP are the OpenAI HTTP listener's flags.
@@ -20,13 +22,24 @@ type HTTP struct {
 	Port         int
 	MaxBodyBytes int64 // largest accepted request body, bytes
 	// APIKeys are the keys a client must present as "Authorization: Bearer <key>" on
-	// /v1/ and /admin/ (gateway.Config.APIKeys); empty: no authentication. From
+	// /v1/ (gateway.Config.APIKeys); empty: no authentication. From
 	// --api-key, repeatable and comma-separated, or TURBINE_API_KEY (comma-separated).
 	APIKeys []string
+	// AdminAPIKeys are the keys of /admin/ (gateway.Config.AdminAPIKeys); empty: /admin/
+	// answers loopback clients only, or nobody when APIKeys is set. From
+	// --admin-api-key or TURBINE_ADMIN_API_KEY, as APIKeys.
+	AdminAPIKeys []string
+	// StreamWriteTimeout is how long one write of a response may wait for the client to
+	// read before the connection is closed and the request cancelled
+	// (gateway.Config.StreamWriteTimeout); 0: no limit.
+	StreamWriteTimeout time.Duration
 }
 
-// DefaultHTTP returns 127.0.0.1:8000 and a 4 MiB body limit.
-func DefaultHTTP() HTTP { return HTTP{Host: "127.0.0.1", Port: 8000, MaxBodyBytes: 4 << 20} }
+// DefaultHTTP returns 127.0.0.1:8000, a 4 MiB body limit and a 60 s stream write
+// timeout.
+func DefaultHTTP() HTTP {
+	return HTTP{Host: "127.0.0.1", Port: 8000, MaxBodyBytes: 4 << 20, StreamWriteTimeout: gateway.DefaultStreamWriteTimeout}
+}
 
 // Flags registers the HTTP flags on fs.
 func (o *HTTP) Flags(fs *flag.FlagSet) {
@@ -34,8 +47,14 @@ func (o *HTTP) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Port, "port", o.Port, "port of the OpenAI HTTP API (0 picks a free one)")
 	fs.Int64Var(&o.MaxBodyBytes, "max-body-bytes", o.MaxBodyBytes, "largest accepted HTTP request body in bytes")
 	fs.Var(&keyList{keys: &o.APIKeys, fs: fs}, "api-key",
-		"require `keys` on /v1/ and /admin/ (\"Authorization: Bearer KEY\"; /health, /live, /metrics stay open): comma-separated, "+
+		"require `keys` on /v1/ (\"Authorization: Bearer KEY\"; /health, /live, /metrics stay open; /admin/ takes --admin-api-key): comma-separated, "+
 			"the flag repeatable; any one of them is accepted (default: no authentication)")
+	fs.Var(&keyList{keys: &o.AdminAPIKeys, fs: fs}, "admin-api-key",
+		"require `keys` on /admin/ (\"Authorization: Bearer KEY\"), where --api-key keys are not accepted: comma-separated, the flag repeatable "+
+			"(default: /admin/ answers only loopback clients not relayed by a proxy, and nobody when --api-key is set)")
+	fs.DurationVar(&o.StreamWriteTimeout, "stream-write-timeout", o.StreamWriteTimeout,
+		"close the connection of a client that reads nothing of its response (streamed or not) for this long, and cancel its engine request; "+
+			"renewed at every write, so slow generation is not cut, but a client that stalls this long is (0: no limit)")
 }
 
 // Validate checks the HTTP options; errors name the flag.
@@ -45,24 +64,45 @@ func (o *HTTP) Validate() error {
 		return fmt.Errorf("--port %d: want 0..65535", o.Port)
 	case o.MaxBodyBytes < 1024:
 		return fmt.Errorf("--max-body-bytes %d: must be ≥ 1024", o.MaxBodyBytes)
+	case o.StreamWriteTimeout < 0:
+		return fmt.Errorf("--stream-write-timeout %v: must be ≥ 0 (0: no limit)", o.StreamWriteTimeout)
 	}
-	// The errors name the key's position, never the key.
-	for i, k := range o.APIKeys {
+	if err := validateKeys("api-key", o.APIKeys); err != nil {
+		return err
+	}
+	return validateKeys("admin-api-key", o.AdminAPIKeys)
+}
+
+// validateKeys checks the keys of --flag; the errors name the key's position, never the
+// key.
+func validateKeys(flag string, keys []string) error {
+	for i, k := range keys {
 		switch {
 		case k == "":
-			return fmt.Errorf("--api-key: key %d of %d is empty (give non-empty keys, comma-separated or with --api-key repeated)", i+1, len(o.APIKeys))
+			return fmt.Errorf("--%s: key %d of %d is empty (give non-empty keys, comma-separated or with --%s repeated)", flag, i+1, len(keys), flag)
 		case strings.ContainsFunc(k, unicode.IsControl):
-			return fmt.Errorf("--api-key: key %d of %d has a control character (it could not be sent in an Authorization header)", i+1, len(o.APIKeys))
+			return fmt.Errorf("--%s: key %d of %d has a control character (it could not be sent in an Authorization header)", flag, i+1, len(keys))
 		}
 	}
 	return nil
 }
 
-// keyList is the value of --api-key: comma-separated keys (white space around each
-// trimmed), the flag repeatable. As for every flag, the command line wins over the
-// environment: the keys of TURBINE_API_KEY (which cli.Parse sets before it parses the
-// arguments) are replaced by those of the first --api-key, and further --api-key flags
-// add theirs. String never shows the keys (flag errors and help print it).
+// Gateway sets the body limit, keys and stream write timeout of cfg.
+func (o *HTTP) Gateway(cfg gateway.Config) gateway.Config {
+	cfg.MaxBodyBytes, cfg.APIKeys, cfg.AdminAPIKeys = o.MaxBodyBytes, o.APIKeys, o.AdminAPIKeys
+	cfg.StreamWriteTimeout = o.StreamWriteTimeout
+	if o.StreamWriteTimeout == 0 {
+		cfg.StreamWriteTimeout = -1 // the gateway's zero means its default
+	}
+	return cfg
+}
+
+// keyList is the value of --api-key and --admin-api-key: comma-separated keys (white
+// space around each trimmed), the flag repeatable. As for every flag, the command line
+// wins over the environment: the keys of TURBINE_API_KEY (which cli.Parse sets before
+// it parses the arguments) are replaced by those of the first --api-key, and further
+// --api-key flags add theirs (likewise for --admin-api-key and TURBINE_ADMIN_API_KEY).
+// String never shows the keys (flag errors and help print it).
 type keyList struct {
 	keys *[]string
 	fs   *flag.FlagSet // Parsed tells the environment's Set from the command line's
@@ -92,19 +132,23 @@ func (v *keyList) Set(s string) error {
 	return nil
 }
 
-// Listen binds the HTTP port; errors name --host and --port.
+// Listen binds the HTTP port; errors name --host and --port. Each accepted connection
+// holds at most DefaultUnsentLimit bytes unsent, so that a client that stops reading
+// blocks the gateway's writes (and meets --stream-write-timeout) soon.
 func (o *HTTP) Listen() (net.Listener, error) {
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
 	if err != nil {
 		return nil, fmt.Errorf("--host %s --port %d: %w", o.Host, o.Port, err)
 	}
-	return ln, nil
+	return unsentLimitListener{Listener: ln, limit: DefaultUnsentLimit}, nil
 }
 
 // Serve serves handler on ln until ctx ends, then shuts down gracefully (10 s for
 // in-flight requests). Bodies must arrive within 60 s (stalled uploads would otherwise
-// hold connections forever); there is no write timeout, since streams last as long as
-// generation. It returns nil after a shutdown and the server's error otherwise.
+// hold connections forever); there is no whole-response write timeout, since streams
+// last as long as generation: the gateway bounds each write instead
+// (--stream-write-timeout). It returns nil after a shutdown and the server's error
+// otherwise.
 func Serve(ctx context.Context, ln net.Listener, handler http.Handler, log zerolog.Logger) error {
 	srv := newHTTPServer(handler)
 	errc := make(chan error, 1)

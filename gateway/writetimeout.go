@@ -1,0 +1,69 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// deadlineWriter gives every write and flush of a response a fresh write deadline of
+// timeout (Config.StreamWriteTimeout): a client that stops reading while keeping its
+// connection open makes the blocked write fail after timeout, the handler sees a write
+// error (the client is gone), and closing the Backend's Stream cancels the engine
+// request. The deadline is renewed before each write, so it bounds a stall, not the
+// response's length or the time between tokens. net/http clears it once the response
+// is finished, before the connection's next request.
+//
+// Writers that cannot take a deadline (httptest.ResponseRecorder) are written to
+// without one.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	// unsupported is set once SetWriteDeadline answered http.ErrNotSupported.
+	unsupported bool
+}
+
+// withWriteDeadlines wraps w; timeout ≤ 0 returns w unchanged.
+func withWriteDeadlines(w http.ResponseWriter, timeout time.Duration) http.ResponseWriter {
+	if timeout <= 0 {
+		return w
+	}
+	return &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: timeout}
+}
+
+// extend moves the write deadline to timeout from now.
+func (d *deadlineWriter) extend() {
+	if d.unsupported {
+		return
+	}
+	if err := d.rc.SetWriteDeadline(time.Now().Add(d.timeout)); errors.Is(err, http.ErrNotSupported) {
+		d.unsupported = true
+	}
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.extend()
+	return d.ResponseWriter.Write(p)
+}
+
+// FlushError flushes under a fresh deadline (http.ResponseController.Flush uses it).
+func (d *deadlineWriter) FlushError() error {
+	d.extend()
+	return d.rc.Flush()
+}
+
+// Flush is http.Flusher's, for callers that assert it.
+func (d *deadlineWriter) Flush() { _ = d.FlushError() }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
+
+// unwrapDeadlines returns the writer under a deadlineWriter (http.MaxBytesReader must
+// see net/http's own writer to close the connection after an oversized body).
+func unwrapDeadlines(w http.ResponseWriter) http.ResponseWriter {
+	if d, ok := w.(*deadlineWriter); ok {
+		return d.ResponseWriter
+	}
+	return w
+}
