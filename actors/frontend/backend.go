@@ -51,6 +51,10 @@ type Config struct {
 	// BusyStatus reports them until they are changed through this frontend.
 	Busy   kv.BusyThresholds
 	Logger zerolog.Logger
+
+	// clock makes the streams' timers (stall, prefill release wait, termination grace;
+	// see clock.go); nil: wallClock. Only the package's tests set it.
+	clock clock
 }
 
 // Backend implements gateway.Backend on a cluster member.
@@ -172,7 +176,7 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	}
 	c := b.c.Load()
 	s := newStream(c.ActorSystem.Root, &grainRouting{
-		c: messages.GetRouterGrainClient(c, req.Model), timeout: b.cfg.RouteTimeout, log: b.cfg.Logger,
+		c: messages.GetRouterGrainClient(c, req.Model), root: c.ActorSystem.Root, timeout: b.cfg.RouteTimeout, log: b.cfg.Logger,
 	}, b.cfg, req, b.nextID, b.rec)
 	if err := s.start(req.TokenIDs, req.Sampling); err != nil {
 		return nil, err
@@ -190,12 +194,28 @@ func (b *Backend) nextID(clientID string) string {
 // grainRouting is the routing of one model through its Router grain.
 type grainRouting struct {
 	c       *messages.RouterGrainClient
+	root    *actor.RootContext
 	timeout time.Duration
 	log     zerolog.Logger
 }
 
+// Route asks the Router grain for a worker, waiting at most the route timeout. A call
+// that fails may still have been recorded by the grain (it answered too late): the
+// caller frees the request id either way.
 func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
 	return g.c.Route(rr, pcluster.WithTimeout(g.timeout))
+}
+
+// Started sends RouteAck for requestID to the grain activation that answered route: a
+// message, not a grain call, since nothing is answered and one more future per request
+// would load the busy router and this member for nothing. Messages from one member to
+// one actor arrive in the order sent, so the acknowledgement, like a Free sent after it,
+// comes after the Route call it acknowledges. A route without the grain's address (a
+// router that does not expire unacknowledged requests) needs none.
+func (g *grainRouting) Started(requestID string, route *messages.RouteResponse) {
+	if r := route.GetRouter(); r != nil && g.root != nil {
+		g.root.Send(actor.NewPID(r.Address, r.Id), &messages.RouteAck{RequestId: requestID})
+	}
 }
 
 // PrefillDone tells the router the prompt is computed (its tokens stop counting as
@@ -207,7 +227,8 @@ func (g *grainRouting) PrefillDone(id string) {
 }
 
 // Free ends the router's load tracking of id; fire and forget (the router expires
-// requests it never hears about).
+// requests it never hears about: unacknowledged ones after kv.DefaultMaxUnackedAge, any
+// after kv.DefaultMaxSequenceAge).
 func (g *grainRouting) Free(id string) {
 	go func() {
 		if _, err := g.c.Free(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(g.timeout)); err != nil {

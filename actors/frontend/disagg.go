@@ -175,9 +175,10 @@ func (s *stream) prefillFinished(a *attempt, ch *messages.TokenChunk) {
 // prefill worker told to release what it may have pinned), and the request is routed
 // again without that prefill worker — after maxPrefillFailures-1 failures, or when no
 // prefill worker is left and disaggregation is enforced, with local prefill on a decode
-// worker. The decode worker is not excluded. It returns nil when the request goes on, or
-// the chunk that ends it. Prefill retries do not count against the migration limit: no
-// token was produced, and their number is bounded by maxPrefillFailures.
+// worker. The decode worker is not excluded. It returns nil when the request goes on (or
+// failed: routing found no worker, see stream.failed), or the chunk that ends it.
+// Prefill retries do not count against the migration limit: no token was produced, and
+// their number is bounded by maxPrefillFailures.
 func (s *stream) retryPrefill(ar arrival) *messages.TokenChunk {
 	a := s.cur
 	p := a.pre
@@ -206,6 +207,12 @@ func (s *stream) retryPrefill(ar arrival) *messages.TokenChunk {
 		err = s.start(a.tokens, a.sampling)
 	}
 	if err != nil {
+		if unroutable(err) { // Recv returns it: 503, retryable
+			s.cfg.Logger.Warn().Err(causeOf(err)).Str("request_id", s.req.RequestID).Str("failed_prefill_worker", p.workerID).
+				Str("reason", ar.fault).Msg("prefill leg not retried: the request could not be routed again")
+			s.failed = err
+			return nil
+		}
 		return fail(err.Error())
 	}
 	s.cfg.Logger.Info().Str("request_id", s.req.RequestID).Str("failed_prefill_worker", p.workerID).
@@ -224,11 +231,11 @@ func (s *stream) settlePrefill(a *attempt, reason string) {
 	p.ended, a.released = true, true
 	s.root.Send(p.worker, &messages.Cancel{RequestId: p.requestID, Reason: reason})
 	s.router.Free(p.requestID)
-	root, rec, model, wait := s.root, s.rec, s.req.Model, s.cfg.PrefillReleaseWait
+	root, rec, model, wait, clk := s.root, s.rec, s.req.Model, s.cfg.PrefillReleaseWait, s.cfg.clock
 	go func() {
 		kvParams := ""
-		t := time.NewTimer(wait)
-		defer t.Stop()
+		timeout, stop := clk.newTimer(timerPrefillRelease, wait)
+		defer stop()
 	wait:
 		for {
 			select {
@@ -237,7 +244,7 @@ func (s *stream) settlePrefill(a *attempt, reason string) {
 					kvParams = ar.chunk.KvTransferParams
 					break wait
 				}
-			case <-t.C:
+			case <-timeout:
 				break wait
 			}
 		}

@@ -204,6 +204,11 @@ func TestDisaggStream(t *testing.T) {
 			info: gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			check: func(t *testing.T, h *harness) {
 				pre, _ := legs(h.prefill[0])
+				// p0 never answers, not even the cancel: ReleaseKv waits for the
+				// PrefillReleaseWait, which runs out.
+				if tm := h.clock.await(t, timerPrefillRelease, 0); tm.d != 200*time.Millisecond || !tm.fire() {
+					t.Fatalf("prefill release timer of %v, want Config.PrefillReleaseWait (200ms), not yet fired", tm.d)
+				}
 				eventually(t, "p0's Cancel and ReleaseKv", func() bool {
 					_, c := h.prefill[0].calls()
 					return len(c) == 1 && len(h.prefill[0].released()) == 1
@@ -309,16 +314,19 @@ func TestDisaggStream(t *testing.T) {
 			},
 		},
 		{
-			name:    "stalled prefill leg is retried",
-			opts:    harnessOpts{prefill: []*scriptedWorker{{failAfter: 0, fault: "stall"}, ok()}, stall: 200 * time.Millisecond},
+			name: "stalled prefill leg is retried",
+			opts: harnessOpts{prefill: []*scriptedWorker{{failAfter: 0, fault: "stall"}, ok()}, stall: 200 * time.Millisecond,
+				stallAfter: []int{0}},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
 			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p1", DecodeWorker: "w0"},
 			events: []string{"retried:m/stalled"},
 			check: func(t *testing.T, h *harness) {
-				pre, _ := legs(h.prefill[0])
+				// The stall may end the leg before p0 has even taken it: its Generate is
+				// handled before the Cancel sent after it.
 				eventually(t, "p0's Cancel", func() bool { _, c := h.prefill[0].calls(); return len(c) == 1 })
-				if _, c := h.prefill[0].calls(); c[0] != pre[0].RequestId {
-					t.Errorf("p0 cancels %v, want %s", c, pre[0].RequestId)
+				pre, _ := legs(h.prefill[0])
+				if _, c := h.prefill[0].calls(); len(pre) != 1 || c[0] != pre[0].RequestId {
+					t.Errorf("p0 got prefill legs %v and cancels %v: want one leg, cancelled", pre, c)
 				}
 			},
 		},

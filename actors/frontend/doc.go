@@ -34,7 +34,17 @@
 // Load tracking: every attempt routed is freed in the Router grain exactly once, on
 // every path (finish, error, cancel, client gone, migration, prefill retry): a
 // migration frees the failed attempt, Stream.Close the current one; a prefill leg is
-// freed (after PrefillDone) when its last chunk arrives, or when its request ends.
+// freed (after PrefillDone) when its last chunk arrives, or when its request ends. A
+// Route call that fails (it timed out, the grain could not be reached) frees its id as
+// well, since the grain may have recorded it after the caller gave up; routes are made
+// with will_ack, and once the work is sent a messages.RouteAck goes to the grain, which
+// expires requests never acknowledged (a free that was lost as well).
+//
+// Routing failures: a request that cannot be routed — the Route call failed, no worker
+// is live or free (workers re-registering after a restart), no prefill worker under
+// --enforce-disagg — is answered 503 with Retry-After, also when a migration or prefill
+// retry finds no worker (Recv then returns the error); a worker failure that cannot be
+// migrated (migration off, limit reached) stays a 502.
 //
 // Busy thresholds (busy.go): the Backend is a gateway.BusyAdmin; it changes a model's
 // thresholds with the Router grain's SetBusyThresholds and reads its workers' busy flags

@@ -159,7 +159,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	}
 	workerLines := make([][]string, len(workerFams))
 	modelLines := make([][]string, len(modelFams))
-	var roleLines []string
+	var roleLines, expiredLines []string
 	for _, m := range models {
 		st, err := b.router(m.Model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
 		if err != nil {
@@ -182,6 +182,9 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		for i, f := range modelFams {
 			modelLines[i] = append(modelLines[i], f.name+lbl+" "+strconv.FormatInt(f.value(st), 10))
 		}
+		expiredLines = append(expiredLines,
+			fmt.Sprintf(`turbine_router_requests_expired_total{model="%s",reason="unacknowledged"} %d`, model, st.ExpiredUnacked),
+			fmt.Sprintf(`turbine_router_requests_expired_total{model="%s",reason="stale"} %d`, model, st.ExpiredStale))
 	}
 	for i, f := range workerFams {
 		writeFamily(w, f.name, f.help, "gauge", workerLines[i])
@@ -190,6 +193,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	for i, f := range modelFams {
 		writeFamily(w, f.name, f.help, "counter", modelLines[i])
 	}
+	writeFamily(w, "turbine_router_requests_expired_total", "tracked requests (a prefill leg counts apart) the router expired because nobody freed them: routed and never acknowledged (unacknowledged), or older than the maximum sequence age (stale)", "counter", expiredLines)
 }
 
 // writeFamily writes one metric family in Prometheus text format; nothing without lines.

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -14,10 +15,16 @@ import (
 
 // routing is what a stream needs from its model's router: choose a worker (and, for a
 // disaggregated request, a prefill worker), and keep the router's load tracking of each
-// leg right (PrefillDone once its prompt is computed, Free exactly once when it ends).
-// PrefillDone and Free do not block.
+// leg right (Started once the routed work is sent, PrefillDone once its prompt is
+// computed, Free exactly once when it ends — also when the Route call failed, since the
+// router may have recorded the request before the call gave up). Started, PrefillDone
+// and Free do not block.
 type routing interface {
 	Route(rr *messages.RouteRequest) (*messages.RouteResponse, error)
+	// Started acknowledges route, the answer to the Route call of requestID (made with
+	// will_ack): the request's work was sent, and the router no longer expires it for
+	// want of an acknowledgement.
+	Started(requestID string, route *messages.RouteResponse)
 	PrefillDone(requestID string)
 	Free(requestID string)
 }
@@ -46,9 +53,10 @@ type recorder interface {
 // Invariants: produced holds every token handed to the caller, in order; index is the
 // number of chunks handed out (the next chunk's index); every leg started is ended
 // (cancelled unless finished, receiver stopped, freed in the router) exactly once, by a
-// migration, a prefill retry or Close; a prefill leg's pinned KV blocks are released
+// migration, a prefill retry or Close; every request id routed is freed once, its legs
+// by then, a failed Route call's at once; a prefill leg's pinned KV blocks are released
 // (ReleaseKv) when its decode leg ends without a token; cur is nil once the stream failed
-// for good.
+// for good, and failed is set when it failed because it could not be routed again.
 type stream struct {
 	root   *actor.RootContext // of the member the stream started on
 	router routing
@@ -64,6 +72,9 @@ type stream struct {
 	index      uint32
 	finished   bool
 	closeOnce  sync.Once
+	// failed: the request's worker failed and routing it again did not find another
+	// (unroutable); Recv returns it from then on.
+	failed error
 
 	// Disaggregated serving: prefill workers whose prefill leg failed, how many prefill
 	// legs failed, whether the request must be prefilled on its decode worker from now
@@ -125,6 +136,9 @@ type arrival struct {
 
 func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.GenerateRequest,
 	newID func(string) string, rec recorder) *stream {
+	if cfg.clock == nil {
+		cfg.clock = wallClock{}
+	}
 	return &stream{root: root, router: r, cfg: cfg, req: req, newID: newID, rec: rec}
 }
 
@@ -133,13 +147,16 @@ func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.Gene
 // decides "remote", as a prefill leg on the prefill worker followed by the decode leg on
 // the chosen (decode) worker. A vLLM-style decode leg is sent once its prefill leg
 // returned the transfer parameters (Recv does that); an SGLang-style one (bootstrap
-// address in the route) is sent with its prefill leg. Errors: gateway.ErrAllBusy,
-// ErrUnknownModel, ErrNoPrefillWorkers, ErrNoWorkers (wrapped) from the router's answer,
-// or the router call's error.
+// address in the route) is sent with its prefill leg. Once the work is sent the routing
+// is acknowledged (routing.Started). Errors: gateway.ErrAllBusy, ErrUnknownModel,
+// ErrNoPrefillWorkers, ErrNoWorkers (wrapped) from the router's answer, or, when the
+// Route call itself failed, routeCallFailed's error (503 with Retry-After); the id is
+// freed then, since the router may have recorded it. Every error but ErrUnknownModel
+// means the request could not be routed now (see unroutable).
 func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error {
 	id := s.newID(s.req.RequestID)
 	rr := &messages.RouteRequest{RequestId: id, TokenIds: tokens, ExcludeWorkers: s.excluded,
-		ExcludePrefillWorkers: s.excludedPrefill, LocalPrefill: s.localPrefill}
+		ExcludePrefillWorkers: s.excludedPrefill, LocalPrefill: s.localPrefill, WillAck: true}
 	if s.req.OverlapWeight != nil {
 		rr.HasOverlapWeight, rr.OverlapWeight = true, *s.req.OverlapWeight
 	}
@@ -148,7 +165,10 @@ func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error
 	}
 	route, err := s.router.Route(rr)
 	if err != nil {
-		return fmt.Errorf("frontend: route: %w", err)
+		// A call that timed out may have been recorded by a router too busy to answer in
+		// time: free the id whatever happened (freeing an unknown id is harmless).
+		s.router.Free(id)
+		return routeCallFailed(err)
 	}
 	switch route.ErrorCode {
 	case "":
@@ -162,6 +182,7 @@ func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error
 		return fmt.Errorf("%w: %s", gateway.ErrNoWorkers, route.Error)
 	}
 	if route.Worker == nil {
+		s.router.Free(id)
 		return fmt.Errorf("%w: the router chose worker %q without its address", gateway.ErrNoWorkers, route.WorkerId)
 	}
 	decision := route.DisaggDecision
@@ -192,11 +213,38 @@ func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error
 	} else {
 		s.send(a, tokens, sampling)
 	}
+	s.router.Started(id, route)
 	s.infoMu.Lock()
 	s.info = info
 	s.infoMu.Unlock()
 	s.cur = a
 	return nil
+}
+
+// routeCallFailed is the error of a Route call that failed (it timed out — the router
+// is overloaded or moving — or the router could not be reached): the request could not
+// be routed now, answered 503 with Retry-After. It wraps gateway.ErrNoWorkers and err.
+func routeCallFailed(err error) error {
+	return &gateway.APIError{Kind: gateway.KindNoWorkers,
+		Message: "The request could not be routed to a worker in time; retry later.",
+		Cause:   fmt.Errorf("%w: frontend: route call failed: %w", gateway.ErrNoWorkers, err)}
+}
+
+// causeOf is what to log of err: an APIError's cause (its message is the client's), else
+// err.
+func causeOf(err error) error {
+	var ae *gateway.APIError
+	if errors.As(err, &ae) && ae.Cause != nil {
+		return ae.Cause
+	}
+	return err
+}
+
+// unroutable reports whether err, from start, says the request could not be routed now
+// (no worker, every worker busy, no prefill worker, the Route call failed): a retry may
+// succeed, so the client gets 503 with Retry-After rather than a worker failure.
+func unroutable(err error) bool {
+	return errors.Is(err, gateway.ErrNoWorkers) || errors.Is(err, gateway.ErrAllBusy)
 }
 
 // newAttempt spawns the receiver of a leg on worker ref; nothing is sent yet.
@@ -205,7 +253,8 @@ func (s *stream) newAttempt(id, workerID string, ref *messages.ActorRef, tokens 
 	a := &attempt{requestID: id, workerID: workerID, worker: actor.NewPID(ref.Address, ref.Id),
 		arrivals: make(chan arrival, 4*int(s.cfg.Credits)+8), closed: make(chan struct{}),
 		tokens: tokens, sampling: sampling}
-	a.receiver = s.root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{a: a} }))
+	clk := s.cfg.clock
+	a.receiver = s.root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &receiver{a: a, clock: clk} }))
 	return a
 }
 
@@ -243,9 +292,15 @@ func (s *stream) Disagg() gateway.DisaggInfo {
 // leg produces the whole output. A decode leg that failed to load its KV from the
 // prefill engine (FaultKVTransfer) retries the prefill (retryPrefill) rather than
 // migrating away from its decode worker. A fault that cannot be migrated is returned as
-// an error chunk (finish reason "error") naming why.
+// an error chunk (finish reason "error") naming why — except when routing the request
+// again found no worker (unroutable: no live or free worker, the Route call failed):
+// then Recv returns start's error, now and on every later call, which the gateway
+// answers 503 with Retry-After (or, after the first chunk, with an error frame).
 func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 	for !s.finished {
+		if s.failed != nil {
+			return nil, s.failed
+		}
 		ar, leg, err := s.next(ctx)
 		if err != nil {
 			return nil, err
@@ -297,9 +352,9 @@ func (s *stream) next(ctx context.Context) (arrival, *attempt, error) {
 	}
 	var stall <-chan time.Time
 	if s.cfg.StallTimeout > 0 {
-		t := time.NewTimer(s.cfg.StallTimeout)
-		defer t.Stop()
-		stall = t.C
+		c, stop := s.cfg.clock.newTimer(timerStall, s.cfg.StallTimeout)
+		defer stop()
+		stall = c
 	}
 	select {
 	case <-ctx.Done():
@@ -350,10 +405,10 @@ func (s *stream) hand(ch *messages.TokenChunk) *messages.TokenChunk {
 }
 
 // migrate ends the failed attempt and re-sends the rest of the request to another
-// worker. It returns nil when the stream goes on, or the chunk that ends it: the fault's
-// error chunk naming why it was not migrated (still marked migratable: another try may
-// succeed, which the gateway answers with 502), or a "length" finish when max_tokens was
-// already used up.
+// worker. It returns nil when the stream goes on (or failed: routing found no worker), or
+// the chunk that ends it: the fault's error chunk naming why it was not migrated (still
+// marked migratable: another try may succeed, which the gateway answers with 502), or a
+// "length" finish when max_tokens was already used up.
 func (s *stream) migrate(ar arrival) *messages.TokenChunk {
 	failed := s.cur
 	s.end(failed, "migrating the request: "+ar.fault)
@@ -374,6 +429,12 @@ func (s *stream) migrate(ar arrival) *messages.TokenChunk {
 	s.excluded = append(s.excluded, failed.workerID)
 	s.migrations++
 	if err := s.start(tokens, sampling); err != nil {
+		if unroutable(err) {
+			s.cfg.Logger.Warn().Err(causeOf(err)).Str("request_id", s.req.RequestID).Str("from", failed.workerID).
+				Str("reason", ar.fault).Msg("request not migrated: it could not be routed again")
+			s.failed = err
+			return nil
+		}
 		return fail(err.Error())
 	}
 	s.cfg.Logger.Info().Str("request_id", s.req.RequestID).Str("from", failed.workerID).Str("to", s.cur.workerID).
@@ -441,6 +502,7 @@ func (s *stream) Close() {
 // receiver puts one leg's chunks in index order into the leg's channel.
 type receiver struct {
 	a       *attempt
+	clock   clock // makes the terminatedGrace timer
 	next    uint32
 	pending map[uint32]*messages.TokenChunk
 	done    bool
@@ -473,7 +535,7 @@ func (r *receiver) Receive(c actor.Context) {
 			// The notice of a worker that stopped can overtake its last chunks (a draining
 			// worker stops right after its last request ends): wait a moment for them.
 			self, sys := c.Self(), c.ActorSystem()
-			time.AfterFunc(terminatedGrace, func() { sys.Root.Send(self, workerGone{}) })
+			r.clock.afterFunc(timerTerminatedGrace, terminatedGrace, func() { sys.Root.Send(self, workerGone{}) })
 		}
 	case workerGone:
 		if !r.done {

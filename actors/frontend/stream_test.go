@@ -116,10 +116,15 @@ type fakeRouter struct {
 	local      string   // a local decision to answer instead of "remote" ("" = none)
 	bootstrap  bool     // remote routes name an SGLang bootstrap address
 	enforce    bool
+	// callErr, when set, fails every Route call after the router recorded the request:
+	// the call timed out while the router was busy, and the answer never came back.
+	callErr error
 
 	mu      sync.Mutex
 	routes  []*messages.RouteRequest
 	routed  []string // ids of the routes that got a worker, and of their prefill legs
+	granted []string // ids of the routes that got a worker
+	acked   []string // Started
 	freed   []string
 	prefill []string
 }
@@ -128,6 +133,10 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.routes = append(r.routes, rr)
+	if r.callErr != nil {
+		r.routed = append(r.routed, rr.RequestId)
+		return nil, r.callErr
+	}
 	for _, id := range r.ids {
 		if slices.Contains(rr.ExcludeWorkers, id) {
 			continue
@@ -136,6 +145,7 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 		resp := &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}}
 		if r.prefillIDs == nil && !r.enforce {
 			r.routed = append(r.routed, rr.RequestId)
+			r.granted = append(r.granted, rr.RequestId)
 			return resp, nil
 		}
 		prefill := ""
@@ -164,9 +174,16 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 			r.routed = append(r.routed, resp.PrefillRequestId)
 		}
 		r.routed = append(r.routed, rr.RequestId)
+		r.granted = append(r.granted, rr.RequestId)
 		return resp, nil
 	}
 	return &messages.RouteResponse{ErrorCode: "no_workers", Error: "every worker is excluded"}, nil
+}
+
+func (r *fakeRouter) Started(id string, route *messages.RouteResponse) {
+	r.mu.Lock()
+	r.acked = append(r.acked, id)
+	r.mu.Unlock()
 }
 
 func (r *fakeRouter) PrefillDone(id string) {
@@ -177,12 +194,16 @@ func (r *fakeRouter) PrefillDone(id string) {
 func (r *fakeRouter) Free(id string) { r.mu.Lock(); r.freed = append(r.freed, id); r.mu.Unlock() }
 
 // harness is a stream over fake workers w0, w1, … (and prefill workers p0, p1, …) in
-// one actor system.
+// one actor system, on a fakeClock: a stall timer fires only where harnessOpts.stallAfter
+// says, a prefill release wait only when the test fires it, and a receiver's grace after
+// its worker's termination notice at once (in one actor system the chunks a worker sent
+// before it stopped are in the receiver's mailbox before the grace's workerGone).
 type harness struct {
 	workers  []*scriptedWorker
 	prefill  []*scriptedWorker
 	pids     []*actor.PID
 	router   *fakeRouter
+	clock    *fakeClock
 	stream   *stream
 	rec      *fakeRecorder
 	migrated []string
@@ -227,12 +248,17 @@ func newHarness(t *testing.T, limit int, stall time.Duration, workers ...*script
 
 // harnessOpts configure buildHarness.
 type harnessOpts struct {
-	limit     int
-	stall     time.Duration
-	prefill   []*scriptedWorker // prefill workers p0, p1, …: the router disaggregates
-	local     string            // fakeRouter.local
-	bootstrap bool
-	enforce   bool
+	limit int
+	stall time.Duration // Config.StallTimeout
+	// stallAfter, with stall set, are the waits that run out: for each k, the stream's
+	// first wait for a chunk once k chunks were handed out ends with its stall timer
+	// firing (the worker went silent after its k-th chunk). No other stall timer fires.
+	stallAfter []int
+	prefill    []*scriptedWorker // prefill workers p0, p1, …: the router disaggregates
+	local      string            // fakeRouter.local
+	bootstrap  bool
+	enforce    bool
+	callErr    error // fakeRouter.callErr
 }
 
 // buildHarness starts the stream over workers; a start error is kept in startErr.
@@ -241,7 +267,21 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	h := &harness{workers: workers, prefill: o.prefill, router: &fakeRouter{pids: map[string]*actor.PID{},
-		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce}}
+		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr}, clock: newFakeClock()}
+	stalled := map[int]bool{} // by the stall timers, armed on the goroutine calling Recv
+	h.clock.atOnce = func(what timerPurpose) bool {
+		switch what {
+		case timerTerminatedGrace:
+			return true
+		case timerStall:
+			k := int(h.stream.index)
+			if slices.Contains(o.stallAfter, k) && !stalled[k] {
+				stalled[k] = true
+				return true
+			}
+		}
+		return false
+	}
 	for i, w := range workers {
 		id := fmt.Sprintf("w%d", i)
 		pid := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return w }))
@@ -259,7 +299,8 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	}
 	seq := 0
 	newID := func(c string) string { seq++; return fmt.Sprintf("%s#%d", c, seq) }
-	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, PrefillReleaseWait: 200 * time.Millisecond}
+	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, PrefillReleaseWait: 200 * time.Millisecond,
+		clock: h.clock}
 	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
 		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, HasSeed: true, Seed: 7}}
 	h.rec = &fakeRecorder{h: h}
@@ -304,30 +345,34 @@ func TestStreamMigration(t *testing.T) {
 		migrated []string
 		routes   int
 		lost     bool // the stream ends with a migratable fault that was not migrated
+		// stallAfter: the waits that run out (harnessOpts.stallAfter); nil: none, the
+		// stall timeout never fires however slowly a healthy worker answers.
+		stallAfter []int
 	}{
-		{"undisturbed", 3, []*scriptedWorker{{failAfter: -1}}, wantTokens, "length", "", nil, 1, false},
+		{"undisturbed", 3, []*scriptedWorker{{failAfter: -1}}, wantTokens, "length", "", nil, 1, false, nil},
 		{"engine error migrates", 3, []*scriptedWorker{{failAfter: 3, fault: "error"}, {failAfter: -1}},
-			wantTokens, "length", "", []string{"m/engine_error"}, 2, false},
+			wantTokens, "length", "", []string{"m/engine_error"}, 2, false, nil},
 		{"worker terminated migrates", 3, []*scriptedWorker{{failAfter: 2, fault: "stop"}, {failAfter: -1}},
-			wantTokens, "length", "", []string{"m/worker_terminated"}, 2, false},
+			wantTokens, "length", "", []string{"m/worker_terminated"}, 2, false, nil},
 		{"stall migrates", 3, []*scriptedWorker{{failAfter: 4, fault: "stall"}, {failAfter: -1}},
-			wantTokens, "length", "", []string{"m/stalled"}, 2, false},
+			wantTokens, "length", "", []string{"m/stalled"}, 2, false, []int{4}},
 		{"two faults in a row", 3, []*scriptedWorker{{failAfter: 1, fault: "error"}, {failAfter: 2, fault: "stop"}, {failAfter: -1}},
-			wantTokens, "length", "", []string{"m/engine_error", "m/worker_terminated"}, 3, false},
+			wantTokens, "length", "", []string{"m/engine_error", "m/worker_terminated"}, 3, false, nil},
 		{"limit 0 disables", 0, []*scriptedWorker{{failAfter: 3, fault: "error"}, {failAfter: -1}},
-			wantTokens[:3], "error", "migration is disabled", nil, 1, true},
+			wantTokens[:3], "error", "migration is disabled", nil, 1, true, nil},
 		{"limit reached", 1, []*scriptedWorker{{failAfter: 2, fault: "error"}, {failAfter: 2, fault: "error"}, {failAfter: -1}},
-			wantTokens[:4], "error", "migration limit (1) is reached", []string{"m/engine_error"}, 2, true},
-		{"no worker left", 3, []*scriptedWorker{{failAfter: 2, fault: "error"}},
-			wantTokens[:2], "error", "every worker is excluded", nil, 2, true},
+			wantTokens[:4], "error", "migration limit (1) is reached", []string{"m/engine_error"}, 2, true, nil},
 		{"non-migratable error", 3, []*scriptedWorker{{failAfter: 3, fault: "fatal"}, {failAfter: -1}},
-			wantTokens[:3], "error", "engine: bad request", nil, 1, false},
+			wantTokens[:3], "error", "engine: bad request", nil, 1, false, nil},
 		{"fault after the last token", 3, []*scriptedWorker{{failAfter: 8, fault: "error"}},
-			wantTokens, "length", "", nil, 1, false},
+			wantTokens, "length", "", nil, 1, false, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t, c.limit, stall, c.workers...)
+			h := buildHarness(t, harnessOpts{limit: c.limit, stall: stall, stallAfter: c.stallAfter}, c.workers...)
+			if h.startErr != nil {
+				t.Fatal(h.startErr)
+			}
 			chunks := h.drain(t)
 			var got []uint32
 			for i, ch := range chunks {
@@ -354,6 +399,9 @@ func TestStreamMigration(t *testing.T) {
 			}
 			if !slices.Equal(h.migrated, c.migrated) {
 				t.Errorf("migrations counted %v, want %v", h.migrated, c.migrated)
+			}
+			if tm := h.clock.await(t, timerStall, 0); tm.d != stall {
+				t.Errorf("stall timer of %v, want Config.StallTimeout (%v)", tm.d, stall)
 			}
 			h.stream.Close()
 			h.checkRouter(t, c.routes)
@@ -397,6 +445,14 @@ func (h *harness) checkRouter(t *testing.T, routes int) {
 	slices.Sort(ids)
 	if !slices.Equal(freed, ids) || len(slices.Compact(slices.Clone(ids))) != len(ids) {
 		t.Errorf("freed %v, want every routed id once: %v", r.freed, ids)
+	}
+	for _, rr := range r.routes {
+		if !rr.WillAck {
+			t.Errorf("route %s without will_ack", rr.RequestId)
+		}
+	}
+	if !slices.Equal(r.acked, r.granted) {
+		t.Errorf("acknowledged %v, want every route that got a worker once, in order: %v", r.acked, r.granted)
 	}
 }
 
@@ -483,4 +539,69 @@ func TestRefusal(t *testing.T) {
 			t.Errorf("refusal(%d, %d) = %q, want %q", c.limit, c.done, got, c.want)
 		}
 	}
+}
+
+// TestStreamRouteCallFailure: a Route call that fails after the router recorded the
+// request (it timed out while the router was busy) frees the request id, since the
+// router would otherwise count it as load for good, and the client is answered 503 with
+// Retry-After: the request could not be routed now, which a retry may mend.
+func TestStreamRouteCallFailure(t *testing.T) {
+	for _, callErr := range []error{
+		fmt.Errorf("error request: request failed: %w", context.DeadlineExceeded),
+		errors.New("error request: have reached max retries: 3"),
+	} {
+		t.Run(callErr.Error(), func(t *testing.T) {
+			h := buildHarness(t, harnessOpts{limit: 3, callErr: callErr}, &scriptedWorker{failAfter: -1})
+			if h.startErr == nil {
+				t.Fatal("start succeeded although the Route call failed")
+			}
+			var ae *gateway.APIError
+			if !errors.As(h.startErr, &ae) || ae.Status() != 503 || !ae.Kind.Entry().RetryAfter {
+				t.Fatalf("start error %v: want a 503 API error with Retry-After", h.startErr)
+			}
+			h.router.mu.Lock()
+			routed, freed := slices.Clone(h.router.routed), slices.Clone(h.router.freed)
+			h.router.mu.Unlock()
+			if len(routed) != 1 || !slices.Equal(freed, routed) {
+				t.Fatalf("freed %v, want the id of the failed Route call %v", freed, routed)
+			}
+			if gens, _ := h.workers[0].calls(); len(gens) != 0 {
+				t.Fatalf("the worker got %d Generate for a request that was not routed", len(gens))
+			}
+		})
+	}
+}
+
+// TestStreamMigrationFindsNoWorker: the worker of a running request fails and the router
+// has no other worker for it (the only engine is restarting, the workers re-register):
+// Recv fails with gateway.ErrNoWorkers, which the client gets as 503 with Retry-After (an
+// error frame of that code once a stream has begun), not as a worker failure (502); the
+// failed attempt is cancelled and freed.
+func TestStreamMigrationFindsNoWorker(t *testing.T) {
+	h := newHarness(t, 3, 0, &scriptedWorker{failAfter: 2, fault: "error"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []uint32
+	var err error
+	for {
+		var ch *messages.TokenChunk
+		if ch, err = h.stream.Recv(ctx); err != nil {
+			break
+		}
+		if ch.FinishReason != "" {
+			t.Fatalf("the stream finished (%q, %q) although no worker could take it", ch.FinishReason, ch.Error)
+		}
+		got = append(got, ch.TokenIds...)
+	}
+	if !errors.Is(err, gateway.ErrNoWorkers) || !strings.Contains(err.Error(), "every worker is excluded") {
+		t.Fatalf("Recv error %v: want gateway.ErrNoWorkers with the router's reason", err)
+	}
+	if _, err2 := h.stream.Recv(ctx); !errors.Is(err2, gateway.ErrNoWorkers) {
+		t.Fatalf("Recv after the failure: %v, want the same error", err2)
+	}
+	if !slices.Equal(got, wantTokens[:2]) {
+		t.Errorf("tokens %v, want %v", got, wantTokens[:2])
+	}
+	h.stream.Close()
+	h.checkRouter(t, 2)
 }

@@ -1,0 +1,170 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/actors/catalog"
+	"github.com/turbine-llm/turbine/actors/router"
+	"github.com/turbine-llm/turbine/cluster"
+	"github.com/turbine-llm/turbine/gateway"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// busyRouter is a Router grain whose Route waits, while hold is set, until hold is
+// closed: a router too busy to answer within the caller's route timeout, which records
+// the request all the same once it gets to it.
+type busyRouter struct {
+	*router.Grain
+	hold *atomic.Pointer[chan struct{}]
+}
+
+func (b *busyRouter) Route(req *messages.RouteRequest, ctx pcluster.GrainContext) (*messages.RouteResponse, error) {
+	if h := b.hold.Load(); h != nil {
+		<-*h
+	}
+	return b.Grain.Route(req, ctx)
+}
+
+// testClock is a settable clock shared by the test and the grain's goroutine.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// TestRouteTimeoutLeavesNoTrackedRequest runs the Router grain in a one-process cluster.
+// A Route call that times out while the grain is busy is recorded by the grain after
+// the frontend gave up: the frontend frees it, and the grain tracks nothing afterwards.
+// A route made with will_ack and never acknowledged (the free was lost too) is expired
+// once the grain's bound has passed, while an acknowledged one — the RouteAck travels as
+// a message to the grain activation named in the answer — stays until it is freed.
+func TestRouteTimeoutLeavesNoTrackedRequest(t *testing.T) {
+	const routeTimeout, maxUnacked = 300 * time.Millisecond, 2 * time.Second
+	clock := &testClock{t: time.Unix(1000, 0)}
+	var hold atomic.Pointer[chan struct{}]
+	rcfg := router.Config{BlockSize: 4, Mode: "kv", OverlapWeight: 1, WorkerTTL: time.Hour,
+		MaxUnackedAge: maxUnacked, Now: clock.now, Seed: 1, Logger: zerolog.Nop()}
+	kind := messages.NewRouterKind(func() messages.Router { return &busyRouter{Grain: router.New(rcfg), hold: &hold} }, 0)
+	member, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("route-timeout-%d", time.Now().UnixNano()),
+		Discovery: "local", Logger: zerolog.Nop(), Kinds: []*pcluster.Kind{kind, catalog.Kind()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(member.Stop)
+	root := member.System.Root
+	client := messages.GetRouterGrainClient(member.Cluster, "m")
+	worker := root.Spawn(actor.PropsFromProducer(func() actor.Actor { return &scriptedWorker{failAfter: -1} }))
+	ack, err := client.Register(&messages.RegisterWorker{Worker: &messages.WorkerInfo{WorkerId: "w0",
+		Actor: &messages.ActorRef{Address: worker.Address, Id: worker.Id},
+		Card:  &messages.ModelCard{Model: "m", KvBlockSize: 4, TotalKvBlocks: 100}, Ready: true, EngineEpoch: 1}},
+		pcluster.WithTimeout(10*time.Second))
+	if err != nil || !ack.Accepted {
+		t.Fatalf("register: %+v %v", ack, err)
+	}
+	stats := func() *messages.RouterStats {
+		t.Helper()
+		st, err := client.Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	active := func(st *messages.RouterStats) (n int32) {
+		for _, w := range st.Workers {
+			n += w.ActiveRequests
+		}
+		return n
+	}
+	// waitFor polls the grain's stats (each a grain call queued behind what the frontend
+	// sent before it) until cond holds.
+	waitFor := func(what string, cond func(*messages.RouterStats) bool) *messages.RouterStats {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			st := stats()
+			if cond(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: stats %+v, %d active", what, st, active(st))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	seq := 0
+	newID := func(c string) string { seq++; return fmt.Sprintf("%s#%d", c, seq) }
+	// newRequestStream's Route calls wait at most timeout: routeTimeout for the call the
+	// busy grain makes time out, 10 s (a bound on liveness only) for those that must
+	// succeed however loaded the machine.
+	newRequestStream := func(id string, timeout time.Duration) *stream {
+		req := &gateway.GenerateRequest{Model: "m", RequestID: id, TokenIDs: []uint32{1, 2, 3, 4, 5, 6, 7, 8},
+			Sampling: &messages.SamplingParams{MaxTokens: 4}}
+		return newStream(root, &grainRouting{c: client, root: root, timeout: timeout, log: zerolog.Nop()},
+			Config{Credits: 4, StallTimeout: -1}, req, newID, nil)
+	}
+
+	// The grain is busy: the Route call times out, then the grain records the request.
+	gate := make(chan struct{})
+	hold.Store(&gate)
+	s := newRequestStream("late", routeTimeout)
+	err = s.start(s.req.TokenIDs, s.req.Sampling)
+	var ae *gateway.APIError
+	if !errors.As(err, &ae) || ae.Status() != 503 || !ae.Kind.Entry().RetryAfter || !errors.Is(err, gateway.ErrNoWorkers) {
+		t.Fatalf("start against a busy router: %v; want a 503 with Retry-After", err)
+	}
+	hold.Store(nil)
+	close(gate)
+	st := waitFor("the timed-out route recorded, then freed", func(st *messages.RouterStats) bool {
+		return st.Routed >= 1 && active(st) == 0
+	})
+	t.Logf("after the timed-out route: routed %d, active %d", st.Routed, active(st))
+
+	// An acknowledged request stays; one never acknowledged nor freed expires.
+	s = newRequestStream("acked", 10*time.Second)
+	if err := s.start(s.req.TokenIDs, s.req.Sampling); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := client.Route(&messages.RouteRequest{RequestId: "orphan", TokenIds: []uint32{9, 9, 9, 9}, WillAck: true},
+		pcluster.WithTimeout(10*time.Second)); err != nil || resp.ErrorCode != "" || resp.Router == nil {
+		t.Fatalf("route: %+v %v", resp, err)
+	}
+	if st := stats(); active(st) != 2 {
+		t.Fatalf("%d active, want 2", active(st))
+	}
+	clock.add(maxUnacked + time.Second)
+	if st := stats(); active(st) != 1 || st.ExpiredUnacked != 1 {
+		t.Fatalf("after the bound: %d active, %d expired unacknowledged; want the acknowledged one kept and the other expired",
+			active(st), st.ExpiredUnacked)
+	}
+	s.Close()
+	waitFor("the acknowledged request freed", func(st *messages.RouterStats) bool { return active(st) == 0 })
+
+	// /metrics counts the expiries.
+	if _, err := messages.GetCatalogGrainClient(member.Cluster, catalog.Identity).Announce(&messages.AnnounceModel{
+		Card: &messages.ModelCard{Model: "m", KvBlockSize: 4}, WorkerId: "w0", TtlMs: 60000,
+		Worker: &messages.ActorRef{Address: worker.Address, Id: worker.Id}}, pcluster.WithTimeout(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	New(member.Cluster, Config{Logger: zerolog.Nop()}).WritePrometheus(context.Background(), &b)
+	for _, line := range []string{
+		`turbine_router_requests_expired_total{model="m",reason="unacknowledged"} 1`,
+		`turbine_router_requests_expired_total{model="m",reason="stale"} 0`,
+	} {
+		if !bytes.Contains(b.Bytes(), []byte(line+"\n")) {
+			t.Errorf("no line %q in /metrics:\n%s", line, b.String())
+		}
+	}
+}
