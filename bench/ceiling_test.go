@@ -50,7 +50,7 @@ func TestCeiling(t *testing.T) {
 	}
 }
 
-// TestCeilingMooncake checks the Mooncake conversation trace against REFERENCE §12: an
+// TestCeilingMooncake checks the Mooncake conversation trace against docs/reference.md §12: an
 // infinite cache serves 36.6 % of its prompt blocks.
 func TestCeilingMooncake(t *testing.T) {
 	path := filepath.Join(repoRoot(t), "..", "shared", "data", "mooncake_fast25_conversation_trace.jsonl")

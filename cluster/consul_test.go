@@ -56,11 +56,11 @@ func startConsulChild(t *testing.T, agent *consultest.Agent, name string) *child
 
 // skipIfPeerLeavesUnderRace skips a test in which a peer leaves this process's member:
 // protoactor then races with itself (BlockList.Block against the gossip loop's IsBlocked,
-// the endpoint manager's stop against removeEndpoint; REFERENCE §13). Such tests run
+// the endpoint manager's stop against removeEndpoint; docs/reference.md §13). Such tests run
 // without -race.
 func skipIfPeerLeavesUnderRace(t *testing.T) {
 	if raceEnabled {
-		t.Skip("a peer leaves this process's member: protoactor's own data races (REFERENCE §13); run without -race")
+		t.Skip("a peer leaves this process's member: protoactor's own data races (docs/reference.md §13); run without -race")
 	}
 }
 

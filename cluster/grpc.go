@@ -23,7 +23,7 @@ const (
 	dialTimeout = 5 * time.Second
 )
 
-// remoteOptions are the gRPC settings protoactor lacks (REFERENCE §13): message-size limits
+// remoteOptions are the gRPC settings protoactor lacks (docs/reference.md §13): message-size limits
 // raised to maxBytes on both sides, the server's streams screened for messages it cannot
 // decode, panics in handlers turned into errors, and every connection's answer watched for
 // "blocked". WithDialOptions replaces protoactor's default dial options, so the insecure

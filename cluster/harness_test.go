@@ -22,7 +22,7 @@ import (
 
 // Multi-member tests run each extra member in a child process — this test binary run
 // again with childEnv naming the role — because protoactor races when two members share a
-// process (REFERENCE §13). The child speaks a line protocol: commands on stdin, answers
+// process (docs/reference.md §13). The child speaks a line protocol: commands on stdin, answers
 // on stdout; its logs (zerolog JSON) go to stderr.
 const (
 	childEnv          = "TURBINE_CLUSTER_TEST_CHILD"

@@ -1,6 +1,6 @@
 // Package cluster starts a Turbine cluster member: the protoactor actor system, remoting,
 // the discovery provider (in-process, or Consul) and the identity lookup, with the
-// hardening the library lacks (REFERENCE §13):
+// hardening the library lacks (docs/reference.md §13):
 //
 //   - StartMember's panics become errors; the library's slog output goes through zerolog;
 //   - Turbine's own Consul provider (consul.go): backoff, re-registration after an agent

@@ -157,7 +157,7 @@ func TestUnknownProtobufTypeIsDroppedNotFatal(t *testing.T) {
 // A message above gRPC's 4 MiB default crosses between two members both ways.
 func TestLargeMessageCrossesMembers(t *testing.T) {
 	// Stopping a member while a peer is in its topology races inside protoactor (block
-	// list against the gossiper; REFERENCE §13), seen intermittently under -race.
+	// list against the gossiper; docs/reference.md §13), seen intermittently under -race.
 	skipIfPeerLeavesUnderRace(t)
 	if inFreshProcess(t) {
 		return
@@ -182,7 +182,7 @@ func TestWatchdogNoticesSelfBlock(t *testing.T) {
 		// Stopping the member makes it leave its own topology, and protoactor then races
 		// with itself (BlockList.Block against the gossip loop's IsBlocked), as when a peer
 		// leaves: run without -race (the test command does).
-		t.Skip("the member leaves its own topology on Stop: protoactor's own data races (REFERENCE §13); run without -race")
+		t.Skip("the member leaves its own topology on Stop: protoactor's own data races (docs/reference.md §13); run without -race")
 	}
 	logs := &syncBuffer{}
 	m, err := Start(Config{Name: "watchdog-test", Logger: zerolog.New(logs), WatchdogInterval: 20 * time.Millisecond})

@@ -19,7 +19,7 @@ type Chunk struct {
 	// (SamplingParams.disagg.leg "prefill") whose engine returned transfer parameters:
 	// a JSON object the decode leg passes back unchanged (DisaggParams.kv_transfer_params).
 	// vLLM: the response's kv_transfer_params (do_remote_prefill, remote_engine_id,
-	// remote_block_ids, remote_host, remote_port, tp_size, ...; REFERENCE §6).
+	// remote_block_ids, remote_host, remote_port, tp_size, ...; docs/reference.md §6).
 	// TensorRT-LLM: the choice's disaggregated_params (request_type, first_gen_tokens,
 	// ctx_request_id, encoded_opaque_state). Empty when the engine returned none: vLLM
 	// returns none when the prefill leg finished on a stop token (its only token ended
@@ -76,7 +76,7 @@ type KVReleaser interface {
 
 // Bootstrapper is implemented by launchers whose prefill engines advertise a bootstrap
 // address that both legs of a disaggregated request are given (SGLang's
-// --disaggregation-bootstrap-port; REFERENCE §6): the worker registers it
+// --disaggregation-bootstrap-port; docs/reference.md §6): the worker registers it
 // (messages.WorkerInfo bootstrap_host and bootstrap_port) after each Command, since the
 // port may be chosen at each start. Bootstrap returns the address of the engine the
 // latest Command started; ok is false when the engine has none (not SGLang, not a

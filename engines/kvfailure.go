@@ -6,7 +6,7 @@ import (
 )
 
 // KVTransferFailed is the tag that marks a decode leg's failure to load its prompt's KV
-// blocks from the prefill engine (REFERENCE §6): the prefill engine died, froze, or no
+// blocks from the prefill engine (docs/reference.md §6): the prefill engine died, froze, or no
 // longer holds the blocks, while the decode engine itself is healthy. ErrKVTransfer's
 // text starts with it, so it survives every hop that carries errors as text (the
 // worker's TokenChunk.error "engine: <adapter error>"); IsKVTransferFailure finds it

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 )
 
-// BusyAdmin is implemented by backends whose routers' busy thresholds (REFERENCE §4) can
+// BusyAdmin is implemented by backends whose routers' busy thresholds (docs/reference.md §4) can
 // be read and changed at run time; the server then serves /admin/busy_thresholds.
 type BusyAdmin interface {
 	// SetBusyThresholds changes the thresholds of model's router; nil fields stay as

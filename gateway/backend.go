@@ -28,7 +28,7 @@ type GenerateRequest struct {
 	RequestID string
 	TokenIDs  []uint32 // the full templated prompt, as token ids
 	Sampling  *messages.SamplingParams
-	// Router overrides (REFERENCE §3); nil means the router's default.
+	// Router overrides (docs/reference.md §3); nil means the router's default.
 	OverlapWeight *float64
 	Temperature   *float64
 }
@@ -46,7 +46,7 @@ type Stream interface {
 }
 
 // DisaggInfo says how a request was split between a prefill and a decode worker
-// (disaggregated serving, REFERENCE §6).
+// (disaggregated serving, docs/reference.md §6).
 type DisaggInfo struct {
 	// Decision is the router's: "aggregated" (no prefill/decode pools), "remote" (a
 	// prefill leg on PrefillWorker, then the decode leg on DecodeWorker), or a reason the

@@ -1,4 +1,4 @@
-// Package gateway is Turbine's OpenAI-compatible HTTP API (REFERENCE §5): it validates
+// Package gateway is Turbine's OpenAI-compatible HTTP API (docs/reference.md §5): it validates
 // requests, applies the model's chat template, tokenizes, runs the tokenized request on a
 // Backend (the cluster: Router grain + worker) and streams the answer back as SSE or one
 // JSON body, detokenizing incrementally and applying stop strings on the way.

@@ -39,7 +39,7 @@ const (
 	KindMethodNotAllowed
 	// KindNoWorkers: the model is known but has no live worker now.
 	KindNoWorkers
-	// KindAllBusy: every worker of the model is busy (REFERENCE §4).
+	// KindAllBusy: every worker of the model is busy (docs/reference.md §4).
 	KindAllBusy
 	// KindEngineError: the engine failed the request (a TokenChunk with an error).
 	KindEngineError

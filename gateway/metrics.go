@@ -8,7 +8,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 )
 
-// Metric families of the frontend (REFERENCE §11), named in the style of Dynamo's and
+// Metric families of the frontend (docs/reference.md §11), named in the style of Dynamo's and
 // vLLM's frontends with the prefix turbine_frontend_. Histograms are Prometheus
 // histograms (le buckets) so that histogram_quantile works on them. Units: seconds and
 // tokens.

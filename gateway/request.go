@@ -37,7 +37,7 @@ type commonRequest struct {
 type turbineOptions struct {
 	// ReturnWorker adds a `turbine` object (worker id, cached tokens) to the response.
 	ReturnWorker bool
-	// OverlapWeight and RouterTemperature override the router's defaults (REFERENCE §3).
+	// OverlapWeight and RouterTemperature override the router's defaults (docs/reference.md §3).
 	OverlapWeight     *float64
 	RouterTemperature *float64
 }

@@ -5,11 +5,11 @@ import (
 )
 
 // DefaultMaxSequenceAge is how long an active sequence may stay without being freed
-// before Expire drops it (REFERENCE §3: 300 s).
+// before Expire drops it (docs/reference.md §3: 300 s).
 const DefaultMaxSequenceAge = 300 * time.Second
 
 // ActiveSequences tracks, per worker, the requests routed to it and not yet finished:
-// the router's own, immediate view of each worker's load (REFERENCE §3), as opposed to
+// the router's own, immediate view of each worker's load (docs/reference.md §3), as opposed to
 // the engine's periodic load reports, which lag and cause herding.
 //
 // Load of a worker:

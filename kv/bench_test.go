@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Benchmark fleet (REFERENCE §3 peer comparison): 64 workers, KV block size 16, each
+// Benchmark fleet (docs/reference.md §3 peer comparison): 64 workers, KV block size 16, each
 // worker holding 32 prompts of 8,192 tokens (512 blocks): 64 × 32 × 512 = 1,048,576
 // indexed blocks. Prompts share one of 8 system prompts of 64 blocks.
 const (

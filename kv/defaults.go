@@ -2,7 +2,7 @@ package kv
 
 import "time"
 
-// Defaults of the router core, in one place (REFERENCE §3, §4).
+// Defaults of the router core, in one place (docs/reference.md §3, §4).
 const (
 	// DefaultPolicy is the routing policy of a Router unless configured otherwise.
 	DefaultPolicy = PolicyKV
@@ -14,13 +14,13 @@ const (
 	// while it waits for that worker's dump (they are replayed after it).
 	DefaultMaxBufferedBatches = 4096
 	// DefaultMaxLocalPrefillTokens: requests whose uncached prompt suffix on their decode
-	// worker is at most this many tokens are prefilled there (REFERENCE §6, the
+	// worker is at most this many tokens are prefilled there (docs/reference.md §6, the
 	// reference max_local_prefill_length).
 	DefaultMaxLocalPrefillTokens = 1000
 	// DefaultMaxPrefillQueueTokens: the prefill pool's queue is long when every prefill
 	// worker has more active prefill tokens than this: four full batches of 8192 tokens
 	// (the reference max_num_batched_tokens), about 0.7 s of prefill in the reference
-	// timing (REFERENCE §7) — a wait past which prefilling a request on its decode
+	// timing (docs/reference.md §7) — a wait past which prefilling a request on its decode
 	// worker is usually faster than queueing it.
 	DefaultMaxPrefillQueueTokens = 4 * 8192
 	// DefaultMaxUnackedAge: a request routed with RouteInput.WillAck whose caller has not
@@ -59,7 +59,7 @@ type Config struct {
 	Disagg DisaggConfig
 }
 
-// BusyThresholds mark a worker busy (REFERENCE §4); busy workers are skipped by every
+// BusyThresholds mark a worker busy (docs/reference.md §4); busy workers are skipped by every
 // policy. A value <= 0 disables its test (the default: both off).
 type BusyThresholds struct {
 	// KVUsage: busy when active blocks / total KV blocks > KVUsage (a fraction, e.g.

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Disaggregated serving (xPyD, REFERENCE §6): prefill and decode run on separate worker
+// Disaggregated serving (xPyD, docs/reference.md §6): prefill and decode run on separate worker
 // pools. The Router places both legs of a request and decides, per request, whether the
 // prefill leg runs remotely on a prefill worker or locally on the decode worker
 // (conditional disaggregation).
@@ -140,7 +140,7 @@ type PrefillLeg struct {
 	RequestID string
 }
 
-// DisaggConfig configures conditional disaggregation (REFERENCE §6). It only matters
+// DisaggConfig configures conditional disaggregation (docs/reference.md §6). It only matters
 // while some worker has role prefill or decode.
 type DisaggConfig struct {
 	// MaxLocalPrefillTokens (tokens, >= 0): a request whose uncached prompt suffix on

@@ -8,14 +8,14 @@
 // Pieces, each usable alone (the mock engine and the KV block manager use the hashing
 // and the index too):
 //
-//   - Hashing (hash.go, REFERENCE §2): a prompt is cut into blocks of BlockSize tokens;
+//   - Hashing (hash.go, docs/reference.md §2): a prompt is cut into blocks of BlockSize tokens;
 //     each full block gets a local xxh3 hash (seed 1337, or 1337 + xxh3(lora name)) and
 //     a chained sequence hash, so equal sequence hashes mean equal prefixes.
 //   - Index (index.go, dump.go): sequence hash → workers holding that block, fed by the
-//     engines' KV events (Event, vLLM kv-events semantics, REFERENCE §1). Overlaps
+//     engines' KV events (Event, vLLM kv-events semantics, docs/reference.md §1). Overlaps
 //     gives every worker's prefix hit for a prompt, without allocating. Dump turns a
 //     worker's blocks back into events that rebuild it exactly.
-//   - ActiveSequences (active.go, REFERENCE §3): the requests routed to each worker and
+//   - ActiveSequences (active.go, docs/reference.md §3): the requests routed to each worker and
 //     not yet finished — active KV blocks (shared prefixes counted once) and prefill
 //     tokens. Every way a request ends goes through one release path.
 //   - Policies (policy.go, policy_builtin.go): a one-method Policy interface, a
@@ -24,10 +24,10 @@
 //     cache_aware policy with load gating).
 //   - Router (router.go): worker registration (block size check, engine epochs), the
 //     per-worker numbered event stream with gap detection and dump/replay, busy
-//     thresholds (REFERENCE §4), Route, and Stats. Expire drops what nobody will free:
+//     thresholds (docs/reference.md §4), Route, and Stats. Expire drops what nobody will free:
 //     requests routed with WillAck and not acknowledged (Ack) within MaxUnackedAge, and
 //     any request older than MaxSequenceAge.
-//   - Disaggregated serving (disagg.go, REFERENCE §6): worker roles (aggregated,
+//   - Disaggregated serving (disagg.go, docs/reference.md §6): worker roles (aggregated,
 //     prefill, decode); Route picks a decode worker for load and, when the uncached
 //     prompt suffix is long and the prefill pool's queue short, a prefill worker
 //     KV-aware (conditional disaggregation), tracking the prefill leg under its own id.

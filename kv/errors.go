@@ -18,7 +18,7 @@ var (
 	// ErrNoWorkers: no ready worker can take the request (none registered, none ready, or
 	// all excluded by the request).
 	ErrNoWorkers = errors.New("kv: no ready workers")
-	// ErrAllBusy: every ready worker is over a busy threshold (REFERENCE §4); the
+	// ErrAllBusy: every ready worker is over a busy threshold (docs/reference.md §4); the
 	// frontend answers 503.
 	ErrAllBusy = errors.New("kv: all workers busy")
 	// ErrUnknownPolicy: no routing policy is registered under the requested name.

@@ -2,7 +2,7 @@ package kv
 
 import "strconv"
 
-// EventKind is the type of a KV cache event (vLLM kv-events wire format, REFERENCE §1).
+// EventKind is the type of a KV cache event (vLLM kv-events wire format, docs/reference.md §1).
 type EventKind uint8
 
 const (
@@ -32,7 +32,7 @@ func (k EventKind) String() string {
 //
 // EngineHashes are the engine's own block hashes: opaque ids, only used to find blocks
 // again on BlockRemoved and to chain a BlockStored to its parent. The router computes its
-// own chained hashes (REFERENCE §2) from TokenIDs.
+// own chained hashes (docs/reference.md §2) from TokenIDs.
 type Event struct {
 	Kind EventKind
 	// EngineHashes: BlockStored and BlockRemoved; one per block.

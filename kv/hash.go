@@ -7,7 +7,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// HashSeed is the xxh3 seed of the router's block hashes (REFERENCE §2; the value the
+// HashSeed is the xxh3 seed of the router's block hashes (docs/reference.md §2; the value the
 // reference router uses).
 const HashSeed uint64 = 1337
 
@@ -23,7 +23,7 @@ func LoraSeed(lora string) uint64 {
 }
 
 // littleEndian is true when uint32 values are laid out little-endian in memory, so a
-// []uint32 can be hashed in place as the little-endian byte string REFERENCE §2 asks for.
+// []uint32 can be hashed in place as the little-endian byte string docs/reference.md §2 asks for.
 var littleEndian = func() bool {
 	x := uint16(1)
 	return *(*byte)(unsafe.Pointer(&x)) == 1
@@ -49,7 +49,7 @@ func LocalBlockHash(block []uint32, seed uint64) uint64 {
 
 // ChainHash returns the sequence hash of a block whose parent block has sequence hash
 // parent and whose own local hash is local:
-// xxh3_64(LE64(parent) ‖ LE64(local), seed HashSeed) (REFERENCE §2).
+// xxh3_64(LE64(parent) ‖ LE64(local), seed HashSeed) (docs/reference.md §2).
 func ChainHash(parent, local uint64) uint64 {
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[0:8], parent)

@@ -13,7 +13,7 @@ type WorkerID uint32
 const MaxWorkerID = 1<<16 - 1
 
 // Index is the router's index of which workers hold which KV blocks, keyed by the
-// router's own chained sequence hashes (REFERENCE §2), fed by the engines' KV events.
+// router's own chained sequence hashes (docs/reference.md §2), fed by the engines' KV events.
 //
 // Layout: a tree of blocks in dense node slots (bitTable: sequence hash, parent, first
 // child, worker bitset with one 64-bit word per 64 workers; a hash map only for

@@ -11,7 +11,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// naiveSeqHashes computes REFERENCE §2 hashes the slow, obvious way, independently of
+// naiveSeqHashes computes docs/reference.md §2 hashes the slow, obvious way, independently of
 // hash.go: encode tokens as little-endian bytes, hash with xxh3 directly.
 func naiveSeqHashes(tokens []uint32, bs int, lora string, hasParent bool, parent uint64) []uint64 {
 	seed := uint64(1337)

@@ -7,7 +7,7 @@ import (
 )
 
 // Candidate is one worker a routing policy may choose, with the facts the routing cost
-// is made of (REFERENCE §3). The Router only offers workers that are ready, not busy
+// is made of (docs/reference.md §3). The Router only offers workers that are ready, not busy
 // and not excluded by the request.
 type Candidate struct {
 	Worker WorkerID
@@ -75,7 +75,7 @@ type Registry struct {
 func NewRegistry() *Registry { return &Registry{factories: map[string]PolicyFactory{}} }
 
 // DefaultPolicies returns a new registry holding the built-in policies: "kv" (the
-// KV-aware cost of REFERENCE §3), "round-robin", "random" and "cache-aware" (SGLang's
+// KV-aware cost of docs/reference.md §3), "round-robin", "random" and "cache-aware" (SGLang's
 // cache_aware, see CacheAwarePolicy).
 func DefaultPolicies() *Registry {
 	r := NewRegistry()

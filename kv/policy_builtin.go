@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 )
 
-// KVPolicy is the KV-aware routing policy (REFERENCE §3, the reference router's cost):
+// KVPolicy is the KV-aware routing policy (docs/reference.md §3, the reference router's cost):
 //
 //	prefill_tokens(w) = active_prefill_tokens(w) + max(0, ISL - overlap(w)*B)
 //	prefill_blocks(w) = prefill_tokens(w) / B                       (real number)
@@ -187,7 +187,7 @@ const (
 //     the size of the worker's tree).
 //
 // Requests are a coarse load measure: a worker holding a few long contexts counts as
-// lightly loaded (REFERENCE §3 lists this among peers' failure modes). The policy is
+// lightly loaded (docs/reference.md §3 lists this among peers' failure modes). The policy is
 // kept faithful to sgl-router so that `turbine bench compare` measures it as it is.
 //
 // Among equally good workers (equal load; equal highest match; equal cache size) the

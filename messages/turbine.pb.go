@@ -423,7 +423,7 @@ type WorkerInfo struct {
 	Ready       bool                   `protobuf:"varint,4,opt,name=ready,proto3" json:"ready,omitempty"`                                // engine healthy and serving
 	EngineEpoch uint64                 `protobuf:"varint,5,opt,name=engine_epoch,json=engineEpoch,proto3" json:"engine_epoch,omitempty"` // changes each time the engine process restarts
 	// role in disaggregated serving: "aggregated" (or empty: prefill and decode on one
-	// worker), "prefill" or "decode" (REFERENCE §6).
+	// worker), "prefill" or "decode" (docs/reference.md §6).
 	Role string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
 	// SGLang prefill workers: the advertised bootstrap host and port both legs are given.
 	BootstrapHost string `protobuf:"bytes,7,opt,name=bootstrap_host,json=bootstrapHost,proto3" json:"bootstrap_host,omitempty"`
@@ -2398,7 +2398,7 @@ func (x *SamplingParams) GetDisagg() *DisaggParams {
 }
 
 // DisaggParams is what an engine needs for one leg of a disaggregated request
-// (REFERENCE §6).
+// (docs/reference.md §6).
 type DisaggParams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Leg   string                 `protobuf:"bytes,1,opt,name=leg,proto3" json:"leg,omitempty"` // "prefill" or "decode"

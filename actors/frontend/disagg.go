@@ -12,7 +12,7 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// Disaggregated serving (REFERENCE §6): when the router decides "remote", a request runs
+// Disaggregated serving (docs/reference.md §6): when the router decides "remote", a request runs
 // as two legs. The prefill leg (the prompt, max_tokens 1, min_tokens 0, DisaggParams leg
 // "prefill") goes to the prefill worker under the router's prefill_request_id; its last
 // chunk carries the engine's transfer parameters (vLLM kv_transfer_params, TensorRT-LLM

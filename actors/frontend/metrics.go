@@ -15,7 +15,7 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// Metric families of the frontend's own (REFERENCE §11), besides the gateway's:
+// Metric families of the frontend's own (docs/reference.md §11), besides the gateway's:
 const (
 	// counter {model,reason}: requests re-sent to another worker, by fault.
 	metricMigrations = "turbine_frontend_migrations_total"

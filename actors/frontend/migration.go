@@ -9,7 +9,7 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// Request migration (REFERENCE §10): when the worker serving a stream fails in a way
+// Request migration (docs/reference.md §10): when the worker serving a stream fails in a way
 // that allows re-sending, the stream continues on another worker with the prompt
 // followed by every token produced so far, and with max_tokens and min_tokens reduced by
 // that count. The functions here decide; the stream (backend.go) carries it out.

@@ -12,7 +12,7 @@
 // router has not seen events for is answered with need_dump, so the worker sends its
 // block list.
 //
-// Disaggregated serving (REFERENCE §6): workers register with a role (WorkerInfo.role:
+// Disaggregated serving (docs/reference.md §6): workers register with a role (WorkerInfo.role:
 // aggregated, prefill or decode) and prefill workers with their SGLang bootstrap
 // address. While any worker is prefill or decode, Route answers with a decode worker
 // (worker/worker_id), the decision (disagg_decision) and, when it is "remote", the

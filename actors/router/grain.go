@@ -23,12 +23,12 @@ type Config struct {
 	BlockSize int
 	// Mode is the routing policy: "kv", "round-robin" or "random".
 	Mode string
-	// OverlapWeight and Temperature of the kv policy (REFERENCE §3).
+	// OverlapWeight and Temperature of the kv policy (docs/reference.md §3).
 	OverlapWeight float64
 	Temperature   float64
-	// Busy thresholds (REFERENCE §4); zero values mean off.
+	// Busy thresholds (docs/reference.md §4); zero values mean off.
 	Busy kv.BusyThresholds
-	// Disagg: conditional disaggregation (REFERENCE §6), used while some worker registers
+	// Disagg: conditional disaggregation (docs/reference.md §6), used while some worker registers
 	// with role prefill or decode: MaxLocalPrefillTokens, MaxPrefillQueueTokens, Enforce
 	// (see kv.DisaggConfig). nil means kv.DefaultDisaggConfig(); a value is taken as given.
 	Disagg *kv.DisaggConfig

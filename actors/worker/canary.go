@@ -11,7 +11,7 @@ import (
 )
 
 // canary decides when an idle engine gets a one-token canary request and whether the
-// last one passed (REFERENCE §10). It is a pure core: the actor passes the time in.
+// last one passed (docs/reference.md §10). It is a pure core: the actor passes the time in.
 // A failed canary keeps the worker out of routing; since it then gets no request it
 // stays idle, and the next canary, failedRetry later (or one interval, if shorter), may
 // bring it back.

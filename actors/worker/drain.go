@@ -8,7 +8,7 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// Drain asks a worker actor to shut down gracefully (REFERENCE §10): it leaves routing at
+// Drain asks a worker actor to shut down gracefully (docs/reference.md §10): it leaves routing at
 // once (Deregister with the Router grain, its card withdrawn from the Catalog), refuses
 // new requests with a migratable error, lets the requests in flight run for Grace, then
 // ends the rest with a migratable error chunk so that the gateway moves them to another

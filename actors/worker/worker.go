@@ -60,7 +60,7 @@ type Config struct {
 	// StopGrace is how long a stopping engine gets between SIGTERM and SIGKILL (default 5 s).
 	StopGrace time.Duration
 	// CanaryInterval: an engine idle this long gets a one-token canary request; a failed
-	// canary takes the worker out of routing until one passes (REFERENCE §10). 0: off.
+	// canary takes the worker out of routing until one passes (docs/reference.md §10). 0: off.
 	CanaryInterval time.Duration
 	// CanaryTimeout bounds a canary request (default 3 s).
 	CanaryTimeout time.Duration

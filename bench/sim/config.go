@@ -10,14 +10,14 @@ import (
 	"github.com/turbine-llm/turbine/kv"
 )
 
-// Defaults of the disaggregated model (REFERENCE §6, §7).
+// Defaults of the disaggregated model (docs/reference.md §6, §7).
 const (
 	// DefaultTransferBandwidth is the KV transfer bandwidth between a prefill and a
-	// decode engine, in bytes per second (REFERENCE §7: 64 GB/s).
+	// decode engine, in bytes per second (docs/reference.md §7: 64 GB/s).
 	DefaultTransferBandwidth = 64e9
 	// DefaultMaxLocalPrefillTokens is the conditional disaggregation threshold, in
 	// tokens: a prompt with more uncached tokens than this is prefilled remotely
-	// (REFERENCE §6: 1000).
+	// (docs/reference.md §6: 1000).
 	DefaultMaxLocalPrefillTokens = kv.DefaultMaxLocalPrefillTokens
 )
 

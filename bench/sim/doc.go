@@ -1,5 +1,5 @@
 // Package sim replays a workload against a simulated fleet on a virtual clock: the KV
-// router core (package kv), one mock engine core per worker (package mocker, REFERENCE
+// router core (package kv), one mock engine core per worker (package mocker, docs/reference.md
 // §7) and their KV event streams run in one goroutine as a discrete-event simulation,
 // so a trace of hours runs in seconds and the result is the same bench.Outcome (and so
 // the same report) a real-time `turbine bench` run produces.
@@ -18,7 +18,7 @@
 // frees it. Prompts are synthesized from the trace's hash ids with bench.Tokens, as a
 // real run sends them.
 //
-// Disaggregated serving (Config.PrefillWorkers > 0, xPyD, REFERENCE §6): the router
+// Disaggregated serving (Config.PrefillWorkers > 0, xPyD, docs/reference.md §6): the router
 // registers the workers with their roles and decides per request. A remote decision
 // runs the prefill leg on its prefill engine (max_tokens 1, its blocks held when it
 // finishes); at that token the router stops tracking the leg and the prompt's full

@@ -121,7 +121,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // TestTiming checks TTFT, ITL and E2E against the timing model computed by hand for
-// requests alone on an engine (REFERENCE §7).
+// requests alone on an engine (docs/reference.md §7).
 func TestTiming(t *testing.T) {
 	eng := smallEngine()
 	sp := eng.SpeedupRatio

@@ -1,5 +1,5 @@
 // Package kvevents encodes, decodes, publishes and subscribes to KV cache events in
-// vLLM's kv-events wire format (vllm/distributed/kv_events.py, REFERENCE §1).
+// vLLM's kv-events wire format (vllm/distributed/kv_events.py, docs/reference.md §1).
 //
 // Transport: a ZeroMQ PUB socket on the engine and a SUB socket on the consumer. Every
 // ZeroMQ message has three frames:

@@ -17,7 +17,7 @@
 // (TensorRT-LLM's tensorrt_llm/commands/serve.py and llmapi/llm_args.py). Golden files
 // under testdata/commands hold one rendering of each (go test -rewrite regenerates them).
 //
-// Disaggregated serving (REFERENCE §6): Spec.Role (and Mocker.Role) starts an engine as
+// Disaggregated serving (docs/reference.md §6): Spec.Role (and Mocker.Role) starts an engine as
 // a prefill or decode worker: vLLM with the NIXL connector (kv_role kv_both), SGLang with
 // --disaggregation-mode (and a bootstrap port on prefill engines, which Bootstrapper
 // names), TensorRT-LLM with a cache transceiver. The engines Connect returns run the leg

@@ -8,7 +8,7 @@ import (
 	"github.com/turbine-llm/turbine/kv"
 )
 
-// KVEventsConfig is vLLM's --kv-events-config JSON (REFERENCE §1).
+// KVEventsConfig is vLLM's --kv-events-config JSON (docs/reference.md §1).
 type KVEventsConfig struct {
 	EnableKVCacheEvents bool   `json:"enable_kv_cache_events"`
 	Publisher           string `json:"publisher"`

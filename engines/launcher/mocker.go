@@ -118,7 +118,7 @@ func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []
 
 // Bootstrap returns the bootstrap address of an SGLang-dialect prefill engine started by
 // the latest Command (its KV transfer port), which both legs of a disaggregated request
-// are given (REFERENCE §6); ok is false for other dialects and roles, or before Command.
+// are given (docs/reference.md §6); ok is false for other dialects and roles, or before Command.
 func (m *Mocker) Bootstrap() (host string, port int, ok bool) {
 	m.mu.Lock()
 	addr := m.bootstrap

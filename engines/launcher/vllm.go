@@ -20,7 +20,7 @@ import (
 //
 // The KV events config is vLLM's KVEventsConfig (vllm/config/kv_events.py):
 // {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":<kv endpoint>,"topic":"kv-events"}.
-// A prefill or decode role adds the NIXL connector with kv_role kv_both (REFERENCE §6: the
+// A prefill or decode role adds the NIXL connector with kv_role kv_both (docs/reference.md §6: the
 // role of each request is set by its kv_transfer_params) and the environment
 // VLLM_NIXL_SIDE_CHANNEL_PORT=<a free port>, so that several workers on one machine do not
 // collide on vLLM's default side-channel port.

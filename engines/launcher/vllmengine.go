@@ -23,13 +23,13 @@ const (
 	LegDecode  = "decode"
 )
 
-// vllmPrefillParams is the kv_transfer_params of a prefill leg, as REFERENCE §6 (and
+// vllmPrefillParams is the kv_transfer_params of a prefill leg, as docs/reference.md §6 (and
 // vLLM's own disaggregated proxies) send it.
 var vllmPrefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
 // vllmEngine adapts the vLLM-dialect client to engines.Engine.
 //
-// Disaggregated serving (SamplingParams.disagg, REFERENCE §6): a prefill leg is sent with
+// Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): a prefill leg is sent with
 // vllmPrefillParams, max_tokens 1, min_tokens 1 and "stream": false; its one chunk
 // carries the answer's kv_transfer_params (Chunk.KVTransferParams). min_tokens 1 makes
 // the leg end on its length limit, the only finish after which vLLM keeps the blocks and

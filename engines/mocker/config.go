@@ -1,4 +1,4 @@
-// Package mocker is the pure core of the mock engine (REFERENCE §7): a paged KV cache
+// Package mocker is the pure core of the mock engine (docs/reference.md §7): a paged KV cache
 // with a prefix cache, a continuous-batching scheduler with chunked prefill and
 // preemption, deterministic token generation and the reference timing model. It does no
 // I/O, starts no goroutines and reads no clock: the caller passes the time to Step and
@@ -36,7 +36,7 @@ type Config struct {
 	Seed uint64
 }
 
-// DefaultConfig returns the reference mocker's defaults (REFERENCE §7).
+// DefaultConfig returns the reference mocker's defaults (docs/reference.md §7).
 func DefaultConfig() Config {
 	return Config{
 		BlockSize:            64,

@@ -14,7 +14,7 @@ const mediumGPU = "GPU"
 
 // engineHashSalt derives the engine's own block hashes (published in KV events) from the
 // chained sequence hashes used for lookups. Real engines' hashes differ from the router's
-// (REFERENCE §2), and so do these: consumers must treat them as opaque ids.
+// (docs/reference.md §2), and so do these: consumers must treat them as opaque ids.
 const engineHashSalt = 0x6b762d6576656e74
 
 // Request is one generation request (token ids in, token ids out).

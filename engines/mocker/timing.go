@@ -6,7 +6,7 @@ import (
 )
 
 // PrefillMillis is the reference mock engine's prefill time, in milliseconds, of a step
-// computing t new (uncached) tokens (REFERENCE §7):
+// computing t new (uncached) tokens (docs/reference.md §7):
 // 4.209989e-7·t² + 1.518344e-2·t + 16.50142. It is 0 for t <= 0.
 func PrefillMillis(t int) float64 {
 	if t <= 0 {
@@ -17,7 +17,7 @@ func PrefillMillis(t int) float64 {
 }
 
 // DecodeMillis is the reference mock engine's time, in milliseconds, of one decode step
-// with KV cache usage fraction u in [0, 1] (REFERENCE §7):
+// with KV cache usage fraction u in [0, 1] (docs/reference.md §7):
 // max(1, -25.74·u² + 54.01·u + 5.74).
 func DecodeMillis(u float64) float64 {
 	u = math.Max(0, math.Min(1, u))

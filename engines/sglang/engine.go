@@ -35,7 +35,7 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // last carries the finish reason and the token counts. Cancelling ctx, or an error from
 // fn, closes the stream and aborts the request in the server.
 //
-// Disaggregated serving (SamplingParams.disagg, REFERENCE §6): both legs are the same
+// Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): both legs are the same
 // request with bootstrap_host, bootstrap_port and bootstrap_room added; the server's
 // --disaggregation-mode decides which leg it runs, and the caller sends both at once. No
 // transfer parameters come back (Chunk.KVTransferParams stays empty): the decode server

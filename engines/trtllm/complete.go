@@ -51,7 +51,7 @@ type Chunk struct {
 	// Usage is set on the last chunk (nil when the server sent none).
 	Usage *Usage
 	// DisaggregatedParams is the choice's disaggregated_params (disaggregated serving:
-	// what a context_only request returns for its generation_only request, REFERENCE
+	// what a context_only request returns for its generation_only request, docs/reference.md
 	// §6); nil when absent or null.
 	DisaggregatedParams json.RawMessage
 }

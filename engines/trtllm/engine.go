@@ -84,7 +84,7 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // that ended a request is not among the ids: trtllm-serve does not return it. Cancelling
 // ctx, or an error from fn, closes the connection, which aborts the request.
 //
-// Disaggregated serving (SamplingParams.disagg, REFERENCE §6): a prefill leg is a
+// Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): a prefill leg is a
 // context_only request (disaggregated_params {"request_type": "context_only"},
 // max_tokens 1, "stream": false, as trtllm-serve's disaggregated server sends it); its
 // one chunk carries the choice's disaggregated_params (Chunk.KVTransferParams); a prefill

@@ -129,7 +129,7 @@ type Chunk struct {
 	// Usage is set on the last chunk (nil when the engine sent none).
 	Usage *Usage
 	// KVTransferParams is the answer's kv_transfer_params (disaggregated serving: what a
-	// prefill leg returns for its decode leg, REFERENCE §6), on the last chunk; nil when
+	// prefill leg returns for its decode leg, docs/reference.md §6), on the last chunk; nil when
 	// absent or null.
 	KVTransferParams json.RawMessage
 }
@@ -170,7 +170,7 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 }
 
 // CompleteOnce runs a completion answered in one JSON body ("stream": false), as a
-// disaggregated prefill leg is sent (REFERENCE §6), and returns it as the last chunk of
+// disaggregated prefill leg is sent (docs/reference.md §6), and returns it as the last chunk of
 // a stream: all its token ids, the finish reason, the usage and kv_transfer_params.
 // Cancelling ctx closes the connection, which makes vLLM abort the request. Errors: an
 // invalid request, a transport error, *Error for a non-200 answer, or a malformed

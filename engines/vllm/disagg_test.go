@@ -9,7 +9,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 )
 
-// prefillParams is REFERENCE §6's kv_transfer_params of a prefill leg.
+// prefillParams is docs/reference.md §6's kv_transfer_params of a prefill leg.
 var prefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
 // TestDisaggregatedLegs runs a prefill leg as one JSON answer (CompleteOnce) and as a

@@ -84,7 +84,7 @@ type Options struct {
 // DefaultTokenizer is used when neither --tokenizer nor --model names one.
 const DefaultTokenizer = "builtin:cl100k_base"
 
-// Defaults returns the flag defaults (the reference mocker's engine limits, REFERENCE §7).
+// Defaults returns the flag defaults (the reference mocker's engine limits, docs/reference.md §7).
 func Defaults() Options {
 	return Options{
 		Host: "127.0.0.1", Port: 8000, Model: "turbine-mock",

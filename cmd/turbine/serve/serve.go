@@ -50,7 +50,7 @@ type Options struct {
 	MockerDialect string
 }
 
-// Defaults are the embedded defaults (REFERENCE §3, §7).
+// Defaults are the embedded defaults (docs/reference.md §3, §7).
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(),
 		Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2}
@@ -225,7 +225,7 @@ func (o *Options) layout() []workerSpec {
 	return out
 }
 
-// drain shuts the service down gracefully (REFERENCE §10): the gateway refuses new
+// drain shuts the service down gracefully (docs/reference.md §10): the gateway refuses new
 // requests, every worker leaves routing and lets its requests run for grace, then ends
 // the rest as migratable and stops with its engine; the gateway waits (a little longer
 // than grace) until the last answer is written.

@@ -60,7 +60,7 @@ type Completion struct {
 	// Extra members, written first unless the request sets the same name.
 	Extra map[string]any
 	// NoStream asks for one JSON answer ("stream": false, no stream_options) instead of
-	// a stream (a prefill leg of disaggregated serving, REFERENCE §6).
+	// a stream (a prefill leg of disaggregated serving, docs/reference.md §6).
 	NoStream bool
 }
 

@@ -1,5 +1,5 @@
 // Package kvtransfer moves a prefill engine's KV blocks to a decode engine for the mock
-// engine's disaggregated serving (REFERENCE §6, §7), over a real TCP connection: the
+// engine's disaggregated serving (docs/reference.md §6, §7), over a real TCP connection: the
 // decode side reads the bytes a real KV cache of those blocks would hold, paced at a
 // configured bandwidth, and the prefill side then releases the blocks it pinned.
 //

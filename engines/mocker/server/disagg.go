@@ -19,7 +19,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 )
 
-// Disaggregated serving (REFERENCE §6). Every mock engine serves both legs of a
+// Disaggregated serving (docs/reference.md §6). Every mock engine serves both legs of a
 // disaggregated request, whatever its Role, as vLLM's NIXL connector with kv_role
 // kv_both does: a request's own parameters say which leg it is (vLLM's
 // kv_transfer_params, TensorRT-LLM's disaggregated_params). Role says what the worker
@@ -79,7 +79,7 @@ func ParseRole(s string) (Role, error) {
 
 // Defaults of the KV transfer.
 const (
-	// DefaultKVTransferBandwidth is the reference mocker's transfer bandwidth (REFERENCE
+	// DefaultKVTransferBandwidth is the reference mocker's transfer bandwidth (docs/reference.md
 	// §7: 64 GB/s), in bytes per second.
 	DefaultKVTransferBandwidth = 64e9
 	// DefaultKVBytesPerToken is the KV cache size of one token when no model folder says

@@ -13,7 +13,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 )
 
-// SGLang's disaggregated serving (REFERENCE §6; python/sglang/srt/managers/io_struct.py,
+// SGLang's disaggregated serving (docs/reference.md §6; python/sglang/srt/managers/io_struct.py,
 // GenerateReqInput's bootstrap_host, bootstrap_port and bootstrap_room): both legs get
 // the same request with the prefill engine's bootstrap address and a random room, and
 // are sent at once; each engine's --disaggregation-mode (here Role) says which leg it

@@ -14,7 +14,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 )
 
-// TensorRT-LLM's disaggregated serving (REFERENCE §6; tensorrt_llm/serve/openai_protocol.py,
+// TensorRT-LLM's disaggregated serving (docs/reference.md §6; tensorrt_llm/serve/openai_protocol.py,
 // DisaggregatedParams): a context leg carries disaggregated_params {"request_type":
 // "context_only"}; its choice answers disaggregated_params {"request_type":
 // "context_only", "first_gen_tokens", "ctx_request_id", "encoded_opaque_state",

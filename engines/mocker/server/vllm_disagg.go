@@ -12,7 +12,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/mocker"
 )
 
-// vLLM's disaggregated serving with the NIXL connector (REFERENCE §6). A prefill leg
+// vLLM's disaggregated serving with the NIXL connector (docs/reference.md §6). A prefill leg
 // carries kv_transfer_params {"do_remote_decode": true, ...} (other fields null); its
 // answer carries the kv_transfer_params a decode leg sends back unchanged
 // ({"do_remote_prefill": true, "remote_engine_id", "remote_block_ids", "remote_host",

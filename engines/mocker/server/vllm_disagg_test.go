@@ -72,7 +72,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// prefillBody is REFERENCE §6's prefill request.
+// prefillBody is docs/reference.md §6's prefill request.
 func prefillBody(prompt []uint32, stream bool) string {
 	return fmt.Sprintf(`{"prompt":%s,"max_tokens":1,"min_tokens":1,"stream":%v,"return_token_ids":true,"kv_transfer_params":`+
 		`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}}`,

@@ -19,7 +19,7 @@ import (
 const (
 	// DefaultDrainTimeout is how long in-flight requests may run after SIGTERM.
 	DefaultDrainTimeout = 30 * time.Second
-	// DefaultCanaryInterval is how long an engine may stay idle before its canary (REFERENCE §10).
+	// DefaultCanaryInterval is how long an engine may stay idle before its canary (docs/reference.md §10).
 	DefaultCanaryInterval = 10 * time.Second
 	// DefaultMaxConcurrentRequestsPerCPU: by default a frontend handles at most this many
 	// generation requests at once (--max-concurrent-requests) per CPU it may use
@@ -102,7 +102,7 @@ func (o *Admission) Gateway(cfg gateway.Config) gateway.Config {
 	return cfg
 }
 
-// Canary is the workers' canary flag (REFERENCE §10).
+// Canary is the workers' canary flag (docs/reference.md §10).
 type Canary struct{ CanaryInterval time.Duration }
 
 // DefaultCanary returns a 10 s canary interval.

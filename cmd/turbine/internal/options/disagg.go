@@ -10,7 +10,7 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// Disagg are the Router's conditional-disaggregation flags (serve, frontend; REFERENCE
+// Disagg are the Router's conditional-disaggregation flags (serve, frontend; docs/reference.md
 // §6). They matter once some worker registers with role prefill or decode.
 type Disagg struct {
 	// MaxLocalPrefillTokens: a request whose uncached prompt suffix on its decode

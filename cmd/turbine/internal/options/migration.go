@@ -7,7 +7,7 @@ import (
 	"github.com/turbine-llm/turbine/actors/frontend"
 )
 
-// Migration is the gateway's request-migration flag (REFERENCE §10).
+// Migration is the gateway's request-migration flag (docs/reference.md §10).
 type Migration struct {
 	// MigrationLimit is how many times one request may be re-sent to another worker after
 	// its worker or engine failed or its stream stalled; 0 disables migration.

@@ -28,7 +28,7 @@ import (
 )
 
 // Engine are the mock engine's settings and the model deployment card it serves
-// (REFERENCE §7 defaults).
+// (docs/reference.md §7 defaults).
 type Engine struct {
 	Model, Tokenizer    string
 	BlockSize           int // tokens per KV block
@@ -184,7 +184,7 @@ func MockerExecutable() (string, error) {
 	return self, nil
 }
 
-// Router are the routing-policy flags (REFERENCE §3).
+// Router are the routing-policy flags (docs/reference.md §3).
 type Router struct {
 	RouterMode        string
 	OverlapWeight     float64
