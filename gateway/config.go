@@ -85,8 +85,8 @@ type Config struct {
 	// reading stalls longer than this (default DefaultStreamWriteTimeout; negative: no
 	// deadline).
 	StreamWriteTimeout time.Duration
-	// APIKeys, when not empty, are the keys that a request to a path under /v1/ or
-	// /admin/ must present, any one of them, as "Authorization: Bearer <key>" (vLLM's
+	// APIKeys, when not empty, are the keys that a request to a path under /v1/ must
+	// present (they do not open /admin/: AdminAPIKeys), any one of them, as "Authorization: Bearer <key>" (vLLM's
 	// --api-key); other requests there get 401 (KindUnauthorized). /health, /live and
 	// /metrics stay open. Empty (the default): no authentication. Each key must be
 	// non-empty, without white space at either end and without control characters (it

@@ -46,7 +46,15 @@ func contentCoding(values []string) (string, *APIError) {
 // gigabytes costs limit bytes of memory); KindInvalidEncoding when it is not valid data
 // of its coding (corrupt, truncated, a wrong checksum, trailing bytes that are not a
 // gzip member).
-func decodeEncodedBody(coding string, r io.Reader, limit int64) ([]byte, *APIError) {
+func decodeEncodedBody(coding string, r io.Reader, limit int64) (body []byte, aerr *APIError) {
+	defer func() {
+		if aerr != nil {
+			// Read what is left of the body as received (at most limit bytes): a server
+			// that answers with unread request data on the connection resets it, and the
+			// client (one that waited for 100 Continue, say) sees no answer at all.
+			_, _ = io.Copy(io.Discard, r)
+		}
+	}()
 	var dec io.Reader
 	var err error
 	switch coding {
@@ -58,7 +66,6 @@ func decodeEncodedBody(coding string, r io.Reader, limit int64) ([]byte, *APIErr
 		return nil, newError(KindUnsupportedEncoding, "", "The request's Content-Encoding %s is not supported.", clipName(coding))
 	}
 	if err == nil {
-		var body []byte
 		body, err = io.ReadAll(io.LimitReader(dec, limit+1))
 		if err == nil {
 			if int64(len(body)) > limit {

@@ -190,3 +190,32 @@ func FuzzEncodedBody(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeEncodedBodyReadsTheRest: a body refused for its decoded size (or as corrupt)
+// is still read to its end as received (within the limit the caller's MaxBytesReader
+// sets), so that the server does not answer with unread request data on the connection,
+// which resets it before a client waiting for 100 Continue reads the 413.
+func TestDecodeEncodedBodyReadsTheRest(t *testing.T) {
+	const limit = 4096
+	bomb := gzipped(bytes.Repeat([]byte{' '}, 16<<20))
+	for _, tc := range []struct {
+		name, coding string
+		body         []byte
+		kind         ErrorKind
+	}{
+		{"decoded over the limit", "gzip", bomb, KindBodyTooLarge},
+		{"deflate decoded over the limit", "deflate", zlibbed(bytes.Repeat([]byte{' '}, 16<<20)), KindBodyTooLarge},
+		{"corrupt", "gzip", append([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}, bytes.Repeat([]byte{0xff}, 64<<10)...), KindInvalidEncoding},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := bytes.NewReader(tc.body)
+			_, aerr := decodeEncodedBody(tc.coding, r, limit)
+			if aerr == nil || aerr.Kind != tc.kind {
+				t.Fatalf("error %v, want kind %v", aerr, tc.kind)
+			}
+			if r.Len() != 0 {
+				t.Errorf("%d of %d bytes of the body left unread", r.Len(), len(tc.body))
+			}
+		})
+	}
+}

@@ -115,6 +115,7 @@ func TestLongPathAndMethodAreClipped(t *testing.T) {
 		{"unknown route and method", strings.Repeat("M", 100_000), "/" + long, 404},
 		{"method not allowed", strings.Repeat("M", 100_000), "/v1/models", 405},
 		{"admin method not allowed", strings.Repeat("M", 100_000), "/admin/busy_thresholds", 405},
+		{"long model path, method not allowed", "POST", "/v1/models/" + long, 405},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rr := serve(s, tc.method, tc.path, "")

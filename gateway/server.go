@@ -122,7 +122,7 @@ func only(method string, h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
-			writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use %s).", clipName(r.Method), r.URL.Path, method), 0)
+			writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use %s).", clipName(r.Method), clipName(r.URL.Path), method), 0)
 			return
 		}
 		h(w, r)

@@ -120,7 +120,8 @@ func (b *Backend) ModelLoader() gateway.ModelLoader { return b.loader.Load }
 func (b *Backend) SetCluster(c *pcluster.Cluster) { b.c.Store(c) }
 
 // Models returns the cards of the models that have at least one live worker, from the
-// Catalog grain (cached for ModelsTTL).
+// Catalog grain (cached for ModelsTTL). A failed Catalog call is a *gateway.APIError of
+// kind KindNoWorkers (503 with Retry-After) wrapping gateway.ErrNoWorkers.
 func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 	b.mu.Lock()
 	if b.models != nil && time.Since(b.modelsAt) < b.cfg.ModelsTTL {
@@ -132,7 +133,12 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 	list, err := messages.GetCatalogGrainClient(b.c.Load(), catalog.Identity).List(&messages.ListModelsRequest{},
 		pcluster.WithTimeout(b.cfg.RouteTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("frontend: list models: %w", err)
+		// The Catalog grain did not answer in time (an overloaded or restarting member):
+		// nothing is known to be wrong with the request or the workers, so the client
+		// should retry (503 with Retry-After), as for a Route call that failed.
+		return nil, &gateway.APIError{Kind: gateway.KindNoWorkers,
+			Message: "The service's model catalog did not answer in time; retry later.",
+			Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, err)}
 	}
 	now := time.Now()
 	b.mu.Lock()

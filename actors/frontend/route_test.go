@@ -168,3 +168,22 @@ func TestRouteTimeoutLeavesNoTrackedRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestCatalogCallFailureIs503: a Catalog grain call that fails (here: no member hosts
+// the kind, as while a frontend restarts its member) means the request cannot be routed
+// now — 503 with Retry-After (KindNoWorkers, wrapping gateway.ErrNoWorkers) — not a
+// worker failure (502).
+func TestCatalogCallFailureIs503(t *testing.T) {
+	member, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("no-catalog-%d", time.Now().UnixNano()),
+		Discovery: "local", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(member.Stop)
+	b := New(member.Cluster, Config{RouteTimeout: 200 * time.Millisecond, Logger: zerolog.Nop()})
+	_, err = b.Models(context.Background())
+	var ae *gateway.APIError
+	if !errors.As(err, &ae) || ae.Kind != gateway.KindNoWorkers || !errors.Is(err, gateway.ErrNoWorkers) {
+		t.Fatalf("Models error %#v (%v); want a KindNoWorkers APIError wrapping ErrNoWorkers", err, err)
+	}
+}
