@@ -104,24 +104,24 @@ func TestRouterAckQueueStaysBounded(t *testing.T) {
 		r.Ack(id)
 		r.Free(id)
 	}
-	if n := len(r.ackQueue) - r.ackHead; n > 1025 || len(r.awaiting) != 0 {
+	if n := r.ackQueue.len(); n > 1025 || len(r.awaiting) != 0 {
 		t.Fatalf("%d queue entries, %d awaiting after 20000 acknowledged requests", n, len(r.awaiting))
 	}
 }
 
 // checkAckInvariants checks the acknowledgement bookkeeping: every awaiting id has a
-// queue entry of its generation from ackHead on, entries are in routing order, and the
+// queue entry of its generation from its head on, entries are in routing order, and the
 // consumed part is cleared.
 func checkAckInvariants(r *Router) error {
 	live := map[string]bool{}
-	for i, q := range r.ackQueue {
-		if i < r.ackHead {
+	for i, q := range r.ackQueue.items {
+		if i < r.ackQueue.head {
 			if q != (queued{}) {
 				return fmt.Errorf("consumed ack queue entry %d not cleared: %+v", i, q)
 			}
 			continue
 		}
-		if i > r.ackHead && q.start.Before(r.ackQueue[i-1].start) {
+		if i > r.ackQueue.head && q.start.Before(r.ackQueue.items[i-1].start) {
 			return fmt.Errorf("ack queue out of order at %d", i)
 		}
 		if gen, ok := r.awaiting[q.id]; ok && gen == q.gen {

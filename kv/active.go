@@ -43,8 +43,7 @@ type ActiveSequences struct {
 	refs    []uint32 // per slot
 	workers []activeWorker
 	seqs    map[string]*activeSeq
-	queue   []queued
-	head    int
+	queue   expiryQueue
 	gen     uint64
 }
 
@@ -62,12 +61,6 @@ type activeSeq struct {
 	prefillDone   bool
 	start         time.Time
 	gen           uint64
-}
-
-type queued struct {
-	id    string
-	gen   uint64
-	start time.Time
 }
 
 // Load is a worker's load as the router tracks it.
@@ -150,7 +143,7 @@ func (a *ActiveSequences) Add(reqID string, w WorkerID, seqHashes []uint64, pref
 	aw.sequences++
 	a.gen++
 	a.seqs[reqID] = &activeSeq{worker: w, slots: slots, prefillTokens: prefillTokens, start: now, gen: a.gen}
-	a.queue = append(a.queue, queued{id: reqID, gen: a.gen, start: now})
+	a.queue.push(reqID, a.gen, now)
 	a.compact()
 }
 
@@ -216,40 +209,25 @@ func (a *ActiveSequences) Expire(now time.Time) int {
 		return 0
 	}
 	n := 0
-	for a.head < len(a.queue) {
-		q := a.queue[a.head]
-		if now.Sub(q.start) <= a.maxAge {
-			break
-		}
-		if s, ok := a.seqs[q.id]; ok && s.gen == q.gen {
-			a.Free(q.id)
+	a.queue.expire(now, a.maxAge, func(id string, gen uint64) {
+		if a.live(id, gen) {
+			a.Free(id)
 			n++
 		}
-		a.queue[a.head] = queued{}
-		a.head++
-	}
+	})
 	a.compact()
 	return n
 }
 
-// compact drops consumed and dead queue entries once they dominate the queue.
-func (a *ActiveSequences) compact() {
-	if a.head > 0 && a.head >= len(a.queue) {
-		a.queue, a.head = a.queue[:0], 0
-		return
-	}
-	if len(a.queue)-a.head < 2*len(a.seqs)+1024 {
-		return
-	}
-	live := a.queue[:0]
-	for _, q := range a.queue[a.head:] {
-		if s, ok := a.seqs[q.id]; ok && s.gen == q.gen {
-			live = append(live, q)
-		}
-	}
-	clear(a.queue[len(live):])
-	a.queue, a.head = live, 0
+// live reports whether request id is active under generation gen (its queue entry is
+// not dead).
+func (a *ActiveSequences) live(id string, gen uint64) bool {
+	s, ok := a.seqs[id]
+	return ok && s.gen == gen
 }
+
+// compact drops consumed and dead queue entries once they dominate the queue.
+func (a *ActiveSequences) compact() { a.queue.compact(len(a.seqs), a.live) }
 
 // ActivePrefix sets out[w], for every worker id w < len(out), to the number of leading
 // blocks of a prompt (its sequence hashes) that are active on w. Because sequence hashes

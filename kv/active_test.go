@@ -267,8 +267,8 @@ func TestActiveEveryPathReturnsLoadToZero(t *testing.T) {
 					t.Fatalf("worker %d load %+v after all requests ended", w, a.Load(w))
 				}
 			}
-			if a.Blocks() != 0 || a.Len() != 0 || len(a.queue)-a.head != 0 {
-				t.Fatalf("leftovers: %d blocks, %d requests, %d queued", a.Blocks(), a.Len(), len(a.queue)-a.head)
+			if a.Blocks() != 0 || a.Len() != 0 || a.queue.len() != 0 {
+				t.Fatalf("leftovers: %d blocks, %d requests, %d queued", a.Blocks(), a.Len(), a.queue.len())
 			}
 		})
 	}

@@ -33,7 +33,7 @@ import (
 //     PrefillRequestID of it).
 //   - awaiting maps each request id routed with WillAck, and neither acknowledged nor
 //     freed since, to the generation of that routing; ackQueue holds (id, generation,
-//     routing time) in routing order from ackHead on, so every awaiting entry has a
+//     routing time) in routing order (expiryQueue), so every awaiting entry has a
 //     queue entry of its generation. Entries of ids acknowledged, freed or routed again
 //     are skipped and compacted away. An awaiting id may have lost its sequences
 //     already (RemoveWorker, MaxSequenceAge): expiring it then frees nothing.
@@ -55,8 +55,7 @@ type Router struct {
 	overlap       int64
 	skipped       int64 // events skipped in dumps (invalid or orphaned)
 	awaiting      map[string]uint64
-	ackQueue      []queued
-	ackHead       int
+	ackQueue      expiryQueue
 	ackGen        uint64
 	expired       Expired // cumulative, for Stats
 	hashBuf       []uint64
@@ -503,7 +502,7 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 	if err == nil && in.WillAck && r.cfg.MaxUnackedAge > 0 {
 		r.ackGen++
 		r.awaiting[in.RequestID] = r.ackGen
-		r.ackQueue = append(r.ackQueue, queued{id: in.RequestID, gen: r.ackGen, start: now})
+		r.ackQueue.push(in.RequestID, r.ackGen, now)
 		r.compactAcks()
 	}
 	return d, err
@@ -658,22 +657,17 @@ func (r *Router) Ack(reqID string) bool {
 func (r *Router) Expire(now time.Time) Expired {
 	e := Expired{Stale: int64(r.active.Expire(now))}
 	if r.cfg.MaxUnackedAge > 0 {
-		for r.ackHead < len(r.ackQueue) {
-			q := r.ackQueue[r.ackHead]
-			if now.Sub(q.start) <= r.cfg.MaxUnackedAge {
-				break
+		r.ackQueue.expire(now, r.cfg.MaxUnackedAge, func(reqID string, gen uint64) {
+			if !r.awaitingAck(reqID, gen) {
+				return
 			}
-			if gen, ok := r.awaiting[q.id]; ok && gen == q.gen {
-				delete(r.awaiting, q.id)
-				for _, id := range [2]string{q.id, PrefillRequestID(q.id)} {
-					if r.active.Free(id) {
-						e.Unacked++
-					}
+			delete(r.awaiting, reqID)
+			for _, id := range [2]string{reqID, PrefillRequestID(reqID)} {
+				if r.active.Free(id) {
+					e.Unacked++
 				}
 			}
-			r.ackQueue[r.ackHead] = queued{}
-			r.ackHead++
-		}
+		})
 		r.compactAcks()
 	}
 	r.expired.Unacked += e.Unacked
@@ -681,25 +675,16 @@ func (r *Router) Expire(now time.Time) Expired {
 	return e
 }
 
+// awaitingAck reports whether reqID still awaits the acknowledgement of its routing of
+// generation gen (its queue entry is not dead).
+func (r *Router) awaitingAck(reqID string, gen uint64) bool {
+	g, ok := r.awaiting[reqID]
+	return ok && g == gen
+}
+
 // compactAcks drops consumed and dead entries of the acknowledgement queue once they
 // dominate it.
-func (r *Router) compactAcks() {
-	if r.ackHead > 0 && r.ackHead >= len(r.ackQueue) {
-		r.ackQueue, r.ackHead = r.ackQueue[:0], 0
-		return
-	}
-	if len(r.ackQueue)-r.ackHead < 2*len(r.awaiting)+1024 {
-		return
-	}
-	live := r.ackQueue[:0]
-	for _, q := range r.ackQueue[r.ackHead:] {
-		if gen, ok := r.awaiting[q.id]; ok && gen == q.gen {
-			live = append(live, q)
-		}
-	}
-	clear(r.ackQueue[len(live):])
-	r.ackQueue, r.ackHead = live, 0
-}
+func (r *Router) compactAcks() { r.ackQueue.compact(len(r.awaiting), r.awaitingAck) }
 
 // ActiveRequests is the number of tracked sequences (Stats.ActiveRequests, cheaply).
 func (r *Router) ActiveRequests() int { return r.active.Len() }

@@ -119,8 +119,8 @@ func runRouterOps(t testing.TB, c chooser, steps int, stop func() bool) {
 	if st := r.Stats(); st.ActiveRequests != 0 || st.IndexNodes != 0 || r.active.Blocks() != 0 {
 		t.Fatalf("after removing every worker: %+v, %d active blocks", st, r.active.Blocks())
 	}
-	if r.Expire(now.Add(cfg.MaxUnackedAge + time.Second)); len(r.awaiting) != 0 || len(r.ackQueue) != 0 {
-		t.Fatalf("after expiry: %d awaiting, %d queued", len(r.awaiting), len(r.ackQueue))
+	if r.Expire(now.Add(cfg.MaxUnackedAge + time.Second)); len(r.awaiting) != 0 || len(r.ackQueue.items) != 0 {
+		t.Fatalf("after expiry: %d awaiting, %d queued", len(r.awaiting), len(r.ackQueue.items))
 	}
 }
 
