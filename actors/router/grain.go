@@ -10,9 +10,11 @@ import (
 	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/rs/zerolog"
+	tcluster "github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/kv/kvpb"
 	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Config configures every Router grain of a member.
@@ -45,10 +47,21 @@ type Config struct {
 	Seed uint64
 }
 
+// ControlMethods are the Router grain methods a worker calls (its relay: the
+// registration that is its heartbeat, KV event batches, block dumps, leaving).
+var ControlMethods = []protoreflect.Name{"Register", "Deregister", "PublishEvents", "PublishDump"}
+
 // Kind returns the cluster kind hosting Router grains. Grains are never passivated: the
-// index is worth keeping while the member lives.
+// index is worth keeping while the member lives. Their mailbox processes the workers'
+// calls (ControlMethods) before the gateways' routing traffic (Route, Free, PrefillDone,
+// ...), each in arrival order: under load a frontend keeps hundreds of routing calls
+// queued in the grain, and a heartbeat or KV event batch waiting behind them would time
+// out (a lost batch costs a full block dump).
 func Kind(cfg Config) *cluster.Kind {
-	return messages.NewRouterKind(func() messages.Router { return New(cfg) }, 0)
+	k := messages.NewRouterKind(func() messages.Router { return New(cfg) }, 0)
+	k.Props.Configure(actor.WithMailbox(tcluster.UrgentGrainMailbox(
+		messages.File_turbine_proto.Services().ByName("Router"), ControlMethods...)))
+	return k
 }
 
 type workerState struct {

@@ -25,9 +25,8 @@
 // State owned: the engine process and its epoch (bumped on every start), readiness, the
 // in-flight requests (cancel func + credit channel). The KV block list and the event
 // numbering are owned by the relay goroutine (relay.go), which is the only sender to the
-// Router grain, so events, dumps and registrations reach it in order. A Router grain kind
-// given UrgentRouterKind (serve and frontend do) processes these calls
-// (RouterControlMethods) before the gateways' routing calls.
+// Router grain, so events, dumps and registrations reach it in order. The Router grain
+// processes these calls before the gateways' routing calls (router.ControlMethods).
 //
 // Disaggregated serving: every registration carries the worker's role (Config.Role)
 // and, for an SGLang prefill worker, its bootstrap address. A leg's DisaggParams ride in

@@ -3,28 +3,9 @@ package worker
 import (
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
-	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/messages"
-	"google.golang.org/protobuf/reflect/protoreflect"
 )
-
-// RouterControlMethods are the Router grain methods a worker calls (its relay: the
-// registration that is its heartbeat, KV event batches, block dumps, leaving).
-var RouterControlMethods = []protoreflect.Name{"Register", "Deregister", "PublishEvents", "PublishDump"}
-
-// UrgentRouterKind gives the Router grain kind k (router.Kind) a mailbox that processes
-// the workers' calls (RouterControlMethods) before the routing traffic of gateways
-// (Route, Free, PrefillDone, ...), each in arrival order, and returns k. Under load a
-// frontend's gateway keeps hundreds of routing calls queued in the grain; a heartbeat
-// or KV event batch waiting behind them would run past GrainTimeout, and a lost batch
-// costs a full block dump.
-func UrgentRouterKind(k *pcluster.Kind) *pcluster.Kind {
-	k.Props.Configure(actor.WithMailbox(cluster.UrgentGrainMailbox(
-		messages.File_turbine_proto.Services().ByName("Router"), RouterControlMethods...)))
-	return k
-}
 
 // GrainTimeout is the timeout of a worker's grain calls for heartbeat period hb: two
 // periods, at least 1 s. A call caught by the death of the grain's member waits this

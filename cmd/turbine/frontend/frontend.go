@@ -14,7 +14,6 @@ import (
 	"github.com/turbine-llm/turbine/actors/catalog"
 	fe "github.com/turbine-llm/turbine/actors/frontend"
 	"github.com/turbine-llm/turbine/actors/router"
-	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/gateway"
@@ -81,8 +80,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	rcfg := o.Router.Config(0, log)
 	rcfg.Busy = o.Admission.Busy()
 	rcfg.Disagg = o.Disagg.Config()
-	// The workers' registrations and KV events go before routing calls in the grain.
-	kinds := []*pcluster.Kind{worker.UrgentRouterKind(router.Kind(rcfg)), catalog.Kind()}
+	kinds := []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}
 	cfg := o.Cluster.Config(kinds, log)
 
 	// The HTTP server outlives member restarts: one gateway (and one set of metrics) over

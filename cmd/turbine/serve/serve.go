@@ -137,7 +137,7 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	rcfg.Busy = o.Admission.Busy()
 	rcfg.Disagg = o.Disagg.Config()
 	member, err := cluster.Start(cluster.Config{Name: "turbine-serve", Discovery: "local", Logger: log,
-		Kinds: []*pcluster.Kind{worker.UrgentRouterKind(router.Kind(rcfg)), catalog.Kind()}})
+		Kinds: []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package worker
+package router
 
 import (
 	"os"
@@ -9,10 +9,10 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// TestRouterControlMethodsMatchClient: the urgent mailbox finds a worker's calls by
+// TestControlMethodsMatchClient: the urgent mailbox finds a worker's calls by
 // method index; the indexes it takes from the Router service descriptor must be those
 // the generated grain client sends (messages/turbine_grain.pb.go).
-func TestRouterControlMethodsMatchClient(t *testing.T) {
+func TestControlMethodsMatchClient(t *testing.T) {
 	src, err := os.ReadFile("../../messages/turbine_grain.pb.go")
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +23,7 @@ func TestRouterControlMethodsMatchClient(t *testing.T) {
 		sent[string(m[1])], _ = strconv.Atoi(string(m[2]))
 	}
 	service := messages.File_turbine_proto.Services().ByName("Router")
-	for _, name := range RouterControlMethods {
+	for _, name := range ControlMethods {
 		i, ok := sent[string(name)]
 		if !ok {
 			t.Fatalf("the generated Router client has no method %s (found %v)", name, sent)
