@@ -100,8 +100,15 @@ type ModelCard struct {
 	FilesFrom *ActorRef `protobuf:"bytes,10,opt,name=files_from,json=filesFrom,proto3" json:"files_from,omitempty"`
 	// Architecture figures from the model folder's config.json (0 when unknown), for the
 	// planner and the mock engine's timing model.
-	Architecture  *ModelArchitecture `protobuf:"bytes,11,opt,name=architecture,proto3" json:"architecture,omitempty"`
-	Engine        string             `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"` // "mocker", "vllm", "sglang", "trtllm"
+	Architecture *ModelArchitecture `protobuf:"bytes,11,opt,name=architecture,proto3" json:"architecture,omitempty"`
+	Engine       string             `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"` // "mocker", "vllm", "sglang", "trtllm"
+	// How the model's output is parsed (vLLM's parser names, docs/reference.md §15): set on
+	// the worker (--tool-call-parser, --reasoning-parser, or detected from the model
+	// folder) so that every frontend parses the same way; "" for none.
+	ToolCallParser  string `protobuf:"bytes,13,opt,name=tool_call_parser,json=toolCallParser,proto3" json:"tool_call_parser,omitempty"`
+	ReasoningParser string `protobuf:"bytes,14,opt,name=reasoning_parser,json=reasoningParser,proto3" json:"reasoning_parser,omitempty"`
+	// How the parsers were chosen: "flag", "detected", "flag+detected" or "" (none).
+	ParserSource  string `protobuf:"bytes,15,opt,name=parser_source,json=parserSource,proto3" json:"parser_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +223,27 @@ func (x *ModelCard) GetArchitecture() *ModelArchitecture {
 func (x *ModelCard) GetEngine() string {
 	if x != nil {
 		return x.Engine
+	}
+	return ""
+}
+
+func (x *ModelCard) GetToolCallParser() string {
+	if x != nil {
+		return x.ToolCallParser
+	}
+	return ""
+}
+
+func (x *ModelCard) GetReasoningParser() string {
+	if x != nil {
+		return x.ReasoningParser
+	}
+	return ""
+}
+
+func (x *ModelCard) GetParserSource() string {
+	if x != nil {
+		return x.ParserSource
 	}
 	return ""
 }
@@ -2271,7 +2299,10 @@ type SamplingParams struct {
 	FrequencyPenalty float64                `protobuf:"fixed64,12,opt,name=frequency_penalty,json=frequencyPenalty,proto3" json:"frequency_penalty,omitempty"`
 	// One leg of a disaggregated request; unset for an aggregated one. It travels with the
 	// sampling parameters as vLLM's kv_transfer_params travel in SamplingParams.extra_args.
-	Disagg        *DisaggParams `protobuf:"bytes,13,opt,name=disagg,proto3" json:"disagg,omitempty"`
+	Disagg *DisaggParams `protobuf:"bytes,13,opt,name=disagg,proto3" json:"disagg,omitempty"`
+	// Constrains the output (structured output, tool_choice required or named); unset for
+	// free text. Such a request is not migrated mid-stream (docs/reference.md §10).
+	Structured    *StructuredOutput `protobuf:"bytes,14,opt,name=structured,proto3" json:"structured,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2397,6 +2428,91 @@ func (x *SamplingParams) GetDisagg() *DisaggParams {
 	return nil
 }
 
+func (x *SamplingParams) GetStructured() *StructuredOutput {
+	if x != nil {
+		return x.Structured
+	}
+	return nil
+}
+
+// StructuredOutput is a constraint on the engine's output, as vLLM's structured_outputs
+// (docs/reference.md §16). Exactly one field is set.
+type StructuredOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	JsonSchema    string                 `protobuf:"bytes,1,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`  // a JSON Schema, as JSON text
+	JsonObject    bool                   `protobuf:"varint,2,opt,name=json_object,json=jsonObject,proto3" json:"json_object,omitempty"` // any JSON object (response_format json_object)
+	Regex         string                 `protobuf:"bytes,3,opt,name=regex,proto3" json:"regex,omitempty"`
+	Choice        []string               `protobuf:"bytes,4,rep,name=choice,proto3" json:"choice,omitempty"`   // one of these strings exactly
+	Grammar       string                 `protobuf:"bytes,5,opt,name=grammar,proto3" json:"grammar,omitempty"` // an EBNF grammar (vLLM/xgrammar, SGLang ebnf)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StructuredOutput) Reset() {
+	*x = StructuredOutput{}
+	mi := &file_turbine_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StructuredOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StructuredOutput) ProtoMessage() {}
+
+func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StructuredOutput.ProtoReflect.Descriptor instead.
+func (*StructuredOutput) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *StructuredOutput) GetJsonSchema() string {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return ""
+}
+
+func (x *StructuredOutput) GetJsonObject() bool {
+	if x != nil {
+		return x.JsonObject
+	}
+	return false
+}
+
+func (x *StructuredOutput) GetRegex() string {
+	if x != nil {
+		return x.Regex
+	}
+	return ""
+}
+
+func (x *StructuredOutput) GetChoice() []string {
+	if x != nil {
+		return x.Choice
+	}
+	return nil
+}
+
+func (x *StructuredOutput) GetGrammar() string {
+	if x != nil {
+		return x.Grammar
+	}
+	return ""
+}
+
 // DisaggParams is what an engine needs for one leg of a disaggregated request
 // (docs/reference.md §6).
 type DisaggParams struct {
@@ -2415,7 +2531,7 @@ type DisaggParams struct {
 
 func (x *DisaggParams) Reset() {
 	*x = DisaggParams{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2543,7 @@ func (x *DisaggParams) String() string {
 func (*DisaggParams) ProtoMessage() {}
 
 func (x *DisaggParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2556,7 @@ func (x *DisaggParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
 func (*DisaggParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DisaggParams) GetLeg() string {
@@ -2492,7 +2608,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2620,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2633,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -2577,7 +2693,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2705,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2718,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -2693,7 +2809,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2705,7 +2821,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2718,7 +2834,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -2748,7 +2864,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2876,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2889,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -2801,7 +2917,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +2929,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +2942,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -2857,7 +2973,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +2985,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +2998,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -2934,7 +3050,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3062,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3075,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -3011,7 +3127,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3139,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3152,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -3077,7 +3193,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +3205,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +3218,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -3120,7 +3236,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3132,7 +3248,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3145,7 +3261,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -3161,7 +3277,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3289,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3302,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -3230,7 +3346,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3242,7 +3358,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3255,7 +3371,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{44}
+	return file_turbine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3294,7 +3410,7 @@ const file_turbine_proto_rawDesc = "" +
 	"turbine.v1\"4\n" +
 	"\bActorRef\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xe8\x03\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xe2\x04\n" +
 	"\tModelCard\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer\x12%\n" +
@@ -3310,7 +3426,10 @@ const file_turbine_proto_rawDesc = "" +
 	"files_from\x18\n" +
 	" \x01(\v2\x14.turbine.v1.ActorRefR\tfilesFrom\x12A\n" +
 	"\farchitecture\x18\v \x01(\v2\x1d.turbine.v1.ModelArchitectureR\farchitecture\x12\x16\n" +
-	"\x06engine\x18\f \x01(\tR\x06engine\"\xce\x02\n" +
+	"\x06engine\x18\f \x01(\tR\x06engine\x12(\n" +
+	"\x10tool_call_parser\x18\r \x01(\tR\x0etoolCallParser\x12)\n" +
+	"\x10reasoning_parser\x18\x0e \x01(\tR\x0freasoningParser\x12#\n" +
+	"\rparser_source\x18\x0f \x01(\tR\fparserSource\"\xce\x02\n" +
 	"\x11ModelArchitecture\x12\"\n" +
 	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12\x1d\n" +
 	"\n" +
@@ -3470,7 +3589,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"\x13\n" +
 	"\x11ListModelsRequest\":\n" +
 	"\tModelList\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\xc8\x03\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\x86\x04\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05R\tmaxTokens\x12\x1d\n" +
@@ -3488,7 +3607,18 @@ const file_turbine_proto_rawDesc = "" +
 	" \x01(\x03R\x04seed\x12)\n" +
 	"\x10presence_penalty\x18\v \x01(\x01R\x0fpresencePenalty\x12+\n" +
 	"\x11frequency_penalty\x18\f \x01(\x01R\x10frequencyPenalty\x120\n" +
-	"\x06disagg\x18\r \x01(\v2\x18.turbine.v1.DisaggParamsR\x06disagg\"\xc3\x01\n" +
+	"\x06disagg\x18\r \x01(\v2\x18.turbine.v1.DisaggParamsR\x06disagg\x12<\n" +
+	"\n" +
+	"structured\x18\x0e \x01(\v2\x1c.turbine.v1.StructuredOutputR\n" +
+	"structured\"\x9c\x01\n" +
+	"\x10StructuredOutput\x12\x1f\n" +
+	"\vjson_schema\x18\x01 \x01(\tR\n" +
+	"jsonSchema\x12\x1f\n" +
+	"\vjson_object\x18\x02 \x01(\bR\n" +
+	"jsonObject\x12\x14\n" +
+	"\x05regex\x18\x03 \x01(\tR\x05regex\x12\x16\n" +
+	"\x06choice\x18\x04 \x03(\tR\x06choice\x12\x18\n" +
+	"\agrammar\x18\x05 \x01(\tR\agrammar\"\xc3\x01\n" +
 	"\fDisaggParams\x12\x10\n" +
 	"\x03leg\x18\x01 \x01(\tR\x03leg\x12,\n" +
 	"\x12kv_transfer_params\x18\x02 \x01(\tR\x10kvTransferParams\x12%\n" +
@@ -3592,7 +3722,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_turbine_proto_goTypes = []any{
 	(*ActorRef)(nil),           // 0: turbine.v1.ActorRef
 	(*ModelCard)(nil),          // 1: turbine.v1.ModelCard
@@ -3626,19 +3756,20 @@ var file_turbine_proto_goTypes = []any{
 	(*ListModelsRequest)(nil),  // 29: turbine.v1.ListModelsRequest
 	(*ModelList)(nil),          // 30: turbine.v1.ModelList
 	(*SamplingParams)(nil),     // 31: turbine.v1.SamplingParams
-	(*DisaggParams)(nil),       // 32: turbine.v1.DisaggParams
-	(*Generate)(nil),           // 33: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 34: turbine.v1.TokenChunk
-	(*Credit)(nil),             // 35: turbine.v1.Credit
-	(*ReleaseKv)(nil),          // 36: turbine.v1.ReleaseKv
-	(*Cancel)(nil),             // 37: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 38: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 39: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 40: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 41: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 42: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 43: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 44: turbine.v1.NodeStatus
+	(*StructuredOutput)(nil),   // 32: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),       // 33: turbine.v1.DisaggParams
+	(*Generate)(nil),           // 34: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 35: turbine.v1.TokenChunk
+	(*Credit)(nil),             // 36: turbine.v1.Credit
+	(*ReleaseKv)(nil),          // 37: turbine.v1.ReleaseKv
+	(*Cancel)(nil),             // 38: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 39: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 40: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 41: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 42: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 43: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 44: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 45: turbine.v1.NodeStatus
 }
 var file_turbine_proto_depIdxs = []int32{
 	0,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -3662,41 +3793,42 @@ var file_turbine_proto_depIdxs = []int32{
 	0,  // 18: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
 	27, // 19: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
 	1,  // 20: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	32, // 21: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	31, // 22: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	0,  // 23: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	1,  // 24: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	0,  // 25: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	0,  // 26: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	38, // 27: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	43, // 28: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	5,  // 29: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
-	7,  // 30: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
-	12, // 31: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
-	14, // 32: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
-	16, // 33: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
-	19, // 34: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
-	19, // 35: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
-	21, // 36: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
-	22, // 37: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	25, // 38: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	29, // 39: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	6,  // 40: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	20, // 41: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	13, // 42: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	20, // 43: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	17, // 44: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	20, // 45: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	20, // 46: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	20, // 47: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	24, // 48: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	20, // 49: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	30, // 50: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	40, // [40:51] is the sub-list for method output_type
-	29, // [29:40] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	33, // 21: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	32, // 22: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	31, // 23: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	0,  // 24: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	1,  // 25: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	0,  // 26: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	0,  // 27: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	39, // 28: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	44, // 29: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	5,  // 30: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
+	7,  // 31: turbine.v1.Router.Deregister:input_type -> turbine.v1.DeregisterWorker
+	12, // 32: turbine.v1.Router.PublishEvents:input_type -> turbine.v1.KvEventBatch
+	14, // 33: turbine.v1.Router.PublishDump:input_type -> turbine.v1.BlockDump
+	16, // 34: turbine.v1.Router.Route:input_type -> turbine.v1.RouteRequest
+	19, // 35: turbine.v1.Router.PrefillDone:input_type -> turbine.v1.RequestRef
+	19, // 36: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
+	21, // 37: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
+	22, // 38: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
+	25, // 39: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	29, // 40: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	6,  // 41: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	20, // 42: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	13, // 43: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	20, // 44: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	17, // 45: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	20, // 46: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	20, // 47: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	20, // 48: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	24, // 49: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	20, // 50: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	30, // 51: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	41, // [41:52] is the sub-list for method output_type
+	30, // [30:41] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -3715,7 +3847,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
