@@ -19,7 +19,8 @@
 // re-sends the prompt plus the tokens produced so far, with max_tokens and min_tokens
 // reduced, to another worker (the failed ones excluded), under a new internal request id,
 // up to Config.MigrationLimit times; Recv hides this from the gateway. Counted in
-// turbine_frontend_migrations_total{model,reason}.
+// turbine_frontend_migrations_total{model,reason}. A structured output request
+// (SamplingParams.structured) is never migrated: its stream ends with the fault.
 //
 // Disaggregated serving (disagg.go): when the Router grain answers "remote", the stream
 // runs a prefill leg (max_tokens 1) on the prefill worker under the route's

@@ -48,6 +48,17 @@ func faultOf(ch *messages.TokenChunk) string {
 	return FaultEngineError
 }
 
+// unmovable says why a request may never be migrated, or "" when it may: one whose
+// output is constrained (structured output, SamplingParams.structured) is not re-sent,
+// because the engine would constrain the continuation as a whole new output, from the
+// grammar's start, and corrupt it (docs/reference.md §10).
+func unmovable(sampling *messages.SamplingParams) string {
+	if sampling.GetStructured() != nil {
+		return "structured output requests are not moved to another worker (the output constraint cannot resume mid-answer)"
+	}
+	return ""
+}
+
 // refusal says why a fault is not migrated after done migrations under limit, or ""
 // when one more is allowed.
 func refusal(limit, done int) string {

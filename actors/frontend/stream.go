@@ -406,9 +406,10 @@ func (s *stream) hand(ch *messages.TokenChunk) *messages.TokenChunk {
 
 // migrate ends the failed attempt and re-sends the rest of the request to another
 // worker. It returns nil when the stream goes on (or failed: routing found no worker), or
-// the chunk that ends it: the fault's error chunk naming why it was not migrated (still
-// marked migratable: another try may succeed, which the gateway answers with 502), or a
-// "length" finish when max_tokens was already used up.
+// the chunk that ends it: the fault's error chunk naming why it was not migrated (a
+// structured output request, unmovable; the limit, refusal), still marked migratable:
+// another try may succeed, which the gateway answers with 502; or a "length" finish when
+// max_tokens was already used up.
 func (s *stream) migrate(ar arrival) *messages.TokenChunk {
 	failed := s.cur
 	s.end(failed, "migrating the request: "+ar.fault)
@@ -418,6 +419,9 @@ func (s *stream) migrate(ar arrival) *messages.TokenChunk {
 		ch.FinishReason, ch.TokenIds = "error", nil
 		ch.Error = fmt.Sprintf("%s; not migrated: %s", ch.Error, why)
 		return ch
+	}
+	if why := unmovable(s.req.Sampling); why != "" {
+		return fail(why)
 	}
 	if why := refusal(s.cfg.MigrationLimit, s.migrations); why != "" {
 		return fail(why)

@@ -259,6 +259,8 @@ type harnessOpts struct {
 	bootstrap  bool
 	enforce    bool
 	callErr    error // fakeRouter.callErr
+	// structured constrains the request's output (SamplingParams.structured).
+	structured *messages.StructuredOutput
 }
 
 // buildHarness starts the stream over workers; a start error is kept in startErr.
@@ -302,7 +304,8 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, PrefillReleaseWait: 200 * time.Millisecond,
 		clock: h.clock}
 	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
-		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, HasSeed: true, Seed: 7}}
+		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, HasSeed: true, Seed: 7,
+			Structured: o.structured}}
 	h.rec = &fakeRecorder{h: h}
 	h.stream = newStream(sys.Root, h.router, cfg, req, newID, h.rec)
 	h.startErr = h.stream.start(req.TokenIDs, req.Sampling)

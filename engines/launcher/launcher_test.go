@@ -28,6 +28,8 @@ func minimal(engine string) Spec {
 
 func withRole(s Spec, r Role) Spec { s.Role = r; return s }
 
+func withReasoning(s Spec, name string) Spec { s.ReasoningParser = name; return s }
+
 func withExecutables(s Spec) Spec {
 	s.Executable, s.Python = "/opt/engine/bin/serve", "/opt/venv/bin/python"
 	return s
@@ -92,6 +94,10 @@ func TestCommandGolden(t *testing.T) {
 		{"trtllm-prefill", withRole(minimal(EngineTRTLLM), RolePrefill)},
 		{"trtllm-decode", withRole(minimal(EngineTRTLLM), RoleDecode)},
 		{"trtllm-executable", withExecutables(minimal(EngineTRTLLM))},
+		{"vllm-reasoning", withReasoning(minimal(EngineVLLM), "qwen3")},
+		{"sglang-reasoning", withReasoning(minimal(EngineSGLang), "deepseek_r1")},
+		{"sglang-reasoning-unknown", withReasoning(minimal(EngineSGLang), "mistral")},
+		{"trtllm-reasoning", withReasoning(minimal(EngineTRTLLM), "qwen3")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := render(t, tc.spec)
@@ -221,5 +227,24 @@ func TestTRTLLMOptionsFileLifetime(t *testing.T) {
 	}
 	if got := trtllmModelName("Qwen/Qwen3-8B"); got != "Qwen/Qwen3-8B" {
 		t.Fatalf("model name of a hub name: %q", got)
+	}
+}
+
+// TestMockerParserFlags: the mock engine plays the model family the worker's parsers
+// name (--tool-call-parser, --reasoning-parser), and gets neither flag without them.
+func TestMockerParserFlags(t *testing.T) {
+	m := &Mocker{Executable: "turbine", Model: "m", Tokenizer: "builtin:cl100k_base", BlockSize: 16,
+		ToolCallParser: "hermes", ReasoningParser: "qwen3"}
+	argv, _ := m.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
+	line := strings.Join(argv, " ")
+	for _, want := range []string{"--tool-call-parser hermes", "--reasoning-parser qwen3"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("command %q lacks %q", line, want)
+		}
+	}
+	m.ToolCallParser, m.ReasoningParser = "", ""
+	argv, _ = m.Command("127.0.0.1", 8000, "tcp://127.0.0.1:5557")
+	if line := strings.Join(argv, " "); strings.Contains(line, "parser") {
+		t.Fatalf("a mock engine without parsers got %q", line)
 	}
 }

@@ -49,6 +49,10 @@ type Mocker struct {
 	// KVLoadFailurePolicy (--kv-load-failure-policy: "fail" or "recompute"); "" leaves
 	// the mock engine's default (fail).
 	KVLoadFailurePolicy string
+	// ToolCallParser and ReasoningParser (--tool-call-parser, --reasoning-parser: vLLM's
+	// parser names, those of the model card) make the mock engine answer like a model
+	// of that family (engines/mocker/persona); "" passes neither flag.
+	ToolCallParser, ReasoningParser string
 	// Extra arguments appended untouched.
 	Extra []string
 
@@ -111,6 +115,12 @@ func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []
 	}
 	if m.KVLoadFailurePolicy != "" {
 		argv = append(argv, "--kv-load-failure-policy", m.KVLoadFailurePolicy)
+	}
+	if m.ToolCallParser != "" {
+		argv = append(argv, "--tool-call-parser", m.ToolCallParser)
+	}
+	if m.ReasoningParser != "" {
+		argv = append(argv, "--reasoning-parser", m.ReasoningParser)
 	}
 	argv = append(argv, m.Extra...)
 	return argv, nil

@@ -81,6 +81,9 @@ func (l *SGLang) Command(host string, port int, kvEndpoint string) (argv, env []
 			bootstrap = net.JoinHostPort(host, strconv.Itoa(port))
 		}
 	}
+	if name := sglangReasoningParsers[s.ReasoningParser]; name != "" {
+		argv = append(argv, "--reasoning-parser", name)
+	}
 	l.mu.Lock()
 	l.bootstrap = bootstrap
 	l.mu.Unlock()

@@ -96,8 +96,19 @@ type Spec struct {
 	KVEventBufferSize int
 	// TempDir is where TRTLLM writes its extra_llm_api_options file (default os.TempDir()).
 	TempDir string
+	// ReasoningParser is the model's reasoning parser by vLLM's name ("" for none). vLLM
+	// and SGLang are told it so that a structured-output constraint applies after the
+	// chain of thought, not to it (docs/reference.md §16); Turbine parses the output
+	// itself either way.
+	ReasoningParser string
 	// Extra arguments, appended to the engine's command line untouched.
 	Extra []string
+}
+
+// sglangReasoningParsers maps vLLM's reasoning parser names to SGLang's
+// (sglang/srt/parser/reasoning_parser.py); a name SGLang lacks is not passed.
+var sglangReasoningParsers = map[string]string{
+	"deepseek_r1": "deepseek-r1", "qwen3": "qwen3", "kimi_k2": "kimi_k2", "glm45": "glm45", "openai_gptoss": "gpt-oss",
 }
 
 // Validate checks a spec; errors name the field that is wrong.

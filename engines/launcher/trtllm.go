@@ -88,13 +88,17 @@ func (l *TRTLLM) writeOptions() error {
 //	  event_buffer_max_size: <KV event buffer size>
 //	  free_gpu_memory_fraction: <f>          # when the spec sets it
 //	enable_iter_perf_stats: true
+//	guided_decoding_backend: xgrammar
 //	disable_overlap_scheduler: true          # prefill role (context server)
 //	cache_transceiver_config:                # prefill and decode roles
 //	  backend: DEFAULT
 //
 // TensorRT-LLM's disaggregated serving examples turn the overlap scheduler off on
 // context servers (examples/disaggregated/README.md), and give both kinds of server a
-// cache_transceiver_config; backend DEFAULT is NIXL.
+// cache_transceiver_config; backend DEFAULT is NIXL. Without a guided_decoding_backend
+// trtllm-serve accepts a response_format (an output constraint, docs/reference.md §16)
+// and enforces nothing; xgrammar is the backend both its PyTorch and TensorRT backends
+// implement.
 func TRTLLMOptions(spec Spec) string {
 	s := spec.withDefaults()
 	var b strings.Builder
@@ -108,6 +112,7 @@ func TRTLLMOptions(spec Spec) string {
 		fmt.Fprintf(&b, "  free_gpu_memory_fraction: %s\n", strconv.FormatFloat(s.GPUMemoryUtilization, 'g', -1, 64))
 	}
 	b.WriteString("enable_iter_perf_stats: true\n")
+	b.WriteString("guided_decoding_backend: xgrammar\n")
 	if s.Role == RolePrefill {
 		b.WriteString("disable_overlap_scheduler: true\n")
 	}

@@ -16,7 +16,8 @@ import (
 //	  --tensor-parallel-size <tp> [--gpu-memory-utilization <f>] --block-size <b>
 //	  --enable-prefix-caching [--max-model-len <n>] [--max-num-seqs <n>]
 //	  [--max-num-batched-tokens <n>] --kv-events-config <json>
-//	  [--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both"}] <extra...>
+//	  [--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both"}]
+//	  [--reasoning-parser <name>] <extra...>
 //
 // The KV events config is vLLM's KVEventsConfig (vllm/config/kv_events.py):
 // {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":<kv endpoint>,"topic":"kv-events"}.
@@ -46,6 +47,9 @@ func (v *VLLM) Command(host string, port int, kvEndpoint string) (argv, env []st
 		if p, err := supervise.FreePort(host); err == nil {
 			env = append(env, "VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(p))
 		}
+	}
+	if s.ReasoningParser != "" {
+		argv = append(argv, "--reasoning-parser", s.ReasoningParser)
 	}
 	return append(argv, s.Extra...), env
 }

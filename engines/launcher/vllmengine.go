@@ -27,7 +27,8 @@ const (
 // vLLM's own disaggregated proxies) send it.
 var vllmPrefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
-// vllmEngine adapts the vLLM-dialect client to engines.Engine.
+// vllmEngine adapts the vLLM-dialect client to engines.Engine. An output constraint
+// (SamplingParams.structured) is sent as structured_outputs (vllm.StructuredOutputs).
 //
 // Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): a prefill leg is sent with
 // vllmPrefillParams, max_tokens 1, min_tokens 1 and "stream": false; its one chunk
@@ -89,6 +90,13 @@ func (e *vllmEngine) Generate(ctx context.Context, requestID string, tokens []ui
 			req.Extra = map[string]any{}
 		}
 		req.Extra[k] = v
+	}
+	so, err := vllm.StructuredOutputs(s.GetStructured())
+	if err != nil {
+		return err
+	}
+	if so != nil {
+		extra("structured_outputs", so)
 	}
 	switch leg := s.GetDisagg(); leg.GetLeg() {
 	case "":

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/turbine-llm/turbine/kv"
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // mediumGPU is the medium of every block this engine stores (vLLM's MEDIUM_GPU).
@@ -36,6 +37,15 @@ type Request struct {
 	HasSeed bool
 	// LoraName names the adapter ("" for the base model); it changes the block hashes.
 	LoraName string
+	// Script, when not nil, is the output to give instead of drawn words (a model's
+	// answer planned by engines/mocker/persona): its tokens in order, then EOS (an empty
+	// script: EOS at once). The stop rules apply to its tokens as to drawn ones: one that
+	// is EOS or in StopTokenIDs ends the request, and MaxTokens truncates it (finish
+	// reason "length"). With IgnoreEOS, or while fewer than MinTokens were generated,
+	// drawn words follow the script instead of EOS, and before MinTokens a script token
+	// that would stop the request is replaced by a word (min_tokens masks it). Timing
+	// and the KV cache behave as for drawn tokens.
+	Script []uint32
 
 	// HoldBlocks makes the request the prefill leg of a disaggregated request (vLLM's
 	// kv_transfer_params do_remote_decode): when it finishes on its length limit
@@ -53,6 +63,11 @@ type Request struct {
 	// imported blocks enter the prefix cache (BlockStored) like computed ones. A request
 	// preempted later recomputes them.
 	ImportedTokens int
+
+	// Structured is the output constraint the request carried (structured outputs,
+	// docs/reference.md §16), read from each dialect's fields by the server; nil for free
+	// text. The engine core does not read it.
+	Structured *messages.StructuredOutput
 }
 
 // FinishReason says why a request ended (OpenAI/vLLM finish_reason values).
@@ -512,9 +527,22 @@ func (e *Engine) generate(s *sequence) Output {
 }
 
 // nextToken is a function of the generation state (seed and every token so far), the
-// output count (for min_tokens) and the request's stop settings only.
+// output count (for min_tokens and the script) and the request's stop settings only.
 func (e *Engine) nextToken(s *sequence) uint32 {
 	mayStop := s.output >= s.req.MinTokens
+	if script := s.req.Script; script != nil {
+		switch {
+		case s.output < len(script):
+			if t := script[s.output]; mayStop || !e.isStop(s, t) {
+				return t
+			}
+		case mayStop && !s.req.IgnoreEOS && len(e.vocab.EOS) > 0:
+			return e.vocab.EOS[0]
+		}
+		// A word: past the script with ignore_eos, before min_tokens or without an
+		// EOS token, or in place of a script token min_tokens masks. The draw below
+		// picks EOS in none of these cases.
+	}
 	if mayStop && !s.req.IgnoreEOS && len(e.vocab.EOS) > 0 &&
 		unitFloat(mix64(s.state^0x5bd1e9955bd1e995)) < 1/float64(e.cfg.MeanOutputTokens) {
 		return e.vocab.EOS[0]

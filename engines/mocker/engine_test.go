@@ -581,3 +581,72 @@ func BenchmarkStep(b *testing.B) {
 		b.ReportMetric(float64(tokens)/simulated.Seconds(), "simulated-tokens/s")
 	}
 }
+
+// W marks a drawn word (any ordinary token) in TestScript's expectations.
+const W = ^uint32(0)
+
+func TestScript(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		req    Request
+		want   []uint32
+		reason FinishReason
+		stopID uint32 // Output.StopTokenID when set
+	}{
+		{name: "script then EOS", req: Request{Script: []uint32{50, 51, 52}, MaxTokens: 20},
+			want: []uint32{50, 51, 52, 2}, reason: FinishStop},
+		{name: "empty script: EOS at once", req: Request{Script: []uint32{}, MaxTokens: 20},
+			want: []uint32{2}, reason: FinishStop},
+		{name: "max_tokens truncates", req: Request{Script: []uint32{50, 51, 52}, MaxTokens: 2},
+			want: []uint32{50, 51}, reason: FinishLength},
+		{name: "ignore_eos: words after the script", req: Request{Script: []uint32{50, 51}, MaxTokens: 5, IgnoreEOS: true},
+			want: []uint32{50, 51, W, W, W}, reason: FinishLength},
+		{name: "min_tokens: words until reached, then EOS", req: Request{Script: []uint32{50, 51}, MaxTokens: 20, MinTokens: 4},
+			want: []uint32{50, 51, W, W, 2}, reason: FinishStop},
+		{name: "EOS in the script ends it", req: Request{Script: []uint32{50, 2, 51}, MaxTokens: 20},
+			want: []uint32{50, 2}, reason: FinishStop},
+		{name: "stop token in the script ends it", req: Request{Script: []uint32{50, 51, 52}, MaxTokens: 20, StopTokenIDs: []uint32{51}},
+			want: []uint32{50, 51}, reason: FinishStop, stopID: 51},
+		{name: "min_tokens masks the script's EOS", req: Request{Script: []uint32{50, 2, 51}, MaxTokens: 20, MinTokens: 3},
+			want: []uint32{50, W, 51, 2}, reason: FinishStop},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t, smallConfig())
+			r := c.req
+			r.ID, r.Prompt = "a", seqTokens(1, 10)
+			mustAdd(t, e, r)
+			rr := run(t, e, t0)
+			got, last := rr.tokens["a"], rr.last["a"]
+			if len(got) != len(c.want) {
+				t.Fatalf("tokens %v, want %v", got, c.want)
+			}
+			for i, w := range c.want {
+				if w == W && !slices.Contains(testVocab().Ordinary, got[i]) || w != W && got[i] != w {
+					t.Fatalf("tokens %v, want %v (W: an ordinary word)", got, c.want)
+				}
+			}
+			if last.FinishReason != c.reason || last.HasStopTokenID != (c.stopID != 0) || last.StopTokenID != c.stopID {
+				t.Fatalf("finished %+v, want %s (stop id %d)", last, c.reason, c.stopID)
+			}
+		})
+	}
+}
+
+// TestScriptKeepsTiming: a scripted request takes the same steps, of the same modelled
+// durations, as a drawn one of the same lengths.
+func TestScriptKeepsTiming(t *testing.T) {
+	durations := func(script []uint32) []time.Duration {
+		e := newEngine(t, smallConfig())
+		mustAdd(t, e, Request{ID: "a", Prompt: seqTokens(1, 30), MaxTokens: 12, IgnoreEOS: true, Script: script})
+		mustAdd(t, e, Request{ID: "b", Prompt: seqTokens(100, 20), MaxTokens: 7, IgnoreEOS: true})
+		var out []time.Duration
+		for _, s := range run(t, e, t0).steps {
+			out = append(out, s.Duration)
+		}
+		return out
+	}
+	drawn, scripted := durations(nil), durations([]uint32{60, 61, 62, 63, 64})
+	if !slices.Equal(drawn, scripted) {
+		t.Fatalf("step durations differ: drawn %v, scripted %v", drawn, scripted)
+	}
+}

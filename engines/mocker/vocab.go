@@ -65,7 +65,8 @@ func isSpaceWord(b []byte) bool {
 // sequence (prompt, then output) in order; the next token is a function of that state
 // alone, like greedy decoding. The same prompt and seed therefore give the same output
 // on any engine, and a request re-sent with part of its output appended to the prompt
-// continues exactly where the first stopped.
+// continues exactly where the first stopped. A request with a Script (a model's answer
+// planned by engines/mocker/persona) gives the script's tokens instead.
 
 // mix64 is the SplitMix64 finaliser.
 func mix64(x uint64) uint64 {

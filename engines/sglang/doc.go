@@ -14,6 +14,9 @@
 //	                     "top_p": 0.9, "top_k": 20, "stop_token_ids": [7], "ignore_eos": false,
 //	                     "sampling_seed": 5, "frequency_penalty": 0, "presence_penalty": 0}}
 //
+// An output constraint is one of sampling_params' "json_schema" (a JSON Schema as JSON
+// text), "regex" or "ebnf" (SGLang refuses more than one); see samplingFrom.
+//
 // A streamed answer is Server-Sent Events: one "data: {json}" line and a blank line per
 // chunk, then "data: [DONE]". Each chunk is
 //

@@ -86,7 +86,12 @@ func engineChunk(ch Chunk) engines.Chunk {
 	return out
 }
 
-// samplingFrom maps Turbine's sampling parameters to SGLang's names.
+// samplingFrom maps Turbine's sampling parameters to SGLang's names. An output
+// constraint (SamplingParams.structured, docs/reference.md §16) becomes one of SGLang's
+// three: a JSON Schema is json_schema (its text), json_object the schema
+// {"type":"object"} (as SGLang's own OpenAI server sends it), a regex regex, a list of
+// choices the regex that matches exactly one of them (enginehttp.ChoiceRegex), an EBNF
+// grammar ebnf.
 func samplingFrom(s *messages.SamplingParams) SamplingParams {
 	p := SamplingParams{MaxNewTokens: int(s.GetMaxTokens()), MinNewTokens: int(s.GetMinTokens()),
 		IgnoreEOS: s.GetIgnoreEos(), StopTokenIDs: s.GetStopTokenIds()}
@@ -96,6 +101,18 @@ func samplingFrom(s *messages.SamplingParams) SamplingParams {
 	}
 	if v := s.GetFrequencyPenalty(); v != 0 {
 		p.FrequencyPenalty = &v
+	}
+	switch so := s.GetStructured(); {
+	case so.GetJsonSchema() != "":
+		p.JSONSchema = so.GetJsonSchema()
+	case so.GetJsonObject():
+		p.JSONSchema = `{"type":"object"}`
+	case so.GetRegex() != "":
+		p.Regex = so.GetRegex()
+	case len(so.GetChoice()) > 0:
+		p.Regex = enginehttp.ChoiceRegex(so.GetChoice())
+	case so.GetGrammar() != "":
+		p.EBNF = so.GetGrammar()
 	}
 	return p
 }

@@ -34,6 +34,9 @@ type SamplingParams struct {
 	IgnoreEOS         bool
 	// Seed is sampling_seed (SGLang versions from late 2025 on; older ones refuse it).
 	Seed *int64
+	// JSONSchema (json_schema, a JSON Schema as JSON text), Regex (regex) and EBNF (ebnf)
+	// constrain the output; at most one ("" leaves it out). See samplingFrom.
+	JSONSchema, Regex, EBNF string
 	// Extra keys added to sampling_params as they are, unless set above.
 	Extra map[string]any
 }
@@ -322,7 +325,8 @@ func generateBody(r GenerateRequest) ([]byte, error) {
 func samplingBody(b []byte, p SamplingParams) ([]byte, error) {
 	b = append(b, '{')
 	own := map[string]bool{"max_new_tokens": true, "min_new_tokens": p.MinNewTokens > 0, "top_k": p.TopK != 0,
-		"stop_token_ids": len(p.StopTokenIDs) > 0, "ignore_eos": p.IgnoreEOS, "sampling_seed": p.Seed != nil}
+		"stop_token_ids": len(p.StopTokenIDs) > 0, "ignore_eos": p.IgnoreEOS, "sampling_seed": p.Seed != nil,
+		"json_schema": p.JSONSchema != "", "regex": p.Regex != "", "ebnf": p.EBNF != ""}
 	floats := []struct {
 		key string
 		v   *float64
@@ -358,6 +362,11 @@ func samplingBody(b []byte, p SamplingParams) ([]byte, error) {
 	}
 	if p.Seed != nil {
 		b = enginehttp.Int(b, "sampling_seed", *p.Seed)
+	}
+	for _, f := range []struct{ key, v string }{{"json_schema", p.JSONSchema}, {"regex", p.Regex}, {"ebnf", p.EBNF}} {
+		if f.v != "" {
+			b = enginehttp.String(enginehttp.Key(b, f.key), f.v)
+		}
 	}
 	return append(b, '}'), nil
 }

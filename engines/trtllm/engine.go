@@ -82,7 +82,8 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // Generate runs one request and calls fn for each chunk in order; the last carries the
 // finish reason ("cancelled" and "timeout" become "abort") and the usage. The stop token
 // that ended a request is not among the ids: trtllm-serve does not return it. Cancelling
-// ctx, or an error from fn, closes the connection, which aborts the request.
+// ctx, or an error from fn, closes the connection, which aborts the request. An output
+// constraint (SamplingParams.structured) is sent as response_format (ResponseFormat).
 //
 // Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): a prefill leg is a
 // context_only request (disaggregated_params {"request_type": "context_only"},
@@ -104,6 +105,13 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	req.Extra = map[string]any{}
 	if s.GetPresencePenalty() != 0 || s.GetFrequencyPenalty() != 0 {
 		req.Extra = map[string]any{"presence_penalty": s.GetPresencePenalty(), "frequency_penalty": s.GetFrequencyPenalty()}
+	}
+	rf, err := ResponseFormat(s.GetStructured())
+	if err != nil {
+		return err
+	}
+	if rf != nil {
+		req.Extra["response_format"] = rf
 	}
 	switch leg := s.GetDisagg(); leg.GetLeg() {
 	case "":

@@ -13,6 +13,12 @@
 // --kv-transfer-bandwidth × --speedup-ratio bytes per second, within
 // --kv-transfer-connect-timeout and --kv-transfer-read-timeout; a read that fails is
 // answered as --kv-load-failure-policy says (fail, or recompute the prompt).
+//
+// --tool-call-parser and --reasoning-parser (vLLM's parser names) make the engine answer
+// like a model of that family: from the decoded prompt it plans a thinking block, then
+// tool calls in the family's syntax to tools the prompt offers, or a text answer after a
+// tool result (engines/mocker/persona). A request carrying a structured-output
+// constraint is answered with an instance of it whatever the flags.
 package mocker
 
 import (
@@ -24,6 +30,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,8 +41,10 @@ import (
 	"github.com/turbine-llm/turbine/engines/kvevents"
 	enginecore "github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
+	"github.com/turbine-llm/turbine/engines/mocker/persona"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/engines/modelcard"
+	"github.com/turbine-llm/turbine/gateway/parse"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
 )
 
@@ -79,6 +88,9 @@ type Options struct {
 	KVTransferConnectTimeout, KVTransferReadTimeout time.Duration
 	// KVLoadFailurePolicy: fail or recompute (vLLM's kv_load_failure_policy).
 	KVLoadFailurePolicy string
+	// ToolCallParser and ReasoningParser: the model family the engine plays (vLLM's
+	// --tool-call-parser and --reasoning-parser names); "" for none.
+	ToolCallParser, ReasoningParser string
 }
 
 // DefaultTokenizer is used when neither --tokenizer nor --model names one.
@@ -141,6 +153,10 @@ func flags(o *Options, fs *flag.FlagSet) {
 		"how long a decode leg waits to connect to the prefill engine's KV transfer port before its KV load fails")
 	fs.DurationVar(&o.KVTransferReadTimeout, "kv-transfer-read-timeout", o.KVTransferReadTimeout,
 		"how long a decode leg's KV read waits for the prefill engine's next answer, keepalive or data before it fails (a frozen prefill engine)")
+	fs.StringVar(&o.ToolCallParser, "tool-call-parser", o.ToolCallParser,
+		"answer like a tool-calling model whose calls vLLM's parser of this name reads (hermes, llama3_json, openai, ...): calls to the prompt's tools in that syntax (default and none: no tool calls)")
+	fs.StringVar(&o.ReasoningParser, "reasoning-parser", o.ReasoningParser,
+		"answer like a reasoning model whose thinking vLLM's parser of this name reads (qwen3, deepseek_r1, openai_gptoss, ...): a thinking block first (default and none: no thinking)")
 	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy,
 		"a decode leg whose KV read failed: fail (answer the dialect's KV transfer error) or recompute (compute the prompt itself; vLLM dialect only, vLLM's kv_load_failure_policy)")
 }
@@ -190,6 +206,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KVTransfer: server.KVTransferOptions{Host: o.KVTransferHost, Port: o.KVTransferPort, Bandwidth: o.KVTransferBandwidth,
 			BytesPerToken: o.KVBytesPerToken, Timeout: o.KVTransferTimeout, ConnectTimeout: o.KVTransferConnectTimeout,
 			ReadTimeout: o.KVTransferReadTimeout, LoadFailurePolicy: o.KVLoadFailurePolicy},
+		ToolCallParser: o.ToolCallParser, ReasoningParser: o.ReasoningParser,
 	})
 	if err != nil {
 		_ = l.Close()
@@ -205,7 +222,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			ev = ev.Str("kv_events", ep).Bool("kv_events_bind", kvevents.EngineBinds(kvCfg.Endpoint))
 		}
 		ev = ev.Str("role", o.Role).Str("kv_transfer", srv.KVTransferAddr()).Str("kv_transfer_engine_id", srv.KVTransferEngineID()).
-			Int64("kv_bytes_per_token", o.KVBytesPerToken)
+			Int64("kv_bytes_per_token", o.KVBytesPerToken).Str("tool_call_parser", o.ToolCallParser).Str("reasoning_parser", o.ReasoningParser)
 		ev.Msg("mocker serving")
 	})
 }
@@ -289,6 +306,21 @@ func (o *Options) resolve() error {
 	case o.KVLoadFailurePolicy == server.LoadFailureRecompute && d != server.DialectVLLM:
 		return fmt.Errorf("--kv-load-failure-policy recompute needs --dialect vllm (%s has no such fallback)", d)
 	}
+	for _, c := range []struct {
+		flag  string
+		name  *string
+		known []string
+	}{
+		{"--tool-call-parser", &o.ToolCallParser, parserNames(parse.ToolParserNames(), persona.ToolParsers())},
+		{"--reasoning-parser", &o.ReasoningParser, parserNames(parse.ReasoningParserNames(), persona.ReasoningParsers())},
+	} {
+		if *c.name == "none" { // as turbine serve and node take it
+			*c.name = ""
+		}
+		if *c.name != "" && !slices.Contains(c.known, *c.name) {
+			return fmt.Errorf("%s %q: want one of %v, or none (the gateway's parsers whose format the mock engine writes)", c.flag, *c.name, c.known)
+		}
+	}
 	if o.KVBytesPerToken == 0 {
 		n, err := kvBytesPerToken(o.Model, o.Tokenizer)
 		if err != nil {
@@ -320,4 +352,16 @@ func kvBytesPerToken(model, tokenizer string) (int64, error) {
 		}
 	}
 	return server.DefaultKVBytesPerToken, nil
+}
+
+// parserNames returns the names in both lists: parsers the gateway reads whose format
+// the mock engine writes.
+func parserNames(gateway, mock []string) []string {
+	var out []string
+	for _, n := range gateway {
+		if slices.Contains(mock, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

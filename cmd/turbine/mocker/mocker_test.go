@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
+	"github.com/turbine-llm/turbine/engines/mocker/persona"
 	"github.com/turbine-llm/turbine/engines/vllm"
+	"github.com/turbine-llm/turbine/gateway/parse"
 )
 
 // syncBuffer is a log sink the test reads while Run writes.
@@ -181,6 +184,8 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--kv-load-failure-policy", "retry"}, `--kv-load-failure-policy "retry"`},
 		{[]string{"--kv-load-failure-policy", "recompute", "--dialect", "sglang"}, "recompute needs --dialect vllm"},
 		{[]string{"--model", "../../../engines/modelcard/testdata/bad-malformed"}, "or set --kv-bytes-per-token"},
+		{[]string{"--tool-call-parser", "nonesuch"}, `--tool-call-parser "nonesuch": want one of`},
+		{[]string{"--reasoning-parser", "nonesuch"}, `--reasoning-parser "nonesuch": want one of`},
 	} {
 		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -264,5 +269,87 @@ func TestRoleFlags(t *testing.T) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestParserFlags: every parser name both the gateway reads (gateway/parse) and the mock
+// engine writes (engines/mocker/persona) is accepted, from the flag or from
+// TURBINE_TOOL_CALL_PARSER / TURBINE_REASONING_PARSER.
+func TestParserFlags(t *testing.T) {
+	tools, reasoning := parserNames(parse.ToolParserNames(), persona.ToolParsers()),
+		parserNames(parse.ReasoningParserNames(), persona.ReasoningParsers())
+	if len(tools) == 0 || len(reasoning) == 0 {
+		t.Skipf("gateway/parse registers no parser the mock engine writes yet (tools %v, reasoning %v)", tools, reasoning)
+	}
+	for _, name := range tools {
+		o := Defaults()
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		flags(&o, fs)
+		if err := fs.Parse([]string{"--tool-call-parser", name}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.resolve(); err != nil || o.ToolCallParser != name {
+			t.Fatalf("--tool-call-parser %s: %v (%q)", name, err, o.ToolCallParser)
+		}
+	}
+	o := Defaults()
+	o.ToolCallParser, o.ReasoningParser = "none", "none"
+	if err := o.resolve(); err != nil || o.ToolCallParser != "" || o.ReasoningParser != "" {
+		t.Fatalf("none: %v (%q, %q)", err, o.ToolCallParser, o.ReasoningParser)
+	}
+	t.Setenv("TURBINE_REASONING_PARSER", reasoning[0])
+	o = Defaults()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	flags(&o, fs)
+	if err := cli.Parse(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.resolve(); err != nil || o.ReasoningParser != reasoning[0] {
+		t.Fatalf("TURBINE_REASONING_PARSER=%s: %v (%q)", reasoning[0], err, o.ReasoningParser)
+	}
+}
+
+// TestRunPlaysModelFamily: with --tool-call-parser and --reasoning-parser the engine
+// answers a chat prompt offering a tool with a thinking block and a call in that family's
+// syntax.
+func TestRunPlaysModelFamily(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, []string{"--port", "0", "--max-model-len", "4096", "--speedup-ratio", "100",
+			"--tool-call-parser", "hermes", "--reasoning-parser", "qwen3", "--log-format", "json"}, io.Discard, logs)
+	}()
+	ready := waitReady(t, logs, errc)
+	if ready["tool_call_parser"] != "hermes" || ready["reasoning_parser"] != "qwen3" {
+		t.Fatalf("ready line %v", ready)
+	}
+	prompt := "<|im_start|>system\n<tools>\n" +
+		`{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}` +
+		"\n</tools><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+	body, _ := json.Marshal(map[string]any{"model": "turbine-mock", "prompt": prompt, "max_tokens": 500})
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/completions", int(ready["port"].(float64))), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Choices []struct {
+			Text         string `json:"text"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
+		t.Fatalf("answer %+v: %v", out, err)
+	}
+	text := out.Choices[0].Text
+	if !strings.HasPrefix(text, "<think>\n") || !strings.Contains(text, "</think>\n\n<tool_call>\n{\"name\": \"get_weather\"") ||
+		out.Choices[0].FinishReason != "stop" {
+		t.Fatalf("answer %q (%s)", text, out.Choices[0].FinishReason)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

@@ -176,6 +176,9 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 		return nil, aerr
 	}
 	r.HoldBlocks = p.leg.prefill
+	if r.Structured, aerr = vllmStructured(cr.StructuredOutputs); aerr != nil {
+		return nil, aerr
+	}
 	if cr.MinTokens != nil {
 		switch {
 		case *cr.MinTokens < 0:
@@ -195,6 +198,7 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 	if cr.Seed != nil {
 		r.Seed, r.HasSeed = uint64(*cr.Seed), true
 	}
+	r.Script = s.script(r.Prompt, r.Structured, s.seed(&r))
 	p.req = r
 	return p, nil
 }

@@ -24,6 +24,8 @@ type completionRequest struct {
 	ReturnTokenIDs *bool          `json:"return_token_ids"`
 	// KVTransferParams is vLLM's kv_transfer_params (disaggregated serving).
 	KVTransferParams rawJSON `json:"kv_transfer_params"`
+	// StructuredOutputs is the output constraint (structured.go).
+	StructuredOutputs *vllmStructuredOutputs `json:"structured_outputs"`
 }
 
 // vllmKVTransferParams is what a prefill leg returns (vLLM's NIXL connector,

@@ -17,6 +17,15 @@
 // engine's own parameters (vLLM's kv_transfer_params, TensorRT-LLM's
 // disaggregated_params, SGLang's bootstrap fields), and the KV blocks move between mock
 // engines over a real TCP connection (engines/mocker/kvtransfer), paced at a bandwidth.
+//
+// Structured outputs (structured.go): each dialect reads an output constraint in its
+// engine's fields (vLLM's structured_outputs, SGLang's json_schema/regex/ebnf,
+// trtllm-serve's response_format) into mocker.Request.Structured.
+//
+// Model families (persona.go): with Options.ToolCallParser or ReasoningParser, and for
+// any request with such a constraint, the answer is planned from the decoded prompt by
+// engines/mocker/persona (thinking, tool calls, an instance of the constraint) and
+// generated token by token with the usual timing (mocker.Request.Script).
 package server
 
 import (
@@ -72,6 +81,12 @@ type Options struct {
 	Role Role
 	// KVTransfer configures the KV transfer port, opened by New in every role.
 	KVTransfer KVTransferOptions
+	// ToolCallParser and ReasoningParser name the model family the engine plays (vLLM's
+	// --tool-call-parser and --reasoning-parser names, persona.ToolParsers and
+	// ReasoningParsers): when either is set, answers are planned by
+	// engines/mocker/persona from the decoded prompt (tool calls in that family's
+	// syntax, a thinking block) instead of drawn words. "" for none.
+	ToolCallParser, ReasoningParser string
 }
 
 // Server is a running mock engine. Create with New, serve with Run or Handler + Start.
@@ -132,6 +147,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.PollWait <= 0 {
 		opts.PollWait = 2 * time.Second
+	}
+	if err := checkParsers(opts); err != nil {
+		return nil, err
 	}
 	role, err := ParseRole(string(opts.Role))
 	if err != nil {

@@ -94,6 +94,11 @@ type sglangSampling struct {
 	SamplingSeed *int64   `json:"sampling_seed"`
 	N            *int     `json:"n"`
 	Stop         any      `json:"stop"`
+	// The output constraint (structured.go).
+	JSONSchema    *string `json:"json_schema"`
+	Regex         *string `json:"regex"`
+	EBNF          *string `json:"ebnf"`
+	StructuralTag *string `json:"structural_tag"`
 }
 
 // sglangSamplingKeys are SamplingParams's API fields; others are refused, as Python
@@ -175,6 +180,10 @@ func (s *Server) parseSGLang(body []byte) (r mocker.Request, stream bool, maxNew
 	if sp.SamplingSeed != nil {
 		r.Seed, r.HasSeed = uint64(*sp.SamplingSeed), true
 	}
+	if r.Structured, msg = sglangStructured(sp); msg != "" {
+		return r, false, 0, msg
+	}
+	r.Script = s.script(r.Prompt, r.Structured, s.seed(&r))
 	return r, g.Stream, maxNew, ""
 }
 

@@ -112,6 +112,8 @@ type trtllmCompletionReq struct {
 	StopTokenIDs           []int64        `json:"stop_token_ids"`
 	IncludeStopStrInOutput *bool          `json:"include_stop_str_in_output"`
 	Detokenize             *bool          `json:"detokenize"`
+	// ResponseFormat is the output constraint (structured.go).
+	ResponseFormat *trtllmResponseFormat `json:"response_format"`
 }
 
 // trtllmParsed is a validated completion request.
@@ -206,6 +208,9 @@ func (s *Server) parseTRTLLM(body []byte) (p *trtllmParsed, validation bool, msg
 	if cr.Seed != nil {
 		r.Seed, r.HasSeed = uint64(*cr.Seed), true
 	}
+	if r.Structured, validation, msg = trtllmStructured(cr.ResponseFormat); msg != "" {
+		return nil, validation, msg
+	}
 	if p.leg, msg = parseTRTLLMDisagg(fields["disaggregated_params"]); msg != "" {
 		return nil, false, msg
 	}
@@ -214,6 +219,7 @@ func (s *Server) parseTRTLLM(body []byte) (p *trtllmParsed, validation bool, msg
 		// (min_tokens 1: it always ends on its length limit).
 		r.ID, r.MaxTokens, r.MinTokens, r.HoldBlocks = trtllmContextID(), 1, 1, true
 	}
+	r.Script = s.script(r.Prompt, r.Structured, s.seed(&r))
 	p.req = r
 	return p, false, ""
 }
