@@ -456,10 +456,10 @@ func TestQueueRefusal(t *testing.T) {
 	}
 }
 
-// answer returns the result of a request expected to be answered without waiting for
+// answerOf returns the result of a request expected to be answered without waiting for
 // other requests to end; a request that hangs fails the test (after a guard of 10 s,
 // not a timing assertion: the answer comes at once or never).
-func answer(t *testing.T, ch chan *httpResult) *httpResult {
+func answerOf(t *testing.T, ch chan *httpResult) *httpResult {
 	t.Helper()
 	select {
 	case r := <-ch:
@@ -490,7 +490,7 @@ func TestConcurrencyLimitRefusesAtOnce(t *testing.T) {
 	s := newLimitServer(t, b, 1, 0, time.Hour)
 	ra := post(s, "a")
 	<-b.started
-	r := answer(t, post(s, "b"))
+	r := answerOf(t, post(s, "b"))
 	if r.code != 503 || r.retryAfter == "" || !strings.Contains(r.body, `"code":"server_overloaded"`) ||
 		!strings.Contains(r.body, `"type":"server_error"`) {
 		t.Fatalf("b over the limit: %d Retry-After=%q %s", r.code, r.retryAfter, r.body)
@@ -524,7 +524,7 @@ func TestConcurrencyLimitQueues(t *testing.T) {
 	waitQueued(t, s, "tiny", 1)
 	rc := post(s, "c")
 	waitQueued(t, s, "tiny", 2)
-	if r := answer(t, post(s, "d")); r.code != 503 || r.retryAfter == "" || !strings.Contains(r.body, `"code":"server_overloaded"`) {
+	if r := answerOf(t, post(s, "d")); r.code != 503 || r.retryAfter == "" || !strings.Contains(r.body, `"code":"server_overloaded"`) {
 		t.Fatalf("d with a full queue and no slot: %d %s", r.code, r.body)
 	}
 	if got := metricValue(s, `turbine_frontend_rejected_requests_total{model="tiny",reason="server_overloaded"}`); got != "1" {
@@ -554,7 +554,7 @@ func TestConcurrencyLimitQueueTimeout(t *testing.T) {
 	s := newLimitServer(t, b, 1, 4, time.Millisecond)
 	ra := post(s, "a")
 	<-b.started
-	r := answer(t, post(s, "b"))
+	r := answerOf(t, post(s, "b"))
 	if r.code != 503 || r.retryAfter == "" || !strings.Contains(r.body, `"code":"server_overloaded"`) {
 		t.Fatalf("b after its wait: %d %s", r.code, r.body)
 	}

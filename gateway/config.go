@@ -24,6 +24,9 @@ const (
 	DefaultOwnedBy = "turbine"
 	// MaxStopSequences is OpenAI's limit on `stop` entries.
 	MaxStopSequences = 4
+	// MaxAnthropicStopSequences bounds the Messages API's `stop_sequences` (Anthropic
+	// documents no limit; each one is matched against every token of the answer).
+	MaxAnthropicStopSequences = 16
 	// MaxRequestIDLength bounds an honoured X-Request-Id (bytes); longer ones are replaced.
 	MaxRequestIDLength = 128
 	// DefaultQueueTimeout is how long a queued request waits for a worker (QueueDepth > 0).
@@ -210,6 +213,8 @@ type options struct {
 	loadModel      ModelLoader
 	newDetokenizer func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer
 	newStopMatcher func(stops []string) StopMatcher
+	// newToolCallID names an answer's tool call index (random, as vLLM's ids).
+	newToolCallID func(index int) string
 }
 
 // Option changes how New builds the server.
@@ -217,6 +222,11 @@ type Option func(*options)
 
 // WithModelLoader replaces the default loader (preprocess.LoadModel(card.Tokenizer)).
 func WithModelLoader(l ModelLoader) Option { return func(o *options) { o.loadModel = l } }
+
+// WithToolCallIDs replaces the random tool call ids ("chatcmpl-tool-<32 hex>") with f's.
+func WithToolCallIDs(f func(index int) string) Option {
+	return func(o *options) { o.newToolCallID = f }
+}
 
 // WithDetokenizer replaces preprocess.NewDetokenizer.
 func WithDetokenizer(f func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer) Option {
@@ -241,6 +251,7 @@ func defaultOptions() options {
 			return preprocess.NewDetokenizer(tok, skipSpecial)
 		},
 		newStopMatcher: func(stops []string) StopMatcher { return preprocess.NewStopMatcher(stops) },
+		newToolCallID:  newToolCallID,
 	}
 }
 

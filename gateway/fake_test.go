@@ -203,6 +203,7 @@ func fakeOptions(pre Preprocessor) []Option {
 			return &fakeDetokenizer{tok: tok, skipSpecial: skip}
 		}),
 		WithStopMatcher(func(stops []string) StopMatcher { return &fakeStopMatcher{stops: stops} }),
+		WithToolCallIDs(func(i int) string { return fmt.Sprintf("call-%d", i) }),
 	}
 }
 

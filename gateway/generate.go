@@ -7,8 +7,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"time"
+
+	"github.com/turbine-llm/turbine/gateway/parse"
 )
 
 // generation is one prepared request running on the Backend.
@@ -18,7 +19,14 @@ type generation struct {
 	p      *prepared
 	stream Stream
 	out    *textOutput
-	resp   *responder
+	ans    answer
+	// parser splits the output text into content, reasoning and tool calls.
+	parser parse.Parser
+	// calls counts the tool calls kept; dropped the ones parallel_tool_calls false cut.
+	calls, dropped int
+	// reasoningTokens counts the completion tokens of chunks that gave only reasoning.
+	reasoningTokens int
+	evs             []parse.Event // scratch, reused per chunk
 }
 
 // errRequestTimeout is the cause of a request context that ran past Config.RequestTimeout.
@@ -52,7 +60,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	if err != nil {
 		if aerr := timedOut(ctx, s.cfg.RequestTimeout); aerr != nil {
 			rec.fail(aerr)
-			writeError(w, aerr, s.cfg.RetryAfter)
+			p.api.writeError(w, aerr, s.cfg.RetryAfter)
 			return
 		}
 		if ctx.Err() != nil {
@@ -61,7 +69,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 		}
 		aerr := backendError(rec.model, err)
 		rec.fail(aerr)
-		writeError(w, aerr, s.cfg.RetryAfter)
+		p.api.writeError(w, aerr, s.cfg.RetryAfter)
 		return
 	}
 	defer s.released(rec.model)
@@ -79,17 +87,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	if len(p.common.Stop) > 0 {
 		stops = s.opts.newStopMatcher(p.common.Stop)
 	}
-	detok := s.opts.newDetokenizer(p.pre.Tokenizer(), p.common.SkipSpecialTokens)
+	detok := s.opts.newDetokenizer(p.tokenizer(), p.common.SkipSpecialTokens)
 	g := &generation{
 		s: s, rec: rec, p: p, stream: stream,
-		out: newTextOutput(detok, stops, p.stopIDs, int(p.common.MinTokens)),
-		resp: &responder{
-			chat:         rec.endpoint == endpointChat,
-			id:           idPrefix(rec.endpoint) + rec.id,
-			created:      s.cfg.Now().Unix(),
-			model:        p.common.Model,
-			includeUsage: p.common.IncludeUsage,
-		},
+		out:    newTextOutput(detok, stops, p.stopIDs, int(p.common.MinTokens)),
+		parser: p.newParser(),
+		ans: p.api.answer(answerInfo{ID: rec.id, Created: s.cfg.Now().Unix(), Model: p.common.Model,
+			PromptTokens: len(p.gen.TokenIDs), IncludeUsage: p.common.IncludeUsage, Chat: p.chat}),
 	}
 	defer func() {
 		// A prefill leg retried elsewhere, or a migration, changed where the request
@@ -142,26 +146,27 @@ func idPrefix(endpoint string) string {
 }
 
 // pump reads chunks until the request finishes, fails or the client leaves. emit gets
-// the text of every chunk before the finishing one; that chunk's text is returned (with
-// the failure, when the stream failed). gone is true when the client went away (request
-// context done, or emit failed writing).
-func (g *generation) pump(ctx context.Context, emit func(string) error) (last string, aerr *APIError, gone bool) {
+// the parsed events of every chunk before the finishing one; that chunk's events are
+// returned (with the failure, when the stream failed). gone is true when the client went
+// away (request context done, or emit failed writing).
+func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (last []parse.Event, aerr *APIError, gone bool) {
 	var prev time.Time
 	for {
 		c, err := g.stream.Recv(ctx)
 		if err != nil {
 			switch {
 			case timedOut(ctx, g.s.cfg.RequestTimeout) != nil:
-				return "", timedOut(ctx, g.s.cfg.RequestTimeout), false
+				return nil, timedOut(ctx, g.s.cfg.RequestTimeout), false
 			case ctx.Err() != nil:
-				return "", nil, true
+				return nil, nil, true
 			case errors.Is(err, io.EOF):
-				return "", newError(KindEngineError, "", "The token stream ended before the request finished."), false
+				return nil, newError(KindEngineError, "", "The token stream ended before the request finished."), false
 			default:
-				return "", g.drainCut(backendError(g.rec.model, err)), false
+				return nil, g.drainCut(backendError(g.rec.model, err)), false
 			}
 		}
-		if n := len(c.GetTokenIds()); n > 0 {
+		n := len(c.GetTokenIds())
+		if n > 0 {
 			now := g.s.cfg.Now()
 			if prev.IsZero() {
 				g.s.metrics.observeTTFT(g.rec.model, now.Sub(g.rec.start))
@@ -174,15 +179,74 @@ func (g *generation) pump(ctx context.Context, emit func(string) error) (last st
 		if aerr != nil {
 			aerr = g.drainCut(aerr)
 		}
+		evs := g.parse(text, aerr != nil || g.out.finished(), n)
 		if aerr != nil || g.out.finished() {
-			return text, aerr, false
+			return evs, aerr, false
 		}
-		if text != "" {
-			if err := emit(text); err != nil {
-				return "", nil, true
+		if len(evs) > 0 {
+			if err := emit(evs); err != nil {
+				return nil, nil, true
 			}
 		}
 	}
+}
+
+// parse runs text through the output parser (finishing it at the end of the answer),
+// drops the tool calls after the first when parallel_tool_calls is false, and counts
+// the chunk's n tokens as reasoning when it gave nothing else. The events are valid
+// until the next call.
+func (g *generation) parse(text string, end bool, n int) []parse.Event {
+	evs := g.evs[:0]
+	if text != "" {
+		evs = g.parser.Push(text, evs)
+	}
+	if end {
+		evs = g.parser.Finish(evs)
+		if m := g.parser.Malformed(); m > 0 {
+			g.s.metrics.malformedToolCalls(g.rec.model, m)
+		}
+	}
+	kept := evs[:0]
+	onlyReasoning := len(evs) > 0
+	for _, e := range evs {
+		switch e.Kind {
+		case parse.KindToolCall:
+			if e.Index > 0 && !g.p.parallelToolCalls() {
+				g.dropped++
+				continue
+			}
+			g.calls++
+		case parse.KindToolArgs:
+			if e.Index > 0 && !g.p.parallelToolCalls() {
+				continue
+			}
+		}
+		if e.Kind != parse.KindReasoning {
+			onlyReasoning = false
+		}
+		kept = append(kept, e)
+	}
+	if onlyReasoning {
+		g.reasoningTokens += n
+	}
+	g.evs = kept
+	return kept
+}
+
+// finish is the answer's finish_reason: a request that stopped after calling tools
+// finished with "tool_calls", as OpenAI and vLLM report it.
+func (g *generation) finish() string {
+	if g.out.finishReason == "stop" && g.calls > 0 {
+		return "tool_calls"
+	}
+	return g.out.finishReason
+}
+
+// ending is how the finished answer ended; all are its events (for Result).
+func (g *generation) ending(all, last []parse.Event) *ending {
+	usage := g.out.usage(len(g.p.gen.TokenIDs))
+	return &ending{Finish: g.finish(), StopString: g.out.stopString, Usage: usage,
+		ReasoningTokens: g.reasoningTokens, Result: parse.Collect(all), Last: last, Info: g.info()}
 }
 
 // drainCut turns a worker failure (502) or a failed re-route (503 no_live_workers) of a
@@ -208,48 +272,39 @@ func (g *generation) info() *TurbineInfo {
 		Disagg: d.Decision, PrefillWorkerID: d.PrefillWorker, DecodeWorkerID: d.DecodeWorker}
 }
 
-// streamTo answers with SSE: a role chunk (chat), content chunks, the finishing chunk,
-// the usage chunk when asked, then [DONE]. A failure after the header is sent as one
-// error frame before [DONE].
+// streamTo answers with SSE in the API's shape: its opening, the events as they come,
+// its end. A failure after the header is written by the API's streamFail.
 func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
 	sse, err := startSSE(w)
 	if err != nil {
 		g.clientGone(err)
 		return
 	}
-	if first, ok := g.resp.first(); ok {
-		if sse.data(first) != nil {
-			g.clientGone(sse.err)
-			return
-		}
+	if g.ans.streamStart(sse) != nil {
+		g.clientGone(sse.err)
+		return
 	}
-	last, aerr, gone := g.pump(ctx, func(text string) error { return sse.data(g.resp.delta(text, nil, nil)) })
+	var all []parse.Event
+	last, aerr, gone := g.pump(ctx, func(evs []parse.Event) error {
+		all = append(all, evs...)
+		return g.ans.streamEvents(sse, evs)
+	})
 	switch {
 	case gone:
 		g.clientGone(sse.err)
 		return
 	case aerr != nil:
 		g.rec.fail(aerr)
-		if last != "" && sse.data(g.resp.delta(last, nil, nil)) != nil {
+		if len(last) > 0 && g.ans.streamEvents(sse, last) != nil {
 			return
 		}
-		if sse.data(aerr) == nil {
-			_ = sse.done()
-		}
+		_ = g.ans.streamFail(sse, aerr)
 		return
 	}
-	finish := g.out.finishReason
-	usage := g.out.usage(len(g.p.gen.TokenIDs))
-	g.rec.succeed(usage)
-	if sse.data(g.resp.delta(last, &finish, g.info())) != nil {
-		g.clientGone(sse.err)
-		return
-	}
-	if g.resp.includeUsage && sse.data(g.resp.usageChunk(usage)) != nil {
-		g.clientGone(sse.err)
-		return
-	}
-	if sse.done() != nil {
+	last = append([]parse.Event(nil), last...)
+	end := g.ending(append(all, last...), last)
+	g.rec.succeed(end.Usage)
+	if g.ans.streamEnd(sse, end) != nil {
 		g.clientGone(sse.err)
 	}
 }
@@ -268,8 +323,8 @@ func (g *generation) clientGone(err error) {
 // respond answers with one JSON body once the request has finished, its X-Turbine-*
 // headers naming the outcome (the worker that finished it, the latest decision).
 func (g *generation) respond(ctx context.Context, w http.ResponseWriter) {
-	var text strings.Builder
-	last, aerr, gone := g.pump(ctx, func(t string) error { text.WriteString(t); return nil })
+	var all []parse.Event
+	last, aerr, gone := g.pump(ctx, func(evs []parse.Event) error { all = append(all, evs...); return nil })
 	if !gone {
 		worker, d := g.outcome()
 		setOutcomeHeaders(w.Header(), worker, d)
@@ -280,13 +335,12 @@ func (g *generation) respond(ctx context.Context, w http.ResponseWriter) {
 		return
 	case aerr != nil:
 		g.rec.fail(aerr)
-		writeError(w, aerr, g.s.cfg.RetryAfter)
+		g.p.api.writeError(w, aerr, g.s.cfg.RetryAfter)
 		return
 	}
-	text.WriteString(last)
-	usage := g.out.usage(len(g.p.gen.TokenIDs))
-	g.rec.succeed(usage)
-	if err := writeJSON(w, http.StatusOK, g.resp.full(text.String(), g.out.finishReason, usage, g.info())); err != nil {
+	end := g.ending(append(all, last...), nil)
+	g.rec.succeed(end.Usage)
+	if err := g.ans.respond(w, end); err != nil {
 		g.clientGone(err)
 	}
 }

@@ -25,6 +25,10 @@ const (
 	metricCancelled    = "turbine_frontend_cancelled_requests_total"    // counter {model,endpoint}
 	metricQueued       = "turbine_frontend_queued_requests_total"       // counter {model}: requests that waited in the queue (busy workers or no slot free)
 	metricQueueDepth   = "turbine_frontend_queue_depth"                 // gauge {model}: requests waiting now
+	// metricMalformedToolCalls counts tool calls the model wrote that could not be parsed
+	// (unterminated, arguments not JSON, unknown function): they reached the client as
+	// content.
+	metricMalformedToolCalls = "turbine_frontend_malformed_tool_calls_total" // counter {model}
 )
 
 // Histogram buckets (upper bounds).
@@ -123,6 +127,11 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 
 // queued counts one request entering model's queue q, and exposes q's length for model
 // as the queue depth gauge (created on the model's first queued request).
+// malformedToolCalls counts n tool calls returned as content.
+func (m *frontendMetrics) malformedToolCalls(model string, n int) {
+	m.set.GetOrCreateCounter(name(metricMalformedToolCalls, "model", model)).Add(n)
+}
+
 func (m *frontendMetrics) queued(model string, q *queue) {
 	m.set.GetOrCreateCounter(name(metricQueued, "model", model)).Inc()
 	m.set.GetOrCreateGauge(name(metricQueueDepth, "model", model), func() float64 { return float64(q.len(model)) })

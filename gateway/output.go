@@ -25,7 +25,12 @@ type textOutput struct {
 	cachedTokens     int
 	workerID         string // from the chunks; "" until a chunk names one
 	finishReason     string // "" until finished
+	// stopString is the stop string that finished the request ("" otherwise).
+	stopString string
 }
+
+// matcher is a StopMatcher that tells which stop string it found (preprocess's does).
+type matcher interface{ Matched() string }
 
 func newTextOutput(detok Detokenizer, stops StopMatcher, stopIDs []uint32, minTokens int) *textOutput {
 	ids := make(map[uint32]bool, len(stopIDs))
@@ -97,6 +102,9 @@ func (t *textOutput) filter(text string) string {
 	emit, stopped := t.stops.Push(text)
 	if stopped {
 		t.finishReason = "stop"
+		if m, ok := t.stops.(matcher); ok {
+			t.stopString = m.Matched()
+		}
 	}
 	return emit
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/turbine-llm/turbine/gateway/parse"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -15,7 +16,33 @@ type prepared struct {
 	common  *commonRequest
 	gen     *GenerateRequest
 	stopIDs []uint32 // EOS ids (unless ignore_eos) and stop_token_ids
+	// api renders the answer (set by handleAPI).
+	api api
+	// chat is the chat request (nil for completions).
+	chat *chatRequest
+	// output is how the answer's text is parsed (zero: all content).
+	output outputParsing
 }
+
+// tokenizer is the tokenizer the answer is detokenized with: the model's, keeping the
+// special tokens the output parsers read.
+func (p *prepared) tokenizer() preprocess.Tokenizer {
+	if len(p.output.keep) == 0 {
+		return p.pre.Tokenizer()
+	}
+	return keepSpecial{Tokenizer: p.pre.Tokenizer(), keep: p.output.keep}
+}
+
+// newParser returns the parser of the answer's output (all content when none).
+func (p *prepared) newParser() parse.Parser {
+	if p.output.parser == nil {
+		return parse.Chain(nil, nil)
+	}
+	return p.output.parser
+}
+
+// parallelToolCalls is the request's parallel_tool_calls (true for completions).
+func (p *prepared) parallelToolCalls() bool { return p.chat == nil || p.chat.ParallelToolCalls }
 
 // lookupModel returns the card of a model with a live worker.
 func (s *Server) lookupModel(ctx context.Context, name string) (*messages.ModelCard, *APIError) {
@@ -57,13 +84,23 @@ func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatReq
 		Messages:            req.Messages,
 		Tools:               req.Tools,
 		AddGenerationPrompt: req.AddGenerationPrompt,
-		Kwargs:              req.TemplateKwargs,
+		Kwargs:              templateKwargs(req),
 	})
 	if err != nil {
 		return nil, &APIError{Kind: KindInvalidValue, Param: "messages", Message: "The chat template could not be applied to the messages: " + err.Error(), Cause: err}
 	}
 	ids := pre.Tokenizer().Encode(prompt)
-	return finishPrepare(card, pre, &req.commonRequest, ids, "messages", requestID)
+	out, aerr := chooseOutputParsing(card, pre.Tokenizer(), req, prompt, s.opts.newToolCallID)
+	if aerr != nil {
+		return nil, aerr
+	}
+	p, aerr := finishPrepare(card, pre, &req.commonRequest, ids, "messages", requestID)
+	if aerr != nil {
+		return nil, aerr
+	}
+	p.chat, p.output = req, out
+	p.gen.Sampling.Structured = req.Structured
+	return p, nil
 }
 
 // prepareCompletion tokenizes the prompt (or checks given token ids against the
@@ -160,6 +197,7 @@ func samplingParams(c *commonRequest, maxTokens int32) *messages.SamplingParams 
 		StopTokenIds:     c.StopTokenIDs,
 		PresencePenalty:  c.PresencePenalty,
 		FrequencyPenalty: c.FrequencyPenalty,
+		Structured:       c.Structured,
 	}
 	if c.Temperature != nil {
 		sp.HasTemperature, sp.Temperature = true, *c.Temperature

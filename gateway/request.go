@@ -5,7 +5,9 @@ import (
 	"math"
 	"strings"
 
+	"github.com/turbine-llm/turbine/gateway/parse"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // commonRequest holds the validated fields that chat and completions requests share.
@@ -31,6 +33,10 @@ type commonRequest struct {
 	FrequencyPenalty  float64
 	User              string
 	Turbine           turbineOptions
+	// Structured constrains the engine's output (response_format json_object or
+	// json_schema, structured_outputs, guided_*; for chat also tool_choice required or
+	// named); nil for free text (docs/reference.md §16, structured.go).
+	Structured *messages.StructuredOutput
 }
 
 // turbineOptions is the request's `turbine` extension object.
@@ -52,6 +58,22 @@ type chatRequest struct {
 	AddGenerationPrompt bool
 	// TemplateKwargs are vLLM's chat_template_kwargs (e.g. Qwen3's enable_thinking).
 	TemplateKwargs map[string]any
+	// ToolList is the offered functions, decoded, for the output parsers.
+	ToolList []parse.Tool
+	// ToolChoice is tool_choice; its zero value is "auto" with tools, "none" without.
+	ToolChoice toolChoice
+	// ParallelToolCalls is parallel_tool_calls (default true): false keeps the answer's
+	// first tool call only.
+	ParallelToolCalls bool
+	// ReasoningEffort is reasoning_effort ("" when absent), passed to the chat template.
+	ReasoningEffort string
+}
+
+// toolChoice is a request's tool_choice.
+type toolChoice struct {
+	// Mode is "auto", "none", "required" or "function" (a named function, Name).
+	Mode string
+	Name string
 }
 
 // completionRequest is a validated POST /v1/completions body: exactly one prompt, as
@@ -81,7 +103,7 @@ func parseChatRequest(body []byte) (*chatRequest, *APIError) {
 	if err != nil {
 		return nil, err
 	}
-	req := &chatRequest{}
+	req := &chatRequest{ParallelToolCalls: true}
 	parseCommon(o, &req.commonRequest)
 	if o.err != nil {
 		return nil, o.err
@@ -102,14 +124,16 @@ func parseChatRequest(body []byte) (*chatRequest, *APIError) {
 		setMaxTokens(o, &req.commonRequest, "max_completion_tokens", max)
 	}
 	checkMinTokens(o, &req.commonRequest)
-	parseResponseFormat(o)
+	raw := &rawFields{body: body}
+	req.Structured = parseConstraints(o, raw)
 	req.AddGenerationPrompt = true
 	if v, ok := o.boolean("add_generation_prompt"); ok {
 		req.AddGenerationPrompt = v
 	}
 	req.TemplateKwargs = parseTemplateKwargs(o)
+	req.ReasoningEffort = parseReasoningEffort(o, "reasoning_effort")
 	req.Messages = parseMessages(o)
-	req.Tools = parseTools(o, body)
+	req.Tools = parseTools(o, raw, req)
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -149,6 +173,7 @@ func parseCompletionRequest(body []byte) (*completionRequest, *APIError) {
 		}
 	}
 	checkMinTokens(o, &req.commonRequest)
+	req.Structured = parseConstraints(o, &rawFields{body: body})
 	parsePrompt(o, req)
 	if o.err != nil {
 		return nil, o.err
@@ -293,10 +318,13 @@ func parseTurbine(t *object) turbineOptions {
 	return opts
 }
 
-func parseResponseFormat(o *object) {
+// parseResponseFormat reads response_format (structured.go): text (no constraint),
+// json_object, or json_schema {"name", "schema", "strict", "description"} whose schema
+// must compile. Problems go to o.
+func parseResponseFormat(o *object, raw *rawFields) *constraintOf {
 	rf, ok := o.child("response_format")
 	if !ok {
-		return
+		return nil
 	}
 	typ, ok := rf.str("type")
 	switch {
@@ -305,11 +333,56 @@ func parseResponseFormat(o *object) {
 	case !ok:
 		o.fail(newError(KindMissingParameter, "response_format.type", "Missing required parameter: 'response_format.type'."))
 	case typ == "text":
-	case typ == "json_object" || typ == "json_schema":
-		o.fail(newError(KindUnsupported, "response_format.type", "response_format type '%s' is not supported by this engine.", typ))
+	case typ == "json_object":
+		return &constraintOf{"response_format", &messages.StructuredOutput{JsonObject: true}}
+	case typ == "json_schema":
+		js, ok := rf.child("json_schema")
+		if !ok {
+			rf.fail(newError(KindMissingParameter, "response_format.json_schema", "Missing required parameter: 'response_format.json_schema'."))
+			o.fail(rf.err)
+			return nil
+		}
+		if name, ok := js.str("name"); js.err == nil && (!ok || name == "") {
+			js.fail(newError(KindMissingParameter, js.param("name"), "Missing required parameter: '%s'.", js.param("name")))
+		}
+		js.str("description")
+		js.boolean("strict")
+		if js.err == nil && !js.has("schema") {
+			js.fail(newError(KindMissingParameter, js.param("schema"), "Missing required parameter: '%s'.", js.param("schema")))
+		}
+		if js.err == nil {
+			if _, ok := js.expect("schema", kindObject, "a JSON Schema object"); ok {
+				so := jsonConstraint(js, raw, "schema", "response_format", "json_schema", "schema")
+				o.fail(js.err)
+				return &constraintOf{"response_format", so}
+			}
+		}
+		o.fail(js.err)
+	case typ == "structural_tag":
+		o.fail(newError(KindUnsupported, "response_format.type", "response_format type 'structural_tag' is not supported by this engine."))
 	default:
-		o.fail(newError(KindInvalidValue, "response_format.type", "Invalid 'response_format.type': expected 'text', 'json_object' or 'json_schema', but got '%s'.", typ))
+		o.fail(newError(KindInvalidValue, "response_format.type", "Invalid 'response_format.type': expected 'text', 'json_object' or 'json_schema', but got '%s'.", clipName(typ)))
 	}
+	return nil
+}
+
+// reasoningEfforts are the reasoning_effort values OpenAI defines.
+var reasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhigh"}
+
+// parseReasoningEffort reads field (reasoning_effort; the Responses API's reasoning.effort)
+// as one of reasoningEfforts; "" when absent or null.
+func parseReasoningEffort(o *object, field string) string {
+	e, ok := o.str(field)
+	if !ok {
+		return ""
+	}
+	for _, v := range reasoningEfforts {
+		if e == v {
+			return e
+		}
+	}
+	o.fail(newError(KindInvalidValue, o.param(field), "Invalid value for '%s': '%s'. Supported values are: 'none', 'minimal', 'low', 'medium', 'high' and 'xhigh'.", o.param(field), e))
+	return ""
 }
 
 // reservedTemplateKwargs are the template variables the gateway sets itself.
@@ -382,6 +455,14 @@ func parseMessage(v any, param string) (preprocess.ChatMessage, *APIError) {
 	msg.Role = role
 	msg.Name, _ = m.str("name")
 	msg.ToolCallID, _ = m.str("tool_call_id")
+	if role == "assistant" {
+		// An earlier turn's chain of thought, under vLLM's current name or the older one.
+		for _, f := range []string{"reasoning", "reasoning_content"} {
+			if r, ok := m.str(f); ok && r != "" {
+				msg.Reasoning = r
+			}
+		}
+	}
 	if calls, ok := m.array("tool_calls"); ok && role == "assistant" {
 		for j, c := range calls {
 			call, ok := c.(map[string]any)
@@ -459,10 +540,13 @@ func parseContent(m *object) (text string, present bool) {
 	}
 }
 
-// parseTools reads `tools` and `tool_choice`. Tools are passed to the chat template;
-// the model's tool calls come back as plain content (no tool-call parsing), so choices
-// that force a call ("required", a named function) are refused.
-func parseTools(o *object, body []byte) json.RawMessage {
+// parseTools reads `tools`, `tool_choice` and `parallel_tool_calls` into req and returns
+// the tools array as sent, for the chat template (nil when absent or when tool_choice is
+// "none"). Each function's parameters must be a JSON Schema that compiles, and names must
+// be unique (structured.go); req.ToolList gets the functions, decoded (nil with "none").
+// tool_choice "required" or a named function becomes req.Structured, vLLM's JSON Schema
+// for a forced call, which cannot be combined with another output constraint.
+func parseTools(o *object, raw *rawFields, req *chatRequest) json.RawMessage {
 	if o.err != nil {
 		return nil
 	}
@@ -478,12 +562,14 @@ func parseTools(o *object, body []byte) json.RawMessage {
 		if to.err == nil && !ok {
 			to.fail(newError(KindMissingParameter, to.param("type"), "Missing required parameter: '%s'.", to.param("type")))
 		} else if to.err == nil && typ != "function" {
-			to.fail(newError(KindInvalidValue, to.param("type"), "Invalid value for '%s': '%s'. Supported values are: 'function'.", to.param("type"), typ))
+			to.fail(newError(KindInvalidValue, to.param("type"), "Invalid value for '%s': '%s'. Supported values are: 'function'.", to.param("type"), clipName(typ)))
 		}
 		if fn, ok := to.child("function"); ok {
 			if name, ok := fn.str("name"); fn.err == nil && (!ok || name == "") {
 				fn.fail(newError(KindMissingParameter, fn.param("name"), "Missing required parameter: '%s'.", fn.param("name")))
 			}
+			fn.str("description")
+			fn.boolean("strict")
 			to.fail(fn.err)
 		} else if to.err == nil {
 			to.fail(newError(KindMissingParameter, to.param("function"), "Missing required parameter: '%s'.", to.param("function")))
@@ -493,38 +579,38 @@ func parseTools(o *object, body []byte) json.RawMessage {
 			return nil
 		}
 	}
-	if r, ok := o.value("tool_choice"); ok {
-		switch kindOf(r) {
-		case kindString:
-			choice, _ := o.str("tool_choice")
-			switch choice {
-			case "none":
-				hasTools = false
-			case "auto":
-			case "required":
-				o.fail(newError(KindUnsupported, "tool_choice", "tool_choice 'required' is not supported by this engine."))
-			default:
-				o.fail(newError(KindInvalidValue, "tool_choice", "Invalid value for 'tool_choice': '%s'. Supported values are: 'none', 'auto' and 'required'.", choice))
-			}
-		case kindObject:
-			o.fail(newError(KindUnsupported, "tool_choice", "A named tool_choice is not supported by this engine."))
-		default:
-			o.fail(typeError("tool_choice", "a string or an object", kindOf(r)))
-		}
+	tools, schemas := readTools(o, raw, items)
+	if o.err != nil {
+		return nil
 	}
-	o.boolean("parallel_tool_calls")
+	req.ToolChoice = parseToolChoice(o, tools)
+	if v, ok := o.boolean("parallel_tool_calls"); ok {
+		req.ParallelToolCalls = v
+	}
+	if o.err != nil {
+		return nil
+	}
+	if forced := forcedCall(o, req.ToolChoice, schemas); forced != nil {
+		if req.Structured != nil {
+			o.fail(newError(KindInvalidValue, "tool_choice", "Invalid 'tool_choice': a forced tool call ('required' or a named function) cannot be combined with another output constraint (response_format, structured_outputs or guided_*): each constrains the whole output."))
+			return nil
+		}
+		req.Structured = forced
+	}
+	if req.ToolChoice.Mode == "none" {
+		hasTools = false
+	}
 	if !hasTools || o.err != nil {
 		return nil
 	}
+	req.ToolList = tools
 	// The template gets the tools as sent: their raw JSON keeps the request's key order.
-	var raw struct {
-		Tools json.RawMessage `json:"tools"`
-	}
-	if err := json.Unmarshal(body, &raw); err != nil {
-		o.fail(newError(KindInvalidJSON, "tools", "Invalid 'tools': %v.", err))
+	t, err := raw.at("tools")
+	if err != nil || t == nil {
+		o.fail(newError(KindInvalidJSON, "tools", "Invalid 'tools': its JSON could not be read again."))
 		return nil
 	}
-	return raw.Tools
+	return t
 }
 
 // parsePrompt reads the completions prompt: a string, an array of one string, an array

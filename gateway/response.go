@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // Response bodies and stream chunks, in the shapes of OpenAI's chat completions and
@@ -61,10 +63,30 @@ type chatChoice struct {
 	FinishReason string          `json:"finish_reason"`
 }
 
+// chatRespMessage is the answer's message. Content is null when the model only called
+// tools; reasoning (vLLM's field) and reasoning_content (what older clients read) carry
+// the same chain of thought, absent when there is none.
 type chatRespMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
+	Role             string         `json:"role"`
+	Content          *string        `json:"content"`
+	Reasoning        *string        `json:"reasoning,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []chatToolCall `json:"tool_calls,omitempty"`
+	Refusal          *string        `json:"refusal"`
+}
+
+// chatToolCall is one tool call of a message, or (Index set, streams) of a delta: the
+// first delta of a call carries id, type and name, later ones argument fragments only.
+type chatToolCall struct {
+	Index    *int             `json:"index,omitempty"`
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type,omitempty"` // "function"
+	Function chatToolFunction `json:"function"`
+}
+
+type chatToolFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type chatChunk struct {
@@ -87,8 +109,11 @@ type chatChunkChoice struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string         `json:"role,omitempty"`
+	Content          *string        `json:"content,omitempty"`
+	Reasoning        *string        `json:"reasoning,omitempty"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []chatToolCall `json:"tool_calls,omitempty"`
 }
 
 // ---- completions ----
@@ -125,6 +150,17 @@ type modelInfo struct {
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
 	MaxModelLen int32  `json:"max_model_len,omitempty"`
+	// ToolCallParser and ReasoningParser name the model's output parsers (vLLM's names),
+	// ParserSource how they were chosen ("flag", "detected"); absent when none.
+	ToolCallParser  string `json:"tool_call_parser,omitempty"`
+	ReasoningParser string `json:"reasoning_parser,omitempty"`
+	ParserSource    string `json:"parser_source,omitempty"`
+}
+
+// modelInfoOf is the /v1/models entry of card.
+func modelInfoOf(card *messages.ModelCard, created int64, ownedBy string) modelInfo {
+	return modelInfo{ID: card.GetModel(), Object: "model", Created: created, OwnedBy: ownedBy, MaxModelLen: card.GetContextLength(),
+		ToolCallParser: card.GetToolCallParser(), ReasoningParser: card.GetReasoningParser(), ParserSource: card.GetParserSource()}
 }
 
 // responder assembles the bodies and chunks of one request's answer; every chunk has the
@@ -164,16 +200,17 @@ func (r *responder) first() (any, bool) {
 		Usage:   r.chunkUsage()}, true
 }
 
-// delta is a content chunk; finish is nil except on the stream's last content chunk.
-func (r *responder) delta(text string, finish *string, info *TurbineInfo) any {
+// chunk is one stream chunk: a chat delta, or for completions its content as text;
+// finish is nil except on the stream's finishing chunk.
+func (r *responder) chunk(d chatDelta, finish *string, info *TurbineInfo) any {
 	if r.chat {
-		d := chatDelta{}
-		if text != "" || finish == nil {
-			d.Content = &text
-		}
 		return chatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.model,
 			Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}},
 			Usage:   r.chunkUsage(), Turbine: info}
+	}
+	text := ""
+	if d.Content != nil {
+		text = *d.Content
 	}
 	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
 		Choices: []textChoice{{Text: text, FinishReason: finish}},
@@ -188,18 +225,6 @@ func (r *responder) usageChunk(u Usage) any {
 	}
 	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
 		Choices: []textChoice{}, Usage: mustJSON(u)}
-}
-
-// full is the body of a non-streaming response.
-func (r *responder) full(text, finish string, u Usage, info *TurbineInfo) any {
-	if r.chat {
-		return chatCompletion{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
-			Choices: []chatChoice{{Message: chatRespMessage{Role: "assistant", Content: text}, FinishReason: finish}},
-			Usage:   u, Turbine: info}
-	}
-	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
-		Choices: []textChoice{{Text: text, FinishReason: &finish}},
-		Usage:   mustJSON(u), Turbine: info}
 }
 
 // encodeJSON is json.Marshal without HTML escaping (OpenAI bodies write "<" and ">" as

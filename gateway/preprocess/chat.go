@@ -46,7 +46,7 @@ func (m *Model) setChatTemplate(src string) error {
 
 // RenderChat renders in with the model's chat template into the prompt text. The
 // template gets the variables HF transformers passes: messages (role, content, and name,
-// tool_call_id, tool_calls when set; tool-call arguments given as a JSON string are
+// tool_call_id, tool_calls, reasoning_content and reasoning when set; tool-call arguments given as a JSON string are
 // parsed into an object, as vLLM does), tools (none when absent), documents (none),
 // add_generation_prompt, the special-token strings of tokenizer_config.json (bos_token,
 // eos_token, ..., additional_special_tokens), then in.Kwargs.
@@ -148,6 +148,10 @@ func messageValue(msg ChatMessage) (jinja.Value, error) {
 	}
 	if msg.ToolCallID != "" {
 		dict.Set("tool_call_id", jinja.NewString(msg.ToolCallID))
+	}
+	if msg.Reasoning != "" {
+		dict.Set("reasoning_content", jinja.NewString(msg.Reasoning))
+		dict.Set("reasoning", jinja.NewString(msg.Reasoning))
 	}
 	if len(msg.ToolCalls) > 0 {
 		calls := make([]jinja.Value, len(msg.ToolCalls))

@@ -39,6 +39,7 @@ func (s *StopMatcher) push(text string) (string, bool) {
 	}
 	if first >= 0 {
 		s.stopped = true
+		s.matched = buf[first:firstEnd]
 		s.held = ""
 		return buf[:first], true
 	}

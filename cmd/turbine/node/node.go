@@ -151,6 +151,9 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if note := options.ParserNote(card); note != "" {
+		log.Info().Str("model", card.Model).Msg("output parsing: " + note)
+	}
 	// The mock engine runs as this binary; a real-engine node needs it only for
 	// StartWorker requests that ask for the mocker, which fail with this error.
 	self, selfErr := options.MockerExecutable()

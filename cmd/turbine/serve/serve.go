@@ -126,6 +126,9 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if note := options.ParserNote(card); note != "" {
+		log.Info().Str("model", card.Model).Msg("output parsing: " + note)
+	}
 	// Bind the HTTP port first: a taken port fails fast, before any engine starts.
 	ln, err := o.HTTP.Listen()
 	if err != nil {

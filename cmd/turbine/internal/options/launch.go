@@ -11,6 +11,7 @@ import (
 
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/engines/modelcard"
+	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -84,6 +85,11 @@ func (o *Engine) NodeCard(engine string, l Launch) (*messages.ModelCard, error) 
 		if o.MaxModelLenSet || c.ContextLength == 0 {
 			c.ContextLength = int32(o.MaxModelLen)
 		}
+		m, err := preprocess.LoadModel(o.Model)
+		if err != nil {
+			return nil, fmt.Errorf("--model %s: %w", o.Model, err)
+		}
+		o.SetParsers(c, m.ChatTemplate)
 		card = c
 	} else {
 		if engine != launcher.EngineMocker && strings.HasPrefix(o.Tokenizer, "builtin:") {
@@ -122,5 +128,5 @@ func (o *Launch) Spec(engine, modelPath string, card *messages.ModelCard, tp, ma
 	return launcher.Spec{Engine: engine, ModelPath: modelPath, ServedModelName: card.Model, TensorParallelSize: tp,
 		GPUMemoryUtilization: o.GPUMemoryUtilization, BlockSize: int(card.KvBlockSize), MaxModelLen: maxModelLen,
 		MaxNumSeqs: int(card.MaxNumSeqs), MaxNumBatchedTokens: int(card.MaxNumBatchedTokens),
-		Executable: o.EngineExecutable, Python: o.Python, Extra: extra}
+		Executable: o.EngineExecutable, Python: o.Python, ReasoningParser: card.GetReasoningParser(), Extra: extra}
 }

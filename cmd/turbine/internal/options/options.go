@@ -22,6 +22,8 @@ import (
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
+	"github.com/turbine-llm/turbine/engines/modelcard"
+	"github.com/turbine-llm/turbine/gateway/parse"
 	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
@@ -56,6 +58,9 @@ type Engine struct {
 	// were given (flag or environment): real engines derive the context length from the
 	// model and get a longer readiness wait unless told otherwise.
 	MaxModelLenSet, ReadyTimeoutSet bool
+	// ToolCallParser and ReasoningParser name the output parsers (vLLM's names) carried
+	// in the card; "" detects them from the model folder, "none" turns detection off.
+	ToolCallParser, ReasoningParser string
 }
 
 // DefaultEngine returns the engine defaults.
@@ -88,6 +93,12 @@ func (o *Engine) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy,
 		"mock engines, disaggregated serving: a decode engine that cannot read the prompt's KV from the prefill engine answers a KV transfer error "+
 			"(fail, the default: the request's prefill is retried elsewhere) or computes the prompt itself (recompute, vLLM dialect only)")
+	fs.StringVar(&o.ToolCallParser, "tool-call-parser", o.ToolCallParser,
+		"how tool calls are parsed from the model's output, by vLLM's parser name ("+strings.Join(parse.ToolParserNames(), ", ")+
+			"); empty: detected from the model folder's chat template and config.json; none: no tool calls")
+	fs.StringVar(&o.ReasoningParser, "reasoning-parser", o.ReasoningParser,
+		"how the chain of thought is separated from the answer, by vLLM's parser name ("+strings.Join(parse.ReasoningParserNames(), ", ")+
+			"); empty: detected from the model folder; none: no reasoning parsing")
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "worker load and registration period")
 	fs.Var(&tracked[time.Duration]{p: &o.ReadyTimeout, set: &o.ReadyTimeoutSet, parse: time.ParseDuration}, "ready-timeout",
 		"how long a worker waits for its engine to become ready, a `duration` (real engines: 10m unless given)")
@@ -123,6 +134,10 @@ func (o *Engine) Validate() error {
 			float64(kvtransfer.MinBandwidth), float64(kvtransfer.MaxBandwidth))
 	case o.KVLoadFailurePolicy != "" && o.KVLoadFailurePolicy != "fail" && o.KVLoadFailurePolicy != "recompute":
 		return fmt.Errorf("--kv-load-failure-policy %q: want fail or recompute", o.KVLoadFailurePolicy)
+	case o.ToolCallParser != "" && o.ToolCallParser != "none" && !slices.Contains(parse.ToolParserNames(), o.ToolCallParser):
+		return fmt.Errorf("--tool-call-parser %q: want one of %s, or none", o.ToolCallParser, strings.Join(parse.ToolParserNames(), ", "))
+	case o.ReasoningParser != "" && o.ReasoningParser != "none" && !slices.Contains(parse.ReasoningParserNames(), o.ReasoningParser):
+		return fmt.Errorf("--reasoning-parser %q: want one of %s, or none", o.ReasoningParser, strings.Join(parse.ReasoningParserNames(), ", "))
 	case o.Heartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--heartbeat %v: must be ≥ 10ms", o.Heartbeat)
 	case o.ReadyTimeout <= 0:
@@ -143,12 +158,63 @@ func (o *Engine) Card() (*messages.ModelCard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--tokenizer: %w", err)
 	}
-	return &messages.ModelCard{
+	card := &messages.ModelCard{
 		Model: o.Model, Tokenizer: o.Tokenizer, ContextLength: int32(o.MaxModelLen),
 		KvBlockSize: int32(o.BlockSize), TotalKvBlocks: int64(o.NumGPUBlocks),
 		MaxNumSeqs: int32(o.MaxNumSeqs), MaxNumBatchedTokens: int32(o.MaxNumBatchedTokens),
 		EosTokenIds: model.EOSTokenIDs, TokenizerDigest: digest,
-	}, nil
+	}
+	o.SetParsers(card, model.ChatTemplate)
+	return card, nil
+}
+
+// SetParsers sets card's output parsers: --tool-call-parser and --reasoning-parser when
+// given (source "flag"), else what the model folder implies (parse.Detect on config.json's
+// architectures and chatTemplate; source "detected"); "none" leaves that parser unset.
+func (o *Engine) SetParsers(card *messages.ModelCard, chatTemplate string) {
+	var archs []string
+	if a := card.GetArchitecture().GetArchitecture(); a != "" {
+		archs = []string{a}
+	} else if IsDir(card.Tokenizer) {
+		if m, err := modelcard.ReadFolder(card.Tokenizer); err == nil && m.Architecture != "" {
+			archs = []string{m.Architecture}
+		}
+	}
+	d := parse.Detect(archs, chatTemplate)
+	pick := func(flag, detected string) (string, string) {
+		switch flag {
+		case "none":
+			return "", ""
+		case "":
+			if detected != "" {
+				return detected, "detected"
+			}
+			return "", ""
+		}
+		return flag, "flag"
+	}
+	var src1, src2 string
+	card.ToolCallParser, src1 = pick(o.ToolCallParser, d.ToolParser)
+	card.ReasoningParser, src2 = pick(o.ReasoningParser, d.ReasoningParser)
+	switch {
+	case src1 == "detected" || src2 == "detected":
+		card.ParserSource = "detected"
+		if src1 == "flag" || src2 == "flag" {
+			card.ParserSource = "flag+detected"
+		}
+	case src1 == "flag" || src2 == "flag":
+		card.ParserSource = "flag"
+	default:
+		card.ParserSource = ""
+	}
+}
+
+// ParserNote describes card's parsers for the start-up log ("" when there are none).
+func ParserNote(card *messages.ModelCard) string {
+	if card.GetToolCallParser() == "" && card.GetReasoningParser() == "" {
+		return ""
+	}
+	return fmt.Sprintf("tool call parser %q, reasoning parser %q (%s)", card.GetToolCallParser(), card.GetReasoningParser(), card.GetParserSource())
 }
 
 // Mocker returns the launcher of mock engines for card, run as `<executable> mocker`.
@@ -158,7 +224,8 @@ func (o *Engine) Mocker(executable string, card *messages.ModelCard) *launcher.M
 		BlockSize: int(card.KvBlockSize), NumGPUBlocks: int(card.TotalKvBlocks), MaxNumSeqs: int(card.MaxNumSeqs),
 		MaxNumBatchedTokens: int(card.MaxNumBatchedTokens), MaxModelLen: int(card.ContextLength),
 		SpeedupRatio: o.SpeedupRatio, MeanOutputTokens: o.MeanOutputTokens, Seed: o.Seed,
-		KVBytesPerToken: o.KVBytesPerToken, KVTransferBandwidth: o.KVTransferBandwidth, KVLoadFailurePolicy: o.KVLoadFailurePolicy}
+		KVBytesPerToken: o.KVBytesPerToken, KVTransferBandwidth: o.KVTransferBandwidth, KVLoadFailurePolicy: o.KVLoadFailurePolicy,
+		ToolCallParser: card.GetToolCallParser(), ReasoningParser: card.GetReasoningParser()}
 }
 
 // CheckKVLoadFailurePolicy checks --kv-load-failure-policy against --mocker-dialect:

@@ -1,0 +1,157 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/turbine-llm/turbine/gateway/parse"
+)
+
+// openAIAPI is the shape of the chat completions and completions APIs: OpenAI's error
+// body and, per endpoint, chunks and bodies (response.go).
+type openAIAPI struct{ ep string }
+
+var (
+	chatAPI        api = openAIAPI{endpointChat}
+	completionsAPI api = openAIAPI{endpointCompletions}
+)
+
+func (a openAIAPI) endpoint() string { return a.ep }
+
+func (openAIAPI) writeError(w http.ResponseWriter, e *APIError, retryAfter time.Duration) {
+	writeError(w, e, retryAfter)
+}
+
+func (a openAIAPI) answer(i answerInfo) answer {
+	r := &responder{chat: a.ep == endpointChat, id: idPrefix(a.ep) + i.ID, created: i.Created, model: i.Model,
+		includeUsage: i.IncludeUsage}
+	return &openAIAnswer{r: r}
+}
+
+// openAIAnswer renders a chat completion or completion: chunks with the role first
+// (chat), deltas of content, reasoning and tool calls, the finishing chunk, the usage
+// chunk when asked, [DONE]; or one body.
+type openAIAnswer struct{ r *responder }
+
+func (a *openAIAnswer) streamStart(s *sseWriter) error {
+	if first, ok := a.r.first(); ok {
+		return s.data(first)
+	}
+	return nil
+}
+
+func (a *openAIAnswer) streamEvents(s *sseWriter, evs []parse.Event) error {
+	for _, d := range a.deltas(evs) {
+		if err := s.data(a.r.chunk(d, nil, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deltas groups events into chunk deltas: consecutive text of one kind in one delta,
+// each tool call event in its own.
+func (a *openAIAnswer) deltas(evs []parse.Event) []chatDelta {
+	var out []chatDelta
+	for _, e := range evs {
+		var last *chatDelta
+		if len(out) > 0 {
+			last = &out[len(out)-1]
+		}
+		switch e.Kind {
+		case parse.KindContent:
+			if last != nil && last.Content != nil && last.ToolCalls == nil {
+				*last.Content += e.Text
+				continue
+			}
+			t := e.Text
+			out = append(out, chatDelta{Content: &t})
+		case parse.KindReasoning:
+			if !a.r.chat {
+				continue // completions carry text only
+			}
+			if last != nil && last.Reasoning != nil {
+				*last.Reasoning += e.Text
+				*last.ReasoningContent += e.Text
+				continue
+			}
+			t, t2 := e.Text, e.Text
+			out = append(out, chatDelta{Reasoning: &t, ReasoningContent: &t2})
+		case parse.KindToolCall:
+			if !a.r.chat {
+				continue
+			}
+			idx := e.Index
+			out = append(out, chatDelta{ToolCalls: []chatToolCall{{Index: &idx, ID: e.ID, Type: "function",
+				Function: chatToolFunction{Name: e.Name}}}})
+		case parse.KindToolArgs:
+			if !a.r.chat {
+				continue
+			}
+			if last != nil && len(last.ToolCalls) == 1 && *last.ToolCalls[0].Index == e.Index {
+				last.ToolCalls[0].Function.Arguments += e.Text
+				continue
+			}
+			idx := e.Index
+			out = append(out, chatDelta{ToolCalls: []chatToolCall{{Index: &idx, Function: chatToolFunction{Arguments: e.Text}}}})
+		}
+	}
+	return out
+}
+
+func (a *openAIAnswer) streamEnd(s *sseWriter, end *ending) error {
+	ds := a.deltas(end.Last)
+	// The last delta goes out with finish_reason, as the last text always did; one that
+	// is a tool call goes alone first, and the finishing chunk has an empty delta.
+	var final chatDelta
+	if n := len(ds); n > 0 && ds[n-1].ToolCalls == nil {
+		final, ds = ds[n-1], ds[:n-1]
+	}
+	for _, d := range ds {
+		if err := s.data(a.r.chunk(d, nil, nil)); err != nil {
+			return err
+		}
+	}
+	finish := end.Finish
+	if err := s.data(a.r.chunk(final, &finish, end.Info)); err != nil {
+		return err
+	}
+	if a.r.includeUsage {
+		if err := s.data(a.r.usageChunk(end.Usage)); err != nil {
+			return err
+		}
+	}
+	return s.done()
+}
+
+func (a *openAIAnswer) streamFail(s *sseWriter, e *APIError) error {
+	if err := s.data(e); err != nil {
+		return err
+	}
+	return s.done()
+}
+
+func (a *openAIAnswer) respond(w http.ResponseWriter, end *ending) error {
+	r := a.r
+	res := end.Result
+	if !r.chat {
+		return writeJSON(w, http.StatusOK, textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
+			Choices: []textChoice{{Text: res.Content, FinishReason: &end.Finish}},
+			Usage:   mustJSON(end.Usage), Turbine: end.Info})
+	}
+	msg := chatRespMessage{Role: "assistant"}
+	if res.Content != "" || len(res.Calls) == 0 {
+		content := res.Content
+		msg.Content = &content
+	}
+	if res.Reasoning != "" {
+		rs, rs2 := res.Reasoning, res.Reasoning
+		msg.Reasoning, msg.ReasoningContent = &rs, &rs2
+	}
+	for _, c := range res.Calls {
+		msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: c.ID, Type: "function",
+			Function: chatToolFunction{Name: c.Name, Arguments: c.Arguments}})
+	}
+	return writeJSON(w, http.StatusOK, chatCompletion{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
+		Choices: []chatChoice{{Message: msg, FinishReason: end.Finish}}, Usage: end.Usage, Turbine: end.Info})
+}
