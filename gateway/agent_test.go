@@ -135,7 +135,7 @@ func TestChatToolsNeedAParser(t *testing.T) {
 	rr := serve(newTestServer(t, b), http.MethodPost, "/v1/chat/completions",
 		`{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], `+weatherTools+`}`)
 	if rr.Code != http.StatusBadRequest || !strings.Contains(rr.Body.String(), "--tool-call-parser") ||
-		!strings.Contains(rr.Body.String(), `"param":"tool_choice"`) {
+		!strings.Contains(rr.Body.String(), `"param":"tools"`) {
 		t.Fatalf("got %d %s, want a 400 naming --tool-call-parser", rr.Code, rr.Body)
 	}
 	if len(b.generated()) != 0 {

@@ -262,3 +262,17 @@ func TestMessagesAPIKey(t *testing.T) {
 		})
 	}
 }
+
+// TestMessagesRequestIDHeader: Anthropic's SDKs read the request id from request-id.
+func TestMessagesRequestIDHeader(t *testing.T) {
+	s := newTestServer(t, agentBackend(finish("hi", "stop")))
+	for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+		rr := serve(s, http.MethodPost, path, `{"model": "agent", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}`)
+		if rr.Code != http.StatusOK || rr.Header().Get("Request-Id") != "req-1" {
+			t.Fatalf("%s: %d, request-id %q", path, rr.Code, rr.Header().Get("Request-Id"))
+		}
+	}
+	if rr := serve(s, http.MethodPost, "/v1/chat/completions", `{"model": "agent", "messages": [{"role": "user", "content": "hi"}]}`); rr.Header().Get("Request-Id") != "" {
+		t.Fatal("request-id set outside the Messages API")
+	}
+}

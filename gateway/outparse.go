@@ -39,8 +39,8 @@ func chooseOutputParsing(card *messages.ModelCard, tok preprocess.Tokenizer, req
 	}
 	offered := len(req.ToolList) > 0 && mode != "none"
 	if offered && toolName == "" {
-		return outputParsing{}, newError(KindInvalidValue, "tool_choice",
-			"Model %q has no tool call parser, so its tool calls cannot be returned: start its workers with --tool-call-parser, or send tool_choice \"none\".",
+		return outputParsing{}, newError(KindInvalidValue, "tools",
+			"Model %q has no tool call parser, so its tool calls cannot be returned: start its workers with --tool-call-parser, or send the request without tools (or with tool choice none).",
 			clipName(card.GetModel()))
 	}
 	opts := parse.Options{Tools: req.ToolList, Prompt: prompt, NewID: newID}

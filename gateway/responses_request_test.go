@@ -196,7 +196,7 @@ func TestResponsesRejected(t *testing.T) {
 		{"json format with a forced call", `{"model":"tiny",` + in + `,"tools":[` + fn + `],"tool_choice":"required","text":{"format":{"type":"json_object"}}}`, 400, "invalid_value", "text.format"},
 		{"verbosity", `{"model":"tiny",` + in + `,"text":{"verbosity":"loud"}}`, 400, "invalid_value", "text.verbosity"},
 		{"stream_options without stream", `{"model":"tiny",` + in + `,"stream_options":{"include_obfuscation":false}}`, 400, "invalid_value", "stream_options"},
-		{"tools for a model without a tool parser", `{"model":"tiny",` + in + `,"tools":[` + fn + `]}`, 400, "invalid_value", "tool_choice"},
+		{"tools for a model without a tool parser", `{"model":"tiny",` + in + `,"tools":[` + fn + `]}`, 400, "invalid_value", "tools"},
 		{"unknown model", `{"model":"nope",` + in + `}`, 404, "model_not_found", "model"},
 	}
 	var out strings.Builder

@@ -150,6 +150,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w = withWriteDeadlines(w, s.cfg.StreamWriteTimeout)
 	w.Header().Set("X-Request-Id", id)
+	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+		w.Header().Set("Request-Id", id) // where Anthropic's SDKs read it (err.requestID)
+	}
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	if strings.HasPrefix(r.URL.Path, "/admin/") {
 		if aerr := s.adminAccess(r); aerr != nil {

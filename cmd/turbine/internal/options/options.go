@@ -169,8 +169,10 @@ func (o *Engine) Card() (*messages.ModelCard, error) {
 }
 
 // SetParsers sets card's output parsers: --tool-call-parser and --reasoning-parser when
-// given (source "flag"), else what the model folder implies (parse.Detect on config.json's
-// architectures and chatTemplate; source "detected"); "none" leaves that parser unset.
+// given, else what a model folder implies (parse.Detect on config.json's architectures and
+// chatTemplate; never for a builtin tokenizer); "none" leaves that parser unset. The
+// card's parser_source is "flag" when both came from flags (none included), "detected"
+// when both were detected, "flag+detected" when one of each, "" when neither is set.
 func (o *Engine) SetParsers(card *messages.ModelCard, chatTemplate string) {
 	var archs []string
 	if a := card.GetArchitecture().GetArchitecture(); a != "" {
@@ -180,11 +182,16 @@ func (o *Engine) SetParsers(card *messages.ModelCard, chatTemplate string) {
 			archs = []string{m.Architecture}
 		}
 	}
-	d := parse.Detect(archs, chatTemplate)
+	// Only a model folder says which family the model is: the builtin tokenizers' ChatML
+	// template would match hermes, but the default mock model is no tool caller.
+	var d parse.Detection
+	if !strings.HasPrefix(card.Tokenizer, "builtin:") {
+		d = parse.Detect(archs, chatTemplate)
+	}
 	pick := func(flag, detected string) (string, string) {
 		switch flag {
 		case "none":
-			return "", ""
+			return "", "flag"
 		case "":
 			if detected != "" {
 				return detected, "detected"
@@ -204,7 +211,8 @@ func (o *Engine) SetParsers(card *messages.ModelCard, chatTemplate string) {
 		}
 	case src1 == "flag" || src2 == "flag":
 		card.ParserSource = "flag"
-	default:
+	}
+	if card.ToolCallParser == "" && card.ReasoningParser == "" {
 		card.ParserSource = ""
 	}
 }
