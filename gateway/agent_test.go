@@ -183,3 +183,52 @@ func TestChatReasoningHistoryReachesTemplate(t *testing.T) {
 		t.Fatalf("bad reasoning_effort: %v", aerr)
 	}
 }
+
+// TestChatNamedToolChoiceFinishesStop: a call forced by a named tool_choice finishes
+// with "stop" (OpenAI's and vLLM's answer), "required" with "tool_calls".
+func TestChatNamedToolChoiceFinishesStop(t *testing.T) {
+	for _, c := range []struct{ choice, answer, finish string }{
+		{`{"type": "function", "function": {"name": "get_weather"}}`, `{"city": "Paris"}`, "stop"},
+		{`"required"`, `[{"name": "get_weather", "parameters": {"city": "Paris"}}]`, "tool_calls"},
+	} {
+		for _, stream := range []bool{false, true} {
+			b := agentBackend(tokens("<think>x</think>"), finish(c.answer, "stop"))
+			body := `{"model": "agent", "tool_choice": ` + c.choice + `, "messages": [{"role": "user", "content": "Weather?"}], ` + weatherTools
+			if stream {
+				body += `, "stream": true`
+			}
+			rr := serve(newTestServer(t, b), http.MethodPost, "/v1/chat/completions", body+`}`)
+			if rr.Code != http.StatusOK || !strings.Contains(rr.Body.String(), `"finish_reason":"`+c.finish+`"`) ||
+				!strings.Contains(rr.Body.String(), `get_weather`) {
+				t.Fatalf("tool_choice %s (stream %v): %d %s, want a call and finish %q", c.choice, stream, rr.Code, rr.Body, c.finish)
+			}
+		}
+	}
+}
+
+// TestChatCutCallComesBackAsContent: a call cut by max_tokens inside its arguments is,
+// in a non-streaming answer, the model's text as content with no tool_calls (the
+// arguments are not JSON); the stream has already sent the call's first fragments.
+func TestChatCutCallComesBackAsContent(t *testing.T) {
+	steps := []step{tokens("<think>plan</think>Checking.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci"), finish("ty\": \"Pa", "length")}
+	body := `{"model": "agent", "max_tokens": 40, "messages": [{"role": "user", "content": "Weather?"}], ` + weatherTools
+	rr := serve(newTestServer(t, agentBackend(steps...)), http.MethodPost, "/v1/chat/completions", body+`}`)
+	var resp struct {
+		Choices []struct {
+			Message      chatRespMessage `json:"message"`
+			FinishReason string          `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(rr.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	m := resp.Choices[0].Message
+	want := "Checking.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa"
+	if len(m.ToolCalls) != 0 || m.Content == nil || *m.Content != want || *m.Reasoning != "plan" || resp.Choices[0].FinishReason != "length" {
+		t.Fatalf("got %s, want the text as content and finish length", rr.Body)
+	}
+	rr = serve(newTestServer(t, agentBackend(steps...)), http.MethodPost, "/v1/chat/completions", body+`, "stream": true}`)
+	if !strings.Contains(rr.Body.String(), `"tool_calls":[{"index":0`) || !strings.Contains(rr.Body.String(), `"finish_reason":"length"`) {
+		t.Fatalf("stream: %s", rr.Body)
+	}
+}

@@ -25,13 +25,26 @@ func (openAIAPI) writeError(w http.ResponseWriter, e *APIError, retryAfter time.
 func (a openAIAPI) answer(i answerInfo) answer {
 	r := &responder{chat: a.ep == endpointChat, id: idPrefix(a.ep) + i.ID, created: i.Created, model: i.Model,
 		includeUsage: i.IncludeUsage}
-	return &openAIAnswer{r: r}
+	return &openAIAnswer{r: r, named: i.Chat != nil && i.Chat.ToolChoice.Mode == "function"}
 }
 
 // openAIAnswer renders a chat completion or completion: chunks with the role first
 // (chat), deltas of content, reasoning and tool calls, the finishing chunk, the usage
 // chunk when asked, [DONE]; or one body.
-type openAIAnswer struct{ r *responder }
+type openAIAnswer struct {
+	r *responder
+	// named: tool_choice named a function. The call was forced, not chosen, so a
+	// finished answer reports "stop", as OpenAI and vLLM do, not "tool_calls".
+	named bool
+}
+
+// finish is the finish_reason the answer reports.
+func (a *openAIAnswer) finish(end *ending) string {
+	if a.named && end.Finish == "tool_calls" {
+		return "stop"
+	}
+	return end.Finish
+}
 
 func (a *openAIAnswer) streamStart(s *sseWriter) error {
 	if first, ok := a.r.first(); ok {
@@ -112,7 +125,7 @@ func (a *openAIAnswer) streamEnd(s *sseWriter, end *ending) error {
 			return err
 		}
 	}
-	finish := end.Finish
+	finish := a.finish(end)
 	if err := s.data(a.r.chunk(final, &finish, end.Info)); err != nil {
 		return err
 	}
@@ -153,5 +166,5 @@ func (a *openAIAnswer) respond(w http.ResponseWriter, end *ending) error {
 			Function: chatToolFunction{Name: c.Name, Arguments: c.Arguments}})
 	}
 	return writeJSON(w, http.StatusOK, chatCompletion{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
-		Choices: []chatChoice{{Message: msg, FinishReason: end.Finish}}, Usage: end.Usage, Turbine: end.Info})
+		Choices: []chatChoice{{Message: msg, FinishReason: a.finish(end)}}, Usage: end.Usage, Turbine: end.Info})
 }

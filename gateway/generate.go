@@ -26,6 +26,9 @@ type generation struct {
 	calls, dropped int
 	// reasoningTokens counts the completion tokens of chunks that gave only reasoning.
 	reasoningTokens int
+	// text keeps a non-streaming answer's whole text (for outputParsing.textOnly).
+	text     []byte
+	keepText bool
 	evs             []parse.Event // scratch, reused per chunk
 }
 
@@ -199,6 +202,9 @@ func (g *generation) parse(text string, end bool, n int) []parse.Event {
 	evs := g.evs[:0]
 	if text != "" {
 		evs = g.parser.Push(text, evs)
+		if g.keepText {
+			g.text = append(g.text, text...)
+		}
 	}
 	if end {
 		evs = g.parser.Finish(evs)
@@ -324,6 +330,7 @@ func (g *generation) clientGone(err error) {
 // headers naming the outcome (the worker that finished it, the latest decision).
 func (g *generation) respond(ctx context.Context, w http.ResponseWriter) {
 	var all []parse.Event
+	g.keepText = g.p.chat != nil
 	last, aerr, gone := g.pump(ctx, func(evs []parse.Event) error { all = append(all, evs...); return nil })
 	if !gone {
 		worker, d := g.outcome()
@@ -339,6 +346,14 @@ func (g *generation) respond(ctx context.Context, w http.ResponseWriter) {
 		return
 	}
 	end := g.ending(append(all, last...), nil)
+	if brokenCall(end.Result) {
+		// A call the model did not finish (cut by max_tokens) or wrote with arguments that
+		// are not JSON: the whole text comes back as content, with no call.
+		end.Result = g.p.output.textOnly(string(g.text))
+		if end.Finish == "tool_calls" {
+			end.Finish = "stop"
+		}
+	}
 	g.rec.succeed(end.Usage)
 	if err := g.ans.respond(w, end); err != nil {
 		g.clientGone(err)

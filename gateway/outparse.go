@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"sync"
@@ -16,6 +17,9 @@ import (
 // calls (docs/reference.md §15).
 type outputParsing struct {
 	parser parse.Parser
+	// reasoning returns a fresh reasoning parser alone (nil: the text is all content),
+	// to read a non-streaming answer again without its tool calls (textOnly).
+	reasoning func() parse.Parser
 	// keep are the special tokens the parser reads, kept by the detokenizer even when
 	// the request skips special tokens.
 	keep map[uint32]bool
@@ -67,7 +71,42 @@ func chooseOutputParsing(card *messages.ModelCard, tok preprocess.Tokenizer, req
 	if !offered {
 		toolName = ""
 	}
-	return outputParsing{parser: parse.Chain(reasoning, tools), keep: keptSpecials(tok, toolName, reasoningName)}, nil
+	out := outputParsing{parser: parse.Chain(reasoning, tools), keep: keptSpecials(tok, toolName, reasoningName)}
+	if reasoningName != "" {
+		out.reasoning = func() parse.Parser {
+			p, _ := parse.NewReasoningParser(reasoningName, opts) // the name was checked above
+			return p
+		}
+	}
+	return out, nil
+}
+
+// brokenCall reports whether r holds a tool call whose arguments are not a JSON object
+// (a call the model left unterminated, or wrote with invalid arguments, after the parser
+// had started it).
+func brokenCall(r parse.Result) bool {
+	for _, c := range r.Calls {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal([]byte(c.Arguments), &obj) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// textOnly reads a whole answer's text again with the reasoning parser alone: what a
+// non-streaming answer returns when a tool call is broken (brokenCall), so that the
+// model's text comes back whole as content rather than as a call with arguments that are
+// not JSON, as vLLM's non-streaming parsers return it.
+func (o outputParsing) textOnly(text string) parse.Result {
+	if o.reasoning == nil {
+		return parse.Result{Content: text}
+	}
+	p := o.reasoning()
+	evs := p.Finish(p.Push(text, nil))
+	r := parse.Collect(evs)
+	r.Calls = nil
+	return r
 }
 
 // parserError is a card naming a parser this frontend does not know (workers of a newer
