@@ -15,7 +15,9 @@
 //   - otherwise, when the prompt offers tools and a tool parser is named, one call (two,
 //     one time in five, except in harmony, whose <|call|> stops the engine) to tools of
 //     the prompt, those whose name shares a word with the question first, with arguments
-//     generated from each tool's parameters schema;
+//     generated from each tool's parameters schema, their strings taken from the user's
+//     last message where the schema allows (the names it mentions, the question itself
+//     for a query-like property; asked.go);
 //   - otherwise a short text answer.
 //
 // With a reasoning parser named, and thinking not switched off by the template (Qwen3's
@@ -146,7 +148,7 @@ func plan(in Input, prompt string) string {
 	}
 	r := newRNG(hashPrompt(in.Seed, key))
 	conv := readConversation(prompt)
-	a := answer{in: in, r: r, conv: conv, prompt: prompt}
+	a := answer{in: in, r: r, conv: conv, prompt: prompt, user: readAsked(conv.user)}
 	return a.write()
 }
 
@@ -155,7 +157,9 @@ type answer struct {
 	r      *rng
 	conv   conversation
 	prompt string
-	b      strings.Builder
+	// user is what the user's last message offers string arguments.
+	user *asked
+	b    strings.Builder
 }
 
 func (a *answer) harmony() bool {
@@ -241,12 +245,13 @@ func (a *answer) rank(tools []tool) []int {
 	return order
 }
 
-// arguments generates a call's arguments object from the tool's parameters schema.
+// arguments generates a call's arguments object from the tool's parameters schema, its
+// strings from the user's message where the schema allows (asked.go).
 func (a *answer) arguments(t tool) object {
 	if t.params == nil {
 		return object{}
 	}
-	if o, ok := instance(a.r, t.params).(object); ok {
+	if o, ok := instanceAsked(a.r, t.params, a.user).(object); ok {
 		return o
 	}
 	return object{}
@@ -261,7 +266,7 @@ func (a *answer) structured(so *messages.StructuredOutput) (string, bool) {
 		if err != nil {
 			return "", false
 		}
-		return jsonText(instance(a.r, schema)), true
+		return jsonText(instanceAsked(a.r, schema, a.user)), true
 	case so.GetJsonObject():
 		return jsonText(object{{"answer", a.sentence()}}), true
 	case len(so.GetChoice()) > 0:

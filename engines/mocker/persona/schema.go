@@ -3,6 +3,7 @@ package persona
 import (
 	"encoding/json"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -19,7 +20,8 @@ import (
 // (#, #/$defs/..., #/definitions/...) and nullable. Optional properties are included
 // or not at random. Keywords outside that list (not, if/then/else, dependencies,
 // patternProperties, propertyNames) are ignored, so an instance of a schema that relies
-// on them may not validate.
+// on them may not validate. Given the user's message (instanceAsked), strings and enum
+// values come from it where the schema allows (see asked.go).
 
 // maxDepth bounds the nesting of generated values (recursive $ref schemas): below it
 // objects get only their required properties and arrays only their minimum items.
@@ -31,11 +33,21 @@ type generator struct {
 	// name is the property being generated ("" at the top), for values that read well
 	// (a "city" property gets a city).
 	name string
+	// user is what the user's message offers (nil: nothing); used marks the mentions
+	// already given in this call; patterns caches compiled patterns (nil: unreadable).
+	user     *asked
+	used     []bool
+	patterns map[string]*regexp.Regexp
 }
 
 // instance returns a value valid against schema (as far as the keywords above go).
-func instance(r *rng, schema any) any {
-	g := &generator{r: r, root: schema}
+func instance(r *rng, schema any) any { return instanceAsked(r, schema, nil) }
+
+// instanceAsked is instance with strings and enum values taken from the user's message
+// where the schema allows (nil: none).
+func instanceAsked(r *rng, schema any, user *asked) any {
+	g := &generator{r: r, root: schema, user: user}
+	g.resetAsked()
 	return g.value(schema, 0)
 }
 
@@ -61,6 +73,9 @@ func (g *generator) schema(m map[string]any, depth int) any {
 		return fromJSON(c)
 	}
 	if e, ok := m["enum"].([]any); ok && len(e) > 0 {
+		if v, ok := g.namedEnum(e); ok {
+			return v
+		}
 		return fromJSON(e[g.r.intn(len(e))])
 	}
 	switch typeOf(m) {
@@ -313,6 +328,9 @@ func (g *generator) array(m map[string]any, depth int) any {
 		case i == 0 && hasContains:
 			s = contains
 		}
+		if sm, ok := s.(map[string]any); ok && depth == 0 && typeOf(sm) == "object" {
+			g.resetAsked() // each of tool_choice "required"'s calls draws on the mentions afresh
+		}
 		v := g.value(s, depth+1)
 		if seen[jsonText(v)] && len(enum) > 0 && i >= len(prefix) {
 			start := g.r.intn(len(enum))
@@ -462,28 +480,36 @@ func (g *generator) number(m map[string]any) any {
 	return v
 }
 
-// str generates a string for m (nil: any string): its format, or its pattern, or a word
-// that suits the property's name, fitted to minLength and maxLength (in characters).
+// str generates a string for m (nil: any string): its format, or a mention of the
+// user's that its pattern admits, or its pattern, or what the user's message gives a
+// property of its name (asked.go), or a word that suits the property's name, fitted to
+// minLength and maxLength (in characters).
 func (g *generator) str(m map[string]any) any {
 	var s string
 	gen := false
+	minLen, maxLen := 0, math.MaxInt
+	_, hasFormat := m["format"]
+	_, hasPattern := m["pattern"]
 	if m != nil {
+		minLen = intKeyword(m, "minLength", 0)
+		maxLen = intKeyword(m, "maxLength", math.MaxInt)
 		if f, ok := m["format"].(string); ok {
 			s, gen = formatSample(f)
 		}
 		if p, ok := m["pattern"].(string); !gen && ok {
+			if v, ok := g.matching(p, minLen, maxLen); ok {
+				return v
+			}
 			if v, ok := generateRegex(g.r, p); ok {
 				return v // the pattern decides; lengths are not adjusted
 			}
 		}
 	}
+	if !gen && !hasFormat && !hasPattern {
+		s, gen = g.fromAsked(minLen, maxLen)
+	}
 	if !gen {
 		s = g.word()
-	}
-	minLen, maxLen := 0, math.MaxInt
-	if m != nil {
-		minLen = intKeyword(m, "minLength", 0)
-		maxLen = intKeyword(m, "maxLength", math.MaxInt)
 	}
 	for n := utf8.RuneCountInString(s); n < minLen; n = utf8.RuneCountInString(s) {
 		w := fillerWords[g.r.intn(len(fillerWords))]
