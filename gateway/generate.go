@@ -29,7 +29,7 @@ type generation struct {
 	// text keeps a non-streaming answer's whole text (for outputParsing.textOnly).
 	text     []byte
 	keepText bool
-	evs             []parse.Event // scratch, reused per chunk
+	evs      []parse.Event // scratch, reused per chunk
 }
 
 // errRequestTimeout is the cause of a request context that ran past Config.RequestTimeout.

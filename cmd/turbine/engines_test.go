@@ -158,7 +158,7 @@ func TestRealEngines(t *testing.T) {
 				"--backend", "pytorch", "--tp_size", "1", "--max_batch_size", "256", "--max_num_tokens", "8192",
 				"--max_seq_len", "4096", "--extra_llm_api_options", `~.*/turbine-trtllm-\d+/extra_llm_api_options\.yaml`,
 				"--trust_remote_code"},
-			yaml: "kv_cache_config:\n  enable_block_reuse: true\n  tokens_per_block: 64\n  event_buffer_max_size: 16384\nenable_iter_perf_stats: true\n"},
+			yaml: "kv_cache_config:\n  enable_block_reuse: true\n  tokens_per_block: 64\n  event_buffer_max_size: 16384\nenable_iter_perf_stats: true\nguided_decoding_backend: xgrammar\n"},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			served := "e2e-" + tc.engine
