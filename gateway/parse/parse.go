@@ -265,23 +265,27 @@ type Result struct {
 func Collect(evs []Event) Result {
 	var r Result
 	var content, reasoning []byte
+	var args [][]byte // each call's arguments, joined once at the end (linear in the text)
 	for _, e := range evs {
 		switch e.Kind {
 		case KindContent:
 			content = append(content, e.Text...)
 		case KindReasoning:
 			reasoning = append(reasoning, e.Text...)
-		case KindToolCall:
+		case KindToolCall, KindToolArgs:
 			for len(r.Calls) <= e.Index {
 				r.Calls = append(r.Calls, Call{})
+				args = append(args, nil)
 			}
-			r.Calls[e.Index].ID, r.Calls[e.Index].Name = e.ID, e.Name
-		case KindToolArgs:
-			for len(r.Calls) <= e.Index {
-				r.Calls = append(r.Calls, Call{})
+			if e.Kind == KindToolCall {
+				r.Calls[e.Index].ID, r.Calls[e.Index].Name = e.ID, e.Name
+			} else {
+				args[e.Index] = append(args[e.Index], e.Text...)
 			}
-			r.Calls[e.Index].Arguments += e.Text
 		}
+	}
+	for i := range r.Calls {
+		r.Calls[i].Arguments = string(args[i])
 	}
 	r.Content, r.Reasoning = string(content), string(reasoning)
 	r.Calls = slices.Clip(r.Calls)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 )
 
 // The JSON Schemas an engine is constrained with when a request forces a tool call
@@ -90,6 +91,11 @@ func RequiredSchema(tools []ToolSchema) ([]byte, error) {
 		ms, err := members(t.Parameters)
 		if err != nil {
 			return nil, fmt.Errorf("function %q: %w", t.Name, err)
+		}
+		if ref, ok := rootRef(t.Parameters); ok {
+			// Nested in the array of calls, "#" would name the array, not the function's
+			// parameters: the engine would be held to another schema.
+			return nil, fmt.Errorf("function %q: its parameters refer to their own root ($ref %q), which a tool_choice \"required\" constraint cannot keep; refer through $defs instead", t.Name, ref)
 		}
 		if i > 0 {
 			b = append(b, ',')
@@ -234,4 +240,37 @@ func sameJSON(a, b []byte) bool {
 	da.UseNumber()
 	db.UseNumber()
 	return da.Decode(&x) == nil && db.Decode(&y) == nil && reflect.DeepEqual(x, y)
+}
+
+// rootRef finds a $ref in a parameters schema that points into the schema's own root
+// ("#", "#/properties/…") rather than into $defs or definitions, which RequiredSchema
+// hoists to the root of the combined schema.
+func rootRef(parameters json.RawMessage) (string, bool) {
+	var v any
+	if json.Unmarshal(parameters, &v) != nil {
+		return "", false
+	}
+	var walk func(v any) (string, bool)
+	walk = func(v any) (string, bool) {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok && (ref == "#" || strings.HasPrefix(ref, "#/")) &&
+				!strings.HasPrefix(ref, "#/$defs/") && !strings.HasPrefix(ref, "#/definitions/") {
+				return ref, true
+			}
+			for _, x := range v {
+				if ref, ok := walk(x); ok {
+					return ref, true
+				}
+			}
+		case []any:
+			for _, x := range v {
+				if ref, ok := walk(x); ok {
+					return ref, true
+				}
+			}
+		}
+		return "", false
+	}
+	return walk(v)
 }

@@ -134,3 +134,23 @@ func TestRequiredSchemaValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestRequiredSchemaRefusesRootRefs: a parameters schema that refers to its own root
+// cannot be nested in the array of calls (its "#" would name the array); one that refers
+// through $defs can.
+func TestRequiredSchemaRefusesRootRefs(t *testing.T) {
+	for _, c := range []struct {
+		params string
+		ok     bool
+	}{
+		{`{"type":"object","properties":{"child":{"$ref":"#"}}}`, false},
+		{`{"type":"object","properties":{"a":{"type":"string"},"b":{"$ref":"#/properties/a"}}}`, false},
+		{`{"type":"object","properties":{"n":{"$ref":"#/$defs/node"}},"$defs":{"node":{"type":"object"}}}`, true},
+		{`{"type":"object","properties":{"n":{"$ref":"#/definitions/node"}},"definitions":{"node":{"type":"object"}}}`, true},
+	} {
+		_, err := RequiredSchema([]ToolSchema{{Name: "f", Parameters: json.RawMessage(c.params)}})
+		if (err == nil) != c.ok {
+			t.Errorf("%s: err %v, want ok=%v", c.params, err, c.ok)
+		}
+	}
+}
