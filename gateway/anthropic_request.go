@@ -76,12 +76,9 @@ func parseMessagesRequest(body []byte, countOnly bool) (*chatRequest, *APIError)
 		req.Turbine = parseTurbine(t)
 		o.fail(t.err)
 	}
-	if md, ok := o.value("metadata"); ok {
-		if mo, isObj := md.(map[string]any); isObj {
-			req.User, _ = mo["user_id"].(string)
-		} else {
-			o.fail(typeError("metadata", "an object", kindOf(md)))
-		}
+	if md, ok := o.child("metadata"); ok {
+		req.User, _ = md.str("user_id")
+		o.fail(md.err)
 	}
 	raw := &rawFields{body: body}
 	thinking := parseThinking(o, req, countOnly)
@@ -287,7 +284,8 @@ func blockText(b *object) string {
 
 // parseAnthropicTools reads `tools` and `tool_choice`. Each input_schema must compile
 // (as the chat API's parameters do) and reaches the template, and a forced call's
-// constraint, with its keys in the client's order.
+// constraint, with its keys in the client's order. Each name must be unique and of 1 to
+// MaxAnthropicToolNameLength characters of a-z, A-Z, 0-9, '_' and '-'.
 func parseAnthropicTools(o *object, req *chatRequest, raw *rawFields) {
 	items, _ := o.array("tools")
 	if o.err != nil {
@@ -306,6 +304,7 @@ func parseAnthropicTools(o *object, req *chatRequest, raw *rawFields) {
 	}
 	var buf bytes.Buffer // the tools as OpenAI function tools, for the template
 	var schemas []parse.ToolSchema
+	seen := make(map[string]int, len(items)) // name → index
 	buf.WriteByte('[')
 	for i, it := range items {
 		t, err := objectOf(it, indexParam("tools", i))
@@ -320,11 +319,13 @@ func parseAnthropicTools(o *object, req *chatRequest, raw *rawFields) {
 		if t.err == nil && (!ok || name == "") {
 			t.fail(newError(KindMissingParameter, t.param("name"), "Missing required parameter: '%s'.", t.param("name")))
 		}
-		for j, prev := range req.ToolList {
-			if t.err == nil && prev.Name == name {
-				t.fail(newError(KindInvalidValue, t.param("name"), "Invalid '%s': the tool name '%s' is also tools[%d]'s; tool names must be unique.", t.param("name"), clipName(name), j))
-			}
+		if t.err == nil {
+			t.fail(toolNameError(t.param("name"), name, MaxAnthropicToolNameLength))
 		}
+		if j, dup := seen[name]; dup && t.err == nil {
+			t.fail(newError(KindInvalidValue, t.param("name"), "Invalid '%s': the tool name '%s' is also tools[%d]'s; tool names must be unique.", t.param("name"), clipName(name), j))
+		}
+		seen[name] = i
 		desc, hasDesc := t.str("description")
 		schema, ok := t.child("input_schema")
 		if t.err == nil && !ok {

@@ -27,6 +27,20 @@ const (
 	// MaxAnthropicStopSequences bounds the Messages API's `stop_sequences` (Anthropic
 	// documents no limit; each one is matched against every token of the answer).
 	MaxAnthropicStopSequences = 16
+	// MaxSchemaDepth bounds the JSON nesting depth of a JSON Schema in a request (a
+	// function's parameters, an Anthropic tool's input_schema, response_format,
+	// structured_outputs.json, guided_json, the Responses API's text.format, the Messages
+	// API's output_config.format): each object or array is one level, the schema itself
+	// the first. A deeper one is refused (400 invalid_value) before it is compiled, whose
+	// cost grows faster than the square of the depth. One level of properties is two
+	// levels of JSON; OpenAI's structured outputs allow 10 levels of properties.
+	MaxSchemaDepth = 64
+	// MaxToolNameLength is OpenAI's limit on a function's name (chat completions and the
+	// Responses API): 1 to 64 characters of a-z, A-Z, 0-9, '_' and '-'.
+	MaxToolNameLength = 64
+	// MaxAnthropicToolNameLength is the Messages API's limit on a tool's name: 1 to 128
+	// characters of a-z, A-Z, 0-9, '_' and '-'.
+	MaxAnthropicToolNameLength = 128
 	// MaxRequestIDLength bounds an honoured X-Request-Id (bytes); longer ones are replaced.
 	MaxRequestIDLength = 128
 	// DefaultQueueTimeout is how long a queued request waits for a worker (QueueDepth > 0).

@@ -408,6 +408,9 @@ func parseTemplateKwargs(o *object) map[string]any {
 // chatRoles are the message roles accepted.
 var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
+// parseMessages reads the chat messages. A message with role "tool" must answer a tool
+// call of an earlier assistant message (its tool_call_id is one of theirs), as OpenAI
+// requires, and an assistant's tool calls are of type "function". Problems go to o.
 func parseMessages(o *object) []preprocess.ChatMessage {
 	if o.err != nil {
 		return nil
@@ -425,10 +428,22 @@ func parseMessages(o *object) []preprocess.ChatMessage {
 		return nil
 	}
 	out := make([]preprocess.ChatMessage, 0, len(items))
+	calls := map[string]bool{} // the ids of the assistant messages' tool calls so far
 	for i, it := range items {
 		m, err := parseMessage(it, indexParam("messages", i))
 		if err != nil {
 			o.fail(err)
+			return nil
+		}
+		for _, c := range m.ToolCalls {
+			if id, ok := c["id"].(string); ok {
+				calls[id] = true
+			}
+		}
+		if m.Role == "tool" && !calls[m.ToolCallID] {
+			p := indexParam("messages", i) + ".tool_call_id"
+			o.fail(newError(KindInvalidValue, p, "Invalid '%s': no earlier assistant message has a tool call with id '%s'; messages with role 'tool' must be a response to a preceding message with 'tool_calls'.",
+				p, clipName(m.ToolCallID)))
 			return nil
 		}
 		out = append(out, m)
@@ -468,6 +483,13 @@ func parseMessage(v any, param string) (preprocess.ChatMessage, *APIError) {
 			call, ok := c.(map[string]any)
 			if !ok {
 				return msg, typeError(indexParam(m.param("tool_calls"), j), "an object", kindOf(c))
+			}
+			if t, ok := call["type"]; ok && t != nil && t != "function" {
+				p := indexParam(m.param("tool_calls"), j) + ".type"
+				if s, isStr := t.(string); isStr {
+					return msg, newError(KindInvalidValue, p, "Invalid value for '%s': '%s'. Supported values are: 'function'.", p, clipName(s))
+				}
+				return msg, typeError(p, "a string", kindOf(t))
 			}
 			msg.ToolCalls = append(msg.ToolCalls, plain(call).(map[string]any))
 		}
@@ -543,7 +565,8 @@ func parseContent(m *object) (text string, present bool) {
 // parseTools reads `tools`, `tool_choice` and `parallel_tool_calls` into req and returns
 // the tools array as sent, for the chat template (nil when absent or when tool_choice is
 // "none"). Each function's parameters must be a JSON Schema that compiles, and names must
-// be unique (structured.go); req.ToolList gets the functions, decoded (nil with "none").
+// be unique and of 1 to MaxToolNameLength characters of a-z, A-Z, 0-9, '_' and '-'
+// (structured.go); req.ToolList gets the functions, decoded (nil with "none").
 // tool_choice "required" or a named function becomes req.Structured, vLLM's JSON Schema
 // for a forced call, which cannot be combined with another output constraint.
 func parseTools(o *object, raw *rawFields, req *chatRequest) json.RawMessage {
@@ -567,6 +590,8 @@ func parseTools(o *object, raw *rawFields, req *chatRequest) json.RawMessage {
 		if fn, ok := to.child("function"); ok {
 			if name, ok := fn.str("name"); fn.err == nil && (!ok || name == "") {
 				fn.fail(newError(KindMissingParameter, fn.param("name"), "Missing required parameter: '%s'.", fn.param("name")))
+			} else if fn.err == nil {
+				fn.fail(toolNameError(fn.param("name"), name, MaxToolNameLength))
 			}
 			fn.str("description")
 			fn.boolean("strict")

@@ -509,13 +509,16 @@ func (t *inputTurn) functionOutput(m *object) *APIError {
 	return nil
 }
 
-// reasoning takes a reasoning item's text (content, else summary) as the chain of thought
-// of the assistant turn it opens.
+// reasoning takes a reasoning item's text (content, else summary: each, when given, an
+// array of text parts) as the chain of thought of the assistant turn it opens.
 func (t *inputTurn) reasoning(m *object) *APIError {
 	text := ""
 	for _, key := range []string{"content", "summary"} {
 		if !m.has(key) {
 			continue
+		}
+		if _, ok := m.expect(key, kindArray, "an array of text parts"); !ok {
+			return m.err
 		}
 		s, err := itemText(m, key)
 		if err != nil {
@@ -552,7 +555,8 @@ func (t *inputTurn) reasoning(m *object) *APIError {
 // parseResponsesTools reads the function tools: each one's parameters schema is compiled
 // (structured.go) and kept as JSON text in the request's key order, and decoded into the
 // chat request's ToolList for the output parsers. Other tool types are refused, as is a
-// name given twice.
+// name given twice or one that is not 1 to MaxToolNameLength characters of a-z, A-Z,
+// 0-9, '_' and '-'.
 func parseResponsesTools(o *object, raw *rawFields, chat *chatRequest) ([]responsesTool, []parse.ToolSchema) {
 	if o.err != nil {
 		return nil, nil
@@ -561,6 +565,7 @@ func parseResponsesTools(o *object, raw *rawFields, chat *chatRequest) ([]respon
 	var out []responsesTool
 	var schemas []parse.ToolSchema
 	var rawItems []json.RawMessage
+	seen := make(map[string]int, len(items)) // name → index
 	for i, it := range items {
 		to, err := objectOf(it, indexParam("tools", i))
 		if err != nil {
@@ -581,12 +586,14 @@ func parseResponsesTools(o *object, raw *rawFields, chat *chatRequest) ([]respon
 		if to.err == nil && (!ok || name == "") {
 			to.fail(newError(KindMissingParameter, to.param("name"), "Missing required parameter: '%s'.", to.param("name")))
 		}
-		for j, t := range out {
-			if to.err == nil && t.Name == name {
-				to.fail(newError(KindInvalidValue, to.param("name"), "Invalid '%s': the function name '%s' is also tools[%d]'s; function names must be unique.",
-					to.param("name"), clipName(name), j))
-			}
+		if to.err == nil {
+			to.fail(toolNameError(to.param("name"), name, MaxToolNameLength))
 		}
+		if j, dup := seen[name]; dup && to.err == nil {
+			to.fail(newError(KindInvalidValue, to.param("name"), "Invalid '%s': the function name '%s' is also tools[%d]'s; function names must be unique.",
+				to.param("name"), clipName(name), j))
+		}
+		seen[name] = i
 		tool := responsesTool{Type: "function", Name: name}
 		if d, ok := to.str("description"); ok {
 			tool.Description = &d

@@ -35,7 +35,8 @@ import (
 // At most one of them: two constraints are refused (400), as is a constraint together
 // with a forced tool call. JSON Schemas are compiled here (JSON Schema draft 2020-12
 // unless "$schema" names another draft; "pattern" in ECMA-262 syntax, as the
-// specification says): one that does not compile is a 400 naming the problem. A $ref or
+// specification says): one that does not compile is a 400 naming the problem, and one
+// nested deeper than MaxSchemaDepth is refused before it is compiled. A $ref or
 // $schema naming another document is refused, never fetched. A schema is sent to the
 // engine as the client wrote it (key order kept: an engine generates an object's
 // properties in the order its schema lists them), compacted.
@@ -144,6 +145,55 @@ func compact(raw []byte) string {
 		return string(raw) // already checked to be JSON
 	}
 	return b.String()
+}
+
+// jsonDeeperThan reports whether the JSON text data nests objects and arrays more than
+// limit levels deep (a scalar is 0 levels, {"a": 1} one, {"a": [1]} two). One pass over
+// data, skipping strings and their escapes; data is JSON already checked.
+func jsonDeeperThan(data []byte, limit int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range data {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return false
+}
+
+// toolNameError checks a tool's name, present and not empty, against the rule of
+// OpenAI's API (functions, maxLen MaxToolNameLength) or Anthropic's (tools, maxLen
+// MaxAnthropicToolNameLength): 1 to maxLen characters of a-z, A-Z, 0-9, '_' and '-'.
+// Other names could not come back as calls: the output parsers drop calls whose name
+// holds markup, quotes or white space. Errors: 400 invalid_value naming param; nil for
+// a valid name.
+func toolNameError(param, name string, maxLen int) *APIError {
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return newError(KindInvalidValue, param, "Invalid '%s': the name holds %q; a tool name must be 1 to %d characters, each a letter (a-z, A-Z), a digit, '_' or '-' (the pattern '^[a-zA-Z0-9_-]{1,%d}$').",
+				param, r, maxLen, maxLen)
+		}
+	}
+	if len(name) > maxLen {
+		return newError(KindInvalidValue, param, "Invalid '%s': the name is %d characters long; a tool name must be 1 to %d characters, each a letter (a-z, A-Z), a digit, '_' or '-' (the pattern '^[a-zA-Z0-9_-]{1,%d}$').",
+			param, len(name), maxLen, maxLen)
+	}
+	return nil
 }
 
 // constraintOf is one output constraint found in a request, and the field that gave it.
@@ -297,8 +347,9 @@ func jsonConstraint(o *object, raw *rawFields, key string, path ...string) *mess
 	return &messages.StructuredOutput{JsonSchema: schema}
 }
 
-// schemaText checks that text is a JSON Schema object that compiles and returns it
-// compacted. Problems go to o, naming param.
+// schemaText checks that text is a JSON Schema object, nested at most MaxSchemaDepth
+// levels deep, that compiles and returns it compacted. Problems go to o, naming param.
+// Every schema a request carries passes here before the compiler sees it.
 func schemaText(o *object, param string, text []byte) (string, bool) {
 	v, err := decodeSchemaJSON(text)
 	if err != nil {
@@ -307,6 +358,10 @@ func schemaText(o *object, param string, text []byte) (string, bool) {
 	}
 	if _, ok := v.(map[string]any); !ok {
 		o.fail(typeError(param, "a JSON Schema object", kindOf(v)))
+		return "", false
+	}
+	if jsonDeeperThan(text, MaxSchemaDepth) {
+		o.fail(newError(KindInvalidValue, param, "Invalid '%s': the schema nests deeper than %d levels of JSON objects and arrays.", param, MaxSchemaDepth))
 		return "", false
 	}
 	if p := schemaProblem(v); p != "" {
@@ -450,22 +505,23 @@ func schemaProblem(schema any) string {
 // hold objects of type "function" with a named function): each function's parameters,
 // decoded for the output parsers and as JSON text (key order kept) for a forced call's
 // schema. A parameters schema that does not compile, and a function name given twice,
-// are refused. Problems go to o.
+// are refused. Problems go to o. Time linear in the number of functions (and their
+// schemas' size).
 func readTools(o *object, raw *rawFields, items []any) ([]parse.Tool, []parse.ToolSchema) {
 	tools := make([]parse.Tool, 0, len(items))
 	schemas := make([]parse.ToolSchema, 0, len(items))
 	var rawItems []json.RawMessage
+	seen := make(map[string]int, len(items)) // name → index
 	for i, it := range items {
 		p := indexParam("tools", i)
 		fn, _ := objectOf(it.(map[string]any)["function"], p+".function")
 		name, _ := fn.str("name")
-		for j, t := range tools {
-			if t.Name == name {
-				o.fail(newError(KindInvalidValue, fn.param("name"), "Invalid '%s': the function name '%s' is also tools[%d]'s; function names must be unique.",
-					fn.param("name"), clipName(name), j))
-				return nil, nil
-			}
+		if j, dup := seen[name]; dup {
+			o.fail(newError(KindInvalidValue, fn.param("name"), "Invalid '%s': the function name '%s' is also tools[%d]'s; function names must be unique.",
+				fn.param("name"), clipName(name), j))
+			return nil, nil
 		}
+		seen[name] = i
 		t, ts := parse.Tool{Name: name}, parse.ToolSchema{Name: name}
 		if fn.has("parameters") {
 			if _, ok := fn.expect("parameters", kindObject, "a JSON Schema object"); !ok {

@@ -89,7 +89,7 @@ func TestOutputConstraintsRejected(t *testing.T) {
 		{"duplicate function names", chatPath, chat(`"tools":[` + weatherTool + `,` + clockTool + `,` + weatherTool + `]`), "invalid_value", "tools[2].function.name", "also tools[0]'s"},
 		{"description not a string", chatPath, chat(`"tools":[{"type":"function","function":{"name":"f","description":7}}]`), "invalid_type", "tools[0].function.description", "expected a string"},
 		{"conflicting $defs with required", chatPath, chat(`"tool_choice":"required","tools":[{"type":"function","function":{"name":"a","parameters":{"$defs":{"P":{"type":"string"}}}}},{"type":"function","function":{"name":"b","parameters":{"$defs":{"P":{"type":"integer"}}}}}]`), "invalid_value", "tools", `both define $defs "P"`},
-		{"parameters that only hold alone, with required", chatPath, chat(`"tool_choice":"required","tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object","properties":{"x":{"type":"string"},"y":{"$ref":"#/properties/x"}}}}}]`), "invalid_value", "tools", "combined into one schema"},
+		{"parameters that only hold alone, with required", chatPath, chat(`"tool_choice":"required","tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object","properties":{"x":{"type":"string"},"y":{"$ref":"#/properties/x"}}}}}]`), "invalid_value", "tools", "refer to their own root"},
 
 		// tool_choice
 		{"required without tools", chatPath, chat(`"tool_choice":"required"`), "invalid_value", "tool_choice", "'required' needs at least one function"},
