@@ -133,8 +133,20 @@ type messageTokensCount struct {
 // without max_tokens, answered with the length in tokens of the prompt it renders (the
 // same template and tokenizer as /v1/messages, so the count is the message's
 // input_tokens before prefix caching). The prompt is not checked against the context
-// length, and the request is not counted in the generation metrics.
+// length, and the request is not counted in the generation metrics; like a generation it
+// is refused while the server drains and holds one of Config.MaxConcurrentRequests while
+// it runs (rendering and tokenizing a large prompt costs CPU).
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeAnthropicError(w, draining(), s.cfg.RetryAfter)
+		return
+	}
+	t, aerr := s.admitRequest()
+	if aerr != nil {
+		writeAnthropicError(w, aerr, s.cfg.RetryAfter)
+		return
+	}
+	defer t.release()
 	body, aerr := s.readBody(w, r)
 	if aerr != nil {
 		writeAnthropicError(w, aerr, s.cfg.RetryAfter)

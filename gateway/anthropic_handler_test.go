@@ -276,3 +276,31 @@ func TestMessagesRequestIDHeader(t *testing.T) {
 		t.Fatal("request-id set outside the Messages API")
 	}
 }
+
+// TestCountTokensAdmission: count_tokens is refused while the server drains and when
+// every request slot is taken, in Anthropic's error shape, like a generation.
+func TestCountTokensAdmission(t *testing.T) {
+	body := `{"model": "agent", "messages": [{"role": "user", "content": "hi"}]}`
+	s := newTestServer(t, agentBackend())
+	s.Drain()
+	rr := serve(s, http.MethodPost, "/v1/messages/count_tokens", body)
+	if rr.Code != http.StatusServiceUnavailable || !strings.Contains(rr.Body.String(), `"type":"overloaded_error"`) {
+		t.Fatalf("draining: %d %s", rr.Code, rr.Body)
+	}
+	cfg := Config{Now: func() time.Time { return testTime }, NewRequestID: func() string { return "id" }, MaxConcurrentRequests: 1}
+	s, err := New(cfg, agentBackend(), fakeOptions(fakePreprocessor{eos: []uint32{fakeEOS}})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, aerr := s.admitRequest() // the only slot
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	if rr := serve(s, http.MethodPost, "/v1/messages/count_tokens", body); rr.Code != http.StatusServiceUnavailable {
+		t.Fatalf("no slot free: %d %s", rr.Code, rr.Body)
+	}
+	held.release()
+	if rr := serve(s, http.MethodPost, "/v1/messages/count_tokens", body); rr.Code != http.StatusOK {
+		t.Fatalf("slot free again: %d %s", rr.Code, rr.Body)
+	}
+}
