@@ -19,6 +19,26 @@ func partialSuffix(s string, markers ...string) int {
 	return best
 }
 
+// pushSteps runs a step-wise parser over the text it held back and text: step consumes
+// what it can decide from the start of s and returns how many bytes; when it consumes
+// nothing, the rest is held (in *held) until the next Push brings more.
+func pushSteps(held *string, text string, out []Event, step func(s string, out []Event) (int, []Event)) []Event {
+	s := text
+	if *held != "" {
+		s, *held = *held+text, ""
+	}
+	for s != "" {
+		var n int
+		n, out = step(s, out)
+		if n == 0 {
+			*held = s
+			break
+		}
+		s = s[n:]
+	}
+	return out
+}
+
 // firstMarker returns the index in s of the earliest of markers and which one (-1, ""
 // when none occurs).
 func firstMarker(s string, markers ...string) (int, string) {

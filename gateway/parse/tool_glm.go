@@ -84,20 +84,7 @@ type glmCalls struct {
 func (p *glmCalls) Malformed() int { return p.t.bad }
 
 func (p *glmCalls) Push(text string, out []Event) []Event {
-	s := text
-	if p.held != "" {
-		s, p.held = p.held+text, ""
-	}
-	for s != "" {
-		var n int
-		n, out = p.step(s, out)
-		if n == 0 {
-			p.held = s
-			break
-		}
-		s = s[n:]
-	}
-	return out
+	return pushSteps(&p.held, text, out, p.step)
 }
 
 func (p *glmCalls) Finish(out []Event) []Event {

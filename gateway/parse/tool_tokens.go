@@ -100,20 +100,7 @@ func newTokenCalls(f *tokenFormat, o Options) Parser { return &tokenCalls{f: f, 
 func (p *tokenCalls) Malformed() int { return p.t.bad }
 
 func (p *tokenCalls) Push(text string, out []Event) []Event {
-	s := text
-	if p.held != "" {
-		s, p.held = p.held+text, ""
-	}
-	for s != "" {
-		var n int
-		n, out = p.step(s, out)
-		if n == 0 {
-			p.held = s
-			break
-		}
-		s = s[n:]
-	}
-	return out
+	return pushSteps(&p.held, text, out, p.step)
 }
 
 func (p *tokenCalls) Finish(out []Event) []Event {
