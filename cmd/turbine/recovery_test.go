@@ -32,6 +32,7 @@ func TestE2EEngineLossWithoutAnotherWorkerIs503(t *testing.T) {
 	go func() {
 		var r streamed
 		defer func() { stream <- r }()
+		signal := first // this goroutine's own copy: the test reads first while it runs
 		resp, err := s.postJSON(ctx, "/v1/completions", map[string]any{"model": model,
 			"prompt": longText("cinder", 20), "max_tokens": 2000, "ignore_eos": true, "stream": true})
 		if err != nil {
@@ -46,9 +47,9 @@ func TestE2EEngineLossWithoutAnotherWorkerIs503(t *testing.T) {
 		r.done, r.err = readSSE(resp.Body, func(f sseFrame) {
 			if f.Error != nil {
 				r.errCode = f.Error.Code
-			} else if first != nil {
-				close(first)
-				first = nil
+			} else if signal != nil {
+				close(signal)
+				signal = nil
 			}
 		})
 	}()
