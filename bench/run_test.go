@@ -98,7 +98,9 @@ func TestRunStopped(t *testing.T) {
 		notSent  int
 	}{
 		{"before the start", []time.Duration{0, 0, 0}, 0, nil, nil, 3},
-		{"during the first", []time.Duration{0, 0, 0}, 1, nil, []int{0}, 2},
+		// The later arrivals wait a second: sent at once, the second could be in flight
+		// before the first reaches the server and stops the run.
+		{"during the first", []time.Duration{0, 1000, 1000}, 1, nil, []int{0}, 2},
 		{"during the third of five", []time.Duration{0, 1, 2, 3, 4}, 3, []int{0, 1}, []int{2}, 2},
 		{"during the last", []time.Duration{0, 1, 2}, 3, []int{0, 1}, []int{2}, 0},
 		{"out of arrival order", []time.Duration{20, 0, 10}, 2, []int{1}, []int{2}, 1},
