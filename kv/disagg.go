@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // Disaggregated serving (xPyD, docs/reference.md §6): prefill and decode run on separate worker
@@ -47,67 +49,56 @@ import (
 //
 // The prefill pool has its own policy value (a round-robin cycle of its own).
 
-// Role is a worker's part in disaggregated serving.
-type Role uint8
+// Role is a worker's part in disaggregated serving (messages.Role: one vocabulary).
+type Role = messages.Role
 
 // Worker roles. The zero value is RoleAggregated.
 const (
 	// RoleAggregated: prefill and decode of a request on one worker.
-	RoleAggregated Role = iota
+	RoleAggregated = messages.Role_ROLE_AGGREGATED
 	// RolePrefill: computes prompts' KV blocks, which decode workers then read.
-	RolePrefill
+	RolePrefill = messages.Role_ROLE_PREFILL
 	// RoleDecode: generates tokens from KV blocks a prefill worker computed (or prefills
 	// short prompts itself).
-	RoleDecode
-	numRoles
+	RoleDecode = messages.Role_ROLE_DECODE
+	numRoles   = 3
 )
 
-var roleNames = [numRoles]string{"aggregated", "prefill", "decode"}
-
-// String returns "aggregated", "prefill" or "decode" (the names of WorkerInfo.role).
-func (r Role) String() string {
-	if r < numRoles {
-		return roleNames[r]
-	}
-	return fmt.Sprintf("Role(%d)", uint8(r))
-}
-
-// ParseRole parses a role name: "aggregated" or "" (aggregated), "prefill", "decode".
+// ParseRole parses a role's label: "aggregated" or "" (aggregated), "prefill", "decode".
 // Any other value is an ErrInvalidRole error naming it.
 func ParseRole(s string) (Role, error) {
-	if s == "" {
-		return RoleAggregated, nil
-	}
-	for i, n := range roleNames {
-		if s == n {
-			return Role(i), nil
-		}
+	if r, ok := messages.ParseRole(s); ok {
+		return r, nil
 	}
 	return 0, fmt.Errorf("%w: %q (want aggregated, prefill or decode)", ErrInvalidRole, s)
 }
+
+// Decision is where a request's prompt is computed (Decision.Disagg;
+// messages.DisaggDecision: one vocabulary).
+type DisaggDecision = messages.DisaggDecision
 
 // Decision kinds (Decision.Disagg, RouteResponse.disagg_decision).
 const (
 	// DisaggAggregated: no prefill/decode pools (or the fallback of prefill workers
 	// serving aggregated when no decode or aggregated worker is ready, unless
 	// Disagg.Enforce); one worker does everything.
-	DisaggAggregated = "aggregated"
+	DisaggAggregated = messages.DisaggDecision_DISAGG_AGGREGATED
 	// DisaggRemote: the prefill leg runs on Decision.Prefill, the decode leg on the worker.
-	DisaggRemote = "remote"
+	DisaggRemote = messages.DisaggDecision_DISAGG_REMOTE
 	// DisaggLocalShortPrefill: the uncached prompt suffix is at most
 	// Disagg.MaxLocalPrefillTokens; the decode worker prefills it.
-	DisaggLocalShortPrefill = "local_short_prefill"
+	DisaggLocalShortPrefill = messages.DisaggDecision_DISAGG_LOCAL_SHORT_PREFILL
 	// DisaggLocalPrefillQueue: the prefill pool's queue is long; the decode worker prefills.
-	DisaggLocalPrefillQueue = "local_prefill_queue"
+	DisaggLocalPrefillQueue = messages.DisaggDecision_DISAGG_LOCAL_PREFILL_QUEUE
 	// DisaggLocalNoPrefillWorkers: no ready prefill worker (or all excluded); the decode
 	// worker prefills.
-	DisaggLocalNoPrefillWorkers = "local_no_prefill_workers"
+	DisaggLocalNoPrefillWorkers = messages.DisaggDecision_DISAGG_LOCAL_NO_PREFILL_WORKERS
 	// DisaggLocalRequested: RouteInput.LocalPrefill asked for the decode worker to prefill.
-	DisaggLocalRequested = "local_requested"
+	DisaggLocalRequested = messages.DisaggDecision_DISAGG_LOCAL_REQUESTED
 )
 
 // disaggKinds indexes the decision counters.
-var disaggKinds = [...]string{DisaggAggregated, DisaggRemote, DisaggLocalShortPrefill,
+var disaggKinds = [...]DisaggDecision{DisaggAggregated, DisaggRemote, DisaggLocalShortPrefill,
 	DisaggLocalPrefillQueue, DisaggLocalNoPrefillWorkers, DisaggLocalRequested}
 
 const (

@@ -32,12 +32,12 @@ func TestParseRole(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("ParseRole(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
-		if tc.in != "" && got.String() != tc.in {
-			t.Errorf("%v.String() = %q, want %q", got, got.String(), tc.in)
+		if tc.in != "" && got.Label() != tc.in {
+			t.Errorf("%v.String() = %q, want %q", got, got.Label(), tc.in)
 		}
 	}
-	if s := Role(9).String(); s != "Role(9)" {
-		t.Errorf("Role(9).String() = %q", s)
+	if s := Role(9).Label(); s != "Role(9)" {
+		t.Errorf("Role(9).Label() = %q", s)
 	}
 }
 
@@ -130,7 +130,7 @@ func load(r *Router, worker, id string, n int) {
 
 func TestDisaggDecisions(t *testing.T) {
 	type want struct {
-		kind     string
+		kind     DisaggDecision
 		decode   string
 		prefill  string // "" unless remote
 		uncached int64
@@ -449,7 +449,7 @@ func TestDisaggRoleChange(t *testing.T) {
 	roles := func() string {
 		var s []string
 		for _, w := range r.Stats().Workers {
-			s = append(s, w.ID+"="+w.Role.String())
+			s = append(s, w.ID+"="+w.Role.Label())
 		}
 		return strings.Join(s, " ")
 	}
@@ -504,7 +504,7 @@ func TestDisaggStatsCounts(t *testing.T) {
 		}
 	}
 	st := r.Stats()
-	want := map[string]int64{DisaggAggregated: 0, DisaggRemote: 1, DisaggLocalShortPrefill: 1,
+	want := map[DisaggDecision]int64{DisaggAggregated: 0, DisaggRemote: 1, DisaggLocalShortPrefill: 1,
 		DisaggLocalPrefillQueue: 0, DisaggLocalNoPrefillWorkers: 0, DisaggLocalRequested: 1}
 	if fmt.Sprint(st.Decisions) != fmt.Sprint(want) {
 		t.Fatalf("decisions %v, want %v", st.Decisions, want)
@@ -606,7 +606,7 @@ func TestDisaggRandomOps(t *testing.T) {
 						kinds[err.Error()[:12]]++
 						continue
 					}
-					kinds[d.Disagg]++
+					kinds[d.Disagg.Label()]++
 					checkRoles(t, r, step, in, d)
 					checkTracking(t, r, in.RequestID, d, len(in.Tokens))
 				case op < 8:
@@ -638,9 +638,9 @@ func TestDisaggRandomOps(t *testing.T) {
 					t.Fatalf("step %d: role counts %v, workers say %v", step, r.roleCount, counts)
 				}
 			}
-			for _, k := range []string{DisaggAggregated, DisaggRemote, DisaggLocalShortPrefill, DisaggLocalRequested,
+			for _, k := range []DisaggDecision{DisaggAggregated, DisaggRemote, DisaggLocalShortPrefill, DisaggLocalRequested,
 				DisaggLocalNoPrefillWorkers} {
-				if kinds[k] == 0 && !((k == DisaggLocalNoPrefillWorkers || k == DisaggAggregated) && cfg.Disagg.Enforce) {
+				if kinds[k.Label()] == 0 && !((k == DisaggLocalNoPrefillWorkers || k == DisaggAggregated) && cfg.Disagg.Enforce) {
 					t.Errorf("no %s decision in %v", k, kinds)
 				}
 			}

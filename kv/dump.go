@@ -6,8 +6,8 @@ import (
 
 // Dump returns KV events that rebuild worker w's blocks exactly — the same blocks under
 // the same engine hashes — when applied in order, as worker w, to an index in which w
-// holds nothing (STYLE: snapshots that replay). It is how an index hands its state to a
-// new replica or a moved Router grain, and how tests check it.
+// holds nothing: a snapshot that replays. It is how an index hands its state to a new
+// replica or a moved Router grain, and how tests check it.
 //
 // Shape: BlockStored events in depth-first order (parents before children, runs of a
 // chain merged into one event, siblings ordered by sequence hash, so the output is

@@ -169,7 +169,8 @@ const (
 	DefaultBalanceRelThreshold = 1.5
 )
 
-// CacheAwarePolicy is SGLang's sgl-router cache_aware policy on the router's KV index:
+// CacheAwarePolicy is SGLang's sgl-router cache_aware policy on the router's KV index
+// (docs/reference.md §3, "The other routing policies"):
 //
 //	imbalanced = max_load - min_load > BalanceAbsThreshold  and  max_load > min_load * BalanceRelThreshold
 //	imbalanced:                      the least-loaded worker

@@ -160,7 +160,7 @@ type Decision struct {
 	// DisaggLocalShortPrefill, DisaggLocalPrefillQueue, DisaggLocalNoPrefillWorkers,
 	// DisaggLocalRequested (see disagg.go). WorkerID/Worker is the decode worker, or the
 	// only worker when the decision is not remote.
-	Disagg string
+	Disagg DisaggDecision
 	// UncachedPrefillTokens: ISL minus the worker's prefix hit (tokens), what the worker
 	// would prefill itself.
 	UncachedPrefillTokens int64
@@ -245,8 +245,8 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 	if spec.TotalBlocks < 0 {
 		return false, fmt.Errorf("%w: worker %q total KV blocks %d is negative", ErrInvalidRequest, spec.ID, spec.TotalBlocks)
 	}
-	if spec.Role >= numRoles {
-		return false, fmt.Errorf("%w: worker %q: %v", ErrInvalidRole, spec.ID, spec.Role)
+	if spec.Role < 0 || spec.Role >= numRoles {
+		return false, fmt.Errorf("%w: worker %q: %v", ErrInvalidRole, spec.ID, spec.Role.Label())
 	}
 	rw := r.byName[spec.ID]
 	if rw == nil {
@@ -736,7 +736,7 @@ type Stats struct {
 	UnknownRemovals uint64
 	SkippedEvents   int64
 	// Decisions counts routed requests by Decision.Disagg kind (every kind present).
-	Decisions map[string]int64
+	Decisions map[DisaggDecision]int64
 	// Expired: the sequences expiry has freed since the router started, by cause.
 	Expired Expired
 	// AwaitingAck: requests routed with WillAck and not acknowledged yet.
@@ -749,7 +749,7 @@ func (r *Router) Stats() Stats {
 		Routed: r.routed, PromptBlocks: r.prompt, OverlapBlocks: r.overlap,
 		IndexNodes: r.index.Nodes(), ActiveRequests: r.active.Len(),
 		UnknownRemovals: r.index.UnknownRemovals(), SkippedEvents: r.skipped,
-		Decisions: make(map[string]int64, numKinds), Expired: r.expired, AwaitingAck: len(r.awaiting),
+		Decisions: make(map[DisaggDecision]int64, numKinds), Expired: r.expired, AwaitingAck: len(r.awaiting),
 	}
 	for k, n := range r.decisions {
 		s.Decisions[disaggKinds[k]] = n

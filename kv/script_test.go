@@ -15,8 +15,9 @@ import (
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/scripts/*.txt")
 
-// Scripted interaction tests of the Router core (STYLE #7). Each file under
-// testdata/scripts is a sequence of cases:
+// Scripted interaction tests of the Router core: the test delivers every message, and the
+// expected outcome is written beside it. Each file under testdata/scripts is a sequence
+// of cases:
 //
 //	command key=value ...
 //	optional input lines (events)

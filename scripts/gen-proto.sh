@@ -10,7 +10,10 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
 go build -o "$bin/protoc-gen-go-grain" github.com/asynkron/protoactor-go/protobuf/protoc-gen-go-grain
+# The grain generator does not support proto3 optional: it runs on services.proto only.
 PATH="$bin:$PATH" protoc -I messages \
   --go_out="$out" --go_opt=paths=source_relative \
-  --go-grain_out="$out" --go-grain_opt=paths=source_relative \
   messages/*.proto
+PATH="$bin:$PATH" protoc -I messages \
+  --go-grain_out="$out" --go-grain_opt=paths=source_relative \
+  messages/services.proto

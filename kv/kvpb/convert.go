@@ -3,6 +3,7 @@
 package kvpb
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/turbine-llm/turbine/kv"
@@ -15,8 +16,7 @@ func ToProto(ev kv.Event) *messages.KvEvent {
 	case kv.BlockStored:
 		return &messages.KvEvent{Event: &messages.KvEvent_Stored{Stored: &messages.KvBlockStored{
 			BlockHashes:     ev.EngineHashes,
-			HasParent:       ev.HasParent,
-			ParentBlockHash: ev.ParentHash,
+			ParentBlockHash: parent(ev),
 			TokenIds:        ev.TokenIDs,
 			BlockSize:       int32(ev.BlockSize),
 			LoraName:        ev.LoraName,
@@ -30,6 +30,15 @@ func ToProto(ev kv.Event) *messages.KvEvent {
 	default:
 		return &messages.KvEvent{Event: &messages.KvEvent_Cleared{Cleared: &messages.KvAllBlocksCleared{}}}
 	}
+}
+
+// parent is a stored event's parent hash, nil when it has none.
+func parent(ev kv.Event) *uint64 {
+	if !ev.HasParent {
+		return nil
+	}
+	h := ev.ParentHash
+	return &h
 }
 
 // ToProtoAll converts a list of events.
@@ -46,8 +55,8 @@ func FromProto(m *messages.KvEvent) (kv.Event, error) {
 	switch e := m.GetEvent().(type) {
 	case *messages.KvEvent_Stored:
 		s := e.Stored
-		return kv.Event{Kind: kv.BlockStored, EngineHashes: s.BlockHashes, HasParent: s.HasParent,
-			ParentHash: s.ParentBlockHash, TokenIDs: s.TokenIds, BlockSize: int(s.BlockSize),
+		return kv.Event{Kind: kv.BlockStored, EngineHashes: s.BlockHashes, HasParent: s.ParentBlockHash != nil,
+			ParentHash: s.GetParentBlockHash(), TokenIDs: s.TokenIds, BlockSize: int(s.BlockSize),
 			LoraName: s.LoraName, Medium: s.Medium}, nil
 	case *messages.KvEvent_Removed:
 		return kv.Event{Kind: kv.BlockRemoved, EngineHashes: e.Removed.BlockHashes, Medium: e.Removed.Medium}, nil
@@ -69,4 +78,49 @@ func FromProtoAll(ms []*messages.KvEvent) ([]kv.Event, error) {
 		out[i] = ev
 	}
 	return out, nil
+}
+
+// RouteInput is the kv.Router.Route input of a RouteRequest; slices are shared, not
+// copied.
+func RouteInput(req *messages.RouteRequest) kv.RouteInput {
+	return kv.RouteInput{RequestID: req.GetRequestId(), Tokens: req.GetTokenIds(), LoraName: req.GetLoraName(),
+		HasOverlapWeight: req.OverlapWeight != nil, OverlapWeight: req.GetOverlapWeight(),
+		HasTemperature: req.Temperature != nil, Temperature: req.GetTemperature(),
+		Exclude: req.GetExcludeWorkers(), ExcludePrefill: req.GetExcludePrefillWorkers(),
+		LocalPrefill: req.GetLocalPrefill(), WillAck: req.GetWillAck()}
+}
+
+// RouteResponse is the answer to a Route call that kv.Router.Route answered with d and
+// err: for an error, its text and Outcome(err), nothing else; otherwise the chosen
+// worker's id, the prompt and overlap blocks (counts of KV blocks), the decision, the
+// uncached prefill tokens and, for a remote decision, the prefill worker's id, overlap
+// blocks and its leg's request id (the router tracks the leg under it). Actor references
+// and SGLang bootstrap addresses are the caller's to add: the core knows no actor.
+func RouteResponse(d kv.Decision, err error) *messages.RouteResponse {
+	if err != nil {
+		return &messages.RouteResponse{Error: err.Error(), Outcome: Outcome(err)}
+	}
+	r := &messages.RouteResponse{WorkerId: d.WorkerID, OverlapBlocks: int32(d.OverlapBlocks),
+		PromptBlocks: int32(d.PromptBlocks), DisaggDecision: d.Disagg, UncachedPrefillTokens: d.UncachedPrefillTokens}
+	if p := d.Prefill; p != nil {
+		r.PrefillWorkerId, r.PrefillOverlapBlocks, r.PrefillRequestId = p.WorkerID, int32(p.OverlapBlocks), p.RequestID
+	}
+	return r
+}
+
+// Outcome is the RouteOutcome of an error kv.Router.Route returned: ROUTE_OK for nil,
+// ROUTE_NO_PREFILL_WORKERS, ROUTE_ALL_BUSY, ROUTE_BAD_REQUEST (kv.ErrInvalidRequest),
+// else ROUTE_NO_WORKERS.
+func Outcome(err error) messages.RouteOutcome {
+	switch {
+	case err == nil:
+		return messages.RouteOutcome_ROUTE_OK
+	case errors.Is(err, kv.ErrNoPrefillWorkers):
+		return messages.RouteOutcome_ROUTE_NO_PREFILL_WORKERS
+	case errors.Is(err, kv.ErrAllBusy):
+		return messages.RouteOutcome_ROUTE_ALL_BUSY
+	case errors.Is(err, kv.ErrInvalidRequest):
+		return messages.RouteOutcome_ROUTE_BAD_REQUEST
+	}
+	return messages.RouteOutcome_ROUTE_NO_WORKERS
 }

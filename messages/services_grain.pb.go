@@ -2,7 +2,7 @@
 // versions:
 //  protoc-gen-grain v0.7.0
 //  protoc           v3.21.12
-// source: turbine.proto
+// source: services.proto
 
 package messages
 
