@@ -1,5 +1,8 @@
 // Package engines holds what every engine adapter shares: the interface a worker uses to
-// talk to its engine process, and how that process is launched.
+// talk to its engine process, and how that process is launched. Each engine is one
+// package holding its client, adapter and launcher (engines/vllm, engines/sglang,
+// engines/trtllm; the mock engine's launcher is engines/mocker/launch), and
+// engines/registry maps engine names to launchers.
 package engines
 
 import (
@@ -50,21 +53,11 @@ type Engine interface {
 // the decode leg will not read them (rejected, cancelled, or never sent), so that they
 // do not stay pinned until the engine's own timeout.
 //
-// What each adapter does:
-//
-//   - Turbine's mock engine in vLLM's and TensorRT-LLM's dialects: it sends a release
-//     message to the engine's KV transfer port, named in kvTransferParams (vLLM's
-//     remote_host and remote_port; TensorRT-LLM's encoded_opaque_state), which frees the
-//     blocks at once (engines/mocker/kvtransfer).
-//   - vLLM: a no-op returning nil. vLLM has no API to release a request's blocks: its
-//     NIXL connector frees them when the decode engine has read them, or after
-//     VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s by default).
-//   - TensorRT-LLM: a no-op returning nil; the context server frees them after its
-//     cache_transceiver_config.kv_transfer_timeout_ms.
-//   - SGLang (and the mock engine in SGLang's dialect): not implemented, as a prefill leg
-//     returns no parameters to name the blocks by. The prefill server frees a room's KV
-//     when its bootstrap times out; the mock engine also frees it at once when the
-//     decode leg that waited for the room gives up (the worker cancels it).
+// Only the mock engine frees blocks at once (a release message on its KV transfer port,
+// which its launcher hands the vLLM and TensorRT-LLM adapters); on vLLM and trtllm-serve,
+// which have no release API, ReleaseKV is a no-op returning nil (docs/reference.md §6).
+// SGLang's adapter does not implement it: a prefill leg returns no parameters to name
+// the blocks by, and the prefill server frees a room's KV when its bootstrap times out.
 //
 // Releasing blocks that were already read or released is harmless and returns nil.
 // requestID is the prefill leg's request id; kvTransferParams what its last chunk

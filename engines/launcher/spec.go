@@ -4,21 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/turbine-llm/turbine/engines"
 )
 
-// Engine names, as `turbine node --engine` and messages.StartWorker.engine spell them.
+// Engine names, as `turbine node --engine` and messages.StartWorker.engine spell them
+// (engines/registry maps each to its launcher).
 const (
-	EngineMocker = "mocker" // turbine's own mock engine (Mocker), no GPU
-	EngineVLLM   = "vllm"   // vLLM's OpenAI server (`vllm serve`)
-	EngineSGLang = "sglang" // SGLang (`python -m sglang.launch_server`)
-	EngineTRTLLM = "trtllm" // TensorRT-LLM's OpenAI server (`trtllm-serve`)
+	EngineMocker = "mocker" // turbine's own mock engine (engines/mocker/launch), no GPU
+	EngineVLLM   = "vllm"   // vLLM's OpenAI server (`vllm serve`, engines/vllm)
+	EngineSGLang = "sglang" // SGLang (`python -m sglang.launch_server`, engines/sglang)
+	EngineTRTLLM = "trtllm" // TensorRT-LLM's OpenAI server (`trtllm-serve`, engines/trtllm)
 )
-
-// Engines lists the engine names New launches, in the order help texts name them.
-var Engines = []string{EngineVLLM, EngineSGLang, EngineTRTLLM}
 
 // Role is a worker's part in disaggregated serving: "" (aggregated: prefill and decode),
 // RolePrefill or RoleDecode.
@@ -34,16 +31,6 @@ const (
 // bootstrap address (SGLang, and the mock engine in SGLang's dialect) implement it.
 type Bootstrapper = engines.Bootstrapper
 
-// Default executables.
-const (
-	DefaultVLLMExecutable   = "vllm"
-	DefaultTRTLLMExecutable = "trtllm-serve"
-	DefaultPython           = "python3"
-	// DefaultKVEventBufferSize is trtllm-serve's kv_cache_config.event_buffer_max_size
-	// (KV events kept between two polls of POST /kv_cache_events; 0 turns events off).
-	DefaultKVEventBufferSize = 16384
-)
-
 // Spec is an engine-neutral description of one worker's engine process. Zero limits
 // leave the engine's own default (the engine derives it from the model or the GPU);
 // BlockSize is always rendered, since KV-aware routing needs the engine's block size to be
@@ -54,7 +41,8 @@ const (
 // --data-parallel-size, SGLang's --dp-size with --enable-dp-attention) publishes each
 // rank's events on the endpoint's port + rank; only rank 0's reach the router.
 type Spec struct {
-	// Engine is EngineVLLM, EngineSGLang or EngineTRTLLM.
+	// Engine is EngineVLLM, EngineSGLang or EngineTRTLLM (engines/registry builds the
+	// launcher it names).
 	Engine string
 	// ModelPath is the model folder or hub name the engine loads (vLLM's positional model,
 	// SGLang's --model-path, trtllm-serve's positional model).
@@ -84,17 +72,18 @@ type Spec struct {
 	// Role is the worker's part in disaggregated serving ("" for aggregated).
 	Role Role
 	// BootstrapPort is an SGLang prefill engine's --disaggregation-bootstrap-port; 0
-	// picks a free one at each Command (Bootstrap names it). Other engines ignore it.
+	// picks a free one at each Command (Bootstrapper names it). Other engines ignore it.
 	BootstrapPort int
-	// Executable runs vLLM (default "vllm") or trtllm-serve (default "trtllm-serve"); a
-	// name is looked up on PATH when the engine starts.
+	// Executable runs vLLM (default vllm.DefaultExecutable) or trtllm-serve (default
+	// trtllm.DefaultExecutable); a name is looked up on PATH when the engine starts.
 	Executable string
-	// Python runs SGLang's launch_server module (default "python3").
+	// Python runs SGLang's launch_server module (default sglang.DefaultPython).
 	Python string
 	// KVEventBufferSize is TensorRT-LLM's event_buffer_max_size (default
-	// DefaultKVEventBufferSize).
+	// trtllm.DefaultKVEventBufferSize).
 	KVEventBufferSize int
-	// TempDir is where TRTLLM writes its extra_llm_api_options file (default os.TempDir()).
+	// TempDir is where TensorRT-LLM's launcher writes its extra_llm_api_options file
+	// (default os.TempDir()).
 	TempDir string
 	// ReasoningParser is the model's reasoning parser by vLLM's name ("" for none). vLLM
 	// and SGLang are told it so that a structured-output constraint applies after the
@@ -103,12 +92,6 @@ type Spec struct {
 	ReasoningParser string
 	// Extra arguments, appended to the engine's command line untouched.
 	Extra []string
-}
-
-// sglangReasoningParsers maps vLLM's reasoning parser names to SGLang's
-// (sglang/srt/parser/reasoning_parser.py); a name SGLang lacks is not passed.
-var sglangReasoningParsers = map[string]string{
-	"deepseek_r1": "deepseek-r1", "qwen3": "qwen3", "kimi_k2": "kimi_k2", "glm45": "glm45", "openai_gptoss": "gpt-oss",
 }
 
 // Validate checks a spec; errors name the field that is wrong.
@@ -132,44 +115,11 @@ func (s *Spec) Validate() error {
 	return nil
 }
 
-// withDefaults returns s with its empty fields defaulted.
-func (s Spec) withDefaults() Spec {
+// WithDefaults returns s with the engine-neutral defaults filled in (the served model
+// name); each engine's launcher fills in its own (executable, interpreter, buffer sizes).
+func (s Spec) WithDefaults() Spec {
 	if s.ServedModelName == "" {
 		s.ServedModelName = s.ModelPath
 	}
-	if s.Python == "" {
-		s.Python = DefaultPython
-	}
-	if s.KVEventBufferSize == 0 {
-		s.KVEventBufferSize = DefaultKVEventBufferSize
-	}
 	return s
-}
-
-// New returns the launcher of the engine spec names: *VLLM, *SGLang or *TRTLLM. Errors:
-// an invalid spec (Validate), an unknown engine (EngineMocker included: the mock engine
-// is built as a Mocker), a limit the engine refuses, and for TRTLLM a temporary file that
-// cannot be written. A TRTLLM launcher holds a file until its Close.
-func New(spec Spec) (engines.Launcher, error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	spec = spec.withDefaults()
-	switch spec.Engine {
-	case EngineVLLM:
-		if spec.Executable == "" {
-			spec.Executable = DefaultVLLMExecutable
-		}
-		return &VLLM{spec: spec}, nil
-	case EngineSGLang:
-		return newSGLang(spec)
-	case EngineTRTLLM:
-		if spec.Executable == "" {
-			spec.Executable = DefaultTRTLLMExecutable
-		}
-		return newTRTLLM(spec)
-	case EngineMocker:
-		return nil, errors.New("launcher: the mock engine is launched by a Mocker, not from a Spec")
-	}
-	return nil, fmt.Errorf("launcher: unknown engine %q (want %s)", spec.Engine, strings.Join(Engines, ", "))
 }

@@ -15,7 +15,7 @@ type Vocab struct {
 	EOS []uint32
 }
 
-// TokenSource is the part of a tokenizer BuildVocab needs (preprocess.Tokenizer has it).
+// TokenSource is the part of a tokenizer BuildVocab needs (model.Tokenizer has it).
 type TokenSource interface {
 	TokenBytes(id uint32) ([]byte, bool)
 	VocabSize() int

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestGenerateBody(t *testing.T) {
@@ -137,7 +138,7 @@ func FuzzIDList(f *testing.F) {
 
 func TestSamplingAndLoadMapping(t *testing.T) {
 	s := &messages.SamplingParams{MaxTokens: 10, MinTokens: 2, IgnoreEos: true, StopTokenIds: []uint32{5},
-		HasTemperature: true, Temperature: 0.5, HasSeed: true, Seed: 9, PresencePenalty: 0.25}
+		Temperature: proto.Float64(0.5), Seed: proto.Int64(9), PresencePenalty: 0.25}
 	p := samplingFrom(s)
 	if p.MaxNewTokens != 10 || p.MinNewTokens != 2 || !p.IgnoreEOS || !reflect.DeepEqual(p.StopTokenIDs, []uint32{5}) ||
 		*p.Temperature != 0.5 || p.TopP != nil || *p.Seed != 9 || *p.PresencePenalty != 0.25 || p.FrequencyPenalty != nil {

@@ -32,9 +32,8 @@ type Client struct {
 }
 
 // New returns a client for the server at baseURL (e.g. http://127.0.0.1:30000). hc may
-// be nil: a client of its own, without an overall timeout (bound calls with their
-// contexts), keeping at most 64 idle connections, each closed after 30 s unused
-// (enginehttp.NewHTTPClient). Errors: a URL that is not absolute http(s).
+// be nil: a client of its own (enginehttp.DefaultPool), without an overall timeout
+// (bound calls with their contexts). Errors: a URL that is not absolute http(s).
 func New(baseURL string, hc *http.Client, opts Options) (*Client, error) {
 	h, err := enginehttp.New("sglang", baseURL, hc, errorFrom)
 	if err != nil {

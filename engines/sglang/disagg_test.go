@@ -17,8 +17,8 @@ import (
 
 func roleEngine(t *testing.T, role server.Role) (*server.Server, *Engine) {
 	t.Helper()
-	srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(100, 7), Dialect: server.DialectSGLang,
-		Role: role, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}, nil)
+	srv, url := enginetest.StartMock(t, server.Options{Params: server.Params{Engine: enginetest.MockConfig(100, 7), Dialect: server.DialectSGLang,
+		Role: role, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}}, nil)
 	c, err := New(url, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestDisaggregatedLegs(t *testing.T) {
 	}
 	host, port, _ := net.SplitHostPort(preSrv.KVTransferAddr())
 	n, _ := strconv.Atoi(port)
-	leg := func(name string) *messages.SamplingParams {
+	leg := func(name messages.Leg) *messages.SamplingParams {
 		return &messages.SamplingParams{MaxTokens: 10, IgnoreEos: true, Disagg: &messages.DisaggParams{Leg: name,
 			BootstrapHost: host, BootstrapPort: int32(n), BootstrapRoom: 1<<62 + 99}}
 	}
@@ -64,8 +64,8 @@ func TestDisaggregatedLegs(t *testing.T) {
 	var got, first []uint32
 	var decErr, preErr error
 	wg.Add(2)
-	go func() { defer wg.Done(); got, decErr = generate(ctx, dec, "r", p, leg("decode")) }()
-	go func() { defer wg.Done(); first, preErr = generate(ctx, pre, "r", p, leg("prefill")) }()
+	go func() { defer wg.Done(); got, decErr = generate(ctx, dec, "r", p, leg(messages.Leg_LEG_DECODE)) }()
+	go func() { defer wg.Done(); first, preErr = generate(ctx, pre, "r", p, leg(messages.Leg_LEG_PREFILL)) }()
 	wg.Wait()
 	if decErr != nil || preErr != nil {
 		t.Fatalf("legs: %v %v", decErr, preErr)
@@ -87,9 +87,9 @@ func TestDisaggregatedLegs(t *testing.T) {
 	}
 
 	for _, s := range []*messages.SamplingParams{
-		{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "both", BootstrapHost: host, BootstrapPort: 1}},
-		{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "decode", BootstrapPort: 1}},
-		{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill", BootstrapHost: host}},
+		{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg(3), BootstrapHost: host, BootstrapPort: 1}},
+		{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_DECODE, BootstrapPort: 1}},
+		{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL, BootstrapHost: host}},
 	} {
 		if _, err := generate(ctx, dec, "x", p, s); err == nil {
 			t.Fatalf("leg %+v accepted", s.Disagg)

@@ -1,6 +1,7 @@
-// Package sglang is a client for SGLang's native HTTP API (python -m sglang.launch_server),
-// and an engines.Engine adapter over it. Turbine's mock engine speaks the same dialect
-// (turbine mocker --dialect sglang).
+// Package sglang is SGLang for Turbine: a client for SGLang's native HTTP API, an
+// engines.Engine adapter over it, and the launcher that starts the server (python -m
+// sglang.launch_server; Launcher, launcher.go). Turbine's mock engine speaks the same
+// dialect (turbine mocker --dialect sglang) and is driven through the same adapter.
 //
 // Wire formats, as SGLang's sources define them (sgl-project/sglang:
 // python/sglang/srt/entrypoints/http_server.py, managers/io_struct.py,

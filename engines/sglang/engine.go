@@ -45,18 +45,18 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	fn func(engines.Chunk) error) error {
 	req := GenerateRequest{RID: requestID, InputIDs: tokens, Sampling: samplingFrom(s)}
 	switch leg := s.GetDisagg(); leg.GetLeg() {
-	case "":
-	case "prefill", "decode":
+	case messages.Leg_LEG_AGGREGATED:
+	case messages.Leg_LEG_PREFILL, messages.Leg_LEG_DECODE:
 		if leg.GetBootstrapHost() == "" || leg.GetBootstrapPort() < 1 || leg.GetBootstrapPort() > 65535 {
 			return fmt.Errorf("sglang: the %s leg of %s needs the prefill server's bootstrap host and port, got %q:%d",
-				leg.GetLeg(), requestID, leg.GetBootstrapHost(), leg.GetBootstrapPort())
+				leg.GetLeg().Label(), requestID, leg.GetBootstrapHost(), leg.GetBootstrapPort())
 		}
 		req.Extra = map[string]any{"bootstrap_host": leg.GetBootstrapHost(), "bootstrap_port": leg.GetBootstrapPort(),
 			"bootstrap_room": leg.GetBootstrapRoom()}
 	default:
-		return fmt.Errorf("sglang: disaggregated leg %q: want \"prefill\" or \"decode\"", leg.GetLeg())
+		return fmt.Errorf("sglang: disaggregated leg %s: want prefill or decode", leg.GetLeg().Label())
 	}
-	decode := s.GetDisagg().GetLeg() == "decode"
+	decode := s.GetDisagg().GetLeg() == messages.Leg_LEG_DECODE
 	stream, err := e.c.Generate(ctx, req)
 	if err != nil {
 		return kvLoadFailure(decode, err)

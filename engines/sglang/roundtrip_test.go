@@ -37,8 +37,8 @@ func (m *mock) abortedRIDs() []string {
 func startMock(t *testing.T, speedup float64, incremental bool) *mock {
 	t.Helper()
 	m := &mock{}
-	m.srv, m.url = enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(speedup, 7),
-		Dialect: server.DialectSGLang, IncrementalStreamingOutput: incremental}, m.recordAborts)
+	m.srv, m.url = enginetest.StartMock(t, server.Options{Params: server.Params{Engine: enginetest.MockConfig(speedup, 7), Dialect: server.DialectSGLang,
+		IncrementalStreamingOutput: incremental}}, m.recordAborts)
 	return m
 }
 

@@ -1,7 +1,7 @@
 // Package supervise runs engine subprocesses: starting them in their own process group
 // (killed with their parent), stopping them with SIGTERM then SIGKILL, and the capped
 // exponential restart backoff (protoactor's own "exponential" backoff is linear and
-// uncapped, docs/reference.md §13).
+// uncapped, docs/actor-library.md §11).
 package supervise
 
 import "time"

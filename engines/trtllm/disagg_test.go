@@ -17,18 +17,27 @@ import (
 
 func roleEngine(t *testing.T, role server.Role, mock bool) (*server.Server, *Engine) {
 	t.Helper()
-	srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(100, 3), Dialect: server.DialectTRTLLM,
-		Role: role, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}, nil)
+	srv, url := enginetest.StartMock(t, server.Options{Params: server.Params{Engine: enginetest.MockConfig(100, 3), Dialect: server.DialectTRTLLM,
+		Role: role, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}}, nil)
 	c, err := New(url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := NewEngine(c, EngineOptions{Model: "m", BlockSize: 16, MockTransfer: mock})
+	e, err := NewEngine(c, EngineOptions{Model: "m", BlockSize: 16, ReleaseKV: mockRelease(mock)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
 	return srv, e
+}
+
+// mockRelease is the KV release the mock engine's launcher gives the adapter (mock), or
+// none, as on trtllm-serve.
+func mockRelease(mock bool) func(ctx context.Context, requestID, kvTransferParams string) error {
+	if mock {
+		return server.ReleaseTRTLLM
+	}
+	return nil
 }
 
 func run(ctx context.Context, e *Engine, p []uint32, s *messages.SamplingParams) ([]engines.Chunk, error) {
@@ -72,7 +81,7 @@ func TestDisaggregatedLegs(t *testing.T) {
 	prefill := func() string {
 		t.Helper()
 		s := base()
-		s.Disagg = &messages.DisaggParams{Leg: "prefill"}
+		s.Disagg = &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}
 		cs, err := run(ctx, pre, p, s)
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +95,7 @@ func TestDisaggregatedLegs(t *testing.T) {
 	}
 	decode := func(params string) *messages.SamplingParams {
 		s := base()
-		s.Disagg = &messages.DisaggParams{Leg: "decode", KvTransferParams: params}
+		s.Disagg = &messages.DisaggParams{Leg: messages.Leg_LEG_DECODE, KvTransferParams: params}
 		return s
 	}
 
@@ -120,7 +129,7 @@ func TestDisaggregatedLegs(t *testing.T) {
 	if err := pre.ReleaseKV(ctx, "r", "{}"); err == nil {
 		t.Fatal("parameters without a handle released")
 	}
-	for _, s := range []*messages.SamplingParams{decode(""), decode("[]"), {MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "x"}}} {
+	for _, s := range []*messages.SamplingParams{decode(""), decode("[]"), {MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg(9)}}} {
 		if _, err := run(ctx, dec, p, s); err == nil {
 			t.Fatalf("leg %+v accepted", s.Disagg)
 		}
@@ -144,14 +153,14 @@ func TestContextLegCancelled(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gate := enginetest.NewGate("/v1/completions", !tc.mock, tc.mock)
-			srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(100, 3), Dialect: server.DialectTRTLLM,
-				Role: server.RolePrefill, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}, gate.Wrap)
+			srv, url := enginetest.StartMock(t, server.Options{Params: server.Params{Engine: enginetest.MockConfig(100, 3), Dialect: server.DialectTRTLLM,
+				Role: server.RolePrefill, KVTransfer: server.KVTransferOptions{BytesPerToken: 256}}}, gate.Wrap)
 			t.Cleanup(func() { gate.OpenAdmit(); gate.OpenAnswer() })
 			c, err := New(url, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := NewEngine(c, EngineOptions{Model: "m", BlockSize: 16, MockTransfer: tc.mock})
+			e, err := NewEngine(c, EngineOptions{Model: "m", BlockSize: 16, ReleaseKV: mockRelease(tc.mock)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +170,7 @@ func TestContextLegCancelled(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				done <- e.Generate(ctx, "leg", enginetest.Prompt(40), &messages.SamplingParams{MaxTokens: 1,
-					Disagg: &messages.DisaggParams{Leg: "prefill"}}, func(c engines.Chunk) error { chunks = append(chunks, c); return nil })
+					Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}, func(c engines.Chunk) error { chunks = append(chunks, c); return nil })
 			}()
 			if tc.mock {
 				<-gate.Writing

@@ -1,7 +1,9 @@
-// Package trtllm is a client for trtllm-serve, TensorRT-LLM's OpenAI-compatible server,
-// and an engines.Engine adapter over it: streamed token-id completions, health, load
-// from the iteration statistics, and KV cache events polled over HTTP. Turbine's mock
-// engine speaks the same dialect (turbine mocker --dialect trtllm).
+// Package trtllm is TensorRT-LLM for Turbine: a client for trtllm-serve, TensorRT-LLM's
+// OpenAI-compatible server, an engines.Engine adapter over it (streamed token-id
+// completions, health, load from the iteration statistics, KV cache events polled over
+// HTTP), and the launcher that starts trtllm-serve with its options file (Launcher,
+// launcher.go). Turbine's mock engine speaks the same dialect (turbine mocker --dialect
+// trtllm) and is driven through the same adapter.
 //
 // Wire formats, as TensorRT-LLM's sources define them (NVIDIA/TensorRT-LLM:
 // tensorrt_llm/serve/openai_server.py, openai_protocol.py, postprocess_handlers.py,
@@ -52,20 +54,7 @@
 //	                           "microBatchId", "avgNumDecodedTokensPerIter"}}
 //
 // KV events: with kv_cache_config.enable_block_reuse and event_buffer_max_size > 0,
-// POST /kv_cache_events answers (and drains) a JSON array of
-//
-//	{"event_id": 7, "window_size": 4096, "attention_dp_rank": 0 (optional), "data": D}
-//
-// where D is one of
-//
-//	{"type": "created", "num_blocks_per_cache_level": [gpu, host]}
-//	{"type": "stored", "parent_hash": <hash|null>, "blocks": [{"type": "stored_block",
-//	  "block_hash": <hash>, "tokens": [{"type": "unique_token", "token_id": 5,
-//	  "token_extra_id": 0}, ...], "cache_level": 0, "priority": 35}, ...]}
-//	{"type": "removed", "block_hashes": [<hash>, ...]}
-//	{"type": "updated", "block_hash": <hash>, "cache_level": {"type": "event_diff",
-//	  "new_value": 1, "old_value": 0}, "priority": {...}}
-//
-// EventConverter turns them into kv.Batch values (see its documentation for what is
-// kept); Client.PollKVEvents polls and converts.
+// POST /kv_cache_events answers (and drains) a JSON array of events (created, stored,
+// removed, updated; docs/reference.md §1 gives their shapes). EventConverter turns them
+// into kv.Batch values; Client.PollKVEvents polls and converts.
 package trtllm

@@ -11,7 +11,6 @@ import (
 
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
-	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -30,9 +29,12 @@ type EngineOptions struct {
 	StatsTimeout time.Duration
 	// MaxStatsAge: Load fails when the collector's latest answer is older (default 30 s).
 	MaxStatsAge time.Duration
-	// MockTransfer: the server is Turbine's mock engine, whose context legs' pinned
-	// blocks ReleaseKV releases over its KV transfer port (trtllm-serve has no such API).
-	MockTransfer bool
+	// ReleaseKV, when set, releases the blocks a context leg pinned, named by its
+	// disaggregated_params (Engine.ReleaseKV calls it), and lets a cancelled context leg
+	// finish within engines.PrefillGrace, since what it pins can then be released.
+	// Turbine's mock engine has such an API (engines/mocker/launch sets it);
+	// trtllm-serve has none: nil.
+	ReleaseKV func(ctx context.Context, requestID, kvTransferParams string) error
 }
 
 // Engine adapts a Client to engines.Engine. Its load comes from a background collector
@@ -88,12 +90,11 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): a prefill leg is a
 // context_only request (disaggregated_params {"request_type": "context_only"},
 // max_tokens 1, "stream": false, as trtllm-serve's disaggregated server sends it); its
-// one chunk carries the choice's disaggregated_params (Chunk.KVTransferParams); a prefill
-// leg cancelled while it runs is finished with engines.FinishPrefill (on the mock engine
-// within engines.PrefillGrace; on trtllm-serve, which cannot release pinned blocks on
-// request, it is aborted at once unless its answer is arriving), so that an answer that
-// names pinned blocks still reaches fn, and Generate returns ctx's error. A decode leg
-// sends those parameters back with request_type generation_only and streams as usual.
+// one chunk carries the choice's disaggregated_params (Chunk.KVTransferParams). A prefill
+// leg cancelled while it runs is finished with engines.FinishPrefill (grace
+// engines.PrefillGrace only with EngineOptions.ReleaseKV), so that an answer that names
+// pinned blocks still reaches fn, and Generate returns ctx's error. A decode leg sends
+// those parameters back with request_type generation_only and streams as usual.
 // Errors: an unknown leg, a decode leg without a parameters object, and the client's; a
 // decode leg whose KV cache transfer failed wraps engines.ErrKVTransfer.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
@@ -114,12 +115,12 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 		req.Extra["response_format"] = rf
 	}
 	switch leg := s.GetDisagg(); leg.GetLeg() {
-	case "":
-	case "prefill":
+	case messages.Leg_LEG_AGGREGATED:
+	case messages.Leg_LEG_PREFILL:
 		req.MaxTokens, req.MinTokens = 1, min(req.MinTokens, 1)
 		req.Extra["disaggregated_params"] = map[string]any{"request_type": "context_only"}
 		grace := time.Duration(0) // trtllm-serve: an abort frees the blocks, a finished leg pins them
-		if e.opts.MockTransfer {
+		if e.opts.ReleaseKV != nil {
 			grace = engines.PrefillGrace
 		}
 		ch, err := engines.FinishPrefill(ctx, grace, func(ctx context.Context) (Chunk, error) {
@@ -134,7 +135,7 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 			return err
 		}
 		return ctx.Err()
-	case "decode":
+	case messages.Leg_LEG_DECODE:
 		var dp map[string]json.RawMessage
 		if err := json.Unmarshal([]byte(leg.GetKvTransferParams()), &dp); err != nil || dp == nil {
 			return fmt.Errorf("trtllm: a decode leg needs its context leg's disaggregated_params (a JSON object), got %.100q",
@@ -143,9 +144,9 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 		dp["request_type"] = json.RawMessage(`"generation_only"`)
 		req.Extra["disaggregated_params"] = dp
 	default:
-		return fmt.Errorf("trtllm: disaggregated leg %q: want \"prefill\" or \"decode\"", leg.GetLeg())
+		return fmt.Errorf("trtllm: disaggregated leg %s: want prefill or decode", leg.GetLeg().Label())
 	}
-	decode := s.GetDisagg().GetLeg() == "decode"
+	decode := s.GetDisagg().GetLeg() == messages.Leg_LEG_DECODE
 	stream, err := e.c.Complete(ctx, req)
 	if err != nil {
 		return kvLoadFailure(decode, err)
@@ -175,33 +176,16 @@ func engineChunk(ch Chunk) engines.Chunk {
 	return out
 }
 
-// ReleaseKV releases the blocks a context leg pinned (engines.KVReleaser). On the mock
-// engine (EngineOptions.MockTransfer) it reads the transfer handle in
-// encoded_opaque_state and sends a release to its transfer port; empty parameters
-// release nothing. On trtllm-serve it does nothing and returns nil: the context server
-// frees the blocks after cache_transceiver_config.kv_transfer_timeout_ms. Errors (mock
-// engine): malformed parameters, or the transfer port unreachable.
+// ReleaseKV releases the blocks a context leg pinned (engines.KVReleaser) through
+// EngineOptions.ReleaseKV. Without it (trtllm-serve) it does nothing and returns nil:
+// the context server frees the blocks after
+// cache_transceiver_config.kv_transfer_timeout_ms. Errors: ReleaseKV's (malformed
+// parameters, or the engine unreachable).
 func (e *Engine) ReleaseKV(ctx context.Context, requestID, kvTransferParams string) error {
-	if !e.opts.MockTransfer || kvTransferParams == "" {
+	if e.opts.ReleaseKV == nil || kvTransferParams == "" {
 		return nil
 	}
-	var dp struct {
-		State string `json:"encoded_opaque_state"`
-	}
-	if err := json.Unmarshal([]byte(kvTransferParams), &dp); err != nil {
-		return fmt.Errorf("trtllm: releasing the KV of %s: disaggregated_params: %w", requestID, err)
-	}
-	h, err := kvtransfer.DecodeHandle(dp.State)
-	if err != nil {
-		return fmt.Errorf("trtllm: releasing the KV of %s: %w", requestID, err)
-	}
-	if len(h.BlockIDs) == 0 {
-		return nil
-	}
-	if _, err := kvtransfer.Release(ctx, h.Addr(), h.EngineID, h.Key); err != nil {
-		return fmt.Errorf("trtllm: releasing the KV of %s: %w", requestID, err)
-	}
-	return nil
+	return e.opts.ReleaseKV(ctx, requestID, kvTransferParams)
 }
 
 func finishReason(r string) string {

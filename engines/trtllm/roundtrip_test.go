@@ -27,8 +27,8 @@ type mock struct {
 // startMock runs the mock engine's real server in trtllm-serve's dialect.
 func startMock(t *testing.T, speedup float64, eventBuffer int) *mock {
 	t.Helper()
-	srv, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(speedup, 3), Dialect: server.DialectTRTLLM,
-		EventBufferMaxSize: eventBuffer, PollWait: 20 * time.Millisecond}, nil)
+	srv, url := enginetest.StartMock(t, server.Options{Params: server.Params{Engine: enginetest.MockConfig(speedup, 3), Dialect: server.DialectTRTLLM,
+		EventBufferMaxSize: eventBuffer}, PollWait: 20 * time.Millisecond}, nil)
 	return &mock{srv: srv, url: url}
 }
 

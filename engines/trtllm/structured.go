@@ -23,7 +23,7 @@ import (
 // takes; "json_schema" wraps it in OpenAI's {"name", "schema"} object, which some
 // releases passed to the grammar backend unwrapped. regex and ebnf need a trtllm-serve
 // from the second half of 2025. The server enforces any of them only when it was started
-// with guided_decoding_backend set (launcher.TRTLLMOptions sets xgrammar). nil when so is
+// with guided_decoding_backend set (Options, the launcher's file, sets xgrammar). nil when so is
 // nil or constrains nothing. Put it in CompletionRequest.Extra. Errors: a json_schema
 // that is not JSON text.
 func ResponseFormat(so *messages.StructuredOutput) (json.RawMessage, error) {

@@ -1,7 +1,9 @@
-// Package vllm is a client for engines that speak vLLM's OpenAI-compatible HTTP dialect
-// (vLLM itself, and Turbine's mock engine): health, the model list, streamed
-// /v1/completions with token ids in and out, and the load an engine reports on /metrics.
-// The worker actor drives its engine through it.
+// Package vllm is vLLM for Turbine: a client for engines that speak vLLM's
+// OpenAI-compatible HTTP dialect (vLLM itself, and Turbine's mock engine): health, the
+// model list, streamed /v1/completions with token ids in and out, and the load an engine
+// reports on /metrics; the engines.Engine adapter over it (Engine, engine.go), through
+// which the worker actor drives its engine; and the launcher that starts `vllm serve`
+// (Launcher, launcher.go).
 package vllm
 
 import (
@@ -26,10 +28,9 @@ type Client struct {
 }
 
 // New returns a client for the engine at baseURL (e.g. http://127.0.0.1:8000). hc may be
-// nil: a client of its own, without an overall timeout (streams last as long as
-// generation does; bound calls with their contexts), keeping at most 64 idle
-// connections, each closed after 30 s unused (enginehttp.NewHTTPClient). Errors: a
-// URL that is not absolute http(s).
+// nil: a client of its own (enginehttp.DefaultPool), without an overall timeout
+// (streams last as long as generation does; bound calls with their contexts). Errors:
+// a URL that is not absolute http(s).
 func New(baseURL string, hc *http.Client) (*Client, error) {
 	h, err := enginehttp.New("vllm", baseURL, hc, errorFrom)
 	if err != nil {

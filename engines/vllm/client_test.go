@@ -18,7 +18,7 @@ import (
 // startMocker runs the mock engine's real HTTP server.
 func startMocker(t *testing.T, speedup float64) (*Client, *server.Server) {
 	t.Helper()
-	s, url := enginetest.StartMock(t, server.Options{Engine: enginetest.MockConfig(speedup, 0)}, nil)
+	s, url := enginetest.StartMock(t, server.Options{Params: server.Params{Engine: enginetest.MockConfig(speedup, 0)}}, nil)
 	c, err := New(url+"/", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,17 +6,8 @@ import "github.com/turbine-llm/turbine/messages"
 // nil where s does not set them (the engine's default applies): temperature, top_p and
 // the seed.
 func OptionalSampling(s *messages.SamplingParams) (temperature, topP *float64, seed *int64) {
-	if s.GetHasTemperature() {
-		v := s.GetTemperature()
-		temperature = &v
+	if s == nil {
+		return nil, nil, nil
 	}
-	if s.GetHasTopP() {
-		v := s.GetTopP()
-		topP = &v
-	}
-	if s.GetHasSeed() {
-		v := s.GetSeed()
-		seed = &v
-	}
-	return temperature, topP, seed
+	return s.Temperature, s.TopP, s.Seed
 }

@@ -4,14 +4,15 @@ import (
 	"testing"
 
 	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestOptionalSampling(t *testing.T) {
-	temp, topP, seed := OptionalSampling(&messages.SamplingParams{Temperature: 0.5, TopP: 0.9, Seed: 7})
+	temp, topP, seed := OptionalSampling(&messages.SamplingParams{MaxTokens: 5, PresencePenalty: 0.5})
 	if temp != nil || topP != nil || seed != nil {
 		t.Fatalf("unset parameters given: %v %v %v", temp, topP, seed)
 	}
-	temp, topP, seed = OptionalSampling(&messages.SamplingParams{HasTemperature: true, HasTopP: true, HasSeed: true, TopP: 0.9, Seed: -7})
+	temp, topP, seed = OptionalSampling(&messages.SamplingParams{Temperature: proto.Float64(0), TopP: proto.Float64(0.9), Seed: proto.Int64(-7)})
 	if temp == nil || *temp != 0 || topP == nil || *topP != 0.9 || seed == nil || *seed != -7 {
 		t.Fatalf("set parameters: %v %v %v", temp, topP, seed)
 	}

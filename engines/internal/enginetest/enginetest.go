@@ -18,23 +18,23 @@ import (
 
 	"github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 var (
 	modelOnce sync.Once
-	model     *preprocess.Model
+	loaded    *model.Model
 	modelErr  error
 )
 
 // Model is the builtin cl100k_base tokenizer model, loaded once per test binary.
-func Model(t testing.TB) *preprocess.Model {
+func Model(t testing.TB) *model.Model {
 	t.Helper()
-	modelOnce.Do(func() { model, modelErr = preprocess.LoadModel("builtin:cl100k_base") })
+	modelOnce.Do(func() { loaded, modelErr = model.LoadModel("builtin:cl100k_base") })
 	if modelErr != nil {
 		t.Fatal(modelErr)
 	}
-	return model
+	return loaded
 }
 
 // MockConfig is the mock engine the client tests run: blocks of 16 tokens, 512 of them,

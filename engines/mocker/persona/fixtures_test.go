@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/prompts from the real chat templates")
@@ -84,7 +84,7 @@ func realTokenizerDir() string {
 
 // realModel loads a real tokenizer folder ("qwen3", "llama3_1"); without the files the
 // test fails saying how to install them, or is skipped under -short.
-func realModel(tb testing.TB, name string) *preprocess.Model {
+func realModel(tb testing.TB, name string) *model.Model {
 	tb.Helper()
 	dir := filepath.Join(realTokenizerDir(), "tokenizer-"+name, "models")
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
@@ -94,7 +94,7 @@ func realModel(tb testing.TB, name string) *preprocess.Model {
 		}
 		tb.Fatal(msg)
 	}
-	m, err := preprocess.LoadModel(dir)
+	m, err := model.LoadModel(dir)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func realModel(tb testing.TB, name string) *preprocess.Model {
 // for a Llama template, the Llama-3.1 tokenizer folder with that chat_template.jinja),
 // or nil when
 // TURBINE_PERSONA_TEMPLATES is unset.
-func templateModel(t *testing.T, path string) *preprocess.Model {
+func templateModel(t *testing.T, path string) *model.Model {
 	t.Helper()
 	src := os.Getenv("TURBINE_PERSONA_TEMPLATES")
 	if src == "" {
@@ -133,7 +133,7 @@ func templateModel(t *testing.T, path string) *preprocess.Model {
 	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), tmpl, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := preprocess.LoadModel(dir)
+	m, err := model.LoadModel(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func templateModel(t *testing.T, path string) *preprocess.Model {
 func TestRenderedPrompts(t *testing.T) {
 	for _, c := range loadChats(t) {
 		t.Run(c.Name, func(t *testing.T) {
-			var m *preprocess.Model
+			var m *model.Model
 			if c.Template == "written" {
 				t.Skip("written by hand: " + c.Note)
 			}
@@ -156,7 +156,7 @@ func TestRenderedPrompts(t *testing.T) {
 			} else {
 				m = realModel(t, c.Template)
 			}
-			var msgs []preprocess.ChatMessage
+			var msgs []model.ChatMessage
 			for _, raw := range c.Messages {
 				var msg struct {
 					Role       string           `json:"role"`
@@ -167,13 +167,13 @@ func TestRenderedPrompts(t *testing.T) {
 				if err := json.Unmarshal(raw, &msg); err != nil {
 					t.Fatal(err)
 				}
-				cm := preprocess.ChatMessage{Role: msg.Role, ToolCallID: msg.ToolCallID, ToolCalls: msg.ToolCalls}
+				cm := model.ChatMessage{Role: msg.Role, ToolCallID: msg.ToolCallID, ToolCalls: msg.ToolCalls}
 				if msg.Content != nil {
 					cm.Content = *msg.Content
 				}
 				msgs = append(msgs, cm)
 			}
-			got, err := m.RenderChat(preprocess.ChatTemplateInput{Messages: msgs, Tools: toolsJSON(t, c.Tools),
+			got, err := m.RenderChat(model.ChatTemplateInput{Messages: msgs, Tools: toolsJSON(t, c.Tools),
 				AddGenerationPrompt: true, Kwargs: c.Kwargs})
 			if err != nil {
 				t.Fatal(err)

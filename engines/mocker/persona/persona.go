@@ -1,32 +1,18 @@
 // Package persona makes the mock engine answer like a tool-calling, reasoning model: from
 // a rendered chat prompt and the model family's parser names it writes the text such a
-// model would generate, deterministically from the seed and the prompt, so that agent
-// loops run end to end without a GPU (docs/reference.md §15, §16).
+// model would generate, so that agent loops run end to end without a GPU
+// (docs/reference.md §15, "The mock engine as a stand-in model", and §16).
 //
-// Plan reads the prompt only (the tools a chat template rendered into it, whether the
-// last turn is a tool result, whether the template switched thinking off) and decides:
-//   - a structured-output constraint (messages.StructuredOutput) is answered with an
-//     instance of it: JSON valid against a json_schema (tool_choice "required" and named
-//     functions arrive as such a schema), a small JSON object for json_object, one of the
-//     choices, a string the regex matches in full; a regex the generator cannot satisfy
-//     and a grammar get the plain text answer instead;
-//   - otherwise, after a tool result, a short text answer that quotes a few words of the
-//     result, so that agent loops end;
-//   - otherwise, when the prompt offers tools and a tool parser is named, one call (two,
-//     one time in five, except in harmony, whose <|call|> stops the engine) to tools of
-//     the prompt, those whose name shares a word with the question first, with arguments
-//     generated from each tool's parameters schema, their strings taken from the user's
-//     last message where the schema allows (the names it mentions, the question itself
-//     for a query-like property; asked.go);
-//   - otherwise a short text answer.
-//
-// With a reasoning parser named, and thinking not switched off by the template (Qwen3's
-// enable_thinking false writes an empty <think>\n\n</think>\n\n), the answer starts
-// with a thinking block in the family's syntax; a template that opened the block itself
-// (DeepSeek R1's <think>\n) gets only its body and the closing tag. gpt-oss
-// (openai/openai_gptoss) answers in harmony messages: analysis, then a commentary
-// message to=functions.NAME or a final one (holding another family's calls when
-// openai_gptoss is paired with another tool parser).
+// Plan reads the prompt only (the tools a chat template rendered into it, tools.go;
+// whether the last turn is a tool result; whether the template switched thinking off)
+// and answers, in the family's syntax: a thinking block when a reasoning parser is named
+// (only its rest when the template opened it); then an instance of the request's
+// structured-output constraint (schema.go; a regex it cannot satisfy, and a grammar, get
+// the text answer); or, after a tool result, a short text quoting it; or, with tools
+// offered and a tool parser named, one call (two, one time in five, except in harmony,
+// whose <|call|> stops the engine), preferring tools that share a word with the
+// question, with arguments generated from the schema and strings taken from the user's
+// last message (asked.go); or a short text. gpt-oss answers in harmony messages.
 //
 // The text holds no end-of-turn marker: the engine ends it with its EOS token.
 // Everything is pure: the same input gives the same text.

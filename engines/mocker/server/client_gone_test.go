@@ -21,7 +21,7 @@ import (
 func TestPrefillClientGone(t *testing.T) {
 	prompt := promptIDs(40)
 	for _, tc := range []struct {
-		dialect Dialect
+		dialect DialectName
 		body    string
 	}{
 		{DialectVLLM, prefillBody(prompt, false)},

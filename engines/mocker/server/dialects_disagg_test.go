@@ -17,7 +17,7 @@ import (
 // Disaggregated serving in the TensorRT-LLM and SGLang dialects: the same transfer as
 // vLLM's, behind their own parameters.
 
-func dialectEngine(t *testing.T, d Dialect, role Role) engine {
+func dialectEngine(t *testing.T, d DialectName, role Role) engine {
 	o := disaggOptions(t, role)
 	o.Dialect = d
 	return startEngine(t, o)

@@ -100,7 +100,7 @@ const (
 // KV load failure policies (vLLM's kv_transfer_config kv_load_failure_policy).
 const (
 	// LoadFailureFail answers a decode leg whose read failed with the dialect's KV
-	// transfer error (vLLM's default in recent releases; it was recompute before).
+	// transfer error (vLLM's default in recent releases).
 	LoadFailureFail = "fail"
 	// LoadFailureRecompute makes such a decode leg compute the whole prompt itself (vLLM
 	// dialect only: SGLang and TensorRT-LLM have no such fallback).
@@ -121,13 +121,12 @@ type KVTransferOptions struct {
 	// Bandwidth in bytes per second at which reads of this engine's blocks are paced
 	// (turbine mocker's flag takes kvtransfer.MinBandwidth to kvtransfer.MaxBandwidth);
 	// the engine's speed-up ratio multiplies it, as it divides every modelled duration,
-	// and the product must be at least 1 byte/s. It is a ceiling: the bytes
-	// really cross the connection, and loopback TCP moves a few GB/s (2.5 GB/s measured
-	// by kvtransfer's BenchmarkRead on a 2-core test machine), well below the default
-	// 64 GB/s.
+	// and the product must be at least 1 byte/s. It is a ceiling: the bytes really
+	// cross the connection, and loopback TCP moves a few GB/s (kvtransfer's
+	// BenchmarkRead), well below the default 64 GB/s.
 	Bandwidth float64
 	// BytesPerToken is the KV cache size of one token in bytes (the model's
-	// kv_bytes_per_token, engines/modelcard), 1 to kvtransfer.MaxBytesPerToken.
+	// kv_bytes_per_token, package model), 1 to kvtransfer.MaxBytesPerToken.
 	BytesPerToken int64
 	// Timeout releases pinned blocks nobody read.
 	Timeout time.Duration
@@ -211,10 +210,7 @@ type transfer struct {
 	seconds       *metrics.FloatCounter
 	sent          *metrics.Counter // synced with the server's count when a read ends
 	released      map[kvtransfer.Reason]*metrics.Counter
-	nixlTime      *metrics.PrometheusHistogram // vLLM dialect only
-	nixlBytes     *metrics.PrometheusHistogram
-	nixlFailed    *metrics.Counter
-	nixlExpired   *metrics.Counter
+	nixl          *nixlMetrics // vLLM dialect only
 }
 
 // Metric names of the mock engine's disaggregated serving (every dialect).
@@ -248,6 +244,28 @@ const (
 
 // nixlTimeBuckets are the upper bounds, in seconds, of MetricNIXLXferTime.
 var nixlTimeBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// nixlMetrics are vLLM's NIXL connector metrics of one engine: its reads as a decode
+// engine, and its pins that timed out as a prefill engine.
+type nixlMetrics struct {
+	time, bytes     *metrics.PrometheusHistogram
+	failed, expired *metrics.Counter
+}
+
+// newNIXLMetrics registers the NIXL metrics of the engine serving model in set.
+func newNIXLMetrics(set *metrics.Set, model string) *nixlMetrics {
+	labels := fmt.Sprintf(`model_name=%s,engine="0"`, strconv.Quote(model))
+	var byteBuckets []float64
+	for b := 2048.0; b <= 16<<30; b *= 4 {
+		byteBuckets = append(byteBuckets, b)
+	}
+	return &nixlMetrics{
+		time:    set.NewPrometheusHistogramExt(MetricNIXLXferTime+"{"+labels+"}", nixlTimeBuckets),
+		bytes:   set.NewPrometheusHistogramExt(MetricNIXLBytes+"{"+labels+"}", byteBuckets),
+		failed:  set.NewCounter(MetricNIXLFailed + "{" + labels + "}"),
+		expired: set.NewCounter(MetricNIXLExpiredReqs + "{" + labels + "}"),
+	}
+}
 
 // startTransfer binds the transfer port and registers the metrics.
 func (s *Server) startTransfer() error {
@@ -289,17 +307,6 @@ func (s *Server) startTransfer() error {
 	t.seconds = set.NewFloatCounter(MetricTransferSeconds)
 	t.sent = set.NewCounter(MetricTransferSentBytes)
 	t.recomputed = set.NewCounter(MetricKVRecomputed)
-	if s.opts.Dialect == DialectVLLM {
-		labels := fmt.Sprintf(`model_name=%s,engine="0"`, strconv.Quote(s.opts.ServedModelName))
-		var byteBuckets []float64
-		for b := 2048.0; b <= 16<<30; b *= 4 {
-			byteBuckets = append(byteBuckets, b)
-		}
-		t.nixlTime = set.NewPrometheusHistogramExt(MetricNIXLXferTime+"{"+labels+"}", nixlTimeBuckets)
-		t.nixlBytes = set.NewPrometheusHistogramExt(MetricNIXLBytes+"{"+labels+"}", byteBuckets)
-		t.nixlFailed = set.NewCounter(MetricNIXLFailed + "{" + labels + "}")
-		t.nixlExpired = set.NewCounter(MetricNIXLExpiredReqs + "{" + labels + "}")
-	}
 	s.xfer = t
 	return nil
 }
@@ -349,8 +356,8 @@ func (s *Server) TransferStats() TransferStats {
 func (s *Server) onRelease(key, requestID string, reason kvtransfer.Reason) {
 	s.xfer.sent.Set(uint64(s.xfer.srv.SentBytes())) // every read ends with a release
 	s.xfer.released[reason].Inc()
-	if reason == kvtransfer.ReasonTimeout && s.xfer.nixlExpired != nil {
-		s.xfer.nixlExpired.Inc()
+	if reason == kvtransfer.ReasonTimeout && s.xfer.nixl != nil {
+		s.xfer.nixl.expired.Inc()
 	}
 	s.log.Debug().Str("request_id", requestID).Str("key", key).Str("reason", string(reason)).Msg("pinned KV blocks released")
 	s.applyWait(context.Background(), command{release: requestID, aborted: make(chan struct{})})
@@ -479,8 +486,8 @@ func (s *Server) pullKV(ctx context.Context, rk remoteKV, promptLen int) (int, *
 	})
 	if err != nil {
 		t.failed.Inc()
-		if t.nixlFailed != nil {
-			t.nixlFailed.Inc()
+		if t.nixl != nil {
+			t.nixl.failed.Inc()
 		}
 		terr := &transferError{msg: fmt.Sprintf("KV transfer from %s failed: %v", rk.addr, err)}
 		var re *kvtransfer.RemoteError
@@ -498,9 +505,9 @@ func (s *Server) pullKV(ctx context.Context, rk remoteKV, promptLen int) (int, *
 	t.reads.Inc()
 	t.bytes.Add(int(res.Bytes))
 	t.seconds.Add(res.Duration.Seconds())
-	if t.nixlTime != nil {
-		t.nixlTime.Update(res.Duration.Seconds())
-		t.nixlBytes.Update(float64(res.Bytes))
+	if t.nixl != nil {
+		t.nixl.time.Update(res.Duration.Seconds())
+		t.nixl.bytes.Update(float64(res.Bytes))
 	}
 	s.log.Debug().Str("from", rk.addr).Str("key", rk.key).Int64("bytes", res.Bytes).Dur("duration", res.Duration).Msg("KV blocks read")
 	return min(len(res.BlockIDs)*t.blockSize, promptLen), nil

@@ -24,15 +24,7 @@ const maxBodyBytes = 32 << 20
 const defaultMaxTokens = 16
 
 // Handler returns the HTTP API of the server's dialect (see the package documentation).
-func (s *Server) Handler() http.Handler {
-	switch s.opts.Dialect {
-	case DialectSGLang:
-		return s.sglangHandler()
-	case DialectTRTLLM:
-		return s.trtllmHandler()
-	}
-	return s.vllmHandler()
-}
+func (s *Server) Handler() http.Handler { return s.surface.handler() }
 
 // vllmHandler serves POST /v1/completions, GET /health, GET /v1/models and GET /metrics
 // in vLLM's dialect.

@@ -25,13 +25,6 @@ const (
 	MetricCacheConfigInfo  = "vllm:cache_config_info"
 )
 
-// statsSink receives the engine's stats after every change and each finished request
-// (from the engine loop).
-type statsSink interface {
-	update(st *mocker.Stats)
-	finished(r mocker.FinishReason)
-}
-
 type serverMetrics struct {
 	queries, hits, preemptions, prompt, generation *metrics.Counter
 	success                                        map[mocker.FinishReason]*metrics.Counter

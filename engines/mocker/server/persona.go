@@ -12,7 +12,7 @@ import (
 // The persona (engines/mocker/persona): a server started with a tool-call or reasoning
 // parser name (Options.ToolCallParser, ReasoningParser) answers like a model of that
 // family, and any server answers a structured-output request with an instance of its
-// constraint; other requests get drawn words as before.
+// constraint; other requests get drawn words.
 
 // checkParsers validates the parser names of opts against what the persona writes.
 func checkParsers(opts Options) error {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/turbine-llm/turbine/engines/mocker/persona"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // personaPrompt is a ChatML prompt offering one tool, as Qwen3's template renders it.
@@ -24,7 +24,7 @@ const personaPrompt = "<|im_start|>system\n# Tools\n\n<tools>\n" +
 func TestPersonaAnswers(t *testing.T) {
 	quoted, _ := json.Marshal(personaPrompt)
 	for _, c := range []struct {
-		dialect  Dialect
+		dialect  DialectName
 		path     string
 		body     string
 		seed     uint64
@@ -133,7 +133,7 @@ func TestPersonaRealTokenizer(t *testing.T) {
 		}
 		t.Fatal(msg)
 	}
-	m, err := preprocess.LoadModel(dir)
+	m, err := model.LoadModel(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
 // Package server runs the mock engine core (engines/mocker) as an engine process that
-// speaks one engine's HTTP dialect (Options.Dialect):
+// speaks one engine's HTTP dialect (Options.Dialect; each dialect is a plugin behind the
+// Dialect interface, dialect.go):
 //
 //   - vllm (default): the OpenAI completions endpoint in vLLM's dialect, /health,
 //     /v1/models, Prometheus /metrics with vLLM's metric names (engines/vllm).
@@ -43,13 +44,13 @@ import (
 
 	"github.com/turbine-llm/turbine/engines/kvevents"
 	"github.com/turbine-llm/turbine/engines/mocker"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
-// Options configures a Server.
+// Options configures a Server: the engine's parameters (Params, validated by New) and
+// what a process gives the engine besides them.
 type Options struct {
-	// Engine is the core's configuration (validated by New).
-	Engine mocker.Config
+	Params
 	// ServedModelName is the model id served and checked in requests.
 	ServedModelName string
 	// ModelRoot is reported as the model's root in /v1/models (the model path or
@@ -57,48 +58,29 @@ type Options struct {
 	ModelRoot string
 	// Model supplies the tokenizer (string prompts, output text, ordinary words) and EOS
 	// ids. Required.
-	Model *preprocess.Model
-	// KVEvents configures event publishing (disabled when not Enabled).
+	Model *model.Model
+	// KVEvents configures event publishing (disabled when not Enabled), read as the
+	// dialect's engine reads its --kv-events-config (SGLang's has no enable flag).
 	KVEvents kvevents.Config
 	// Logger receives the server's logs (zerolog.Nop() when zero).
 	Logger zerolog.Logger
 	// ShutdownGrace bounds how long Run waits for in-flight requests on shutdown
 	// (default 5 s); requests still running then are aborted.
 	ShutdownGrace time.Duration
-	// Dialect is the HTTP surface served: vLLM's (default), SGLang's or trtllm-serve's.
-	Dialect Dialect
-	// IncrementalStreamingOutput (SGLang dialect, SGLang's --incremental-streaming-output):
-	// streamed output_ids and text hold each chunk's new tokens instead of all so far.
-	IncrementalStreamingOutput bool
-	// EventBufferMaxSize (trtllm dialect, kv_cache_config.event_buffer_max_size): the KV
-	// cache events kept for POST /kv_cache_events, oldest dropped first; 0 records none.
-	EventBufferMaxSize int
 	// PollWait (trtllm dialect) bounds how long GET /metrics and POST /kv_cache_events
 	// wait for a first entry when none is queued (default 2 s, as trtllm-serve).
 	PollWait time.Duration
-	// Role is the engine's part in disaggregated serving (default RoleAggregated); see
-	// disagg.go for what it changes.
-	Role Role
-	// KVTransfer configures the KV transfer port, opened by New in every role.
-	KVTransfer KVTransferOptions
-	// ToolCallParser and ReasoningParser name the model family the engine plays (vLLM's
-	// --tool-call-parser and --reasoning-parser names, persona.ToolParsers and
-	// ReasoningParsers): when either is set, answers are planned by
-	// engines/mocker/persona from the decoded prompt (tool calls in that family's
-	// syntax, a thinking block) instead of drawn words. "" for none.
-	ToolCallParser, ReasoningParser string
 }
 
 // Server is a running mock engine. Create with New, serve with Run or Handler + Start.
 type Server struct {
 	opts      Options
 	eng       *mocker.Engine
-	tok       preprocess.Tokenizer
+	tok       model.Tokenizer
 	pub       *kvevents.Publisher
 	log       zerolog.Logger
 	metrics   *metrics.Set
-	mt        statsSink
-	trt       *trtllmState // trtllm dialect only
+	surface   surface // the dialect's
 	xfer      *transfer
 	cmds      chan command
 	stats     atomic.Pointer[mocker.Stats]
@@ -130,20 +112,12 @@ func New(opts Options) (*Server, error) {
 	if opts.Dialect == "" {
 		opts.Dialect = DialectVLLM
 	}
-	if _, err := ParseDialect(string(opts.Dialect)); err != nil {
+	dialect, err := dialects.lookup(opts.Dialect)
+	if err != nil {
 		return nil, err
 	}
 	if opts.EventBufferMaxSize < 0 {
 		return nil, fmt.Errorf("server: event buffer size %d must not be negative", opts.EventBufferMaxSize)
-	}
-	if opts.EventBufferMaxSize > 0 && opts.Dialect != DialectTRTLLM {
-		return nil, fmt.Errorf("server: an event buffer for /kv_cache_events needs the trtllm dialect, not %s", opts.Dialect)
-	}
-	if opts.EventBufferMaxSize > 0 && !opts.Engine.EnablePrefixCaching {
-		return nil, errors.New("server: KV cache events need prefix caching (block reuse)")
-	}
-	if opts.IncrementalStreamingOutput && opts.Dialect != DialectSGLang {
-		return nil, fmt.Errorf("server: incremental streaming output is an SGLang option; the dialect is %s", opts.Dialect)
 	}
 	if opts.PollWait <= 0 {
 		opts.PollWait = 2 * time.Second
@@ -159,9 +133,10 @@ func New(opts Options) (*Server, error) {
 	if err := opts.KVTransfer.resolve(); err != nil {
 		return nil, err
 	}
-	if opts.KVTransfer.LoadFailurePolicy == LoadFailureRecompute && opts.Dialect != DialectVLLM {
-		return nil, fmt.Errorf("server: --kv-load-failure-policy recompute is vLLM's; %s has no such fallback (use fail)", opts.Dialect)
+	if err := dialect.check(&opts); err != nil {
+		return nil, err
 	}
+	opts.KVEvents = dialect.kvEvents(opts.KVEvents)
 	vocab, err := mocker.BuildVocab(opts.Model.Tokenizer, opts.Model.EOSTokenIDs)
 	if err != nil {
 		return nil, err
@@ -182,16 +157,6 @@ func New(opts Options) (*Server, error) {
 	}
 	st := eng.Stats()
 	s.stats.Store(&st)
-	statsNow := func() *mocker.Stats { return s.stats.Load() }
-	switch opts.Dialect {
-	case DialectSGLang:
-		s.mt = newSGLangMetrics(s.metrics, opts.ServedModelName, opts.Engine, statsNow)
-	case DialectTRTLLM:
-		s.trt = newTRTLLMState(opts, s.created)
-		s.mt = s.trt
-	default:
-		s.mt = newServerMetrics(s.metrics, opts.ServedModelName, opts.Engine, statsNow)
-	}
 	if opts.KVEvents.Enabled() {
 		if !opts.Engine.EnablePrefixCaching {
 			return nil, errors.New("server: --kv-events-config needs prefix caching (--enable-prefix-caching)")
@@ -207,6 +172,7 @@ func New(opts Options) (*Server, error) {
 		}
 		return nil, err
 	}
+	s.surface = dialect.bind(s)
 	s.loopCtx, s.stopLoop = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -500,12 +466,10 @@ func (s *Server) loop(ctx context.Context) {
 		}
 		// Counters first, so a client that got its last token sees them updated.
 		st := s.publishStats()
-		if s.trt != nil {
-			s.trt.step(&res, &st)
-		}
+		s.surface.step(&res, &st)
 		for _, o := range res.Outputs {
 			if o.Finished {
-				s.mt.finished(o.FinishReason)
+				s.surface.finished(o.FinishReason)
 			}
 		}
 		for _, o := range res.Outputs {
@@ -524,6 +488,6 @@ func (s *Server) loop(ctx context.Context) {
 func (s *Server) publishStats() mocker.Stats {
 	st := s.eng.Stats()
 	s.stats.Store(&st)
-	s.mt.update(&st)
+	s.surface.update(&st)
 	return st
 }

@@ -21,24 +21,24 @@ import (
 
 	"github.com/turbine-llm/turbine/engines/kvevents"
 	"github.com/turbine-llm/turbine/engines/mocker"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 var (
 	modelOnce sync.Once
-	model     *preprocess.Model
+	loaded    *model.Model
 	modelErr  error
 )
 
-func testModel(t testing.TB) *preprocess.Model {
+func testModel(t testing.TB) *model.Model {
 	t.Helper()
-	modelOnce.Do(func() { model, modelErr = preprocess.LoadModel("builtin:cl100k_base") })
+	modelOnce.Do(func() { loaded, modelErr = model.LoadModel("builtin:cl100k_base") })
 	if modelErr != nil {
 		t.Fatal(modelErr)
 	}
-	return model
+	return loaded
 }
 
 func TestMain(m *testing.M) {
@@ -53,7 +53,7 @@ func testOptions(t testing.TB) Options {
 	cfg.MaxModelLen = 2048
 	cfg.SpeedupRatio = 100
 	cfg.Seed = 1
-	return Options{Engine: cfg, ServedModelName: "turbine-mock", ModelRoot: "builtin:cl100k_base", Model: testModel(t)}
+	return Options{Params: Params{Engine: cfg}, ServedModelName: "turbine-mock", ModelRoot: "builtin:cl100k_base", Model: testModel(t)}
 }
 
 func startServer(t *testing.T, opts Options) (*Server, *httptest.Server) {

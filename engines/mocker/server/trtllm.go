@@ -36,7 +36,7 @@ const trtllmPriority = 35
 // the mock engine's Prometheus families (MetricPinnedBlocks, the transfer counters),
 // where trtllm-serve (1.0 and later, with return_perf_metrics) mounts its Prometheus
 // exposition, since /metrics is the JSON iteration stats.
-func (s *Server) trtllmHandler() http.Handler {
+func (s *Server) trtllmHandler(trt *trtllmState) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -55,10 +55,10 @@ func (s *Server) trtllmHandler() http.Handler {
 			"id": s.opts.ServedModelName, "object": "model", "created": s.created, "owned_by": "tensorrt_llm"}}})
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.trt.stats.drain(r.Context(), s.opts.PollWait))
+		writeJSON(w, http.StatusOK, trt.stats.drain(r.Context(), s.opts.PollWait))
 	})
 	mux.HandleFunc("POST /kv_cache_events", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.trt.events.drain(r.Context(), s.opts.PollWait))
+		writeJSON(w, http.StatusOK, trt.events.drain(r.Context(), s.opts.PollWait))
 	})
 	mux.HandleFunc("GET "+TRTLLMPrometheusPath, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -133,3 +133,32 @@ func (s *Server) trtllmDisaggParams(ctx context.Context, p *trtllmParsed, o mock
 	return map[string]any{"request_type": "context_only", "first_gen_tokens": o.TokenIDs, "ctx_request_id": id,
 		"encoded_opaque_state": h.Encode(), "draft_tokens": nil}
 }
+
+// ReleaseTRTLLM releases the blocks a context leg pinned on a mock engine in
+// trtllm-serve's dialect, named by the leg's disaggregated_params: the transfer handle
+// in encoded_opaque_state says where to send the release. It is engines.KVReleaser's
+// ReleaseKV of the TensorRT-LLM adapter on the mock engine (engines/mocker/launch);
+// trtllm-serve itself has no such API. Empty parameters, or a handle without blocks,
+// release nothing. Errors: malformed parameters, or the transfer port unreachable.
+func ReleaseTRTLLM(ctx context.Context, requestID, kvTransferParams string) error {
+	if kvTransferParams == "" {
+		return nil
+	}
+	var dp struct {
+		State string `json:"encoded_opaque_state"`
+	}
+	if err := json.Unmarshal([]byte(kvTransferParams), &dp); err != nil {
+		return fmt.Errorf("trtllm: releasing the KV of %s: disaggregated_params: %w", requestID, err)
+	}
+	h, err := kvtransfer.DecodeHandle(dp.State)
+	if err != nil {
+		return fmt.Errorf("trtllm: releasing the KV of %s: %w", requestID, err)
+	}
+	if len(h.BlockIDs) == 0 {
+		return nil
+	}
+	if _, err := kvtransfer.Release(ctx, h.Addr(), h.EngineID, h.Key); err != nil {
+		return fmt.Errorf("trtllm: releasing the KV of %s: %w", requestID, err)
+	}
+	return nil
+}

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
 	"strconv"
 
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
 )
 
 // vLLM's disaggregated serving with the NIXL connector (docs/reference.md §6). A prefill leg
@@ -178,4 +180,32 @@ func (s *Server) prefillParams(ctx context.Context, p *parsed, o mocker.Output) 
 	host, n := s.kvTransferHostPort()
 	return &vllmKVTransferParams{DoRemotePrefill: true, RemoteBlockIDs: blocks, RemoteEngineID: s.xfer.engineID,
 		RemoteRequestID: o.RequestID, RemoteHost: host, RemotePort: n, TPSize: 1}
+}
+
+// ReleaseVLLM releases the blocks a prefill leg pinned on a mock engine in vLLM's
+// dialect, named by the leg's kv_transfer_params: a release of remote_request_id sent to
+// remote_host:remote_port, naming remote_engine_id. It is engines.KVReleaser's ReleaseKV
+// of the vLLM adapter on the mock engine (engines/mocker/launch); vLLM itself has no
+// such API. Parameters without blocks (nothing was pinned) or empty ones release
+// nothing. Errors: malformed parameters, or the transfer port unreachable.
+func ReleaseVLLM(ctx context.Context, requestID, kvTransferParams string) error {
+	if kvTransferParams == "" {
+		return nil
+	}
+	var kp vllmKVTransferParams
+	if err := json.Unmarshal([]byte(kvTransferParams), &kp); err != nil {
+		return fmt.Errorf("vllm: releasing the KV of %s: kv_transfer_params: %w", requestID, err)
+	}
+	if len(kp.RemoteBlockIDs) == 0 {
+		return nil
+	}
+	if kp.RemoteHost == "" || kp.RemotePort <= 0 || kp.RemoteRequestID == "" {
+		return fmt.Errorf("vllm: releasing the KV of %s: kv_transfer_params lacks remote_host, remote_port or remote_request_id: %.200s",
+			requestID, kvTransferParams)
+	}
+	addr := net.JoinHostPort(kp.RemoteHost, strconv.Itoa(kp.RemotePort))
+	if _, err := kvtransfer.Release(ctx, addr, kp.RemoteEngineID, kp.RemoteRequestID); err != nil {
+		return fmt.Errorf("vllm: releasing the KV of %s: %w", requestID, err)
+	}
+	return nil
 }

@@ -1,0 +1,58 @@
+package vllm
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/turbine-llm/turbine/engines/internal/enginetest"
+	"github.com/turbine-llm/turbine/engines/launcher"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden command lines under testdata/commands/")
+
+// TestCommandGolden checks vLLM's command lines against testdata/commands.
+func TestCommandGolden(t *testing.T) {
+	e := launcher.EngineVLLM
+	for _, tc := range []struct {
+		name string
+		spec launcher.Spec
+	}{
+		{"vllm-full", enginetest.FullSpec(e)},
+		{"vllm-minimal", enginetest.MinimalSpec(e)},
+		{"vllm-prefill", enginetest.WithRole(enginetest.MinimalSpec(e), launcher.RolePrefill)},
+		{"vllm-executable", enginetest.WithExecutables(enginetest.MinimalSpec(e))},
+		{"vllm-reasoning", enginetest.WithReasoning(enginetest.MinimalSpec(e), "qwen3")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLauncher(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enginetest.Golden(t, tc.name, enginetest.RenderCommand(l), *rewrite)
+		})
+	}
+}
+
+// TestNewLauncherRefuses: an invalid spec is refused (launcher.Spec.Validate).
+func TestNewLauncherRefuses(t *testing.T) {
+	s := enginetest.FullSpec(launcher.EngineVLLM)
+	s.TensorParallelSize = 0
+	if l, err := NewLauncher(s); err == nil {
+		t.Fatalf("NewLauncher = %v, want the spec refused", l)
+	}
+}
+
+// TestConnectClient: the launcher connects an Engine, and for a malformed URL an engine
+// that fails every call.
+func TestConnectClient(t *testing.T) {
+	l, err := NewLauncher(enginetest.FullSpec(launcher.EngineVLLM))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := l.Connect("http://127.0.0.1:8000").(*Engine); !ok || e.opts.Model != "qwen3" || e.opts.ReleaseKV != nil {
+		t.Fatalf("Connect gave %T, want a *vllm.Engine for model qwen3 without a KV release", e)
+	}
+	if b, ok := l.Connect("not a url").(launcher.FailedEngine); !ok || b.Err == nil {
+		t.Fatalf("Connect of a malformed URL: want an engine that fails every call")
+	}
+}
