@@ -139,8 +139,7 @@ func (s *Server) adminAccess(r *http.Request) *APIError {
 // of them is served from anywhere, any other gets 401 (KindUnauthorized); with API keys
 // but no admin key, every request gets 403 (KindAdminForbidden): the operator asked for
 // authentication and no key was made for these routes; with no key at all, loopback
-// clients are served (as before admin keys existed, when the default listener is
-// 127.0.0.1) and others get 403.
+// clients are served (the default listener is 127.0.0.1) and others get 403.
 func adminDecision(haveAdminKeys, haveAPIKeys, adminKeyPresented, loopback bool) *APIError {
 	switch {
 	case haveAdminKeys && adminKeyPresented:

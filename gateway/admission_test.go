@@ -285,7 +285,7 @@ func TestAdminWithoutBusyAdmin(t *testing.T) {
 // 503 service_draining — the server is shutting down — not 502 "a worker failed"; a
 // stream gets that error frame. Outside a drain the same chunk stays a 502.
 func TestDrainCutRequestSaysDraining(t *testing.T) {
-	handedBack := &messages.TokenChunk{FinishReason: "error", Migratable: true,
+	handedBack := &messages.TokenChunk{FinishReason: "error", Fault: messages.Fault_FAULT_ENGINE_ERROR,
 		Error: "worker w0: engine request ended by the drain; not migrated: no live worker"}
 	// What the frontend's stream returns when the handed-back request found no worker to
 	// migrate to (503 no_live_workers outside a drain).

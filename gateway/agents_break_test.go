@@ -65,12 +65,10 @@ func nestedSchema(depth int) string {
 }
 
 // TestBreakDeepSchemaRefused: a JSON Schema nested hundreds of levels deep (a 40 KB body)
-// is refused. Compiling it costs time that grows faster than the square of the depth
-// (about 0.8 s of CPU at 500 levels, 5 s at 1,000, in the schema library's meta-schema
-// validation), spent while parsing the body, which nothing cancels when the client
-// goes away, and count_tokens takes no --max-concurrent-requests slot; a handful of
-// such bodies keeps every core busy. Real tool and output schemas nest a few levels
-// (OpenAI's structured outputs allow 10).
+// is refused before it is compiled (MaxSchemaDepth): compiling costs time that
+// grows faster than the square of the depth, spent while parsing the body, which
+// nothing cancels when the client goes away. Real tool and output schemas nest a few
+// levels (OpenAI's structured outputs allow 10).
 func TestBreakDeepSchemaRefused(t *testing.T) {
 	deep := nestedSchema(700)
 	for _, c := range []struct{ name, path, body string }{
@@ -110,14 +108,12 @@ func toolsBody(n int, pre, item string) []byte {
 }
 
 // TestBreakManyToolsLinear: reading the offered functions costs time in proportion to
-// their number. The duplicate-name check compared every name with every earlier one:
-// 80,000 functions, a 3.9 MB body within the default --max-body-bytes, took 8.7 s of
-// CPU to parse (chat; 10 s for the Responses API, 18 s for the Messages API, whose
-// loop is the same), before the context-length check refuses the prompt. The test
-// compares the parse time of 32,000 functions with that of 4,000: about 8 times when
-// linear, 40 to 55 times with the pairwise check. The small count's time is the best of
-// three runs, and the large one's is measured again before failing, so that a busy
-// machine does not fail it.
+// their number (a body within --max-body-bytes holds 80,000 of them, all parsed before
+// the context-length check refuses the prompt). The test compares the parse time of
+// 32,000 functions with that of 4,000: about 8 times when linear, 40 to 55 times with a
+// pairwise duplicate-name check. The small count's time is the best of three runs, and
+// the large one's is measured again before failing, so that a busy machine does not
+// fail it.
 func TestBreakManyToolsLinear(t *testing.T) {
 	if testing.Short() {
 		t.Skip("parses bodies of 32,000 functions")
@@ -158,10 +154,8 @@ func TestBreakManyToolsLinear(t *testing.T) {
 
 // TestBreakCollectLinear: collecting an answer's events joins a tool call's argument
 // fragments in time and memory linear in their length. A coding agent's file write
-// streams one fragment per token; joining them with += copied the whole arguments text
-// at every fragment: 32,000 fragments of 4 bytes allocated about 2 GB and took 2 s
-// (20 s at 128,000), at the end of every such answer, streamed or not, after the last
-// token and before the finishing chunk.
+// streams one fragment per token, so a quadratic join (copying the arguments at every
+// fragment) would cost gigabytes at the end of every such answer.
 func TestBreakCollectLinear(t *testing.T) {
 	const n = 32000
 	evs := []parse.Event{{Kind: parse.KindToolCall, Index: 0, ID: "call_0", Name: "write_file"}}

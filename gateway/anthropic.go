@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // The Anthropic Messages API (docs/reference.md §17), for clients written against
@@ -176,7 +176,7 @@ func (s *Server) countPromptTokens(ctx context.Context, req *chatRequest) (int, 
 	if aerr != nil {
 		return 0, aerr
 	}
-	prompt, err := pre.RenderChat(preprocess.ChatTemplateInput{
+	prompt, err := pre.RenderChat(model.ChatTemplateInput{
 		Messages:            req.Messages,
 		Tools:               req.Tools,
 		AddGenerationPrompt: req.AddGenerationPrompt,

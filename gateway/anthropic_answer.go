@@ -8,29 +8,16 @@ import (
 	"github.com/turbine-llm/turbine/gateway/parse"
 )
 
-// The Messages API's answer (docs/reference.md §17): a message whose content blocks are,
-// in the order the model wrote them, thinking (the reasoning parser's chain of thought,
-// signature ""), text and tool_use (input: the call's arguments object). A stream is
-// Anthropic's event sequence:
-//
-//	message_start        the message with empty content, stop_reason null, usage
-//	content_block_start  per block, in order: {"type":"text","text":""},
-//	                     {"type":"thinking","thinking":"","signature":""} or
-//	                     {"type":"tool_use","id","name","input":{}}
-//	content_block_delta  text_delta {text}, thinking_delta {thinking} or
-//	                     input_json_delta {partial_json}
-//	content_block_stop   when the next block starts, or the answer ends
-//	message_delta        stop_reason, stop_sequence, usage (cumulative)
-//	message_stop
-//
-// and a failure after the header is one `error` event, {"type":"error","error":{"type",
-// "message"}}, which Anthropic's SDKs raise. stop_reason is end_turn, max_tokens,
-// stop_sequence (stop_sequence names the string) or tool_use. Usage follows Anthropic's
-// accounting: input_tokens + cache_read_input_tokens + cache_creation_input_tokens is the
-// prompt, the prompt tokens the engine found in its prefix cache being
-// cache_read_input_tokens (cache_creation_input_tokens is always 0: nothing is written on
-// request); message_start, sent before the engine has answered, counts the whole prompt
-// as input_tokens, and message_delta carries the final split.
+// The Messages API's answer (docs/reference.md §17 gives the message, the event
+// sequence, stop_reason and usage): content blocks thinking (the reasoning parser's
+// chain of thought, signature ""), text and tool_use (input: the call's arguments
+// object), in the order the model wrote them. A stream runs message_start, then per
+// block content_block_start, its deltas and content_block_stop, then message_delta and
+// message_stop; a failure after the header is one `error` event, which Anthropic's SDKs
+// raise. The engine's prefix-cache hits are cache_read_input_tokens
+// (cache_creation_input_tokens is always 0); message_start, sent before the engine has
+// answered, counts the whole prompt as input_tokens, and message_delta carries the
+// final split.
 
 // anthropicMessage is a message (the body of a non-streaming answer, and message_start's
 // message).

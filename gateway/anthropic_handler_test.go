@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // POST /v1/messages and /v1/messages/count_tokens through the fake Backend, whose model
@@ -112,7 +112,7 @@ Weather and time?<|im_end|>
 		t.Errorf("prompt\n%s\nwant\n%s", prompt, want)
 	}
 	sp := gen.Sampling
-	if sp.MaxTokens != 2000 || !sp.HasTemperature || sp.Temperature != 0.25 || sp.GetStructured().GetJsonSchema() == "" {
+	if sp.MaxTokens != 2000 || sp.Temperature == nil || *sp.Temperature != 0.25 || sp.GetStructured().GetJsonSchema() == "" {
 		t.Errorf("sampling %v", sp)
 	}
 	b.checkClosed(t)
@@ -136,7 +136,7 @@ func TestMessagesStopReasons(t *testing.T) {
 			b := newFakeBackend(c.steps...)
 			// The real stop matcher: it names the stop string it met.
 			s, err := New(Config{Now: func() time.Time { return testTime }}, b, append(fakeOptions(fakePreprocessor{eos: []uint32{fakeEOS}}),
-				WithStopMatcher(func(stops []string) StopMatcher { return preprocess.NewStopMatcher(stops) }))...)
+				WithStopMatcher(func(stops []string) StopMatcher { return model.NewStopMatcher(stops) }))...)
 			if err != nil {
 				t.Fatal(err)
 			}

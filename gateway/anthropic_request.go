@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/turbine-llm/turbine/gateway/parse"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // The Anthropic Messages API's request (POST /v1/messages and /v1/messages/count_tokens,
@@ -94,7 +94,7 @@ func parseMessagesRequest(body []byte, countOnly bool) (*chatRequest, *APIError)
 		return nil, newError(KindInvalidValue, "tool_choice", "Invalid 'tool_choice': thinking may not be enabled when tool_choice forces tool use ('any' or 'tool'); use 'auto' or 'none', or disable thinking.")
 	}
 	if system := parseSystem(o); system != "" {
-		req.Messages = append(req.Messages, preprocess.ChatMessage{Role: "system", Content: system})
+		req.Messages = append(req.Messages, model.ChatMessage{Role: "system", Content: system})
 	}
 	if o.err != nil {
 		return nil, o.err
@@ -643,8 +643,8 @@ func toolResultText(b *object) string {
 // prefilled answer cannot be continued), every tool_result answers a tool_use of the
 // assistant turn just before, each once, and every such tool_use gets its result. The
 // tool_use inputs' JSON is read from raw, as sent.
-func translateTurns(turns []anthropicTurn, raw *rawFields) ([]preprocess.ChatMessage, *APIError) {
-	var out []preprocess.ChatMessage
+func translateTurns(turns []anthropicTurn, raw *rawFields) ([]model.ChatMessage, *APIError) {
+	var out []model.ChatMessage
 	var rawMsgs []json.RawMessage
 	input := func(b anthropicBlock) (string, *APIError) {
 		bad := newError(KindInvalidJSON, b.param+".input", "Invalid '%s.input': its JSON could not be read again.", b.param)
@@ -686,7 +686,7 @@ func translateTurns(turns []anthropicTurn, raw *rawFields) ([]preprocess.ChatMes
 				}
 				texts = append(texts, b.text)
 			}
-			out = append(out, preprocess.ChatMessage{Role: "system", Content: strings.Join(texts, "\n")})
+			out = append(out, model.ChatMessage{Role: "system", Content: strings.Join(texts, "\n")})
 			continue
 		case "assistant":
 			if !started {
@@ -719,8 +719,8 @@ func translateTurns(turns []anthropicTurn, raw *rawFields) ([]preprocess.ChatMes
 
 // assistantMessage is one assistant turn: text joined with "\n", thinking as reasoning,
 // tool_use blocks as tool calls (ids returned, for the next turn's results).
-func assistantMessage(t anthropicTurn, input func(anthropicBlock) (string, *APIError)) (preprocess.ChatMessage, []string, *APIError) {
-	msg := preprocess.ChatMessage{Role: "assistant"}
+func assistantMessage(t anthropicTurn, input func(anthropicBlock) (string, *APIError)) (model.ChatMessage, []string, *APIError) {
+	msg := model.ChatMessage{Role: "assistant"}
 	var texts, thoughts, ids []string
 	for _, b := range t.blocks {
 		switch b.typ {
@@ -755,8 +755,8 @@ func assistantMessage(t anthropicTurn, input func(anthropicBlock) (string, *APIE
 // of the calls they answer (templates that write results without ids, as Qwen's
 // <tool_response>, pair them with the calls by position), then its text as one user
 // message.
-func userMessages(t anthropicTurn, pending []string) ([]preprocess.ChatMessage, *APIError) {
-	var out []preprocess.ChatMessage
+func userMessages(t anthropicTurn, pending []string) ([]model.ChatMessage, *APIError) {
+	var out []model.ChatMessage
 	results := make(map[string]string, len(pending))
 	var texts []string
 	for _, b := range t.blocks {
@@ -785,11 +785,11 @@ func userMessages(t anthropicTurn, pending []string) ([]preprocess.ChatMessage, 
 		if !ok {
 			return nil, newError(KindInvalidValue, t.param+".content", "Invalid '%s.content': tool_use '%s' of the previous assistant message has no tool_result block; each tool_use needs its tool_result in the next message.", t.param, clipName(id))
 		}
-		out = append(out, preprocess.ChatMessage{Role: "tool", ToolCallID: id, Content: text})
+		out = append(out, model.ChatMessage{Role: "tool", ToolCallID: id, Content: text})
 	}
 	text := strings.Join(texts, "\n")
 	if text != "" {
-		out = append(out, preprocess.ChatMessage{Role: "user", Content: text})
+		out = append(out, model.ChatMessage{Role: "user", Content: text})
 	}
 	if len(out) == 0 {
 		return nil, newError(KindInvalidValue, t.param+".content", "Invalid '%s.content': a user message needs non-empty content.", t.param)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // The official Anthropic TypeScript SDK against the Messages API over HTTP
@@ -38,7 +38,7 @@ func npmModules(t *testing.T) string {
 // qwen3 reasoning parser reads the answer as content.
 type qwen3Preprocessor struct{ fakePreprocessor }
 
-func (p qwen3Preprocessor) RenderChat(in preprocess.ChatTemplateInput) (string, error) {
+func (p qwen3Preprocessor) RenderChat(in model.ChatTemplateInput) (string, error) {
 	s, err := p.fakePreprocessor.RenderChat(in)
 	if on, set := in.Kwargs["enable_thinking"].(bool); err == nil && set && !on && in.AddGenerationPrompt {
 		s += "<think>\n\n</think>\n\n"

@@ -61,7 +61,7 @@ func TestAPIKeyAuthentication(t *testing.T) {
 		auth               string
 		code               int
 	}{
-		// No keys configured: everything open, as before.
+		// No keys configured: everything open.
 		{"open models", nil, "GET", "/v1/models", "", "", 200},
 		{"open chat", nil, "POST", chatPath, chat, "", 200},
 		// The admin routes answer loopback clients only (httptest's RemoteAddr is not);

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // Tests with the real preprocessing (the embedded offline cl100k_base tokenizer, its
@@ -16,9 +16,9 @@ import (
 
 const builtinSource = "builtin:cl100k_base"
 
-func builtinModel(t *testing.T) *preprocess.Model {
+func builtinModel(t *testing.T) *model.Model {
 	t.Helper()
-	m, err := preprocess.LoadModel(builtinSource)
+	m, err := model.LoadModel(builtinSource)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func builtinServer(t *testing.T, steps ...step) (*Server, *fakeBackend) {
 }
 
 // oneByOne scripts the engine sending text one token per chunk, then finishing.
-func oneByOne(m *preprocess.Model, text string, end ...uint32) []step {
+func oneByOne(m *model.Model, text string, end ...uint32) []step {
 	var steps []step
 	for _, id := range m.Tokenizer.Encode(text) {
 		steps = append(steps, step{chunk: &messages.TokenChunk{TokenIds: []uint32{id}}})

@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // Defaults, in one place.
@@ -98,16 +98,15 @@ type Config struct {
 	// write, so it limits a stall, not the response's length, nor the time between
 	// tokens. A client that reads nothing for this long once the socket buffers are full
 	// has its connection closed and its engine request cancelled (counted as a client
-	// that went away, status 499). A legitimately slow client is cut too: one whose
-	// reading stalls longer than this (default DefaultStreamWriteTimeout; negative: no
-	// deadline).
+	// that went away, status 499), however legitimate its slowness. Default
+	// DefaultStreamWriteTimeout; negative: no deadline.
 	StreamWriteTimeout time.Duration
 	// APIKeys, when not empty, are the keys that a request to a path under /v1/ must
-	// present (they do not open /admin/: AdminAPIKeys), any one of them, as "Authorization: Bearer <key>" (vLLM's
-	// --api-key); other requests there get 401 (KindUnauthorized). /health, /live and
-	// /metrics stay open. Empty (the default): no authentication. Each key must be
-	// non-empty, without white space at either end and without control characters (it
-	// could not be sent in a header otherwise). The keys are never logged.
+	// present, any one of them, as "Authorization: Bearer <key>" (vLLM's --api-key); other
+	// requests there get 401 (KindUnauthorized). They do not open /admin/ (AdminAPIKeys).
+	// /health, /live and /metrics stay open. Empty (the default): no authentication. Each
+	// key must be non-empty, without white space at either end and without control
+	// characters (it could not be sent in a header otherwise). The keys are never logged.
 	APIKeys []string
 	// AdminAPIKeys, when not empty, are the keys that a request to a path under /admin/
 	// must present, any one of them, as "Authorization: Bearer <key>"; APIKeys do not
@@ -190,15 +189,15 @@ func randomRequestID() string {
 }
 
 // Preprocessor is what the gateway needs of one model's preprocessing: its tokenizer and
-// chat template. *preprocess.Model provides it through PreprocessorOf.
+// chat template. *model.Model provides it through PreprocessorOf.
 type Preprocessor interface {
 	// Tokenizer converts between text and token ids.
-	Tokenizer() preprocess.Tokenizer
-	// RenderChat renders a chat into the prompt text (preprocess.Model.RenderChat); the
+	Tokenizer() model.Tokenizer
+	// RenderChat renders a chat into the prompt text (model.Model.RenderChat); the
 	// result is tokenized with Tokenizer().Encode (the template writes BOS itself).
-	RenderChat(in preprocess.ChatTemplateInput) (string, error)
+	RenderChat(in model.ChatTemplateInput) (string, error)
 	// EncodePrompt tokenizes a raw completions prompt, with the special tokens HF
-	// tokenizers add (preprocess.Model.EncodePrompt).
+	// tokenizers add (model.Model.EncodePrompt).
 	EncodePrompt(text string) []uint32
 	// EOSTokenIDs are token ids that end generation.
 	EOSTokenIDs() []uint32
@@ -210,13 +209,13 @@ type Preprocessor interface {
 // source). It is called per request and should cache.
 type ModelLoader func(card *messages.ModelCard) (Preprocessor, error)
 
-// Detokenizer turns streamed token ids into text (preprocess.Detokenizer's methods).
+// Detokenizer turns streamed token ids into text (model.Detokenizer's methods).
 type Detokenizer interface {
 	Push(ids ...uint32) string
 	Flush() string
 }
 
-// StopMatcher finds stop strings in streamed text (preprocess.StopMatcher's methods).
+// StopMatcher finds stop strings in streamed text (model.StopMatcher's methods).
 type StopMatcher interface {
 	Push(text string) (emit string, stopped bool)
 	Flush() string
@@ -225,7 +224,7 @@ type StopMatcher interface {
 // options are the seams tests and embedders replace.
 type options struct {
 	loadModel      ModelLoader
-	newDetokenizer func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer
+	newDetokenizer func(tok model.Tokenizer, skipSpecial bool) Detokenizer
 	newStopMatcher func(stops []string) StopMatcher
 	// newToolCallID names an answer's tool call index (random, as vLLM's ids).
 	newToolCallID func(index int) string
@@ -234,7 +233,7 @@ type options struct {
 // Option changes how New builds the server.
 type Option func(*options)
 
-// WithModelLoader replaces the default loader (preprocess.LoadModel(card.Tokenizer)).
+// WithModelLoader replaces the default loader (model.LoadModel(card.Tokenizer)).
 func WithModelLoader(l ModelLoader) Option { return func(o *options) { o.loadModel = l } }
 
 // WithToolCallIDs replaces the random tool call ids ("chatcmpl-tool-<32 hex>") with f's.
@@ -242,12 +241,12 @@ func WithToolCallIDs(f func(index int) string) Option {
 	return func(o *options) { o.newToolCallID = f }
 }
 
-// WithDetokenizer replaces preprocess.NewDetokenizer.
-func WithDetokenizer(f func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer) Option {
+// WithDetokenizer replaces model.NewDetokenizer.
+func WithDetokenizer(f func(tok model.Tokenizer, skipSpecial bool) Detokenizer) Option {
 	return func(o *options) { o.newDetokenizer = f }
 }
 
-// WithStopMatcher replaces preprocess.NewStopMatcher.
+// WithStopMatcher replaces model.NewStopMatcher.
 func WithStopMatcher(f func(stops []string) StopMatcher) Option {
 	return func(o *options) { o.newStopMatcher = f }
 }
@@ -255,27 +254,27 @@ func WithStopMatcher(f func(stops []string) StopMatcher) Option {
 func defaultOptions() options {
 	return options{
 		loadModel: func(card *messages.ModelCard) (Preprocessor, error) {
-			m, err := preprocess.LoadModel(card.GetTokenizer())
+			m, err := model.LoadModel(card.GetTokenizer())
 			if err != nil {
 				return nil, err
 			}
 			return PreprocessorOf(m), nil
 		},
-		newDetokenizer: func(tok preprocess.Tokenizer, skipSpecial bool) Detokenizer {
-			return preprocess.NewDetokenizer(tok, skipSpecial)
+		newDetokenizer: func(tok model.Tokenizer, skipSpecial bool) Detokenizer {
+			return model.NewDetokenizer(tok, skipSpecial)
 		},
-		newStopMatcher: func(stops []string) StopMatcher { return preprocess.NewStopMatcher(stops) },
+		newStopMatcher: func(stops []string) StopMatcher { return model.NewStopMatcher(stops) },
 		newToolCallID:  newToolCallID,
 	}
 }
 
-// PreprocessorOf adapts a loaded preprocess.Model to Preprocessor.
-func PreprocessorOf(m *preprocess.Model) Preprocessor { return modelPreprocessor{m} }
+// PreprocessorOf adapts a loaded model.Model to Preprocessor.
+func PreprocessorOf(m *model.Model) Preprocessor { return modelPreprocessor{m} }
 
-type modelPreprocessor struct{ m *preprocess.Model }
+type modelPreprocessor struct{ m *model.Model }
 
-func (p modelPreprocessor) Tokenizer() preprocess.Tokenizer { return p.m.Tokenizer }
-func (p modelPreprocessor) RenderChat(in preprocess.ChatTemplateInput) (string, error) {
+func (p modelPreprocessor) Tokenizer() model.Tokenizer { return p.m.Tokenizer }
+func (p modelPreprocessor) RenderChat(in model.ChatTemplateInput) (string, error) {
 	return p.m.RenderChat(in)
 }
 func (p modelPreprocessor) EncodePrompt(text string) []uint32 { return p.m.EncodePrompt(text) }

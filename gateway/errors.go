@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // ErrorKind names one entry of the error catalogue. Every error the HTTP API returns is
@@ -233,6 +235,43 @@ func backendError(model string, err error) *APIError {
 	default:
 		// The cause (cluster internals) goes to the log, not to the client.
 		return &APIError{Kind: KindBackendError, Message: fmt.Sprintf("The request for model %q could not be run on a worker; retry later.", clipName(model)), Cause: err}
+	}
+}
+
+// RouteError is the error of a request its model's router did not route: outcome is the
+// router's answer (or ROUTE_CALL_FAILED when the Route call itself failed), message its
+// reason, kept in the error (for a failed call, in its Cause: the log's). This is the one
+// table from route outcomes to the catalogue (through backendError):
+//
+//	ROUTE_OK                  nil
+//	ROUTE_NO_WORKERS          ErrNoWorkers (wrapped): 503 no_workers, Retry-After
+//	ROUTE_ALL_BUSY            ErrAllBusy (wrapped): 503 all_busy, Retry-After
+//	ROUTE_UNKNOWN_MODEL       ErrUnknownModel (wrapped): 404 model_not_found
+//	ROUTE_NO_PREFILL_WORKERS  ErrNoPrefillWorkers (wrapped, an ErrNoWorkers): 503, Retry-After
+//	ROUTE_CALL_FAILED         *APIError KindNoWorkers wrapping ErrNoWorkers: 503, Retry-After
+//	ROUTE_BAD_REQUEST         *APIError KindInvalidValue: 400 (the request itself is at fault)
+//
+// A value outside the enum (a newer router's) is answered as ROUTE_NO_WORKERS: retryable.
+func RouteError(outcome messages.RouteOutcome, message string) error {
+	switch outcome {
+	case messages.RouteOutcome_ROUTE_OK:
+		return nil
+	case messages.RouteOutcome_ROUTE_ALL_BUSY:
+		return fmt.Errorf("%w: %s", ErrAllBusy, message)
+	case messages.RouteOutcome_ROUTE_UNKNOWN_MODEL:
+		return fmt.Errorf("%w: %s", ErrUnknownModel, message)
+	case messages.RouteOutcome_ROUTE_NO_PREFILL_WORKERS:
+		return fmt.Errorf("%w: %s", ErrNoPrefillWorkers, message)
+	case messages.RouteOutcome_ROUTE_CALL_FAILED:
+		// The router is overloaded or moving, or could not be reached: nothing is known to
+		// be wrong with the request or the workers.
+		return &APIError{Kind: KindNoWorkers, Message: "The request could not be routed to a worker in time; retry later.",
+			Cause: fmt.Errorf("%w: route call failed: %s", ErrNoWorkers, message)}
+	case messages.RouteOutcome_ROUTE_BAD_REQUEST:
+		return &APIError{Kind: KindInvalidValue, Message: "The request cannot be routed: " + message,
+			Cause: errors.New("route: bad request: " + message)}
+	default:
+		return fmt.Errorf("%w: %s", ErrNoWorkers, message)
 	}
 }
 

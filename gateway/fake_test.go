@@ -13,8 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // ---- a byte-level fake tokenizer ----
@@ -86,9 +86,9 @@ type fakePreprocessor struct {
 	eos    []uint32
 }
 
-func (fakePreprocessor) Tokenizer() preprocess.Tokenizer { return fakeTokenizer{} }
+func (fakePreprocessor) Tokenizer() model.Tokenizer { return fakeTokenizer{} }
 
-func (fakePreprocessor) RenderChat(in preprocess.ChatTemplateInput) (string, error) {
+func (fakePreprocessor) RenderChat(in model.ChatTemplateInput) (string, error) {
 	var b strings.Builder
 	if len(in.Tools) > 0 {
 		var compact bytes.Buffer
@@ -119,7 +119,7 @@ func (p fakePreprocessor) ContextLength() int              { return p.ctxLen }
 
 // fakeDetokenizer concatenates token bytes, holding back an incomplete UTF-8 tail.
 type fakeDetokenizer struct {
-	tok         preprocess.Tokenizer
+	tok         model.Tokenizer
 	skipSpecial bool
 	buf         []byte
 }
@@ -195,11 +195,11 @@ func fakeOptions(pre Preprocessor) []Option {
 	return []Option{
 		WithModelLoader(func(card *messages.ModelCard) (Preprocessor, error) {
 			if card.GetTokenizer() == "broken" {
-				return nil, errors.New("preprocess: tokenizer.json: unexpected end of JSON input")
+				return nil, errors.New("model: tokenizer.json: unexpected end of JSON input")
 			}
 			return pre, nil
 		}),
-		WithDetokenizer(func(tok preprocess.Tokenizer, skip bool) Detokenizer {
+		WithDetokenizer(func(tok model.Tokenizer, skip bool) Detokenizer {
 			return &fakeDetokenizer{tok: tok, skipSpecial: skip}
 		}),
 		WithStopMatcher(func(stops []string) StopMatcher { return &fakeStopMatcher{stops: stops} }),

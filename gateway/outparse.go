@@ -9,8 +9,8 @@ import (
 	"sync"
 
 	"github.com/turbine-llm/turbine/gateway/parse"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // outputParsing is how one chat answer's text is split into content, reasoning and tool
@@ -34,7 +34,7 @@ type outputParsing struct {
 //   - "auto": the model family's parser; "none" or no tools: no tool parsing (a call the
 //     model writes anyway stays content);
 //   - the reasoning parser, when the card names one, runs in front.
-func chooseOutputParsing(card *messages.ModelCard, tok preprocess.Tokenizer, req *chatRequest, prompt string,
+func chooseOutputParsing(card *messages.ModelCard, tok model.Tokenizer, req *chatRequest, prompt string,
 	newID func(int) string) (outputParsing, *APIError) {
 	toolName, reasoningName := card.GetToolCallParser(), card.GetReasoningParser()
 	mode := req.ToolChoice.Mode
@@ -125,7 +125,7 @@ func newToolCallID(int) string {
 
 // keptKey caches keptSpecials per tokenizer and parser names.
 type keptKey struct {
-	tok             preprocess.Tokenizer
+	tok             model.Tokenizer
 	tool, reasoning string
 }
 
@@ -133,7 +133,7 @@ var keptCache sync.Map // keptKey → map[uint32]bool
 
 // keptSpecials returns the ids of the parsers' markers that tok holds as special tokens
 // (nil when none).
-func keptSpecials(tok preprocess.Tokenizer, toolName, reasoningName string) map[uint32]bool {
+func keptSpecials(tok model.Tokenizer, toolName, reasoningName string) map[uint32]bool {
 	key := keptKey{tok, toolName, reasoningName}
 	if v, ok := keptCache.Load(key); ok {
 		return v.(map[uint32]bool)
@@ -154,7 +154,7 @@ func keptSpecials(tok preprocess.Tokenizer, toolName, reasoningName string) map[
 // keepSpecial is a tokenizer whose kept special tokens decode as text, so that a
 // detokenizer skipping special tokens still writes them.
 type keepSpecial struct {
-	preprocess.Tokenizer
+	model.Tokenizer
 	keep map[uint32]bool
 }
 

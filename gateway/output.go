@@ -29,7 +29,7 @@ type textOutput struct {
 	stopString string
 }
 
-// matcher is a StopMatcher that tells which stop string it found (preprocess's does).
+// matcher is a StopMatcher that tells which stop string it found (model.StopMatcher does).
 type matcher interface{ Matched() string }
 
 func newTextOutput(detok Detokenizer, stops StopMatcher, stopIDs []uint32, minTokens int) *textOutput {
@@ -78,7 +78,7 @@ func (t *textOutput) push(c *messages.TokenChunk) (string, *APIError) {
 		}
 		// The engine's own message names internal addresses: it goes to the log only.
 		e := newError(KindEngineError, "", "The engine failed while generating; the request can be retried.")
-		if c.GetMigratable() {
+		if c.GetFault() != messages.Fault_FAULT_NONE {
 			// The worker or its engine was lost and the request could not be moved to
 			// another one (migration disabled or its limit reached): 502, retryable.
 			e = newError(KindBackendError, "", "The worker serving the request failed and the request could not be moved to another worker; it can be retried.")

@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/turbine-llm/turbine/gateway/parse"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // prepared is a validated, tokenized request ready for the Backend.
@@ -26,7 +26,7 @@ type prepared struct {
 
 // tokenizer is the tokenizer the answer is detokenized with: the model's, keeping the
 // special tokens the output parsers read.
-func (p *prepared) tokenizer() preprocess.Tokenizer {
+func (p *prepared) tokenizer() model.Tokenizer {
 	if len(p.output.keep) == 0 {
 		return p.pre.Tokenizer()
 	}
@@ -80,7 +80,7 @@ func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatReq
 	if aerr != nil {
 		return nil, aerr
 	}
-	prompt, err := pre.RenderChat(preprocess.ChatTemplateInput{
+	prompt, err := pre.RenderChat(model.ChatTemplateInput{
 		Messages:            req.Messages,
 		Tools:               req.Tools,
 		AddGenerationPrompt: req.AddGenerationPrompt,
@@ -199,15 +199,7 @@ func samplingParams(c *commonRequest, maxTokens int32) *messages.SamplingParams 
 		FrequencyPenalty: c.FrequencyPenalty,
 		Structured:       c.Structured,
 	}
-	if c.Temperature != nil {
-		sp.HasTemperature, sp.Temperature = true, *c.Temperature
-	}
-	if c.TopP != nil {
-		sp.HasTopP, sp.TopP = true, *c.TopP
-	}
-	if c.Seed != nil {
-		sp.HasSeed, sp.Seed = true, *c.Seed
-	}
+	sp.Temperature, sp.TopP, sp.Seed = c.Temperature, c.TopP, c.Seed
 	return sp
 }
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/turbine-llm/turbine/gateway/parse"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // commonRequest holds the validated fields that chat and completions requests share.
@@ -51,7 +51,7 @@ type turbineOptions struct {
 // chatRequest is a validated POST /v1/chat/completions body.
 type chatRequest struct {
 	commonRequest
-	Messages []preprocess.ChatMessage
+	Messages []model.ChatMessage
 	// Tools is the OpenAI tools array (JSON, as received) passed to the chat template;
 	// nil when absent or when tool_choice is "none".
 	Tools               json.RawMessage
@@ -411,7 +411,7 @@ var chatRoles = map[string]bool{"system": true, "developer": true, "user": true,
 // parseMessages reads the chat messages. A message with role "tool" must answer a tool
 // call of an earlier assistant message (its tool_call_id is one of theirs), as OpenAI
 // requires, and an assistant's tool calls are of type "function". Problems go to o.
-func parseMessages(o *object) []preprocess.ChatMessage {
+func parseMessages(o *object) []model.ChatMessage {
 	if o.err != nil {
 		return nil
 	}
@@ -427,7 +427,7 @@ func parseMessages(o *object) []preprocess.ChatMessage {
 		o.fail(newError(KindInvalidValue, "messages", "Invalid 'messages': empty array. Expected an array with at least one message."))
 		return nil
 	}
-	out := make([]preprocess.ChatMessage, 0, len(items))
+	out := make([]model.ChatMessage, 0, len(items))
 	calls := map[string]bool{} // the ids of the assistant messages' tool calls so far
 	for i, it := range items {
 		m, err := parseMessage(it, indexParam("messages", i))
@@ -451,8 +451,8 @@ func parseMessages(o *object) []preprocess.ChatMessage {
 	return out
 }
 
-func parseMessage(v any, param string) (preprocess.ChatMessage, *APIError) {
-	var msg preprocess.ChatMessage
+func parseMessage(v any, param string) (model.ChatMessage, *APIError) {
+	var msg model.ChatMessage
 	m, err := objectOf(v, param)
 	if err != nil {
 		return msg, err

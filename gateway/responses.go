@@ -11,34 +11,16 @@ import (
 	"github.com/turbine-llm/turbine/gateway/parse"
 )
 
-// The OpenAI Responses API (POST /v1/responses, docs/reference.md §17), stateless: the
-// request is translated into a chat request (responses_request.go) and runs the shared
-// generation path; this file renders its answer as a Response object, or as the
-// Responses stream of named events:
-//
-//	response.created, response.in_progress
-//	per output item, in order (a reasoning item, a message, function calls):
-//	  response.output_item.added
-//	  reasoning: response.content_part.added, response.reasoning_text.delta…,
-//	             response.reasoning_text.done, response.content_part.done
-//	  message:   response.content_part.added, response.output_text.delta…,
-//	             response.output_text.done, response.content_part.done
-//	  function call: response.function_call_arguments.delta…,
-//	             response.function_call_arguments.done
-//	  response.output_item.done
-//	response.completed (response.incomplete when max_output_tokens cut the answer)
-//
-// Every event carries its type and a sequence_number counting from 0; there is no
-// [DONE] frame. A failure after the header is a response.failed event whose response
-// has status "failed" and error {code, message} (the catalogue's code). Errors before
-// the header are OpenAI error bodies (writeError).
-//
-// Item ids are the request id with the item's place: "rs_<id>_<n>", "msg_<id>_<n>",
-// "fc_<id>_<n>" for output_index n; a function call's call_id is the parser's tool call
-// id. Whitespace the model writes before a tool call (a line break after the reasoning)
-// makes no message item, as vLLM streams it; other text after a call starts a new message
-// item, so a stream's items follow the model's order while a body puts the reasoning,
-// then the text, then the calls.
+// The OpenAI Responses API (POST /v1/responses; docs/reference.md §17 gives the body,
+// the stream's event sequence, item ids and usage). The request is translated into a
+// chat request (responses_request.go) and runs the shared generation path; this file
+// renders its answer as a Response object, or as the stream of named events, each with
+// its type and a sequence_number from 0, without [DONE]. A failure after the header is a
+// response.failed event whose error has the catalogue's code; errors before it are
+// OpenAI error bodies (writeError). A stream's items follow the model's order
+// (whitespace before a tool call makes no message item, as vLLM streams it; other text
+// after a call opens a new one), while a body puts the reasoning, then the text, then
+// the calls.
 
 // responsesAPI renders one request's answer in the Responses API's shape; the handler's
 // prepare fills req.

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/turbine-llm/turbine/gateway/parse"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // A Responses API request (POST /v1/responses, docs/reference.md §17) is translated into
@@ -268,13 +268,13 @@ func parseResponsesReasoning(r *object) responsesReasoning {
 // inputTurn builds the chat messages of the input items: an assistant turn spans its
 // reasoning, message and function_call items.
 type inputTurn struct {
-	msgs []preprocess.ChatMessage
+	msgs []model.ChatMessage
 	// calls are the call_ids of the function_call items so far.
 	calls map[string]bool
 }
 
 // assistant returns the last message when it is an assistant message (nil otherwise).
-func (t *inputTurn) assistant() *preprocess.ChatMessage {
+func (t *inputTurn) assistant() *model.ChatMessage {
 	if n := len(t.msgs); n > 0 && t.msgs[n-1].Role == "assistant" {
 		return &t.msgs[n-1]
 	}
@@ -283,7 +283,7 @@ func (t *inputTurn) assistant() *preprocess.ChatMessage {
 
 // thinking returns the last message when it is an assistant message holding reasoning
 // only: the reasoning items of a turn come before its message and function calls.
-func (t *inputTurn) thinking() *preprocess.ChatMessage {
+func (t *inputTurn) thinking() *model.ChatMessage {
 	if a := t.assistant(); a != nil && a.Content == "" && len(a.ToolCalls) == 0 {
 		return a
 	}
@@ -292,10 +292,10 @@ func (t *inputTurn) thinking() *preprocess.ChatMessage {
 
 // parseResponsesInput reads input (a string: one user message; or an array of items)
 // after the instructions' system message.
-func parseResponsesInput(o *object, instructions *string) []preprocess.ChatMessage {
+func parseResponsesInput(o *object, instructions *string) []model.ChatMessage {
 	t := &inputTurn{calls: map[string]bool{}}
 	if instructions != nil && *instructions != "" {
-		t.msgs = append(t.msgs, preprocess.ChatMessage{Role: "system", Content: *instructions})
+		t.msgs = append(t.msgs, model.ChatMessage{Role: "system", Content: *instructions})
 	}
 	v, ok := o.value("input")
 	if !ok {
@@ -308,7 +308,7 @@ func parseResponsesInput(o *object, instructions *string) []preprocess.ChatMessa
 			o.fail(newError(KindInvalidValue, "input", "Invalid 'input': empty string. Expected a non-empty string or an array of input items."))
 			return nil
 		}
-		t.msgs = append(t.msgs, preprocess.ChatMessage{Role: "user", Content: v})
+		t.msgs = append(t.msgs, model.ChatMessage{Role: "user", Content: v})
 	case []any, idArray:
 		items, _ := arrayOf(v)
 		if len(items) == 0 {
@@ -386,13 +386,13 @@ func (t *inputTurn) message(m *object) *APIError {
 			a.Content = text
 			return nil
 		}
-		t.msgs = append(t.msgs, preprocess.ChatMessage{Role: "assistant", Content: text})
+		t.msgs = append(t.msgs, model.ChatMessage{Role: "assistant", Content: text})
 		return nil
 	}
 	if text == "" {
 		return newError(KindInvalidValue, m.param("content"), "Invalid '%s': a %s message needs non-empty content.", m.param("content"), role)
 	}
-	t.msgs = append(t.msgs, preprocess.ChatMessage{Role: role, Content: text})
+	t.msgs = append(t.msgs, model.ChatMessage{Role: role, Content: text})
 	return nil
 }
 
@@ -488,7 +488,7 @@ func (t *inputTurn) functionCall(m *object) *APIError {
 		a.ToolCalls = append(a.ToolCalls, call)
 		return nil
 	}
-	t.msgs = append(t.msgs, preprocess.ChatMessage{Role: "assistant", ToolCalls: []map[string]any{call}})
+	t.msgs = append(t.msgs, model.ChatMessage{Role: "assistant", ToolCalls: []map[string]any{call}})
 	return nil
 }
 
@@ -505,7 +505,7 @@ func (t *inputTurn) functionOutput(m *object) *APIError {
 	if err != nil {
 		return err
 	}
-	t.msgs = append(t.msgs, preprocess.ChatMessage{Role: "tool", Content: out, ToolCallID: callID})
+	t.msgs = append(t.msgs, model.ChatMessage{Role: "tool", Content: out, ToolCallID: callID})
 	return nil
 }
 
@@ -546,7 +546,7 @@ func (t *inputTurn) reasoning(m *object) *APIError {
 		a.Reasoning += text
 		return nil
 	}
-	t.msgs = append(t.msgs, preprocess.ChatMessage{Role: "assistant", Reasoning: text})
+	t.msgs = append(t.msgs, model.ChatMessage{Role: "assistant", Reasoning: text})
 	return nil
 }
 

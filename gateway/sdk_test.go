@@ -42,7 +42,7 @@ func TestSDKChat(t *testing.T) {
 		resp.Usage.CompletionTokens != 11 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+11 || resp.Usage.PromptTokensDetails.CachedTokens != 2 {
 		t.Errorf("response %s", resp.RawJSON())
 	}
-	if sp := b.generated()[0].Sampling; sp.MaxTokens != 20 || !sp.HasSeed || sp.Seed != 7 {
+	if sp := b.generated()[0].Sampling; sp.MaxTokens != 20 || sp.Seed == nil || *sp.Seed != 7 {
 		t.Errorf("sampling %v", sp)
 	}
 	b.checkClosed(t)

@@ -39,16 +39,12 @@ const (
 //
 // The admin routes exist when the Backend implements BusyAdmin.
 //
-// With Config.APIKeys set, every request whose path is under /v1/ must carry
-// "Authorization: Bearer <key>" with one of the keys (as vLLM's --api-key), or
-// "x-api-key: <key>" as Anthropic's clients send it; a missing or wrong key gets 401
-// with an OpenAI error body (code "invalid_api_key"; Anthropic's shape under
-// /v1/messages) and WWW-Authenticate: Bearer. /health, /live and /metrics stay open,
-// for probes and scrapers. Without keys /v1/ is not authenticated: put the port behind
-// the operator's network policy. The admin routes (/admin/) take Config.AdminAPIKeys
-// instead, the same way; without admin keys they answer 403 (code "admin_forbidden") to
-// every request when there are API keys, and otherwise to every client that is not on
-// loopback (see adminDecision).
+// Config.APIKeys guard /v1/ and Config.AdminAPIKeys /admin/ (their docs give the rules;
+// adminDecision decides). A key is presented as "Authorization: Bearer <key>" or, as
+// Anthropic's clients send it, "x-api-key: <key>"; a missing or wrong key gets 401 with
+// the API's error body (code "invalid_api_key") and WWW-Authenticate: Bearer, a refused
+// admin request 403 (code "admin_forbidden"). Without keys /v1/ is not authenticated:
+// put the port behind the operator's network policy.
 //
 // Every response carries X-Request-Id (the client's when usable, else a new one);
 // generation responses carry X-Turbine-Worker, the id of the worker that served them,

@@ -18,36 +18,19 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// Output constraints (docs/reference.md §16). A request may constrain what the engine
-// generates in one of these ways, chat and completions alike (as vLLM accepts them):
+// Output constraints. docs/reference.md §16 lists the accepted fields (response_format,
+// vLLM's structured_outputs and older guided_* fields, on chat and completions; a forced
+// tool call on chat, which parseTools turns into parse.RequiredSchema or
+// parse.NamedSchema), the validation and each engine's dialect. At most one constraint
+// per request (400 otherwise, a forced tool call included).
 //
-//   - response_format: {"type": "json_object"} (any JSON object) or {"type":
-//     "json_schema", "json_schema": {"name", "schema", "strict", "description"}};
-//     {"type": "text"} is no constraint.
-//   - vLLM's structured_outputs: {"json": schema (an object, or its JSON text)} |
-//     {"regex": pattern} | {"choice": [strings]} | {"grammar": EBNF} | {"json_object":
-//     true}, exactly one.
-//   - vLLM's older fields (removed from vLLM in 0.12): guided_json, guided_regex,
-//     guided_choice, guided_grammar (guided_decoding_backend is accepted and ignored).
-//   - chat only: tool_choice "required" or a named function (parseTools), which become a
-//     JSON Schema as vLLM builds it (parse.RequiredSchema, parse.NamedSchema).
-//
-// At most one of them: two constraints are refused (400), as is a constraint together
-// with a forced tool call. JSON Schemas are compiled here (JSON Schema draft 2020-12
-// unless "$schema" names another draft; "pattern" in ECMA-262 syntax, as the
-// specification says): one that does not compile is a 400 naming the problem, and one
-// nested deeper than MaxSchemaDepth is refused before it is compiled. A $ref or
-// $schema naming another document is refused, never fetched. A schema is sent to the
-// engine as the client wrote it (key order kept: an engine generates an object's
-// properties in the order its schema lists them), compacted.
-//
-// Regular expressions (regex, guided_regex) are only sanity-checked: each engine has its
-// own dialect (Python's re, xgrammar's, Rust's regex), none of them Go's. A pattern is
-// refused only when neither Go's RE2 syntax nor the .NET/Perl-style syntax of
-// dlclark/regexp2 can parse it (an unbalanced parenthesis, a dangling quantifier, a bad
-// escape): text no engine accepts either. Anything else goes to the engine, which answers
-// its own error for a construct it cannot use. Grammars are not checked beyond being
-// non-empty strings.
+// JSON Schemas are compiled here, draft 2020-12 unless "$schema" names another: one that
+// does not compile is a 400 naming the problem; one nested deeper than MaxSchemaDepth is
+// refused before it is compiled; a $ref or $schema naming another document is refused,
+// never fetched. The engine gets the client's text compacted, key order kept (engines
+// generate properties in schema order). A regex is refused only when neither Go's RE2
+// nor dlclark/regexp2 can parse it: each engine has its own dialect, none of them Go's,
+// and answers its own error for what it cannot use. A grammar must only be non-empty.
 
 // rawFields reads the raw JSON text of a body's top-level members, once, on first use:
 // the schemas a request carries keep their key order there, which the decoded body

@@ -157,7 +157,7 @@ func TestAcceptedRequests(t *testing.T) {
 				t.Errorf("token ids %v want %v", g.TokenIDs, want)
 			}
 			// No max_tokens: what is left of tiny's 128-token context.
-			if g.Sampling.MaxTokens != int32(128-len(want)) || g.Sampling.HasTemperature || g.Sampling.HasTopP || g.Sampling.HasSeed {
+			if g.Sampling.MaxTokens != int32(128-len(want)) || g.Sampling.Temperature != nil || g.Sampling.TopP != nil || g.Sampling.Seed != nil {
 				t.Errorf("sampling %v", g.Sampling)
 			}
 			if g.Model != "tiny" || g.RequestID != "req-1" || g.OverlapWeight != nil || g.Temperature != nil {
@@ -166,8 +166,8 @@ func TestAcceptedRequests(t *testing.T) {
 		}},
 		{"sampling fields", chatPath, `{"model":"tiny","max_tokens":7,"min_tokens":2,"seed":42,"temperature":0.7,"top_p":0.9,"presence_penalty":0.5,"frequency_penalty":-0.5,"stop":"\n","stop_token_ids":[5,6],"ignore_eos":true,"user":"u","n":1,"logprobs":false,"response_format":{"type":"text"},"messages":[{"role":"user","content":"hi"}]}`, func(t *testing.T, g *GenerateRequest) {
 			sp := g.Sampling
-			if sp.MaxTokens != 7 || sp.MinTokens != 2 || !sp.HasSeed || sp.Seed != 42 || !sp.HasTemperature || sp.Temperature != 0.7 ||
-				!sp.HasTopP || sp.TopP != 0.9 || sp.PresencePenalty != 0.5 || sp.FrequencyPenalty != -0.5 || !sp.IgnoreEos ||
+			if sp.MaxTokens != 7 || sp.MinTokens != 2 || sp.Seed == nil || *sp.Seed != 42 || sp.Temperature == nil || *sp.Temperature != 0.7 ||
+				sp.TopP == nil || *sp.TopP != 0.9 || sp.PresencePenalty != 0.5 || sp.FrequencyPenalty != -0.5 || !sp.IgnoreEos ||
 				fmt.Sprint(sp.StopTokenIds) != "[5 6]" {
 				t.Errorf("sampling %v", sp)
 			}
@@ -205,7 +205,7 @@ func TestAcceptedRequests(t *testing.T) {
 			}
 		}},
 		{"nulls are absent", chatPath, `{"model":"tiny","max_tokens":null,"stop":null,"temperature":null,"stream_options":null,"tools":null,"messages":[{"role":"user","content":"hi","name":null}]}`, func(t *testing.T, g *GenerateRequest) {
-			if g.Sampling.HasTemperature {
+			if g.Sampling.Temperature != nil {
 				t.Error("temperature set")
 			}
 		}},

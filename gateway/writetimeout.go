@@ -10,9 +10,8 @@ import (
 // timeout (Config.StreamWriteTimeout): a client that stops reading while keeping its
 // connection open makes the blocked write fail after timeout, the handler sees a write
 // error (the client is gone), and closing the Backend's Stream cancels the engine
-// request. The deadline is renewed before each write, so it bounds a stall, not the
-// response's length or the time between tokens. net/http clears it once the response
-// is finished, before the connection's next request.
+// request. net/http clears the deadline once the response is finished, before the
+// connection's next request.
 //
 // Writers that cannot take a deadline (httptest.ResponseRecorder) are written to
 // without one.

@@ -12,6 +12,7 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
+	"github.com/turbine-llm/turbine/flow"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
@@ -19,7 +20,8 @@ import (
 
 // Config configures the Backend.
 type Config struct {
-	// Credits is how many chunks a worker may send ahead of the consumer (default 64).
+	// Credits is how many chunks a worker may send ahead of the consumer (default
+	// flow.DefaultCredits).
 	Credits int32
 	// RouteTimeout bounds a Router grain call (default 5 s).
 	RouteTimeout time.Duration
@@ -34,18 +36,14 @@ type Config struct {
 	// FilesTimeout bounds a request for a model's tokenizer files to a worker (default
 	// DefaultFilesTimeout).
 	FilesTimeout time.Duration
-	// MigrationLimit is how many times one request may be re-sent to another worker after
-	// migratable faults (worker gone, engine failed, stream stalled); 0 disables migration.
-	// New keeps the value given (callers take DefaultMigrationLimit from their flags).
+	// MigrationLimit is flow.Config.MigrationLimit; 0 disables migration. New keeps the
+	// value given (callers take flow.DefaultMigrationLimit from their flags).
 	MigrationLimit int
-	// StallTimeout is how long a stream waits for its worker's next chunk before the
-	// attempt counts as stalled and is migrated (default 2 min; negative: never).
+	// StallTimeout is flow.Config.StallTimeout (default flow.DefaultStallTimeout;
+	// negative: never).
 	StallTimeout time.Duration
-	// PrefillReleaseWait is how long a prefill leg cancelled before its last chunk arrived
-	// (the client left, or its decode leg failed, during the prefill leg) is waited for,
-	// so that the ReleaseKv sent to its worker carries the transfer parameters of a leg
-	// that finished, with its blocks pinned, just before the cancel reached it (default
-	// 2 s; chunks already sent arrive within milliseconds).
+	// PrefillReleaseWait is flow.Config.PrefillReleaseWait (default
+	// flow.DefaultPrefillReleaseWait).
 	PrefillReleaseWait time.Duration
 	// Busy are the busy thresholds the Router grains start with (router.Config.Busy), as
 	// BusyStatus reports them until they are changed through this frontend.
@@ -75,25 +73,34 @@ type Backend struct {
 
 var _ gateway.Backend = (*Backend)(nil)
 
+// Defaults of Config besides the flow's (flow.DefaultConfig: credits, stall timeout,
+// prefill release wait, migration limit) and the model loader's (LoaderConfig).
+const (
+	DefaultRouteTimeout = 5 * time.Second        // Config.RouteTimeout
+	DefaultModelsTTL    = 500 * time.Millisecond // Config.ModelsTTL
+	DefaultModelMemory  = 10 * time.Minute       // Config.ModelMemory
+)
+
 // New returns a Backend using cluster c.
 func New(c *pcluster.Cluster, cfg Config) *Backend {
+	def := flow.DefaultConfig()
 	if cfg.Credits <= 0 {
-		cfg.Credits = 64
+		cfg.Credits = def.Credits
 	}
 	if cfg.RouteTimeout <= 0 {
-		cfg.RouteTimeout = 5 * time.Second
+		cfg.RouteTimeout = DefaultRouteTimeout
 	}
 	if cfg.ModelsTTL <= 0 {
-		cfg.ModelsTTL = 500 * time.Millisecond
+		cfg.ModelsTTL = DefaultModelsTTL
 	}
 	if cfg.ModelMemory <= 0 {
-		cfg.ModelMemory = 10 * time.Minute
+		cfg.ModelMemory = DefaultModelMemory
 	}
 	if cfg.PrefillReleaseWait <= 0 {
-		cfg.PrefillReleaseWait = 2 * time.Second
+		cfg.PrefillReleaseWait = def.PrefillReleaseWait
 	}
 	if cfg.StallTimeout == 0 {
-		cfg.StallTimeout = 2 * time.Minute
+		cfg.StallTimeout = def.StallTimeout
 	}
 	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, busy: map[string]kv.BusyThresholds{}, metrics: metrics.NewSet()}
 	b.rec = &setRecorder{set: b.metrics}
@@ -161,8 +168,9 @@ func (b *Backend) Recent(model string) bool {
 
 // Generate routes req with the model's Router grain and starts it on the chosen worker.
 // The returned stream migrates the request to another worker on migratable faults
-// (Config.MigrationLimit). Errors: gateway.ErrUnknownModel, ErrNoWorkers, ErrAllBusy
-// (wrapped), or the Router grain call's error.
+// (Config.MigrationLimit). Errors: gateway.ErrUnknownModel or ErrNoWorkers (wrapped) when
+// the catalog has no live worker of the model, a failed Catalog call (Models), or the
+// router's refusal as gateway.RouteError maps it (a failed Route call included).
 func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (gateway.Stream, error) {
 	models, err := b.Models(ctx)
 	if err != nil {
@@ -212,14 +220,14 @@ func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse
 	return g.c.Route(rr, pcluster.WithTimeout(g.timeout))
 }
 
-// Started sends RouteAck for requestID to the grain activation that answered route: a
-// message, not a grain call, since nothing is answered and one more future per request
-// would load the busy router and this member for nothing. Messages from one member to
-// one actor arrive in the order sent, so the acknowledgement, like a Free sent after it,
-// comes after the Route call it acknowledges. A route without the grain's address (a
-// router that does not expire unacknowledged requests) needs none.
-func (g *grainRouting) Started(requestID string, route *messages.RouteResponse) {
-	if r := route.GetRouter(); r != nil && g.root != nil {
+// Started sends RouteAck for requestID to router, the grain activation that answered its
+// route: a message, not a grain call, since nothing is answered and one more future per
+// request would load the busy router and this member for nothing. Messages from one
+// member to one actor arrive in the order sent, so the acknowledgement, like a Free sent
+// after it, comes after the Route call it acknowledges. A route without the grain's
+// address (a router that does not expire unacknowledged requests) needs none.
+func (g *grainRouting) Started(requestID string, r *messages.ActorRef) {
+	if r != nil && g.root != nil {
 		g.root.Send(actor.NewPID(r.Address, r.Id), &messages.RouteAck{RequestId: requestID})
 	}
 }

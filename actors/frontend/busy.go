@@ -13,8 +13,8 @@ import (
 var _ gateway.BusyAdmin = (*Backend)(nil)
 
 // thresholdsRequest is the Router grain message for update u over the current
-// thresholds: the grain reads 0 as "unchanged", so turning a test off (0 in u) is sent
-// as -1, which the router core reads as off.
+// thresholds: a field u leaves nil is absent (unchanged); turning a test off (0 in u) is
+// sent as -1, which the router core reads as off.
 func thresholdsRequest(u gateway.BusyUpdate) *messages.BusyThresholds {
 	off := func(v float64) float64 {
 		if v <= 0 {
@@ -24,10 +24,12 @@ func thresholdsRequest(u gateway.BusyUpdate) *messages.BusyThresholds {
 	}
 	req := &messages.BusyThresholds{}
 	if u.KVUsage != nil {
-		req.KvUsage = off(*u.KVUsage)
+		v := off(*u.KVUsage)
+		req.KvUsage = &v
 	}
 	if u.PrefillTokens != nil {
-		req.PrefillTokens = int64(off(float64(*u.PrefillTokens)))
+		v := int64(off(float64(*u.PrefillTokens)))
+		req.PrefillTokens = &v
 	}
 	return req
 }
@@ -119,7 +121,7 @@ func (b *Backend) ReadyWorkers(model string) (map[string]int, error) {
 	out := map[string]int{}
 	for _, w := range st.Workers {
 		if w.Ready {
-			out[w.Role]++
+			out[w.Role.Label()]++
 		}
 	}
 	return out, nil

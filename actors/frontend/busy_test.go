@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/turbine-llm/turbine/gateway"
@@ -14,23 +15,36 @@ func TestBusyUpdates(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		u           gateway.BusyUpdate
-		wantKV      float64 // in the grain message (0 unchanged, -1 off)
-		wantPrefill int64
+		wantKV      *float64 // in the grain message (nil unchanged, -1 off)
+		wantPrefill *int64
 		want        kv.BusyThresholds
 	}{
-		{"nothing", gateway.BusyUpdate{}, 0, 0, start},
-		{"both", gateway.BusyUpdate{KVUsage: f(0.5), PrefillTokens: i(20000)}, 0.5, 20000, kv.BusyThresholds{KVUsage: 0.5, PrefillTokens: 20000}},
-		{"kv off", gateway.BusyUpdate{KVUsage: f(0)}, -1, 0, kv.BusyThresholds{PrefillTokens: 1000}},
-		{"prefill off", gateway.BusyUpdate{PrefillTokens: i(0)}, 0, -1, kv.BusyThresholds{KVUsage: 0.9}},
+		{"nothing", gateway.BusyUpdate{}, nil, nil, start},
+		{"both", gateway.BusyUpdate{KVUsage: f(0.5), PrefillTokens: i(20000)}, f(0.5), i(20000), kv.BusyThresholds{KVUsage: 0.5, PrefillTokens: 20000}},
+		{"kv off", gateway.BusyUpdate{KVUsage: f(0)}, f(-1), nil, kv.BusyThresholds{PrefillTokens: 1000}},
+		{"prefill off", gateway.BusyUpdate{PrefillTokens: i(0)}, nil, i(-1), kv.BusyThresholds{KVUsage: 0.9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := thresholdsRequest(tc.u)
-			if req.KvUsage != tc.wantKV || req.PrefillTokens != tc.wantPrefill {
-				t.Errorf("grain message %v, want kv_usage %v prefill_tokens %v", req, tc.wantKV, tc.wantPrefill)
+			if !samePtr(req.KvUsage, tc.wantKV) || !samePtr(req.PrefillTokens, tc.wantPrefill) {
+				t.Errorf("grain message %v, want kv_usage %v prefill_tokens %v", req, fmtPtr(tc.wantKV), fmtPtr(tc.wantPrefill))
 			}
 			if got := apply(start, tc.u); got != tc.want {
 				t.Errorf("applied %+v, want %+v", got, tc.want)
 			}
 		})
 	}
+}
+
+// samePtr reports whether two optional fields are both absent or hold one value.
+func samePtr[T comparable](a, b *T) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// fmtPtr prints an optional field: its value, or "absent".
+func fmtPtr[T any](p *T) string {
+	if p == nil {
+		return "absent"
+	}
+	return fmt.Sprint(*p)
 }

@@ -38,8 +38,10 @@ func (c *fakeClock) newTimer(what timerPurpose, d time.Duration) (<-chan time.Ti
 	return t.c, t.stop
 }
 
-func (c *fakeClock) afterFunc(what timerPurpose, d time.Duration, f func()) {
-	c.arm(&fakeTimer{what: what, d: d, f: f})
+func (c *fakeClock) afterFunc(what timerPurpose, d time.Duration, f func()) func() bool {
+	t := &fakeTimer{what: what, d: d, f: f}
+	c.arm(t)
+	return t.stop
 }
 
 func (c *fakeClock) arm(t *fakeTimer) {

@@ -13,6 +13,15 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
+// The disaggregation decisions as gateway.DisaggInfo spells them.
+var (
+	decisionAggregated            = messages.DisaggDecision_DISAGG_AGGREGATED.Label()
+	decisionRemote                = messages.DisaggDecision_DISAGG_REMOTE.Label()
+	decisionLocalShortPrefill     = messages.DisaggDecision_DISAGG_LOCAL_SHORT_PREFILL.Label()
+	decisionLocalNoPrefillWorkers = messages.DisaggDecision_DISAGG_LOCAL_NO_PREFILL_WORKERS.Label()
+	decisionLocalRequested        = messages.DisaggDecision_DISAGG_LOCAL_REQUESTED.Label()
+)
+
 // eventually polls cond (actors answer asynchronously) for up to 10 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -66,7 +75,7 @@ func (h *harness) checkFreed(t *testing.T) {
 func legs(w *scriptedWorker) (prefill, other []*messages.Generate) {
 	gens, _ := w.calls()
 	for _, g := range gens {
-		if g.Sampling.GetDisagg().GetLeg() == LegPrefill {
+		if g.Sampling.GetDisagg().GetLeg() == messages.Leg_LEG_PREFILL {
 			prefill = append(prefill, g)
 		} else {
 			other = append(other, g)
@@ -89,7 +98,7 @@ func checkPrefillLeg(t *testing.T, g *messages.Generate) {
 	t.Helper()
 	sp := g.Sampling
 	if !slices.Equal(g.TokenIds, []uint32{1, 2, 3, 4, 5}) || sp.MaxTokens != 1 || sp.MinTokens != 0 ||
-		!sp.IgnoreEos || sp.Seed != 7 || sp.Disagg.GetKvTransferParams() != "" {
+		!sp.IgnoreEos || sp.GetSeed() != 7 || sp.Disagg.GetKvTransferParams() != "" {
 		t.Errorf("prefill leg %v: want the prompt, max_tokens 1, min_tokens 0, seed 7, no transfer parameters", g)
 	}
 }
@@ -113,7 +122,7 @@ func TestDisaggStream(t *testing.T) {
 		{
 			name: "remote", opts: harnessOpts{prefill: []*scriptedWorker{ok()}}, workers: []*scriptedWorker{ok()},
 			cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			events: []string{"decided:m/remote", "prefill_leg:m", "transfer_wait:m"},
 			check: func(t *testing.T, h *harness) {
 				pre, _ := legs(h.prefill[0])
@@ -123,7 +132,7 @@ func TestDisaggStream(t *testing.T) {
 				}
 				checkPrefillLeg(t, pre[0])
 				d := dec[0]
-				if d.Sampling.Disagg.GetLeg() != LegDecode || d.Sampling.Disagg.KvTransferParams != kvParamsFor(pre[0].RequestId) ||
+				if d.Sampling.Disagg.GetLeg() != messages.Leg_LEG_DECODE || d.Sampling.Disagg.KvTransferParams != kvParamsFor(pre[0].RequestId) ||
 					d.Sampling.MaxTokens != 8 || d.Sampling.MinTokens != 6 || !slices.Equal(d.TokenIds, []uint32{1, 2, 3, 4, 5}) {
 					t.Errorf("decode leg %v: want the prompt, max_tokens 8, min_tokens 6 and p0's transfer parameters", d)
 				}
@@ -146,13 +155,13 @@ func TestDisaggStream(t *testing.T) {
 			name: "cached tokens are the prefill worker's",
 			opts: harnessOpts{prefill: []*scriptedWorker{{failAfter: -1, cached: 3}}}, workers: []*scriptedWorker{ok()},
 			cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			cached: 3,
 		},
 		{
 			name: "sglang bootstrap sends both legs at once", opts: harnessOpts{prefill: []*scriptedWorker{ok()}, bootstrap: true},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			events: []string{"decided:m/remote"},
 			check: func(t *testing.T, h *harness) {
 				// The decode leg may finish before p0 has even taken its leg.
@@ -166,15 +175,15 @@ func TestDisaggStream(t *testing.T) {
 				p, d := pre[0].Sampling.Disagg, dec[0].Sampling.Disagg
 				if p.BootstrapHost != "10.0.0.7" || p.BootstrapPort != 8998 || p.BootstrapRoom == 0 || p.BootstrapRoom >= 1<<63 ||
 					d.BootstrapHost != p.BootstrapHost || d.BootstrapPort != p.BootstrapPort || d.BootstrapRoom != p.BootstrapRoom ||
-					d.Leg != LegDecode || d.KvTransferParams != "" {
+					d.Leg != messages.Leg_LEG_DECODE || d.KvTransferParams != "" {
 					t.Errorf("prefill %v, decode %v: want the same bootstrap address and 63-bit room on both", p, d)
 				}
 			},
 		},
 		{
-			name: "short prompt stays local", opts: harnessOpts{prefill: []*scriptedWorker{ok()}, local: DecisionLocalShortPrefill},
+			name: "short prompt stays local", opts: harnessOpts{prefill: []*scriptedWorker{ok()}, local: messages.DisaggDecision_DISAGG_LOCAL_SHORT_PREFILL},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionLocalShortPrefill, DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionLocalShortPrefill, DecodeWorker: "w0"},
 			events: []string{"decided:m/local_short_prefill"},
 			check: func(t *testing.T, h *harness) {
 				if gens, _ := h.prefill[0].calls(); len(gens) != 0 {
@@ -189,7 +198,7 @@ func TestDisaggStream(t *testing.T) {
 		{
 			name: "no prefill worker falls back", opts: harnessOpts{prefill: []*scriptedWorker{}},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionLocalNoPrefillWorkers, DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionLocalNoPrefillWorkers, DecodeWorker: "w0"},
 			events: []string{"decided:m/local_no_prefill_workers"},
 		},
 		{
@@ -201,7 +210,7 @@ func TestDisaggStream(t *testing.T) {
 				gens, _ := h.prefill[0].calls()
 				return len(gens) == 1
 			},
-			info: gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info: gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			check: func(t *testing.T, h *harness) {
 				pre, _ := legs(h.prefill[0])
 				// p0 never answers, not even the cancel: ReleaseKv waits for the
@@ -231,7 +240,7 @@ func TestDisaggStream(t *testing.T) {
 				gens, _ := h.workers[0].calls()
 				return len(gens) == 1
 			},
-			info: gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info: gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			check: func(t *testing.T, h *harness) {
 				pre, _ := legs(h.prefill[0])
 				_, dec := legs(h.workers[0])
@@ -254,7 +263,7 @@ func TestDisaggStream(t *testing.T) {
 			opts:     harnessOpts{prefill: []*scriptedWorker{ok()}},
 			workers:  []*scriptedWorker{{failAfter: 3, fault: "stall"}},
 			cancelAt: 3, tokens: wantTokens[:3],
-			info: gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info: gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			check: func(t *testing.T, h *harness) {
 				_, dec := legs(h.workers[0])
 				eventually(t, "w0's Cancel", func() bool { _, c := h.workers[0].calls(); return len(c) == 1 })
@@ -270,7 +279,7 @@ func TestDisaggStream(t *testing.T) {
 			name:    "prefill worker lost: another prefill worker",
 			opts:    harnessOpts{prefill: []*scriptedWorker{{failAfter: 0, fault: "stop"}, ok()}},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p1", DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p1", DecodeWorker: "w0"},
 			events: []string{"decided:m/remote", "retried:m/worker_terminated", "decided:m/remote", "prefill_leg:m"},
 			check: func(t *testing.T, h *harness) {
 				h.router.mu.Lock()
@@ -291,7 +300,7 @@ func TestDisaggStream(t *testing.T) {
 			name:    "two prefill legs fail: local prefill",
 			opts:    harnessOpts{prefill: []*scriptedWorker{{failAfter: 0, fault: "stop"}, {failAfter: 0, fault: "error"}, ok()}},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionLocalRequested, DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionLocalRequested, DecodeWorker: "w0"},
 			events: []string{"retried:m/worker_terminated", "retried:m/engine_error", "decided:m/local_requested"},
 			check: func(t *testing.T, h *harness) {
 				h.router.mu.Lock()
@@ -318,7 +327,7 @@ func TestDisaggStream(t *testing.T) {
 			opts: harnessOpts{prefill: []*scriptedWorker{{failAfter: 0, fault: "stall"}, ok()}, stall: 200 * time.Millisecond,
 				stallAfter: []int{0}},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p1", DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p1", DecodeWorker: "w0"},
 			events: []string{"retried:m/stalled"},
 			check: func(t *testing.T, h *harness) {
 				// The stall may end the leg before p0 has even taken it: its Generate is
@@ -334,7 +343,7 @@ func TestDisaggStream(t *testing.T) {
 			name:    "decode leg rejected: prefill releases",
 			opts:    harnessOpts{prefill: []*scriptedWorker{ok()}},
 			workers: []*scriptedWorker{{failAfter: 0, fault: "fatal"}}, cancelAt: -1, finish: "error", errPart: "bad request",
-			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			events: []string{"released:m"},
 			check: func(t *testing.T, h *harness) {
 				pre, _ := legs(h.prefill[0])
@@ -349,7 +358,7 @@ func TestDisaggStream(t *testing.T) {
 			name:    "decode leg failed: prefill releases, request migrates",
 			opts:    harnessOpts{prefill: []*scriptedWorker{ok()}, limit: 3},
 			workers: []*scriptedWorker{{failAfter: 0, fault: "error"}, ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w1"},
+			info:   gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w1"},
 			events: []string{"decided:m/remote", "released:m", "decided:m/remote"},
 			check: func(t *testing.T, h *harness) {
 				pre, _ := legs(h.prefill[0])
@@ -366,7 +375,7 @@ func TestDisaggStream(t *testing.T) {
 			name:    "decode leg cannot load its KV: prefill retried elsewhere, then local on the same decode worker",
 			opts:    harnessOpts{prefill: []*scriptedWorker{ok(), ok(), ok()}, limit: 3},
 			workers: []*scriptedWorker{{failAfter: 0, fault: "kv"}, ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionLocalRequested, DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionLocalRequested, DecodeWorker: "w0"},
 			events: []string{"decided:m/remote", "retried:m/kv_transfer", "decided:m/remote", "retried:m/kv_transfer", "decided:m/local_requested"},
 			check: func(t *testing.T, h *harness) {
 				h.router.mu.Lock()
@@ -400,21 +409,21 @@ func TestDisaggStream(t *testing.T) {
 			name:    "decode leg cannot load its KV from the only prefill worker: the decode worker prefills",
 			opts:    harnessOpts{prefill: []*scriptedWorker{ok()}},
 			workers: []*scriptedWorker{{failAfter: 0, fault: "kv"}}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionLocalNoPrefillWorkers, DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionLocalNoPrefillWorkers, DecodeWorker: "w0"},
 			events: []string{"decided:m/remote", "retried:m/kv_transfer", "decided:m/local_no_prefill_workers"},
 		},
 		{
 			name:    "decode leg cannot load its KV, disaggregation enforced: the decode worker prefills",
 			opts:    harnessOpts{prefill: []*scriptedWorker{ok()}, enforce: true},
 			workers: []*scriptedWorker{{failAfter: 0, fault: "kv"}}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info:   gateway.DisaggInfo{Decision: DecisionLocalRequested, DecodeWorker: "w0"},
+			info:   gateway.DisaggInfo{Decision: decisionLocalRequested, DecodeWorker: "w0"},
 			events: []string{"decided:m/remote", "retried:m/kv_transfer", "decided:m/local_requested"},
 		},
 		{
 			name:    "KV load failure without a prefill leg is an engine failure",
 			opts:    harnessOpts{limit: 3},
 			workers: []*scriptedWorker{{failAfter: 0, fault: "kvall"}, ok()}, cancelAt: -1, tokens: wantTokens, finish: "length",
-			info: gateway.DisaggInfo{Decision: DecisionAggregated},
+			info: gateway.DisaggInfo{Decision: decisionAggregated},
 			check: func(t *testing.T, h *harness) {
 				if !slices.Equal(h.migrated, []string{"m/engine_error"}) {
 					t.Errorf("migrations %v, want one engine_error", h.migrated)
@@ -425,7 +434,7 @@ func TestDisaggStream(t *testing.T) {
 			name:    "prefill leg refused: the client gets the error",
 			opts:    harnessOpts{prefill: []*scriptedWorker{{failAfter: 0, fault: "fatal"}}},
 			workers: []*scriptedWorker{ok()}, cancelAt: -1, finish: "error", errPart: "prefill leg on p0: engine: bad request",
-			info: gateway.DisaggInfo{Decision: DecisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
+			info: gateway.DisaggInfo{Decision: decisionRemote, PrefillWorker: "p0", DecodeWorker: "w0"},
 			check: func(t *testing.T, h *harness) {
 				if gens, _ := h.workers[0].calls(); len(gens) != 0 {
 					t.Errorf("w0 got %d Generate after the prefill leg failed", len(gens))
@@ -518,25 +527,6 @@ func TestDisaggEnforced(t *testing.T) {
 	}
 }
 
-func TestLegSampling(t *testing.T) {
-	base := &messages.SamplingParams{MaxTokens: 100, MinTokens: 10, HasTemperature: true, Temperature: 0.5,
-		StopTokenIds: []uint32{7}}
-	boot := &messages.DisaggParams{BootstrapHost: "h", BootstrapPort: 1, BootstrapRoom: 42}
-	p := prefillSampling(base, boot)
-	d := decodeSampling(base, `{"a":1}`, nil)
-	if p.MaxTokens != 1 || p.MinTokens != 0 || p.Temperature != 0.5 || !slices.Equal(p.StopTokenIds, []uint32{7}) ||
-		p.Disagg.Leg != LegPrefill || p.Disagg.BootstrapHost != "h" || p.Disagg.BootstrapPort != 1 || p.Disagg.BootstrapRoom != 42 {
-		t.Errorf("prefill sampling %v", p)
-	}
-	if d.MaxTokens != 100 || d.MinTokens != 10 || d.Disagg.Leg != LegDecode || d.Disagg.KvTransferParams != `{"a":1}` ||
-		d.Disagg.BootstrapHost != "" {
-		t.Errorf("decode sampling %v", d)
-	}
-	if base.Disagg != nil || base.MaxTokens != 100 || base.MinTokens != 10 {
-		t.Errorf("base changed: %v", base)
-	}
-}
-
 // TestDisaggReleaseAfterLateLastChunk: the client leaves while the prefill leg's last
 // chunk is on its way (the engine finished and pinned the prompt's blocks, the stream
 // had not taken the chunk yet): the ReleaseKv sent to the prefill worker carries that
@@ -547,8 +537,7 @@ func TestDisaggReleaseAfterLateLastChunk(t *testing.T) {
 	if h.startErr != nil {
 		t.Fatal(h.startErr)
 	}
-	p := h.stream.cur.pre
-	eventually(t, "the prefill leg's last chunk at the stream", func() bool { return len(p.arrivals) > 0 })
+	eventually(t, "the prefill leg's last chunk at the stream", func() bool { return len(h.stream.events) > 0 })
 	h.stream.Close()
 	eventually(t, "p0's ReleaseKv", func() bool { return len(pre.released()) > 0 })
 	gens, cancels := pre.calls()

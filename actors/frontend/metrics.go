@@ -54,8 +54,10 @@ type setRecorder struct {
 // migrationReasons and prefillRetryReasons are the label values of the migration and
 // prefill-retry counters.
 var (
-	migrationReasons    = []string{FaultWorkerTerminated, FaultEngineError, FaultStalled}
-	prefillRetryReasons = []string{FaultWorkerTerminated, FaultEngineError, FaultStalled, FaultKVTransfer}
+	migrationReasons = []messages.Fault{messages.Fault_FAULT_WORKER_TERMINATED, messages.Fault_FAULT_ENGINE_ERROR,
+		messages.Fault_FAULT_STALLED}
+	prefillRetryReasons = []messages.Fault{messages.Fault_FAULT_WORKER_TERMINATED, messages.Fault_FAULT_ENGINE_ERROR,
+		messages.Fault_FAULT_STALLED, messages.Fault_FAULT_KV_TRANSFER}
 )
 
 // declare creates model's counters at zero the first time it is seen.
@@ -70,10 +72,10 @@ func (r *setRecorder) declare(model string) {
 	}
 	r.models[model] = true
 	for _, reason := range migrationReasons {
-		r.counter(metricMigrations, "model", model, "reason", reason)
+		r.counter(metricMigrations, "model", model, "reason", reason.Label())
 	}
 	for _, reason := range prefillRetryReasons {
-		r.counter(metricPrefillRetries, "model", model, "reason", reason)
+		r.counter(metricPrefillRetries, "model", model, "reason", reason.Label())
 	}
 	r.counter(metricKvReleases, "model", model)
 }
@@ -86,15 +88,15 @@ func (r *setRecorder) hist(family, model string) *metrics.PrometheusHistogram {
 	return r.set.GetOrCreatePrometheusHistogramExt(series(family, "model", model), legBuckets)
 }
 
-func (r *setRecorder) migrated(model, reason string) {
-	r.counter(metricMigrations, "model", model, "reason", reason).Inc()
+func (r *setRecorder) migrated(model string, fault messages.Fault) {
+	r.counter(metricMigrations, "model", model, "reason", fault.Label()).Inc()
 }
-func (r *setRecorder) decided(model, decision string) {
+func (r *setRecorder) decided(model string, decision messages.DisaggDecision) {
 	r.declare(model)
-	r.counter(metricDisaggDecisions, "model", model, "decision", decision).Inc()
+	r.counter(metricDisaggDecisions, "model", model, "decision", decision.Label()).Inc()
 }
-func (r *setRecorder) prefillRetried(model, fault string) {
-	r.counter(metricPrefillRetries, "model", model, "reason", fault).Inc()
+func (r *setRecorder) prefillRetried(model string, fault messages.Fault) {
+	r.counter(metricPrefillRetries, "model", model, "reason", fault.Label()).Inc()
 }
 func (r *setRecorder) released(model string) { r.counter(metricKvReleases, "model", model).Inc() }
 func (r *setRecorder) prefillLeg(model string, d time.Duration) {
@@ -124,9 +126,8 @@ func series(family string, kv ...string) string {
 // prefill tokens and requests, the engine's running/waiting requests and KV usage from
 // its last heartbeat, and per-model routing counters (prefix-hit blocks of routed
 // prompts), and each worker's disaggregation role. Errors reaching a Router grain leave
-// that model out of this scrape. First come the frontend's own families (the metric*
-// constants): migrations by fault, disaggregation decisions, prefill retries, KV
-// releases, and the prefill-leg and transfer-wait histograms.
+// that model out of this scrape. The frontend's own families (the metric* constants)
+// come first.
 func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	b.metrics.WritePrometheus(w)
 	models, err := b.Models(ctx)
@@ -171,10 +172,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 			for i, f := range workerFams {
 				workerLines[i] = append(workerLines[i], f.name+lbl+" "+strconv.FormatFloat(f.value(ws), 'g', -1, 64))
 			}
-			role := ws.Role
-			if role == "" {
-				role = "aggregated"
-			}
+			role := ws.Role.Label()
 			roleLines = append(roleLines, fmt.Sprintf(`turbine_router_worker_role{model="%s",worker="%s",role="%s"} 1`,
 				model, escapeLabel(ws.WorkerId), escapeLabel(role)))
 		}

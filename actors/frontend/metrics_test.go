@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // TestRecorderDeclaresCountersAtZero: a model's first routing decision makes its
@@ -13,9 +15,9 @@ import (
 // included; later events count on the same series.
 func TestRecorderDeclaresCountersAtZero(t *testing.T) {
 	r := &setRecorder{set: metrics.NewSet()}
-	r.decided("m", DecisionRemote)
-	r.decided("m", DecisionRemote)
-	r.prefillRetried("m", FaultKVTransfer)
+	r.decided("m", messages.DisaggDecision_DISAGG_REMOTE)
+	r.decided("m", messages.DisaggDecision_DISAGG_REMOTE)
+	r.prefillRetried("m", messages.Fault_FAULT_KV_TRANSFER)
 	var b bytes.Buffer
 	r.set.WritePrometheus(&b)
 	got := b.String()

@@ -5,29 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/messages"
 )
-
-func TestFaultOf(t *testing.T) {
-	kvErr := "engine: " + engines.ErrKVTransfer.Error() + ": sglang: engine answered 500: Decode transfer failed"
-	for _, tc := range []struct {
-		name string
-		ch   *messages.TokenChunk
-		want string
-	}{
-		{"tokens", &messages.TokenChunk{TokenIds: []uint32{1}}, ""},
-		{"finish", &messages.TokenChunk{FinishReason: "length"}, ""},
-		{"refused", &messages.TokenChunk{FinishReason: "error", Error: "engine: bad request"}, ""},
-		{"engine died", &messages.TokenChunk{FinishReason: "error", Error: "engine: EOF", Migratable: true}, FaultEngineError},
-		{"KV load failure", &messages.TokenChunk{FinishReason: "error", Error: kvErr, Migratable: true}, FaultKVTransfer},
-		{"KV load failure, not migratable", &messages.TokenChunk{FinishReason: "error", Error: kvErr}, ""},
-	} {
-		if got := faultOf(tc.ch); got != tc.want {
-			t.Errorf("%s: faultOf = %q, want %q", tc.name, got, tc.want)
-		}
-	}
-}
 
 // TestStructuredNotMigrated: a request whose output is constrained (structured output)
 // is never moved to another worker, whatever the fault and the limit: its stream ends
@@ -54,7 +33,7 @@ func TestStructuredNotMigrated(t *testing.T) {
 				got = append(got, ch.TokenIds...)
 			}
 			last := chunks[len(chunks)-1]
-			if !slices.Equal(got, wantTokens[:c.after]) || last.FinishReason != "error" || !last.Migratable ||
+			if !slices.Equal(got, wantTokens[:c.after]) || last.FinishReason != "error" || last.Fault == messages.Fault_FAULT_NONE ||
 				!strings.Contains(last.Error, "not migrated: structured output requests are not moved") {
 				t.Errorf("tokens %v, last chunk %+v; want %v then a migratable error saying structured output is not moved",
 					got, last, wantTokens[:c.after])
@@ -65,22 +44,5 @@ func TestStructuredNotMigrated(t *testing.T) {
 			h.stream.Close()
 			h.checkRouter(t, 1)
 		})
-	}
-}
-
-func TestUnmovable(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		sp   *messages.SamplingParams
-		want bool
-	}{
-		{"no sampling", nil, false},
-		{"free text", &messages.SamplingParams{MaxTokens: 5}, false},
-		{"json schema", &messages.SamplingParams{Structured: &messages.StructuredOutput{JsonSchema: `{}`}}, true},
-		{"choice", &messages.SamplingParams{Structured: &messages.StructuredOutput{Choice: []string{"a"}}}, true},
-	} {
-		if got := unmovable(c.sp); (got != "") != c.want {
-			t.Errorf("%s: unmovable = %q, want a reason: %v", c.name, got, c.want)
-		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/gateway"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // Defaults of LoaderConfig.
@@ -56,7 +56,7 @@ func DefaultModelCacheDir() (string, error) {
 // gateway.ModelLoader). The tokenizer comes from:
 //   - a builtin tokenizer: the embedded one;
 //   - a card without tokenizer_digest: card.tokenizer as a local path, as
-//     preprocess.LoadModel takes it;
+//     model.LoadModel takes it;
 //   - the folder card.tokenizer names, when this machine has it and its files hash to
 //     card.tokenizer_digest;
 //   - else <CacheDir>/<digest>/, fetched once from card.files_from (ModelFilesRequest),
@@ -146,24 +146,24 @@ func (l *ModelLoader) load(card *messages.ModelCard) (gateway.Preprocessor, erro
 	if err != nil {
 		return nil, err
 	}
-	m, err := preprocess.LoadModel(source)
+	m, err := model.LoadModel(source)
 	if err != nil {
 		return nil, fmt.Errorf("model %q: %w", card.GetModel(), err)
 	}
 	return gateway.PreprocessorOf(m), nil
 }
 
-// source returns what to hand preprocess.LoadModel for card: its tokenizer as named, or
+// source returns what to hand model.LoadModel for card: its tokenizer as named, or
 // the cache folder holding the files of its digest (fetched now when absent).
 func (l *ModelLoader) source(card *messages.ModelCard) (string, error) {
 	src, want := card.GetTokenizer(), card.GetTokenizerDigest()
-	if src == "" || preprocess.IsBuiltin(src) || want == "" {
+	if src == "" || model.IsBuiltin(src) || want == "" {
 		return src, nil
 	}
-	if !preprocess.IsTokenizerDigest(want) {
+	if !model.IsTokenizerDigest(want) {
 		return "", fmt.Errorf("model %q: tokenizer_digest %q is not 64 lower-case hex digits", card.GetModel(), want)
 	}
-	if got, err := preprocess.SourceDigest(src); err == nil && got == want {
+	if got, err := model.SourceDigest(src); err == nil && got == want {
 		return src, nil
 	} else if err == nil {
 		l.cfg.Logger.Info().Str("model", card.GetModel()).Str("folder", src).Str("digest", got).Str("card_digest", want).
@@ -174,7 +174,7 @@ func (l *ModelLoader) source(card *messages.ModelCard) (string, error) {
 			card.GetModel(), src, want, l.dirErr)
 	}
 	cached := filepath.Join(l.cfg.CacheDir, want)
-	if got, err := preprocess.SourceDigest(cached); err == nil && got == want {
+	if got, err := model.SourceDigest(cached); err == nil && got == want {
 		return cached, nil
 	}
 	if err := l.fetch(card, cached); err != nil {
@@ -207,7 +207,7 @@ func (l *ModelLoader) fetch(card *messages.ModelCard, dst string) error {
 }
 
 // request sends a ModelFilesRequest for digest to the worker at ref and checks the answer.
-func (l *ModelLoader) request(ref *messages.ActorRef, digest string) ([]preprocess.TokenizerFile, error) {
+func (l *ModelLoader) request(ref *messages.ActorRef, digest string) ([]model.TokenizerFile, error) {
 	sys := l.system()
 	if sys == nil {
 		return nil, errors.New("no actor system to send ModelFilesRequest from")
@@ -225,28 +225,28 @@ func (l *ModelLoader) request(ref *messages.ActorRef, digest string) ([]preproce
 }
 
 // checkFiles returns the files of answer when it has no error, only files preprocessing
-// reads (each once, at most preprocess.MaxTokenizerBytes in all), and they hash to digest.
-func checkFiles(answer *messages.ModelFiles, digest string) ([]preprocess.TokenizerFile, error) {
+// reads (each once, at most model.MaxTokenizerBytes in all), and they hash to digest.
+func checkFiles(answer *messages.ModelFiles, digest string) ([]model.TokenizerFile, error) {
 	if answer.GetError() != "" {
 		return nil, errors.New(answer.GetError())
 	}
-	files := make([]preprocess.TokenizerFile, 0, len(answer.GetFiles()))
+	files := make([]model.TokenizerFile, 0, len(answer.GetFiles()))
 	seen := map[string]bool{}
 	var total int64
 	for _, f := range answer.GetFiles() {
 		switch {
-		case !preprocess.IsTokenizerFile(f.GetName()):
-			return nil, fmt.Errorf("file %q is not one of %v", f.GetName(), preprocess.TokenizerFileNames())
+		case !model.IsTokenizerFile(f.GetName()):
+			return nil, fmt.Errorf("file %q is not one of %v", f.GetName(), model.TokenizerFileNames())
 		case seen[f.GetName()]:
 			return nil, fmt.Errorf("file %q sent twice", f.GetName())
 		}
 		seen[f.GetName()] = true
-		if total += int64(len(f.GetData())); total > preprocess.MaxTokenizerBytes {
-			return nil, fmt.Errorf("files total more than %d bytes", preprocess.MaxTokenizerBytes)
+		if total += int64(len(f.GetData())); total > model.MaxTokenizerBytes {
+			return nil, fmt.Errorf("files total more than %d bytes", model.MaxTokenizerBytes)
 		}
-		files = append(files, preprocess.TokenizerFile{Name: f.GetName(), Data: f.GetData()})
+		files = append(files, model.TokenizerFile{Name: f.GetName(), Data: f.GetData()})
 	}
-	if got := preprocess.TokenizerDigest(files); got != digest {
+	if got := model.TokenizerDigest(files); got != digest {
 		return nil, fmt.Errorf("the files sent hash to %s, not to the card's tokenizer_digest %s", got, digest)
 	}
 	return files, nil
@@ -256,7 +256,7 @@ func checkFiles(answer *messages.ModelFiles, digest string) ([]preprocess.Tokeni
 // synced, then renamed onto dst. A dst left by an earlier, broken write (or holding other
 // files) is replaced; one that another process completed meanwhile with the same files is
 // kept.
-func writeFolder(dst string, files []preprocess.TokenizerFile) error {
+func writeFolder(dst string, files []model.TokenizerFile) error {
 	parent := filepath.Dir(dst)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("cache folder: %w", err)
@@ -277,8 +277,8 @@ func writeFolder(dst string, files []preprocess.TokenizerFile) error {
 	if os.Rename(tmp, dst) == nil {
 		return syncDir(parent)
 	}
-	want := preprocess.TokenizerDigest(files)
-	if got, err := preprocess.SourceDigest(dst); err == nil && got == want {
+	want := model.TokenizerDigest(files)
+	if got, err := model.SourceDigest(dst); err == nil && got == want {
 		return nil
 	}
 	if err := os.RemoveAll(dst); err != nil {

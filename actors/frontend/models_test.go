@@ -11,24 +11,24 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // tinyDir is a small byte-level BPE model folder: "hi" is one token (256), <|im_end|>
 // (261) is EOS.
 var tinyDir = filepath.Join("testdata", "tiny")
 
-func tinyFiles(t *testing.T) ([]preprocess.TokenizerFile, string) {
+func tinyFiles(t *testing.T) ([]model.TokenizerFile, string) {
 	t.Helper()
-	files, err := preprocess.ReadTokenizerFiles(tinyDir, preprocess.MaxTokenizerBytes)
+	files, err := model.ReadTokenizerFiles(tinyDir, model.MaxTokenizerBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return files, preprocess.TokenizerDigest(files)
+	return files, model.TokenizerDigest(files)
 }
 
-func toMessage(files []preprocess.TokenizerFile, digest string) *messages.ModelFiles {
+func toMessage(files []model.TokenizerFile, digest string) *messages.ModelFiles {
 	out := &messages.ModelFiles{Digest: digest}
 	for _, f := range files {
 		out.Files = append(out.Files, &messages.ModelFile{Name: f.Name, Data: f.Data})
@@ -149,7 +149,7 @@ func TestLoaderFetchesWhenLocalFolderDiffers(t *testing.T) {
 func TestLoaderRefusesBadFiles(t *testing.T) {
 	files, digest := tinyFiles(t)
 	other := slices.Clone(files)
-	other[0] = preprocess.TokenizerFile{Name: other[0].Name, Data: append(slices.Clone(other[0].Data), ' ')}
+	other[0] = model.TokenizerFile{Name: other[0].Name, Data: append(slices.Clone(other[0].Data), ' ')}
 	for _, tc := range []struct {
 		name    string
 		answer  *messages.ModelFiles
@@ -158,7 +158,7 @@ func TestLoaderRefusesBadFiles(t *testing.T) {
 	}{
 		{"files hash to another digest", toMessage(other, digest), false, "hash to"},
 		{"worker refuses", &messages.ModelFiles{Error: "worker: tokenizer folder changed"}, false, "worker: tokenizer folder changed"},
-		{"file outside the tokenizer set", toMessage(append(slices.Clone(files), preprocess.TokenizerFile{Name: "../evil"}), digest), false, `"../evil"`},
+		{"file outside the tokenizer set", toMessage(append(slices.Clone(files), model.TokenizerFile{Name: "../evil"}), digest), false, `"../evil"`},
 		{"file sent twice", toMessage(append(slices.Clone(files), files[0]), digest), false, "twice"},
 		{"no worker named", nil, true, "no worker"},
 	} {
@@ -281,7 +281,7 @@ func TestWriteFolderReplacesBrokenCopy(t *testing.T) {
 	if err := writeFolder(dst, files); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := preprocess.SourceDigest(dst); err != nil || got != digest {
+	if got, err := model.SourceDigest(dst); err != nil || got != digest {
 		t.Fatalf("folder digest %s (%v) after the write, want %s", got, err, digest)
 	}
 	// A complete copy written meanwhile by another process is kept.

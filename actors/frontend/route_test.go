@@ -137,7 +137,7 @@ func TestRouteTimeoutLeavesNoTrackedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	if resp, err := client.Route(&messages.RouteRequest{RequestId: "orphan", TokenIds: []uint32{9, 9, 9, 9}, WillAck: true},
-		pcluster.WithTimeout(10*time.Second)); err != nil || resp.ErrorCode != "" || resp.Router == nil {
+		pcluster.WithTimeout(10*time.Second)); err != nil || resp.Outcome != messages.RouteOutcome_ROUTE_OK || resp.Router == nil {
 		t.Fatalf("route: %+v %v", resp, err)
 	}
 	if st := stats(); active(st) != 2 {

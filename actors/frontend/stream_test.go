@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
@@ -60,16 +62,16 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 	to := actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id)
 	send := func(ch *messages.TokenChunk) { ch.RequestId = m.RequestId; c.Send(to, ch) }
 	limit := int(m.Sampling.MaxTokens)
-	decode := m.Sampling.GetDisagg().GetLeg() == LegDecode
+	decode := m.Sampling.GetDisagg().GetLeg() == messages.Leg_LEG_DECODE
 	for i := 0; i < limit; i++ {
 		// "kv" fails decode legs only (their engine could not load the prompt's KV);
 		// "kvall" fails every request with that error.
 		if i == w.failAfter && (w.fault != "kv" || decode) {
 			switch w.fault {
 			case "error":
-				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: process died", Migratable: true})
+				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: process died", Fault: messages.Fault_FAULT_ENGINE_ERROR})
 			case "kv", "kvall":
-				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Migratable: true,
+				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Fault: messages.Fault_FAULT_KV_TRANSFER,
 					Error: "engine: " + engines.ErrKVTransfer.Error() + ": vllm: engine answered 503 KVTransferError: KV transfer from p0 failed: EOF"})
 			case "fatal":
 				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: bad request"})
@@ -84,7 +86,7 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 			if w.cached > 0 {
 				ch.CachedTokens = w.cached
 			}
-			if m.Sampling.GetDisagg().GetLeg() == LegPrefill && m.Sampling.GetDisagg().GetBootstrapHost() == "" {
+			if m.Sampling.GetDisagg().GetLeg() == messages.Leg_LEG_PREFILL && m.Sampling.GetDisagg().GetBootstrapHost() == "" {
 				ch.KvTransferParams = kvParamsFor(m.RequestId)
 			}
 		}
@@ -112,13 +114,15 @@ type fakeRouter struct {
 	ids  []string
 	pids map[string]*actor.PID
 
-	prefillIDs []string // prefill workers, in preference order
-	local      string   // a local decision to answer instead of "remote" ("" = none)
-	bootstrap  bool     // remote routes name an SGLang bootstrap address
+	prefillIDs []string                // prefill workers, in preference order
+	local      messages.DisaggDecision // a local decision to answer instead of "remote" (DISAGG_AGGREGATED: none)
+	bootstrap  bool                    // remote routes name an SGLang bootstrap address
 	enforce    bool
 	// callErr, when set, fails every Route call after the router recorded the request:
 	// the call timed out while the router was busy, and the answer never came back.
 	callErr error
+	// refuse, when not ROUTE_OK, is the outcome of every Route call (nothing recorded).
+	refuse messages.RouteOutcome
 
 	mu      sync.Mutex
 	routes  []*messages.RouteRequest
@@ -136,6 +140,9 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 	if r.callErr != nil {
 		r.routed = append(r.routed, rr.RequestId)
 		return nil, r.callErr
+	}
+	if r.refuse != messages.RouteOutcome_ROUTE_OK {
+		return &messages.RouteResponse{Outcome: r.refuse, Error: "refused: " + r.refuse.Label()}, nil
 	}
 	for _, id := range r.ids {
 		if slices.Contains(rr.ExcludeWorkers, id) {
@@ -157,16 +164,16 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 		}
 		switch {
 		case rr.LocalPrefill:
-			resp.DisaggDecision = DecisionLocalRequested
+			resp.DisaggDecision = messages.DisaggDecision_DISAGG_LOCAL_REQUESTED
 		case prefill == "" && r.enforce:
-			return &messages.RouteResponse{ErrorCode: "no_prefill_workers", Error: "no live prefill worker"}, nil
+			return &messages.RouteResponse{Outcome: messages.RouteOutcome_ROUTE_NO_PREFILL_WORKERS, Error: "no live prefill worker"}, nil
 		case prefill == "":
-			resp.DisaggDecision = DecisionLocalNoPrefillWorkers
-		case r.local != "":
+			resp.DisaggDecision = messages.DisaggDecision_DISAGG_LOCAL_NO_PREFILL_WORKERS
+		case r.local != messages.DisaggDecision_DISAGG_AGGREGATED:
 			resp.DisaggDecision = r.local
 		default:
 			pp := r.pids[prefill]
-			resp.DisaggDecision, resp.PrefillWorkerId, resp.PrefillRequestId = DecisionRemote, prefill, rr.RequestId+"/p"
+			resp.DisaggDecision, resp.PrefillWorkerId, resp.PrefillRequestId = messages.DisaggDecision_DISAGG_REMOTE, prefill, rr.RequestId+"/p"
 			resp.PrefillWorker = &messages.ActorRef{Address: pp.Address, Id: pp.Id}
 			if r.bootstrap {
 				resp.PrefillBootstrapHost, resp.PrefillBootstrapPort = "10.0.0.7", 8998
@@ -177,10 +184,10 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 		r.granted = append(r.granted, rr.RequestId)
 		return resp, nil
 	}
-	return &messages.RouteResponse{ErrorCode: "no_workers", Error: "every worker is excluded"}, nil
+	return &messages.RouteResponse{Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS, Error: "every worker is excluded"}, nil
 }
 
-func (r *fakeRouter) Started(id string, route *messages.RouteResponse) {
+func (r *fakeRouter) Started(id string, router *messages.ActorRef) {
 	r.mu.Lock()
 	r.acked = append(r.acked, id)
 	r.mu.Unlock()
@@ -218,12 +225,16 @@ type fakeRecorder struct {
 }
 
 func (r *fakeRecorder) add(e string) { r.mu.Lock(); r.events = append(r.events, e); r.mu.Unlock() }
-func (r *fakeRecorder) migrated(model, reason string) {
-	r.h.migrated = append(r.h.migrated, model+"/"+reason)
+func (r *fakeRecorder) migrated(model string, fault messages.Fault) {
+	r.h.migrated = append(r.h.migrated, model+"/"+fault.Label())
 }
-func (r *fakeRecorder) decided(model, decision string)     { r.add("decided:" + model + "/" + decision) }
-func (r *fakeRecorder) prefillRetried(model, fault string) { r.add("retried:" + model + "/" + fault) }
-func (r *fakeRecorder) released(model string)              { r.add("released:" + model) }
+func (r *fakeRecorder) decided(model string, decision messages.DisaggDecision) {
+	r.add("decided:" + model + "/" + decision.Label())
+}
+func (r *fakeRecorder) prefillRetried(model string, fault messages.Fault) {
+	r.add("retried:" + model + "/" + fault.Label())
+}
+func (r *fakeRecorder) released(model string) { r.add("released:" + model) }
 func (r *fakeRecorder) prefillLeg(model string, d time.Duration) {
 	r.add("prefill_leg:" + model)
 }
@@ -254,11 +265,12 @@ type harnessOpts struct {
 	// first wait for a chunk once k chunks were handed out ends with its stall timer
 	// firing (the worker went silent after its k-th chunk). No other stall timer fires.
 	stallAfter []int
-	prefill    []*scriptedWorker // prefill workers p0, p1, …: the router disaggregates
-	local      string            // fakeRouter.local
+	prefill    []*scriptedWorker       // prefill workers p0, p1, …: the router disaggregates
+	local      messages.DisaggDecision // fakeRouter.local
 	bootstrap  bool
 	enforce    bool
-	callErr    error // fakeRouter.callErr
+	callErr    error                 // fakeRouter.callErr
+	refuse     messages.RouteOutcome // fakeRouter.refuse
 	// structured constrains the request's output (SamplingParams.structured).
 	structured *messages.StructuredOutput
 }
@@ -269,7 +281,7 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	h := &harness{workers: workers, prefill: o.prefill, router: &fakeRouter{pids: map[string]*actor.PID{},
-		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr}, clock: newFakeClock()}
+		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr, refuse: o.refuse}, clock: newFakeClock()}
 	stalled := map[int]bool{} // by the stall timers, armed on the goroutine calling Recv
 	h.clock.atOnce = func(what timerPurpose) bool {
 		switch what {
@@ -304,7 +316,7 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, PrefillReleaseWait: 200 * time.Millisecond,
 		clock: h.clock}
 	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
-		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, HasSeed: true, Seed: 7,
+		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, Seed: proto.Int64(7),
 			Structured: o.structured}}
 	h.rec = &fakeRecorder{h: h}
 	h.stream = newStream(sys.Root, h.router, cfg, req, newID, h.rec)
@@ -394,8 +406,8 @@ func TestStreamMigration(t *testing.T) {
 			if last.FinishReason != c.finish || !strings.Contains(last.Error, c.errPart) || (c.errPart == "") != (last.Error == "") {
 				t.Errorf("last chunk: finish %q error %q, want %q with %q", last.FinishReason, last.Error, c.finish, c.errPart)
 			}
-			if last.Migratable != c.lost {
-				t.Errorf("last chunk migratable %v, want %v: %+v", last.Migratable, c.lost, last)
+			if (last.Fault != messages.Fault_FAULT_NONE) != c.lost {
+				t.Errorf("last chunk fault %v, want one: %v: %+v", last.Fault, c.lost, last)
 			}
 			if c.finish == "length" && (last.PromptTokens != 5 || last.CompletionTokens != 8 || last.CachedTokens > 5) {
 				t.Errorf("usage prompt %d completion %d cached %d, want 5, 8, ≤ 5", last.PromptTokens, last.CompletionTokens, last.CachedTokens)
@@ -438,7 +450,7 @@ func (h *harness) checkRouter(t *testing.T, routes int) {
 		produced := len(g.TokenIds) - 5
 		if g.RequestId != rr.RequestId || !slices.Equal(g.TokenIds[5:], wantTokens[:produced]) ||
 			g.Sampling.MaxTokens != int32(8-produced) || g.Sampling.MinTokens != int32(max(6-produced, 0)) ||
-			!g.Sampling.IgnoreEos || g.Sampling.Seed != 7 {
+			!g.Sampling.IgnoreEos || g.Sampling.GetSeed() != 7 {
 			t.Errorf("attempt %d: Generate %v, want the prompt plus %d produced tokens, max_tokens %d, min_tokens %d",
 				i, g, produced, 8-produced, max(6-produced, 0))
 		}
@@ -492,58 +504,6 @@ func TestStreamCloseCancelsCurrentAttempt(t *testing.T) {
 	h.checkRouter(t, 2)
 }
 
-func TestContinuation(t *testing.T) {
-	cases := []struct {
-		name          string
-		max, min      int32
-		produced      int
-		wantMax, wMin int32
-		more          bool
-	}{
-		{"reduces both", 10, 6, 4, 6, 2, true},
-		{"min_tokens not below 0", 10, 2, 4, 6, 0, true},
-		{"nothing produced", 10, 3, 0, 10, 3, true},
-		{"budget used up", 4, 0, 4, 0, 0, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			sp := &messages.SamplingParams{MaxTokens: c.max, MinTokens: c.min, HasSeed: true, Seed: 3}
-			produced := make([]uint32, c.produced)
-			for i := range produced {
-				produced[i] = uint32(50 + i)
-			}
-			toks, got, more := continuation([]uint32{1, 2}, sp, produced)
-			if more != c.more {
-				t.Fatalf("more = %v, want %v", more, c.more)
-			}
-			if sp.MaxTokens != c.max || sp.MinTokens != c.min {
-				t.Errorf("the original sampling was changed: %v", sp)
-			}
-			if !more {
-				return
-			}
-			if got.MaxTokens != c.wantMax || got.MinTokens != c.wMin || got.Seed != 3 {
-				t.Errorf("sampling %v, want max %d min %d seed 3", got, c.wantMax, c.wMin)
-			}
-			if !slices.Equal(toks, append([]uint32{1, 2}, produced...)) {
-				t.Errorf("tokens %v", toks)
-			}
-		})
-	}
-}
-
-func TestRefusal(t *testing.T) {
-	for _, c := range []struct {
-		limit, done int
-		want        string
-	}{{0, 0, "disabled"}, {3, 0, ""}, {3, 2, ""}, {3, 3, "limit (3)"}} {
-		got := refusal(c.limit, c.done)
-		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
-			t.Errorf("refusal(%d, %d) = %q, want %q", c.limit, c.done, got, c.want)
-		}
-	}
-}
-
 // TestStreamRouteCallFailure: a Route call that fails after the router recorded the
 // request (it timed out while the router was busy) frees the request id, since the
 // router would otherwise count it as load for good, and the client is answered 503 with
@@ -570,6 +530,87 @@ func TestStreamRouteCallFailure(t *testing.T) {
 			}
 			if gens, _ := h.workers[0].calls(); len(gens) != 0 {
 				t.Fatalf("the worker got %d Generate for a request that was not routed", len(gens))
+			}
+		})
+	}
+}
+
+// TestStreamStallCountsOnlyWhileRecvWaits: the stall timeout bounds the consumer's wait
+// for a chunk, not the time the consumer takes between two Recv calls: the stall timer
+// is armed when Recv starts waiting, with the flow's duration, and stopped when it
+// returns.
+func TestStreamStallCountsOnlyWhileRecvWaits(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	h := buildHarness(t, harnessOpts{limit: 3, stall: stall}, &scriptedWorker{failAfter: -1})
+	if h.startErr != nil {
+		t.Fatal(h.startErr)
+	}
+	// stallTimers returns how many stall timers were armed, and whether one still runs.
+	stallTimers := func() (n int, running bool) {
+		h.clock.mu.Lock()
+		defer h.clock.mu.Unlock()
+		for _, tm := range h.clock.timers {
+			if tm.what == timerStall {
+				n++
+				tm.mu.Lock()
+				running = running || !tm.done
+				tm.mu.Unlock()
+			}
+		}
+		return n, running
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := 0; ; i++ {
+		if n, running := stallTimers(); n != i || running {
+			t.Fatalf("before Recv %d: %d stall timers armed (running: %v), want %d, none running", i, n, running, i)
+		}
+		ch, err := h.stream.Recv(ctx)
+		if err != nil {
+			t.Fatalf("Recv %d: %v", i, err)
+		}
+		if tm := h.clock.await(t, timerStall, i); tm.d != stall {
+			t.Fatalf("stall timer of %v, want Config.StallTimeout (%v)", tm.d, stall)
+		}
+		if ch.FinishReason != "" {
+			break
+		}
+	}
+}
+
+// TestStreamRouteRefused: a request its router refuses reaches the client as
+// gateway.RouteError says: no worker and every worker busy are retryable (503), an
+// unknown model is 404, and a request the router cannot route at all (ROUTE_BAD_REQUEST)
+// is the client's fault (400), not an outage to retry. Nothing is sent.
+func TestStreamRouteRefused(t *testing.T) {
+	for _, c := range []struct {
+		outcome messages.RouteOutcome
+		is      error // the gateway sentinel wrapped; nil: an *APIError of status
+		status  int
+	}{
+		{messages.RouteOutcome_ROUTE_NO_WORKERS, gateway.ErrNoWorkers, 0},
+		{messages.RouteOutcome_ROUTE_ALL_BUSY, gateway.ErrAllBusy, 0},
+		{messages.RouteOutcome_ROUTE_UNKNOWN_MODEL, gateway.ErrUnknownModel, 0},
+		{messages.RouteOutcome_ROUTE_BAD_REQUEST, nil, 400},
+	} {
+		t.Run(c.outcome.Label(), func(t *testing.T) {
+			w := &scriptedWorker{failAfter: -1}
+			h := buildHarness(t, harnessOpts{refuse: c.outcome}, w)
+			err := h.startErr
+			var ae *gateway.APIError
+			switch {
+			case err == nil:
+				t.Fatal("start succeeded although the router refused the request")
+			case c.is != nil && !errors.Is(err, c.is):
+				t.Errorf("start error %v, want %v", err, c.is)
+			case c.is == nil && (!errors.As(err, &ae) || ae.Status() != c.status):
+				t.Errorf("start error %v, want an API error of status %d", err, c.status)
+			}
+			if !strings.Contains(err.Error(), "refused: "+c.outcome.Label()) {
+				t.Errorf("start error %q without the router's reason", err)
+			}
+			if gens, _ := w.calls(); len(gens) != 0 {
+				t.Errorf("the worker got %d Generate for a refused request", len(gens))
 			}
 		})
 	}

@@ -37,7 +37,7 @@ type Config struct {
 // Supervision of the workers: a worker actor that fails (panics) is stopped, not
 // restarted. Its Stopping handler stops its engine process, which a restart would skip
 // (leaving the old engine running on the GPUs the new one is given); the engine itself is
-// restarted by the worker with a capped backoff. A stopped worker's GPUs are freed when
+// restarted by the worker with a capped backoff (docs/actor-library.md §11). A stopped worker's GPUs are freed when
 // its Terminated arrives, and whoever placed it may start it again.
 func Props(cfg Config) (*actor.Props, error) {
 	switch {

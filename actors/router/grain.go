@@ -56,11 +56,12 @@ var ControlMethods = []protoreflect.Name{"Register", "Deregister", "PublishEvent
 // calls (ControlMethods) before the gateways' routing traffic (Route, Free, PrefillDone,
 // ...), each in arrival order: under load a frontend keeps hundreds of routing calls
 // queued in the grain, and a heartbeat or KV event batch waiting behind them would time
-// out (a lost batch costs a full block dump).
+// out (a lost batch costs a full block dump). The library's own priority mailbox cannot
+// order grain methods (docs/actor-library.md §10).
 func Kind(cfg Config) *cluster.Kind {
 	k := messages.NewRouterKind(func() messages.Router { return New(cfg) }, 0)
 	k.Props.Configure(actor.WithMailbox(tcluster.UrgentGrainMailbox(
-		messages.File_turbine_proto.Services().ByName("Router"), ControlMethods...)))
+		messages.File_services_proto.Services().ByName("Router"), ControlMethods...)))
 	return k
 }
 
@@ -95,13 +96,17 @@ type Grain struct {
 	owner  map[string]string // request id -> gateway member address
 }
 
+// DefaultWorkerTTL is Config.WorkerTTL's default: ten heartbeats of the worker's default
+// period.
+const DefaultWorkerTTL = 10 * time.Second
+
 // New returns a Router grain; its identity (the model) is set by Init.
 func New(cfg Config) *Grain {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.WorkerTTL <= 0 {
-		cfg.WorkerTTL = 10 * time.Second
+		cfg.WorkerTTL = DefaultWorkerTTL
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -308,10 +313,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	if total == 0 {
 		total = info.Card.TotalKvBlocks
 	}
-	role, err := kv.ParseRole(info.Role)
-	if err != nil {
-		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: %v", info.WorkerId, err)}, nil
-	}
+	role := info.Role
 	if info.BootstrapPort < 0 || info.BootstrapPort > 65535 {
 		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: bootstrap port %d out of range 0-65535",
 			info.WorkerId, info.BootstrapPort)}, nil
@@ -326,9 +328,9 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	if w == nil {
 		w = &workerState{role: role}
 		g.workers[info.WorkerId] = w
-		g.log.Info().Str("worker", info.WorkerId).Bool("ready", info.Ready).Stringer("role", role).Msg("worker registered")
+		g.log.Info().Str("worker", info.WorkerId).Bool("ready", info.Ready).Str("role", role.Label()).Msg("worker registered")
 	} else if w.role != role {
-		g.log.Info().Str("worker", info.WorkerId).Stringer("from", w.role).Stringer("role", role).Msg("worker changed role")
+		g.log.Info().Str("worker", info.WorkerId).Str("from", w.role.Label()).Str("role", role.Label()).Msg("worker changed role")
 	}
 	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
 	w.role, w.bootstrapHost, w.bootstrapPort = role, info.BootstrapHost, info.BootstrapPort
@@ -395,31 +397,25 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 
 // Route chooses a worker — in disaggregated serving a decode worker and, for a remote
 // decision, a prefill worker (see kv.Router.Route). Errors come back in the response
-// (error_code "no_workers", "all_busy", "bad_request", "no_prefill_workers"). The
-// response names this activation (router), where a will_ack caller sends RouteAck. Routing
-// one request id again replaces its earlier placement, so a retried call counts once.
+// (outcome ROUTE_NO_WORKERS, ROUTE_ALL_BUSY, ROUTE_NO_PREFILL_WORKERS, or ROUTE_BAD_REQUEST
+// for a request without a prompt or id, or with an override out of range). The response
+// names this activation (router), where a will_ack caller sends RouteAck. Routing one
+// request id again replaces its earlier placement, so a retried call counts once.
 func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*messages.RouteResponse, error) {
 	switch {
 	case g.initErr != nil:
-		return &messages.RouteResponse{Error: g.initErr.Error(), ErrorCode: "no_workers"}, nil
+		return &messages.RouteResponse{Error: g.initErr.Error(), Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil
+	case len(req.TokenIds) == 0:
+		return &messages.RouteResponse{Error: fmt.Sprintf("router: request %q has no prompt tokens", req.RequestId),
+			Outcome: messages.RouteOutcome_ROUTE_BAD_REQUEST}, nil
 	case g.core == nil:
-		return &messages.RouteResponse{Error: "router: no worker registered for model " + g.model, ErrorCode: "no_workers"}, nil
+		return &messages.RouteResponse{Error: "router: no worker registered for model " + g.model, Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil
 	}
 	now := g.cfg.Now()
 	g.expire(now)
-	d, err := g.core.Route(kv.RouteInput{RequestID: req.RequestId, Tokens: req.TokenIds, LoraName: req.LoraName,
-		HasOverlapWeight: req.HasOverlapWeight, OverlapWeight: req.OverlapWeight,
-		HasTemperature: req.HasTemperature, Temperature: req.Temperature, Exclude: req.ExcludeWorkers,
-		ExcludePrefill: req.ExcludePrefillWorkers, LocalPrefill: req.LocalPrefill, WillAck: req.WillAck}, now, g.rng)
-	switch {
-	case errors.Is(err, kv.ErrNoPrefillWorkers):
-		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "no_prefill_workers"}, nil
-	case errors.Is(err, kv.ErrAllBusy):
-		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "all_busy"}, nil
-	case errors.Is(err, kv.ErrInvalidRequest):
-		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "bad_request"}, nil
-	case err != nil:
-		return &messages.RouteResponse{Error: err.Error(), ErrorCode: "no_workers"}, nil
+	d, err := g.core.Route(kvpb.RouteInput(req), now, g.rng)
+	if err != nil {
+		return kvpb.RouteResponse(d, err), nil
 	}
 	w := g.workers[d.WorkerID]
 	var pw *workerState
@@ -428,12 +424,12 @@ func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	}
 	if w == nil || d.Prefill != nil && pw == nil { // registered in the core but not here: cannot happen; refuse rather than guess
 		g.core.Free(req.RequestId)
-		return &messages.RouteResponse{Error: "router: chosen worker has no address", ErrorCode: "no_workers"}, nil
+		return &messages.RouteResponse{Error: "router: chosen worker has no address", Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil
 	}
 	addr := callerAddress(ctx)
 	g.track(addr, req.RequestId)
-	resp := &messages.RouteResponse{WorkerId: d.WorkerID, Worker: w.actor, OverlapBlocks: int32(d.OverlapBlocks),
-		PromptBlocks: int32(d.PromptBlocks), DisaggDecision: d.Disagg, UncachedPrefillTokens: d.UncachedPrefillTokens}
+	resp := kvpb.RouteResponse(d, nil) // the core's answer; the actors' addresses are added here
+	resp.Worker = w.actor
 	if ctx != nil {
 		if self := ctx.Self(); self != nil {
 			resp.Router = &messages.ActorRef{Address: self.Address, Id: self.Id}
@@ -441,8 +437,7 @@ func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	}
 	if p := d.Prefill; p != nil {
 		g.track(addr, p.RequestID)
-		resp.PrefillWorkerId, resp.PrefillWorker, resp.PrefillOverlapBlocks = p.WorkerID, pw.actor, int32(p.OverlapBlocks)
-		resp.PrefillRequestId = p.RequestID
+		resp.PrefillWorker = pw.actor
 		resp.PrefillBootstrapHost, resp.PrefillBootstrapPort = pw.bootstrapHost, pw.bootstrapPort
 	}
 	return resp, nil
@@ -467,7 +462,7 @@ func (g *Grain) Free(req *messages.RequestRef, _ cluster.GrainContext) (*message
 	return &messages.Ack{}, nil
 }
 
-// SetBusyThresholds changes the busy thresholds at run time; zero fields stay unchanged.
+// SetBusyThresholds changes the busy thresholds at run time; absent fields stay unchanged.
 func (g *Grain) SetBusyThresholds(req *messages.BusyThresholds, _ cluster.GrainContext) (*messages.Ack, error) {
 	if g.initErr != nil {
 		return nil, g.initErr
@@ -476,11 +471,11 @@ func (g *Grain) SetBusyThresholds(req *messages.BusyThresholds, _ cluster.GrainC
 	if g.core != nil {
 		b = g.core.BusyThresholds()
 	}
-	if req.KvUsage != 0 {
-		b.KVUsage = req.KvUsage
+	if req.KvUsage != nil {
+		b.KVUsage = req.GetKvUsage()
 	}
-	if req.PrefillTokens != 0 {
-		b.PrefillTokens = req.PrefillTokens
+	if req.PrefillTokens != nil {
+		b.PrefillTokens = req.GetPrefillTokens()
 	}
 	if g.core == nil { // applied when the first worker registers
 		g.kcfg.Busy = b
@@ -504,7 +499,7 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 	for _, w := range st.Workers {
 		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
 			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests),
-			Role: w.Role.String()}
+			Role: w.Role}
 		if s := g.workers[w.ID]; s != nil && s.load != nil {
 			ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
 		}

@@ -12,11 +12,11 @@ import (
 
 // registerRole registers worker id (block size 4) with a role and, for prefill workers,
 // a bootstrap address.
-func registerRole(t *testing.T, g *Grain, id, role string, ready bool) *messages.RegisterAck {
+func registerRole(t *testing.T, g *Grain, id string, role messages.Role, ready bool) *messages.RegisterAck {
 	t.Helper()
 	info := &messages.WorkerInfo{WorkerId: id, Actor: &messages.ActorRef{Address: "10.0.0.1:7000", Id: "node/worker/" + id},
 		Card: &messages.ModelCard{Model: "m", KvBlockSize: 4, TotalKvBlocks: 100}, Ready: ready, EngineEpoch: 1, Role: role}
-	if role == "prefill" {
+	if role == messages.Role_ROLE_PREFILL {
 		info.BootstrapHost, info.BootstrapPort = "10.0.0.1", 8998
 	}
 	ack, err := g.Register(&messages.RegisterWorker{Worker: info, Load: &messages.WorkerLoad{TotalBlocks: 100}}, nil)
@@ -44,8 +44,10 @@ func tokens(n int) []uint32 {
 func TestGrainDisaggDecisions(t *testing.T) {
 	local := &kv.DisaggConfig{MaxLocalPrefillTokens: 8, MaxPrefillQueueTokens: 1000}
 	type want struct {
-		code, decision, decode, prefill string
-		uncached                        int64
+		code            messages.RouteOutcome
+		decision        messages.DisaggDecision
+		decode, prefill string
+		uncached        int64
 	}
 	for _, tc := range []struct {
 		name  string
@@ -55,28 +57,32 @@ func TestGrainDisaggDecisions(t *testing.T) {
 		want  want
 	}{
 		{"aggregated fleet", local, [][3]string{{"a0", "", ""}},
-			&messages.RouteRequest{TokenIds: tokens(40)}, want{decision: "aggregated", decode: "a0", uncached: 40}},
+			&messages.RouteRequest{TokenIds: tokens(40)}, want{decision: kv.DisaggAggregated, decode: "a0", uncached: 40}},
 		{"remote", local, [][3]string{{"d0", "decode", ""}, {"p0", "prefill", ""}},
-			&messages.RouteRequest{TokenIds: tokens(40)}, want{decision: "remote", decode: "d0", prefill: "p0", uncached: 40}},
+			&messages.RouteRequest{TokenIds: tokens(40)}, want{decision: kv.DisaggRemote, decode: "d0", prefill: "p0", uncached: 40}},
 		{"short prompt", local, [][3]string{{"d0", "decode", ""}, {"p0", "prefill", ""}},
-			&messages.RouteRequest{TokenIds: tokens(8)}, want{decision: "local_short_prefill", decode: "d0", uncached: 8}},
+			&messages.RouteRequest{TokenIds: tokens(8)}, want{decision: kv.DisaggLocalShortPrefill, decode: "d0", uncached: 8}},
 		{"default local limit of 1000 tokens", nil, [][3]string{{"d0", "decode", ""}, {"p0", "prefill", ""}},
-			&messages.RouteRequest{TokenIds: tokens(1000)}, want{decision: "local_short_prefill", decode: "d0", uncached: 1000}},
+			&messages.RouteRequest{TokenIds: tokens(1000)}, want{decision: kv.DisaggLocalShortPrefill, decode: "d0", uncached: 1000}},
 		{"default local limit exceeded", nil, [][3]string{{"d0", "decode", ""}, {"p0", "prefill", ""}},
-			&messages.RouteRequest{TokenIds: tokens(1001)}, want{decision: "remote", decode: "d0", prefill: "p0", uncached: 1001}},
+			&messages.RouteRequest{TokenIds: tokens(1001)}, want{decision: kv.DisaggRemote, decode: "d0", prefill: "p0", uncached: 1001}},
 		{"local requested", local, [][3]string{{"d0", "decode", ""}, {"p0", "prefill", ""}},
-			&messages.RouteRequest{TokenIds: tokens(40), LocalPrefill: true}, want{decision: "local_requested", decode: "d0", uncached: 40}},
+			&messages.RouteRequest{TokenIds: tokens(40), LocalPrefill: true}, want{decision: kv.DisaggLocalRequested, decode: "d0", uncached: 40}},
 		{"prefill worker excluded", local, [][3]string{{"d0", "decode", ""}, {"p0", "prefill", ""}},
 			&messages.RouteRequest{TokenIds: tokens(40), ExcludePrefillWorkers: []string{"p0"}},
-			want{decision: "local_no_prefill_workers", decode: "d0", uncached: 40}},
+			want{decision: kv.DisaggLocalNoPrefillWorkers, decode: "d0", uncached: 40}},
 		{"enforced without a prefill worker", &kv.DisaggConfig{MaxLocalPrefillTokens: 8, Enforce: true},
 			[][3]string{{"d0", "decode", ""}, {"p0", "prefill", "down"}},
-			&messages.RouteRequest{TokenIds: tokens(40)}, want{code: "no_prefill_workers"}},
+			&messages.RouteRequest{TokenIds: tokens(40)}, want{code: messages.RouteOutcome_ROUTE_NO_PREFILL_WORKERS}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newDisaggGrain(t, tc.cfg)
 			for _, w := range tc.fleet {
-				if ack := registerRole(t, g, w[0], w[1], w[2] != "down"); !ack.Accepted {
+				role, ok := messages.ParseRole(w[1])
+				if !ok {
+					t.Fatalf("role %q", w[1])
+				}
+				if ack := registerRole(t, g, w[0], role, w[2] != "down"); !ack.Accepted {
 					t.Fatalf("register %s: %+v", w[0], ack)
 				}
 			}
@@ -85,10 +91,10 @@ func TestGrainDisaggDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.ErrorCode != tc.want.code {
-				t.Fatalf("error code %q (%s), want %q", resp.ErrorCode, resp.Error, tc.want.code)
+			if resp.Outcome != tc.want.code {
+				t.Fatalf("outcome %v (%s), want %v", resp.Outcome, resp.Error, tc.want.code)
 			}
-			if tc.want.code != "" {
+			if tc.want.code != messages.RouteOutcome_ROUTE_OK {
 				return
 			}
 			if resp.DisaggDecision != tc.want.decision || resp.WorkerId != tc.want.decode ||
@@ -113,17 +119,17 @@ func TestGrainDisaggDecisions(t *testing.T) {
 // TestGrainDisaggLoadAndStats: both legs are tracked and freed; stats carry roles.
 func TestGrainDisaggLoadAndStats(t *testing.T) {
 	g := newDisaggGrain(t, &kv.DisaggConfig{MaxLocalPrefillTokens: 8})
-	registerRole(t, g, "d0", "decode", true)
-	registerRole(t, g, "p0", "prefill", true)
+	registerRole(t, g, "d0", messages.Role_ROLE_DECODE, true)
+	registerRole(t, g, "p0", messages.Role_ROLE_PREFILL, true)
 	resp, _ := g.Route(&messages.RouteRequest{RequestId: "r1", TokenIds: tokens(40)}, nil)
-	if resp.DisaggDecision != "remote" {
+	if resp.DisaggDecision != kv.DisaggRemote {
 		t.Fatalf("route %v", resp)
 	}
 	active := func() string {
 		st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
 		var s []string
 		for _, w := range st.Workers {
-			s = append(s, fmt.Sprintf("%s:%s=%d", w.WorkerId, w.Role, w.ActiveRequests))
+			s = append(s, fmt.Sprintf("%s:%s=%d", w.WorkerId, w.Role.Label(), w.ActiveRequests))
 		}
 		return strings.Join(s, " ")
 	}
@@ -144,10 +150,10 @@ func TestGrainDisaggLoadAndStats(t *testing.T) {
 // both legs of its requests with it.
 func TestGrainFreesBothLegsOfAGatewayThatLeft(t *testing.T) {
 	g := newDisaggGrain(t, &kv.DisaggConfig{MaxLocalPrefillTokens: 8})
-	registerRole(t, g, "d0", "decode", true)
-	registerRole(t, g, "p0", "prefill", true)
+	registerRole(t, g, "d0", messages.Role_ROLE_DECODE, true)
+	registerRole(t, g, "p0", messages.Role_ROLE_PREFILL, true)
 	resp, _ := g.Route(&messages.RouteRequest{RequestId: "r1", TokenIds: tokens(40)}, nil)
-	if resp.DisaggDecision != "remote" {
+	if resp.DisaggDecision != kv.DisaggRemote {
 		t.Fatalf("route %v", resp)
 	}
 	// Route was called locally (no sender): record the owner as a remote call would.
@@ -175,24 +181,24 @@ func TestGrainFreesBothLegsOfAGatewayThatLeft(t *testing.T) {
 
 func TestGrainRoleRegistration(t *testing.T) {
 	g := newDisaggGrain(t, nil)
-	ack := registerRole(t, g, "w0", "both", true)
-	if ack.Accepted || !strings.Contains(ack.Error, `"both"`) || !strings.Contains(ack.Error, "w0") {
-		t.Fatalf("role both: %+v, want a refusal naming the worker and the role", ack)
+	ack := registerRole(t, g, "w0", messages.Role(3), true)
+	if ack.Accepted || !strings.Contains(ack.Error, "Role(3)") || !strings.Contains(ack.Error, "w0") {
+		t.Fatalf("role 3: %+v, want a refusal naming the worker and the role", ack)
 	}
-	registerRole(t, g, "w0", "prefill", true)
-	registerRole(t, g, "w1", "", true)
+	registerRole(t, g, "w0", messages.Role_ROLE_PREFILL, true)
+	registerRole(t, g, "w1", messages.Role_ROLE_AGGREGATED, true)
 	// w0 turns aggregated: routing is aggregated again.
-	registerRole(t, g, "w0", "aggregated", true)
+	registerRole(t, g, "w0", messages.Role_ROLE_AGGREGATED, true)
 	resp, _ := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: tokens(4000)}, nil)
-	if resp.DisaggDecision != "aggregated" {
+	if resp.DisaggDecision != kv.DisaggAggregated {
 		t.Fatalf("after the role change: %v", resp)
 	}
 	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
-	if st.Workers[0].Role != "aggregated" || st.Workers[1].Role != "aggregated" {
+	if st.Workers[0].Role != messages.Role_ROLE_AGGREGATED || st.Workers[1].Role != messages.Role_ROLE_AGGREGATED {
 		t.Fatalf("roles %v", st.Workers)
 	}
 	bad := &messages.RegisterWorker{Worker: &messages.WorkerInfo{WorkerId: "p9", Actor: &messages.ActorRef{Address: "a", Id: "x"},
-		Card: &messages.ModelCard{Model: "m", KvBlockSize: 4}, Role: "prefill", BootstrapPort: 70000}}
+		Card: &messages.ModelCard{Model: "m", KvBlockSize: 4}, Role: messages.Role_ROLE_PREFILL, BootstrapPort: 70000}}
 	if ack, _ := g.Register(bad, nil); ack.Accepted || !strings.Contains(ack.Error, "70000") {
 		t.Fatalf("bootstrap port 70000: %+v", ack)
 	}
@@ -200,7 +206,7 @@ func TestGrainRoleRegistration(t *testing.T) {
 
 func TestGrainDisaggConfigRefused(t *testing.T) {
 	g := newDisaggGrain(t, &kv.DisaggConfig{MaxLocalPrefillTokens: -1})
-	ack := registerRole(t, g, "w0", "", true)
+	ack := registerRole(t, g, "w0", messages.Role_ROLE_AGGREGATED, true)
 	if ack.Accepted || !strings.Contains(ack.Error, "MaxLocalPrefillTokens") {
 		t.Fatalf("ack %+v, want the configuration refused naming MaxLocalPrefillTokens", ack)
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestGrainRoutesToTheWorkerHoldingThePrefix(t *testing.T) {
 		t.Fatalf("publish: %+v %v", ack, err)
 	}
 	resp, err := g.Route(&messages.RouteRequest{RequestId: "r1", TokenIds: prompt}, nil)
-	if err != nil || resp.ErrorCode != "" {
+	if err != nil || resp.Outcome != messages.RouteOutcome_ROUTE_OK {
 		t.Fatalf("route: %+v %v", resp, err)
 	}
 	if resp.WorkerId != "w1" || resp.Worker.GetId() != "worker/w1" || resp.OverlapBlocks != 2 || resp.PromptBlocks != 2 {
@@ -80,7 +81,7 @@ func TestGrainRefusesBlockSizeMismatch(t *testing.T) {
 		t.Fatalf("ack %+v: want a refusal naming both block sizes", ack)
 	}
 	resp, _ := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1}}, nil)
-	if resp.ErrorCode != "no_workers" {
+	if resp.Outcome != messages.RouteOutcome_ROUTE_NO_WORKERS {
 		t.Fatalf("route with no accepted worker: %+v", resp)
 	}
 }
@@ -163,7 +164,7 @@ func TestGrainTakesTheBlockSizeFromTheFirstWorker(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1000, 0)}
 	g := New(Config{Mode: "kv", OverlapWeight: 1, Now: clock.now, Seed: 1})
 	g.model = "m"
-	if resp, _ := g.Route(&messages.RouteRequest{RequestId: "r0", TokenIds: []uint32{1}}, nil); resp.ErrorCode != "no_workers" {
+	if resp, _ := g.Route(&messages.RouteRequest{RequestId: "r0", TokenIds: []uint32{1}}, nil); resp.Outcome != messages.RouteOutcome_ROUTE_NO_WORKERS {
 		t.Fatalf("route before any worker = %+v, want no_workers", resp)
 	}
 	if ack := register(t, g, "w0", 16, 1); !ack.Accepted {
@@ -259,7 +260,7 @@ func TestGrainExpiresUnacknowledgedRoutes(t *testing.T) {
 		willAck bool
 	}{{"acked", true}, {"orphan", true}, {"plain", false}} {
 		resp, err := g.Route(&messages.RouteRequest{RequestId: r.id, TokenIds: []uint32{1, 2, 3, 4}, WillAck: r.willAck}, nil)
-		if err != nil || resp.ErrorCode != "" {
+		if err != nil || resp.Outcome != messages.RouteOutcome_ROUTE_OK {
 			t.Fatalf("route %s: %+v %v", r.id, resp, err)
 		}
 	}
@@ -292,5 +293,109 @@ func TestGrainExpiresUnacknowledgedRoutes(t *testing.T) {
 	}
 	if st, _ := g.Stats(&messages.RouterStatsRequest{}, nil); st.Workers[0].ActiveRequests != 0 || st.Workers[0].ActiveBlocks != 0 {
 		t.Fatalf("after freeing: %+v", st.Workers[0])
+	}
+}
+
+// TestGrainRouteOutcomes: a request the router cannot route at all (no prompt, no id, an
+// override out of range) is answered ROUTE_BAD_REQUEST, whatever the fleet; a valid one
+// ROUTE_OK.
+func TestGrainRouteOutcomes(t *testing.T) {
+	neg, nan := -1.0, math.NaN()
+	for _, tc := range []struct {
+		name string
+		req  *messages.RouteRequest
+		want messages.RouteOutcome
+	}{
+		{"valid", &messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1, 2, 3, 4}}, messages.RouteOutcome_ROUTE_OK},
+		{"empty prompt", &messages.RouteRequest{RequestId: "r", TokenIds: []uint32{}}, messages.RouteOutcome_ROUTE_BAD_REQUEST},
+		{"no prompt", &messages.RouteRequest{RequestId: "r"}, messages.RouteOutcome_ROUTE_BAD_REQUEST},
+		{"no request id", &messages.RouteRequest{TokenIds: []uint32{1}}, messages.RouteOutcome_ROUTE_BAD_REQUEST},
+		{"negative overlap weight", &messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1}, OverlapWeight: &neg},
+			messages.RouteOutcome_ROUTE_BAD_REQUEST},
+		{"temperature not a number", &messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1}, Temperature: &nan},
+			messages.RouteOutcome_ROUTE_BAD_REQUEST},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGrain(t, &fakeClock{t: time.Unix(1000, 0)})
+			if ack := register(t, g, "w0", 4, 1); !ack.Accepted {
+				t.Fatalf("register: %+v", ack)
+			}
+			resp, err := g.Route(tc.req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Outcome != tc.want {
+				t.Fatalf("outcome %v (%q), want %v", resp.Outcome, resp.Error, tc.want)
+			}
+			if (resp.Error == "") != (tc.want == messages.RouteOutcome_ROUTE_OK) {
+				t.Fatalf("error %q with outcome %v", resp.Error, resp.Outcome)
+			}
+			st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+			if tc.want != messages.RouteOutcome_ROUTE_OK && (st.Routed != 0 || st.Workers[0].ActiveRequests != 0) {
+				t.Fatalf("a refused request was tracked: %+v", st)
+			}
+		})
+	}
+}
+
+// TestGrainRegisterRefusesRoleOutsideTheEnum: a worker announcing a role the vocabulary
+// does not have is refused, naming itself and the role, and is not routed to.
+func TestGrainRegisterRefusesRoleOutsideTheEnum(t *testing.T) {
+	for _, role := range []messages.Role{-1, 3, 1 << 20} {
+		t.Run(role.Label(), func(t *testing.T) {
+			g := newGrain(t, &fakeClock{t: time.Unix(1000, 0)})
+			ack, err := g.Register(&messages.RegisterWorker{
+				Worker: &messages.WorkerInfo{WorkerId: "w0", Actor: &messages.ActorRef{Address: "a", Id: "worker/w0"},
+					Card: &messages.ModelCard{Model: "m", KvBlockSize: 4, TotalKvBlocks: 100}, Ready: true, EngineEpoch: 1,
+					Role: role},
+				Load: &messages.WorkerLoad{TotalBlocks: 100},
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ack.Accepted || !strings.Contains(ack.Error, "w0") || !strings.Contains(ack.Error, role.Label()) {
+				t.Fatalf("ack %+v, want a refusal naming the worker and %s", ack, role.Label())
+			}
+			resp, _ := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1, 2, 3, 4}}, nil)
+			if resp.Outcome != messages.RouteOutcome_ROUTE_NO_WORKERS {
+				t.Fatalf("route after the refusal: %+v, want ROUTE_NO_WORKERS", resp)
+			}
+			st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+			if len(st.Workers) != 0 {
+				t.Fatalf("refused worker listed: %v", st.Workers)
+			}
+		})
+	}
+}
+
+// TestGrainSetBusyThresholds: a field the update leaves absent keeps its value; one it
+// sets replaces it, and at most 0 turns the test off.
+func TestGrainSetBusyThresholds(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	i := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		name        string
+		upd         *messages.BusyThresholds
+		wantKV      float64
+		wantPrefill int64
+	}{
+		{"nothing set", &messages.BusyThresholds{}, 0.8, 5000},
+		{"kv usage only", &messages.BusyThresholds{KvUsage: f(0.5)}, 0.5, 5000},
+		{"prefill tokens only", &messages.BusyThresholds{PrefillTokens: i(100)}, 0.8, 100},
+		{"both off", &messages.BusyThresholds{KvUsage: f(-1), PrefillTokens: i(0)}, -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := New(Config{BlockSize: 4, Mode: "kv", OverlapWeight: 1, WorkerTTL: 5 * time.Second,
+				Now: (&fakeClock{t: time.Unix(1000, 0)}).now, Seed: 1,
+				Busy: kv.BusyThresholds{KVUsage: 0.8, PrefillTokens: 5000}})
+			g.model = "m"
+			register(t, g, "w0", 4, 1)
+			if _, err := g.SetBusyThresholds(tc.upd, nil); err != nil {
+				t.Fatal(err)
+			}
+			if b := g.core.BusyThresholds(); b.KVUsage != tc.wantKV || b.PrefillTokens != tc.wantPrefill {
+				t.Fatalf("thresholds %+v, want kv usage %v, prefill tokens %d", b, tc.wantKV, tc.wantPrefill)
+			}
+		})
 	}
 }

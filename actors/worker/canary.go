@@ -25,11 +25,6 @@ type canary struct {
 // touch records engine activity at now (a request started or ended, an engine started).
 func (c *canary) touch(now time.Time) { c.lastActive = now }
 
-// failedRetry is how soon a canary follows a failed one: the worker is out of routing
-// meanwhile, so a recovered engine (a paused process resumed) should not wait a whole
-// interval to serve again.
-const failedRetry = 2 * time.Second
-
 // due reports whether a canary should start at now: on, none running, no request in
 // flight, and the engine silent for at least the interval (failedRetry after a failed
 // canary, when that is shorter).

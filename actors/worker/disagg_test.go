@@ -13,7 +13,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/engines"
-	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/mocker/launch"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/engines/supervise"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
@@ -162,18 +163,18 @@ func TestRegistrationCarriesRole(t *testing.T) {
 	for _, tc := range []struct {
 		name, role, host string
 		port             int
-		want             string
+		want             messages.Role
 	}{
-		{"default", "", "", 0, "aggregated"},
-		{"prefill", "prefill", "10.0.0.1", 8998, "prefill"},
-		{"decode", "decode", "", 0, "decode"},
+		{"default", "", "", 0, messages.Role_ROLE_AGGREGATED},
+		{"prefill", "prefill", "10.0.0.1", 8998, messages.Role_ROLE_PREFILL},
+		{"decode", "decode", "", 0, messages.Role_ROLE_DECODE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, info := startWorker(t, newDisaggEngine(), func(c *Config) {
 				c.Role, c.BootstrapHost, c.BootstrapPort = tc.role, tc.host, tc.port
 			}, zerolog.Nop())
 			if info.Role != tc.want || info.BootstrapHost != tc.host || info.BootstrapPort != int32(tc.port) {
-				t.Fatalf("registered role %q bootstrap %s:%d; want %q %s:%d", info.Role, info.BootstrapHost,
+				t.Fatalf("registered role %v bootstrap %s:%d; want %v %s:%d", info.Role, info.BootstrapHost,
 					info.BootstrapPort, tc.want, tc.host, tc.port)
 			}
 		})
@@ -186,7 +187,7 @@ func TestPrefillLeg(t *testing.T) {
 	eng := newDisaggEngine()
 	sys, pid, _ := startWorker(t, eng, func(c *Config) { c.Role = "prefill" }, zerolog.Nop())
 	ref, chunks := chunkSink(sys)
-	sampling := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill",
+	sampling := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL,
 		BootstrapHost: "10.0.0.1", BootstrapPort: 8998, BootstrapRoom: 1<<62 + 5}}
 	sys.Root.Send(pid, &messages.Generate{RequestId: "r1#prefill", TokenIds: []uint32{5}, Sampling: sampling, ReplyTo: ref})
 	if got := <-eng.sampling; !proto.Equal(got, sampling) {
@@ -208,7 +209,7 @@ func TestPrefillLegCancel(t *testing.T) {
 	sys, pid, _ := startWorker(t, eng, func(c *Config) { c.Role = "prefill" }, zerolog.Nop())
 	ref, chunks := chunkSink(sys)
 	sys.Root.Send(pid, &messages.Generate{RequestId: "r1#prefill", TokenIds: []uint32{5}, ReplyTo: ref,
-		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}})
+		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}})
 	next(t, chunks)
 	sys.Root.Send(pid, &messages.Cancel{RequestId: "r1#prefill"})
 	select {
@@ -293,7 +294,7 @@ func (e lateEngine) Generate(ctx context.Context, id string, _ []uint32, s *mess
 // worker could not send, because the leg was cancelled before its last chunk went out,
 // are released by the worker itself (engines.KVReleaser): nobody else learns them.
 func TestCancelledPrefillLegReleasesKV(t *testing.T) {
-	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}
+	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
 	for _, tc := range []struct {
 		name   string
 		engine func(*disaggEngine) engines.Engine
@@ -345,7 +346,7 @@ func TestDeliveredPrefillLegNotReleased(t *testing.T) {
 	sys, pid, _ := startWorker(t, eng, func(c *Config) { c.Role = "prefill" }, zerolog.Nop())
 	ref, chunks := chunkSink(sys)
 	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, ReplyTo: ref,
-		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}})
+		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}})
 	next(t, chunks)
 	close(eng.release)
 	if c := next(t, chunks); c.KvTransferParams == "" {
@@ -373,7 +374,7 @@ func TestCancelledPrefillLegEngineWithoutRelease(t *testing.T) {
 	sys, pid, _ := startWorker(t, plainEngine{eng}, func(c *Config) { c.Role = "prefill" }, zerolog.New(lines).Level(zerolog.DebugLevel))
 	ref, chunks := chunkSink(sys)
 	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, ReplyTo: ref, InitialCredits: 1,
-		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: "prefill"}}})
+		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}})
 	next(t, chunks)
 	close(eng.release)
 	sys.Root.Send(pid, &messages.Cancel{RequestId: "r#prefill"})
@@ -407,9 +408,13 @@ func TestRegistrationCarriesLauncherBootstrap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_ = os.Remove(argvFile)
 			rt := infoRouter{infos: make(chan *messages.WorkerInfo, 256)}
-			l := &launcher.Mocker{Executable: stub, Model: "m", Tokenizer: "builtin:cl100k_base", BlockSize: 16,
-				NumGPUBlocks: 64, MaxNumSeqs: 4, MaxNumBatchedTokens: 64, MaxModelLen: 256, SpeedupRatio: 1,
-				Dialect: launcher.EngineSGLang, Role: launcher.RolePrefill}
+			p := server.DefaultParams()
+			p.Engine.BlockSize, p.Engine.NumGPUBlocks, p.Engine.MaxNumSeqs, p.Engine.MaxNumBatchedTokens = 16, 64, 4, 64
+			p.Engine.MaxModelLen, p.Engine.SpeedupRatio, p.Dialect, p.Role = 256, 1, server.DialectSGLang, server.RolePrefill
+			l, err := launch.New(launch.Config{Executable: stub, Model: "m", Tokenizer: "builtin:cl100k_base", Params: p})
+			if err != nil {
+				t.Fatal(err)
+			}
 			props, err := Props(Config{WorkerID: "w-boot", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
 				Role: "prefill", BootstrapHost: tc.host, BootstrapPort: tc.port, Heartbeat: 10 * time.Millisecond,
 				StopGrace: time.Second, Backoff: supervise.Backoff{Initial: 10 * time.Millisecond}, Router: rt,

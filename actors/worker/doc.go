@@ -3,7 +3,8 @@
 //
 // Messages handled:
 //   - messages.Generate (from gateways): run a request on the engine; numbered
-//     messages.TokenChunk go to reply_to, at most the granted credits ahead.
+//     messages.TokenChunk go to reply_to, at most the granted credits ahead (mailboxes
+//     are unbounded: the flow control is Turbine's, docs/actor-library.md §10).
 //   - messages.Credit (from the request's receiver): grant more chunks.
 //   - messages.Cancel (from gateways): abort the engine request; harmless when finished.
 //   - messages.ReleaseKv (from gateways, to a prefill worker): release the KV blocks the

@@ -27,7 +27,7 @@ func DrainAndStop(root *actor.RootContext, pid *actor.PID, grace time.Duration) 
 	root.Send(pid, &Drain{Grace: grace, Done: done})
 	select {
 	case <-done:
-	case <-time.After(grace + 10*time.Second):
+	case <-time.After(grace + drainOverrun):
 	}
 	_ = root.StopFuture(pid).Wait()
 }

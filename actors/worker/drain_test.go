@@ -129,7 +129,7 @@ func TestDrainLetsRequestsFinish(t *testing.T) {
 		t.Errorf("deregistration reason %q", reason)
 	}
 	sys.Root.Send(pid, &messages.Generate{RequestId: "r2", TokenIds: []uint32{5}, ReplyTo: ref})
-	if c := next(t, chunks); c.RequestId != "r2" || !c.Migratable || c.FinishReason != "error" {
+	if c := next(t, chunks); c.RequestId != "r2" || c.Fault == messages.Fault_FAULT_NONE || c.FinishReason != "error" {
 		t.Fatalf("new request while draining: %v", c)
 	}
 	select {
@@ -154,7 +154,7 @@ func TestDrainGraceOver(t *testing.T) {
 	done := make(chan struct{})
 	sys.Root.Send(pid, &Drain{Grace: 0, Done: done})
 	c := next(t, chunks)
-	if c.FinishReason != "error" || !c.Migratable || c.Index != 1 || !strings.Contains(c.Error, "draining") {
+	if c.FinishReason != "error" || c.Fault == messages.Fault_FAULT_NONE || c.Index != 1 || !strings.Contains(c.Error, "draining") {
 		t.Fatalf("after the grace: %v", c)
 	}
 	waitClosed(t, done, "drained after aborting")

@@ -4,8 +4,8 @@ import (
 	"fmt"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // modelFiles answers a ModelFilesRequest off the actor's goroutine: the files may be
@@ -18,24 +18,24 @@ func (w *workerActor) modelFiles(c actor.Context, m *messages.ModelFilesRequest)
 		return
 	}
 	sys, source, digest := c.ActorSystem(), w.cfg.Card.GetTokenizer(), m.GetDigest()
-	go func() { sys.Root.Send(sender, answerModelFiles(source, digest, preprocess.MaxTokenizerBytes)) }()
+	go func() { sys.Root.Send(sender, answerModelFiles(source, digest, model.MaxTokenizerBytes)) }()
 }
 
 // answerModelFiles is the answer to a ModelFilesRequest for digest, for a worker whose card
-// names tokenizer source: the folder's tokenizer files (preprocess.ReadTokenizerFiles, at
+// names tokenizer source: the folder's tokenizer files (model.ReadTokenizerFiles, at
 // most maxBytes bytes in all) when they hash to digest now. Otherwise the answer has no
 // files and its error says why: a builtin tokenizer (no files), an unreadable folder,
 // files over maxBytes, or files whose digest is not the one asked for (changed on disk
 // since the card was made, or another card).
 func answerModelFiles(source, digest string, maxBytes int64) *messages.ModelFiles {
-	if source == "" || preprocess.IsBuiltin(source) {
+	if source == "" || model.IsBuiltin(source) {
 		return &messages.ModelFiles{Error: fmt.Sprintf("worker: tokenizer %q has no files to send (builtin tokenizers are embedded in every turbine binary)", source)}
 	}
-	files, err := preprocess.ReadTokenizerFiles(source, maxBytes)
+	files, err := model.ReadTokenizerFiles(source, maxBytes)
 	if err != nil {
 		return &messages.ModelFiles{Error: "worker: " + err.Error()}
 	}
-	got := preprocess.TokenizerDigest(files)
+	got := model.TokenizerDigest(files)
 	if got != digest {
 		return &messages.ModelFiles{Digest: got, Error: fmt.Sprintf("worker: tokenizer folder %q has digest %s, not the %q asked for (its files changed since the card was made?)", source, got, digest)}
 	}

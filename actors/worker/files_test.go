@@ -11,8 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/engines"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // tokenizerFolder writes a small model folder (the worker sends files without parsing
@@ -30,7 +30,7 @@ func tokenizerFolder(t *testing.T, withTemplate bool) (string, string) {
 			t.Fatal(err)
 		}
 	}
-	digest, err := preprocess.SourceDigest(dir)
+	digest, err := model.SourceDigest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

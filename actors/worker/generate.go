@@ -49,12 +49,12 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	}
 	if w.draining {
 		send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
-			Error: errDraining.Error(), Migratable: true})
+			Error: errDraining.Error(), Fault: messages.Fault_FAULT_ENGINE_ERROR})
 		return
 	}
 	if !w.ready || w.engine == nil {
 		send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
-			Error: "worker: engine not ready", Migratable: true})
+			Error: "worker: engine not ready", Fault: messages.Fault_FAULT_ENGINE_ERROR})
 		return
 	}
 	ctx, cancel := context.WithCancelCause(w.ctx)
@@ -139,26 +139,33 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 	if ctx.Err() != nil {
 		if cause := context.Cause(ctx); handedOver(cause) && !finished {
 			send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
-				Error: cause.Error(), Migratable: true})
+				Error: cause.Error(), Fault: messages.Fault_FAULT_ENGINE_ERROR})
 		}
 		return errCancelled
 	}
 	if err != nil {
 		send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
-			Error: fmt.Sprintf("engine: %v", err), Migratable: true})
+			Error: fmt.Sprintf("engine: %v", err), Fault: engineFault(err)})
 		return err
 	}
 	if !finished {
 		err := errors.New("engine: stream ended without a finish reason")
 		send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
-			Error: err.Error(), Migratable: true})
+			Error: err.Error(), Fault: messages.Fault_FAULT_ENGINE_ERROR})
 		return err
 	}
 	return nil
 }
 
-// releaseKVTimeout bounds a ReleaseKv call to the engine.
-const releaseKVTimeout = 5 * time.Second
+// engineFault is the fault of an engine failure: FAULT_KV_TRANSFER when a decode leg
+// could not load its KV from the prefill engine (engines.ErrKVTransfer: the prefill side
+// failed), else FAULT_ENGINE_ERROR.
+func engineFault(err error) messages.Fault {
+	if errors.Is(err, engines.ErrKVTransfer) {
+		return messages.Fault_FAULT_KV_TRANSFER
+	}
+	return messages.Fault_FAULT_ENGINE_ERROR
+}
 
 // releaseUndelivered releases the KV blocks engine pinned for prefill leg requestID,
 // whose transfer parameters kvTransferParams were never sent (streamChunks), within

@@ -19,7 +19,8 @@ type RouterClient interface {
 }
 
 // dumpPartEvents caps the events of one BlockDump message, keeping each remote message
-// far below gRPC's size limit (a stored block of 64 tokens is about 300 bytes).
+// far below gRPC's size limit (a stored block of 64 tokens is about 300 bytes;
+// docs/actor-library.md §5).
 const dumpPartEvents = 4096
 
 // relay item kinds, delivered in order on one channel.
@@ -124,7 +125,8 @@ func (r *relay) handle(it any) {
 
 func (r *relay) onBatch(b kv.Batch) {
 	if r.seenEng && b.Seq <= r.lastEng {
-		// The publisher's numbering went backwards: the engine restarted behind our back.
+		// The publisher's numbering went backwards: the engine restarted behind our back
+		// (docs/reference.md §1, "Engine restarts").
 		r.log.Warn().Uint64("seq", b.Seq).Uint64("last", r.lastEng).Msg("KV event sequence reset: clearing blocks")
 		r.blocks.Clear()
 		b.Events = append([]kv.Event{{Kind: kv.AllBlocksCleared}}, b.Events...)

@@ -74,19 +74,19 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Host == "" {
-		c.Host = "127.0.0.1"
+		c.Host = DefaultHost
 	}
 	if c.Heartbeat <= 0 {
-		c.Heartbeat = time.Second
+		c.Heartbeat = DefaultHeartbeat
 	}
 	if c.ReadyTimeout <= 0 {
-		c.ReadyTimeout = 120 * time.Second
+		c.ReadyTimeout = DefaultReadyTimeout
 	}
 	if c.StopGrace <= 0 {
-		c.StopGrace = 5 * time.Second
+		c.StopGrace = DefaultStopGrace
 	}
 	if c.CanaryTimeout <= 0 {
-		c.CanaryTimeout = 3 * time.Second
+		c.CanaryTimeout = DefaultCanaryTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -113,7 +113,7 @@ func Props(cfg Config) (*actor.Props, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: role: %w", err)
 	}
-	cfg.Role = role.String()
+	cfg.Role = role.Label()
 	return actor.PropsFromProducer(func() actor.Actor { return newActor(cfg) }), nil
 }
 
@@ -320,14 +320,14 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 			log.Warn().Err(err).Msg("KV event subscription ended; resubscribing")
 			select {
 			case <-engCtx.Done():
-			case <-time.After(200 * time.Millisecond):
+			case <-time.After(resubscribeWait):
 			}
 		}
 	}()
 	go func() {
 		deadline := time.Now().Add(w.cfg.ReadyTimeout)
 		for {
-			hctx, cancel := context.WithTimeout(engCtx, time.Second)
+			hctx, cancel := context.WithTimeout(engCtx, healthTimeout)
 			err := engine.Health(hctx)
 			cancel()
 			if err == nil {
@@ -346,7 +346,7 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 				return
 			case <-proc.Done():
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(healthPoll):
 			}
 		}
 	}()
@@ -422,7 +422,7 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		Card:          w.cfg.Card,
 		Ready:         w.ready && w.failedScrapes < maxFailedScrapes && w.canary.healthy() && !w.draining,
 		EngineEpoch:   w.epoch,
-		Role:          w.cfg.Role,
+		Role:          w.role(),
 		BootstrapHost: w.bootstrapHost,
 		BootstrapPort: int32(w.bootstrapPort),
 	}
@@ -468,7 +468,7 @@ func (w *workerActor) onScrape(m heartbeatDone) {
 // frozenAfter is how long an engine that answers no scrape must also produce no chunk
 // before its requests are handed back: maxFailedScrapes heartbeats, at least 5 s.
 func (w *workerActor) frozenAfter() time.Duration {
-	return max(time.Duration(maxFailedScrapes)*w.cfg.Heartbeat, 5*time.Second)
+	return max(time.Duration(maxFailedScrapes)*w.cfg.Heartbeat, minFrozenAfter)
 }
 
 // heartbeatNow sends a heartbeat for a change of the worker's state (engine ready or
@@ -499,7 +499,7 @@ func (w *workerActor) heartbeat(c actor.Context) {
 		defer func() { sys.Root.Send(self, done) }()
 		load := &messages.WorkerLoad{TotalBlocks: w.cfg.Card.TotalKvBlocks}
 		if up && engine != nil {
-			ctx, cancel := context.WithTimeout(w.ctx, time.Second)
+			ctx, cancel := context.WithTimeout(w.ctx, loadTimeout)
 			l, err := engine.Load(ctx)
 			cancel()
 			done.scraped, done.ok = true, err == nil
@@ -521,7 +521,7 @@ func (w *workerActor) heartbeat(c actor.Context) {
 		}
 		if w.cfg.Catalog != nil && info.Ready {
 			// Generous, so that a slow heartbeat never makes the model vanish for a moment.
-			ttl := max(5*w.cfg.Heartbeat, 3*time.Second)
+			ttl := max(catalogTTLHeartbeats*w.cfg.Heartbeat, minCatalogTTL)
 			if _, err := w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID,
 				TtlMs: ttl.Milliseconds(), Worker: info.Actor}); err != nil {
 				w.log.Debug().Err(err).Msg("catalog announce failed")
@@ -558,9 +558,15 @@ func (w *workerActor) stop() {
 	case w.relay.in <- relayLeave{reason: "worker stopping", done: done}:
 		select {
 		case <-done:
-		case <-time.After(2 * time.Second):
+		case <-time.After(leaveWait):
 		}
 	default:
 	}
 	w.cancel()
+}
+
+// role is Config.Role as WorkerInfo carries it (New validated it).
+func (w *workerActor) role() messages.Role {
+	r, _ := kv.ParseRole(w.cfg.Role)
+	return r
 }

@@ -314,12 +314,11 @@ func (h *harmony) header() string {
 	return string(h.hdr[:h.rawFrom]) + " " + string(h.hdr[h.rawFrom:])
 }
 
-// endHeader routes the message whose header just ended with <|message|>. A header
-// with more than harmony's fields (a role, a known channel, a functions.NAME recipient,
-// the json content type) is not one gpt-oss writes for Turbine (built-in tools such as
-// python or browser are not offered, stray words are the model's text): its raw text
-// goes out with the message, as reasoning on the analysis channel, as content elsewhere,
-// so that nothing is lost and nothing of the chain of thought reaches the content.
+// endHeader routes the message whose header just ended with <|message|>, as the
+// format's comment above says. A header with more than harmony's fields is not one
+// gpt-oss writes for Turbine (built-in tools such as python or browser are not offered):
+// its raw text goes out with the message, so that nothing is lost and nothing of the
+// chain of thought reaches the content.
 func (h *harmony) endHeader(out []Event) []Event {
 	f := harmonyHeaderFields(h.header(), true)
 	raw := h.rawHeader(harmonyMessage)
@@ -358,8 +357,7 @@ func (h *harmony) flushHeader(out []Event) []Event {
 }
 
 // endCall closes the open tool call. Arguments that never started are an empty object;
-// arguments cut short or not valid JSON stay the call's (their fragments are out) and
-// count as malformed, as vLLM keeps them.
+// others stay as they are (see the format's comment above).
 func (h *harmony) endCall(out []Event) []Event {
 	switch h.st {
 	case harmonyCallWait:

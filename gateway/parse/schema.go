@@ -9,27 +9,16 @@ import (
 	"strings"
 )
 
-// The JSON Schemas an engine is constrained with when a request forces a tool call
-// (docs/reference.md §16), in vLLM's shapes, so that the engine's output is what
-// NewNamedCall and NewRequiredCalls read:
-//
-//   - a named function (tool_choice {"type": "function", "function": {"name": N}}): the
-//     function's parameters schema; the output is the arguments object itself.
-//   - tool_choice "required": an array of one or more calls, each an object with the
-//     function's name (a one-value enum) and its parameters:
-//
-//	{"type":"array","minItems":1,"items":{"type":"object","anyOf":[
-//	  {"properties":{"name":{"type":"string","enum":["get_weather"]},
-//	                 "parameters":{...get_weather's parameters...}},
-//	   "required":["name","parameters"]}, ...]},
-//	 "$defs":{...}}
-//
-// A function without parameters (absent, null or {}) stands for
-// {"type":"object","properties":{}}. Each function's "$defs" (and "definitions", the
-// older drafts' name, which vLLM leaves in place) move to the root of the array schema,
-// so that "#/$defs/X" references keep resolving; two functions that define the same name
-// differently are an error, as in vLLM. Schemas are JSON text with their key order kept:
-// engines generate an object's properties in the order its schema lists them.
+// The JSON Schemas an engine is constrained with when a request forces a tool call, in
+// vLLM's shapes (docs/reference.md §16 shows them), so that the engine's output is what
+// NewNamedCall and NewRequiredCalls read: for a named function its parameters schema
+// (the output is the arguments object), for "required" an array of one or more
+// {"name", "parameters"} objects, one anyOf branch per function. A function without
+// parameters (absent, null or {}) stands for {"type":"object","properties":{}}. Each
+// function's "$defs" (and "definitions", which vLLM leaves in place) move to the root,
+// so that "#/$defs/X" references keep resolving; two functions that define the same
+// name differently are an error, as in vLLM. Key order is kept: engines generate an
+// object's properties in the order its schema lists them.
 
 // ToolSchema is one offered function as RequiredSchema reads it: its name and its
 // parameters JSON Schema as JSON text (nil, null or {}: none).

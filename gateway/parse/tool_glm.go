@@ -53,14 +53,12 @@ const (
 // whose parameter the tool's schema types "string" is a JSON string of the text as
 // written (streamed as it arrives); any other value is its trimmed text when that is
 // JSON, else a JSON string of it (vLLM also evaluates Python literals; this does not).
-// The name ends at the first whitespace or '<' (GLM-4.7 writes no newline after it). A
-// call is emitted once its name is complete and one of Options.Tools; an unknown name,
-// or one longer than maxCallHeader bytes, sends the call's text back as content, tags
-// included. Text inside a call that is not
-// an argument pair (a key without a value, stray words) comes back as content and the
-// call counts as malformed; so does a call the output leaves unterminated, whose
-// arguments then stay unclosed (not valid JSON). A missing </arg_key> or </arg_value>
-// before the next tag is forgiven.
+// The name ends at the first whitespace or '<' (GLM-4.7 writes no newline after it); a
+// name longer than maxCallHeader bytes makes the call's text content, tags included.
+// Text inside a call that is not an argument pair (a key without a value, stray words)
+// is content and the call counts as malformed, as does a call the output leaves
+// unterminated (its arguments stay unclosed). A missing </arg_key> or </arg_value>
+// before the next tag is forgiven. The rest is toolcalls.go's streaming policy.
 type glmCalls struct {
 	t  toolCalls
 	st glmState

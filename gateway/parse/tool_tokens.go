@@ -63,20 +63,13 @@ const (
 	tsJunk                      // text after the arguments that is not the format's, as content
 )
 
-// tokenCalls parses a tokenFormat incrementally (the streaming policy of toolcalls.go).
-//
-// A call is emitted (KindToolCall) when its arguments' opening brace arrives and its
-// header names one of Options.Tools; its arguments then stream as they arrive, their raw
-// JSON text forwarded byte for byte. A call that cannot be one (an unknown or garbled
-// name, a header longer than maxCallHeader, no object after the header) comes back as
-// content, markers included, from its CALL_BEGIN through its CALL_END. Arguments that
-// turn out not to be one valid JSON object, or that the output leaves unterminated, stay
-// as streamed (a client already has them; the text is not valid JSON, so no client runs
-// the call) and count in Malformed. A call whose object is complete is a call even if
-// CALL_END never comes (cut with the output). Text outside calls is content, except the
-// section markers and whitespace inside a section (and whitespace touching a call, as
-// every family drops it); other text inside a section is content and counts as
-// malformed. Text after a section is content (vLLM drops it).
+// tokenCalls parses a tokenFormat incrementally, with the streaming policy of
+// toolcalls.go: a call starts when its arguments' opening brace arrives; one that cannot
+// be a call (a header longer than maxCallHeader among them) comes back as content from
+// its CALL_BEGIN through its CALL_END, markers included. A call whose object is complete
+// is a call even if CALL_END never comes. The section markers and whitespace inside a
+// section are dropped; other text inside a section is content and counts as malformed.
+// Text after a section is content (vLLM drops it).
 type tokenCalls struct {
 	f  *tokenFormat
 	t  toolCalls

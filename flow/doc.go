@@ -1,0 +1,94 @@
+// Package flow is the life of one request, from its arrival to its last chunk, as pure
+// code: everything that can happen to a request is decided here, and nothing else. The
+// frontend (actors/frontend) and the simulator (bench/sim) run the same Flow; they are
+// its shells: they turn what happens (a router's answer, a worker's chunk, a worker's
+// actor stopping, a timer, the consumer leaving) into events, and carry out the effects
+// Step returns (route, send, credit, cancel, free, release, emit, set a timer). A Flow
+// has no goroutine, no clock (now is Step's argument), no randomness (Routed.Room), no
+// logging (Note effects) and no I/O; it is tested by the scripts under testdata, which
+// read as stories.
+//
+// # Events and effects
+//
+//	Start                      -> Route
+//	Routed (a worker)          -> Note(decided), Send(s), Ack, SetTimer(stall)
+//	Routed (no worker)         -> Fail (the consumer's error: the outcome, messages.RouteOutcome)
+//	Routed (the call failed)   -> Free, Fail(ROUTE_CALL_FAILED)
+//	Chunk (tokens)             -> PrefillDone (first token), Credit (every Credits/2), Emit, SetTimer(stall)
+//	Chunk (finish)             -> Emit (usage of the whole request), Forget, Free, StopTimer(stall)
+//	Chunk (fault)              -> Cancel, Forget, Free, then Route (migration) or Emit (the error)
+//	WorkerTerminated           -> SetTimer(terminated grace); when it fires, a fault of the leg
+//	TimerFired (stall)         -> a fault of the leg waited for
+//	ClientGone                 -> Cancel, Forget, Free of every leg still running
+//
+// Each effect says on its type what it must come after (a Cancel before the Free of
+// its id, an Emit after the Emits before it, ...); the order Step returns them in
+// keeps those duties, so a shell that carries them out in order is right.
+//
+// # A request's legs
+//
+// A leg is one Generate on one worker under one request id, with its own receiver in
+// the shell. An aggregated request has one leg. Every route after the first uses a new
+// request id (ID.1, ID.2, ...), so that a worker and the router never confuse two
+// attempts. Every leg sent is forgotten exactly once (Forget), and every id routed is
+// freed in the router exactly once (Free) — on every path: finish, fault, migration,
+// prefill retry, the consumer leaving, a Route call that failed (the router may have
+// recorded the request although the call gave up). A route is acknowledged (Ack) once
+// its work is sent; the router expires routes never acknowledged.
+//
+// # Flow control
+//
+// A worker may send Config.Credits chunks ahead; each time the consumer has taken
+// Credits/2 of them they are granted back (Credit). Chunk indexes handed to the
+// consumer run on across every leg and migration; the finishing chunk's usage counts
+// the original prompt and every token produced, whichever worker produced it.
+//
+// # Disaggregated serving (docs/reference.md §6)
+//
+// When the router decides "remote", the request runs as a prefill leg (the prompt,
+// max_tokens 1, on the prefill worker, under the route's prefill_request_id) and a
+// decode leg (the whole request, on the decode worker). Two protocols:
+//
+//   - two-phase (vLLM, TensorRT-LLM): the decode leg is sent once the prefill leg's last
+//     chunk brought the engine's transfer parameters, which it carries unchanged;
+//   - bootstrap (SGLang, the route names a bootstrap address): both legs are sent at
+//     once with the prefill worker's bootstrap address and a random 63-bit room.
+//
+// The prefill leg's token is never shown; its prefix-cache hit is the request's. A
+// prefill leg that fails in a way re-sending may mend (its worker terminated, its
+// engine failed, it stalled), or a decode leg whose engine could not load the KV from
+// the prefill engine before its first token (FAULT_KV_TRANSFER), is routed again
+// without that prefill worker — the decode worker is not blamed — and after
+// MaxPrefillFailures-1 failures (or when no prefill worker is left under enforced
+// disaggregation) prefilled on the decode worker; a further failure ends the request.
+// A prefill leg that fails otherwise (the engine refused the prompt) ends the request
+// with its error. A decode leg that ends before its first token has the prefill worker
+// release the KV blocks its engine pinned (ReleaseKV); when the prefill leg had not
+// delivered its last chunk yet it is cancelled and freed at once, and the release
+// waits for that chunk (whose transfer parameters name the blocks) or
+// Config.PrefillReleaseWait.
+//
+// # Migration (docs/reference.md §10)
+//
+// A leg that fails in a way re-sending may mend — its worker's engine failed (a chunk
+// with a fault; a draining worker hands its requests back so), its worker's actor
+// stopped (WorkerTerminated, then Config.TerminatedGrace for the chunks that trail the
+// notice), or nothing came within Config.StallTimeout while the consumer waited — is
+// cancelled and freed, and the request continues on another worker (every failed one
+// excluded) with the prompt followed by the tokens produced so far, max_tokens and
+// min_tokens reduced by their count, at most Config.MigrationLimit times. It is not
+// migrated when migration is off or the limit is reached, when its output is
+// constrained (structured output: the constraint cannot resume mid-answer), or when
+// max_tokens is used up (then it finishes with "length"): the consumer gets the
+// fault's error chunk, which keeps its fault (another try may succeed). When no worker
+// can take it (no live or free worker, the Route call failed) the request ends with
+// Fail and the router's outcome, which the consumer gets as a retryable error.
+//
+// # The end
+//
+// A request ends when its finishing chunk is emitted, with Fail, or when the consumer
+// leaves (ClientGone: the client disconnected, its deadline passed, the server's drain
+// period ended); legs still running are cancelled ("client closed the stream"). Done
+// reports when nothing more can happen: a route asked before the consumer left is
+// freed when its answer comes, and a cancelled prefill leg's release wait has ended.
+package flow
