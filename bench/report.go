@@ -49,8 +49,9 @@ type Summary struct {
 	// HitRateCeiling is the workload's Ceiling: the hit rate an infinite prefix cache
 	// would reach (trace workloads; absent otherwise).
 	HitRateCeiling *float64 `json:"hit_rate_ceiling,omitempty"`
-	// DisaggDecisions counts the requests of a disaggregated fleet by the router's
-	// decision ("remote", "local_short_prefill", ...); simulations only, nil otherwise.
+	// DisaggDecisions counts the routes of a disaggregated fleet (a request's first
+	// route, and those of its migrations and prefill retries) by the router's decision
+	// ("remote", "local_short_prefill", ...); simulations only, nil otherwise.
 	DisaggDecisions map[string]int `json:"disagg_decisions,omitempty"`
 
 	// TTFTCDF and ITLCDF are the 0th, 1st, …, 100th percentiles (ms), for plots.

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // TestWordsAreSingleTokens: every word of the text vocabulary is one token, with and
@@ -18,7 +18,7 @@ func TestWordsAreSingleTokens(t *testing.T) {
 		seen[w] = true
 	}
 	for _, name := range []string{"builtin:cl100k_base", "builtin:o200k_base"} {
-		m, err := preprocess.LoadModel(name)
+		m, err := model.LoadModel(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestWordsAreSingleTokens(t *testing.T) {
 // TestText: a text prompt has one word per prompt token, which cl100k_base reads as
 // exactly that many tokens, and the same hash ids give the same words.
 func TestText(t *testing.T) {
-	m, err := preprocess.LoadModel("builtin:cl100k_base")
+	m, err := model.LoadModel("builtin:cl100k_base")
 	if err != nil {
 		t.Fatal(err)
 	}

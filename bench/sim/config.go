@@ -7,6 +7,7 @@ import (
 
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/flow"
 	"github.com/turbine-llm/turbine/kv"
 )
 
@@ -38,7 +39,8 @@ const (
 	// faster still and every step rounds to nothing).
 	MinSpeedupRatio = 1e-3
 	MaxSpeedupRatio = 1e6
-	// MaxEventDelay bounds EventDelay and StepOverhead.
+	// MaxEventDelay bounds EventDelay, StepOverhead, TimerResolution and
+	// RequestOverhead.
 	MaxEventDelay = time.Hour
 	// MaxSimulatedTime bounds the virtual time of any event, from offset 0 (100 years):
 	// a step or KV transfer that would end later fails the run (Run's error) instead of
@@ -94,6 +96,19 @@ type Config struct {
 	// (0 to MaxEventDelay; 0: none): a real engine loop's own work between steps and its timer's
 	// lateness, which on a busy machine is a sizeable part of a short decode step.
 	StepOverhead time.Duration
+	// TimerResolution rounds every step's modelled duration up to a multiple of it
+	// before StepOverhead is added (0 to MaxEventDelay; 0: exact): the granularity of a
+	// real engine loop's timer (TimerWait; 1 ms for Go on Linux).
+	TimerResolution time.Duration
+	// RequestOverhead and RequestTokenOverhead are the host's time on each request
+	// (HTTP, JSON, gateway, router and worker), fixed and per prompt token: its first
+	// token and its end reach the client RequestOverhead + prompt tokens ×
+	// RequestTokenOverhead later than its engine produced them (0 to MaxEventDelay and
+	// 0 to MaxTokenOverhead; 0: none). The engines' schedule does not change, nor does
+	// the cost count against RequestTimeout. host.go has the model; FitHost measures the
+	// four figures.
+	RequestOverhead      time.Duration
+	RequestTokenOverhead time.Duration
 	// KVBytesPerToken is the model's KV cache size per token in bytes, for the transfer
 	// time of disaggregated requests (0 to MaxKVBytesPerToken; 0: transfers take no
 	// time).
@@ -114,6 +129,15 @@ type Config struct {
 	// MemoryLimit bounds MemoryEstimate of the fleet (Workers + PrefillWorkers engines)
 	// in bytes; 0: DefaultMemoryLimit.
 	MemoryLimit int64
+	// Flow is every request's flow configuration (migration limit, stall timeout,
+	// credits ...), as the frontend's; its zero value means flow.DefaultConfig().
+	Flow flow.Config
+	// RequestTimeout is how long a client waits for its answer, as the bench client's
+	// --timeout: past it the request fails with bench.ErrTimeout and its flow cancels
+	// what still runs (0: forever; at most MaxSimulatedTime).
+	RequestTimeout time.Duration
+	// Faults strike the fleet during the run (see Fault), in any order.
+	Faults []Fault
 	// Progress, when set, is called as each request ends (finished or failed) with the
 	// number ended so far and the total, from the goroutine that called Run.
 	Progress func(done, total int)
@@ -145,6 +169,9 @@ func (c Config) normalize() (Config, error) {
 	if c.MemoryLimit == 0 {
 		c.MemoryLimit = DefaultMemoryLimit
 	}
+	if c.Flow == (flow.Config{}) {
+		c.Flow = flow.DefaultConfig()
+	}
 	switch {
 	case c.Workers < 1:
 		return c, fmt.Errorf("sim: Workers %d: want at least 1", c.Workers)
@@ -161,6 +188,12 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: EventDelay %v: want 0 to %v", c.EventDelay, MaxEventDelay)
 	case c.StepOverhead < 0 || c.StepOverhead > MaxEventDelay:
 		return c, fmt.Errorf("sim: StepOverhead %v: want 0 to %v", c.StepOverhead, MaxEventDelay)
+	case c.TimerResolution < 0 || c.TimerResolution > MaxEventDelay:
+		return c, fmt.Errorf("sim: TimerResolution %v: want 0 to %v", c.TimerResolution, MaxEventDelay)
+	case c.RequestOverhead < 0 || c.RequestOverhead > MaxEventDelay:
+		return c, fmt.Errorf("sim: RequestOverhead %v: want 0 to %v", c.RequestOverhead, MaxEventDelay)
+	case c.RequestTokenOverhead < 0 || c.RequestTokenOverhead > MaxTokenOverhead:
+		return c, fmt.Errorf("sim: RequestTokenOverhead %v: want 0 to %v per prompt token", c.RequestTokenOverhead, MaxTokenOverhead)
 	case c.KVBytesPerToken < 0 || c.KVBytesPerToken > MaxKVBytesPerToken:
 		return c, fmt.Errorf("sim: KVBytesPerToken %d: want 0 to %d bytes", c.KVBytesPerToken, MaxKVBytesPerToken)
 	case !(c.TransferBandwidth >= MinTransferBandwidth && c.TransferBandwidth <= MaxTransferBandwidth):
@@ -171,6 +204,15 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: MaxLocalPrefillTokens %d: want >= 0", c.MaxLocalPrefillTokens)
 	case c.MemoryLimit < 0:
 		return c, fmt.Errorf("sim: MemoryLimit %d bytes: want >= 0", c.MemoryLimit)
+	case c.Flow.Credits < 1 || c.Flow.MigrationLimit < 0 || c.Flow.StallTimeout < 0 || c.Flow.PrefillReleaseWait < 0 || c.Flow.TerminatedGrace < 0:
+		return c, fmt.Errorf("sim: Flow %+v: want Credits >= 1, and MigrationLimit and the durations >= 0", c.Flow)
+	case c.RequestTimeout < 0 || c.RequestTimeout > MaxSimulatedTime:
+		return c, fmt.Errorf("sim: RequestTimeout %v: want 0 to %v", c.RequestTimeout, MaxSimulatedTime)
+	}
+	for i, f := range c.Faults {
+		if f.At < 0 || f.At > MaxSimulatedTime || f.Kind != FaultKill {
+			return c, fmt.Errorf("sim: Faults[%d]: %s at %v: want FaultKill at 0 to %v", i, f.Kind, f.At, MaxSimulatedTime)
+		}
 	}
 	if est := MemoryEstimate(c.Workers+c.PrefillWorkers, c.Engine.NumGPUBlocks, c.Engine.BlockSize); est > c.MemoryLimit {
 		return c, fmt.Errorf("sim: Workers %d + PrefillWorkers %d engines of Engine.NumGPUBlocks %d blocks of %d tokens need about %s once their caches fill, above MemoryLimit %s: fewer workers or KV blocks",

@@ -5,18 +5,23 @@
 // the same report) a real-time `turbine bench` run produces.
 //
 // Model. Time is virtual; events are kept in a heap ordered by time and, at equal times,
-// by kind: KV event batches reaching the router, then engine step ends, then request
-// arrivals, then engine step starts (so every request that arrives at t joins the step
-// an idle engine starts at t, as a real engine loop drains its command queue before it
-// steps). At its arrival a request is routed (kv.Router.Route, with the router's view of
-// the KV caches as of that instant) and added to the chosen engine. An engine with work
-// steps back to back: a step that starts at t ends at t + its modelled duration (the
-// mock engine's timing model, divided by its speedup ratio), and its outputs and KV
-// events become visible at its end; the events reach the router EventDelay later. The
-// first token of a request gives its TTFT and marks its prefill done in the router;
-// each later token one ITL gap; the last one its end-to-end latency, and the router
-// frees it. Prompts are synthesized from the trace's hash ids with bench.Tokens, as a
-// real run sends them.
+// by kind: faults, KV event batches reaching the router, engine step ends, KV transfers
+// ending, timers, clients' deadlines, request arrivals, then engine step starts (so
+// every request that arrives at t joins the step an idle engine starts at t, as a real
+// engine loop drains its command queue before it steps). Each request runs through
+// flow.Flow, the frontend's own request logic (shell.go carries out its effects): at its
+// arrival the flow routes it (kv.Router.Route, with the router's view of the KV caches
+// as of that instant, answered as the Router grain answers, kvpb.RouteResponse) and
+// sends it to the chosen engine. An engine with work steps back to back: a step that
+// starts at t ends at t + its modelled duration (the mock engine's timing model,
+// divided by its speedup ratio), and its outputs and KV events become visible at its
+// end; the events reach the router EventDelay later. Each output is a chunk of the
+// request's leg, as a worker sends it; what the flow hands to the client builds its
+// bench.Result: the first token gives its TTFT (and the flow marks the prefill done in
+// the router), each later token one ITL gap, the last one its end-to-end latency and
+// the usage it reports (cached tokens included), and the flow frees it in the router.
+// Prompts are synthesized from the trace's hash ids with bench.Tokens, as a real run
+// sends them.
 //
 // Disaggregated serving (Config.PrefillWorkers > 0, xPyD, docs/reference.md §6): the router
 // registers the workers with their roles and decides per request. A remote decision
@@ -27,14 +32,32 @@
 // them); then the prefill engine releases them and the decode leg enters the decode
 // engine with those tokens imported, computing only the last prompt token before its
 // first output token (the request's TTFT). A local decision runs the request on its
-// decode worker as an aggregated one. Stats.Decisions counts the decisions.
+// decode worker as an aggregated one. Stats.Decisions counts the decisions of every
+// route, as the frontend's metric does.
+//
+// Faults and clients that give up (Config.Faults, Config.RequestTimeout): a killed
+// worker's engine drops its requests, the router removes it with its blocks and load,
+// and each leg it ran gets its worker's termination notice; the flow then does what the
+// frontend does (docs/reference.md §10): after flow.Config.TerminatedGrace it migrates
+// the request, with the tokens produced so far, to another worker (Stats.Migrations),
+// within flow.Config.MigrationLimit, or fails it; a prefill leg lost, or a KV transfer
+// from a killed prefill worker, makes it prefill again elsewhere (Stats.PrefillRetries).
+// The flow's stall timeout moves a request that waits too long for its next token. A
+// client past its deadline fails with bench.ErrTimeout and its flow cancels what still
+// runs, releasing KV blocks a prefill engine pinned for it.
+//
+// The host (host.go): unless Config says what a real machine adds (its timer
+// resolution, a step overhead, a request's cost in the service; FitHost measures them),
+// the engines keep to the timing model exactly and a request costs nothing beyond its
+// engine's steps.
 //
 // What is not modelled: HTTP, tokenization and the actor messages between gateway,
-// router and worker (a real run adds a few milliseconds to each TTFT), a real engine
-// loop's lateness at every step (its timer fires late on a busy machine; set
-// Config.StepOverhead to model it), engine load reports (the kv router does not use
-// them), busy-queueing at the gateway (a request refused by every worker's busy
-// threshold fails), migration and faults.
+// router and worker as such (their cost is Config.RequestOverhead's, whatever the
+// load), engine load reports (the kv router does not use them), busy-queueing at the
+// gateway (a request refused by every worker's busy
+// threshold fails), faults other than a worker killed for good (an engine that dies and
+// restarts, a frozen process, a network partition), draining, and SGLang's bootstrap
+// protocol (the simulated legs use the two-phase one, vLLM's).
 //
 // Runs are deterministic: the same Config (Seed included) and requests give the same
 // Outcome, whatever the machine.

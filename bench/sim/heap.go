@@ -6,13 +6,20 @@ import "time"
 type evKind uint8
 
 const (
+	// evFault: a fault of Config.Faults (r: its index) strikes worker w.
+	evFault evKind = iota
 	// evDeliver: a worker's next KV event batch reaches the router.
-	evDeliver evKind = iota
+	evDeliver
 	// evStepEnd: a worker's step ends; its outputs become visible.
 	evStepEnd
 	// evTransfer: a remote prefill's KV blocks have reached the decode worker; the
-	// request's decode leg enters its engine.
+	// decode leg (r: its slot in simulator.legs) enters its engine.
 	evTransfer
+	// evTimer: a timer of request r's flow (w: its index in reqState.timers, x: the
+	// number of the heap entry) is due.
+	evTimer
+	// evDeadline: request r's client gives up (Config.RequestTimeout).
+	evDeadline
 	// evArrival: a request arrives (arrivals are not kept in the heap; the kind only
 	// places them among the heap's events).
 	evArrival
@@ -20,8 +27,8 @@ const (
 	evStepStart
 )
 
-// event is one heap entry: what happens at at to worker w (and request r, for a
-// transfer). key packs the kind (top byte) above an insertion counter, so equal times
+// event is one heap entry: what happens at at to worker w (and request or leg r, see
+// the kinds). key packs the kind (top byte) above an insertion counter, so equal times
 // order by kind, then first in first out, and the order is a total one (the run is
 // deterministic).
 type event struct {
@@ -29,6 +36,7 @@ type event struct {
 	key uint64
 	w   int32
 	r   int32
+	x   uint32
 }
 
 const kindShift = 56

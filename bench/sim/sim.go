@@ -3,7 +3,6 @@ package sim
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -13,42 +12,60 @@ import (
 
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/flow"
 	"github.com/turbine-llm/turbine/kv"
+	"github.com/turbine-llm/turbine/messages"
 )
 
-// Error kinds of a simulated bench.Result, besides bench.ErrWorkload and
-// bench.ErrCanceled.
+// Error kinds of a simulated bench.Result, besides bench.ErrWorkload, bench.ErrCanceled
+// and bench.ErrTimeout (Config.RequestTimeout).
 const (
 	// ErrInvalidRequest: the request cannot run (prompt plus output tokens longer than
-	// the engine's MaxModelLen, or an empty prompt); a real gateway answers 400.
+	// the engine's MaxModelLen, or an empty prompt; or an engine refused it); a real
+	// gateway answers 400.
 	ErrInvalidRequest = "invalid_request"
 	// ErrNoWorkers and ErrAllBusy: the router refused the request (kv.ErrNoWorkers,
-	// kv.ErrAllBusy); a real gateway answers 503. ErrRoute: any other routing error.
+	// kv.ErrAllBusy), on its arrival or when a fault moved it; a real gateway answers
+	// 503. ErrRoute: any other routing error.
 	ErrNoWorkers = "no_workers"
 	ErrAllBusy   = "all_busy"
 	ErrRoute     = "route"
+	// ErrWorkerFailed: the request's worker failed (killed, see Config.Faults, or silent
+	// past the flow's stall timeout) and migration did not mend it (disabled, or its
+	// limit reached); a real gateway answers 502, or an error frame once tokens went out.
+	ErrWorkerFailed = "worker_failed"
 	// ErrStalled: the run ended with the request still in an engine that cannot
-	// schedule it (it needs more KV blocks than the engine has).
+	// schedule it (it needs more KV blocks than the engine has) and no stall timeout
+	// to move it.
 	ErrStalled = "stalled"
 )
 
-// DecisionAggregated counts, in Stats.Decisions, requests served by one worker from
-// prefill to the last token (kv.DisaggAggregated). With prefill workers the other
-// decisions are the router's: kv.DisaggRemote, kv.DisaggLocalShortPrefill ...
+// DecisionAggregated counts, in Stats.Decisions, routings to one worker from prefill to
+// the last token (kv.DisaggAggregated). With prefill workers the other decisions are the
+// router's: kv.DisaggRemote, kv.DisaggLocalShortPrefill ...
 const DecisionAggregated = kv.DisaggAggregated
 
 // Stats describes a simulation run.
 type Stats struct {
-	// SimulatedTime is the virtual time from the first arrival to the last event.
+	// SimulatedTime is the virtual time from the first arrival to the last event that
+	// did something (a timer that was stopped or re-armed before it fired does not count).
 	SimulatedTime time.Duration
 	// Steps counts the engine steps (all engines) that computed something.
 	Steps int64
 	// Requests is the number of requests in the workload.
 	Requests int
-	// Decisions counts routed requests by the router's serving decision
-	// (DecisionAggregated, or kv.DisaggRemote, kv.DisaggLocalShortPrefill ... when the
-	// fleet has prefill workers).
-	Decisions map[string]int
+	// Decisions counts routings by the router's serving decision (DecisionAggregated,
+	// or kv.DisaggRemote, kv.DisaggLocalShortPrefill ... when the fleet has prefill
+	// workers): every route of a request, a migration's and a prefill retry's too, as
+	// the frontend's turbine_frontend_disagg_decisions_total counts them.
+	Decisions map[kv.DisaggDecision]int
+	// Migrations counts requests re-sent to another worker after a fault, by fault (the
+	// frontend's turbine_frontend_migrations_total).
+	Migrations map[messages.Fault]int
+	// PrefillRetries counts failed prefill legs that made the flow route their request
+	// again, by fault (the frontend's turbine_frontend_prefill_retries_total; a retry
+	// whose route found no worker counts too).
+	PrefillRetries map[messages.Fault]int
 	// WallTime is the real time Run took.
 	WallTime time.Duration
 }
@@ -56,10 +73,13 @@ type Stats struct {
 // Run simulates reqs (any order; each starts at its Arrival) on the fleet cfg describes
 // and returns one bench.Result per request, in the order of reqs, with times measured on
 // the virtual clock from the first arrival: Start is the arrival's offset, TTFT, ITL and
-// E2E as a client would see them from a zero-latency gateway, CachedTokens the engine's
-// prefix-cache hit (CachedKnown). Outcome.Duration runs from the first arrival to the
-// last answer. Requests that cannot run fail with an error kind (ErrInvalidRequest,
-// bench.ErrWorkload, ErrNoWorkers, ErrAllBusy) instead of stopping the run.
+// E2E as a client would see them from a zero-latency gateway (plus the host's request
+// cost when Config gives one, host.go), CachedTokens the
+// prefix-cache hit the finishing chunk reports (CachedKnown). Each request runs through
+// flow.Flow, the frontend's own request logic. Outcome.Duration runs from the first
+// arrival to the last answer. Requests that cannot run fail with an error kind
+// (ErrInvalidRequest, bench.ErrWorkload, ErrNoWorkers, ErrAllBusy, ErrWorkerFailed,
+// bench.ErrTimeout ...) instead of stopping the run.
 //
 // Errors: an invalid cfg (the message names the field; a fleet whose MemoryEstimate is
 // above its MemoryLimit is one), a request whose arrival is outside 0 to
@@ -73,54 +93,50 @@ func Run(ctx context.Context, cfg Config, reqs []bench.Request) (bench.Outcome, 
 		return bench.Outcome{}, Stats{}, err
 	}
 	err = s.run(ctx)
+	s.addRequestCosts()
 	out, st := s.outcome()
 	st.WallTime = time.Since(wallStart)
 	return out, st, err
 }
 
-// simBase is the virtual wall-clock time of offset 0 (the engines and the router take
-// time.Time values; any fixed instant will do).
+// simBase is the virtual wall-clock time of offset 0 (the engines, the router and the
+// flows take time.Time values; any fixed instant will do).
 var simBase = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// simulator owns the whole simulated fleet; one goroutine runs it.
+// simulator owns the whole simulated fleet; one goroutine runs it. It is the shell of
+// every request's flow.Flow (shell.go): it carries out their effects on the virtual
+// clock.
 type simulator struct {
 	cfg     Config
 	reqs    []bench.Request
 	order   []int32 // request indices by arrival (stable)
 	results []bench.Result
 	state   []reqState
+	// legs holds every leg sent, by slot; a leg's request id in its engine is its slot
+	// in decimal.
+	legs    []leg
 	router  *kv.Router
 	rng     *rand.Rand
 	workers []*worker
+	byName  map[string]int32 // worker index by name
 	heap    eventHeap
 	seq     uint64        // events pushed so far (the heap's tie breaker)
 	now     time.Duration // virtual time, offset from simBase
+	last    time.Duration // the last event that did something (Stats.SimulatedTime)
 	origin  time.Duration // first arrival
 	next    int           // next arrival in order
 	done    int           // requests ended
 	stats   Stats
+	// raised holds the events that carrying out flow effects raised, fed in order once
+	// those are done; stepping says effects are being carried out (step).
+	raised   []raisedEvent
+	stepping bool
+	chunks   []messages.TokenChunk // newChunk's slab
 	// applyErrs counts KV event batches the router could not apply (it lost track of a
 	// worker's blocks); none are expected, since the simulated stream loses nothing.
 	applyErrs int
 	// err stops the run: an event that would happen beyond MaxSimulatedTime.
 	err error
-}
-
-// reqState is the simulation's bookkeeping of one request.
-type reqState struct {
-	id        string        // request id in the router and the engines (its index)
-	last      time.Duration // time of its last token
-	maxTokens int32
-	active    bool // routed and not ended
-	// A remote (disaggregated) request: its prefill worker (-1: none), the decode leg's
-	// worker, and the prompt, kept until the decode leg enters its engine.
-	prefillW int32
-	decodeW  int32
-	prompt   []uint32
-	// preCached: prompt tokens the prefill leg found in its engine's prefix cache. They
-	// are a remote request's cached tokens, as the frontend reports them: the prompt was
-	// computed there, and the decode engine's own hit describes KV it loaded anyway.
-	preCached int
 }
 
 // worker is one simulated worker: its engine and its KV event stream.
@@ -129,6 +145,9 @@ type worker struct {
 	name string
 	role kv.Role
 	eng  *mocker.Engine
+	ref  *messages.ActorRef // its address in routes (the flow wants one; nothing is sent to it)
+	// dead: a fault killed it; its engine is never stepped again.
+	dead bool
 	// busy: a step is scheduled or in flight (res holds the in-flight step).
 	busy bool
 	res  mocker.StepResult
@@ -155,7 +174,9 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		state:   make([]reqState, len(reqs)),
 		router:  router,
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x73696d2d726f7574)), // "sim-rout"
-		stats:   Stats{Requests: len(reqs), Decisions: map[string]int{}},
+		byName:  map[string]int32{},
+		stats: Stats{Requests: len(reqs), Decisions: map[kv.DisaggDecision]int{},
+			Migrations: map[messages.Fault]int{}, PrefillRetries: map[messages.Fault]int{}},
 	}
 	vocab := simVocab()
 	add := func(name string, role kv.Role) error {
@@ -163,26 +184,32 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		if err != nil {
 			return fmt.Errorf("sim: Engine: %w", err)
 		}
-		w := &worker{idx: len(s.workers), name: name, role: role, eng: eng}
+		w := &worker{idx: len(s.workers), name: name, role: role, eng: eng,
+			ref: &messages.ActorRef{Address: "sim", Id: "worker/" + name}}
 		if _, err := router.Register(kv.WorkerSpec{ID: w.name, BlockSize: cfg.Engine.BlockSize,
 			TotalBlocks: int64(cfg.Engine.NumGPUBlocks), Ready: true, Epoch: 1, Role: role}); err != nil {
 			return fmt.Errorf("sim: registering %s: %w", w.name, err)
 		}
+		s.byName[name] = int32(w.idx)
 		s.workers = append(s.workers, w)
 		return nil
 	}
-	name, role := "worker-", kv.RoleAggregated
-	if cfg.PrefillWorkers > 0 {
-		name, role = "decode-", kv.RoleDecode
-	}
-	for i := range cfg.Workers {
-		if err := add(name+strconv.Itoa(i), role); err != nil {
+	for i, name := range WorkerNames(cfg.Workers, cfg.PrefillWorkers) {
+		role := kv.RoleAggregated
+		switch {
+		case i >= cfg.Workers:
+			role = kv.RolePrefill
+		case cfg.PrefillWorkers > 0:
+			role = kv.RoleDecode
+		}
+		if err := add(name, role); err != nil {
 			return nil, err
 		}
 	}
-	for i := range cfg.PrefillWorkers {
-		if err := add("prefill-"+strconv.Itoa(i), kv.RolePrefill); err != nil {
-			return nil, err
+	for i, f := range cfg.Faults {
+		if _, ok := s.byName[f.Worker]; !ok {
+			return nil, fmt.Errorf("sim: Faults[%d]: worker %q: no such worker (the fleet's are %s)", i, f.Worker,
+				DescribeWorkers(cfg.Workers, cfg.PrefillWorkers))
 		}
 	}
 	for i := range reqs {
@@ -197,7 +224,10 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 	slices.SortStableFunc(s.order, func(a, b int32) int { return cmp.Compare(reqs[a].Arrival, reqs[b].Arrival) })
 	if len(reqs) > 0 {
 		s.origin = reqs[s.order[0]].Arrival
-		s.now = s.origin
+		s.now, s.last = s.origin, s.origin
+		for i, f := range cfg.Faults {
+			s.pushReq(s.origin+f.At, evFault, int(s.byName[f.Worker]), i)
+		}
 	}
 	return s, nil
 }
@@ -259,7 +289,7 @@ func (s *simulator) run(ctx context.Context) error {
 		if arrival {
 			at := s.reqs[s.order[s.next]].Arrival
 			if len(s.heap) == 0 || at < s.heap[0].at || (at == s.heap[0].at && evArrival < s.heap[0].kind()) {
-				s.now = at
+				s.now, s.last = at, at
 				s.arrive(int(s.order[s.next]), <-prompts)
 				s.next++
 				continue
@@ -267,16 +297,27 @@ func (s *simulator) run(ctx context.Context) error {
 		}
 		ev := s.heap.pop()
 		s.now = ev.at
-		w := s.workers[ev.w]
+
 		switch ev.kind() {
+		case evFault:
+			s.last = s.now
+			s.fault(int(ev.r))
 		case evDeliver:
-			s.deliver(w)
+			s.last = s.now
+			s.deliver(s.workers[ev.w])
 		case evStepEnd:
-			s.stepEnd(w)
+			s.last = s.now
+			s.stepEnd(s.workers[ev.w])
 		case evTransfer:
+			s.last = s.now
 			s.transferred(int(ev.r))
+		case evTimer:
+			s.timerDue(int(ev.r), int(ev.w), ev.x)
+		case evDeadline:
+			s.deadline(int(ev.r))
 		case evStepStart:
-			s.stepStart(w)
+			s.last = s.now
+			s.stepStart(s.workers[ev.w])
 		}
 	}
 	s.cancelKind(ErrStalled, "the run ended with the request still waiting in its engine")
@@ -290,7 +331,7 @@ func (s *simulator) pushReq(at time.Duration, k evKind, w, r int) {
 	s.heap.push(event{at: at, key: uint64(k)<<kindShift | s.seq, w: int32(w), r: int32(r)})
 }
 
-// arrive routes request i and adds it to its worker's engine.
+// arrive starts request i's flow.
 func (s *simulator) arrive(i int, p prompt) {
 	r := &s.reqs[i]
 	res := &s.results[i]
@@ -304,33 +345,13 @@ func (s *simulator) arrive(i int, p prompt) {
 		return
 	}
 	st := &s.state[i]
-	st.id = strconv.Itoa(i)
 	st.maxTokens = int32(maxTokens(r))
-	st.prefillW = -1
-	d, err := s.router.Route(kv.RouteInput{RequestID: st.id, Tokens: p.tokens}, simBase.Add(s.now), s.rng)
-	if err != nil {
-		s.fail(i, routeKind(err), err.Error())
-		return
+	st.flow = flow.New(flow.Request{ID: strconv.Itoa(i), Tokens: p.tokens,
+		Sampling: &messages.SamplingParams{MaxTokens: st.maxTokens, IgnoreEos: true}}, s.cfg.Flow)
+	if t := s.cfg.RequestTimeout; t > 0 && t <= MaxSimulatedTime-s.now {
+		s.pushReq(s.now+t, evDeadline, 0, i)
 	}
-	wi := s.workerIndex(d.Worker, d.WorkerID)
-	st.decodeW = int32(wi)
-	req := mocker.Request{ID: st.id, Prompt: p.tokens, MaxTokens: int(st.maxTokens), IgnoreEOS: true}
-	if d.Prefill != nil {
-		// Remote: the prefill leg computes the prompt and one token, and keeps its blocks
-		// for the decode worker to read; the decode leg enters its engine once they are
-		// transferred (transferred).
-		wi = s.workerIndex(d.Prefill.Worker, d.Prefill.WorkerID)
-		st.prefillW, st.prompt = int32(wi), p.tokens
-		req.MaxTokens, req.HoldBlocks = 1, true
-	}
-	if err := s.workers[wi].eng.Add(req); err != nil {
-		s.router.Free(st.id)
-		s.fail(i, ErrInvalidRequest, err.Error())
-		return
-	}
-	st.active = true
-	s.stats.Decisions[d.Disagg]++
-	s.wake(wi)
+	s.step(i, flow.Start{})
 }
 
 // workerIndex returns the index of the worker the router named, which is its WorkerID.
@@ -342,59 +363,10 @@ func (s *simulator) workerIndex(id kv.WorkerID, name string) int {
 	return wi
 }
 
-// prefilled ends the prefill leg of remote request i: the router stops tracking the leg,
-// and the prompt's full blocks travel to the decode worker, at TransferBandwidth (as the
-// mock engine's KV transfer port sends them: full blocks of BlockSize tokens of
-// KVBytesPerToken bytes each, paced at the bandwidth times the speedup ratio).
-func (s *simulator) prefilled(i int) {
-	st := &s.state[i]
-	s.router.Free(kv.PrefillRequestID(st.id))
-	bs := s.cfg.Engine.BlockSize
-	bytes := float64(len(st.prompt)/bs*bs) * float64(s.cfg.KVBytesPerToken)
-	secs := bytes / (s.cfg.TransferBandwidth * s.cfg.Engine.SpeedupRatio)
-	if !(secs <= (MaxSimulatedTime - s.now).Seconds()) {
-		s.err = fmt.Errorf("sim: request %d: a KV transfer of %.4g bytes at %g bytes/s × speedup ratio %g takes %.4g s: at %v it would end beyond %v (MaxSimulatedTime)",
-			i, bytes, s.cfg.TransferBandwidth, s.cfg.Engine.SpeedupRatio, secs, s.now, MaxSimulatedTime)
-		return
-	}
-	d := time.Duration(secs * float64(time.Second))
-	s.pushReq(s.now+d, evTransfer, int(st.decodeW), i)
-}
-
-// transferred runs when request i's KV blocks have reached its decode worker: the
-// prefill engine releases them and the decode leg enters the decode engine with the
-// prompt's full blocks imported (no prefill time for them).
-func (s *simulator) transferred(i int) {
-	st := &s.state[i]
-	s.workers[st.prefillW].eng.Release(st.id)
-	bs := s.cfg.Engine.BlockSize
-	prompt := st.prompt
-	st.prompt = nil
-	err := s.workers[st.decodeW].eng.Add(mocker.Request{ID: st.id, Prompt: prompt, MaxTokens: int(st.maxTokens),
-		IgnoreEOS: true, ImportedTokens: len(prompt) / bs * bs})
-	if err != nil {
-		st.active = false
-		s.router.Free(st.id)
-		s.fail(i, ErrInvalidRequest, err.Error())
-		return
-	}
-	s.wake(int(st.decodeW))
-}
-
-func routeKind(err error) string {
-	switch {
-	case errors.Is(err, kv.ErrAllBusy):
-		return ErrAllBusy
-	case errors.Is(err, kv.ErrNoWorkers):
-		return ErrNoWorkers
-	}
-	return ErrRoute
-}
-
 // wake schedules a step of an idle worker now (after this instant's arrivals).
 func (s *simulator) wake(wi int) {
 	w := s.workers[wi]
-	if !w.busy {
+	if !w.busy && !w.dead {
 		w.busy = true
 		s.push(s.now, evStepStart, wi)
 	}
@@ -402,6 +374,10 @@ func (s *simulator) wake(wi int) {
 
 // stepStart runs one step of w's engine; its results show at its end.
 func (s *simulator) stepStart(w *worker) {
+	if w.dead {
+		w.busy = false
+		return
+	}
 	res := w.eng.Step(simBase.Add(s.now))
 	if res.Idle {
 		// Nothing fits (only a request larger than the KV cache does that); the next
@@ -414,35 +390,37 @@ func (s *simulator) stepStart(w *worker) {
 	}
 	// A duration past time.Duration's range comes out negative (or saturated) from the
 	// timing model: stop the run rather than go back in time.
-	if res.Duration < 0 || res.Duration > MaxSimulatedTime || s.now+res.Duration+s.cfg.StepOverhead > MaxSimulatedTime {
+	if res.Duration < 0 || res.Duration > MaxSimulatedTime || s.now+s.cfg.stepWall(res.Duration) > MaxSimulatedTime {
 		s.err = fmt.Errorf("sim: %s: a step of %v (the timing model divided by speedup ratio %g) at %v would end beyond %v (MaxSimulatedTime)",
 			w.name, res.Duration, s.cfg.Engine.SpeedupRatio, s.now, MaxSimulatedTime)
 		return
 	}
 	s.stats.Steps++
 	w.res = res
-	s.push(s.now+res.Duration+s.cfg.StepOverhead, evStepEnd, w.idx)
+	s.push(s.now+s.cfg.stepWall(res.Duration), evStepEnd, w.idx)
 }
 
 // stepEnd publishes w's step: KV events first (as an engine publishes them before it
-// hands out the outputs), then the tokens; w steps again at once if it has work.
+// hands out the outputs), then each output as its leg's chunk; w steps again at once if
+// it has work.
 func (s *simulator) stepEnd(w *worker) {
+	if w.dead { // killed during the step: its outputs are lost
+		w.busy, w.res = false, mocker.StepResult{}
+		return
+	}
 	res := &w.res
 	if len(res.Events) > 0 {
 		s.emit(w, res.Events)
 	}
 	for k := range res.Outputs {
-		o := &res.Outputs[k]
-		if i := parseIndex(o.RequestID); s.state[i].prefillW == int32(w.idx) {
-			s.state[i].preCached = o.CachedTokens
-			s.prefilled(i) // a prefill leg's only token: no client sees it
-		} else {
-			s.output(o, i)
+		s.output(w, &res.Outputs[k])
+		if w.dead {
+			break
 		}
 	}
 	w.res = mocker.StepResult{}
 	switch {
-	case !w.eng.HasWork():
+	case w.dead || !w.eng.HasWork():
 		w.busy = false
 	case s.next < len(s.order) && s.reqs[s.order[s.next]].Arrival == s.now,
 		len(s.heap) > 0 && s.heap[0].at == s.now:
@@ -465,8 +443,11 @@ func (s *simulator) emit(w *worker, events []kv.Event) {
 	s.push(s.now+s.cfg.EventDelay, evDeliver, w.idx)
 }
 
-// deliver hands w's oldest pending batch to the router.
+// deliver hands w's oldest pending batch to the router (none once w was killed).
 func (s *simulator) deliver(w *worker) {
+	if w.pendingHead == len(w.pending) {
+		return
+	}
 	events := w.pending[w.pendingHead]
 	w.pending[w.pendingHead] = nil
 	w.pendingHead++
@@ -483,32 +464,7 @@ func (s *simulator) apply(w *worker, seq uint64, events []kv.Event) {
 	}
 }
 
-// output records one step output of request i.
-func (s *simulator) output(o *mocker.Output, i int) {
-	st := &s.state[i]
-	res := &s.results[i]
-	if res.OutputTokens == 0 {
-		res.TTFT = s.now - s.reqs[i].Arrival
-		res.PromptTokens, res.CachedTokens, res.CachedKnown = o.PromptTokens, o.CachedTokens, true
-		if st.prefillW >= 0 {
-			res.CachedTokens = st.preCached
-		}
-		res.ITL = make([]time.Duration, 0, st.maxTokens-1)
-		s.router.PrefillDone(st.id)
-	} else {
-		res.ITL = append(res.ITL, s.now-st.last)
-	}
-	st.last = s.now
-	res.OutputTokens += len(o.TokenIDs)
-	if o.Finished {
-		res.E2E = s.now - s.reqs[i].Arrival
-		s.router.Free(st.id)
-		st.active = false
-		s.ended()
-	}
-}
-
-// parseIndex reads a request id (the request's index in decimal).
+// parseIndex reads a leg's engine request id (its slot in decimal).
 func parseIndex(id string) int {
 	n := 0
 	for i := 0; i < len(id); i++ {
@@ -517,13 +473,15 @@ func parseIndex(id string) int {
 	return n
 }
 
-// fail ends request i with an error.
+// fail ends request i with an error; the tokens it streamed before stay counted.
 func (s *simulator) fail(i int, kind, detail string) {
 	s.results[i].Error, s.results[i].Detail = kind, detail
-	s.ended()
+	s.results[i].OutputTokens = s.state[i].tokens
+	s.ended(i)
 }
 
-func (s *simulator) ended() {
+func (s *simulator) ended(i int) {
+	s.state[i].ended = true
 	s.done++
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, len(s.reqs))
@@ -540,18 +498,19 @@ func (s *simulator) cancel(detail string) {
 	s.cancelKind(bench.ErrCanceled, detail)
 }
 
-// cancelKind ends the requests still in engines with kind; the router frees them (both
-// legs of a remote request).
+// cancelKind ends the requests that have not ended with kind: their clients leave
+// (flow.ClientGone), so their flows cancel their legs and free them in the router.
 func (s *simulator) cancelKind(kind, detail string) {
 	for i := range s.state {
-		if st := &s.state[i]; st.active {
-			st.active, st.prompt = false, nil
-			s.router.Free(st.id)
-			if s.results[i].OutputTokens > 0 {
-				s.results[i].E2E = st.last - s.reqs[i].Arrival
-			}
-			s.fail(i, kind, detail)
+		st := &s.state[i]
+		if st.ended || st.flow == nil {
+			continue
 		}
+		if st.tokens > 0 {
+			s.results[i].E2E = st.last - s.reqs[i].Arrival
+		}
+		s.fail(i, kind, detail)
+		s.step(i, flow.ClientGone{})
 	}
 }
 
@@ -562,6 +521,6 @@ func (s *simulator) outcome() (bench.Outcome, Stats) {
 		end = max(end, s.results[i].Start+s.results[i].E2E)
 	}
 	st := s.stats
-	st.SimulatedTime = s.now - s.origin
+	st.SimulatedTime = s.last - s.origin
 	return bench.Outcome{Results: s.results, Duration: end}, st
 }

@@ -456,7 +456,7 @@ func TestDisaggTiming(t *testing.T) {
 		maxLocal  int // Config.MaxLocalPrefillTokens
 		ttft      []time.Duration
 		itl       [][]time.Duration
-		decisions map[string]int
+		decisions map[kv.DisaggDecision]int
 	}{
 		{
 			name: "remote prefill",
@@ -466,7 +466,7 @@ func TestDisaggTiming(t *testing.T) {
 			ttft: []time.Duration{3*ms(mocker.PrefillMillis(512), sp) + ms(mocker.PrefillMillis(464), sp) + transfer +
 				ms(mocker.PrefillMillis(1), sp)},
 			itl:       [][]time.Duration{{decode(2001), decode(2002)}},
-			decisions: map[string]int{kv.DisaggRemote: 1},
+			decisions: map[kv.DisaggDecision]int{kv.DisaggRemote: 1},
 		},
 		{
 			// A threshold above the prompt's 2000 tokens: the decode worker prefills it.
@@ -475,14 +475,14 @@ func TestDisaggTiming(t *testing.T) {
 			maxLocal:  4000,
 			ttft:      []time.Duration{3*ms(mocker.PrefillMillis(512), sp) + ms(mocker.PrefillMillis(464), sp)},
 			itl:       [][]time.Duration{{decode(2001), decode(2002)}},
-			decisions: map[string]int{kv.DisaggLocalShortPrefill: 1},
+			decisions: map[kv.DisaggDecision]int{kv.DisaggLocalShortPrefill: 1},
 		},
 		{
 			name:      "short prompt prefilled locally",
 			reqs:      []bench.Request{long, short},
 			ttft:      []time.Duration{0, ms(mocker.PrefillMillis(500), sp)},
 			itl:       [][]time.Duration{nil, {decode(501)}},
-			decisions: map[string]int{kv.DisaggRemote: 1, kv.DisaggLocalShortPrefill: 1},
+			decisions: map[kv.DisaggDecision]int{kv.DisaggRemote: 1, kv.DisaggLocalShortPrefill: 1},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	modelfolder "github.com/turbine-llm/turbine/model"
 )
 
 // End-to-end agent tests: one `turbine serve --tokenizer <Qwen3 folder>`, whose mock
@@ -385,12 +385,12 @@ func TestE2EAgents(t *testing.T) {
 		}
 		reasoning, _ := reasoningOf(t, ch.Message.RawJSON())
 
-		m, err := preprocess.LoadModel(f.dir)
+		m, err := modelfolder.LoadModel(f.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		prompt, err := m.RenderChat(preprocess.ChatTemplateInput{
-			Messages: []preprocess.ChatMessage{{Role: "user", Content: agentQuestion}}, Tools: f.toolsRaw, AddGenerationPrompt: true})
+		prompt, err := m.RenderChat(modelfolder.ChatTemplateInput{
+			Messages: []modelfolder.ChatMessage{{Role: "user", Content: agentQuestion}}, Tools: f.toolsRaw, AddGenerationPrompt: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	modelfolder "github.com/turbine-llm/turbine/model"
 )
 
 // Gateway-overhead benchmark: the time to first token (TTFT) a client sees through the
@@ -52,7 +52,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	if testing.Short() {
 		b.Skip("end-to-end benchmark: skipped with -short")
 	}
-	m, err := preprocess.LoadModel(benchTokenizer)
+	m, err := modelfolder.LoadModel(benchTokenizer)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,8 +128,8 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 type ttftProbe struct {
 	client *http.Client
 	url    string
-	direct bool                 // the engine's own API: send the body the gateway sends to engines
-	text   preprocess.Tokenizer // when set, the prompt is sent as its decoded text
+	direct bool                  // the engine's own API: send the body the gateway sends to engines
+	text   modelfolder.Tokenizer // when set, the prompt is sent as its decoded text
 }
 
 // run sends one streamed completion of prompt and returns its TTFT: from just before
@@ -226,7 +226,7 @@ func (p *ttftProbe) run(prompt []uint32) (time.Duration, error) {
 // singleTokenWords returns the ids of tok's ordinary tokens that are one space followed
 // by 2 to 10 ASCII letters (" river"): a text of such words separated by their own
 // spaces encodes back to exactly these ids (each word is one pre-token and one token).
-func singleTokenWords(tok preprocess.Tokenizer) []uint32 {
+func singleTokenWords(tok modelfolder.Tokenizer) []uint32 {
 	var out []uint32
 	for id := 0; id < tok.VocabSize(); id++ {
 		t := uint32(id)

@@ -64,6 +64,9 @@ type Options struct {
 	// by Fleet instead of sending it to URL.
 	Simulate bool
 	Fleet    Fleet
+	// Calibrate measures the host model of the service at URL (calibrate.go) instead of
+	// running a workload.
+	Calibrate bool
 
 	// given names the flags given on the command line or by their environment variables,
 	// as the flag and its value ("--isl 2048", "TURBINE_ISL=2048"): a synthetic-only flag
@@ -110,6 +113,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.StringVar(&o.APIKey, "api-key", o.APIKey, "API `key` sent as \"Authorization: Bearer KEY\" to a server started with --api-key "+
 		"(default: $OPENAI_API_KEY, as the OpenAI SDK; --api-key '' sends none)")
 	fs.BoolVar(&o.Simulate, "simulate", o.Simulate, "replay the workload on a simulated fleet of mock engines (virtual time; no --url)")
+	fs.BoolVar(&o.Calibrate, "calibrate", o.Calibrate, "measure what the host adds to the mock engines' timing at --url (a turbine serve started with the same engine flags) and write host.json to --out, for --simulate --host-model")
 	o.Fleet.simulateFlags(fs)
 }
 
@@ -285,10 +289,13 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 	}
 	o.setGiven(fs)
 	o.defaultAPIKey()
+	if o.Calibrate {
+		return o.calibrate(ctx, stdout, stderr)
+	}
 	if !o.Simulate {
 		var err error
 		fs.Visit(func(f *flag.Flag) {
-			if err == nil && slices.Contains(fleetFlagNames, f.Name) {
+			if err == nil && (slices.Contains(fleetFlagNames, f.Name) || slices.Contains(hostFlagNames, f.Name) || f.Name == "kill-worker") {
 				err = fmt.Errorf("--%s: only with --simulate (a real run measures --url as it is)", f.Name)
 			}
 		})
@@ -299,6 +306,8 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 		return errors.New("--url: not with --simulate (the simulated fleet is in this process)")
 	} else if isSet(fs, "api-key") {
 		return errors.New("--api-key: not with --simulate (the simulated fleet is in this process)")
+	} else if err := o.Fleet.loadHost(o.given); err != nil {
+		return err
 	}
 	if err := o.Validate(); err != nil {
 		return err

@@ -41,6 +41,14 @@ type Fleet struct {
 	KVBytesPerToken     int64
 	KVTransferBandwidth float64
 
+	// Host is the host model a simulation adds to the engines' timing (sim.Host); from
+	// its four flags, or from HostFile (--host-model, a host.json of --calibrate).
+	Host     sim.Host
+	HostFile string
+
+	// Kills are the workers a simulation kills, and when (--kill-worker, faults.go).
+	Kills []sim.Fault
+
 	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
 	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
 }
@@ -91,7 +99,9 @@ func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.PrefillWorkers, "prefill-workers", f.PrefillWorkers, "--simulate: number of prefill workers of disaggregated serving (0: aggregated)")
 	fs.StringVar(&f.RouterMode, "router-mode", f.RouterMode, "--simulate: routing policy: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
 	f.engineFlags(fs)
-	for _, name := range fleetFlagNames { // a real run refuses them: say so in -h
+	f.hostFlags(fs)
+	f.faultFlags(fs)
+	for _, name := range append(fleetFlagNames, hostFlagNames...) { // a real run refuses them: say so in -h
 		if fl := fs.Lookup(name); fl != nil && !strings.HasPrefix(fl.Usage, "--simulate") {
 			fl.Usage = "--simulate: " + fl.Usage
 		}
@@ -126,6 +136,12 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 		return fmt.Errorf("--speedup-ratio %v: want %g to %g (slower makes a step last minutes, faster rounds a step to nothing)", f.SpeedupRatio, sim.MinSpeedupRatio, sim.MaxSpeedupRatio)
 	}
 	if err := f.Disagg.Validate(); err != nil {
+		return err
+	}
+	if err := f.validateHost(); err != nil {
+		return err
+	}
+	if err := f.validateFaults(); err != nil {
 		return err
 	}
 	names := kv.DefaultPolicies().Names()

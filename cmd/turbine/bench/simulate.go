@@ -22,9 +22,12 @@ func (o *Options) simConfig(mode string) sim.Config {
 	rc := kv.DefaultConfig(f.BlockSize)
 	rc.Policy, rc.OverlapWeight, rc.Temperature = mode, f.OverlapWeight, f.RouterTemperature
 	rc.Disagg = *f.Disagg.Config()
-	return sim.Config{Workers: f.Workers, PrefillWorkers: f.PrefillWorkers, Engine: eng, Router: rc,
+	cfg := sim.Config{Workers: f.Workers, PrefillWorkers: f.PrefillWorkers, Engine: eng, Router: rc,
 		BlockTokens: o.BlockTokens, Seed: o.Seed,
 		KVBytesPerToken: f.KVBytesPerToken, TransferBandwidth: f.KVTransferBandwidth}
+	f.Host.Apply(&cfg)
+	cfg.Faults, cfg.RequestTimeout = f.Kills, o.Timeout
+	return cfg
 }
 
 // fleetName describes a simulated fleet (the URL field of its summary).
@@ -38,6 +41,9 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 	label = runLabel(label, workload)
 	cfg := o.simConfig(mode)
 	fmt.Fprintf(stderr, "bench: simulating %d requests (%s) on %s, router %s\n", len(reqs), workload, o.Fleet.workers(), mode)
+	if o.Fleet.Host != (sim.Host{}) {
+		fmt.Fprintf(stderr, "bench: host model: %s\n", describeHost(o.Fleet.Host))
+	}
 	p := newProgress(stderr, o.ProgressInterval, len(reqs), barTitle(label, workload), isTerminal(stderr))
 	cfg.Progress = p.simulated()
 	out, st, err := sim.Run(ctx, cfg, reqs)
@@ -48,8 +54,12 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 	fmt.Fprintf(stderr, "bench: simulated %.1f s of serving in %.1f s (%d engine steps)\n", st.SimulatedTime.Seconds(), st.WallTime.Seconds(), st.Steps)
 	s := bench.Summarize(out)
 	if o.Fleet.PrefillWorkers > 0 {
-		s.DisaggDecisions = st.Decisions
-		fmt.Fprintf(stderr, "bench: disaggregation decisions: %s\n", decisions(st.Decisions))
+		s.DisaggDecisions = decisionLabels(st.Decisions)
+		fmt.Fprintf(stderr, "bench: disaggregation decisions: %s\n", decisions(s.DisaggDecisions))
+	}
+	if len(o.Fleet.Kills) > 0 {
+		fmt.Fprintf(stderr, "bench: killed %s; migrations: %s; prefill retries: %s\n", sortedKills(o.Fleet.Kills),
+			faultCounts(st.Migrations), faultCounts(st.PrefillRetries))
 	}
 	s.Workload, s.URL, s.Model, s.Label = workload, o.fleetName(mode), o.Model, label
 	o.setCeiling(&s, reqs)

@@ -183,7 +183,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--kv-transfer-read-timeout", "100ms"}, "--kv-transfer-read-timeout 100ms: want at least 1s"},
 		{[]string{"--kv-load-failure-policy", "retry"}, `--kv-load-failure-policy "retry"`},
 		{[]string{"--kv-load-failure-policy", "recompute", "--dialect", "sglang"}, "recompute needs --dialect vllm"},
-		{[]string{"--model", "../../../engines/modelcard/testdata/bad-malformed"}, "or set --kv-bytes-per-token"},
+		{[]string{"--model", "../../../model/testdata/bad-malformed"}, "or set --kv-bytes-per-token"},
 		{[]string{"--tool-call-parser", "nonesuch"}, `--tool-call-parser "nonesuch": want one of`},
 		{[]string{"--reasoning-parser", "nonesuch"}, `--reasoning-parser "nonesuch": want one of`},
 	} {
@@ -220,7 +220,7 @@ func TestResolveTokenizer(t *testing.T) {
 }
 
 func TestKVBytesPerToken(t *testing.T) {
-	const cards = "../../../engines/modelcard/testdata/"
+	const cards = "../../../model/testdata/"
 	for _, tc := range []struct {
 		args []string
 		want int64
@@ -240,8 +240,8 @@ func TestKVBytesPerToken(t *testing.T) {
 		if err := o.resolve(); err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
 		}
-		if o.KVBytesPerToken != tc.want {
-			t.Errorf("%q: %d KV bytes per token, want %d", tc.args, o.KVBytesPerToken, tc.want)
+		if o.KVTransfer.BytesPerToken != tc.want {
+			t.Errorf("%q: %d KV bytes per token, want %d", tc.args, o.KVTransfer.BytesPerToken, tc.want)
 		}
 	}
 }

@@ -8,7 +8,8 @@ import (
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/engines"
-	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
+	"github.com/turbine-llm/turbine/engines/registry"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -37,19 +38,19 @@ func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (work
 		Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine)}, nil
 }
 
-// launcher returns the launcher of req's engine for card.
+// launcher returns the launcher of req's engine for card (registry.Default): a real
+// engine is started from the launch flags' spec, the mock engine from its own
+// parameters; both get the worker's role and req's engine arguments.
 func (b *builder) launcher(req *messages.StartWorker, card *messages.ModelCard) (engines.Launcher, error) {
-	if req.Engine == launcher.EngineMocker {
-		if b.selfErr != nil {
-			return nil, b.selfErr
-		}
-		mock := b.o.Engine.MockerFor(b.self, card, b.o.WorkerRole)
-		mock.Extra, mock.Dialect = req.EngineArgs, b.o.MockerDialect
-		return mock, nil
+	e, ok := registry.Default.Lookup(req.Engine)
+	if ok && !e.Real && b.selfErr != nil {
+		return nil, b.selfErr // the mock engine runs as the turbine binary
 	}
 	spec := b.o.Launch.Spec(req.Engine, b.modelPath(card), card, int(req.TensorParallelSize), b.maxModelLen(card), req.EngineArgs)
 	spec.Role = options.LauncherRole(b.o.WorkerRole)
-	l, err := launcher.New(spec)
+	mock := b.o.Engine.MockerFor(b.self, card, b.o.WorkerRole)
+	mock.Extra, mock.Params.Dialect = req.EngineArgs, server.DialectName(b.o.MockerDialect)
+	l, err := registry.Default.Launcher(req.Engine, registry.Config{Spec: spec, Mock: mock})
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", req.Engine, err)
 	}
@@ -57,7 +58,7 @@ func (b *builder) launcher(req *messages.StartWorker, card *messages.ModelCard) 
 }
 
 // modelPath is what a real engine loads for card: --model for the boot card's model,
-// else the card's tokenizer folder (a card from modelcard.FromFolder names the model
+// else the card's tokenizer folder (a card from model.FromFolder names the model
 // folder there), else the served name taken as a hub name.
 func (b *builder) modelPath(card *messages.ModelCard) string {
 	switch {

@@ -11,7 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
-	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/mocker/launch"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/messages"
 	"google.golang.org/protobuf/proto"
 )
@@ -110,10 +111,10 @@ func TestBuilderMocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, ok := cfg.Launcher.(*launcher.Mocker)
-	if !ok || m.Dialect != "sglang" || m.Executable != "/usr/local/bin/turbine" || !slices.Equal(m.Extra, []string{"--seed", "3"}) ||
-		m.MaxModelLen != 40960 || cfg.ReadyTimeout != options.DefaultEngine().ReadyTimeout ||
-		m.KVBytesPerToken != 4096 || m.KVTransferBandwidth != 1e9 || m.KVLoadFailurePolicy != "fail" {
+	m, ok := cfg.Launcher.(*launch.Mocker)
+	if !ok || m.Params.Dialect != "sglang" || m.Executable != "/usr/local/bin/turbine" || !slices.Equal(m.Extra, []string{"--seed", "3"}) ||
+		m.Params.Engine.MaxModelLen != 40960 || cfg.ReadyTimeout != options.DefaultEngine().ReadyTimeout ||
+		m.Params.KVTransfer.BytesPerToken != 4096 || m.Params.KVTransfer.Bandwidth != 1e9 || m.Params.KVTransfer.LoadFailurePolicy != "fail" {
 		t.Fatalf("launcher %#v, ready timeout %v", cfg.Launcher, cfg.ReadyTimeout)
 	}
 	b.self, b.selfErr = "", errTestBinary
@@ -187,8 +188,8 @@ func TestBuilderRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := cfg.Launcher.(*launcher.Mocker); m.Role != launcher.RolePrefill || cfg.Role != "prefill" {
-		t.Fatalf("mocker role %q, worker role %q; want prefill", m.Role, cfg.Role)
+	if m := cfg.Launcher.(*launch.Mocker); m.Params.Role != server.RolePrefill || cfg.Role != "prefill" {
+		t.Fatalf("mocker role %q, worker role %q; want prefill", m.Params.Role, cfg.Role)
 	}
 	if _, err := options.ParseWorkerRole("--worker-role", ""); err != nil {
 		t.Fatalf("empty role: %v", err)

@@ -2,12 +2,13 @@
 // the machine's GPUs (found through NVML; CPU mode without a driver) and starts worker
 // actors pinned to disjoint GPU sets (CUDA_VISIBLE_DEVICES), each supervising its engine
 // subprocess: the mock engine (`turbine mocker`), vLLM, SGLang or trtllm-serve, launched
-// by engines/launcher. Routers and gateways run on `turbine frontend` members.
+// by the launcher engines/registry names. Routers and gateways run on `turbine frontend`
+// members.
 //
 //	turbine node --engine vllm --model /models/Qwen3-8B [flags] [-- <engine arguments>]
 //
 // Arguments after "--" reach every boot worker's engine untouched. With --model a model
-// folder, the model deployment card comes from it (engines/modelcard). Real engines take
+// folder, the model deployment card comes from it (model). Real engines take
 // --tensor-parallel-size GPUs each (default 1) and are refused on a machine without an
 // NVIDIA driver.
 //
@@ -39,8 +40,9 @@ import (
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/engines/launcher"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/engines/registry"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -74,7 +76,7 @@ func Defaults() Options {
 func flags(o *Options, fs *flag.FlagSet) {
 	fs.StringVar(&o.NodeID, "node-id", o.NodeID, "node name, unique in the cluster; workers are named <node-id>-<n> (set it when several nodes share a machine; the default is the host name)")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "workers started at boot (0: none until asked)")
-	fs.StringVar(&o.EngineName, "engine", o.EngineName, "engine of the workers started at boot: mocker, "+strings.Join(launcher.Engines, ", "))
+	fs.StringVar(&o.EngineName, "engine", o.EngineName, "engine of the workers started at boot: "+strings.Join(registry.Default.Names(), ", "))
 	fs.IntVar(&o.TensorParallelSize, "tensor-parallel-size", o.TensorParallelSize, "GPUs pinned to each worker started at boot (0: none for the mocker, 1 for real engines)")
 	fs.StringVar(&o.WorkerRole, "worker-role", o.WorkerRole, "role of every worker this node starts in disaggregated serving: aggregated, prefill or decode (the engines are started for it)")
 	o.Engine.Flags(fs)
@@ -94,8 +96,8 @@ func (o *Options) Validate() error {
 		return errors.New("--node-id: empty (and the host name is unknown)")
 	case o.Workers < 0 || o.Workers > 256:
 		return fmt.Errorf("--workers %d: want 0..256", o.Workers)
-	case o.EngineName != launcher.EngineMocker && !slices.Contains(launcher.Engines, o.EngineName):
-		return fmt.Errorf("--engine %q: want mocker, %s", o.EngineName, strings.Join(launcher.Engines, ", "))
+	case !slices.Contains(registry.Default.Names(), o.EngineName):
+		return fmt.Errorf("--engine %q: want %s", o.EngineName, strings.Join(registry.Default.Names(), ", "))
 	case o.TensorParallelSize < 0 || o.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size %d: want 0..64", o.TensorParallelSize)
 	}
@@ -118,7 +120,7 @@ func (o *Options) Validate() error {
 
 // bootTensorParallelSize is the GPUs of each boot worker: real engines need at least one.
 func (o *Options) bootTensorParallelSize() int {
-	if o.EngineName != launcher.EngineMocker && o.TensorParallelSize == 0 {
+	if registry.Real(o.EngineName) && o.TensorParallelSize == 0 {
 		return 1
 	}
 	return o.TensorParallelSize
@@ -157,7 +159,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	// The mock engine runs as this binary; a real-engine node needs it only for
 	// StartWorker requests that ask for the mocker, which fail with this error.
 	self, selfErr := options.MockerExecutable()
-	if selfErr != nil && o.EngineName == launcher.EngineMocker {
+	if selfErr != nil && !registry.Real(o.EngineName) {
 		return fmt.Errorf("node: %w", selfErr)
 	}
 	gpus, cpuOnly := discover(log, os.Getenv(FakeGPUsEnv))
@@ -233,7 +235,7 @@ func completeCard(in *messages.ModelCard) (*messages.ModelCard, error) {
 		card.Tokenizer = options.DefaultEngine().Tokenizer
 	}
 	if card.TokenizerDigest == "" {
-		d, err := preprocess.SourceDigest(card.Tokenizer)
+		d, err := model.SourceDigest(card.Tokenizer)
 		if err != nil {
 			return nil, fmt.Errorf("card of %q: tokenizer %q: %w", card.Model, card.Tokenizer, err)
 		}

@@ -26,7 +26,8 @@ import (
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
-	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/mocker/launch"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -97,12 +98,7 @@ func (o *Options) Validate() error {
 	case o.PrefillWorkers > 0 && o.Workers+o.DecodeWorkers == 0:
 		return fmt.Errorf("--prefill-workers %d without --decode-workers or --workers: nothing would decode", o.PrefillWorkers)
 	}
-	switch o.MockerDialect {
-	case "", launcher.EngineVLLM, launcher.EngineSGLang, launcher.EngineTRTLLM:
-	default:
-		return fmt.Errorf("--mocker-dialect %q: want vllm, sglang or trtllm", o.MockerDialect)
-	}
-	for _, err := range []error{o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
+	for _, err := range []error{options.CheckMockerDialect(o.MockerDialect), o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
 		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
@@ -163,8 +159,12 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		}
 	}()
 	for _, w := range o.layout() {
-		mock := o.Engine.MockerFor(self, card, w.role)
-		mock.Dialect = o.MockerDialect
+		cfg := o.Engine.MockerFor(self, card, w.role)
+		cfg.Params.Dialect = server.DialectName(o.MockerDialect)
+		mock, err := launch.New(cfg)
+		if err != nil {
+			return err
+		}
 		props, err := worker.Props(worker.Config{WorkerID: w.id, Card: card, Launcher: mock,
 			Role: w.role, Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
 			Router: routerClient, Catalog: catalogClient, Logger: log})

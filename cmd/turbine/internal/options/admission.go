@@ -25,10 +25,8 @@ const (
 	// generation requests at once (--max-concurrent-requests) per CPU it may use
 	// (GOMAXPROCS): 256 on two cores. It bounds the frontend's own work — HTTP streams,
 	// Router grain calls, receivers — which grows with its CPUs, not the engines'
-	// capacity (the busy thresholds guard that). On the shared two-core development
-	// machine (BENCHMARKS.md, "Saturation"), 256 streams kept every Router grain call
-	// inside the frontend's 5 s route timeout, where 512 let a few time out in some runs
-	// and 5,000 without a bound made half of the requests fail with 502.
+	// capacity (the busy thresholds guard that). BENCHMARKS.md ("Saturation") has the
+	// measurements behind the figure.
 	DefaultMaxConcurrentRequestsPerCPU = 128
 )
 

@@ -113,11 +113,11 @@ func (o *Cluster) Config(kinds []*pcluster.Kind, log zerolog.Logger) cluster.Con
 
 // RunMember runs a cluster member for as long as ctx lives. It starts a member from cfg
 // and calls run with a context that ends when ctx does or when the member is lost (the
-// cluster dropped or blocked it: protoactor never lets that id back in). A lost member is
-// stopped and replaced by a new one with a fresh id, and run is called again with it.
-// A failure of the first start is returned at once; later start failures retry with
-// capped backoff (1 s doubling to 30 s). RunMember returns nil
-// when ctx ends, or run's error when run fails on its own.
+// cluster dropped or blocked it: protoactor never lets that id back in,
+// docs/actor-library.md §2). A lost member is stopped and replaced by a new one with a
+// fresh id, and run is called again with it. A failure of the first start is returned at
+// once; later start failures retry with capped backoff (1 s doubling to 30 s). RunMember
+// returns nil when ctx ends, or run's error when run fails on its own.
 func RunMember(ctx context.Context, cfg cluster.Config, log zerolog.Logger,
 	run func(ctx context.Context, m *cluster.Member) error) error {
 	delay := time.Second

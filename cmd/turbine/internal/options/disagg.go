@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/mocker/launch"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -71,7 +73,7 @@ func ParseWorkerRole(flag, value string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s %q: want aggregated, prefill or decode", flag, value)
 	}
-	return r.String(), nil
+	return r.Label(), nil
 }
 
 // IntVarTracked registers an int flag on fs that records in set whether it was given
@@ -93,8 +95,8 @@ func LauncherRole(role string) launcher.Role {
 
 // MockerFor is Mocker for a worker of role ("aggregated", "prefill" or "decode"): the
 // mock engine is started with --role (and, as every mock engine, a KV transfer port).
-func (o *Engine) MockerFor(executable string, card *messages.ModelCard, role string) *launcher.Mocker {
+func (o *Engine) MockerFor(executable string, card *messages.ModelCard, role string) launch.Config {
 	m := o.Mocker(executable, card)
-	m.Role = LauncherRole(role)
+	m.Params.Role, _ = server.ParseRole(role)
 	return m
 }

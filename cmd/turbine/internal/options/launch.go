@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/turbine-llm/turbine/engines/launcher"
-	"github.com/turbine-llm/turbine/engines/modelcard"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
+	"github.com/turbine-llm/turbine/engines/registry"
+	"github.com/turbine-llm/turbine/engines/sglang"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // RealEngineReadyTimeout is the readiness wait of vLLM, SGLang and trtllm-serve workers
@@ -32,7 +34,7 @@ type Launch struct {
 }
 
 // DefaultLaunch returns the defaults: the engines' own executables and memory share.
-func DefaultLaunch() Launch { return Launch{Python: launcher.DefaultPython} }
+func DefaultLaunch() Launch { return Launch{Python: sglang.DefaultPython} }
 
 // Flags registers the launch flags on fs.
 func (o *Launch) Flags(fs *flag.FlagSet) {
@@ -54,10 +56,17 @@ func (o *Launch) Validate() error {
 	case o.Python == "":
 		return errors.New("--python: empty")
 	}
-	switch o.MockerDialect {
-	case "", launcher.EngineVLLM, launcher.EngineSGLang, launcher.EngineTRTLLM:
-	default:
-		return fmt.Errorf("--mocker-dialect %q: want vllm, sglang or trtllm", o.MockerDialect)
+	return CheckMockerDialect(o.MockerDialect)
+}
+
+// CheckMockerDialect checks a --mocker-dialect value: "" (the mock engine's default) or a
+// dialect the mock engine speaks (server.ParseDialect).
+func CheckMockerDialect(dialect string) error {
+	if dialect == "" {
+		return nil
+	}
+	if _, err := server.ParseDialect(dialect); err != nil {
+		return fmt.Errorf("--mocker-dialect %q: want %s", dialect, server.DialectChoices())
 	}
 	return nil
 }
@@ -69,7 +78,7 @@ func IsDir(path string) bool {
 }
 
 // NodeCard returns the model deployment card of the workers a node starts with engine.
-// When --model names a folder the card comes from it (modelcard.FromFolder: tokenizer,
+// When --model names a folder the card comes from it (model.FromFolder: tokenizer,
 // context length, EOS ids, architecture); --max-model-len, when given, sets the context
 // length (it also does when the folder names none). Otherwise the tokenizer is --tokenizer
 // (Card); a real engine then needs --tokenizer to be the model's folder, since token ids
@@ -78,21 +87,21 @@ func IsDir(path string) bool {
 func (o *Engine) NodeCard(engine string, l Launch) (*messages.ModelCard, error) {
 	var card *messages.ModelCard
 	if IsDir(o.Model) {
-		c, err := modelcard.FromFolder(o.Model)
+		c, err := model.FromFolder(o.Model)
 		if err != nil {
 			return nil, fmt.Errorf("--model %s: %w", o.Model, err)
 		}
 		if o.MaxModelLenSet || c.ContextLength == 0 {
 			c.ContextLength = int32(o.MaxModelLen)
 		}
-		m, err := preprocess.LoadModel(o.Model)
+		m, err := model.LoadModel(o.Model)
 		if err != nil {
 			return nil, fmt.Errorf("--model %s: %w", o.Model, err)
 		}
 		o.SetParsers(c, m.ChatTemplate)
 		card = c
 	} else {
-		if engine != launcher.EngineMocker && strings.HasPrefix(o.Tokenizer, "builtin:") {
+		if registry.Real(engine) && strings.HasPrefix(o.Tokenizer, "builtin:") {
 			return nil, fmt.Errorf("--engine %s --model %s: not a model folder, and --tokenizer is %s; give the model's folder as --model or --tokenizer, so that prompts are tokenized with the model's vocabulary",
 				engine, o.Model, o.Tokenizer)
 		}
@@ -115,7 +124,7 @@ func (o *Engine) NodeCard(engine string, l Launch) (*messages.ModelCard, error) 
 // WorkerReadyTimeout is the readiness wait of a worker running engine: --ready-timeout,
 // else RealEngineReadyTimeout for real engines and the default for the mock engine.
 func (o *Engine) WorkerReadyTimeout(engine string) time.Duration {
-	if engine != launcher.EngineMocker && !o.ReadyTimeoutSet {
+	if registry.Real(engine) && !o.ReadyTimeoutSet {
 		return RealEngineReadyTimeout
 	}
 	return o.ReadyTimeout

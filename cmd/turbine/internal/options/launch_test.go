@@ -40,7 +40,7 @@ func TestNodeCard(t *testing.T) {
 		{"mocker by name, builtin tokenizer", "mocker", nil, "turbine-mock", 32768, ""},
 		{"real engine by hub name with the model's tokenizer folder", "vllm", []string{"--model", "Qwen/Qwen3-8B", "--tokenizer", fixture}, "Qwen/Qwen3-8B", 32768, ""},
 		{"real engine by hub name, builtin tokenizer", "vllm", []string{"--model", "Qwen/Qwen3-8B"}, "", 0, "give the model's folder as --model or --tokenizer"},
-		{"folder without config.json", "vllm", []string{"--model", "../../../../actors/frontend/testdata/tiny"}, "", 0, "--model ../../../../actors/frontend/testdata/tiny: modelcard"},
+		{"folder without config.json", "vllm", []string{"--model", "../../../../actors/frontend/testdata/tiny"}, "", 0, "--model ../../../../actors/frontend/testdata/tiny: model: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, l := parsed(t, tc.args...)

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/turbine-llm/turbine/actors/frontend"
+	"github.com/turbine-llm/turbine/flow"
 )
 
 // Migration is the gateway's request-migration flag (docs/reference.md §10).
@@ -14,8 +14,8 @@ type Migration struct {
 	MigrationLimit int
 }
 
-// DefaultMigration returns frontend.DefaultMigrationLimit (3).
-func DefaultMigration() Migration { return Migration{MigrationLimit: frontend.DefaultMigrationLimit} }
+// DefaultMigration returns flow.DefaultMigrationLimit (3).
+func DefaultMigration() Migration { return Migration{MigrationLimit: flow.DefaultMigrationLimit} }
 
 // Flags registers --migration-limit on fs.
 func (o *Migration) Flags(fs *flag.FlagSet) {

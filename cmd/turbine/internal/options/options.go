@@ -20,13 +20,14 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
-	"github.com/turbine-llm/turbine/engines/launcher"
+	"github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/engines/mocker/kvtransfer"
-	"github.com/turbine-llm/turbine/engines/modelcard"
+	"github.com/turbine-llm/turbine/engines/mocker/launch"
+	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/gateway/parse"
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // Engine are the mock engine's settings and the model deployment card it serves
@@ -63,12 +64,14 @@ type Engine struct {
 	ToolCallParser, ReasoningParser string
 }
 
-// DefaultEngine returns the engine defaults.
+// DefaultEngine returns the engine defaults: the mock engine's limits and timing are its
+// own (mocker.DefaultConfig).
 func DefaultEngine() Engine {
+	m := mocker.DefaultConfig()
 	return Engine{
 		Model: "turbine-mock", Tokenizer: "builtin:cl100k_base",
-		BlockSize: 64, NumGPUBlocks: 16384, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
-		MaxModelLen: 32768, SpeedupRatio: 1.0, MeanOutputTokens: 128,
+		BlockSize: m.BlockSize, NumGPUBlocks: m.NumGPUBlocks, MaxNumSeqs: m.MaxNumSeqs, MaxNumBatchedTokens: m.MaxNumBatchedTokens,
+		MaxModelLen: m.MaxModelLen, SpeedupRatio: m.SpeedupRatio, MeanOutputTokens: m.MeanOutputTokens, Seed: int64(m.Seed),
 		Heartbeat: time.Second, ReadyTimeout: 2 * time.Minute,
 	}
 }
@@ -150,11 +153,11 @@ func (o *Engine) Validate() error {
 // the digest of the tokenizer folder's files (empty for a builtin tokenizer). Errors name
 // --tokenizer.
 func (o *Engine) Card() (*messages.ModelCard, error) {
-	model, err := preprocess.LoadModel(o.Tokenizer)
+	m, err := model.LoadModel(o.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("--tokenizer: %w", err)
 	}
-	digest, err := preprocess.SourceDigest(o.Tokenizer)
+	digest, err := model.SourceDigest(o.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("--tokenizer: %w", err)
 	}
@@ -162,9 +165,9 @@ func (o *Engine) Card() (*messages.ModelCard, error) {
 		Model: o.Model, Tokenizer: o.Tokenizer, ContextLength: int32(o.MaxModelLen),
 		KvBlockSize: int32(o.BlockSize), TotalKvBlocks: int64(o.NumGPUBlocks),
 		MaxNumSeqs: int32(o.MaxNumSeqs), MaxNumBatchedTokens: int32(o.MaxNumBatchedTokens),
-		EosTokenIds: model.EOSTokenIDs, TokenizerDigest: digest,
+		EosTokenIds: m.EOSTokenIDs, TokenizerDigest: digest,
 	}
-	o.SetParsers(card, model.ChatTemplate)
+	o.SetParsers(card, m.ChatTemplate)
 	return card, nil
 }
 
@@ -178,7 +181,7 @@ func (o *Engine) SetParsers(card *messages.ModelCard, chatTemplate string) {
 	if a := card.GetArchitecture().GetArchitecture(); a != "" {
 		archs = []string{a}
 	} else if IsDir(card.Tokenizer) {
-		if m, err := modelcard.ReadFolder(card.Tokenizer); err == nil && m.Architecture != "" {
+		if m, err := model.ReadFolder(card.Tokenizer); err == nil && m.Architecture != "" {
 			archs = []string{m.Architecture}
 		}
 	}
@@ -225,22 +228,36 @@ func ParserNote(card *messages.ModelCard) string {
 	return fmt.Sprintf("tool call parser %q, reasoning parser %q (%s)", card.GetToolCallParser(), card.GetReasoningParser(), card.GetParserSource())
 }
 
-// Mocker returns the launcher of mock engines for card, run as `<executable> mocker`.
-// The card's limits win over the flags, so that a StartWorker request can change them.
-func (o *Engine) Mocker(executable string, card *messages.ModelCard) *launcher.Mocker {
-	return &launcher.Mocker{Executable: executable, Model: card.Model, Tokenizer: card.Tokenizer,
-		BlockSize: int(card.KvBlockSize), NumGPUBlocks: int(card.TotalKvBlocks), MaxNumSeqs: int(card.MaxNumSeqs),
-		MaxNumBatchedTokens: int(card.MaxNumBatchedTokens), MaxModelLen: int(card.ContextLength),
-		SpeedupRatio: o.SpeedupRatio, MeanOutputTokens: o.MeanOutputTokens, Seed: o.Seed,
-		KVBytesPerToken: o.KVBytesPerToken, KVTransferBandwidth: o.KVTransferBandwidth, KVLoadFailurePolicy: o.KVLoadFailurePolicy,
-		ToolCallParser: card.GetToolCallParser(), ReasoningParser: card.GetReasoningParser()}
+// Mocker returns the launch configuration of mock engines for card, run as
+// `<executable> mocker`: the mock engine's defaults (server.DefaultParams), the card's
+// limits (which win over the flags, so that a StartWorker request can change them) and
+// the mock engine flags given. Zero KV transfer settings keep the mock engine's
+// defaults.
+func (o *Engine) Mocker(executable string, card *messages.ModelCard) launch.Config {
+	p := server.DefaultParams()
+	e := &p.Engine
+	e.BlockSize, e.NumGPUBlocks, e.MaxNumSeqs = int(card.KvBlockSize), int(card.TotalKvBlocks), int(card.MaxNumSeqs)
+	e.MaxNumBatchedTokens, e.MaxModelLen = int(card.MaxNumBatchedTokens), int(card.ContextLength)
+	e.SpeedupRatio, e.MeanOutputTokens, e.Seed = o.SpeedupRatio, o.MeanOutputTokens, uint64(o.Seed)
+	p.Dialect = "" // the mock engine's default, unless --mocker-dialect names one
+	if o.KVBytesPerToken > 0 {
+		p.KVTransfer.BytesPerToken = o.KVBytesPerToken
+	}
+	if o.KVTransferBandwidth > 0 {
+		p.KVTransfer.Bandwidth = o.KVTransferBandwidth
+	}
+	if o.KVLoadFailurePolicy != "" {
+		p.KVTransfer.LoadFailurePolicy = o.KVLoadFailurePolicy
+	}
+	p.ToolCallParser, p.ReasoningParser = card.GetToolCallParser(), card.GetReasoningParser()
+	return launch.Config{Executable: executable, Model: card.Model, Tokenizer: card.Tokenizer, Params: p}
 }
 
 // CheckKVLoadFailurePolicy checks --kv-load-failure-policy against --mocker-dialect:
 // recompute is vLLM's kv_load_failure_policy; SGLang and TensorRT-LLM have no such
 // fallback.
 func (o *Engine) CheckKVLoadFailurePolicy(mockerDialect string) error {
-	if o.KVLoadFailurePolicy == "recompute" && mockerDialect != "" && mockerDialect != launcher.EngineVLLM {
+	if o.KVLoadFailurePolicy == "recompute" && mockerDialect != "" && mockerDialect != string(server.DialectVLLM) {
 		return fmt.Errorf("--kv-load-failure-policy recompute needs --mocker-dialect vllm (%s has no such fallback)", mockerDialect)
 	}
 	return nil

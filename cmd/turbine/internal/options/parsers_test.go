@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/turbine-llm/turbine/gateway/preprocess"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // qwen3Folder is the real Qwen3 tokenizer folder of the test fixtures (scripts/fixtures.sh).
@@ -48,7 +48,7 @@ func TestSetParsers(t *testing.T) {
 		{"both off", qwen, "none", "none", "", "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			m, err := preprocess.LoadModel(c.tokenizer)
+			m, err := model.LoadModel(c.tokenizer)
 			if err != nil {
 				t.Fatal(err)
 			}

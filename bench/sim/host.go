@@ -1,0 +1,214 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/turbine-llm/turbine/engines/mocker"
+)
+
+// The host model: what a real run on a machine adds to the timing model of its engines
+// (docs/reference.md §7, "What the host adds"). Config holds its four figures:
+//
+//   - TimerResolution: a real engine loop sleeps until each step's modelled end, and its
+//     timer fires on the next multiple of this resolution (TimerWait);
+//   - StepOverhead: wall time added to every step after that (the loop's own work
+//     between steps, and a busy machine's scheduling delay);
+//   - RequestOverhead and RequestTokenOverhead: the host's time on every request's way
+//     through the service (HTTP, JSON, the actors of gateway, router and worker), fixed
+//     and per prompt token, added to its TTFT and its end-to-end latency.
+//
+// FitHost fits the last three to measurements of requests sent one at a time to a real
+// service (`turbine bench --calibrate`); the resolution is the platform's.
+
+// MaxTokenOverhead bounds Config.RequestTokenOverhead: a millisecond per prompt token
+// (a 100,000-token prompt then costs 100 s).
+const MaxTokenOverhead = time.Millisecond
+
+// TimerWait is how long a loop that sleeps d on a timer of resolution res waits: d
+// rounded up to a multiple of res; d itself when res is 0 (an exact timer) or d is not
+// positive.
+//
+// Go's runtime on Linux puts an idle process to sleep in epoll_wait, whose timeout is in
+// whole milliseconds: a timer due in 0.3 ms fires after 1 ms, one due in 1.2 ms after
+// 2 ms (a little later still, the kernel's slack, which StepOverhead holds). A mock
+// engine whose step is shorter than a millisecond therefore steps once a millisecond.
+func TimerWait(d, res time.Duration) time.Duration {
+	if res <= 0 || d <= 0 {
+		return d
+	}
+	if r := d % res; r != 0 {
+		d += res - r
+	}
+	return d
+}
+
+// stepWall is the virtual time a step of modelled duration d takes:
+// TimerWait(d, TimerResolution) + StepOverhead.
+func (c *Config) stepWall(d time.Duration) time.Duration {
+	return TimerWait(d, c.TimerResolution) + c.StepOverhead
+}
+
+// requestCost is the host's time on a request of promptTokens tokens:
+// RequestOverhead + promptTokens × RequestTokenOverhead.
+func (c *Config) requestCost(promptTokens int) time.Duration {
+	return c.RequestOverhead + time.Duration(max(promptTokens, 0))*c.RequestTokenOverhead
+}
+
+// addRequestCosts adds each request's host cost to the latencies its client saw: its
+// first token and its end reach the client that much later. The engines' schedule is
+// the one simulated: the cost is counted on the way back, where it changes no batch.
+func (s *simulator) addRequestCosts() {
+	if s.cfg.RequestOverhead == 0 && s.cfg.RequestTokenOverhead == 0 {
+		return
+	}
+	for i := range s.results {
+		r := &s.results[i]
+		c := s.cfg.requestCost(s.reqs[i].InputLength)
+		if r.TTFT > 0 {
+			r.TTFT += c
+		}
+		if r.E2E > 0 {
+			r.E2E += c
+		}
+	}
+}
+
+// HostSample is one request of a calibration, sent alone to an idle engine of a real
+// service: a prompt that no cache holds and at least two output tokens.
+type HostSample struct {
+	PromptTokens int
+	OutputTokens int
+	// TTFT and E2E are the client's, from the send to the first and to the last token.
+	TTFT, E2E time.Duration
+}
+
+// Host is the host model's figures (Config's fields of the same names).
+type Host struct {
+	TimerResolution      time.Duration
+	StepOverhead         time.Duration
+	RequestOverhead      time.Duration
+	RequestTokenOverhead time.Duration
+}
+
+// Apply sets c's host figures to h's.
+func (h Host) Apply(c *Config) {
+	c.TimerResolution, c.StepOverhead = h.TimerResolution, h.StepOverhead
+	c.RequestOverhead, c.RequestTokenOverhead = h.RequestOverhead, h.RequestTokenOverhead
+}
+
+// FitHost fits the host model to samples measured on engines of configuration eng whose
+// timers have resolution res, inverting the timing model of a request alone on its
+// engine: ceil(prompt / MaxNumBatchedTokens) prefill steps to the first token, then one decode step per further token at the KV usage of the
+// sequence's own blocks (docs/reference.md §7), each of them TimerWait long.
+//
+//   - StepOverhead is the median over the samples of the time between the first and the
+//     last token beyond the modelled decode steps, per step;
+//   - the rest of each TTFT, beyond its prefill steps and their StepOverhead, is the
+//     request's host cost: RequestOverhead and RequestTokenOverhead are the least-squares
+//     line of its median per prompt length against that length (one length: its median
+//     and no per-token cost). A negative slope or intercept is refitted without it, so
+//     that both figures are at least 0.
+//
+// Errors: no sample, a sample with fewer than 2 output tokens, no prompt, a prompt that
+// does not fit eng.MaxModelLen, or latencies that are not positive and ordered; an
+// invalid eng or res. Figures below 1 ns per token round to 0.
+func FitHost(eng mocker.Config, res time.Duration, samples []HostSample) (Host, error) {
+	if err := eng.Validate(); err != nil {
+		return Host{}, fmt.Errorf("sim: FitHost: %w", err)
+	}
+	if !(eng.SpeedupRatio >= MinSpeedupRatio && eng.SpeedupRatio <= MaxSpeedupRatio) {
+		return Host{}, fmt.Errorf("sim: FitHost: SpeedupRatio %v: want %g to %g", eng.SpeedupRatio, MinSpeedupRatio, MaxSpeedupRatio)
+	}
+	if res < 0 || res > MaxEventDelay {
+		return Host{}, fmt.Errorf("sim: FitHost: timer resolution %v: want 0 to %v", res, MaxEventDelay)
+	}
+	if len(samples) == 0 {
+		return Host{}, errors.New("sim: FitHost: no sample")
+	}
+	wait := func(prefill int, decode bool, blocks int) time.Duration {
+		u := float64(blocks) / float64(eng.NumGPUBlocks)
+		return TimerWait(mocker.StepDuration(prefill, decode, u, eng.SpeedupRatio), res)
+	}
+	blocksOf := func(tokens int) int { return (tokens + eng.BlockSize - 1) / eng.BlockSize }
+	perStep := make([]float64, len(samples))
+	prefill := make([]time.Duration, len(samples)) // modelled prefill steps of each sample
+	chunks := make([]int, len(samples))
+	for i, s := range samples {
+		switch {
+		case s.PromptTokens < 1 || s.OutputTokens < 2:
+			return Host{}, fmt.Errorf("sim: FitHost: sample %d: %d prompt and %d output tokens: want at least 1 and 2", i, s.PromptTokens, s.OutputTokens)
+		case s.PromptTokens+s.OutputTokens > eng.MaxModelLen:
+			return Host{}, fmt.Errorf("sim: FitHost: sample %d: %d prompt + %d output tokens exceed MaxModelLen %d", i, s.PromptTokens, s.OutputTokens, eng.MaxModelLen)
+		case s.TTFT <= 0 || s.E2E < s.TTFT:
+			return Host{}, fmt.Errorf("sim: FitHost: sample %d: TTFT %v, E2E %v: want 0 < TTFT <= E2E", i, s.TTFT, s.E2E)
+		}
+		for done := 0; done < s.PromptTokens; done += eng.MaxNumBatchedTokens {
+			n := min(eng.MaxNumBatchedTokens, s.PromptTokens-done)
+			prefill[i] += wait(n, false, blocksOf(done+n))
+			chunks[i]++
+		}
+		var decode time.Duration
+		for j := 1; j < s.OutputTokens; j++ {
+			decode += wait(0, true, blocksOf(s.PromptTokens+j))
+		}
+		perStep[i] = float64(s.E2E-s.TTFT-decode) / float64(s.OutputTokens-1)
+	}
+	h := Host{TimerResolution: res, StepOverhead: time.Duration(math.Max(0, median(perStep)))}
+
+	// The request cost: the median residual per prompt length, then a line through them.
+	byLen := map[int][]float64{}
+	for i, s := range samples {
+		byLen[s.PromptTokens] = append(byLen[s.PromptTokens], float64(s.TTFT-prefill[i]-time.Duration(chunks[i])*h.StepOverhead))
+	}
+	var xs, ys []float64
+	for l, r := range byLen {
+		xs, ys = append(xs, float64(l)), append(ys, median(r))
+	}
+	a, b := fitLine(xs, ys)
+	h.RequestOverhead, h.RequestTokenOverhead = time.Duration(a), time.Duration(b)
+	return h, nil
+}
+
+// fitLine is the least-squares line y = a + b·x through the points with a, b >= 0: when
+// the free fit has b < 0 it is the mean (b = 0), when it has a < 0 the line through the
+// origin (a = 0); both 0 when nothing is positive.
+func fitLine(xs, ys []float64) (a, b float64) {
+	n := float64(len(xs))
+	var mx, my float64
+	for i := range xs {
+		mx += xs[i] / n
+		my += ys[i] / n
+	}
+	var sxy, sxx, oxy, oxx float64
+	for i := range xs {
+		sxy += (xs[i] - mx) * (ys[i] - my)
+		sxx += (xs[i] - mx) * (xs[i] - mx)
+		oxy += xs[i] * ys[i]
+		oxx += xs[i] * xs[i]
+	}
+	if sxx > 0 {
+		b = sxy / sxx
+	}
+	a = my - b*mx
+	switch {
+	case b < 0:
+		a, b = my, 0
+	case a < 0 && oxx > 0:
+		a, b = 0, oxy/oxx
+	}
+	return math.Max(a, 0), math.Max(b, 0)
+}
+
+// median of xs (not empty); xs is sorted in place.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
