@@ -20,7 +20,7 @@ import (
 // (service name = cluster name, tags = kinds, Meta["id"] = member id, Address/Port = the
 // advertised remoting endpoint, one TTL check "service:<id>" with
 // DeregisterCriticalServiceAfter), so members of either provider see each other, and it
-// fixes that provider's defects (docs/reference.md §13):
+// fixes that provider's defects (docs/actor-library.md §3):
 //
 //   - failed registrations and membership queries back off (100 ms doubling to 5 s, with
 //     jitter) and are logged when they start failing and when they recover, not per try;

@@ -56,7 +56,7 @@ func startConsulChild(t *testing.T, agent *consultest.Agent, name string) *child
 
 // skipIfPeerLeavesUnderRace skips a test in which a peer leaves this process's member:
 // protoactor then races with itself (BlockList.Block against the gossip loop's IsBlocked,
-// the endpoint manager's stop against removeEndpoint; docs/reference.md §13). Such tests run
+// the endpoint manager's stop against removeEndpoint; docs/actor-library.md §13). Such tests run
 // without -race.
 func skipIfPeerLeavesUnderRace(t *testing.T) {
 	if raceEnabled {

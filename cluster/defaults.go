@@ -7,7 +7,7 @@ const (
 	DefaultName            = "turbine"
 	DefaultHost            = "127.0.0.1"
 	DefaultConsulPort      = 8500
-	DefaultMaxMessageBytes = 64 << 20 // gRPC's own 4 MiB would cap each batch of actor messages
+	DefaultMaxMessageBytes = 64 << 20 // gRPC's own 4 MiB would cap each batch of actor messages (docs/actor-library.md §5)
 
 	// DefaultTTL is the Consul TTL check's time to live: a member that does not refresh it
 	// for this long turns critical and leaves the others' topology.
@@ -30,8 +30,8 @@ const (
 
 const (
 	// peerConnectAttempts is how many times protoactor's endpoint writer tries to connect
-	// to a peer before it drops the peer's messages (its default, 5, with 2 s between
-	// tries, holds Member.Stop for up to 10 s after a peer died).
+	// to a peer before it drops the peer's messages (docs/actor-library.md §6: its 5, 2 s
+	// apart, hold Member.Stop for up to 10 s after a peer died).
 	peerConnectAttempts = 2
 	// blockingWait is the longest a membership query waits for a change.
 	blockingWait = 20 * time.Second
@@ -41,8 +41,9 @@ const (
 	// from its own member list, with the provider healthy, before it counts as lost.
 	absentChecksLimit = 3
 	// peerSilenceLimit is how long a peer's gossiped topology may leave the member out, or
-	// every live peer stay silent, before the member counts as dropped (protoactor's own
-	// heartbeat expiry, 20 s, would then block those peers in turn).
+	// every live peer stay silent, before the member counts as dropped: less than
+	// protoactor's heartbeat expiry (20 s, docs/actor-library.md §2), past which it would
+	// block those peers in turn.
 	peerSilenceLimit = 10 * time.Second
 	// pauseMargin is how much longer than its health check's TTL a process must have been
 	// stopped (SIGSTOP, a frozen VM) for the watchdog to take it as dropped: by then its
@@ -55,8 +56,7 @@ const (
 	// "blocked" answers, and those it remembers having logged.
 	maxBlockedBy = 64
 	// activationTimeout bounds the request for a grain's PID to the identity's owner
-	// member (the library's lookup waits a fixed 5 s, which a call caught by the owner's
-	// death waits in full before it retries on the new owner).
+	// member (the library's waits a fixed 5 s: docs/actor-library.md §7).
 	activationTimeout = time.Second
 	// unknownTypeLogEvery rate-limits the log line for remote messages of unknown types,
 	// per type name.

@@ -12,11 +12,11 @@ import (
 	"github.com/turbine-llm/turbine/internal/consultest"
 )
 
-// A member frozen (SIGSTOP) for longer than protoactor's heartbeat expiry, then resumed.
-// While it was stopped its check lapsed, and the others dropped it and blocked its id.
-// Once resumed it blocks them in turn (it heard no heartbeat from them for that long),
-// still holds its old topology and gossips to them; they answer, and connecting to it
-// anew they hear that it has blocked them. That answer must not make them restart — they
+// A member frozen (SIGSTOP) for longer than protoactor's heartbeat expiry, then resumed
+// (docs/actor-library.md §2). While it was stopped its check lapsed, and the others
+// dropped it and blocked its id. Once resumed it blocks them in turn (it heard no
+// heartbeat from them for that long), still holds its old topology and gossips to them;
+// they answer, and connecting to it anew they hear that it has blocked them. That answer must not make them restart — they
 // are the live cluster — while the resumed member must find out that it is the one
 // dropped.
 //

@@ -23,11 +23,12 @@ const (
 	dialTimeout = 5 * time.Second
 )
 
-// remoteOptions are the gRPC settings protoactor lacks (docs/reference.md §13): message-size limits
-// raised to maxBytes on both sides, the server's streams screened for messages it cannot
-// decode, panics in handlers turned into errors, and every connection's answer watched for
-// "blocked". WithDialOptions replaces protoactor's default dial options, so the insecure
-// transport it uses is restated here.
+// remoteOptions are the gRPC settings protoactor lacks: message-size limits raised to
+// maxBytes on both sides (docs/actor-library.md §5), the server's streams screened for
+// messages it cannot decode and panics in handlers turned into errors (§4), bounded
+// blocking dials (§6), and every connection's answer watched for "blocked" (§2).
+// WithDialOptions replaces protoactor's default dial options, so the insecure transport
+// it uses is restated here.
 func remoteOptions(maxBytes int, g *grpcGuard) []remote.ConfigOption {
 	return []remote.ConfigOption{
 		remote.WithServerOptions(
@@ -38,11 +39,9 @@ func remoteOptions(maxBytes int, g *grpcGuard) []remote.ConfigOption {
 		),
 		remote.WithDialOptions(
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			// protoactor dials without blocking and, when the stream then fails, keeps the
-			// connection in a field the next attempt overwrites: every failed attempt
-			// leaked a ClientConn that redialled the dead peer forever. A blocking dial,
-			// bounded in time, fails without leaving a connection behind. (protoactor calls
-			// grpc.Dial, not DialContext, so WithTimeout is the only bound it honours.)
+			// A blocking dial, bounded in time, fails without leaving behind a connection
+			// that redials the dead peer forever (docs/actor-library.md §6). protoactor
+			// calls grpc.Dial, not DialContext, so WithTimeout is the only bound it honours.
 			grpc.WithBlock(),
 			grpc.FailOnNonTempDialError(true),
 			grpc.WithTimeout(dialTimeout), //nolint:staticcheck // see above
@@ -96,8 +95,9 @@ func (g *grpcGuard) recoverTo(method string, err *error) {
 }
 
 // screenStream drops, from every batch the server receives, the messages it could not
-// decode: protobuf types this process does not link (protoactor dereferences nil on them)
-// and envelopes whose indexes point outside the batch. The rest of the batch is delivered.
+// decode: protobuf types this process does not link and envelopes whose indexes point
+// outside the batch, on which protoactor would crash the process (docs/actor-library.md
+// §4). The rest of the batch is delivered.
 func (g *grpcGuard) screenStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	return h(srv, &screenedStream{ServerStream: ss, g: g})
 }
@@ -176,7 +176,8 @@ func checkEnvelope(b *remote.MessageBatch, e *remote.MessageEnvelope, known func
 	return d, true
 }
 
-// watchClientStream reports peers whose connect response says they have blocked us.
+// watchClientStream reports peers whose connect response says they have blocked us (a
+// sign for the zombie watchdog, docs/actor-library.md §2).
 func (g *grpcGuard) watchClientStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string,
 	streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	cs, err := streamer(ctx, desc, cc, method, opts...)

@@ -22,7 +22,7 @@ import (
 
 // Multi-member tests run each extra member in a child process — this test binary run
 // again with childEnv naming the role — because protoactor races when two members share a
-// process (docs/reference.md §13). The child speaks a line protocol: commands on stdin, answers
+// process (docs/actor-library.md §13). The child speaks a line protocol: commands on stdin, answers
 // on stdout; its logs (zerolog JSON) go to stderr.
 const (
 	childEnv          = "TURBINE_CLUSTER_TEST_CHILD"
@@ -86,7 +86,8 @@ func (s *syncBuffer) Len() int {
 // sets gRPC's global logger, which the transport goroutines of a member that talked to
 // peers read without synchronisation — a benign race (the same discarding logger each
 // time) that the race detector reports against the next member started in the process,
-// whatever the timing. One such member per process has nothing to race with.
+// whatever the timing (docs/actor-library.md §13). One such member per process has
+// nothing to race with.
 func inFreshProcess(t *testing.T) bool {
 	t.Helper()
 	if os.Getenv(freshEnv) == t.Name() {

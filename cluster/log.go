@@ -9,7 +9,7 @@ import (
 )
 
 // zerologHandler adapts slog records from the actor library to zerolog; it keeps warnings
-// and errors only, since the library is chatty at info level.
+// and errors only, since the library is chatty at info level (docs/actor-library.md §14).
 type zerologHandler struct {
 	log   zerolog.Logger
 	attrs []slog.Attr

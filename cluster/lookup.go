@@ -11,12 +11,10 @@ import (
 )
 
 // identityLookup is protoactor's distributed-hash identity lookup with a bounded
-// activation request. The library's lookup asks the identity's owner member for the
-// grain's PID with a fixed 5 s timeout, whatever the caller's own timeout: when the owner
-// has just died, every grain call waits those 5 s before it can retry on the member that
-// owns the identity after the topology change. Here the owner is found the same way
-// (rendezvous hashing over the members hosting the kind) and asked with Timeout, while
-// placement and activation stay the library's (its placement actor answers).
+// activation request (docs/actor-library.md §7): the library's waits a fixed 5 s on an
+// owner that has just died. Here the owner is found the same way (rendezvous hashing
+// over the members hosting the kind) and asked with timeout, while placement and
+// activation stay the library's (its placement actor answers).
 type identityLookup struct {
 	inner   pcluster.IdentityLookup
 	timeout time.Duration
@@ -32,12 +30,10 @@ type identityLookup struct {
 }
 
 // reconcileEvery is how often the placement actor re-checks which of its activations it
-// still owns. A member whose topology lags behind (it has not seen a member join yet) can
-// ask an old owner to activate a grain, and the library's placement actor activates it
-// without checking ownership; the activation would then outlive the change, beside the
-// one the real owner creates for everybody else (two Router grains for one model). The
-// check poisons such an activation; callers' PID caches drop it and their next lookup
-// finds the owner.
+// still owns, stopping those it does not: the library's placement actor activates a grain
+// for whoever asks, so a caller with a lagging topology can leave a second activation
+// beside the owner's (two Router grains for one model; docs/actor-library.md §7).
+// Callers' PID caches drop a stopped activation, and their next lookup finds the owner.
 const reconcileEvery = 2 * time.Second
 
 func newIdentityLookup(timeout time.Duration) *identityLookup {

@@ -18,10 +18,8 @@ import (
 // messages come first, and suspension, the dispatcher's throughput and message batches
 // behave as in protoactor's default mailbox. Unbounded.
 //
-// protoactor's own priority mailbox (actor.UnboundedPriority) cannot do this: it reads
-// the priority from the posted message, which for a grain call is an envelope around a
-// cluster.GrainRequest. It panics when service has no method of one of the names (a
-// programming error).
+// protoactor's own priority mailbox cannot do this (docs/actor-library.md §10). It panics
+// when service has no method of one of the names (a programming error).
 func UrgentGrainMailbox(service protoreflect.ServiceDescriptor, methods ...protoreflect.Name) actor.MailboxProducer {
 	urgent := map[int32]bool{}
 	for _, name := range methods {

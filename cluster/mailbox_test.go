@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-var routerService = messages.File_turbine_proto.Services().ByName("Router")
+var routerService = messages.File_services_proto.Services().ByName("Router")
 
 // methodIndex is the generated client's MethodIndex of the Router method name.
 func methodIndex(t *testing.T, name protoreflect.Name) int32 {

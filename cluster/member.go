@@ -1,17 +1,20 @@
 // Package cluster starts a Turbine cluster member: the protoactor actor system, remoting,
 // the discovery provider (in-process, or Consul) and the identity lookup, with the
-// hardening the library lacks (docs/reference.md §13):
+// hardening the library lacks (docs/actor-library.md, by section):
 //
-//   - StartMember's panics become errors; the library's slog output goes through zerolog;
-//   - Turbine's own Consul provider (consul.go): backoff, re-registration after an agent
-//     restart, a watch that stops, and a member list that a Consul outage cannot empty;
-//   - gRPC: message-size limits raised, messages of unlinked protobuf types dropped and
-//     logged instead of crashing the process, handler panics recovered (grpc.go);
+//   - StartMember's panics become errors (§1); the library's slog output goes through
+//     zerolog (§14, log.go);
+//   - Turbine's own Consul provider (§3, consul.go): backoff, re-registration after an
+//     agent restart, a watch that stops, and a member list that a Consul outage cannot
+//     empty (membership.go);
+//   - gRPC (grpc.go): message-size limits raised (§5), messages of unlinked protobuf
+//     types dropped and handler panics recovered instead of crashing the process (§4),
+//     blocking dials bounded in time (§6);
+//   - an identity lookup with a bounded activation request that keeps one activation per
+//     grain (§7, lookup.go), and a mailbox that puts named grain methods first (§10,
+//     mailbox.go);
 //   - a zombie watchdog that closes Member.Lost when the cluster has dropped the member
-//     for good; the owner then starts a new member, which gets a new id (watchdog.go).
-//     Only the live cluster counts: a member the cluster has dropped, resumed after a
-//     freeze, blocks its peers in turn; its "blocked" answers do not make them restart,
-//     and it finds out by itself that it is the one to restart.
+//     for good (§2, watchdog.go); the owner then starts a new member, which gets a new id.
 package cluster
 
 import (
@@ -246,15 +249,9 @@ func (m *Member) ID() string { return m.System.ID }
 func (m *Member) Address() string { return m.System.Address() }
 
 // Lost is closed when the watchdog finds that the cluster has dropped this member for
-// good: its id is in its own block list; with Consul, the process did not run (SIGSTOP, a
-// frozen VM) for its TTL plus a second, so its check lapsed; a live peer answered a
-// connection with "blocked"; it has been missing from its own member list for three
-// checks while discovery is healthy; a live peer's gossiped topology has left it out for
-// 10 s; or no live peer has gossiped to it for 10 s. Live peers are the members of its
-// latest topology that discovery reports alive: a member the cluster has dropped (which,
-// once resumed, blocks every peer it has not heard from) cannot make a healthy member
-// restart. A lost member cannot rejoin (protoactor never lets a blocked id back): stop it
-// and start a new one, which gets a new id. LostReason says why.
+// good (the signs: zombieCheck). A lost member cannot rejoin, since the library never
+// lets a blocked id back (docs/actor-library.md §2): stop it and start a new one, which
+// gets a new id. LostReason says why.
 func (m *Member) Lost() <-chan struct{} { return m.watchdog.lost }
 
 // LostReason says why Lost was closed; "" while it is not.
@@ -269,7 +266,7 @@ func (m *Member) LostReason() string {
 
 // Stop leaves the cluster gracefully: with Consul, the member deregisters first, so that
 // the others see it leave at once; then the actor system shuts down (which takes about
-// two seconds). Safe to call more than once.
+// two seconds, docs/actor-library.md §1). Safe to call more than once.
 func (m *Member) Stop() {
 	m.once.Do(func() {
 		m.watchdog.halt()

@@ -9,7 +9,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// A taken port makes protoactor's StartMember panic; Start returns an error instead.
+// A taken port makes protoactor's StartMember panic; Start returns an error instead
+// (docs/actor-library.md §1).
 func TestStartReturnsErrorOnTakenPort(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

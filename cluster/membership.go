@@ -14,8 +14,8 @@ import (
 // answers and the clock go in, a member list comes out.
 //
 // Why it exists: protoactor's MemberList blocks, forever, every member id that leaves the
-// published topology, even for one update. So an absence must be believed only when it is
-// real:
+// published topology, even for one update (docs/actor-library.md §2). So an absence must
+// be believed only when it is real:
 //
 //   - in steady state, a member whose check is not passing or that is missing from
 //     Consul's answer has left: it is dropped at once (a dead node leaves within its TTL);

@@ -127,8 +127,9 @@ func startLocalEcho(t *testing.T) (*Member, *syncBuffer) {
 	return m, logs
 }
 
-// A message of a protobuf type the receiver does not link used to crash the receiving
-// process; now it is dropped and logged, and the receiver keeps answering.
+// A message of a protobuf type the receiver does not link is dropped and logged instead
+// of crashing the receiving process (docs/actor-library.md §4), and the receiver keeps
+// answering.
 func TestUnknownProtobufTypeIsDroppedNotFatal(t *testing.T) {
 	skipIfPeerLeavesUnderRace(t) // the same library race at member shutdown as below
 	if inFreshProcess(t) {
@@ -157,7 +158,7 @@ func TestUnknownProtobufTypeIsDroppedNotFatal(t *testing.T) {
 // A message above gRPC's 4 MiB default crosses between two members both ways.
 func TestLargeMessageCrossesMembers(t *testing.T) {
 	// Stopping a member while a peer is in its topology races inside protoactor (block
-	// list against the gossiper; docs/reference.md §13), seen intermittently under -race.
+	// list against the gossiper; docs/actor-library.md §13), seen intermittently under -race.
 	skipIfPeerLeavesUnderRace(t)
 	if inFreshProcess(t) {
 		return

@@ -53,7 +53,8 @@ type peerSigns struct {
 }
 
 // zombieCheck decides from successive checks whether the member has been dropped from the
-// cluster for good (protoactor never lets a blocked member id back). The signs:
+// cluster for good (protoactor never lets a blocked member id back: docs/actor-library.md
+// §2). The signs:
 //
 //   - its own id is in its own block list;
 //   - the process did not run for pauseLimit (more than its health check's TTL): its check

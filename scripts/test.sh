@@ -25,7 +25,7 @@ go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} $(go list ./... |
 # shellcheck disable=SC2086
 go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} ./cluster/ | quiet
 # Tests where a peer leaves an in-process member skip under -race (protoactor's own data
-# races, docs/reference.md §13); they run here without it.
+# races, docs/actor-library.md §13); they run here without it.
 echo "cluster tests that protoactor's own races keep from -race, without it:"
 go test -count=1 -run 'TestConsulMembersSeeEachOtherAndStopLeaves|TestConsulKilledMemberLeavesWithinTTL|TestLargeMessageCrossesMembers|TestUnknownProtobufTypeIsDroppedNotFatal|TestWatchdogNoticesSelfBlock' \
   ./cluster/ | sed "s/^/  /"
