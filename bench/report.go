@@ -53,6 +53,14 @@ type Summary struct {
 	// route, and those of its migrations and prefill retries) by the router's decision
 	// ("remote", "local_short_prefill", ...); simulations only, nil otherwise.
 	DisaggDecisions map[string]int `json:"disagg_decisions,omitempty"`
+	// Kills are the workers a simulation was told to kill (--kill-worker), in the order
+	// given, each saying whether it was; nil otherwise.
+	Kills []Kill `json:"kills,omitempty"`
+	// Migrations counts requests moved to another worker after a fault, and
+	// PrefillRetries failed prefill legs routed again, by fault ("worker_terminated",
+	// "kv_transfer", ...); simulations only, nil when there were none.
+	Migrations     map[string]int `json:"migrations,omitempty"`
+	PrefillRetries map[string]int `json:"prefill_retries,omitempty"`
 
 	// TTFTCDF and ITLCDF are the 0th, 1st, …, 100th percentiles (ms), for plots.
 	TTFTCDF []float64 `json:"ttft_cdf_ms"`
@@ -61,6 +69,15 @@ type Summary struct {
 	// included) in consecutive buckets of ThroughputBucketS from the start of the run.
 	ThroughputBucketS float64   `json:"throughput_bucket_s"`
 	Throughput        []float64 `json:"throughput_tokens_per_s"`
+}
+
+// Kill is one worker a simulation was told to kill.
+type Kill struct {
+	Worker string  `json:"worker"`
+	AtS    float64 `json:"at_s"` // seconds after the first arrival
+	// Killed: it was. A kill due after every request had ended is not: the run ended
+	// first.
+	Killed bool `json:"killed"`
 }
 
 // throughputBuckets is how many buckets the throughput series has.
@@ -221,6 +238,21 @@ func (s *Summary) check() error {
 	}
 	if err := CheckLabel(s.Label); err != nil {
 		return fmt.Errorf("label %q: %v", s.Label, err)
+	}
+	for _, m := range []struct {
+		field  string
+		counts map[string]int
+	}{{"migrations", s.Migrations}, {"prefill_retries", s.PrefillRetries}} {
+		for k, n := range m.counts {
+			if err := CheckLabel(k); err != nil || n < 0 {
+				return fmt.Errorf("%s[%q] = %d: want a label and a count >= 0", m.field, k, n)
+			}
+		}
+	}
+	for i, k := range s.Kills {
+		if err := CheckLabel(k.Worker); err != nil || k.AtS < 0 {
+			return fmt.Errorf("kills[%d]: worker %q at %v s: want a label and a time >= 0", i, k.Worker, k.AtS)
+		}
 	}
 	for _, d := range []struct {
 		field string

@@ -8,10 +8,21 @@
 // logging (Note effects) and no I/O; it is tested by the scripts under testdata, which
 // read as stories.
 //
+// What is not a single request's life stays in the gateway: admission (the bound on
+// requests in flight, --max-concurrent-requests) and the busy queue (gateway/admission.go,
+// a FIFO per model across requests). A request the router answers ROUTE_ALL_BUSY ends its
+// flow with Fail; the gateway may then hold it in the model's queue and start a new flow
+// when a worker frees. Likewise the answer a client finally gets when its flow ends with
+// ClientGone (it disconnected: nothing; its deadline passed: 504; the drain period
+// ended: 503 service_draining) is the gateway's.
+//
 // # Events and effects
 //
 //	Start                      -> Route
 //	Routed (a worker)          -> Note(decided), Send(s), Ack, SetTimer(stall)
+//	Routed (remote, two-phase) -> Send(prefill leg) only; the decode leg's Send follows the
+//	                              prefill leg's last chunk (its transfer parameters)
+//	Routed (remote, bootstrap) -> Send(prefill leg), Send(decode leg) with the room
 //	Routed (no worker)         -> Fail (the consumer's error: the outcome, messages.RouteOutcome)
 //	Routed (the call failed)   -> Free, Fail(ROUTE_CALL_FAILED)
 //	Chunk (tokens)             -> PrefillDone (first token), Credit (every Credits/2), Emit, SetTimer(stall)
@@ -19,7 +30,15 @@
 //	Chunk (fault)              -> Cancel, Forget, Free, then Route (migration) or Emit (the error)
 //	WorkerTerminated           -> SetTimer(terminated grace); when it fires, a fault of the leg
 //	TimerFired (stall)         -> a fault of the leg waited for
-//	ClientGone                 -> Cancel, Forget, Free of every leg still running
+//	TimerFired (release wait)  -> Forget of the prefill leg, ReleaseKV (without transfer parameters)
+//	ClientGone                 -> Cancel, Forget, Free of every leg still running; a prefill
+//	                              leg not finished: SetTimer(release wait) for its last chunk
+//
+// The scripts' commands (start, routed, chunk, terminated, fire, client-gone, advance,
+// config, new) and the text of each effect are described at the top of script_test.go;
+// `go test ./flow -rewrite` rewrites the expected outputs. Usage on the finishing chunk
+// counts the original prompt and every token emitted; its cached tokens are capped at
+// the original prompt (a continuation's prompt includes earlier output).
 //
 // Each effect says on its type what it must come after (a Cancel before the Free of
 // its id, an Emit after the Emits before it, ...); the order Step returns them in
@@ -59,7 +78,7 @@
 // engine failed, it stalled), or a decode leg whose engine could not load the KV from
 // the prefill engine before its first token (FAULT_KV_TRANSFER), is routed again
 // without that prefill worker — the decode worker is not blamed — and after
-// MaxPrefillFailures-1 failures (or when no prefill worker is left under enforced
+// MaxPrefillFailures failures (or when no prefill worker is left under enforced
 // disaggregation) prefilled on the decode worker; a further failure ends the request.
 // A prefill leg that fails otherwise (the engine refused the prompt) ends the request
 // with its error. A decode leg that ends before its first token has the prefill worker

@@ -717,7 +717,7 @@ func (f *Flow) prefillFinished(a *leg, ch *messages.TokenChunk) {
 // decode leg produced anything, or a decode leg that could not load the KV its prefill
 // leg computed (FAULT_KV_TRANSFER): both legs end (the prefill worker told to release
 // what it may have pinned), and the request is routed again without that prefill worker
-// — after MaxPrefillFailures-1 failures, or when no prefill worker is left and
+// — after MaxPrefillFailures failures, or when no prefill worker is left and
 // disaggregation is enforced, with local prefill on a decode worker. The decode worker
 // is not excluded. Prefill retries do not count against the migration limit: no token
 // was produced, and their number is bounded by MaxPrefillFailures.

@@ -28,7 +28,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // with comment lines (#) kept by -rewrite. Commands:
 //
-//	config [credits=64] [limit=3] [stall=2m] [release-wait=2s] [grace=100ms]   (for the next new)
+//	config [credits=4] [limit=3] [stall=2m] [release-wait=2s] [grace=100ms]   (for the next new;
+//	       the scripts' defaults are flow.DefaultConfig's but for 4 credits)
 //	new [id=req] [prompt=1,2,3,4,5] [max=8] [min=6] [structured] [weight=W] [temp=T]
 //	start
 //	routed worker=w0 [prefill=p0] [prefill-id=ID] [bootstrap=host:port] [decision=D] [no-address] [no-prefill-address] [room=N]

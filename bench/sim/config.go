@@ -136,7 +136,8 @@ type Config struct {
 	// --timeout: past it the request fails with bench.ErrTimeout and its flow cancels
 	// what still runs (0: forever; at most MaxSimulatedTime).
 	RequestTimeout time.Duration
-	// Faults strike the fleet during the run (see Fault), in any order.
+	// Faults strike the fleet during the run (see Fault), in any order; one due once
+	// every request has ended does not (Stats.Faults says which struck).
 	Faults []Fault
 	// Progress, when set, is called as each request ends (finished or failed) with the
 	// number ended so far and the total, from the goroutine that called Run.

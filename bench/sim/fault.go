@@ -94,6 +94,7 @@ func (s *simulator) fault(k int) {
 	if w.dead {
 		return
 	}
+	s.stats.Faults[k].Struck = true
 	w.dead = true
 	w.pending, w.pendingHead = nil, 0 // its KV events in flight are lost with it
 	s.router.RemoveWorker(w.name)

@@ -439,3 +439,38 @@ func TestWorkerNames(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultAfterTheRun: a kill due after every request ended does not happen: it
+// neither lengthens the run nor counts as a kill (Stats.SimulatedTime ends with the
+// last request).
+func TestFaultAfterTheRun(t *testing.T) {
+	eng := smallEngine()
+	cfg := Config{Workers: 2, Engine: eng, Router: roundRobin(eng.BlockSize), BlockTokens: 512,
+		Faults: []Fault{{At: time.Hour, Worker: "worker-1"}}}
+	out, st, err := Run(context.Background(), cfg, killWorkload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SimulatedTime != out.Duration || st.SimulatedTime >= time.Hour {
+		t.Errorf("simulated %v, run %v: want the run's end, not the kill's hour", st.SimulatedTime, out.Duration)
+	}
+	if want := []FaultReport{{Fault: cfg.Faults[0]}}; !reflect.DeepEqual(st.Faults, want) {
+		t.Errorf("faults %+v, want %+v", st.Faults, want)
+	}
+	// A kill during the run strikes; a second kill of its worker, and one after the
+	// run, do not.
+	cfg.Faults = []Fault{{At: time.Hour, Worker: "worker-1"}, {At: 200 * time.Millisecond, Worker: "worker-0"},
+		{At: 300 * time.Millisecond, Worker: "worker-0"}}
+	out, st, err = Run(context.Background(), cfg, killWorkload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []FaultReport{{Fault: cfg.Faults[0]}, {Fault: cfg.Faults[1], Struck: true}, {Fault: cfg.Faults[2]}}
+	if !reflect.DeepEqual(st.Faults, want) || st.SimulatedTime >= time.Hour || bench.Summarize(out).Succeeded != 4 {
+		t.Errorf("faults %+v, simulated %v, summary %+v: want %+v, the run's end and every request answered", st.Faults, st.SimulatedTime,
+			bench.Summarize(out), want)
+	}
+	if st.Migrations[messages.Fault_FAULT_WORKER_TERMINATED] != 2 {
+		t.Errorf("migrations %v: want worker-0's two streams moved", st.Migrations)
+	}
+}

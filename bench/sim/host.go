@@ -113,9 +113,16 @@ func (h Host) Apply(c *Config) {
 //     and no per-token cost). A negative slope or intercept is refitted without it, so
 //     that both figures are at least 0.
 //
+// An engine keeps to its timing model or is late, never early: samples whose first or
+// last tokens came well before the model lets them (the median over the samples of
+// TTFT, or E2E, divided by its steps' modelled time without rounding or overhead is
+// below MinModelShare) were measured on engines faster than eng (another SpeedupRatio,
+// more tokens per prefill step, fewer KV blocks in use), which no host figure mends:
+// FitHost refuses them with a *FasterError instead of fitting figures of 0.
+//
 // Errors: no sample, a sample with fewer than 2 output tokens, no prompt, a prompt that
 // does not fit eng.MaxModelLen, or latencies that are not positive and ordered; an
-// invalid eng or res. Figures below 1 ns per token round to 0.
+// invalid eng or res; a *FasterError. Figures below 1 ns per token round to 0.
 func FitHost(eng mocker.Config, res time.Duration, samples []HostSample) (Host, error) {
 	if err := eng.Validate(); err != nil {
 		return Host{}, fmt.Errorf("sim: FitHost: %w", err)
@@ -129,14 +136,17 @@ func FitHost(eng mocker.Config, res time.Duration, samples []HostSample) (Host, 
 	if len(samples) == 0 {
 		return Host{}, errors.New("sim: FitHost: no sample")
 	}
-	wait := func(prefill int, decode bool, blocks int) time.Duration {
+	step := func(prefill int, decode bool, blocks int) time.Duration {
 		u := float64(blocks) / float64(eng.NumGPUBlocks)
-		return TimerWait(mocker.StepDuration(prefill, decode, u, eng.SpeedupRatio), res)
+		return mocker.StepDuration(prefill, decode, u, eng.SpeedupRatio)
 	}
 	blocksOf := func(tokens int) int { return (tokens + eng.BlockSize - 1) / eng.BlockSize }
 	perStep := make([]float64, len(samples))
 	prefill := make([]time.Duration, len(samples)) // modelled prefill steps of each sample
 	chunks := make([]int, len(samples))
+	// Each sample's TTFT and E2E over the least time the model gives them (exact steps).
+	ttftShare, e2eShare := make([]float64, len(samples)), make([]float64, len(samples))
+	var ttfts, e2es, leastTTFT, leastE2E []float64
 	for i, s := range samples {
 		switch {
 		case s.PromptTokens < 1 || s.OutputTokens < 2:
@@ -146,16 +156,34 @@ func FitHost(eng mocker.Config, res time.Duration, samples []HostSample) (Host, 
 		case s.TTFT <= 0 || s.E2E < s.TTFT:
 			return Host{}, fmt.Errorf("sim: FitHost: sample %d: TTFT %v, E2E %v: want 0 < TTFT <= E2E", i, s.TTFT, s.E2E)
 		}
+		var exactPrefill, exactDecode time.Duration
 		for done := 0; done < s.PromptTokens; done += eng.MaxNumBatchedTokens {
 			n := min(eng.MaxNumBatchedTokens, s.PromptTokens-done)
-			prefill[i] += wait(n, false, blocksOf(done+n))
+			d := step(n, false, blocksOf(done+n))
+			exactPrefill += d
+			prefill[i] += TimerWait(d, res)
 			chunks[i]++
 		}
 		var decode time.Duration
 		for j := 1; j < s.OutputTokens; j++ {
-			decode += wait(0, true, blocksOf(s.PromptTokens+j))
+			d := step(0, true, blocksOf(s.PromptTokens+j))
+			exactDecode += d
+			decode += TimerWait(d, res)
 		}
 		perStep[i] = float64(s.E2E-s.TTFT-decode) / float64(s.OutputTokens-1)
+		ttftShare[i] = float64(s.TTFT) / float64(max(exactPrefill, 1))
+		e2eShare[i] = float64(s.E2E) / float64(max(exactPrefill+exactDecode, 1))
+		ttfts, leastTTFT = append(ttfts, float64(s.TTFT)), append(leastTTFT, float64(exactPrefill))
+		e2es, leastE2E = append(e2es, float64(s.E2E)), append(leastE2E, float64(exactPrefill+exactDecode))
+	}
+	if st, se := median(ttftShare), median(e2eShare); min(st, se) < MinModelShare {
+		e := &FasterError{Phase: "first tokens", Share: st, Measured: time.Duration(median(ttfts)), Modelled: time.Duration(median(leastTTFT)),
+			SpeedupRatio: eng.SpeedupRatio}
+		if se < st {
+			e = &FasterError{Phase: "last tokens", Share: se, Measured: time.Duration(median(e2es)), Modelled: time.Duration(median(leastE2E)),
+				SpeedupRatio: eng.SpeedupRatio}
+		}
+		return Host{}, e
 	}
 	h := Host{TimerResolution: res, StepOverhead: time.Duration(math.Max(0, median(perStep)))}
 
@@ -171,6 +199,32 @@ func FitHost(eng mocker.Config, res time.Duration, samples []HostSample) (Host, 
 	a, b := fitLine(xs, ys)
 	h.RequestOverhead, h.RequestTokenOverhead = time.Duration(a), time.Duration(b)
 	return h, nil
+}
+
+// MinModelShare is the least share of the timing model's time (exact steps, no host
+// cost) that FitHost accepts for the median sample's TTFT and E2E. An engine is never
+// early, so the share of a sample measured on the engines given is at least 1; the 10 %
+// below allow for the clocks of client and engine.
+const MinModelShare = 0.9
+
+// FasterError is FitHost's error for samples that came before the timing model of its
+// engine configuration lets them: the engines measured run faster than it (another
+// speedup ratio, more tokens per prefill step, fewer KV blocks in use).
+type FasterError struct {
+	// Phase is "first tokens" (TTFT against the prefill steps) or "last tokens" (E2E
+	// against every step), whichever came earlier against the model.
+	Phase string
+	// Share is the median over the samples of the measured time over the modelled one
+	// (below MinModelShare); Measured and Modelled are the medians of each.
+	Share              float64
+	Measured, Modelled time.Duration
+	// SpeedupRatio is the configuration's.
+	SpeedupRatio float64
+}
+
+func (e *FasterError) Error() string {
+	return fmt.Sprintf("sim: FitHost: the %s came before the timing model lets them: median %v measured, at least %v modelled (%.0f %%) at SpeedupRatio %g: the engines measured are faster than the configuration given",
+		e.Phase, e.Measured.Round(time.Microsecond), e.Modelled.Round(time.Microsecond), 100*e.Share, e.SpeedupRatio)
 }
 
 // fitLine is the least-squares line y = a + b·x through the points with a, b >= 0: when

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -229,6 +230,67 @@ func TestHostConfigErrors(t *testing.T) {
 			_, _, err := Run(context.Background(), cfg, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v: want one with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestFitHostRefusesFasterSamples: samples that came faster than the timing model of
+// the engine configuration given lets them (an engine faster than its SpeedupRatio, or
+// one prefilling more tokens per step) are refused, whatever host figures would fit
+// them; samples from the configuration given are fitted.
+func TestFitHostRefusesFasterSamples(t *testing.T) {
+	measure := func(t *testing.T, served mocker.Config, h Host) []HostSample {
+		t.Helper()
+		var samples []HostSample
+		for k, l := range []int{16, 700, 2000} {
+			for rep := range 3 {
+				cfg := Config{Workers: 1, Engine: served, Seed: 1}
+				h.Apply(&cfg)
+				ids := make([]int64, (l+511)/512)
+				for j := range ids {
+					ids[j] = int64(1000*k + 100*rep + j)
+				}
+				out, _, err := Run(context.Background(), cfg, []bench.Request{{InputLength: l, OutputLength: 8, HashIDs: ids}})
+				if err != nil || out.Results[0].Error != "" {
+					t.Fatalf("length %d: %v %+v", l, err, out.Results[0])
+				}
+				r := out.Results[0]
+				samples = append(samples, HostSample{PromptTokens: l, OutputTokens: r.OutputTokens, TTFT: r.TTFT, E2E: r.E2E})
+			}
+		}
+		return samples
+	}
+	host := Host{TimerResolution: time.Millisecond, StepOverhead: 200 * time.Microsecond, RequestOverhead: time.Millisecond}
+	for _, tc := range []struct {
+		name   string
+		served func(*mocker.Config)
+		host   Host
+		want   string // "": fitted
+	}{
+		{"as given", nil, Host{}, ""},
+		{"as given, with a host", nil, host, ""},
+		{"ten times faster", func(c *mocker.Config) { c.SpeedupRatio *= 10 }, Host{}, "before the timing model"},
+		{"ten times faster, with a host", func(c *mocker.Config) { c.SpeedupRatio *= 10 }, host, "before the timing model"},
+		{"twice as fast", func(c *mocker.Config) { c.SpeedupRatio *= 2 }, Host{}, "before the timing model"},
+		{"longer prefill steps", func(c *mocker.Config) { c.MaxNumBatchedTokens = 4096 }, Host{}, "first token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			given := hostEngine()
+			served := given
+			if tc.served != nil {
+				tc.served(&served)
+			}
+			_, err := FitHost(given, tc.host.TimerResolution, measure(t, served, tc.host))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("FitHost: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v: want one with %q", err, tc.want)
+			}
+			var fe *FasterError
+			if tc.want != "" && (!errors.As(err, &fe) || fe.Share >= MinModelShare || fe.Measured >= fe.Modelled) {
+				t.Errorf("error %#v: want a *FasterError with a share below %v", err, MinModelShare)
 			}
 		})
 	}

@@ -66,8 +66,19 @@ type Stats struct {
 	// again, by fault (the frontend's turbine_frontend_prefill_retries_total; a retry
 	// whose route found no worker counts too).
 	PrefillRetries map[messages.Fault]int
+	// Faults reports each of Config.Faults, in its order (nil without faults).
+	Faults []FaultReport
 	// WallTime is the real time Run took.
 	WallTime time.Duration
+}
+
+// FaultReport is what became of one of Config.Faults.
+type FaultReport struct {
+	Fault
+	// Struck: it happened at its time. A fault due once every request has ended does
+	// not (the run ended first: it neither counts nor lengthens SimulatedTime), nor
+	// does a kill of a worker already killed.
+	Struck bool
 }
 
 // Run simulates reqs (any order; each starts at its Arrival) on the fleet cfg describes
@@ -211,6 +222,7 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 			return nil, fmt.Errorf("sim: Faults[%d]: worker %q: no such worker (the fleet's are %s)", i, f.Worker,
 				DescribeWorkers(cfg.Workers, cfg.PrefillWorkers))
 		}
+		s.stats.Faults = append(s.stats.Faults, FaultReport{Fault: f})
 	}
 	for i := range reqs {
 		if at := reqs[i].Arrival; at < 0 || at > bench.MaxArrival {
@@ -300,8 +312,10 @@ func (s *simulator) run(ctx context.Context) error {
 
 		switch ev.kind() {
 		case evFault:
-			s.last = s.now
-			s.fault(int(ev.r))
+			if s.done < len(s.reqs) { // else the run ended first
+				s.last = s.now
+				s.fault(int(ev.r))
+			}
 		case evDeliver:
 			s.last = s.now
 			s.deliver(s.workers[ev.w])

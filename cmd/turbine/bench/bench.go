@@ -295,7 +295,7 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 	if !o.Simulate {
 		var err error
 		fs.Visit(func(f *flag.Flag) {
-			if err == nil && (slices.Contains(fleetFlagNames, f.Name) || slices.Contains(hostFlagNames, f.Name) || f.Name == "kill-worker") {
+			if err == nil && (slices.Contains(fleetFlagNames, f.Name) || slices.Contains(hostFlagNames, f.Name) || slices.Contains(faultFlagNames, f.Name)) {
 				err = fmt.Errorf("--%s: only with --simulate (a real run measures --url as it is)", f.Name)
 			}
 		})

@@ -83,11 +83,18 @@ type HostFile struct {
 	RequestOverheadMS      float64 `json:"request_overhead_ms"`
 	RequestTokenOverheadUS float64 `json:"request_token_overhead_us"`
 
-	URL          string           `json:"url,omitempty"`
-	Model        string           `json:"model,omitempty"`
-	SpeedupRatio float64          `json:"speedup_ratio,omitempty"`
-	MeasuredAt   string           `json:"measured_at,omitempty"` // RFC 3339
-	Samples      []HostFileSample `json:"samples,omitempty"`
+	URL   string `json:"url,omitempty"`
+	Model string `json:"model,omitempty"`
+	// The engine settings the fit assumed (the timing model's), as --calibrate was
+	// given them. --simulate --host-model refuses a file of another speedup ratio than
+	// its own (the step overhead is the engines' at that speed); 0 (absent): not said.
+	SpeedupRatio        float64          `json:"speedup_ratio,omitempty"`
+	BlockSize           int              `json:"block_size,omitempty"`
+	NumGPUBlocks        int              `json:"num_gpu_blocks,omitempty"`
+	MaxNumBatchedTokens int              `json:"max_num_batched_tokens,omitempty"`
+	MaxModelLen         int              `json:"max_model_len,omitempty"`
+	MeasuredAt          string           `json:"measured_at,omitempty"` // RFC 3339
+	Samples             []HostFileSample `json:"samples,omitempty"`
 }
 
 // HostFileSample is one calibration request: latencies in ms.
@@ -161,6 +168,11 @@ func (f *Fleet) loadHost(given map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("--host-model %s: %v", f.HostFile, err)
 	}
+	if hf.SpeedupRatio != 0 && hf.SpeedupRatio != f.SpeedupRatio {
+		return fmt.Errorf("--host-model %s: measured at --speedup-ratio %g, and this simulation runs at --speedup-ratio %g: "+
+			"what the host adds to a step depends on the engines' speed; simulate at %g, or calibrate again at %g",
+			f.HostFile, hf.SpeedupRatio, f.SpeedupRatio, hf.SpeedupRatio, f.SpeedupRatio)
+	}
 	f.Host = h
 	return nil
 }
@@ -201,8 +213,10 @@ func TimerResolution() time.Duration {
 // fits the figures to their latencies (sim.FitHost). Each answer is reported to
 // progress when it is not nil.
 //
-// Errors: a request that failed (its kind and detail), one whose prompt a cache served
-// in part, or FitHost's; ctx's.
+// Errors: a request that failed (its kind and detail; an HTTP 400 names --max-model-len),
+// one whose prompt a cache served in part, answers faster than engines of eng can give
+// them (sim.FasterError: the message names the engine flags, --speedup-ratio first), or
+// FitHost's other errors; ctx's.
 func Calibrate(ctx context.Context, client *bench.Client, eng mocker.Config, res time.Duration, blockTokens int, progress func(sim.HostSample)) (sim.Host, []sim.HostSample, error) {
 	if blockTokens < 1 {
 		return sim.Host{}, nil, fmt.Errorf("calibrate: %d tokens per hash id: want at least 1", blockTokens)
@@ -233,6 +247,10 @@ func Calibrate(ctx context.Context, client *bench.Client, eng mocker.Config, res
 		switch {
 		case ctx.Err() != nil:
 			return sim.HostSample{}, ctx.Err()
+		case got.Error == "http_400":
+			// Most likely a serve of a shorter context than the flag says.
+			return sim.HostSample{}, fmt.Errorf("calibrate: a request of %d prompt tokens failed: %s: %s (with %d output tokens it fits --max-model-len %d: if the serve has a shorter context, give --calibrate the serve's --max-model-len)",
+				l, got.Error, got.Detail, calibrateOutput, eng.MaxModelLen)
 		case got.Error != "":
 			return sim.HostSample{}, fmt.Errorf("calibrate: a request of %d prompt tokens failed: %s: %s", l, got.Error, got.Detail)
 		case got.CachedTokens > 0:
@@ -257,6 +275,13 @@ func Calibrate(ctx context.Context, client *bench.Client, eng mocker.Config, res
 		}
 	}
 	h, err := sim.FitHost(eng, res, samples)
+	var fe *sim.FasterError
+	if errors.As(err, &fe) {
+		return sim.Host{}, nil, fmt.Errorf("calibrate: the answers came faster than mock engines of --speedup-ratio %g, --max-num-batched-tokens %d, "+
+			"--num-gpu-blocks %d and --block-size %d can give them (%s at a median of %.1f ms, where the timing model takes at least %.1f ms): "+
+			"the serve runs faster engines, most likely at another --speedup-ratio; give --calibrate the engine flags the serve was started with",
+			eng.SpeedupRatio, eng.MaxNumBatchedTokens, eng.NumGPUBlocks, eng.BlockSize, fe.Phase, ms(fe.Measured), ms(fe.Modelled))
+	}
 	if err != nil {
 		return sim.Host{}, nil, fmt.Errorf("calibrate: %w", err)
 	}
@@ -324,7 +349,9 @@ func (o *Options) calibrate(ctx context.Context, stdout, stderr io.Writer) error
 	hf := HostFile{
 		TimerResolutionMS: ms(h.TimerResolution), StepOverheadMS: ms(h.StepOverhead), RequestOverheadMS: ms(h.RequestOverhead),
 		RequestTokenOverheadUS: float64(h.RequestTokenOverhead) / float64(time.Microsecond),
-		URL:                    o.URL, Model: o.Model, SpeedupRatio: eng.SpeedupRatio, MeasuredAt: time.Now().UTC().Format(time.RFC3339),
+		URL:                    o.URL, Model: o.Model, MeasuredAt: time.Now().UTC().Format(time.RFC3339),
+		SpeedupRatio: eng.SpeedupRatio, BlockSize: eng.BlockSize, NumGPUBlocks: eng.NumGPUBlocks,
+		MaxNumBatchedTokens: eng.MaxNumBatchedTokens, MaxModelLen: eng.MaxModelLen,
 	}
 	for _, s := range samples {
 		hf.Samples = append(hf.Samples, HostFileSample{PromptTokens: s.PromptTokens, OutputTokens: s.OutputTokens, TTFTMS: ms(s.TTFT), E2EMS: ms(s.E2E)})

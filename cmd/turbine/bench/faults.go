@@ -7,9 +7,14 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/bench/sim"
 	"github.com/turbine-llm/turbine/messages"
 )
+
+// faultFlagNames are the flags of a simulation's faults and its flows' answer to them
+// (a real run refuses them).
+var faultFlagNames = []string{"kill-worker", "migration-limit"}
 
 // faultFlags registers the faults of `turbine bench --simulate` (a real run refuses
 // them).
@@ -28,13 +33,20 @@ func (f *Fleet) faultFlags(fs *flag.FlagSet) {
 		})
 }
 
-// validateFaults checks that every --kill-worker names a worker of the fleet.
+// validateFaults checks that every --kill-worker names a worker of the fleet, and each
+// worker once (a worker dies once).
 func (f *Fleet) validateFaults() error {
 	names := sim.WorkerNames(f.Workers, f.PrefillWorkers)
-	for _, k := range f.Kills {
+	for i, k := range f.Kills {
 		if !slices.Contains(names, k.Worker) {
 			return fmt.Errorf("--kill-worker %s@%v: no worker %q in this fleet (its workers: %s)",
 				k.Worker, k.At, k.Worker, sim.DescribeWorkers(f.Workers, f.PrefillWorkers))
+		}
+		for _, earlier := range f.Kills[:i] {
+			if earlier.Worker == k.Worker {
+				return fmt.Errorf("--kill-worker %s@%v: %s is named twice (also %s@%v): kill each worker once",
+					k.Worker, k.At, k.Worker, earlier.Worker, earlier.At)
+			}
 		}
 	}
 	return nil
@@ -59,13 +71,53 @@ func decisionLabels(m map[messages.DisaggDecision]int) map[string]int {
 	return out
 }
 
-// sortedKills lists the kills by time, for the log line.
-func sortedKills(kills []sim.Fault) string {
-	k := slices.Clone(kills)
-	sort.SliceStable(k, func(i, j int) bool { return k[i].At < k[j].At })
-	parts := make([]string, len(k))
-	for i, x := range k {
-		parts[i] = fmt.Sprintf("%s at %v", x.Worker, x.At)
+// killLines says what became of the kills a simulation was given (sim.Stats.Faults):
+// the kills done, by time, with the migrations and prefill retries, then the kills the
+// run ended before, if any.
+func killLines(faults []sim.FaultReport, migrations, retries map[messages.Fault]int) []string {
+	f := slices.Clone(faults)
+	sort.SliceStable(f, func(i, j int) bool { return f[i].At < f[j].At })
+	var done, notDone []string
+	for _, x := range f {
+		if x.Struck {
+			done = append(done, fmt.Sprintf("%s at %v", x.Worker, x.At))
+		} else {
+			notDone = append(notDone, fmt.Sprintf("%s@%v", x.Worker, x.At))
+		}
 	}
-	return strings.Join(parts, ", ")
+	killed := "no worker"
+	if len(done) > 0 {
+		killed = strings.Join(done, ", ")
+	}
+	lines := []string{fmt.Sprintf("killed %s; migrations: %s; prefill retries: %s", killed, faultCounts(migrations), faultCounts(retries))}
+	if len(notDone) > 0 {
+		lines = append(lines, fmt.Sprintf("not killed: %s: the run ended first", strings.Join(notDone, ", ")))
+	}
+	return lines
+}
+
+// summaryKills are the kills of a simulation for its summary, in the order given.
+func summaryKills(faults []sim.FaultReport) []bench.Kill {
+	if len(faults) == 0 {
+		return nil
+	}
+	out := make([]bench.Kill, len(faults))
+	for i, x := range faults {
+		out[i] = bench.Kill{Worker: x.Worker, AtS: x.At.Seconds(), Killed: x.Struck}
+	}
+	return out
+}
+
+// faultLabels are counts by fault under their labels, for a summary; nil when none.
+func faultLabels(m map[messages.Fault]int) map[string]int {
+	var out map[string]int
+	for k, c := range m {
+		if c > 0 {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[k.Label()] += c
+		}
+	}
+	return out
 }

@@ -48,6 +48,8 @@ type Fleet struct {
 
 	// Kills are the workers a simulation kills, and when (--kill-worker, faults.go).
 	Kills []sim.Fault
+	// Migration is serve's --migration-limit, for a simulation's flows.
+	Migration options.Migration
 
 	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
 	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
@@ -60,7 +62,8 @@ func DefaultFleet(workers int) Fleet {
 		Tokenizer: e.Tokenizer, BlockSize: e.BlockSize, NumGPUBlocks: e.NumGPUBlocks, MaxNumSeqs: e.MaxNumSeqs,
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens, MaxModelLen: e.MaxModelLen, SpeedupRatio: e.SpeedupRatio,
 		OverlapWeight: r.OverlapWeight, RouterTemperature: r.RouterTemperature, ReadyTimeout: 2 * time.Minute,
-		Disagg: options.DefaultDisagg(), KVBytesPerToken: DefaultKVBytesPerToken, KVTransferBandwidth: sim.DefaultTransferBandwidth}
+		Disagg: options.DefaultDisagg(), KVBytesPerToken: DefaultKVBytesPerToken, KVTransferBandwidth: sim.DefaultTransferBandwidth,
+		Migration: options.DefaultMigration()}
 }
 
 // DefaultKVBytesPerToken is the simulated model's KV cache size per token in bytes: the
@@ -101,7 +104,8 @@ func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
 	f.engineFlags(fs)
 	f.hostFlags(fs)
 	f.faultFlags(fs)
-	for _, name := range append(fleetFlagNames, hostFlagNames...) { // a real run refuses them: say so in -h
+	f.Migration.Flags(fs)
+	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames) { // a real run refuses them: say so in -h
 		if fl := fs.Lookup(name); fl != nil && !strings.HasPrefix(fl.Usage, "--simulate") {
 			fl.Usage = "--simulate: " + fl.Usage
 		}
@@ -142,6 +146,9 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 		return err
 	}
 	if err := f.validateFaults(); err != nil {
+		return err
+	}
+	if err := f.Migration.Validate(); err != nil {
 		return err
 	}
 	names := kv.DefaultPolicies().Names()

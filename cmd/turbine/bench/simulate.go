@@ -10,6 +10,7 @@ import (
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/bench/sim"
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/flow"
 	"github.com/turbine-llm/turbine/kv"
 )
 
@@ -27,6 +28,8 @@ func (o *Options) simConfig(mode string) sim.Config {
 		KVBytesPerToken: f.KVBytesPerToken, TransferBandwidth: f.KVTransferBandwidth}
 	f.Host.Apply(&cfg)
 	cfg.Faults, cfg.RequestTimeout = f.Kills, o.Timeout
+	cfg.Flow = flow.DefaultConfig()
+	cfg.Flow.MigrationLimit = f.Migration.MigrationLimit
 	return cfg
 }
 
@@ -58,9 +61,11 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 		fmt.Fprintf(stderr, "bench: disaggregation decisions: %s\n", decisions(s.DisaggDecisions))
 	}
 	if len(o.Fleet.Kills) > 0 {
-		fmt.Fprintf(stderr, "bench: killed %s; migrations: %s; prefill retries: %s\n", sortedKills(o.Fleet.Kills),
-			faultCounts(st.Migrations), faultCounts(st.PrefillRetries))
+		for _, line := range killLines(st.Faults, st.Migrations, st.PrefillRetries) {
+			fmt.Fprintf(stderr, "bench: %s\n", line)
+		}
 	}
+	s.Kills, s.Migrations, s.PrefillRetries = summaryKills(st.Faults), faultLabels(st.Migrations), faultLabels(st.PrefillRetries)
 	s.Workload, s.URL, s.Model, s.Label = workload, o.fleetName(mode), o.Model, label
 	o.setCeiling(&s, reqs)
 	return s, out.Results, nil
