@@ -5,26 +5,17 @@ import (
 	"strings"
 )
 
-// KVTransferFailed is the tag that marks a decode leg's failure to load its prompt's KV
-// blocks from the prefill engine (docs/reference.md §6): the prefill engine died, froze, or no
-// longer holds the blocks, while the decode engine itself is healthy. ErrKVTransfer's
-// text starts with it, so it survives every hop that carries errors as text (the
-// worker's TokenChunk.error "engine: <adapter error>"); IsKVTransferFailure finds it
-// there. The frontend then retries the request's prefill (on another prefill worker,
-// then on the decode worker itself) instead of counting the failure against the decode
-// worker.
-const KVTransferFailed = "kv_transfer_failed"
-
 // ErrKVTransfer is wrapped by an adapter's Generate error when the decode leg's engine
 // answered that it could not load the KV blocks the prefill leg computed (vLLM with
 // kv_load_failure_policy "fail", SGLang's "Decode transfer failed ... KVTransferError",
 // TensorRT-LLM's DISAGG_TRANS_ERROR, the mock engine's KVTransferError in every
 // dialect).
-var ErrKVTransfer = errors.New(KVTransferFailed + ": the decode engine could not load the prompt's KV blocks from the prefill engine")
-
-// IsKVTransferFailure reports whether an error text (an error's Error(), or a
-// TokenChunk's error) carries the KVTransferFailed tag.
-func IsKVTransferFailure(text string) bool { return strings.Contains(text, KVTransferFailed) }
+//
+// Such a failure means the prefill engine died, froze or no longer holds the blocks, while
+// the decode engine itself is healthy (docs/reference.md §6): the worker sends the chunk
+// with FAULT_KV_TRANSFER, and the flow retries the request's prefill instead of counting
+// the failure against the decode worker.
+var ErrKVTransfer = errors.New("kv_transfer_failed: the decode engine could not load the prompt's KV blocks from the prefill engine")
 
 // kvLoadFailureMarkers are what engines put in the answer to a decode leg whose KV
 // could not be loaded, compared case-insensitively:
