@@ -414,13 +414,7 @@ func (s *simulator) failed(i int, e flow.Fail) {
 	if s.state[i].ended {
 		return
 	}
-	kind := ErrRoute
-	switch e.Outcome {
-	case messages.RouteOutcome_ROUTE_ALL_BUSY:
-		kind = ErrAllBusy
-	case messages.RouteOutcome_ROUTE_NO_WORKERS:
-		kind = ErrNoWorkers
-	}
+	kind := e.Outcome.Label()
 	if s.state[i].tokens > 0 {
 		s.results[i].E2E = s.now - s.reqs[i].Arrival
 	}

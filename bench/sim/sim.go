@@ -24,12 +24,12 @@ const (
 	// the engine's MaxModelLen, or an empty prompt; or an engine refused it); a real
 	// gateway answers 400.
 	ErrInvalidRequest = "invalid_request"
-	// ErrNoWorkers and ErrAllBusy: the router refused the request (kv.ErrNoWorkers,
-	// kv.ErrAllBusy), on its arrival or when a fault moved it; a real gateway answers
-	// 503. ErrRoute: any other routing error.
+	// A request the router refused, on its arrival or when a fault moved it, fails with
+	// the route's outcome as its kind (messages.RouteOutcome's label: "no_workers",
+	// "all_busy", "no_prefill_workers", "bad_request"; a real gateway answers each as
+	// gateway.RouteError says). ErrNoWorkers and ErrAllBusy name the two common ones.
 	ErrNoWorkers = "no_workers"
 	ErrAllBusy   = "all_busy"
-	ErrRoute     = "route"
 	// ErrWorkerFailed: the request's worker failed (killed, see Config.Faults, or silent
 	// past the flow's stall timeout) and migration did not mend it (disabled, or its
 	// limit reached); a real gateway answers 502, or an error frame once tokens went out.
