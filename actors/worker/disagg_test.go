@@ -55,11 +55,14 @@ type disaggEngine struct {
 	release    chan struct{}
 	released   chan [2]string
 	releaseErr error
+	// finishing receives (when there is room) once Generate took release and is about to
+	// hand over its last chunk.
+	finishing chan struct{}
 }
 
 func newDisaggEngine() *disaggEngine {
 	return &disaggEngine{sampling: make(chan *messages.SamplingParams, 8), cancelled: make(chan string, 8),
-		release: make(chan struct{}), released: make(chan [2]string, 8)}
+		release: make(chan struct{}), released: make(chan [2]string, 8), finishing: make(chan struct{}, 8)}
 }
 
 func (*disaggEngine) Health(context.Context) error { return nil }
@@ -76,6 +79,10 @@ func (e *disaggEngine) Generate(ctx context.Context, id string, _ []uint32, s *m
 	case <-ctx.Done():
 		e.cancelled <- id
 		return ctx.Err()
+	}
+	select {
+	case e.finishing <- struct{}{}:
+	default:
 	}
 	return fn(engines.Chunk{TokenIDs: []uint32{2}, FinishReason: "length", CompletionTokens: 2,
 		KVTransferParams: `{"do_remote_prefill":true,"remote_block_ids":[1,2]}`})
@@ -377,6 +384,9 @@ func TestCancelledPrefillLegEngineWithoutRelease(t *testing.T) {
 		Sampling: &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}})
 	next(t, chunks)
 	close(eng.release)
+	// The cancel must find the engine handing over its last chunk (it waits for a credit),
+	// not still choosing between release and the cancel.
+	<-eng.finishing
 	sys.Root.Send(pid, &messages.Cancel{RequestId: "r#prefill"})
 	waitLine(t, lines, "cancelled prefill leg: the engine cannot release KV blocks on request")
 }
