@@ -34,11 +34,13 @@ const (
 	MinTransferBandwidth = 1e6
 	MaxTransferBandwidth = 1e13
 	// MinSpeedupRatio and MaxSpeedupRatio bound Engine.SpeedupRatio: from a thousand
-	// times slower than the timing model (a 17 ms prefill step then takes 17 s) to a
-	// million times faster (a 1 ms decode step then takes 1 ns, time.Duration's unit:
-	// faster still and every step rounds to nothing).
+	// times slower than the timing model (a 17 ms prefill step then takes 17 s) to the
+	// mock engine's own bound, mocker.MaxSpeedupRatio (a million times faster: a 1 ms
+	// decode step then takes 1 ns). A mock engine takes any slower ratio above 0; a
+	// simulation does not, as its steps would last minutes of virtual time each and,
+	// far slower, overflow MaxSimulatedTime.
 	MinSpeedupRatio = 1e-3
-	MaxSpeedupRatio = 1e6
+	MaxSpeedupRatio = mocker.MaxSpeedupRatio
 	// MaxEventDelay bounds EventDelay, StepOverhead, TimerResolution and
 	// RequestOverhead.
 	MaxEventDelay = time.Hour
@@ -104,9 +106,10 @@ type Config struct {
 	// (HTTP, JSON, gateway, router and worker), fixed and per prompt token: its first
 	// token and its end reach the client RequestOverhead + prompt tokens ×
 	// RequestTokenOverhead later than its engine produced them (0 to MaxEventDelay and
-	// 0 to MaxTokenOverhead; 0: none). The engines' schedule does not change, nor does
-	// the cost count against RequestTimeout. host.go has the model; FitHost measures the
-	// four figures.
+	// 0 to MaxTokenOverhead; 0: none). The engines' schedule does not change; a
+	// request whose answer, the cost added, would reach its client past RequestTimeout
+	// times out, as the client saw it. host.go has the model; FitHost measures the four
+	// figures.
 	RequestOverhead      time.Duration
 	RequestTokenOverhead time.Duration
 	// KVBytesPerToken is the model's KV cache size per token in bytes, for the transfer
@@ -132,9 +135,10 @@ type Config struct {
 	// Flow is every request's flow configuration (migration limit, stall timeout,
 	// credits ...), as the frontend's; its zero value means flow.DefaultConfig().
 	Flow flow.Config
-	// RequestTimeout is how long a client waits for its answer, as the bench client's
-	// --timeout: past it the request fails with bench.ErrTimeout and its flow cancels
-	// what still runs (0: forever; at most MaxSimulatedTime).
+	// RequestTimeout is how long a client waits for its answer, the host's request
+	// cost included, as the bench client's --timeout: past it the request fails with
+	// bench.ErrTimeout (its E2E the timeout) and its flow cancels what still runs (0:
+	// forever; at most MaxSimulatedTime).
 	RequestTimeout time.Duration
 	// Faults strike the fleet during the run (see Fault), in any order; one due once
 	// every request has ended does not (Stats.Faults says which struck).
@@ -151,6 +155,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Engine.Seed == 0 {
 		c.Engine.Seed = c.Seed
+	}
+	if r := c.Engine.SpeedupRatio; !(r >= MinSpeedupRatio && r <= MaxSpeedupRatio) { // before Engine.Validate, whose range is wider
+		return c, fmt.Errorf("sim: Engine.SpeedupRatio %v: want %g to %g", r, float64(MinSpeedupRatio), float64(MaxSpeedupRatio))
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return c, fmt.Errorf("sim: Engine: %w", err)
@@ -199,8 +206,6 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: KVBytesPerToken %d: want 0 to %d bytes", c.KVBytesPerToken, MaxKVBytesPerToken)
 	case !(c.TransferBandwidth >= MinTransferBandwidth && c.TransferBandwidth <= MaxTransferBandwidth):
 		return c, fmt.Errorf("sim: TransferBandwidth %v bytes/s: want %g to %g", c.TransferBandwidth, MinTransferBandwidth, MaxTransferBandwidth)
-	case !(c.Engine.SpeedupRatio >= MinSpeedupRatio && c.Engine.SpeedupRatio <= MaxSpeedupRatio):
-		return c, fmt.Errorf("sim: Engine.SpeedupRatio %v: want %g to %g", c.Engine.SpeedupRatio, MinSpeedupRatio, MaxSpeedupRatio)
 	case c.MaxLocalPrefillTokens < 0:
 		return c, fmt.Errorf("sim: MaxLocalPrefillTokens %d: want >= 0", c.MaxLocalPrefillTokens)
 	case c.MemoryLimit < 0:

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/engines/mocker"
 )
 
@@ -61,6 +62,8 @@ func (c *Config) requestCost(promptTokens int) time.Duration {
 // addRequestCosts adds each request's host cost to the latencies its client saw: its
 // first token and its end reach the client that much later. The engines' schedule is
 // the one simulated: the cost is counted on the way back, where it changes no batch.
+// A client that gave up (bench.ErrTimeout; its deadline came the cost early, sim.go's
+// arrive) did so at RequestTimeout: that is its E2E.
 func (s *simulator) addRequestCosts() {
 	if s.cfg.RequestOverhead == 0 && s.cfg.RequestTokenOverhead == 0 {
 		return
@@ -71,7 +74,10 @@ func (s *simulator) addRequestCosts() {
 		if r.TTFT > 0 {
 			r.TTFT += c
 		}
-		if r.E2E > 0 {
+		switch {
+		case r.Error == bench.ErrTimeout:
+			r.E2E = s.cfg.RequestTimeout
+		case r.E2E > 0:
 			r.E2E += c
 		}
 	}
@@ -124,11 +130,11 @@ func (h Host) Apply(c *Config) {
 // does not fit eng.MaxModelLen, or latencies that are not positive and ordered; an
 // invalid eng or res; a *FasterError. Figures below 1 ns per token round to 0.
 func FitHost(eng mocker.Config, res time.Duration, samples []HostSample) (Host, error) {
+	if !(eng.SpeedupRatio >= MinSpeedupRatio && eng.SpeedupRatio <= MaxSpeedupRatio) {
+		return Host{}, fmt.Errorf("sim: FitHost: SpeedupRatio %v: want %g to %g", eng.SpeedupRatio, float64(MinSpeedupRatio), float64(MaxSpeedupRatio))
+	}
 	if err := eng.Validate(); err != nil {
 		return Host{}, fmt.Errorf("sim: FitHost: %w", err)
-	}
-	if !(eng.SpeedupRatio >= MinSpeedupRatio && eng.SpeedupRatio <= MaxSpeedupRatio) {
-		return Host{}, fmt.Errorf("sim: FitHost: SpeedupRatio %v: want %g to %g", eng.SpeedupRatio, MinSpeedupRatio, MaxSpeedupRatio)
 	}
 	if res < 0 || res > MaxEventDelay {
 		return Host{}, fmt.Errorf("sim: FitHost: timer resolution %v: want 0 to %v", res, MaxEventDelay)

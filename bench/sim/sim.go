@@ -362,8 +362,13 @@ func (s *simulator) arrive(i int, p prompt) {
 	st.maxTokens = int32(maxTokens(r))
 	st.flow = flow.New(flow.Request{ID: strconv.Itoa(i), Tokens: p.tokens,
 		Sampling: &messages.SamplingParams{MaxTokens: st.maxTokens, IgnoreEos: true}}, s.cfg.Flow)
-	if t := s.cfg.RequestTimeout; t > 0 && t <= MaxSimulatedTime-s.now {
-		s.pushReq(s.now+t, evDeadline, 0, i)
+	if t := s.cfg.RequestTimeout; t > 0 {
+		// The client gives up at t. The host's cost (host.go) delays every answer on
+		// its way back: what the engine has not sent by t less that cost reaches the
+		// client after it gave up.
+		if d := max(t-s.cfg.requestCost(r.InputLength), 0); d <= MaxSimulatedTime-s.now {
+			s.pushReq(s.now+d, evDeadline, 0, i)
+		}
 	}
 	s.step(i, flow.Start{})
 }

@@ -27,13 +27,31 @@ type Config struct {
 	EnablePrefixCaching bool
 	// EnableChunkedPrefill lets a prompt's prefill span several steps.
 	EnableChunkedPrefill bool
-	// SpeedupRatio divides every step duration (1 = the reference timing).
+	// SpeedupRatio divides every step duration (1 = the reference timing); above 0 and
+	// at most MaxSpeedupRatio.
 	SpeedupRatio float64
 	// MeanOutputTokens is the mean output length, in tokens, of requests that may end on
 	// EOS (ignore_eos false): EOS is drawn with probability 1/MeanOutputTokens per token.
 	MeanOutputTokens int
 	// Seed is the generation seed of requests that carry none.
 	Seed uint64
+}
+
+// MaxSpeedupRatio bounds Config.SpeedupRatio, which must be above 0 and at most this:
+// a million times faster than the timing model makes a 1 ms decode step last 1 ns,
+// time.Duration's unit; faster still and every step rounds to nothing. It is the one
+// bound of --speedup-ratio: turbine serve, node and mocker check it through
+// CheckSpeedupRatio, and a simulation (bench/sim) takes no faster engine.
+const MaxSpeedupRatio = 1e6
+
+// CheckSpeedupRatio checks a speedup ratio against its bound: above 0 and at most
+// MaxSpeedupRatio (NaN and infinities are out). The error gives the range; the caller
+// names the flag or field.
+func CheckSpeedupRatio(r float64) error {
+	if r > 0 && r <= MaxSpeedupRatio {
+		return nil
+	}
+	return fmt.Errorf("want above 0 and at most %g (faster, a 1 ms step would round to nothing)", float64(MaxSpeedupRatio))
 }
 
 // DefaultConfig returns the reference mocker's defaults (docs/reference.md §7).
@@ -64,8 +82,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mocker: --max-num-batched-tokens %d must be positive", c.MaxNumBatchedTokens)
 	case c.MaxModelLen <= 1:
 		return fmt.Errorf("mocker: --max-model-len %d must be at least 2", c.MaxModelLen)
-	case !(c.SpeedupRatio > 0) || c.SpeedupRatio > 1e9:
-		return fmt.Errorf("mocker: --speedup-ratio %v must be positive and finite", c.SpeedupRatio)
+	case CheckSpeedupRatio(c.SpeedupRatio) != nil:
+		return fmt.Errorf("mocker: --speedup-ratio %v: %v", c.SpeedupRatio, CheckSpeedupRatio(c.SpeedupRatio))
 	case c.MeanOutputTokens <= 0:
 		return fmt.Errorf("mocker: --mean-output-tokens %d must be positive", c.MeanOutputTokens)
 	}

@@ -26,6 +26,7 @@ import (
 	"unicode"
 
 	"github.com/turbine-llm/turbine/bench"
+	"github.com/turbine-llm/turbine/bench/sim"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 )
 
@@ -92,6 +93,24 @@ func (o *Options) setGiven(fs *flag.FlagSet) {
 		}
 	})
 	fs.Visit(func(f *flag.Flag) { o.given[f.Name] = fmt.Sprintf("--%s %s", f.Name, f.Value) })
+}
+
+// checkSimulateOnly fails when a flag of a simulation's alone is given to a real run: on
+// the command line any of them; through its environment variable one that only `turbine
+// bench` reads (the host model's, --kill-worker), since serve's variables
+// (TURBINE_WORKERS ...) may be set in the same shell for the serve being measured.
+func (o *Options) checkSimulateOnly() error {
+	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames) {
+		g, ok := o.given[name]
+		switch {
+		case !ok:
+		case strings.HasPrefix(g, "--"):
+			return fmt.Errorf("--%s: only with --simulate (a real run measures --url as it is)", name)
+		case slices.Contains(hostFlagNames, name) || slices.Contains(benchFaultFlagNames, name):
+			return fmt.Errorf("%s: only with --simulate (a real run measures --url as it is; unset the variable)", g)
+		}
+	}
+	return nil
 }
 
 // DefaultWorkers is the worker count of a simulated run and of a comparison.
@@ -210,6 +229,8 @@ func (o *Options) validateSimulate() error {
 		return fmt.Errorf("--concurrency %d: not with --simulate (a simulation replays the arrivals as given)", o.Concurrency)
 	case o.Trace == "" && o.Rate == 0:
 		return errors.New("--rate: want > 0 with --simulate (a simulation replays arrivals; it has no closed loop)")
+	case o.Timeout <= 0 || o.Timeout > sim.MaxSimulatedTime:
+		return fmt.Errorf("--timeout %v: want above 0 and at most %v with --simulate (100 years, a simulation's longest virtual time)", o.Timeout, sim.MaxSimulatedTime)
 	}
 	return nil
 }
@@ -293,13 +314,7 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 		return o.calibrate(ctx, stdout, stderr)
 	}
 	if !o.Simulate {
-		var err error
-		fs.Visit(func(f *flag.Flag) {
-			if err == nil && (slices.Contains(fleetFlagNames, f.Name) || slices.Contains(hostFlagNames, f.Name) || slices.Contains(faultFlagNames, f.Name)) {
-				err = fmt.Errorf("--%s: only with --simulate (a real run measures --url as it is)", f.Name)
-			}
-		})
-		if err != nil {
+		if err := o.checkSimulateOnly(); err != nil {
 			return err
 		}
 	} else if isSet(fs, "url") {

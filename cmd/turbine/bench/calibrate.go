@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,22 +54,20 @@ func (f *Fleet) hostFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&f.Host.RequestTokenOverhead, "request-token-overhead", f.Host.RequestTokenOverhead, "host time per prompt token added to every request's TTFT and E2E (at most 1ms)")
 }
 
-// validateHost checks the host model's figures; errors name the flag (or the file).
+// validateHost checks the host model's figures; errors name the flag. (The figures of
+// --host-model are checked as the file is read: HostFile.Host.)
 func (f *Fleet) validateHost() error {
 	h := f.Host
 	for _, c := range []struct {
-		name, field string
-		v, max      time.Duration
+		name   string
+		v, max time.Duration
 	}{
-		{"timer-resolution", "timer_resolution_ms", h.TimerResolution, sim.MaxEventDelay},
-		{"step-overhead", "step_overhead_ms", h.StepOverhead, sim.MaxEventDelay},
-		{"request-overhead", "request_overhead_ms", h.RequestOverhead, sim.MaxEventDelay},
-		{"request-token-overhead", "request_token_overhead_us", h.RequestTokenOverhead, sim.MaxTokenOverhead},
+		{"timer-resolution", h.TimerResolution, sim.MaxEventDelay},
+		{"step-overhead", h.StepOverhead, sim.MaxEventDelay},
+		{"request-overhead", h.RequestOverhead, sim.MaxEventDelay},
+		{"request-token-overhead", h.RequestTokenOverhead, sim.MaxTokenOverhead},
 	} {
 		if c.v < 0 || c.v > c.max {
-			if f.HostFile != "" {
-				return fmt.Errorf("--host-model %s: %s %v: want 0 to %v", f.HostFile, c.field, c.v, c.max)
-			}
 			return fmt.Errorf("--%s %v: want 0 to %v", c.name, c.v, c.max)
 		}
 	}
@@ -86,8 +85,8 @@ type HostFile struct {
 	URL   string `json:"url,omitempty"`
 	Model string `json:"model,omitempty"`
 	// The engine settings the fit assumed (the timing model's), as --calibrate was
-	// given them. --simulate --host-model refuses a file of another speedup ratio than
-	// its own (the step overhead is the engines' at that speed); 0 (absent): not said.
+	// given them. --simulate --host-model wants the speedup ratio and refuses a file of
+	// another one than its own (the step overhead is the engines' at that speed).
 	SpeedupRatio        float64          `json:"speedup_ratio,omitempty"`
 	BlockSize           int              `json:"block_size,omitempty"`
 	NumGPUBlocks        int              `json:"num_gpu_blocks,omitempty"`
@@ -105,40 +104,84 @@ type HostFileSample struct {
 	E2EMS        float64 `json:"e2e_ms"`
 }
 
-// Host converts the file's four figures; a figure that is not a finite number, or
-// beyond an hour, is an error naming its field.
+// Host converts the file's four figures; a figure that is not a number from 0 to its
+// bound (an hour; a millisecond for request_token_overhead_us) is an error naming its
+// field, with the figure as a duration and as the file gives it, in the field's unit.
 func (h HostFile) Host() (sim.Host, error) {
-	conv := func(field string, x, unit float64) (time.Duration, error) {
-		if math.IsNaN(x) || math.IsInf(x, 0) || math.Abs(x*unit) > float64(100*time.Hour) {
-			return 0, fmt.Errorf("%s %v: want a number of 0 to an hour", field, x)
-		}
-		return time.Duration(math.Round(x * unit)), nil
-	}
 	var out sim.Host
-	var err error
 	for _, c := range []struct {
-		field string
-		x     float64
-		unit  time.Duration
-		dst   *time.Duration
+		field      string
+		x          float64
+		unit       time.Duration
+		unitName   string
+		max        time.Duration
+		maxInWords string
+		dst        *time.Duration
 	}{
-		{"timer_resolution_ms", h.TimerResolutionMS, time.Millisecond, &out.TimerResolution},
-		{"step_overhead_ms", h.StepOverheadMS, time.Millisecond, &out.StepOverhead},
-		{"request_overhead_ms", h.RequestOverheadMS, time.Millisecond, &out.RequestOverhead},
-		{"request_token_overhead_us", h.RequestTokenOverheadUS, time.Microsecond, &out.RequestTokenOverhead},
+		{"timer_resolution_ms", h.TimerResolutionMS, time.Millisecond, "ms", sim.MaxEventDelay, "an hour", &out.TimerResolution},
+		{"step_overhead_ms", h.StepOverheadMS, time.Millisecond, "ms", sim.MaxEventDelay, "an hour", &out.StepOverhead},
+		{"request_overhead_ms", h.RequestOverheadMS, time.Millisecond, "ms", sim.MaxEventDelay, "an hour", &out.RequestOverhead},
+		{"request_token_overhead_us", h.RequestTokenOverheadUS, time.Microsecond, "µs", sim.MaxTokenOverhead, "a millisecond", &out.RequestTokenOverhead},
 	} {
-		if *c.dst, err = conv(c.field, c.x, float64(c.unit)); err != nil {
-			return sim.Host{}, err
+		ns := c.x * float64(c.unit)
+		switch {
+		case math.IsNaN(ns) || math.Abs(ns) > float64(100*c.max): // a duration would not hold it
+			return sim.Host{}, fmt.Errorf("%s %v: want a number of 0 to %s (%v %s)", c.field, c.x, c.maxInWords, float64(c.max)/float64(c.unit), c.unitName)
+		case ns < 0 || ns > float64(c.max):
+			return sim.Host{}, fmt.Errorf("%s %v: want 0 to %v (the file gives %v %s)", c.field, time.Duration(math.Round(ns)), c.max, c.x, c.unitName)
 		}
+		*c.dst = time.Duration(math.Round(ns))
 	}
 	return out, nil
+}
+
+// hostFileFields are the fields --calibrate always writes to host.json and
+// --host-model wants: the four figures and the speedup ratio they were measured at.
+var hostFileFields = []string{"timer_resolution_ms", "step_overhead_ms", "request_overhead_ms", "request_token_overhead_us", "speedup_ratio"}
+
+// decodeHostFile reads a host.json: one JSON object of HostFile's fields and no other.
+// It returns the file and the names of the fields it gives (not null). Errors say what
+// is wrong (the file is not named).
+func decodeHostFile(data []byte) (HostFile, map[string]bool, error) {
+	var hf HostFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&hf); err != nil {
+		return HostFile{}, nil, fmt.Errorf("%v (want a host.json of --calibrate)", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return HostFile{}, nil, errors.New("more than one JSON value (want a host.json of --calibrate: one object)")
+	}
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(data, &fields) // decoded above; null leaves it nil
+	given := map[string]bool{}
+	for k, v := range fields {
+		given[k] = string(v) != "null"
+	}
+	return hf, given, nil
+}
+
+// checkHostFields fails unless hf gives every one of hostFileFields, as --calibrate
+// writes them, and a speedup ratio above 0: a file without them (`{}`, a misspelled
+// figure) is not a host model of zeros.
+func checkHostFields(hf HostFile, given map[string]bool) error {
+	for _, f := range hostFileFields {
+		if !given[f] {
+			return fmt.Errorf("no %s: not a host.json of --calibrate, which writes %s", f, strings.Join(hostFileFields, ", "))
+		}
+	}
+	if !(hf.SpeedupRatio > 0) {
+		return fmt.Errorf("speedup_ratio %v: want the --speedup-ratio it was measured at, above 0", hf.SpeedupRatio)
+	}
+	return nil
 }
 
 // maxHostFile bounds the size of a host.json that --host-model reads.
 const maxHostFile = 1 << 20
 
 // loadHost reads --host-model into f.Host; giving it with one of the four figures' flags is an
-// error, as is a file that is not a host.json or has a figure out of bounds.
+// error, as is a file that is not a host.json of --calibrate (decodeHostFile), has a
+// figure out of bounds or was measured at another --speedup-ratio.
 func (f *Fleet) loadHost(given map[string]string) error {
 	if f.HostFile == "" {
 		return nil
@@ -160,15 +203,18 @@ func (f *Fleet) loadHost(given map[string]string) error {
 	if len(data) > maxHostFile {
 		return fmt.Errorf("--host-model %s: larger than %d bytes: not a host.json", f.HostFile, maxHostFile)
 	}
-	var hf HostFile
-	if err := json.Unmarshal(data, &hf); err != nil {
+	hf, fields, err := decodeHostFile(data)
+	if err != nil {
 		return fmt.Errorf("--host-model %s: %v", f.HostFile, err)
 	}
 	h, err := hf.Host()
 	if err != nil {
 		return fmt.Errorf("--host-model %s: %v", f.HostFile, err)
 	}
-	if hf.SpeedupRatio != 0 && hf.SpeedupRatio != f.SpeedupRatio {
+	if err := checkHostFields(hf, fields); err != nil {
+		return fmt.Errorf("--host-model %s: %v", f.HostFile, err)
+	}
+	if hf.SpeedupRatio != f.SpeedupRatio {
 		return fmt.Errorf("--host-model %s: measured at --speedup-ratio %g, and this simulation runs at --speedup-ratio %g: "+
 			"what the host adds to a step depends on the engines' speed; simulate at %g, or calibrate again at %g",
 			f.HostFile, hf.SpeedupRatio, f.SpeedupRatio, hf.SpeedupRatio, f.SpeedupRatio)

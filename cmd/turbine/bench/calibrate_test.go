@@ -73,7 +73,7 @@ func TestHostFlagErrors(t *testing.T) {
 func TestSimulateWithHostModel(t *testing.T) {
 	dir := t.TempDir()
 	hostFile := filepath.Join(dir, "host.json")
-	if err := os.WriteFile(hostFile, []byte(`{"timer_resolution_ms": 1, "step_overhead_ms": 0.5, "request_overhead_ms": 3, "request_token_overhead_us": 2}`), 0o644); err != nil {
+	if err := os.WriteFile(hostFile, []byte(`{"timer_resolution_ms": 1, "step_overhead_ms": 0.5, "request_overhead_ms": 3, "request_token_overhead_us": 2, "speedup_ratio": 10}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := func(extra ...string) (summaryTTFT, summaryITL float64, stderr string) {

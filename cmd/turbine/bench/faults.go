@@ -13,29 +13,58 @@ import (
 )
 
 // faultFlagNames are the flags of a simulation's faults and its flows' answer to them
-// (a real run refuses them).
-var faultFlagNames = []string{"kill-worker", "migration-limit"}
+// (a real run refuses them); benchFaultFlagNames are those of them that serve has not
+// (--migration-limit is serve's too).
+var (
+	faultFlagNames      = []string{"kill-worker", "migration-limit"}
+	benchFaultFlagNames = []string{"kill-worker"}
+)
+
+// killFlag is --kill-worker: it keeps every value given (Fleet.KillSpecs) as given, and
+// says them back in messages; validateFaults parses them, so that a bad one is an error
+// naming it, as a bad figure of another flag is, not a parse failure and the whole -h.
+type killFlag struct{ specs *[]string }
+
+func (k killFlag) String() string {
+	if k.specs == nil {
+		return ""
+	}
+	return strings.Join(*k.specs, ",")
+}
+
+func (k killFlag) Set(v string) error {
+	*k.specs = append(*k.specs, v)
+	return nil
+}
 
 // faultFlags registers the faults of `turbine bench --simulate` (a real run refuses
 // them).
 func (f *Fleet) faultFlags(fs *flag.FlagSet) {
-	fs.Func("kill-worker", "--simulate: kill a worker for good at a time after the first arrival, as WORKER@TIME "+
-		"(e.g. worker-1@30s; decode-N and prefill-N with --prefill-workers); repeat the flag, or separate them with commas",
-		func(v string) error {
-			for _, part := range strings.Split(v, ",") {
-				k, err := sim.ParseFault(strings.TrimSpace(part))
-				if err != nil {
-					return err
-				}
-				f.Kills = append(f.Kills, k)
-			}
-			return nil
-		})
+	fs.Var(killFlag{&f.KillSpecs}, "kill-worker", "--simulate: kill a worker for good at a time after the first arrival, as WORKER@TIME "+
+		"(e.g. worker-1@30s; decode-N and prefill-N with --prefill-workers); repeat the flag, or separate them with commas")
 }
 
-// validateFaults checks that every --kill-worker names a worker of the fleet, and each
-// worker once (a worker dies once).
+// parseKills parses KillSpecs into Kills; errors name --kill-worker and the value.
+func (f *Fleet) parseKills() error {
+	f.Kills = nil
+	for _, spec := range f.KillSpecs {
+		for _, part := range strings.Split(spec, ",") {
+			k, err := sim.ParseFault(strings.TrimSpace(part))
+			if err != nil {
+				return fmt.Errorf("--kill-worker %s: %v", spec, err)
+			}
+			f.Kills = append(f.Kills, k)
+		}
+	}
+	return nil
+}
+
+// validateFaults parses --kill-worker (parseKills) and checks that every kill names a
+// worker of the fleet, and each worker once (a worker dies once).
 func (f *Fleet) validateFaults() error {
+	if err := f.parseKills(); err != nil {
+		return err
+	}
 	names := sim.WorkerNames(f.Workers, f.PrefillWorkers)
 	for i, k := range f.Kills {
 		if !slices.Contains(names, k.Worker) {

@@ -46,8 +46,11 @@ type Fleet struct {
 	Host     sim.Host
 	HostFile string
 
-	// Kills are the workers a simulation kills, and when (--kill-worker, faults.go).
-	Kills []sim.Fault
+	// KillSpecs are the values of --kill-worker as given (WORKER@TIME, comma-separated);
+	// Kills are the workers a simulation kills, and when, parsed from them by validate
+	// (faults.go).
+	KillSpecs []string
+	Kills     []sim.Fault
 	// Migration is serve's --migration-limit, for a simulation's flows.
 	Migration options.Migration
 
@@ -137,7 +140,8 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 	case !(f.KVTransferBandwidth >= sim.MinTransferBandwidth && f.KVTransferBandwidth <= sim.MaxTransferBandwidth):
 		return fmt.Errorf("--kv-transfer-bandwidth %v: want %g (1 MB/s) to %g (10 TB/s) bytes/s", f.KVTransferBandwidth, sim.MinTransferBandwidth, sim.MaxTransferBandwidth)
 	case !(f.SpeedupRatio >= sim.MinSpeedupRatio && f.SpeedupRatio <= sim.MaxSpeedupRatio):
-		return fmt.Errorf("--speedup-ratio %v: want %g to %g (slower makes a step last minutes, faster rounds a step to nothing)", f.SpeedupRatio, sim.MinSpeedupRatio, sim.MaxSpeedupRatio)
+		return fmt.Errorf("--speedup-ratio %v: want %g to %g (above %g a mock engine's step rounds to nothing; a simulation also refuses engines over a thousand times slower than the timing model, whose steps would last minutes of virtual time each)",
+			f.SpeedupRatio, float64(sim.MinSpeedupRatio), float64(sim.MaxSpeedupRatio), float64(sim.MaxSpeedupRatio))
 	}
 	if err := f.Disagg.Validate(); err != nil {
 		return err

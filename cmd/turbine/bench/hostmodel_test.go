@@ -60,12 +60,12 @@ func TestCalibrateRecordsEngineSettings(t *testing.T) {
 }
 
 // TestSimulateRefusesHostModelOfAnotherSpeed: a host model measured at one speedup
-// ratio is refused by a simulation at another (a file that does not say is taken as
-// it is).
+// ratio is refused by a simulation at another (a file that does not say is refused:
+// TestHostModelFileIsCalibrates).
 func TestSimulateRefusesHostModelOfAnotherSpeed(t *testing.T) {
 	dir := t.TempDir()
 	hostFile := filepath.Join(dir, "host.json")
-	if err := os.WriteFile(hostFile, []byte(`{"timer_resolution_ms": 1, "step_overhead_ms": 0.2, "request_overhead_ms": 3, "speedup_ratio": 10}`), 0o644); err != nil {
+	if err := os.WriteFile(hostFile, []byte(`{"timer_resolution_ms": 1, "step_overhead_ms": 0.2, "request_overhead_ms": 3, "request_token_overhead_us": 0, "speedup_ratio": 10}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := func(extra ...string) error {

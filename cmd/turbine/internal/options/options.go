@@ -122,8 +122,8 @@ func (o *Engine) Validate() error {
 		return fmt.Errorf("--max-num-batched-tokens %d: must be ≥ 1", o.MaxNumBatchedTokens)
 	case o.MaxModelLen < 1:
 		return fmt.Errorf("--max-model-len %d: must be ≥ 1", o.MaxModelLen)
-	case !finite(o.SpeedupRatio) || o.SpeedupRatio <= 0:
-		return fmt.Errorf("--speedup-ratio %g: must be a finite number > 0", o.SpeedupRatio)
+	case mocker.CheckSpeedupRatio(o.SpeedupRatio) != nil: // the mock engines' own bound: they would refuse it at their start
+		return fmt.Errorf("--speedup-ratio %g: %v", o.SpeedupRatio, mocker.CheckSpeedupRatio(o.SpeedupRatio))
 	case int64(o.NumGPUBlocks)*int64(o.BlockSize) < int64(o.MaxModelLen):
 		return fmt.Errorf("--num-gpu-blocks %d × --block-size %d = %d tokens of KV cache cannot hold one --max-model-len %d sequence",
 			o.NumGPUBlocks, o.BlockSize, int64(o.NumGPUBlocks)*int64(o.BlockSize), o.MaxModelLen)
