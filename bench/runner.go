@@ -189,24 +189,14 @@ const (
 	waitCanceled        // ctx ended
 )
 
-// wait blocks until origin+arrival and then until a slot is free; it says whether to
-// send. With stop > 0 it gives waitStopped when stopC fires first, or when the slot
-// comes at or after the stop time (the slot is then given back).
+// wait blocks until a slot is free and origin+arrival has come; it says whether to
+// send (holding the slot). With stop > 0 it gives waitStopped when stopC fires first,
+// or when the send would come at or after the stop time; a slot taken is given back
+// whenever it does not say send.
 func (r *Runner) wait(ctx context.Context, clock Clock, origin time.Time, arrival, stop time.Duration, stopC <-chan time.Time, slots chan struct{}) int {
-	if arrival > 0 { // arrival 0 is due: the clock need not be read
-		if d := origin.Add(arrival).Sub(clock.Now()); d > 0 {
-			select {
-			case <-clock.After(d):
-			case <-stopC:
-				return waitStopped
-			case <-ctx.Done():
-				return waitCanceled
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return waitCanceled
-	}
+	// The slot is taken before the arrival is waited for: requests are sent in arrival
+	// order by one goroutine, so the send time is the later of the two either way, and a
+	// virtual clock is not moved past an arrival while the requests in flight read it.
 	if slots != nil {
 		select {
 		case slots <- struct{}{}:
@@ -220,11 +210,28 @@ func (r *Runner) wait(ctx context.Context, clock Clock, origin time.Time, arriva
 			}
 		}
 	}
-	if stop > 0 && !clock.Now().Before(origin.Add(stop)) {
+	giveBack := func(w int) int {
 		if slots != nil {
 			<-slots
 		}
-		return waitStopped
+		return w
+	}
+	if arrival > 0 { // arrival 0 is due: the clock need not be read
+		if d := origin.Add(arrival).Sub(clock.Now()); d > 0 {
+			select {
+			case <-clock.After(d):
+			case <-stopC:
+				return giveBack(waitStopped)
+			case <-ctx.Done():
+				return giveBack(waitCanceled)
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return giveBack(waitCanceled)
+	}
+	if stop > 0 && !clock.Now().Before(origin.Add(stop)) {
+		return giveBack(waitStopped)
 	}
 	return waitSend
 }
