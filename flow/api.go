@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/turbine-llm/turbine/messages"
@@ -85,6 +86,19 @@ const (
 	// (Config.TerminatedGrace).
 	TimerTerminatedGrace
 )
+
+// String is "stall", "release" or "grace" (the scripts' names).
+func (k TimerKind) String() string {
+	switch k {
+	case TimerStall:
+		return "stall"
+	case TimerPrefillRelease:
+		return "release"
+	case TimerTerminatedGrace:
+		return "grace"
+	}
+	return "TimerKind(" + strconv.Itoa(int(k)) + ")"
+}
 
 // Timer names one timer of a flow. Gen tells a timer from the ones it replaced: a
 // TimerFired of a timer replaced or stopped since is ignored.

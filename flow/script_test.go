@@ -484,7 +484,10 @@ func (h *scriptHarness) fire(fields []string, a scriptArgs) (Event, error) {
 	if len(fields) < 2 {
 		return nil, errors.New("fire stall|grace|release")
 	}
-	kinds := map[string]TimerKind{"stall": TimerStall, "grace": TimerTerminatedGrace, "release": TimerPrefillRelease}
+	kinds := map[string]TimerKind{}
+	for _, k := range []TimerKind{TimerStall, TimerTerminatedGrace, TimerPrefillRelease} {
+		kinds[k.String()] = k
+	}
 	k, ok := kinds[fields[1]]
 	if !ok {
 		return nil, fmt.Errorf("unknown timer %q", fields[1])
@@ -542,13 +545,11 @@ func (h *scriptHarness) observe(effects []Effect) {
 	}
 }
 
-var timerNames = map[TimerKind]string{TimerStall: "stall", TimerTerminatedGrace: "grace", TimerPrefillRelease: "release"}
-
 func (h *scriptHarness) armedTimers() string {
 	var out []string
 	for key := range h.armed {
 		tm := h.timers[key]
-		out = append(out, fmt.Sprintf("%s leg=%d after=%v", timerNames[tm.Kind], tm.Leg, h.after[key]))
+		out = append(out, fmt.Sprintf("%s leg=%d after=%v", tm.Kind, tm.Leg, h.after[key]))
 	}
 	if len(out) == 0 {
 		return "(none)"
@@ -662,9 +663,9 @@ func formatEffect(e Effect) string {
 		fmt.Fprintf(&b, "fail outcome=%s", e.Outcome.Label())
 		quoted("message", e.Message)
 	case SetTimer:
-		fmt.Fprintf(&b, "set-timer %s leg=%d after=%v", timerNames[e.Timer.Kind], e.Timer.Leg, e.After)
+		fmt.Fprintf(&b, "set-timer %s leg=%d after=%v", e.Timer.Kind, e.Timer.Leg, e.After)
 	case StopTimer:
-		fmt.Fprintf(&b, "stop-timer %s leg=%d", timerNames[e.Timer.Kind], e.Timer.Leg)
+		fmt.Fprintf(&b, "stop-timer %s leg=%d", e.Timer.Kind, e.Timer.Leg)
 	case Note:
 		b.WriteString("note " + noteNames[e.Kind])
 		if e.Kind == NoteDecided || e.Kind == NotePrefillRetried && e.Detail == "" {

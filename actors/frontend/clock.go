@@ -20,27 +20,14 @@ type clock interface {
 	afterFunc(what timerPurpose, d time.Duration, f func()) (stop func() bool)
 }
 
-// timerPurpose names what a timer of a clock bounds.
-type timerPurpose string
+// timerPurpose names what a timer of a clock bounds: the flow's timer kinds.
+type timerPurpose = flow.TimerKind
 
 const (
-	timerStall           timerPurpose = "stall"            // a stream's wait for its leg's next chunk
-	timerPrefillRelease  timerPurpose = "prefill_release"  // a cancelled prefill leg's last chunk
-	timerTerminatedGrace timerPurpose = "terminated_grace" // chunks trailing a worker's termination notice
+	timerStall           = flow.TimerStall           // a stream's wait for its leg's next chunk
+	timerPrefillRelease  = flow.TimerPrefillRelease  // a cancelled prefill leg's last chunk
+	timerTerminatedGrace = flow.TimerTerminatedGrace // chunks trailing a worker's termination notice
 )
-
-// purposeOf is the purpose of a flow's timer of kind k.
-func purposeOf(k flow.TimerKind) timerPurpose {
-	switch k {
-	case flow.TimerStall:
-		return timerStall
-	case flow.TimerPrefillRelease:
-		return timerPrefillRelease
-	case flow.TimerTerminatedGrace:
-		return timerTerminatedGrace
-	}
-	return timerPurpose("flow_timer")
-}
 
 // wallClock is the clock of time: real timers.
 type wallClock struct{}

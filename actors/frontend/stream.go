@@ -346,7 +346,7 @@ func (s *stream) setTimer(e flow.SetTimer) {
 	}
 	s.stopTimer(e.Timer.Kind, e.Timer.Leg)
 	t := e.Timer
-	s.timers[timerKey{t.Kind, t.Leg}] = s.cfg.clock.afterFunc(purposeOf(t.Kind), e.After,
+	s.timers[timerKey{t.Kind, t.Leg}] = s.cfg.clock.afterFunc(t.Kind, e.After,
 		func() { s.post(flow.TimerFired{Timer: t}) })
 }
 
