@@ -16,12 +16,15 @@ scripts/fixtures.sh | sed "s/^/  /"
 go vet ./...
 # -v so that the figures tests report (e.g. the trace replay's prefix-cache hit rate per
 # routing mode) are printed; the per-test RUN/PASS lines are filtered out.
-# The cluster package runs on its own after the others: its fault tests time a real
-# Consul agent's outages and members' TTLs, which other packages' end-to-end tests
-# competing for the CPUs would stretch.
+# The cluster package and the command's package (cmd/turbine: whole processes killed
+# mid-stream, Consul outages, frozen members) run each on their own after the others:
+# their fault tests time real processes' outages and members' TTLs, which other
+# packages' tests competing for the CPUs would stretch.
 quiet() { sed -u -E '/^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- PASS|PASS$)/d'; }
 # shellcheck disable=SC2086
-go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} $(go list ./... | grep -v '/cluster$') | quiet
+go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} $(go list ./... | grep -v -E '/cluster$|/cmd/turbine$') | quiet
+# shellcheck disable=SC2086
+go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} ./cmd/turbine/ | quiet
 # shellcheck disable=SC2086
 go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} ./cluster/ | quiet
 # Tests where a peer leaves an in-process member skip under -race (protoactor's own data

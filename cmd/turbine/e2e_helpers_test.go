@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -286,6 +287,38 @@ func (s *server) postJSON(ctx context.Context, path string, body any) (*http.Res
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return http.DefaultClient.Do(req)
+}
+
+// postJSONRetried is postJSON retried, at most twice, as the OpenAI SDKs retry: when the
+// connection closed before any response, or the answer is 429 or 503 (nothing was
+// streamed). A loaded machine can keep a client from writing its request headers within
+// the server's ReadHeaderTimeout (10 s), and the server then closes the connection
+// unanswered; a worker whose heartbeat is late is briefly out of the router. Neither
+// request reached an engine, so sending it again duplicates nothing.
+func (s *server) postJSONRetried(ctx context.Context, path string, body any) (*http.Response, error) {
+	for try := 0; ; try++ {
+		resp, err := s.postJSON(ctx, path, body)
+		retry := err != nil && unanswered(err) ||
+			err == nil && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests)
+		if !retry || try == 2 || ctx.Err() != nil {
+			return resp, err
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(try+1) * 500 * time.Millisecond):
+		}
+	}
+}
+
+// unanswered reports whether err is a connection closed before any response byte.
+func unanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "server closed idle connection")
 }
 
 // sseFrame is one data frame of a streaming /v1/completions answer (OpenAI wire format):

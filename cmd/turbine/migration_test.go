@@ -42,7 +42,7 @@ type streamResult struct {
 // started on once the first text arrives.
 func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first func(worker string)) streamResult {
 	start := time.Now()
-	resp, err := s.postJSON(ctx, "/v1/completions", map[string]any{
+	resp, err := s.postJSONRetried(ctx, "/v1/completions", map[string]any{
 		"model": model, "prompt": fmt.Sprintf("request %d: %s", i, longText("basalt"+strconv.Itoa(i%7), 20)),
 		"max_tokens": maxTokens, "ignore_eos": true, "seed": 1234, "stream": true,
 		"stream_options": map[string]any{"include_usage": true},
