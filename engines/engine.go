@@ -29,6 +29,20 @@ type Chunk struct {
 	// the request, and no KV was kept), and SGLang never does (its decode leg finds the
 	// KV through the bootstrap room both legs were given).
 	KVTransferParams string
+	// Logprobs, with SamplingParams.logprobs set: one per token of TokenIDs, in order.
+	Logprobs []*messages.TokenLogprob
+	// PromptLogprobs, with SamplingParams.prompt_logprobs set: one per prompt token, on
+	// the first chunk only.
+	PromptLogprobs []*messages.TokenLogprob
+}
+
+// Embedder is implemented by engines that serve embeddings (a pooling model: vLLM
+// --runner pooling, SGLang --is-embedding, the mock engine's --runner pooling).
+type Embedder interface {
+	// Embed returns the embedding of one tokenized input, truncated to dimensions when
+	// dimensions > 0 (Matryoshka), and the input's token count. Errors: the engine could
+	// not be reached, refused the input, or answered malformed JSON.
+	Embed(ctx context.Context, requestID string, tokens []uint32, dimensions int) (vector []float32, promptTokens int, err error)
 }
 
 // Engine is how a worker talks to its engine process once it is up.

@@ -18,7 +18,8 @@ type Config struct {
 	// faults (worker gone, engine failed, stalled); 0 disables migration.
 	MigrationLimit int
 	// StallTimeout is how long the consumer waits for the next chunk before the leg it
-	// waits on counts as stalled (FAULT_STALLED); 0: never.
+	// waits on counts as stalled (FAULT_STALLED); 0: never. A leg whose engine answers
+	// whole (it asks for the prompt's logprobs) is not bounded until its first chunk.
 	StallTimeout time.Duration
 	// PrefillReleaseWait is how long a prefill leg cancelled before its last chunk is
 	// waited for, so that the ReleaseKV sent to its worker carries the transfer parameters
@@ -60,6 +61,10 @@ type Request struct {
 	// Routing hints passed to the router; nil: the router's own.
 	OverlapWeight *float64
 	Temperature   *float64
+	// PinWorker, when set, is asked of the router for the first route only (RouteRequest
+	// pin_worker: the siblings of an n > 1 request follow their first choice); a
+	// migration or prefill retry routes freely.
+	PinWorker string
 }
 
 // LegID names one leg of the request inside its flow (1, 2, ...; never reused).
@@ -78,7 +83,10 @@ type TimerKind int8
 const (
 	// TimerStall: the consumer's wait for the next chunk (Config.StallTimeout). It counts
 	// only while the consumer waits: a shell whose consumer pulls chunks restarts it from
-	// the moment it starts waiting.
+	// the moment it starts waiting. It is not armed on a leg whose engine answers whole
+	// (SamplingParams.prompt_logprobs set: vLLM returns those only without streaming, so
+	// the first chunk comes when the engine has finished) until that leg's first chunk;
+	// such a leg still fails when its worker terminates or its engine reports an error.
 	TimerStall TimerKind = iota + 1
 	// TimerPrefillRelease: a cancelled prefill leg's last chunk (Config.PrefillReleaseWait).
 	TimerPrefillRelease

@@ -19,7 +19,8 @@
 // # Events and effects
 //
 //	Start                      -> Route
-//	Routed (a worker)          -> Note(decided), Send(s), Ack, SetTimer(stall)
+//	Routed (a worker)          -> Note(decided), Send(s), Ack, SetTimer(stall) (not while the
+//	                              awaited leg answers whole and sent nothing yet, below)
 //	Routed (remote, two-phase) -> Send(prefill leg) only; the decode leg's Send follows the
 //	                              prefill leg's last chunk (its transfer parameters)
 //	Routed (remote, bootstrap) -> Send(prefill leg), Send(decode leg) with the room
@@ -28,6 +29,7 @@
 //	Chunk (tokens)             -> PrefillDone (first token), Credit (every Credits/2), Emit, SetTimer(stall)
 //	Chunk (finish)             -> Emit (usage of the whole request), Forget, Free, StopTimer(stall)
 //	Chunk (fault)              -> Cancel, Forget, Free, then Route (migration) or Emit (the error)
+//	Chunk (refused)            -> Emit (the error, FAULT_INVALID_REQUEST), Forget, Free: never re-sent
 //	WorkerTerminated           -> SetTimer(terminated grace); when it fires, a fault of the leg
 //	TimerFired (stall)         -> a fault of the leg waited for
 //	TimerFired (release wait)  -> Forget of the prefill leg, ReleaseKV (without transfer parameters)
@@ -102,6 +104,21 @@
 // fault's error chunk, which keeps its fault (another try may succeed). When no worker
 // can take it (no live or free worker, the Route call failed) the request ends with
 // Fail and the router's outcome, which the consumer gets as a retryable error.
+//
+// A leg that asks for the prompt's logprobs (SamplingParams.prompt_logprobs; completions'
+// echo with logprobs sets it) is answered whole: vLLM returns prompt logprobs only
+// without streaming, so its first chunk comes when its engine has finished. The stall
+// timer does not bound that wait (a long answer would otherwise be migrated, and failed,
+// for taking long); from the leg's first chunk on it does. A dead engine is still
+// noticed: its worker's termination, or the engine's error. A migration after tokens
+// were handed on no longer asks for the prompt's logprobs (the first chunk carried them),
+// so that leg streams and is bounded from its Send (testdata/whole.txt).
+//
+// A leg whose engine refused the request itself (a chunk with FAULT_INVALID_REQUEST: its
+// HTTP 400 or 422, a value it does not take) is never migrated, nor its prefill leg
+// retried: every engine would refuse it alike. The request ends with an error chunk
+// that carries the engine's message unchanged and that fault, which the consumer
+// answers with 400 (docs/reference.md §10).
 //
 // # The end
 //

@@ -74,6 +74,9 @@ type leg struct {
 	next     uint32    // the next chunk index expected
 	consumed int32     // chunks emitted since the last Credit
 	sawToken bool
+	// whole: its engine answers whole (answersWhole) and no chunk of it has come yet:
+	// the stall timer does not bound the wait.
+	whole    bool
 	grace    uint64 // generation of its terminated-grace timer; 0: none
 	settling bool   // cancelled before its last chunk: ReleaseKV waits for it
 	release  uint64 // generation of its prefill-release timer, while settling
@@ -148,7 +151,7 @@ func (f *Flow) Step(ev Event, now time.Time) []Effect {
 		if l == nil || l.done || e.Chunk == nil {
 			break
 		}
-		l.next = e.Chunk.Index + 1
+		l.next, l.whole = e.Chunk.Index+1, false
 		l.done = e.Chunk.FinishReason != ""
 		rearm = f.arrive(l, arrival{chunk: e.Chunk, fault: faultOf(e.Chunk)})
 	case WorkerTerminated:
@@ -213,13 +216,18 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 	if f.routes > 0 {
 		id += "." + strconv.Itoa(f.routes)
 	}
+	pin := ""
+	if f.routes == 0 {
+		pin = f.req.PinWorker
+	}
 	f.routes++
 	p.id, p.tokens, p.sampling = id, tokens, sampling
 	f.pending = p
 	// Route: the answer comes back as Routed; nothing waits for it.
 	f.emit(Route{Request: &messages.RouteRequest{RequestId: id, TokenIds: tokens,
 		ExcludeWorkers: slices.Clone(f.excluded), ExcludePrefillWorkers: slices.Clone(f.excludedPrefill),
-		LocalPrefill: f.localPrefill, WillAck: true, OverlapWeight: f.req.OverlapWeight, Temperature: f.req.Temperature}})
+		LocalPrefill: f.localPrefill, WillAck: true, OverlapWeight: f.req.OverlapWeight, Temperature: f.req.Temperature,
+		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin}})
 }
 
 // routed takes the answer to the pending route.
@@ -390,7 +398,7 @@ func (f *Flow) newLeg(id string, w Worker, kind messages.Leg, tokens []uint32, s
 
 // send starts leg l: Generate of tokens with sampling.
 func (f *Flow) send(l *leg, tokens []uint32, sampling *messages.SamplingParams) {
-	l.sent, l.sentAt = true, f.now
+	l.sent, l.sentAt, l.whole = true, f.now, answersWhole(sampling)
 	f.active = append(f.active, l)
 	// Send: the leg's receiver listens (and watches the worker) before Generate goes;
 	// every later effect of the leg comes after it.
@@ -423,9 +431,15 @@ func (f *Flow) arrive(l *leg, ar arrival) bool {
 
 // onChunk takes an arrival of the current leg. A decode leg that failed to load its KV
 // from the prefill engine (FAULT_KV_TRANSFER) before its first token retries the prefill
-// rather than migrating away from its decode worker; any other fault migrates.
+// rather than migrating away from its decode worker; a refusal of the request by its
+// engine (FAULT_INVALID_REQUEST) ends the request, as every engine would refuse it; any
+// other fault migrates.
 func (f *Flow) onChunk(ar arrival) {
 	a := f.cur
+	if ar.fault == messages.Fault_FAULT_INVALID_REQUEST {
+		f.hand(refusedChunk(a.requestID, ar.chunk))
+		return
+	}
 	if ar.fault == messages.Fault_FAULT_KV_TRANSFER {
 		if a.pre != nil && !a.sawToken {
 			// The prefill side failed, not this decode worker.
@@ -537,12 +551,18 @@ func (f *Flow) awaited() *leg {
 }
 
 // stallTimer arms the stall timer on the awaited leg when rearm (the event was the
-// request's) or when it is not armed on it, and stops it when no leg is awaited.
+// request's) or when it is not armed on it, and stops it when no leg is awaited or the
+// awaited leg's engine answers whole and nothing of it has come yet (answersWhole: its
+// first chunk comes when the engine has finished, however long that takes; the worker's
+// termination and the engine's errors still end it).
 func (f *Flow) stallTimer(rearm bool) {
 	if f.cfg.StallTimeout <= 0 {
 		return
 	}
 	l := f.awaited()
+	if l != nil && l.whole {
+		l = nil
+	}
 	switch {
 	case l != nil && (rearm || !f.stallArmed || f.stall.Leg != l.id):
 		f.stall, f.stallArmed = Timer{Kind: TimerStall, Leg: l.id, Gen: f.newGen()}, true
@@ -672,6 +692,12 @@ func (f *Flow) onPrefill(ar arrival) {
 		if ch.FinishReason != "" {
 			f.prefillFinished(a, ch)
 		}
+	case ar.fault == messages.Fault_FAULT_INVALID_REQUEST:
+		// The prefill engine refused the request itself: any engine would, the decode
+		// worker's included. No retry; the consumer gets the engine's message.
+		f.end(a, "the prefill engine refused the request")
+		f.cur = nil
+		f.hand(refusedChunk(a.requestID, ch))
 	case ar.fault != messages.Fault_FAULT_NONE:
 		f.retryPrefill(ar)
 	case ch.FinishReason == "error" || ch.FinishReason == "abort" || ch.Error != "":

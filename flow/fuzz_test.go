@@ -252,8 +252,10 @@ func (w *randomWorld) chunk(l *worldLeg) Event {
 		ch.FinishReason, ch.Error, ch.Fault = "error", "engine: process died", messages.Fault_FAULT_ENGINE_ERROR
 	case r < 14:
 		ch.FinishReason, ch.Error, ch.Fault = "error", "engine: KV transfer failed", messages.Fault_FAULT_KV_TRANSFER
-	case r < 18:
+	case r < 16:
 		ch.FinishReason, ch.Error = "error", "engine: bad request"
+	case r < 18:
+		ch.FinishReason, ch.Error, ch.Fault = "error", "bad value", messages.Fault_FAULT_INVALID_REQUEST
 	case r < 20:
 		ch.FinishReason = "abort"
 	case l.prefill || r < 35:

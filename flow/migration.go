@@ -13,18 +13,27 @@ import (
 // followed by every token produced so far, and with max_tokens and min_tokens reduced by
 // that count. The functions here decide; Flow.migrate carries it out.
 
-// faultOf returns the fault of a chunk from a worker: FAULT_KV_TRANSFER for a failure the
-// worker marked so, FAULT_ENGINE_ERROR for any other failure the worker marked as one
-// that re-sending may mend, FAULT_NONE otherwise (tokens, a finish, or a failure that
-// re-sending would not mend).
+// faultOf returns the fault of a chunk from a worker: FAULT_KV_TRANSFER and
+// FAULT_INVALID_REQUEST (the engine refused the request itself: never re-sent) for a
+// failure the worker marked so, FAULT_ENGINE_ERROR for any other failure the worker
+// marked as one that re-sending may mend, FAULT_NONE otherwise (tokens, a finish, or a
+// failure that re-sending would not mend).
 func faultOf(ch *messages.TokenChunk) messages.Fault {
 	switch {
 	case ch.GetFault() == messages.Fault_FAULT_NONE || (ch.GetError() == "" && ch.GetFinishReason() != "error"):
 		return messages.Fault_FAULT_NONE
-	case ch.GetFault() == messages.Fault_FAULT_KV_TRANSFER:
-		return messages.Fault_FAULT_KV_TRANSFER
+	case ch.GetFault() == messages.Fault_FAULT_KV_TRANSFER, ch.GetFault() == messages.Fault_FAULT_INVALID_REQUEST:
+		return ch.GetFault()
 	}
 	return messages.Fault_FAULT_ENGINE_ERROR
+}
+
+// refusedChunk is the error chunk that ends request requestID whose engine refused it
+// (ch, a chunk with FAULT_INVALID_REQUEST): the engine's message unchanged and the
+// fault, so that the consumer answers 400 with that message (docs/reference.md §10).
+func refusedChunk(requestID string, ch *messages.TokenChunk) *messages.TokenChunk {
+	return &messages.TokenChunk{RequestId: requestID, FinishReason: "error", WorkerId: ch.GetWorkerId(),
+		Error: ch.GetError(), Fault: messages.Fault_FAULT_INVALID_REQUEST}
 }
 
 // unmovable says why a request may never be migrated, or "" when it may: one whose
@@ -36,6 +45,15 @@ func unmovable(sampling *messages.SamplingParams) string {
 		return "structured output requests are not moved to another worker (the output constraint cannot resume mid-answer)"
 	}
 	return ""
+}
+
+// answersWhole reports whether a leg sent with sampling is answered whole, not
+// streamed: one that asks for the prompt's logprobs (SamplingParams.prompt_logprobs,
+// which completions' echo with logprobs sets too), which vLLM's server returns only
+// without streaming (docs/reference.md §21). Nothing of such a leg comes until its
+// engine has finished, so the stall timer waits for its first chunk without bound.
+func answersWhole(sampling *messages.SamplingParams) bool {
+	return sampling != nil && sampling.PromptLogprobs != nil
 }
 
 // refusal says why a fault is not migrated after done migrations under limit, or ""
@@ -52,8 +70,10 @@ func refusal(limit, done int) string {
 
 // continuation is the request that resumes a stream after produced tokens: the prompt
 // followed by produced, and sampling with max_tokens and min_tokens reduced by
-// len(produced) (min_tokens not below 0). more is false when max_tokens is already used
-// up: the stream is complete and nothing is re-sent. prompt and sampling are not changed.
+// len(produced) (min_tokens not below 0), and without prompt_logprobs once a token was
+// produced (the first chunk carried them; the output's logprobs continue). more is false
+// when max_tokens is already used up: the stream is complete and nothing is re-sent.
+// prompt and sampling are not changed.
 func continuation(prompt []uint32, sampling *messages.SamplingParams, produced []uint32) (
 	tokens []uint32, sp *messages.SamplingParams, more bool) {
 	sp = cloneSampling(sampling)
@@ -65,6 +85,9 @@ func continuation(prompt []uint32, sampling *messages.SamplingParams, produced [
 		sp.MaxTokens -= n
 	}
 	sp.MinTokens = max(sp.MinTokens-n, 0)
+	if n > 0 {
+		sp.PromptLogprobs = nil
+	}
 	tokens = make([]uint32, 0, len(prompt)+len(produced))
 	tokens = append(append(tokens, prompt...), produced...)
 	return tokens, sp, true

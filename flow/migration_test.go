@@ -133,3 +133,19 @@ func TestLegSampling(t *testing.T) {
 		t.Errorf("base changed: %v", base)
 	}
 }
+
+// A resumed leg continues the output's logprobs but does not ask for the prompt's again
+// once a chunk (which carried them) was handed on; with nothing produced it asks as the
+// first leg did.
+func TestContinuationPromptLogprobs(t *testing.T) {
+	for _, produced := range []int{0, 2} {
+		sp := &messages.SamplingParams{MaxTokens: 10, Logprobs: proto.Int32(2), PromptLogprobs: proto.Int32(1)}
+		_, got, _ := continuation([]uint32{1, 2}, sp, make([]uint32, produced))
+		if got.GetLogprobs() != 2 || sp.PromptLogprobs == nil {
+			t.Fatalf("produced %d: logprobs %v (original %v)", produced, got, sp)
+		}
+		if (got.PromptLogprobs != nil) != (produced == 0) {
+			t.Errorf("produced %d: prompt_logprobs %v", produced, got.PromptLogprobs)
+		}
+	}
+}

@@ -30,7 +30,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 //	config [credits=4] [limit=3] [stall=2m] [release-wait=2s] [grace=100ms]   (for the next new;
 //	       the scripts' defaults are flow.DefaultConfig's but for 4 credits)
-//	new [id=req] [prompt=1,2,3,4,5] [max=8] [min=6] [structured] [weight=W] [temp=T]
+//	new [id=req] [prompt=1,2,3,4,5] [max=8] [min=6] [structured] [prompt-logprobs=N] [weight=W] [temp=T]
 //	start
 //	routed worker=w0 [prefill=p0] [prefill-id=ID] [bootstrap=host:port] [decision=D] [no-address] [no-prefill-address] [room=N]
 //	routed outcome=all_busy [error="why"] | routed call-failed [error="why"]
@@ -362,6 +362,14 @@ func (h *scriptHarness) newFlow(a scriptArgs) error {
 	if a.has("structured") {
 		sp.Structured = &messages.StructuredOutput{JsonObject: true}
 	}
+	if a.has("prompt-logprobs") {
+		n, err := a.int("prompt-logprobs", 0)
+		if err != nil {
+			return err
+		}
+		v := int32(n)
+		sp.PromptLogprobs = &v
+	}
 	req := Request{ID: "req", Model: "m", Tokens: prompt, Sampling: sp}
 	if v, ok := a["id"]; ok {
 		req.ID = v
@@ -613,6 +621,9 @@ func formatEffect(e Effect) string {
 		fmt.Fprintf(&b, " max=%d min=%d", sp.GetMaxTokens(), sp.GetMinTokens())
 		if sp.GetStructured() != nil {
 			b.WriteString(" structured")
+		}
+		if sp.PromptLogprobs != nil {
+			fmt.Fprintf(&b, " prompt-logprobs=%d", sp.GetPromptLogprobs())
 		}
 		if d := sp.GetDisagg(); d != nil {
 			kv("disagg", d.Leg.Label())

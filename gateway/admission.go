@@ -9,9 +9,10 @@ import (
 	"time"
 )
 
-// Admission of generation requests: draining (the server takes no new request), the
-// bound on the requests the server runs at once (Config.MaxConcurrentRequests), and the
-// bounded per-model FIFO queue of requests that found every worker busy or no slot free.
+// Admission of generation and embeddings requests: draining (the server takes no new
+// request), the bound on the requests the server runs at once
+// (Config.MaxConcurrentRequests), and the bounded per-model FIFO queue of requests that
+// found every worker busy or no slot free.
 //
 // Ownership: the queue's slices and the in-flight count are guarded by their own mutex,
 // the slot count is atomic, and a ticket belongs to its request's handler goroutine; no
@@ -317,30 +318,43 @@ func (s *Server) admitRequest() (*ticket, *APIError) {
 	}
 }
 
-// startGeneration runs req on the Backend, holding t's slot. A request that holds no
-// slot (none was free on arrival: admitWait), or that finds every worker busy, waits in
-// its model's queue when the queue is on (Config.QueueDepth > 0), giving its slot back
-// meanwhile: the head of the queue takes a slot and retries the route each time a slot
-// is freed, one of this server's streams for the model ends, and every QueueRetry, for
-// at most QueueTimeout; a request arriving while others wait joins the queue's end
-// without trying. Errors: those of Backend.Generate, ErrAllBusy (wrapped) when the queue
-// is full or the wait timed out behind busy workers, the 503 server_overloaded
-// *APIError when it did so for want of a slot, errDraining, ctx.Err().
+// startGeneration runs req on the Backend, holding t's slot, once admitted lets it.
+// Errors: those of Backend.Generate, and admitted's.
 func (s *Server) startGeneration(ctx context.Context, req *GenerateRequest, t *ticket) (Stream, error) {
+	var st Stream
+	err := s.admitted(ctx, req.Model, t, func() error {
+		var err error
+		st, err = s.backend.Generate(ctx, req)
+		return err
+	})
+	return st, err
+}
+
+// admitted runs try (a request of model on the Backend) holding t's slot, and returns
+// its error. A request that holds no slot (none was free on arrival: admitWait), or
+// whose try finds every worker busy (an error that is ErrAllBusy), waits in its model's
+// queue when the queue is on (Config.QueueDepth > 0), giving its slot back meanwhile:
+// the head of the queue takes a slot and tries again each time a slot is freed, one of
+// this server's requests for the model ends (released), and every QueueRetry, for at
+// most QueueTimeout; a request arriving while others wait joins the queue's end without
+// trying. Errors: try's, ErrAllBusy (wrapped) when the queue is full or the wait timed
+// out behind busy workers, the 503 server_overloaded *APIError when it did so for want
+// of a slot, errDraining, ctx.Err().
+func (s *Server) admitted(ctx context.Context, model string, t *ticket, try func() error) error {
 	busy := false
-	if s.queue == nil || s.queue.len(req.Model) == 0 {
+	if s.queue == nil || s.queue.len(model) == 0 {
 		if t.acquire() {
-			st, err := s.backend.Generate(ctx, req)
+			err := try()
 			if s.queue == nil || !errors.Is(err, ErrAllBusy) {
-				return st, err
+				return err
 			}
 			busy = true
 		} else if s.queue == nil { // not from admitRequest, which refuses these on arrival
-			return nil, s.overloaded()
+			return s.overloaded()
 		}
 	}
 	t.release() // the head of the queue takes a slot when it tries
-	return s.waitInQueue(ctx, req, t, busy)
+	return s.waitInQueue(ctx, model, t, busy, try)
 }
 
 // queueError is the error of a request that leaves the queue without running
@@ -355,15 +369,15 @@ func (s *Server) queueError(triedBusy bool, why error) error {
 	return err
 }
 
-// waitInQueue queues req (see startGeneration); busy says whether it found every worker
-// busy before.
-func (s *Server) waitInQueue(ctx context.Context, req *GenerateRequest, t *ticket, busy bool) (Stream, error) {
-	w, ok := s.queue.join(req.Model)
+// waitInQueue queues a request of model (see admitted); busy says whether it found every
+// worker busy before.
+func (s *Server) waitInQueue(ctx context.Context, model string, t *ticket, busy bool, try func() error) error {
+	w, ok := s.queue.join(model)
 	if !ok {
-		return nil, s.queueError(busy, fmt.Errorf("the queue of %d requests for %q is full", s.cfg.QueueDepth, req.Model))
+		return s.queueError(busy, fmt.Errorf("the queue of %d requests for %q is full", s.cfg.QueueDepth, model))
 	}
-	defer s.queue.leave(req.Model, w)
-	s.metrics.queued(req.Model, s.queue)
+	defer s.queue.leave(model, w)
+	s.metrics.queued(model, s.queue)
 	timeout := time.NewTimer(s.cfg.QueueTimeout)
 	defer timeout.Stop()
 	retry := time.NewTicker(s.cfg.QueueRetry)
@@ -371,21 +385,20 @@ func (s *Server) waitInQueue(ctx context.Context, req *GenerateRequest, t *ticke
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-timeout.C:
-			return nil, s.queueError(busy, fmt.Errorf("waited --queue-timeout %v", s.cfg.QueueTimeout))
+			return s.queueError(busy, fmt.Errorf("waited --queue-timeout %v", s.cfg.QueueTimeout))
 		case <-w.wake:
 		case <-retry.C:
 		}
 		if s.draining.Load() {
-			return nil, errDraining
+			return errDraining
 		}
-		if !s.queue.head(req.Model, w) || !t.acquire() {
+		if !s.queue.head(model, w) || !t.acquire() {
 			continue
 		}
-		st, err := s.backend.Generate(ctx, req)
-		if !errors.Is(err, ErrAllBusy) {
-			return st, err
+		if err := try(); !errors.Is(err, ErrAllBusy) {
+			return err
 		}
 		busy = true
 	}

@@ -36,6 +36,17 @@ type answerInfo struct {
 	// Chat is the translated request (tools, stream options, the API's own fields are
 	// kept by the API's renderer itself).
 	Chat *chatRequest
+	// Index is the choice this renderer renders, and Multi says the request has several
+	// (choices.go): the stream's usage chunk and its end are then written once, by the
+	// merge, not by each choice's streamEnd.
+	Index int
+	Multi bool
+	// Logprobs collects the choice's logprobs and renders them (nil: the request asked
+	// for none; logprobs.go).
+	Logprobs *logprobSink
+	// TokenIDs keeps the choice's token ids (nil: the request did not ask for them with
+	// return_token_ids; vllmfields.go).
+	TokenIDs *tokenIDSink
 }
 
 // answer renders one answer. Stream methods write to an SSE response whose 200 header
@@ -63,6 +74,9 @@ type ending struct {
 	Finish string
 	// StopString is the stop string that ended the answer ("" when it ended otherwise).
 	StopString string
+	// StopTokenID is the stop_token_ids id that ended the answer (nil when it ended
+	// otherwise; an EOS id is not one: vllmfields.go, stopTokenReasons).
+	StopTokenID *uint32
 	// Usage counts the tokens (completion tokens include reasoning tokens).
 	Usage Usage
 	// ReasoningTokens counts the completion tokens that were reasoning (approximate:

@@ -31,6 +31,12 @@ type GenerateRequest struct {
 	// Router overrides (docs/reference.md §3); nil means the router's default.
 	OverlapWeight *float64
 	Temperature   *float64
+	// PinWorker asks the router for this worker (RouteRequest pin_worker): the choices
+	// after the first of an n > 1 request follow the first's decision. Empty: route.
+	PinWorker string
+	// PromptText is a completions prompt as the request gave it, when it gave text and
+	// the prompt ran untruncated: echo shows it (logprobs.go). Not sent to workers.
+	PromptText string
 }
 
 // Stream is a running request's token stream.

@@ -25,12 +25,14 @@ func builtinModel(t *testing.T) *model.Model {
 	return m
 }
 
-// builtinServer serves model "chatml" with the default (real) preprocessing.
+// builtinServer serves model "chatml" with the default (real) preprocessing. It renders
+// requests' own chat templates (Config.TrustRequestChatTemplate), which the tests of
+// templates send; TestRequestChatTemplateTrust checks the default refusal.
 func builtinServer(t *testing.T, steps ...step) (*Server, *fakeBackend) {
 	t.Helper()
 	b := newFakeBackend(steps...)
 	b.cards = []*messages.ModelCard{{Model: "chatml", Tokenizer: builtinSource, ContextLength: 8192, KvBlockSize: 16}}
-	s, err := New(Config{Now: func() time.Time { return testTime }}, b)
+	s, err := New(Config{Now: func() time.Time { return testTime }, TrustRequestChatTemplate: true}, b)
 	if err != nil {
 		t.Fatal(err)
 	}

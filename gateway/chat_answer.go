@@ -24,8 +24,16 @@ func (openAIAPI) writeError(w http.ResponseWriter, e *APIError, retryAfter time.
 
 func (a openAIAPI) answer(i answerInfo) answer {
 	r := &responder{chat: a.ep == endpointChat, id: idPrefix(a.ep) + i.ID, created: i.Created, model: i.Model,
-		includeUsage: i.IncludeUsage}
-	return &openAIAnswer{r: r, named: i.Chat != nil && i.Chat.ToolChoice.Mode == "function"}
+		includeUsage: i.IncludeUsage, index: i.Index, lp: i.Logprobs, ids: i.TokenIDs}
+	ans := &openAIAnswer{r: r, named: i.Chat != nil && i.Chat.ToolChoice.Mode == "function", multi: i.Multi}
+	if r.chat && i.Chat != nil {
+		ans.echo, ans.noReasoning = chatEcho(i.Chat), i.Chat.OmitReasoning
+		if i.Chat.ReturnPromptText && i.Index == 0 { // once per answer, as vLLM sends it
+			prompt := i.Chat.promptText
+			r.promptText = &prompt
+		}
+	}
+	return ans
 }
 
 // openAIAnswer renders a chat completion or completion: chunks with the role first
@@ -36,6 +44,13 @@ type openAIAnswer struct {
 	// named: tool_choice named a function. The call was forced, not chosen, so a
 	// finished answer reports "stop", as OpenAI and vLLM do, not "tool_calls".
 	named bool
+	// multi: one choice of several; streamEnd ends the choice only (choices.go ends the
+	// stream).
+	multi bool
+	// echo starts a chat answer (vLLM's echo, chatEcho); noReasoning leaves its
+	// reasoning out (include_reasoning false).
+	echo        string
+	noReasoning bool
 }
 
 // finish is the finish_reason the answer reports.
@@ -47,8 +62,17 @@ func (a *openAIAnswer) finish(end *ending) string {
 }
 
 func (a *openAIAnswer) streamStart(s *sseWriter) error {
-	if first, ok := a.r.first(); ok {
-		return s.data(first)
+	first, ok := a.r.first()
+	if !ok {
+		return nil
+	}
+	if err := s.data(first); err != nil {
+		return err
+	}
+	if a.echo != "" {
+		// vLLM sends the echoed content in a chunk of its own after the role's.
+		echo := a.echo
+		return s.data(a.r.chunk(chatDelta{Content: &echo}, nil, nil))
 	}
 	return nil
 }
@@ -80,8 +104,8 @@ func (a *openAIAnswer) deltas(evs []parse.Event) []chatDelta {
 			t := e.Text
 			out = append(out, chatDelta{Content: &t})
 		case parse.KindReasoning:
-			if !a.r.chat {
-				continue // completions carry text only
+			if !a.r.chat || a.noReasoning {
+				continue // completions carry text only; include_reasoning false none
 			}
 			if last != nil && last.Reasoning != nil {
 				*last.Reasoning += e.Text
@@ -126,8 +150,12 @@ func (a *openAIAnswer) streamEnd(s *sseWriter, end *ending) error {
 		}
 	}
 	finish := a.finish(end)
+	a.r.stop = vllmStopReason(end)
 	if err := s.data(a.r.chunk(final, &finish, end.Info)); err != nil {
 		return err
+	}
+	if a.multi {
+		return nil
 	}
 	if a.r.includeUsage {
 		if err := s.data(a.r.usageChunk(end.Usage)); err != nil {
@@ -146,18 +174,32 @@ func (a *openAIAnswer) streamFail(s *sseWriter, e *APIError) error {
 
 func (a *openAIAnswer) respond(w http.ResponseWriter, end *ending) error {
 	r := a.r
-	res := end.Result
 	if !r.chat {
 		return writeJSON(w, http.StatusOK, textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
-			Choices: []textChoice{{Text: res.Content, FinishReason: &end.Finish}},
+			Choices: []textChoice{a.textChoice(end)},
 			Usage:   mustJSON(end.Usage), Turbine: end.Info})
 	}
+	return writeJSON(w, http.StatusOK, chatCompletion{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
+		Choices: []chatChoice{a.chatChoice(end)}, Usage: end.Usage, PromptLogprobs: r.lp.promptList(),
+		PromptTokenIDs: r.ids.promptIDs(), PromptText: r.promptText, Turbine: end.Info})
+}
+
+// textChoice is the completions choice of a finished answer.
+func (a *openAIAnswer) textChoice(end *ending) textChoice {
+	text, lps := a.r.lp.textBody(end.Result.Content)
+	return textChoice{Index: a.r.index, Text: text, Logprobs: lps, FinishReason: &end.Finish, StopReason: vllmStopReason(end),
+		PromptTokenIDs: a.r.ids.promptIDs(), TokenIDs: a.r.ids.all(), PromptLogprobs: a.r.lp.promptList()}
+}
+
+// chatChoice is the chat completions choice of a finished answer.
+func (a *openAIAnswer) chatChoice(end *ending) chatChoice {
+	res := end.Result
 	msg := chatRespMessage{Role: "assistant"}
-	if res.Content != "" || len(res.Calls) == 0 {
-		content := res.Content
+	if res.Content != "" || len(res.Calls) == 0 || a.echo != "" {
+		content := a.echo + res.Content
 		msg.Content = &content
 	}
-	if res.Reasoning != "" {
+	if res.Reasoning != "" && !a.noReasoning {
 		rs, rs2 := res.Reasoning, res.Reasoning
 		msg.Reasoning, msg.ReasoningContent = &rs, &rs2
 	}
@@ -165,6 +207,6 @@ func (a *openAIAnswer) respond(w http.ResponseWriter, end *ending) error {
 		msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: c.ID, Type: "function",
 			Function: chatToolFunction{Name: c.Name, Arguments: c.Arguments}})
 	}
-	return writeJSON(w, http.StatusOK, chatCompletion{ID: r.id, Object: "chat.completion", Created: r.created, Model: r.model,
-		Choices: []chatChoice{{Message: msg, FinishReason: a.finish(end)}}, Usage: end.Usage, Turbine: end.Info})
+	return chatChoice{Index: a.r.index, Message: msg, Logprobs: a.r.lp.chatBody(), FinishReason: a.finish(end),
+		StopReason: vllmStopReason(end), TokenIDs: a.r.ids.all()}
 }

@@ -22,8 +22,6 @@ const (
 	DefaultRetryAfter = time.Second
 	// DefaultOwnedBy is the `owned_by` of /v1/models entries.
 	DefaultOwnedBy = "turbine"
-	// MaxStopSequences is OpenAI's limit on `stop` entries.
-	MaxStopSequences = 4
 	// MaxAnthropicStopSequences bounds the Messages API's `stop_sequences` (Anthropic
 	// documents no limit; each one is matched against every token of the answer).
 	MaxAnthropicStopSequences = 16
@@ -79,9 +77,10 @@ type Config struct {
 	// QueueTimeout bounds a queued request's wait; then it gets 503 (default
 	// DefaultQueueTimeout).
 	QueueTimeout time.Duration
-	// RequestTimeout bounds a generation from its arrival to its last token; a request
-	// past it is cancelled in its engine and answered 504 (or, streaming, one error frame
-	// and [DONE]). Zero: no limit.
+	// RequestTimeout bounds a generation from its arrival to its last token (an
+	// embeddings request, to its last input's embedding); a request past it is cancelled
+	// in its engine and answered 504 (or, streaming, one error frame and [DONE]). Zero:
+	// no limit.
 	RequestTimeout time.Duration
 	// QueueRetry is the period of the queue head's route retries (default
 	// DefaultQueueRetry); it also retries whenever a stream of its model ends here.
@@ -101,12 +100,13 @@ type Config struct {
 	// that went away, status 499), however legitimate its slowness. Default
 	// DefaultStreamWriteTimeout; negative: no deadline.
 	StreamWriteTimeout time.Duration
-	// APIKeys, when not empty, are the keys that a request to a path under /v1/ must
-	// present, any one of them, as "Authorization: Bearer <key>" (vLLM's --api-key); other
-	// requests there get 401 (KindUnauthorized). They do not open /admin/ (AdminAPIKeys).
-	// /health, /live and /metrics stay open. Empty (the default): no authentication. Each
-	// key must be non-empty, without white space at either end and without control
-	// characters (it could not be sent in a header otherwise). The keys are never logged.
+	// APIKeys, when not empty, are the keys that a request to a path under /v1/ (or to
+	// /tokenize, /detokenize) must present, any one of them, as
+	// "Authorization: Bearer <key>" (vLLM's --api-key); other requests there get 401
+	// (KindUnauthorized). They do not open /admin/ (AdminAPIKeys). /health, /live and
+	// /metrics stay open. Empty (the default): no authentication. Each key must be
+	// non-empty, without white space at either end and without control characters (it
+	// could not be sent in a header otherwise). The keys are never logged.
 	APIKeys []string
 	// AdminAPIKeys, when not empty, are the keys that a request to a path under /admin/
 	// must present, any one of them, as "Authorization: Bearer <key>"; APIKeys do not
@@ -115,6 +115,14 @@ type Config struct {
 	// only loopback clients whose request carries no proxy header (Forwarded,
 	// X-Forwarded-For, X-Real-Ip). Same rules as APIKeys; never logged.
 	AdminAPIKeys []string
+	// TrustRequestChatTemplate lets a request bring its own Jinja chat template (vLLM's
+	// --trust-request-chat-template): chat_template on chat completions and /tokenize,
+	// and chat_template_kwargs.chat_template. False (the default): such a request is
+	// refused with 400, before its template is compiled. The template engine bounds
+	// neither a template's running time nor its output, nor its parser's recursion, so a
+	// trusted template can take the whole server's CPU and memory, or crash the process
+	// (docs/reference.md §20): set it only when every client may be trusted with that.
+	TrustRequestChatTemplate bool
 }
 
 // withDefaults validates c and fills its defaults.

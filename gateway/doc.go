@@ -18,6 +18,9 @@
 //     chat completions and completions bodies and chunks; sse.go: SSE framing;
 //     outparse.go: the output parsers' choice.
 //   - responses.go, responses_request.go: the OpenAI Responses API (POST /v1/responses).
+//   - embeddings.go: POST /v1/embeddings for embedding models (a Backend that is an
+//     Embedder; docs/reference.md §23): each input tokenized, checked and embedded on
+//     its own; generation endpoints refuse such models (checkRunner).
 //   - anthropic.go (routes, errors, API keys), anthropic_request.go (the body into a chat
 //     request), anthropic_answer.go (message and event shapes): Anthropic's Messages API
 //     (POST /v1/messages, /v1/messages/count_tokens).
@@ -29,6 +32,8 @@
 //     (Config.MaxConcurrentRequests) and the bounded per-model queue of requests that
 //     found every worker busy or no slot free; admin.go: /admin/busy_thresholds over a
 //     BusyAdmin backend.
+//   - tokenize.go: vLLM's POST /tokenize and /detokenize (docs/reference.md §24),
+//     answered from the model's tokenizer and chat template, no engine involved.
 //
 // # Behaviour worth knowing
 //
@@ -44,12 +49,37 @@
 //   - Every write of an answer has a deadline (Config.StreamWriteTimeout): a client that
 //     stops reading is disconnected and its engine request cancelled.
 //   - Authentication (API keys, admin keys) and the X-Turbine-* headers: see Server.
-//   - Unknown top-level fields are ignored, as OpenAI does; fields of the `turbine`
-//     extension object are checked strictly.
+//   - Top-level fields vLLM's OpenAI server does not define are ignored, as vLLM ignores
+//     them, with one warning log line per field name (sampling.go); fields of the
+//     `turbine` extension object are checked strictly.
+//   - vLLM's other request fields (docs/reference.md §20.1; vllmfields.go): request_id,
+//     return_token_ids, add_special_tokens, truncation_side and, on chat, echo,
+//     documents, include_reasoning and return_prompt_text are honoured; beam-search
+//     settings without beam search and the render endpoints' fields are accepted without
+//     effect, as in vLLM; use_beam_search, prompt_embeds, kv_transfer_params, vllm_xargs,
+//     mm_processor_kwargs and the others no engine here serves are 400s (code
+//     unsupported_parameter). Choices carry vLLM's stop_reason.
+//   - vLLM's sampling and output fields (docs/reference.md §20; sampling.go): top_k,
+//     min_p, repetition_penalty, logit_bias, bad_words, allowed_token_ids, priority and
+//     cache_salt travel in SamplingParams; stop strings (any number),
+//     include_stop_str_in_output, skip_special_tokens, spaces_between_special_tokens,
+//     truncate_prompt_tokens, continue_final_message and a request's chat_template are
+//     applied here. A field the model's engine cannot honour (engines.Unsupported) is a
+//     400 naming the field and the engine. A request's own chat template is rendered
+//     only with Config.TrustRequestChatTemplate, else refused with vLLM's 400 before it
+//     is compiled (chattemplate.go).
+//   - Logprobs (docs/reference.md §21; logprobs.go): chat logprobs/top_logprobs,
+//     completions logprobs and echo, vLLM's prompt_logprobs and
+//     return_tokens_as_token_ids, rendered as vLLM renders them.
+//   - n > 1, best_of = n and batched completions prompts (docs/reference.md §22;
+//     choices.go): each choice is its own request to the Backend, the choices of one
+//     prompt pinned to the first's worker, streamed interleaved by index.
+//   - POST /tokenize, /detokenize (tokenize.go, §24) and /v1/embeddings (embeddings.go,
+//     §23) are answered as vLLM answers them.
 //   - Legal OpenAI fields that cannot be honoured are refused with 400 (code
-//     unsupported_parameter): n > 1, logprobs/top_logprobs, response_format
-//     structural_tag (and structured_outputs' structural_tag and whitespace options),
-//     non-text content parts, logit_bias, echo, suffix, best_of > 1, batches of prompts.
+//     unsupported_parameter): response_format structural_tag (and structured_outputs'
+//     structural_tag and whitespace options), non-text content parts, suffix,
+//     best_of > n.
 //   - Structured output (docs/reference.md §16; structured.go): the request's output
 //     constraint becomes SamplingParams.structured, which each engine client sends in its
 //     own dialect. Such a request is never migrated to another worker mid-stream.
@@ -68,11 +98,14 @@
 //     content chunk has the finish_reason; with stream_options.include_usage every chunk
 //     carries "usage": null and a last chunk with "choices": [] carries the usage. A
 //     failure after the 200 header is one `data: {"error": {...}}` frame, then
-//     `data: [DONE]`.
+//     `data: [DONE]`. The header waits for the stream's first chunk, so a request its
+//     engine refused before any token (FAULT_INVALID_REQUEST) is a plain 400
+//     (refused.go, docs/reference.md §10).
 //   - Stop strings are never emitted; hitting one (or an EOS/stop token id) finishes with
 //     "stop" and closes the Stream, which cancels the engine request. A client that goes
 //     away does the same and is counted in turbine_frontend_cancelled_requests_total.
-//   - Response ids are "chatcmpl-<request id>" / "cmpl-<request id>", as vLLM does.
+//   - Response ids are "chatcmpl-<request id>" / "cmpl-<request id>", as vLLM does; the
+//     request id is X-Request-Id, else the body's request_id, else a new one.
 //   - The Responses API (docs/reference.md §17; responses.go) and Anthropic's Messages
 //     API (anthropic.go) are translated into a chat request and run on the same path;
 //     only the answer's shape and the error body differ (answer.go). The Responses API

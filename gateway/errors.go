@@ -26,7 +26,9 @@ const (
 	KindMissingParameter
 	// KindInvalidValue: a field has the right type but an illegal value.
 	KindInvalidValue
-	// KindUnsupported: a legal OpenAI field or value that this engine cannot honour.
+	// KindUnsupported: a legal OpenAI field or value that this engine cannot honour, or
+	// that this server refuses as configured (a request's chat template without
+	// Config.TrustRequestChatTemplate).
 	KindUnsupported
 	// KindContextLengthExceeded: prompt (or prompt + max_tokens) longer than the model's
 	// context length.

@@ -70,6 +70,16 @@ func (fakeTokenizer) TokenBytes(id uint32) ([]byte, bool) {
 func (fakeTokenizer) VocabSize() int           { return fakeByteBase + 256 }
 func (fakeTokenizer) IsSpecial(id uint32) bool { return id < fakeByteBase }
 
+// TokenString is a special token's text, and a byte token's byte in the byte-level
+// alphabet, as byte-level BPE vocabularies write them.
+func (f fakeTokenizer) TokenString(id uint32) (string, bool) {
+	b, ok := f.TokenBytes(id)
+	if !ok || f.IsSpecial(id) {
+		return string(b), ok
+	}
+	return byteLevelString(b), true
+}
+
 // toks returns the fake token ids of text (bytes only, no specials).
 func toks(text string) []uint32 {
 	ids := make([]uint32, len(text))
@@ -152,18 +162,22 @@ func (d *fakeDetokenizer) Flush() string {
 	return out
 }
 
-// fakeStopMatcher holds back any tail that could begin a stop string.
+// fakeStopMatcher holds back any tail that could begin a stop string, and tells the
+// stop string it found (as model.StopMatcher does).
 type fakeStopMatcher struct {
-	stops []string
-	buf   string
+	stops   []string
+	buf     string
+	matched string
 }
+
+func (s *fakeStopMatcher) Matched() string { return s.matched }
 
 func (s *fakeStopMatcher) Push(text string) (string, bool) {
 	s.buf += text
 	best := -1
 	for _, st := range s.stops {
 		if i := strings.Index(s.buf, st); i >= 0 && (best < 0 || i < best) {
-			best = i
+			best, s.matched = i, st
 		}
 	}
 	if best >= 0 {

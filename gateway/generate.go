@@ -14,9 +14,11 @@ import (
 
 // generation is one prepared request running on the Backend.
 type generation struct {
-	s      *Server
-	rec    *requestRecord
-	p      *prepared
+	s   *Server
+	rec *requestRecord
+	p   *prepared
+	// gen is the request that runs on stream (p.gen, or a choice's or batch prompt's own).
+	gen    *GenerateRequest
 	stream Stream
 	out    *textOutput
 	ans    answer
@@ -30,6 +32,13 @@ type generation struct {
 	text     []byte
 	keepText bool
 	evs      []parse.Event // scratch, reused per chunk
+	// choice is the choice's index in a request with several (choices.go); started, when
+	// set, is called once, at the first chunk.
+	choice  int
+	started func()
+	// first is the stream's first chunk (or error) when streamTo read it before the
+	// answer's headers (awaitFirst); pump takes it before Recv's.
+	first *firstChunk
 }
 
 // errRequestTimeout is the cause of a request context that ran past Config.RequestTimeout.
@@ -58,6 +67,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	rec.inflight = s.metrics.inflight(rec.model)
 	rec.inflight.Inc()
 	rec.usage.PromptTokens = len(p.gen.TokenIDs)
+	if p.choices() > 1 {
+		s.generateChoices(ctx, w, rec, p)
+		return
+	}
 
 	stream, err := s.startGeneration(ctx, p.gen, rec.ticket)
 	if err != nil {
@@ -86,18 +99,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	}
 	setOutcomeHeaders(w.Header(), rec.worker, rec.disagg)
 
-	var stops StopMatcher
-	if len(p.common.Stop) > 0 {
-		stops = s.opts.newStopMatcher(p.common.Stop)
-	}
-	detok := s.opts.newDetokenizer(p.tokenizer(), p.common.SkipSpecialTokens)
-	g := &generation{
-		s: s, rec: rec, p: p, stream: stream,
-		out:    newTextOutput(detok, stops, p.stopIDs, int(p.common.MinTokens)),
-		parser: p.newParser(),
-		ans: p.api.answer(answerInfo{ID: rec.id, Created: s.cfg.Now().Unix(), Model: p.common.Model,
-			PromptTokens: len(p.gen.TokenIDs), IncludeUsage: p.common.IncludeUsage, Chat: p.chat}),
-	}
+	g := s.newGeneration(rec, p, p.gen, stream, p.newParser(), answerInfo{ID: rec.id, Created: s.cfg.Now().Unix(), Model: p.common.Model,
+		PromptTokens: len(p.gen.TokenIDs), IncludeUsage: p.common.IncludeUsage, Chat: p.chat})
 	defer func() {
 		// A prefill leg retried elsewhere, or a migration, changed where the request
 		// ran: the log line names the final worker and decision.
@@ -107,6 +110,31 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 		g.streamTo(ctx, w)
 	} else {
 		g.respond(ctx, w)
+	}
+}
+
+// newGeneration is the reading and rendering state of one running request (one choice
+// of a request with several): gen is what ran on stream, parser its output parser, info
+// its renderer's.
+func (s *Server) newGeneration(rec *requestRecord, p *prepared, gen *GenerateRequest, stream Stream, parser parse.Parser, info answerInfo) *generation {
+	var stops StopMatcher
+	if len(p.common.Stop) > 0 {
+		stops = withStopString(s.opts.newStopMatcher(p.common.Stop), p.common.IncludeStopStr)
+	}
+	detok := s.opts.newDetokenizer(p.tokenizer(), p.common.SkipSpecialTokens)
+	out := newTextOutput(detok, stops, p.stopIDs, int(p.common.MinTokens))
+	out.lp = newLogprobSink(p.common, p.pre.Tokenizer(), p.chat != nil, gen.TokenIDs)
+	out.lp.setPromptText(gen.PromptText)
+	out.engine, out.model = p.card.GetEngine(), p.card.GetModel()
+	info.Logprobs = out.lp
+	out.stopReasons = p.stopReasons
+	out.ids = newTokenIDSink(p.common, gen.TokenIDs)
+	info.TokenIDs = out.ids
+	return &generation{
+		s: s, rec: rec, p: p, gen: gen, stream: stream,
+		out:    out,
+		parser: parser,
+		ans:    p.api.answer(info),
 	}
 }
 
@@ -155,7 +183,7 @@ func idPrefix(endpoint string) string {
 func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (last []parse.Event, aerr *APIError, gone bool) {
 	var prev time.Time
 	for {
-		c, err := g.stream.Recv(ctx)
+		c, err := g.recv(ctx)
 		if err != nil {
 			switch {
 			case timedOut(ctx, g.s.cfg.RequestTimeout) != nil:
@@ -167,6 +195,10 @@ func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (
 			default:
 				return nil, g.drainCut(backendError(g.rec.model, err)), false
 			}
+		}
+		if g.started != nil {
+			g.started()
+			g.started = nil
 		}
 		n := len(c.GetTokenIds())
 		if n > 0 {
@@ -250,8 +282,8 @@ func (g *generation) finish() string {
 
 // ending is how the finished answer ended; all are its events (for Result).
 func (g *generation) ending(all, last []parse.Event) *ending {
-	usage := g.out.usage(len(g.p.gen.TokenIDs))
-	return &ending{Finish: g.finish(), StopString: g.out.stopString, Usage: usage,
+	usage := g.out.usage(len(g.gen.TokenIDs))
+	return &ending{Finish: g.finish(), StopString: g.out.stopString, StopTokenID: g.out.stopTokenID, Usage: usage,
 		ReasoningTokens: g.reasoningTokens, Result: parse.Collect(all), Last: last, Info: g.info()}
 }
 
@@ -281,6 +313,11 @@ func (g *generation) info() *TurbineInfo {
 // streamTo answers with SSE in the API's shape: its opening, the events as they come,
 // its end. A failure after the header is written by the API's streamFail.
 func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
+	if aerr := g.awaitFirst(ctx); aerr != nil {
+		g.rec.fail(aerr)
+		g.p.api.writeError(w, aerr, g.s.cfg.RetryAfter)
+		return
+	}
 	sse, err := startSSE(w)
 	if err != nil {
 		g.clientGone(err)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -51,6 +52,27 @@ type object struct {
 	m      map[string]any
 	prefix string // "" at the top level, else "messages[0]." etc.
 	err    *APIError
+	// read, when not nil, records the fields looked at (trackReads).
+	read map[string]bool
+}
+
+// trackReads makes o record the fields it is asked for, for unread.
+func (o *object) trackReads() { o.read = make(map[string]bool, len(o.m)) }
+
+// unread returns the fields of o nothing asked for since trackReads, sorted; nil when
+// reads are not tracked.
+func (o *object) unread() []string {
+	if o.read == nil {
+		return nil
+	}
+	var out []string
+	for k := range o.m {
+		if !o.read[k] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // objectOf wraps a decoded value that must be an object; param names it in errors ("" for
@@ -84,6 +106,9 @@ func (o *object) fail(e *APIError) {
 
 // value returns the field's value; ok is false when absent or null.
 func (o *object) value(key string) (any, bool) {
+	if o.read != nil {
+		o.read[key] = true
+	}
 	v, ok := o.m[key]
 	if !ok || v == nil {
 		return nil, false

@@ -19,7 +19,7 @@ func TestRequestLogLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(s, http.MethodPost, chatPath, `{"model":"tiny",`+hiChat+`}`)
-	serve(s, http.MethodPost, chatPath, `{"model":"tiny","n":3,`+hiChat+`}`)
+	serve(s, http.MethodPost, compPath, `{"model":"tiny","prompt":"hi","best_of":3}`)
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("want one log line per request, got %q", buf.String())

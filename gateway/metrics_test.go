@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // testClock is a clock the test moves (from the engine's scripted steps).
@@ -137,5 +139,22 @@ func TestLabelEscaping(t *testing.T) {
 	got := name("m", "model", `a"b\c`+"\n")
 	if want := `m{model="a\"b\\c\n"}`; got != want {
 		t.Errorf("got %s want %s", got, want)
+	}
+}
+
+// TestMetricsIncludeProcessDefaultSet: /metrics also writes the families recorded in the
+// process's default set, such as the refusals of workers running in the same process
+// (`turbine serve`): turbine_worker_model_refused_total.
+func TestMetricsIncludeProcessDefaultSet(t *testing.T) {
+	series := `turbine_worker_model_refused_total{model="gateway-test-model",reason="model type \"WordLevel\" is not supported"}`
+	metrics.GetOrCreateCounter(series).Inc()
+	t.Cleanup(func() { metrics.UnregisterMetric(series) })
+	s := newTestServer(t, newFakeBackend())
+	rr := serve(s, http.MethodGet, "/metrics", "")
+	if rr.Code != 200 {
+		t.Fatalf("GET /metrics: %d", rr.Code)
+	}
+	if !strings.Contains(rr.Body.String(), series+" 1\n") {
+		t.Errorf("/metrics lacks %s 1:\n%s", series, rr.Body.String())
 	}
 }

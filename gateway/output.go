@@ -27,6 +27,17 @@ type textOutput struct {
 	finishReason     string // "" until finished
 	// stopString is the stop string that finished the request ("" otherwise).
 	stopString string
+	// stopReasons are the stop ids reported as the stop_reason (prepared.stopReasons);
+	// stopTokenID is the one that finished the request (nil otherwise).
+	stopReasons map[uint32]bool
+	stopTokenID *uint32
+	// ids keeps the token ids for return_token_ids (nil: not asked; vllmfields.go).
+	ids *tokenIDSink
+	// lp collects the logprobs of the tokens kept (nil: none asked; logprobs.go).
+	lp *logprobSink
+	// engine and model name the model card's engine and model in the 400 of a request
+	// the engine refused (engineRefused).
+	engine, model string
 }
 
 // matcher is a StopMatcher that tells which stop string it found (model.StopMatcher does).
@@ -47,7 +58,8 @@ func (t *textOutput) finished() bool { return t.finishReason != "" }
 // chunk that finishes the request, finished() is true and the returned text is the last.
 // A chunk reporting an engine failure returns a KindEngineError, or a KindBackendError
 // when the chunk is marked migratable (the worker was lost and the request could not be
-// migrated). Chunks after the end are ignored.
+// migrated), or the 400 of engineRefused when the engine refused the request itself
+// (FAULT_INVALID_REQUEST). Chunks after the end are ignored.
 func (t *textOutput) push(c *messages.TokenChunk) (string, *APIError) {
 	if t.finished() {
 		return "", nil
@@ -59,10 +71,15 @@ func (t *textOutput) push(c *messages.TokenChunk) (string, *APIError) {
 		t.cachedTokens = int(c.GetCachedTokens())
 	}
 	var out strings.Builder
-	for _, id := range c.GetTokenIds() {
+	for i, id := range c.GetTokenIds() {
 		t.completionTokens++
+		t.lp.add(c, i)
+		t.ids.add(id)
 		if t.stopIDs[id] && t.completionTokens > t.minTokens {
 			out.WriteString(t.end("stop"))
+			if t.stopReasons[id] && t.stopString == "" {
+				t.stopTokenID = &id
+			}
 			return out.String(), nil
 		}
 		out.WriteString(t.filter(t.detok.Push(id)))
@@ -72,6 +89,9 @@ func (t *textOutput) push(c *messages.TokenChunk) (string, *APIError) {
 	}
 	switch reason := c.GetFinishReason(); {
 	case c.GetError() != "" || reason == "error":
+		if e := t.refusal(c); e != nil {
+			return out.String(), e
+		}
 		msg := c.GetError()
 		if msg == "" {
 			msg = "the engine failed the request"

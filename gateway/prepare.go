@@ -16,12 +16,28 @@ type prepared struct {
 	common  *commonRequest
 	gen     *GenerateRequest
 	stopIDs []uint32 // EOS ids (unless ignore_eos) and stop_token_ids
+	// stopReasons are the stop ids reported as vLLM's stop_reason (stopTokenReasons).
+	stopReasons map[uint32]bool
 	// api renders the answer (set by handleAPI).
 	api api
 	// chat is the chat request (nil for completions).
 	chat *chatRequest
 	// output is how the answer's text is parsed (zero: all content).
 	output outputParsing
+	// more are the requests of a completions batch's prompts after the first, in order
+	// (choices.go).
+	more []*GenerateRequest
+	// parsers are the output parsers of choices 1 to n-1 of a chat request with n > 1:
+	// each choice parses its own text (choice 0 has output.parser).
+	parsers []parse.Parser
+}
+
+// setPromptText sets gen.PromptText when the prompt was given as text and runs
+// untruncated (ids are its tokens before truncation).
+func setPromptText(gen *GenerateRequest, pr completionPrompt, ids []uint32) {
+	if !pr.Tokens && len(gen.TokenIDs) == len(ids) {
+		gen.PromptText = pr.Text
+	}
 }
 
 // tokenizer is the tokenizer the answer is detokenized with: the model's, keeping the
@@ -69,27 +85,52 @@ func (s *Server) loadModel(card *messages.ModelCard) (Preprocessor, *APIError) {
 	return pre, nil
 }
 
-// prepareChat applies the chat template, tokenizes and checks the result against the
-// model's limits.
-func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatRequest) (*prepared, *APIError) {
+// chatPrompt looks up req's model, loads its preprocessing and renders req's messages
+// with its chat template into the prompt text: what prepareChat tokenizes, and
+// POST /tokenize too (tokenize.go), so both see the same prompt.
+func (s *Server) chatPrompt(ctx context.Context, req *chatRequest) (*messages.ModelCard, Preprocessor, string, *APIError) {
 	card, aerr := s.lookupModel(ctx, req.Model)
 	if aerr != nil {
-		return nil, aerr
+		return nil, nil, "", aerr
+	}
+	if aerr := s.requestTemplate(req); aerr != nil {
+		return nil, nil, "", aerr
 	}
 	pre, aerr := s.loadModel(card)
 	if aerr != nil {
-		return nil, aerr
+		return nil, nil, "", aerr
 	}
 	prompt, err := pre.RenderChat(model.ChatTemplateInput{
-		Messages:            req.Messages,
-		Tools:               req.Tools,
-		AddGenerationPrompt: req.AddGenerationPrompt,
-		Kwargs:              templateKwargs(req),
+		Messages:             req.Messages,
+		Tools:                req.Tools,
+		AddGenerationPrompt:  req.AddGenerationPrompt,
+		Kwargs:               templateKwargs(req),
+		Template:             req.ChatTemplate,
+		ContinueFinalMessage: req.ContinueFinalMessage,
+		Documents:            req.Documents,
 	})
 	if err != nil {
-		return nil, &APIError{Kind: KindInvalidValue, Param: "messages", Message: "The chat template could not be applied to the messages: " + err.Error(), Cause: err}
+		return nil, nil, "", &APIError{Kind: KindInvalidValue, Param: "messages", Message: "The chat template could not be applied to the messages: " + err.Error(), Cause: err}
 	}
-	ids := pre.Tokenizer().Encode(prompt)
+	if prompt == "" && req.ChatTemplate != nil {
+		return nil, nil, "", emptyTemplatePrompt()
+	}
+	return card, pre, prompt, nil
+}
+
+// prepareChat applies the chat template, tokenizes and checks the result against the
+// model's limits.
+func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatRequest) (*prepared, *APIError) {
+	s.warnIgnored(endpointChat, req.Ignored)
+	card, pre, prompt, aerr := s.chatPrompt(ctx, req)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkRunner(card, false, "Chat Completions"); aerr != nil {
+		return nil, aerr
+	}
+	ids := chatTokenIDs(pre, req, prompt)
+	req.promptText = prompt
 	out, aerr := chooseOutputParsing(card, pre.Tokenizer(), req, prompt, s.opts.newToolCallID)
 	if aerr != nil {
 		return nil, aerr
@@ -100,45 +141,105 @@ func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatReq
 	}
 	p.chat, p.output = req, out
 	p.gen.Sampling.Structured = req.Structured
+	for i := 1; i < req.N; i++ {
+		o, aerr := chooseOutputParsing(card, pre.Tokenizer(), req, prompt, s.opts.newToolCallID)
+		if aerr != nil {
+			return nil, aerr
+		}
+		p.parsers = append(p.parsers, o.parser)
+	}
 	return p, nil
 }
 
 // prepareCompletion tokenizes the prompt (or checks given token ids against the
 // vocabulary) and checks it against the model's limits.
 func (s *Server) prepareCompletion(ctx context.Context, requestID string, req *completionRequest) (*prepared, *APIError) {
+	s.warnIgnored(endpointCompletions, req.Ignored)
 	card, aerr := s.lookupModel(ctx, req.Model)
 	if aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkRunner(card, false, "Completions"); aerr != nil {
 		return nil, aerr
 	}
 	pre, aerr := s.loadModel(card)
 	if aerr != nil {
 		return nil, aerr
 	}
-	tok := pre.Tokenizer()
-	ids := req.PromptIDs
-	if req.TokenPrompt {
-		vocab := tok.VocabSize()
-		for i, id := range ids {
-			if int(id) >= vocab {
-				return nil, newError(KindInvalidValue, indexParam("prompt", i), "Token id %d is out of vocabulary (size %d).", id, vocab)
-			}
-		}
-	} else {
-		ids = pre.EncodePrompt(req.PromptText)
+	param := "prompt"
+	if len(req.More) > 0 {
+		param = "prompt[0]"
 	}
-	return finishPrepare(card, pre, &req.commonRequest, ids, "prompt", requestID)
+	first := completionPrompt{Text: req.PromptText, IDs: req.PromptIDs, Tokens: req.TokenPrompt}
+	ids, aerr := completionIDs(pre, first, param, req.AddSpecialTokens)
+	if aerr != nil {
+		return nil, aerr
+	}
+	p, aerr := finishPrepare(card, pre, &req.commonRequest, ids, param, requestID)
+	if aerr != nil {
+		return nil, aerr
+	}
+	setPromptText(p.gen, first, ids)
+	// A batch: every prompt is checked against the model's limits before any runs.
+	for i, pr := range req.More {
+		param := indexParam("prompt", i+1)
+		ids, aerr := completionIDs(pre, pr, param, req.AddSpecialTokens)
+		if aerr != nil {
+			return nil, aerr
+		}
+		q, aerr := finishPrepare(card, pre, &req.commonRequest, ids, param, requestID)
+		if aerr != nil {
+			return nil, aerr
+		}
+		p.more = append(p.more, q.gen)
+		setPromptText(q.gen, pr, ids)
+	}
+	return p, nil
+}
+
+// completionIDs is a completions prompt's token ids: given ids checked against the
+// vocabulary, or the text tokenized (with the tokenizer's special tokens when special,
+// add_special_tokens). param names the prompt in errors.
+func completionIDs(pre Preprocessor, pr completionPrompt, param string, special bool) ([]uint32, *APIError) {
+	switch {
+	case !pr.Tokens && special:
+		return pre.EncodePrompt(pr.Text), nil
+	case !pr.Tokens:
+		return pre.Tokenizer().Encode(pr.Text), nil
+	}
+	vocab := pre.Tokenizer().VocabSize()
+	for i, id := range pr.IDs {
+		if int(id) >= vocab {
+			return nil, newError(KindInvalidValue, indexParam(param, i), "Token id %d is out of vocabulary (size %d).", id, vocab)
+		}
+	}
+	return pr.IDs, nil
 }
 
 func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest, ids []uint32, promptParam, requestID string) (*prepared, *APIError) {
-	if len(ids) == 0 {
-		return nil, newError(KindInvalidValue, promptParam, "Invalid '%s': the prompt has no tokens.", promptParam)
-	}
 	ctxLen := int(card.GetContextLength())
 	if ctxLen <= 0 {
 		ctxLen = pre.ContextLength()
 	}
+	ids, aerr := truncatePrompt(ids, c, ctxLen)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if len(ids) == 0 {
+		return nil, newError(KindInvalidValue, promptParam, "Invalid '%s': the prompt has no tokens.", promptParam)
+	}
 	maxTokens, aerr := completionBudget(ctxLen, len(ids), c.MaxTokens, c.MaxTokensParam, promptParam)
 	if aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkMinTokensRoom(c, ctxLen, len(ids)); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := checkVocabulary(c, pre.Tokenizer().VocabSize()); aerr != nil {
+		return nil, aerr
+	}
+	sampling := samplingParams(c, maxTokens)
+	if aerr := engineRefusal(card, sampling); aerr != nil {
 		return nil, aerr
 	}
 	var stopIDs []uint32
@@ -146,17 +247,19 @@ func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest,
 		stopIDs = append(stopIDs, card.GetEosTokenIds()...)
 		stopIDs = append(stopIDs, pre.EOSTokenIDs()...)
 	}
+	stopReasons := stopTokenReasons(c.StopTokenIDs, stopIDs)
 	stopIDs = append(stopIDs, c.StopTokenIDs...)
 	return &prepared{
-		card:    card,
-		pre:     pre,
-		common:  c,
-		stopIDs: stopIDs,
+		card:        card,
+		pre:         pre,
+		common:      c,
+		stopIDs:     stopIDs,
+		stopReasons: stopReasons,
 		gen: &GenerateRequest{
 			Model:         card.GetModel(),
 			RequestID:     requestID,
 			TokenIDs:      ids,
-			Sampling:      samplingParams(c, maxTokens),
+			Sampling:      sampling,
 			OverlapWeight: c.Turbine.OverlapWeight,
 			Temperature:   c.Turbine.RouterTemperature,
 		},
@@ -200,6 +303,8 @@ func samplingParams(c *commonRequest, maxTokens int32) *messages.SamplingParams 
 		Structured:       c.Structured,
 	}
 	sp.Temperature, sp.TopP, sp.Seed = c.Temperature, c.TopP, c.Seed
+	addExtras(sp, c)
+	addLogprobs(sp, c)
 	return sp
 }
 

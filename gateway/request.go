@@ -17,6 +17,9 @@ type commonRequest struct {
 	Model        string
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage
+	// N is the number of choices per prompt (n; 1 to MaxChoices; 0 counts as 1), run as
+	// N requests on one worker (choices.go, docs/reference.md §22).
+	N int
 	// MaxTokens is max_completion_tokens, else max_tokens; 0 when neither was given.
 	MaxTokens int64
 	// MaxTokensParam names the field MaxTokens came from, for error messages.
@@ -37,6 +40,12 @@ type commonRequest struct {
 	// json_schema, structured_outputs, guided_*; for chat also tool_choice required or
 	// named); nil for free text (docs/reference.md §16, structured.go).
 	Structured *messages.StructuredOutput
+	// vLLM's other sampling and output fields (sampling.go).
+	samplingExtras
+	// vLLM's request fields beyond sampling (vllmfields.go).
+	vllmOptions
+	// Logprobs are the logprob fields (logprobs.go).
+	Logprobs logprobOptions
 }
 
 // turbineOptions is the request's `turbine` extension object.
@@ -67,6 +76,17 @@ type chatRequest struct {
 	ParallelToolCalls bool
 	// ReasoningEffort is reasoning_effort ("" when absent), passed to the chat template.
 	ReasoningEffort string
+	// ContinueFinalMessage leaves the last message open for the model to continue
+	// (vLLM's continue_final_message). ChatTemplateSource is the request's own
+	// chat_template (nil when absent or null); ChatTemplate, its compiled form, replaces
+	// the model's chat template, set only by a server that trusts requests' templates
+	// (Server.requestTemplate).
+	ContinueFinalMessage bool
+	ChatTemplateSource   *string
+	ChatTemplate         *model.ChatTemplate
+	// vLLM's chat-only fields: echo, documents, include_reasoning, return_prompt_text
+	// and add_special_tokens (vllmfields.go).
+	chatOptions
 }
 
 // toolChoice is a request's tool_choice.
@@ -76,14 +96,24 @@ type toolChoice struct {
 	Name string
 }
 
-// completionRequest is a validated POST /v1/completions body: exactly one prompt, as
-// text or as token ids.
+// completionRequest is a validated POST /v1/completions body: one prompt, as text or as
+// token ids, or a batch of them (More).
 type completionRequest struct {
 	commonRequest
 	PromptText string
 	PromptIDs  []uint32
 	// TokenPrompt is true when the prompt was given as token ids.
 	TokenPrompt bool
+	// More are the prompts after the first of a batch (an array of several strings or
+	// token-id arrays), in order; empty for one prompt.
+	More []completionPrompt
+}
+
+// completionPrompt is one prompt of a batch: text, or token ids when Tokens.
+type completionPrompt struct {
+	Text   string
+	IDs    []uint32
+	Tokens bool
 }
 
 // parseBody decodes body, which must be one JSON object.
@@ -103,23 +133,14 @@ func parseChatRequest(body []byte) (*chatRequest, *APIError) {
 	if err != nil {
 		return nil, err
 	}
+	o.trackReads()
 	req := &chatRequest{ParallelToolCalls: true}
 	parseCommon(o, &req.commonRequest)
 	if o.err != nil {
 		return nil, o.err
 	}
 	// Chat-only sampling fields.
-	if lp, ok := o.boolean("logprobs"); ok && lp {
-		o.fail(newError(KindUnsupported, "logprobs", "logprobs are not supported by this engine."))
-	}
-	if n, ok := o.integer("top_logprobs"); ok {
-		switch {
-		case n < 0 || n > 20:
-			o.fail(newError(KindInvalidValue, "top_logprobs", "Invalid 'top_logprobs': expected a value between 0 and 20, but got %d.", n))
-		case n > 0:
-			o.fail(newError(KindUnsupported, "top_logprobs", "logprobs are not supported by this engine."))
-		}
-	}
+	parseChatLogprobs(o, &req.commonRequest)
 	if max, ok := o.integer("max_completion_tokens"); ok {
 		setMaxTokens(o, &req.commonRequest, "max_completion_tokens", max)
 	}
@@ -127,16 +148,20 @@ func parseChatRequest(body []byte) (*chatRequest, *APIError) {
 	raw := &rawFields{body: body}
 	req.Structured = parseConstraints(o, raw)
 	req.AddGenerationPrompt = true
-	if v, ok := o.boolean("add_generation_prompt"); ok {
+	v, agpSet := o.boolean("add_generation_prompt")
+	if agpSet {
 		req.AddGenerationPrompt = v
 	}
+	chatTemplateFields(o, req, agpSet)
 	req.TemplateKwargs = parseTemplateKwargs(o)
 	req.ReasoningEffort = parseReasoningEffort(o, "reasoning_effort")
 	req.Messages = parseMessages(o)
 	req.Tools = parseTools(o, raw, req)
+	parseChatVLLMFields(o, req)
 	if o.err != nil {
 		return nil, o.err
 	}
+	req.Ignored = o.unread()
 	return req, nil
 }
 
@@ -147,37 +172,28 @@ func parseCompletionRequest(body []byte) (*completionRequest, *APIError) {
 	if err != nil {
 		return nil, err
 	}
+	o.trackReads()
 	req := &completionRequest{}
+	echoOnly := echoWithoutGeneration(o)
 	parseCommon(o, &req.commonRequest)
 	if o.err != nil {
 		return nil, o.err
 	}
-	if lp, ok := o.integer("logprobs"); ok {
-		if lp < 0 || lp > 5 {
-			o.fail(newError(KindInvalidValue, "logprobs", "Invalid 'logprobs': expected a value between 0 and 5, but got %d.", lp))
-		} else {
-			o.fail(newError(KindUnsupported, "logprobs", "logprobs are not supported by this engine."))
-		}
-	}
-	if echo, ok := o.boolean("echo"); ok && echo {
-		o.fail(newError(KindUnsupported, "echo", "echo is not supported by this engine."))
-	}
+	parseCompletionLogprobs(o, &req.commonRequest, echoOnly)
 	if s, ok := o.str("suffix"); ok && s != "" {
 		o.fail(newError(KindUnsupported, "suffix", "suffix is not supported by this engine."))
 	}
 	if b, ok := o.integer("best_of"); ok {
-		if b < 1 {
-			o.fail(newError(KindInvalidValue, "best_of", "Invalid 'best_of': expected a value >= 1, but got %d.", b))
-		} else if b > 1 {
-			o.fail(newError(KindUnsupported, "best_of", "best_of > 1 is not supported by this engine."))
-		}
+		checkBestOf(o, b, req.N)
 	}
 	checkMinTokens(o, &req.commonRequest)
 	req.Structured = parseConstraints(o, &rawFields{body: body})
+	parseCompletionVLLMFields(o, req)
 	parsePrompt(o, req)
 	if o.err != nil {
 		return nil, o.err
 	}
+	req.Ignored = o.unread()
 	return req, nil
 }
 
@@ -197,11 +213,12 @@ func parseCommon(o *object, c *commonRequest) {
 		so.boolean("continuous_usage_stats")
 		o.fail(so.err)
 	}
+	c.N = 1
 	if n, ok := o.integer("n"); ok {
-		if n < 1 {
-			o.fail(newError(KindInvalidValue, "n", "Invalid 'n': expected a value >= 1, but got %d.", n))
-		} else if n > 1 {
-			o.fail(newError(KindUnsupported, "n", "n > 1 is not supported by this engine: request one choice per call."))
+		if n < 1 || n > MaxChoices {
+			o.fail(newError(KindInvalidValue, "n", "Invalid 'n': expected a value between 1 and %d, but got %d.", MaxChoices, n))
+		} else {
+			c.N = int(n)
 		}
 	}
 	if max, ok := o.integer("max_tokens"); ok {
@@ -214,14 +231,17 @@ func parseCommon(o *object, c *commonRequest) {
 		c.MinTokens = min
 	}
 	if stops, ok := o.strOrStrings("stop"); ok {
-		if len(stops) > MaxStopSequences {
-			o.fail(newError(KindInvalidValue, "stop", "Invalid 'stop': expected at most %d stop sequences, but got %d.", MaxStopSequences, len(stops)))
-		}
-		for _, s := range stops {
-			if s != "" {
-				c.Stop = append(c.Stop, s)
+		// Any number, none empty, as vLLM (docs/reference.md §20).
+		for i, s := range stops {
+			if s == "" {
+				p := "stop"
+				if kindOf(o.m["stop"]) == kindArray {
+					p = indexParam("stop", i)
+				}
+				o.fail(newError(KindInvalidValue, p, "Invalid '%s': stop cannot contain an empty string.", p))
 			}
 		}
+		c.Stop = stops
 	}
 	if items, ok := o.array("stop_token_ids"); ok {
 		ids, err := tokenIDs(items, "stop_token_ids")
@@ -232,9 +252,6 @@ func parseCommon(o *object, c *commonRequest) {
 	c.SkipSpecialTokens = true
 	if v, ok := o.boolean("skip_special_tokens"); ok {
 		c.SkipSpecialTokens = v
-	}
-	if v, ok := o.boolean("include_stop_str_in_output"); ok && v {
-		o.fail(newError(KindUnsupported, "include_stop_str_in_output", "include_stop_str_in_output is not supported by this engine."))
 	}
 	if s, ok := o.integer("seed"); ok {
 		c.Seed = &s
@@ -254,13 +271,12 @@ func parseCommon(o *object, c *commonRequest) {
 	c.PresencePenalty = penalty(o, "presence_penalty")
 	c.FrequencyPenalty = penalty(o, "frequency_penalty")
 	c.User, _ = o.str("user")
-	if lb, ok := o.child("logit_bias"); ok && len(lb.m) > 0 {
-		o.fail(newError(KindUnsupported, "logit_bias", "logit_bias is not supported by this engine."))
-	}
 	if t, ok := o.child("turbine"); ok {
 		c.Turbine = parseTurbine(t)
 		o.fail(t.err)
 	}
+	parseSamplingExtras(o, c)
+	parseVLLMFields(o, c)
 }
 
 // checkMinTokens runs after every max_tokens field was read.
@@ -638,8 +654,8 @@ func parseTools(o *object, raw *rawFields, req *chatRequest) json.RawMessage {
 	return t
 }
 
-// parsePrompt reads the completions prompt: a string, an array of one string, an array
-// of token ids, or an array of one array of token ids.
+// parsePrompt reads the completions prompt: a string, an array of token ids (one
+// prompt), or a batch: an array of strings or of token-id arrays (docs/reference.md §22).
 func parsePrompt(o *object, req *completionRequest) {
 	if o.err != nil {
 		return
@@ -668,17 +684,22 @@ func parsePrompt(o *object, req *completionRequest) {
 			o.fail(err)
 			req.PromptIDs, req.TokenPrompt = ids, true
 		case kindString, kindArray:
-			if len(items) > 1 {
-				o.fail(newError(KindUnsupported, "prompt", "Batches of prompts are not supported by this engine: send one prompt per request (got %d).", len(items)))
-				return
-			}
-			if s, ok := items[0].(string); ok {
-				req.PromptText = s
+			if len(items) == 1 {
+				if s, ok := items[0].(string); ok {
+					req.PromptText = s
+					break
+				}
+				ids, err := tokenIDs(items[0], "prompt[0]")
+				o.fail(err)
+				req.PromptIDs, req.TokenPrompt = ids, true
 				break
 			}
-			ids, err := tokenIDs(items[0], "prompt[0]")
-			o.fail(err)
-			req.PromptIDs, req.TokenPrompt = ids, true
+			batch := parseBatch(o, items, req.N)
+			if o.err != nil {
+				return
+			}
+			req.PromptText, req.PromptIDs, req.TokenPrompt = batch[0].Text, batch[0].IDs, batch[0].Tokens
+			req.More = batch[1:]
 		default:
 			o.fail(typeError("prompt[0]", "a string, a token id or an array of token ids", kindOf(items[0])))
 		}
@@ -687,5 +708,54 @@ func parsePrompt(o *object, req *completionRequest) {
 	}
 	if o.err == nil && req.PromptText == "" && len(req.PromptIDs) == 0 {
 		o.fail(newError(KindInvalidValue, "prompt", "Invalid 'prompt': the prompt is empty."))
+	}
+}
+
+// parseBatch reads the prompts of a batch (items, non-empty): each a string or an array
+// of token ids, none empty, at most MaxBatchChoices choices in all (n each).
+func parseBatch(o *object, items []any, n int) []completionPrompt {
+	if len(items)*max(n, 1) > MaxBatchChoices {
+		o.fail(newError(KindInvalidValue, "prompt", "Invalid 'prompt': %d prompts with n = %d make %d choices; at most %d are served per request.",
+			len(items), max(n, 1), len(items)*max(n, 1), MaxBatchChoices))
+		return nil
+	}
+	out := make([]completionPrompt, len(items))
+	for i, it := range items {
+		param := indexParam("prompt", i)
+		switch it := it.(type) {
+		case string:
+			out[i].Text = it
+			if it == "" {
+				o.fail(newError(KindInvalidValue, param, "Invalid '%s': the prompt is empty.", param))
+			}
+		case idArray, []any:
+			ids, err := tokenIDs(it, param)
+			o.fail(err)
+			out[i].IDs, out[i].Tokens = ids, true
+			if err == nil && len(ids) == 0 {
+				o.fail(newError(KindInvalidValue, param, "Invalid '%s': the prompt is empty.", param))
+			}
+		default:
+			o.fail(typeError(param, "a string or an array of token ids", kindOf(it)))
+		}
+		if o.err != nil {
+			return nil
+		}
+	}
+	return out
+}
+
+// checkBestOf validates best_of against n. vLLM's V1 engine serves no best_of above 1,
+// so only best_of = n (the same request: n candidates, all returned) is served;
+// docs/reference.md §22.
+func checkBestOf(o *object, b int64, n int) {
+	n = max(n, 1)
+	switch {
+	case b < 1:
+		o.fail(newError(KindInvalidValue, "best_of", "Invalid 'best_of': expected a value >= 1, but got %d.", b))
+	case b < int64(n):
+		o.fail(newError(KindInvalidValue, "best_of", "best_of must be greater than or equal to n, got n=%d and best_of=%d.", n, b))
+	case b > int64(n):
+		o.fail(newError(KindUnsupported, "best_of", "best_of greater than n is not supported (vLLM V1 does not support best_of): got n=%d and best_of=%d; set best_of to n or leave it out.", n, b))
 	}
 }

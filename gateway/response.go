@@ -8,7 +8,8 @@ import (
 )
 
 // Response bodies and stream chunks, in the shapes of OpenAI's chat completions and
-// completions APIs (as vLLM serves them). Only choice index 0 exists (n = 1).
+// completions APIs (as vLLM serves them). A request with several choices (n > 1, a batch
+// of prompts) renders each through its own responder (index) and merges them (choices.go).
 
 // Usage is OpenAI's usage object. Token counts are in tokens.
 type Usage struct {
@@ -53,14 +54,25 @@ type chatCompletion struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   Usage        `json:"usage"`
-	Turbine *TurbineInfo `json:"turbine,omitempty"`
+	// PromptLogprobs is vLLM's prompt_logprobs (logprobs.go); absent unless asked.
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs,omitempty"`
+	// PromptTokenIDs (return_token_ids) and PromptText (return_prompt_text) are vLLM's;
+	// absent unless asked (vllmfields.go).
+	PromptTokenIDs json.RawMessage `json:"prompt_token_ids,omitempty"`
+	PromptText     *string         `json:"prompt_text,omitempty"`
+	Turbine        *TurbineInfo    `json:"turbine,omitempty"`
 }
 
 type chatChoice struct {
 	Index        int             `json:"index"`
 	Message      chatRespMessage `json:"message"`
-	Logprobs     *struct{}       `json:"logprobs"`
+	Logprobs     any             `json:"logprobs"` // *chatLogprobs (logprobs.go) or nil
 	FinishReason string          `json:"finish_reason"`
+	// StopReason is vLLM's stop_reason: the stop string or stop token id that ended the
+	// answer, else null (vllmfields.go).
+	StopReason json.RawMessage `json:"stop_reason"`
+	// TokenIDs are the output's token ids (return_token_ids); absent unless asked.
+	TokenIDs json.RawMessage `json:"token_ids,omitempty"`
 }
 
 // chatRespMessage is the answer's message. Content is null when the model only called
@@ -97,15 +109,23 @@ type chatChunk struct {
 	Choices []chatChunkChoice `json:"choices"`
 	// Usage is absent without include_usage, null on every chunk with it, and the usage
 	// object on the final (choices: []) chunk.
-	Usage   json.RawMessage `json:"usage,omitempty"`
-	Turbine *TurbineInfo    `json:"turbine,omitempty"`
+	Usage json.RawMessage `json:"usage,omitempty"`
+	// PromptTokenIDs and PromptText are on the first chunk, when asked (as on
+	// chatCompletion).
+	PromptTokenIDs json.RawMessage `json:"prompt_token_ids,omitempty"`
+	PromptText     *string         `json:"prompt_text,omitempty"`
+	Turbine        *TurbineInfo    `json:"turbine,omitempty"`
 }
 
 type chatChunkChoice struct {
 	Index        int       `json:"index"`
 	Delta        chatDelta `json:"delta"`
-	Logprobs     *struct{} `json:"logprobs"`
+	Logprobs     any       `json:"logprobs"` // *chatLogprobs (logprobs.go) or nil
 	FinishReason *string   `json:"finish_reason"`
+	// StopReason is on the finishing chunk only (null or the value), as vLLM sends it.
+	StopReason json.RawMessage `json:"stop_reason,omitempty"`
+	// TokenIDs are the output token ids new since the last chunk (return_token_ids).
+	TokenIDs json.RawMessage `json:"token_ids,omitempty"`
 }
 
 type chatDelta struct {
@@ -130,10 +150,19 @@ type textCompletion struct {
 }
 
 type textChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"` // *textLogprobs (logprobs.go) or nil
+	FinishReason *string `json:"finish_reason"`
+	// StopReason is vLLM's stop_reason (as chatChoice's); null on the chunks before a
+	// stream's finishing one, as vLLM sends them.
+	StopReason json.RawMessage `json:"stop_reason"`
+	// PromptTokenIDs and TokenIDs are vLLM's return_token_ids (in a stream, the prompt's
+	// on the choice's first chunk, the output's new ones on each); absent unless asked.
+	PromptTokenIDs json.RawMessage `json:"prompt_token_ids,omitempty"`
+	TokenIDs       json.RawMessage `json:"token_ids,omitempty"`
+	// PromptLogprobs is vLLM's prompt_logprobs (logprobs.go); absent unless asked.
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs,omitempty"`
 }
 
 // ---- models ----
@@ -171,6 +200,16 @@ type responder struct {
 	created      int64
 	model        string
 	includeUsage bool
+	// index is the choice's index (0 unless the request has several choices).
+	index int
+	// lp renders the choice's logprobs (nil: none asked).
+	lp *logprobSink
+	// ids renders the choice's token ids (nil: not asked); promptText is the rendered
+	// chat prompt (nil unless return_prompt_text); stop is the stop_reason of the
+	// finishing chunk (vllmfields.go).
+	ids        *tokenIDSink
+	promptText *string
+	stop       json.RawMessage
 }
 
 func mustJSON(v any) json.RawMessage {
@@ -196,25 +235,36 @@ func (r *responder) first() (any, bool) {
 	}
 	empty := ""
 	return chatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.model,
-		Choices: []chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}},
-		Usage:   r.chunkUsage()}, true
+		Choices: []chatChunkChoice{{Index: r.index, Delta: chatDelta{Role: "assistant", Content: &empty}}},
+		Usage:   r.chunkUsage(), PromptTokenIDs: r.ids.promptIDs(), PromptText: r.promptText}, true
 }
 
 // chunk is one stream chunk: a chat delta, or for completions its content as text;
-// finish is nil except on the stream's finishing chunk.
+// finish is nil except on the stream's finishing chunk, which carries r.stop as its
+// stop_reason.
 func (r *responder) chunk(d chatDelta, finish *string, info *TurbineInfo) any {
+	var stop json.RawMessage
+	if finish != nil {
+		stop = r.stop
+		if stop == nil {
+			stop = json.RawMessage("null")
+		}
+	}
 	if r.chat {
 		return chatChunk{ID: r.id, Object: "chat.completion.chunk", Created: r.created, Model: r.model,
-			Choices: []chatChunkChoice{{Delta: d, FinishReason: finish}},
-			Usage:   r.chunkUsage(), Turbine: info}
+			Choices: []chatChunkChoice{{Index: r.index, Delta: d, Logprobs: r.lp.chatChunk(), FinishReason: finish,
+				StopReason: stop, TokenIDs: r.ids.pending()}},
+			Usage: r.chunkUsage(), Turbine: info}
 	}
 	text := ""
 	if d.Content != nil {
 		text = *d.Content
 	}
+	text, lps := r.lp.textChunk(text)
 	return textCompletion{ID: r.id, Object: "text_completion", Created: r.created, Model: r.model,
-		Choices: []textChoice{{Text: text, FinishReason: finish}},
-		Usage:   r.chunkUsage(), Turbine: info}
+		Choices: []textChoice{{Index: r.index, Text: text, Logprobs: lps, FinishReason: finish, StopReason: stop,
+			PromptTokenIDs: r.ids.promptOnce(), TokenIDs: r.ids.pending()}},
+		Usage: r.chunkUsage(), Turbine: info}
 }
 
 // usageChunk is the final chunk of a stream with include_usage: no choices, the usage.

@@ -46,6 +46,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		}
 		a.req = req
 		rec.stream = req.chat.Stream
+		useBodyRequestID(w, r, rec, req.chat.RequestID)
 		return s.prepareChat(ctx, rec.id, req.chat)
 	})
 }

@@ -85,7 +85,7 @@ func TestRoutingErrors(t *testing.T) {
 		{http.MethodGet, "/v1/chat/completions", 405, "method_not_allowed", "POST"},
 		{http.MethodPost, "/v1/models", 405, "method_not_allowed", "GET"},
 		{http.MethodDelete, "/health", 405, "method_not_allowed", "GET"},
-		{http.MethodPost, "/v1/embeddings", 404, "unknown_url", ""},
+		{http.MethodGet, "/v1/embeddings", 405, "method_not_allowed", "POST"},
 		{http.MethodGet, "/nowhere", 404, "unknown_url", ""},
 	}
 	for _, c := range cases {

@@ -27,24 +27,28 @@ const (
 //	POST /v1/chat/completions   chat completions, streaming (SSE) or not
 //	POST /v1/completions        completions (one prompt: text or token ids)
 //	POST /v1/responses          OpenAI Responses API, stateless, streaming (named events) or not
+//	POST /v1/embeddings         embeddings of an embedding model (a Backend that is an Embedder)
 //	POST /v1/messages           Anthropic Messages API, streaming (named events) or not
 //	POST /v1/messages/count_tokens  the prompt's length in tokens, as Anthropic counts it
+//	POST /tokenize              a prompt's or a chat's token ids, as vLLM's (tokenize.go)
+//	POST /detokenize            the text of token ids, as vLLM's (tokenize.go)
 //	GET  /v1/models             models with at least one live worker
 //	GET  /v1/models/{id}        one model (404 when unknown)
 //	GET  /health                200 when a model has a live worker, else 503 (also while draining)
 //	GET  /live                  200 while the process serves HTTP
-//	GET  /metrics               Prometheus text of the frontend's metrics
+//	GET  /metrics               Prometheus text of the frontend's metrics (and the process's default set)
 //	GET  /admin/busy_thresholds?model=M   the model's busy thresholds and busy workers
 //	POST /admin/busy_thresholds  change them ({"model", "kv_usage", "prefill_tokens"})
 //
 // The admin routes exist when the Backend implements BusyAdmin.
 //
-// Config.APIKeys guard /v1/ and Config.AdminAPIKeys /admin/ (their docs give the rules;
-// adminDecision decides). A key is presented as "Authorization: Bearer <key>" or, as
-// Anthropic's clients send it, "x-api-key: <key>"; a missing or wrong key gets 401 with
-// the API's error body (code "invalid_api_key") and WWW-Authenticate: Bearer, a refused
-// admin request 403 (code "admin_forbidden"). Without keys /v1/ is not authenticated:
-// put the port behind the operator's network policy.
+// Config.APIKeys guard /v1/, /tokenize and /detokenize, and Config.AdminAPIKeys /admin/
+// (their docs give the rules; adminDecision decides). A key is presented as
+// "Authorization: Bearer <key>" or, as Anthropic's clients send it, "x-api-key: <key>";
+// a missing or wrong key gets 401 with the API's error body (code "invalid_api_key") and
+// WWW-Authenticate: Bearer, a refused admin request 403 (code "admin_forbidden").
+// Without keys /v1/ is not authenticated: put the port behind the operator's network
+// policy.
 //
 // Every response carries X-Request-Id (the client's when usable, else a new one);
 // generation responses carry X-Turbine-Worker, the id of the worker that served them,
@@ -67,6 +71,8 @@ type Server struct {
 	active   *activity // generation requests from arrival to the end of their answer
 	queue    *queue    // nil when Config.QueueDepth is 0
 	slots    *slots    // nil when Config.MaxConcurrentRequests is 0
+	// ignored holds the unknown request field names already logged (sampling.go).
+	ignored ignoredFields
 }
 
 // New returns a Server over backend. It fails only on an invalid Config.
@@ -109,8 +115,11 @@ func (s *Server) routes() {
 	s.mux.Handle("/v1/chat/completions", only(http.MethodPost, s.handleChat))
 	s.mux.Handle("/v1/completions", only(http.MethodPost, s.handleCompletions))
 	s.mux.Handle("/v1/responses", only(http.MethodPost, s.handleResponses))
+	s.mux.Handle("/v1/embeddings", only(http.MethodPost, s.handleEmbeddings))
 	s.mux.Handle("/v1/messages", anthropicOnly(s.handleMessages))
 	s.mux.Handle("/v1/messages/count_tokens", anthropicOnly(s.handleCountTokens))
+	s.mux.Handle("/tokenize", only(http.MethodPost, s.handleTokenize))
+	s.mux.Handle("/detokenize", only(http.MethodPost, s.handleDetokenize))
 	s.mux.Handle("/v1/models", only(http.MethodGet, s.handleModels))
 	s.mux.Handle("/v1/models/{id...}", only(http.MethodGet, s.handleModel))
 	s.mux.Handle("/health", only(http.MethodGet, s.handleHealth))
@@ -166,12 +175,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authRequired reports whether a request to path (the decoded URL path) needs an API
-// key: the OpenAI API (/v1/); the admin routes (/admin/) have their own keys
-// (adminAccess). An escaped form (/%761/models) decodes to the same path; one not in
-// canonical form (/health/../admin/…) is not served but redirected to its canonical
-// form, which is checked when the client follows.
+// key: the OpenAI API (/v1/) and /tokenize, /detokenize; the admin routes (/admin/) have
+// their own keys (adminAccess). An escaped form (/%761/models) decodes to the same path;
+// one not in canonical form (/health/../admin/…) is not served but redirected to its
+// canonical form, which is checked when the client follows.
 func authRequired(path string) bool {
-	return strings.HasPrefix(path, "/v1/")
+	return strings.HasPrefix(path, "/v1/") || path == "/tokenize" || path == "/detokenize"
 }
 
 // authorized reports whether r presents one of the API keys (presentsKey), or presents
@@ -222,6 +231,12 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 		endpoint = endpointResponses
 	case "/v1/messages":
 		endpoint = endpointMessages
+	case "/v1/embeddings":
+		endpoint = endpointEmbeddings
+	case "/tokenize":
+		endpoint = endpointTokenize
+	case "/detokenize":
+		endpoint = endpointDetokenize
 	}
 	if endpoint != "" {
 		rec := s.begin(r, endpoint)
@@ -319,6 +334,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			return nil, aerr
 		}
 		rec.stream = req.Stream
+		useBodyRequestID(w, r, rec, req.RequestID)
 		return s.prepareChat(ctx, rec.id, req)
 	})
 }
@@ -330,6 +346,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return nil, aerr
 		}
 		rec.stream = req.Stream
+		useBodyRequestID(w, r, rec, req.RequestID)
 		return s.prepareCompletion(ctx, rec.id, req)
 	})
 }
@@ -431,6 +448,9 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	if mw, ok := s.backend.(MetricsWriter); ok {
 		mw.WritePrometheus(r.Context(), w)
 	}
+	// The process's default set: what actors in this process record there, e.g. the
+	// models workers started by `turbine serve` refused (turbine_worker_model_refused_total).
+	metrics.WritePrometheus(w, false)
 }
 
 // writeJSON answers v as JSON with status. It returns the write's error (the client is

@@ -17,10 +17,11 @@ import (
 // Mode: while no registered worker has role prefill or decode, Route behaves exactly
 // as an aggregated router (Decision.Disagg = DisaggAggregated). Otherwise:
 //
-//  1. Decode worker: chosen among the ready, non-busy decode and aggregated workers not
-//     in RouteInput.Exclude, for load rather than for prefix reuse: the kv policy runs
-//     with overlap weight 0 (its cost is then the decode blocks alone); any other
-//     policy runs as configured. If no decode or aggregated worker is ready (and not
+//  1. Decode worker: RouteInput.PinWorker when it is a ready decode or aggregated worker
+//     not in RouteInput.Exclude (busy or not); otherwise chosen among the ready,
+//     non-busy decode and aggregated workers not in RouteInput.Exclude, for load
+//     rather than for prefix reuse: the kv policy runs with overlap weight 0 (its cost
+//     is then the decode blocks alone); any other policy runs as configured. If no decode or aggregated worker is ready (and not
 //     excluded), the prefill workers serve the request aggregated instead (fallback,
 //     Decision.Disagg = DisaggAggregated, chosen KV-aware like any aggregated request,
 //     among those in neither RouteInput.Exclude nor ExcludePrefill: a prefill worker
@@ -174,8 +175,6 @@ func (r *Router) disaggregated() bool { return r.roleCount[RolePrefill]+r.roleCo
 // file). sel carries the request's overlap weight and temperature; hashes are the
 // prompt's sequence hashes; the overlap and active-prefix buffers are filled.
 func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, now time.Time, rng *rand.Rand) (Decision, error) {
-	isl := int64(len(in.Tokens))
-	bs := int64(r.cfg.BlockSize)
 	cands, eligible := r.gather(maskDecode|maskAggregated, in.Exclude)
 	if eligible == 0 {
 		// No decode worker at all: the prefill pool serves the request aggregated, without
@@ -214,6 +213,14 @@ func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 	if err != nil {
 		return Decision{}, err
 	}
+	return r.placeDisagg(in, sel, hashes, dc, now, rng)
+}
+
+// placeDisagg completes a disaggregated decision whose decode worker is dc (a copy: the
+// candidate buffer may be reused): steps 2 to 4 at the top of this file.
+func (r *Router) placeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, dc Candidate, now time.Time, rng *rand.Rand) (Decision, error) {
+	isl := int64(len(in.Tokens))
+	bs := int64(r.cfg.BlockSize)
 	uncached := max(0, isl-int64(dc.OverlapBlocks)*bs)
 	switch {
 	case in.LocalPrefill:

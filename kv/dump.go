@@ -113,6 +113,8 @@ func (x *Index) Dump(w WorkerID) []Event {
 		}
 		if parent != noSlot {
 			ev.HasParent, ev.ParentHash = true, primary[parent]
+		} else {
+			ev.CacheSalt = x.salts[s]
 		}
 		events = append(events, ev)
 		last = s
@@ -158,6 +160,8 @@ func (x *Index) Dump(w WorkerID) []Event {
 		}
 		if p := x.t.parent[xb.slot]; p != noSlot {
 			ev.HasParent, ev.ParentHash = true, primary[p]
+		} else {
+			ev.CacheSalt = x.salts[xb.slot]
 		}
 		events = append(events, ev)
 	}

@@ -47,6 +47,10 @@ type Event struct {
 	BlockSize int
 	// LoraName: BlockStored; "" for the base model.
 	LoraName string
+	// CacheSalt: BlockStored without a parent; the request's cache salt, mixed into the
+	// first block's hash (SaltHash, docs/reference.md §2); "" for none. Blocks after the
+	// first inherit it through their parent, so it is ignored when HasParent.
+	CacheSalt string
 	// Medium: "" (GPU), "GPU", "CPU_PINNED", "DISK".
 	Medium string
 }

@@ -72,6 +72,38 @@ func AppendSequenceHashes(dst []uint64, tokens []uint32, blockSize int, lora str
 	return AppendChainedHashes(dst, tokens, blockSize, LoraSeed(lora), false, 0)
 }
 
+// saltSeed is the xxh3 seed of SaltHash, apart from HashSeed so that a salt's hash is
+// not the hash of some block's tokens under the base model's seed.
+const saltSeed uint64 = HashSeed ^ 0x73616c74 // "salt"
+
+// SaltHash returns what a request's cache salt (vLLM's and SGLang's cache_salt) mixes
+// into its first block: xxh3_64 of the salt's UTF-8 bytes with seed saltSeed. A salted
+// prompt's first block chains onto it as onto a parent, seq[0] = ChainHash(SaltHash(salt),
+// local[0]), and every later block chains from there, so prompts under two salts (or
+// under a salt and none) share no block while prompts under one salt share their
+// prefixes (docs/reference.md §2). The empty salt is no salt.
+func SaltHash(salt string) uint64 { return xxh3.HashStringSeed(salt, saltSeed) }
+
+// AppendSaltedSequenceHashes appends the sequence hashes of tokens under the LoRA
+// adapter lora and the cache salt salt ("" for none: then it is AppendSequenceHashes).
+// It allocates only when dst lacks capacity.
+func AppendSaltedSequenceHashes(dst []uint64, tokens []uint32, blockSize int, lora, salt string) []uint64 {
+	if salt == "" {
+		return AppendChainedHashes(dst, tokens, blockSize, LoraSeed(lora), false, 0)
+	}
+	return AppendChainedHashes(dst, tokens, blockSize, LoraSeed(lora), true, SaltHash(salt))
+}
+
+// FirstBlockHash returns the sequence hash of a prompt's first block from its local hash
+// (LocalBlockHash under LoraSeed): local itself, or chained onto SaltHash(salt) for a
+// salted prompt.
+func FirstBlockHash(local uint64, salt string) uint64 {
+	if salt == "" {
+		return local
+	}
+	return ChainHash(SaltHash(salt), local)
+}
+
 // AppendChainedHashes appends the sequence hashes of the full blocks of tokens, chained
 // onto a parent block with sequence hash parent when hasParent is true (a continuation
 // such as a BlockStored event whose parent is known), or starting a sequence otherwise.

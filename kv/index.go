@@ -49,6 +49,9 @@ type Index struct {
 	workers []*workerBlocks
 	loras   []string
 	loraIDs map[string]uint32
+	// salts holds the cache salt of each live first block of a salted prompt (Dump
+	// writes it back into its event); entries go with their slot.
+	salts map[uint32]string
 	// unknownRemovals counts BlockRemoved hashes the worker was not known to hold.
 	unknownRemovals uint64
 }
@@ -85,6 +88,7 @@ func NewIndex(blockSize int) *Index {
 		t:         newBitTable(),
 		loras:     []string{""},
 		loraIDs:   map[string]uint32{"": 0},
+		salts:     map[uint32]string{},
 	}
 }
 
@@ -215,6 +219,7 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 	}
 	prev := noSlot
 	var prevHash uint64
+	chained := false // the next block chains onto prevHash
 	if ev.HasParent {
 		wb := x.worker(w)
 		s, ok := uint32(0), false
@@ -224,7 +229,9 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 		if !ok {
 			return fmt.Errorf("%w: worker %d, BlockStored parent engine hash %#x", ErrUnknownParent, w, ev.ParentHash)
 		}
-		prev, prevHash = s, x.t.keys[s]
+		prev, prevHash, chained = s, x.t.keys[s], true
+	} else if ev.CacheSalt != "" {
+		prevHash, chained = SaltHash(ev.CacheSalt), true // the first block of a salted prompt
 	}
 	wb := x.ensureWorker(w)
 	lora := x.loraID(ev.LoraName)
@@ -233,12 +240,15 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 	for i, e := range ev.EngineHashes {
 		toks := ev.TokenIDs[i*bs : (i+1)*bs]
 		h := LocalBlockHash(toks, seed)
-		if prev != noSlot {
+		if chained {
 			h = ChainHash(prevHash, h)
 		}
 		s := x.node(h, prev, lora, toks)
+		if prev == noSlot && ev.CacheSalt != "" {
+			x.salts[s] = ev.CacheSalt // for Dump; the hash already holds it
+		}
 		x.mapBlock(wb, w, e, s)
-		prev, prevHash = s, h
+		prev, prevHash, chained = s, h, true
 	}
 	return nil
 }
@@ -313,6 +323,7 @@ func (x *Index) maybeFree(s uint32) {
 		}
 		p := x.t.parent[s]
 		*m = nodeMeta{}
+		delete(x.salts, s)
 		x.t.release(s)
 		if p != noSlot {
 			x.meta[p].children--

@@ -58,6 +58,8 @@ type Router struct {
 	ackQueue      expiryQueue
 	ackGen        uint64
 	expired       Expired // cumulative, for Stats
+	pinned        int64   // requests routed to their PinWorker
+	pinFallbacks  int64   // requests whose PinWorker could not be used
 	hashBuf       []uint64
 	ovBuf         []uint32
 	apBuf         []uint32
@@ -113,6 +115,9 @@ type RouteInput struct {
 	Tokens []uint32
 	// LoraName: the LoRA adapter, "" for the base model.
 	LoraName string
+	// CacheSalt: the request's cache salt, mixed into its first block's hash as the
+	// engine mixes it into its own (AppendSaltedSequenceHashes); "" for none.
+	CacheSalt string
 	// Per-request overrides of the router's overlap weight and temperature.
 	HasOverlapWeight bool
 	OverlapWeight    float64
@@ -131,6 +136,14 @@ type RouteInput struct {
 	// Config.MaxUnackedAge — a caller that never learnt the decision (its call timed out)
 	// cannot free it. Without WillAck only MaxSequenceAge bounds it.
 	WillAck bool
+	// PinWorker: route to this worker, bypassing the policy, when it is registered,
+	// ready, not in Exclude and may take the request's decode (aggregated or decode role;
+	// any role while no worker is prefill or decode). Busy thresholds do not apply: the
+	// siblings of an n > 1 request (docs/reference.md §22) follow their first choice,
+	// whose own load may have made the worker busy. The load is tracked as usual, with
+	// the worker's prefix hit. Otherwise (unknown, removed, not ready, excluded) the
+	// request is routed normally and counted in Stats.PinFallbacks. Empty: no pin.
+	PinWorker string
 }
 
 // Expired counts the tracked sequences (a remote decision's two legs count two)
@@ -533,7 +546,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	r.Expire(now)
 	r.Free(in.RequestID)
 
-	r.hashBuf = AppendSequenceHashes(r.hashBuf[:0], in.Tokens, r.cfg.BlockSize, in.LoraName)
+	r.hashBuf = AppendSaltedSequenceHashes(r.hashBuf[:0], in.Tokens, r.cfg.BlockSize, in.LoraName, in.CacheSalt)
 	hashes := r.hashBuf
 	sel.PromptBlocks = len(hashes)
 	r.ovBuf = r.index.Overlaps(hashes, r.ovBuf)
@@ -543,8 +556,15 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	r.apBuf = r.apBuf[:len(r.workers)]
 	r.active.ActivePrefix(hashes, r.apBuf)
 
+	pin, pinned := r.pinCandidate(in)
 	if r.disaggregated() {
+		if pinned {
+			return r.placeDisagg(in, &sel, hashes, pin, now, rng)
+		}
 		return r.routeDisagg(in, &sel, hashes, now, rng)
+	}
+	if pinned {
+		return r.placeLocal(in, hashes, pin, kindAggregated, now), nil
 	}
 	cands, eligible := r.gather(maskAggregated|maskPrefill|maskDecode, in.Exclude)
 	if eligible == 0 {
@@ -559,6 +579,26 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 		return Decision{}, err
 	}
 	return r.placeLocal(in, hashes, c, kindAggregated, now), nil
+}
+
+// pinCandidate returns the candidate facts of in.PinWorker when the request may be
+// placed there (see RouteInput.PinWorker) and counts the outcome: pinned, or a
+// fallback to the policy. The overlap and active-prefix buffers must be filled.
+func (r *Router) pinCandidate(in *RouteInput) (Candidate, bool) {
+	if in.PinWorker == "" {
+		return Candidate{}, false
+	}
+	rw := r.byName[in.PinWorker]
+	roles := uint8(maskAggregated | maskPrefill | maskDecode)
+	if r.disaggregated() {
+		roles = maskAggregated | maskDecode
+	}
+	if rw == nil || !rw.ready || roles&(1<<rw.role) == 0 || excluded(in.Exclude, rw.name) {
+		r.pinFallbacks++
+		return Candidate{}, false
+	}
+	r.pinned++
+	return r.candidate(rw, r.active.Load(rw.id)), true
 }
 
 // gather collects, in r.candBuf, the ready, non-busy workers whose role is in mask
@@ -576,23 +616,29 @@ func (r *Router) gather(mask uint8, exclude []string) (cands []Candidate, eligib
 		if r.busy(rw, l) {
 			continue
 		}
-		c := Candidate{
-			Worker:              rw.id,
-			ID:                  rw.name,
-			ActiveBlocks:        l.ActiveBlocks,
-			ActiveRequests:      l.Sequences,
-			ActivePrefixBlocks:  int(r.apBuf[rw.id]),
-			ActivePrefillTokens: l.PrefillTokens,
-			IndexedBlocks:       r.index.Blocks(rw.id),
-			TotalBlocks:         rw.totalBlocks,
-		}
-		if int(rw.id) < len(r.ovBuf) {
-			c.OverlapBlocks = int(r.ovBuf[rw.id])
-		}
-		cands = append(cands, c)
+		cands = append(cands, r.candidate(rw, l))
 	}
 	r.candBuf = cands
 	return cands, eligible
+}
+
+// candidate is rw's routing facts, with load l, for the prompt whose overlaps and
+// active prefixes are in r.ovBuf and r.apBuf.
+func (r *Router) candidate(rw *routerWorker, l Load) Candidate {
+	c := Candidate{
+		Worker:              rw.id,
+		ID:                  rw.name,
+		ActiveBlocks:        l.ActiveBlocks,
+		ActiveRequests:      l.Sequences,
+		ActivePrefixBlocks:  int(r.apBuf[rw.id]),
+		ActivePrefillTokens: l.PrefillTokens,
+		IndexedBlocks:       r.index.Blocks(rw.id),
+		TotalBlocks:         rw.totalBlocks,
+	}
+	if int(rw.id) < len(r.ovBuf) {
+		c.OverlapBlocks = int(r.ovBuf[rw.id])
+	}
+	return c
 }
 
 // choose runs policy p on sel (at least one candidate) and returns a copy of the
@@ -741,6 +787,11 @@ type Stats struct {
 	Expired Expired
 	// AwaitingAck: requests routed with WillAck and not acknowledged yet.
 	AwaitingAck int
+	// Pinned: requests routed to their RouteInput.PinWorker (also in Routed);
+	// PinFallbacks: requests that named a PinWorker the router could not use and were
+	// routed by the policy instead.
+	Pinned       int64
+	PinFallbacks int64
 }
 
 // Stats returns a snapshot of the router's state.
@@ -750,6 +801,7 @@ func (r *Router) Stats() Stats {
 		IndexNodes: r.index.Nodes(), ActiveRequests: r.active.Len(),
 		UnknownRemovals: r.index.UnknownRemovals(), SkippedEvents: r.skipped,
 		Decisions: make(map[DisaggDecision]int64, numKinds), Expired: r.expired, AwaitingAck: len(r.awaiting),
+		Pinned: r.pinned, PinFallbacks: r.pinFallbacks,
 	}
 	for k, n := range r.decisions {
 		s.Decisions[disaggKinds[k]] = n

@@ -31,7 +31,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	add-worker id=w1 [block-size=4] [total=100] [ready=true] [epoch=1] [last-seq=0]
 //	kv-event worker=w1 [epoch=1] seq=1      input: one event per line (see parseEvent)
 //	dump worker=w1 [epoch=1] last-seq=3 [part=0] [last=true]   input: events
-//	route id=r1 (blocks=a,b | tokens=1,2,..) [extra=N] [lora=x] [weight=W] [temp=T] [exclude=w1,w2] [will-ack]
+//	route id=r1 (blocks=a,b | tokens=1,2,..) [extra=N] [lora=x] [weight=W] [temp=T] [exclude=w1,w2] [will-ack] [pin=w1]
 //	prefill-done id=r1 | free id=r1 | ack id=r1 | tick 10s | expire | kill-worker id=w1
 //	busy [kv=0.9] [prefill=1000] | overlaps (blocks=..|tokens=..) [lora=x] | stats | replay
 //
@@ -362,7 +362,7 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		return result(nd, err)
 	case "route":
 		in := RouteInput{RequestID: a.str("id", ""), Tokens: h.tokens(t, a), LoraName: a.str("lora", ""), Exclude: a.list("exclude"),
-			WillAck: a.str("will-ack", "false") == "true"}
+			WillAck: a.str("will-ack", "false") == "true", PinWorker: a.str("pin", "")}
 		if _, ok := a["weight"]; ok {
 			in.HasOverlapWeight, in.OverlapWeight = true, a.float(t, "weight", 0)
 		}
@@ -436,6 +436,9 @@ func formatStats(s Stats) string {
 		s.Routed, s.PromptBlocks, s.OverlapBlocks, s.IndexNodes, s.ActiveRequests, s.UnknownRemovals, s.SkippedEvents)
 	if s.Expired != (Expired{}) || s.AwaitingAck != 0 {
 		fmt.Fprintf(&sb, "\nexpired-unacked=%d expired-stale=%d awaiting-ack=%d", s.Expired.Unacked, s.Expired.Stale, s.AwaitingAck)
+	}
+	if s.Pinned != 0 || s.PinFallbacks != 0 {
+		fmt.Fprintf(&sb, "\npinned=%d pin-fallbacks=%d", s.Pinned, s.PinFallbacks)
 	}
 	return sb.String()
 }

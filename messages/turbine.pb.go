@@ -247,7 +247,8 @@ func (RouteOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_turbine_proto_rawDescGZIP(), []int{3}
 }
 
-// Fault is why a leg failed in a way that re-sending elsewhere may mend.
+// Fault is why a leg failed in a way that re-sending elsewhere may mend, or
+// (FAULT_INVALID_REQUEST) why no engine would ever answer it.
 type Fault int32
 
 const (
@@ -256,6 +257,10 @@ const (
 	Fault_FAULT_ENGINE_ERROR      Fault = 2 // the engine process died, refused or was not ready
 	Fault_FAULT_STALLED           Fault = 3 // nothing arrived within the stall timeout
 	Fault_FAULT_KV_TRANSFER       Fault = 4 // a decode leg could not load its KV from the prefill engine
+	// The engine refused the request itself as invalid (HTTP 400 or 422, e.g. an input or
+	// a field value it will not take): never re-sent, migrated or retried; the client
+	// hears the engine's message as a 400 (docs/reference.md §10, §23).
+	Fault_FAULT_INVALID_REQUEST Fault = 5
 )
 
 // Enum value maps for Fault.
@@ -266,6 +271,7 @@ var (
 		2: "FAULT_ENGINE_ERROR",
 		3: "FAULT_STALLED",
 		4: "FAULT_KV_TRANSFER",
+		5: "FAULT_INVALID_REQUEST",
 	}
 	Fault_value = map[string]int32{
 		"FAULT_NONE":              0,
@@ -273,6 +279,7 @@ var (
 		"FAULT_ENGINE_ERROR":      2,
 		"FAULT_STALLED":           3,
 		"FAULT_KV_TRANSFER":       4,
+		"FAULT_INVALID_REQUEST":   5,
 	}
 )
 
@@ -301,6 +308,53 @@ func (x Fault) Number() protoreflect.EnumNumber {
 // Deprecated: Use Fault.Descriptor instead.
 func (Fault) EnumDescriptor() ([]byte, []int) {
 	return file_turbine_proto_rawDescGZIP(), []int{4}
+}
+
+// Runner is what a model serves (vLLM's --runner).
+type Runner int32
+
+const (
+	Runner_RUNNER_GENERATE Runner = 0
+	Runner_RUNNER_POOLING  Runner = 1
+)
+
+// Enum value maps for Runner.
+var (
+	Runner_name = map[int32]string{
+		0: "RUNNER_GENERATE",
+		1: "RUNNER_POOLING",
+	}
+	Runner_value = map[string]int32{
+		"RUNNER_GENERATE": 0,
+		"RUNNER_POOLING":  1,
+	}
+)
+
+func (x Runner) Enum() *Runner {
+	p := new(Runner)
+	*p = x
+	return p
+}
+
+func (x Runner) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Runner) Descriptor() protoreflect.EnumDescriptor {
+	return file_turbine_proto_enumTypes[5].Descriptor()
+}
+
+func (Runner) Type() protoreflect.EnumType {
+	return &file_turbine_proto_enumTypes[5]
+}
+
+func (x Runner) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Runner.Descriptor instead.
+func (Runner) EnumDescriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{5}
 }
 
 // ActorRef names an actor anywhere in the cluster (protoactor PID fields).
@@ -384,9 +438,20 @@ type ModelCard struct {
 	ToolCallParser  string `protobuf:"bytes,13,opt,name=tool_call_parser,json=toolCallParser,proto3" json:"tool_call_parser,omitempty"`
 	ReasoningParser string `protobuf:"bytes,14,opt,name=reasoning_parser,json=reasoningParser,proto3" json:"reasoning_parser,omitempty"`
 	// How the parsers were chosen: "flag", "detected", "flag+detected" or "" (none).
-	ParserSource  string `protobuf:"bytes,15,opt,name=parser_source,json=parserSource,proto3" json:"parser_source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ParserSource string `protobuf:"bytes,15,opt,name=parser_source,json=parserSource,proto3" json:"parser_source,omitempty"`
+	// What the model serves: RUNNER_GENERATE (chat, completions) or RUNNER_POOLING
+	// (embeddings), as vLLM's --runner.
+	Runner Runner `protobuf:"varint,16,opt,name=runner,proto3,enum=turbine.v1.Runner" json:"runner,omitempty"`
+	// Embedding models: the vector's size (hidden size); 0 for generating models.
+	EmbeddingSize int32 `protobuf:"varint,17,opt,name=embedding_size,json=embeddingSize,proto3" json:"embedding_size,omitempty"`
+	// Embedding models trained for Matryoshka truncation (config.json is_matryoshka, or
+	// matryoshka_dimensions present): a request's `dimensions` is honoured only then
+	// (docs/reference.md §23).
+	IsMatryoshka bool `protobuf:"varint,18,opt,name=is_matryoshka,json=isMatryoshka,proto3" json:"is_matryoshka,omitempty"`
+	// The truncations the model allows (config.json matryoshka_dimensions); empty: any.
+	MatryoshkaDimensions []int32 `protobuf:"varint,19,rep,packed,name=matryoshka_dimensions,json=matryoshkaDimensions,proto3" json:"matryoshka_dimensions,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ModelCard) Reset() {
@@ -522,6 +587,34 @@ func (x *ModelCard) GetParserSource() string {
 		return x.ParserSource
 	}
 	return ""
+}
+
+func (x *ModelCard) GetRunner() Runner {
+	if x != nil {
+		return x.Runner
+	}
+	return Runner_RUNNER_GENERATE
+}
+
+func (x *ModelCard) GetEmbeddingSize() int32 {
+	if x != nil {
+		return x.EmbeddingSize
+	}
+	return 0
+}
+
+func (x *ModelCard) GetIsMatryoshka() bool {
+	if x != nil {
+		return x.IsMatryoshka
+	}
+	return false
+}
+
+func (x *ModelCard) GetMatryoshkaDimensions() []int32 {
+	if x != nil {
+		return x.MatryoshkaDimensions
+	}
+	return nil
 }
 
 // ModelArchitecture is what config.json says about the model's size and KV cache.
@@ -1012,8 +1105,11 @@ type KvBlockStored struct {
 	BlockSize       int32                  `protobuf:"varint,5,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	LoraName        string                 `protobuf:"bytes,6,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
 	Medium          string                 `protobuf:"bytes,7,opt,name=medium,proto3" json:"medium,omitempty"` // "" or "GPU", "CPU_PINNED", "DISK"
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Without a parent: the request's cache salt, mixed into the first block's hash
+	// (docs/reference.md §2); "" for none.
+	CacheSalt     string `protobuf:"bytes,8,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KvBlockStored) Reset() {
@@ -1084,6 +1180,13 @@ func (x *KvBlockStored) GetLoraName() string {
 func (x *KvBlockStored) GetMedium() string {
 	if x != nil {
 		return x.Medium
+	}
+	return ""
+}
+
+func (x *KvBlockStored) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
 	}
 	return ""
 }
@@ -1527,7 +1630,13 @@ type RouteRequest struct {
 	// request not acknowledged within the router's bound (kv.DefaultMaxUnackedAge) is
 	// expired, both legs: its caller never learnt the decision (the call timed out), so
 	// nobody would free it.
-	WillAck       bool `protobuf:"varint,11,opt,name=will_ack,json=willAck,proto3" json:"will_ack,omitempty"`
+	WillAck bool `protobuf:"varint,11,opt,name=will_ack,json=willAck,proto3" json:"will_ack,omitempty"`
+	// Mixed into the prompt's first block hash (SamplingParams.cache_salt).
+	CacheSalt string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// Route to this worker if it is live and serves the model, bypassing the cost function
+	// (the load is still counted): the siblings of an n > 1 request follow their first
+	// choice's decision so that they share the prompt's KV blocks. Empty: route normally.
+	PinWorker     string `protobuf:"bytes,13,opt,name=pin_worker,json=pinWorker,proto3" json:"pin_worker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1623,6 +1732,20 @@ func (x *RouteRequest) GetWillAck() bool {
 		return x.WillAck
 	}
 	return false
+}
+
+func (x *RouteRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetPinWorker() string {
+	if x != nil {
+		return x.PinWorker
+	}
+	return ""
 }
 
 type RouteResponse struct {
@@ -2139,8 +2262,13 @@ type RouterStats struct {
 	// the maximum sequence age (300 s).
 	ExpiredUnacked int64 `protobuf:"varint,6,opt,name=expired_unacked,json=expiredUnacked,proto3" json:"expired_unacked,omitempty"`
 	ExpiredStale   int64 `protobuf:"varint,7,opt,name=expired_stale,json=expiredStale,proto3" json:"expired_stale,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Requests routed to the worker their pin_worker named (also in routed), and requests
+	// whose pin_worker the router could not use (unknown, gone, not ready, excluded, a
+	// prefill worker), routed by the policy instead.
+	Pinned        int64 `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	PinFallbacks  int64 `protobuf:"varint,9,opt,name=pin_fallbacks,json=pinFallbacks,proto3" json:"pin_fallbacks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouterStats) Reset() {
@@ -2218,6 +2346,20 @@ func (x *RouterStats) GetExpiredUnacked() int64 {
 func (x *RouterStats) GetExpiredStale() int64 {
 	if x != nil {
 		return x.ExpiredStale
+	}
+	return 0
+}
+
+func (x *RouterStats) GetPinned() int64 {
+	if x != nil {
+		return x.Pinned
+	}
+	return 0
+}
+
+func (x *RouterStats) GetPinFallbacks() int64 {
+	if x != nil {
+		return x.PinFallbacks
 	}
 	return 0
 }
@@ -2547,9 +2689,26 @@ type SamplingParams struct {
 	Disagg *DisaggParams `protobuf:"bytes,13,opt,name=disagg,proto3" json:"disagg,omitempty"`
 	// Constrains the output (structured output, tool_choice required or named); unset for
 	// free text. Such a request is not migrated mid-stream (docs/reference.md §10).
-	Structured    *StructuredOutput `protobuf:"bytes,14,opt,name=structured,proto3" json:"structured,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Structured *StructuredOutput `protobuf:"bytes,14,opt,name=structured,proto3" json:"structured,omitempty"`
+	// vLLM's sampling extras (docs/reference.md §20). Absent: the engine's default.
+	TopK              *int32             `protobuf:"varint,15,opt,name=top_k,json=topK,proto3,oneof" json:"top_k,omitempty"`                                                                                      // -1 or 0: off
+	MinP              *float64           `protobuf:"fixed64,16,opt,name=min_p,json=minP,proto3,oneof" json:"min_p,omitempty"`                                                                                     // 0..1
+	RepetitionPenalty *float64           `protobuf:"fixed64,17,opt,name=repetition_penalty,json=repetitionPenalty,proto3,oneof" json:"repetition_penalty,omitempty"`                                              // > 0, 1 is off
+	LogitBias         map[uint32]float64 `protobuf:"bytes,18,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"` // token id -> bias added to its logit, -100..100
+	BadWords          []string           `protobuf:"bytes,19,rep,name=bad_words,json=badWords,proto3" json:"bad_words,omitempty"`                                                                                 // words the engine must not produce (its own tokenization)
+	AllowedTokenIds   []uint32           `protobuf:"varint,20,rep,packed,name=allowed_token_ids,json=allowedTokenIds,proto3" json:"allowed_token_ids,omitempty"`                                                  // empty: any token
+	Priority          *int32             `protobuf:"varint,21,opt,name=priority,proto3,oneof" json:"priority,omitempty"`                                                                                          // lower runs first (vLLM priority scheduling)
+	// Mixed into the first KV block's hash by the engine and by the router alike, so that
+	// requests with different salts share no prefix cache (docs/reference.md §20).
+	CacheSalt string `protobuf:"bytes,22,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// Logprobs of the sampled token and of the `logprobs` most likely tokens at each output
+	// position; absent: none. 0 returns the sampled token's logprob only.
+	Logprobs *int32 `protobuf:"varint,23,opt,name=logprobs,proto3,oneof" json:"logprobs,omitempty"`
+	// Logprobs of each prompt token and of the `prompt_logprobs` most likely tokens at its
+	// position (completions echo); absent: none.
+	PromptLogprobs *int32 `protobuf:"varint,24,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -2659,6 +2818,199 @@ func (x *SamplingParams) GetStructured() *StructuredOutput {
 	return nil
 }
 
+func (x *SamplingParams) GetTopK() int32 {
+	if x != nil && x.TopK != nil {
+		return *x.TopK
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetMinP() float64 {
+	if x != nil && x.MinP != nil {
+		return *x.MinP
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetRepetitionPenalty() float64 {
+	if x != nil && x.RepetitionPenalty != nil {
+		return *x.RepetitionPenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetLogitBias() map[uint32]float64 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetBadWords() []string {
+	if x != nil {
+		return x.BadWords
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetAllowedTokenIds() []uint32 {
+	if x != nil {
+		return x.AllowedTokenIds
+	}
+	return nil
+}
+
+func (x *SamplingParams) GetPriority() int32 {
+	if x != nil && x.Priority != nil {
+		return *x.Priority
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetLogprobs() int32 {
+	if x != nil && x.Logprobs != nil {
+		return *x.Logprobs
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetPromptLogprobs() int32 {
+	if x != nil && x.PromptLogprobs != nil {
+		return *x.PromptLogprobs
+	}
+	return 0
+}
+
+// TokenLogprob is one position's log probabilities (natural log): the token at that
+// position and the most likely alternatives, most likely first.
+type TokenLogprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TokenId       uint32                 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	Logprob       float32                `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"` // of token_id; for the first prompt token: NaN (none)
+	Rank          int32                  `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`        // token_id's rank among all tokens, 1 = most likely
+	Top           []*TopLogprob          `protobuf:"bytes,4,rep,name=top,proto3" json:"top,omitempty"`           // at most the request's logprobs / prompt_logprobs
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_turbine_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *TokenLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetTop() []*TopLogprob {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
+// TopLogprob is one alternative at a position.
+type TopLogprob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TokenId       uint32                 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	Logprob       float32                `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_turbine_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *TopLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
 // StructuredOutput is a constraint on the engine's output, as vLLM's structured_outputs
 // (docs/reference.md §16). Exactly one field is set.
 type StructuredOutput struct {
@@ -2674,7 +3026,7 @@ type StructuredOutput struct {
 
 func (x *StructuredOutput) Reset() {
 	*x = StructuredOutput{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +3038,7 @@ func (x *StructuredOutput) String() string {
 func (*StructuredOutput) ProtoMessage() {}
 
 func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +3051,7 @@ func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StructuredOutput.ProtoReflect.Descriptor instead.
 func (*StructuredOutput) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StructuredOutput) GetJsonSchema() string {
@@ -2755,7 +3107,7 @@ type DisaggParams struct {
 
 func (x *DisaggParams) Reset() {
 	*x = DisaggParams{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3119,7 @@ func (x *DisaggParams) String() string {
 func (*DisaggParams) ProtoMessage() {}
 
 func (x *DisaggParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3132,7 @@ func (x *DisaggParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
 func (*DisaggParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DisaggParams) GetLeg() Leg {
@@ -2832,7 +3184,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +3196,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +3209,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -2904,7 +3256,9 @@ type TokenChunk struct {
 	FinishReason string                 `protobuf:"bytes,4,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"` // "", "stop", "length", "abort", "error"
 	Error        string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`                                   // set when the request failed
 	// Set with error when re-sending the request elsewhere may mend the failure
-	// (FAULT_ENGINE_ERROR, FAULT_KV_TRANSFER from a worker); FAULT_NONE otherwise.
+	// (FAULT_ENGINE_ERROR, FAULT_KV_TRANSFER from a worker), or when it never will
+	// (FAULT_INVALID_REQUEST: the engine refused the request; error is the engine's own
+	// message); FAULT_NONE otherwise.
 	Fault            Fault  `protobuf:"varint,12,opt,name=fault,proto3,enum=turbine.v1.Fault" json:"fault,omitempty"`
 	PromptTokens     int32  `protobuf:"varint,7,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`             // on the last chunk
 	CachedTokens     int32  `protobuf:"varint,8,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`             // on the last chunk: prompt tokens served from prefix cache
@@ -2913,13 +3267,18 @@ type TokenChunk struct {
 	// Last chunk of a prefill leg: the engine's transfer parameters as a JSON object (vLLM
 	// kv_transfer_params, TensorRT-LLM disaggregated_params); empty otherwise.
 	KvTransferParams string `protobuf:"bytes,11,opt,name=kv_transfer_params,json=kvTransferParams,proto3" json:"kv_transfer_params,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// With SamplingParams.logprobs: one entry per token of token_ids, in order.
+	Logprobs []*TokenLogprob `protobuf:"bytes,13,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// With SamplingParams.prompt_logprobs: one entry per prompt token, on the first chunk
+	// only (the first prompt token's logprob is NaN: nothing precedes it).
+	PromptLogprobs []*TokenLogprob `protobuf:"bytes,14,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3290,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3303,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -3024,6 +3383,170 @@ func (x *TokenChunk) GetKvTransferParams() string {
 	return ""
 }
 
+func (x *TokenChunk) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+func (x *TokenChunk) GetPromptLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.PromptLogprobs
+	}
+	return nil
+}
+
+// Embed asks a pooling worker (ModelCard.runner RUNNER_POOLING) for one input's
+// embedding; the worker answers with Embedding (actor request-response).
+type Embed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	TokenIds      []uint32               `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"` // the input, tokenized by the frontend
+	Dimensions    int32                  `protobuf:"varint,3,opt,name=dimensions,proto3" json:"dimensions,omitempty"`                    // 0: the model's size; else a Matryoshka truncation
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embed) Reset() {
+	*x = Embed{}
+	mi := &file_turbine_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embed) ProtoMessage() {}
+
+func (x *Embed) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embed.ProtoReflect.Descriptor instead.
+func (*Embed) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Embed) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Embed) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *Embed) GetDimensions() int32 {
+	if x != nil {
+		return x.Dimensions
+	}
+	return 0
+}
+
+// Embedding answers Embed.
+type Embedding struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	RequestId    string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Vector       []float32              `protobuf:"fixed32,2,rep,packed,name=vector,proto3" json:"vector,omitempty"` // unit norm (as the engine returned it)
+	PromptTokens int32                  `protobuf:"varint,3,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	Error        string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"` // set when the engine failed (FAULT_INVALID_REQUEST: the engine's own message)
+	WorkerId     string                 `protobuf:"bytes,5,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Set with error: FAULT_INVALID_REQUEST when the engine refused the input itself,
+	// FAULT_ENGINE_ERROR when another worker may succeed (a draining worker, an engine not
+	// ready or failing), FAULT_NONE otherwise.
+	Fault         Fault `protobuf:"varint,6,opt,name=fault,proto3,enum=turbine.v1.Fault" json:"fault,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embedding) Reset() {
+	*x = Embedding{}
+	mi := &file_turbine_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embedding) ProtoMessage() {}
+
+func (x *Embedding) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
+func (*Embedding) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Embedding) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *Embedding) GetVector() []float32 {
+	if x != nil {
+		return x.Vector
+	}
+	return nil
+}
+
+func (x *Embedding) GetPromptTokens() int32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *Embedding) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Embedding) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *Embedding) GetFault() Fault {
+	if x != nil {
+		return x.Fault
+	}
+	return Fault_FAULT_NONE
+}
+
 // Credit grants a worker more chunks for a request (flow control).
 type Credit struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3035,7 +3558,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3570,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3583,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -3090,7 +3613,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3625,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3638,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -3143,7 +3666,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3678,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3691,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -3199,7 +3722,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3734,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3747,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -3276,7 +3799,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3811,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3824,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -3353,7 +3876,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3365,7 +3888,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3378,7 +3901,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -3419,7 +3942,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3954,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3967,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -3462,7 +3985,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3997,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +4010,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{47}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -3503,7 +4026,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +4038,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +4051,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{44}
+	return file_turbine_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -3572,7 +4095,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +4107,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +4120,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{45}
+	return file_turbine_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -3636,7 +4159,7 @@ const file_turbine_proto_rawDesc = "" +
 	"turbine.v1\"4\n" +
 	"\bActorRef\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xe2\x04\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x8f\x06\n" +
 	"\tModelCard\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer\x12%\n" +
@@ -3655,7 +4178,11 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06engine\x18\f \x01(\tR\x06engine\x12(\n" +
 	"\x10tool_call_parser\x18\r \x01(\tR\x0etoolCallParser\x12)\n" +
 	"\x10reasoning_parser\x18\x0e \x01(\tR\x0freasoningParser\x12#\n" +
-	"\rparser_source\x18\x0f \x01(\tR\fparserSource\"\xce\x02\n" +
+	"\rparser_source\x18\x0f \x01(\tR\fparserSource\x12*\n" +
+	"\x06runner\x18\x10 \x01(\x0e2\x12.turbine.v1.RunnerR\x06runner\x12%\n" +
+	"\x0eembedding_size\x18\x11 \x01(\x05R\rembeddingSize\x12#\n" +
+	"\ris_matryoshka\x18\x12 \x01(\bR\fisMatryoshka\x123\n" +
+	"\x15matryoshka_dimensions\x18\x13 \x03(\x05R\x14matryoshkaDimensions\"\xce\x02\n" +
 	"\x11ModelArchitecture\x12\"\n" +
 	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12\x1d\n" +
 	"\n" +
@@ -3698,7 +4225,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x10DeregisterWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12*\n" +
-	"\x05actor\x18\x03 \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\"\xf0\x01\n" +
+	"\x05actor\x18\x03 \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\"\x8f\x02\n" +
 	"\rKvBlockStored\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\x12/\n" +
 	"\x11parent_block_hash\x18\x03 \x01(\x04H\x00R\x0fparentBlockHash\x88\x01\x01\x12\x1b\n" +
@@ -3706,7 +4233,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x05 \x01(\x05R\tblockSize\x12\x1b\n" +
 	"\tlora_name\x18\x06 \x01(\tR\bloraName\x12\x16\n" +
-	"\x06medium\x18\a \x01(\tR\x06mediumB\x14\n" +
+	"\x06medium\x18\a \x01(\tR\x06medium\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\b \x01(\tR\tcacheSaltB\x14\n" +
 	"\x12_parent_block_hashJ\x04\b\x02\x10\x03\"K\n" +
 	"\x0eKvBlockRemoved\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\x12\x16\n" +
@@ -3731,7 +4260,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\x8a\x03\n" +
+	"\x11DumpBlocksRequest\"\xc8\x03\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -3743,7 +4272,11 @@ const file_turbine_proto_rawDesc = "" +
 	"\x17exclude_prefill_workers\x18\t \x03(\tR\x15excludePrefillWorkers\x12#\n" +
 	"\rlocal_prefill\x18\n" +
 	" \x01(\bR\flocalPrefill\x12\x19\n" +
-	"\bwill_ack\x18\v \x01(\bR\awillAckB\x11\n" +
+	"\bwill_ack\x18\v \x01(\bR\awillAck\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\f \x01(\tR\tcacheSalt\x12\x1d\n" +
+	"\n" +
+	"pin_worker\x18\r \x01(\tR\tpinWorkerB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperatureJ\x04\b\x04\x10\x05J\x04\b\x06\x10\a\"\xe0\x05\n" +
 	"\rRouteResponse\x12\x1b\n" +
@@ -3789,7 +4322,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0fengine_kv_usage\x18\t \x01(\x01R\rengineKvUsage\x12'\n" +
 	"\x0factive_requests\x18\n" +
 	" \x01(\x05R\x0eactiveRequests\x12$\n" +
-	"\x04role\x18\f \x01(\x0e2\x10.turbine.v1.RoleR\x04roleJ\x04\b\v\x10\f\"\x9d\x02\n" +
+	"\x04role\x18\f \x01(\x0e2\x10.turbine.v1.RoleR\x04roleJ\x04\b\v\x10\f\"\xda\x02\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
@@ -3797,7 +4330,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eoverlap_blocks\x18\x04 \x01(\x03R\roverlapBlocks\x12)\n" +
 	"\x04card\x18\x05 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12'\n" +
 	"\x0fexpired_unacked\x18\x06 \x01(\x03R\x0eexpiredUnacked\x12#\n" +
-	"\rexpired_stale\x18\a \x01(\x03R\fexpiredStale\"\x9c\x01\n" +
+	"\rexpired_stale\x18\a \x01(\x03R\fexpiredStale\x12\x16\n" +
+	"\x06pinned\x18\b \x01(\x03R\x06pinned\x12#\n" +
+	"\rpin_fallbacks\x18\t \x01(\x03R\fpinFallbacks\"\x9c\x01\n" +
 	"\rAnnounceModel\x12)\n" +
 	"\x04card\x18\x01 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x15\n" +
@@ -3815,7 +4350,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"\x13\n" +
 	"\x11ListModelsRequest\":\n" +
 	"\tModelList\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\xea\x03\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\x8b\b\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05R\tmaxTokens\x12\x1d\n" +
@@ -3833,11 +4368,41 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06disagg\x18\r \x01(\v2\x18.turbine.v1.DisaggParamsR\x06disagg\x12<\n" +
 	"\n" +
 	"structured\x18\x0e \x01(\v2\x1c.turbine.v1.StructuredOutputR\n" +
-	"structuredB\x0e\n" +
+	"structured\x12\x18\n" +
+	"\x05top_k\x18\x0f \x01(\x05H\x03R\x04topK\x88\x01\x01\x12\x18\n" +
+	"\x05min_p\x18\x10 \x01(\x01H\x04R\x04minP\x88\x01\x01\x122\n" +
+	"\x12repetition_penalty\x18\x11 \x01(\x01H\x05R\x11repetitionPenalty\x88\x01\x01\x12H\n" +
+	"\n" +
+	"logit_bias\x18\x12 \x03(\v2).turbine.v1.SamplingParams.LogitBiasEntryR\tlogitBias\x12\x1b\n" +
+	"\tbad_words\x18\x13 \x03(\tR\bbadWords\x12*\n" +
+	"\x11allowed_token_ids\x18\x14 \x03(\rR\x0fallowedTokenIds\x12\x1f\n" +
+	"\bpriority\x18\x15 \x01(\x05H\x06R\bpriority\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\x16 \x01(\tR\tcacheSalt\x12\x1f\n" +
+	"\blogprobs\x18\x17 \x01(\x05H\aR\blogprobs\x88\x01\x01\x12,\n" +
+	"\x0fprompt_logprobs\x18\x18 \x01(\x05H\bR\x0epromptLogprobs\x88\x01\x01\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01B\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\a\n" +
-	"\x05_seedJ\x04\b\x05\x10\x06J\x04\b\a\x10\bJ\x04\b\t\x10\n" +
-	"\"\x9c\x01\n" +
+	"\x05_seedB\b\n" +
+	"\x06_top_kB\b\n" +
+	"\x06_min_pB\x15\n" +
+	"\x13_repetition_penaltyB\v\n" +
+	"\t_priorityB\v\n" +
+	"\t_logprobsB\x12\n" +
+	"\x10_prompt_logprobsJ\x04\b\x05\x10\x06J\x04\b\a\x10\bJ\x04\b\t\x10\n" +
+	"\"\x81\x01\n" +
+	"\fTokenLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\x12\x12\n" +
+	"\x04rank\x18\x03 \x01(\x05R\x04rank\x12(\n" +
+	"\x03top\x18\x04 \x03(\v2\x16.turbine.v1.TopLogprobR\x03top\"A\n" +
+	"\n" +
+	"TopLogprob\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\"\x9c\x01\n" +
 	"\x10StructuredOutput\x12\x1f\n" +
 	"\vjson_schema\x18\x01 \x01(\tR\n" +
 	"jsonSchema\x12\x1f\n" +
@@ -3858,7 +4423,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x126\n" +
 	"\bsampling\x18\x03 \x01(\v2\x1a.turbine.v1.SamplingParamsR\bsampling\x12/\n" +
 	"\breply_to\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\areplyTo\x12'\n" +
-	"\x0finitial_credits\x18\x05 \x01(\x05R\x0einitialCredits\"\x8a\x03\n" +
+	"\x0finitial_credits\x18\x05 \x01(\x05R\x0einitialCredits\"\x83\x04\n" +
 	"\n" +
 	"TokenChunk\x12\x1d\n" +
 	"\n" +
@@ -3873,7 +4438,24 @@ const file_turbine_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\t \x01(\x05R\x10completionTokens\x12\x1b\n" +
 	"\tworker_id\x18\n" +
 	" \x01(\tR\bworkerId\x12,\n" +
-	"\x12kv_transfer_params\x18\v \x01(\tR\x10kvTransferParamsJ\x04\b\x06\x10\a\"A\n" +
+	"\x12kv_transfer_params\x18\v \x01(\tR\x10kvTransferParams\x124\n" +
+	"\blogprobs\x18\r \x03(\v2\x18.turbine.v1.TokenLogprobR\blogprobs\x12A\n" +
+	"\x0fprompt_logprobs\x18\x0e \x03(\v2\x18.turbine.v1.TokenLogprobR\x0epromptLogprobsJ\x04\b\x06\x10\a\"c\n" +
+	"\x05Embed\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
+	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x12\x1e\n" +
+	"\n" +
+	"dimensions\x18\x03 \x01(\x05R\n" +
+	"dimensions\"\xc3\x01\n" +
+	"\tEmbedding\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06vector\x18\x02 \x03(\x02R\x06vector\x12#\n" +
+	"\rprompt_tokens\x18\x03 \x01(\x05R\fpromptTokens\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1b\n" +
+	"\tworker_id\x18\x05 \x01(\tR\bworkerId\x12'\n" +
+	"\x05fault\x18\x06 \x01(\x0e2\x11.turbine.v1.FaultR\x05fault\"A\n" +
 	"\x06Credit\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
@@ -3943,14 +4525,18 @@ const file_turbine_proto_rawDesc = "" +
 	"\x13ROUTE_UNKNOWN_MODEL\x10\x03\x12\x1c\n" +
 	"\x18ROUTE_NO_PREFILL_WORKERS\x10\x04\x12\x15\n" +
 	"\x11ROUTE_BAD_REQUEST\x10\x05\x12\x15\n" +
-	"\x11ROUTE_CALL_FAILED\x10\x06*v\n" +
+	"\x11ROUTE_CALL_FAILED\x10\x06*\x91\x01\n" +
 	"\x05Fault\x12\x0e\n" +
 	"\n" +
 	"FAULT_NONE\x10\x00\x12\x1b\n" +
 	"\x17FAULT_WORKER_TERMINATED\x10\x01\x12\x16\n" +
 	"\x12FAULT_ENGINE_ERROR\x10\x02\x12\x11\n" +
 	"\rFAULT_STALLED\x10\x03\x12\x15\n" +
-	"\x11FAULT_KV_TRANSFER\x10\x04B)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
+	"\x11FAULT_KV_TRANSFER\x10\x04\x12\x19\n" +
+	"\x15FAULT_INVALID_REQUEST\x10\x05*1\n" +
+	"\x06Runner\x12\x13\n" +
+	"\x0fRUNNER_GENERATE\x10\x00\x12\x12\n" +
+	"\x0eRUNNER_POOLING\x10\x01B)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
 
 var (
 	file_turbine_proto_rawDescOnce sync.Once
@@ -3964,103 +4550,115 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_turbine_proto_goTypes = []any{
 	(Role)(0),                  // 0: turbine.v1.Role
 	(Leg)(0),                   // 1: turbine.v1.Leg
 	(DisaggDecision)(0),        // 2: turbine.v1.DisaggDecision
 	(RouteOutcome)(0),          // 3: turbine.v1.RouteOutcome
 	(Fault)(0),                 // 4: turbine.v1.Fault
-	(*ActorRef)(nil),           // 5: turbine.v1.ActorRef
-	(*ModelCard)(nil),          // 6: turbine.v1.ModelCard
-	(*ModelArchitecture)(nil),  // 7: turbine.v1.ModelArchitecture
-	(*WorkerLoad)(nil),         // 8: turbine.v1.WorkerLoad
-	(*WorkerInfo)(nil),         // 9: turbine.v1.WorkerInfo
-	(*RegisterWorker)(nil),     // 10: turbine.v1.RegisterWorker
-	(*RegisterAck)(nil),        // 11: turbine.v1.RegisterAck
-	(*DeregisterWorker)(nil),   // 12: turbine.v1.DeregisterWorker
-	(*KvBlockStored)(nil),      // 13: turbine.v1.KvBlockStored
-	(*KvBlockRemoved)(nil),     // 14: turbine.v1.KvBlockRemoved
-	(*KvAllBlocksCleared)(nil), // 15: turbine.v1.KvAllBlocksCleared
-	(*KvEvent)(nil),            // 16: turbine.v1.KvEvent
-	(*KvEventBatch)(nil),       // 17: turbine.v1.KvEventBatch
-	(*EventAck)(nil),           // 18: turbine.v1.EventAck
-	(*BlockDump)(nil),          // 19: turbine.v1.BlockDump
-	(*DumpBlocksRequest)(nil),  // 20: turbine.v1.DumpBlocksRequest
-	(*RouteRequest)(nil),       // 21: turbine.v1.RouteRequest
-	(*RouteResponse)(nil),      // 22: turbine.v1.RouteResponse
-	(*RouteAck)(nil),           // 23: turbine.v1.RouteAck
-	(*RequestRef)(nil),         // 24: turbine.v1.RequestRef
-	(*Ack)(nil),                // 25: turbine.v1.Ack
-	(*BusyThresholds)(nil),     // 26: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil), // 27: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),        // 28: turbine.v1.WorkerStats
-	(*RouterStats)(nil),        // 29: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),      // 30: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),  // 31: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),          // 32: turbine.v1.ModelFile
-	(*ModelFiles)(nil),         // 33: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),  // 34: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),          // 35: turbine.v1.ModelList
-	(*SamplingParams)(nil),     // 36: turbine.v1.SamplingParams
-	(*StructuredOutput)(nil),   // 37: turbine.v1.StructuredOutput
-	(*DisaggParams)(nil),       // 38: turbine.v1.DisaggParams
-	(*Generate)(nil),           // 39: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 40: turbine.v1.TokenChunk
-	(*Credit)(nil),             // 41: turbine.v1.Credit
-	(*ReleaseKv)(nil),          // 42: turbine.v1.ReleaseKv
-	(*Cancel)(nil),             // 43: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 44: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 45: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 46: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 47: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 48: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 49: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 50: turbine.v1.NodeStatus
+	(Runner)(0),                // 5: turbine.v1.Runner
+	(*ActorRef)(nil),           // 6: turbine.v1.ActorRef
+	(*ModelCard)(nil),          // 7: turbine.v1.ModelCard
+	(*ModelArchitecture)(nil),  // 8: turbine.v1.ModelArchitecture
+	(*WorkerLoad)(nil),         // 9: turbine.v1.WorkerLoad
+	(*WorkerInfo)(nil),         // 10: turbine.v1.WorkerInfo
+	(*RegisterWorker)(nil),     // 11: turbine.v1.RegisterWorker
+	(*RegisterAck)(nil),        // 12: turbine.v1.RegisterAck
+	(*DeregisterWorker)(nil),   // 13: turbine.v1.DeregisterWorker
+	(*KvBlockStored)(nil),      // 14: turbine.v1.KvBlockStored
+	(*KvBlockRemoved)(nil),     // 15: turbine.v1.KvBlockRemoved
+	(*KvAllBlocksCleared)(nil), // 16: turbine.v1.KvAllBlocksCleared
+	(*KvEvent)(nil),            // 17: turbine.v1.KvEvent
+	(*KvEventBatch)(nil),       // 18: turbine.v1.KvEventBatch
+	(*EventAck)(nil),           // 19: turbine.v1.EventAck
+	(*BlockDump)(nil),          // 20: turbine.v1.BlockDump
+	(*DumpBlocksRequest)(nil),  // 21: turbine.v1.DumpBlocksRequest
+	(*RouteRequest)(nil),       // 22: turbine.v1.RouteRequest
+	(*RouteResponse)(nil),      // 23: turbine.v1.RouteResponse
+	(*RouteAck)(nil),           // 24: turbine.v1.RouteAck
+	(*RequestRef)(nil),         // 25: turbine.v1.RequestRef
+	(*Ack)(nil),                // 26: turbine.v1.Ack
+	(*BusyThresholds)(nil),     // 27: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil), // 28: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),        // 29: turbine.v1.WorkerStats
+	(*RouterStats)(nil),        // 30: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),      // 31: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),  // 32: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),          // 33: turbine.v1.ModelFile
+	(*ModelFiles)(nil),         // 34: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),  // 35: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),          // 36: turbine.v1.ModelList
+	(*SamplingParams)(nil),     // 37: turbine.v1.SamplingParams
+	(*TokenLogprob)(nil),       // 38: turbine.v1.TokenLogprob
+	(*TopLogprob)(nil),         // 39: turbine.v1.TopLogprob
+	(*StructuredOutput)(nil),   // 40: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),       // 41: turbine.v1.DisaggParams
+	(*Generate)(nil),           // 42: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 43: turbine.v1.TokenChunk
+	(*Embed)(nil),              // 44: turbine.v1.Embed
+	(*Embedding)(nil),          // 45: turbine.v1.Embedding
+	(*Credit)(nil),             // 46: turbine.v1.Credit
+	(*ReleaseKv)(nil),          // 47: turbine.v1.ReleaseKv
+	(*Cancel)(nil),             // 48: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 49: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 50: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 51: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 52: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 53: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 54: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 55: turbine.v1.NodeStatus
+	nil,                        // 56: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
-	5,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
-	7,  // 1: turbine.v1.ModelCard.architecture:type_name -> turbine.v1.ModelArchitecture
-	5,  // 2: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
-	6,  // 3: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
-	0,  // 4: turbine.v1.WorkerInfo.role:type_name -> turbine.v1.Role
-	9,  // 5: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
-	8,  // 6: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
-	5,  // 7: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
-	13, // 8: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
-	14, // 9: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
-	15, // 10: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
-	16, // 11: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
-	16, // 12: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	5,  // 13: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	3,  // 14: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
-	2,  // 15: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
-	5,  // 16: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
-	5,  // 17: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
-	0,  // 18: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
-	28, // 19: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	6,  // 20: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	6,  // 21: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	5,  // 22: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	32, // 23: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	6,  // 24: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	38, // 25: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	37, // 26: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	1,  // 27: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
-	36, // 28: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	5,  // 29: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	4,  // 30: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
-	6,  // 31: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	5,  // 32: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	5,  // 33: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	44, // 34: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	49, // 35: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	6,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
+	8,  // 1: turbine.v1.ModelCard.architecture:type_name -> turbine.v1.ModelArchitecture
+	5,  // 2: turbine.v1.ModelCard.runner:type_name -> turbine.v1.Runner
+	6,  // 3: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
+	7,  // 4: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
+	0,  // 5: turbine.v1.WorkerInfo.role:type_name -> turbine.v1.Role
+	10, // 6: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
+	9,  // 7: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
+	6,  // 8: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
+	14, // 9: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
+	15, // 10: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
+	16, // 11: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
+	17, // 12: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
+	17, // 13: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
+	6,  // 14: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	3,  // 15: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
+	2,  // 16: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
+	6,  // 17: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
+	6,  // 18: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
+	0,  // 19: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
+	29, // 20: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	7,  // 21: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	7,  // 22: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	6,  // 23: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	33, // 24: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	7,  // 25: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	41, // 26: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	40, // 27: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	56, // 28: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	39, // 29: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
+	1,  // 30: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
+	37, // 31: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	6,  // 32: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	4,  // 33: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
+	38, // 34: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
+	38, // 35: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
+	4,  // 36: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
+	7,  // 37: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	6,  // 38: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	6,  // 39: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	49, // 40: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	54, // 41: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -4082,8 +4680,8 @@ func file_turbine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   46,
+			NumEnums:      6,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -57,7 +57,8 @@ func (d DisaggDecision) Label() string { return label(decisionLabels, "DisaggDec
 // "bad_request" or "call_failed".
 func (o RouteOutcome) Label() string { return label(outcomeLabels, "RouteOutcome", int32(o)) }
 
-// Label is "none", "worker_terminated", "engine_error", "stalled" or "kv_transfer".
+// Label is "none", "worker_terminated", "engine_error", "stalled", "kv_transfer" or
+// "invalid_request".
 func (f Fault) Label() string { return label(faultLabels, "Fault", int32(f)) }
 
 // ParseRole reads a role's label; "" is ROLE_AGGREGATED. ok is false for anything else.

@@ -51,7 +51,8 @@ func TestLabels(t *testing.T) {
 		{Fault_FAULT_ENGINE_ERROR, "engine_error"},
 		{Fault_FAULT_STALLED, "stalled"},
 		{Fault_FAULT_KV_TRANSFER, "kv_transfer"},
-		{Fault(5), "Fault(5)"},
+		{Fault_FAULT_INVALID_REQUEST, "invalid_request"},
+		{Fault(6), "Fault(6)"},
 	} {
 		if got := tc.v.Label(); got != tc.want {
 			t.Errorf("%s %d: label %q, want %q", tc.v.Descriptor().Name(), tc.v.Number(), got, tc.want)

@@ -21,6 +21,13 @@ type Tokenizer interface {
 	// "special" in tokenizer.json, or a tiktoken special. Added tokens that are not special
 	// (Qwen3's <think>) are ordinary text for decoding.
 	IsSpecial(id uint32) bool
+	// TokenString returns the vocabulary string of id, what HF's convert_ids_to_tokens
+	// returns (false for an unknown id): an added or special token's content as written;
+	// otherwise the key of tokenizer.json's model.vocab, in the model's own alphabet:
+	// byte-level BPE's ("Ġworld" for " world", "Ċ" for a newline; tiktoken encodings
+	// are written the same way), SentencePiece's ("▁world", byte fallback "<0x0A>"),
+	// WordPiece's ("##ing" inside a word). See docs/reference.md §25.
+	TokenString(id uint32) (string, bool)
 }
 
 // ChatMessage is one message of a chat request after the gateway normalised it
@@ -55,6 +62,9 @@ type Model struct {
 	// most chat models. EncodePrompt adds them; chat prompts don't need them (the
 	// template writes BOS).
 	PromptPrefixIDs []uint32
+	// PromptSuffixIDs are the ids HF tokenizers put after a raw prompt when they add
+	// special tokens (BERT's [SEP], T5's </s>); empty for most generative models.
+	PromptSuffixIDs []uint32
 	// ChatTemplate is the Jinja source of the chat template ("" when the model has none).
 	ChatTemplate string
 
@@ -89,14 +99,15 @@ func (m *Model) ApplyChatTemplate(msgs []ChatMessage, tools []map[string]any, ad
 }
 
 // EncodePrompt tokenizes a raw (non-chat) prompt as HF tokenizers do with special tokens
-// on: PromptPrefixIDs, then Encode(text).
+// on: PromptPrefixIDs, Encode(text), then PromptSuffixIDs.
 func (m *Model) EncodePrompt(text string) []uint32 {
 	ids := m.Tokenizer.Encode(text)
-	if len(m.PromptPrefixIDs) == 0 {
+	if len(m.PromptPrefixIDs) == 0 && len(m.PromptSuffixIDs) == 0 {
 		return ids
 	}
-	out := make([]uint32, 0, len(m.PromptPrefixIDs)+len(ids))
-	return append(append(out, m.PromptPrefixIDs...), ids...)
+	out := make([]uint32, 0, len(m.PromptPrefixIDs)+len(ids)+len(m.PromptSuffixIDs))
+	out = append(append(out, m.PromptPrefixIDs...), ids...)
+	return append(out, m.PromptSuffixIDs...)
 }
 
 // Detokenizer turns a stream of token ids into text incrementally, never emitting a
@@ -127,18 +138,24 @@ func (d *Detokenizer) Flush() string { return d.flush() }
 // chunk boundaries: text that could be the start of a stop string is held back (only the
 // longest suffix that is a prefix of some stop string). The stop string that is complete
 // first in the stream ends it (of several completing at the same byte, the longest), so
-// the result does not depend on how the text is chunked.
+// the result does not depend on how the text is chunked. Matching is an Aho–Corasick
+// automaton: a pushed byte costs amortized constant time whatever the number of stop
+// strings; building it costs time and memory linear in their total length (at most 21
+// bytes per byte of stop strings), and matchers of equal lists share one automaton
+// while any of them is in use (the n choices of a request build it once).
 type StopMatcher struct {
-	stops []string
-	// held is the longest suffix of the text so far that is a proper prefix of a stop
-	// string; stopped is set once a stop string was found.
+	ac *stopAutomaton // nil without stop strings
+	// state is the automaton's node for the text so far; held is the longest suffix of
+	// that text that is a proper prefix of a stop string (the node's string); stopped is
+	// set once a stop string was found.
+	state   int32
 	held    string
 	stopped bool
 	matched string
 }
 
 // NewStopMatcher returns a matcher for stops (empty and duplicate strings are ignored;
-// any number of stop strings is accepted, OpenAI allows up to 4).
+// any number of stop strings is accepted: OpenAI allows up to 4, vLLM sets no bound).
 func NewStopMatcher(stops []string) *StopMatcher { return newStopMatcher(stops) }
 
 // Push adds text; it returns the text that is safe to emit and whether a stop string was

@@ -10,7 +10,7 @@ import (
 func benchPrompt(tb testing.TB, tok Tokenizer) (string, []uint32) {
 	tb.Helper()
 	var parts []string
-	for _, name := range realModels {
+	for _, name := range byteLevelModels {
 		for _, c := range loadGolden(tb, name).Encode {
 			parts = append(parts, c.Text)
 		}
@@ -39,7 +39,7 @@ func benchTokenizers(b *testing.B) map[string]Tokenizer {
 	return out
 }
 
-var benchOrder = []string{"cl100k_base", "o200k_base", "qwen3", "llama3_1"}
+var benchOrder = []string{"cl100k_base", "o200k_base", "qwen3", "llama3_1", "llama2", "gemma3", "bert_uncased", "t5_unigram"}
 
 // BenchmarkEncode8k encodes a prompt of at least 8,192 tokens; tiktoken-go on the same
 // cl100k text is the reference point.
@@ -132,7 +132,7 @@ func BenchmarkStopMatcher(b *testing.B) {
 	for _, id := range ids {
 		chunks = append(chunks, d.Push(id))
 	}
-	stops := []string{"<|stop|>", "\n\n\n\n\n", "END OF ANSWER", "Observation:"}
+	stops := []string{"<|stop|>", "\n\nUser:", "END OF ANSWER", "Observation:"}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {

@@ -132,6 +132,7 @@ func newBuiltinTokenizer(enc builtinEncoding) (*bpeTokenizer, error) {
 		splits:  []pieceSplitter{sp},
 		tokens:  make([][]byte, enc.vocabSize),
 		special: make([]bool, enc.vocabSize),
+		isAdded: make([]bool, enc.vocabSize),
 	}
 	for b, r := range ranks {
 		if r < 0 || r >= enc.vocabSize {
@@ -147,6 +148,7 @@ func newBuiltinTokenizer(enc builtinEncoding) (*bpeTokenizer, error) {
 		}
 		tok.tokens[id] = []byte(s)
 		tok.special[id] = true
+		tok.isAdded[id] = true
 		added = append(added, addedToken{content: s, id: id, special: true})
 	}
 	tok.added = newAddedMatcher(added)

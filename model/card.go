@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -147,4 +148,45 @@ func FromFolder(dir string) (*messages.ModelCard, error) {
 		TokenizerDigest: digest,
 		Architecture:    m.Proto(),
 	}, nil
+}
+
+// Pooling is what a model folder's config.json says about the model as an embedding
+// model (docs/reference.md §23).
+type Pooling struct {
+	// HiddenSize is hidden_size (text_config's for a multimodal model): the embedding's
+	// size; 0 when absent.
+	HiddenSize int
+	// IsMatryoshka: is_matryoshka is true, or matryoshka_dimensions is present (vLLM's
+	// rule): a request may truncate the embedding (`dimensions`).
+	IsMatryoshka bool
+	// MatryoshkaDimensions are the truncations allowed (matryoshka_dimensions); nil: any.
+	MatryoshkaDimensions []int32
+}
+
+// ReadPooling reads dir/config.json's pooling figures. Errors: the file cannot be read,
+// is not JSON, or has a malformed is_matryoshka or matryoshka_dimensions.
+func ReadPooling(dir string) (Pooling, error) {
+	path := filepath.Join(dir, ConfigFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Pooling{}, fmt.Errorf("model: %s: %w", path, err)
+	}
+	var raw struct {
+		IsMatryoshka         *bool   `json:"is_matryoshka"`
+		MatryoshkaDimensions []int32 `json:"matryoshka_dimensions"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return Pooling{}, fmt.Errorf("model: %s: is_matryoshka, matryoshka_dimensions: %w", path, err)
+	}
+	m, err := ParseConfig(data, path)
+	if err != nil {
+		return Pooling{}, err
+	}
+	for _, d := range raw.MatryoshkaDimensions {
+		if d < 1 {
+			return Pooling{}, fmt.Errorf("model: %s: matryoshka_dimensions: %d is not a positive size", path, d)
+		}
+	}
+	return Pooling{HiddenSize: m.HiddenSize, IsMatryoshka: raw.IsMatryoshka != nil && *raw.IsMatryoshka || raw.MatryoshkaDimensions != nil,
+		MatryoshkaDimensions: raw.MatryoshkaDimensions}, nil
 }

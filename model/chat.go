@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 	"sort"
+	"strings"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -26,6 +27,30 @@ type ChatTemplateInput struct {
 	// enable_thinking). They cannot replace messages, tools, documents or
 	// add_generation_prompt.
 	Kwargs map[string]any
+	// Template, when not nil, is rendered instead of the model's chat template (a
+	// request's chat_template, ParseChatTemplate).
+	Template *ChatTemplate
+	// ContinueFinalMessage leaves the last message open: the rendered prompt ends with
+	// that message's content, so that the model continues it (vLLM's and HF
+	// transformers' continue_final_message). Use with AddGenerationPrompt false.
+	ContinueFinalMessage bool
+	// Documents are the template's `documents` (vLLM's and HF transformers' documents
+	// for retrieval-augmented generation: objects with, by convention, a title and a
+	// text); none when nil.
+	Documents []map[string]any
+}
+
+// ChatTemplate is a compiled chat template.
+type ChatTemplate struct{ t *jinja.Template }
+
+// ParseChatTemplate compiles src, a Jinja chat template (as a request's chat_template),
+// with the template engine the models' own templates use. Errors: src does not parse.
+func ParseChatTemplate(src string) (*ChatTemplate, error) {
+	t, err := compileTemplate(src)
+	if err != nil {
+		return nil, err
+	}
+	return &ChatTemplate{t: t}, nil
 }
 
 // reservedTemplateVars are the variables RenderChat sets itself.
@@ -48,12 +73,19 @@ func (m *Model) setChatTemplate(src string) error {
 // template gets the variables HF transformers passes: messages (role, content, and name,
 // tool_call_id, tool_calls, reasoning_content and reasoning when set; tool-call
 // arguments given as a JSON string are parsed into an object, as vLLM does), tools (none
-// when absent), documents (none), add_generation_prompt, the special-token strings of
-// tokenizer_config.json (bos_token, eos_token, ..., additional_special_tokens), then
-// in.Kwargs.
+// when absent), documents (none when absent), add_generation_prompt, the special-token
+// strings of tokenizer_config.json (bos_token, eos_token, ..., additional_special_tokens),
+// then in.Kwargs.
 func (m *Model) RenderChat(in ChatTemplateInput) (string, error) {
-	if m.template == nil {
+	template := m.template
+	if in.Template != nil {
+		template = in.Template.t
+	}
+	if template == nil {
 		return "", fmt.Errorf("model: model %s has no chat template", m.Source)
+	}
+	if in.ContinueFinalMessage && in.AddGenerationPrompt {
+		return "", errors.New("model: continue_final_message and add_generation_prompt cannot both be set")
 	}
 	vars := make(map[string]jinja.Value, 8+len(m.tokenVars)+len(in.Kwargs))
 	for k, v := range in.Kwargs {
@@ -109,13 +141,43 @@ func (m *Model) RenderChat(in ChatTemplateInput) (string, error) {
 	}
 	vars["tools"] = tools
 	vars["documents"] = jinja.None()
+	if in.Documents != nil {
+		v, err := toJinja(in.Documents)
+		if err != nil {
+			return "", fmt.Errorf("model: documents: %v", err)
+		}
+		vars["documents"] = v
+	}
 	vars["add_generation_prompt"] = jinja.NewBool(in.AddGenerationPrompt)
 
-	out, err := renderTemplate(m.template, vars)
+	out, err := renderTemplate(template, vars)
 	if err != nil {
 		return "", fmt.Errorf("model: chat template: %v", err)
 	}
+	if in.ContinueFinalMessage {
+		return continueFinal(out, in.Messages)
+	}
 	return out, nil
+}
+
+// continueFinal cuts a rendered chat after the last message's content, as HF
+// transformers does for continue_final_message: at its last occurrence, keeping the
+// content's trailing white space only where the template kept it. Errors: no messages,
+// or the template did not write the content.
+func continueFinal(rendered string, msgs []ChatMessage) (string, error) {
+	if len(msgs) == 0 {
+		return "", errors.New("model: continue_final_message needs a message to continue")
+	}
+	final := msgs[len(msgs)-1].Content
+	trimmed := strings.TrimSpace(final)
+	at := strings.LastIndex(rendered, trimmed)
+	if trimmed == "" || at < 0 {
+		return "", errors.New("model: continue_final_message is set but the final message does not appear in the chat after applying the chat template")
+	}
+	if strings.HasPrefix(rendered[at:], final) {
+		return rendered[:at+len(final)], nil // the template kept the content whole
+	}
+	return rendered[:at+len(trimmed)], nil
 }
 
 // compileTemplate and renderTemplate turn a panic of the template engine (a template

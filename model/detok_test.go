@@ -31,6 +31,10 @@ func (f *fakeTokenizer) TokenBytes(id uint32) ([]byte, bool) {
 }
 func (f *fakeTokenizer) VocabSize() int           { return len(f.tokens) }
 func (f *fakeTokenizer) IsSpecial(id uint32) bool { return f.special[id] }
+func (f *fakeTokenizer) TokenString(id uint32) (string, bool) {
+	b, ok := f.TokenBytes(id)
+	return string(b), ok
+}
 
 // newFake returns a tokenizer whose token i is pieces[i]; ids listed in special are
 // special tokens.

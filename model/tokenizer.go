@@ -1,7 +1,6 @@
 package model
 
 import (
-	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -36,6 +35,9 @@ type bpeTokenizer struct {
 	tokens [][]byte
 	// special[id] reports whether id is a special token.
 	special []bool
+	// isAdded[id] reports whether id is an added token (specials included), whose
+	// vocabulary string is its content rather than its bytes in the byte-level alphabet.
+	isAdded []bool
 }
 
 var _ Tokenizer = (*bpeTokenizer)(nil)
@@ -296,6 +298,19 @@ func (t *bpeTokenizer) IsSpecial(id uint32) bool {
 	return int(id) < len(t.special) && t.special[id]
 }
 
+// TokenString implements Tokenizer: an added token's content, any other token's bytes in
+// the byte-level alphabet (the keys of a byte-level tokenizer.json's vocab).
+func (t *bpeTokenizer) TokenString(id uint32) (string, bool) {
+	b, ok := t.TokenBytes(id)
+	if !ok {
+		return "", false
+	}
+	if int(id) < len(t.isAdded) && t.isAdded[id] {
+		return string(b), true
+	}
+	return byteLevel.encode(b), true
+}
+
 // addedToken is one HF added token (tokenizer.json "added_tokens") or a tiktoken special.
 type addedToken struct {
 	content string
@@ -307,33 +322,30 @@ type addedToken struct {
 }
 
 // addedMatcher finds added tokens in text: the leftmost match, the longest at a position
-// (HF tokenizers' AddedVocabulary, leftmost-longest).
+// (HF tokenizers' AddedVocabulary, leftmost-longest). The contents sit in a byte trie, so
+// finding the matches at a position costs the length of the longest match, not the number
+// of added tokens sharing its first byte (Gemma 3 has 6,322 starting with "<").
 type addedMatcher struct {
-	byFirst [256][]addedToken // candidates by first byte, longest first
-	first   [256]bool         // whether some added token starts with the byte
+	tokens []addedToken
+	// trie maps each content to its index in tokens (the first of equal contents).
+	trie  byteTrie
+	first [256]bool // whether some added token starts with the byte
 }
 
 func newAddedMatcher(tokens []addedToken) *addedMatcher {
-	if len(tokens) == 0 {
+	m := &addedMatcher{trie: newByteTrie(0)}
+	for _, tok := range tokens {
+		if tok.content != "" {
+			m.tokens = append(m.tokens, tok)
+		}
+	}
+	if len(m.tokens) == 0 {
 		return nil
 	}
-	m := &addedMatcher{}
-	for _, tok := range tokens {
-		if tok.content == "" {
-			continue
-		}
-		c := tok.content[0]
-		m.byFirst[c] = append(m.byFirst[c], tok)
-		m.first[c] = true
-	}
-	for c := range m.byFirst {
-		l := m.byFirst[c]
-		// Stable insertion sort by length, longest first (lists are short).
-		for i := 1; i < len(l); i++ {
-			for j := i; j > 0 && len(l[j].content) > len(l[j-1].content); j-- {
-				l[j], l[j-1] = l[j-1], l[j]
-			}
-		}
+	// Inserted last to first: of equal contents the first one listed wins.
+	for i := len(m.tokens) - 1; i >= 0; i-- {
+		m.trie.insert(m.tokens[i].content, uint32(i))
+		m.first[m.tokens[i].content[0]] = true
 	}
 	return m
 }
@@ -382,11 +394,14 @@ func (m *addedMatcher) split(text string, fn func(seg string, id uint32, isAdded
 	}
 }
 
+// matchAt returns the longest added token at text[i:] that may match there (a
+// single_word token only between words), trying shorter ones when a longer one may not.
 func (m *addedMatcher) matchAt(text string, i int) (addedToken, bool) {
-	for _, tok := range m.byFirst[text[i]] {
-		if !strings.HasPrefix(text[i:], tok.content) {
-			continue
-		}
+	var found [8]uint32
+	cands := found[:0]
+	m.trie.prefixes(text[i:], func(_ int, idx uint32) { cands = append(cands, idx) })
+	for k := len(cands) - 1; k >= 0; k-- {
+		tok := m.tokens[cands[k]]
 		if tok.singleWord && !isWordBoundary(text, i, i+len(tok.content)) {
 			continue
 		}

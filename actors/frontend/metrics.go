@@ -157,6 +157,8 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		{"turbine_router_requests_routed_total", "requests routed by the model's router", func(s *messages.RouterStats) int64 { return s.Routed }},
 		{"turbine_router_prompt_blocks_total", "full KV blocks in routed prompts", func(s *messages.RouterStats) int64 { return s.PromptBlocks }},
 		{"turbine_router_prefix_hit_blocks_total", "routed prompt blocks already cached on the chosen worker", func(s *messages.RouterStats) int64 { return s.OverlapBlocks }},
+		{"turbine_router_requests_pinned_total", "requests routed to the worker they were pinned to (the choices after the first of an n > 1 request)", func(s *messages.RouterStats) int64 { return s.Pinned }},
+		{"turbine_router_pin_fallbacks_total", "pinned requests whose worker could not take them (gone, not ready, excluded), routed by the policy instead", func(s *messages.RouterStats) int64 { return s.PinFallbacks }},
 	}
 	workerLines := make([][]string, len(workerFams))
 	modelLines := make([][]string, len(modelFams))

@@ -129,7 +129,7 @@ func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.Gene
 // routed, as gateway.RouteError says (the stream is closed then).
 func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error {
 	s.flow = flow.New(flow.Request{ID: s.newID(s.req.RequestID), Model: s.req.Model, Tokens: tokens, Sampling: sampling,
-		OverlapWeight: s.req.OverlapWeight, Temperature: s.req.Temperature}, s.fcfg)
+		OverlapWeight: s.req.OverlapWeight, Temperature: s.req.Temperature, PinWorker: s.req.PinWorker}, s.fcfg)
 	s.step(flow.Start{})
 	if s.failed != nil {
 		s.Close()

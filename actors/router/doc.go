@@ -20,6 +20,11 @@
 // load-tracked and owned by the calling gateway like the request itself (Free of the
 // request id frees a leg still tracked). Config.Disagg sets the thresholds.
 //
+// Pinned requests (docs/reference.md §22): a Route naming pin_worker is placed on that
+// worker when it is registered, ready, not excluded and (disaggregated) decode or
+// aggregated, bypassing the policy and the busy thresholds, its load tracked as usual;
+// otherwise it is routed normally. RouterStats.pinned and pin_fallbacks count both.
+//
 // Worker loss: a worker not heard from for WorkerTTL is removed with its blocks and its
 // active requests (checked on every call, so no timer is needed).
 //

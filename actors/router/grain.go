@@ -495,7 +495,7 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 	g.expire(g.cfg.Now())
 	st := g.core.Stats()
 	out := &messages.RouterStats{Routed: st.Routed, PromptBlocks: st.PromptBlocks, OverlapBlocks: st.OverlapBlocks, Card: g.card,
-		ExpiredUnacked: st.Expired.Unacked, ExpiredStale: st.Expired.Stale}
+		ExpiredUnacked: st.Expired.Unacked, ExpiredStale: st.Expired.Stale, Pinned: st.Pinned, PinFallbacks: st.PinFallbacks}
 	for _, w := range st.Workers {
 		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
 			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests),

@@ -399,3 +399,33 @@ func TestGrainSetBusyThresholds(t *testing.T) {
 		})
 	}
 }
+
+// The choices after the first of an n > 1 request name the first's worker (pin_worker):
+// they go there though the policy would pick another worker, the stats count them, and
+// a pin naming a worker the router does not know falls back to the policy.
+func TestGrainRoutesPinnedRequestsToTheirWorker(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGrain(t, clock)
+	for _, id := range []string{"w0", "w1"} {
+		register(t, g, id, 4, 1)
+	}
+	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	first, err := g.Route(&messages.RouteRequest{RequestId: "c-0", TokenIds: prompt}, nil)
+	if err != nil || first.Outcome != messages.RouteOutcome_ROUTE_OK {
+		t.Fatalf("route: %+v %v", first, err)
+	}
+	for i := 1; i < 4; i++ {
+		resp, err := g.Route(&messages.RouteRequest{RequestId: fmt.Sprintf("c-%d", i), TokenIds: prompt, PinWorker: first.WorkerId}, nil)
+		if err != nil || resp.WorkerId != first.WorkerId || resp.Worker.GetId() != "worker/"+first.WorkerId {
+			t.Fatalf("pinned choice %d: %+v %v, want %s", i, resp, err, first.WorkerId)
+		}
+	}
+	resp, err := g.Route(&messages.RouteRequest{RequestId: "d", TokenIds: prompt, PinWorker: "gone"}, nil)
+	if err != nil || resp.Outcome != messages.RouteOutcome_ROUTE_OK || resp.WorkerId == first.WorkerId {
+		t.Fatalf("unknown pin: %+v %v, want the other, idle worker", resp, err)
+	}
+	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if st.Routed != 5 || st.Pinned != 3 || st.PinFallbacks != 1 {
+		t.Fatalf("stats routed=%d pinned=%d pin_fallbacks=%d, want 5, 3, 1", st.Routed, st.Pinned, st.PinFallbacks)
+	}
+}

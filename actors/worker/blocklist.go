@@ -25,6 +25,7 @@ type listedBlock struct {
 	tokens    []uint32
 	blockSize int
 	loraName  string
+	cacheSalt string // a first block's (no parent) cache salt
 	medium    string
 }
 
@@ -43,7 +44,10 @@ func (l *BlockList) Apply(ev kv.Event) error {
 			return fmt.Errorf("worker: BlockStored with %d hashes, block size %d and %d tokens",
 				len(ev.EngineHashes), ev.BlockSize, len(ev.TokenIDs))
 		}
-		hasParent, parent := ev.HasParent, ev.ParentHash
+		hasParent, parent, salt := ev.HasParent, ev.ParentHash, ev.CacheSalt
+		if hasParent {
+			salt = ""
+		}
 		for i, h := range ev.EngineHashes {
 			tokens := ev.TokenIDs[i*ev.BlockSize : (i+1)*ev.BlockSize : (i+1)*ev.BlockSize]
 			if old, ok := l.blocks[h]; ok {
@@ -51,9 +55,9 @@ func (l *BlockList) Apply(ev kv.Event) error {
 			} else {
 				l.next++
 				l.blocks[h] = &listedBlock{order: l.next, hasParent: hasParent, parent: parent,
-					tokens: tokens, blockSize: ev.BlockSize, loraName: ev.LoraName, medium: ev.Medium}
+					tokens: tokens, blockSize: ev.BlockSize, loraName: ev.LoraName, cacheSalt: salt, medium: ev.Medium}
 			}
-			hasParent, parent = true, h
+			hasParent, parent, salt = true, h, ""
 		}
 	case kv.BlockRemoved:
 		for _, h := range ev.EngineHashes {
@@ -84,7 +88,8 @@ func (l *BlockList) Dump() []kv.Event {
 		}
 		emitted[h] = true
 		out = append(out, kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{h}, HasParent: b.hasParent,
-			ParentHash: b.parent, TokenIDs: b.tokens, BlockSize: b.blockSize, LoraName: b.loraName, Medium: b.medium})
+			ParentHash: b.parent, TokenIDs: b.tokens, BlockSize: b.blockSize, LoraName: b.loraName, CacheSalt: b.cacheSalt,
+			Medium: b.medium})
 	}
 	return out
 }

@@ -4,7 +4,15 @@
 // Messages handled:
 //   - messages.Generate (from gateways): run a request on the engine; numbered
 //     messages.TokenChunk go to reply_to, at most the granted credits ahead (mailboxes
-//     are unbounded: the flow control is Turbine's, docs/actor-library.md §10).
+//     are unbounded: the flow control is Turbine's, docs/actor-library.md §10). A failed
+//     request's last chunk names its fault: FAULT_INVALID_REQUEST with the engine's own
+//     message when the engine refused the request itself (never re-sent), else one that
+//     another worker may mend.
+//   - messages.Embed (from gateways, a request-response): the engine's embedding of the
+//     tokens, through engines.Embedder off the actor's goroutine, answered with
+//     messages.Embedding (its error set when the engine serves no embeddings or failed,
+//     its fault FAULT_INVALID_REQUEST when the engine refused the input);
+//     in flight like a generation, so Cancel and a drain end it (embed.go).
 //   - messages.Credit (from the request's receiver): grant more chunks.
 //   - messages.Cancel (from gateways): abort the engine request; harmless when finished.
 //   - messages.ReleaseKv (from gateways, to a prefill worker): release the KV blocks the

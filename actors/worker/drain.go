@@ -106,8 +106,12 @@ func (w *workerActor) startCanary(c actor.Context) {
 	}
 	engine, epoch, timeout := w.engine, w.epoch, w.cfg.CanaryTimeout
 	self, sys := c.Self(), c.ActorSystem()
+	run := runCanary
+	if w.cfg.Card.GetRunner() == messages.Runner_RUNNER_POOLING {
+		run = runEmbedCanary
+	}
 	go func() {
-		err := runCanary(w.ctx, engine, id, tok, timeout)
+		err := run(w.ctx, engine, id, tok, timeout)
 		sys.Root.Send(self, canaryDone{epoch: epoch, err: err})
 	}()
 }

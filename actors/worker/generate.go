@@ -69,8 +69,12 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 		defer sys.Root.Send(self, requestDone{id: m.RequestId})
 		release := func(params string) { w.releaseUndelivered(engine, m.RequestId, params) }
 		err := streamChunks(ctx, engine, m, r.credits, send, w.cfg.WorkerID, release)
+		var refused *engines.InvalidRequestError
 		switch {
 		case err == nil, errors.Is(err, errCancelled), ctx.Err() != nil:
+		case errors.As(err, &refused):
+			// The client's request, not the engine, is at fault: the client is told.
+			w.log.Debug().Err(err).Str("request_id", m.RequestId).Msg("engine refused the request")
 		default:
 			w.log.Warn().Err(err).Str("request_id", m.RequestId).Msg("engine request failed")
 		}
@@ -83,7 +87,8 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 // (kv_transfer_params, set by a prefill leg). It returns
 // errCancelled when ctx ended (nothing more is sent, except a migratable error chunk
 // when ctx's cause is errDraining), nil after the last chunk, or the engine error (after
-// sending a migratable error chunk).
+// sending an error chunk with its fault, engineFailure: migratable unless the engine
+// refused the request itself).
 //
 // A last chunk whose transfer parameters are not sent, because ctx ended before it
 // could be (a prefill leg cancelled once its engine pinned the prompt's blocks, whose
@@ -123,7 +128,7 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 			}
 		}
 		ch := &messages.TokenChunk{RequestId: m.RequestId, Index: index, TokenIds: ec.TokenIDs,
-			FinishReason: ec.FinishReason, WorkerId: workerID}
+			FinishReason: ec.FinishReason, WorkerId: workerID, Logprobs: ec.Logprobs, PromptLogprobs: ec.PromptLogprobs}
 		if ec.FinishReason != "" {
 			ch.KvTransferParams = ec.KVTransferParams
 			ch.PromptTokens = int32(ec.PromptTokens)
@@ -144,8 +149,9 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 		return errCancelled
 	}
 	if err != nil {
+		msg, fault := engineFailure(err)
 		send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
-			Error: fmt.Sprintf("engine: %v", err), Fault: engineFault(err)})
+			Error: msg, Fault: fault})
 		return err
 	}
 	if !finished {
@@ -157,14 +163,20 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 	return nil
 }
 
-// engineFault is the fault of an engine failure: FAULT_KV_TRANSFER when a decode leg
-// could not load its KV from the prefill engine (engines.ErrKVTransfer: the prefill side
-// failed), else FAULT_ENGINE_ERROR.
-func engineFault(err error) messages.Fault {
+// engineFailure is the error text and fault of a failed engine request: "engine: <err>"
+// and FAULT_KV_TRANSFER when a decode leg could not load its KV from the prefill engine
+// (engines.ErrKVTransfer: the prefill side failed); the engine's own message and
+// FAULT_INVALID_REQUEST when it refused the request itself (*engines.InvalidRequestError,
+// as embedFault: never re-sent, the client is told that message, docs/reference.md §10);
+// else "engine: <err>" and FAULT_ENGINE_ERROR.
+func engineFailure(err error) (string, messages.Fault) {
 	if errors.Is(err, engines.ErrKVTransfer) {
-		return messages.Fault_FAULT_KV_TRANSFER
+		return fmt.Sprintf("engine: %v", err), messages.Fault_FAULT_KV_TRANSFER
 	}
-	return messages.Fault_FAULT_ENGINE_ERROR
+	if msg, fault := embedFault(err); fault == messages.Fault_FAULT_INVALID_REQUEST {
+		return msg, fault
+	}
+	return fmt.Sprintf("engine: %v", err), messages.Fault_FAULT_ENGINE_ERROR
 }
 
 // releaseUndelivered releases the KV blocks engine pinned for prefill leg requestID,

@@ -34,6 +34,9 @@ type Config struct {
 	// that engine process ends, and the launcher when the worker stops, when they
 	// implement io.Closer.
 	Launcher engines.Launcher
+	// CheckTokenizer makes Props load the card's tokenizer (a local folder or a builtin)
+	// and refuse a model whose tokenizer does not load (checkTokenizer).
+	CheckTokenizer bool
 	// Env is extra environment (KEY=VALUE) for the engine process, after the launcher's
 	// own, so that a key set in both takes this value (e.g. node.CUDAEnv: the GPUs the
 	// engine may use).
@@ -94,7 +97,9 @@ func (c *Config) defaults() {
 }
 
 // Props returns the props of a worker actor. Errors: a config without id, card, launcher
-// or router, an unknown Role (kv.ErrInvalidRole), a BootstrapPort out of range.
+// or router, an unknown Role (kv.ErrInvalidRole), a BootstrapPort out of range, with
+// CheckTokenizer a card whose tokenizer (a local folder or a builtin) does not load: the model is refused, the
+// reason logged and counted (checkTokenizer).
 func Props(cfg Config) (*actor.Props, error) {
 	cfg.defaults()
 	switch {
@@ -114,6 +119,12 @@ func Props(cfg Config) (*actor.Props, error) {
 		return nil, fmt.Errorf("worker: role: %w", err)
 	}
 	cfg.Role = role.Label()
+	if cfg.CheckTokenizer {
+		if err := checkTokenizer(cfg.Card); err != nil {
+			cfg.Logger.Error().Str("worker", cfg.WorkerID).Str("model", cfg.Card.Model).Err(err).Msg("model refused")
+			return nil, err
+		}
+	}
 	return actor.PropsFromProducer(func() actor.Actor { return newActor(cfg) }), nil
 }
 
@@ -201,6 +212,8 @@ func (w *workerActor) Receive(c actor.Context) {
 		w.tick(c)
 	case *messages.Generate:
 		w.generate(c, m)
+	case *messages.Embed:
+		w.embed(c, m)
 	case *messages.Credit:
 		if r := w.requests[m.RequestId]; r != nil {
 			select {

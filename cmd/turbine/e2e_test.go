@@ -267,7 +267,7 @@ func TestE2EBadInput(t *testing.T) {
 		{"negative max_tokens", `{"model": "turbine-mock", "max_tokens": -1, "messages": [{"role": "user", "content": "hi"}]}`, 400, "max_tokens"},
 		{"huge max_tokens", `{"model": "turbine-mock", "max_tokens": 100000000, "messages": [{"role": "user", "content": "hi"}]}`, 400, ""},
 		{"unknown model", `{"model": "nope", "messages": [{"role": "user", "content": "hi"}]}`, 404, ""},
-		{"n > 1", `{"model": "turbine-mock", "n": 2, "messages": [{"role": "user", "content": "hi"}]}`, 400, "n"},
+		{"n over the bound", `{"model": "turbine-mock", "n": 129, "messages": [{"role": "user", "content": "hi"}]}`, 400, "n"},
 		{"prompt over context", `{"model": "turbine-mock", "messages": [{"role": "user", "content": "` + longText("basalt", 400) + `"}]}`, 400, ""},
 		{"oversized body", `{"model": "turbine-mock", "messages": [{"role": "user", "content": "` + huge + `"}]}`, 413, ""},
 	}

@@ -102,7 +102,11 @@ func validateEvent(e *kv.Event) error {
 func encodeEvent(w *errWriter, e *kv.Event) {
 	switch e.Kind {
 	case kv.BlockStored:
-		w.arrayLen(8)
+		if e.CacheSalt != "" && !e.HasParent {
+			w.arrayLen(9) // and extra_keys
+		} else {
+			w.arrayLen(8)
+		}
 		w.str(TagBlockStored)
 		w.hashes(e.EngineHashes)
 		if e.HasParent {
@@ -118,6 +122,9 @@ func encodeEvent(w *errWriter, e *kv.Event) {
 		w.nil() // lora_id: Turbine names adapters; the deprecated integer id is not known.
 		w.strOrNil(e.Medium)
 		w.strOrNil(e.LoraName)
+		if e.CacheSalt != "" && !e.HasParent {
+			encodeExtraKeys(w, e)
+		}
 	case kv.BlockRemoved:
 		w.arrayLen(3)
 		w.str(TagBlockRemoved)
@@ -126,6 +133,30 @@ func encodeEvent(w *errWriter, e *kv.Event) {
 	case kv.AllBlocksCleared:
 		w.arrayLen(1)
 		w.str(TagAllBlocksCleared)
+	}
+}
+
+// encodeExtraKeys writes vLLM's extra_keys of a salted BlockStored that starts a
+// sequence: one entry per block, the first [lora_name, cache_salt] (without lora_name for
+// the base model), the others [lora_name] or nil, as vLLM's block hashing keys them
+// (docs/reference.md §1).
+func encodeExtraKeys(w *errWriter, e *kv.Event) {
+	w.arrayLen(len(e.EngineHashes))
+	for i := range e.EngineHashes {
+		switch {
+		case i == 0 && e.LoraName != "":
+			w.arrayLen(2)
+			w.str(e.LoraName)
+			w.str(e.CacheSalt)
+		case i == 0:
+			w.arrayLen(1)
+			w.str(e.CacheSalt)
+		case e.LoraName != "":
+			w.arrayLen(1)
+			w.str(e.LoraName)
+		default:
+			w.nil()
+		}
 	}
 }
 
@@ -985,10 +1016,32 @@ func (r *reader) arrayEvent(e *kv.Event) (refs eventRefs, known bool, err error)
 			read++
 		}
 		if fields > read {
-			if e.LoraName, err = r.loraNameSlot(); err != nil {
+			if e.LoraName, e.CacheSalt, err = r.loraNameSlot(); err != nil {
 				return refs, false, err
 			}
 			read++
+		}
+		if fields > read {
+			salt, err := r.extraKeysSlot(e.LoraName)
+			if err != nil {
+				return refs, false, err
+			}
+			if salt != "" {
+				e.CacheSalt = salt
+			}
+			read++
+		}
+		for ; fields > read; read++ { // later fields; SGLang's metadata map may come last
+			salt, err := r.metadataOrSkip()
+			if err != nil {
+				return refs, false, fmt.Errorf("%s field %d: %w", tag, read+1, err)
+			}
+			if salt != "" {
+				e.CacheSalt = salt
+			}
+		}
+		if e.HasParent {
+			e.CacheSalt = "" // a continuation inherits its parent's salt
 		}
 	case kv.BlockRemoved:
 		if refs.hashes, err = r.hashes("block_hashes"); err != nil {
@@ -1013,19 +1066,122 @@ func (r *reader) arrayEvent(e *kv.Event) (refs eventRefs, known bool, err error)
 // loraNameSlot reads element 7 of a BlockStored array: vLLM's lora_name (a string or
 // nil), or the metadata map of SGLang's BlockStoredWithMetadata ({"cache_salt": str},
 // sent by SGLang versions that appended it straight after medium when a request has a
-// cache_salt), which is skipped: SGLang has no adapter name there, so the name is "".
-func (r *reader) loraNameSlot() (string, error) {
+// cache_salt), whose salt it returns: SGLang has no adapter name there, so the name is
+// "".
+func (r *reader) loraNameSlot() (lora, salt string, err error) {
+	c, err := r.peek()
+	if err != nil {
+		return "", "", err
+	}
+	if isMapCode(c) {
+		salt, err := r.metadataOrSkip()
+		return "", salt, err
+	}
+	lora, err = r.strOrNil("lora_name")
+	return lora, "", err
+}
+
+// metadataOrSkip reads a BlockStored element after those this package names: SGLang's
+// metadata map, whose cache_salt (a string) it returns, or anything else, which it
+// skips ("" returned).
+func (r *reader) metadataOrSkip() (string, error) {
 	c, err := r.peek()
 	if err != nil {
 		return "", err
 	}
-	if isMapCode(c) {
-		if err := r.skip(1); err != nil {
-			return "", fmt.Errorf("BlockStored metadata: %w", err)
-		}
-		return "", nil
+	if !isMapCode(c) {
+		return "", r.skip(1)
 	}
-	return r.strOrNil("lora_name")
+	start := r.i
+	if err := r.skip(1); err != nil { // the whole map is there
+		return "", fmt.Errorf("BlockStored metadata: %w", err)
+	}
+	end := r.i
+	defer func() { r.i = end }()
+	r.i = start
+	n, err := r.mapLen("BlockStored metadata", c)
+	if err != nil {
+		return "", err
+	}
+	salt := ""
+	for i := 0; i < n; i++ {
+		key, err := r.strBytes("BlockStored metadata key")
+		if err != nil {
+			return "", err
+		}
+		if string(key) != "cache_salt" {
+			if err := r.skip(1); err != nil {
+				return "", err
+			}
+			continue
+		}
+		if salt, err = r.strOrNil("cache_salt"); err != nil {
+			return "", err
+		}
+	}
+	return salt, nil
+}
+
+// extraKeysSlot reads element 8 of a BlockStored array, vLLM's extra_keys: nil, or one
+// entry per block (nil or an array of keys). The first block's keys are its adapter's
+// name (when lora is not ""), multimodal keys and the request's cache salt, in that
+// order (vLLM's generate_block_hash_extra_keys); the salt is returned when, past the
+// adapter's name, a single string is left. Multimodal keys leave "" (such blocks'
+// tokens are placeholders the router cannot hash anyway).
+func (r *reader) extraKeysSlot(lora string) (string, error) {
+	if null, err := r.isNil(); err != nil || null {
+		return "", err
+	}
+	n, err := r.arrayLen("extra_keys")
+	if err != nil {
+		return "", err
+	}
+	salt := ""
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			if err := r.skip(1); err != nil {
+				return "", fmt.Errorf("extra_keys: %w", err)
+			}
+			continue
+		}
+		if null, err := r.isNil(); err != nil || null {
+			if err != nil {
+				return "", err
+			}
+			continue
+		}
+		k, err := r.arrayLen("extra_keys entry")
+		if err != nil {
+			return "", err
+		}
+		var strs []string
+		other := false
+		for j := 0; j < k; j++ {
+			c, err := r.peek()
+			if err != nil {
+				return "", err
+			}
+			if !isStrCode(c) {
+				other = true
+				if err := r.skip(1); err != nil {
+					return "", err
+				}
+				continue
+			}
+			v, err := r.str("extra key")
+			if err != nil {
+				return "", err
+			}
+			strs = append(strs, v)
+		}
+		if lora != "" && len(strs) > 0 && strs[0] == lora {
+			strs = strs[1:]
+		}
+		if !other && len(strs) == 1 {
+			salt = strs[0]
+		}
+	}
+	return salt, nil
 }
 
 func (r *reader) parent() (bool, uint64, error) {
@@ -1072,6 +1228,8 @@ func (r *reader) mapEvent(e *kv.Event, c byte) (refs eventRefs, known bool, err 
 			e.Medium, err = r.strOrNil("medium")
 		case "lora_name":
 			e.LoraName, err = r.strOrNil("lora_name")
+		case "extra_keys": // after lora_name, in vLLM's field order
+			e.CacheSalt, err = r.extraKeysSlot(e.LoraName)
 		default:
 			err = r.skip(1)
 		}
@@ -1085,12 +1243,15 @@ func (r *reader) mapEvent(e *kv.Event, c byte) (refs eventRefs, known bool, err 
 			return refs, false, errors.New("BlockStored map without block_hashes, token_ids or block_size")
 		}
 		e.Kind = kv.BlockStored
+		if e.HasParent {
+			e.CacheSalt = ""
+		}
 	case TagBlockRemoved:
 		if !haveHashes {
 			return refs, false, errors.New("BlockRemoved map without block_hashes")
 		}
 		e.Kind = kv.BlockRemoved
-		e.BlockSize, e.HasParent, e.ParentHash, e.LoraName = 0, false, 0, ""
+		e.BlockSize, e.HasParent, e.ParentHash, e.LoraName, e.CacheSalt = 0, false, 0, "", ""
 		refs.tokens = absent
 	case TagAllBlocksCleared:
 		*e, refs = kv.Event{Kind: kv.AllBlocksCleared}, eventRefs{absent, absent}

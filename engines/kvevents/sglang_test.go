@@ -34,8 +34,10 @@ func readHexFixture(t *testing.T, name string) []byte {
 }
 
 // TestSGLangSaltedBlockStored decodes SGLang's salted BlockStored events in both layouts
-// SGLang has published (testdata/sglang_salt_*.hex name their sources): the metadata map
-// is ignored, and token ids, hashes, parents and media read as in the unsalted events.
+// SGLang has published (testdata/sglang_salt_*.hex name their sources): the metadata
+// map's cache_salt is the salt of an event that starts a sequence (a continuation
+// inherits its parent's), and token ids, hashes, parents and media read as in the
+// unsalted events.
 func TestSGLangSaltedBlockStored(t *testing.T) {
 	const h1 = uint64(0xaaaaaaaaaaaaaaaa) // -6148914691236517206 as two's complement
 	cases := []struct {
@@ -64,7 +66,8 @@ func TestSGLangSaltedBlockStored(t *testing.T) {
 			lens:    []int{15, 8, 2},
 			metaAt:  14,
 			want: kv.Batch{Timestamp: 1754000000.25, DataParallelRank: 0, Events: []kv.Event{
-				{Kind: kv.BlockStored, EngineHashes: []uint64{h1}, TokenIDs: []uint32{8000, 128000}, BlockSize: 2, Medium: "GPU"},
+				{Kind: kv.BlockStored, EngineHashes: []uint64{h1}, TokenIDs: []uint32{8000, 128000}, BlockSize: 2, Medium: "GPU",
+					CacheSalt: "tenant-a"},
 				{Kind: kv.BlockRemoved, EngineHashes: []uint64{h1}, Medium: "GPU"},
 				{Kind: kv.AllBlocksCleared},
 			}},

@@ -90,6 +90,10 @@ type Spec struct {
 	// chain of thought, not to it (docs/reference.md §16); Turbine parses the output
 	// itself either way.
 	ReasoningParser string
+	// Pooling starts the engine as an embedding model (`--runner pooling`,
+	// docs/reference.md §23): vLLM's --runner pooling, SGLang's --is-embedding;
+	// TensorRT-LLM's launcher refuses it (trtllm-serve serves no embeddings).
+	Pooling bool
 	// Extra arguments, appended to the engine's command line untouched.
 	Extra []string
 }
@@ -111,6 +115,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("launcher: role %q: want \"\", %q or %q", s.Role, RolePrefill, RoleDecode)
 	case s.BootstrapPort < 0 || s.BootstrapPort > 65535:
 		return fmt.Errorf("launcher: bootstrap port %d out of range 0-65535", s.BootstrapPort)
+	case s.Pooling && s.Role != "":
+		return fmt.Errorf("launcher: an embedding model (--runner pooling) has no disaggregated role (got %s)", s.Role)
 	}
 	return nil
 }

@@ -37,6 +37,19 @@ type Request struct {
 	HasSeed bool
 	// LoraName names the adapter ("" for the base model); it changes the block hashes.
 	LoraName string
+	// CacheSalt ("" for none) is mixed into the first block's hash as vLLM mixes it
+	// (kv.FirstBlockHash): prompts under different salts share no cached block. The
+	// BlockStored event of a salted first block carries it (kv.Event.CacheSalt).
+	CacheSalt string
+	// AllowedTokenIDs, when not empty, are the only tokens drawn words come from (vLLM's
+	// allowed_token_ids); EOS ends the request only when it is among them. LogitBias
+	// shifts the draw (sample.go). Neither applies to a Script's tokens.
+	AllowedTokenIDs []uint32
+	LogitBias       map[uint32]float64
+	// Priority orders the waiting queue: a request is queued after those with the same
+	// or a lower value and before those with a higher one (vLLM's priority scheduling:
+	// lower runs first; 0 for all is first come, first served).
+	Priority int
 	// Script, when not nil, is the output to give instead of drawn words (a model's
 	// answer planned by engines/mocker/persona): its tokens in order, then EOS (an empty
 	// script: EOS at once). The stop rules apply to its tokens as to drawn ones: one that
@@ -68,6 +81,12 @@ type Request struct {
 	// docs/reference.md §16), read from each dialect's fields by the server; nil for free
 	// text. The engine core does not read it.
 	Structured *messages.StructuredOutput
+
+	// Logprobs, when not nil, asks for the logprobs of each output token and of the
+	// *Logprobs (0..MaxLogprobs) most likely tokens at its position (Output.Logprobs);
+	// PromptLogprobs the same for the prompt's tokens (Output.PromptLogprobs, on the
+	// first output). See logprobs.go for the distribution they follow.
+	Logprobs, PromptLogprobs *int
 }
 
 // FinishReason says why a request ended (OpenAI/vLLM finish_reason values).
@@ -104,6 +123,11 @@ type Output struct {
 	// first len(Prompt)/BlockSize blocks hold its full prompt blocks.
 	Pinned   bool
 	BlockIDs []int32
+	// Logprobs holds one entry per id of TokenIDs when Request.Logprobs was set.
+	Logprobs []*messages.TokenLogprob
+	// PromptLogprobs holds one entry per prompt token, on the request's first output,
+	// when Request.PromptLogprobs was set (the first entry's logprob is NaN).
+	PromptLogprobs []*messages.TokenLogprob
 }
 
 // StepResult is everything a step did, for the caller to carry out.
@@ -172,6 +196,7 @@ type sequence struct {
 	hashes     []uint64 // sequence hashes of the leading full blocks of tokens
 	registered int      // leading blocks already offered to the prefix cache
 	hashSeed   uint64
+	seed       uint64 // the generation seed (Request.Seed or Config.Seed)
 	state      uint64 // generation state: seed folded with every token
 	output     int
 	cached     int
@@ -203,8 +228,8 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // Add queues a request. Errors: empty or duplicate id (ErrDuplicateID; a pinned request
 // keeps its id until released), empty prompt, MaxTokens < 1, MinTokens outside [0,
-// MaxTokens], ImportedTokens outside [0, len(Prompt)], or prompt plus MaxTokens longer
-// than MaxModelLen.
+// MaxTokens], ImportedTokens outside [0, len(Prompt)], Logprobs or PromptLogprobs outside
+// [0, MaxLogprobs], or prompt plus MaxTokens longer than MaxModelLen.
 func (e *Engine) Add(r Request) error {
 	_, pinned := e.pinned[r.ID]
 	switch {
@@ -220,6 +245,10 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("mocker: request %q: min_tokens %d must be between 0 and max_tokens %d", r.ID, r.MinTokens, r.MaxTokens)
 	case r.ImportedTokens < 0 || r.ImportedTokens > len(r.Prompt):
 		return fmt.Errorf("mocker: request %q: %d imported tokens must be between 0 and the prompt's %d", r.ID, r.ImportedTokens, len(r.Prompt))
+	case r.Logprobs != nil && (*r.Logprobs < 0 || *r.Logprobs > MaxLogprobs):
+		return fmt.Errorf("mocker: request %q: logprobs %d must be between 0 and %d", r.ID, *r.Logprobs, MaxLogprobs)
+	case r.PromptLogprobs != nil && (*r.PromptLogprobs < 0 || *r.PromptLogprobs > MaxLogprobs):
+		return fmt.Errorf("mocker: request %q: prompt_logprobs %d must be between 0 and %d", r.ID, *r.PromptLogprobs, MaxLogprobs)
 	case r.MaxTokens > e.cfg.MaxModelLen-len(r.Prompt): // no overflow for a huge max_tokens
 		return fmt.Errorf("mocker: request %q: %d prompt tokens plus max_tokens %d exceed the context length %d",
 			r.ID, len(r.Prompt), r.MaxTokens, e.cfg.MaxModelLen)
@@ -232,10 +261,15 @@ func (e *Engine) Add(r Request) error {
 		req:      r,
 		tokens:   append(make([]uint32, 0, len(r.Prompt)+min(r.MaxTokens, 256)), r.Prompt...),
 		hashSeed: kv.LoraSeed(r.LoraName),
+		seed:     seed,
 		state:    foldTokens(seedState(seed), r.Prompt),
 	}
 	e.byID[r.ID] = s
-	e.waiting = append(e.waiting, s)
+	at := len(e.waiting)
+	for at > 0 && e.waiting[at-1].req.Priority > r.Priority {
+		at--
+	}
+	e.waiting = slices.Insert(e.waiting, at, s)
 	return nil
 }
 
@@ -459,7 +493,7 @@ func (e *Engine) ensureHashes(s *sequence, n int) {
 	for k := len(s.hashes); k < n; k++ {
 		local := kv.LocalBlockHash(s.tokens[k*bs:(k+1)*bs], s.hashSeed)
 		if k == 0 {
-			s.hashes = append(s.hashes, local)
+			s.hashes = append(s.hashes, kv.FirstBlockHash(local, s.req.CacheSalt))
 		} else {
 			s.hashes = append(s.hashes, kv.ChainHash(s.hashes[k-1], local))
 		}
@@ -490,6 +524,8 @@ func (e *Engine) commitFullBlocks(s *sequence) {
 			ev := kv.Event{Kind: kv.BlockStored, BlockSize: bs, LoraName: s.req.LoraName, Medium: mediumGPU}
 			if k > 0 {
 				ev.HasParent, ev.ParentHash = true, kv.ChainHash(s.hashes[k-1], engineHashSalt)
+			} else {
+				ev.CacheSalt = s.req.CacheSalt
 			}
 			e.cache.events = append(e.cache.events, ev)
 			run = len(e.cache.events) - 1
@@ -505,7 +541,12 @@ func (e *Engine) commitFullBlocks(s *sequence) {
 // (unless ignore_eos), then stop_token_ids, then max_tokens and the context length.
 func (e *Engine) generate(s *sequence) Output {
 	tok := e.nextToken(s)
-	if s.output == 0 {
+	var lp *messages.TokenLogprob
+	if s.req.Logprobs != nil {
+		lp = e.tokenLogprob(s.state, tok, *s.req.Logprobs, 2)
+	}
+	first := s.output == 0
+	if first {
 		e.stats.PromptTokens += uint64(len(s.req.Prompt))
 	}
 	s.tokens = append(s.tokens, tok)
@@ -514,6 +555,12 @@ func (e *Engine) generate(s *sequence) Output {
 	e.stats.GenerationTokens++
 	out := Output{RequestID: s.req.ID, TokenIDs: []uint32{tok}, PromptTokens: len(s.req.Prompt), CachedTokens: s.cached,
 		ImportedTokens: s.imported}
+	if lp != nil {
+		out.Logprobs = []*messages.TokenLogprob{lp}
+	}
+	if first && s.req.PromptLogprobs != nil {
+		out.PromptLogprobs = e.promptLogprobs(s.seed, s.req.Prompt, *s.req.PromptLogprobs)
+	}
 	switch {
 	case !s.req.IgnoreEOS && slices.Contains(e.vocab.EOS, tok):
 		out.Finished, out.FinishReason = true, FinishStop
@@ -543,9 +590,12 @@ func (e *Engine) nextToken(s *sequence) uint32 {
 		// EOS token, or in place of a script token min_tokens masks. The draw below
 		// picks EOS in none of these cases.
 	}
-	if mayStop && !s.req.IgnoreEOS && len(e.vocab.EOS) > 0 &&
+	if mayStop && !s.req.IgnoreEOS && len(e.vocab.EOS) > 0 && e.eosAllowed(s) &&
 		unitFloat(mix64(s.state^0x5bd1e9955bd1e995)) < 1/float64(e.cfg.MeanOutputTokens) {
 		return e.vocab.EOS[0]
+	}
+	if len(s.req.AllowedTokenIDs) > 0 || len(s.req.LogitBias) > 0 {
+		return e.constrainedWord(s, mayStop)
 	}
 	ord := e.vocab.Ordinary
 	idx := int(s.state % uint64(len(ord)))

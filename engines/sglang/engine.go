@@ -32,8 +32,12 @@ func NewEngine(c *Client, blockSize int) (*Engine, error) {
 func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 
 // Generate runs one request as rid requestID and calls fn for each chunk in order; the
-// last carries the finish reason and the token counts. Cancelling ctx, or an error from
-// fn, closes the stream and aborts the request in the server.
+// last carries the finish reason and the token counts. The sampling settings are sent
+// under SGLang's names (generateRequest); bad_words and allowed_token_ids, which SGLang
+// lacks, are an error (*engines.InvalidRequestError, engines.Refused). Cancelling ctx,
+// or an error from fn, closes the stream and aborts the request in the server. A request
+// SGLang refuses itself, with a 400 or 422 answer or an abort with such a status, is an
+// *engines.InvalidRequestError (refusedAbort).
 //
 // Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): both legs are the same
 // request with bootstrap_host, bootstrap_port and bootstrap_room added; the server's
@@ -43,7 +47,11 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // and port.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
-	req := GenerateRequest{RID: requestID, InputIDs: tokens, Sampling: samplingFrom(s)}
+	req, err := generateRequest(requestID, tokens, s)
+	if err != nil {
+		return engines.Refused("sglang", err)
+	}
+	req.Logprobs = logprobRequestFrom(s)
 	switch leg := s.GetDisagg(); leg.GetLeg() {
 	case messages.Leg_LEG_AGGREGATED:
 	case messages.Leg_LEG_PREFILL, messages.Leg_LEG_DECODE:
@@ -51,8 +59,11 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 			return fmt.Errorf("sglang: the %s leg of %s needs the prefill server's bootstrap host and port, got %q:%d",
 				leg.GetLeg().Label(), requestID, leg.GetBootstrapHost(), leg.GetBootstrapPort())
 		}
-		req.Extra = map[string]any{"bootstrap_host": leg.GetBootstrapHost(), "bootstrap_port": leg.GetBootstrapPort(),
-			"bootstrap_room": leg.GetBootstrapRoom()}
+		if req.Extra == nil {
+			req.Extra = map[string]any{}
+		}
+		req.Extra["bootstrap_host"], req.Extra["bootstrap_port"] = leg.GetBootstrapHost(), leg.GetBootstrapPort()
+		req.Extra["bootstrap_room"] = leg.GetBootstrapRoom()
 	default:
 		return fmt.Errorf("sglang: disaggregated leg %s: want prefill or decode", leg.GetLeg().Label())
 	}
@@ -62,7 +73,22 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 		return kvLoadFailure(decode, err)
 	}
 	defer stream.Close()
-	return kvLoadFailure(decode, enginehttp.Forward(stream.Recv, engineChunk, fn))
+	return refusedAbort(kvLoadFailure(decode, enginehttp.Forward(stream.Recv, engineChunk, fn)))
+}
+
+// refusedAbort wraps err, a stream's error, in an *engines.InvalidRequestError when it
+// is the server's abort of the request with a status that refuses the request itself
+// (engines.InvalidRequestStatus: SGLang aborts an input it will not take, found once the
+// request is queued, with status_code 400), unless it is wrapped so already. An error
+// frame without a status stays an engine error: SGLang's stream sends one for any
+// ValueError, its own failures included.
+func refusedAbort(err error) error {
+	var se *Error
+	var inv *engines.InvalidRequestError
+	if !errors.As(err, &se) || !engines.InvalidRequestStatus(se.Status) || errors.As(err, &inv) {
+		return err
+	}
+	return &engines.InvalidRequestError{Status: se.Status, Message: se.Message, Err: err}
 }
 
 // kvLoadFailure wraps err, the error of a decode leg (decode true), in
@@ -79,7 +105,7 @@ func kvLoadFailure(decode bool, err error) error {
 
 // engineChunk carries the token counts on the last chunk only.
 func engineChunk(ch Chunk) engines.Chunk {
-	out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: ch.FinishReason}
+	out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: ch.FinishReason, Logprobs: ch.Logprobs, PromptLogprobs: ch.PromptLogprobs}
 	if ch.FinishReason != "" {
 		out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.PromptTokens, ch.CachedTokens, ch.CompletionTokens
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // SamplingParams are the sampling_params of a generate request (SGLang's
@@ -52,6 +53,9 @@ type GenerateRequest struct {
 	// Extra top-level GenerateReqInput fields (e.g. bootstrap_host, bootstrap_port,
 	// bootstrap_room, lora_path), added unless the client sets the same key.
 	Extra map[string]any
+	// Logprobs, when not nil, asks for logprobs (logprobs.go): return_logprob,
+	// top_logprobs_num and logprob_start_len.
+	Logprobs *LogprobRequest
 }
 
 // Chunk is one step of a stream.
@@ -71,6 +75,10 @@ type Chunk struct {
 	AbortMessage string
 	// Token counts from meta_info (every chunk carries them; final on the last).
 	PromptTokens, CompletionTokens, CachedTokens int
+	// Logprobs holds one entry per id of TokenIDs when GenerateRequest.Logprobs asked
+	// for output logprobs; PromptLogprobs one per prompt token (the first's logprob NaN),
+	// once, on the first chunk that has them, when it asked for the prompt's.
+	Logprobs, PromptLogprobs []*messages.TokenLogprob
 }
 
 // Generate starts a streamed generation. The returned Stream must be closed; closing it
@@ -96,7 +104,7 @@ func (c *Client) Generate(ctx context.Context, r GenerateRequest) (*Stream, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{c: c, parent: ctx, st: st, rid: r.RID}, nil
+	return &Stream{c: c, parent: ctx, st: st, rid: r.RID, lp: r.Logprobs, prompt: r.InputIDs}, nil
 }
 
 // maxEventBytes bounds one SSE event. With cumulative output (SGLang's default) every
@@ -111,6 +119,10 @@ type Stream struct {
 	parent context.Context
 	st     *enginehttp.Stream
 	rid    string
+
+	lp         *LogprobRequest // the logprobs asked (nil: none)
+	prompt     []uint32
+	promptDone bool // the prompt's logprobs were handed out
 
 	seen     int         // output ids handed out so far
 	last     uint32      // the last of them
@@ -165,6 +177,7 @@ type frame struct {
 		PromptTokens     int             `json:"prompt_tokens"`
 		CompletionTokens *int            `json:"completion_tokens"`
 		CachedTokens     int             `json:"cached_tokens"`
+		logprobMeta
 	} `json:"meta_info"`
 }
 
@@ -195,11 +208,34 @@ func (s *Stream) decode(data []byte) (Chunk, bool, error) {
 	if err := s.newIDs(f.OutputIDs, m.CompletionTokens, &ch); err != nil {
 		return Chunk{}, false, err
 	}
+	if err := s.logprobs(m.logprobMeta, &ch); err != nil {
+		return Chunk{}, false, err
+	}
 	if ch.FinishReason != "" {
 		s.finished.Store(true)
 		return ch, true, nil
 	}
-	return ch, len(ch.TokenIDs) > 0, nil
+	return ch, len(ch.TokenIDs) > 0 || len(ch.PromptLogprobs) > 0, nil
+}
+
+// logprobs sets ch's logprobs from m (logprobs.go), when asked.
+func (s *Stream) logprobs(m logprobMeta, ch *Chunk) error {
+	if s.lp == nil {
+		return nil
+	}
+	var err error
+	if s.lp.Output && len(ch.TokenIDs) > 0 {
+		if ch.Logprobs, err = outputLogprobs(m, ch.TokenIDs, s.seen, s.lp.Top); err != nil {
+			return err
+		}
+	}
+	if s.lp.Prompt && !s.promptDone {
+		if ch.PromptLogprobs, err = promptLogprobs(m, s.prompt, s.lp.PromptTop); err != nil {
+			return err
+		}
+		s.promptDone = ch.PromptLogprobs != nil
+	}
+	return nil
 }
 
 // newIDs sets ch.TokenIDs to the ids not handed out before.
@@ -309,7 +345,17 @@ func generateBody(r GenerateRequest) ([]byte, error) {
 	b := make([]byte, 0, 256+11*len(r.InputIDs))
 	b = append(b, '{')
 	var err error
-	if b, err = enginehttp.Extra(b, r.Extra, map[string]bool{"rid": true, "input_ids": true, "sampling_params": true, "stream": true}); err != nil {
+	own := map[string]bool{"rid": true, "input_ids": true, "sampling_params": true, "stream": true}
+	extra := r.Extra
+	if r.Logprobs != nil {
+		extra = r.Logprobs.members()
+		for k, v := range r.Extra {
+			if _, ok := extra[k]; !ok {
+				extra[k] = v
+			}
+		}
+	}
+	if b, err = enginehttp.Extra(b, extra, own); err != nil {
 		return nil, err
 	}
 	b = enginehttp.String(enginehttp.Key(b, "rid"), r.RID)

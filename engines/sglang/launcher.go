@@ -114,6 +114,9 @@ func (l *Launcher) Command(host string, port int, kvEndpoint string) (argv, env 
 	if name := reasoningParsers[s.ReasoningParser]; name != "" {
 		argv = append(argv, "--reasoning-parser", name)
 	}
+	if s.Pooling {
+		argv = append(argv, "--is-embedding")
+	}
 	l.bootstrap.Set(host, bootstrap)
 	return append(argv, s.Extra...), nil
 }

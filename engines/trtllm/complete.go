@@ -65,7 +65,8 @@ type Usage struct {
 
 // Complete starts a streamed completion. The returned Stream must be closed; closing it
 // (or cancelling ctx) closes the connection, which makes trtllm-serve abort the request.
-// Errors: an invalid request, a transport error, or *Error for a non-200 answer.
+// Errors: an invalid request, a transport error, or *Error for a non-200 answer (wrapped
+// in an *engines.InvalidRequestError when it refuses the request: 400, 422).
 func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, error) {
 	switch {
 	case r.Model == "":
@@ -174,8 +175,9 @@ func nullToNil(raw json.RawMessage) json.RawMessage {
 // disaggregated context_only request is sent, and returns its one choice as the last
 // chunk of a stream: its token ids, finish reason, usage and disaggregated_params.
 // Cancelling ctx closes the connection, which makes trtllm-serve abort the request.
-// Errors: an invalid request, a transport error, *Error for a non-200 answer, or a
-// malformed answer (not one choice, no token ids, no finish reason).
+// Errors: an invalid request, a transport error, *Error for a non-200 answer (wrapped in
+// an *engines.InvalidRequestError when it refuses the request: 400, 422), or a malformed
+// answer (not one choice, no token ids, no finish reason).
 func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, error) {
 	switch {
 	case r.Model == "":
@@ -195,7 +197,7 @@ func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, 
 	if r.RequestID != "" {
 		hdr = http.Header{"X-Request-Id": {r.RequestID}}
 	}
-	resp, err := c.h.Do(ctx, http.MethodPost, "/v1/completions", body, hdr)
+	resp, err := c.h.Submit(ctx, http.MethodPost, "/v1/completions", body, hdr)
 	if err != nil {
 		return Chunk{}, err
 	}

@@ -84,8 +84,10 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // Generate runs one request and calls fn for each chunk in order; the last carries the
 // finish reason ("cancelled" and "timeout" become "abort") and the usage. The stop token
 // that ended a request is not among the ids: trtllm-serve does not return it. Cancelling
-// ctx, or an error from fn, closes the connection, which aborts the request. An output
-// constraint (SamplingParams.structured) is sent as response_format (ResponseFormat).
+// ctx, or an error from fn, closes the connection, which aborts the request. The
+// sampling settings are sent under trtllm-serve's names and an output constraint
+// (SamplingParams.structured) as response_format (requestFrom, which also says what is
+// refused).
 //
 // Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): a prefill leg is a
 // context_only request (disaggregated_params {"request_type": "context_only"},
@@ -96,23 +98,14 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // pinned blocks still reaches fn, and Generate returns ctx's error. A decode leg sends
 // those parameters back with request_type generation_only and streams as usual.
 // Errors: an unknown leg, a decode leg without a parameters object, and the client's; a
-// decode leg whose KV cache transfer failed wraps engines.ErrKVTransfer.
+// decode leg whose KV cache transfer failed wraps engines.ErrKVTransfer; a request
+// trtllm-serve refuses itself (400, 422), or that it has no field for (requestFrom), is
+// an *engines.InvalidRequestError.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
-	req := CompletionRequest{Model: e.opts.Model, PromptTokenIDs: tokens, RequestID: requestID,
-		MaxTokens: int(s.GetMaxTokens()), MinTokens: int(s.GetMinTokens()), IgnoreEOS: s.GetIgnoreEos(),
-		StopTokenIDs: s.GetStopTokenIds()}
-	req.Temperature, req.TopP, req.Seed = enginehttp.OptionalSampling(s)
-	req.Extra = map[string]any{}
-	if s.GetPresencePenalty() != 0 || s.GetFrequencyPenalty() != 0 {
-		req.Extra = map[string]any{"presence_penalty": s.GetPresencePenalty(), "frequency_penalty": s.GetFrequencyPenalty()}
-	}
-	rf, err := ResponseFormat(s.GetStructured())
+	req, err := requestFrom(e.opts.Model, requestID, tokens, s)
 	if err != nil {
-		return err
-	}
-	if rf != nil {
-		req.Extra["response_format"] = rf
+		return engines.Refused("trtllm", err)
 	}
 	switch leg := s.GetDisagg(); leg.GetLeg() {
 	case messages.Leg_LEG_AGGREGATED:

@@ -55,11 +55,14 @@ type Launcher struct {
 }
 
 // NewLauncher returns the launcher of trtllm-serve for spec, which holds a temporary
-// file until its Close. Errors: an invalid spec (launcher.Spec.Validate), and a
-// temporary file that cannot be written.
+// file until its Close. Errors: an invalid spec (launcher.Spec.Validate), an embedding
+// model (ErrNoEmbeddings), and a temporary file that cannot be written.
 func NewLauncher(spec launcher.Spec) (*Launcher, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if spec.Pooling {
+		return nil, ErrNoEmbeddings
 	}
 	spec = withDefaults(spec)
 	dir, err := os.MkdirTemp(spec.TempDir, "turbine-trtllm-")

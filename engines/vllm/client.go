@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // Client talks to one engine. Safe for concurrent use.
@@ -108,6 +109,11 @@ type CompletionRequest struct {
 	RequestID string
 	// Extra fields merged into the JSON body as they are (e.g. kv_transfer_params).
 	Extra map[string]any
+	// Logprobs asks for the logprobs of each output token and of the *Logprobs most
+	// likely tokens at its position (Chunk.Logprobs); PromptLogprobs the same for the
+	// prompt (Chunk.PromptLogprobs; vLLM answers them without streaming only:
+	// CompleteOnce). nil: none (logprobs.go).
+	Logprobs, PromptLogprobs *int32
 }
 
 // Chunk is one step of a stream.
@@ -133,6 +139,12 @@ type Chunk struct {
 	// prefill leg returns for its decode leg, docs/reference.md §6), on the last chunk; nil when
 	// absent or null.
 	KVTransferParams json.RawMessage
+	// Logprobs, when the request asked for them: one per id of TokenIDs.
+	Logprobs []*messages.TokenLogprob
+	// PromptLogprobs, when the request asked for them: one per prompt token (CompleteOnce).
+	PromptLogprobs []*messages.TokenLogprob
+
+	rawLogprobs json.RawMessage // the choice's logprobs, read by Stream.recv
 }
 
 // Usage counts tokens of the whole request.
@@ -145,7 +157,8 @@ type Usage struct {
 
 // Complete starts a streamed completion. The returned Stream must be closed; closing it
 // (or cancelling ctx) closes the connection, which makes vLLM abort the request.
-// Errors: an invalid request, a transport error, or *Error for a non-200 answer.
+// Errors: an invalid request, a transport error, or *Error for a non-200 answer (wrapped
+// in an *engines.InvalidRequestError when it refuses the request: 400, 422).
 func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, error) {
 	if len(r.PromptTokenIDs) == 0 {
 		return nil, errors.New("vllm: completion without prompt tokens")
@@ -167,14 +180,19 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	}
 	cs := enginehttp.NewCompletionStream(st, decodeFrame, func(c *Chunk) bool { return c.FinishReason != "" },
 		func(c *Chunk) bool { return len(c.TokenIDs) == 0 && c.Text == "" })
-	return &Stream{st: st, cs: cs}, nil
+	n := -1
+	if r.Logprobs != nil {
+		n = int(*r.Logprobs)
+	}
+	return &Stream{st: st, cs: cs, logprobs: n}, nil
 }
 
 // CompleteOnce runs a completion answered in one JSON body ("stream": false), as a
 // disaggregated prefill leg is sent (docs/reference.md §6), and returns it as the last chunk of
 // a stream: all its token ids, the finish reason, the usage and kv_transfer_params.
 // Cancelling ctx closes the connection, which makes vLLM abort the request. Errors: an
-// invalid request, a transport error, *Error for a non-200 answer, or a malformed
+// invalid request, a transport error, *Error for a non-200 answer (wrapped in an
+// *engines.InvalidRequestError when it refuses the request: 400, 422), or a malformed
 // answer (not one choice, no token ids, no finish reason).
 func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, error) {
 	if len(r.PromptTokenIDs) == 0 {
@@ -185,7 +203,7 @@ func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, 
 	}
 	b, err := enginehttp.CompletionBody(enginehttp.Completion{Model: r.Model, PromptTokenIDs: r.PromptTokenIDs,
 		MaxTokens: r.MaxTokens, MinTokens: r.MinTokens, IgnoreEOS: r.IgnoreEOS, StopTokenIDs: r.StopTokenIDs, Seed: r.Seed,
-		Temperature: r.Temperature, TopP: r.TopP, Extra: r.Extra, NoStream: true}, "return_token_ids", true)
+		Temperature: r.Temperature, TopP: r.TopP, Extra: r.logprobMembers(), NoStream: true}, "return_token_ids", true)
 	if err != nil {
 		return Chunk{}, fmt.Errorf("vllm: encoding the request: %w", err)
 	}
@@ -193,7 +211,7 @@ func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, 
 	if r.RequestID != "" {
 		hdr = http.Header{"X-Request-Id": {r.RequestID}}
 	}
-	resp, err := c.h.Do(ctx, http.MethodPost, "/v1/completions", b, hdr)
+	resp, err := c.h.Submit(ctx, http.MethodPost, "/v1/completions", b, hdr)
 	if err != nil {
 		return Chunk{}, err
 	}
@@ -224,6 +242,16 @@ func (c *Client) CompleteOnce(ctx context.Context, r CompletionRequest) (Chunk, 
 	if out.StopTokenID, out.HasStopTokenID, out.StopString, err = enginehttp.StopReason(ch.StopReason); err != nil {
 		return Chunk{}, fmt.Errorf("vllm: %w", err)
 	}
+	if r.Logprobs != nil {
+		if out.Logprobs, err = logprobsOf(ch.Logprobs, ch.TokenIDs, int(*r.Logprobs)); err != nil {
+			return Chunk{}, err
+		}
+	}
+	if r.PromptLogprobs != nil {
+		if out.PromptLogprobs, err = promptLogprobsOf(ch.PromptLogprobs, r.PromptTokenIDs, int(*r.PromptLogprobs)); err != nil {
+			return Chunk{}, err
+		}
+	}
 	if u := raw.Usage; u != nil {
 		out.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
 			CachedTokens: u.CachedTokens()}
@@ -242,6 +270,8 @@ func nullToNil(raw json.RawMessage) json.RawMessage {
 type Stream struct {
 	st *enginehttp.Stream
 	cs *enginehttp.CompletionStream[Chunk]
+	// logprobs is the request's logprobs (-1: none asked, the chunks' are not read).
+	logprobs int
 }
 
 // Recv returns the next chunk. The chunk with FinishReason also carries the usage (the
@@ -252,6 +282,12 @@ func (s *Stream) Recv() (Chunk, error) { return enginehttp.Recv(s.st, s.recv, s.
 
 func (s *Stream) recv() (Chunk, error) {
 	ch, u, err := s.cs.Next()
+	if err == nil && s.logprobs >= 0 {
+		if ch.Logprobs, err = logprobsOf(ch.rawLogprobs, ch.TokenIDs, s.logprobs); err != nil {
+			return Chunk{}, err
+		}
+	}
+	ch.rawLogprobs = nil
 	if u != nil {
 		ch.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens,
 			CachedTokens: u.CachedTokens()}
@@ -306,7 +342,7 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 	}
 	var first *Chunk
 	for _, c := range raw.Choices {
-		ch := Chunk{Text: c.Text, TokenIDs: c.TokenIDs, PromptTokenIDs: c.PromptTokenIDs}
+		ch := Chunk{Text: c.Text, TokenIDs: c.TokenIDs, PromptTokenIDs: c.PromptTokenIDs, rawLogprobs: c.Logprobs}
 		if c.FinishReason != nil {
 			ch.FinishReason = *c.FinishReason
 		}
@@ -428,7 +464,7 @@ func sumCounter(fams map[string]*dto.MetricFamily, names ...string) (float64, bo
 func completionBody(r CompletionRequest) ([]byte, error) {
 	return enginehttp.CompletionBody(enginehttp.Completion{Model: r.Model, PromptTokenIDs: r.PromptTokenIDs,
 		MaxTokens: r.MaxTokens, MinTokens: r.MinTokens, IgnoreEOS: r.IgnoreEOS, StopTokenIDs: r.StopTokenIDs, Seed: r.Seed,
-		Temperature: r.Temperature, TopP: r.TopP, Extra: r.Extra}, "return_token_ids", true)
+		Temperature: r.Temperature, TopP: r.TopP, Extra: r.logprobMembers()}, "return_token_ids", true)
 }
 
 // promptIDsKey is how vLLM (and the mock engine) write the first chunk's prompt ids. The
@@ -516,4 +552,6 @@ type completionChoice struct {
 	StopReason     json.RawMessage `json:"stop_reason"`
 	TokenIDs       []uint32        `json:"token_ids"`
 	PromptTokenIDs []uint32        `json:"prompt_token_ids"`
+	Logprobs       json.RawMessage `json:"logprobs"`
+	PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/turbine-llm/turbine/engines"
-	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -19,9 +18,9 @@ import (
 // vLLM's own disaggregated proxies) send it.
 var prefillLegParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
-// Engine adapts a Client to engines.Engine (and engines.KVReleaser). An output
-// constraint (SamplingParams.structured) is sent as structured_outputs
-// (StructuredOutputs).
+// Engine adapts a Client to engines.Engine (and engines.KVReleaser). The sampling
+// settings are sent under vLLM's names (SamplingExtras), and an output constraint
+// (SamplingParams.structured) as structured_outputs (StructuredOutputs).
 //
 // Disaggregated serving (SamplingParams.disagg, docs/reference.md §6): a prefill leg is
 // sent with prefillLegParams, max_tokens 1, min_tokens 1 and "stream": false; its one chunk
@@ -66,29 +65,22 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 
 // Generate runs a request, or one leg of a disaggregated request (see Engine).
 // Errors: an unknown leg, a decode leg without a kv_transfer_params object, and the
-// client's; a decode leg whose KV blocks could not be loaded wraps engines.ErrKVTransfer.
+// client's; a decode leg whose KV blocks could not be loaded wraps engines.ErrKVTransfer;
+// a request vLLM refuses itself (400, 422), or that cannot be sent to it (requestFrom), is
+// an *engines.InvalidRequestError.
 func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32, s *messages.SamplingParams,
 	fn func(engines.Chunk) error) error {
-	req := CompletionRequest{Model: e.opts.Model, PromptTokenIDs: tokens, RequestID: requestID,
-		MaxTokens: int(s.GetMaxTokens()), MinTokens: int(s.GetMinTokens()), IgnoreEOS: s.GetIgnoreEos(),
-		StopTokenIDs: s.GetStopTokenIds()}
-	req.Temperature, req.TopP, req.Seed = enginehttp.OptionalSampling(s)
-	if s.GetPresencePenalty() != 0 || s.GetFrequencyPenalty() != 0 {
-		req.Extra = map[string]any{"presence_penalty": s.PresencePenalty, "frequency_penalty": s.FrequencyPenalty}
+	req, err := requestFrom(e.opts.Model, requestID, tokens, s)
+	if err != nil {
+		return engines.Refused("vllm", err)
 	}
+	req.Logprobs, req.PromptLogprobs = s.Logprobs, s.PromptLogprobs
 	extra := func(k string, v any) {
 		req.Extra = maps.Clone(req.Extra)
 		if req.Extra == nil {
 			req.Extra = map[string]any{}
 		}
 		req.Extra[k] = v
-	}
-	so, err := StructuredOutputs(s.GetStructured())
-	if err != nil {
-		return err
-	}
-	if so != nil {
-		extra("structured_outputs", so)
 	}
 	switch leg := s.GetDisagg(); leg.GetLeg() {
 	case messages.Leg_LEG_AGGREGATED:
@@ -115,6 +107,14 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 		return fmt.Errorf("vllm: disaggregated leg %s: want prefill or decode", leg.GetLeg().Label())
 	}
 	decode := s.GetDisagg().GetLeg() == messages.Leg_LEG_DECODE
+	if req.PromptLogprobs != nil {
+		// vLLM answers prompt_logprobs without streaming only (logprobs.go).
+		ch, err := e.c.CompleteOnce(ctx, req)
+		if err != nil {
+			return kvLoadFailure(decode, err)
+		}
+		return fn(engineChunk(ch))
+	}
 	stream, err := e.c.Complete(ctx, req)
 	if err != nil {
 		return kvLoadFailure(decode, err)
@@ -163,7 +163,8 @@ func (e *Engine) prefillGrace() time.Duration {
 }
 
 func engineChunk(ch Chunk) engines.Chunk {
-	out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: ch.FinishReason, KVTransferParams: string(ch.KVTransferParams)}
+	out := engines.Chunk{TokenIDs: ch.TokenIDs, FinishReason: ch.FinishReason, KVTransferParams: string(ch.KVTransferParams),
+		Logprobs: ch.Logprobs, PromptLogprobs: ch.PromptLogprobs}
 	if ch.Usage != nil {
 		out.PromptTokens, out.CachedTokens, out.CompletionTokens = ch.Usage.PromptTokens, ch.Usage.CachedTokens, ch.Usage.CompletionTokens
 	}

@@ -84,6 +84,9 @@ func (v *Launcher) Command(host string, port int, kvEndpoint string) (argv, env 
 	if s.ReasoningParser != "" {
 		argv = append(argv, "--reasoning-parser", s.ReasoningParser)
 	}
+	if s.Pooling {
+		argv = append(argv, "--runner", "pooling")
+	}
 	return append(argv, s.Extra...), env
 }
 

@@ -21,6 +21,7 @@ func ToProto(ev kv.Event) *messages.KvEvent {
 			BlockSize:       int32(ev.BlockSize),
 			LoraName:        ev.LoraName,
 			Medium:          ev.Medium,
+			CacheSalt:       ev.CacheSalt,
 		}}}
 	case kv.BlockRemoved:
 		return &messages.KvEvent{Event: &messages.KvEvent_Removed{Removed: &messages.KvBlockRemoved{
@@ -57,7 +58,7 @@ func FromProto(m *messages.KvEvent) (kv.Event, error) {
 		s := e.Stored
 		return kv.Event{Kind: kv.BlockStored, EngineHashes: s.BlockHashes, HasParent: s.ParentBlockHash != nil,
 			ParentHash: s.GetParentBlockHash(), TokenIDs: s.TokenIds, BlockSize: int(s.BlockSize),
-			LoraName: s.LoraName, Medium: s.Medium}, nil
+			LoraName: s.LoraName, Medium: s.Medium, CacheSalt: s.CacheSalt}, nil
 	case *messages.KvEvent_Removed:
 		return kv.Event{Kind: kv.BlockRemoved, EngineHashes: e.Removed.BlockHashes, Medium: e.Removed.Medium}, nil
 	case *messages.KvEvent_Cleared:
@@ -84,10 +85,10 @@ func FromProtoAll(ms []*messages.KvEvent) ([]kv.Event, error) {
 // copied.
 func RouteInput(req *messages.RouteRequest) kv.RouteInput {
 	return kv.RouteInput{RequestID: req.GetRequestId(), Tokens: req.GetTokenIds(), LoraName: req.GetLoraName(),
-		HasOverlapWeight: req.OverlapWeight != nil, OverlapWeight: req.GetOverlapWeight(),
+		CacheSalt: req.GetCacheSalt(), HasOverlapWeight: req.OverlapWeight != nil, OverlapWeight: req.GetOverlapWeight(),
 		HasTemperature: req.Temperature != nil, Temperature: req.GetTemperature(),
 		Exclude: req.GetExcludeWorkers(), ExcludePrefill: req.GetExcludePrefillWorkers(),
-		LocalPrefill: req.GetLocalPrefill(), WillAck: req.GetWillAck()}
+		LocalPrefill: req.GetLocalPrefill(), WillAck: req.GetWillAck(), PinWorker: req.GetPinWorker()}
 }
 
 // RouteResponse is the answer to a Route call that kv.Router.Route answered with d and

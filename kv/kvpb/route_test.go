@@ -21,9 +21,11 @@ func TestRouteInput(t *testing.T) {
 	}{
 		{"empty", &messages.RouteRequest{}, kv.RouteInput{}},
 		{"every field", &messages.RouteRequest{RequestId: "r.1", TokenIds: []uint32{1, 2}, LoraName: "l", OverlapWeight: &w,
-			Temperature: &temp, ExcludeWorkers: []string{"w1"}, ExcludePrefillWorkers: []string{"p1"}, LocalPrefill: true, WillAck: true},
+			Temperature: &temp, ExcludeWorkers: []string{"w1"}, ExcludePrefillWorkers: []string{"p1"}, LocalPrefill: true, WillAck: true,
+			PinWorker: "w2"},
 			kv.RouteInput{RequestID: "r.1", Tokens: []uint32{1, 2}, LoraName: "l", HasOverlapWeight: true, OverlapWeight: 0.5,
-				HasTemperature: true, Temperature: 0, Exclude: []string{"w1"}, ExcludePrefill: []string{"p1"}, LocalPrefill: true, WillAck: true}},
+				HasTemperature: true, Temperature: 0, Exclude: []string{"w1"}, ExcludePrefill: []string{"p1"}, LocalPrefill: true, WillAck: true,
+				PinWorker: "w2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := RouteInput(tc.req); !reflect.DeepEqual(got, tc.want) {

@@ -35,7 +35,7 @@ func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (work
 		return worker.Config{}, err
 	}
 	return worker.Config{WorkerID: id, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
-		Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine)}, nil
+		CheckTokenizer: true, Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine)}, nil
 }
 
 // launcher returns the launcher of req's engine for card (registry.Default): a real

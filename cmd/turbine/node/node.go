@@ -109,8 +109,16 @@ func (o *Options) Validate() error {
 	if o.DrainTimeout < 0 {
 		return fmt.Errorf("--drain-timeout %v: must be ≥ 0", o.DrainTimeout)
 	}
+	var disaggFlags []string
+	if role != "aggregated" {
+		disaggFlags = []string{"--worker-role " + role}
+	}
+	engineFlag, engine := "--engine", o.EngineName
+	if engine == launcher.EngineMocker {
+		engineFlag, engine = "--mocker-dialect", o.MockerDialect
+	}
 	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
-		o.Cluster.Validate(), o.Canary.Validate()} {
+		o.Engine.CheckPoolingLayout(engineFlag, engine, disaggFlags...), o.Cluster.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
 		}

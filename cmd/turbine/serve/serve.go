@@ -26,6 +26,7 @@ import (
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/mocker/launch"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/gateway"
@@ -98,7 +99,17 @@ func (o *Options) Validate() error {
 	case o.PrefillWorkers > 0 && o.Workers+o.DecodeWorkers == 0:
 		return fmt.Errorf("--prefill-workers %d without --decode-workers or --workers: nothing would decode", o.PrefillWorkers)
 	}
+	var disaggFlags []string
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"--prefill-workers", o.PrefillWorkers}, {"--decode-workers", o.DecodeWorkers}} {
+		if f.n > 0 {
+			disaggFlags = append(disaggFlags, fmt.Sprintf("%s %d", f.name, f.n))
+		}
+	}
 	for _, err := range []error{options.CheckMockerDialect(o.MockerDialect), o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
+		o.Engine.CheckPoolingLayout("--mocker-dialect", o.MockerDialect, disaggFlags...),
 		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate()} {
 		if err != nil {
 			return err
@@ -122,6 +133,9 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Every worker runs the mock engine, named so in the card as a node names its
+	// engine: answers that name the model's engine (an engine's refusal) read it.
+	card.Engine = engines.NameMocker
 	if note := options.ParserNote(card); note != "" {
 		log.Info().Str("model", card.Model).Msg("output parsing: " + note)
 	}

@@ -59,6 +59,21 @@ func (c *Client) Name() string { return c.name }
 // fields are added to the request. Errors: "<name>: <method> <path>: <transport error>",
 // or the answered function's error for any other status.
 func (c *Client) Do(ctx context.Context, method, path string, body []byte, hdr http.Header) (*http.Response, error) {
+	return c.do(ctx, method, path, body, hdr, c.answered)
+}
+
+// Submit is Do for a request the caller's client wrote (a generation, an embedding): an
+// error answer whose status refuses the request itself (engines.InvalidRequestStatus:
+// 400, 422) is the answered function's error wrapped in an *engines.InvalidRequestError
+// with the engine's message, which re-sending elsewhere will not mend
+// (docs/reference.md §10). Errors: Do's, so wrapped.
+func (c *Client) Submit(ctx context.Context, method, path string, body []byte, hdr http.Header) (*http.Response, error) {
+	return c.do(ctx, method, path, body, hdr, c.refusedInput)
+}
+
+// do is Do with answered in place of the client's answered function.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr http.Header,
+	answered func(status int, body []byte) error) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -80,7 +95,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body []byte, hdr h
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		return nil, c.answered(resp.StatusCode, b)
+		return nil, answered(resp.StatusCode, b)
 	}
 	return resp, nil
 }

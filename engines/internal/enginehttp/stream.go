@@ -20,12 +20,13 @@ type Stream struct {
 	err    error // the error that ended the stream (Recv)
 }
 
-// Stream sends a request whose 200 answer is an SSE stream, as Do does, and returns the
-// stream; its context is a child of ctx. maxEventBytes bounds one event. The caller
-// closes the stream. Errors: Do's.
+// Stream sends a request whose 200 answer is an SSE stream, as Submit does, and returns
+// the stream; its context is a child of ctx. maxEventBytes bounds one event. The caller
+// closes the stream. Errors: Submit's (an answer refusing the request itself is an
+// *engines.InvalidRequestError; an error frame in the stream is the caller's to read).
 func (c *Client) Stream(ctx context.Context, method, path string, body []byte, hdr http.Header, maxEventBytes int) (*Stream, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	resp, err := c.Do(sctx, method, path, body, hdr)
+	resp, err := c.Submit(sctx, method, path, body, hdr)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -167,7 +167,9 @@ func TestSGLangBadRequests(t *testing.T) {
 		{`{"input_ids":[1],"sampling_params":{"top_p":0}}`, "top_p"},
 		{`{"input_ids":[1],"sampling_params":{"max_new_tokens":2048}}`, "maximum context length"},
 		{fmt.Sprintf(`{"input_ids":%s}`, jsonIDs(promptIDs(2048))), "longer than the model's context length"},
-		{`{"input_ids":[1],"return_logprob":true}`, "return_logprob"},
+		{`{"input_ids":[1],"return_logprob":true,"top_logprobs_num":-1}`, "top_logprobs_num"},
+		{`{"input_ids":[1],"return_logprob":true,"top_logprobs_num":21}`, "top_logprobs_num"},
+		{`{"input_ids":[1,2],"return_logprob":true,"logprob_start_len":2}`, "logprob_start_len"},
 	} {
 		resp, b := postJSON(t, hs.URL+"/generate", tc.body)
 		m := decodeMap(t, b)

@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // maxBodyBytes bounds a request body (32 MiB).
@@ -36,7 +38,8 @@ func (s *Server) vllmHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.WritePrometheus(w)
 	})
-	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	mux.HandleFunc("POST /v1/completions", s.generating("Completions", s.handleCompletions))
+	mux.HandleFunc("POST /v1/embeddings", s.handleVLLMEmbeddings)
 	return mux
 }
 
@@ -97,6 +100,7 @@ type parsed struct {
 	includeUsage   bool
 	continuous     bool
 	returnTokenIDs bool
+	tokensAsIDs    bool    // return_tokens_as_token_ids (logprobs.go)
 	leg            vllmLeg // disaggregated serving: kv_transfer_params
 }
 
@@ -121,8 +125,6 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 		return nil, badRequest("n", "n must be 1 for the mock engine, got %d.", *cr.N)
 	case cr.Echo != nil && *cr.Echo:
 		return nil, badRequest("echo", "echo is not supported by the mock engine.")
-	case cr.Logprobs != nil:
-		return nil, badRequest("logprobs", "logprobs are not supported by the mock engine.")
 	case cr.Temperature != nil && (*cr.Temperature < 0 || math.IsNaN(*cr.Temperature)):
 		return nil, badRequest("temperature", "temperature must be non-negative, got %v.", *cr.Temperature)
 	case cr.TopP != nil && !(*cr.TopP > 0 && *cr.TopP <= 1):
@@ -164,6 +166,10 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 		p.continuous = so.ContinuousUsageStats != nil && *so.ContinuousUsageStats
 	}
 	r := mocker.Request{ID: randomID(), Prompt: prompt, MaxTokens: maxTokens}
+	if aerr := logprobOptions(cr.Logprobs, cr.PromptLogprobs, stream, &r); aerr != nil {
+		return nil, aerr
+	}
+	p.tokensAsIDs = cr.ReturnTokensAsTokenIDs != nil && *cr.ReturnTokensAsTokenIDs
 	if p.leg, aerr = s.parseKVTransferParams(cr.KVTransferParams, len(prompt)); aerr != nil {
 		return nil, aerr
 	}
@@ -189,6 +195,9 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 	}
 	if cr.Seed != nil {
 		r.Seed, r.HasSeed = uint64(*cr.Seed), true
+	}
+	if aerr := s.vllmSampling(&cr, &r); aerr != nil {
+		return nil, aerr
 	}
 	r.Script = s.script(r.Prompt, r.Structured, s.seed(&r))
 	p.req = r
@@ -360,6 +369,7 @@ func finishFields(o mocker.Output) (*string, *uint32) {
 func (s *Server) fullCompletion(ctx context.Context, w http.ResponseWriter, p *parsed, st *stream, id string, created int64) {
 	var text strings.Builder
 	var ids []uint32
+	var lps, promptLps []*messages.TokenLogprob
 	for {
 		outs, err := s.next(ctx, p, st)
 		if err != nil {
@@ -371,6 +381,10 @@ func (s *Server) fullCompletion(ctx context.Context, w http.ResponseWriter, p *p
 		for _, o := range outs {
 			text.WriteString(s.text(o))
 			ids = append(ids, o.TokenIDs...)
+			lps = append(lps, o.Logprobs...)
+			if o.PromptLogprobs != nil {
+				promptLps = o.PromptLogprobs
+			}
 			if !o.Finished {
 				continue
 			}
@@ -378,6 +392,12 @@ func (s *Server) fullCompletion(ctx context.Context, w http.ResponseWriter, p *p
 			choice := completionChoice{Text: text.String(), FinishReason: reason, StopReason: stop}
 			if p.returnTokenIDs {
 				choice.TokenIDs, choice.PromptTokenIDs = ids, p.req.Prompt
+			}
+			if p.req.Logprobs != nil {
+				choice.Logprobs = s.completionLogprobsOf(ids, lps, *p.req.Logprobs, p.tokensAsIDs, 0)
+			}
+			if p.req.PromptLogprobs != nil {
+				choice.PromptLogprobs = promptLogprobList(promptLps).render(s)
 			}
 			resp := completionResponse{
 				ID: id, Object: "text_completion", Created: created, Model: s.opts.ServedModelName,
@@ -401,6 +421,7 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, p 
 	sse := startSSE(w, "text/event-stream; charset=utf-8")
 	send, done := sse.send, sse.done
 	completion := 0
+	textLen := 0 // characters streamed so far (the next chunk's first text_offset)
 	first := true
 	for {
 		outs, err := s.next(ctx, p, st)
@@ -415,6 +436,10 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, p 
 			completion += len(o.TokenIDs)
 			reason, stop := finishFields(o)
 			choice := streamChoice{Text: s.text(o), FinishReason: reason, StopReason: stop}
+			if p.req.Logprobs != nil {
+				choice.Logprobs = s.completionLogprobsOf(o.TokenIDs, o.Logprobs, *p.req.Logprobs, p.tokensAsIDs, textLen)
+			}
+			textLen += utf8.RuneCountInString(choice.Text)
 			if p.returnTokenIDs {
 				choice.TokenIDs = o.TokenIDs
 				if first {

@@ -36,6 +36,13 @@ type Params struct {
 	// engines/mocker/persona from the decoded prompt (tool calls in that family's
 	// syntax, a thinking block) instead of drawn words. "" for none.
 	ToolCallParser, ReasoningParser string
+	// Runner is what the engine serves, as vLLM's --runner: RunnerGenerate ("" too) or
+	// RunnerPooling, an embedding model that answers POST /v1/embeddings (embed.go) and
+	// refuses generation.
+	Runner Runner
+	// EmbeddingSize is the pooling engine's vector size (0: the model folder's
+	// hidden_size, else mocker.DefaultEmbeddingSize).
+	EmbeddingSize int
 }
 
 // DefaultParams returns the defaults: the reference mock engine's limits and timing
@@ -89,6 +96,10 @@ func (p *Params) Flags(fs *flag.FlagSet) {
 		"a decode leg whose KV read failed: fail (answer the dialect's KV transfer error) or recompute (compute the prompt itself; vLLM dialect only, vLLM's kv_load_failure_policy)")
 	fs.StringVar(&p.ToolCallParser, "tool-call-parser", p.ToolCallParser,
 		"answer like a tool-calling model whose calls vLLM's parser of this name reads (hermes, llama3_json, openai, ...): calls to the prompt's tools in that syntax (default and none: no tool calls)")
+	fs.StringVar((*string)(&p.Runner), "runner", string(p.Runner),
+		"what the engine serves, as vLLM's --runner: generate (completions) or pooling (an embedding model: POST /v1/embeddings; the vllm and sglang dialects)")
+	fs.IntVar(&p.EmbeddingSize, "embedding-size", p.EmbeddingSize,
+		fmt.Sprintf("--runner pooling: the embedding vector's size (default: the model folder's hidden_size, else %d)", mocker.DefaultEmbeddingSize))
 	fs.StringVar(&p.ReasoningParser, "reasoning-parser", p.ReasoningParser,
 		"answer like a reasoning model whose thinking vLLM's parser of this name reads (qwen3, deepseek_r1, openai_gptoss, ...): a thinking block first (default and none: no thinking)")
 }
@@ -134,6 +145,8 @@ func (p Params) Args() []string {
 	opt("--kv-load-failure-policy", x.LoadFailurePolicy, x.LoadFailurePolicy != "")
 	opt("--tool-call-parser", p.ToolCallParser, p.ToolCallParser != "")
 	opt("--reasoning-parser", p.ReasoningParser, p.ReasoningParser != "")
+	opt("--runner", string(p.Runner), p.Runner != "" && p.Runner != RunnerGenerate)
+	opt("--embedding-size", strconv.Itoa(p.EmbeddingSize), p.EmbeddingSize != 0)
 	return args
 }
 

@@ -22,10 +22,25 @@ type completionRequest struct {
 	IgnoreEOS      *bool          `json:"ignore_eos"`
 	StopTokenIDs   []int64        `json:"stop_token_ids"`
 	ReturnTokenIDs *bool          `json:"return_token_ids"`
+	// Logprobs (logprobs.go): PromptLogprobs is vLLM's prompt_logprobs extra, and
+	// ReturnTokensAsTokenIDs names tokens "token_id:ID".
+	PromptLogprobs         *int  `json:"prompt_logprobs"`
+	ReturnTokensAsTokenIDs *bool `json:"return_tokens_as_token_ids"`
 	// KVTransferParams is vLLM's kv_transfer_params (disaggregated serving).
 	KVTransferParams rawJSON `json:"kv_transfer_params"`
 	// StructuredOutputs is the output constraint (structured.go).
 	StructuredOutputs *vllmStructuredOutputs `json:"structured_outputs"`
+	// The sampling extras (sampling.go).
+	TopK              *int               `json:"top_k"`
+	MinP              *float64           `json:"min_p"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	PresencePenalty   *float64           `json:"presence_penalty"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	BadWords          []string           `json:"bad_words"`
+	AllowedTokenIDs   []int64            `json:"allowed_token_ids"`
+	Priority          *int               `json:"priority"`
+	CacheSalt         *string            `json:"cache_salt"`
 }
 
 // vllmKVTransferParams is what a prefill leg returns (vLLM's NIXL connector,

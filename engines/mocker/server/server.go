@@ -136,6 +136,9 @@ func New(opts Options) (*Server, error) {
 	if err := dialect.check(&opts); err != nil {
 		return nil, err
 	}
+	if err := checkRunner(&opts); err != nil {
+		return nil, err
+	}
 	opts.KVEvents = dialect.kvEvents(opts.KVEvents)
 	vocab, err := mocker.BuildVocab(opts.Model.Tokenizer, opts.Model.EOSTokenIDs)
 	if err != nil {

@@ -42,14 +42,15 @@ func (s *Server) sglangHandler() http.Handler {
 	mux.HandleFunc("GET /health_generate", health)
 	mux.HandleFunc("GET /get_model_info", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, sglangModelInfo{ModelPath: s.opts.ModelRoot, TokenizerPath: s.opts.ModelRoot,
-			IsGeneration: true, WeightVersion: "default"})
+			IsGeneration: !s.pooling(), WeightVersion: "default"})
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.WritePrometheus(w)
 	})
-	mux.HandleFunc("POST /generate", s.handleSGLangGenerate)
-	mux.HandleFunc("PUT /generate", s.handleSGLangGenerate)
+	mux.HandleFunc("POST /generate", s.generating("Generate", s.handleSGLangGenerate))
+	mux.HandleFunc("PUT /generate", s.generating("Generate", s.handleSGLangGenerate))
+	mux.HandleFunc("POST /v1/embeddings", s.handleSGLangEmbeddings)
 	mux.HandleFunc("POST /abort_request", s.handleSGLangAbort)
 	return mux
 }
@@ -79,7 +80,14 @@ type sglangGenerateReq struct {
 	SamplingParams map[string]json.RawMessage `json:"sampling_params"`
 	RID            *string                    `json:"rid"`
 	Stream         bool                       `json:"stream"`
-	ReturnLogprob  bool                       `json:"return_logprob"`
+	// Logprobs (sglang_logprobs.go).
+	ReturnLogprob        bool `json:"return_logprob"`
+	TopLogprobsNum       *int `json:"top_logprobs_num"`
+	LogprobStartLen      *int `json:"logprob_start_len"`
+	ReturnTextInLogprobs bool `json:"return_text_in_logprobs"`
+	// Priority (higher first, SGLang's default) and CacheSalt (sampling.go).
+	Priority  *int    `json:"priority"`
+	CacheSalt *string `json:"cache_salt"`
 }
 
 // sglangSampling is what the mock engine honours of SamplingParams.
@@ -99,6 +107,12 @@ type sglangSampling struct {
 	Regex         *string `json:"regex"`
 	EBNF          *string `json:"ebnf"`
 	StructuralTag *string `json:"structural_tag"`
+	// The sampling extras (sampling.go).
+	MinP              *float64           `json:"min_p"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	PresencePenalty   *float64           `json:"presence_penalty"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
 }
 
 // sglangSamplingKeys are SamplingParams's API fields; others are refused, as Python
@@ -112,6 +126,18 @@ var sglangSamplingKeys = map[string]bool{"max_new_tokens": true, "stop": true, "
 
 // parseSGLang validates a /generate body into an engine request.
 func (s *Server) parseSGLang(body []byte) (r mocker.Request, stream bool, maxNew int, msg string) {
+	r, stream, maxNew, _, msg = s.parseSGLangLogprobs(body)
+	return r, stream, maxNew, msg
+}
+
+// parseSGLangLogprobs is parseSGLang that also returns the request's logprob fields.
+func (s *Server) parseSGLangLogprobs(body []byte) (r mocker.Request, stream bool, maxNew int, lr sglangLogprobReq, msg string) {
+	r, stream, maxNew, msg = s.parseSGLangBody(body, &lr)
+	return r, stream, maxNew, lr, msg
+}
+
+// parseSGLangBody is parseSGLang, with the logprob fields read into lr.
+func (s *Server) parseSGLangBody(body []byte, lr *sglangLogprobReq) (r mocker.Request, stream bool, maxNew int, msg string) {
 	var g sglangGenerateReq
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&g); err != nil {
@@ -120,9 +146,6 @@ func (s *Server) parseSGLang(body []byte) (r mocker.Request, stream bool, maxNew
 	prompt, msg := s.sglangPrompt(&g)
 	if msg != "" {
 		return r, false, 0, msg
-	}
-	if g.ReturnLogprob {
-		return r, false, 0, "return_logprob is not supported by the mock engine."
 	}
 	var sp sglangSampling
 	for k := range g.SamplingParams {
@@ -180,7 +203,13 @@ func (s *Server) parseSGLang(body []byte) (r mocker.Request, stream bool, maxNew
 	if sp.SamplingSeed != nil {
 		r.Seed, r.HasSeed = uint64(*sp.SamplingSeed), true
 	}
+	if msg = s.sglangSampling(&g, &sp, &r); msg != "" {
+		return r, false, 0, msg
+	}
 	if r.Structured, msg = sglangStructured(sp); msg != "" {
+		return r, false, 0, msg
+	}
+	if *lr, msg = s.sglangLogprobs(&g, &r); msg != "" {
 		return r, false, 0, msg
 	}
 	r.Script = s.script(r.Prompt, r.Structured, s.seed(&r))
@@ -233,7 +262,7 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 		sglangValidationError(w, "reading the request body: "+err.Error())
 		return
 	}
-	req, stream, maxNew, msg := s.parseSGLang(body)
+	req, stream, maxNew, lr, msg := s.parseSGLangLogprobs(body)
 	if msg != "" {
 		sglangError(w, http.StatusBadRequest, "%s", msg)
 		return
@@ -264,7 +293,8 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	g := &sglangGen{s: s, req: req, maxNew: maxNew, start: time.Now(), incremental: s.opts.IncrementalStreamingOutput && stream, leg: leg}
+	g := &sglangGen{s: s, req: req, maxNew: maxNew, start: time.Now(), incremental: s.opts.IncrementalStreamingOutput && stream, leg: leg,
+		lp: sglangLogprobState{req: lr}}
 	if stream {
 		g.stream(ctx, w, st)
 	} else {
@@ -283,6 +313,7 @@ type sglangGen struct {
 	ids         []uint32
 	cached      int
 	leg         sglangLeg
+	lp          sglangLogprobState
 }
 
 // finished pins a prefill leg's blocks under its room when it ends.
@@ -300,6 +331,12 @@ type sglangMeta struct {
 	CompletionTokens int      `json:"completion_tokens"`
 	CachedTokens     int      `json:"cached_tokens"`
 	E2ELatency       *float64 `json:"e2e_latency,omitempty"`
+	// With return_logprob (sglang_logprobs.go).
+	// An empty list is written as [] (a non-nil interface); an unset member is left out.
+	InputTokenLogprobs  any `json:"input_token_logprobs,omitempty"`
+	OutputTokenLogprobs any `json:"output_token_logprobs,omitempty"`
+	InputTopLogprobs    any `json:"input_top_logprobs,omitempty"`
+	OutputTopLogprobs   any `json:"output_top_logprobs,omitempty"`
 }
 
 type sglangOut struct {
@@ -330,7 +367,9 @@ func (g *sglangGen) out(o *mocker.Output) sglangOut {
 		g.cached = o.CachedTokens
 		g.ids = append(g.ids, o.TokenIDs...)
 		g.text.WriteString(deltaText)
+		g.lp.add(o)
 	}
+	g.lp.fill(g.s, &meta)
 	meta.CompletionTokens, meta.CachedTokens = len(g.ids), g.cached
 	switch {
 	case o == nil:

@@ -114,6 +114,14 @@ type trtllmCompletionReq struct {
 	Detokenize             *bool          `json:"detokenize"`
 	// ResponseFormat is the output constraint (structured.go).
 	ResponseFormat *trtllmResponseFormat `json:"response_format"`
+	// The sampling extras (sampling.go); priority is a float in [0, 1], higher first.
+	TopK              *int               `json:"top_k"`
+	MinP              *float64           `json:"min_p"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	PresencePenalty   *float64           `json:"presence_penalty"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	Priority          *float64           `json:"priority"`
 }
 
 // trtllmParsed is a validated completion request.
@@ -207,6 +215,9 @@ func (s *Server) parseTRTLLM(body []byte) (p *trtllmParsed, validation bool, msg
 	}
 	if cr.Seed != nil {
 		r.Seed, r.HasSeed = uint64(*cr.Seed), true
+	}
+	if validation, msg = s.trtllmSampling(&cr, &r); msg != "" {
+		return nil, validation, msg
 	}
 	if r.Structured, validation, msg = trtllmStructured(cr.ResponseFormat); msg != "" {
 		return nil, validation, msg

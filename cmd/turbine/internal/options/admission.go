@@ -62,7 +62,7 @@ func (o *Admission) Flags(fs *flag.FlagSet) {
 		"requests per model that wait (first in, first out) when every worker is busy or --max-concurrent-requests are running; 0 answers them 503 at once")
 	fs.DurationVar(&o.QueueTimeout, "queue-timeout", o.QueueTimeout, "longest wait in the queue before a 503")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout,
-		"longest a generation may run from arrival to last token; past it the engine request is cancelled and the client gets 504 (0: no limit)")
+		"longest a generation (or an embeddings request) may run from arrival to last token; past it the engine request is cancelled and the client gets 504 (0: no limit)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
 		"on SIGTERM, how long requests in flight may run to their end (new ones get 503) before the rest are ended as migratable")
 }

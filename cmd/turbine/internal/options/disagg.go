@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/engines/mocker/launch"
@@ -74,6 +75,28 @@ func ParseWorkerRole(flag, value string) (string, error) {
 		return "", fmt.Errorf("%s %q: want aggregated, prefill or decode", flag, value)
 	}
 	return r.Label(), nil
+}
+
+// CheckPoolingLayout refuses, before anything starts, the workers an embedding model
+// (--runner pooling) cannot be served by; with --runner generate it refuses nothing
+// (docs/reference.md §23). disagg lists the flags that ask for workers of a
+// disaggregated role, each with its value (e.g. "--prefill-workers 1", "--worker-role
+// decode"): an embedding has no prefill and decode phases to split, and neither vLLM
+// nor the mock engine starts such an engine (a worker would restart it without end).
+// engineFlag and engine name the workers' engine (e.g. "--engine", "vllm" or
+// "--mocker-dialect", "trtllm"): trtllm-serve serves no embeddings. Errors name the
+// flags.
+func (o *Engine) CheckPoolingLayout(engineFlag, engine string, disagg ...string) error {
+	switch {
+	case o.Runner != RunnerPooling:
+		return nil
+	case len(disagg) > 0:
+		return fmt.Errorf("--runner pooling: an embedding model has no prefill or decode workers (%s); serve it with aggregated workers",
+			strings.Join(disagg, ", "))
+	case engine == launcher.EngineTRTLLM || engine == string(server.DialectTRTLLM):
+		return fmt.Errorf("--runner pooling: %s %s: trtllm-serve serves no embeddings; use vllm or sglang", engineFlag, engine)
+	}
+	return nil
 }
 
 // IntVarTracked registers an int flag on fs that records in set whether it was given

@@ -33,10 +33,14 @@ type HTTP struct {
 	// read before the connection is closed and the request cancelled
 	// (gateway.Config.StreamWriteTimeout); 0: no limit.
 	StreamWriteTimeout time.Duration
+	// TrustRequestChatTemplate lets requests bring their own chat template
+	// (gateway.Config.TrustRequestChatTemplate; vLLM's flag of that name); false: such a
+	// request gets 400.
+	TrustRequestChatTemplate bool
 }
 
-// DefaultHTTP returns 127.0.0.1:8000, a 4 MiB body limit and a 60 s stream write
-// timeout.
+// DefaultHTTP returns 127.0.0.1:8000, a 4 MiB body limit, a 60 s stream write
+// timeout, and requests' own chat templates refused.
 func DefaultHTTP() HTTP {
 	return HTTP{Host: "127.0.0.1", Port: 8000, MaxBodyBytes: 4 << 20, StreamWriteTimeout: gateway.DefaultStreamWriteTimeout}
 }
@@ -55,6 +59,11 @@ func (o *HTTP) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.StreamWriteTimeout, "stream-write-timeout", o.StreamWriteTimeout,
 		"close the connection of a client that reads nothing of its response (streamed or not) for this long, and cancel its engine request; "+
 			"renewed at every write, so slow generation is not cut, but a client that stalls this long is (0: no limit)")
+	fs.BoolVar(&o.TrustRequestChatTemplate, "trust-request-chat-template", o.TrustRequestChatTemplate,
+		"render the Jinja chat template a request brings (chat_template, chat_template_kwargs.chat_template) instead of refusing it with 400, "+
+			"as vLLM's flag of that name; the template engine bounds neither a template's running time nor its output, "+
+			"so one request's template can take all of this process's CPU and memory, or crash it (a deeply nested one overflows the parser's stack): "+
+			"trust only clients that may do that")
 }
 
 // Validate checks the HTTP options; errors name the flag.
@@ -87,10 +96,12 @@ func validateKeys(flag string, keys []string) error {
 	return nil
 }
 
-// Gateway sets the body limit, keys and stream write timeout of cfg.
+// Gateway sets the body limit, keys, stream write timeout and chat-template trust of
+// cfg.
 func (o *HTTP) Gateway(cfg gateway.Config) gateway.Config {
 	cfg.MaxBodyBytes, cfg.APIKeys, cfg.AdminAPIKeys = o.MaxBodyBytes, o.APIKeys, o.AdminAPIKeys
 	cfg.StreamWriteTimeout = o.StreamWriteTimeout
+	cfg.TrustRequestChatTemplate = o.TrustRequestChatTemplate
 	if o.StreamWriteTimeout == 0 {
 		cfg.StreamWriteTimeout = -1 // the gateway's zero means its default
 	}

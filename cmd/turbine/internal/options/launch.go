@@ -99,6 +99,9 @@ func (o *Engine) NodeCard(engine string, l Launch) (*messages.ModelCard, error) 
 			return nil, fmt.Errorf("--model %s: %w", o.Model, err)
 		}
 		o.SetParsers(c, m.ChatTemplate)
+		if err := o.SetRunner(c); err != nil {
+			return nil, fmt.Errorf("--model %s: %w", o.Model, err)
+		}
 		card = c
 	} else {
 		if registry.Real(engine) && strings.HasPrefix(o.Tokenizer, "builtin:") {
@@ -137,5 +140,6 @@ func (o *Launch) Spec(engine, modelPath string, card *messages.ModelCard, tp, ma
 	return launcher.Spec{Engine: engine, ModelPath: modelPath, ServedModelName: card.Model, TensorParallelSize: tp,
 		GPUMemoryUtilization: o.GPUMemoryUtilization, BlockSize: int(card.KvBlockSize), MaxModelLen: maxModelLen,
 		MaxNumSeqs: int(card.MaxNumSeqs), MaxNumBatchedTokens: int(card.MaxNumBatchedTokens),
-		Executable: o.EngineExecutable, Python: o.Python, ReasoningParser: card.GetReasoningParser(), Extra: extra}
+		Executable: o.EngineExecutable, Python: o.Python, ReasoningParser: card.GetReasoningParser(),
+		Pooling: card.GetRunner() == messages.Runner_RUNNER_POOLING, Extra: extra}
 }

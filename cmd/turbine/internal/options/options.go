@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,12 @@ type Engine struct {
 	// ToolCallParser and ReasoningParser name the output parsers (vLLM's names) carried
 	// in the card; "" detects them from the model folder, "none" turns detection off.
 	ToolCallParser, ReasoningParser string
+	// Runner is what the workers' engines serve, as vLLM's --runner: "generate" (chat,
+	// completions) or "pooling" (embeddings: POST /v1/embeddings; docs/reference.md §23).
+	Runner string
+	// EmbeddingSize is a pooling model's vector size for the mock engine; 0: the model
+	// folder's hidden_size, else mocker.DefaultEmbeddingSize.
+	EmbeddingSize int
 }
 
 // DefaultEngine returns the engine defaults: the mock engine's limits and timing are its
@@ -72,9 +79,15 @@ func DefaultEngine() Engine {
 		Model: "turbine-mock", Tokenizer: "builtin:cl100k_base",
 		BlockSize: m.BlockSize, NumGPUBlocks: m.NumGPUBlocks, MaxNumSeqs: m.MaxNumSeqs, MaxNumBatchedTokens: m.MaxNumBatchedTokens,
 		MaxModelLen: m.MaxModelLen, SpeedupRatio: m.SpeedupRatio, MeanOutputTokens: m.MeanOutputTokens, Seed: int64(m.Seed),
-		Heartbeat: time.Second, ReadyTimeout: 2 * time.Minute,
+		Heartbeat: time.Second, ReadyTimeout: 2 * time.Minute, Runner: RunnerGenerate,
 	}
 }
+
+// The --runner values (vLLM's names).
+const (
+	RunnerGenerate = "generate"
+	RunnerPooling  = "pooling"
+)
 
 // Flags registers the engine flags on fs.
 func (o *Engine) Flags(fs *flag.FlagSet) {
@@ -102,6 +115,10 @@ func (o *Engine) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ReasoningParser, "reasoning-parser", o.ReasoningParser,
 		"how the chain of thought is separated from the answer, by vLLM's parser name ("+strings.Join(parse.ReasoningParserNames(), ", ")+
 			"); empty: detected from the model folder; none: no reasoning parsing")
+	fs.StringVar(&o.Runner, "runner", o.Runner,
+		"what the model is served as, as vLLM's --runner: generate (chat and completions) or pooling (an embedding model: POST /v1/embeddings; engines vllm, sglang and the mock engine)")
+	fs.IntVar(&o.EmbeddingSize, "embedding-size", o.EmbeddingSize,
+		fmt.Sprintf("--runner pooling, mock engines: the embedding's size (0: the model folder's hidden_size, else %d)", mocker.DefaultEmbeddingSize))
 	fs.DurationVar(&o.Heartbeat, "heartbeat", o.Heartbeat, "worker load and registration period")
 	fs.Var(&tracked[time.Duration]{p: &o.ReadyTimeout, set: &o.ReadyTimeoutSet, parse: time.ParseDuration}, "ready-timeout",
 		"how long a worker waits for its engine to become ready, a `duration` (real engines: 10m unless given)")
@@ -141,6 +158,10 @@ func (o *Engine) Validate() error {
 		return fmt.Errorf("--tool-call-parser %q: want one of %s, or none", o.ToolCallParser, strings.Join(parse.ToolParserNames(), ", "))
 	case o.ReasoningParser != "" && o.ReasoningParser != "none" && !slices.Contains(parse.ReasoningParserNames(), o.ReasoningParser):
 		return fmt.Errorf("--reasoning-parser %q: want one of %s, or none", o.ReasoningParser, strings.Join(parse.ReasoningParserNames(), ", "))
+	case o.Runner != RunnerGenerate && o.Runner != RunnerPooling:
+		return fmt.Errorf("--runner %q: want generate or pooling", o.Runner)
+	case o.EmbeddingSize < 0 || o.EmbeddingSize > 1<<20:
+		return fmt.Errorf("--embedding-size %d: want 0 (the model's) or 1..%d", o.EmbeddingSize, 1<<20)
 	case o.Heartbeat < 10*time.Millisecond:
 		return fmt.Errorf("--heartbeat %v: must be ≥ 10ms", o.Heartbeat)
 	case o.ReadyTimeout <= 0:
@@ -168,7 +189,41 @@ func (o *Engine) Card() (*messages.ModelCard, error) {
 		EosTokenIds: m.EOSTokenIDs, TokenizerDigest: digest,
 	}
 	o.SetParsers(card, m.ChatTemplate)
+	if err := o.SetRunner(card); err != nil {
+		return nil, err
+	}
 	return card, nil
+}
+
+// SetRunner sets what card's model serves (--runner). A pooling model's card gets its
+// embedding size (--embedding-size, else the model folder's hidden_size, else
+// mocker.DefaultEmbeddingSize) and the folder's Matryoshka support
+// (model.ReadPooling); a generating model's keeps none. Errors: a model folder whose
+// config.json cannot be read for them.
+func (o *Engine) SetRunner(card *messages.ModelCard) error {
+	card.Runner, card.EmbeddingSize, card.IsMatryoshka, card.MatryoshkaDimensions = messages.Runner_RUNNER_GENERATE, 0, false, nil
+	if o.Runner != RunnerPooling {
+		return nil
+	}
+	card.Runner = messages.Runner_RUNNER_POOLING
+	size := o.EmbeddingSize
+	if dir := card.GetTokenizer(); IsDir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, model.ConfigFile)); err == nil {
+			p, err := model.ReadPooling(dir)
+			if err != nil {
+				return fmt.Errorf("--runner pooling: %w", err)
+			}
+			card.IsMatryoshka, card.MatryoshkaDimensions = p.IsMatryoshka, p.MatryoshkaDimensions
+			if size == 0 {
+				size = p.HiddenSize
+			}
+		}
+	}
+	if size == 0 {
+		size = mocker.DefaultEmbeddingSize
+	}
+	card.EmbeddingSize = int32(size)
+	return nil
 }
 
 // SetParsers sets card's output parsers: --tool-call-parser and --reasoning-parser when
@@ -250,6 +305,9 @@ func (o *Engine) Mocker(executable string, card *messages.ModelCard) launch.Conf
 		p.KVTransfer.LoadFailurePolicy = o.KVLoadFailurePolicy
 	}
 	p.ToolCallParser, p.ReasoningParser = card.GetToolCallParser(), card.GetReasoningParser()
+	if card.GetRunner() == messages.Runner_RUNNER_POOLING {
+		p.Runner, p.EmbeddingSize = server.RunnerPooling, int(card.GetEmbeddingSize())
+	}
 	return launch.Config{Executable: executable, Model: card.Model, Tokenizer: card.Tokenizer, Params: p}
 }
 
