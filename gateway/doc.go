@@ -34,6 +34,10 @@
 //     BusyAdmin backend.
 //   - tokenize.go: vLLM's POST /tokenize and /detokenize (docs/reference.md §24),
 //     answered from the model's tokenizer and chat template, no engine involved.
+//   - vllmcompat.go: what `vllm serve` answers besides OpenAI's API (docs/reference.md
+//     §5.1): GET /version, GET and POST /ping, vLLM's fields of /v1/models entries; a
+//     request without `model` is answered for the one model served (resolveModel,
+//     prepare.go).
 //
 // # Behaviour worth knowing
 //
@@ -98,9 +102,8 @@
 //     content chunk has the finish_reason; with stream_options.include_usage every chunk
 //     carries "usage": null and a last chunk with "choices": [] carries the usage. A
 //     failure after the 200 header is one `data: {"error": {...}}` frame, then
-//     `data: [DONE]`. The header waits for the stream's first chunk, so a request its
-//     engine refused before any token (FAULT_INVALID_REQUEST) is a plain 400
-//     (refused.go, docs/reference.md §10).
+//     `data: [DONE]`: a request its engine refused (FAULT_INVALID_REQUEST) gets that
+//     frame with the 400's error (refused.go, docs/reference.md §10).
 //   - Stop strings are never emitted; hitting one (or an EOS/stop token id) finishes with
 //     "stop" and closes the Stream, which cancels the engine request. A client that goes
 //     away does the same and is counted in turbine_frontend_cancelled_requests_total.

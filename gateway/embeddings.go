@@ -68,12 +68,7 @@ func parseEmbeddingRequest(body []byte) (*embeddingRequest, *APIError) {
 		return nil, aerr
 	}
 	req := &embeddingRequest{AddSpecialTokens: true}
-	if v, ok := o.str("model"); ok {
-		req.Model = v
-	}
-	if o.err == nil && req.Model == "" {
-		o.fail(newError(KindMissingParameter, "model", "Missing required parameter: 'model'."))
-	}
+	req.Model, _ = o.str("model") // optional: "" is the one model served (Server.resolveModel)
 	parseEmbeddingInput(o, req)
 	if v, ok := o.str("encoding_format"); ok {
 		switch v {
@@ -367,10 +362,11 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 // (rec.ticket), setting rec.worker to the worker of the first input (of the input that
 // failed, when one did).
 func (s *Server) embed(ctx context.Context, rec *requestRecord, emb Embedder, req *embeddingRequest) (*embeddingResponse, *APIError) {
-	card, aerr := s.lookupModel(ctx, req.Model)
+	card, aerr := s.resolveModel(ctx, req.Model)
 	if aerr != nil {
 		return nil, aerr
 	}
+	req.Model = card.GetModel()
 	rec.model = card.GetModel()
 	if aerr := checkRunner(card, true, ""); aerr != nil {
 		return nil, aerr

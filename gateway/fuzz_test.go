@@ -41,10 +41,16 @@ func checkParseError(t *testing.T, e *APIError) {
 	}
 }
 
-// checkCommon checks invariants every accepted request holds.
-func checkCommon(t *testing.T, c *commonRequest) {
-	if c.Model == "" {
-		t.Fatal("accepted without a model")
+// checkCommon checks invariants every accepted request (whose body is body) holds. Its
+// model is the body's `model`, "" when that is absent or null (answered for the one
+// model served: Server.resolveModel).
+func checkCommon(t *testing.T, body []byte, c *commonRequest) {
+	var top map[string]any
+	if err := json.Unmarshal(body, &top); err != nil {
+		t.Fatalf("accepted a body encoding/json refuses: %v", err)
+	}
+	if want, _ := top["model"].(string); c.Model != want {
+		t.Fatalf("model %q; the body's is %q", c.Model, want)
 	}
 	if c.MaxTokens < 0 || c.MinTokens < 0 || (c.MaxTokens > 0 && c.MinTokens > c.MaxTokens) {
 		t.Fatalf("accepted max_tokens %d min_tokens %d", c.MaxTokens, c.MinTokens)
@@ -71,7 +77,7 @@ func FuzzParseChatRequest(f *testing.F) {
 			checkParseError(t, e)
 			return
 		}
-		checkCommon(t, &req.commonRequest)
+		checkCommon(t, body, &req.commonRequest)
 		if len(req.Messages) == 0 {
 			t.Fatal("accepted without messages")
 		}
@@ -97,7 +103,7 @@ func FuzzParseCompletionRequest(f *testing.F) {
 			checkParseError(t, e)
 			return
 		}
-		checkCommon(t, &req.commonRequest)
+		checkCommon(t, body, &req.commonRequest)
 		if req.TokenPrompt == (len(req.PromptIDs) == 0) || !req.TokenPrompt && req.PromptText == "" {
 			t.Fatalf("accepted prompt text %q ids %v", req.PromptText, req.PromptIDs)
 		}

@@ -36,9 +36,6 @@ type generation struct {
 	// set, is called once, at the first chunk.
 	choice  int
 	started func()
-	// first is the stream's first chunk (or error) when streamTo read it before the
-	// answer's headers (awaitFirst); pump takes it before Recv's.
-	first *firstChunk
 }
 
 // errRequestTimeout is the cause of a request context that ran past Config.RequestTimeout.
@@ -183,7 +180,7 @@ func idPrefix(endpoint string) string {
 func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (last []parse.Event, aerr *APIError, gone bool) {
 	var prev time.Time
 	for {
-		c, err := g.recv(ctx)
+		c, err := g.stream.Recv(ctx)
 		if err != nil {
 			switch {
 			case timedOut(ctx, g.s.cfg.RequestTimeout) != nil:
@@ -313,11 +310,6 @@ func (g *generation) info() *TurbineInfo {
 // streamTo answers with SSE in the API's shape: its opening, the events as they come,
 // its end. A failure after the header is written by the API's streamFail.
 func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
-	if aerr := g.awaitFirst(ctx); aerr != nil {
-		g.rec.fail(aerr)
-		g.p.api.writeError(w, aerr, g.s.cfg.RetryAfter)
-		return
-	}
 	sse, err := startSSE(w)
 	if err != nil {
 		g.clientGone(err)

@@ -77,6 +77,30 @@ func (s *Server) lookupModel(ctx context.Context, name string) (*messages.ModelC
 	return nil, modelNotFound(name)
 }
 
+// resolveModel returns the card of the model a request names, or, when it names none
+// (name ""), of the one model served: vLLM answers a chat, completions, responses,
+// embeddings, tokenize or detokenize request without `model` for the model it serves
+// (docs/reference.md §5.1). Errors: those of lookupModel; with no name, 400
+// missing_required_parameter when several models are served (Turbine does not pick
+// one), 503 no_workers when none is.
+func (s *Server) resolveModel(ctx context.Context, name string) (*messages.ModelCard, *APIError) {
+	if name != "" {
+		return s.lookupModel(ctx, name)
+	}
+	cards, err := s.backend.Models(ctx)
+	if err != nil {
+		return nil, backendError("", err)
+	}
+	switch len(cards) {
+	case 1:
+		return cards[0], nil
+	case 0:
+		return nil, &APIError{Kind: KindNoWorkers, Message: "No model has a live worker now; retry later.", Cause: ErrNoWorkers}
+	default:
+		return nil, newError(KindMissingParameter, "model", "Missing required parameter: 'model' (this server serves %d models).", len(cards))
+	}
+}
+
 func (s *Server) loadModel(card *messages.ModelCard) (Preprocessor, *APIError) {
 	pre, err := s.opts.loadModel(card)
 	if err != nil {
@@ -85,14 +109,16 @@ func (s *Server) loadModel(card *messages.ModelCard) (Preprocessor, *APIError) {
 	return pre, nil
 }
 
-// chatPrompt looks up req's model, loads its preprocessing and renders req's messages
-// with its chat template into the prompt text: what prepareChat tokenizes, and
-// POST /tokenize too (tokenize.go), so both see the same prompt.
+// chatPrompt looks up req's model (resolveModel: setting req.Model when it names none),
+// loads its preprocessing and renders req's messages with its chat template into the
+// prompt text: what prepareChat tokenizes, and POST /tokenize too (tokenize.go), so both
+// see the same prompt.
 func (s *Server) chatPrompt(ctx context.Context, req *chatRequest) (*messages.ModelCard, Preprocessor, string, *APIError) {
-	card, aerr := s.lookupModel(ctx, req.Model)
+	card, aerr := s.resolveModel(ctx, req.Model)
 	if aerr != nil {
 		return nil, nil, "", aerr
 	}
+	req.Model = card.GetModel()
 	if aerr := s.requestTemplate(req); aerr != nil {
 		return nil, nil, "", aerr
 	}
@@ -155,10 +181,11 @@ func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatReq
 // vocabulary) and checks it against the model's limits.
 func (s *Server) prepareCompletion(ctx context.Context, requestID string, req *completionRequest) (*prepared, *APIError) {
 	s.warnIgnored(endpointCompletions, req.Ignored)
-	card, aerr := s.lookupModel(ctx, req.Model)
+	card, aerr := s.resolveModel(ctx, req.Model)
 	if aerr != nil {
 		return nil, aerr
 	}
+	req.Model = card.GetModel()
 	if aerr := checkRunner(card, false, "Completions"); aerr != nil {
 		return nil, aerr
 	}

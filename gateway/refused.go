@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"unicode/utf8"
 
@@ -43,35 +42,4 @@ func (t *textOutput) refusal(c *messages.TokenChunk) *APIError {
 	e := engineRefused(t.engine, t.model, c.GetError())
 	e.Cause = fmt.Errorf("worker %s: the engine refused the request: %s", c.GetWorkerId(), c.GetError())
 	return e
-}
-
-// firstChunk is a stream's first Recv result, read ahead (awaitFirst).
-type firstChunk struct {
-	c   *messages.TokenChunk
-	err error
-}
-
-// awaitFirst reads the stream's first chunk before a streamed answer's headers are
-// written, as vLLM's server does, so that a request its engine refused before producing
-// anything is answered with the 400 alone (engineRefused), which it returns, rather than
-// with an error frame in a 200 stream. Any other chunk, or an error, is kept for pump
-// (recv), which handles it as it always does.
-func (g *generation) awaitFirst(ctx context.Context) *APIError {
-	c, err := g.stream.Recv(ctx)
-	if err == nil && len(c.GetTokenIds()) == 0 {
-		if aerr := g.out.refusal(c); aerr != nil {
-			return aerr
-		}
-	}
-	g.first = &firstChunk{c: c, err: err}
-	return nil
-}
-
-// recv is the stream's next chunk: the one awaitFirst kept, then Recv's.
-func (g *generation) recv(ctx context.Context) (*messages.TokenChunk, error) {
-	if f := g.first; f != nil {
-		g.first = nil
-		return f.c, f.err
-	}
-	return g.stream.Recv(ctx)
 }

@@ -12,8 +12,9 @@ import (
 // A request the model's engine refused itself (an error chunk with
 // FAULT_INVALID_REQUEST, carrying the engine's message) is the client's to mend: a 400
 // invalid_request_error whose message names the engine and repeats the engine's, without
-// Retry-After; streamed, a 400 answer when nothing was streamed yet, else an error
-// frame and [DONE]. Another failure after the refusal's fault is cleared stays a server
+// Retry-After; streamed, an error frame and [DONE] in the 200 stream (its headers went
+// out when the request was sent, before the engine answered), or the Responses API's
+// response.failed. Another failure after the refusal's fault is cleared stays a server
 // error (the catalogue's engine_error).
 func TestEngineRefusal(t *testing.T) {
 	const engineMsg = "cache_salt should have at most 1024 characters, got 1025."
@@ -28,13 +29,13 @@ func TestEngineRefusal(t *testing.T) {
 	}{
 		{"chat", chatPath, `{"model":"tiny",` + hiChat + `}`, []step{refusal}, 400, ""},
 		{"completions", compPath, `{"model":"tiny","prompt":"Say"}`, []step{refusal}, 400, ""},
-		{"chat, streamed", chatPath, `{"model":"tiny","stream":true,` + hiChat + `}`, []step{refusal}, 400, ""},
-		{"completions, streamed", compPath, `{"model":"tiny","stream":true,"prompt":"Say"}`, []step{refusal}, 400, ""},
+		{"chat, streamed", chatPath, `{"model":"tiny","stream":true,` + hiChat + `}`, []step{refusal}, 200, "invalid_value"},
+		{"completions, streamed", compPath, `{"model":"tiny","stream":true,"prompt":"Say"}`, []step{refusal}, 200, "invalid_value"},
 		{"chat, after tokens", chatPath, `{"model":"tiny",` + hiChat + `}`, []step{tokens("Hel"), refusal}, 400, ""},
 		{"chat, streamed after tokens", chatPath, `{"model":"tiny","stream":true,` + hiChat + `}`, []step{tokens("Hel"), refusal}, 200,
 			"invalid_value"},
 		{"responses", responsesPath, `{"model":"tiny","input":"hi"}`, []step{refusal}, 400, ""},
-		{"responses, streamed", responsesPath, `{"model":"tiny","input":"hi","stream":true}`, []step{refusal}, 400, ""},
+		{"responses, streamed", responsesPath, `{"model":"tiny","input":"hi","stream":true}`, []step{refusal}, 200, "response.failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newFakeBackend(tc.steps...)
@@ -46,6 +47,25 @@ func TestEngineRefusal(t *testing.T) {
 			var e struct {
 				Message, Type, Code string
 				Param               *string
+			}
+			if tc.frame == "response.failed" {
+				var f struct {
+					Response struct{ Error json.RawMessage }
+				}
+				_, failed, _ := strings.Cut(rr.Body.String(), "event: response.failed\ndata: ")
+				failed, _, _ = strings.Cut(failed, "\n")
+				if json.Unmarshal([]byte(failed), &f) != nil || f.Response.Error == nil {
+					t.Fatalf("no response.failed event with an error: %q", rr.Body.String())
+				}
+				var re struct{ Code, Message string }
+				if err := json.Unmarshal(f.Response.Error, &re); err != nil {
+					t.Fatal(err)
+				}
+				if re.Code != "invalid_value" || re.Message != wantMsg {
+					t.Errorf("response.failed error %+v, want invalid_value %q", re, wantMsg)
+				}
+				b.checkClosed(t)
+				return
 			}
 			if tc.status == 200 {
 				frames := sseFrames(t, rr.Body.String())

@@ -197,13 +197,11 @@ func parseCompletionRequest(body []byte) (*completionRequest, *APIError) {
 	return req, nil
 }
 
-// parseCommon reads the fields shared by both endpoints.
+// parseCommon reads the fields shared by both endpoints. `model` is optional, as in
+// vLLM: absent, null or "" leaves Model "", resolved to the one model served
+// (Server.resolveModel, docs/reference.md §5.1).
 func parseCommon(o *object, c *commonRequest) {
-	if m, ok := o.str("model"); ok && m != "" {
-		c.Model = m
-	} else if o.err == nil {
-		o.fail(newError(KindMissingParameter, "model", "Missing required parameter: 'model'."))
-	}
+	c.Model, _ = o.str("model")
 	c.Stream, _ = o.boolean("stream")
 	if so, ok := o.child("stream_options"); ok {
 		if !c.Stream {

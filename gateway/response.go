@@ -172,13 +172,20 @@ type modelList struct {
 	Data   []modelInfo `json:"data"`
 }
 
-// modelInfo is one /v1/models entry; max_model_len is vLLM's addition.
+// modelInfo is one /v1/models entry: OpenAI's fields, then vLLM's (root, parent,
+// max_model_len, permission: docs/reference.md §5.1), then Turbine's.
 type modelInfo struct {
-	ID          string `json:"id"`
-	Object      string `json:"object"` // "model"
-	Created     int64  `json:"created"`
-	OwnedBy     string `json:"owned_by"`
-	MaxModelLen int32  `json:"max_model_len,omitempty"`
+	ID      string `json:"id"`
+	Object  string `json:"object"` // "model"
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// Root is what the model was loaded from (modelRoot); Parent is always null (vLLM
+	// names the base model of a LoRA adapter there).
+	Root   string  `json:"root"`
+	Parent *string `json:"parent"`
+	// MaxModelLen is the context length in tokens; null when unknown.
+	MaxModelLen *int32            `json:"max_model_len"`
+	Permission  []modelPermission `json:"permission"` // one, vLLM's default
 	// ToolCallParser and ReasoningParser name the model's output parsers (vLLM's names),
 	// ParserSource how they were chosen ("flag", "detected"); absent when none.
 	ToolCallParser  string `json:"tool_call_parser,omitempty"`
@@ -188,7 +195,12 @@ type modelInfo struct {
 
 // modelInfoOf is the /v1/models entry of card.
 func modelInfoOf(card *messages.ModelCard, created int64, ownedBy string) modelInfo {
-	return modelInfo{ID: card.GetModel(), Object: "model", Created: created, OwnedBy: ownedBy, MaxModelLen: card.GetContextLength(),
+	var maxLen *int32
+	if n := card.GetContextLength(); n > 0 {
+		maxLen = &n
+	}
+	return modelInfo{ID: card.GetModel(), Object: "model", Created: created, OwnedBy: ownedBy, Root: modelRoot(card), MaxModelLen: maxLen,
+		Permission:     []modelPermission{defaultPermission(card.GetModel(), created)},
 		ToolCallParser: card.GetToolCallParser(), ReasoningParser: card.GetReasoningParser(), ParserSource: card.GetParserSource()}
 }
 

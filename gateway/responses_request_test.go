@@ -273,7 +273,7 @@ func FuzzParseResponsesRequest(f *testing.F) {
 			return
 		}
 		c := req.chat
-		checkCommon(t, &c.commonRequest)
+		checkCommon(t, body, &c.commonRequest)
 		if len(c.Messages) == 0 {
 			t.Fatal("accepted without messages")
 		}

@@ -18,10 +18,14 @@ func TestModels(t *testing.T) {
 	b := newFakeBackend()
 	s := newTestServer(t, b)
 	rr := serve(s, http.MethodGet, "/v1/models", "")
-	want := `{"object":"list","data":[` +
-		`{"id":"tiny","object":"model","created":1767323045,"owned_by":"turbine","max_model_len":128},` +
-		`{"id":"org/big-model","object":"model","created":1767323045,"owned_by":"turbine","max_model_len":4096},` +
-		`{"id":"broken-model","object":"model","created":1767323045,"owned_by":"turbine","max_model_len":128}]}` + "\n"
+	// entry is a model's entry, with vLLM's fields (TestModelEntries checks them).
+	entry := func(id, root string, maxLen int) string {
+		perm, _ := json.Marshal([]modelPermission{defaultPermission(id, testTime.Unix())})
+		return fmt.Sprintf(`{"id":%q,"object":"model","created":1767323045,"owned_by":"turbine","root":%q,"parent":null,"max_model_len":%d,"permission":%s}`,
+			id, root, maxLen, perm)
+	}
+	want := `{"object":"list","data":[` + entry("tiny", "fake", 128) + `,` + entry("org/big-model", "fake", 4096) + `,` +
+		entry("broken-model", "broken", 128) + `]}` + "\n"
 	if rr.Code != 200 || rr.Body.String() != want {
 		t.Errorf("GET /v1/models: %d %s", rr.Code, rr.Body.String())
 	}

@@ -123,6 +123,8 @@ func (s *Server) routes() {
 	s.mux.Handle("/v1/models", only(http.MethodGet, s.handleModels))
 	s.mux.Handle("/v1/models/{id...}", only(http.MethodGet, s.handleModel))
 	s.mux.Handle("/health", only(http.MethodGet, s.handleHealth))
+	s.mux.Handle("/ping", methods(s.handleHealth, http.MethodGet, http.MethodPost)) // vLLM's alias of /health
+	s.mux.Handle("/version", only(http.MethodGet, s.handleVersion))
 	s.mux.Handle("/live", only(http.MethodGet, s.handleLive))
 	s.mux.Handle("/metrics", only(http.MethodGet, s.handleMetrics))
 	s.mux.HandleFunc("/admin/busy_thresholds", s.handleBusyThresholds)

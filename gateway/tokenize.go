@@ -138,28 +138,6 @@ func parseDetokenizeRequest(body []byte) (*detokenizeRequest, *APIError) {
 	return req, nil
 }
 
-// tokenizationModel returns the card of the model named name, or, when name is "", of
-// the one model served (vLLM answers for its served model when the body names none).
-// Errors: those of lookupModel; with no name, 400 missing_required_parameter when several
-// models are served, 503 no_workers when none is.
-func (s *Server) tokenizationModel(ctx context.Context, name string) (*messages.ModelCard, *APIError) {
-	if name != "" {
-		return s.lookupModel(ctx, name)
-	}
-	cards, err := s.backend.Models(ctx)
-	if err != nil {
-		return nil, backendError("", err)
-	}
-	switch len(cards) {
-	case 1:
-		return cards[0], nil
-	case 0:
-		return nil, &APIError{Kind: KindNoWorkers, Message: "No model has a live worker now; retry later.", Cause: ErrNoWorkers}
-	default:
-		return nil, newError(KindMissingParameter, "model", "Missing required parameter: 'model' (this server serves %d models).", len(cards))
-	}
-}
-
 // contextLength is the model's context length in tokens: the card's, else the
 // tokenizer folder's (0 when neither knows it), as finishPrepare reads it.
 func contextLength(card *messages.ModelCard, pre Preprocessor) int {
@@ -176,7 +154,7 @@ func contextLength(card *messages.ModelCard, pre Preprocessor) int {
 // add_special_tokens is true. The prompt is not checked against the context length. It
 // returns the resolved model's name ("" when none was resolved) for metrics and logs.
 func (s *Server) tokenize(ctx context.Context, req *tokenizeRequest) (string, *tokenizeResponse, *APIError) {
-	card, aerr := s.tokenizationModel(ctx, req.Model)
+	card, aerr := s.resolveModel(ctx, req.Model)
 	if aerr != nil {
 		return "", nil, aerr
 	}
@@ -216,7 +194,7 @@ func (s *Server) tokenize(ctx context.Context, req *tokenizeRequest) (string, *t
 // (400 invalid_value, param "tokens[i]"); more tokens than the model's context length
 // (400 context_length_exceeded, as vLLM bounds them).
 func (s *Server) detokenize(ctx context.Context, req *detokenizeRequest) (string, *detokenizeResponse, *APIError) {
-	card, aerr := s.tokenizationModel(ctx, req.Model)
+	card, aerr := s.resolveModel(ctx, req.Model)
 	if aerr != nil {
 		return "", nil, aerr
 	}

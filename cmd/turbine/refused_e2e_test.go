@@ -29,10 +29,25 @@ func TestE2EEngineRefusalIsA400(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			raw, _ := io.ReadAll(resp.Body)
-			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Retry-After") != "" ||
-				resp.Header.Get("Content-Type") != "application/json" {
-				t.Fatalf("status %d Retry-After %q Content-Type %q, want a 400 JSON answer: %s", resp.StatusCode,
-					resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), raw)
+			streamed := strings.Contains(tc.body, `"stream":true`)
+			// Streamed, the headers went out when the request was sent: the refusal is the
+			// stream's error frame, then [DONE].
+			wantStatus, wantType := http.StatusBadRequest, "application/json"
+			if streamed {
+				wantStatus, wantType = http.StatusOK, "text/event-stream"
+			}
+			if resp.StatusCode != wantStatus || resp.Header.Get("Retry-After") != "" ||
+				!strings.HasPrefix(resp.Header.Get("Content-Type"), wantType) {
+				t.Fatalf("status %d Retry-After %q Content-Type %q, want %d %s: %s", resp.StatusCode,
+					resp.Header.Get("Retry-After"), resp.Header.Get("Content-Type"), wantStatus, wantType, raw)
+			}
+			if streamed {
+				body := strings.TrimSpace(string(raw))
+				if !strings.HasSuffix(body, "data: [DONE]") {
+					t.Fatalf("stream does not end with [DONE]: %s", raw)
+				}
+				frames := strings.Split(strings.TrimSuffix(body, "data: [DONE]"), "\n\n")
+				raw = []byte(strings.TrimPrefix(strings.TrimSpace(frames[len(frames)-2]), "data: "))
 			}
 			var e struct {
 				Error struct{ Message, Type, Code string } `json:"error"`

@@ -87,6 +87,10 @@ type Request struct {
 	// PromptLogprobs the same for the prompt's tokens (Output.PromptLogprobs, on the
 	// first output). See logprobs.go for the distribution they follow.
 	Logprobs, PromptLogprobs *int
+	// Greedy says the request samples greedily (temperature 0, or top_k 1, as its
+	// dialect's engine reads them): a greedy engine takes the most likely token, so each
+	// output token has rank 1 in its logprobs. The tokens drawn are the same either way.
+	Greedy bool
 }
 
 // FinishReason says why a request ended (OpenAI/vLLM finish_reason values).
@@ -543,7 +547,11 @@ func (e *Engine) generate(s *sequence) Output {
 	tok := e.nextToken(s)
 	var lp *messages.TokenLogprob
 	if s.req.Logprobs != nil {
-		lp = e.tokenLogprob(s.state, tok, *s.req.Logprobs, 2)
+		maxRank := 2
+		if s.req.Greedy {
+			maxRank = 1
+		}
+		lp = e.tokenLogprob(s.state, tok, *s.req.Logprobs, maxRank)
 	}
 	first := s.output == 0
 	if first {

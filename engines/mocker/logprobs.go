@@ -12,11 +12,13 @@ import (
 // from the position's generation state. The probabilities of any set of distinct ranks
 // therefore sum to less than 1, and a lower rank never has a lower logprob. The token
 // that is at the position (the sampled one, or the prompt's) takes a rank drawn from the
-// same state: 1 or 2 for a sampled token (so it is always among the top 2), 1 to 8 for
-// a prompt token; the other ranks hold ordinary words drawn from the state, all
-// distinct. Everything is a function of the state before the token (seed and every
-// token before it) and the token: the same sequence gives the same logprobs on any
-// engine, and a request resumed with its output appended to the prompt continues them.
+// same state: 1 or 2 for a sampled token (so it is always among the top 2), always 1 for
+// a token of a greedy request (Request.Greedy: a greedy engine takes the most likely
+// token), 1 to 8 for a prompt token; the other ranks hold ordinary words drawn from the
+// state, all distinct. Everything is a function of the state before the token (seed and
+// every token before it) and the token: the same sequence gives the same logprobs on
+// any engine, and a request resumed with its output appended to the prompt continues
+// them.
 
 // MaxLogprobs bounds Request.Logprobs and Request.PromptLogprobs (vLLM's default
 // --max-logprobs).
@@ -38,7 +40,8 @@ func rankLogprob(q float64, k int) float32 {
 // tokenLogprob returns the logprobs at a position whose state (before the token) is
 // state and whose token is tok: tok's rank and logprob, and the n most likely tokens
 // (n <= MaxLogprobs; fewer when the vocabulary has fewer distinct words), most likely
-// first. maxRank bounds tok's rank (2 for sampled tokens, 8 for prompt tokens).
+// first. maxRank bounds tok's rank (2 for sampled tokens, 1 for greedy ones, 8 for
+// prompt tokens).
 func (e *Engine) tokenLogprob(state uint64, tok uint32, n, maxRank int) *messages.TokenLogprob {
 	q := ratio(state)
 	rank := 1 + int(mix64(state^rankSalt)%uint64(maxRank))

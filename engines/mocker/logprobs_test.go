@@ -1,6 +1,7 @@
 package mocker
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -148,4 +149,33 @@ func equalLogprobs(a, b []*messages.TokenLogprob) bool {
 			return p.TokenId == q.TokenId && p.Logprob == q.Logprob
 		})
 	})
+}
+
+// A greedy request (temperature 0) takes the most likely token: every output token has
+// rank 1, with the same tokens and the same normalised distribution otherwise; prompt
+// logprobs do not depend on it.
+func TestLogprobsGreedyRankOne(t *testing.T) {
+	cfg := smallConfig()
+	for _, n := range []int{0, 1, 5, 20} {
+		r := Request{ID: "a", Prompt: seqTokens(100, 9), MaxTokens: 24, Logprobs: &n, PromptLogprobs: &n, IgnoreEOS: true}
+		toks, lps, prompt := logprobRun(t, cfg, r)
+		r.Greedy = true
+		gtoks, glps, gprompt := logprobRun(t, cfg, r)
+		if !slices.Equal(toks, gtoks) || !equalLogprobs(prompt, gprompt) || len(glps) != len(gtoks) {
+			t.Fatalf("n=%d: greedy run gave %v (%d logprobs), want the tokens %v and the same prompt logprobs", n, gtoks, len(glps), toks)
+		}
+		for i, lp := range glps {
+			if lp.TokenId != gtoks[i] {
+				t.Fatalf("n=%d: logprob %d is of token %d, not %d", n, i, lp.TokenId, gtoks[i])
+			}
+			checkPosition(t, fmt.Sprintf("n=%d greedy output %d", n, i), lp, min(n, 10), 1)
+			if n > 0 && (lp.Top[0].TokenId != lp.TokenId || lp.Top[0].Logprob < lps[i].Logprob) {
+				t.Fatalf("n=%d: position %d: most likely %v, sampled %d", n, i, lp.Top[0], lp.TokenId)
+			}
+		}
+		again, againLps, _ := logprobRun(t, cfg, r)
+		if !slices.Equal(gtoks, again) || !equalLogprobs(glps, againLps) {
+			t.Fatalf("n=%d: a second greedy run differs", n)
+		}
+	}
 }

@@ -13,9 +13,10 @@ import (
 // dialect's engine reads them. The mock engine honours allowed_token_ids and logit_bias
 // in its deterministic draw (engines/mocker, sample.go), priority in its waiting queue
 // (vLLM dialect) and cache_salt in its block hashes and KV events; it checks top_k,
-// min_p, repetition_penalty and the penalties as its engine does and otherwise ignores
-// them (it has no logits to reshape), and accepts bad_words without effect (its words
-// are drawn from the vocabulary, not spelled).
+// min_p, repetition_penalty and the penalties as its engine does, reads temperature 0
+// or top_k 1 as greedy sampling (each output token is then the most likely one in its
+// logprobs) and otherwise ignores them (it has no logits to reshape), and accepts
+// bad_words without effect (its words are drawn from the vocabulary, not spelled).
 
 // penalties are the range-checked settings a dialect reads; nil: absent.
 type penalties struct {
@@ -101,6 +102,17 @@ func (s *Server) allowedTokenIDs(ids []int64) ([]uint32, string) {
 	return out, ""
 }
 
+// samplingEps is the temperature below which vLLM samples greedily (SGLang's bound is
+// lower, 1e-6; a temperature between the two is rare enough not to tell them apart).
+const samplingEps = 1e-5
+
+// greedy says whether a request with these settings (nil: absent) is sampled greedily:
+// temperature 0 (below samplingEps) or top_k 1, which both leave the engine the most
+// likely token only (docs/reference.md §21, the mock engine).
+func greedy(temperature *float64, topK *int) bool {
+	return temperature != nil && *temperature < samplingEps || topK != nil && *topK == 1
+}
+
 // vllmSampling checks and applies vLLM's sampling extras of cr to r.
 func (s *Server) vllmSampling(cr *completionRequest, r *mocker.Request) *apiError {
 	pen := penalties{topK: cr.TopK, minP: cr.MinP, repetition: cr.RepetitionPenalty, presence: cr.PresencePenalty,
@@ -127,6 +139,7 @@ func (s *Server) vllmSampling(cr *completionRequest, r *mocker.Request) *apiErro
 	if cr.Priority != nil {
 		r.Priority = *cr.Priority
 	}
+	r.Greedy = greedy(cr.Temperature, cr.TopK)
 	return nil
 }
 
@@ -149,6 +162,7 @@ func (s *Server) sglangSampling(g *sglangGenerateReq, sp *sglangSampling, r *moc
 	if g.CacheSalt != nil {
 		r.CacheSalt = *g.CacheSalt
 	}
+	r.Greedy = greedy(sp.Temperature, sp.TopK)
 	return ""
 }
 
@@ -174,5 +188,6 @@ func (s *Server) trtllmSampling(cr *trtllmCompletionReq, r *mocker.Request) (val
 	if r.LogitBias, msg = s.logitBias(cr.LogitBias, false); msg != "" {
 		return false, msg
 	}
+	r.Greedy = greedy(cr.Temperature, cr.TopK)
 	return false, ""
 }
