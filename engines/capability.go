@@ -110,11 +110,7 @@ func Unsupported(engine string, s *messages.SamplingParams) (r Refusal, ok bool)
 	for _, c := range capabilities {
 		reason, refused := c.refused[engine]
 		if refused && c.used(s) {
-			name := displayNames[engine]
-			if name == "" {
-				name = engine
-			}
-			return Refusal{Field: c.field, Engine: name, Reason: reason}, true
+			return Refusal{Field: c.field, Engine: DisplayName(engine), Reason: reason}, true
 		}
 	}
 	return Refusal{}, false

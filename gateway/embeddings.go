@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -508,15 +507,7 @@ func embeddingFailure(model string, i, n int, e *messages.Embedding) *APIError {
 		if n > 1 {
 			p = indexParam("input", i)
 		}
-		msg := e.GetError()
-		if len(msg) > maxEngineMessageBytes {
-			cut := maxEngineMessageBytes
-			for cut > 0 && !utf8.RuneStart(msg[cut]) {
-				cut--
-			}
-			msg = msg[:cut] + "…"
-		}
-		return &APIError{Kind: KindInvalidValue, Param: p, Message: msg, Cause: cause}
+		return &APIError{Kind: KindInvalidValue, Param: p, Message: clipEngineMessage(e.GetError()), Cause: cause}
 	}
 	return &APIError{Kind: KindEngineError, Message: fmt.Sprintf("The engine failed to embed input %d of model %q.", i, clipName(model)),
 		Cause: cause}

@@ -22,14 +22,20 @@ func engineRefused(engine, model, message string) *APIError {
 	if message == "" {
 		return &APIError{Kind: KindInvalidValue, Message: msg + "."}
 	}
-	if len(message) > maxEngineMessageBytes {
-		cut := maxEngineMessageBytes
-		for cut > 0 && !utf8.RuneStart(message[cut]) {
-			cut--
-		}
-		message = message[:cut] + "…"
+	return &APIError{Kind: KindInvalidValue, Message: msg + ": " + clipEngineMessage(message)}
+}
+
+// clipEngineMessage is an engine's message cut to maxEngineMessageBytes at a rune
+// boundary, with "…" when cut.
+func clipEngineMessage(message string) string {
+	if len(message) <= maxEngineMessageBytes {
+		return message
 	}
-	return &APIError{Kind: KindInvalidValue, Message: msg + ": " + message}
+	cut := maxEngineMessageBytes
+	for cut > 0 && !utf8.RuneStart(message[cut]) {
+		cut--
+	}
+	return message[:cut] + "…"
 }
 
 // refusal is the 400 of c when it ends a request its engine refused itself (an error

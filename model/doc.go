@@ -22,9 +22,11 @@
 // Byte-level BPE tokenizers have tiktoken semantics (see bpeTokenizer). The other HF
 // families, SentencePiece-style BPE with byte fallback, WordPiece and Unigram, run HF
 // tokenizers' pipeline (see pipelineTokenizer; docs/reference.md §25). Components the
-// loader does not know are refused with an error naming the file. The Detokenizer and StopMatcher are pure, single-stream state machines: one per
-// request, not safe for concurrent use. Models and Tokenizers are immutable and safe for
-// concurrent use.
+// loader does not know are refused with an error naming the file. The Detokenizer and
+// StopMatcher are single-stream state machines, deterministic in their input: one per
+// request, not safe for concurrent use (StopMatchers built from equal stop lists share
+// one immutable automaton through a process-wide cache). Models and Tokenizers are
+// immutable and safe for concurrent use.
 //
 // # The card
 //
