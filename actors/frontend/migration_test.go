@@ -1,9 +1,13 @@
 package frontend
 
 import (
+	"context"
+	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -22,15 +26,34 @@ func TestStructuredNotMigrated(t *testing.T) {
 		{"worker terminated", "stop", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			first := &scriptedWorker{failAfter: c.after, fault: c.fault}
+			if c.fault == "stop" {
+				first.stopGate = make(chan struct{})
+			}
 			h := buildHarness(t, harnessOpts{limit: 3, structured: &messages.StructuredOutput{JsonObject: true}},
-				&scriptedWorker{failAfter: c.after, fault: c.fault}, &scriptedWorker{failAfter: -1})
+				first, &scriptedWorker{failAfter: -1})
 			if h.startErr != nil {
 				t.Fatal(h.startErr)
 			}
-			chunks := h.drain(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var chunks []*messages.TokenChunk
 			var got []uint32
-			for _, ch := range chunks {
+			gateClosed := false
+			for {
+				ch, err := h.stream.Recv(ctx)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("Recv after %d chunks: %v", len(chunks), err)
+				}
+				chunks = append(chunks, ch)
 				got = append(got, ch.TokenIds...)
+				if first.stopGate != nil && len(got) == c.after && !gateClosed {
+					close(first.stopGate) // the worker stops once its chunks are here
+					gateClosed = true
+				}
 			}
 			last := chunks[len(chunks)-1]
 			if !slices.Equal(got, wantTokens[:c.after]) || last.FinishReason != "error" || last.Fault == messages.Fault_FAULT_NONE ||

@@ -28,6 +28,10 @@ type scriptedWorker struct {
 	failAfter int
 	fault     string
 	cached    int32 // prompt tokens it reports cached; 0: the whole prompt
+	// stopGate, when set, holds a "stop" fault's Stop until it is closed: a test closes
+	// it once its consumer has the chunks sent before, which the termination notice
+	// (a system message, delivered first) could otherwise overtake.
+	stopGate chan struct{}
 
 	mu        sync.Mutex
 	generates []*messages.Generate
@@ -76,7 +80,12 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 			case "fatal":
 				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: bad request"})
 			case "stop":
-				c.Stop(c.Self())
+				if w.stopGate == nil {
+					c.Stop(c.Self())
+					break
+				}
+				sys, self := c.ActorSystem(), c.Self()
+				go func() { <-w.stopGate; sys.Root.Stop(self) }()
 			}
 			return
 		}
