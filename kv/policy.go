@@ -28,6 +28,8 @@ type Candidate struct {
 	IndexedBlocks int
 	// TotalBlocks: the worker's KV capacity in blocks; 0 when unknown.
 	TotalBlocks int64
+	// SessionWorker: the request's session (RouteInput.SessionID) last went to this worker.
+	SessionWorker bool
 }
 
 // SelectInput is what a policy decides on. Policies must not retain it.
@@ -51,6 +53,19 @@ type SelectInput struct {
 // With no candidates, Select returns ErrNoWorkers.
 type Policy interface {
 	Select(in *SelectInput, rng *rand.Rand) (int, error)
+}
+
+// Term is one named term of a policy's cost for one candidate; the name carries the
+// unit ("queue_ms", "overlap_blocks").
+type Term struct {
+	Name  string
+	Value float64
+}
+
+// Explainer is implemented by policies that can show the cost they gave a candidate
+// (RouteInput.Explain). Explain must not change the policy's state.
+type Explainer interface {
+	Explain(in *SelectInput, c *Candidate) (cost float64, terms []Term)
 }
 
 // PolicyFactory builds a fresh policy value (one per Router).

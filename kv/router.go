@@ -144,6 +144,15 @@ type RouteInput struct {
 	// the worker's prefix hit. Otherwise (unknown, removed, not ready, excluded) the
 	// request is routed normally and counted in Stats.PinFallbacks. Empty: no pin.
 	PinWorker string
+	// Explain: fill Decision.Candidates with every candidate's cost terms.
+	Explain bool
+	// SessionID: the client's session ("" for none); the worker the session last went to
+	// is marked in its Candidate (SessionWorker) for the policy to weigh.
+	SessionID string
+	// BlockHashes: the prompt's chained block hashes (kv/hash.go) computed by the caller;
+	// when set, Tokens may be empty and PromptTokens gives the prompt's length (tokens).
+	BlockHashes  []uint64
+	PromptTokens int
 }
 
 // Expired counts the tracked sequences (a remote decision's two legs count two)
@@ -179,6 +188,18 @@ type Decision struct {
 	UncachedPrefillTokens int64
 	// Prefill: where the prefill leg runs; set only when Disagg is DisaggRemote.
 	Prefill *PrefillLeg
+	// Candidates: every candidate the policy weighed, with its cost terms; only when
+	// RouteInput.Explain was set.
+	Candidates []ExplainedCandidate
+}
+
+// ExplainedCandidate is one candidate of a routing decision with its policy's cost.
+type ExplainedCandidate struct {
+	WorkerID      string
+	OverlapBlocks int
+	Cost          float64
+	Terms         []Term
+	Chosen        bool
 }
 
 // NewRouter validates cfg and returns an empty router.

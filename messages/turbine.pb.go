@@ -1636,7 +1636,18 @@ type RouteRequest struct {
 	// Route to this worker if it is live and serves the model, bypassing the cost function
 	// (the load is still counted): the siblings of an n > 1 request follow their first
 	// choice's decision so that they share the prompt's KV blocks. Empty: route normally.
-	PinWorker     string `protobuf:"bytes,13,opt,name=pin_worker,json=pinWorker,proto3" json:"pin_worker,omitempty"`
+	PinWorker string `protobuf:"bytes,13,opt,name=pin_worker,json=pinWorker,proto3" json:"pin_worker,omitempty"`
+	// Ask the router to explain its choice: RouteResponse.candidates carries every
+	// candidate's cost terms (the `turbine` response extension shows them).
+	Explain bool `protobuf:"varint,14,opt,name=explain,proto3" json:"explain,omitempty"`
+	// The client's session (the body's `user`, or an x-session-id header): the router may
+	// keep a conversation on the worker that served it while that stays cheap. Empty: none.
+	SessionId string `protobuf:"bytes,15,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The prompt's chained block hashes (kv/hash.go, docs/reference.md §2), computed by the
+	// caller, and its length in tokens: when block_hashes is set the router routes on them
+	// and token_ids may be empty.
+	BlockHashes   []uint64 `protobuf:"varint,16,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	PromptTokens  *int32   `protobuf:"varint,17,opt,name=prompt_tokens,json=promptTokens,proto3,oneof" json:"prompt_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1748,6 +1759,165 @@ func (x *RouteRequest) GetPinWorker() string {
 	return ""
 }
 
+func (x *RouteRequest) GetExplain() bool {
+	if x != nil {
+		return x.Explain
+	}
+	return false
+}
+
+func (x *RouteRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *RouteRequest) GetPromptTokens() int32 {
+	if x != nil && x.PromptTokens != nil {
+		return *x.PromptTokens
+	}
+	return 0
+}
+
+// RouteCandidate is one worker the router weighed, with its policy's cost terms
+// (RouteRequest.explain).
+type RouteCandidate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	OverlapBlocks int32                  `protobuf:"varint,2,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"` // leading prompt blocks cached there (prefix hit)
+	Cost          float64                `protobuf:"fixed64,3,opt,name=cost,proto3" json:"cost,omitempty"`                                       // the policy's cost; the lowest won unless a draw was made
+	Terms         []*CostTerm            `protobuf:"bytes,4,rep,name=terms,proto3" json:"terms,omitempty"`
+	Chosen        bool                   `protobuf:"varint,5,opt,name=chosen,proto3" json:"chosen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteCandidate) Reset() {
+	*x = RouteCandidate{}
+	mi := &file_turbine_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteCandidate) ProtoMessage() {}
+
+func (x *RouteCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteCandidate.ProtoReflect.Descriptor instead.
+func (*RouteCandidate) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RouteCandidate) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *RouteCandidate) GetOverlapBlocks() int32 {
+	if x != nil {
+		return x.OverlapBlocks
+	}
+	return 0
+}
+
+func (x *RouteCandidate) GetCost() float64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *RouteCandidate) GetTerms() []*CostTerm {
+	if x != nil {
+		return x.Terms
+	}
+	return nil
+}
+
+func (x *RouteCandidate) GetChosen() bool {
+	if x != nil {
+		return x.Chosen
+	}
+	return false
+}
+
+// CostTerm is one named term of a routing cost (its unit is in its name, e.g. "queue_ms").
+type CostTerm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CostTerm) Reset() {
+	*x = CostTerm{}
+	mi := &file_turbine_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CostTerm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CostTerm) ProtoMessage() {}
+
+func (x *CostTerm) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CostTerm.ProtoReflect.Descriptor instead.
+func (*CostTerm) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CostTerm) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CostTerm) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
 type RouteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1769,14 +1939,16 @@ type RouteResponse struct {
 	PrefillBootstrapPort  int32          `protobuf:"varint,13,opt,name=prefill_bootstrap_port,json=prefillBootstrapPort,proto3" json:"prefill_bootstrap_port,omitempty"`
 	UncachedPrefillTokens int64          `protobuf:"varint,14,opt,name=uncached_prefill_tokens,json=uncachedPrefillTokens,proto3" json:"uncached_prefill_tokens,omitempty"` // ISL minus the decode worker's prefix hit (tokens)
 	// The Router grain activation that recorded the request: RouteAck goes there.
-	Router        *ActorRef `protobuf:"bytes,15,opt,name=router,proto3" json:"router,omitempty"`
+	Router *ActorRef `protobuf:"bytes,15,opt,name=router,proto3" json:"router,omitempty"`
+	// Every candidate's cost terms, when the request asked (RouteRequest.explain).
+	Candidates    []*RouteCandidate `protobuf:"bytes,18,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1960,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1973,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{17}
+	return file_turbine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -1909,6 +2081,13 @@ func (x *RouteResponse) GetRouter() *ActorRef {
 	return nil
 }
 
+func (x *RouteResponse) GetCandidates() []*RouteCandidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
 // RouteAck acknowledges a route made with will_ack: the request's work was sent (the
 // caller will free it). Sent, not requested, to RouteResponse.router (the grain takes it
 // in ReceiveDefault); an acknowledgement of an unknown or freed request is ignored.
@@ -1921,7 +2100,7 @@ type RouteAck struct {
 
 func (x *RouteAck) Reset() {
 	*x = RouteAck{}
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2112,7 @@ func (x *RouteAck) String() string {
 func (*RouteAck) ProtoMessage() {}
 
 func (x *RouteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2125,7 @@ func (x *RouteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAck.ProtoReflect.Descriptor instead.
 func (*RouteAck) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{18}
+	return file_turbine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteAck) GetRequestId() string {
@@ -1966,7 +2145,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2157,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2170,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{19}
+	return file_turbine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -2009,7 +2188,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2200,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2213,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{20}
+	return file_turbine_proto_rawDescGZIP(), []int{22}
 }
 
 type BusyThresholds struct {
@@ -2048,7 +2227,7 @@ type BusyThresholds struct {
 
 func (x *BusyThresholds) Reset() {
 	*x = BusyThresholds{}
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2239,7 @@ func (x *BusyThresholds) String() string {
 func (*BusyThresholds) ProtoMessage() {}
 
 func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2252,7 @@ func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BusyThresholds.ProtoReflect.Descriptor instead.
 func (*BusyThresholds) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{21}
+	return file_turbine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BusyThresholds) GetKvUsage() float64 {
@@ -2098,7 +2277,7 @@ type RouterStatsRequest struct {
 
 func (x *RouterStatsRequest) Reset() {
 	*x = RouterStatsRequest{}
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2289,7 @@ func (x *RouterStatsRequest) String() string {
 func (*RouterStatsRequest) ProtoMessage() {}
 
 func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2302,7 @@ func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStatsRequest.ProtoReflect.Descriptor instead.
 func (*RouterStatsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{22}
+	return file_turbine_proto_rawDescGZIP(), []int{24}
 }
 
 type WorkerStats struct {
@@ -2145,7 +2324,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2336,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2349,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{23}
+	return file_turbine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerStats) GetWorkerId() string {
@@ -2273,7 +2452,7 @@ type RouterStats struct {
 
 func (x *RouterStats) Reset() {
 	*x = RouterStats{}
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2464,7 @@ func (x *RouterStats) String() string {
 func (*RouterStats) ProtoMessage() {}
 
 func (x *RouterStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2477,7 @@ func (x *RouterStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStats.ProtoReflect.Descriptor instead.
 func (*RouterStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{24}
+	return file_turbine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RouterStats) GetWorkers() []*WorkerStats {
@@ -2376,7 +2555,7 @@ type AnnounceModel struct {
 
 func (x *AnnounceModel) Reset() {
 	*x = AnnounceModel{}
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2567,7 @@ func (x *AnnounceModel) String() string {
 func (*AnnounceModel) ProtoMessage() {}
 
 func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2580,7 @@ func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnounceModel.ProtoReflect.Descriptor instead.
 func (*AnnounceModel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{25}
+	return file_turbine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AnnounceModel) GetCard() *ModelCard {
@@ -2443,7 +2622,7 @@ type ModelFilesRequest struct {
 
 func (x *ModelFilesRequest) Reset() {
 	*x = ModelFilesRequest{}
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2634,7 @@ func (x *ModelFilesRequest) String() string {
 func (*ModelFilesRequest) ProtoMessage() {}
 
 func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2647,7 @@ func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilesRequest.ProtoReflect.Descriptor instead.
 func (*ModelFilesRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{26}
+	return file_turbine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ModelFilesRequest) GetDigest() string {
@@ -2489,7 +2668,7 @@ type ModelFile struct {
 
 func (x *ModelFile) Reset() {
 	*x = ModelFile{}
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2680,7 @@ func (x *ModelFile) String() string {
 func (*ModelFile) ProtoMessage() {}
 
 func (x *ModelFile) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2693,7 @@ func (x *ModelFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFile.ProtoReflect.Descriptor instead.
 func (*ModelFile) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{27}
+	return file_turbine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModelFile) GetName() string {
@@ -2544,7 +2723,7 @@ type ModelFiles struct {
 
 func (x *ModelFiles) Reset() {
 	*x = ModelFiles{}
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2735,7 @@ func (x *ModelFiles) String() string {
 func (*ModelFiles) ProtoMessage() {}
 
 func (x *ModelFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2748,7 @@ func (x *ModelFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFiles.ProtoReflect.Descriptor instead.
 func (*ModelFiles) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{28}
+	return file_turbine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelFiles) GetDigest() string {
@@ -2601,7 +2780,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2792,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2805,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{29}
+	return file_turbine_proto_rawDescGZIP(), []int{31}
 }
 
 type ModelList struct {
@@ -2638,7 +2817,7 @@ type ModelList struct {
 
 func (x *ModelList) Reset() {
 	*x = ModelList{}
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2829,7 @@ func (x *ModelList) String() string {
 func (*ModelList) ProtoMessage() {}
 
 func (x *ModelList) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2842,7 @@ func (x *ModelList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelList.ProtoReflect.Descriptor instead.
 func (*ModelList) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{30}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ModelList) GetModels() []*ModelCard {
@@ -2713,7 +2892,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2904,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2917,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SamplingParams) GetMaxTokens() int32 {
@@ -2902,7 +3081,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3093,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3106,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TokenLogprob) GetTokenId() uint32 {
@@ -2969,7 +3148,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3160,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3173,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -3026,7 +3205,7 @@ type StructuredOutput struct {
 
 func (x *StructuredOutput) Reset() {
 	*x = StructuredOutput{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +3217,7 @@ func (x *StructuredOutput) String() string {
 func (*StructuredOutput) ProtoMessage() {}
 
 func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +3230,7 @@ func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StructuredOutput.ProtoReflect.Descriptor instead.
 func (*StructuredOutput) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StructuredOutput) GetJsonSchema() string {
@@ -3107,7 +3286,7 @@ type DisaggParams struct {
 
 func (x *DisaggParams) Reset() {
 	*x = DisaggParams{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3298,7 @@ func (x *DisaggParams) String() string {
 func (*DisaggParams) ProtoMessage() {}
 
 func (x *DisaggParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3311,7 @@ func (x *DisaggParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
 func (*DisaggParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DisaggParams) GetLeg() Leg {
@@ -3184,7 +3363,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3375,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3388,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -3278,7 +3457,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3469,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3482,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -3410,7 +3589,7 @@ type Embed struct {
 
 func (x *Embed) Reset() {
 	*x = Embed{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3601,7 @@ func (x *Embed) String() string {
 func (*Embed) ProtoMessage() {}
 
 func (x *Embed) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3614,7 @@ func (x *Embed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embed.ProtoReflect.Descriptor instead.
 func (*Embed) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Embed) GetRequestId() string {
@@ -3477,7 +3656,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3668,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3681,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Embedding) GetRequestId() string {
@@ -3558,7 +3737,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3749,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3762,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -3613,7 +3792,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3625,7 +3804,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3638,7 +3817,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -3666,7 +3845,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3678,7 +3857,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3691,7 +3870,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -3722,7 +3901,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3734,7 +3913,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3747,7 +3926,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -3799,7 +3978,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3990,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +4003,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{44}
+	return file_turbine_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -3876,7 +4055,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4067,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4080,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{45}
+	return file_turbine_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -3942,7 +4121,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4133,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4146,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{46}
+	return file_turbine_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -3985,7 +4164,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4176,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4189,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{47}
+	return file_turbine_proto_rawDescGZIP(), []int{49}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -4026,7 +4205,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4038,7 +4217,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4051,7 +4230,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{48}
+	return file_turbine_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -4095,7 +4274,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4286,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4299,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{49}
+	return file_turbine_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -4260,7 +4439,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\xc8\x03\n" +
+	"\x11DumpBlocksRequest\"\xe0\x04\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -4276,9 +4455,24 @@ const file_turbine_proto_rawDesc = "" +
 	"\n" +
 	"cache_salt\x18\f \x01(\tR\tcacheSalt\x12\x1d\n" +
 	"\n" +
-	"pin_worker\x18\r \x01(\tR\tpinWorkerB\x11\n" +
+	"pin_worker\x18\r \x01(\tR\tpinWorker\x12\x18\n" +
+	"\aexplain\x18\x0e \x01(\bR\aexplain\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x0f \x01(\tR\tsessionId\x12!\n" +
+	"\fblock_hashes\x18\x10 \x03(\x04R\vblockHashes\x12(\n" +
+	"\rprompt_tokens\x18\x11 \x01(\x05H\x02R\fpromptTokens\x88\x01\x01B\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
-	"\f_temperatureJ\x04\b\x04\x10\x05J\x04\b\x06\x10\a\"\xe0\x05\n" +
+	"\f_temperatureB\x10\n" +
+	"\x0e_prompt_tokensJ\x04\b\x04\x10\x05J\x04\b\x06\x10\a\"\xac\x01\n" +
+	"\x0eRouteCandidate\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
+	"\x0eoverlap_blocks\x18\x02 \x01(\x05R\roverlapBlocks\x12\x12\n" +
+	"\x04cost\x18\x03 \x01(\x01R\x04cost\x12*\n" +
+	"\x05terms\x18\x04 \x03(\v2\x14.turbine.v1.CostTermR\x05terms\x12\x16\n" +
+	"\x06chosen\x18\x05 \x01(\bR\x06chosen\"4\n" +
+	"\bCostTerm\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\x9c\x06\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12%\n" +
@@ -4295,7 +4489,10 @@ const file_turbine_proto_rawDesc = "" +
 	"\x16prefill_bootstrap_host\x18\f \x01(\tR\x14prefillBootstrapHost\x124\n" +
 	"\x16prefill_bootstrap_port\x18\r \x01(\x05R\x14prefillBootstrapPort\x126\n" +
 	"\x17uncached_prefill_tokens\x18\x0e \x01(\x03R\x15uncachedPrefillTokens\x12,\n" +
-	"\x06router\x18\x0f \x01(\v2\x14.turbine.v1.ActorRefR\x06routerJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
+	"\x06router\x18\x0f \x01(\v2\x14.turbine.v1.ActorRefR\x06router\x12:\n" +
+	"\n" +
+	"candidates\x18\x12 \x03(\v2\x1a.turbine.v1.RouteCandidateR\n" +
+	"candidatesJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
 	"\bRouteAck\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"+\n" +
@@ -4551,7 +4748,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 }
 
 var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_turbine_proto_goTypes = []any{
 	(Role)(0),                  // 0: turbine.v1.Role
 	(Leg)(0),                   // 1: turbine.v1.Leg
@@ -4576,40 +4773,42 @@ var file_turbine_proto_goTypes = []any{
 	(*BlockDump)(nil),          // 20: turbine.v1.BlockDump
 	(*DumpBlocksRequest)(nil),  // 21: turbine.v1.DumpBlocksRequest
 	(*RouteRequest)(nil),       // 22: turbine.v1.RouteRequest
-	(*RouteResponse)(nil),      // 23: turbine.v1.RouteResponse
-	(*RouteAck)(nil),           // 24: turbine.v1.RouteAck
-	(*RequestRef)(nil),         // 25: turbine.v1.RequestRef
-	(*Ack)(nil),                // 26: turbine.v1.Ack
-	(*BusyThresholds)(nil),     // 27: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil), // 28: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),        // 29: turbine.v1.WorkerStats
-	(*RouterStats)(nil),        // 30: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),      // 31: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),  // 32: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),          // 33: turbine.v1.ModelFile
-	(*ModelFiles)(nil),         // 34: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),  // 35: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),          // 36: turbine.v1.ModelList
-	(*SamplingParams)(nil),     // 37: turbine.v1.SamplingParams
-	(*TokenLogprob)(nil),       // 38: turbine.v1.TokenLogprob
-	(*TopLogprob)(nil),         // 39: turbine.v1.TopLogprob
-	(*StructuredOutput)(nil),   // 40: turbine.v1.StructuredOutput
-	(*DisaggParams)(nil),       // 41: turbine.v1.DisaggParams
-	(*Generate)(nil),           // 42: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 43: turbine.v1.TokenChunk
-	(*Embed)(nil),              // 44: turbine.v1.Embed
-	(*Embedding)(nil),          // 45: turbine.v1.Embedding
-	(*Credit)(nil),             // 46: turbine.v1.Credit
-	(*ReleaseKv)(nil),          // 47: turbine.v1.ReleaseKv
-	(*Cancel)(nil),             // 48: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 49: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 50: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 51: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 52: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 53: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 54: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 55: turbine.v1.NodeStatus
-	nil,                        // 56: turbine.v1.SamplingParams.LogitBiasEntry
+	(*RouteCandidate)(nil),     // 23: turbine.v1.RouteCandidate
+	(*CostTerm)(nil),           // 24: turbine.v1.CostTerm
+	(*RouteResponse)(nil),      // 25: turbine.v1.RouteResponse
+	(*RouteAck)(nil),           // 26: turbine.v1.RouteAck
+	(*RequestRef)(nil),         // 27: turbine.v1.RequestRef
+	(*Ack)(nil),                // 28: turbine.v1.Ack
+	(*BusyThresholds)(nil),     // 29: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil), // 30: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),        // 31: turbine.v1.WorkerStats
+	(*RouterStats)(nil),        // 32: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),      // 33: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),  // 34: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),          // 35: turbine.v1.ModelFile
+	(*ModelFiles)(nil),         // 36: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),  // 37: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),          // 38: turbine.v1.ModelList
+	(*SamplingParams)(nil),     // 39: turbine.v1.SamplingParams
+	(*TokenLogprob)(nil),       // 40: turbine.v1.TokenLogprob
+	(*TopLogprob)(nil),         // 41: turbine.v1.TopLogprob
+	(*StructuredOutput)(nil),   // 42: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),       // 43: turbine.v1.DisaggParams
+	(*Generate)(nil),           // 44: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 45: turbine.v1.TokenChunk
+	(*Embed)(nil),              // 46: turbine.v1.Embed
+	(*Embedding)(nil),          // 47: turbine.v1.Embedding
+	(*Credit)(nil),             // 48: turbine.v1.Credit
+	(*ReleaseKv)(nil),          // 49: turbine.v1.ReleaseKv
+	(*Cancel)(nil),             // 50: turbine.v1.Cancel
+	(*GpuInfo)(nil),            // 51: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 52: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 53: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 54: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 55: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 56: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 57: turbine.v1.NodeStatus
+	nil,                        // 58: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
 	6,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -4626,39 +4825,41 @@ var file_turbine_proto_depIdxs = []int32{
 	16, // 11: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
 	17, // 12: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
 	17, // 13: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	6,  // 14: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	3,  // 15: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
-	2,  // 16: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
-	6,  // 17: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
-	6,  // 18: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
-	0,  // 19: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
-	29, // 20: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	7,  // 21: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	7,  // 22: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	6,  // 23: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	33, // 24: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	7,  // 25: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	41, // 26: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	40, // 27: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	56, // 28: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
-	39, // 29: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
-	1,  // 30: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
-	37, // 31: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	6,  // 32: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	4,  // 33: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
-	38, // 34: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
-	38, // 35: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
-	4,  // 36: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
-	7,  // 37: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	6,  // 38: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	6,  // 39: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	49, // 40: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	54, // 41: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	24, // 14: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
+	6,  // 15: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	3,  // 16: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
+	2,  // 17: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
+	6,  // 18: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
+	6,  // 19: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
+	23, // 20: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
+	0,  // 21: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
+	31, // 22: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	7,  // 23: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	7,  // 24: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	6,  // 25: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	35, // 26: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	7,  // 27: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	43, // 28: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	42, // 29: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	58, // 30: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	41, // 31: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
+	1,  // 32: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
+	39, // 33: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	6,  // 34: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	4,  // 35: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
+	40, // 36: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
+	40, // 37: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
+	4,  // 38: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
+	7,  // 39: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	6,  // 40: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	6,  // 41: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	51, // 42: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	56, // 43: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -4673,15 +4874,15 @@ func file_turbine_proto_init() {
 		(*KvEvent_Cleared)(nil),
 	}
 	file_turbine_proto_msgTypes[16].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[21].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[31].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[23].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   51,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
