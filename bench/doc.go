@@ -15,7 +15,10 @@
 // The pieces are separable: ReadMooncake, ReadAzure, Synthetic and SyntheticSpec (with
 // ParseLength's distributions) build []Request, or a Generator draws them one by one;
 // Tokens and Text synthesize a prompt; Ceiling gives the hit rate an infinite prefix
-// cache would reach on a workload; Client.Do and Client.DoChat run one request;
+// cache would reach on a workload, CeilingPooled that of one LRU cache of a fleet's KV
+// memory; SLO (ParseSLO) says whether a run met latency targets, and CapacitySearch
+// finds the fastest time scale that meets one, given a function that runs a probe;
+// Client.Do and Client.DoChat run one request;
 // Runner.Run drives a workload and Runner.RunFor a closed loop for a duration (with plain
 // progress lines or a ProgressState callback); Summarize, WriteSummary and WriteCSV
 // report; Plot draws an SVG.

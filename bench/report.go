@@ -49,6 +49,12 @@ type Summary struct {
 	// HitRateCeiling is the workload's Ceiling: the hit rate an infinite prefix cache
 	// would reach (trace workloads; absent otherwise).
 	HitRateCeiling *float64 `json:"hit_rate_ceiling,omitempty"`
+	// HitRateCeilingPooled is the workload's CeilingPooled: the hit rate one LRU cache
+	// of PooledCacheTokens tokens, every engine's KV blocks together, would reach. Set
+	// where the fleet is known (a simulation, a comparison's serves) with
+	// HitRateCeiling; absent otherwise.
+	HitRateCeilingPooled *float64 `json:"hit_rate_ceiling_pooled,omitempty"`
+	PooledCacheTokens    int64    `json:"pooled_cache_tokens,omitempty"`
 	// DisaggDecisions counts the routes of a disaggregated fleet (a request's first
 	// route, and those of its migrations and prefill retries) by the router's decision
 	// ("remote", "local_short_prefill", ...); simulations only, nil otherwise.

@@ -92,6 +92,16 @@ type Bootstrapper interface {
 	Bootstrap() (host string, port int, ok bool)
 }
 
+// KVEventSource is implemented by launchers that may start their engine without KV
+// events (the mock engine's, under `turbine serve --mocker-kv-events=false`): KVEvents
+// reports whether the engines their Command starts publish them. A worker whose
+// launcher says they do not registers so (messages.WorkerInfo no_kv_events), and the
+// router routes it on its own record of what it placed there (docs/reference.md §3.4).
+// Launchers without the method always start engines with events.
+type KVEventSource interface {
+	KVEvents() bool
+}
+
 // Launcher builds an engine process's command line and its client.
 type Launcher interface {
 	// Command returns argv and extra environment for an engine serving on host:port and

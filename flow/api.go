@@ -29,6 +29,11 @@ type Config struct {
 	// termination notice (they can overtake each other); then the leg fails with
 	// FAULT_WORKER_TERMINATED.
 	TerminatedGrace time.Duration
+	// QueueTimeout is how long a request the router answers ROUTE_ALL_BUSY on arrival
+	// may wait in its shell's busy queue (Park) before it fails with that outcome; 0: no
+	// queue, it fails at once. A request that already ran (a migration, a prefill retry)
+	// is never queued.
+	QueueTimeout time.Duration
 }
 
 // Defaults of Config (the frontend's flags start from these).
@@ -65,6 +70,12 @@ type Request struct {
 	// pin_worker: the siblings of an n > 1 request follow their first choice); a
 	// migration or prefill retry routes freely.
 	PinWorker string
+	// Explain asks the router to explain every route of the request (RouteRequest
+	// explain: each candidate's cost terms in the answer).
+	Explain bool
+	// SessionID is the client's session (RouteRequest session_id), sent with every
+	// route; "" for none.
+	SessionID string
 }
 
 // LegID names one leg of the request inside its flow (1, 2, ...; never reused).
@@ -93,9 +104,12 @@ const (
 	// TimerTerminatedGrace: chunks trailing a worker's termination notice
 	// (Config.TerminatedGrace).
 	TimerTerminatedGrace
+	// TimerQueue: a parked request's wait in the busy queue (Config.QueueTimeout), from
+	// its first Park to its leaving the queue; its Leg is 0.
+	TimerQueue
 )
 
-// String is "stall", "release" or "grace" (the scripts' names).
+// String is "stall", "release", "grace" or "queue" (the scripts' names).
 func (k TimerKind) String() string {
 	switch k {
 	case TimerStall:
@@ -104,6 +118,8 @@ func (k TimerKind) String() string {
 		return "release"
 	case TimerTerminatedGrace:
 		return "grace"
+	case TimerQueue:
+		return "queue"
 	}
 	return "TimerKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -121,8 +137,10 @@ type Timer struct {
 // Event is something that happened to the request; Flow.Step takes it.
 type Event interface{ isEvent() }
 
-// Start: the request arrived. The flow routes it.
-type Start struct{}
+// Start: the request arrived. The flow routes it; with Behind (other requests wait in
+// the shell's busy queue, and Config.QueueTimeout is set) it parks it first, without
+// routing, so that requests leave the queue in the order they came.
+type Start struct{ Behind bool }
 
 // Routed answers the flow's Route effect: Response is the router's answer, or Err says
 // the call itself failed (timed out, router unreachable: ROUTE_CALL_FAILED). Room is a
@@ -147,10 +165,30 @@ type WorkerTerminated struct{ Leg LegID }
 // TimerFired: a timer the flow set has fired.
 type TimerFired struct{ Timer Timer }
 
-// ClientGone: the consumer closed the stream (finished or not: the client left, its
-// deadline passed, the server's drain period ended). Every leg still running is
-// cancelled; a prefill leg's pinned KV blocks are released.
+// ClientGone: the consumer closed the stream (finished or not: the client left, the
+// server's drain period ended and cut it). Every leg still running is cancelled; a
+// prefill leg's pinned KV blocks are released; a parked request leaves the queue.
 type ClientGone struct{}
+
+// Deadline: the request's own time limit passed (the frontend's --request-timeout, a
+// client's timeout in the simulator). The request ends as with ClientGone, with a
+// NoteDeadline and legs cancelled for that reason; the consumer's answer (504 in the
+// gateway) is the shell's.
+type Deadline struct{}
+
+// Unparked answers Park: the shell's queue reached the request (it is the head of its
+// model's queue) and a worker may be free: the flow routes it again, under a new id,
+// with what it excluded so far.
+type Unparked struct{}
+
+// QueueFull answers Park when the shell's queue has no room for the request: it fails
+// with ROUTE_ALL_BUSY (FailQueueFull); Message says why, for the log.
+type QueueFull struct{ Message string }
+
+// Drain: the server started draining. A parked request leaves the queue and fails
+// (FailDraining); a request running goes on; one that finds every worker busy later
+// fails at once instead of parking.
+type Drain struct{}
 
 func (Start) isEvent()            {}
 func (Routed) isEvent()           {}
@@ -158,6 +196,10 @@ func (Chunk) isEvent()            {}
 func (WorkerTerminated) isEvent() {}
 func (TimerFired) isEvent()       {}
 func (ClientGone) isEvent()       {}
+func (Deadline) isEvent()         {}
+func (Unparked) isEvent()         {}
+func (QueueFull) isEvent()        {}
+func (Drain) isEvent()            {}
 
 // ---- effects: what the shell must do, in the order given ----
 
@@ -220,11 +262,58 @@ type ReleaseKV struct {
 type Emit struct{ Chunk *messages.TokenChunk }
 
 // Fail: the request could not be routed (again): the stream ends with this outcome (the
-// consumer's error), after every Emit before it.
+// consumer's error), after every Emit before it (and, for a parked request, after its
+// Unpark). Cause says whether the router's answer ended it or its wait in the busy
+// queue did; the queue's ends carry ROUTE_ALL_BUSY.
 type Fail struct {
 	Outcome messages.RouteOutcome
 	Message string
+	Cause   FailCause
 }
+
+// FailCause is what ended a request with Fail.
+type FailCause int8
+
+const (
+	// FailRouted: the router's answer (Outcome), or a Route call that failed.
+	FailRouted FailCause = iota
+	// FailQueueFull: the request found every worker busy and the queue full (QueueFull).
+	FailQueueFull
+	// FailQueueTimeout: it waited Config.QueueTimeout in the queue.
+	FailQueueTimeout
+	// FailDraining: it waited in the queue when the server started draining (Drain); the
+	// consumer gets the server's draining answer rather than Outcome's.
+	FailDraining
+)
+
+// String is the cause's name in the scripts: "routed", "queue-full", "queue-timeout",
+// "draining".
+func (c FailCause) String() string {
+	switch c {
+	case FailRouted:
+		return "routed"
+	case FailQueueFull:
+		return "queue-full"
+	case FailQueueTimeout:
+		return "queue-timeout"
+	case FailDraining:
+		return "draining"
+	}
+	return "FailCause(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Park: every worker is busy; put the request in its model's busy queue — at its end,
+// or keeping its place when it holds one (a head whose new route found every worker
+// busy again) — and answer Unparked when it is the queue's head and a worker may be
+// free, or QueueFull at once when there is no room. The order across requests (first
+// in, first out; heads woken when load goes down) is the shell's. Nothing else of the
+// flow waits for it.
+type Park struct{}
+
+// Unpark: the request leaves the queue (it was routed, failed or gone): the shell wakes
+// the next head. It comes after the Sends and Ack of the route that took the request
+// out, so that the next head's route sees this one's load.
+type Unpark struct{}
 
 // SetTimer: (re)arm Timer to fire After from now; it replaces the timer of the same kind
 // and leg.
@@ -258,6 +347,7 @@ const (
 	NoteTransferWait                       // a decode leg's Send to its first token
 	NoteReleased                           // a ReleaseKV was sent
 	NoteWarning                            // something odd the operator should see (Detail)
+	NoteDeadline                           // the request's deadline passed (Deadline) before it ended
 )
 
 func (Route) isEffect()       {}
@@ -274,6 +364,8 @@ func (Fail) isEffect()        {}
 func (SetTimer) isEffect()    {}
 func (StopTimer) isEffect()   {}
 func (Note) isEffect()        {}
+func (Park) isEffect()        {}
+func (Unpark) isEffect()      {}
 
 // Info is what the flow can tell about the request while it runs.
 type Info struct {
@@ -282,4 +374,5 @@ type Info struct {
 	PrefillWorker string                  // of the latest route, when remote
 	DecodeWorker  string                  // of the latest route, when not aggregated
 	Migrations    int
+	Parked        bool // the request waits in the busy queue (between Park and Unpark)
 }

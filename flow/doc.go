@@ -8,13 +8,19 @@
 // logging (Note effects) and no I/O; it is tested by the scripts under testdata, which
 // read as stories.
 //
-// What is not a single request's life stays in the gateway: admission (the bound on
-// requests in flight, --max-concurrent-requests) and the busy queue (gateway/admission.go,
-// a FIFO per model across requests). A request the router answers ROUTE_ALL_BUSY ends its
-// flow with Fail; the gateway may then hold it in the model's queue and start a new flow
-// when a worker frees. Likewise the answer a client finally gets when its flow ends with
-// ClientGone (it disconnected: nothing; its deadline passed: 504; the drain period
-// ended: 503 service_draining) is the gateway's.
+// What is not a single request's life stays in the shells: admission (the bound on
+// requests in flight, --max-concurrent-requests) and the order of the busy queue across
+// requests — a FIFO per model, whose head is woken when load goes down — are the
+// gateway's (gateway/admission.go, which hands the frontend each request's place as
+// gateway.Parking) and, in the simulator, bench/sim's own FIFO on the virtual clock. A
+// request's own wait is the flow's: with Config.QueueTimeout set, a first route
+// answered ROUTE_ALL_BUSY parks it (Park) instead of failing it; the shell answers
+// Unparked when the request is its queue's head and a worker may be free, and the flow
+// routes it again; the queue timer, a full queue (QueueFull) or the server draining
+// (Drain) fail it with ROUTE_ALL_BUSY (Fail.Cause says which), and it leaves the queue
+// (Unpark) once routed, failed or gone. Likewise the answer a client finally gets is
+// the shell's: 503 all_workers_busy for the queue's ends, 503 service_draining for a
+// drain, 504 when its Deadline passed, nothing for a client gone.
 //
 // # Events and effects
 //
@@ -34,10 +40,22 @@
 //	TimerFired (stall)         -> a fault of the leg waited for
 //	TimerFired (release wait)  -> Forget of the prefill leg, ReleaseKV (without transfer parameters)
 //	ClientGone                 -> Cancel, Forget, Free of every leg still running; a prefill
-//	                              leg not finished: SetTimer(release wait) for its last chunk
+//	                              leg not finished: SetTimer(release wait) for its last chunk;
+//	                              parked: Unpark
+//	Deadline                   -> Note(deadline), then as ClientGone
+//	Routed (all busy, queued)  -> SetTimer(queue) on the first, Park (the first route only;
+//	                              Start{Behind} parks without routing)
+//	Unparked                   -> Route (a new id, the excludes kept)
+//	Routed (a worker, parked)  -> ... Ack, then StopTimer(queue), Unpark
+//	TimerFired (queue)         -> Unpark, Fail(ROUTE_ALL_BUSY); while a route is awaited, its
+//	                              answer decides
+//	QueueFull                  -> StopTimer(queue), Fail(ROUTE_ALL_BUSY)
+//	Drain                      -> parked: Unpark, Fail (the server's draining answer);
+//	                              running: nothing (a later busy route fails at once)
 //
-// The scripts' commands (start, routed, chunk, terminated, fire, client-gone, advance,
-// config, new) and the text of each effect are described at the top of script_test.go;
+// The scripts' commands (start, routed, chunk, terminated, fire, client-gone, deadline,
+// unparked, queue-full, drain, advance, config, new) and the text of each effect are
+// described at the top of script_test.go (testdata/busy.txt has the busy queue);
 // `go test ./flow -rewrite` rewrites the expected outputs. Usage on the finishing chunk
 // counts the original prompt and every token emitted; its cached tokens are capped at
 // the original prompt (a continuation's prompt includes earlier output).
@@ -122,9 +140,11 @@
 //
 // # The end
 //
-// A request ends when its finishing chunk is emitted, with Fail, or when the consumer
-// leaves (ClientGone: the client disconnected, its deadline passed, the server's drain
-// period ended); legs still running are cancelled ("client closed the stream"). Done
-// reports when nothing more can happen: a route asked before the consumer left is
-// freed when its answer comes, and a cancelled prefill leg's release wait has ended.
+// A request ends when its finishing chunk is emitted, with Fail, when the consumer
+// leaves (ClientGone: the client disconnected, the server's drain period ended), or
+// when its own deadline passes (Deadline); legs still running are cancelled ("client
+// closed the stream", "the request's deadline passed"). A drain (Drain) ends only a
+// request waiting in the busy queue. Done reports when nothing more can happen: a route
+// asked before the consumer left is freed when its answer comes (and its queue place
+// left), and a cancelled prefill leg's release wait has ended.
 package flow

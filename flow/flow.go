@@ -15,8 +15,10 @@ import (
 // Invariants: every leg sent is forgotten exactly once (Forget), after its Cancel when
 // it was cancelled; every request id routed is freed exactly once (Free), after its
 // leg's Cancel; emitted chunks are numbered 0, 1, 2 ... across every leg and route, and
-// nothing is emitted after the finishing chunk, a Fail or ClientGone; cur is nil while a
-// route is awaited and once the request failed for good.
+// nothing is emitted after the finishing chunk, a Fail, ClientGone or Deadline; cur is
+// nil while a route is awaited, while the request is parked, and once it failed for
+// good; a request parked (Park) leaves the queue exactly once (Unpark), unless the
+// shell answered QueueFull, and is not routed while it waits for Unparked.
 type Flow struct {
 	req Request
 	cfg Config
@@ -42,7 +44,15 @@ type Flow struct {
 
 	finished bool // the finishing chunk was emitted
 	failed   bool // Fail was returned
-	gone     bool // ClientGone
+	gone     bool // ClientGone or Deadline
+	draining bool // Drain: the server drains
+
+	// The busy queue: parked from the first Park to the Unpark (or QueueFull); waiting
+	// while parked and no route is awaited (Unparked is); expired once the queue timer
+	// fired while a route from the queue was awaited.
+	parked, waiting, expired bool
+	queue                    Timer // the queue timer, while queueArmed
+	queueArmed               bool
 
 	decision                    messages.DisaggDecision // of the latest route
 	prefillWorker, decodeWorker string                  // of the latest route
@@ -139,6 +149,10 @@ func (f *Flow) Step(ev Event, now time.Time) []Effect {
 	case Start:
 		if !f.started && !f.gone {
 			f.started = true
+			if e.Behind && f.cfg.QueueTimeout > 0 {
+				f.park("")
+				break
+			}
 			f.route(f.req.Tokens, f.req.Sampling, &pending{why: routeFirst})
 		}
 	case Routed:
@@ -165,7 +179,30 @@ func (f *Flow) Step(ev Event, now time.Time) []Effect {
 	case TimerFired:
 		rearm = f.fired(e.Timer)
 	case ClientGone:
-		f.clientGone()
+		f.clientGone("client closed the stream")
+	case Deadline:
+		if !f.gone && !f.finished && !f.failed {
+			f.note(Note{Kind: NoteDeadline, Detail: "the request's deadline passed"})
+		}
+		f.clientGone("the request's deadline passed")
+	case Unparked:
+		if f.waiting && !f.gone {
+			f.waiting = false
+			f.route(f.req.Tokens, f.req.Sampling, &pending{why: routeFirst})
+		}
+	case QueueFull:
+		if f.waiting && !f.gone {
+			// The shell gave it no place: nothing to leave.
+			f.parked, f.waiting = false, false
+			f.stopQueueTimer()
+			f.failWith(messages.RouteOutcome_ROUTE_ALL_BUSY, e.Message, FailQueueFull)
+		}
+	case Drain:
+		f.draining = true
+		if f.waiting && !f.gone {
+			f.leaveQueue()
+			f.failWith(messages.RouteOutcome_ROUTE_ALL_BUSY, "the server is draining", FailDraining)
+		}
 	}
 	f.stallTimer(rearm)
 	if len(f.out) == 0 {
@@ -187,6 +224,7 @@ func (f *Flow) Info() Info {
 	if f.cur != nil {
 		in.Worker = f.cur.worker.ID
 	}
+	in.Parked = f.parked
 	return in
 }
 
@@ -217,8 +255,8 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 		id += "." + strconv.Itoa(f.routes)
 	}
 	pin := ""
-	if f.routes == 0 {
-		pin = f.req.PinWorker
+	if p.why == routeFirst {
+		pin = f.req.PinWorker // also after the busy queue: the request has not run yet
 	}
 	f.routes++
 	p.id, p.tokens, p.sampling = id, tokens, sampling
@@ -227,7 +265,7 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 	f.emit(Route{Request: &messages.RouteRequest{RequestId: id, TokenIds: tokens,
 		ExcludeWorkers: slices.Clone(f.excluded), ExcludePrefillWorkers: slices.Clone(f.excludedPrefill),
 		LocalPrefill: f.localPrefill, WillAck: true, OverlapWeight: f.req.OverlapWeight, Temperature: f.req.Temperature,
-		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin}})
+		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin, Explain: f.req.Explain, SessionId: f.req.SessionID}})
 }
 
 // routed takes the answer to the pending route.
@@ -244,7 +282,16 @@ func (f *Flow) routed(e Routed) {
 		if ok && r.PrefillRequestId != "" {
 			f.emit(Free{RequestID: r.PrefillRequestId})
 		}
+		f.leaveQueue()
 		return
+	}
+	if busy := e.Err == nil && r != nil && r.Outcome == messages.RouteOutcome_ROUTE_ALL_BUSY; busy && p.why == routeFirst &&
+		f.cfg.QueueTimeout > 0 {
+		f.park(r.Error)
+		return
+	}
+	if f.parked && !(ok && r.Worker != nil) {
+		f.leaveQueue() // the route from the queue failed otherwise: the request ends
 	}
 	switch {
 	case e.Err != nil || r == nil:
@@ -274,6 +321,62 @@ func (f *Flow) routed(e Routed) {
 			fmt.Sprintf("the router chose worker %q without its address", r.WorkerId))
 	default:
 		f.start(p, r, e.Room)
+		// Unpark: after the route's Send(s) and Ack.
+		f.leaveQueue()
+	}
+}
+
+// park queues a request the router found every worker busy for (msg, its message):
+// Park, and the queue timer from the first Park on; a request whose wait is over (the
+// server drains, the queue timer fired while its route was asked) fails instead.
+func (f *Flow) park(msg string) {
+	switch {
+	case f.draining:
+		f.leaveQueue()
+		f.failWith(messages.RouteOutcome_ROUTE_ALL_BUSY, "the server is draining", FailDraining)
+		return
+	case f.expired:
+		f.leaveQueue()
+		f.failWith(messages.RouteOutcome_ROUTE_ALL_BUSY, f.queueMessage(msg), FailQueueTimeout)
+		return
+	}
+	if !f.parked {
+		f.parked = true
+		f.queue, f.queueArmed = Timer{Kind: TimerQueue, Gen: f.newGen()}, true
+		// SetTimer: the wait's bound, from the first Park to the Unpark.
+		f.emit(SetTimer{Timer: f.queue, After: f.cfg.QueueTimeout})
+	}
+	f.waiting = true
+	// Park: the answer (Unparked or QueueFull) is an event of its own.
+	f.emit(Park{})
+}
+
+// queueMessage is the message of a request that waited Config.QueueTimeout; msg is the
+// router's last answer.
+func (f *Flow) queueMessage(msg string) string {
+	s := fmt.Sprintf("waited %v in the busy queue", f.cfg.QueueTimeout)
+	if msg != "" {
+		s += ": " + msg
+	}
+	return s
+}
+
+// leaveQueue takes a parked request out of the queue: Unpark, and its timer stopped.
+func (f *Flow) leaveQueue() {
+	if !f.parked {
+		return
+	}
+	f.parked, f.waiting = false, false
+	f.stopQueueTimer()
+	// Unpark: the shell wakes the next head.
+	f.emit(Unpark{})
+}
+
+func (f *Flow) stopQueueTimer() {
+	if f.queueArmed {
+		f.queueArmed = false
+		// StopTimer: the wait is over (a TimerFired already sent is ignored).
+		f.emit(StopTimer{Timer: f.queue})
 	}
 }
 
@@ -316,10 +419,12 @@ func (f *Flow) routeFailed(p *pending, outcome messages.RouteOutcome, msg string
 }
 
 // fail ends the request: it could not be routed (again).
-func (f *Flow) fail(outcome messages.RouteOutcome, msg string) {
+func (f *Flow) fail(outcome messages.RouteOutcome, msg string) { f.failWith(outcome, msg, FailRouted) }
+
+func (f *Flow) failWith(outcome messages.RouteOutcome, msg string, cause FailCause) {
 	f.failed, f.cur = true, nil
 	// Fail: after every Emit before it; the consumer's error.
-	f.emit(Fail{Outcome: outcome, Message: msg})
+	f.emit(Fail{Outcome: outcome, Message: msg, Cause: cause})
 }
 
 // start starts the request on route r (ROUTE_OK, with the worker's address) of p: on the
@@ -529,6 +634,19 @@ func (f *Flow) fired(t Timer) bool {
 		if l := f.leg(t.Leg); l != nil && l.settling && l.release == t.Gen {
 			f.settled(l, "") // the cancel stopped it before its last chunk
 		}
+	case TimerQueue:
+		if !f.queueArmed || t.Gen != f.queue.Gen {
+			return false
+		}
+		f.queueArmed = false
+		if !f.waiting {
+			// Its route from the queue is awaited: that answer decides (a worker: it
+			// runs; every worker busy again: it fails).
+			f.expired = true
+			return false
+		}
+		f.leaveQueue()
+		f.failWith(messages.RouteOutcome_ROUTE_ALL_BUSY, f.queueMessage(""), FailQueueTimeout)
 	}
 	return false
 }
@@ -662,17 +780,22 @@ func (f *Flow) forget(l *leg) {
 	f.emit(Forget{Leg: l.id})
 }
 
-// clientGone ends the request for a consumer that left: every leg still running is
-// cancelled (unless the request finished: then its legs were ended already).
-func (f *Flow) clientGone() {
+// clientGone ends the request for a consumer that left (or whose deadline passed: reason
+// says which): every leg still running is cancelled for reason (unless the request
+// finished: then its legs were ended already), and a parked request waiting for
+// Unparked leaves the queue.
+func (f *Flow) clientGone(reason string) {
 	if f.gone {
 		return
 	}
 	f.gone = true
-	if f.finished || f.failed || f.cur == nil {
-		return // a route awaited is freed when its answer comes
+	if f.waiting {
+		f.leaveQueue()
 	}
-	f.end(f.cur, "client closed the stream")
+	if f.finished || f.failed || f.cur == nil {
+		return // a route awaited is freed (and its queue place left) when its answer comes
+	}
+	f.end(f.cur, reason)
 }
 
 // ---- disaggregated serving ----

@@ -14,9 +14,10 @@ import (
 )
 
 // FuzzFlow drives a flow with random events from a seed — routes answered every way,
-// chunks, faults, terminations, timers firing (stale ones too), the consumer leaving —
-// as a shell and its workers could, then ends it as a shell does (the consumer leaves,
-// the timers left fire) and checks the flow's invariants on every run:
+// chunks, faults, terminations, timers firing (stale ones too), the busy queue's
+// answers (unparked, queue full), drains, deadlines, the consumer leaving — as a shell
+// and its workers could, then ends it as a shell does (the consumer leaves, the timers
+// left fire) and checks the flow's invariants on every run:
 //
 //   - every request id routed (answered with a worker, or by a failed call) is freed
 //     exactly once by the time Done();
@@ -26,7 +27,10 @@ import (
 //   - nothing is emitted, sent or failed after the finishing chunk, a Fail, or the
 //     consumer leaving; at most one Fail;
 //   - Done() holds once the consumer left and the timers left fired, and nothing
-//     happens after it.
+//     happens after it;
+//   - a request parked (Park not answered QueueFull) leaves the queue exactly once
+//     (Unpark) by Done(); it is never routed or sent while it waits for Unparked, and
+//     Park comes only from a route's answer or the start.
 func FuzzFlow(f *testing.F) {
 	for _, s := range []uint64{1, 2, 3, 42, 1234, 99991} {
 		f.Add(s)
@@ -68,6 +72,13 @@ type randomWorld struct {
 	timers    map[timerKey]Timer  // armed
 	stale     []Timer             // replaced, stopped or fired
 
+	// The busy queue: queued from a Park the world took to the Unpark; waiting from a
+	// Park to the Unparked (or QueueFull) answering it; fullNext: the world answers the
+	// next Park with QueueFull.
+	queued, waiting, fullNext bool
+	routedNow                 bool // the event being stepped is a Routed or the Start
+	unparks                   int
+
 	// The checks' state.
 	mustFree  map[string]bool // ids the router may have recorded
 	freed     map[string]int
@@ -83,7 +94,7 @@ func runRandomFlow(seed uint64, keep bool) error {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	cfg := Config{Credits: []int32{1, 2, 4, 64}[rng.IntN(4)], MigrationLimit: rng.IntN(4),
 		StallTimeout: []time.Duration{0, 200 * time.Millisecond}[rng.IntN(2)], PrefillReleaseWait: 200 * time.Millisecond,
-		TerminatedGrace: 100 * time.Millisecond}
+		TerminatedGrace: 100 * time.Millisecond, QueueTimeout: []time.Duration{0, 300 * time.Millisecond}[rng.IntN(2)]}
 	sp := &messages.SamplingParams{MaxTokens: int32(1 + rng.IntN(10)), MinTokens: int32(rng.IntN(3))}
 	if rng.IntN(8) == 0 {
 		sp.Structured = &messages.StructuredOutput{JsonObject: true}
@@ -109,7 +120,7 @@ func (w *randomWorld) logf(format string, args ...any) {
 }
 
 func (w *randomWorld) run() error {
-	if err := w.step(Start{}); err != nil {
+	if err := w.step(Start{Behind: w.rng.IntN(4) == 0}); err != nil {
 		return err
 	}
 	for n := w.rng.IntN(60); n > 0 && !w.f.Done(); n-- {
@@ -164,6 +175,9 @@ func (w *randomWorld) run() error {
 			return fmt.Errorf("leg %d forgotten %d times", leg, w.forgotten[leg])
 		}
 	}
+	if w.queued {
+		return errors.New("done while still in the busy queue")
+	}
 	return nil
 }
 
@@ -181,6 +195,14 @@ func (w *randomWorld) randomEvent() Event {
 	switch {
 	case w.pendingID != "" && r < 50:
 		return w.routed()
+	case w.waiting && r >= 18 && r < 45:
+		return Unparked{}
+	case r < 2:
+		return Deadline{}
+	case r < 4:
+		return Drain{}
+	case r < 6 && w.rng.IntN(3) == 0:
+		return Unparked{} // spurious: not waiting, or a second wake
 	case r < 3:
 		return ClientGone{}
 	case r < 8 && len(live) > 0:
@@ -215,6 +237,8 @@ func (w *randomWorld) routed() Event {
 	switch {
 	case r < 10:
 		return Routed{Err: errors.New("route call timed out")}
+	case r < 40 && w.f.cfg.QueueTimeout > 0:
+		return Routed{Response: &messages.RouteResponse{Outcome: messages.RouteOutcome_ROUTE_ALL_BUSY, Error: "busy"}}
 	case r < 22:
 		o := []messages.RouteOutcome{messages.RouteOutcome_ROUTE_NO_WORKERS, messages.RouteOutcome_ROUTE_ALL_BUSY,
 			messages.RouteOutcome_ROUTE_UNKNOWN_MODEL, messages.RouteOutcome_ROUTE_NO_PREFILL_WORKERS,
@@ -296,8 +320,14 @@ func (w *randomWorld) step(ev Event) error {
 				w.stale = append(w.stale, tm)
 			}
 		}
-	case ClientGone:
+	case ClientGone, Deadline:
 		w.gone = true
+	case Unparked, QueueFull:
+		w.waiting = false
+	}
+	_, w.routedNow = ev.(Routed)
+	if _, ok := ev.(Start); ok {
+		w.routedNow = true
 	}
 	w.logf("> %T %+v", ev, ev)
 	for _, eff := range w.f.Step(ev, w.now) {
@@ -305,6 +335,11 @@ func (w *randomWorld) step(ev Event) error {
 		if err := w.effect(eff); err != nil {
 			return fmt.Errorf("%s (after %T %+v)", err, ev, ev)
 		}
+	}
+	if w.waiting && w.fullNext {
+		// A shell answers a Park its queue has no room for at once.
+		w.fullNext = false
+		return w.step(QueueFull{Message: "the queue is full"})
 	}
 	return nil
 }
@@ -315,10 +350,37 @@ func (w *randomWorld) effect(eff Effect) error {
 		if w.pendingID != "" {
 			return errors.New("a second Route while one is awaited")
 		}
+		if w.waiting {
+			return errors.New("a Route while parked, before Unparked")
+		}
 		w.pendingID = e.Request.RequestId
+	case Park:
+		if !w.routedNow {
+			return errors.New("a Park not answering a route or the start")
+		}
+		if w.ended || w.gone {
+			return errors.New("a Park after the request ended")
+		}
+		w.waiting = true
+		if !w.queued {
+			// A request outside the queue: the world may have no room.
+			w.fullNext = w.rng.IntN(4) == 0
+			w.queued = !w.fullNext
+		} else {
+			w.fullNext = false // it keeps its place
+		}
+	case Unpark:
+		if !w.queued {
+			return errors.New("an Unpark of a request not in the queue")
+		}
+		w.queued = false
+		w.unparks++
 	case Send:
 		if w.ended || w.gone {
 			return fmt.Errorf("send of leg %d after the request ended", e.Leg)
+		}
+		if w.waiting {
+			return fmt.Errorf("send of leg %d while parked", e.Leg)
 		}
 		if _, ok := w.sent[e.Leg]; ok {
 			return fmt.Errorf("leg %d sent twice", e.Leg)

@@ -28,16 +28,18 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // with comment lines (#) kept by -rewrite. Commands:
 //
-//	config [credits=4] [limit=3] [stall=2m] [release-wait=2s] [grace=100ms]   (for the next new;
-//	       the scripts' defaults are flow.DefaultConfig's but for 4 credits)
+//	config [credits=4] [limit=3] [stall=2m] [release-wait=2s] [grace=100ms] [queue=0s]   (for the
+//	       next new; the scripts' defaults are flow.DefaultConfig's but for 4 credits)
 //	new [id=req] [prompt=1,2,3,4,5] [max=8] [min=6] [structured] [prompt-logprobs=N] [weight=W] [temp=T]
-//	start
+//	start [behind]
 //	routed worker=w0 [prefill=p0] [prefill-id=ID] [bootstrap=host:port] [decision=D] [no-address] [no-prefill-address] [room=N]
 //	routed outcome=all_busy [error="why"] | routed call-failed [error="why"]
 //	chunk leg=1 [tokens=5,6] [finish=stop] [fault=engine_error] [error="why"] [cached=N] [kv=P] [index=N]
 //	terminated leg=1
-//	fire stall | fire grace leg=1 | fire release leg=2 [stale]   (the timer last set of that kind
-//	      and leg, armed or not, or with stale the one it replaced: a stale timer is ignored)
+//	fire stall | fire grace leg=1 | fire release leg=2 | fire queue [stale]   (the timer last set
+//	      of that kind and leg, armed or not, or with stale the one it replaced: a stale timer
+//	      is ignored)
+//	unparked | queue-full [message="why"] | drain | deadline
 //	client-gone | advance 30s | state | timers
 //
 // routed answers the last Route (the decision is "remote" when a prefill worker is
@@ -272,7 +274,7 @@ func (h *scriptHarness) run(line string) (string, error) {
 	case "new":
 		return "ok", h.newFlow(a)
 	case "start":
-		ev = Start{}
+		ev = Start{Behind: a.has("behind")}
 	case "routed":
 		ev, err = h.routed(a)
 	case "chunk":
@@ -285,6 +287,14 @@ func (h *scriptHarness) run(line string) (string, error) {
 		ev, err = h.fire(fields, a)
 	case "client-gone":
 		ev = ClientGone{}
+	case "deadline":
+		ev = Deadline{}
+	case "unparked":
+		ev = Unparked{}
+	case "queue-full":
+		ev = QueueFull{Message: a["message"]}
+	case "drain":
+		ev = Drain{}
 	case "advance":
 		if len(fields) != 2 {
 			return "", errors.New("advance takes a duration")
@@ -297,8 +307,12 @@ func (h *scriptHarness) run(line string) (string, error) {
 		return "now=+" + h.now.Sub(t0).String(), nil
 	case "state":
 		in := h.f.Info()
-		return fmt.Sprintf("worker=%s decision=%s prefill=%s decode=%s migrations=%d done=%v",
-			orNone(in.Worker), in.Decision.Label(), orNone(in.PrefillWorker), orNone(in.DecodeWorker), in.Migrations, h.f.Done()), nil
+		st := fmt.Sprintf("worker=%s decision=%s prefill=%s decode=%s migrations=%d done=%v",
+			orNone(in.Worker), in.Decision.Label(), orNone(in.PrefillWorker), orNone(in.DecodeWorker), in.Migrations, h.f.Done())
+		if in.Parked {
+			st += " parked"
+		}
+		return st, nil
 	case "timers":
 		return h.armedTimers(), nil
 	default:
@@ -333,11 +347,12 @@ func (h *scriptHarness) config(a scriptArgs) error {
 	c.Credits = int32(n)
 	c.MigrationLimit, err = a.int("limit", c.MigrationLimit)
 	err = errors.Join(err1, err)
-	var e2, e3, e4 error
+	var e2, e3, e4, e5 error
 	c.StallTimeout, e2 = a.dur("stall", c.StallTimeout)
 	c.PrefillReleaseWait, e3 = a.dur("release-wait", c.PrefillReleaseWait)
 	c.TerminatedGrace, e4 = a.dur("grace", c.TerminatedGrace)
-	if err = errors.Join(err, e2, e3, e4); err != nil {
+	c.QueueTimeout, e5 = a.dur("queue", c.QueueTimeout)
+	if err = errors.Join(err, e2, e3, e4, e5); err != nil {
 		return err
 	}
 	h.cfg = c
@@ -490,10 +505,10 @@ func (h *scriptHarness) chunk(a scriptArgs) (Event, error) {
 
 func (h *scriptHarness) fire(fields []string, a scriptArgs) (Event, error) {
 	if len(fields) < 2 {
-		return nil, errors.New("fire stall|grace|release")
+		return nil, errors.New("fire stall|grace|release|queue")
 	}
 	kinds := map[string]TimerKind{}
-	for _, k := range []TimerKind{TimerStall, TimerTerminatedGrace, TimerPrefillRelease} {
+	for _, k := range []TimerKind{TimerStall, TimerTerminatedGrace, TimerPrefillRelease, TimerQueue} {
 		kinds[k.String()] = k
 	}
 	k, ok := kinds[fields[1]]
@@ -576,7 +591,7 @@ func joinTokens(toks []uint32) string {
 
 var noteNames = map[NoteKind]string{NoteDecided: "decided", NoteMigrated: "migrated", NoteNotMigrated: "not-migrated",
 	NotePrefillRetried: "prefill-retried", NotePrefillLeg: "prefill-leg", NoteTransferWait: "transfer-wait",
-	NoteReleased: "released", NoteWarning: "warning"}
+	NoteReleased: "released", NoteWarning: "warning", NoteDeadline: "deadline"}
 
 // formatEffect writes e in the scripts' compact form.
 func formatEffect(e Effect) string {
@@ -672,7 +687,14 @@ func formatEffect(e Effect) string {
 		quoted("error", ch.Error)
 	case Fail:
 		fmt.Fprintf(&b, "fail outcome=%s", e.Outcome.Label())
+		if e.Cause != FailRouted {
+			kv("cause", e.Cause.String())
+		}
 		quoted("message", e.Message)
+	case Park:
+		b.WriteString("park")
+	case Unpark:
+		b.WriteString("unpark")
 	case SetTimer:
 		fmt.Fprintf(&b, "set-timer %s leg=%d after=%v", e.Timer.Kind, e.Timer.Leg, e.After)
 	case StopTimer:

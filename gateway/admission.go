@@ -12,14 +12,19 @@ import (
 // Admission of generation and embeddings requests: draining (the server takes no new
 // request), the bound on the requests the server runs at once
 // (Config.MaxConcurrentRequests), and the bounded per-model FIFO queue of requests that
-// found every worker busy or no slot free.
+// found every worker busy or no slot free. The order across requests is decided here; a
+// Backend that runs its requests' lives itself (the frontend's flows, package flow)
+// parks a request that finds every worker busy in its place of this queue (Parking), and
+// its flow decides when the wait ends for that request (a route, its timeout, a drain).
 //
 // Ownership: the queue's slices and the in-flight count are guarded by their own mutex,
-// the slot count is atomic, and a ticket belongs to its request's handler goroutine; no
-// lock is held across a Backend call.
+// the slot count is atomic, and a ticket and a place belong to their request's handler
+// goroutine (a place's retry timer only signals its waiter); no lock is held across a
+// Backend call.
 
-// errDraining is what a request admitted before Drain but still queued gets.
-var errDraining = errors.New("gateway: server draining")
+// ErrDraining is the error of a request admitted before Drain but still queued: 503
+// service_draining.
+var ErrDraining = errors.New("gateway: server draining")
 
 // admission is the fate of a generation request on arrival (admit).
 type admission int
@@ -142,6 +147,138 @@ func queueRefusal(triedBusy, slotsFull bool, why error) error {
 
 // errOverloaded marks a request refused for want of a slot (Config.MaxConcurrentRequests).
 var errOverloaded = errors.New("gateway: concurrency limit reached")
+
+// Parking is a generation request's place in its model's busy queue (Config.QueueDepth),
+// handed to the Backend as GenerateRequest.Parking while the queue is on. A Backend may
+// park a request that finds every worker busy there instead of answering ErrAllBusy, and
+// route it again each time Ready says so; whatever Generate returns afterwards is the
+// request's answer (the gateway does not queue it again). The methods are called from
+// the goroutine of the Generate call (Wake's channel may be read from any).
+type Parking interface {
+	// Timeout is how long the request may still wait: Config.QueueTimeout less the time
+	// it already waited in the queue for a slot.
+	Timeout() time.Duration
+	// Park puts the request at the end of its model's queue, or keeps its place when it
+	// holds one, and gives its concurrency slot back meanwhile. Errors: ErrAllBusy
+	// (wrapped) when the queue is full; the request is not in the queue then.
+	Park() error
+	// Wake receives (it holds one signal at most) when the parked request should look
+	// again: a slot was freed, a stream of its model ended, Config.QueueRetry passed, or
+	// the server started draining. Nil before the first Park.
+	Wake() <-chan struct{}
+	// Ready reports whether the parked request is the head of its model's queue and took
+	// a slot: route it again (and Park again if every worker is still busy).
+	Ready() bool
+	// Draining reports whether the server drains: a parked request then fails with
+	// ErrDraining.
+	Draining() bool
+	// Leave takes the request out of the queue (routed, failed or gone) and wakes the next
+	// head. Harmless when it is not in the queue, and more than once.
+	Leave()
+}
+
+// place is a request's Parking: its ticket, and its waiter while it is in the queue.
+type place struct {
+	s      *Server
+	model  string
+	t      *ticket
+	w      *waiter   // nil: not in the queue
+	joined time.Time // when it first joined (zero: never)
+	parked bool      // the Backend parked it (Park): its Generate's answer is final
+
+	mu    sync.Mutex
+	retry *time.Timer // while parked: signals w every Config.QueueRetry
+}
+
+var _ Parking = (*place)(nil)
+
+// newPlace returns the place of a request of model holding t; nil when the queue is off.
+func (s *Server) newPlace(model string, t *ticket) *place {
+	if s.queue == nil {
+		return nil
+	}
+	return &place{s: s, model: model, t: t}
+}
+
+// join puts the request at the end of its model's queue unless it is in it; busy says
+// whether it found every worker busy (queueError). Errors: the queue is full
+// (queueError).
+func (p *place) join(busy bool) error {
+	if p.w != nil {
+		return nil
+	}
+	w, ok := p.s.queue.join(p.model)
+	if !ok {
+		return p.s.queueError(busy, fmt.Errorf("the queue of %d requests for %q is full", p.s.cfg.QueueDepth, p.model))
+	}
+	p.w = w
+	if p.joined.IsZero() {
+		p.joined = time.Now()
+	}
+	p.s.metrics.queued(p.model, p.s.queue)
+	return nil
+}
+
+// isParked reports whether the Backend parked the request (false for a nil place).
+func (p *place) isParked() bool { return p != nil && p.parked }
+
+func (p *place) Timeout() time.Duration {
+	if p.joined.IsZero() {
+		return p.s.cfg.QueueTimeout
+	}
+	return max(p.s.cfg.QueueTimeout-time.Since(p.joined), time.Nanosecond)
+}
+
+func (p *place) Park() error {
+	p.parked = true
+	p.t.release() // the head takes one when Ready
+	if err := p.join(true); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.retry == nil {
+		p.retry = time.AfterFunc(p.s.cfg.QueueRetry, p.tick)
+	}
+	return nil
+}
+
+// tick signals the parked request to retry, and comes again Config.QueueRetry later.
+func (p *place) tick() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.retry != nil {
+		p.w.signal()
+		p.retry.Reset(p.s.cfg.QueueRetry)
+	}
+}
+
+func (p *place) Wake() <-chan struct{} {
+	if p.w == nil {
+		return nil
+	}
+	return p.w.wake
+}
+
+func (p *place) Ready() bool {
+	return p.w != nil && p.s.queue.head(p.model, p.w) && p.t.acquire()
+}
+
+func (p *place) Draining() bool { return p.s.draining.Load() }
+
+func (p *place) Leave() {
+	if p == nil || p.w == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.retry != nil {
+		p.retry.Stop()
+		p.retry = nil
+	}
+	p.mu.Unlock()
+	p.s.queue.leave(p.model, p.w)
+	p.w = nil
+}
 
 // queue holds the requests of each model that wait for a worker to stop being busy, in
 // arrival order. Only the head of a model's queue retries the route, so requests leave in
@@ -318,11 +455,19 @@ func (s *Server) admitRequest() (*ticket, *APIError) {
 	}
 }
 
-// startGeneration runs req on the Backend, holding t's slot, once admitted lets it.
+// startGeneration runs req on the Backend, holding t's slot, once admitted lets it; with
+// the queue on, the Backend gets the request's place in it (GenerateRequest.Parking).
 // Errors: those of Backend.Generate, and admitted's.
 func (s *Server) startGeneration(ctx context.Context, req *GenerateRequest, t *ticket) (Stream, error) {
+	pl := s.newPlace(req.Model, t)
+	defer pl.Leave()
+	if pl != nil {
+		r := *req
+		r.Parking = pl
+		req = &r
+	}
 	var st Stream
-	err := s.admitted(ctx, req.Model, t, func() error {
+	err := s.admitted(ctx, req.Model, t, pl, func() error {
 		var err error
 		st, err = s.backend.Generate(ctx, req)
 		return err
@@ -337,15 +482,16 @@ func (s *Server) startGeneration(ctx context.Context, req *GenerateRequest, t *t
 // the head of the queue takes a slot and tries again each time a slot is freed, one of
 // this server's requests for the model ends (released), and every QueueRetry, for at
 // most QueueTimeout; a request arriving while others wait joins the queue's end without
-// trying. Errors: try's, ErrAllBusy (wrapped) when the queue is full or the wait timed
-// out behind busy workers, the 503 server_overloaded *APIError when it did so for want
-// of a slot, errDraining, ctx.Err().
-func (s *Server) admitted(ctx context.Context, model string, t *ticket, try func() error) error {
+// trying. pl is the request's place (nil with the queue off): a try whose Backend parked
+// the request there (Parking) has its answer, busy or not. Errors: try's, ErrAllBusy
+// (wrapped) when the queue is full or the wait timed out behind busy workers, the 503
+// server_overloaded *APIError when it did so for want of a slot, ErrDraining, ctx.Err().
+func (s *Server) admitted(ctx context.Context, model string, t *ticket, pl *place, try func() error) error {
 	busy := false
 	if s.queue == nil || s.queue.len(model) == 0 {
 		if t.acquire() {
 			err := try()
-			if s.queue == nil || !errors.Is(err, ErrAllBusy) {
+			if s.queue == nil || !errors.Is(err, ErrAllBusy) || pl.isParked() {
 				return err
 			}
 			busy = true
@@ -354,7 +500,7 @@ func (s *Server) admitted(ctx context.Context, model string, t *ticket, try func
 		}
 	}
 	t.release() // the head of the queue takes a slot when it tries
-	return s.waitInQueue(ctx, model, t, busy, try)
+	return s.waitInQueue(ctx, pl, busy, try)
 }
 
 // queueError is the error of a request that leaves the queue without running
@@ -369,15 +515,14 @@ func (s *Server) queueError(triedBusy bool, why error) error {
 	return err
 }
 
-// waitInQueue queues a request of model (see admitted); busy says whether it found every
-// worker busy before.
-func (s *Server) waitInQueue(ctx context.Context, model string, t *ticket, busy bool, try func() error) error {
-	w, ok := s.queue.join(model)
-	if !ok {
-		return s.queueError(busy, fmt.Errorf("the queue of %d requests for %q is full", s.cfg.QueueDepth, model))
+// waitInQueue queues the request of place pl (see admitted); busy says whether it found
+// every worker busy before.
+func (s *Server) waitInQueue(ctx context.Context, pl *place, busy bool, try func() error) error {
+	if err := pl.join(busy); err != nil {
+		return err
 	}
-	defer s.queue.leave(model, w)
-	s.metrics.queued(model, s.queue)
+	defer pl.Leave()
+	w, model, t := pl.w, pl.model, pl.t
 	timeout := time.NewTimer(s.cfg.QueueTimeout)
 	defer timeout.Stop()
 	retry := time.NewTicker(s.cfg.QueueRetry)
@@ -392,12 +537,12 @@ func (s *Server) waitInQueue(ctx context.Context, model string, t *ticket, busy 
 		case <-retry.C:
 		}
 		if s.draining.Load() {
-			return errDraining
+			return ErrDraining
 		}
 		if !s.queue.head(model, w) || !t.acquire() {
 			continue
 		}
-		if err := try(); !errors.Is(err, ErrAllBusy) {
+		if err := try(); !errors.Is(err, ErrAllBusy) || pl.isParked() {
 			return err
 		}
 		busy = true

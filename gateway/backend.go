@@ -18,7 +18,8 @@ type Backend interface {
 	Models(ctx context.Context) ([]*messages.ModelCard, error)
 	// Generate routes the request and starts it on a worker. The returned Stream must be
 	// closed by the caller on every path. Errors: ErrUnknownModel, ErrNoWorkers,
-	// ErrAllBusy (wrapped), or a transport error.
+	// ErrAllBusy (wrapped), or a transport error; a Backend that parks the request in
+	// req.Parking also ErrDraining and ctx.Err() while it waits there.
 	Generate(ctx context.Context, req *GenerateRequest) (Stream, error)
 }
 
@@ -34,9 +35,20 @@ type GenerateRequest struct {
 	// PinWorker asks the router for this worker (RouteRequest pin_worker): the choices
 	// after the first of an n > 1 request follow the first's decision. Empty: route.
 	PinWorker string
+	// SessionID is the client's session (x-session-id, else the body's user; session.go):
+	// the router may keep the conversation on the worker of its last request
+	// (RouteRequest session_id). Empty: none. Not sent to workers.
+	SessionID string
 	// PromptText is a completions prompt as the request gave it, when it gave text and
 	// the prompt ran untruncated: echo shows it (logprobs.go). Not sent to workers.
 	PromptText string
+	// ExplainRoute asks the router to explain its choice (RouteRequest explain); the
+	// stream then implements ExplainedStream (`turbine.explain_route`, explain.go).
+	ExplainRoute bool
+	// Parking is the request's place in its model's busy queue, set by the gateway while
+	// the queue is on (Config.QueueDepth > 0); nil otherwise. A Backend that uses it
+	// parks a request that finds every worker busy instead of answering ErrAllBusy.
+	Parking Parking
 }
 
 // Stream is a running request's token stream.

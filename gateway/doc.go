@@ -116,7 +116,9 @@
 //   - `{"turbine": {"return_worker": true}}` adds a `turbine` object (worker_id,
 //     request_id, cached_tokens; with a DisaggStream also disagg, prefill_worker_id and
 //     decode_worker_id) to the body, or to the finishing chunk of a stream;
-//     `overlap_weight` and `router_temperature` override the router per request.
+//     `overlap_weight` and `router_temperature` override the router per request;
+//     `explain_route` (implying return_worker) adds `route`, the router's decision with
+//     every candidate's cost terms, from an ExplainedStream (explain.go).
 //     The access log line names where the request ended (after a prefill retried
 //     elsewhere or a migration), as the finishing `turbine` object does.
 package gateway

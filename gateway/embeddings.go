@@ -388,7 +388,7 @@ func (s *Server) embed(ctx context.Context, rec *requestRecord, emb Embedder, re
 	run := &embedRun{emb: emb, model: card.GetModel(), requestID: rec.id, inputs: inputs, dims: int(req.Dimensions),
 		out: make([]*messages.Embedding, len(inputs))}
 	ran := false
-	err := s.admitted(ctx, run.model, rec.ticket, func() error {
+	err := s.admitted(ctx, run.model, rec.ticket, s.newPlace(run.model, rec.ticket), func() error {
 		ran = true
 		return run.try(ctx)
 	})

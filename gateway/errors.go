@@ -226,7 +226,7 @@ func backendError(model string, err error) *APIError {
 		e := modelNotFound(model)
 		e.Cause = err
 		return e
-	case errors.Is(err, errDraining):
+	case errors.Is(err, ErrDraining):
 		return draining()
 	case errors.Is(err, ErrAllBusy):
 		return &APIError{Kind: KindAllBusy, Message: fmt.Sprintf("All workers serving model %q are busy; retry later.", clipName(model)), Cause: err}

@@ -297,14 +297,20 @@ func (g *generation) drainCut(aerr *APIError) *APIError {
 	return out
 }
 
-// info is the `turbine` extension object, when the request asked for it: the outcome.
+// info is the `turbine` extension object, when the request asked for it (return_worker
+// or explain_route): the outcome, and with explain_route the route's explanation.
 func (g *generation) info() *TurbineInfo {
-	if !g.p.common.Turbine.ReturnWorker {
+	t := g.p.common.Turbine
+	if !t.ReturnWorker && !t.ExplainRoute {
 		return nil
 	}
 	worker, d := g.outcome()
-	return &TurbineInfo{WorkerID: worker, RequestID: g.rec.id, CachedTokens: g.out.cachedTokens,
+	info := &TurbineInfo{WorkerID: worker, RequestID: g.rec.id, CachedTokens: g.out.cachedTokens,
 		Disagg: d.Decision, PrefillWorkerID: d.PrefillWorker, DecodeWorkerID: d.DecodeWorker}
+	if es, ok := g.stream.(ExplainedStream); ok && t.ExplainRoute {
+		info.Route = es.RouteExplanation()
+	}
+	return info
 }
 
 // streamTo answers with SSE in the API's shape: its opening, the events as they come,

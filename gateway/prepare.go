@@ -289,6 +289,7 @@ func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest,
 			Sampling:      sampling,
 			OverlapWeight: c.Turbine.OverlapWeight,
 			Temperature:   c.Turbine.RouterTemperature,
+			ExplainRoute:  c.Turbine.ExplainRoute,
 		},
 	}, nil
 }

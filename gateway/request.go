@@ -52,6 +52,9 @@ type commonRequest struct {
 type turbineOptions struct {
 	// ReturnWorker adds a `turbine` object (worker id, cached tokens) to the response.
 	ReturnWorker bool
+	// ExplainRoute adds the router's explained decision to that object (`route`, every
+	// candidate's cost terms: explain.go); it implies ReturnWorker.
+	ExplainRoute bool
 	// OverlapWeight and RouterTemperature override the router's defaults (docs/reference.md §3).
 	OverlapWeight     *float64
 	RouterTemperature *float64
@@ -306,17 +309,18 @@ func penalty(o *object, key string) float64 {
 
 // turbineKeys are the fields of the `turbine` extension; others are refused so that a
 // misspelt option is not silently ignored.
-var turbineKeys = map[string]bool{"return_worker": true, "overlap_weight": true, "router_temperature": true}
+var turbineKeys = map[string]bool{"return_worker": true, "explain_route": true, "overlap_weight": true, "router_temperature": true}
 
 func parseTurbine(t *object) turbineOptions {
 	var opts turbineOptions
 	for k := range t.m {
 		if !turbineKeys[k] {
-			t.fail(newError(KindInvalidValue, t.param(k), "Unknown field '%s' (known: return_worker, overlap_weight, router_temperature).", t.param(k)))
+			t.fail(newError(KindInvalidValue, t.param(k), "Unknown field '%s' (known: return_worker, explain_route, overlap_weight, router_temperature).", t.param(k)))
 			return opts
 		}
 	}
 	opts.ReturnWorker, _ = t.boolean("return_worker")
+	opts.ExplainRoute, _ = t.boolean("explain_route")
 	if w, ok := t.number("overlap_weight"); ok {
 		if w < 0 {
 			t.fail(newError(KindInvalidValue, t.param("overlap_weight"), "Invalid 'turbine.overlap_weight': expected a value >= 0, but got %g.", w))

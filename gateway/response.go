@@ -25,7 +25,8 @@ type PromptTokensDetails struct {
 }
 
 // TurbineInfo is the `turbine` extension object added to a response (and to a stream's
-// finishing chunk) when the request asked for it with `turbine.return_worker`.
+// finishing chunk) when the request asked for it with `turbine.return_worker` or
+// `turbine.explain_route`.
 type TurbineInfo struct {
 	// WorkerID names the worker that served the request.
 	WorkerID string `json:"worker_id"`
@@ -40,6 +41,9 @@ type TurbineInfo struct {
 	PrefillWorkerID string `json:"prefill_worker_id,omitempty"`
 	// DecodeWorkerID names the decode worker (absent for Disagg "aggregated").
 	DecodeWorkerID string `json:"decode_worker_id,omitempty"`
+	// Route is the router's explained decision (`turbine.explain_route`, explain.go);
+	// absent unless asked, or when the backend gives none.
+	Route *RouteExplanation `json:"route,omitempty"`
 }
 
 // usageNull is the JSON null every stream chunk carries when include_usage is on.

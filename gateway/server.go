@@ -381,6 +381,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, a api,
 		var p *prepared
 		if p, aerr = prepare(r.Context(), rec, body); aerr == nil {
 			p.api = a
+			p.setSession(sessionID(r.Header.Get(SessionHeader), p.common.User))
 			s.generate(w, r, rec, p)
 			return
 		}

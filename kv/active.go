@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"math"
 	"time"
 )
 
@@ -45,6 +46,9 @@ type ActiveSequences struct {
 	seqs    map[string]*activeSeq
 	queue   expiryQueue
 	gen     uint64
+	// base: the clock's origin for the decode ages below (the first Add's time).
+	base    time.Time
+	hasBase bool
 }
 
 type activeWorker struct {
@@ -52,6 +56,10 @@ type activeWorker struct {
 	prefillTokens int64
 	sequences     int
 	extra         u64Map // slot → further requests sharing it
+	// decoding: requests past their first token; doneSum: the sum of their first-token
+	// times (seconds since base), so their summed decode age at t is decoding·t − doneSum.
+	decoding int
+	doneSum  float64
 }
 
 type activeSeq struct {
@@ -59,8 +67,11 @@ type activeSeq struct {
 	slots         []uint32
 	prefillTokens int64
 	prefillDone   bool
+	decoding      bool    // counted in its worker's decoding (PrefillDoneAt)
+	doneAt        float64 // first token, seconds since base (decoding only)
 	start         time.Time
 	gen           uint64
+	predictedMs   float64 // the TTFT the router predicted for it (Note)
 }
 
 // Load is a worker's load as the router tracks it.
@@ -72,6 +83,8 @@ type Load struct {
 	PrefillTokens int64
 	// Sequences is the number of active requests.
 	Sequences int
+	// Decoding is the number of active requests past their first token (PrefillDoneAt).
+	Decoding int
 }
 
 // NewActiveSequences returns an empty tracker whose Expire drops sequences older than
@@ -92,7 +105,66 @@ func (a *ActiveSequences) Load(w WorkerID) Load {
 		return Load{}
 	}
 	aw := &a.workers[w]
-	return Load{ActiveBlocks: aw.blocks, PrefillTokens: aw.prefillTokens, Sequences: aw.sequences}
+	return Load{ActiveBlocks: aw.blocks, PrefillTokens: aw.prefillTokens, Sequences: aw.sequences, Decoding: aw.decoding}
+}
+
+// DecodeSeconds is the summed time since their first token of worker w's requests that
+// are decoding, at now (seconds; 0 when none): the output they have produced grows with it.
+func (a *ActiveSequences) DecodeSeconds(w WorkerID, now time.Time) float64 {
+	if int(w) >= len(a.workers) || a.workers[w].decoding == 0 {
+		return 0
+	}
+	aw := &a.workers[w]
+	return math.Max(0, float64(aw.decoding)*a.since(now)-aw.doneSum)
+}
+
+func (a *ActiveSequences) since(t time.Time) float64 {
+	if !a.hasBase {
+		a.base, a.hasBase = t, true
+	}
+	return t.Sub(a.base).Seconds()
+}
+
+// NotePrediction stores the TTFT (ms) the router predicted for active request reqID.
+func (a *ActiveSequences) NotePrediction(reqID string, ms float64) {
+	if s, ok := a.seqs[reqID]; ok {
+		s.predictedMs = ms
+	}
+}
+
+// DecodeAge is, for an active request past its first token, its worker and its time
+// since that token at now (seconds).
+func (a *ActiveSequences) DecodeAge(reqID string, now time.Time) (WorkerID, float64, bool) {
+	s, ok := a.seqs[reqID]
+	if !ok || !s.decoding {
+		return 0, 0, false
+	}
+	return s.worker, math.Max(0, a.since(now)-s.doneAt), true
+}
+
+// FirstToken is what PrefillDoneAt learnt: the request's worker, its time from routing to
+// first token and the TTFT the router had predicted (0: none).
+type FirstToken struct {
+	Worker      WorkerID
+	TTFT        time.Duration
+	PredictedMs float64
+}
+
+// PrefillDoneAt is PrefillDone at time now: the request also starts counting as
+// decoding. It returns what the router may learn from it; ok is false when reqID is not
+// active or its prefill was already done.
+func (a *ActiveSequences) PrefillDoneAt(reqID string, now time.Time) (FirstToken, bool) {
+	s, ok := a.seqs[reqID]
+	if !ok || s.prefillDone {
+		return FirstToken{}, false
+	}
+	a.PrefillDone(reqID)
+	t := a.since(now)
+	s.doneAt, s.decoding = t, true
+	aw := &a.workers[s.worker]
+	aw.decoding++
+	aw.doneSum += t
+	return FirstToken{Worker: s.worker, TTFT: now.Sub(s.start), PredictedMs: s.predictedMs}, true
 }
 
 // Worker returns the worker a request is active on.
@@ -196,6 +268,13 @@ func (a *ActiveSequences) Free(reqID string) bool {
 	}
 	if !s.prefillDone {
 		aw.prefillTokens -= s.prefillTokens
+	}
+	if s.decoding {
+		aw.decoding--
+		aw.doneSum -= s.doneAt
+		if aw.decoding == 0 {
+			aw.doneSum = 0 // no drift left behind
+		}
 	}
 	aw.sequences--
 	return true

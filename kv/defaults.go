@@ -5,7 +5,7 @@ import "time"
 // Defaults of the router core, in one place (docs/reference.md §3, §4).
 const (
 	// DefaultPolicy is the routing policy of a Router unless configured otherwise.
-	DefaultPolicy = PolicyKV
+	DefaultPolicy = PolicyTTFT
 	// DefaultOverlapWeight weighs prefill blocks against decode blocks in the KV cost.
 	DefaultOverlapWeight = 1.0
 	// DefaultTemperature 0 means argmin (no softmax draw).
@@ -30,6 +30,24 @@ const (
 	// leaves room for an acknowledgement queued behind a busy router, and still clears a
 	// request whose frontend never learnt of its routing long before MaxSequenceAge.
 	DefaultMaxUnackedAge = 30 * time.Second
+	// DefaultApproxTTL: how long a routed prompt's blocks count as cached on a worker
+	// without KV events, whose predictions are its whole index (docs/reference.md §3.4;
+	// Dynamo's approximate mode uses 120 s).
+	DefaultApproxTTL = 120 * time.Second
+	// DefaultPredictBlocks bounds the blocks predicted on a worker that did not report
+	// its KV capacity (the mock engine's default capacity).
+	DefaultPredictBlocks = 16384
+	// DefaultApproxAfterRequests and DefaultApproxAfterSilence: a worker that was routed
+	// this many requests with a full KV block, the first of them this long ago, and sent
+	// no KV event batch since, is routed in approximate mode until its next batch.
+	DefaultApproxAfterRequests = 16
+	DefaultApproxAfterSilence  = 30 * time.Second
+	// DefaultSessionTTL and DefaultMaxSessions: a session (RouteInput.SessionID) names
+	// the worker of its last request for this long after it, and at most this many
+	// sessions are kept (least recently used out first; about 100 bytes each plus the
+	// id).
+	DefaultSessionTTL  = 10 * time.Minute
+	DefaultMaxSessions = 65536
 )
 
 // Config configures a Router. Start from DefaultConfig and change fields; NewRouter
@@ -54,9 +72,40 @@ type Config struct {
 	Busy BusyThresholds
 	// MaxBufferedBatches: see DefaultMaxBufferedBatches; <= 0 means the default.
 	MaxBufferedBatches int
+	// Profile: the engines' timing profile for the TTFT policy (kv/profile.go); the zero
+	// value means DefaultProfile.
+	Profile Profile
 	// Disagg: conditional disaggregation, used while some worker has role prefill or
 	// decode (disagg.go). Taken as given: start from DefaultDisaggConfig.
 	Disagg DisaggConfig
+	// PredictActive: on a worker with KV events, the prompt blocks of the requests
+	// routed to it and still tracked count as cached there (a candidate's prefix hit is
+	// the longer run), bridging the time until its events say so (approx.go;
+	// docs/reference.md §3.3). Off in DefaultConfig (prefix hits are the index's
+	// alone); Turbine's commands turn it on (--router-predict-active).
+	PredictActive bool
+	// ApproxTTL: a routed prompt's blocks count as cached on a worker in approximate
+	// mode (IndexApproximate) for this long after the last request that used them;
+	// <= 0 means DefaultApproxTTL.
+	ApproxTTL time.Duration
+	// PredictBlocks: the most blocks predicted on a worker whose total KV blocks are
+	// unknown (otherwise its total bounds them); <= 0 means DefaultPredictBlocks.
+	PredictBlocks int64
+	// ApproxAfterRequests and ApproxAfterSilence: a worker routed ApproxAfterRequests
+	// requests with at least one full KV block, the first of them ApproxAfterSilence
+	// ago or more, without a KV event batch since, switches to approximate mode until
+	// its next batch; ApproxAfterRequests <= 0 disables the switch (workers registered
+	// with WorkerSpec.NoKVEvents are approximate regardless).
+	ApproxAfterRequests int
+	ApproxAfterSilence  time.Duration
+	// SessionTTL and MaxSessions bound the sessions remembered (session.go); <= 0 means
+	// DefaultSessionTTL and DefaultMaxSessions.
+	SessionTTL  time.Duration
+	MaxSessions int
+	// NoDump: the index keeps only what routing needs, not the blocks' token ids
+	// (NewIndexWithoutDump: about half the memory at block size 16), and DumpWorker
+	// fails. The Router grain sets it: a moved grain rebuilds from the workers' dumps.
+	NoDump bool
 }
 
 // BusyThresholds mark a worker busy (docs/reference.md §4); busy workers are skipped by every
@@ -72,14 +121,21 @@ type BusyThresholds struct {
 // DefaultConfig returns the default configuration for KV blocks of blockSize tokens.
 func DefaultConfig(blockSize int) Config {
 	return Config{
-		BlockSize:          blockSize,
-		Policy:             DefaultPolicy,
-		OverlapWeight:      DefaultOverlapWeight,
-		Temperature:        DefaultTemperature,
-		MaxSequenceAge:     DefaultMaxSequenceAge,
-		MaxUnackedAge:      DefaultMaxUnackedAge,
-		MaxBufferedBatches: DefaultMaxBufferedBatches,
-		Disagg:             DefaultDisaggConfig(),
+		BlockSize:           blockSize,
+		Policy:              DefaultPolicy,
+		OverlapWeight:       DefaultOverlapWeight,
+		Temperature:         DefaultTemperature,
+		MaxSequenceAge:      DefaultMaxSequenceAge,
+		MaxUnackedAge:       DefaultMaxUnackedAge,
+		MaxBufferedBatches:  DefaultMaxBufferedBatches,
+		Disagg:              DefaultDisaggConfig(),
+		Profile:             DefaultProfile(),
+		ApproxTTL:           DefaultApproxTTL,
+		PredictBlocks:       DefaultPredictBlocks,
+		ApproxAfterRequests: DefaultApproxAfterRequests,
+		ApproxAfterSilence:  DefaultApproxAfterSilence,
+		SessionTTL:          DefaultSessionTTL,
+		MaxSessions:         DefaultMaxSessions,
 	}
 }
 

@@ -219,7 +219,7 @@ func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 // placeDisagg completes a disaggregated decision whose decode worker is dc (a copy: the
 // candidate buffer may be reused): steps 2 to 4 at the top of this file.
 func (r *Router) placeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, dc Candidate, now time.Time, rng *rand.Rand) (Decision, error) {
-	isl := int64(len(in.Tokens))
+	isl := int64(in.promptTokens())
 	bs := int64(r.cfg.BlockSize)
 	uncached := max(0, isl-int64(dc.OverlapBlocks)*bs)
 	switch {
@@ -276,8 +276,11 @@ func (r *Router) queueLong(cands []Candidate) bool {
 // placeLocal records a request prefilled on its (decode or aggregated) worker c, like an
 // aggregated request, and returns its decision of the given kind.
 func (r *Router) placeLocal(in *RouteInput, hashes []uint64, c Candidate, kind int, now time.Time) Decision {
-	prefill := max(0, int64(len(in.Tokens))-int64(c.OverlapBlocks)*int64(r.cfg.BlockSize))
+	prefill := max(0, int64(in.promptTokens())-int64(c.OverlapBlocks)*int64(r.cfg.BlockSize))
 	r.active.Add(in.RequestID, c.Worker, hashes, prefill, now)
+	// noted at the profile's speed: the observed/predicted ratio is then the worker's speed
+	pr := PredictTTFT(&r.cfg.Profile, in.promptTokens(), r.cfg.BlockSize, &c)
+	r.active.NotePrediction(in.RequestID, pr.Total()/pr.Speed)
 	r.count(kind, len(hashes), c.OverlapBlocks)
 	return Decision{WorkerID: c.ID, Worker: c.Worker, OverlapBlocks: c.OverlapBlocks, PromptBlocks: len(hashes),
 		PrefillTokens: prefill, Disagg: disaggKinds[kind], UncachedPrefillTokens: prefill}

@@ -279,6 +279,7 @@ func TestDisaggDecisions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig(disaggBS)
+			cfg.Policy = PolicyKV // the cases weigh workers by the KV cost (docs/reference.md §3)
 			cfg.Disagg.MaxLocalPrefillTokens, cfg.Disagg.MaxPrefillQueueTokens = 8, 20
 			if tc.cfg != nil {
 				tc.cfg(&cfg)

@@ -14,10 +14,10 @@ import (
 // deterministic), then, only when w holds a block whose ancestor it no longer holds,
 // one BlockRemoved of the placeholder engine hashes under which those missing ancestors
 // were re-stored to carry the chain. Token slices share one fresh buffer. nil when w
-// holds nothing.
+// holds nothing, or when the index keeps no token ids (NewIndexWithoutDump).
 func (x *Index) Dump(w WorkerID) []Event {
 	wb := x.worker(w)
-	if wb == nil || wb.blocks.len() == 0 {
+	if wb == nil || wb.blocks.len() == 0 || !x.dump {
 		return nil
 	}
 	// primary engine hash per held slot (the smallest, for determinism); the others are
@@ -93,11 +93,10 @@ func (x *Index) Dump(w WorkerID) []Event {
 	var events []Event
 	last := noSlot // last block of events[len(events)-1]
 	emit := func(s uint32) {
-		m := &x.meta[s]
 		parent := x.t.parent[s]
 		start := len(toks)
 		toks = append(toks, x.slotTokens(s)...)
-		if n := len(events); n > 0 && parent != noSlot && parent == last && x.loras[m.lora] == events[n-1].LoraName {
+		if n := len(events); n > 0 && parent != noSlot && parent == last && x.loras[x.loraOf[s]] == events[n-1].LoraName {
 			ev := &events[n-1]
 			ev.EngineHashes = append(ev.EngineHashes, primary[s])
 			ev.TokenIDs = toks[len(toks)-len(ev.EngineHashes)*bs:]
@@ -109,7 +108,7 @@ func (x *Index) Dump(w WorkerID) []Event {
 			EngineHashes: []uint64{primary[s]},
 			TokenIDs:     toks[start:len(toks):len(toks)],
 			BlockSize:    bs,
-			LoraName:     x.loras[m.lora],
+			LoraName:     x.loras[x.loraOf[s]],
 		}
 		if parent != noSlot {
 			ev.HasParent, ev.ParentHash = true, primary[parent]
@@ -148,7 +147,6 @@ func (x *Index) Dump(w WorkerID) []Event {
 		return 0
 	})
 	for _, xb := range extras {
-		m := &x.meta[xb.slot]
 		start := len(toks)
 		toks = append(toks, x.slotTokens(xb.slot)...)
 		ev := Event{
@@ -156,7 +154,7 @@ func (x *Index) Dump(w WorkerID) []Event {
 			EngineHashes: []uint64{xb.e},
 			TokenIDs:     toks[start:len(toks):len(toks)],
 			BlockSize:    bs,
-			LoraName:     x.loras[m.lora],
+			LoraName:     x.loras[x.loraOf[xb.slot]],
 		}
 		if p := x.t.parent[xb.slot]; p != noSlot {
 			ev.HasParent, ev.ParentHash = true, primary[p]

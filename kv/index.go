@@ -17,8 +17,11 @@ const MaxWorkerID = 1<<16 - 1
 //
 // Layout: a tree of blocks in dense node slots (bitTable: sequence hash, parent, first
 // child, worker bitset with one 64-bit word per 64 workers; a hash map only for
-// roots and branch points); per slot a child count, the LoRA adapter and the block's
-// token ids; per worker a map from the engine's block hash to the slot. Lookups walk
+// roots and branch points); per slot a child count and a holder count; per worker a
+// map from the engine's block hash to the slot. For Dump only, unless the index was
+// made without them (NewIndexWithoutDump), per slot the block's token ids and LoRA
+// adapter, and each salted first block's cache salt: at block size 16 the token ids
+// alone are 64 bytes per block, more than all the rest. Lookups walk
 // the prompt's sequence hashes down the tree and AND the bitsets, so a routing lookup
 // follows one link per prompt block (a map probe only at branch points), allocates
 // nothing, and stops once no worker still matches.
@@ -43,9 +46,12 @@ type Index struct {
 	blockSize int
 	t         bitTable
 	meta      []nodeMeta // per slot
+	// dump: the index keeps what Dump needs (tokens, loraOf, salts).
+	dump bool
 	// tokens holds each slot's blockSize token ids in pages of tokenPageSlots slots, so
 	// that growing the index never copies the tokens already stored.
 	tokens  [][]uint32
+	loraOf  []uint32 // per slot, an index into loras
 	workers []*workerBlocks
 	loras   []string
 	loraIDs map[string]uint32
@@ -54,6 +60,8 @@ type Index struct {
 	salts map[uint32]string
 	// unknownRemovals counts BlockRemoved hashes the worker was not known to hold.
 	unknownRemovals uint64
+	// hashBuf is applyStored's scratch: an event's sequence hashes.
+	hashBuf []uint64
 }
 
 // tokenPageSlots is the number of slots per page of Index.tokens.
@@ -68,7 +76,6 @@ func (x *Index) slotTokens(s uint32) []uint32 {
 type nodeMeta struct {
 	children uint32 // live nodes whose parent (bitTable.parent) is this one
 	holders  uint32 // workers whose bit is set
-	lora     uint32 // index into Index.loras
 }
 
 // workerBlocks is one worker's view: authoritative engine hash → slot.
@@ -80,6 +87,16 @@ type workerBlocks struct {
 // NewIndex returns an empty index for KV blocks of blockSize tokens. It panics if
 // blockSize is not positive (validate configuration before).
 func NewIndex(blockSize int) *Index {
+	x := NewIndexWithoutDump(blockSize)
+	x.dump = true
+	return x
+}
+
+// NewIndexWithoutDump returns an empty index that keeps no token ids, adapters or salts:
+// Dump returns nil. It routes exactly as NewIndex's, in about half the memory at block
+// size 16 (BENCHMARKS.md). A Router grain does not need Dump: a moved grain rebuilds
+// its index from the workers' own block lists. It panics if blockSize is not positive.
+func NewIndexWithoutDump(blockSize int) *Index {
 	if blockSize <= 0 {
 		panic(fmt.Sprintf("kv: NewIndex: block size %d must be positive", blockSize))
 	}
@@ -237,18 +254,16 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 	lora := x.loraID(ev.LoraName)
 	seed := LoraSeed(ev.LoraName)
 	bs := x.blockSize
+	x.hashBuf = AppendChainedHashes(x.hashBuf[:0], ev.TokenIDs, bs, seed, chained, prevHash)
 	for i, e := range ev.EngineHashes {
 		toks := ev.TokenIDs[i*bs : (i+1)*bs]
-		h := LocalBlockHash(toks, seed)
-		if chained {
-			h = ChainHash(prevHash, h)
-		}
+		h := x.hashBuf[i]
 		s := x.node(h, prev, lora, toks)
-		if prev == noSlot && ev.CacheSalt != "" {
+		if prev == noSlot && ev.CacheSalt != "" && x.dump {
 			x.salts[s] = ev.CacheSalt // for Dump; the hash already holds it
 		}
 		x.mapBlock(wb, w, e, s)
-		prev, prevHash, chained = s, h, true
+		prev = s
 	}
 	return nil
 }
@@ -262,11 +277,17 @@ func (x *Index) node(h uint64, parent, lora uint32, toks []uint32) uint32 {
 	if int(s) >= len(x.meta) {
 		x.meta = append(x.meta, nodeMeta{})
 	}
-	if int(s/tokenPageSlots) >= len(x.tokens) {
-		x.tokens = append(x.tokens, make([]uint32, tokenPageSlots*x.blockSize))
+	x.meta[s] = nodeMeta{}
+	if x.dump {
+		if int(s/tokenPageSlots) >= len(x.tokens) {
+			x.tokens = append(x.tokens, make([]uint32, tokenPageSlots*x.blockSize))
+		}
+		copy(x.slotTokens(s), toks)
+		if int(s) >= len(x.loraOf) {
+			x.loraOf = append(x.loraOf, 0)
+		}
+		x.loraOf[s] = lora
 	}
-	copy(x.slotTokens(s), toks)
-	x.meta[s] = nodeMeta{lora: lora}
 	if parent != noSlot {
 		x.meta[parent].children++
 	}
@@ -379,4 +400,12 @@ func (x *Index) Overlaps(seqHashes []uint64, out []uint32) []uint32 {
 	out = out[:n]
 	x.t.leading(seqHashes, out)
 	return out
+}
+
+// newRouterIndex is the index of a Router with configuration cfg (Config.NoDump).
+func newRouterIndex(cfg Config) *Index {
+	if cfg.NoDump {
+		return NewIndexWithoutDump(cfg.BlockSize)
+	}
+	return NewIndex(cfg.BlockSize)
 }

@@ -30,6 +30,15 @@ type Candidate struct {
 	TotalBlocks int64
 	// SessionWorker: the request's session (RouteInput.SessionID) last went to this worker.
 	SessionWorker bool
+	// DecodingRequests: active requests past their first token; DecodeSeconds: their summed
+	// time since it (s), from which the output they have added is estimated.
+	DecodingRequests int
+	DecodeSeconds    float64
+	// SpeedFactor: the worker's observed TTFT over the profile's prediction, smoothed;
+	// 0 before anything was observed (taken as 1). MeanDecodeSeconds: the smoothed time its
+	// requests take from first token to end (0: unknown).
+	SpeedFactor       float64
+	MeanDecodeSeconds float64
 }
 
 // SelectInput is what a policy decides on. Policies must not retain it.
@@ -44,6 +53,8 @@ type SelectInput struct {
 	// OverlapWeight and Temperature: the router's defaults or the request's overrides.
 	OverlapWeight float64
 	Temperature   float64
+	// Profile: the engines' timing profile (Config.Profile); nil means DefaultProfile.
+	Profile *Profile
 }
 
 // Policy chooses a worker for a request: it returns an index into in.Candidates.
@@ -99,6 +110,7 @@ func DefaultPolicies() *Registry {
 		PolicyRoundRobin: func() Policy { return &RoundRobinPolicy{} },
 		PolicyRandom:     func() Policy { return RandomPolicy{} },
 		PolicyCacheAware: func() Policy { return NewCacheAwarePolicy() },
+		PolicyTTFT:       func() Policy { return NewTTFTPolicy() },
 	} {
 		if err := r.Register(name, f); err != nil {
 			panic(err)

@@ -20,6 +20,12 @@ type KVPolicy struct{}
 
 // KVCost returns cost(w) of candidate c for the request described by in (see KVPolicy).
 func KVCost(in *SelectInput, c *Candidate) float64 {
+	prefillBlocks, decodeBlocks := kvCostTerms(in, c)
+	return in.OverlapWeight*prefillBlocks + decodeBlocks
+}
+
+// kvCostTerms returns prefill_blocks(w) and decode_blocks(w) of KVPolicy (KV blocks).
+func kvCostTerms(in *SelectInput, c *Candidate) (prefillBlocks, decodeBlocks float64) {
 	bs := in.BlockSize
 	if bs <= 0 {
 		bs = 1
@@ -28,13 +34,21 @@ func KVCost(in *SelectInput, c *Candidate) float64 {
 	if newTokens < 0 {
 		newTokens = 0
 	}
-	prefillBlocks := float64(c.ActivePrefillTokens+int64(newTokens)) / float64(bs)
+	prefillBlocks = float64(c.ActivePrefillTokens+int64(newTokens)) / float64(bs)
 	newActive := in.PromptBlocks - c.ActivePrefixBlocks
 	if newActive < 0 {
 		newActive = 0
 	}
-	decodeBlocks := float64(c.ActiveBlocks + newActive)
-	return in.OverlapWeight*prefillBlocks + decodeBlocks
+	return prefillBlocks, float64(c.ActiveBlocks + newActive)
+}
+
+// Explain implements Explainer: cost(w) of KVCost as the sum of its two terms,
+// weighted_prefill_blocks (overlap_weight × prefill_blocks(w)) and decode_blocks, both
+// in KV blocks.
+func (KVPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
+	prefill, decode := kvCostTerms(in, c)
+	w := in.OverlapWeight * prefill
+	return w + decode, []Term{{Name: TermWeightedPrefillBlocks, Value: w}, {Name: TermDecodeBlocks, Value: decode}}
 }
 
 // Select implements Policy.
@@ -227,19 +241,11 @@ func (p CacheAwarePolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	if len(cands) == 0 {
 		return 0, ErrNoWorkers
 	}
-	minLoad, maxLoad := cands[0].ActiveRequests, cands[0].ActiveRequests
-	best := 0 // highest overlap
-	for i := range cands {
-		minLoad, maxLoad = min(minLoad, cands[i].ActiveRequests), max(maxLoad, cands[i].ActiveRequests)
-		if cands[i].OverlapBlocks > cands[best].OverlapBlocks {
-			best = i
-		}
-	}
-	if maxLoad-minLoad > p.BalanceAbsThreshold && float64(maxLoad) > float64(minLoad)*p.BalanceRelThreshold {
+	stage, top := p.stage(in)
+	switch stage {
+	case stageLoad:
 		return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.ActiveRequests, c.ActiveBlocks }), nil
-	}
-	if MatchRatio(in, &cands[best]) > p.CacheThreshold {
-		top := cands[best].OverlapBlocks
+	case stageCache:
 		return pickMin(cands, rng, func(c *Candidate) (int, int) {
 			if c.OverlapBlocks != top {
 				return math.MaxInt, 0
@@ -248,6 +254,58 @@ func (p CacheAwarePolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 		}), nil
 	}
 	return pickMin(cands, rng, func(c *Candidate) (int, int) { return c.IndexedBlocks, c.ActiveRequests }), nil
+}
+
+// Stages of CacheAwarePolicy.Select (TermStage).
+const (
+	stageLoad  = 0 // the load is imbalanced: the least-loaded worker
+	stageCache = 1 // the best match ratio exceeds CacheThreshold: the best-matching worker
+	stageSize  = 2 // otherwise: the smallest cache
+)
+
+// stage is the stage of Select that decides for in (at least one candidate), and the
+// highest overlap (blocks) among the candidates.
+func (p CacheAwarePolicy) stage(in *SelectInput) (stage, top int) {
+	cands := in.Candidates
+	minLoad, maxLoad := cands[0].ActiveRequests, cands[0].ActiveRequests
+	best := 0 // highest overlap
+	for i := range cands {
+		minLoad, maxLoad = min(minLoad, cands[i].ActiveRequests), max(maxLoad, cands[i].ActiveRequests)
+		if cands[i].OverlapBlocks > cands[best].OverlapBlocks {
+			best = i
+		}
+	}
+	switch {
+	case maxLoad-minLoad > p.BalanceAbsThreshold && float64(maxLoad) > float64(minLoad)*p.BalanceRelThreshold:
+		return stageLoad, cands[best].OverlapBlocks
+	case MatchRatio(in, &cands[best]) > p.CacheThreshold:
+		return stageCache, cands[best].OverlapBlocks
+	}
+	return stageSize, cands[best].OverlapBlocks
+}
+
+// Explain implements Explainer. The cost is the key the policy minimises in the stage
+// that decides the request (TermStage, the same for every candidate): the active
+// requests when the load is imbalanced; 1 − match_ratio when the best match ratio
+// exceeds CacheThreshold (the load then breaks ties among the best matches); otherwise
+// the indexed blocks. Terms: stage, active_requests, match_ratio (0..1), indexed_blocks.
+func (p CacheAwarePolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
+	stage := stageSize
+	if len(in.Candidates) > 0 {
+		stage, _ = p.stage(in)
+	}
+	ratio := MatchRatio(in, c)
+	var cost float64
+	switch stage {
+	case stageLoad:
+		cost = float64(c.ActiveRequests)
+	case stageCache:
+		cost = 1 - ratio
+	default:
+		cost = float64(c.IndexedBlocks)
+	}
+	return cost, []Term{{Name: TermStage, Value: float64(stage)}, {Name: TermActiveRequests, Value: float64(c.ActiveRequests)},
+		{Name: TermMatchRatio, Value: ratio}, {Name: TermIndexedBlocks, Value: float64(c.IndexedBlocks)}}
 }
 
 // pickMin returns the candidate with the smallest key (compared as a pair), drawing

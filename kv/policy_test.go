@@ -10,7 +10,7 @@ import (
 
 func TestRegistry(t *testing.T) {
 	r := DefaultPolicies()
-	if got := fmt.Sprint(r.Names()); got != "[cache-aware kv random round-robin]" {
+	if got := fmt.Sprint(r.Names()); got != "[cache-aware kv random round-robin ttft]" {
 		t.Fatalf("names %s", got)
 	}
 	if err := r.Register(PolicyKV, func() Policy { return KVPolicy{} }); !errors.Is(err, ErrDuplicatePolicy) {

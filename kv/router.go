@@ -61,9 +61,23 @@ type Router struct {
 	pinned        int64   // requests routed to their PinWorker
 	pinFallbacks  int64   // requests whose PinWorker could not be used
 	hashBuf       []uint64
+	now           time.Time // the current Route's time (decode ages)
 	ovBuf         []uint32
 	apBuf         []uint32
 	candBuf       []Candidate
+	// pred: the predicted placements (approx.go); pdBuf their overlaps for the prompt
+	// being routed, routeHashes its sequence hashes. sessions: the session store
+	// (session.go); sessionWorker is the worker the request's session last went to
+	// (noWorker: none).
+	pred          *predictions
+	pdBuf         []uint32
+	routeHashes   []uint64
+	sessions      *sessions
+	sessionWorker WorkerID
+	// explaining: the Route in progress explains itself (RouteInput.Explain); explained
+	// holds the candidates of its first policy call (explain.go), nil otherwise.
+	explaining bool
+	explained  []ExplainedCandidate
 }
 
 type routerWorker struct {
@@ -80,6 +94,19 @@ type routerWorker struct {
 	// droppedSeq is the highest seq of a batch dropped from a full pending buffer; a
 	// dump that does not cover it leaves a gap.
 	droppedSeq uint64
+	// speed: observed over predicted TTFT, smoothed (0: nothing observed yet); decodeSecs:
+	// the smoothed time from first token to end (0: none seen). Learnt by PrefillDoneAt and
+	// FreeAt (docs/reference.md §3.6).
+	speed      float64
+	decodeSecs float64
+	// noEvents: the registration says the engine publishes no KV events. approx: the
+	// worker is in approximate mode (noEvents, or silent: see Config.ApproxAfterRequests).
+	// silentRoutes counts the requests with a full block routed to it since its last
+	// event batch (or engine start), the first of them at silentSince.
+	noEvents     bool
+	approx       bool
+	silentRoutes int
+	silentSince  time.Time
 }
 
 type pendingBatch struct {
@@ -105,6 +132,9 @@ type WorkerSpec struct {
 	// Role in disaggregated serving (zero value: aggregated). A registration may change
 	// it; the worker's blocks and active requests stay.
 	Role Role
+	// NoKVEvents: the engine was started without KV events; the worker is routed in
+	// approximate mode (IndexApproximate) until an event batch of it arrives.
+	NoKVEvents bool
 }
 
 // RouteInput is one routing request.
@@ -149,8 +179,12 @@ type RouteInput struct {
 	// SessionID: the client's session ("" for none); the worker the session last went to
 	// is marked in its Candidate (SessionWorker) for the policy to weigh.
 	SessionID string
-	// BlockHashes: the prompt's chained block hashes (kv/hash.go) computed by the caller;
-	// when set, Tokens may be empty and PromptTokens gives the prompt's length (tokens).
+	// BlockHashes: the prompt's chained block hashes (AppendSaltedSequenceHashes under
+	// LoraName and CacheSalt, at the router's block size) computed by the caller, used
+	// when Tokens is empty; PromptTokens is then the prompt's length in tokens, and
+	// BlockHashes must hold exactly its full blocks (PromptTokens / block size of them),
+	// else the route fails with ErrInvalidRequest (hashes made at another block size).
+	// With Tokens set, both are ignored. The Router does not keep or modify BlockHashes.
 	BlockHashes  []uint64
 	PromptTokens int
 }
@@ -219,6 +253,12 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := validateDisagg(cfg.Disagg); err != nil {
 		return nil, err
 	}
+	if cfg.Profile == (Profile{}) {
+		cfg.Profile = DefaultProfile()
+	}
+	if err := cfg.Profile.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Policies == nil {
 		cfg.Policies = DefaultPolicies()
 	}
@@ -227,6 +267,18 @@ func NewRouter(cfg Config) (*Router, error) {
 	}
 	if cfg.MaxBufferedBatches <= 0 {
 		cfg.MaxBufferedBatches = DefaultMaxBufferedBatches
+	}
+	if cfg.ApproxTTL <= 0 {
+		cfg.ApproxTTL = DefaultApproxTTL
+	}
+	if cfg.PredictBlocks <= 0 {
+		cfg.PredictBlocks = DefaultPredictBlocks
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
 	}
 	p, err := cfg.Policies.New(cfg.Policy)
 	if err != nil {
@@ -240,10 +292,12 @@ func NewRouter(cfg Config) (*Router, error) {
 		cfg:           cfg,
 		policy:        p,
 		prefillPolicy: pp,
-		index:         NewIndex(cfg.BlockSize),
+		index:         newRouterIndex(cfg),
 		active:        NewActiveSequences(cfg.MaxSequenceAge),
 		byName:        make(map[string]*routerWorker),
 		awaiting:      make(map[string]uint64),
+		pred:          newPredictions(),
+		sessions:      newSessions(cfg.SessionTTL, cfg.MaxSessions),
 	}, nil
 }
 
@@ -292,7 +346,7 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 			return false, fmt.Errorf("%w: more than %d workers", ErrInvalidRequest, MaxWorkerID+1)
 		}
 		rw = &routerWorker{id: id, name: spec.ID, role: spec.Role, epoch: spec.Epoch, lastSeq: spec.LastSeq,
-			synced: spec.LastSeq == 0, dumpPart: -1}
+			synced: spec.LastSeq == 0, dumpPart: -1, noEvents: spec.NoKVEvents, approx: spec.NoKVEvents}
 		r.roleCount[spec.Role]++
 		if int(id) == len(r.workers) {
 			r.workers = append(r.workers, rw)
@@ -318,6 +372,9 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 		r.roleCount[spec.Role]++
 		rw.role = spec.Role
 	}
+	if rw.noEvents != spec.NoKVEvents {
+		rw.noEvents, rw.approx, rw.silentRoutes = spec.NoKVEvents, spec.NoKVEvents, 0
+	}
 	rw.ready, rw.totalBlocks = spec.Ready, spec.TotalBlocks
 	return !rw.synced && rw.dumpPart < 0, nil
 }
@@ -325,6 +382,8 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 // restart drops a worker's blocks for a new engine epoch.
 func (r *Router) restart(rw *routerWorker, epoch uint64) {
 	r.index.ClearWorker(rw.id)
+	r.pred.clearWorker(rw.id)
+	rw.approx, rw.silentRoutes = rw.noEvents, 0
 	rw.epoch, rw.lastSeq, rw.synced = epoch, 0, true
 	rw.dumpPart, rw.pending, rw.droppedSeq = -1, nil, 0
 }
@@ -338,6 +397,7 @@ func (r *Router) RemoveWorker(workerID string) (int, error) {
 		return 0, fmt.Errorf("%w: %q", ErrUnknownWorker, workerID)
 	}
 	r.index.RemoveWorker(rw.id)
+	r.pred.removeWorker(rw.id)
 	n := r.active.RemoveWorker(rw.id)
 	r.roleCount[rw.role]--
 	r.workers[rw.id] = nil
@@ -368,6 +428,7 @@ func (r *Router) ApplyBatch(workerID string, epoch, seq uint64, events []Event) 
 	if epoch > rw.epoch {
 		r.restart(rw, epoch)
 	}
+	r.eventsArrived(rw)
 	if !rw.synced {
 		r.buffer(rw, seq, events)
 		return false, nil
@@ -491,10 +552,14 @@ func (r *Router) ApplyDump(workerID string, epoch, lastSeq uint64, events []Even
 
 // DumpWorker returns a worker's blocks as KV events (see Index.Dump) with the epoch and
 // last batch seq they reflect: what a new router replica would apply with ApplyDump.
+// ErrInvalidRequest with Config.NoDump.
 func (r *Router) DumpWorker(workerID string) (epoch, lastSeq uint64, events []Event, err error) {
 	rw := r.byName[workerID]
 	if rw == nil {
 		return 0, 0, nil, fmt.Errorf("%w: %q", ErrUnknownWorker, workerID)
+	}
+	if r.cfg.NoDump {
+		return 0, 0, nil, fmt.Errorf("%w: the router keeps no token ids to dump (Config.NoDump)", ErrInvalidRequest)
 	}
 	return rw.epoch, rw.lastSeq, r.index.Dump(rw.id), nil
 }
@@ -529,10 +594,20 @@ func (r *Router) busy(rw *routerWorker, l Load) bool {
 // overrides), ErrNoWorkers (no ready worker, or all excluded), ErrAllBusy (every
 // remaining worker busy), ErrNoPrefillWorkers (Disagg.Enforce and no prefill worker),
 // or a policy's error; a request that fails is not tracked. It allocates only the
-// active-sequence records (and the PrefillLeg of a remote decision, and the entry of a
-// request awaiting its acknowledgement).
+// active-sequence records (and the PrefillLeg of a remote decision, the entry of a
+// request awaiting its acknowledgement, and with in.Explain the Decision's Candidates).
 func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, error) {
+	r.explaining, r.explained = in.Explain, nil
 	d, err := r.route(&in, now, rng)
+	if err == nil {
+		r.recordPlacement(&in, &d, now)
+	}
+	if r.explaining {
+		if err == nil {
+			d.Candidates = r.explained
+		}
+		r.explaining, r.explained = false, nil
+	}
 	if err == nil && in.WillAck && r.cfg.MaxUnackedAge > 0 {
 		r.ackGen++
 		r.awaiting[in.RequestID] = r.ackGen
@@ -546,8 +621,11 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	if in.RequestID == "" {
 		return Decision{}, fmt.Errorf("%w: empty request id", ErrInvalidRequest)
 	}
+	if err := in.checkPrompt(r.cfg.BlockSize); err != nil {
+		return Decision{}, err
+	}
 	sel := SelectInput{
-		PromptTokens:  len(in.Tokens),
+		PromptTokens:  in.promptTokens(),
 		BlockSize:     r.cfg.BlockSize,
 		OverlapWeight: r.cfg.OverlapWeight,
 		Temperature:   r.cfg.Temperature,
@@ -566,9 +644,14 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	}
 	r.Expire(now)
 	r.Free(in.RequestID)
+	r.now = now
+	sel.Profile = &r.cfg.Profile
 
-	r.hashBuf = AppendSaltedSequenceHashes(r.hashBuf[:0], in.Tokens, r.cfg.BlockSize, in.LoraName, in.CacheSalt)
-	hashes := r.hashBuf
+	hashes := in.BlockHashes // the caller's (checkPrompt), never written to
+	if len(in.Tokens) > 0 {
+		r.hashBuf = AppendSaltedSequenceHashes(r.hashBuf[:0], in.Tokens, r.cfg.BlockSize, in.LoraName, in.CacheSalt)
+		hashes = r.hashBuf
+	}
 	sel.PromptBlocks = len(hashes)
 	r.ovBuf = r.index.Overlaps(hashes, r.ovBuf)
 	if cap(r.apBuf) < len(r.workers) {
@@ -576,8 +659,13 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	}
 	r.apBuf = r.apBuf[:len(r.workers)]
 	r.active.ActivePrefix(hashes, r.apBuf)
+	r.lookupPredicted(in, hashes, now)
 
 	pin, pinned := r.pinCandidate(in)
+	if pinned && r.explaining {
+		r.explained = explainCandidates(r.policy, &SelectInput{Candidates: []Candidate{pin}, PromptTokens: sel.PromptTokens,
+			PromptBlocks: sel.PromptBlocks, BlockSize: sel.BlockSize, OverlapWeight: sel.OverlapWeight, Temperature: sel.Temperature}, 0)
+	}
 	if r.disaggregated() {
 		if pinned {
 			return r.placeDisagg(in, &sel, hashes, pin, now, rng)
@@ -655,10 +743,15 @@ func (r *Router) candidate(rw *routerWorker, l Load) Candidate {
 		ActivePrefillTokens: l.PrefillTokens,
 		IndexedBlocks:       r.index.Blocks(rw.id),
 		TotalBlocks:         rw.totalBlocks,
+		DecodingRequests:    l.Decoding,
+		DecodeSeconds:       r.active.DecodeSeconds(rw.id, r.now),
+		SpeedFactor:         rw.speed,
+		MeanDecodeSeconds:   rw.decodeSecs,
 	}
 	if int(rw.id) < len(r.ovBuf) {
 		c.OverlapBlocks = int(r.ovBuf[rw.id])
 	}
+	r.predictedFacts(rw, &c)
 	return c
 }
 
@@ -671,6 +764,9 @@ func (r *Router) choose(p Policy, sel *SelectInput, rng *rand.Rand) (Candidate, 
 	}
 	if i < 0 || i >= len(sel.Candidates) {
 		return Candidate{}, fmt.Errorf("kv: policy %q chose candidate %d of %d", r.cfg.Policy, i, len(sel.Candidates))
+	}
+	if r.explaining {
+		r.noteChoice(p, sel, i)
 	}
 	return sel.Candidates[i], nil
 }
@@ -691,6 +787,43 @@ func (r *Router) PrefillDone(reqID string) bool {
 	a := r.active.PrefillDone(reqID)
 	b := r.active.PrefillDone(PrefillRequestID(reqID))
 	return a || b
+}
+
+// PrefillDoneAt is PrefillDone with the time the first token came: the router also learns
+// the worker's speed from it (observed against predicted TTFT) and counts the request as
+// decoding from now on (its output grows the worker's load).
+func (r *Router) PrefillDoneAt(reqID string, now time.Time) bool {
+	done := false
+	for _, id := range [2]string{reqID, PrefillRequestID(reqID)} {
+		ft, ok := r.active.PrefillDoneAt(id, now)
+		if !ok {
+			done = done || r.active.PrefillDone(id)
+			continue
+		}
+		done = true
+		if rw := r.workerByID(ft.Worker); rw != nil && ft.PredictedMs > 0 {
+			rw.speed = learnSpeed(rw.speed, float64(ft.TTFT)/float64(time.Millisecond)/ft.PredictedMs)
+		}
+	}
+	return done
+}
+
+// FreeAt is Free at time now: the router also learns how long the worker's requests
+// decode.
+func (r *Router) FreeAt(reqID string, now time.Time) bool {
+	if w, secs, ok := r.active.DecodeAge(reqID, now); ok {
+		if rw := r.workerByID(w); rw != nil {
+			rw.decodeSecs = smooth(rw.decodeSecs, secs)
+		}
+	}
+	return r.Free(reqID)
+}
+
+func (r *Router) workerByID(w WorkerID) *routerWorker {
+	if int(w) < len(r.workers) {
+		return r.workers[w]
+	}
+	return nil
 }
 
 // Free ends a request (finished, cancelled, failed): the id given — a request id or
@@ -784,6 +917,11 @@ type WorkerStats struct {
 	LastSeq             uint64
 	// Synced: the index holds the worker's complete block list (no dump outstanding).
 	Synced bool
+	// IndexMode: whether the worker's KV events feed its prefix hits, or predictions
+	// alone (approx.go). PredictedBlocks: blocks predicted on it, kept apart from
+	// IndexedBlocks.
+	IndexMode       IndexMode
+	PredictedBlocks int
 }
 
 // Stats is a snapshot of the router's state and counters.
@@ -813,6 +951,10 @@ type Stats struct {
 	// routed by the policy instead.
 	Pinned       int64
 	PinFallbacks int64
+	// PredictedNodes: distinct blocks predicted on some worker (approx.go), apart from
+	// IndexNodes. Sessions: client sessions remembered (session.go).
+	PredictedNodes int
+	Sessions       int
 }
 
 // Stats returns a snapshot of the router's state.
@@ -823,6 +965,7 @@ func (r *Router) Stats() Stats {
 		UnknownRemovals: r.index.UnknownRemovals(), SkippedEvents: r.skipped,
 		Decisions: make(map[DisaggDecision]int64, numKinds), Expired: r.expired, AwaitingAck: len(r.awaiting),
 		Pinned: r.pinned, PinFallbacks: r.pinFallbacks,
+		PredictedNodes: r.pred.nodes(), Sessions: r.sessions.len(),
 	}
 	for k, n := range r.decisions {
 		s.Decisions[disaggKinds[k]] = n
@@ -837,6 +980,7 @@ func (r *Router) Stats() Stats {
 			ActiveBlocks: l.ActiveBlocks, ActivePrefillTokens: l.PrefillTokens, ActiveRequests: l.Sequences,
 			TotalBlocks: rw.totalBlocks, Busy: r.busy(rw, l), Ready: rw.ready,
 			Epoch: rw.epoch, LastSeq: rw.lastSeq, Synced: rw.synced,
+			IndexMode: rw.indexMode(), PredictedBlocks: r.pred.blocks(rw.id),
 		})
 	}
 	sort.Slice(s.Workers, func(i, j int) bool { return strings.Compare(s.Workers[i].ID, s.Workers[j].ID) < 0 })

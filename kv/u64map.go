@@ -1,7 +1,9 @@
 package kv
 
 // u64Map is an open-addressing hash map from uint64 keys to uint32 values: linear
-// probing over one array of 16-byte entries (one cache line holds four), multiplicative
+// probing over one array of 12-byte entries (the key as two 32-bit halves, so that no
+// padding rounds an entry up to 16 bytes: the index keeps one entry per indexed block
+// and worker, and a quarter of that memory was padding), multiplicative
 // (Fibonacci) hashing of the key, and backward-shift deletion, so that there are no
 // tombstones. The index and the load tracking insert and delete blocks all the time;
 // Go's built-in map keeps tombstones under such churn, and lookups of absent keys then
@@ -17,10 +19,14 @@ type u64Map struct {
 	zeroVal uint32
 }
 
+// u64Ent is one entry: key lo | hi<<32 (0: empty), and its value.
 type u64Ent struct {
-	key uint64
-	val uint32
+	lo, hi, val uint32
 }
+
+func (e *u64Ent) key() uint64 { return uint64(e.lo) | uint64(e.hi)<<32 }
+
+func (e *u64Ent) setKey(k uint64) { e.lo, e.hi = uint32(k), uint32(k>>32) }
 
 const (
 	u64MapMinSize = 16
@@ -48,10 +54,10 @@ func (m *u64Map) get(k uint64) (uint32, bool) {
 	mask := uint64(len(m.ents) - 1)
 	for i := m.home(k); ; i = (i + 1) & mask {
 		e := &m.ents[i]
-		if e.key == k {
+		switch e.key() {
+		case k:
 			return e.val, true
-		}
-		if e.key == 0 {
+		case 0:
 			return 0, false
 		}
 	}
@@ -73,11 +79,12 @@ func (m *u64Map) getOrPut(k uint64, v uint32) (uint32, bool) {
 	mask := uint64(len(m.ents) - 1)
 	for i := m.home(k); ; i = (i + 1) & mask {
 		e := &m.ents[i]
-		if e.key == k {
+		switch e.key() {
+		case k:
 			return e.val, true
-		}
-		if e.key == 0 {
-			e.key, e.val = k, v
+		case 0:
+			e.setKey(k)
+			e.val = v
 			m.n++
 			return v, false
 		}
@@ -96,11 +103,12 @@ func (m *u64Map) put(k uint64, v uint32) {
 	mask := uint64(len(m.ents) - 1)
 	for i := m.home(k); ; i = (i + 1) & mask {
 		e := &m.ents[i]
-		if e.key == k || e.key == 0 {
-			if e.key == 0 {
+		if ek := e.key(); ek == k || ek == 0 {
+			if ek == 0 {
 				m.n++
 			}
-			e.key, e.val = k, v
+			e.setKey(k)
+			e.val = v
 			return
 		}
 	}
@@ -119,10 +127,9 @@ func (m *u64Map) del(k uint64) bool {
 	mask := uint64(len(m.ents) - 1)
 	i := m.home(k)
 	for ; ; i = (i + 1) & mask {
-		if m.ents[i].key == k {
+		if ek := m.ents[i].key(); ek == k {
 			break
-		}
-		if m.ents[i].key == 0 {
+		} else if ek == 0 {
 			return false
 		}
 	}
@@ -130,10 +137,11 @@ func (m *u64Map) del(k uint64) bool {
 	// the probe run into the hole unless their home lies cyclically in (hole, j].
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		e := m.ents[j]
-		if e.key == 0 {
+		ek := e.key()
+		if ek == 0 {
 			break
 		}
-		h := m.home(e.key)
+		h := m.home(ek)
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
 			m.ents[i] = e
 			i = j
@@ -156,11 +164,11 @@ func (m *u64Map) resize(size int) {
 	}
 	mask := uint64(size - 1)
 	for _, e := range old {
-		if e.key == 0 {
+		if e.key() == 0 {
 			continue
 		}
-		i := m.home(e.key)
-		for m.ents[i].key != 0 {
+		i := m.home(e.key())
+		for m.ents[i].key() != 0 {
 			i = (i + 1) & mask
 		}
 		m.ents[i] = e
@@ -175,9 +183,9 @@ func (m *u64Map) each(fn func(k uint64, v uint32)) {
 	if m.hasZero {
 		fn(0, m.zeroVal)
 	}
-	for _, e := range m.ents {
-		if e.key != 0 {
-			fn(e.key, e.val)
+	for i := range m.ents {
+		if e := &m.ents[i]; e.key() != 0 {
+			fn(e.key(), e.val)
 		}
 	}
 }

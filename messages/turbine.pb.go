@@ -823,6 +823,10 @@ type WorkerInfo struct {
 	// SGLang prefill workers: the advertised bootstrap host and port both legs are given.
 	BootstrapHost string `protobuf:"bytes,7,opt,name=bootstrap_host,json=bootstrapHost,proto3" json:"bootstrap_host,omitempty"`
 	BootstrapPort int32  `protobuf:"varint,8,opt,name=bootstrap_port,json=bootstrapPort,proto3" json:"bootstrap_port,omitempty"`
+	// The engine was started without KV events (its launch configuration says so): the
+	// router routes it on its own record of what it placed there ("approximate" index
+	// mode, docs/reference.md §3).
+	NoKvEvents    bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -911,6 +915,13 @@ func (x *WorkerInfo) GetBootstrapPort() int32 {
 		return x.BootstrapPort
 	}
 	return 0
+}
+
+func (x *WorkerInfo) GetNoKvEvents() bool {
+	if x != nil {
+		return x.NoKvEvents
+	}
+	return false
 }
 
 // RegisterWorker is sent by a worker to its model's Router grain on start and on every
@@ -2318,8 +2329,13 @@ type WorkerStats struct {
 	EngineKvUsage       float64                `protobuf:"fixed64,9,opt,name=engine_kv_usage,json=engineKvUsage,proto3" json:"engine_kv_usage,omitempty"`
 	ActiveRequests      int32                  `protobuf:"varint,10,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"` // requests routed to the worker and not yet freed
 	Role                Role                   `protobuf:"varint,12,opt,name=role,proto3,enum=turbine.v1.Role" json:"role,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// "events" (the engine's KV events feed the index) or "approximate" (no events: the
+	// router's predictions of what it placed are the worker's index), and the blocks
+	// predicted on it (never counted in indexed_blocks).
+	IndexMode       string `protobuf:"bytes,13,opt,name=index_mode,json=indexMode,proto3" json:"index_mode,omitempty"`
+	PredictedBlocks int64  `protobuf:"varint,14,opt,name=predicted_blocks,json=predictedBlocks,proto3" json:"predicted_blocks,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WorkerStats) Reset() {
@@ -2427,6 +2443,20 @@ func (x *WorkerStats) GetRole() Role {
 		return x.Role
 	}
 	return Role_ROLE_AGGREGATED
+}
+
+func (x *WorkerStats) GetIndexMode() string {
+	if x != nil {
+		return x.IndexMode
+	}
+	return ""
+}
+
+func (x *WorkerStats) GetPredictedBlocks() int64 {
+	if x != nil {
+		return x.PredictedBlocks
+	}
+	return 0
 }
 
 type RouterStats struct {
@@ -4382,7 +4412,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12%\n" +
 	"\x0eprefill_tokens\x18\x05 \x01(\x03R\rprefillTokens\x12\x19\n" +
-	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xb3\x02\n" +
+	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xd5\x02\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12*\n" +
@@ -4392,7 +4422,10 @@ const file_turbine_proto_rawDesc = "" +
 	"\fengine_epoch\x18\x05 \x01(\x04R\vengineEpoch\x12$\n" +
 	"\x04role\x18\t \x01(\x0e2\x10.turbine.v1.RoleR\x04role\x12%\n" +
 	"\x0ebootstrap_host\x18\a \x01(\tR\rbootstrapHost\x12%\n" +
-	"\x0ebootstrap_port\x18\b \x01(\x05R\rbootstrapPortJ\x04\b\x06\x10\a\"\x92\x01\n" +
+	"\x0ebootstrap_port\x18\b \x01(\x05R\rbootstrapPort\x12 \n" +
+	"\fno_kv_events\x18\n" +
+	" \x01(\bR\n" +
+	"noKvEventsJ\x04\b\x06\x10\a\"\x92\x01\n" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
@@ -4506,7 +4539,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eprefill_tokens\x18\x02 \x01(\x03H\x01R\rprefillTokens\x88\x01\x01B\v\n" +
 	"\t_kv_usageB\x11\n" +
 	"\x0f_prefill_tokens\"\x14\n" +
-	"\x12RouterStatsRequest\"\x9f\x03\n" +
+	"\x12RouterStatsRequest\"\xe9\x03\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x03R\rindexedBlocks\x12#\n" +
@@ -4519,7 +4552,10 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0fengine_kv_usage\x18\t \x01(\x01R\rengineKvUsage\x12'\n" +
 	"\x0factive_requests\x18\n" +
 	" \x01(\x05R\x0eactiveRequests\x12$\n" +
-	"\x04role\x18\f \x01(\x0e2\x10.turbine.v1.RoleR\x04roleJ\x04\b\v\x10\f\"\xda\x02\n" +
+	"\x04role\x18\f \x01(\x0e2\x10.turbine.v1.RoleR\x04role\x12\x1d\n" +
+	"\n" +
+	"index_mode\x18\r \x01(\tR\tindexMode\x12)\n" +
+	"\x10predicted_blocks\x18\x0e \x01(\x03R\x0fpredictedBlocksJ\x04\b\v\x10\f\"\xda\x02\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +

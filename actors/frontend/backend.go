@@ -103,7 +103,7 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 		cfg.StallTimeout = def.StallTimeout
 	}
 	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, busy: map[string]kv.BusyThresholds{}, metrics: metrics.NewSet()}
-	b.rec = &setRecorder{set: b.metrics}
+	b.rec = &setRecorder{set: b.metrics, log: cfg.Logger}
 	b.c.Store(c)
 	b.loader = NewModelLoader(b.actorSystem,
 		LoaderConfig{CacheDir: cfg.ModelCacheDir, FilesTimeout: cfg.FilesTimeout, Logger: cfg.Logger})
@@ -168,17 +168,22 @@ func (b *Backend) Recent(model string) bool {
 
 // Generate routes req with the model's Router grain and starts it on the chosen worker.
 // The returned stream migrates the request to another worker on migratable faults
-// (Config.MigrationLimit). Errors: gateway.ErrUnknownModel or ErrNoWorkers (wrapped) when
-// the catalog has no live worker of the model, a failed Catalog call (Models), or the
-// router's refusal as gateway.RouteError maps it (a failed Route call included).
+// (Config.MigrationLimit). A request every worker is busy for waits in req.Parking, the
+// gateway's busy queue, when it has one (the flow's Park). Errors: gateway.ErrUnknownModel
+// or ErrNoWorkers (wrapped) when the catalog has no live worker of the model, a failed
+// Catalog call (Models), the router's refusal as gateway.RouteError maps it (a failed
+// Route call included), the queue's (gateway.ErrAllBusy wrapped, gateway.ErrDraining),
+// ctx.Err() when ctx ends while the request waits.
 func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (gateway.Stream, error) {
 	models, err := b.Models(ctx)
 	if err != nil {
 		return nil, err
 	}
-	known := false
+	known, blockSize := false, 0
 	for _, m := range models {
-		known = known || m.Model == req.Model
+		if m.Model == req.Model {
+			known, blockSize = true, int(m.GetKvBlockSize())
+		}
 	}
 	if !known {
 		if b.Recent(req.Model) {
@@ -191,8 +196,10 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	c := b.c.Load()
 	s := newStream(c.ActorSystem.Root, &grainRouting{
 		c: messages.GetRouterGrainClient(c, req.Model), root: c.ActorSystem.Root, timeout: b.cfg.RouteTimeout, log: b.cfg.Logger,
+		blockSize: blockSize,
 	}, b.cfg, req, b.nextID, b.rec)
-	if err := s.start(req.TokenIDs, req.Sampling); err != nil {
+	s.blockSize = blockSize // predicted prefix hits (hits.go)
+	if err := s.startIn(ctx, req.TokenIDs, req.Sampling); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -211,12 +218,36 @@ type grainRouting struct {
 	root    *actor.RootContext
 	timeout time.Duration
 	log     zerolog.Logger
+	// blockSize is the model's KV block size from its card (0: unknown): with it, routes
+	// carry the prompt's block hashes instead of its tokens (hashPrompt).
+	blockSize int
 }
 
 // Route asks the Router grain for a worker, waiting at most the route timeout. A call
 // that fails may still have been recorded by the grain (it answered too late): the
 // caller frees the request id either way.
+//
+// With the model's block size known, the route carries the prompt's block hashes and
+// length instead of its token ids (hashPrompt); once answered, rr gets its token ids
+// back, keeping the hashes (after a failed call the grain may still be reading rr, which
+// is then left as sent). A grain that refuses the hashes (ROUTE_BAD_REQUEST: a router
+// whose block size is not the card's, or one older than block hashes) is asked again
+// with the token ids, and the refusal is logged once per process.
 func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
+	tokens, hashed := hashPrompt(rr, g.blockSize)
+	resp, err := g.c.Route(rr, pcluster.WithTimeout(g.timeout))
+	if !hashed || err != nil {
+		return resp, err
+	}
+	rr.TokenIds = tokens
+	if resp.GetOutcome() != messages.RouteOutcome_ROUTE_BAD_REQUEST {
+		return resp, err
+	}
+	if !hashesRefused.Swap(true) {
+		g.log.Warn().Str("error", resp.GetError()).Int("block_size", g.blockSize).
+			Msg("the router refused a prompt's block hashes: routing with token ids (logged once)")
+	}
+	rr.BlockHashes, rr.PromptTokens = nil, nil
 	return g.c.Route(rr, pcluster.WithTimeout(g.timeout))
 }
 

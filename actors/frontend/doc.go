@@ -31,6 +31,22 @@
 // also when a migration or prefill retry finds no worker (Recv then returns the error);
 // a worker failure that cannot be migrated (migration off, limit reached) stays a 502.
 //
+// Predicted against delivered prefix-cache hits (hits.go, hitgap.go, docs/reference.md
+// §3.2): the stream pairs each route's predicted hit with the cached tokens the engine
+// reports on the last chunk of the leg that computed the prompt, and the Backend counts
+// them per worker (turbine_frontend_predicted_cached_tokens_total,
+// turbine_frontend_delivered_cached_tokens_total) and flags a sustained shortfall (one
+// warning line; turbine_frontend_cache_hit_gap). A request that asked for it
+// (gateway.GenerateRequest.ExplainRoute) gets its latest route explained
+// (gateway.ExplainedStream).
+//
+// Busy queueing: a request every worker is busy for waits in the place the gateway's
+// per-model FIFO gave it (GenerateRequest.Parking) when the gateway's queue is on; its
+// flow decides when the wait ends (routed, the queue timeout, a drain, its deadline),
+// the gateway decides the order across requests. A request whose --request-timeout
+// passes is told to its flow as flow.Deadline, counted in
+// turbine_frontend_deadline_exceeded_total{model}.
+//
 // Busy thresholds (busy.go): the Backend is a gateway.BusyAdmin; it changes a model's
 // thresholds with the Router grain's SetBusyThresholds and reads its workers' busy flags
 // from Stats.

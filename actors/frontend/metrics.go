@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -35,7 +36,26 @@ const (
 	// histogram {model}, seconds: a decode leg from its Generate to its first token (the
 	// KV transfer plus one decode step).
 	metricTransferWait = "turbine_frontend_kv_transfer_wait_seconds"
+	// counter {model}: requests whose own deadline (--request-timeout) passed before they
+	// ended, running or waiting in the busy queue; what still ran was cancelled. A client
+	// that leaves is not counted here.
+	metricDeadlines = "turbine_frontend_deadline_exceeded_total"
+	// counters {model,worker}, tokens: the router's predicted prefix hit, and the cached
+	// tokens the worker's engine reported, of the legs that computed a prompt and
+	// finished (hits.go).
+	metricPredictedCached = "turbine_frontend_predicted_cached_tokens_total"
+	metricDeliveredCached = "turbine_frontend_delivered_cached_tokens_total"
+	// histogram {model}, tokens: per leg, predicted minus delivered cached tokens (0 when
+	// the engine delivered at least the prediction).
+	metricCachedShortfall = "turbine_frontend_cached_tokens_shortfall"
+	// gauge {model,worker}: 1 while the worker's delivered hits stay below the router's
+	// prediction (hitGapDetector), else 0.
+	metricCacheHitGap = "turbine_frontend_cache_hit_gap"
 )
+
+// shortfallBuckets are the upper bounds of the shortfall histogram (tokens): 0, then
+// 16 .. 262144.
+var shortfallBuckets = append([]float64{0}, metrics.ExponentialBuckets(16, 2, 15)...)
 
 // legBuckets are the upper bounds of the leg histograms: 1 ms .. 131 s.
 var legBuckets = metrics.ExponentialBuckets(0.001, 2, 18)
@@ -46,9 +66,11 @@ var legBuckets = metrics.ExponentialBuckets(0.001, 2, 18)
 // absent-series alerts need them).
 type setRecorder struct {
 	set *metrics.Set
+	log zerolog.Logger // the gap detector's warnings
 
 	mu     sync.Mutex
 	models map[string]bool // models whose counters exist
+	gaps   *hitGapDetector // predicted against delivered hits (hits.go); created on first use
 }
 
 // migrationReasons and prefillRetryReasons are the label values of the migration and
@@ -78,6 +100,7 @@ func (r *setRecorder) declare(model string) {
 		r.counter(metricPrefillRetries, "model", model, "reason", reason.Label())
 	}
 	r.counter(metricKvReleases, "model", model)
+	r.counter(metricDeadlines, "model", model)
 }
 
 func (r *setRecorder) counter(family string, kv ...string) *metrics.Counter {
@@ -99,6 +122,7 @@ func (r *setRecorder) prefillRetried(model string, fault messages.Fault) {
 	r.counter(metricPrefillRetries, "model", model, "reason", fault.Label()).Inc()
 }
 func (r *setRecorder) released(model string) { r.counter(metricKvReleases, "model", model).Inc() }
+func (r *setRecorder) deadline(model string) { r.counter(metricDeadlines, "model", model).Inc() }
 func (r *setRecorder) prefillLeg(model string, d time.Duration) {
 	r.hist(metricPrefillLeg, model).Update(d.Seconds())
 }
@@ -125,7 +149,8 @@ func series(family string, kv ...string) string {
 // scrape: per-worker readiness, indexed KV blocks, router-tracked active decode blocks,
 // prefill tokens and requests, the engine's running/waiting requests and KV usage from
 // its last heartbeat, and per-model routing counters (prefix-hit blocks of routed
-// prompts), and each worker's disaggregation role. Errors reaching a Router grain leave
+// prompts), each worker's disaggregation role and its index mode (events or
+// approximate, with its predicted blocks). Errors reaching a Router grain leave
 // that model out of this scrape. The frontend's own families (the metric* constants)
 // come first.
 func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
@@ -152,6 +177,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		{"turbine_router_worker_engine_running", "requests running in the worker's engine (last heartbeat)", func(w *messages.WorkerStats) float64 { return float64(w.EngineRunning) }},
 		{"turbine_router_worker_engine_waiting", "requests waiting in the worker's engine (last heartbeat)", func(w *messages.WorkerStats) float64 { return float64(w.EngineWaiting) }},
 		{"turbine_router_worker_engine_kv_usage", "the engine's KV cache usage fraction (last heartbeat)", func(w *messages.WorkerStats) float64 { return w.EngineKvUsage }},
+		{"turbine_router_worker_predicted_blocks", "KV blocks the router predicts on a worker without KV events from what it placed there (not in indexed_blocks)", func(w *messages.WorkerStats) float64 { return float64(w.PredictedBlocks) }},
 	}
 	modelFams := []modelFamily{
 		{"turbine_router_requests_routed_total", "requests routed by the model's router", func(s *messages.RouterStats) int64 { return s.Routed }},
@@ -162,7 +188,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	}
 	workerLines := make([][]string, len(workerFams))
 	modelLines := make([][]string, len(modelFams))
-	var roleLines, expiredLines []string
+	var roleLines, expiredLines, modeLines []string
 	for _, m := range models {
 		st, err := b.router(m.Model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
 		if err != nil {
@@ -177,6 +203,10 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 			role := ws.Role.Label()
 			roleLines = append(roleLines, fmt.Sprintf(`turbine_router_worker_role{model="%s",worker="%s",role="%s"} 1`,
 				model, escapeLabel(ws.WorkerId), escapeLabel(role)))
+			for _, mode := range []string{"events", "approximate"} {
+				modeLines = append(modeLines, fmt.Sprintf(`turbine_router_worker_index_mode{model="%s",worker="%s",mode="%s"} %d`,
+					model, escapeLabel(ws.WorkerId), mode, b2i(ws.IndexMode == mode || ws.IndexMode == "" && mode == "events")))
+			}
 		}
 		lbl := fmt.Sprintf(`{model="%s"}`, model)
 		for i, f := range modelFams {
@@ -190,6 +220,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		writeFamily(w, f.name, f.help, "gauge", workerLines[i])
 	}
 	writeFamily(w, "turbine_router_worker_role", "1 for the worker's role in disaggregated serving (aggregated, prefill or decode)", "gauge", roleLines)
+	writeFamily(w, "turbine_router_worker_index_mode", "1 for what the router reads the worker's cached prefixes from: its engine's KV events (events), or its own record of what it placed there, the engine publishing none (approximate); 0 for the other", "gauge", modeLines)
 	for i, f := range modelFams {
 		writeFamily(w, f.name, f.help, "counter", modelLines[i])
 	}
@@ -213,4 +244,11 @@ func b2f(b bool) float64 {
 
 func escapeLabel(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

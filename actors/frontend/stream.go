@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"sync"
@@ -45,6 +46,12 @@ type recorder interface {
 	transferWait(model string, d time.Duration)
 }
 
+// deadlineRecorder is a recorder that also counts requests whose own deadline passed
+// before they ended (flow.NoteDeadline).
+type deadlineRecorder interface {
+	deadline(model string)
+}
+
 // stream is one request's token stream: the shell of its flow (flow.Flow), which decides
 // everything that happens to the request. The stream feeds the flow what happens — the
 // receivers' chunks and termination notices, timers, the client leaving — one event at
@@ -52,10 +59,18 @@ type recorder interface {
 // router, legs as Generate to workers with a receiver actor as reply_to, credits,
 // cancels, releases, metrics and log lines; emitted chunks are what Recv returns.
 //
-// Goroutines: Recv and Close are called by one goroutine (the HTTP handler), which steps
-// the flow; after Close, while the flow is not done (a cancelled prefill leg's release
-// wait), a goroutine of the stream's goes on stepping it. Receivers and timers only post
-// events to the stream's channel. Disagg and WorkerID may be called from anywhere.
+// A request the router finds every worker busy for waits in the gateway's busy queue
+// when the gateway gave it a place there (GenerateRequest.Parking): the flow's Park and
+// Unpark join and leave that place, and while the request is parked the stream turns
+// the queue's wakes into the flow's Unparked (it is the head and took a slot) or Drain
+// (the server drains); the flow's queue timer bounds the wait. start returns once the
+// request runs or has failed.
+//
+// Goroutines: start, Recv and Close are called by one goroutine (the HTTP handler),
+// which steps the flow; after Close, while the flow is not done (a cancelled prefill
+// leg's release wait), a goroutine of the stream's goes on stepping it. Receivers and
+// timers only post events to the stream's channel. Disagg and WorkerID may be called
+// from anywhere.
 type stream struct {
 	root   *actor.RootContext // of the member the stream started on
 	router routing
@@ -74,9 +89,14 @@ type stream struct {
 	// for an event, from the moment it starts waiting.
 	stall    flow.SetTimer
 	stallSet bool
-	// routed holds the answers to the Route effects of a step, stepped after its other
-	// effects.
+	// routed holds the answers to the Route and Park effects of a step, stepped after
+	// its other effects.
 	routed []flow.Event
+	// park is the request's place in the gateway's busy queue (nil: none); parked while
+	// the flow has it there (Park to Unpark); full is the queue's refusal of a Park.
+	park   gateway.Parking
+	parked bool
+	full   error
 
 	// Emitted chunks that Recv has not returned yet (from queue[head]), how many it has
 	// returned (the next one's index), the tokens emitted, and how the request ended: its
@@ -90,7 +110,15 @@ type stream struct {
 
 	closeOnce sync.Once
 	infoMu    sync.Mutex
-	info      flow.Info // copied after each step
+	info      flow.Info                 // copied after each step
+	explained *gateway.RouteExplanation // the latest route's, when the request asked (hits.go)
+
+	// Predicted prefix hits (hits.go): blockSize is the model's KV block size (0:
+	// unknown, nothing predicted); predicted holds them by the request id of the leg
+	// that will compute the prompt, until it is sent, then legPredicted by leg.
+	blockSize    int
+	predicted    map[string]prediction
+	legPredicted map[flow.LegID]prediction
 }
 
 // leg is a leg the flow sent: its worker and its receiver.
@@ -117,7 +145,10 @@ func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.Gene
 	}
 	fcfg := flow.Config{Credits: cfg.Credits, MigrationLimit: cfg.MigrationLimit, StallTimeout: max(cfg.StallTimeout, 0),
 		PrefillReleaseWait: cfg.PrefillReleaseWait, TerminatedGrace: flow.DefaultTerminatedGrace}
-	return &stream{root: root, router: r, cfg: cfg, fcfg: fcfg, req: req, newID: newID, rec: rec,
+	if req.Parking != nil {
+		fcfg.QueueTimeout = req.Parking.Timeout()
+	}
+	return &stream{root: root, router: r, cfg: cfg, fcfg: fcfg, req: req, newID: newID, rec: rec, park: req.Parking,
 		// The channel holds more than the credits granted, so a receiver only waits for
 		// room when a worker ignores flow control.
 		events: make(chan flow.Event, 4*int(max(cfg.Credits, 1))+16), done: make(chan struct{}),
@@ -128,14 +159,61 @@ func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.Gene
 // a new request id: it routes the request and sends it. Errors: the request could not be
 // routed, as gateway.RouteError says (the stream is closed then).
 func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error {
+	return s.startIn(context.Background(), tokens, sampling)
+}
+
+// startIn is start, for a request that may wait in the busy queue while ctx lasts.
+// Errors: start's, the queue's (gateway.ErrAllBusy wrapped when it is full or the wait
+// timed out, gateway.ErrDraining), ctx.Err() when ctx ended while it waited.
+func (s *stream) startIn(ctx context.Context, tokens []uint32, sampling *messages.SamplingParams) error {
 	s.flow = flow.New(flow.Request{ID: s.newID(s.req.RequestID), Model: s.req.Model, Tokens: tokens, Sampling: sampling,
-		OverlapWeight: s.req.OverlapWeight, Temperature: s.req.Temperature, PinWorker: s.req.PinWorker}, s.fcfg)
+		OverlapWeight: s.req.OverlapWeight, Temperature: s.req.Temperature, PinWorker: s.req.PinWorker,
+		Explain: s.req.ExplainRoute, SessionID: s.req.SessionID}, s.fcfg)
 	s.step(flow.Start{})
+	for s.parked && s.failed == nil {
+		ev, err := s.waitParked(ctx)
+		if err != nil {
+			s.Close()
+			return err
+		}
+		s.step(ev)
+	}
 	if s.failed != nil {
 		s.Close()
 		return s.failed
 	}
 	return nil
+}
+
+// waitParked returns the next event of a parked request: the queue's wake as Unparked
+// (the request is the head and took a slot) or Drain, or the flow's queue timer. When ctx
+// ends first it steps the flow's Deadline or ClientGone and returns ctx.Err().
+func (s *stream) waitParked(ctx context.Context) (flow.Event, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			s.step(ended(ctx))
+			return nil, ctx.Err()
+		case ev := <-s.events:
+			return ev, nil
+		case <-s.park.Wake():
+			switch {
+			case s.park.Draining():
+				return flow.Drain{}, nil
+			case s.park.Ready():
+				return flow.Unparked{}, nil
+			}
+		}
+	}
+}
+
+// ended is the flow's event for a consumer whose ctx ended: Deadline when its deadline
+// passed (the gateway's request timeout), else ClientGone.
+func ended(ctx context.Context) flow.Event {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return flow.Deadline{}
+	}
+	return flow.ClientGone{}
 }
 
 // WorkerID names the worker serving the request now (the decode worker of a
@@ -159,7 +237,7 @@ func (s *stream) Disagg() gateway.DisaggInfo {
 // usage), then io.EOF. A request that could not be routed again (after a fault) returns
 // its gateway.RouteError, now and on every later call, which the gateway answers 503 with
 // Retry-After (or, after the first chunk, with an error frame). ctx.Err() when ctx ends
-// first.
+// first; when its deadline passed, the flow is told so (Deadline) at once.
 func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 	for {
 		if s.head < len(s.queue) {
@@ -197,6 +275,9 @@ func (s *stream) wait(ctx context.Context) (flow.Event, error) {
 	}
 	select {
 	case <-ctx.Done():
+		if ev := ended(ctx); ev == (flow.Deadline{}) {
+			s.step(ev)
+		}
 		return nil, ctx.Err()
 	case ev := <-s.events:
 		return ev, nil
@@ -241,6 +322,9 @@ func (s *stream) end() {
 // step feeds ev to the flow and carries out its effects, then those of the route
 // answers they brought.
 func (s *stream) step(ev flow.Event) {
+	if c, ok := ev.(flow.Chunk); ok {
+		s.legChunk(c)
+	}
 	for {
 		for _, e := range s.flow.Step(ev, time.Now()) {
 			s.do(e)
@@ -263,6 +347,9 @@ func (s *stream) do(e flow.Effect) {
 	switch e := e.(type) {
 	case flow.Route:
 		resp, err := s.router.Route(e.Request)
+		if err == nil {
+			s.routeAnswered(e.Request, resp)
+		}
 		s.routed = append(s.routed, flow.Routed{Response: resp, Err: err, Room: rand.Uint64() >> 1})
 	case flow.Send:
 		s.send(e)
@@ -285,11 +372,26 @@ func (s *stream) do(e flow.Effect) {
 		s.produced += len(e.Chunk.TokenIds)
 		s.finished = s.finished || e.Chunk.FinishReason != ""
 	case flow.Fail:
-		if err := gateway.RouteError(e.Outcome, e.Message); err != nil {
+		switch err := gateway.RouteError(e.Outcome, e.Message); {
+		case e.Cause == flow.FailDraining:
+			s.failed = fmt.Errorf("%w: %s", gateway.ErrDraining, e.Message)
+		case e.Cause == flow.FailQueueFull && s.full != nil:
+			s.failed = s.full // the queue's own answer (all busy, or the concurrency limit)
+		case err != nil:
 			s.failed = err
-		} else {
+		default:
 			s.failed = errEnded
 		}
+	case flow.Park:
+		if err := s.park.Park(); err != nil {
+			s.full = err
+			s.routed = append(s.routed, flow.QueueFull{Message: err.Error()})
+		} else {
+			s.parked = true
+		}
+	case flow.Unpark:
+		s.park.Leave()
+		s.parked = false
 	case flow.SetTimer:
 		s.setTimer(e)
 	case flow.StopTimer:
@@ -307,6 +409,7 @@ func (s *stream) send(e flow.Send) {
 	r := &receiver{leg: e.Leg, requestID: e.Generate.RequestId, worker: w, events: s.events, closed: l.closed}
 	l.receiver = s.root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
 	s.legs[e.Leg] = l
+	s.legSent(e.Leg, e.Generate.RequestId)
 	e.Generate.ReplyTo = &messages.ActorRef{Address: l.receiver.Address, Id: l.receiver.Id}
 	s.root.Send(w, e.Generate)
 }
@@ -421,5 +524,9 @@ func (s *stream) note(n flow.Note) {
 		}
 	case flow.NoteWarning:
 		s.cfg.Logger.Warn().Str("request_id", s.req.RequestID).Str("prefill_worker", n.From).Msg(n.Detail)
+	case flow.NoteDeadline:
+		if r, ok := s.rec.(deadlineRecorder); ok {
+			r.deadline(model)
+		}
 	}
 }

@@ -12,6 +12,11 @@
 // router has not seen events for is answered with need_dump, so the worker sends its
 // block list.
 //
+// Prompts: a Route carries the prompt's token ids, or its chained block hashes
+// (block_hashes, kv/hash.go, computed by the frontend under the request's cache salt and
+// adapter) with its length (prompt_tokens), which is all the routing needs: the grain,
+// one activation per model, then spends no time hashing (docs/reference.md §2).
+//
 // Disaggregated serving (docs/reference.md §6): workers register with a role (WorkerInfo.role:
 // aggregated, prefill or decode) and prefill workers with their SGLang bootstrap
 // address. While any worker is prefill or decode, Route answers with a decode worker

@@ -41,6 +41,10 @@ type Config struct {
 	// this long is expired (kv.Config.MaxUnackedAge). Zero means kv.DefaultMaxUnackedAge;
 	// negative, never.
 	MaxUnackedAge time.Duration
+	// PredictActive: the blocks of requests routed to a worker with KV events and not
+	// yet ended count as cached there until its events say so (kv.Config.PredictActive;
+	// docs/reference.md §3.3).
+	PredictActive bool
 	Logger        zerolog.Logger
 	// Now and Seed are for tests; zero means time.Now and a random seed.
 	Now  func() time.Time
@@ -117,12 +121,16 @@ func New(cfg Config) *Grain {
 		kcfg.Policy = cfg.Mode
 	}
 	kcfg.OverlapWeight, kcfg.Temperature, kcfg.Busy = cfg.OverlapWeight, cfg.Temperature, cfg.Busy
+	kcfg.PredictActive = cfg.PredictActive
 	if cfg.MaxUnackedAge != 0 {
 		kcfg.MaxUnackedAge = cfg.MaxUnackedAge
 	}
 	if cfg.Disagg != nil {
 		kcfg.Disagg = *cfg.Disagg
 	}
+	// A moved grain rebuilds its index from the workers' block lists, never from a dump
+	// of its own: the index keeps no token ids (half its memory at block size 16).
+	kcfg.NoDump = true
 	g := &Grain{cfg: cfg, kcfg: kcfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		workers: map[string]*workerState{}, log: cfg.Logger,
 		owners: map[string]map[string]struct{}{}, owner: map[string]string{}}
@@ -319,7 +327,8 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 			info.WorkerId, info.BootstrapPort)}, nil
 	}
 	needDump, err := g.core.Register(kv.WorkerSpec{ID: info.WorkerId, BlockSize: int(info.Card.KvBlockSize),
-		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role})
+		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role,
+		NoKVEvents: info.NoKvEvents})
 	if err != nil {
 		g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused")
 		return &messages.RegisterAck{Error: err.Error()}, nil
@@ -398,15 +407,19 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 // Route chooses a worker — in disaggregated serving a decode worker and, for a remote
 // decision, a prefill worker (see kv.Router.Route). Errors come back in the response
 // (outcome ROUTE_NO_WORKERS, ROUTE_ALL_BUSY, ROUTE_NO_PREFILL_WORKERS, or ROUTE_BAD_REQUEST
-// for a request without a prompt or id, or with an override out of range). The response
-// names this activation (router), where a will_ack caller sends RouteAck. Routing one
-// request id again replaces its earlier placement, so a retried call counts once.
+// for a request without a prompt or id, with an override out of range, or with block
+// hashes that are not one per full block of prompt_tokens at the router's block size).
+// The prompt comes as its token ids or, from a frontend that knows the model's block
+// size, as its block hashes and length (docs/reference.md §2): the router then hashes
+// nothing. The response names this activation (router), where a will_ack caller sends
+// RouteAck. Routing one request id again replaces its earlier placement, so a retried
+// call counts once.
 func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*messages.RouteResponse, error) {
 	switch {
 	case g.initErr != nil:
 		return &messages.RouteResponse{Error: g.initErr.Error(), Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil
-	case len(req.TokenIds) == 0:
-		return &messages.RouteResponse{Error: fmt.Sprintf("router: request %q has no prompt tokens", req.RequestId),
+	case len(req.TokenIds) == 0 && req.GetPromptTokens() <= 0:
+		return &messages.RouteResponse{Error: fmt.Sprintf("router: request %q has no prompt (token_ids, or block_hashes with prompt_tokens)", req.RequestId),
 			Outcome: messages.RouteOutcome_ROUTE_BAD_REQUEST}, nil
 	case g.core == nil:
 		return &messages.RouteResponse{Error: "router: no worker registered for model " + g.model, Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil
@@ -446,7 +459,7 @@ func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 // PrefillDone records a request's first token.
 func (g *Grain) PrefillDone(req *messages.RequestRef, _ cluster.GrainContext) (*messages.Ack, error) {
 	if g.core != nil {
-		g.core.PrefillDone(req.RequestId)
+		g.core.PrefillDoneAt(req.RequestId, g.cfg.Now())
 	}
 	return &messages.Ack{}, nil
 }
@@ -455,7 +468,7 @@ func (g *Grain) PrefillDone(req *messages.RequestRef, _ cluster.GrainContext) (*
 // its prefill leg too when still tracked; a prefill_request_id frees only the leg.
 func (g *Grain) Free(req *messages.RequestRef, _ cluster.GrainContext) (*messages.Ack, error) {
 	if g.core != nil {
-		g.core.Free(req.RequestId)
+		g.core.FreeAt(req.RequestId, g.cfg.Now())
 	}
 	g.untrack(req.RequestId)
 	g.untrack(kv.PrefillRequestID(req.RequestId))
@@ -499,7 +512,7 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 	for _, w := range st.Workers {
 		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
 			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests),
-			Role: w.Role}
+			Role: w.Role, IndexMode: w.IndexMode.String(), PredictedBlocks: int64(w.PredictedBlocks)}
 		if s := g.workers[w.ID]; s != nil && s.load != nil {
 			ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
 		}

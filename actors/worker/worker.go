@@ -438,7 +438,17 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		Role:          w.role(),
 		BootstrapHost: w.bootstrapHost,
 		BootstrapPort: int32(w.bootstrapPort),
+		NoKvEvents:    !publishesKVEvents(w.cfg.Launcher),
 	}
+}
+
+// publishesKVEvents reports whether the engines l starts publish KV events: unless l
+// says otherwise (engines.KVEventSource), they do.
+func publishesKVEvents(l engines.Launcher) bool {
+	if s, ok := l.(engines.KVEventSource); ok {
+		return s.KVEvents()
+	}
+	return true
 }
 
 // maxFailedScrapes is how many load scrapes in a row an engine may leave unanswered

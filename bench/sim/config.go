@@ -51,6 +51,9 @@ const (
 	// DefaultMemoryLimit is the memory estimate (MemoryEstimate) a Config may reach
 	// unless MemoryLimit says otherwise: 8 GiB.
 	DefaultMemoryLimit = 8 << 30
+	// DefaultQueueRetry is how often the head of the busy queue routes again while
+	// nothing else wakes it, the gateway's own period (gateway.DefaultQueueRetry).
+	DefaultQueueRetry = 20 * time.Millisecond
 )
 
 // MemoryEstimate is the memory in bytes a fleet of workers engines of numBlocks KV
@@ -140,6 +143,16 @@ type Config struct {
 	// bench.ErrTimeout (its E2E the timeout) and its flow cancels what still runs (0:
 	// forever; at most MaxSimulatedTime).
 	RequestTimeout time.Duration
+	// QueueDepth is how many requests may wait in the busy queue, first in first out,
+	// when the router finds every worker busy (Router.Busy's thresholds), as the
+	// gateway's --queue-depth; 0: none, such a request fails with ErrAllBusy at once.
+	// A request waits at most QueueTimeout (above 0, at most MaxSimulatedTime, when
+	// QueueDepth is set; it becomes Flow.QueueTimeout), then fails with ErrAllBusy;
+	// the queue's head routes again whenever a request frees load and every QueueRetry
+	// (0: DefaultQueueRetry; at most MaxEventDelay).
+	QueueDepth   int
+	QueueTimeout time.Duration
+	QueueRetry   time.Duration
 	// Faults strike the fleet during the run (see Fault), in any order; one due once
 	// every request has ended does not (Stats.Faults says which struck).
 	Faults []Fault
@@ -180,6 +193,9 @@ func (c Config) normalize() (Config, error) {
 	if c.Flow == (flow.Config{}) {
 		c.Flow = flow.DefaultConfig()
 	}
+	if c.QueueRetry == 0 {
+		c.QueueRetry = DefaultQueueRetry
+	}
 	switch {
 	case c.Workers < 1:
 		return c, fmt.Errorf("sim: Workers %d: want at least 1", c.Workers)
@@ -214,6 +230,16 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: Flow %+v: want Credits >= 1, and MigrationLimit and the durations >= 0", c.Flow)
 	case c.RequestTimeout < 0 || c.RequestTimeout > MaxSimulatedTime:
 		return c, fmt.Errorf("sim: RequestTimeout %v: want 0 to %v", c.RequestTimeout, MaxSimulatedTime)
+	case c.QueueDepth < 0:
+		return c, fmt.Errorf("sim: QueueDepth %d: want >= 0 (0: no busy queue)", c.QueueDepth)
+	case c.QueueDepth > 0 && (c.QueueTimeout <= 0 || c.QueueTimeout > MaxSimulatedTime):
+		return c, fmt.Errorf("sim: QueueTimeout %v with QueueDepth %d: want above 0, at most %v", c.QueueTimeout, c.QueueDepth, MaxSimulatedTime)
+	case c.QueueRetry < 0 || c.QueueRetry > MaxEventDelay:
+		return c, fmt.Errorf("sim: QueueRetry %v: want 0 to %v", c.QueueRetry, MaxEventDelay)
+	}
+	c.Flow.QueueTimeout = 0
+	if c.QueueDepth > 0 {
+		c.Flow.QueueTimeout = c.QueueTimeout
 	}
 	for i, f := range c.Faults {
 		if f.At < 0 || f.At > MaxSimulatedTime || f.Kind != FaultKill {

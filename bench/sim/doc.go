@@ -51,13 +51,22 @@
 // the engines keep to the timing model exactly and a request costs nothing beyond its
 // engine's steps.
 //
+// Busy workers (Config.Router.Busy) and the busy queue (Config.QueueDepth): a request
+// the router finds every worker busy for fails with ErrAllBusy, or, with a queue, waits
+// in the simulator's FIFO as in the gateway's (its flow parks it; a request arriving
+// while others wait joins the end without routing): the head routes again whenever a
+// request frees load and every Config.QueueRetry, and a request that waited
+// Config.QueueTimeout, or found the queue full, fails with ErrAllBusy (Stats.Queued,
+// QueueTimeouts, QueueFull count them). A client's deadline takes its request out of
+// the queue.
+//
 // What is not modelled: HTTP, tokenization and the actor messages between gateway,
 // router and worker as such (their cost is Config.RequestOverhead's, whatever the
-// load), engine load reports (the kv router does not use them), busy-queueing at the
-// gateway (a request refused by every worker's busy
-// threshold fails), faults other than a worker killed for good (an engine that dies and
-// restarts, a frozen process, a network partition), draining, and SGLang's bootstrap
-// protocol (the simulated legs use the two-phase one, vLLM's).
+// load), engine load reports (the kv router does not use them), the gateway's bound on
+// requests in flight (--max-concurrent-requests), faults other than a worker killed for
+// good (an engine that dies and restarts, a frozen process, a network partition),
+// draining, and SGLang's bootstrap protocol (the simulated legs use the two-phase one,
+// vLLM's).
 //
 // Runs are deterministic: the same Config (Seed included) and requests give the same
 // Outcome, whatever the machine.

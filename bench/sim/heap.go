@@ -20,6 +20,8 @@ const (
 	evTimer
 	// evDeadline: request r's client gives up (Config.RequestTimeout).
 	evDeadline
+	// evQueueRetry: the head of the busy queue looks again (Config.QueueRetry).
+	evQueueRetry
 	// evArrival: a request arrives (arrivals are not kept in the heap; the kind only
 	// places them among the heap's events).
 	evArrival

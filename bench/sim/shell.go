@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,11 @@ import (
 // Cancel aborts it there; PrefillDone, Free and Ack go to the router; ReleaseKV
 // releases the blocks a prefill engine pinned; SetTimer schedules a TimerFired on the
 // event heap; Emit builds the request's bench.Result; Notes count in Stats. Credit has
-// nothing to do: the engines model no flow control.
+// nothing to do: the engines model no flow control. Park and Unpark keep the busy queue
+// (Config.QueueDepth), a FIFO on the virtual clock as the gateway's: a Park finds the
+// request its place (kept when it has one) or answers QueueFull; the head is answered
+// Unparked when a request frees load (a Free), when the head before it leaves, and
+// every Config.QueueRetry. A client past its deadline is the flow's Deadline.
 
 // reqState is the simulation's bookkeeping of one request.
 type reqState struct {
@@ -33,6 +38,7 @@ type reqState struct {
 	last      time.Duration
 	maxTokens int32
 	refused   bool    // an engine refused one of its legs: an error chunk is ErrInvalidRequest
+	parked    bool    // it holds a place in the busy queue (simulator.queue)
 	legs      []int32 // the slot of each of its legs in simulator.legs, by LegID-1 (-1: none)
 	timers    []timer
 }
@@ -76,6 +82,61 @@ type timer struct {
 	queued   bool
 	queuedAt time.Duration
 	entry    uint32
+}
+
+// park carries out request i's flow.Park: it keeps its place in the busy queue, or
+// joins its end, or, the queue being full, is answered QueueFull.
+func (s *simulator) park(i int) {
+	st := &s.state[i]
+	switch {
+	case st.parked:
+	case len(s.queue) >= s.cfg.QueueDepth:
+		s.stats.QueueFull++
+		s.step(i, flow.QueueFull{Message: fmt.Sprintf("the queue of %d requests is full", s.cfg.QueueDepth)})
+	default:
+		st.parked = true
+		s.queue = append(s.queue, int32(i))
+		s.stats.Queued++
+		s.armQueueRetry()
+	}
+}
+
+// unpark carries out request i's flow.Unpark: it leaves the queue; a new head looks at
+// once, as the gateway's queue wakes it.
+func (s *simulator) unpark(i int) {
+	st := &s.state[i]
+	if !st.parked {
+		return
+	}
+	st.parked = false
+	k := slices.Index(s.queue, int32(i))
+	s.queue = slices.Delete(s.queue, k, k+1)
+	if k == 0 {
+		s.wakeHead()
+	}
+}
+
+// wakeHead answers the queue's head Unparked: load went down, it routes again (the flow
+// ignores a wake while its route is awaited).
+func (s *simulator) wakeHead() {
+	if len(s.queue) > 0 {
+		s.step(int(s.queue[0]), flow.Unparked{})
+	}
+}
+
+// armQueueRetry schedules the head's next periodic look, unless one is scheduled.
+func (s *simulator) armQueueRetry() {
+	if !s.retrying && len(s.queue) > 0 && s.cfg.QueueRetry <= MaxSimulatedTime-s.now {
+		s.retrying = true
+		s.push(s.now+s.cfg.QueueRetry, evQueueRetry, 0)
+	}
+}
+
+// queueRetry is the head's periodic look (Config.QueueRetry).
+func (s *simulator) queueRetry() {
+	s.retrying = false
+	s.wakeHead()
+	s.armQueueRetry()
 }
 
 // step feeds event ev to request i's flow and carries out its effects. An event that
@@ -130,9 +191,14 @@ func (s *simulator) effect(i int, e flow.Effect) {
 			lg.watched = false
 		}
 	case flow.PrefillDone:
-		s.router.PrefillDone(e.RequestID)
+		s.router.PrefillDoneAt(e.RequestID, simBase.Add(s.now))
 	case flow.Free:
-		s.router.Free(e.RequestID)
+		s.router.FreeAt(e.RequestID, simBase.Add(s.now))
+		s.wakeHead()
+	case flow.Park:
+		s.park(i)
+	case flow.Unpark:
+		s.unpark(i)
 	case flow.ReleaseKV:
 		if src, ok := paramsLeg(e.Release.GetKvTransferParams(), len(s.legs)); ok {
 			s.releasePinned(src)
@@ -415,8 +481,12 @@ func (s *simulator) failed(i int, e flow.Fail) {
 		return
 	}
 	kind := e.Outcome.Label()
-	if s.state[i].tokens > 0 {
+	if s.state[i].tokens > 0 || e.Cause != flow.FailRouted {
+		// A request that waited in the busy queue failed when it left it.
 		s.results[i].E2E = s.now - s.reqs[i].Arrival
+	}
+	if e.Cause == flow.FailQueueTimeout {
+		s.stats.QueueTimeouts++
 	}
 	s.fail(i, kind, e.Message)
 }
@@ -500,7 +570,8 @@ func (s *simulator) timerDue(i, k int, entry uint32) {
 }
 
 // deadline: request i's client gives up waiting (Config.RequestTimeout), as the bench
-// client does at its --timeout; the flow cancels what still runs.
+// client does at its --timeout; the flow (Deadline) cancels what still runs, or takes
+// the request out of the busy queue.
 func (s *simulator) deadline(i int) {
 	st := &s.state[i]
 	if st.ended {
@@ -509,5 +580,5 @@ func (s *simulator) deadline(i int) {
 	s.last = s.now
 	s.results[i].E2E = s.now - s.reqs[i].Arrival
 	s.fail(i, bench.ErrTimeout, fmt.Sprintf("no complete answer within %v", s.cfg.RequestTimeout))
-	s.step(i, flow.ClientGone{})
+	s.step(i, flow.Deadline{})
 }

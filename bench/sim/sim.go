@@ -66,6 +66,10 @@ type Stats struct {
 	// again, by fault (the frontend's turbine_frontend_prefill_retries_total; a retry
 	// whose route found no worker counts too).
 	PrefillRetries map[messages.Fault]int
+	// Queued counts requests that waited in the busy queue (Config.QueueDepth), as the
+	// gateway's turbine_frontend_queued_requests_total; QueueTimeouts those of them that
+	// failed after Config.QueueTimeout, QueueFull those refused by a full queue.
+	Queued, QueueTimeouts, QueueFull int
 	// Faults reports each of Config.Faults, in its order (nil without faults).
 	Faults []FaultReport
 	// WallTime is the real time Run took.
@@ -142,6 +146,10 @@ type simulator struct {
 	// those are done; stepping says effects are being carried out (step).
 	raised   []raisedEvent
 	stepping bool
+	// queue holds the requests parked in the busy queue (flow.Park), first in first
+	// out; retrying says a QueueRetry wake of its head is on the heap.
+	queue    []int32
+	retrying bool
 	chunks   []messages.TokenChunk // newChunk's slab
 	// applyErrs counts KV event batches the router could not apply (it lost track of a
 	// worker's blocks); none are expected, since the simulated stream loses nothing.
@@ -329,6 +337,8 @@ func (s *simulator) run(ctx context.Context) error {
 			s.timerDue(int(ev.r), int(ev.w), ev.x)
 		case evDeadline:
 			s.deadline(int(ev.r))
+		case evQueueRetry:
+			s.queueRetry()
 		case evStepStart:
 			s.last = s.now
 			s.stepStart(s.workers[ev.w])
@@ -370,7 +380,9 @@ func (s *simulator) arrive(i int, p prompt) {
 			s.pushReq(s.now+d, evDeadline, 0, i)
 		}
 	}
-	s.step(i, flow.Start{})
+	// Others waiting in the busy queue: it joins its end without routing, as at the
+	// gateway.
+	s.step(i, flow.Start{Behind: len(s.queue) > 0})
 }
 
 // workerIndex returns the index of the worker the router named, which is its WorkerID.

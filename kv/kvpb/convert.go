@@ -88,15 +88,18 @@ func RouteInput(req *messages.RouteRequest) kv.RouteInput {
 		CacheSalt: req.GetCacheSalt(), HasOverlapWeight: req.OverlapWeight != nil, OverlapWeight: req.GetOverlapWeight(),
 		HasTemperature: req.Temperature != nil, Temperature: req.GetTemperature(),
 		Exclude: req.GetExcludeWorkers(), ExcludePrefill: req.GetExcludePrefillWorkers(),
-		LocalPrefill: req.GetLocalPrefill(), WillAck: req.GetWillAck(), PinWorker: req.GetPinWorker()}
+		LocalPrefill: req.GetLocalPrefill(), WillAck: req.GetWillAck(), PinWorker: req.GetPinWorker(),
+		SessionID: req.GetSessionId(), BlockHashes: req.GetBlockHashes(), PromptTokens: int(req.GetPromptTokens()),
+		Explain: req.GetExplain()}
 }
 
 // RouteResponse is the answer to a Route call that kv.Router.Route answered with d and
 // err: for an error, its text and Outcome(err), nothing else; otherwise the chosen
 // worker's id, the prompt and overlap blocks (counts of KV blocks), the decision, the
 // uncached prefill tokens and, for a remote decision, the prefill worker's id, overlap
-// blocks and its leg's request id (the router tracks the leg under it). Actor references
-// and SGLang bootstrap addresses are the caller's to add: the core knows no actor.
+// blocks and its leg's request id (the router tracks the leg under it), and the
+// explained candidates when the route asked (RouteCandidates). Actor references and
+// SGLang bootstrap addresses are the caller's to add: the core knows no actor.
 func RouteResponse(d kv.Decision, err error) *messages.RouteResponse {
 	if err != nil {
 		return &messages.RouteResponse{Error: err.Error(), Outcome: Outcome(err)}
@@ -106,7 +109,28 @@ func RouteResponse(d kv.Decision, err error) *messages.RouteResponse {
 	if p := d.Prefill; p != nil {
 		r.PrefillWorkerId, r.PrefillOverlapBlocks, r.PrefillRequestId = p.WorkerID, int32(p.OverlapBlocks), p.RequestID
 	}
+	r.Candidates = RouteCandidates(d.Candidates)
 	return r
+}
+
+// RouteCandidates converts a decision's explained candidates (kv.Decision.Candidates)
+// to their protobuf form, in order; nil for none.
+func RouteCandidates(cs []kv.ExplainedCandidate) []*messages.RouteCandidate {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]*messages.RouteCandidate, len(cs))
+	for i, c := range cs {
+		rc := &messages.RouteCandidate{WorkerId: c.WorkerID, OverlapBlocks: int32(c.OverlapBlocks), Cost: c.Cost, Chosen: c.Chosen}
+		if len(c.Terms) > 0 {
+			rc.Terms = make([]*messages.CostTerm, len(c.Terms))
+			for j, t := range c.Terms {
+				rc.Terms[j] = &messages.CostTerm{Name: t.Name, Value: t.Value}
+			}
+		}
+		out[i] = rc
+	}
+	return out
 }
 
 // Outcome is the RouteOutcome of an error kv.Router.Route returned: ROUTE_OK for nil,

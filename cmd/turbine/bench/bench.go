@@ -2,7 +2,8 @@
 // trace (Mooncake JSONL, Azure CSV) or a synthetic workload and writes summary.json,
 // requests.csv and plot.svg to --out; `turbine bench plot A.json B.json -o cmp.svg`
 // compares runs; `turbine bench compare` runs one workload against a fresh local
-// `turbine serve` per routing mode and tabulates the results. The measurement itself is
+// `turbine serve` per routing mode and tabulates the results, or with --find-capacity
+// finds each mode's highest request rate that meets an SLO. The measurement itself is
 // package github.com/turbine-llm/turbine/bench.
 package bench
 
@@ -69,6 +70,20 @@ type Options struct {
 	// running a workload.
 	Calibrate bool
 
+	// FindCapacity (compare): per routing mode, search the arrival time scale for the
+	// highest request rate that meets SLO (bench.ParseSLO), to a relative
+	// CapacityPrecision (capacity.go).
+	FindCapacity      bool
+	SLO               string
+	CapacityPrecision float64
+
+	// fleetKnown: the service measured is Fleet (a comparison starts its serves), so
+	// summaries get the pooled-cache ceiling even of a real run. ceilings, when set, are
+	// the hit-rate ceilings of every workload measured (a capacity sweep's probes: the
+	// same requests at other times).
+	fleetKnown bool
+	ceilings   *ceilings
+
 	// given names the flags given on the command line or by their environment variables,
 	// as the flag and its value ("--isl 2048", "TURBINE_ISL=2048"): a synthetic-only flag
 	// given with --trace, or a trace-only one without, is refused rather than ignored.
@@ -100,7 +115,7 @@ func (o *Options) setGiven(fs *flag.FlagSet) {
 // bench` reads (the host model's, --kill-worker), since serve's variables
 // (TURBINE_WORKERS ...) may be set in the same shell for the serve being measured.
 func (o *Options) checkSimulateOnly() error {
-	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames) {
+	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames) {
 		g, ok := o.given[name]
 		switch {
 		case !ok:
@@ -120,7 +135,7 @@ const DefaultWorkers = 8
 func Defaults() Options {
 	return Options{URL: "http://127.0.0.1:8000", BlockTokens: bench.DefaultBlockTokens, TimeScale: 1, ISL: "1024", OSL: "128",
 		Requests: 100, Endpoint: bench.EndpointCompletions, Seed: 1, Out: "bench-out", ProgressInterval: 5 * time.Second,
-		Timeout: 10 * time.Minute, Fleet: DefaultFleet(DefaultWorkers)}
+		Timeout: 10 * time.Minute, Fleet: DefaultFleet(DefaultWorkers), CapacityPrecision: DefaultCapacityPrecision}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -508,12 +523,38 @@ func (o *Options) measure(ctx context.Context, reqs []bench.Request, workload, u
 }
 
 // setCeiling puts the infinite-cache hit rate of reqs (the requests sent) into s, for
-// the workloads that have one (hasCeiling).
+// the workloads that have one (hasCeiling), and the pooled-cache one where the fleet is
+// known (a simulation, a comparison).
 func (o *Options) setCeiling(s *bench.Summary, reqs []bench.Request) {
-	if o.hasCeiling() {
-		c := bench.Ceiling(reqs, o.BlockTokens)
-		s.HitRateCeiling = &c
+	if !o.hasCeiling() {
+		return
 	}
+	c := o.ceilings
+	if c == nil || c.requests != len(reqs) {
+		c = o.ceilingsOf(reqs)
+	}
+	s.HitRateCeiling = &c.infinite
+	if c.pooledTokens > 0 {
+		s.HitRateCeilingPooled, s.PooledCacheTokens = &c.pooled, c.pooledTokens
+	}
+}
+
+// ceilings are a workload's hit-rate ceilings: bench.Ceiling and, when pooledTokens >
+// 0, bench.CeilingPooled for a cache of that many tokens.
+type ceilings struct {
+	requests         int // how many requests they are of
+	infinite, pooled float64
+	pooledTokens     int64
+}
+
+// ceilingsOf computes the ceilings of reqs; the pooled one only where the fleet is known.
+func (o *Options) ceilingsOf(reqs []bench.Request) *ceilings {
+	c := &ceilings{requests: len(reqs), infinite: bench.Ceiling(reqs, o.BlockTokens)}
+	if o.Simulate || o.fleetKnown {
+		c.pooledTokens = o.Fleet.pooledCacheTokens()
+		c.pooled = bench.CeilingPooled(reqs, o.BlockTokens, c.pooledTokens)
+	}
+	return c
 }
 
 // workload builds the requests the options describe and names them. The requests of a
@@ -596,6 +637,10 @@ func printSummary(w io.Writer, s bench.Summary, dir string) {
 	}
 	if s.HitRateCeiling != nil {
 		fmt.Fprintf(w, "  hit-rate ceiling %.1f%% (an infinite prefix cache on this workload)\n", 100**s.HitRateCeiling)
+	}
+	if s.HitRateCeilingPooled != nil {
+		fmt.Fprintf(w, "  pooled-cache ceiling %.1f%% (one LRU prefix cache of %d tokens, every engine's KV blocks together)\n",
+			100**s.HitRateCeilingPooled, s.PooledCacheTokens)
 	}
 	fmt.Fprintf(w, "  written: %s\n", filepath.Join(dir, "{summary.json,requests.csv,plot.svg}"))
 }

@@ -43,8 +43,17 @@ type Comparison struct {
 	// HitRateCeiling is the workload's infinite-cache hit rate (bench.Ceiling); absent
 	// for synthetic workloads without a shared prefix, and for a closed loop of a
 	// --duration (each mode sends other requests; its summary.json has their ceiling).
-	HitRateCeiling *float64     `json:"hit_rate_ceiling,omitempty"`
-	Rows           []CompareRow `json:"rows"`
+	HitRateCeiling *float64 `json:"hit_rate_ceiling,omitempty"`
+	// HitRateCeilingPooled is the workload's pooled-cache hit rate (bench.CeilingPooled)
+	// for one LRU cache of PooledCacheTokens tokens, every engine's KV blocks together;
+	// set with HitRateCeiling.
+	HitRateCeilingPooled *float64 `json:"hit_rate_ceiling_pooled,omitempty"`
+	PooledCacheTokens    int64    `json:"pooled_cache_tokens,omitempty"`
+	// Rows are the modes' runs; for a capacity sweep, each mode's run at its capacity
+	// (CapacityRow.Probe).
+	Rows []CompareRow `json:"rows"`
+	// Capacity is the capacity sweep of --find-capacity; absent otherwise.
+	Capacity *CapacitySweep `json:"capacity,omitempty"`
 }
 
 // compareRow reports one mode's summary.
@@ -59,6 +68,7 @@ func compareRow(mode string, s bench.Summary) CompareRow {
 func RenderComparison(c Comparison) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Workload: %s\n\nFleet: %s\n\n", c.Workload, c.Fleet)
+	writeCeilings(&b, c)
 	hit := "hit rate"
 	if c.HitRateCeiling != nil {
 		hit = fmt.Sprintf("hit rate (ceiling %.1f %%)", 100**c.HitRateCeiling)
@@ -79,7 +89,14 @@ func RenderComparison(c Comparison) string {
 		rows = append(rows, []string{r.Mode, rate, lat(r.TTFTP50, 1), lat(r.TTFTP99, 1), lat(r.ITLP50, 2), lat(r.ITLP99, 2),
 			fmt.Sprintf("%.1f", r.OutputThroughput), errorsCell(r)})
 	}
-	width := make([]int, len(head))
+	writeTable(&b, rows)
+	return b.String()
+}
+
+// writeTable writes rows as a Markdown table: rows[0] the header, left-aligned; the
+// other rows' cells right-aligned but the first, columns padded to their widest cell.
+func writeTable(b *strings.Builder, rows [][]string) {
+	width := make([]int, len(rows[0]))
 	for _, row := range rows {
 		for i, cell := range row {
 			width[i] = max(width[i], len([]rune(cell)))
@@ -90,27 +107,34 @@ func RenderComparison(c Comparison) string {
 		for i, cell := range cells {
 			pad := strings.Repeat(" ", width[i]-len([]rune(cell)))
 			if right && i > 0 {
-				fmt.Fprintf(&b, " %s%s |", pad, cell)
+				fmt.Fprintf(b, " %s%s |", pad, cell)
 			} else {
-				fmt.Fprintf(&b, " %s%s |", cell, pad)
+				fmt.Fprintf(b, " %s%s |", cell, pad)
 			}
 		}
 		b.WriteString("\n")
 	}
-	line(head, false)
+	line(rows[0], false)
 	b.WriteString("|")
 	for i, w := range width {
 		if i == 0 {
-			fmt.Fprintf(&b, " %s |", strings.Repeat("-", w))
+			fmt.Fprintf(b, " %s |", strings.Repeat("-", w))
 		} else {
-			fmt.Fprintf(&b, " %s: |", strings.Repeat("-", w-1))
+			fmt.Fprintf(b, " %s: |", strings.Repeat("-", w-1))
 		}
 	}
 	b.WriteString("\n")
 	for _, row := range rows[1:] {
 		line(row, true)
 	}
-	return b.String()
+}
+
+// writeCeilings writes a line with both hit-rate ceilings when c has the pooled one.
+func writeCeilings(b *strings.Builder, c Comparison) {
+	if c.HitRateCeiling != nil && c.HitRateCeilingPooled != nil {
+		fmt.Fprintf(b, "Hit-rate ceilings: %.1f %% (an infinite cache), %.1f %% (pooled: one LRU cache of every engine's KV blocks, %d tokens)\n\n",
+			100**c.HitRateCeiling, 100**c.HitRateCeilingPooled, c.PooledCacheTokens)
+	}
 }
 
 // errorsCell is the failure count, with the kinds when there are any.
@@ -140,6 +164,7 @@ func compareFlags(o *Options, fs *flag.FlagSet) {
 	fs.StringVar(&o.Out, "out", o.Out, "directory for one sub-directory per mode (summary.json, requests.csv, plot.svg) and compare.{md,json,svg}")
 	fs.BoolVar(&o.Simulate, "simulate", o.Simulate, "simulate every mode's fleet (virtual time) instead of running turbine serve")
 	o.Fleet.compareFlags(fs)
+	capacityFlags(o, fs)
 }
 
 // runCompare is `turbine bench compare [flags]`: the same workload against a fresh
@@ -178,10 +203,14 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	o.fleetKnown = true
 	cmp := Comparison{Workload: workload, Fleet: o.fleetDescription()}
 	if o.hasCeiling() && !o.generated() { // a generated workload's differs by mode
-		c := bench.Ceiling(reqs, o.BlockTokens)
-		cmp.HitRateCeiling = &c
+		o.ceilings = o.ceilingsOf(reqs)
+		cmp.HitRateCeiling, cmp.HitRateCeilingPooled, cmp.PooledCacheTokens = &o.ceilings.infinite, &o.ceilings.pooled, o.ceilings.pooledTokens
+	}
+	if o.FindCapacity {
+		return o.findCapacity(ctx, exe, reqs, modes, cmp, stdout, stderr)
 	}
 	var runs []bench.Summary
 	for _, mode := range modes {
@@ -249,6 +278,9 @@ func (o *Options) validateCompare() ([]string, error) {
 		}
 	}
 	if err := o.Fleet.validate(modes, "--modes"); err != nil {
+		return nil, err
+	}
+	if err := o.validateCapacity(); err != nil {
 		return nil, err
 	}
 	if o.Simulate {

@@ -66,7 +66,7 @@ func TestCompareFakeServe(t *testing.T) {
 	if err := Run(context.Background(), append([]string{"compare"}, args...), &stdout, &stderr); err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
-	modes := []string{"kv", "round-robin", "random", "cache-aware"}
+	modes := []string{"ttft", "kv", "round-robin", "random", "cache-aware"}
 	for _, m := range modes {
 		s := readSummary(t, filepath.Join(out, m, "summary.json"))
 		if s.Label != m || s.Succeeded != 8 || s.Failed != 0 {
@@ -83,8 +83,8 @@ func TestCompareFakeServe(t *testing.T) {
 	if err != nil || json.Unmarshal(b, &cmp) != nil {
 		t.Fatalf("compare.json: %v %s", err, b)
 	}
-	if len(cmp.Rows) != 4 || cmp.HitRateCeiling != nil || !strings.HasPrefix(cmp.Fleet, "turbine serve, 3 workers") {
-		t.Fatalf("comparison %+v: want 4 rows, no ceiling (synthetic), 3 workers", cmp)
+	if len(cmp.Rows) != 5 || cmp.HitRateCeiling != nil || !strings.HasPrefix(cmp.Fleet, "turbine serve, 3 workers") {
+		t.Fatalf("comparison %+v: want 5 rows (the default modes), no ceiling (synthetic), 3 workers", cmp)
 	}
 	for i, r := range cmp.Rows {
 		want := 0.0

@@ -53,6 +53,10 @@ type Fleet struct {
 	Kills     []sim.Fault
 	// Migration is serve's --migration-limit, for a simulation's flows.
 	Migration options.Migration
+	// Queue holds serve's busy thresholds and busy queue (--busy-kv-usage,
+	// --busy-prefill-tokens, --queue-depth, --queue-timeout), for a simulation's router
+	// and flows; its other fields keep their defaults (queue.go).
+	Queue options.Admission
 
 	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
 	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
@@ -61,12 +65,12 @@ type Fleet struct {
 // DefaultFleet returns serve's defaults with the given worker count.
 func DefaultFleet(workers int) Fleet {
 	e, r := options.DefaultEngine(), options.DefaultRouter()
-	return Fleet{Workers: workers, RouterMode: r.RouterMode, Modes: "kv,round-robin,random,cache-aware",
+	return Fleet{Workers: workers, RouterMode: r.RouterMode, Modes: "ttft,kv,round-robin,random,cache-aware",
 		Tokenizer: e.Tokenizer, BlockSize: e.BlockSize, NumGPUBlocks: e.NumGPUBlocks, MaxNumSeqs: e.MaxNumSeqs,
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens, MaxModelLen: e.MaxModelLen, SpeedupRatio: e.SpeedupRatio,
 		OverlapWeight: r.OverlapWeight, RouterTemperature: r.RouterTemperature, ReadyTimeout: 2 * time.Minute,
 		Disagg: options.DefaultDisagg(), KVBytesPerToken: DefaultKVBytesPerToken, KVTransferBandwidth: sim.DefaultTransferBandwidth,
-		Migration: options.DefaultMigration()}
+		Migration: options.DefaultMigration(), Queue: options.DefaultAdmission()}
 }
 
 // DefaultKVBytesPerToken is the simulated model's KV cache size per token in bytes: the
@@ -108,7 +112,8 @@ func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
 	f.hostFlags(fs)
 	f.faultFlags(fs)
 	f.Migration.Flags(fs)
-	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames) { // a real run refuses them: say so in -h
+	f.queueFlags(fs)
+	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames) { // a real run refuses them: say so in -h
 		if fl := fs.Lookup(name); fl != nil && !strings.HasPrefix(fl.Usage, "--simulate") {
 			fl.Usage = "--simulate: " + fl.Usage
 		}
@@ -153,6 +158,9 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 		return err
 	}
 	if err := f.Migration.Validate(); err != nil {
+		return err
+	}
+	if err := f.Queue.Validate(); err != nil {
 		return err
 	}
 	names := kv.DefaultPolicies().Names()
@@ -243,6 +251,15 @@ func (f *Fleet) serveArgs(mode, model string) []string {
 		"--max-prefill-queue-tokens", strconv.FormatInt(f.Disagg.MaxPrefillQueueTokens, 10),
 		"--enforce-disagg="+strconv.FormatBool(f.Disagg.EnforceDisagg),
 		"--kv-bytes-per-token", strconv.FormatInt(f.KVBytesPerToken, 10), "--kv-transfer-bandwidth", ff(f.KVTransferBandwidth))...)
+}
+
+// pooledCacheTokens is the KV memory of every engine of the fleet together, in tokens:
+// (workers + prefill workers) × --num-gpu-blocks × --block-size, the capacity of the
+// pooled-cache ceiling (bench.CeilingPooled). Prefill workers count: a prompt is
+// computed, and hits, on the prefill worker that prefills it (or on its decode worker,
+// when the router prefills it there).
+func (f *Fleet) pooledCacheTokens() int64 {
+	return int64(f.Workers+f.PrefillWorkers) * int64(f.NumGPUBlocks) * int64(f.BlockSize)
 }
 
 // workers describes the fleet's layout ("8 workers", "2 prefill + 6 decode workers").

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"io"
 	"sort"
 	"strings"
@@ -23,6 +24,8 @@ func (o *Options) simConfig(mode string) sim.Config {
 	rc := kv.DefaultConfig(f.BlockSize)
 	rc.Policy, rc.OverlapWeight, rc.Temperature = mode, f.OverlapWeight, f.RouterTemperature
 	rc.Disagg = *f.Disagg.Config()
+	// The router's prediction of active prompts as cached, as serve's default.
+	rc.PredictActive = options.DefaultRouter().RouterPredictActive
 	cfg := sim.Config{Workers: f.Workers, PrefillWorkers: f.PrefillWorkers, Engine: eng, Router: rc,
 		BlockTokens: o.BlockTokens, Seed: o.Seed,
 		KVBytesPerToken: f.KVBytesPerToken, TransferBandwidth: f.KVTransferBandwidth}
@@ -30,6 +33,7 @@ func (o *Options) simConfig(mode string) sim.Config {
 	cfg.Faults, cfg.RequestTimeout = f.Kills, o.Timeout
 	cfg.Flow = flow.DefaultConfig()
 	cfg.Flow.MigrationLimit = f.Migration.MigrationLimit
+	f.applyQueue(&cfg)
 	return cfg
 }
 
@@ -55,6 +59,10 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 		return bench.Summary{}, nil, fmt.Errorf("simulate router %s: %w", mode, err)
 	}
 	fmt.Fprintf(stderr, "bench: simulated %.1f s of serving in %.1f s (%d engine steps)\n", st.SimulatedTime.Seconds(), st.WallTime.Seconds(), st.Steps)
+	if cfg.QueueDepth > 0 {
+		fmt.Fprintf(stderr, "bench: busy queue: %d requests waited, %d of them past --queue-timeout; %d found it full\n",
+			st.Queued, st.QueueTimeouts, st.QueueFull)
+	}
 	s := bench.Summarize(out)
 	if o.Fleet.PrefillWorkers > 0 {
 		s.DisaggDecisions = decisionLabels(st.Decisions)

@@ -50,12 +50,16 @@ type Options struct {
 	// MockerDialect is the mock engines' HTTP dialect: "" or vllm, sglang, trtllm
 	// (--mocker-dialect, as on turbine node); the workers use that engine's client.
 	MockerDialect string
+	// MockerKVEvents: the mock engines publish KV events (--mocker-kv-events); without
+	// them the router routes the workers approximately (docs/reference.md §3.4).
+	MockerKVEvents bool
 }
 
 // Defaults are the embedded defaults (docs/reference.md §3, §7).
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(),
-		Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2}
+		Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2,
+		MockerKVEvents: true}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -66,6 +70,8 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.IntVar(&o.DecodeWorkers, "decode-workers", o.DecodeWorkers, "number of decode workers (disaggregated serving, xPyD)")
 	fs.StringVar(&o.MockerDialect, "mocker-dialect", o.MockerDialect,
 		"HTTP dialect of the mock engines: vllm (default), sglang or trtllm; the workers use that engine's client")
+	fs.BoolVar(&o.MockerKVEvents, "mocker-kv-events", o.MockerKVEvents,
+		"the mock engines publish KV events; false starts them without, and the router routes the workers on its own record of what it placed (approximate index mode)")
 	o.Engine.Flags(fs)
 	o.Router.Flags(fs)
 	o.Disagg.Flags(fs)
@@ -175,6 +181,7 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	for _, w := range o.layout() {
 		cfg := o.Engine.MockerFor(self, card, w.role)
 		cfg.Params.Dialect = server.DialectName(o.MockerDialect)
+		cfg.NoKVEvents = !o.MockerKVEvents
 		mock, err := launch.New(cfg)
 		if err != nil {
 			return err

@@ -34,6 +34,10 @@ type Config struct {
 	// prefill engine: its transfer port is its bootstrap port (Bootstrap), picked free
 	// at each Command.
 	Params server.Params
+	// NoKVEvents starts the engine without KV events (no --kv-events-config, no trtllm
+	// event buffer): the worker registers so and the router routes it approximately
+	// (docs/reference.md §3.4).
+	NoKVEvents bool
 	// Extra arguments, appended untouched.
 	Extra []string
 }
@@ -132,7 +136,8 @@ func (m *Mocker) dialect() dialect {
 //	  --kv-transfer-port <port> <extra...>
 //
 // where the parameters are server.Params.Args and the KV events vLLM's
-// --kv-events-config JSON, or for the trtllm dialect an event buffer.
+// --kv-events-config JSON, or for the trtllm dialect an event buffer (none with
+// NoKVEvents).
 func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []string) {
 	d := m.dialect()
 	argv = []string{m.Executable, "mocker",
@@ -142,7 +147,9 @@ func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []
 		"--tokenizer", m.Tokenizer,
 	}
 	argv = append(argv, m.Params.Args()...)
-	argv = append(argv, d.kvEvents(m, host, port, kvEndpoint)...)
+	if !m.NoKVEvents {
+		argv = append(argv, d.kvEvents(m, host, port, kvEndpoint)...)
+	}
 	xport, bootstrap := m.Params.KVTransfer.Port, 0
 	if d.bootstrap && m.Params.Role == server.RolePrefill {
 		if xport == 0 {
@@ -170,10 +177,18 @@ func (m *Mocker) Connect(baseURL string) engines.Engine { return m.dialect().con
 // at the endpoint it was given, or for the trtllm dialect POST /kv_cache_events of the
 // engine its latest Command started.
 func (m *Mocker) SubscribeKVEvents(ctx context.Context, endpoint string, fn func(kv.Batch)) error {
+	if m.NoKVEvents {
+		<-ctx.Done() // nothing is published
+		return ctx.Err()
+	}
 	return m.dialect().subscribe(m, ctx, endpoint, fn)
 }
+
+// KVEvents reports whether the engines m starts publish KV events (engines.KVEventSource).
+func (m *Mocker) KVEvents() bool { return !m.NoKVEvents }
 
 var (
 	_ engines.Launcher      = (*Mocker)(nil)
 	_ launcher.Bootstrapper = (*Mocker)(nil)
+	_ engines.KVEventSource = (*Mocker)(nil)
 )

@@ -339,16 +339,24 @@ type Router struct {
 	RouterMode        string
 	OverlapWeight     float64
 	RouterTemperature float64
+	// RouterPredictActive: requests routed to a worker and not yet ended count as cached
+	// there until its KV events say so (kv.Config.PredictActive).
+	RouterPredictActive bool
 }
 
-// DefaultRouter returns the routing defaults: kv policy, overlap weight 1, temperature 0.
-func DefaultRouter() Router { return Router{RouterMode: "kv", OverlapWeight: 1.0} }
+// DefaultRouter returns the routing defaults: kv policy, overlap weight 1, temperature 0,
+// tracked requests predicted cached.
+func DefaultRouter() Router {
+	return Router{RouterMode: kv.DefaultPolicy, OverlapWeight: 1.0, RouterPredictActive: true}
+}
 
 // Flags registers the router flags on fs.
 func (o *Router) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.RouterMode, "router-mode", o.RouterMode, "routing policy: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
 	fs.Float64Var(&o.OverlapWeight, "overlap-weight", o.OverlapWeight, "weight of prefill blocks against decode blocks in the kv routing cost")
 	fs.Float64Var(&o.RouterTemperature, "router-temperature", o.RouterTemperature, "softmax temperature of the kv routing choice (0 = lowest cost)")
+	fs.BoolVar(&o.RouterPredictActive, "router-predict-active", o.RouterPredictActive,
+		"count the prompt blocks of requests routed to a worker and not yet ended as cached there until its KV events say so, so that requests sharing a prefix that arrive together meet on one worker")
 }
 
 // Validate checks the router options; errors name the flag.
@@ -368,7 +376,7 @@ func (o *Router) Validate() error {
 // size from its first worker's card.
 func (o *Router) Config(blockSize int, log zerolog.Logger) router.Config {
 	return router.Config{BlockSize: blockSize, Mode: o.RouterMode, OverlapWeight: o.OverlapWeight,
-		Temperature: o.RouterTemperature, Logger: log}
+		Temperature: o.RouterTemperature, PredictActive: o.RouterPredictActive, Logger: log}
 }
 
 // Log are the logging flags.

@@ -1,0 +1,216 @@
+package kv
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// PolicyTTFT names the predicted-TTFT policy (TTFTPolicy), the default.
+const PolicyTTFT = "ttft"
+
+// Defaults of the TTFT policy (docs/reference.md §3.6).
+const (
+	// DefaultWorkWeight weighs the prefill time a choice adds to the fleet (the compute the
+	// other requests on that worker wait behind) against the request's own TTFT.
+	DefaultWorkWeight = 1.0
+	// DefaultMemoryFraction: a worker whose KV blocks, with the request's, would be
+	// filled past this fraction makes the request wait for blocks to free.
+	DefaultMemoryFraction = 0.8
+	// DefaultSessionSlack: a session's worker is kept while its cost is at most this much
+	// above the best (a fraction of the best cost).
+	DefaultSessionSlack = 0.1
+	// defaultDecodeTokens: the output assumed for a worker whose requests' decode time
+	// has not been observed yet (tokens), the mock engine's mean.
+	defaultDecodeTokens = 128
+	// nearMs and nearFraction: costs within max(nearMs, nearFraction·best) of the best
+	// count as equal (the prediction's resolution).
+	nearMs       = 1.0
+	nearFraction = 0.05
+	// speedAlpha: the weight of a new observation in a worker's speed factor.
+	speedAlpha = 0.05
+)
+
+// Prediction is a candidate's predicted TTFT split into its terms, in milliseconds at
+// the worker's observed speed.
+type Prediction struct {
+	// QueueMs: prefilling the tokens queued ahead of the request on the worker.
+	QueueMs float64
+	// PrefillMs: prefilling the request's own uncached tokens after them.
+	PrefillMs float64
+	// DecodeMs: the decode part of those prefill steps (the worker's running requests,
+	// slower as its KV cache fills).
+	DecodeMs float64
+	// MemoryWaitMs: waiting for KV blocks when the worker's cache would be too full.
+	MemoryWaitMs float64
+	// Speed: the worker's observed speed factor applied (1: as profiled).
+	Speed float64
+	// OwnPrefillMs: the request's own prefill time on an idle worker (the work it adds).
+	OwnPrefillMs float64
+}
+
+// Total is the predicted TTFT (ms).
+func (p Prediction) Total() float64 { return p.QueueMs + p.PrefillMs + p.DecodeMs + p.MemoryWaitMs }
+
+// PredictTTFT predicts the TTFT of a prompt of promptTokens tokens on candidate c
+// (docs/reference.md §3.6). A nil profile is DefaultProfile.
+func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Prediction {
+	if prof == nil {
+		d := DefaultProfile()
+		prof = &d
+	}
+	bs := max(blockSize, 1)
+	speed := c.SpeedFactor
+	if !(speed > 0) {
+		speed = 1
+	}
+	// An engine always computes at least the prompt's last token.
+	newTok := float64(max(promptTokens-c.OverlapBlocks*bs, 1))
+	queued := float64(max(c.ActivePrefillTokens, 0))
+	queueMs, _ := prof.PrefillMs(queued)
+	allMs, steps := prof.PrefillMs(queued + newTok)
+	own, _ := prof.PrefillMs(newTok)
+
+	var u float64
+	if c.TotalBlocks > 0 {
+		u = float64(c.ActiveBlocks) / float64(c.TotalBlocks)
+	}
+	p := Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed}
+	if c.ActiveRequests > 0 {
+		p.DecodeMs = steps * prof.DecodeMs(u)
+	}
+	if c.TotalBlocks > 0 {
+		promptBlocks := (promptTokens + bs - 1) / bs
+		newActive := float64(max(promptBlocks-c.ActivePrefixBlocks, 0))
+		proj := (float64(c.ActiveBlocks) + newActive) / float64(c.TotalBlocks)
+		if proj > DefaultMemoryFraction {
+			decodeMs := c.MeanDecodeSeconds * 1000 / speed
+			if !(decodeMs > 0) {
+				decodeMs = defaultDecodeTokens * prof.DecodeMs(u)
+			}
+			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * decodeMs
+		}
+	}
+	p.QueueMs *= speed
+	p.PrefillMs *= speed
+	p.DecodeMs *= speed
+	p.MemoryWaitMs *= speed
+	return p
+}
+
+// TTFTPolicy routes a request to the worker where it would get its first token soonest,
+// counting the compute it adds there (docs/reference.md §3.6):
+//
+//	cost(w) = predicted_ttft(w) + WorkWeight · own_prefill(w)
+//
+// predicted_ttft is the worker's queued prefill, the request's uncached prefill in
+// chunks, the decode part of those steps at the worker's KV usage, and a wait for KV
+// blocks past
+// DefaultMemoryFraction of its cache, all scaled by the worker's observed speed
+// (Candidate.SpeedFactor). A prefix hit shortens both terms; a long queue or a full cache
+// moves the request elsewhere as soon as recomputing there is faster. The session's
+// worker (Candidate.SessionWorker) is kept while its cost is within SessionSlack of the
+// best. Costs within max(1 ms, 5 %) of the best count as equal (the prediction's
+// resolution): among them the fewest running requests win, then the emptier cache (fewer
+// indexed blocks), then a uniform draw.
+type TTFTPolicy struct {
+	WorkWeight   float64
+	SessionSlack float64
+}
+
+// NewTTFTPolicy returns the policy with its defaults.
+func NewTTFTPolicy() TTFTPolicy {
+	return TTFTPolicy{WorkWeight: DefaultWorkWeight, SessionSlack: DefaultSessionSlack}
+}
+
+func (p TTFTPolicy) cost(in *SelectInput, c *Candidate) (float64, Prediction) {
+	pr := PredictTTFT(in.Profile, in.PromptTokens, in.BlockSize, c)
+	return pr.Total() + p.WorkWeight*pr.OwnPrefillMs, pr
+}
+
+// Select implements Policy.
+func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
+	n := len(in.Candidates)
+	if n == 0 {
+		return 0, ErrNoWorkers
+	}
+	var buf [64]float64
+	costs := buf[:0]
+	if n > len(buf) {
+		costs = make([]float64, 0, n)
+	}
+	bestC, session := math.Inf(1), -1
+	for i := range in.Candidates {
+		v, _ := p.cost(in, &in.Candidates[i])
+		costs = append(costs, v)
+		bestC = math.Min(bestC, v)
+		if in.Candidates[i].SessionWorker {
+			session = i
+		}
+	}
+	if session >= 0 && costs[session] <= bestC*(1+p.SessionSlack) {
+		return session, nil
+	}
+	// Predictions this close are equal within their error: among them the fewest running
+	// requests, then the emptier cache, then a uniform draw.
+	band := bestC + math.Max(nearMs, nearFraction*bestC)
+	best, ties := -1, 0
+	for i, v := range costs {
+		if v > band {
+			continue
+		}
+		c, b := &in.Candidates[i], (*Candidate)(nil)
+		if best >= 0 {
+			b = &in.Candidates[best]
+		}
+		switch {
+		case b == nil || c.ActiveRequests < b.ActiveRequests ||
+			(c.ActiveRequests == b.ActiveRequests && c.IndexedBlocks < b.IndexedBlocks):
+			best, ties = i, 1
+		case c.ActiveRequests == b.ActiveRequests && c.IndexedBlocks == b.IndexedBlocks:
+			ties++
+			// reservoir sampling: each tied candidate ends chosen with probability 1/ties
+			if rng != nil && rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best, nil
+}
+
+// Explain implements Explainer.
+func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
+	v, pr := p.cost(in, c)
+	return v, []Term{
+		{Name: "queue_ms", Value: pr.QueueMs},
+		{Name: "prefill_ms", Value: pr.PrefillMs},
+		{Name: "decode_ms", Value: pr.DecodeMs},
+		{Name: "memory_wait_ms", Value: pr.MemoryWaitMs},
+		{Name: "work_ms", Value: p.WorkWeight * pr.OwnPrefillMs},
+		{Name: "speed", Value: pr.Speed},
+	}
+}
+
+// learnSpeed folds one observed/predicted TTFT ratio into a worker's speed factor
+// (0: none yet), in log space so that a slow outlier and a fast one weigh alike; each
+// ratio is clamped to [0.001, 1000].
+func learnSpeed(old, ratio float64) float64 {
+	if !(ratio > 0) || math.IsInf(ratio, 0) {
+		return old
+	}
+	ratio = math.Max(1e-3, math.Min(1e3, ratio))
+	if !(old > 0) {
+		return ratio
+	}
+	return math.Exp((1-speedAlpha)*math.Log(old) + speedAlpha*math.Log(ratio))
+}
+
+// smooth folds x into an exponential moving average (0: none yet).
+func smooth(old, x float64) float64 {
+	if !(x >= 0) || math.IsInf(x, 0) {
+		return old
+	}
+	if old == 0 {
+		return x
+	}
+	return (1-speedAlpha)*old + speedAlpha*x
+}

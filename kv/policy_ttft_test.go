@@ -1,0 +1,581 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// near reports whether got is within a relative 1e-9 of want (the terms are sums and
+// products of the same figures in another order).
+func near(got, want float64) bool {
+	return math.Abs(got-want) <= 1e-9*math.Max(1, math.Abs(want))
+}
+
+func TestPredictTTFT(t *testing.T) {
+	p := DefaultProfile()
+	pf := func(tok float64) float64 { ms, _ := p.PrefillMs(tok); return ms }
+	dec := p.DecodeMs
+	// memory wait for the 1,000-token prompt (63 blocks of 16) on a 1,000-block worker
+	// with 790 active: (0.853 − 0.8) / 0.8 of the decode time of a request.
+	frac := ((790.0+63)/1000 - DefaultMemoryFraction) / DefaultMemoryFraction
+	for _, tc := range []struct {
+		name   string
+		prompt int
+		c      Candidate
+		want   Prediction
+	}{
+		{"idle, nothing cached", 1000, Candidate{},
+			Prediction{PrefillMs: pf(1000), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"prefix cached: only the rest is computed", 1000, Candidate{OverlapBlocks: 50},
+			Prediction{PrefillMs: pf(200), Speed: 1, OwnPrefillMs: pf(200)}},
+		{"whole prompt cached: the last token is still computed", 1024, Candidate{OverlapBlocks: 64},
+			Prediction{PrefillMs: pf(1), Speed: 1, OwnPrefillMs: pf(1)}},
+		{"overlap beyond the prompt", 1024, Candidate{OverlapBlocks: 100},
+			Prediction{PrefillMs: pf(1), Speed: 1, OwnPrefillMs: pf(1)}},
+		{"queued prefill, no requests: no decode term", 1000, Candidate{ActivePrefillTokens: 5000},
+			Prediction{QueueMs: pf(5000), PrefillMs: pf(6000) - pf(5000), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"queued prefill with requests: one step's decode", 1000,
+			Candidate{ActivePrefillTokens: 5000, ActiveRequests: 2},
+			Prediction{QueueMs: pf(5000), PrefillMs: pf(6000) - pf(5000), DecodeMs: dec(0), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"queue and prompt across a chunk: two steps' decode at the KV usage", 1000,
+			Candidate{ActivePrefillTokens: 8000, ActiveRequests: 1, ActiveBlocks: 500, TotalBlocks: 1000},
+			Prediction{QueueMs: pf(8000), PrefillMs: pf(9000) - pf(8000), DecodeMs: 2 * dec(0.5), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"decoding requests, nothing queued", 1000, Candidate{ActiveRequests: 3, ActiveBlocks: 250, TotalBlocks: 1000},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.25), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"active blocks without a known capacity: usage 0, no memory wait", 1000,
+			Candidate{ActiveRequests: 1, ActiveBlocks: 1 << 20},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"cache past the memory fraction: wait for the default decode", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.79), MemoryWaitMs: frac * defaultDecodeTokens * dec(0.79),
+				Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"cache past the memory fraction: wait for the observed decode", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000, MeanDecodeSeconds: 2.5},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.79), MemoryWaitMs: frac * 2500, Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"prompt already active: no new blocks, no wait", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 790, ActivePrefixBlocks: 63, TotalBlocks: 1000},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.79), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"exactly at the memory fraction: no wait", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 737, TotalBlocks: 1000},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.737), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"a worker twice as slow: every profiled term doubles", 1000,
+			Candidate{ActivePrefillTokens: 5000, ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000, SpeedFactor: 2},
+			Prediction{QueueMs: 2 * pf(5000), PrefillMs: 2 * (pf(6000) - pf(5000)), DecodeMs: 2 * dec(0.79),
+				MemoryWaitMs: 2 * frac * defaultDecodeTokens * dec(0.79), Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
+		{"a worker twice as slow: an observed decode time is not scaled again", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000, SpeedFactor: 2, MeanDecodeSeconds: 2.5},
+			Prediction{PrefillMs: 2 * pf(1000), DecodeMs: 2 * dec(0.79), MemoryWaitMs: frac * 2500, Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
+		{"a faster worker", 1000, Candidate{SpeedFactor: 0.5},
+			Prediction{PrefillMs: 0.5 * pf(1000), Speed: 0.5, OwnPrefillMs: 0.5 * pf(1000)}},
+		{"speed not learnt yet (0): as profiled", 1000, Candidate{SpeedFactor: 0},
+			Prediction{PrefillMs: pf(1000), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"negative speed: as profiled", 1000, Candidate{SpeedFactor: -3},
+			Prediction{PrefillMs: pf(1000), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"NaN speed: as profiled", 1000, Candidate{SpeedFactor: math.NaN()},
+			Prediction{PrefillMs: pf(1000), Speed: 1, OwnPrefillMs: pf(1000)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := PredictTTFT(&p, tc.prompt, 16, &tc.c)
+			w := tc.want
+			if !near(got.QueueMs, w.QueueMs) || !near(got.PrefillMs, w.PrefillMs) || !near(got.DecodeMs, w.DecodeMs) ||
+				!near(got.MemoryWaitMs, w.MemoryWaitMs) || got.Speed != w.Speed || !near(got.OwnPrefillMs, w.OwnPrefillMs) {
+				t.Errorf("PredictTTFT = %+v\n want %+v", got, w)
+			}
+			if !near(got.Total(), w.QueueMs+w.PrefillMs+w.DecodeMs+w.MemoryWaitMs) {
+				t.Errorf("Total %v, want the sum of the four terms of %+v", got.Total(), w)
+			}
+		})
+	}
+	t.Run("nil profile is the default", func(t *testing.T) {
+		c := Candidate{ActivePrefillTokens: 3000, ActiveRequests: 2, ActiveBlocks: 850, TotalBlocks: 1000}
+		if a, b := PredictTTFT(nil, 2000, 16, &c), PredictTTFT(&p, 2000, 16, &c); a != b {
+			t.Errorf("nil profile %+v, default %+v", a, b)
+		}
+	})
+	t.Run("block size 0 counts as 1", func(t *testing.T) {
+		c := Candidate{OverlapBlocks: 10}
+		if got := PredictTTFT(&p, 100, 0, &c); !near(got.PrefillMs, pf(90)) {
+			t.Errorf("PrefillMs %v, want %v", got.PrefillMs, pf(90))
+		}
+	})
+}
+
+// ttftIn is a SelectInput for a prompt of n tokens in blocks of 16.
+func ttftIn(n int, cands ...Candidate) *SelectInput {
+	return &SelectInput{Candidates: cands, PromptTokens: n, PromptBlocks: n / 16, BlockSize: 16}
+}
+
+func TestTTFTSelect(t *testing.T) {
+	pol := NewTTFTPolicy()
+	for _, tc := range []struct {
+		name  string
+		in    *SelectInput
+		want  int
+		rngOK bool // the choice does not depend on the rng (checked with several seeds)
+	}{
+		{"a cached worker wins at low load", ttftIn(4096, Candidate{ID: "cold"}, Candidate{ID: "warm", OverlapBlocks: 200, IndexedBlocks: 200}), 1, true},
+		{"a longer hit wins", ttftIn(4096, Candidate{OverlapBlocks: 100}, Candidate{OverlapBlocks: 200}, Candidate{OverlapBlocks: 150}), 1, true},
+		{"a light decode load does not outweigh a long hit",
+			ttftIn(4096, Candidate{}, Candidate{OverlapBlocks: 240, ActiveRequests: 3, ActiveBlocks: 300, TotalBlocks: 1000}), 1, true},
+		{"a busy worker loses to an idle one without a hit",
+			ttftIn(1024, Candidate{ActivePrefillTokens: 30000, ActiveRequests: 5}, Candidate{}), 1, true},
+		{"a nearly full cache sends the request elsewhere",
+			ttftIn(4096, Candidate{OverlapBlocks: 200, ActiveRequests: 50, ActiveBlocks: 990, TotalBlocks: 1000}, Candidate{}), 1, true},
+		{"a slower worker loses an otherwise equal choice",
+			ttftIn(2048, Candidate{SpeedFactor: 1.5}, Candidate{SpeedFactor: 1}), 1, true},
+		{"equal costs: the emptier cache", ttftIn(2048, Candidate{IndexedBlocks: 50}, Candidate{IndexedBlocks: 10}, Candidate{IndexedBlocks: 30}), 1, true},
+		{"equal costs: the emptier cache, listed first", ttftIn(2048, Candidate{IndexedBlocks: 5}, Candidate{IndexedBlocks: 10}), 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := uint64(0); seed < 20; seed++ {
+				var rng *rand.Rand
+				if seed > 0 {
+					rng = rand.New(rand.NewPCG(seed, 7))
+				}
+				got, err := pol.Select(tc.in, rng)
+				if err != nil || got != tc.want {
+					t.Fatalf("seed %d: Select = %d, %v; want %d", seed, got, err, tc.want)
+				}
+			}
+		})
+	}
+
+	t.Run("no candidates", func(t *testing.T) {
+		if _, err := pol.Select(ttftIn(100), rand.New(rand.NewPCG(1, 2))); !errors.Is(err, ErrNoWorkers) {
+			t.Errorf("Select: %v, want ErrNoWorkers", err)
+		}
+		if _, err := pol.Select(ttftIn(100), nil); !errors.Is(err, ErrNoWorkers) {
+			t.Errorf("Select with nil rng: %v, want ErrNoWorkers", err)
+		}
+	})
+
+	t.Run("equal costs and caches: a uniform draw", func(t *testing.T) {
+		in := ttftIn(2048, Candidate{IndexedBlocks: 7}, Candidate{IndexedBlocks: 7}, Candidate{IndexedBlocks: 7}, Candidate{IndexedBlocks: 90})
+		rng := rand.New(rand.NewPCG(3, 4))
+		var n [4]int
+		const draws = 3000
+		for i := 0; i < draws; i++ {
+			got, err := pol.Select(in, rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n[got]++
+		}
+		// each of the three with probability 1/3: 1000 ± 200 is beyond 6 standard deviations
+		for i := 0; i < 3; i++ {
+			if n[i] < 800 || n[i] > 1200 {
+				t.Errorf("counts %v: candidate %d far from %d", n, i, draws/3)
+			}
+		}
+		if n[3] != 0 {
+			t.Errorf("counts %v: the fuller cache was drawn", n)
+		}
+	})
+
+	t.Run("costs within the band count as equal: fewer running requests win", func(t *testing.T) {
+		busy := Candidate{ID: "busy", ActiveRequests: 2, IndexedBlocks: 0}
+		for _, tc := range []struct {
+			speed float64 // the idle candidate's, scaling its whole cost
+			want  string
+		}{
+			{1.04, "idle"}, // 4 % dearer: within nearFraction
+			{1.2, "busy"},  // 20 % dearer: clearly worse
+		} {
+			idle := Candidate{ID: "idle", IndexedBlocks: 500, SpeedFactor: tc.speed}
+			in := ttftIn(4096, busy, idle)
+			costBusy, _ := pol.cost(in, &in.Candidates[0])
+			costIdle, _ := pol.cost(in, &in.Candidates[1])
+			if costBusy >= costIdle {
+				t.Fatalf("setup: busy %v, idle %v: the busy worker must be the cheaper", costBusy, costIdle)
+			}
+			got, err := pol.Select(in, nil)
+			if err != nil || in.Candidates[got].ID != tc.want {
+				t.Errorf("idle %v%% dearer: chose %s, %v; want %s", math.Round((costIdle/costBusy-1)*100), in.Candidates[got].ID, err, tc.want)
+			}
+		}
+	})
+
+	t.Run("nil rng is deterministic", func(t *testing.T) {
+		in := ttftIn(2048, Candidate{IndexedBlocks: 9}, Candidate{IndexedBlocks: 7}, Candidate{IndexedBlocks: 7})
+		for i := 0; i < 10; i++ {
+			if got, err := pol.Select(in, nil); err != nil || got != 1 {
+				t.Fatalf("Select = %d, %v; want 1, the first of the tied emptier caches", got, err)
+			}
+		}
+	})
+}
+
+// TestTTFTHotPrefixSpills loads the worker that caches most of a prompt with queued
+// prefill and checks the choice moves to an idle, cold worker exactly where recomputing
+// the prompt there is no longer clearly dearer (outside the band of equal predictions).
+func TestTTFTHotPrefixSpills(t *testing.T) {
+	p := DefaultProfile()
+	pf := func(tok float64) float64 { ms, _ := p.PrefillMs(tok); return ms }
+	const prompt, cachedBlocks = 4096, 240 // 3,840 tokens cached, 256 to compute
+	newTok := float64(prompt - cachedBlocks*16)
+	for _, tc := range []struct {
+		weight   float64
+		min, max int64 // where the crossover must land (queued tokens)
+	}{
+		// the compute a hit saves counts too: the cached worker keeps the request longer
+		{DefaultWorkWeight, 5500, 7500},
+		// TTFT alone: spill as soon as the cached worker is slower to the first token
+		{0, 2500, 4200},
+	} {
+		t.Run(fmt.Sprint("work weight ", tc.weight), func(t *testing.T) {
+			pol := TTFTPolicy{WorkWeight: tc.weight, SessionSlack: DefaultSessionSlack}
+			// The model, written out: the cached worker has one request in flight (one
+			// decode step per prefill step, empty cache), the other worker is idle.
+			costCached := func(q int64) float64 {
+				ms, steps := p.PrefillMs(float64(q) + newTok)
+				return ms + steps*p.DecodeMs(0) + tc.weight*pf(newTok)
+			}
+			costCold := pf(prompt) + tc.weight*pf(prompt)
+			var cross int64 = -1
+			for q := int64(0); q <= 20000; q++ {
+				// the cold worker, idle, wins as soon as its cost is within the band of
+				// predictions counted as equal (its fewer running requests then decide)
+				if c := costCached(q); costCold <= c+math.Max(nearMs, nearFraction*c) {
+					cross = q
+					break
+				}
+			}
+			if cross < tc.min || cross > tc.max {
+				t.Fatalf("crossover at %d queued tokens, want %d..%d", cross, tc.min, tc.max)
+			}
+			sel := func(q int64) int {
+				in := ttftIn(prompt,
+					Candidate{ID: "cached", OverlapBlocks: cachedBlocks, IndexedBlocks: 5000, ActivePrefillTokens: q, ActiveRequests: 1},
+					Candidate{ID: "cold"})
+				got, err := pol.Select(in, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			for _, q := range []int64{0, cross / 2, cross - 1} {
+				if got := sel(q); got != 0 {
+					t.Errorf("%d tokens queued on the cached worker: chose %d, want the cached worker", q, got)
+				}
+			}
+			for _, q := range []int64{cross, cross + 1, 2 * cross, 100000} {
+				if got := sel(q); got != 1 {
+					t.Errorf("%d tokens queued on the cached worker: chose %d, want the cold worker", q, got)
+				}
+			}
+			t.Logf("work weight %v: spills at %d queued tokens", tc.weight, cross)
+		})
+	}
+}
+
+func TestTTFTSessionSlack(t *testing.T) {
+	base := Candidate{ID: "best", OverlapBlocks: 10}
+	session := func(speed float64) Candidate {
+		c := base
+		c.ID, c.SessionWorker, c.SpeedFactor = "session", true, speed
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		slack float64
+		c     Candidate // the session's worker; all its terms scale with its speed
+		keep  bool
+	}{
+		{"the session's worker is the best", DefaultSessionSlack, session(0.9), true},
+		{"as good as the best", DefaultSessionSlack, session(1), true},
+		{"5 % dearer", DefaultSessionSlack, session(1.05), true},
+		{"9.9 % dearer", DefaultSessionSlack, session(1.099), true},
+		{"10.1 % dearer", DefaultSessionSlack, session(1.101), false},
+		{"50 % dearer", DefaultSessionSlack, session(1.5), false},
+		{"no slack, 10 % dearer", 0, session(1.1), false},
+		{"no slack, as good", 0, session(1), true},
+		{"wider slack", 0.6, session(1.5), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := TTFTPolicy{WorkWeight: DefaultWorkWeight, SessionSlack: tc.slack}
+			for _, order := range [][]Candidate{{tc.c, base}, {base, tc.c}} {
+				in := ttftIn(2048, order...)
+				got, err := pol.Select(in, rand.New(rand.NewPCG(1, 1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if kept := in.Candidates[got].SessionWorker; kept != tc.keep {
+					t.Errorf("order %s,%s: chose %s, want session kept=%v", order[0].ID, order[1].ID, in.Candidates[got].ID, tc.keep)
+				}
+			}
+		})
+	}
+}
+
+func TestTTFTExplain(t *testing.T) {
+	pol := NewTTFTPolicy()
+	in := ttftIn(3000,
+		Candidate{ID: "idle"},
+		Candidate{ID: "cached", OverlapBlocks: 150, ActivePrefillTokens: 9000, ActiveRequests: 3, ActiveBlocks: 400, TotalBlocks: 1000},
+		Candidate{ID: "full", OverlapBlocks: 20, ActiveRequests: 30, ActiveBlocks: 900, TotalBlocks: 1000, SpeedFactor: 1.3},
+		Candidate{ID: "full-observed", ActiveRequests: 30, ActiveBlocks: 900, TotalBlocks: 1000, SpeedFactor: 0.7, MeanDecodeSeconds: 4},
+	)
+	chosen, err := pol.Select(in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range in.Candidates {
+		c := &in.Candidates[i]
+		cost, terms := pol.Explain(in, c)
+		if len(terms) != 6 {
+			t.Fatalf("%s: terms %v", c.ID, terms)
+		}
+		var sum float64
+		for _, name := range []string{"queue_ms", "prefill_ms", "decode_ms", "memory_wait_ms", "work_ms"} {
+			v, ok := term(terms, name)
+			if !ok {
+				t.Fatalf("%s: no term %s in %v", c.ID, name, terms)
+			}
+			sum += v
+		}
+		if !near(sum, cost) {
+			t.Errorf("%s: the ms terms %v add up to %v, cost %v", c.ID, terms, sum, cost)
+		}
+		pr := PredictTTFT(nil, in.PromptTokens, in.BlockSize, c)
+		if want := pr.Total() + pol.WorkWeight*pr.OwnPrefillMs; !near(cost, want) {
+			t.Errorf("%s: cost %v, want the predicted TTFT plus the work, %v", c.ID, cost, want)
+		}
+		if s, _ := term(terms, "speed"); s != pr.Speed {
+			t.Errorf("%s: speed term %v, want %v", c.ID, s, pr.Speed)
+		}
+		if best, _ := pol.Explain(in, &in.Candidates[chosen]); cost < best {
+			t.Errorf("%s costs %v, below the chosen %s's %v", c.ID, cost, in.Candidates[chosen].ID, best)
+		}
+	}
+	for _, i := range []int{2, 3} {
+		_, terms := pol.Explain(in, &in.Candidates[i])
+		if m, _ := term(terms, "memory_wait_ms"); !(m > 0) {
+			t.Errorf("%s: the nearly full worker shows no memory wait", in.Candidates[i].ID)
+		}
+	}
+}
+
+func TestLearnSpeed(t *testing.T) {
+	avg := func(old, x float64) float64 { return math.Exp(0.95*math.Log(old) + 0.05*math.Log(x)) }
+	for _, tc := range []struct {
+		name       string
+		old, ratio float64
+		want       float64
+	}{
+		{"first observation taken as is", 0, 2, 2},
+		{"first observation, faster", 0, 0.25, 0.25},
+		{"first observation clamped high", 0, 5000, 1000},
+		{"first observation clamped low", 0, 1e-6, 1e-3},
+		{"log-space average", 1, 2, avg(1, 2)},
+		{"a fast and a slow outlier weigh alike", 1, 0.5, 1 / avg(1, 2)},
+		{"an observation at the current speed keeps it", 1.7, 1.7, 1.7},
+		{"an outlier is clamped before averaging", 1, 1e9, avg(1, 1000)},
+		{"a tiny ratio is clamped before averaging", 1, 1e-9, avg(1, 1e-3)},
+		{"zero ignored", 1.5, 0, 1.5},
+		{"negative ignored", 1.5, -2, 1.5},
+		{"NaN ignored", 1.5, math.NaN(), 1.5},
+		{"+Inf ignored", 1.5, math.Inf(1), 1.5},
+		{"-Inf ignored", 1.5, math.Inf(-1), 1.5},
+		{"NaN ignored before the first observation", 0, math.NaN(), 0},
+	} {
+		if got := learnSpeed(tc.old, tc.ratio); !near(got, tc.want) {
+			t.Errorf("%s: learnSpeed(%v, %v) = %v, want %v", tc.name, tc.old, tc.ratio, got, tc.want)
+		}
+	}
+	// A steady ratio is approached geometrically in log space: after n observations
+	// the factor is old^(0.95^n) · r^(1−0.95^n).
+	s := 1.0
+	for i := 0; i < 100; i++ {
+		s = learnSpeed(s, 3)
+	}
+	if want := math.Pow(3, 1-math.Pow(0.95, 100)); !near(s, want) {
+		t.Errorf("100 observations of 3 from 1: %v, want %v", s, want)
+	}
+}
+
+func TestSmooth(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		old, x float64
+		want   float64
+	}{
+		{"first value taken as is", 0, 3, 3},
+		{"moving average", 2, 4, 0.95*2 + 0.05*4},
+		{"zero is a value", 2, 0, 0.95 * 2},
+		{"negative ignored", 2, -1, 2},
+		{"NaN ignored", 2, math.NaN(), 2},
+		{"+Inf ignored", 2, math.Inf(1), 2},
+		{"NaN before the first value", 0, math.NaN(), 0},
+	} {
+		if got := smooth(tc.old, tc.x); !near(got, tc.want) {
+			t.Errorf("%s: smooth(%v, %v) = %v, want %v", tc.name, tc.old, tc.x, got, tc.want)
+		}
+	}
+}
+
+// ttftRouter is a TTFT-policy router over two idle workers, w1 and w2, with equal
+// (empty) caches, blocks of 16 tokens and 1,000 blocks each. Their KV events are the
+// whole index: a silent worker does not turn approximate (its routed prompts would
+// count as cached).
+func ttftRouter(t *testing.T) *Router {
+	t.Helper()
+	cfg := DefaultConfig(16)
+	cfg.Policy = PolicyTTFT
+	cfg.ApproxAfterRequests = 0
+	r, err := NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"w1", "w2"} {
+		if _, err := r.Register(WorkerSpec{ID: id, BlockSize: 16, TotalBlocks: 1000, Ready: true, Epoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// ms converts milliseconds to a duration.
+func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+// observe routes a 1,024-token request pinned to worker on the idle fleet at now and
+// reports its first token slowness times the profile's prediction later; it returns
+// the time the request was freed at.
+func observe(t *testing.T, r *Router, id, worker string, slowness float64, now time.Time) time.Time {
+	t.Helper()
+	toks := make([]uint32, 1024)
+	base := uint32(fnv32(id)%1000) * 2000 // a prompt of its own
+	for i := range toks {
+		toks[i] = base + uint32(i)
+	}
+	d, err := r.Route(RouteInput{RequestID: id, Tokens: toks, PinWorker: worker}, now, nil)
+	if err != nil || d.WorkerID != worker {
+		t.Fatalf("route %s: %+v %v", id, d, err)
+	}
+	pred, _ := DefaultProfile().PrefillMs(1024) // idle worker, nothing cached
+	now = now.Add(ms(slowness * pred))
+	if !r.PrefillDoneAt(id, now) {
+		t.Fatalf("PrefillDoneAt(%s): not active", id)
+	}
+	if !r.Free(id) {
+		t.Fatalf("Free(%s): not active", id)
+	}
+	return now
+}
+
+func TestRouterLearnsSpeed(t *testing.T) {
+	t.Run("a slower worker loses an otherwise equal choice", func(t *testing.T) {
+		r := ttftRouter(t)
+		in := RouteInput{RequestID: "probe", Tokens: prompt(2048)}
+		// Nothing learnt: equal costs, equal caches, no rng: the first worker.
+		d, err := r.Route(in, t0, nil)
+		if err != nil || d.WorkerID != "w1" {
+			t.Fatalf("before learning: %+v %v, want w1", d, err)
+		}
+		r.Free("probe")
+		now := observe(t, r, "slow", "w1", 2, t0)
+		if s := r.byName["w1"].speed; !(math.Abs(s-2) < 1e-3) {
+			t.Errorf("w1 speed %v after a first token twice as late as predicted, want 2", s)
+		}
+		if s := r.byName["w2"].speed; s != 0 {
+			t.Errorf("w2 speed %v, nothing observed", s)
+		}
+		d, err = r.Route(in, now, nil)
+		if err != nil || d.WorkerID != "w2" {
+			t.Fatalf("after learning: %+v %v, want w2, the faster worker", d, err)
+		}
+	})
+	// The prediction a first token is compared with must not carry the speed already
+	// learnt, else the factor measures the remaining error and settles at the square
+	// root of the worker's true slowness.
+	for _, slowness := range []float64{2, 0.5, 4} {
+		t.Run(fmt.Sprint("steady slowness ", slowness), func(t *testing.T) {
+			r := ttftRouter(t)
+			now := t0
+			for i := 0; i < 60; i++ {
+				now = observe(t, r, fmt.Sprint("r", i), "w1", slowness, now.Add(time.Second))
+			}
+			if s := r.byName["w1"].speed; math.Abs(s/slowness-1) > 0.01 {
+				t.Errorf("speed %v after 60 observations at %v× the profile, want %v", s, slowness, slowness)
+			}
+		})
+	}
+}
+
+func TestRouterLearnsDecodeSeconds(t *testing.T) {
+	r := ttftRouter(t)
+	rw := r.byName["w1"]
+	run := func(id string, decode time.Duration, now time.Time) {
+		t.Helper()
+		if _, err := r.Route(RouteInput{RequestID: id, Tokens: prompt(64), PinWorker: "w1"}, now, nil); err != nil {
+			t.Fatal(err)
+		}
+		first := now.Add(50 * time.Millisecond)
+		r.PrefillDoneAt(id, first)
+		if !r.FreeAt(id, first.Add(decode)) {
+			t.Fatalf("FreeAt(%s): not active", id)
+		}
+	}
+	run("a", 3*time.Second, t0)
+	if !near(rw.decodeSecs, 3) {
+		t.Fatalf("decode seconds %v after one request of 3 s, want 3", rw.decodeSecs)
+	}
+	run("b", 5*time.Second, t0.Add(10*time.Second))
+	if want := 0.95*3 + 0.05*5; !near(rw.decodeSecs, want) {
+		t.Fatalf("decode seconds %v, want %v", rw.decodeSecs, want)
+	}
+	// A request freed before its first token teaches nothing, and is still freed.
+	if _, err := r.Route(RouteInput{RequestID: "c", Tokens: prompt(64), PinWorker: "w1"}, t0.Add(20*time.Second), nil); err != nil {
+		t.Fatal(err)
+	}
+	before := rw.decodeSecs
+	if !r.FreeAt("c", t0.Add(60*time.Second)) || rw.decodeSecs != before {
+		t.Errorf("FreeAt before the first token: decode seconds %v, want %v unchanged", rw.decodeSecs, before)
+	}
+	if r.FreeAt("c", t0.Add(61*time.Second)) || r.FreeAt("never", t0) {
+		t.Error("FreeAt of an inactive request reported it active")
+	}
+	if l := r.active.Load(rw.id); l != (Load{}) {
+		t.Errorf("load %+v left behind", l)
+	}
+	// The candidate carries it to the policy.
+	if c := r.candidate(rw, r.active.Load(rw.id)); c.MeanDecodeSeconds != rw.decodeSecs {
+		t.Errorf("candidate MeanDecodeSeconds %v, want %v", c.MeanDecodeSeconds, rw.decodeSecs)
+	}
+}
+
+func TestRouteExplainTTFT(t *testing.T) {
+	r := explainRouter(t, PolicyTTFT, "a0 a1 a2")
+	cache(t, r, "a1", 192)
+	load(r, "a0", "busy", 40)
+	d, err := r.Route(RouteInput{RequestID: "r", Tokens: prompt(200), Explain: true}, t0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Candidates) != 3 || d.WorkerID != "a1" {
+		t.Fatalf("decision %s, candidates %+v: want a1 (its cache) among 3", d.WorkerID, d.Candidates)
+	}
+	for _, c := range d.Candidates {
+		var sum float64
+		for _, name := range []string{"queue_ms", "prefill_ms", "decode_ms", "memory_wait_ms", "work_ms"} {
+			v, _ := term(c.Terms, name)
+			sum += v
+		}
+		if !near(sum, c.Cost) {
+			t.Errorf("%s: ms terms %v add up to %v, cost %v", c.WorkerID, c.Terms, sum, c.Cost)
+		}
+		if c.Chosen != (c.WorkerID == "a1") {
+			t.Errorf("%s chosen=%v", c.WorkerID, c.Chosen)
+		}
+	}
+}
