@@ -825,7 +825,7 @@ type WorkerInfo struct {
 	BootstrapPort int32  `protobuf:"varint,8,opt,name=bootstrap_port,json=bootstrapPort,proto3" json:"bootstrap_port,omitempty"`
 	// The engine was started without KV events (its launch configuration says so): the
 	// router routes it on its own record of what it placed there ("approximate" index
-	// mode, docs/reference.md §3).
+	// mode, docs/reference.md §3.4).
 	NoKvEvents    bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
