@@ -100,13 +100,16 @@ func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Predi
 // TTFTPolicy routes a request to the worker where it would get its first token soonest,
 // counting the compute it adds there (docs/reference.md §3.6):
 //
-//	cost(w) = predicted_ttft(w) + WorkWeight · own_prefill(w)
+//	cost(w) = predicted_ttft(w) + WorkWeight · hot · (own_prefill(w) − min_v own_prefill(v))
 //
 // predicted_ttft is the worker's queued prefill, the request's uncached prefill in
 // chunks, the decode part of those steps at the worker's KV usage, and a wait for KV
 // blocks past
 // DefaultMemoryFraction of its cache, all scaled by the worker's observed speed
-// (Candidate.SpeedFactor). A prefix hit shortens both terms; a long queue or a full cache
+// (Candidate.SpeedFactor); own_prefill is the request's prefill at the profile's speed, so
+// the second term is the compute a choice wastes against the best-cached worker, and hot
+// (hotDiscount) lowers its weight for a prefix whose holders already carry more than their
+// share of the load. A prefix hit shortens both terms; a long queue or a full cache
 // moves the request elsewhere as soon as recomputing there is faster. The session's
 // worker (Candidate.SessionWorker) is kept while its cost is within SessionSlack of the
 // best. Costs within max(1 ms, 5 %) of the best count as equal (the prediction's
@@ -122,9 +125,62 @@ func NewTTFTPolicy() TTFTPolicy {
 	return TTFTPolicy{WorkWeight: DefaultWorkWeight, SessionSlack: DefaultSessionSlack}
 }
 
-func (p TTFTPolicy) cost(in *SelectInput, c *Candidate) (float64, Prediction) {
+// work returns what the work term is measured from: the least compute any candidate would
+// spend on the request (ms at the profile's speed), and the weight that applies to the
+// compute above it (WorkWeight times hotDiscount).
+func (p TTFTPolicy) work(in *SelectInput) (minOwn, weight float64) {
+	minOwn = math.Inf(1)
+	for i := range in.Candidates {
+		minOwn = math.Min(minOwn, ownPrefillMs(in, &in.Candidates[i]))
+	}
+	return minOwn, p.WorkWeight * hotDiscount(in.Candidates)
+}
+
+// ownPrefillMs is the request's own prefill on c's idle engine at the profile's speed
+// (ms): what it costs the fleet, whichever worker is faster.
+func ownPrefillMs(in *SelectInput, c *Candidate) float64 {
+	prof := in.Profile
+	if prof == nil {
+		d := DefaultProfile()
+		prof = &d
+	}
+	ms, _ := prof.PrefillMs(float64(max(in.PromptTokens-c.OverlapBlocks*max(in.BlockSize, 1), 1)))
+	return ms
+}
+
+// cost is c's predicted TTFT plus the weighted compute it adds beyond the cheapest
+// candidate's (work).
+func (p TTFTPolicy) cost(in *SelectInput, c *Candidate, minOwn, weight float64) (float64, Prediction, float64) {
 	pr := PredictTTFT(in.Profile, in.PromptTokens, in.BlockSize, c)
-	return pr.Total() + p.WorkWeight*pr.OwnPrefillMs, pr
+	work := weight * (ownPrefillMs(in, c) - minOwn)
+	return pr.Total() + work, pr, work
+}
+
+// hotDiscount is the share of the work weight that applies (0..1): all of it while the
+// workers holding the longest prefix hit carry no more than their share of the fleet's
+// requests in flight, falling to 0 as they carry all of them. Such a prefix is hot: a copy
+// on another worker is an investment that later requests share, not waste.
+func hotDiscount(cands []Candidate) float64 {
+	best := 0
+	for i := range cands {
+		best = max(best, cands[i].OverlapBlocks)
+	}
+	if best == 0 {
+		return 1
+	}
+	holders, load, total := 0, 0, 0
+	for i := range cands {
+		total += cands[i].ActiveRequests
+		if cands[i].OverlapBlocks == best {
+			holders++
+			load += cands[i].ActiveRequests
+		}
+	}
+	if total == 0 || holders == len(cands) {
+		return 1
+	}
+	share, fair := float64(load)/float64(total), float64(holders)/float64(len(cands))
+	return math.Max(0, math.Min(1, (1-share)/(1-fair)))
 }
 
 // Select implements Policy.
@@ -138,9 +194,10 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	if n > len(buf) {
 		costs = make([]float64, 0, n)
 	}
+	minOwn, weight := p.work(in)
 	bestC, session := math.Inf(1), -1
 	for i := range in.Candidates {
-		v, _ := p.cost(in, &in.Candidates[i])
+		v, _, _ := p.cost(in, &in.Candidates[i], minOwn, weight)
 		costs = append(costs, v)
 		bestC = math.Min(bestC, v)
 		if in.Candidates[i].SessionWorker {
@@ -177,16 +234,18 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	return best, nil
 }
 
-// Explain implements Explainer.
+// Explain implements Explainer: the four predicted terms and work_ms add up to the cost;
+// speed_factor is the multiplier already applied to the predicted terms, not a term.
 func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
-	v, pr := p.cost(in, c)
+	minOwn, weight := p.work(in)
+	v, pr, work := p.cost(in, c, minOwn, weight)
 	return v, []Term{
 		{Name: "queue_ms", Value: pr.QueueMs},
 		{Name: "prefill_ms", Value: pr.PrefillMs},
 		{Name: "decode_ms", Value: pr.DecodeMs},
 		{Name: "memory_wait_ms", Value: pr.MemoryWaitMs},
-		{Name: "work_ms", Value: p.WorkWeight * pr.OwnPrefillMs},
-		{Name: "speed", Value: pr.Speed},
+		{Name: "work_ms", Value: work},
+		{Name: "speed_factor", Value: pr.Speed},
 	}
 }
 

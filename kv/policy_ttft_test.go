@@ -180,16 +180,19 @@ func TestTTFTSelect(t *testing.T) {
 	t.Run("costs within the band count as equal: fewer running requests win", func(t *testing.T) {
 		busy := Candidate{ID: "busy", ActiveRequests: 2, IndexedBlocks: 0}
 		for _, tc := range []struct {
-			speed float64 // the idle candidate's, scaling its whole cost
-			want  string
+			dearer float64 // the idle candidate's cost over the busy one's
+			want   string
 		}{
 			{1.04, "idle"}, // 4 % dearer: within nearFraction
 			{1.2, "busy"},  // 20 % dearer: clearly worse
 		} {
-			idle := Candidate{ID: "idle", IndexedBlocks: 500, SpeedFactor: tc.speed}
+			// The idle worker's speed factor scales its whole cost (it has no work term:
+			// both compute the same), so it is set to make that cost tc.dearer × the busy one's.
+			at1 := ttftIn(4096, busy, Candidate{ID: "idle", IndexedBlocks: 500})
+			speed := tc.dearer * ttftCost(pol, at1, 0) / ttftCost(pol, at1, 1)
+			idle := Candidate{ID: "idle", IndexedBlocks: 500, SpeedFactor: speed}
 			in := ttftIn(4096, busy, idle)
-			costBusy, _ := pol.cost(in, &in.Candidates[0])
-			costIdle, _ := pol.cost(in, &in.Candidates[1])
+			costBusy, costIdle := ttftCost(pol, in, 0), ttftCost(pol, in, 1)
 			if costBusy >= costIdle {
 				t.Fatalf("setup: busy %v, idle %v: the busy worker must be the cheaper", costBusy, costIdle)
 			}
@@ -231,11 +234,15 @@ func TestTTFTHotPrefixSpills(t *testing.T) {
 			pol := TTFTPolicy{WorkWeight: tc.weight, SessionSlack: DefaultSessionSlack}
 			// The model, written out: the cached worker has one request in flight (one
 			// decode step per prefill step, empty cache), the other worker is idle.
+			// The work term counts the compute beyond the cheapest candidate's (the cached
+			// one's); each worker carries one request in flight, its fair share, so the
+			// whole weight applies (hotDiscount 1).
 			costCached := func(q int64) float64 {
 				ms, steps := p.PrefillMs(float64(q) + newTok)
-				return ms + steps*p.DecodeMs(0) + tc.weight*pf(newTok)
+				return ms + steps*p.DecodeMs(0)
 			}
-			costCold := pf(prompt) + tc.weight*pf(prompt)
+			coldMs, coldSteps := p.PrefillMs(prompt)
+			costCold := coldMs + coldSteps*p.DecodeMs(0) + tc.weight*(pf(prompt)-pf(newTok))
 			var cross int64 = -1
 			for q := int64(0); q <= 20000; q++ {
 				// the cold worker, idle, wins as soon as its cost is within the band of
@@ -251,7 +258,7 @@ func TestTTFTHotPrefixSpills(t *testing.T) {
 			sel := func(q int64) int {
 				in := ttftIn(prompt,
 					Candidate{ID: "cached", OverlapBlocks: cachedBlocks, IndexedBlocks: 5000, ActivePrefillTokens: q, ActiveRequests: 1},
-					Candidate{ID: "cold"})
+					Candidate{ID: "cold", ActiveRequests: 1})
 				got, err := pol.Select(in, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -342,10 +349,11 @@ func TestTTFTExplain(t *testing.T) {
 			t.Errorf("%s: the ms terms %v add up to %v, cost %v", c.ID, terms, sum, cost)
 		}
 		pr := PredictTTFT(nil, in.PromptTokens, in.BlockSize, c)
-		if want := pr.Total() + pol.WorkWeight*pr.OwnPrefillMs; !near(cost, want) {
+		minOwn, weight := pol.work(in)
+		if want := pr.Total() + weight*(ownPrefillMs(in, c)-minOwn); !near(cost, want) {
 			t.Errorf("%s: cost %v, want the predicted TTFT plus the work, %v", c.ID, cost, want)
 		}
-		if s, _ := term(terms, "speed"); s != pr.Speed {
+		if s, _ := term(terms, "speed_factor"); s != pr.Speed {
 			t.Errorf("%s: speed term %v, want %v", c.ID, s, pr.Speed)
 		}
 		if best, _ := pol.Explain(in, &in.Candidates[chosen]); cost < best {
@@ -578,4 +586,11 @@ func TestRouteExplainTTFT(t *testing.T) {
 			t.Errorf("%s chosen=%v", c.WorkerID, c.Chosen)
 		}
 	}
+}
+
+// ttftCost is candidate i's cost as Select weighs it.
+func ttftCost(p TTFTPolicy, in *SelectInput, i int) float64 {
+	minOwn, weight := p.work(in)
+	v, _, _ := p.cost(in, &in.Candidates[i], minOwn, weight)
+	return v
 }

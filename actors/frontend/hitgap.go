@@ -24,6 +24,10 @@ const (
 	// DefaultHitGapMinPredicted is the predicted tokens a window needs before it is
 	// judged: a few short prompts say nothing.
 	DefaultHitGapMinPredicted = 4096
+	// DefaultHitGapMinRequests is the requests a window needs before it is judged: one
+	// request can miss what the router predicted for a reason of its own (it was scheduled
+	// in the same engine step as the request that computes the shared prefix).
+	DefaultHitGapMinRequests = 8
 )
 
 // hitGapConfig are the detector's knobs; zero fields take the defaults above.
@@ -32,6 +36,7 @@ type hitGapConfig struct {
 	MaxAge       time.Duration // a request older than this leaves the window
 	Tolerance    float64       // 0..1
 	MinPredicted int64         // tokens
+	MinRequests  int           // requests in the window
 }
 
 func (c hitGapConfig) withDefaults() hitGapConfig {
@@ -46,6 +51,9 @@ func (c hitGapConfig) withDefaults() hitGapConfig {
 	}
 	if c.MinPredicted <= 0 {
 		c.MinPredicted = DefaultHitGapMinPredicted
+	}
+	if c.MinRequests <= 0 {
+		c.MinRequests = DefaultHitGapMinRequests
 	}
 	return c
 }
@@ -121,7 +129,7 @@ func (d *hitGapDetector) observe(now time.Time, model, worker string, predicted,
 		w.head = 0
 	}
 	ch := hitGapChange{Requests: len(w.obs) - w.head, Predicted: w.predicted, Delivered: w.delivered}
-	if w.predicted >= d.cfg.MinPredicted {
+	if w.predicted >= d.cfg.MinPredicted && ch.Requests >= d.cfg.MinRequests {
 		gap := float64(w.delivered) < (1-d.cfg.Tolerance)*float64(w.predicted)
 		ch.Opened, ch.Closed = gap && !w.open, !gap && w.open
 		w.open = gap

@@ -15,7 +15,7 @@ func TestHitGapDetector(t *testing.T) {
 		pred, del int64
 		want      string
 	}
-	cfg := hitGapConfig{Window: 4, MaxAge: 10 * time.Second, Tolerance: 0.2, MinPredicted: 1000}
+	cfg := hitGapConfig{Window: 4, MaxAge: 10 * time.Second, Tolerance: 0.2, MinPredicted: 1000, MinRequests: 1}
 	for _, tc := range []struct {
 		name string
 		obs  []obs
@@ -75,7 +75,7 @@ func TestHitGapDetector(t *testing.T) {
 }
 
 func TestHitGapDetectorWindowSums(t *testing.T) {
-	d := newHitGapDetector(hitGapConfig{Window: 3, MinPredicted: 1000})
+	d := newHitGapDetector(hitGapConfig{Window: 3, MinPredicted: 1000, MinRequests: 1})
 	t0 := time.Unix(0, 0)
 	var ch hitGapChange
 	for i := int64(1); i <= 10; i++ {
@@ -92,5 +92,19 @@ func TestHitGapDetectorWindowSums(t *testing.T) {
 	if def.Window != DefaultHitGapWindow || def.MaxAge != DefaultHitGapMaxAge || def.Tolerance != DefaultHitGapTolerance ||
 		def.MinPredicted != DefaultHitGapMinPredicted {
 		t.Fatalf("defaults %+v", def)
+	}
+}
+
+// TestHitGapMinRequests: one request that misses its predicted hit (scheduled in the same
+// engine step as the request computing the shared prefix) does not open a gap; as many
+// misses as DefaultHitGapMinRequests do.
+func TestHitGapMinRequests(t *testing.T) {
+	d := newHitGapDetector(hitGapConfig{})
+	t0 := time.Unix(0, 0)
+	for i := 0; i < DefaultHitGapMinRequests; i++ {
+		ch := d.observe(t0.Add(time.Duration(i)*time.Millisecond), "m", "w0", 5952, 0)
+		if want := i == DefaultHitGapMinRequests-1; ch.Opened != want {
+			t.Fatalf("request %d: opened %v, want %v (%+v)", i+1, ch.Opened, want, ch)
+		}
 	}
 }

@@ -143,8 +143,9 @@ func (r *setRecorder) cachedTokens(model, worker string, predicted, delivered in
 	if r.gaps == nil {
 		r.gaps = newHitGapDetector(hitGapConfig{})
 	}
+	// The gauge and the log follow the detector's changes in its order: under the lock.
+	defer r.mu.Unlock()
 	ch := r.gaps.observe(time.Now(), model, worker, int64(predicted), int64(delivered))
-	r.mu.Unlock()
 	gauge := r.set.GetOrCreateGauge(series(metricCacheHitGap, "model", model, "worker", worker), nil)
 	switch {
 	case ch.Opened:

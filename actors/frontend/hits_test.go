@@ -160,7 +160,7 @@ func TestStreamPredictedAgainstDeliveredHits(t *testing.T) {
 func TestRecorderHitGap(t *testing.T) {
 	var logs bytes.Buffer
 	r := &setRecorder{set: metrics.NewSet(), log: zerolog.New(&logs)}
-	r.gaps = newHitGapDetector(hitGapConfig{Window: 4, MinPredicted: 1000, MaxAge: time.Hour})
+	r.gaps = newHitGapDetector(hitGapConfig{Window: 4, MinPredicted: 1000, MinRequests: 1, MaxAge: time.Hour})
 	scrape := func() string {
 		var b bytes.Buffer
 		r.set.WritePrometheus(&b)

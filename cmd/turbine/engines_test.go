@@ -145,7 +145,7 @@ func TestRealEngines(t *testing.T) {
 		{engine: "vllm", stub: "vllm", extra: "--enforce-eager",
 			argv: []string{"~.*/fake-engines/vllm", "serve", model, "--served-model-name", "e2e-vllm",
 				"--host", "127.0.0.1", "--port", `~\d+`, "--tensor-parallel-size", "1", "--block-size", "64",
-				"--enable-prefix-caching", "--max-model-len", "4096", "--max-num-seqs", "256",
+				"--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-model-len", "4096", "--max-num-seqs", "256",
 				"--max-num-batched-tokens", "8192", "--kv-events-config", "~" + kvEventsJSON, "--enforce-eager"}},
 		{engine: "sglang", stub: "python3", flags: []string{"--python", filepath.Join(dir, "python3")}, extra: "--disable-cuda-graph",
 			argv: []string{filepath.Join(dir, "python3"), "-m", "sglang.launch_server", "--model-path", model,

@@ -34,7 +34,7 @@ func KVEventsJSON(endpoint string) string {
 //
 //	<executable> serve <model> --served-model-name <name> --host <host> --port <port>
 //	  --tensor-parallel-size <tp> [--gpu-memory-utilization <f>] --block-size <b>
-//	  --enable-prefix-caching [--max-model-len <n>] [--max-num-seqs <n>]
+//	  --enable-prefix-caching --enable-prompt-tokens-details [--max-model-len <n>] [--max-num-seqs <n>]
 //	  [--max-num-batched-tokens <n>] --kv-events-config <json>
 //	  [--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both"}]
 //	  [--reasoning-parser <name>] <extra...>
@@ -70,7 +70,9 @@ func (v *Launcher) Command(host string, port int, kvEndpoint string) (argv, env 
 		"--tensor-parallel-size", strconv.Itoa(s.TensorParallelSize),
 	}
 	argv = launcher.AppendFloat(argv, "--gpu-memory-utilization", s.GPUMemoryUtilization)
-	argv = append(argv, "--block-size", strconv.Itoa(s.BlockSize), "--enable-prefix-caching")
+	// Prompt token details: the cached tokens of every answer, which the frontend compares
+	// with the router's prediction (docs/reference.md §3.2).
+	argv = append(argv, "--block-size", strconv.Itoa(s.BlockSize), "--enable-prefix-caching", "--enable-prompt-tokens-details")
 	argv = launcher.AppendInt(argv, "--max-model-len", s.MaxModelLen)
 	argv = launcher.AppendInt(argv, "--max-num-seqs", s.MaxNumSeqs)
 	argv = launcher.AppendInt(argv, "--max-num-batched-tokens", s.MaxNumBatchedTokens)

@@ -51,7 +51,7 @@ func TestBuilderRealEngines(t *testing.T) {
 				return &messages.StartWorker{Engine: "vllm", TensorParallelSize: 1, Card: boot, EngineArgs: []string{"--enforce-eager"}}
 			},
 			[]string{"serve", fixture, "--served-model-name", "qwen", "--host", "127.0.0.1", "--port", "8000",
-				"--tensor-parallel-size", "1", "--block-size", "64", "--enable-prefix-caching", "--max-num-seqs", "256",
+				"--tensor-parallel-size", "1", "--block-size", "64", "--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-num-seqs", "256",
 				"--max-num-batched-tokens", "8192", "--kv-events-config", "…"},
 			options.RealEngineReadyTimeout},
 		{"sglang with --max-model-len, --python, a memory share and --ready-timeout",

@@ -63,7 +63,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o.Port != 8000 || o.Workers != 2 || o.RouterMode != "kv" || o.BlockSize != 64 {
+	if o.Port != 8000 || o.Workers != 2 || o.RouterMode != "ttft" || o.BlockSize != 64 {
 		t.Fatalf("defaults changed: %+v", o)
 	}
 }
