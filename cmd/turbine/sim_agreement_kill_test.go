@@ -140,7 +140,9 @@ func TestSimulationAgreementKilledWorker(t *testing.T) {
 	for i := range sent {
 		sent[i].Arrival = realOut.Results[i].Start
 	}
-	cfg := sim.Config{Workers: killWorkers, Engine: eng, Router: kv.DefaultConfig(eng.BlockSize), Seed: 1,
+	rc := kv.DefaultConfig(eng.BlockSize)
+	rc.Policy = kv.PolicyKV // as the serve above
+	cfg := sim.Config{Workers: killWorkers, Engine: eng, Router: rc, Seed: 1,
 		Faults: []sim.Fault{{At: killedAt, Worker: "worker-1", Kind: sim.FaultKill}}}
 	simOut, st, err := sim.Run(ctx, cfg, sent)
 	if err != nil {

@@ -142,11 +142,13 @@ func (sc agreeScenario) run(t *testing.T, path string) {
 	eng := mocker.DefaultConfig()
 	eng.SpeedupRatio = sc.speedup
 	eng.MaxModelLen = sc.maxLen
-	cfg := sim.Config{Workers: sc.workers, Engine: eng, Router: kv.DefaultConfig(eng.BlockSize), Seed: 1}
+	rc := kv.DefaultConfig(eng.BlockSize)
+	rc.PredictActive = true // as the serve below (--router-predict-active)
+	cfg := sim.Config{Workers: sc.workers, Engine: eng, Router: rc, Seed: 1}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	srv := startServe(t, sc.workers, "--router-mode", kv.PolicyKV, "--speedup-ratio", strconv.FormatFloat(sc.speedup, 'g', -1, 64),
+	srv := startServe(t, sc.workers, "--router-mode", rc.Policy, "--speedup-ratio", strconv.FormatFloat(sc.speedup, 'g', -1, 64),
 		"--max-model-len", strconv.Itoa(sc.maxLen), "--block-size", strconv.Itoa(eng.BlockSize),
 		"--num-gpu-blocks", strconv.Itoa(eng.NumGPUBlocks), "--max-num-seqs", strconv.Itoa(eng.MaxNumSeqs),
 		"--max-num-batched-tokens", strconv.Itoa(eng.MaxNumBatchedTokens), "--max-concurrent-requests", "0")
