@@ -76,6 +76,12 @@ type Request struct {
 	// SessionID is the client's session (RouteRequest session_id), sent with every
 	// route; "" for none.
 	SessionID string
+	// QueuedAt is when the request joined its shell's busy queue before the flow started
+	// (it waited there for its turn or a slot; Config.QueueTimeout is then what is left of
+	// its wait); zero: it had not. The wait a queue timeout reports counts from then, else
+	// from the flow's first Park; and its first route takes it out of the queue (a Drain
+	// before the answer ends it as a parked request).
+	QueuedAt time.Time
 }
 
 // LegID names one leg of the request inside its flow (1, 2, ...; never reused).
@@ -186,8 +192,11 @@ type Unparked struct{}
 type QueueFull struct{ Message string }
 
 // Drain: the server started draining. A parked request leaves the queue and fails
-// (FailDraining); a request running goes on; one that finds every worker busy later
-// fails at once instead of parking.
+// (FailDraining): at once, or, while its route from the queue is awaited, when the
+// answer comes, whatever it says (a worker it was given is freed unsent: the request
+// never ran). A shell that learns of the drain from a route's answer (no worker: they
+// left routing for the drain) steps Drain before that Routed. A request running goes
+// on; one that finds every worker busy later fails at once instead of parking.
 type Drain struct{}
 
 func (Start) isEvent()            {}

@@ -50,8 +50,10 @@
 //	TimerFired (queue)         -> Unpark, Fail(ROUTE_ALL_BUSY); while a route is awaited, its
 //	                              answer decides
 //	QueueFull                  -> StopTimer(queue), Fail(ROUTE_ALL_BUSY)
-//	Drain                      -> parked: Unpark, Fail (the server's draining answer);
-//	                              running: nothing (a later busy route fails at once)
+//	Drain                      -> parked: Unpark, Fail (the server's draining answer), when
+//	                              its route from the queue is awaited once the answer
+//	                              comes (a worker given: Free); running: nothing (a
+//	                              later busy route fails at once)
 //
 // The scripts' commands (start, routed, chunk, terminated, fire, client-gone, deadline,
 // unparked, queue-full, drain, advance, config, new) and the text of each effect are
@@ -115,7 +117,10 @@
 // notice), or nothing came within Config.StallTimeout while the consumer waited — is
 // cancelled and freed, and the request continues on another worker (every failed one
 // excluded) with the prompt followed by the tokens produced so far, max_tokens and
-// min_tokens reduced by their count, at most Config.MigrationLimit times. It is not
+// min_tokens reduced by their count, at most Config.MigrationLimit times. That route,
+// like a prefill retry's, is marked admitted (RouteRequest.admitted): the router's busy
+// thresholds gate new work, and a request already running is placed on a busy worker
+// rather than refused (it is never parked either). It is not
 // migrated when migration is off or the limit is reached, when its output is
 // constrained (structured output: the constraint cannot resume mid-answer), or when
 // max_tokens is used up (then it finishes with "length"): the consumer gets the

@@ -53,6 +53,8 @@ type Flow struct {
 	parked, waiting, expired bool
 	queue                    Timer // the queue timer, while queueArmed
 	queueArmed               bool
+	// queuedAt: when the request's wait began (Request.QueuedAt, else its first Park).
+	queuedAt time.Time
 
 	decision                    messages.DisaggDecision // of the latest route
 	prefillWorker, decodeWorker string                  // of the latest route
@@ -248,7 +250,9 @@ func (f *Flow) leg(id LegID) *leg {
 // ---- routing ----
 
 // route asks the router for tokens with sampling under the request's next id, excluding
-// the workers and prefill workers already failed on.
+// the workers and prefill workers already failed on. A migration or a prefill retry is
+// routed as admitted (RouteRequest.admitted): the request already runs, and the busy
+// thresholds, which gate new work, do not refuse it.
 func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pending) {
 	id := f.req.ID
 	if f.routes > 0 {
@@ -265,7 +269,8 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 	f.emit(Route{Request: &messages.RouteRequest{RequestId: id, TokenIds: tokens,
 		ExcludeWorkers: slices.Clone(f.excluded), ExcludePrefillWorkers: slices.Clone(f.excludedPrefill),
 		LocalPrefill: f.localPrefill, WillAck: true, OverlapWeight: f.req.OverlapWeight, Temperature: f.req.Temperature,
-		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin, Explain: f.req.Explain, SessionId: f.req.SessionID}})
+		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin, Explain: f.req.Explain, SessionId: f.req.SessionID,
+		Admitted: p.why != routeFirst}})
 }
 
 // routed takes the answer to the pending route.
@@ -283,6 +288,21 @@ func (f *Flow) routed(e Routed) {
 			f.emit(Free{RequestID: r.PrefillRequestId})
 		}
 		f.leaveQueue()
+		return
+	}
+	if f.draining && f.fromQueue(p) {
+		// The server started draining while the request's route from the queue was
+		// asked: it has not run, and gets the drain's answer whatever the router said
+		// (its workers may have left routing for the drain). A worker it was given is
+		// freed, nothing sent.
+		if e.Err != nil || ok {
+			f.emit(Free{RequestID: p.id})
+		}
+		if ok && r.PrefillRequestId != "" {
+			f.emit(Free{RequestID: r.PrefillRequestId})
+		}
+		f.leaveQueue()
+		f.failWith(messages.RouteOutcome_ROUTE_ALL_BUSY, "the server is draining", FailDraining)
 		return
 	}
 	if busy := e.Err == nil && r != nil && r.Outcome == messages.RouteOutcome_ROUTE_ALL_BUSY; busy && p.why == routeFirst &&
@@ -326,6 +346,13 @@ func (f *Flow) routed(e Routed) {
 	}
 }
 
+// fromQueue reports whether route p takes the request out of the busy queue: a route
+// after Unparked, or the first route of a request that waited in its shell's queue
+// before the flow started (Request.QueuedAt).
+func (f *Flow) fromQueue(p *pending) bool {
+	return f.parked || p.why == routeFirst && !f.req.QueuedAt.IsZero()
+}
+
 // park queues a request the router found every worker busy for (msg, its message):
 // Park, and the queue timer from the first Park on; a request whose wait is over (the
 // server drains, the queue timer fired while its route was asked) fails instead.
@@ -342,6 +369,9 @@ func (f *Flow) park(msg string) {
 	}
 	if !f.parked {
 		f.parked = true
+		if f.queuedAt = f.req.QueuedAt; f.queuedAt.IsZero() || f.queuedAt.After(f.now) {
+			f.queuedAt = f.now
+		}
 		f.queue, f.queueArmed = Timer{Kind: TimerQueue, Gen: f.newGen()}, true
 		// SetTimer: the wait's bound, from the first Park to the Unpark.
 		f.emit(SetTimer{Timer: f.queue, After: f.cfg.QueueTimeout})
@@ -351,10 +381,11 @@ func (f *Flow) park(msg string) {
 	f.emit(Park{})
 }
 
-// queueMessage is the message of a request that waited Config.QueueTimeout; msg is the
-// router's last answer.
+// queueMessage is the message of a request whose wait in the busy queue timed out: the
+// whole wait, from Request.QueuedAt or its first Park to now (to the millisecond); msg
+// is the router's last answer.
 func (f *Flow) queueMessage(msg string) string {
-	s := fmt.Sprintf("waited %v in the busy queue", f.cfg.QueueTimeout)
+	s := fmt.Sprintf("waited %v in the busy queue", f.now.Sub(f.queuedAt).Round(time.Millisecond))
 	if msg != "" {
 		s += ": " + msg
 	}

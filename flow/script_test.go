@@ -31,6 +31,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	config [credits=4] [limit=3] [stall=2m] [release-wait=2s] [grace=100ms] [queue=0s]   (for the
 //	       next new; the scripts' defaults are flow.DefaultConfig's but for 4 credits)
 //	new [id=req] [prompt=1,2,3,4,5] [max=8] [min=6] [structured] [prompt-logprobs=N] [weight=W] [temp=T]
+//	    [queued=D]   (queued: the request joined its shell's queue D before the flow's start)
 //	start [behind]
 //	routed worker=w0 [prefill=p0] [prefill-id=ID] [bootstrap=host:port] [decision=D] [no-address] [no-prefill-address] [room=N]
 //	routed outcome=all_busy [error="why"] | routed call-failed [error="why"]
@@ -389,6 +390,13 @@ func (h *scriptHarness) newFlow(a scriptArgs) error {
 	if v, ok := a["id"]; ok {
 		req.ID = v
 	}
+	if a.has("queued") {
+		d, err := a.dur("queued", 0)
+		if err != nil {
+			return err
+		}
+		req.QueuedAt = t0.Add(-d)
+	}
 	for k, p := range map[string]**float64{"weight": &req.OverlapWeight, "temp": &req.Temperature} {
 		if v, ok := a[k]; ok {
 			x, err := strconv.ParseFloat(v, 64)
@@ -619,6 +627,9 @@ func formatEffect(e Effect) string {
 		}
 		if !r.WillAck {
 			b.WriteString(" no-ack")
+		}
+		if r.Admitted {
+			b.WriteString(" admitted")
 		}
 		if r.OverlapWeight != nil {
 			kv("weight", strconv.FormatFloat(*r.OverlapWeight, 'g', -1, 64))

@@ -158,6 +158,10 @@ type Parking interface {
 	// Timeout is how long the request may still wait: Config.QueueTimeout less the time
 	// it already waited in the queue for a slot.
 	Timeout() time.Duration
+	// Joined is when the request first joined its model's queue (it waited there for its
+	// turn or a slot before the Backend got it, or the Backend parked it); zero when it
+	// has not. Its whole wait counts from then.
+	Joined() time.Time
 	// Park puts the request at the end of its model's queue, or keeps its place when it
 	// holds one, and gives its concurrency slot back meanwhile. Errors: ErrAllBusy
 	// (wrapped) when the queue is full; the request is not in the queue then.
@@ -228,6 +232,8 @@ func (p *place) Timeout() time.Duration {
 	}
 	return max(p.s.cfg.QueueTimeout-time.Since(p.joined), time.Nanosecond)
 }
+
+func (p *place) Joined() time.Time { return p.joined }
 
 func (p *place) Park() error {
 	p.parked = true

@@ -19,7 +19,8 @@ import (
 //
 //  1. Decode worker: RouteInput.PinWorker when it is a ready decode or aggregated worker
 //     not in RouteInput.Exclude (busy or not); otherwise chosen among the ready,
-//     non-busy decode and aggregated workers not in RouteInput.Exclude, for load
+//     non-busy (for RouteInput.Admitted: busy or not) decode and aggregated workers
+//     not in RouteInput.Exclude, for load
 //     rather than for prefix reuse: the kv policy runs with overlap weight 0 (its cost
 //     is then the decode blocks alone); any other policy runs as configured. If no decode or aggregated worker is ready (and not
 //     excluded), the prefill workers serve the request aggregated instead (fallback,
@@ -29,7 +30,8 @@ import (
 //     of it) — unless Disagg.Enforce, which keeps prefill workers to prefill legs:
 //     then Route fails with ErrNoWorkers. If some decode or aggregated workers are
 //     ready but all busy, Route fails with ErrAllBusy, since loading the prefill pool
-//     with decodes would slow every other request's TTFT.
+//     with decodes would slow every other request's TTFT (an admitted request, which
+//     the busy thresholds do not gate, takes a busy one).
 //  2. uncached = ISL − overlap(decode worker) × B: what the decode worker would compute.
 //  3. Local (the decode worker prefills; tracked like an aggregated request, with
 //     uncached prefill tokens), checked in this order:
@@ -175,7 +177,7 @@ func (r *Router) disaggregated() bool { return r.roleCount[RolePrefill]+r.roleCo
 // file). sel carries the request's overlap weight and temperature; hashes are the
 // prompt's sequence hashes; the overlap and active-prefix buffers are filled.
 func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, now time.Time, rng *rand.Rand) (Decision, error) {
-	cands, eligible := r.gather(maskDecode|maskAggregated, in.Exclude)
+	cands, eligible := r.gather(maskDecode|maskAggregated, in.Exclude, in.Admitted)
 	if eligible == 0 {
 		// No decode worker at all: the prefill pool serves the request aggregated, without
 		// the prefill workers this request failed on, unless prefill workers only prefill.
@@ -187,7 +189,7 @@ func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 		if len(in.ExcludePrefill) > 0 {
 			exclude = append(slices.Clip(in.Exclude), in.ExcludePrefill...)
 		}
-		cands, eligible = r.gather(maskPrefill, exclude)
+		cands, eligible = r.gather(maskPrefill, exclude, in.Admitted)
 		if eligible == 0 {
 			return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
 		}
@@ -229,7 +231,7 @@ func (r *Router) placeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 		return r.placeLocal(in, hashes, dc, kindShort, now), nil
 	}
 	// dc is a copy: the buffer behind cands may be reused now.
-	pcands, peligible := r.gather(maskPrefill, in.ExcludePrefill)
+	pcands, peligible := r.gather(maskPrefill, in.ExcludePrefill, false)
 	switch {
 	case peligible == 0 && r.cfg.Disagg.Enforce:
 		return Decision{}, fmt.Errorf("%w: %d prefill workers registered, none ready and not excluded", ErrNoPrefillWorkers, r.roleCount[RolePrefill])

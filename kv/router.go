@@ -187,6 +187,12 @@ type RouteInput struct {
 	// With Tokens set, both are ignored. The Router does not keep or modify BlockHashes.
 	BlockHashes  []uint64
 	PromptTokens int
+	// Admitted: the request already runs (a migration, a prefill retry): the busy
+	// thresholds, which gate new work, do not apply to it. A busy worker is a candidate
+	// like any other (the policy still weighs its load), so such a request is never
+	// refused with ErrAllBusy; the prefill pool's busy workers still count as a long
+	// queue (the request is prefilled on its decode worker instead).
+	Admitted bool
 }
 
 // Expired counts the tracked sequences (a remote decision's two legs count two)
@@ -592,8 +598,8 @@ func (r *Router) busy(rw *routerWorker, l Load) bool {
 // (disaggregated serving, see disagg.go); otherwise Decision.Disagg is
 // DisaggAggregated. Errors: ErrInvalidRequest (empty id, negative or non-finite
 // overrides), ErrNoWorkers (no ready worker, or all excluded), ErrAllBusy (every
-// remaining worker busy), ErrNoPrefillWorkers (Disagg.Enforce and no prefill worker),
-// or a policy's error; a request that fails is not tracked. It allocates only the
+// remaining worker busy; never for in.Admitted), ErrNoPrefillWorkers (Disagg.Enforce
+// and no prefill worker), or a policy's error; a request that fails is not tracked. It allocates only the
 // active-sequence records (and the PrefillLeg of a remote decision, the entry of a
 // request awaiting its acknowledgement, and with in.Explain the Decision's Candidates).
 func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, error) {
@@ -675,7 +681,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	if pinned {
 		return r.placeLocal(in, hashes, pin, kindAggregated, now), nil
 	}
-	cands, eligible := r.gather(maskAggregated|maskPrefill|maskDecode, in.Exclude)
+	cands, eligible := r.gather(maskAggregated|maskPrefill|maskDecode, in.Exclude, in.Admitted)
 	if eligible == 0 {
 		return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
 	}
@@ -712,9 +718,10 @@ func (r *Router) pinCandidate(in *RouteInput) (Candidate, bool) {
 
 // gather collects, in r.candBuf, the ready, non-busy workers whose role is in mask
 // (a set of 1<<Role bits) and whose id is not in exclude, with their routing facts
-// for the prompt whose overlaps and active prefixes are in r.ovBuf and r.apBuf.
-// eligible counts the ready, non-excluded workers of those roles, busy or not.
-func (r *Router) gather(mask uint8, exclude []string) (cands []Candidate, eligible int) {
+// for the prompt whose overlaps and active prefixes are in r.ovBuf and r.apBuf; with
+// admitted (RouteInput.Admitted) busy workers are collected too. eligible counts the
+// ready, non-excluded workers of those roles, busy or not.
+func (r *Router) gather(mask uint8, exclude []string, admitted bool) (cands []Candidate, eligible int) {
 	cands = r.candBuf[:0]
 	for _, rw := range r.workers {
 		if rw == nil || mask&(1<<rw.role) == 0 || !rw.ready || excluded(exclude, rw.name) {
@@ -722,7 +729,7 @@ func (r *Router) gather(mask uint8, exclude []string) (cands []Candidate, eligib
 		}
 		eligible++
 		l := r.active.Load(rw.id)
-		if r.busy(rw, l) {
+		if !admitted && r.busy(rw, l) {
 			continue
 		}
 		cands = append(cands, r.candidate(rw, l))

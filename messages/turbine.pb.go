@@ -1657,8 +1657,11 @@ type RouteRequest struct {
 	// The prompt's chained block hashes (kv/hash.go, docs/reference.md §2), computed by the
 	// caller, and its length in tokens: when block_hashes is set the router routes on them
 	// and token_ids may be empty.
-	BlockHashes   []uint64 `protobuf:"varint,16,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
-	PromptTokens  *int32   `protobuf:"varint,17,opt,name=prompt_tokens,json=promptTokens,proto3,oneof" json:"prompt_tokens,omitempty"`
+	BlockHashes  []uint64 `protobuf:"varint,16,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	PromptTokens *int32   `protobuf:"varint,17,opt,name=prompt_tokens,json=promptTokens,proto3,oneof" json:"prompt_tokens,omitempty"`
+	// The request already runs (a migration or a prefill retry), so the busy thresholds,
+	// which gate new work, do not apply: it is placed on a busy worker rather than refused.
+	Admitted      bool `protobuf:"varint,18,opt,name=admitted,proto3" json:"admitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1796,6 +1799,13 @@ func (x *RouteRequest) GetPromptTokens() int32 {
 		return *x.PromptTokens
 	}
 	return 0
+}
+
+func (x *RouteRequest) GetAdmitted() bool {
+	if x != nil {
+		return x.Admitted
+	}
+	return false
 }
 
 // RouteCandidate is one worker the router weighed, with its policy's cost terms
@@ -4472,7 +4482,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\xe0\x04\n" +
+	"\x11DumpBlocksRequest\"\xfc\x04\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -4493,7 +4503,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x0f \x01(\tR\tsessionId\x12!\n" +
 	"\fblock_hashes\x18\x10 \x03(\x04R\vblockHashes\x12(\n" +
-	"\rprompt_tokens\x18\x11 \x01(\x05H\x02R\fpromptTokens\x88\x01\x01B\x11\n" +
+	"\rprompt_tokens\x18\x11 \x01(\x05H\x02R\fpromptTokens\x88\x01\x01\x12\x1a\n" +
+	"\badmitted\x18\x12 \x01(\bR\badmittedB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperatureB\x10\n" +
 	"\x0e_prompt_tokensJ\x04\b\x04\x10\x05J\x04\b\x06\x10\a\"\xac\x01\n" +

@@ -33,6 +33,7 @@ type fakeParking struct {
 	draining bool
 	parks    int
 	leaves   int
+	joined   time.Time // Joined's
 }
 
 func newFakeParking() *fakeParking {
@@ -40,6 +41,11 @@ func newFakeParking() *fakeParking {
 }
 
 func (p *fakeParking) Timeout() time.Duration { return 10 * time.Second }
+func (p *fakeParking) Joined() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.joined
+}
 func (p *fakeParking) Park() error {
 	p.mu.Lock()
 	p.parks++

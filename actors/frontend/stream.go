@@ -63,8 +63,10 @@ type deadlineRecorder interface {
 // when the gateway gave it a place there (GenerateRequest.Parking): the flow's Park and
 // Unpark join and leave that place, and while the request is parked the stream turns
 // the queue's wakes into the flow's Unparked (it is the head and took a slot) or Drain
-// (the server drains); the flow's queue timer bounds the wait. start returns once the
-// request runs or has failed.
+// (the server drains); the flow's queue timer bounds the wait. A route answered while
+// the server drains is preceded by Drain (the drain may have started while it was
+// asked), and the flow's request carries when it joined the queue (Parking.Joined).
+// start returns once the request runs or has failed.
 //
 // Goroutines: start, Recv and Close are called by one goroutine (the HTTP handler),
 // which steps the flow; after Close, while the flow is not done (a cancelled prefill
@@ -166,9 +168,13 @@ func (s *stream) start(tokens []uint32, sampling *messages.SamplingParams) error
 // Errors: start's, the queue's (gateway.ErrAllBusy wrapped when it is full or the wait
 // timed out, gateway.ErrDraining), ctx.Err() when ctx ended while it waited.
 func (s *stream) startIn(ctx context.Context, tokens []uint32, sampling *messages.SamplingParams) error {
-	s.flow = flow.New(flow.Request{ID: s.newID(s.req.RequestID), Model: s.req.Model, Tokens: tokens, Sampling: sampling,
+	fr := flow.Request{ID: s.newID(s.req.RequestID), Model: s.req.Model, Tokens: tokens, Sampling: sampling,
 		OverlapWeight: s.req.OverlapWeight, Temperature: s.req.Temperature, PinWorker: s.req.PinWorker,
-		Explain: s.req.ExplainRoute, SessionID: s.req.SessionID}, s.fcfg)
+		Explain: s.req.ExplainRoute, SessionID: s.req.SessionID}
+	if s.park != nil {
+		fr.QueuedAt = s.park.Joined() // it may have waited in the gateway's queue for its turn
+	}
+	s.flow = flow.New(fr, s.fcfg)
 	s.step(flow.Start{})
 	for s.parked && s.failed == nil {
 		ev, err := s.waitParked(ctx)
@@ -349,6 +355,13 @@ func (s *stream) do(e flow.Effect) {
 		resp, err := s.router.Route(e.Request)
 		if err == nil {
 			s.routeAnswered(e.Request, resp)
+		}
+		if s.park != nil && s.park.Draining() {
+			// The drain may have started while the route was asked (a wake taken just
+			// before it): the flow hears of it before the answer, which may be the drain's
+			// own doing (no worker: they left routing), so that a request taken out of the
+			// queue gets the drain's answer.
+			s.routed = append(s.routed, flow.Drain{})
 		}
 		s.routed = append(s.routed, flow.Routed{Response: resp, Err: err, Room: rand.Uint64() >> 1})
 	case flow.Send:

@@ -26,6 +26,7 @@ func TestRouteInput(t *testing.T) {
 			kv.RouteInput{RequestID: "r.1", Tokens: []uint32{1, 2}, LoraName: "l", HasOverlapWeight: true, OverlapWeight: 0.5,
 				HasTemperature: true, Temperature: 0, Exclude: []string{"w1"}, ExcludePrefill: []string{"p1"}, LocalPrefill: true, WillAck: true,
 				PinWorker: "w2"}},
+		{"admitted", &messages.RouteRequest{RequestId: "r.2", Admitted: true}, kv.RouteInput{RequestID: "r.2", Admitted: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := RouteInput(tc.req); !reflect.DeepEqual(got, tc.want) {
