@@ -105,61 +105,158 @@ func (m *activeModel) load(w WorkerID) Load {
 	return l
 }
 
-// checkActiveInvariants verifies the invariants written on ActiveSequences.
+// checkActiveInvariants verifies the invariants written on ActiveSequences and
+// activeTree, recounting every node's requests from the requests' paths.
 func checkActiveInvariants(a *ActiveSequences) error {
+	t := &a.tr
 	refs := map[uint32]uint32{}
+	ends := map[uint32]uint32{}
 	perWorker := map[WorkerID]map[uint32]uint32{}
-	for _, s := range a.seqs {
+	for id, s := range a.seqs {
 		if perWorker[s.worker] == nil {
 			perWorker[s.worker] = map[uint32]uint32{}
 		}
-		for _, slot := range s.slots {
-			if !a.t.live(slot) {
-				return fmt.Errorf("request on dead slot %d", slot)
+		if s.tail != noSlot {
+			ends[s.tail]++
+		}
+		for x, n := s.tail, 0; x != noSlot; x = t.nodes[x].parent {
+			if int(x) >= len(t.nodes) || len(t.nodes[x].hashes) == 0 {
+				return fmt.Errorf("request %s on dead node %d", id, x)
 			}
-			refs[slot]++
-			perWorker[s.worker][slot]++
+			if n++; n > len(t.nodes) {
+				return fmt.Errorf("request %s: parent cycle", id)
+			}
+			refs[x]++
+			perWorker[s.worker][x]++
 		}
 	}
-	if err := checkTableInvariants(&a.t); err != nil {
-		return err
-	}
-	for slot := range a.t.keys {
-		slot := uint32(slot)
-		if !a.t.live(slot) {
+	children := map[uint32]uint32{}
+	live, blocks := 0, 0
+	for x := range t.nodes {
+		x := uint32(x)
+		n := &t.nodes[x]
+		if len(n.hashes) == 0 {
+			for _, b := range t.row(x) {
+				if b != 0 {
+					return fmt.Errorf("free node %d has a bitset", x)
+				}
+			}
 			continue
 		}
-		if a.refs[slot] != refs[slot] {
-			return fmt.Errorf("slot %d refs %d, counted %d", slot, a.refs[slot], refs[slot])
+		live++
+		blocks += len(n.hashes)
+		if n.parent != noSlot {
+			children[n.parent]++
+		}
+		if got, ok := t.lookup(n.parent, n.hashes[0]); !ok || got != x || !n.indexed {
+			return fmt.Errorf("node %d not found from its parent (%d, %v, indexed %v)", x, got, ok, n.indexed)
+		}
+	}
+	users := map[uint32]uint32{}
+	for x := range t.nodes {
+		if n := &t.nodes[x]; len(n.hashes) > 0 {
+			users[n.run]++
+			if b := t.runs[n.run].buf; len(b) == 0 || &n.hashes[0] != &b[:len(n.hashes)+cap(b)-cap(n.hashes)][cap(b)-cap(n.hashes)] {
+				return fmt.Errorf("node %d: hashes outside its run %d", x, n.run)
+			}
+		}
+	}
+	for r := range t.runs {
+		if t.runs[r].users != users[uint32(r)] {
+			return fmt.Errorf("run %d: %d users, counted %d", r, t.runs[r].users, users[uint32(r)])
+		}
+	}
+	pooled := 0
+	for _, class := range t.pool {
+		for _, b := range class {
+			pooled += cap(b)
+		}
+	}
+	if pooled != t.pooled {
+		return fmt.Errorf("pool holds %d words, counted %d", t.pooled, pooled)
+	}
+	if live != t.live || blocks != t.blocks || t.index.len() != live {
+		return fmt.Errorf("%d live nodes of %d blocks, tree says %d of %d, index %d", live, blocks, t.live, t.blocks, t.index.len())
+	}
+	for x := range t.nodes {
+		x := uint32(x)
+		n := &t.nodes[x]
+		if len(n.hashes) == 0 {
+			continue
+		}
+		if refs[x] == 0 {
+			return fmt.Errorf("node %d live without requests", x)
+		}
+		if n.refs != refs[x] || n.ends != ends[x] {
+			return fmt.Errorf("node %d refs %d ends %d, counted %d, %d", x, n.refs, n.ends, refs[x], ends[x])
+		}
+		if n.children != children[x] {
+			return fmt.Errorf("node %d children %d, counted %d", x, n.children, children[x])
+		}
+		listed := uint32(0)
+		for c, prev := n.first, noSlot; c != noSlot; prev, c = c, t.nodes[c].next {
+			if t.nodes[c].parent != x || t.nodes[c].prev != prev {
+				return fmt.Errorf("node %d: child list broken at %d", x, c)
+			}
+			if listed++; listed > n.children {
+				return fmt.Errorf("node %d: child list longer than %d", x, n.children)
+			}
+		}
+		if listed != n.children {
+			return fmt.Errorf("node %d lists %d children of %d", x, listed, n.children)
+		}
+		if n.ends == 0 && n.children == 1 {
+			return fmt.Errorf("node %d has one child and no request ending at it (not merged)", x)
 		}
 		holders := uint32(0)
 		for wi := range a.workers {
 			w := WorkerID(wi)
-			n := perWorker[w][slot]
-			if a.t.has(slot, w) != (n > 0) {
-				return fmt.Errorf("slot %d worker %d: bit %v, %d requests", slot, w, a.t.has(slot, w), n)
+			c := perWorker[w][x]
+			if t.has(x, w) != (c > 0) {
+				return fmt.Errorf("node %d worker %d: bit %v, %d requests", x, w, t.has(x, w), c)
 			}
-			if n > 0 {
+			got, ok := a.workers[w].extra.get(uint64(x))
+			if c > 0 {
 				holders++
-				if got, _ := a.workers[w].extra.get(uint64(slot)); got != n-1 {
-					return fmt.Errorf("slot %d worker %d: extra %d, want %d", slot, w, got, n-1)
-				}
+			}
+			if c > 1 && got != c-1 || c <= 1 && ok {
+				return fmt.Errorf("node %d worker %d: extra %d (%v), want %d", x, w, got, ok, int(c)-1)
 			}
 		}
-		if holders != a.holders[slot] {
-			return fmt.Errorf("slot %d holders %d, counted %d", slot, a.holders[slot], holders)
-		}
-		if refs[slot] == 0 {
-			return fmt.Errorf("slot %d live without requests", slot)
+		if holders != n.holders {
+			return fmt.Errorf("node %d holders %d, counted %d", x, n.holders, holders)
 		}
 	}
 	for wi := range a.workers {
 		w := WorkerID(wi)
-		if got, want := a.workers[w].blocks, len(perWorker[w]); got != want {
+		want, shared := 0, 0
+		for x, c := range perWorker[w] {
+			want += len(t.nodes[x].hashes)
+			if c > 1 {
+				shared++
+			}
+		}
+		if got := a.workers[w].blocks; got != want {
 			return fmt.Errorf("worker %d blocks %d, counted %d", w, got, want)
+		}
+		if got := a.workers[w].extra.len(); got != shared {
+			return fmt.Errorf("worker %d: %d extra entries, %d nodes shared by its requests", w, got, shared)
 		}
 	}
 	return nil
+}
+
+// requestBlocks is the number of prompt blocks of active request id (0 if not active).
+func (a *ActiveSequences) requestBlocks(id string) int {
+	s, ok := a.seqs[id]
+	if !ok {
+		return 0
+	}
+	n := 0
+	for x := s.tail; x != noSlot; x = a.tr.nodes[x].parent {
+		n += len(a.tr.nodes[x].hashes)
+	}
+	return n
 }
 
 func (m *activeModel) prefix(w WorkerID, probe []uint64) uint32 {

@@ -15,7 +15,8 @@ const (
 // bitTable is a tree of blocks keyed by chained sequence hashes — a radix tree whose
 // edges are KV blocks — where each node (slot) carries a bitset of worker ids
 // (WorkerID < 64*words). It is the shared core of Index (which workers hold a block)
-// and ActiveSequences (on which workers a block is active).
+// and of the predicted placements (approx.go). (ActiveSequences keeps its own trie,
+// whose nodes are runs of blocks: a request's blocks are recorded together.)
 //
 // A sequence hash identifies its whole prefix, so a node is found either from its
 // parent or, for any node, by its hash alone. The hash map only holds the nodes that
@@ -34,7 +35,7 @@ const (
 //   - branches[p] counts p's hashed children, so a lookup below p consults the map
 //     only when p has any.
 //   - A slot is released only when it has no live children (Index: its child count is
-//     zero; ActiveSequences: every request containing a descendant contains it too).
+//     zero; predicted placements: a worker holding a descendant holds it too).
 //   - bits[s*words : (s+1)*words] is slot s's bitset; a released slot's bitset is zero.
 //   - Slot ids are reused (free list); callers keep parallel per-slot arrays sized with
 //     capSlots and must not use a slot id after release.

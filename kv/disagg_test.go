@@ -335,8 +335,8 @@ func checkTracking(t *testing.T, r *Router, id string, d Decision, isl int) {
 		t.Fatalf("request tracked on %v (%v), want %v", w, ok, d.Worker)
 	}
 	seq := r.active.seqs[id]
-	if len(seq.slots) != blocks || seq.prefillTokens != d.PrefillTokens {
-		t.Fatalf("decode leg: %d blocks, %d prefill tokens; want %d, %d", len(seq.slots), seq.prefillTokens, blocks, d.PrefillTokens)
+	if r.active.requestBlocks(id) != blocks || seq.prefillTokens != d.PrefillTokens {
+		t.Fatalf("decode leg: %d blocks, %d prefill tokens; want %d, %d", r.active.requestBlocks(id), seq.prefillTokens, blocks, d.PrefillTokens)
 	}
 	pw, pok := r.active.Worker(PrefillRequestID(id))
 	if d.Disagg != DisaggRemote {
@@ -357,9 +357,9 @@ func checkTracking(t *testing.T, r *Router, id string, d Decision, isl int) {
 	}
 	pseq := r.active.seqs[p.RequestID]
 	if wantTok := int64(isl - p.OverlapBlocks*disaggBS); pseq.prefillTokens != wantTok || p.PrefillTokens != wantTok ||
-		len(pseq.slots) != blocks {
+		r.active.requestBlocks(p.RequestID) != blocks {
 		t.Fatalf("prefill leg: %d blocks, %d prefill tokens (decision %d); want %d, %d",
-			len(pseq.slots), pseq.prefillTokens, p.PrefillTokens, blocks, wantTok)
+			r.active.requestBlocks(p.RequestID), pseq.prefillTokens, p.PrefillTokens, blocks, wantTok)
 	}
 }
 

@@ -194,12 +194,25 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	if n > len(buf) {
 		costs = make([]float64, 0, n)
 	}
-	minOwn, weight := p.work(in)
-	bestC, session := math.Inf(1), -1
+	// One prediction per candidate: its total into costs, its own prefill (at the
+	// profile's speed) into owns; then the work term on top.
+	var obuf [64]float64
+	owns := obuf[:0]
+	if n > len(obuf) {
+		owns = make([]float64, 0, n)
+	}
+	minOwn := math.Inf(1)
 	for i := range in.Candidates {
-		v, _, _ := p.cost(in, &in.Candidates[i], minOwn, weight)
-		costs = append(costs, v)
-		bestC = math.Min(bestC, v)
+		pr := PredictTTFT(in.Profile, in.PromptTokens, in.BlockSize, &in.Candidates[i])
+		own := pr.OwnPrefillMs / pr.Speed
+		costs, owns = append(costs, pr.Total()), append(owns, own)
+		minOwn = math.Min(minOwn, own)
+	}
+	weight := p.WorkWeight * hotDiscount(in.Candidates)
+	bestC, session := math.Inf(1), -1
+	for i := range costs {
+		costs[i] += weight * (owns[i] - minOwn)
+		bestC = math.Min(bestC, costs[i])
 		if in.Candidates[i].SessionWorker {
 			session = i
 		}
