@@ -3,6 +3,7 @@ package kv
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // PolicyTTFT names the predicted-TTFT policy (TTFTPolicy), the default.
@@ -100,7 +101,7 @@ func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Predi
 // TTFTPolicy routes a request to the worker where it would get its first token soonest,
 // counting the compute it adds there (docs/reference.md §3.6):
 //
-//	cost(w) = predicted_ttft(w) + WorkWeight · hot · (own_prefill(w) − min_v own_prefill(v))
+//	cost(w) = predicted_ttft(w) + WorkWeight · hot · fleet · (own_prefill(w) − min_v own_prefill(v))
 //
 // predicted_ttft is the worker's queued prefill, the request's uncached prefill in
 // chunks, the decode part of those steps at the worker's KV usage, and a wait for KV
@@ -133,7 +134,26 @@ func (p TTFTPolicy) work(in *SelectInput) (minOwn, weight float64) {
 	for i := range in.Candidates {
 		minOwn = math.Min(minOwn, ownPrefillMs(in, &in.Candidates[i]))
 	}
-	return minOwn, p.WorkWeight * hotDiscount(in.Candidates)
+	return minOwn, p.WorkWeight * hotDiscount(in.Candidates) * fleetSpeed(in.Candidates)
+}
+
+// fleetSpeed is the median of the candidates' learnt speed factors (1 while none is
+// known): the work term, at the profile's speed, is scaled by it into the time the
+// fleet's engines really take, as the predicted terms are by each worker's own factor.
+func fleetSpeed(cands []Candidate) float64 {
+	var buf [64]float64
+	v := buf[:0]
+	for i := range cands {
+		if f := cands[i].SpeedFactor; f > 0 && !math.IsInf(f, 0) {
+			v = append(v, f)
+		}
+	}
+	if len(v) == 0 {
+		return 1
+	}
+	slices.Sort(v)
+	n := len(v)
+	return (v[(n-1)/2] + v[n/2]) / 2
 }
 
 // ownPrefillMs is the request's own prefill on c's idle engine at the profile's speed
@@ -208,7 +228,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 		costs, owns = append(costs, pr.Total()), append(owns, own)
 		minOwn = math.Min(minOwn, own)
 	}
-	weight := p.WorkWeight * hotDiscount(in.Candidates)
+	weight := p.WorkWeight * hotDiscount(in.Candidates) * fleetSpeed(in.Candidates)
 	bestC, session := math.Inf(1), -1
 	for i := range costs {
 		costs[i] += weight * (owns[i] - minOwn)

@@ -594,3 +594,27 @@ func ttftCost(p TTFTPolicy, in *SelectInput, i int) float64 {
 	v, _, _ := p.cost(in, &in.Candidates[i], minOwn, weight)
 	return v
 }
+
+// TestFleetSpeed: the median of the learnt speed factors, unknown ones (0, negative, NaN,
+// infinite) left out, 1 while none is known.
+func TestFleetSpeed(t *testing.T) {
+	for _, tc := range []struct {
+		speeds []float64
+		want   float64
+	}{
+		{nil, 1},
+		{[]float64{0, -1, math.NaN(), math.Inf(1)}, 1},
+		{[]float64{0.1}, 0.1},
+		{[]float64{0.3, 0.1, 0.2}, 0.2},
+		{[]float64{0.4, 0.1, 0.2, 0.3}, 0.25},
+		{[]float64{2, 0, 4}, 3},
+	} {
+		cands := make([]Candidate, len(tc.speeds))
+		for i, s := range tc.speeds {
+			cands[i].SpeedFactor = s
+		}
+		if got := fleetSpeed(cands); !near(got, tc.want) {
+			t.Errorf("fleetSpeed(%v) = %v, want %v", tc.speeds, got, tc.want)
+		}
+	}
+}
