@@ -315,7 +315,9 @@ func (r *Router) lookupPredicted(in *RouteInput, hashes []uint64, now time.Time)
 // and its recorded predictions', an approximate worker's cache is its predicted blocks,
 // and the session mark.
 func (r *Router) predictedFacts(rw *routerWorker, c *Candidate) {
-	if r.cfg.PredictActive && c.ActivePrefixBlocks > c.OverlapBlocks {
+	// Only an aggregated worker computes the prompts it is routed: a decode worker's
+	// tracked prompts reach its cache by a transfer that may not have happened yet.
+	if r.cfg.PredictActive && rw.role == RoleAggregated && c.ActivePrefixBlocks > c.OverlapBlocks {
 		c.OverlapBlocks = c.ActivePrefixBlocks
 	}
 	if int(rw.id) < len(r.pdBuf) && int(r.pdBuf[rw.id]) > c.OverlapBlocks {

@@ -27,6 +27,9 @@ const (
 	// count as equal (the prediction's resolution).
 	nearMs       = 1.0
 	nearFraction = 0.05
+	// hotRequests: the requests in flight per holder beyond its fair share at which a
+	// prefix counts as wholly hot (hotDiscount).
+	hotRequests = 8
 	// speedAlpha: the weight of a new observation in a worker's speed factor.
 	speedAlpha = 0.05
 )
@@ -200,7 +203,11 @@ func hotDiscount(cands []Candidate) float64 {
 		return 1
 	}
 	share, fair := float64(load)/float64(total), float64(holders)/float64(len(cands))
-	return math.Max(0, math.Min(1, (1-share)/(1-fair)))
+	// Hot by share, and by count: the holders carry hotRequests requests each beyond their
+	// fair share (a handful of requests in flight makes no prefix hot).
+	byShare := (1 - share) / (1 - fair)
+	byCount := 1 - (float64(load)-fair*float64(total))/(hotRequests*float64(holders))
+	return math.Max(0, math.Min(1, math.Max(byShare, byCount)))
 }
 
 // Select implements Policy.

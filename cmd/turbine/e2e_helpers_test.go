@@ -221,7 +221,9 @@ func (s *server) workerStats(model string) map[string]*workerStat {
 	out := map[string]*workerStat{}
 	for _, line := range strings.Split(string(body), "\n") {
 		name, labels, value, ok := parseMetricLine(line)
-		if !ok || labels["model"] != model || labels["worker"] == "" {
+		// The router's per-worker series only: the frontend's per-worker counters (cached
+		// tokens) outlive a worker that left routing.
+		if !ok || labels["model"] != model || labels["worker"] == "" || !strings.HasPrefix(name, "turbine_router_worker_") {
 			continue
 		}
 		w := out[labels["worker"]]
