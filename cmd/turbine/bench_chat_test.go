@@ -50,10 +50,13 @@ func TestBenchChatServe(t *testing.T) {
 		t.Fatalf("summary %+v: want %d valid answers of %d tokens, prompts of the %d words plus the same template tokens each\n%s",
 			sum, requests, osl, words, stdout.String())
 	}
-	// Every request after the first shares at least the prefix's whole 16-token blocks
-	// (96 tokens) with it, after the template's own leading tokens.
-	if sum.PrefixCacheHitRate == nil || sum.CachedTokens < (requests-1)*96 {
-		t.Fatalf("cached %d of %d prompt tokens, want at least %d\n%s", sum.CachedTokens, sum.PromptTokens, (requests-1)*96, stdout.String())
+	// Every request that starts after the first has been prefilled shares at least the
+	// prefix's whole 16-token blocks (96 tokens) with it, after the template's own leading
+	// tokens. At concurrency 2 the first two start together, and the engine may take
+	// them in one step, before either prefix is cached: every later one starts after one
+	// of them ended.
+	if want := int64(requests-2) * 96; sum.PrefixCacheHitRate == nil || sum.CachedTokens < want {
+		t.Fatalf("cached %d of %d prompt tokens, want at least %d\n%s", sum.CachedTokens, sum.PromptTokens, want, stdout.String())
 	}
 	t.Logf("template tokens per request %d; %s", template, stdout.String())
 }
