@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -218,27 +217,7 @@ func (o *Options) findCapacity(ctx context.Context, exe string, reqs []bench.Req
 	}
 	setRatios(sweep.Rows)
 	cmp.Capacity = sweep
-	table := RenderCapacity(cmp)
-	files := []struct {
-		name  string
-		write func(io.Writer) error
-	}{
-		{"compare.md", func(w io.Writer) error { _, err := io.WriteString(w, table); return err }},
-		{"compare.json", func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			return enc.Encode(cmp)
-		}},
-		{"compare.svg", func(w io.Writer) error { return bench.Plot(w, runs) }},
-	}
-	for _, f := range files {
-		if err := writeFile(filepath.Join(o.Out, f.name), f.write); err != nil {
-			return err
-		}
-	}
-	fmt.Fprint(stdout, table)
-	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(o.Out, "{compare.md,compare.json,compare.svg}"))
-	return nil
+	return writeComparison(o.Out, RenderCapacity(cmp), cmp, runs, stdout)
 }
 
 // setRatios sets each row's capacity ratio to round-robin's, when round-robin is a row

@@ -234,26 +234,9 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		runs = append(runs, s)
 		cmp.Rows = append(cmp.Rows, compareRow(mode, s))
 	}
-	table := RenderComparison(cmp)
-	files := []struct {
-		name  string
-		write func(io.Writer) error
-	}{
-		{"compare.md", func(w io.Writer) error { _, err := io.WriteString(w, table); return err }},
-		{"compare.json", func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			return enc.Encode(cmp)
-		}},
-		{"compare.svg", func(w io.Writer) error { return bench.Plot(w, runs) }},
+	if err := writeComparison(o.Out, RenderComparison(cmp), cmp, runs, stdout); err != nil {
+		return err
 	}
-	for _, f := range files {
-		if err := writeFile(filepath.Join(o.Out, f.name), f.write); err != nil {
-			return err
-		}
-	}
-	fmt.Fprint(stdout, table)
-	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(o.Out, "{compare.md,compare.json,compare.svg}"))
 	for i, s := range runs {
 		if err := noneSucceeded(s); err != nil {
 			return fmt.Errorf("mode %s: %w", modes[i], err)
@@ -326,4 +309,29 @@ func (o *Options) serveAndMeasure(ctx context.Context, exe string, reqs []bench.
 		fmt.Fprintf(stderr, "bench: mode %s: serve did not stop cleanly: %v%s\n", mode, err, s.logs())
 	}
 	return sum, results, nil
+}
+
+// writeComparison writes a comparison's table (compare.md), its JSON (compare.json) and
+// its runs' plot (compare.svg) under dir, and prints the table to stdout.
+func writeComparison(dir, table string, cmp Comparison, runs []bench.Summary, stdout io.Writer) error {
+	files := []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{"compare.md", func(w io.Writer) error { _, err := io.WriteString(w, table); return err }},
+		{"compare.json", func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(cmp)
+		}},
+		{"compare.svg", func(w io.Writer) error { return bench.Plot(w, runs) }},
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(dir, f.name), f.write); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(stdout, table)
+	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(dir, "{compare.md,compare.json,compare.svg}"))
+	return nil
 }
