@@ -2,6 +2,7 @@ package kv
 
 import (
 	"fmt"
+	"github.com/turbine-llm/turbine/internal/threadcpu"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -36,8 +37,8 @@ func BenchmarkActiveAddFree(b *testing.B) {
 		a.Add(ids[i], WorkerID(rng.IntN(workers)), prompts[rng.IntN(len(prompts))], 100, t0)
 	}
 	b.ReportAllocs()
-	defer lockThread()()
-	cpu0, _ := threadCPU()
+	defer threadcpu.Lock()()
+	cpu0, _ := threadcpu.Used()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := ids[i%inFlight]
@@ -47,7 +48,7 @@ func BenchmarkActiveAddFree(b *testing.B) {
 		a.Add(id, WorkerID(rng.IntN(workers)), p, 100, t0)
 	}
 	b.StopTimer()
-	if cpu1, ok := threadCPU(); ok {
+	if cpu1, ok := threadcpu.Used(); ok {
 		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N)/1e3, "cpu-µs/op")
 	}
 }

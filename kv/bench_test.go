@@ -2,6 +2,7 @@ package kv
 
 import (
 	"fmt"
+	"github.com/turbine-llm/turbine/internal/threadcpu"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -301,8 +302,8 @@ func BenchmarkApplyEvents(b *testing.B) {
 	nodes, held := x.Nodes(), x.Blocks(0)
 	blocks := 0
 	b.ReportAllocs()
-	defer lockThread()()
-	cpu0, _ := threadCPU()
+	defer threadcpu.Lock()()
+	cpu0, _ := threadcpu.Used()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		e := flat[i%len(flat)]
@@ -312,7 +313,7 @@ func BenchmarkApplyEvents(b *testing.B) {
 		blocks += e.n
 	}
 	b.StopTimer()
-	cpu1, cpuOK := threadCPU()
+	cpu1, cpuOK := threadcpu.Used()
 	// leave the shared index as it was
 	for i := b.N; i%len(flat) != 0; i++ {
 		e := flat[i%len(flat)]

@@ -3,6 +3,7 @@ package kv
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/turbine-llm/turbine/internal/threadcpu"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -157,8 +158,8 @@ func BenchmarkHashPrompt8K(b *testing.B) {
 			b.Run(fmt.Sprintf("bs=%d/%s", bs, impl), func(b *testing.B) {
 				b.SetBytes(int64(len(toks) * 4))
 				b.ReportAllocs()
-				defer lockThread()()
-				cpu0, _ := threadCPU()
+				defer threadcpu.Lock()()
+				cpu0, _ := threadcpu.Used()
 				for i := 0; i < b.N; i++ {
 					if impl == "fast" {
 						hashes = AppendChainedHashes(hashes[:0], toks, bs, HashSeed, false, 0)
@@ -167,7 +168,7 @@ func BenchmarkHashPrompt8K(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/prompt")
-				if cpu1, ok := threadCPU(); ok {
+				if cpu1, ok := threadcpu.Used(); ok {
 					b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N)/1e3, "cpu-µs/prompt")
 				}
 			})

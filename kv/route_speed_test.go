@@ -2,6 +2,7 @@ package kv
 
 import (
 	"fmt"
+	"github.com/turbine-llm/turbine/internal/threadcpu"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -36,8 +37,8 @@ func BenchmarkRouteHashes(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	var hit, total int64
 	b.ReportAllocs()
-	defer lockThread()()
-	cpu0, _ := threadCPU()
+	defer threadcpu.Lock()()
+	cpu0, _ := threadcpu.Used()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := ids[i%inFlight]
@@ -53,7 +54,7 @@ func BenchmarkRouteHashes(b *testing.B) {
 		total += int64(d.PromptBlocks)
 	}
 	b.StopTimer()
-	cpu1, cpuOK := threadCPU()
+	cpu1, cpuOK := threadcpu.Used()
 	for _, id := range ids {
 		r.Free(id)
 	}

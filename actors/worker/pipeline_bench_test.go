@@ -3,6 +3,7 @@ package worker
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/turbine-llm/turbine/internal/threadcpu"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -162,15 +163,15 @@ func BenchmarkKVEventPipeline(b *testing.B) {
 			f := newPipeFleet(b, bs)
 			blocks := 0
 			b.ReportAllocs()
-			defer lockThread()()
-			cpu0, _ := threadCPU()
+			defer threadcpu.Lock()()
+			cpu0, _ := threadcpu.Used()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				w := i % pipeWorkers
 				blocks += f.publish(b, w, (i/pipeWorkers)%pipeCycle)
 			}
 			b.StopTimer()
-			cpu1, ok := threadCPU()
+			cpu1, ok := threadcpu.Used()
 			b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
 			if ok && cpu1 > cpu0 {
 				b.ReportMetric(float64(blocks)/(cpu1-cpu0).Seconds(), "cpu-blocks/s")
@@ -213,8 +214,8 @@ func BenchmarkGrainRoutesWithEvents(b *testing.B) {
 		b.Run(fmt.Sprintf("routes-per-message=%d", perMsg), func(b *testing.B) {
 			blocks := 0
 			b.ReportAllocs()
-			defer lockThread()()
-			cpu0, _ := threadCPU()
+			defer threadcpu.Lock()()
+			cpu0, _ := threadcpu.Used()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				id := ids[i%inFlight]
@@ -231,7 +232,7 @@ func BenchmarkGrainRoutesWithEvents(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			cpu1, ok := threadCPU()
+			cpu1, ok := threadcpu.Used()
 			for _, id := range ids {
 				_, _ = f.g.Free(&messages.RequestRef{RequestId: id}, nil)
 			}
