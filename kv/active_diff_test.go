@@ -69,14 +69,7 @@ func (m *refActive) prefix(w WorkerID, probe []uint64) uint32 {
 			}
 		}
 	}
-	n := uint32(0)
-	for _, h := range probe {
-		if !active[h] {
-			break
-		}
-		n++
-	}
-	return n
+	return leadingIn(probe, active)
 }
 
 // activeOps drives an ActiveSequences and its reference with the operations next

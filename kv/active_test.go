@@ -268,14 +268,7 @@ func (m *activeModel) prefix(w WorkerID, probe []uint64) uint32 {
 			}
 		}
 	}
-	n := uint32(0)
-	for _, h := range probe {
-		if !active[h] {
-			break
-		}
-		n++
-	}
-	return n
+	return leadingIn(probe, active)
 }
 
 // TestActiveEveryPathReturnsLoadToZero is the load-tracking trap: whatever mix of
@@ -369,4 +362,17 @@ func TestActiveEveryPathReturnsLoadToZero(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leadingIn is the number of leading hashes of probe that are in set: a reference
+// model's active prefix.
+func leadingIn(probe []uint64, set map[uint64]bool) uint32 {
+	n := uint32(0)
+	for _, h := range probe {
+		if !set[h] {
+			break
+		}
+		n++
+	}
+	return n
 }
