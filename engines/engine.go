@@ -102,6 +102,22 @@ type KVEventSource interface {
 	KVEvents() bool
 }
 
+// LoraLoader is implemented by engines whose LoRA adapters are loaded and unloaded at
+// run time (docs/reference.md §26): vLLM (/v1/load_lora_adapter, with runtime LoRA
+// updating enabled by its launcher), SGLang (/load_lora_adapter) and the mock engine
+// (vLLM's API). TensorRT-LLM's server takes the adapter with each request instead
+// (lora_request): its client only records the adapter's path. A request names its
+// adapter in SamplingParams.lora_name, which each engine's client sends in its dialect.
+//
+// name is the adapter's served name, path its folder on the engine's host. Errors: an
+// *InvalidRequestError when the engine refused the adapter itself (a bad folder, a name
+// already loaded, an unknown name to unload), else the engine could not be reached or
+// failed.
+type LoraLoader interface {
+	LoadLora(ctx context.Context, name, path string) error
+	UnloadLora(ctx context.Context, name string) error
+}
+
 // Launcher builds an engine process's command line and its client.
 type Launcher interface {
 	// Command returns argv and extra environment for an engine serving on host:port and

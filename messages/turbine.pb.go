@@ -196,6 +196,9 @@ const (
 	RouteOutcome_ROUTE_NO_PREFILL_WORKERS RouteOutcome = 4 // enforced disaggregation without a prefill worker
 	RouteOutcome_ROUTE_BAD_REQUEST        RouteOutcome = 5 // the request cannot be routed at all (e.g. no tokens)
 	RouteOutcome_ROUTE_CALL_FAILED        RouteOutcome = 6 // the caller's: the Route call timed out or failed
+	// The request names a LoRA adapter that no live, ready worker holds (and, when it may be
+	// loaded on demand, none has a slot to load it in): docs/reference.md §26.
+	RouteOutcome_ROUTE_NO_ADAPTER RouteOutcome = 7
 )
 
 // Enum value maps for RouteOutcome.
@@ -208,6 +211,7 @@ var (
 		4: "ROUTE_NO_PREFILL_WORKERS",
 		5: "ROUTE_BAD_REQUEST",
 		6: "ROUTE_CALL_FAILED",
+		7: "ROUTE_NO_ADAPTER",
 	}
 	RouteOutcome_value = map[string]int32{
 		"ROUTE_OK":                 0,
@@ -217,6 +221,7 @@ var (
 		"ROUTE_NO_PREFILL_WORKERS": 4,
 		"ROUTE_BAD_REQUEST":        5,
 		"ROUTE_CALL_FAILED":        6,
+		"ROUTE_NO_ADAPTER":         7,
 	}
 )
 
@@ -357,6 +362,62 @@ func (Runner) EnumDescriptor() ([]byte, []int) {
 	return file_turbine_proto_rawDescGZIP(), []int{5}
 }
 
+// LoraFailure is why a LoadLora or UnloadLora failed.
+type LoraFailure int32
+
+const (
+	LoraFailure_LORA_OK        LoraFailure = 0
+	LoraFailure_LORA_INVALID   LoraFailure = 1 // bad adapter folder, other base model, rank too large, name taken: 400
+	LoraFailure_LORA_NOT_FOUND LoraFailure = 2 // unload of an adapter the worker does not hold: 404
+	LoraFailure_LORA_NO_SLOT   LoraFailure = 3 // every slot holds a pinned adapter, or the engine serves none: 503
+	LoraFailure_LORA_ENGINE    LoraFailure = 4 // the engine refused or could not be reached: 503
+)
+
+// Enum value maps for LoraFailure.
+var (
+	LoraFailure_name = map[int32]string{
+		0: "LORA_OK",
+		1: "LORA_INVALID",
+		2: "LORA_NOT_FOUND",
+		3: "LORA_NO_SLOT",
+		4: "LORA_ENGINE",
+	}
+	LoraFailure_value = map[string]int32{
+		"LORA_OK":        0,
+		"LORA_INVALID":   1,
+		"LORA_NOT_FOUND": 2,
+		"LORA_NO_SLOT":   3,
+		"LORA_ENGINE":    4,
+	}
+)
+
+func (x LoraFailure) Enum() *LoraFailure {
+	p := new(LoraFailure)
+	*p = x
+	return p
+}
+
+func (x LoraFailure) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LoraFailure) Descriptor() protoreflect.EnumDescriptor {
+	return file_turbine_proto_enumTypes[6].Descriptor()
+}
+
+func (LoraFailure) Type() protoreflect.EnumType {
+	return &file_turbine_proto_enumTypes[6]
+}
+
+func (x LoraFailure) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LoraFailure.Descriptor instead.
+func (LoraFailure) EnumDescriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{6}
+}
+
 // ActorRef names an actor anywhere in the cluster (protoactor PID fields).
 type ActorRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -450,8 +511,11 @@ type ModelCard struct {
 	IsMatryoshka bool `protobuf:"varint,18,opt,name=is_matryoshka,json=isMatryoshka,proto3" json:"is_matryoshka,omitempty"`
 	// The truncations the model allows (config.json matryoshka_dimensions); empty: any.
 	MatryoshkaDimensions []int32 `protobuf:"varint,19,rep,packed,name=matryoshka_dimensions,json=matryoshkaDimensions,proto3" json:"matryoshka_dimensions,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Set only on the entries the Catalog's List makes for LoRA adapters: model is then the
+	// adapter's name, and the rest is its base model's card (docs/reference.md §26).
+	Lora          *LoraAdapter `protobuf:"bytes,20,opt,name=lora,proto3" json:"lora,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelCard) Reset() {
@@ -617,6 +681,100 @@ func (x *ModelCard) GetMatryoshkaDimensions() []int32 {
 	return nil
 }
 
+func (x *ModelCard) GetLora() *LoraAdapter {
+	if x != nil {
+		return x.Lora
+	}
+	return nil
+}
+
+// LoraAdapter is a LoRA adapter a worker's engine holds (docs/reference.md §26).
+type LoraAdapter struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                            // served name: requests name it in `model` (vLLM's lora_name)
+	Path      string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`                            // the adapter folder (vLLM's lora_path), as the worker's host sees it
+	Parent    string                 `protobuf:"bytes,3,opt,name=parent,proto3" json:"parent,omitempty"`                        // served name of the base model it adapts
+	BaseModel string                 `protobuf:"bytes,4,opt,name=base_model,json=baseModel,proto3" json:"base_model,omitempty"` // adapter_config.json base_model_name_or_path
+	Rank      int32                  `protobuf:"varint,5,opt,name=rank,proto3" json:"rank,omitempty"`                           // adapter_config.json r
+	// Placed by an operator (load_lora_adapter, --lora): a load on demand never evicts it;
+	// only unload_lora_adapter removes it.
+	Pinned        bool `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoraAdapter) Reset() {
+	*x = LoraAdapter{}
+	mi := &file_turbine_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoraAdapter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoraAdapter) ProtoMessage() {}
+
+func (x *LoraAdapter) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoraAdapter.ProtoReflect.Descriptor instead.
+func (*LoraAdapter) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LoraAdapter) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LoraAdapter) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LoraAdapter) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *LoraAdapter) GetBaseModel() string {
+	if x != nil {
+		return x.BaseModel
+	}
+	return ""
+}
+
+func (x *LoraAdapter) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *LoraAdapter) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
 // ModelArchitecture is what config.json says about the model's size and KV cache.
 type ModelArchitecture struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -635,7 +793,7 @@ type ModelArchitecture struct {
 
 func (x *ModelArchitecture) Reset() {
 	*x = ModelArchitecture{}
-	mi := &file_turbine_proto_msgTypes[2]
+	mi := &file_turbine_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +805,7 @@ func (x *ModelArchitecture) String() string {
 func (*ModelArchitecture) ProtoMessage() {}
 
 func (x *ModelArchitecture) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[2]
+	mi := &file_turbine_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +818,7 @@ func (x *ModelArchitecture) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelArchitecture.ProtoReflect.Descriptor instead.
 func (*ModelArchitecture) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{2}
+	return file_turbine_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ModelArchitecture) GetArchitecture() string {
@@ -741,7 +899,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_turbine_proto_msgTypes[3]
+	mi := &file_turbine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +911,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[3]
+	mi := &file_turbine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +924,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{3}
+	return file_turbine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WorkerLoad) GetActiveBlocks() int64 {
@@ -826,14 +984,20 @@ type WorkerInfo struct {
 	// The engine was started without KV events (its launch configuration says so): the
 	// router routes it on its own record of what it placed there ("approximate" index
 	// mode, docs/reference.md §3.4).
-	NoKvEvents    bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
+	NoKvEvents bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
+	// LoRA adapters the engine holds now (docs/reference.md §26), and how many it may hold
+	// at once (--max-loras; 0: the engine serves no adapters).
+	Adapters      []*LoraAdapter `protobuf:"bytes,11,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	MaxLoras      int32          `protobuf:"varint,12,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	MaxLoraRank   int32          `protobuf:"varint,13,opt,name=max_lora_rank,json=maxLoraRank,proto3" json:"max_lora_rank,omitempty"` // largest adapter rank the engine takes
+	LoraLoadMs    float64        `protobuf:"fixed64,14,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`   // the worker's mean adapter load time (ms); 0: none measured
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_turbine_proto_msgTypes[4]
+	mi := &file_turbine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1009,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[4]
+	mi := &file_turbine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1022,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{4}
+	return file_turbine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -924,6 +1088,34 @@ func (x *WorkerInfo) GetNoKvEvents() bool {
 	return false
 }
 
+func (x *WorkerInfo) GetAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetMaxLoras() int32 {
+	if x != nil {
+		return x.MaxLoras
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetMaxLoraRank() int32 {
+	if x != nil {
+		return x.MaxLoraRank
+	}
+	return 0
+}
+
+func (x *WorkerInfo) GetLoraLoadMs() float64 {
+	if x != nil {
+		return x.LoraLoadMs
+	}
+	return 0
+}
+
 // RegisterWorker is sent by a worker to its model's Router grain on start and on every
 // heartbeat; registration is idempotent.
 type RegisterWorker struct {
@@ -937,7 +1129,7 @@ type RegisterWorker struct {
 
 func (x *RegisterWorker) Reset() {
 	*x = RegisterWorker{}
-	mi := &file_turbine_proto_msgTypes[5]
+	mi := &file_turbine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1141,7 @@ func (x *RegisterWorker) String() string {
 func (*RegisterWorker) ProtoMessage() {}
 
 func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[5]
+	mi := &file_turbine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1154,7 @@ func (x *RegisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterWorker.ProtoReflect.Descriptor instead.
 func (*RegisterWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{5}
+	return file_turbine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterWorker) GetWorker() *WorkerInfo {
@@ -998,7 +1190,7 @@ type RegisterAck struct {
 
 func (x *RegisterAck) Reset() {
 	*x = RegisterAck{}
-	mi := &file_turbine_proto_msgTypes[6]
+	mi := &file_turbine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1202,7 @@ func (x *RegisterAck) String() string {
 func (*RegisterAck) ProtoMessage() {}
 
 func (x *RegisterAck) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[6]
+	mi := &file_turbine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1215,7 @@ func (x *RegisterAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterAck.ProtoReflect.Descriptor instead.
 func (*RegisterAck) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{6}
+	return file_turbine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterAck) GetAccepted() bool {
@@ -1059,7 +1251,7 @@ type DeregisterWorker struct {
 
 func (x *DeregisterWorker) Reset() {
 	*x = DeregisterWorker{}
-	mi := &file_turbine_proto_msgTypes[7]
+	mi := &file_turbine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1263,7 @@ func (x *DeregisterWorker) String() string {
 func (*DeregisterWorker) ProtoMessage() {}
 
 func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[7]
+	mi := &file_turbine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1276,7 @@ func (x *DeregisterWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeregisterWorker.ProtoReflect.Descriptor instead.
 func (*DeregisterWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{7}
+	return file_turbine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeregisterWorker) GetWorkerId() string {
@@ -1125,7 +1317,7 @@ type KvBlockStored struct {
 
 func (x *KvBlockStored) Reset() {
 	*x = KvBlockStored{}
-	mi := &file_turbine_proto_msgTypes[8]
+	mi := &file_turbine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1329,7 @@ func (x *KvBlockStored) String() string {
 func (*KvBlockStored) ProtoMessage() {}
 
 func (x *KvBlockStored) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[8]
+	mi := &file_turbine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1342,7 @@ func (x *KvBlockStored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlockStored.ProtoReflect.Descriptor instead.
 func (*KvBlockStored) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{8}
+	return file_turbine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *KvBlockStored) GetBlockHashes() []uint64 {
@@ -1212,7 +1404,7 @@ type KvBlockRemoved struct {
 
 func (x *KvBlockRemoved) Reset() {
 	*x = KvBlockRemoved{}
-	mi := &file_turbine_proto_msgTypes[9]
+	mi := &file_turbine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1416,7 @@ func (x *KvBlockRemoved) String() string {
 func (*KvBlockRemoved) ProtoMessage() {}
 
 func (x *KvBlockRemoved) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[9]
+	mi := &file_turbine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1429,7 @@ func (x *KvBlockRemoved) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlockRemoved.ProtoReflect.Descriptor instead.
 func (*KvBlockRemoved) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{9}
+	return file_turbine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KvBlockRemoved) GetBlockHashes() []uint64 {
@@ -1262,7 +1454,7 @@ type KvAllBlocksCleared struct {
 
 func (x *KvAllBlocksCleared) Reset() {
 	*x = KvAllBlocksCleared{}
-	mi := &file_turbine_proto_msgTypes[10]
+	mi := &file_turbine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1466,7 @@ func (x *KvAllBlocksCleared) String() string {
 func (*KvAllBlocksCleared) ProtoMessage() {}
 
 func (x *KvAllBlocksCleared) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[10]
+	mi := &file_turbine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1479,7 @@ func (x *KvAllBlocksCleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvAllBlocksCleared.ProtoReflect.Descriptor instead.
 func (*KvAllBlocksCleared) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{10}
+	return file_turbine_proto_rawDescGZIP(), []int{11}
 }
 
 type KvEvent struct {
@@ -1304,7 +1496,7 @@ type KvEvent struct {
 
 func (x *KvEvent) Reset() {
 	*x = KvEvent{}
-	mi := &file_turbine_proto_msgTypes[11]
+	mi := &file_turbine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1508,7 @@ func (x *KvEvent) String() string {
 func (*KvEvent) ProtoMessage() {}
 
 func (x *KvEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[11]
+	mi := &file_turbine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1521,7 @@ func (x *KvEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEvent.ProtoReflect.Descriptor instead.
 func (*KvEvent) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{11}
+	return file_turbine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KvEvent) GetEvent() isKvEvent_Event {
@@ -1402,7 +1594,7 @@ type KvEventBatch struct {
 
 func (x *KvEventBatch) Reset() {
 	*x = KvEventBatch{}
-	mi := &file_turbine_proto_msgTypes[12]
+	mi := &file_turbine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1606,7 @@ func (x *KvEventBatch) String() string {
 func (*KvEventBatch) ProtoMessage() {}
 
 func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[12]
+	mi := &file_turbine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1619,7 @@ func (x *KvEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvEventBatch.ProtoReflect.Descriptor instead.
 func (*KvEventBatch) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{12}
+	return file_turbine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KvEventBatch) GetWorkerId() string {
@@ -1467,7 +1659,7 @@ type EventAck struct {
 
 func (x *EventAck) Reset() {
 	*x = EventAck{}
-	mi := &file_turbine_proto_msgTypes[13]
+	mi := &file_turbine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1671,7 @@ func (x *EventAck) String() string {
 func (*EventAck) ProtoMessage() {}
 
 func (x *EventAck) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[13]
+	mi := &file_turbine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1684,7 @@ func (x *EventAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventAck.ProtoReflect.Descriptor instead.
 func (*EventAck) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{13}
+	return file_turbine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *EventAck) GetNeedDump() bool {
@@ -1518,7 +1710,7 @@ type BlockDump struct {
 
 func (x *BlockDump) Reset() {
 	*x = BlockDump{}
-	mi := &file_turbine_proto_msgTypes[14]
+	mi := &file_turbine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1722,7 @@ func (x *BlockDump) String() string {
 func (*BlockDump) ProtoMessage() {}
 
 func (x *BlockDump) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[14]
+	mi := &file_turbine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1735,7 @@ func (x *BlockDump) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDump.ProtoReflect.Descriptor instead.
 func (*BlockDump) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{14}
+	return file_turbine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BlockDump) GetWorkerId() string {
@@ -1597,7 +1789,7 @@ type DumpBlocksRequest struct {
 
 func (x *DumpBlocksRequest) Reset() {
 	*x = DumpBlocksRequest{}
-	mi := &file_turbine_proto_msgTypes[15]
+	mi := &file_turbine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1801,7 @@ func (x *DumpBlocksRequest) String() string {
 func (*DumpBlocksRequest) ProtoMessage() {}
 
 func (x *DumpBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[15]
+	mi := &file_turbine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1814,7 @@ func (x *DumpBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpBlocksRequest.ProtoReflect.Descriptor instead.
 func (*DumpBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{15}
+	return file_turbine_proto_rawDescGZIP(), []int{16}
 }
 
 type RouteRequest struct {
@@ -1661,14 +1853,18 @@ type RouteRequest struct {
 	PromptTokens *int32   `protobuf:"varint,17,opt,name=prompt_tokens,json=promptTokens,proto3,oneof" json:"prompt_tokens,omitempty"`
 	// The request already runs (a migration or a prefill retry), so the busy thresholds,
 	// which gate new work, do not apply: it is placed on a busy worker rather than refused.
-	Admitted      bool `protobuf:"varint,18,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Admitted bool `protobuf:"varint,18,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// The request names a LoRA adapter (lora_name) that a worker not holding it may load on
+	// demand (the frontend's --lora-on-demand): such workers are candidates too, at the
+	// cost of the load (docs/reference.md §26).
+	LoraOnDemand  bool `protobuf:"varint,19,opt,name=lora_on_demand,json=loraOnDemand,proto3" json:"lora_on_demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_turbine_proto_msgTypes[16]
+	mi := &file_turbine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1876,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[16]
+	mi := &file_turbine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1889,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{16}
+	return file_turbine_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -1808,6 +2004,13 @@ func (x *RouteRequest) GetAdmitted() bool {
 	return false
 }
 
+func (x *RouteRequest) GetLoraOnDemand() bool {
+	if x != nil {
+		return x.LoraOnDemand
+	}
+	return false
+}
+
 // RouteCandidate is one worker the router weighed, with its policy's cost terms
 // (RouteRequest.explain).
 type RouteCandidate struct {
@@ -1823,7 +2026,7 @@ type RouteCandidate struct {
 
 func (x *RouteCandidate) Reset() {
 	*x = RouteCandidate{}
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +2038,7 @@ func (x *RouteCandidate) String() string {
 func (*RouteCandidate) ProtoMessage() {}
 
 func (x *RouteCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +2051,7 @@ func (x *RouteCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteCandidate.ProtoReflect.Descriptor instead.
 func (*RouteCandidate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{17}
+	return file_turbine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteCandidate) GetWorkerId() string {
@@ -1897,7 +2100,7 @@ type CostTerm struct {
 
 func (x *CostTerm) Reset() {
 	*x = CostTerm{}
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2112,7 @@ func (x *CostTerm) String() string {
 func (*CostTerm) ProtoMessage() {}
 
 func (x *CostTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2125,7 @@ func (x *CostTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CostTerm.ProtoReflect.Descriptor instead.
 func (*CostTerm) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{18}
+	return file_turbine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CostTerm) GetName() string {
@@ -1962,14 +2165,17 @@ type RouteResponse struct {
 	// The Router grain activation that recorded the request: RouteAck goes there.
 	Router *ActorRef `protobuf:"bytes,15,opt,name=router,proto3" json:"router,omitempty"`
 	// Every candidate's cost terms, when the request asked (RouteRequest.explain).
-	Candidates    []*RouteCandidate `protobuf:"bytes,18,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	Candidates []*RouteCandidate `protobuf:"bytes,18,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// A request with a LoRA adapter routed to a worker that does not hold it (lora_on_demand):
+	// the worker loads it from lora_path first (SamplingParams.lora_path). Empty otherwise.
+	LoraPath      string `protobuf:"bytes,19,opt,name=lora_path,json=loraPath,proto3" json:"lora_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2187,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2200,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{19}
+	return file_turbine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -2109,6 +2315,13 @@ func (x *RouteResponse) GetCandidates() []*RouteCandidate {
 	return nil
 }
 
+func (x *RouteResponse) GetLoraPath() string {
+	if x != nil {
+		return x.LoraPath
+	}
+	return ""
+}
+
 // RouteAck acknowledges a route made with will_ack: the request's work was sent (the
 // caller will free it). Sent, not requested, to RouteResponse.router (the grain takes it
 // in ReceiveDefault); an acknowledgement of an unknown or freed request is ignored.
@@ -2121,7 +2334,7 @@ type RouteAck struct {
 
 func (x *RouteAck) Reset() {
 	*x = RouteAck{}
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2346,7 @@ func (x *RouteAck) String() string {
 func (*RouteAck) ProtoMessage() {}
 
 func (x *RouteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2359,7 @@ func (x *RouteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAck.ProtoReflect.Descriptor instead.
 func (*RouteAck) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{20}
+	return file_turbine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouteAck) GetRequestId() string {
@@ -2166,7 +2379,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2391,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2404,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{21}
+	return file_turbine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -2209,7 +2422,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2434,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2447,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{22}
+	return file_turbine_proto_rawDescGZIP(), []int{23}
 }
 
 type BusyThresholds struct {
@@ -2248,7 +2461,7 @@ type BusyThresholds struct {
 
 func (x *BusyThresholds) Reset() {
 	*x = BusyThresholds{}
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2473,7 @@ func (x *BusyThresholds) String() string {
 func (*BusyThresholds) ProtoMessage() {}
 
 func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2486,7 @@ func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BusyThresholds.ProtoReflect.Descriptor instead.
 func (*BusyThresholds) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{23}
+	return file_turbine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BusyThresholds) GetKvUsage() float64 {
@@ -2298,7 +2511,7 @@ type RouterStatsRequest struct {
 
 func (x *RouterStatsRequest) Reset() {
 	*x = RouterStatsRequest{}
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2523,7 @@ func (x *RouterStatsRequest) String() string {
 func (*RouterStatsRequest) ProtoMessage() {}
 
 func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2536,7 @@ func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStatsRequest.ProtoReflect.Descriptor instead.
 func (*RouterStatsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{24}
+	return file_turbine_proto_rawDescGZIP(), []int{25}
 }
 
 type WorkerStats struct {
@@ -2344,13 +2557,18 @@ type WorkerStats struct {
 	// predicted on it (never counted in indexed_blocks).
 	IndexMode       string `protobuf:"bytes,13,opt,name=index_mode,json=indexMode,proto3" json:"index_mode,omitempty"`
 	PredictedBlocks int64  `protobuf:"varint,14,opt,name=predicted_blocks,json=predictedBlocks,proto3" json:"predicted_blocks,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Where the worker is, the LoRA adapters it holds and how many it may hold
+	// (WorkerInfo.adapters, max_loras): the frontend places adapters from these.
+	Actor         *ActorRef      `protobuf:"bytes,15,opt,name=actor,proto3" json:"actor,omitempty"`
+	Adapters      []*LoraAdapter `protobuf:"bytes,16,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	MaxLoras      int32          `protobuf:"varint,17,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +2580,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +2593,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{25}
+	return file_turbine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerStats) GetWorkerId() string {
@@ -2469,6 +2687,27 @@ func (x *WorkerStats) GetPredictedBlocks() int64 {
 	return 0
 }
 
+func (x *WorkerStats) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *WorkerStats) GetAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
+func (x *WorkerStats) GetMaxLoras() int32 {
+	if x != nil {
+		return x.MaxLoras
+	}
+	return 0
+}
+
 type RouterStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Workers       []*WorkerStats         `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
@@ -2492,7 +2731,7 @@ type RouterStats struct {
 
 func (x *RouterStats) Reset() {
 	*x = RouterStats{}
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2743,7 @@ func (x *RouterStats) String() string {
 func (*RouterStats) ProtoMessage() {}
 
 func (x *RouterStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2756,7 @@ func (x *RouterStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStats.ProtoReflect.Descriptor instead.
 func (*RouterStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{26}
+	return file_turbine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RouterStats) GetWorkers() []*WorkerStats {
@@ -2589,13 +2828,14 @@ type AnnounceModel struct {
 	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"` // the announcement expires after this many milliseconds
 	Worker        *ActorRef              `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`             // the announcing worker actor (answers ModelFilesRequest)
+	Adapters      []*LoraAdapter         `protobuf:"bytes,5,rep,name=adapters,proto3" json:"adapters,omitempty"`         // the worker's LoRA adapters (WorkerInfo.adapters)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AnnounceModel) Reset() {
 	*x = AnnounceModel{}
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2847,7 @@ func (x *AnnounceModel) String() string {
 func (*AnnounceModel) ProtoMessage() {}
 
 func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2860,7 @@ func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnounceModel.ProtoReflect.Descriptor instead.
 func (*AnnounceModel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{27}
+	return file_turbine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AnnounceModel) GetCard() *ModelCard {
@@ -2651,6 +2891,13 @@ func (x *AnnounceModel) GetWorker() *ActorRef {
 	return nil
 }
 
+func (x *AnnounceModel) GetAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
 // ModelFilesRequest asks a worker actor for the tokenizer files of its model deployment
 // card (tokenizer.json, tokenizer_config.json, and chat_template.jinja when present).
 type ModelFilesRequest struct {
@@ -2662,7 +2909,7 @@ type ModelFilesRequest struct {
 
 func (x *ModelFilesRequest) Reset() {
 	*x = ModelFilesRequest{}
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2921,7 @@ func (x *ModelFilesRequest) String() string {
 func (*ModelFilesRequest) ProtoMessage() {}
 
 func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2934,7 @@ func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilesRequest.ProtoReflect.Descriptor instead.
 func (*ModelFilesRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{28}
+	return file_turbine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ModelFilesRequest) GetDigest() string {
@@ -2708,7 +2955,7 @@ type ModelFile struct {
 
 func (x *ModelFile) Reset() {
 	*x = ModelFile{}
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2967,7 @@ func (x *ModelFile) String() string {
 func (*ModelFile) ProtoMessage() {}
 
 func (x *ModelFile) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2980,7 @@ func (x *ModelFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFile.ProtoReflect.Descriptor instead.
 func (*ModelFile) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{29}
+	return file_turbine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelFile) GetName() string {
@@ -2763,7 +3010,7 @@ type ModelFiles struct {
 
 func (x *ModelFiles) Reset() {
 	*x = ModelFiles{}
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +3022,7 @@ func (x *ModelFiles) String() string {
 func (*ModelFiles) ProtoMessage() {}
 
 func (x *ModelFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3035,7 @@ func (x *ModelFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFiles.ProtoReflect.Descriptor instead.
 func (*ModelFiles) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{30}
+	return file_turbine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ModelFiles) GetDigest() string {
@@ -2820,7 +3067,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3079,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,19 +3092,21 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 type ModelList struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Models        []*ModelCard           `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"` // models with at least one live worker
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Models with at least one live worker; then one entry per LoRA adapter a live worker
+	// holds (ModelCard.lora set, model = the adapter's name).
+	Models        []*ModelCard `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelList) Reset() {
 	*x = ModelList{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3118,7 @@ func (x *ModelList) String() string {
 func (*ModelList) ProtoMessage() {}
 
 func (x *ModelList) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3131,7 @@ func (x *ModelList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelList.ProtoReflect.Descriptor instead.
 func (*ModelList) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ModelList) GetModels() []*ModelCard {
@@ -2926,13 +3175,18 @@ type SamplingParams struct {
 	// Logprobs of each prompt token and of the `prompt_logprobs` most likely tokens at its
 	// position (completions echo); absent: none.
 	PromptLogprobs *int32 `protobuf:"varint,24,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The LoRA adapter the request runs with ("" for the base model; docs/reference.md §26).
+	// lora_path is set when the worker may load it on demand, from that folder, if it does
+	// not hold it.
+	LoraName      string `protobuf:"bytes,25,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	LoraPath      string `protobuf:"bytes,26,opt,name=lora_path,json=loraPath,proto3" json:"lora_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3198,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3211,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SamplingParams) GetMaxTokens() int32 {
@@ -3107,6 +3361,20 @@ func (x *SamplingParams) GetPromptLogprobs() int32 {
 	return 0
 }
 
+func (x *SamplingParams) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+func (x *SamplingParams) GetLoraPath() string {
+	if x != nil {
+		return x.LoraPath
+	}
+	return ""
+}
+
 // TokenLogprob is one position's log probabilities (natural log): the token at that
 // position and the most likely alternatives, most likely first.
 type TokenLogprob struct {
@@ -3121,7 +3389,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3401,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3414,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TokenLogprob) GetTokenId() uint32 {
@@ -3188,7 +3456,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3468,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3481,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -3245,7 +3513,7 @@ type StructuredOutput struct {
 
 func (x *StructuredOutput) Reset() {
 	*x = StructuredOutput{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3525,7 @@ func (x *StructuredOutput) String() string {
 func (*StructuredOutput) ProtoMessage() {}
 
 func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3538,7 @@ func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StructuredOutput.ProtoReflect.Descriptor instead.
 func (*StructuredOutput) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StructuredOutput) GetJsonSchema() string {
@@ -3326,7 +3594,7 @@ type DisaggParams struct {
 
 func (x *DisaggParams) Reset() {
 	*x = DisaggParams{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3338,7 +3606,7 @@ func (x *DisaggParams) String() string {
 func (*DisaggParams) ProtoMessage() {}
 
 func (x *DisaggParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3351,7 +3619,7 @@ func (x *DisaggParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
 func (*DisaggParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DisaggParams) GetLeg() Leg {
@@ -3403,7 +3671,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3683,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3696,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -3497,7 +3765,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3777,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3790,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -3629,7 +3897,7 @@ type Embed struct {
 
 func (x *Embed) Reset() {
 	*x = Embed{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +3909,7 @@ func (x *Embed) String() string {
 func (*Embed) ProtoMessage() {}
 
 func (x *Embed) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +3922,7 @@ func (x *Embed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embed.ProtoReflect.Descriptor instead.
 func (*Embed) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Embed) GetRequestId() string {
@@ -3696,7 +3964,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3708,7 +3976,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3721,7 +3989,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Embedding) GetRequestId() string {
@@ -3777,7 +4045,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +4057,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +4070,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -3832,7 +4100,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4112,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4125,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -3885,7 +4153,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4165,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4178,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{44}
+	return file_turbine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -3927,6 +4195,176 @@ func (x *Cancel) GetReason() string {
 	return ""
 }
 
+// LoadLora asks a worker to load a LoRA adapter into its engine (pinned). The worker
+// checks the folder first and answers LoraReply.
+type LoadLora struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Adapter       *LoraAdapter           `protobuf:"bytes,1,opt,name=adapter,proto3" json:"adapter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadLora) Reset() {
+	*x = LoadLora{}
+	mi := &file_turbine_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadLora) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadLora) ProtoMessage() {}
+
+func (x *LoadLora) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadLora.ProtoReflect.Descriptor instead.
+func (*LoadLora) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *LoadLora) GetAdapter() *LoraAdapter {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
+// UnloadLora asks a worker to unload a LoRA adapter; running requests that use it finish
+// first. Answered with LoraReply.
+type UnloadLora struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnloadLora) Reset() {
+	*x = UnloadLora{}
+	mi := &file_turbine_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnloadLora) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnloadLora) ProtoMessage() {}
+
+func (x *UnloadLora) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnloadLora.ProtoReflect.Descriptor instead.
+func (*UnloadLora) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *UnloadLora) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// LoraReply answers LoadLora and UnloadLora: the outcome and the adapters the worker holds
+// afterwards.
+type LoraReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Failure       LoraFailure            `protobuf:"varint,2,opt,name=failure,proto3,enum=turbine.v1.LoraFailure" json:"failure,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Adapters      []*LoraAdapter         `protobuf:"bytes,4,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	MaxLoras      int32                  `protobuf:"varint,5,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoraReply) Reset() {
+	*x = LoraReply{}
+	mi := &file_turbine_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoraReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoraReply) ProtoMessage() {}
+
+func (x *LoraReply) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoraReply.ProtoReflect.Descriptor instead.
+func (*LoraReply) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *LoraReply) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *LoraReply) GetFailure() LoraFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return LoraFailure_LORA_OK
+}
+
+func (x *LoraReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *LoraReply) GetAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.Adapters
+	}
+	return nil
+}
+
+func (x *LoraReply) GetMaxLoras() int32 {
+	if x != nil {
+		return x.MaxLoras
+	}
+	return 0
+}
+
 // GpuInfo is one GPU of a node as NVML reports it.
 type GpuInfo struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -3941,7 +4379,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4391,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4404,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{45}
+	return file_turbine_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -4018,7 +4456,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4468,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4481,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{46}
+	return file_turbine_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -4095,7 +4533,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4545,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4558,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{47}
+	return file_turbine_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -4161,7 +4599,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4173,7 +4611,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4186,7 +4624,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{48}
+	return file_turbine_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -4204,7 +4642,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4216,7 +4654,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4229,7 +4667,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{49}
+	return file_turbine_proto_rawDescGZIP(), []int{53}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -4245,7 +4683,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4257,7 +4695,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4270,7 +4708,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{50}
+	return file_turbine_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -4314,7 +4752,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4326,7 +4764,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4339,7 +4777,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{51}
+	return file_turbine_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -4378,7 +4816,7 @@ const file_turbine_proto_rawDesc = "" +
 	"turbine.v1\"4\n" +
 	"\bActorRef\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\x8f\x06\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xbc\x06\n" +
 	"\tModelCard\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1c\n" +
 	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer\x12%\n" +
@@ -4401,7 +4839,16 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06runner\x18\x10 \x01(\x0e2\x12.turbine.v1.RunnerR\x06runner\x12%\n" +
 	"\x0eembedding_size\x18\x11 \x01(\x05R\rembeddingSize\x12#\n" +
 	"\ris_matryoshka\x18\x12 \x01(\bR\fisMatryoshka\x123\n" +
-	"\x15matryoshka_dimensions\x18\x13 \x03(\x05R\x14matryoshkaDimensions\"\xce\x02\n" +
+	"\x15matryoshka_dimensions\x18\x13 \x03(\x05R\x14matryoshkaDimensions\x12+\n" +
+	"\x04lora\x18\x14 \x01(\v2\x17.turbine.v1.LoraAdapterR\x04lora\"\x98\x01\n" +
+	"\vLoraAdapter\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\tR\x06parent\x12\x1d\n" +
+	"\n" +
+	"base_model\x18\x04 \x01(\tR\tbaseModel\x12\x12\n" +
+	"\x04rank\x18\x05 \x01(\x05R\x04rank\x12\x16\n" +
+	"\x06pinned\x18\x06 \x01(\bR\x06pinned\"\xce\x02\n" +
 	"\x11ModelArchitecture\x12\"\n" +
 	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12\x1d\n" +
 	"\n" +
@@ -4422,7 +4869,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12%\n" +
 	"\x0eprefill_tokens\x18\x05 \x01(\x03R\rprefillTokens\x12\x19\n" +
-	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xd5\x02\n" +
+	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xed\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12*\n" +
@@ -4435,7 +4882,12 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0ebootstrap_port\x18\b \x01(\x05R\rbootstrapPort\x12 \n" +
 	"\fno_kv_events\x18\n" +
 	" \x01(\bR\n" +
-	"noKvEventsJ\x04\b\x06\x10\a\"\x92\x01\n" +
+	"noKvEvents\x123\n" +
+	"\badapters\x18\v \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\x12\x1b\n" +
+	"\tmax_loras\x18\f \x01(\x05R\bmaxLoras\x12\"\n" +
+	"\rmax_lora_rank\x18\r \x01(\x05R\vmaxLoraRank\x12 \n" +
+	"\flora_load_ms\x18\x0e \x01(\x01R\n" +
+	"loraLoadMsJ\x04\b\x06\x10\a\"\x92\x01\n" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
@@ -4482,7 +4934,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\xfc\x04\n" +
+	"\x11DumpBlocksRequest\"\xa2\x05\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -4504,7 +4956,8 @@ const file_turbine_proto_rawDesc = "" +
 	"session_id\x18\x0f \x01(\tR\tsessionId\x12!\n" +
 	"\fblock_hashes\x18\x10 \x03(\x04R\vblockHashes\x12(\n" +
 	"\rprompt_tokens\x18\x11 \x01(\x05H\x02R\fpromptTokens\x88\x01\x01\x12\x1a\n" +
-	"\badmitted\x18\x12 \x01(\bR\badmittedB\x11\n" +
+	"\badmitted\x18\x12 \x01(\bR\badmitted\x12$\n" +
+	"\x0elora_on_demand\x18\x13 \x01(\bR\floraOnDemandB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperatureB\x10\n" +
 	"\x0e_prompt_tokensJ\x04\b\x04\x10\x05J\x04\b\x06\x10\a\"\xac\x01\n" +
@@ -4516,7 +4969,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06chosen\x18\x05 \x01(\bR\x06chosen\"4\n" +
 	"\bCostTerm\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\"\x9c\x06\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\xb9\x06\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12%\n" +
@@ -4536,7 +4989,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06router\x18\x0f \x01(\v2\x14.turbine.v1.ActorRefR\x06router\x12:\n" +
 	"\n" +
 	"candidates\x18\x12 \x03(\v2\x1a.turbine.v1.RouteCandidateR\n" +
-	"candidatesJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
+	"candidates\x12\x1b\n" +
+	"\tlora_path\x18\x13 \x01(\tR\bloraPathJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
 	"\bRouteAck\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"+\n" +
@@ -4550,7 +5004,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eprefill_tokens\x18\x02 \x01(\x03H\x01R\rprefillTokens\x88\x01\x01B\v\n" +
 	"\t_kv_usageB\x11\n" +
 	"\x0f_prefill_tokens\"\x14\n" +
-	"\x12RouterStatsRequest\"\xe9\x03\n" +
+	"\x12RouterStatsRequest\"\xe7\x04\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x03R\rindexedBlocks\x12#\n" +
@@ -4566,7 +5020,10 @@ const file_turbine_proto_rawDesc = "" +
 	"\x04role\x18\f \x01(\x0e2\x10.turbine.v1.RoleR\x04role\x12\x1d\n" +
 	"\n" +
 	"index_mode\x18\r \x01(\tR\tindexMode\x12)\n" +
-	"\x10predicted_blocks\x18\x0e \x01(\x03R\x0fpredictedBlocksJ\x04\b\v\x10\f\"\xda\x02\n" +
+	"\x10predicted_blocks\x18\x0e \x01(\x03R\x0fpredictedBlocks\x12*\n" +
+	"\x05actor\x18\x0f \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\x123\n" +
+	"\badapters\x18\x10 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\x12\x1b\n" +
+	"\tmax_loras\x18\x11 \x01(\x05R\bmaxLorasJ\x04\b\v\x10\f\"\xda\x02\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
@@ -4576,12 +5033,13 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0fexpired_unacked\x18\x06 \x01(\x03R\x0eexpiredUnacked\x12#\n" +
 	"\rexpired_stale\x18\a \x01(\x03R\fexpiredStale\x12\x16\n" +
 	"\x06pinned\x18\b \x01(\x03R\x06pinned\x12#\n" +
-	"\rpin_fallbacks\x18\t \x01(\x03R\fpinFallbacks\"\x9c\x01\n" +
+	"\rpin_fallbacks\x18\t \x01(\x03R\fpinFallbacks\"\xd1\x01\n" +
 	"\rAnnounceModel\x12)\n" +
 	"\x04card\x18\x01 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12,\n" +
-	"\x06worker\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\"+\n" +
+	"\x06worker\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x123\n" +
+	"\badapters\x18\x05 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\"+\n" +
 	"\x11ModelFilesRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\"3\n" +
 	"\tModelFile\x12\x12\n" +
@@ -4594,7 +5052,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"\x13\n" +
 	"\x11ListModelsRequest\":\n" +
 	"\tModelList\x12-\n" +
-	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\x8b\b\n" +
+	"\x06models\x18\x01 \x03(\v2\x15.turbine.v1.ModelCardR\x06models\"\xc5\b\n" +
 	"\x0eSamplingParams\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05R\tmaxTokens\x12\x1d\n" +
@@ -4624,7 +5082,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\n" +
 	"cache_salt\x18\x16 \x01(\tR\tcacheSalt\x12\x1f\n" +
 	"\blogprobs\x18\x17 \x01(\x05H\aR\blogprobs\x88\x01\x01\x12,\n" +
-	"\x0fprompt_logprobs\x18\x18 \x01(\x05H\bR\x0epromptLogprobs\x88\x01\x01\x1a<\n" +
+	"\x0fprompt_logprobs\x18\x18 \x01(\x05H\bR\x0epromptLogprobs\x88\x01\x01\x12\x1b\n" +
+	"\tlora_name\x18\x19 \x01(\tR\bloraName\x12\x1b\n" +
+	"\tlora_path\x18\x1a \x01(\tR\bloraPath\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01B\x0e\n" +
@@ -4711,7 +5171,18 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x92\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"=\n" +
+	"\bLoadLora\x121\n" +
+	"\aadapter\x18\x01 \x01(\v2\x17.turbine.v1.LoraAdapterR\aadapter\" \n" +
+	"\n" +
+	"UnloadLora\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc3\x01\n" +
+	"\tLoraReply\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x121\n" +
+	"\afailure\x18\x02 \x01(\x0e2\x17.turbine.v1.LoraFailureR\afailure\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x123\n" +
+	"\badapters\x18\x04 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\x12\x1b\n" +
+	"\tmax_loras\x18\x05 \x01(\x05R\bmaxLoras\"\x92\x01\n" +
 	"\aGpuInfo\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -4761,7 +5232,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x1aDISAGG_LOCAL_SHORT_PREFILL\x10\x02\x12\x1e\n" +
 	"\x1aDISAGG_LOCAL_PREFILL_QUEUE\x10\x03\x12#\n" +
 	"\x1fDISAGG_LOCAL_NO_PREFILL_WORKERS\x10\x04\x12\x1a\n" +
-	"\x16DISAGG_LOCAL_REQUESTED\x10\x05*\xab\x01\n" +
+	"\x16DISAGG_LOCAL_REQUESTED\x10\x05*\xc1\x01\n" +
 	"\fRouteOutcome\x12\f\n" +
 	"\bROUTE_OK\x10\x00\x12\x14\n" +
 	"\x10ROUTE_NO_WORKERS\x10\x01\x12\x12\n" +
@@ -4769,7 +5240,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\x13ROUTE_UNKNOWN_MODEL\x10\x03\x12\x1c\n" +
 	"\x18ROUTE_NO_PREFILL_WORKERS\x10\x04\x12\x15\n" +
 	"\x11ROUTE_BAD_REQUEST\x10\x05\x12\x15\n" +
-	"\x11ROUTE_CALL_FAILED\x10\x06*\x91\x01\n" +
+	"\x11ROUTE_CALL_FAILED\x10\x06\x12\x14\n" +
+	"\x10ROUTE_NO_ADAPTER\x10\a*\x91\x01\n" +
 	"\x05Fault\x12\x0e\n" +
 	"\n" +
 	"FAULT_NONE\x10\x00\x12\x1b\n" +
@@ -4780,7 +5252,13 @@ const file_turbine_proto_rawDesc = "" +
 	"\x15FAULT_INVALID_REQUEST\x10\x05*1\n" +
 	"\x06Runner\x12\x13\n" +
 	"\x0fRUNNER_GENERATE\x10\x00\x12\x12\n" +
-	"\x0eRUNNER_POOLING\x10\x01B)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
+	"\x0eRUNNER_POOLING\x10\x01*c\n" +
+	"\vLoraFailure\x12\v\n" +
+	"\aLORA_OK\x10\x00\x12\x10\n" +
+	"\fLORA_INVALID\x10\x01\x12\x12\n" +
+	"\x0eLORA_NOT_FOUND\x10\x02\x12\x10\n" +
+	"\fLORA_NO_SLOT\x10\x03\x12\x0f\n" +
+	"\vLORA_ENGINE\x10\x04B)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
 
 var (
 	file_turbine_proto_rawDescOnce sync.Once
@@ -4794,8 +5272,8 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_turbine_proto_goTypes = []any{
 	(Role)(0),                  // 0: turbine.v1.Role
 	(Leg)(0),                   // 1: turbine.v1.Leg
@@ -4803,110 +5281,123 @@ var file_turbine_proto_goTypes = []any{
 	(RouteOutcome)(0),          // 3: turbine.v1.RouteOutcome
 	(Fault)(0),                 // 4: turbine.v1.Fault
 	(Runner)(0),                // 5: turbine.v1.Runner
-	(*ActorRef)(nil),           // 6: turbine.v1.ActorRef
-	(*ModelCard)(nil),          // 7: turbine.v1.ModelCard
-	(*ModelArchitecture)(nil),  // 8: turbine.v1.ModelArchitecture
-	(*WorkerLoad)(nil),         // 9: turbine.v1.WorkerLoad
-	(*WorkerInfo)(nil),         // 10: turbine.v1.WorkerInfo
-	(*RegisterWorker)(nil),     // 11: turbine.v1.RegisterWorker
-	(*RegisterAck)(nil),        // 12: turbine.v1.RegisterAck
-	(*DeregisterWorker)(nil),   // 13: turbine.v1.DeregisterWorker
-	(*KvBlockStored)(nil),      // 14: turbine.v1.KvBlockStored
-	(*KvBlockRemoved)(nil),     // 15: turbine.v1.KvBlockRemoved
-	(*KvAllBlocksCleared)(nil), // 16: turbine.v1.KvAllBlocksCleared
-	(*KvEvent)(nil),            // 17: turbine.v1.KvEvent
-	(*KvEventBatch)(nil),       // 18: turbine.v1.KvEventBatch
-	(*EventAck)(nil),           // 19: turbine.v1.EventAck
-	(*BlockDump)(nil),          // 20: turbine.v1.BlockDump
-	(*DumpBlocksRequest)(nil),  // 21: turbine.v1.DumpBlocksRequest
-	(*RouteRequest)(nil),       // 22: turbine.v1.RouteRequest
-	(*RouteCandidate)(nil),     // 23: turbine.v1.RouteCandidate
-	(*CostTerm)(nil),           // 24: turbine.v1.CostTerm
-	(*RouteResponse)(nil),      // 25: turbine.v1.RouteResponse
-	(*RouteAck)(nil),           // 26: turbine.v1.RouteAck
-	(*RequestRef)(nil),         // 27: turbine.v1.RequestRef
-	(*Ack)(nil),                // 28: turbine.v1.Ack
-	(*BusyThresholds)(nil),     // 29: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil), // 30: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),        // 31: turbine.v1.WorkerStats
-	(*RouterStats)(nil),        // 32: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),      // 33: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),  // 34: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),          // 35: turbine.v1.ModelFile
-	(*ModelFiles)(nil),         // 36: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),  // 37: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),          // 38: turbine.v1.ModelList
-	(*SamplingParams)(nil),     // 39: turbine.v1.SamplingParams
-	(*TokenLogprob)(nil),       // 40: turbine.v1.TokenLogprob
-	(*TopLogprob)(nil),         // 41: turbine.v1.TopLogprob
-	(*StructuredOutput)(nil),   // 42: turbine.v1.StructuredOutput
-	(*DisaggParams)(nil),       // 43: turbine.v1.DisaggParams
-	(*Generate)(nil),           // 44: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 45: turbine.v1.TokenChunk
-	(*Embed)(nil),              // 46: turbine.v1.Embed
-	(*Embedding)(nil),          // 47: turbine.v1.Embedding
-	(*Credit)(nil),             // 48: turbine.v1.Credit
-	(*ReleaseKv)(nil),          // 49: turbine.v1.ReleaseKv
-	(*Cancel)(nil),             // 50: turbine.v1.Cancel
-	(*GpuInfo)(nil),            // 51: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 52: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 53: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 54: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 55: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 56: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 57: turbine.v1.NodeStatus
-	nil,                        // 58: turbine.v1.SamplingParams.LogitBiasEntry
+	(LoraFailure)(0),           // 6: turbine.v1.LoraFailure
+	(*ActorRef)(nil),           // 7: turbine.v1.ActorRef
+	(*ModelCard)(nil),          // 8: turbine.v1.ModelCard
+	(*LoraAdapter)(nil),        // 9: turbine.v1.LoraAdapter
+	(*ModelArchitecture)(nil),  // 10: turbine.v1.ModelArchitecture
+	(*WorkerLoad)(nil),         // 11: turbine.v1.WorkerLoad
+	(*WorkerInfo)(nil),         // 12: turbine.v1.WorkerInfo
+	(*RegisterWorker)(nil),     // 13: turbine.v1.RegisterWorker
+	(*RegisterAck)(nil),        // 14: turbine.v1.RegisterAck
+	(*DeregisterWorker)(nil),   // 15: turbine.v1.DeregisterWorker
+	(*KvBlockStored)(nil),      // 16: turbine.v1.KvBlockStored
+	(*KvBlockRemoved)(nil),     // 17: turbine.v1.KvBlockRemoved
+	(*KvAllBlocksCleared)(nil), // 18: turbine.v1.KvAllBlocksCleared
+	(*KvEvent)(nil),            // 19: turbine.v1.KvEvent
+	(*KvEventBatch)(nil),       // 20: turbine.v1.KvEventBatch
+	(*EventAck)(nil),           // 21: turbine.v1.EventAck
+	(*BlockDump)(nil),          // 22: turbine.v1.BlockDump
+	(*DumpBlocksRequest)(nil),  // 23: turbine.v1.DumpBlocksRequest
+	(*RouteRequest)(nil),       // 24: turbine.v1.RouteRequest
+	(*RouteCandidate)(nil),     // 25: turbine.v1.RouteCandidate
+	(*CostTerm)(nil),           // 26: turbine.v1.CostTerm
+	(*RouteResponse)(nil),      // 27: turbine.v1.RouteResponse
+	(*RouteAck)(nil),           // 28: turbine.v1.RouteAck
+	(*RequestRef)(nil),         // 29: turbine.v1.RequestRef
+	(*Ack)(nil),                // 30: turbine.v1.Ack
+	(*BusyThresholds)(nil),     // 31: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil), // 32: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),        // 33: turbine.v1.WorkerStats
+	(*RouterStats)(nil),        // 34: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),      // 35: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),  // 36: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),          // 37: turbine.v1.ModelFile
+	(*ModelFiles)(nil),         // 38: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),  // 39: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),          // 40: turbine.v1.ModelList
+	(*SamplingParams)(nil),     // 41: turbine.v1.SamplingParams
+	(*TokenLogprob)(nil),       // 42: turbine.v1.TokenLogprob
+	(*TopLogprob)(nil),         // 43: turbine.v1.TopLogprob
+	(*StructuredOutput)(nil),   // 44: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),       // 45: turbine.v1.DisaggParams
+	(*Generate)(nil),           // 46: turbine.v1.Generate
+	(*TokenChunk)(nil),         // 47: turbine.v1.TokenChunk
+	(*Embed)(nil),              // 48: turbine.v1.Embed
+	(*Embedding)(nil),          // 49: turbine.v1.Embedding
+	(*Credit)(nil),             // 50: turbine.v1.Credit
+	(*ReleaseKv)(nil),          // 51: turbine.v1.ReleaseKv
+	(*Cancel)(nil),             // 52: turbine.v1.Cancel
+	(*LoadLora)(nil),           // 53: turbine.v1.LoadLora
+	(*UnloadLora)(nil),         // 54: turbine.v1.UnloadLora
+	(*LoraReply)(nil),          // 55: turbine.v1.LoraReply
+	(*GpuInfo)(nil),            // 56: turbine.v1.GpuInfo
+	(*StartWorker)(nil),        // 57: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),   // 58: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),         // 59: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),  // 60: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),         // 61: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),         // 62: turbine.v1.NodeStatus
+	nil,                        // 63: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
-	6,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
-	8,  // 1: turbine.v1.ModelCard.architecture:type_name -> turbine.v1.ModelArchitecture
+	7,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
+	10, // 1: turbine.v1.ModelCard.architecture:type_name -> turbine.v1.ModelArchitecture
 	5,  // 2: turbine.v1.ModelCard.runner:type_name -> turbine.v1.Runner
-	6,  // 3: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
-	7,  // 4: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
-	0,  // 5: turbine.v1.WorkerInfo.role:type_name -> turbine.v1.Role
-	10, // 6: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
-	9,  // 7: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
-	6,  // 8: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
-	14, // 9: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
-	15, // 10: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
-	16, // 11: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
-	17, // 12: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
-	17, // 13: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	24, // 14: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
-	6,  // 15: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	3,  // 16: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
-	2,  // 17: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
-	6,  // 18: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
-	6,  // 19: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
-	23, // 20: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
-	0,  // 21: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
-	31, // 22: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	7,  // 23: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	7,  // 24: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	6,  // 25: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	35, // 26: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	7,  // 27: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	43, // 28: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	42, // 29: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	58, // 30: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
-	41, // 31: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
-	1,  // 32: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
-	39, // 33: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	6,  // 34: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	4,  // 35: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
-	40, // 36: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
-	40, // 37: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
-	4,  // 38: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
-	7,  // 39: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	6,  // 40: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	6,  // 41: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	51, // 42: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	56, // 43: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	9,  // 3: turbine.v1.ModelCard.lora:type_name -> turbine.v1.LoraAdapter
+	7,  // 4: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
+	8,  // 5: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
+	0,  // 6: turbine.v1.WorkerInfo.role:type_name -> turbine.v1.Role
+	9,  // 7: turbine.v1.WorkerInfo.adapters:type_name -> turbine.v1.LoraAdapter
+	12, // 8: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
+	11, // 9: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
+	7,  // 10: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
+	16, // 11: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
+	17, // 12: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
+	18, // 13: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
+	19, // 14: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
+	19, // 15: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
+	26, // 16: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
+	7,  // 17: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	3,  // 18: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
+	2,  // 19: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
+	7,  // 20: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
+	7,  // 21: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
+	25, // 22: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
+	0,  // 23: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
+	7,  // 24: turbine.v1.WorkerStats.actor:type_name -> turbine.v1.ActorRef
+	9,  // 25: turbine.v1.WorkerStats.adapters:type_name -> turbine.v1.LoraAdapter
+	33, // 26: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	8,  // 27: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	8,  // 28: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	7,  // 29: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	9,  // 30: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
+	37, // 31: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	8,  // 32: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	45, // 33: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	44, // 34: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	63, // 35: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	43, // 36: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
+	1,  // 37: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
+	41, // 38: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	7,  // 39: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	4,  // 40: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
+	42, // 41: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
+	42, // 42: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
+	4,  // 43: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
+	9,  // 44: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
+	6,  // 45: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
+	9,  // 46: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
+	8,  // 47: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	7,  // 48: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	7,  // 49: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	56, // 50: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	61, // 51: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -4914,22 +5405,22 @@ func file_turbine_proto_init() {
 	if File_turbine_proto != nil {
 		return
 	}
-	file_turbine_proto_msgTypes[8].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[11].OneofWrappers = []any{
+	file_turbine_proto_msgTypes[9].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[12].OneofWrappers = []any{
 		(*KvEvent_Stored)(nil),
 		(*KvEvent_Removed)(nil),
 		(*KvEvent_Cleared)(nil),
 	}
-	file_turbine_proto_msgTypes[16].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[23].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[33].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[17].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[24].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   53,
+			NumEnums:      7,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -94,6 +94,14 @@ type Spec struct {
 	// docs/reference.md §23): vLLM's --runner pooling, SGLang's --is-embedding;
 	// TensorRT-LLM's launcher refuses it (trtllm-serve serves no embeddings).
 	Pooling bool
+	// MaxLoras is the number of LoRA adapters the engine holds at once (docs/reference.md
+	// §26): vLLM's --enable-lora --max-loras (and --max-cpu-loras, the same) with runtime
+	// LoRA updating, SGLang's --enable-lora --max-loras-per-batch, TensorRT-LLM's
+	// lora_config. 0: adapters off.
+	MaxLoras int
+	// MaxLoraRank is the largest adapter rank the engine takes (vLLM's --max-lora-rank,
+	// SGLang's --max-lora-rank); 0: the engine's default (vLLM 16).
+	MaxLoraRank int
 	// Extra arguments, appended to the engine's command line untouched.
 	Extra []string
 }
