@@ -106,6 +106,13 @@ type Config struct {
 	// (NewIndexWithoutDump: about half the memory at block size 16), and DumpWorker
 	// fails. The Router grain sets it: a moved grain rebuilds from the workers' dumps.
 	NoDump bool
+	// LoraLoadMs is the adapter load time assumed for a worker that has measured none
+	// (ms; 0 means DefaultLoraLoadMs). IgnoreAdapters routes adapter requests as if
+	// adapters did not matter: any worker with a slot is a candidate, loading on demand,
+	// and no load is counted in the cost (a baseline for the benchmarks;
+	// docs/reference.md §26.4).
+	LoraLoadMs     float64
+	IgnoreAdapters bool
 }
 
 // BusyThresholds mark a worker busy (docs/reference.md §4); busy workers are skipped by every

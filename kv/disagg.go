@@ -182,6 +182,9 @@ func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 		// No decode worker at all: the prefill pool serves the request aggregated, without
 		// the prefill workers this request failed on, unless prefill workers only prefill.
 		if r.cfg.Disagg.Enforce {
+			if r.lora.misfit > 0 {
+				return Decision{}, r.noEligible("")
+			}
 			return Decision{}, fmt.Errorf("%w: no decode or aggregated worker ready and not excluded (%d registered), and "+
 				"disaggregation is enforced: prefill workers serve no whole request", ErrNoWorkers, len(r.byName))
 		}
@@ -191,7 +194,7 @@ func (r *Router) routeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 		}
 		cands, eligible = r.gather(maskPrefill, exclude, in.Admitted)
 		if eligible == 0 {
-			return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
+			return Decision{}, r.noEligible(fmt.Sprintf("%d registered, none ready and not excluded", len(r.byName)))
 		}
 		if len(cands) == 0 {
 			return Decision{}, fmt.Errorf("%w: no decode worker ready, %d ready prefill workers over the busy thresholds", ErrAllBusy, eligible)
@@ -282,7 +285,7 @@ func (r *Router) placeLocal(in *RouteInput, hashes []uint64, c Candidate, kind i
 	r.active.Add(in.RequestID, c.Worker, hashes, prefill, now)
 	// noted at the profile's speed: the observed/predicted ratio is then the worker's speed
 	pr := PredictTTFT(&r.cfg.Profile, in.promptTokens(), r.cfg.BlockSize, &c)
-	r.active.NotePrediction(in.RequestID, pr.Total()/pr.Speed)
+	r.active.NotePrediction(in.RequestID, (pr.Total()-pr.AdapterMs)/pr.Speed+pr.AdapterMs)
 	r.count(kind, len(hashes), c.OverlapBlocks)
 	return Decision{WorkerID: c.ID, Worker: c.Worker, OverlapBlocks: c.OverlapBlocks, PromptBlocks: len(hashes),
 		PrefillTokens: prefill, Disagg: disaggKinds[kind], UncachedPrefillTokens: prefill}

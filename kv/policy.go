@@ -39,6 +39,11 @@ type Candidate struct {
 	// requests take from first token to end (0: unknown).
 	SpeedFactor       float64
 	MeanDecodeSeconds float64
+	// AdapterLoadMs: the time to load the request's LoRA adapter first (ms), 0 when the
+	// worker holds it (or the request names none); AdapterEvicts: the load evicts another
+	// adapter, which later requests may have to load again. See lora.go.
+	AdapterLoadMs float64
+	AdapterEvicts bool
 }
 
 // SelectInput is what a policy decides on. Policies must not retain it.

@@ -46,6 +46,9 @@ type Prediction struct {
 	DecodeMs float64
 	// MemoryWaitMs: waiting for KV blocks when the worker's cache would be too full.
 	MemoryWaitMs float64
+	// AdapterMs: loading the request's LoRA adapter first, twice over when that evicts
+	// another adapter (which later requests may have to load again); not scaled by Speed.
+	AdapterMs float64
 	// Speed: the worker's observed speed factor applied (1: as profiled).
 	Speed float64
 	// OwnPrefillMs: the request's own prefill time on an idle worker (the work it adds).
@@ -53,7 +56,9 @@ type Prediction struct {
 }
 
 // Total is the predicted TTFT (ms).
-func (p Prediction) Total() float64 { return p.QueueMs + p.PrefillMs + p.DecodeMs + p.MemoryWaitMs }
+func (p Prediction) Total() float64 {
+	return p.QueueMs + p.PrefillMs + p.DecodeMs + p.MemoryWaitMs + p.AdapterMs
+}
 
 // PredictTTFT predicts the TTFT of a prompt of promptTokens tokens on candidate c
 // (docs/reference.md §3.6). A nil profile is DefaultProfile.
@@ -92,6 +97,12 @@ func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Predi
 				decodeMs = defaultDecodeTokens * prof.DecodeMs(u)
 			}
 			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * decodeMs
+		}
+	}
+	if c.AdapterLoadMs > 0 {
+		p.AdapterMs = c.AdapterLoadMs
+		if c.AdapterEvicts {
+			p.AdapterMs *= 2
 		}
 	}
 	p.QueueMs *= speed
@@ -274,12 +285,13 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	return best, nil
 }
 
-// Explain implements Explainer: the four predicted terms and work_ms add up to the cost;
+// Explain implements Explainer: the predicted terms (adapter_ms only when an adapter
+// must be loaded) and work_ms add up to the cost;
 // speed_factor is the multiplier already applied to the predicted terms, not a term.
 func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 	minOwn, weight := p.work(in)
 	v, pr, work := p.cost(in, c, minOwn, weight)
-	return v, []Term{
+	terms := []Term{
 		{Name: "queue_ms", Value: pr.QueueMs},
 		{Name: "prefill_ms", Value: pr.PrefillMs},
 		{Name: "decode_ms", Value: pr.DecodeMs},
@@ -287,6 +299,10 @@ func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 		{Name: "work_ms", Value: work},
 		{Name: "speed_factor", Value: pr.Speed},
 	}
+	if pr.AdapterMs > 0 {
+		terms = append(terms[:4], append([]Term{{Name: "adapter_ms", Value: pr.AdapterMs}}, terms[4:]...)...)
+	}
+	return v, terms
 }
 
 // learnSpeed folds one observed/predicted TTFT ratio into a worker's speed factor

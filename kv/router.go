@@ -78,6 +78,8 @@ type Router struct {
 	// holds the candidates of its first policy call (explain.go), nil otherwise.
 	explaining bool
 	explained  []ExplainedCandidate
+	// lora: what the Route in progress asks of LoRA adapters (lora.go).
+	lora loraRoute
 }
 
 type routerWorker struct {
@@ -99,6 +101,8 @@ type routerWorker struct {
 	// FreeAt (docs/reference.md §3.6).
 	speed      float64
 	decodeSecs float64
+	// lora: the router's view of the worker's LoRA adapters (lora.go).
+	lora workerLoras
 	// noEvents: the registration says the engine publishes no KV events. approx: the
 	// worker is in approximate mode (noEvents, or silent: see Config.ApproxAfterRequests).
 	// silentRoutes counts the requests with a full block routed to it since its last
@@ -135,6 +139,12 @@ type WorkerSpec struct {
 	// NoKVEvents: the engine was started without KV events; the worker is routed in
 	// approximate mode (IndexApproximate) until an event batch of it arrives.
 	NoKVEvents bool
+	// Adapters: the LoRA adapters the engine holds; MaxLoras how many it may hold (0: it
+	// serves no adapter requests); LoraLoadMs its measured mean load time (ms; 0: none
+	// yet, Config.LoraLoadMs is assumed). See lora.go.
+	Adapters   []AdapterSpec
+	MaxLoras   int
+	LoraLoadMs float64
 }
 
 // RouteInput is one routing request.
@@ -193,6 +203,10 @@ type RouteInput struct {
 	// refused with ErrAllBusy; the prefill pool's busy workers still count as a long
 	// queue (the request is prefilled on its decode worker instead).
 	Admitted bool
+	// LoraOnDemand: a worker that does not hold the request's adapter (LoraName) but has a
+	// slot for it is a candidate too, at the cost of loading it (Decision.LoraPath).
+	// Without it only workers holding the adapter are. See lora.go.
+	LoraOnDemand bool
 }
 
 // Expired counts the tracked sequences (a remote decision's two legs count two)
@@ -231,6 +245,9 @@ type Decision struct {
 	// Candidates: every candidate the policy weighed, with its cost terms; only when
 	// RouteInput.Explain was set.
 	Candidates []ExplainedCandidate
+	// LoraPath: the adapter's folder when a chosen worker (decode or prefill) does not
+	// hold the request's adapter and loads it on demand first; "" otherwise.
+	LoraPath string
 }
 
 // ExplainedCandidate is one candidate of a routing decision with its policy's cost.
@@ -282,6 +299,12 @@ func NewRouter(cfg Config) (*Router, error) {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if !(cfg.LoraLoadMs >= 0) || math.IsInf(cfg.LoraLoadMs, 0) {
+		return nil, fmt.Errorf("%w: LoraLoadMs %v must be a finite number >= 0", ErrInvalidConfig, cfg.LoraLoadMs)
+	}
+	if cfg.LoraLoadMs == 0 {
+		cfg.LoraLoadMs = DefaultLoraLoadMs
 	}
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
@@ -382,6 +405,7 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 		rw.noEvents, rw.approx, rw.silentRoutes = spec.NoKVEvents, spec.NoKVEvents, 0
 	}
 	rw.ready, rw.totalBlocks = spec.Ready, spec.TotalBlocks
+	rw.lora.register(spec.MaxLoras, spec.LoraLoadMs, spec.Adapters, r.now)
 	return !rw.synced && rw.dumpPart < 0, nil
 }
 
@@ -606,8 +630,10 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 	r.explaining, r.explained = in.Explain, nil
 	d, err := r.route(&in, now, rng)
 	if err == nil {
+		d.LoraPath = r.placeLora(&d, now)
 		r.recordPlacement(&in, &d, now)
 	}
+	r.lora = loraRoute{}
 	if r.explaining {
 		if err == nil {
 			d.Candidates = r.explained
@@ -652,6 +678,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	r.Free(in.RequestID)
 	r.now = now
 	sel.Profile = &r.cfg.Profile
+	r.startLora(in)
 
 	hashes := in.BlockHashes // the caller's (checkPrompt), never written to
 	if len(in.Tokens) > 0 {
@@ -683,7 +710,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	}
 	cands, eligible := r.gather(maskAggregated|maskPrefill|maskDecode, in.Exclude, in.Admitted)
 	if eligible == 0 {
-		return Decision{}, fmt.Errorf("%w: %d registered, none ready and not excluded", ErrNoWorkers, len(r.byName))
+		return Decision{}, r.noEligible(fmt.Sprintf("%d registered, none ready and not excluded", len(r.byName)))
 	}
 	if len(cands) == 0 {
 		return Decision{}, fmt.Errorf("%w: %d ready workers over the busy thresholds", ErrAllBusy, eligible)
@@ -727,12 +754,21 @@ func (r *Router) gather(mask uint8, exclude []string, admitted bool) (cands []Ca
 		if rw == nil || mask&(1<<rw.role) == 0 || !rw.ready || excluded(exclude, rw.name) {
 			continue
 		}
+		fits, loadMs, evicts := r.loraFit(rw)
+		if !fits {
+			r.lora.misfit++
+			continue
+		}
 		eligible++
 		l := r.active.Load(rw.id)
 		if !admitted && r.busy(rw, l) {
 			continue
 		}
-		cands = append(cands, r.candidate(rw, l))
+		c := r.candidate(rw, l)
+		if !r.cfg.IgnoreAdapters {
+			c.AdapterLoadMs, c.AdapterEvicts = loadMs, evicts
+		}
+		cands = append(cands, c)
 	}
 	r.candBuf = cands
 	return cands, eligible

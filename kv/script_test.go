@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,10 +30,14 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 //	config block-size=4 policy=kv weight=1 temperature=0 max-age=300s max-unacked=30s busy-kv=0 busy-prefill=0 max-buffered=N
 //	  [predict-active=true] [approx-ttl=120s] [predict-blocks=N] [approx-after=N] [approx-silence=30s] [session-ttl=10m] [max-sessions=N]
+//	  [ignore-adapters=true] [lora-load-ms=200]
 //	add-worker id=w1 [block-size=4] [total=100] [ready=true] [epoch=1] [last-seq=0] [no-events=true]
+//	  [max-loras=N] [loras=a,b] [pinned=a] [load-ms=M]   (adapter a at /adapters/a)
 //	kv-event worker=w1 [epoch=1] seq=1      input: one event per line (see parseEvent)
 //	dump worker=w1 [epoch=1] last-seq=3 [part=0] [last=true]   input: events
 //	route id=r1 (blocks=a,b | tokens=1,2,..) [extra=N] [lora=x] [weight=W] [temp=T] [exclude=w1,w2] [will-ack] [pin=w1] [session=s]
+//	  [on-demand=true]   prints load=PATH when a chosen worker loads the adapter first
+//	adapters   each worker's adapters as the router sees them (* pinned, ~ placed, unreported)
 //	prefill-done id=r1 | free id=r1 | ack id=r1 | tick 10s | expire | kill-worker id=w1
 //	first-token id=r1   PrefillDoneAt at the script's clock; prints the worker's learnt speed
 //	busy [kv=0.9] [prefill=1000] | overlaps (blocks=..|tokens=..) [lora=x] | stats | replay
@@ -226,6 +231,42 @@ func (a args) float(t *testing.T, k string, def float64) float64 {
 	return f
 }
 
+// scriptAdapters is add-worker's loras=a,b (held, at /adapters/<name>) with pinned=a.
+func scriptAdapters(a args) []AdapterSpec {
+	var out []AdapterSpec
+	for _, n := range a.list("loras") {
+		out = append(out, AdapterSpec{Name: n, Path: "/adapters/" + n, Pinned: slices.Contains(a.list("pinned"), n)})
+	}
+	return out
+}
+
+// adapterView prints each worker's adapters as the router sees them at now: name, * when
+// pinned, ~ when placed on demand and not yet reported.
+func (r *Router) adapterView(now time.Time) string {
+	var lines []string
+	for _, rw := range r.workers {
+		if rw == nil {
+			continue
+		}
+		var names []string
+		for n, h := range rw.lora.held {
+			if !rw.lora.holds(n, now) {
+				continue
+			}
+			switch {
+			case h.pinned:
+				n += "*"
+			case !h.reported:
+				n += "~"
+			}
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		lines = append(lines, fmt.Sprintf("%s max=%d [%s]", rw.name, rw.lora.max, strings.Join(names, " ")))
+	}
+	return strings.Join(lines, "\n")
+}
+
 func (a args) list(k string) []string {
 	v, ok := a[k]
 	if !ok || v == "" {
@@ -352,6 +393,8 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		h.cfg.PredictBlocks = int64(a.int(t, "predict-blocks", int(h.cfg.PredictBlocks)))
 		h.cfg.ApproxAfterRequests = a.int(t, "approx-after", h.cfg.ApproxAfterRequests)
 		h.cfg.MaxSessions = a.int(t, "max-sessions", h.cfg.MaxSessions)
+		h.cfg.IgnoreAdapters = a.str("ignore-adapters", fmt.Sprint(h.cfg.IgnoreAdapters)) == "true"
+		h.cfg.LoraLoadMs = a.float(t, "lora-load-ms", h.cfg.LoraLoadMs)
 		if _, err := NewRouter(h.cfg); err != nil {
 			return "error: " + err.Error()
 		}
@@ -361,6 +404,7 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 			ID: a.str("id", ""), BlockSize: a.int(t, "block-size", h.cfg.BlockSize),
 			TotalBlocks: int64(a.int(t, "total", 0)), Ready: a.str("ready", "true") == "true",
 			Epoch: a.u64(t, "epoch", 1), LastSeq: a.u64(t, "last-seq", 0), NoKVEvents: a.str("no-events", "false") == "true",
+			MaxLoras: a.int(t, "max-loras", 0), LoraLoadMs: a.float(t, "load-ms", 0), Adapters: scriptAdapters(a),
 		})
 		return result(nd, err)
 	case "kv-event":
@@ -380,7 +424,8 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		return result(nd, err)
 	case "route":
 		in := RouteInput{RequestID: a.str("id", ""), Tokens: h.tokens(t, a), LoraName: a.str("lora", ""), Exclude: a.list("exclude"),
-			WillAck: a.str("will-ack", "false") == "true", PinWorker: a.str("pin", ""), SessionID: a.str("session", "")}
+			WillAck: a.str("will-ack", "false") == "true", PinWorker: a.str("pin", ""), SessionID: a.str("session", ""),
+			LoraOnDemand: a.str("on-demand", "false") == "true"}
 		if _, ok := a["weight"]; ok {
 			in.HasOverlapWeight, in.OverlapWeight = true, a.float(t, "weight", 0)
 		}
@@ -391,7 +436,13 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		if err != nil {
 			return "error: " + err.Error()
 		}
-		return fmt.Sprintf("%s overlap=%d prompt=%d prefill=%d", d.WorkerID, d.OverlapBlocks, d.PromptBlocks, d.PrefillTokens)
+		out := fmt.Sprintf("%s overlap=%d prompt=%d prefill=%d", d.WorkerID, d.OverlapBlocks, d.PromptBlocks, d.PrefillTokens)
+		if d.LoraPath != "" {
+			out += " load=" + d.LoraPath
+		}
+		return out
+	case "adapters":
+		return h.router(t).adapterView(h.now)
 	case "first-token":
 		r := h.router(t)
 		id := a.str("id", "")

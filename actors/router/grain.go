@@ -79,6 +79,10 @@ type workerState struct {
 	// address, given with every remote decision it prefills.
 	bootstrapHost string
 	bootstrapPort int32
+	// adapters and maxLoras: the worker's LoRA adapters and slots, as it last registered
+	// them (WorkerStats, for the frontends' placement).
+	adapters []*messages.LoraAdapter
+	maxLoras int32
 }
 
 // Grain implements messages.Router.
@@ -326,9 +330,13 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: bootstrap port %d out of range 0-65535",
 			info.WorkerId, info.BootstrapPort)}, nil
 	}
+	adapters, err := adapterSpecs(info)
+	if err != nil {
+		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: %v", info.WorkerId, err)}, nil
+	}
 	needDump, err := g.core.Register(kv.WorkerSpec{ID: info.WorkerId, BlockSize: int(info.Card.KvBlockSize),
 		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role,
-		NoKVEvents: info.NoKvEvents})
+		NoKVEvents: info.NoKvEvents, Adapters: adapters, MaxLoras: int(info.MaxLoras), LoraLoadMs: info.LoraLoadMs})
 	if err != nil {
 		g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused")
 		return &messages.RegisterAck{Error: err.Error()}, nil
@@ -343,6 +351,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	}
 	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
 	w.role, w.bootstrapHost, w.bootstrapPort = role, info.BootstrapHost, info.BootstrapPort
+	w.adapters, w.maxLoras = info.Adapters, info.MaxLoras
 	if g.card == nil {
 		g.card = info.Card
 	}
@@ -513,10 +522,43 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
 			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests),
 			Role: w.Role, IndexMode: w.IndexMode.String(), PredictedBlocks: int64(w.PredictedBlocks)}
-		if s := g.workers[w.ID]; s != nil && s.load != nil {
-			ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
+		if s := g.workers[w.ID]; s != nil {
+			if s.load != nil {
+				ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
+			}
+			ws.Actor, ws.Adapters, ws.MaxLoras = s.actor, s.adapters, s.maxLoras
 		}
 		out.Workers = append(out.Workers, ws)
+	}
+	return out, nil
+}
+
+// maxAdapters bounds the adapters one registration may list (a worker holds at most
+// max_loras of them; engines take tens).
+const maxAdapters = 4096
+
+// adapterSpecs validates a registration's LoRA adapters (docs/reference.md §26.4): each
+// named once, max_loras and lora_load_ms in range, no more than max_loras listed.
+func adapterSpecs(info *messages.WorkerInfo) ([]kv.AdapterSpec, error) {
+	n := len(info.Adapters)
+	switch {
+	case info.MaxLoras < 0 || info.MaxLoras > maxAdapters:
+		return nil, fmt.Errorf("max_loras %d out of range 0-%d", info.MaxLoras, maxAdapters)
+	case n > int(info.MaxLoras):
+		return nil, fmt.Errorf("%d LoRA adapters listed, more than its max_loras %d", n, info.MaxLoras)
+	case !(info.LoraLoadMs >= 0) || info.LoraLoadMs > 1e9:
+		return nil, fmt.Errorf("lora_load_ms %v out of range", info.LoraLoadMs)
+	case n == 0:
+		return nil, nil
+	}
+	out := make([]kv.AdapterSpec, 0, n)
+	seen := make(map[string]bool, n)
+	for _, a := range info.Adapters {
+		if a.GetName() == "" || seen[a.GetName()] {
+			return nil, fmt.Errorf("LoRA adapter name %q empty or listed twice", a.GetName())
+		}
+		seen[a.GetName()] = true
+		out = append(out, kv.AdapterSpec{Name: a.GetName(), Path: a.GetPath(), Pinned: a.GetPinned()})
 	}
 	return out, nil
 }

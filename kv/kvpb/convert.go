@@ -90,7 +90,7 @@ func RouteInput(req *messages.RouteRequest) kv.RouteInput {
 		Exclude: req.GetExcludeWorkers(), ExcludePrefill: req.GetExcludePrefillWorkers(),
 		LocalPrefill: req.GetLocalPrefill(), WillAck: req.GetWillAck(), PinWorker: req.GetPinWorker(),
 		SessionID: req.GetSessionId(), BlockHashes: req.GetBlockHashes(), PromptTokens: int(req.GetPromptTokens()),
-		Explain: req.GetExplain(), Admitted: req.GetAdmitted()}
+		Explain: req.GetExplain(), Admitted: req.GetAdmitted(), LoraOnDemand: req.GetLoraOnDemand()}
 }
 
 // RouteResponse is the answer to a Route call that kv.Router.Route answered with d and
@@ -110,6 +110,7 @@ func RouteResponse(d kv.Decision, err error) *messages.RouteResponse {
 		r.PrefillWorkerId, r.PrefillOverlapBlocks, r.PrefillRequestId = p.WorkerID, int32(p.OverlapBlocks), p.RequestID
 	}
 	r.Candidates = RouteCandidates(d.Candidates)
+	r.LoraPath = d.LoraPath
 	return r
 }
 
@@ -135,7 +136,7 @@ func RouteCandidates(cs []kv.ExplainedCandidate) []*messages.RouteCandidate {
 
 // Outcome is the RouteOutcome of an error kv.Router.Route returned: ROUTE_OK for nil,
 // ROUTE_NO_PREFILL_WORKERS, ROUTE_ALL_BUSY, ROUTE_BAD_REQUEST (kv.ErrInvalidRequest),
-// else ROUTE_NO_WORKERS.
+// ROUTE_NO_ADAPTER (kv.ErrNoAdapter), else ROUTE_NO_WORKERS.
 func Outcome(err error) messages.RouteOutcome {
 	switch {
 	case err == nil:
@@ -146,6 +147,8 @@ func Outcome(err error) messages.RouteOutcome {
 		return messages.RouteOutcome_ROUTE_ALL_BUSY
 	case errors.Is(err, kv.ErrInvalidRequest):
 		return messages.RouteOutcome_ROUTE_BAD_REQUEST
+	case errors.Is(err, kv.ErrNoAdapter):
+		return messages.RouteOutcome_ROUTE_NO_ADAPTER
 	}
 	return messages.RouteOutcome_ROUTE_NO_WORKERS
 }

@@ -1,0 +1,266 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// LoRA adapters in routing (docs/reference.md §26.4). A worker holds at most MaxLoras
+// adapters; an adapter request goes to a worker that holds its adapter or, with
+// RouteInput.LoraOnDemand, also to one with a slot to load it in (a free slot, or an
+// unpinned adapter to evict), at the cost of the load. The router's view of a worker's
+// adapters is its last registration plus the on-demand loads it has sent there since
+// (counted as held for LoraPlacedTTL without the worker reporting them), in least
+// recently routed order, the order in which the worker evicts unpinned adapters.
+
+// Defaults of adapter routing.
+const (
+	// DefaultLoraLoadMs is the load time assumed for a worker that has not measured one
+	// (ms).
+	DefaultLoraLoadMs = 200.0
+	// LoraPlacedTTL: how long an adapter the router sent a worker to load on demand counts
+	// as held there while the worker's registrations do not list it (the load and the
+	// next heartbeat).
+	LoraPlacedTTL = 10 * time.Second
+)
+
+// ErrNoAdapter: the request names a LoRA adapter that no ready worker holds and, when it
+// may be loaded on demand, none has a slot for (or no worker reports it: its folder is
+// unknown).
+var ErrNoAdapter = errors.New("kv: no worker holds the LoRA adapter")
+
+// AdapterSpec is one LoRA adapter a worker reports holding (WorkerSpec.Adapters).
+type AdapterSpec struct {
+	// Name is the adapter's served name; Path its folder on the worker's host.
+	Name, Path string
+	// Pinned: placed by an operator; a load on demand never evicts it.
+	Pinned bool
+}
+
+// heldAdapter is one adapter in the router's view of a worker.
+type heldAdapter struct {
+	path     string
+	pinned   bool
+	reported bool      // listed in the worker's last registration
+	placedAt time.Time // sent to load on demand and not reported since (zero: not)
+	used     time.Time // last routed to the worker with this adapter
+}
+
+// workerLoras is the router's view of a worker's adapters.
+type workerLoras struct {
+	max    int
+	loadMs float64
+	held   map[string]*heldAdapter
+}
+
+// register folds a registration's adapters in: the reported ones are held, with their
+// pinning; an on-demand placement not yet reported stays until LoraPlacedTTL after it was
+// sent; anything else the worker no longer holds.
+func (l *workerLoras) register(max int, loadMs float64, adapters []AdapterSpec, now time.Time) {
+	l.max = max
+	if loadMs > 0 && loadMs < 1e9 {
+		l.loadMs = loadMs
+	}
+	if len(adapters) == 0 && len(l.held) == 0 {
+		return
+	}
+	if l.held == nil {
+		l.held = make(map[string]*heldAdapter, len(adapters))
+	}
+	for _, h := range l.held {
+		h.reported = false
+	}
+	for _, a := range adapters {
+		if a.Name == "" {
+			continue
+		}
+		h := l.held[a.Name]
+		if h == nil {
+			h = &heldAdapter{}
+			l.held[a.Name] = h
+		}
+		h.path, h.pinned, h.reported, h.placedAt = a.Path, a.Pinned, true, time.Time{}
+	}
+	for name, h := range l.held {
+		if !h.reported && !l.placedLive(h, now) {
+			delete(l.held, name)
+		}
+	}
+}
+
+// placedLive reports whether h, not reported, is an on-demand placement young enough to
+// count as held.
+func (l *workerLoras) placedLive(h *heldAdapter, now time.Time) bool {
+	return !h.placedAt.IsZero() && now.Sub(h.placedAt) < LoraPlacedTTL
+}
+
+// holds reports whether the worker holds adapter name (reported, or placed on demand
+// within LoraPlacedTTL of now).
+func (l *workerLoras) holds(name string, now time.Time) bool {
+	h := l.held[name]
+	return h != nil && (h.reported || l.placedLive(h, now))
+}
+
+// count is the number of adapters held at now, and how many of them are pinned.
+func (l *workerLoras) count(now time.Time) (held, pinned int) {
+	for _, h := range l.held {
+		if h.reported || l.placedLive(h, now) {
+			held++
+			if h.pinned {
+				pinned++
+			}
+		}
+	}
+	return held, pinned
+}
+
+// victim is the adapter a load would evict on the worker at now: none when a slot is
+// free (ok true, name ""), the least recently routed unpinned one when all are taken, and
+// ok false when every slot holds a pinned adapter (or the worker serves no adapters).
+func (l *workerLoras) victim(now time.Time) (name string, ok bool) {
+	if l.max <= 0 {
+		return "", false
+	}
+	held, pinned := l.count(now)
+	if held < l.max {
+		return "", true
+	}
+	if pinned >= l.max {
+		return "", false
+	}
+	var best *heldAdapter
+	for n, h := range l.held {
+		if h.pinned || !(h.reported || l.placedLive(h, now)) {
+			continue
+		}
+		if best == nil || h.used.Before(best.used) || (h.used.Equal(best.used) && n < name) {
+			best, name = h, n
+		}
+	}
+	return name, best != nil
+}
+
+// loadMsOr is the worker's measured load time, or def.
+func (l *workerLoras) loadMsOr(def float64) float64 {
+	if l.loadMs > 0 {
+		return l.loadMs
+	}
+	return def
+}
+
+// loraRoute is what the Route in progress asks of adapters.
+type loraRoute struct {
+	name     string // "" for the base model
+	onDemand bool   // RouteInput.LoraOnDemand or Config.IgnoreAdapters
+	path     string // a folder some worker reports the adapter at ("" unknown)
+	misfit   int    // workers gather passed over for the adapter alone
+}
+
+// startLora prepares r.lora for in: the adapter's folder when it may be loaded on demand.
+// A fleet where no worker registers adapter slots (MaxLoras) manages no adapters: the
+// engines were given theirs out of band (e.g. vLLM's --lora-modules among the engine
+// arguments), so any worker may serve any adapter and the name only salts the hashes.
+func (r *Router) startLora(in *RouteInput) {
+	r.lora = loraRoute{}
+	if in.LoraName == "" {
+		return
+	}
+	managed := false
+	for _, rw := range r.workers {
+		if rw != nil && rw.lora.max > 0 {
+			managed = true
+			break
+		}
+	}
+	if !managed {
+		return
+	}
+	r.lora = loraRoute{name: in.LoraName, onDemand: in.LoraOnDemand || r.cfg.IgnoreAdapters}
+	if !r.lora.onDemand {
+		return
+	}
+	for _, rw := range r.workers {
+		if rw == nil {
+			continue
+		}
+		if h := rw.lora.held[r.lora.name]; h != nil && h.reported && h.path != "" {
+			r.lora.path = h.path
+			return
+		}
+	}
+}
+
+// loraFit says whether rw may take the Route in progress as far as adapters go, and its
+// candidate facts: held (no load), or the load and whether it evicts an adapter.
+func (r *Router) loraFit(rw *routerWorker) (ok bool, loadMs float64, evicts bool) {
+	if r.lora.name == "" {
+		return true, 0, false
+	}
+	if rw.lora.holds(r.lora.name, r.now) {
+		return true, 0, false
+	}
+	if !r.lora.onDemand || r.lora.path == "" {
+		return false, 0, false
+	}
+	victim, ok := rw.lora.victim(r.now)
+	if !ok {
+		return false, 0, false
+	}
+	return true, rw.lora.loadMsOr(r.cfg.LoraLoadMs), victim != ""
+}
+
+// noEligible is the error of a Route that found no eligible worker: ErrNoAdapter when
+// some were passed over for the adapter alone, else ErrNoWorkers with detail.
+func (r *Router) noEligible(detail string) error {
+	if r.lora.misfit > 0 {
+		how := "holds it"
+		if r.lora.onDemand {
+			how = "holds it or has a slot to load it in"
+			if r.lora.path == "" {
+				how = "holds it (none reports its folder, so it cannot be loaded on demand)"
+			}
+		}
+		return fmt.Errorf("%w: %q: none of %d ready workers %s", ErrNoAdapter, r.lora.name, r.lora.misfit, how)
+	}
+	return fmt.Errorf("%w: %s", ErrNoWorkers, detail)
+}
+
+// placeLora records a routed adapter request on its workers: the adapter was used there
+// now, and a worker that did not hold it loads it (evicting its least recently routed
+// unpinned adapter when full). It returns the folder to load from when one must.
+func (r *Router) placeLora(d *Decision, now time.Time) string {
+	if r.lora.name == "" {
+		return ""
+	}
+	path := ""
+	for _, w := range [2]WorkerID{d.Worker, prefillWorker(d)} {
+		if w == noWorker || int(w) >= len(r.workers) || r.workers[w] == nil {
+			continue
+		}
+		l := &r.workers[w].lora
+		if !l.holds(r.lora.name, now) {
+			if r.lora.path == "" {
+				continue // a pinned route: the worker's own report will say
+			}
+			if victim, ok := l.victim(now); ok && victim != "" {
+				delete(l.held, victim)
+			}
+			if l.held == nil {
+				l.held = map[string]*heldAdapter{}
+			}
+			l.held[r.lora.name] = &heldAdapter{path: r.lora.path, placedAt: now}
+			path = r.lora.path
+		}
+		l.held[r.lora.name].used = now
+	}
+	return path
+}
+
+// prefillWorker is d's prefill leg's worker, or noWorker.
+func prefillWorker(d *Decision) WorkerID {
+	if d.Prefill == nil {
+		return noWorker
+	}
+	return d.Prefill.Worker
+}
