@@ -176,8 +176,8 @@ func (r *Router) startLora(in *RouteInput) {
 	if !managed {
 		return
 	}
-	r.lora = loraRoute{name: in.LoraName, onDemand: in.LoraOnDemand || r.cfg.IgnoreAdapters}
-	if !r.lora.onDemand {
+	r.lora = loraRoute{name: in.LoraName, onDemand: in.LoraOnDemand || r.cfg.IgnoreAdapters, path: in.LoraPath}
+	if !r.lora.onDemand || r.lora.path != "" {
 		return
 	}
 	for _, rw := range r.workers {

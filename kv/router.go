@@ -207,6 +207,9 @@ type RouteInput struct {
 	// slot for it is a candidate too, at the cost of loading it (Decision.LoraPath).
 	// Without it only workers holding the adapter are. See lora.go.
 	LoraOnDemand bool
+	// LoraPath: the adapter's folder for a load on demand (the fleet's adapter registry);
+	// "" means the folder a worker holding the adapter reports.
+	LoraPath string
 }
 
 // Expired counts the tracked sequences (a remote decision's two legs count two)

@@ -36,7 +36,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	kv-event worker=w1 [epoch=1] seq=1      input: one event per line (see parseEvent)
 //	dump worker=w1 [epoch=1] last-seq=3 [part=0] [last=true]   input: events
 //	route id=r1 (blocks=a,b | tokens=1,2,..) [extra=N] [lora=x] [weight=W] [temp=T] [exclude=w1,w2] [will-ack] [pin=w1] [session=s]
-//	  [on-demand=true]   prints load=PATH when a chosen worker loads the adapter first
+//	  [on-demand=true] [path=/dir]   prints load=PATH when a chosen worker loads the adapter first
 //	adapters   each worker's adapters as the router sees them (* pinned, ~ placed, unreported)
 //	prefill-done id=r1 | free id=r1 | ack id=r1 | tick 10s | expire | kill-worker id=w1
 //	first-token id=r1   PrefillDoneAt at the script's clock; prints the worker's learnt speed
@@ -425,7 +425,7 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 	case "route":
 		in := RouteInput{RequestID: a.str("id", ""), Tokens: h.tokens(t, a), LoraName: a.str("lora", ""), Exclude: a.list("exclude"),
 			WillAck: a.str("will-ack", "false") == "true", PinWorker: a.str("pin", ""), SessionID: a.str("session", ""),
-			LoraOnDemand: a.str("on-demand", "false") == "true"}
+			LoraOnDemand: a.str("on-demand", "false") == "true", LoraPath: a.str("path", "")}
 		if _, ok := a["weight"]; ok {
 			in.HasOverlapWeight, in.OverlapWeight = true, a.float(t, "weight", 0)
 		}

@@ -1857,7 +1857,11 @@ type RouteRequest struct {
 	// The request names a LoRA adapter (lora_name) that a worker not holding it may load on
 	// demand (the frontend's --lora-on-demand): such workers are candidates too, at the
 	// cost of the load (docs/reference.md §26).
-	LoraOnDemand  bool `protobuf:"varint,19,opt,name=lora_on_demand,json=loraOnDemand,proto3" json:"lora_on_demand,omitempty"`
+	LoraOnDemand bool `protobuf:"varint,19,opt,name=lora_on_demand,json=loraOnDemand,proto3" json:"lora_on_demand,omitempty"`
+	// The adapter's folder from the fleet's adapter registry (the Catalog), for a worker
+	// that loads it on demand; empty: the router uses the folder a worker holding the
+	// adapter reports.
+	LoraPath      string `protobuf:"bytes,20,opt,name=lora_path,json=loraPath,proto3" json:"lora_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2009,6 +2013,13 @@ func (x *RouteRequest) GetLoraOnDemand() bool {
 		return x.LoraOnDemand
 	}
 	return false
+}
+
+func (x *RouteRequest) GetLoraPath() string {
+	if x != nil {
+		return x.LoraPath
+	}
+	return ""
 }
 
 // RouteCandidate is one worker the router weighed, with its policy's cost terms
@@ -4934,7 +4945,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\xa2\x05\n" +
+	"\x11DumpBlocksRequest\"\xbf\x05\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -4957,7 +4968,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\fblock_hashes\x18\x10 \x03(\x04R\vblockHashes\x12(\n" +
 	"\rprompt_tokens\x18\x11 \x01(\x05H\x02R\fpromptTokens\x88\x01\x01\x12\x1a\n" +
 	"\badmitted\x18\x12 \x01(\bR\badmitted\x12$\n" +
-	"\x0elora_on_demand\x18\x13 \x01(\bR\floraOnDemandB\x11\n" +
+	"\x0elora_on_demand\x18\x13 \x01(\bR\floraOnDemand\x12\x1b\n" +
+	"\tlora_path\x18\x14 \x01(\tR\bloraPathB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperatureB\x10\n" +
 	"\x0e_prompt_tokensJ\x04\b\x04\x10\x05J\x04\b\x06\x10\a\"\xac\x01\n" +

@@ -90,7 +90,7 @@ func RouteInput(req *messages.RouteRequest) kv.RouteInput {
 		Exclude: req.GetExcludeWorkers(), ExcludePrefill: req.GetExcludePrefillWorkers(),
 		LocalPrefill: req.GetLocalPrefill(), WillAck: req.GetWillAck(), PinWorker: req.GetPinWorker(),
 		SessionID: req.GetSessionId(), BlockHashes: req.GetBlockHashes(), PromptTokens: int(req.GetPromptTokens()),
-		Explain: req.GetExplain(), Admitted: req.GetAdmitted(), LoraOnDemand: req.GetLoraOnDemand()}
+		Explain: req.GetExplain(), Admitted: req.GetAdmitted(), LoraOnDemand: req.GetLoraOnDemand(), LoraPath: req.GetLoraPath()}
 }
 
 // RouteResponse is the answer to a Route call that kv.Router.Route answered with d and
