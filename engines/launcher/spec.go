@@ -125,6 +125,9 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("launcher: bootstrap port %d out of range 0-65535", s.BootstrapPort)
 	case s.Pooling && s.Role != "":
 		return fmt.Errorf("launcher: an embedding model (--runner pooling) has no disaggregated role (got %s)", s.Role)
+	case s.MaxLoras < 0 || s.MaxLoraRank < 0:
+		return fmt.Errorf("launcher: max LoRA adapters %d and max LoRA rank %d must not be negative (0: adapters off, the engine's rank limit)",
+			s.MaxLoras, s.MaxLoraRank)
 	}
 	return nil
 }

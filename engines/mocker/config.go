@@ -1,14 +1,16 @@
 // Package mocker is the pure core of the mock engine (docs/reference.md §7): a paged KV cache
 // with a prefix cache, a continuous-batching scheduler with chunked prefill and
-// preemption, deterministic token generation and the reference timing model. It does no
-// I/O, starts no goroutines and reads no clock: the caller passes the time to Step and
-// is told how long the step takes, so the same core runs a live server (real clock,
+// preemption, deterministic token generation, the reference timing model and LoRA
+// adapter slots with a modelled load time (lora.go, §26.1). It does no I/O, starts no
+// goroutines and reads no clock: the caller passes the time to Step and is told how long
+// the step takes (and an adapter load), so the same core runs a live server (real clock,
 // engines/mocker/server) or a simulation (virtual clock).
 package mocker
 
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Config holds the engine's limits. Names follow vLLM's engine arguments.
@@ -35,7 +37,28 @@ type Config struct {
 	MeanOutputTokens int
 	// Seed is the generation seed of requests that carry none.
 	Seed uint64
+	// MaxLoras is the number of LoRA adapters the engine holds at once (vLLM's
+	// --max-loras, with --max-cpu-loras the same; docs/reference.md §26.1): LoadLora
+	// refuses one more. 0: adapters off, LoadLora refuses every adapter.
+	MaxLoras int
+	// MaxLoraRank is the largest adapter rank LoadLora takes (vLLM's --max-lora-rank);
+	// 0: DefaultMaxLoraRank.
+	MaxLoraRank int
+	// LoraLoadMillis is the modelled time, in milliseconds, of loading one adapter
+	// (divided by SpeedupRatio, like every modelled time): the engine computes nothing
+	// meanwhile (LoadLora). 0: loads take no time.
+	LoraLoadMillis float64
 }
+
+// Defaults of the LoRA adapter model (docs/reference.md §26.1).
+const (
+	// DefaultMaxLoraRank is vLLM's --max-lora-rank default.
+	DefaultMaxLoraRank = 16
+	// DefaultLoraLoadMillis is the modelled load time of one adapter: reading a rank-16
+	// adapter of an 8B model (tens of megabytes of safetensors) from a local disk and
+	// copying it to the GPU takes tens of milliseconds.
+	DefaultLoraLoadMillis = 50
+)
 
 // MaxSpeedupRatio bounds Config.SpeedupRatio, which must be above 0 and at most this:
 // a million times faster than the timing model makes a 1 ms decode step last 1 ns,
@@ -66,6 +89,8 @@ func DefaultConfig() Config {
 		EnableChunkedPrefill: true,
 		SpeedupRatio:         1,
 		MeanOutputTokens:     128,
+		MaxLoraRank:          DefaultMaxLoraRank,
+		LoraLoadMillis:       DefaultLoraLoadMillis,
 	}
 }
 
@@ -86,6 +111,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mocker: --speedup-ratio %v: %v", c.SpeedupRatio, CheckSpeedupRatio(c.SpeedupRatio))
 	case c.MeanOutputTokens <= 0:
 		return fmt.Errorf("mocker: --mean-output-tokens %d must be positive", c.MeanOutputTokens)
+	case c.MaxLoras < 0:
+		return fmt.Errorf("mocker: --max-loras %d must not be negative (0: adapters off)", c.MaxLoras)
+	case c.MaxLoraRank < 0:
+		return fmt.Errorf("mocker: --max-lora-rank %d must not be negative (0: %d)", c.MaxLoraRank, DefaultMaxLoraRank)
+	case !(c.LoraLoadMillis >= 0) || math.IsInf(c.LoraLoadMillis, 0):
+		return fmt.Errorf("mocker: --lora-load-ms %v must be a finite number of milliseconds, at least 0", c.LoraLoadMillis)
 	}
 	if c.MaxModelLen > c.NumGPUBlocks*c.BlockSize {
 		return fmt.Errorf("mocker: --max-model-len %d exceeds the KV cache (%d blocks of %d tokens = %d tokens)",

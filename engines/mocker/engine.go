@@ -35,7 +35,10 @@ type Request struct {
 	// Seed of the generation when HasSeed; otherwise Config.Seed.
 	Seed    uint64
 	HasSeed bool
-	// LoraName names the adapter ("" for the base model); it changes the block hashes.
+	// LoraName names the LoRA adapter the request runs with ("" for the base model): it
+	// changes the block hashes (kv.LoraSeed) and the generated tokens (the seed is mixed
+	// with the name), and BlockStored events carry it. Add does not check that the
+	// adapter is loaded (LoadLora): the server does.
 	LoraName string
 	// CacheSalt ("" for none) is mixed into the first block's hash as vLLM mixes it
 	// (kv.FirstBlockHash): prompts under different salts share no cached block. The
@@ -175,6 +178,13 @@ type Stats struct {
 	PinnedRequests, PinnedBlocks int
 	// ImportedTokens counts prompt tokens taken from remote prefills (Output.ImportedTokens).
 	ImportedTokens uint64
+	// LoadedLoras is the number of LoRA adapters loaded (LoadLora); LoraLoads and
+	// LoraUnloads count the loads and unloads done. LoraRequests holds, for each adapter
+	// that waiting or running requests name, how many of each, by name (nil when none)
+	// [vllm:lora_requests_info's waiting_lora_adapters and running_lora_adapters].
+	LoadedLoras            int
+	LoraLoads, LoraUnloads uint64
+	LoraRequests           []LoraRequests
 }
 
 // Engine is the mock engine's scheduler and KV cache. It is not safe for concurrent use;
@@ -190,6 +200,8 @@ type Engine struct {
 	pinned       map[string][]int32
 	pinnedBlocks int
 	stats        Stats
+	// lora is the LoRA adapters the engine holds and their use (lora.go).
+	lora loraState
 }
 
 type sequence struct {
@@ -266,9 +278,10 @@ func (e *Engine) Add(r Request) error {
 		tokens:   append(make([]uint32, 0, len(r.Prompt)+min(r.MaxTokens, 256)), r.Prompt...),
 		hashSeed: kv.LoraSeed(r.LoraName),
 		seed:     seed,
-		state:    foldTokens(seedState(seed), r.Prompt),
+		state:    foldTokens(seedState(seed^loraSeedMix(r.LoraName)), r.Prompt),
 	}
 	e.byID[r.ID] = s
+	e.lora.added(r.LoraName)
 	at := len(e.waiting)
 	for at > 0 && e.waiting[at-1].req.Priority > r.Priority {
 		at--
@@ -295,6 +308,7 @@ func (e *Engine) Abort(id string) bool {
 	}
 	e.freeBlocks(s)
 	delete(e.byID, id)
+	e.lora.left(s.req.LoraName)
 	return true
 }
 
@@ -327,6 +341,8 @@ func (e *Engine) Stats() Stats {
 	st.FreeBlocks = len(e.cache.free)
 	st.KVUsage = float64(e.cache.active) / float64(e.cfg.NumGPUBlocks)
 	st.PinnedRequests, st.PinnedBlocks = len(e.pinned), e.pinnedBlocks
+	st.LoadedLoras = len(e.lora.adapters)
+	st.LoraRequests = e.loraRequests()
 	return st
 }
 
@@ -450,6 +466,7 @@ func (e *Engine) Step(now time.Time) StepResult {
 				e.freeBlocks(s)
 			}
 			delete(e.byID, s.req.ID)
+			e.lora.left(s.req.LoraName)
 		}
 		res.Outputs = append(res.Outputs, out)
 	}

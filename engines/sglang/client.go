@@ -3,6 +3,7 @@ package sglang
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -62,9 +63,11 @@ func (e *Error) Error() string {
 
 // errorShapes are SGLang's error bodies, in the order they are read: {"error":
 // {"message"}} (ValueError answers and stream error frames), {"error": "<text>"},
-// {"object": "error", "message", "type", "code"} (ErrorResponse) and FastAPI's
-// {"detail": ...}; anything else is kept as text.
-var errorShapes = []enginehttp.Shape{enginehttp.ErrorObject, enginehttp.ErrorText, enginehttp.TopLevel, enginehttp.Detail}
+// {"object": "error", "message", "type", "code"} (ErrorResponse), FastAPI's
+// {"detail": ...} and LoRAUpdateOutput's {"success": false, "error_message"} (LoRA
+// adapter loads); anything else is kept as text.
+var errorShapes = []enginehttp.Shape{enginehttp.ErrorObject, enginehttp.ErrorText, enginehttp.TopLevel, enginehttp.Detail,
+	enginehttp.ErrorMessageField}
 
 // errorFrom reads an error body into an *Error: a non-200 answer's (with its status), or
 // an error frame of a stream (status 0).
@@ -110,4 +113,35 @@ func (c *Client) Abort(ctx context.Context, rid string) error {
 		return err
 	}
 	return c.h.Call(ctx, http.MethodPost, "/abort_request", b)
+}
+
+// SGLang's LoRA adapter routes (docs/reference.md §26.1).
+const (
+	loadLoraPath   = "/load_lora_adapter"
+	unloadLoraPath = "/unload_lora_adapter"
+	noLoraRoutes   = "the server has no LoRA adapter API (SGLang before dynamic LoRA loading)"
+)
+
+// LoadLora loads the LoRA adapter in folder path under name: POST /load_lora_adapter
+// {"lora_name": name, "lora_path": path}, answered with SGLang's LoRAUpdateOutput
+// {"success", "error_message", "loaded_adapters"}. Requests then name the adapter in
+// /generate's lora_path. Errors: SGLang's refusal (400 with success false: adapters
+// off, a name already loaded, --max-loaded-loras adapters loaded, an unreadable
+// adapter) as an *engines.InvalidRequestError with its error_message, wrapping *Error;
+// *Error for other answers; transport errors.
+func (c *Client) LoadLora(ctx context.Context, name, path string) error {
+	if name == "" || path == "" {
+		return errors.New("sglang: a LoRA adapter load needs a name and a path")
+	}
+	return c.h.PostLora(ctx, loadLoraPath, enginehttp.LoraRequest{LoraName: name, LoraPath: path}, noLoraRoutes)
+}
+
+// UnloadLora unloads the LoRA adapter name: POST /unload_lora_adapter {"lora_name": name}.
+// SGLang waits for the requests that run with it to finish. Errors: as LoadLora's (an
+// adapter SGLang does not hold is a 400 refusal).
+func (c *Client) UnloadLora(ctx context.Context, name string) error {
+	if name == "" {
+		return errors.New("sglang: a LoRA adapter unload needs a name")
+	}
+	return c.h.PostLora(ctx, unloadLoraPath, enginehttp.LoraRequest{LoraName: name}, noLoraRoutes)
 }

@@ -166,4 +166,17 @@ func workerLoad(l Load, blockSize int) *messages.WorkerLoad {
 	return out
 }
 
-var _ engines.Engine = (*Engine)(nil)
+// LoadLora loads a LoRA adapter into the server (engines.LoraLoader; Client.LoadLora).
+func (e *Engine) LoadLora(ctx context.Context, name, path string) error {
+	return e.c.LoadLora(ctx, name, path)
+}
+
+// UnloadLora unloads a LoRA adapter (engines.LoraLoader; Client.UnloadLora).
+func (e *Engine) UnloadLora(ctx context.Context, name string) error {
+	return e.c.UnloadLora(ctx, name)
+}
+
+var (
+	_ engines.Engine     = (*Engine)(nil)
+	_ engines.LoraLoader = (*Engine)(nil)
+)

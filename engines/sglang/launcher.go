@@ -14,6 +14,10 @@ import (
 // DefaultPython runs SGLang's launch_server module when the spec names no interpreter.
 const DefaultPython = "python3"
 
+// DefaultMaxLoraRank is the --max-lora-rank given to SGLang when the spec sets none:
+// SGLang started with adapters but no --lora-paths needs one (vLLM's default, 16).
+const DefaultMaxLoraRank = 16
+
 // reasoningParsers maps vLLM's reasoning parser names to SGLang's
 // (sglang/srt/parser/reasoning_parser.py); a name SGLang lacks is not passed.
 var reasoningParsers = map[string]string{
@@ -44,13 +48,21 @@ func kvEventsJSON(endpoint string) string {
 //	  --page-size <b> [--context-length <n>] [--max-running-requests <n>]
 //	  [--chunked-prefill-size <n>] --enable-metrics --kv-events-config <json>
 //	  [--disaggregation-mode prefill|decode] [--disaggregation-bootstrap-port <port>]
-//	  <extra...>
+//	  [--reasoning-parser <name>] [--is-embedding]
+//	  [--enable-lora --max-loras-per-batch <n> --max-loaded-loras <n> --max-lora-rank <r>
+//	   --lora-target-modules all] <extra...>
 //
 // A prefill engine gets --disaggregation-bootstrap-port: Spec.BootstrapPort, or a free
 // port picked at each Command (SGLang's default, 8998, would collide between two prefill
 // engines on one machine); Bootstrap names it for the worker to advertise. The transfer
 // backend is SGLang's default (mooncake); choose another with Extra
 // (--disaggregation-transfer-backend nixl).
+//
+// LoRA adapters (Spec.MaxLoras > 0, docs/reference.md §26.1) are loaded at run time
+// through /load_lora_adapter, with no --lora-paths at start: SGLang then needs the rank
+// limit (the spec's, else DefaultMaxLoraRank) and the modules adapters may target (all
+// of them). --max-loras-per-batch and --max-loaded-loras are both the spec's count, so
+// that the server holds what the worker placed and evicts nothing on its own.
 //
 // --enable-metrics makes GET /metrics answer (the worker's load scrape). The KV events
 // config is {"publisher":"zmq","endpoint":<kv endpoint>,"topic":"kv-events"}; SGLang's
@@ -116,6 +128,15 @@ func (l *Launcher) Command(host string, port int, kvEndpoint string) (argv, env 
 	}
 	if s.Pooling {
 		argv = append(argv, "--is-embedding")
+	}
+	if s.MaxLoras > 0 {
+		rank := s.MaxLoraRank
+		if rank == 0 {
+			rank = DefaultMaxLoraRank
+		}
+		n := strconv.Itoa(s.MaxLoras)
+		argv = append(argv, "--enable-lora", "--max-loras-per-batch", n, "--max-loaded-loras", n,
+			"--max-lora-rank", strconv.Itoa(rank), "--lora-target-modules", "all")
 	}
 	l.bootstrap.Set(host, bootstrap)
 	return append(argv, s.Extra...), nil

@@ -31,6 +31,8 @@ func TestCommandGolden(t *testing.T) {
 		{"sglang-python", enginetest.WithExecutables(enginetest.MinimalSpec(e))},
 		{"sglang-reasoning", enginetest.WithReasoning(enginetest.MinimalSpec(e), "deepseek_r1")},
 		{"sglang-reasoning-unknown", enginetest.WithReasoning(enginetest.MinimalSpec(e), "mistral")},
+		{"sglang-lora", enginetest.WithLoras(enginetest.FullSpec(e), 4, 64)},
+		{"sglang-lora-default-rank", enginetest.WithLoras(enginetest.MinimalSpec(e), 2, 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLauncher(tc.spec)
@@ -51,6 +53,7 @@ func TestNewLauncherRefuses(t *testing.T) {
 		{"sglang chunk", func(s *launcher.Spec) { s.MaxNumBatchedTokens = 100 },
 			"--chunked-prefill-size) 100 is not a multiple of the KV block size (--page-size) 64"},
 		{"no GPU", func(s *launcher.Spec) { s.TensorParallelSize = 0 }, "tensor parallel size 0"},
+		{"negative LoRA slots", func(s *launcher.Spec) { s.MaxLoras = -1 }, "max LoRA adapters -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := enginetest.FullSpec(launcher.EngineSGLang)

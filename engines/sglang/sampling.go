@@ -19,6 +19,8 @@ import (
 //	               effect with --enable-priority-scheduling
 //	cache_salt     top-level cache_salt (SGLang mixes it into its radix cache keys and
 //	               reports it in its KV events, docs/reference.md §1)
+//	lora_name      top-level lora_path, which SGLang reads as a loaded adapter's name
+//	               (docs/reference.md §26.1)
 //
 // A disaggregated leg's bootstrap fields are the caller's to add. Errors: bad_words or
 // allowed_token_ids, which SGLang's sampling parameters do not have (the frontend
@@ -60,6 +62,12 @@ func generateRequest(requestID string, tokens []uint32, s *messages.SamplingPara
 			req.Extra = map[string]any{}
 		}
 		req.Extra["cache_salt"] = salt
+	}
+	if lora := s.GetLoraName(); lora != "" {
+		if req.Extra == nil {
+			req.Extra = map[string]any{}
+		}
+		req.Extra["lora_path"] = lora
 	}
 	return req, nil
 }

@@ -55,6 +55,8 @@ type Engine struct {
 	last   Load      // the latest iteration's load (an idle one after an empty answer)
 	lastAt time.Time // when last was answered
 	err    error     // the latest call's error, nil once one succeeds again
+
+	loras loraTable // the LoRA adapters recorded by LoadLora (lora.go)
 }
 
 // NewEngine returns an engines.Engine over c. Errors: an empty model name or a block
@@ -96,7 +98,9 @@ func (e *Engine) Health(ctx context.Context) error { return e.c.Health(ctx) }
 // leg cancelled while it runs is finished with engines.FinishPrefill (grace
 // engines.PrefillGrace only with EngineOptions.ReleaseKV), so that an answer that names
 // pinned blocks still reaches fn, and Generate returns ctx's error. A decode leg sends
-// those parameters back with request_type generation_only and streams as usual.
+// those parameters back with request_type generation_only and streams as usual. A
+// request with a LoRA adapter (SamplingParams.lora_name) carries it as lora_request on
+// either leg (lora.go).
 // Errors: an unknown leg, a decode leg without a parameters object, and the client's; a
 // decode leg whose KV cache transfer failed wraps engines.ErrKVTransfer; a request
 // trtllm-serve refuses itself (400, 422), or that it has no field for (requestFrom), is
@@ -106,6 +110,9 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	req, err := requestFrom(e.opts.Model, requestID, tokens, s)
 	if err != nil {
 		return engines.Refused("trtllm", err)
+	}
+	if err := e.loras.attach(&req, s.GetLoraName(), s.GetLoraPath()); err != nil {
+		return err
 	}
 	switch leg := s.GetDisagg(); leg.GetLeg() {
 	case messages.Leg_LEG_AGGREGATED:
@@ -289,4 +296,5 @@ func workerLoad(l Load, blockSize int) *messages.WorkerLoad {
 var (
 	_ engines.Engine     = (*Engine)(nil)
 	_ engines.KVReleaser = (*Engine)(nil)
+	_ engines.LoraLoader = (*Engine)(nil)
 )

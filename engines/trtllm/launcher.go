@@ -121,13 +121,20 @@ func (l *Launcher) writeOptions() error {
 //	disable_overlap_scheduler: true          # prefill role (context server)
 //	cache_transceiver_config:                # prefill and decode roles
 //	  backend: DEFAULT
+//	lora_config:                             # LoRA adapters (Spec.MaxLoras > 0)
+//	  max_loras: <n>
+//	  max_cpu_loras: <n>
+//	  max_lora_rank: <r>                     # when the spec sets it (TensorRT-LLM's default: 64)
 //
 // TensorRT-LLM's disaggregated serving examples turn the overlap scheduler off on
 // context servers (examples/disaggregated/README.md), and give both kinds of server a
 // cache_transceiver_config; backend DEFAULT is NIXL. Without a guided_decoding_backend
 // trtllm-serve accepts a response_format (an output constraint, docs/reference.md §16)
 // and enforces nothing; xgrammar is the backend both its PyTorch and TensorRT backends
-// implement.
+// implement. trtllm-serve has no API to load adapters: each request names its adapter and
+// the folder to load it from (lora_request), and lora_config bounds how many the engine
+// keeps on the GPU (max_loras) and in host memory (max_cpu_loras), both the spec's
+// count (docs/reference.md §26.1).
 func Options(spec launcher.Spec) string {
 	s := withDefaults(spec)
 	var b strings.Builder
@@ -147,6 +154,12 @@ func Options(spec launcher.Spec) string {
 	}
 	if s.Role != "" {
 		b.WriteString("cache_transceiver_config:\n  backend: DEFAULT\n")
+	}
+	if s.MaxLoras > 0 {
+		fmt.Fprintf(&b, "lora_config:\n  max_loras: %d\n  max_cpu_loras: %d\n", s.MaxLoras, s.MaxLoras)
+		if s.MaxLoraRank > 0 {
+			fmt.Fprintf(&b, "  max_lora_rank: %d\n", s.MaxLoraRank)
+		}
 	}
 	return b.String()
 }

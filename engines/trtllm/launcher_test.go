@@ -50,6 +50,8 @@ func TestCommandGolden(t *testing.T) {
 		{"trtllm-decode", enginetest.WithRole(enginetest.MinimalSpec(e), launcher.RoleDecode)},
 		{"trtllm-executable", enginetest.WithExecutables(enginetest.MinimalSpec(e))},
 		{"trtllm-reasoning", enginetest.WithReasoning(enginetest.MinimalSpec(e), "qwen3")},
+		{"trtllm-lora", enginetest.WithLoras(enginetest.FullSpec(e), 4, 64)},
+		{"trtllm-lora-default-rank", enginetest.WithLoras(enginetest.MinimalSpec(e), 2, 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			enginetest.Golden(t, tc.name, render(t, tc.spec), *rewrite)
@@ -65,6 +67,7 @@ func TestNewLauncherRefuses(t *testing.T) {
 	}{
 		{"trtllm temp dir", func(s *launcher.Spec) { s.TempDir = "/nonexistent/tmp" }, "/nonexistent/tmp"},
 		{"no GPU", func(s *launcher.Spec) { s.TensorParallelSize = 0 }, "tensor parallel size 0"},
+		{"negative LoRA rank", func(s *launcher.Spec) { s.MaxLoras, s.MaxLoraRank = 2, -1 }, "max LoRA rank -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := enginetest.FullSpec(launcher.EngineTRTLLM)

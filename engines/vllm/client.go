@@ -555,3 +555,36 @@ type completionChoice struct {
 	Logprobs       json.RawMessage `json:"logprobs"`
 	PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
 }
+
+// vLLM's LoRA adapter routes (docs/reference.md §26.1), served only when the engine runs
+// with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (the launcher sets it with Spec.MaxLoras).
+const (
+	loadLoraPath   = "/v1/load_lora_adapter"
+	unloadLoraPath = "/v1/unload_lora_adapter"
+	noLoraRoutes   = "the engine has no runtime LoRA API (start vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora)"
+)
+
+// LoadLora loads the LoRA adapter in folder path under name: POST /v1/load_lora_adapter
+// {"lora_name": name, "lora_path": path}, answered 200 with a sentence. Requests then
+// name the adapter in their model field (CompletionRequest.Model). Errors: vLLM's
+// refusal (400 for adapters off, a name already loaded, a rank above --max-lora-rank, an
+// unreadable adapter; 404 for a folder without an adapter; the mock engine's 503 when
+// every slot holds an adapter is not a refusal) as an *engines.InvalidRequestError with
+// vLLM's message wrapping *Error; an engine without the route; *Error for other
+// answers; transport errors.
+func (c *Client) LoadLora(ctx context.Context, name, path string) error {
+	if name == "" || path == "" {
+		return errors.New("vllm: a LoRA adapter load needs a name and a path")
+	}
+	return c.h.PostLora(ctx, loadLoraPath, enginehttp.LoraRequest{LoraName: name, LoraPath: path}, noLoraRoutes)
+}
+
+// UnloadLora unloads the LoRA adapter name: POST /v1/unload_lora_adapter
+// {"lora_name": name}. vLLM lets requests that run with it finish. Errors: as LoadLora's
+// (404 NotFoundError for an adapter vLLM does not hold).
+func (c *Client) UnloadLora(ctx context.Context, name string) error {
+	if name == "" {
+		return errors.New("vllm: a LoRA adapter unload needs a name")
+	}
+	return c.h.PostLora(ctx, unloadLoraPath, enginehttp.LoraRequest{LoraName: name}, noLoraRoutes)
+}

@@ -187,6 +187,16 @@ func (e *Engine) ReleaseKV(ctx context.Context, requestID, kvTransferParams stri
 	return e.opts.ReleaseKV(ctx, requestID, kvTransferParams)
 }
 
+// LoadLora loads a LoRA adapter into the engine (engines.LoraLoader; Client.LoadLora).
+func (e *Engine) LoadLora(ctx context.Context, name, path string) error {
+	return e.c.LoadLora(ctx, name, path)
+}
+
+// UnloadLora unloads a LoRA adapter (engines.LoraLoader; Client.UnloadLora).
+func (e *Engine) UnloadLora(ctx context.Context, name string) error {
+	return e.c.UnloadLora(ctx, name)
+}
+
 func (e *Engine) Load(ctx context.Context) (*messages.WorkerLoad, error) {
 	l, err := e.c.Load(ctx)
 	if err != nil {
@@ -201,4 +211,5 @@ func (e *Engine) Load(ctx context.Context) (*messages.WorkerLoad, error) {
 var (
 	_ engines.Engine     = (*Engine)(nil)
 	_ engines.KVReleaser = (*Engine)(nil)
+	_ engines.LoraLoader = (*Engine)(nil)
 )

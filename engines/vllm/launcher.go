@@ -37,7 +37,8 @@ func KVEventsJSON(endpoint string) string {
 //	  --enable-prefix-caching --enable-prompt-tokens-details [--max-model-len <n>] [--max-num-seqs <n>]
 //	  [--max-num-batched-tokens <n>] --kv-events-config <json>
 //	  [--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both"}]
-//	  [--reasoning-parser <name>] <extra...>
+//	  [--reasoning-parser <name>] [--runner pooling]
+//	  [--enable-lora --max-loras <n> --max-cpu-loras <n> [--max-lora-rank <r>]] <extra...>
 //
 // The KV events config is vLLM's KVEventsConfig (vllm/config/kv_events.py):
 // {"enable_kv_cache_events":true,"publisher":"zmq","endpoint":<kv endpoint>,"topic":"kv-events"}.
@@ -45,6 +46,13 @@ func KVEventsJSON(endpoint string) string {
 // role of each request is set by its kv_transfer_params) and the environment
 // VLLM_NIXL_SIDE_CHANNEL_PORT=<a free port>, so that several workers on one machine do not
 // collide on vLLM's default side-channel port.
+//
+// LoRA adapters (Spec.MaxLoras > 0, docs/reference.md §26.1): --enable-lora with
+// --max-loras and --max-cpu-loras both the spec's count (the worker decides which
+// adapters the engine holds, so vLLM's CPU cache never evicts one on its own), the rank
+// limit when the spec sets one (vLLM's default is 16), and the environment
+// VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, without which vLLM serves no
+// /v1/load_lora_adapter.
 type Launcher struct{ spec launcher.Spec }
 
 // NewLauncher returns the launcher of vLLM for spec. Errors: an invalid spec
@@ -88,6 +96,12 @@ func (v *Launcher) Command(host string, port int, kvEndpoint string) (argv, env 
 	}
 	if s.Pooling {
 		argv = append(argv, "--runner", "pooling")
+	}
+	if s.MaxLoras > 0 {
+		n := strconv.Itoa(s.MaxLoras)
+		argv = append(argv, "--enable-lora", "--max-loras", n, "--max-cpu-loras", n)
+		argv = launcher.AppendInt(argv, "--max-lora-rank", s.MaxLoraRank)
+		env = append(env, "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
 	}
 	return append(argv, s.Extra...), env
 }

@@ -22,6 +22,8 @@ func TestCommandGolden(t *testing.T) {
 		{"vllm-prefill", enginetest.WithRole(enginetest.MinimalSpec(e), launcher.RolePrefill)},
 		{"vllm-executable", enginetest.WithExecutables(enginetest.MinimalSpec(e))},
 		{"vllm-reasoning", enginetest.WithReasoning(enginetest.MinimalSpec(e), "qwen3")},
+		{"vllm-lora", enginetest.WithLoras(enginetest.FullSpec(e), 4, 64)},
+		{"vllm-lora-default-rank", enginetest.WithLoras(enginetest.MinimalSpec(e), 2, 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLauncher(tc.spec)
@@ -39,6 +41,18 @@ func TestNewLauncherRefuses(t *testing.T) {
 	s.TensorParallelSize = 0
 	if l, err := NewLauncher(s); err == nil {
 		t.Fatalf("NewLauncher = %v, want the spec refused", l)
+	}
+}
+
+// TestNewLauncherRefusesLoraLimits: negative LoRA limits are refused.
+func TestNewLauncherRefusesLoraLimits(t *testing.T) {
+	for _, s := range []launcher.Spec{
+		enginetest.WithLoras(enginetest.MinimalSpec(launcher.EngineVLLM), -1, 0),
+		enginetest.WithLoras(enginetest.MinimalSpec(launcher.EngineVLLM), 2, -8),
+	} {
+		if l, err := NewLauncher(s); err == nil {
+			t.Errorf("NewLauncher(max loras %d, rank %d) = %v, want the spec refused", s.MaxLoras, s.MaxLoraRank, l)
+		}
 	}
 }
 

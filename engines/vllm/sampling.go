@@ -70,9 +70,13 @@ func LogitBias(lb map[uint32]float64) map[string]float64 {
 
 // requestFrom is the completion of an aggregated request: the prompt, limits, stop
 // tokens, every sampling setting (SamplingExtras) and the output constraint
-// (structured_outputs). A disaggregated leg's fields are the caller's to add. Errors: a
-// malformed JSON Schema.
+// (structured_outputs). A request with a LoRA adapter (SamplingParams.lora_name) names
+// it as the model, as vLLM takes it (docs/reference.md §26.1). A disaggregated leg's
+// fields are the caller's to add. Errors: a malformed JSON Schema.
 func requestFrom(model, requestID string, tokens []uint32, s *messages.SamplingParams) (CompletionRequest, error) {
+	if lora := s.GetLoraName(); lora != "" {
+		model = lora
+	}
 	req := CompletionRequest{Model: model, PromptTokenIDs: tokens, RequestID: requestID,
 		MaxTokens: int(s.GetMaxTokens()), MinTokens: int(s.GetMinTokens()), IgnoreEOS: s.GetIgnoreEos(),
 		StopTokenIDs: s.GetStopTokenIds()}

@@ -26,6 +26,10 @@ const (
 	TopLevel
 	// Detail is FastAPI's {"detail": ...}, any value but null, printed with fmt.Sprint.
 	Detail
+	// ErrorMessageField is {"success": false, "error_message": "<text>"}: SGLang's
+	// LoRAUpdateOutput (its LoRA adapter load and unload answers). It matches when the
+	// message is not empty.
+	ErrorMessageField
 )
 
 // ErrorFields are what an error body says. Param is only read from ErrorObject.
@@ -42,9 +46,13 @@ func DecodeError(b []byte, shapes ...Shape) ErrorFields {
 		Message string          `json:"message"`
 		Type    string          `json:"type"`
 		Detail  any             `json:"detail"`
+		ErrMsg  string          `json:"error_message"`
 	}
 	if json.Unmarshal(b, &body) == nil {
 		for _, s := range shapes {
+			if s == ErrorMessageField && body.ErrMsg != "" {
+				return ErrorFields{Message: body.ErrMsg}
+			}
 			if f, ok := s.read(body.Error, body.Message, body.Type, body.Detail); ok {
 				return f
 			}

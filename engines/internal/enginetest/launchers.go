@@ -72,3 +72,10 @@ func Golden(t testing.TB, name, got string, rewrite bool) {
 		t.Fatalf("command of %s:\n%s\nwant (%s):\n%s", name, got, path, want)
 	}
 }
+
+// WithLoras is s with LoRA adapters on: n slots, adapters of rank at most rank (0: the
+// engine's default).
+func WithLoras(s launcher.Spec, n, rank int) launcher.Spec {
+	s.MaxLoras, s.MaxLoraRank = n, rank
+	return s
+}

@@ -79,8 +79,14 @@ func SamplingCases() []SamplingCase {
 // line followed by the body per case; with -update it rewrites the file.
 func GoldenBodies(t *testing.T, name string, body func(s *messages.SamplingParams) ([]byte, error)) {
 	t.Helper()
+	GoldenBodiesOf(t, name, SamplingCases(), body)
+}
+
+// GoldenBodiesOf is GoldenBodies over cases.
+func GoldenBodiesOf(t *testing.T, name string, cases []SamplingCase, body func(s *messages.SamplingParams) ([]byte, error)) {
+	t.Helper()
 	var out bytes.Buffer
-	for _, c := range SamplingCases() {
+	for _, c := range cases {
 		b, err := body(c.Sampling)
 		fmt.Fprintf(&out, "# %s\n", c.Name)
 		if err != nil {

@@ -37,21 +37,26 @@ func (s *Server) vllmHandler() http.Handler {
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.WritePrometheus(w)
+		s.lora.writeInfo(w)
 	})
 	mux.HandleFunc("POST /v1/completions", s.generating("Completions", s.handleCompletions))
 	mux.HandleFunc("POST /v1/embeddings", s.handleVLLMEmbeddings)
+	mux.HandleFunc("POST /v1/load_lora_adapter", s.handleVLLMLoadLora)
+	mux.HandleFunc("POST /v1/unload_lora_adapter", s.handleVLLMUnloadLora)
 	return mux
 }
 
+// handleModels lists the served model, then each LoRA adapter the engine holds (lora.go).
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
+	maxLen := s.opts.Engine.MaxModelLen
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: append([]modelCard{{
 		ID: s.opts.ServedModelName, Object: "model", Created: s.created, OwnedBy: "vllm",
-		Root: s.opts.ModelRoot, MaxModelLen: s.opts.Engine.MaxModelLen,
+		Root: s.opts.ModelRoot, MaxModelLen: &maxLen,
 		Permission: []modelPermission{{
 			ID: "modelperm-" + randomID(), Object: "model_permission", Created: s.created,
 			AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*",
 		}},
-	}}})
+	}}, s.loraCards()...)})
 }
 
 // apiError is an error answered in vLLM's error shape.
@@ -113,9 +118,13 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 	if dec.More() {
 		return nil, badRequest("", "invalid JSON body: data after the object")
 	}
+	var lora string // the LoRA adapter the model field names (lora.go)
 	if cr.Model != nil && *cr.Model != s.opts.ServedModelName {
-		return nil, &apiError{status: http.StatusNotFound, typ: "NotFoundError", param: "model",
-			msg: fmt.Sprintf("The model `%s` does not exist.", *cr.Model)}
+		if _, ok := s.lora.find(*cr.Model); !ok {
+			return nil, &apiError{status: http.StatusNotFound, typ: "NotFoundError", param: "model",
+				msg: fmt.Sprintf("The model `%s` does not exist.", *cr.Model)}
+		}
+		lora = *cr.Model
 	}
 	stream := cr.Stream != nil && *cr.Stream
 	switch {
@@ -165,7 +174,7 @@ func (s *Server) parseCompletion(body []byte) (*parsed, *apiError) {
 		p.includeUsage = so.IncludeUsage == nil || *so.IncludeUsage // vLLM's default is true
 		p.continuous = so.ContinuousUsageStats != nil && *so.ContinuousUsageStats
 	}
-	r := mocker.Request{ID: randomID(), Prompt: prompt, MaxTokens: maxTokens}
+	r := mocker.Request{ID: randomID(), Prompt: prompt, MaxTokens: maxTokens, LoraName: lora}
 	if aerr := logprobOptions(cr.Logprobs, cr.PromptLogprobs, stream, &r); aerr != nil {
 		return nil, aerr
 	}
@@ -301,6 +310,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if errors.Is(err, errEngineStopped) {
 			writeError(w, &apiError{status: http.StatusServiceUnavailable, typ: "ServiceUnavailableError", msg: err.Error()})
+		} else if errors.Is(err, errUnknownLora) { // unloaded since the request was read
+			writeError(w, &apiError{status: http.StatusNotFound, typ: "NotFoundError", param: "model",
+				msg: fmt.Sprintf("The model `%s` does not exist.", p.req.LoraName)})
 		} else if ctx.Err() == nil {
 			writeError(w, badRequest("", "%v", err))
 		}
@@ -314,6 +326,15 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.fullCompletion(ctx, w, p, st, id, created)
 	}
+}
+
+// modelOf is the model a completion answers as: its LoRA adapter's name, as vLLM's
+// answers name the adapter, else the served model.
+func (s *Server) modelOf(r *mocker.Request) string {
+	if r.LoraName != "" {
+		return r.LoraName
+	}
+	return s.opts.ServedModelName
 }
 
 // next waits for the request's next outputs. A closed connection aborts the request in
@@ -400,7 +421,7 @@ func (s *Server) fullCompletion(ctx context.Context, w http.ResponseWriter, p *p
 				choice.PromptLogprobs = promptLogprobList(promptLps).render(s)
 			}
 			resp := completionResponse{
-				ID: id, Object: "text_completion", Created: created, Model: s.opts.ServedModelName,
+				ID: id, Object: "text_completion", Created: created, Model: s.modelOf(&p.req),
 				Choices: []completionChoice{choice}, Usage: usageOf(o, len(ids)),
 			}
 			if kp := s.prefillParams(ctx, p, o); kp != nil {
@@ -447,7 +468,7 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, p 
 				}
 			}
 			first = false
-			chunk := streamChunk{ID: id, Object: "text_completion", Created: created, Model: s.opts.ServedModelName,
+			chunk := streamChunk{ID: id, Object: "text_completion", Created: created, Model: s.modelOf(&p.req),
 				Choices: []streamChoice{choice}}
 			if p.continuous {
 				u := usageOf(o, completion)
@@ -464,7 +485,7 @@ func (s *Server) streamCompletion(ctx context.Context, w http.ResponseWriter, p 
 			}
 			if o.Finished {
 				if p.includeUsage {
-					send(usageChunk{ID: id, Object: "text_completion", Created: created, Model: s.opts.ServedModelName,
+					send(usageChunk{ID: id, Object: "text_completion", Created: created, Model: s.modelOf(&p.req),
 						Choices: []streamChoice{}, Usage: usageOf(o, completion)})
 				}
 				done()

@@ -71,6 +71,11 @@ func (p *Params) Flags(fs *flag.FlagSet) {
 	fs.Var((*seedFlag)(&e.Seed), "seed", "generation seed of requests without one (same seed, same prompt: same output on every engine)")
 	fs.BoolVar(&e.EnablePrefixCaching, "enable-prefix-caching", e.EnablePrefixCaching, "keep full KV blocks for reuse across requests")
 	fs.BoolVar(&e.EnableChunkedPrefill, "enable-chunked-prefill", e.EnableChunkedPrefill, "split long prefills over several steps")
+	fs.IntVar(&e.MaxLoras, "max-loras", e.MaxLoras,
+		"LoRA adapters the engine holds at once, loaded through the dialect's API (vllm: POST /v1/load_lora_adapter; 0: adapters off, loads refused as vLLM refuses them without --enable-lora)")
+	fs.IntVar(&e.MaxLoraRank, "max-lora-rank", e.MaxLoraRank, "largest LoRA adapter rank (adapter_config.json r) a load takes")
+	fs.Float64Var(&e.LoraLoadMillis, "lora-load-ms", e.LoraLoadMillis,
+		"modelled time of one LoRA adapter load in ms (divided by --speedup-ratio): the engine computes nothing meanwhile")
 	fs.StringVar((*string)(&p.Dialect), "dialect", string(p.Dialect), "HTTP dialect served: "+dialects.want())
 	fs.BoolVar(&p.IncrementalStreamingOutput, "incremental-streaming-output", p.IncrementalStreamingOutput,
 		"sglang dialect: stream each chunk's new output_ids and text instead of all so far (SGLang's flag)")
@@ -105,9 +110,10 @@ func (p *Params) Flags(fs *flag.FlagSet) {
 }
 
 // Args renders p as the flags Flags reads back into it: the engine's limits, speed-up,
-// mean output length and seed always; every other parameter when it is set (not zero,
-// not the aggregated role; the two scheduler features when off), so that an unset one
-// keeps the engine's default. The KV transfer port's address (KVTransfer.Host and Port)
+// mean output length and seed always; the LoRA adapter settings (--max-loras,
+// --max-lora-rank, --lora-load-ms) when adapters are on; every other parameter when it
+// is set (not zero, not the aggregated role; the two scheduler features when off), so
+// that an unset one keeps the engine's default. The KV transfer port's address (KVTransfer.Host and Port)
 // is not rendered: a launcher gives it at each start.
 func (p Params) Args() []string {
 	e := p.Engine
@@ -126,6 +132,10 @@ func (p Params) Args() []string {
 	}
 	if !e.EnableChunkedPrefill {
 		args = append(args, "--enable-chunked-prefill=false")
+	}
+	if e.MaxLoras > 0 { // the adapter settings mean nothing with adapters off
+		args = append(args, "--max-loras", strconv.Itoa(e.MaxLoras), "--max-lora-rank", strconv.Itoa(e.MaxLoraRank),
+			"--lora-load-ms", strconv.FormatFloat(e.LoraLoadMillis, 'g', -1, 64))
 	}
 	opt := func(flag, value string, set bool) {
 		if set {

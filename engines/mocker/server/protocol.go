@@ -164,7 +164,7 @@ type modelCard struct {
 	OwnedBy     string            `json:"owned_by"`
 	Root        string            `json:"root"`
 	Parent      *string           `json:"parent"`
-	MaxModelLen int               `json:"max_model_len"`
+	MaxModelLen *int              `json:"max_model_len"` // null for a LoRA adapter
 	Permission  []modelPermission `json:"permission"`
 }
 

@@ -23,6 +23,11 @@
 // engine's fields (vLLM's structured_outputs, SGLang's json_schema/regex/ebnf,
 // trtllm-serve's response_format) into mocker.Request.Structured.
 //
+// LoRA adapters (lora.go): with --max-loras slots, each dialect loads and unloads
+// adapters as its engine does (vLLM's /v1/load_lora_adapter, SGLang's
+// /load_lora_adapter, trtllm-serve's lora_request on demand), a load stalling the engine
+// for its modelled time, and a request naming an adapter runs with it.
+//
 // Model families (persona.go): with Options.ToolCallParser or ReasoningParser, and for
 // any request with such a constraint, the answer is planned from the decoded prompt by
 // engines/mocker/persona (thinking, tool calls, an instance of the constraint) and
@@ -84,6 +89,7 @@ type Server struct {
 	xfer      *transfer
 	cmds      chan command
 	stats     atomic.Pointer[mocker.Stats]
+	lora      loraSurface // LoRA adapters (lora.go)
 	created   int64
 	loopDone  chan struct{}
 	startOnce sync.Once
@@ -160,6 +166,7 @@ func New(opts Options) (*Server, error) {
 	}
 	st := eng.Stats()
 	s.stats.Store(&st)
+	s.lora.init(s)
 	if opts.KVEvents.Enabled() {
 		if !opts.Engine.EnablePrefixCaching {
 			return nil, errors.New("server: --kv-events-config needs prefix caching (--enable-prefix-caching)")
@@ -263,6 +270,11 @@ type command struct {
 	release string
 	// aborted, when not nil, is closed once the abort was applied and the stats updated.
 	aborted chan struct{}
+	// ensureLora, with add, is the LoRA adapter to load before the request is added if
+	// the engine does not hold it (trtllm dialect, lora.go).
+	ensureLora *mocker.Adapter
+	// lora loads or unloads a LoRA adapter (lora.go).
+	lora *loraOp
 }
 
 // stream carries one request's outputs from the loop to its handler. The queue is
@@ -318,8 +330,14 @@ var (
 
 // submit queues r in the engine and returns its stream.
 func (s *Server) submit(ctx context.Context, r mocker.Request) (*stream, error) {
+	return s.submitWithLora(ctx, r, nil)
+}
+
+// submitWithLora is submit that first loads lora, the adapter r names, when the engine
+// does not hold it (nil: the adapter must be loaded; lora.go).
+func (s *Server) submitWithLora(ctx context.Context, r mocker.Request, lora *mocker.Adapter) (*stream, error) {
 	st := newStream()
-	c := command{add: &r, st: st, errc: make(chan error, 1)}
+	c := command{add: &r, st: st, errc: make(chan error, 1), ensureLora: lora}
 	select {
 	case s.cmds <- c:
 	case <-ctx.Done():
@@ -381,8 +399,15 @@ func (s *Server) loop(ctx context.Context) {
 		}
 	}()
 	apply := func(c command) {
+		if c.lora != nil {
+			s.applyLora(ctx, c.lora)
+			return
+		}
 		if c.add != nil {
-			err := s.eng.Add(*c.add)
+			err := s.checkLora(ctx, c.add, c.ensureLora)
+			if err == nil {
+				err = s.eng.Add(*c.add)
+			}
 			if err == nil {
 				streams[c.add.ID] = c.st
 			}
@@ -492,5 +517,6 @@ func (s *Server) publishStats() mocker.Stats {
 	st := s.eng.Stats()
 	s.stats.Store(&st)
 	s.surface.update(&st)
+	s.lora.update(&st)
 	return st
 }

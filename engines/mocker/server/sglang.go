@@ -52,6 +52,8 @@ func (s *Server) sglangHandler() http.Handler {
 	mux.HandleFunc("PUT /generate", s.generating("Generate", s.handleSGLangGenerate))
 	mux.HandleFunc("POST /v1/embeddings", s.handleSGLangEmbeddings)
 	mux.HandleFunc("POST /abort_request", s.handleSGLangAbort)
+	mux.HandleFunc("POST /load_lora_adapter", s.handleSGLangLoadLora)
+	mux.HandleFunc("POST /unload_lora_adapter", s.handleSGLangUnloadLora)
 	return mux
 }
 
@@ -88,6 +90,8 @@ type sglangGenerateReq struct {
 	// Priority (higher first, SGLang's default) and CacheSalt (sampling.go).
 	Priority  *int    `json:"priority"`
 	CacheSalt *string `json:"cache_salt"`
+	// LoraPath names the LoRA adapter the request runs with (lora.go).
+	LoraPath json.RawMessage `json:"lora_path"`
 }
 
 // sglangSampling is what the mock engine honours of SamplingParams.
@@ -212,6 +216,9 @@ func (s *Server) parseSGLangBody(body []byte, lr *sglangLogprobReq) (r mocker.Re
 	if *lr, msg = s.sglangLogprobs(&g, &r); msg != "" {
 		return r, false, 0, msg
 	}
+	if r.LoraName, msg = s.sglangLoraName(g.LoraPath); msg != "" {
+		return r, false, 0, msg
+	}
 	r.Script = s.script(r.Prompt, r.Structured, s.seed(&r))
 	return r, g.Stream, maxNew, ""
 }
@@ -288,6 +295,8 @@ func (s *Server) handleSGLangGenerate(w http.ResponseWriter, r *http.Request) {
 			sglangError(w, http.StatusServiceUnavailable, "%v", err)
 		case errors.Is(err, mocker.ErrDuplicateID):
 			sglangError(w, http.StatusBadRequest, "Duplicate request id %s.", req.ID)
+		case errors.Is(err, errUnknownLora): // unloaded since the request was read
+			sglangError(w, http.StatusBadRequest, "The following requested LoRA adapters are not loaded: %s", req.LoraName)
 		case ctx.Err() == nil:
 			sglangError(w, http.StatusBadRequest, "%v", err)
 		}

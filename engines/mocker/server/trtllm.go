@@ -122,6 +122,8 @@ type trtllmCompletionReq struct {
 	FrequencyPenalty  *float64           `json:"frequency_penalty"`
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	Priority          *float64           `json:"priority"`
+	// LoraRequest names the LoRA adapter to run with, loaded first if need be (lora.go).
+	LoraRequest json.RawMessage `json:"lora_request"`
 }
 
 // trtllmParsed is a validated completion request.
@@ -133,6 +135,8 @@ type trtllmParsed struct {
 	detokenize   bool
 	keepStop     bool
 	leg          trtllmLeg // disaggregated serving: disaggregated_params
+	// lora is the adapter of lora_request, loaded with the request if need be.
+	lora *mocker.Adapter
 }
 
 // parseTRTLLM validates a /v1/completions body. validation is true for failures the
@@ -225,6 +229,12 @@ func (s *Server) parseTRTLLM(body []byte) (p *trtllmParsed, validation bool, msg
 	if p.leg, msg = parseTRTLLMDisagg(fields["disaggregated_params"]); msg != "" {
 		return nil, false, msg
 	}
+	if p.lora, msg = s.trtllmLora(cr.LoraRequest); msg != "" {
+		return nil, false, msg
+	}
+	if p.lora != nil {
+		r.LoraName = p.lora.Name
+	}
 	if p.leg.context {
 		// A context leg computes the prompt and its first token, and keeps the blocks
 		// (min_tokens 1: it always ends on its length limit).
@@ -254,7 +264,7 @@ func (s *Server) handleTRTLLMCompletion(w http.ResponseWriter, r *http.Request) 
 	if !s.pullTRTLLM(ctx, w, p) {
 		return
 	}
-	st, err := s.submit(ctx, p.req)
+	st, err := s.submitWithLora(ctx, p.req, p.lora)
 	if err != nil {
 		if ctx.Err() == nil {
 			trtllmError(w, http.StatusBadRequest, "BadRequestError", "%v", err)
