@@ -34,6 +34,10 @@ type Config struct {
 	// queue, it fails at once. A request that already ran (a migration, a prefill retry)
 	// is never queued.
 	QueueTimeout time.Duration
+	// LoraOnDemand: a request naming a LoRA adapter (SamplingParams.lora_name) may be
+	// routed to a worker that does not hold it, which loads it first (RouteRequest
+	// lora_on_demand; the frontend's --lora-on-demand, docs/reference.md §26.3).
+	LoraOnDemand bool
 }
 
 // Defaults of Config (the frontend's flags start from these).

@@ -143,6 +143,14 @@
 // that carries the engine's message unchanged and that fault, which the consumer
 // answers with 400 (docs/reference.md §10).
 //
+// # LoRA adapters (docs/reference.md §26.3)
+//
+// A request naming an adapter (SamplingParams.lora_name) names it on every route
+// (RouteRequest.lora_name, and lora_on_demand with Config.LoraOnDemand); each route's
+// legs, prefill leg included, carry the adapter and the route's lora_path (the folder a
+// worker that lacks the adapter loads it from), so a migration or a prefill retry keeps
+// the adapter and takes the new route's path.
+//
 // # The end
 //
 // A request ends when its finishing chunk is emitted, with Fail, when the consumer

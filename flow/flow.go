@@ -270,7 +270,8 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 		ExcludeWorkers: slices.Clone(f.excluded), ExcludePrefillWorkers: slices.Clone(f.excludedPrefill),
 		LocalPrefill: f.localPrefill, WillAck: true, OverlapWeight: f.req.OverlapWeight, Temperature: f.req.Temperature,
 		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin, Explain: f.req.Explain, SessionId: f.req.SessionID,
-		Admitted: p.why != routeFirst}})
+		Admitted: p.why != routeFirst, LoraName: f.req.Sampling.GetLoraName(),
+		LoraOnDemand: f.cfg.LoraOnDemand && f.req.Sampling.GetLoraName() != ""}})
 }
 
 // routed takes the answer to the pending route.
@@ -486,7 +487,8 @@ func (f *Flow) start(p *pending, r *messages.RouteResponse, room uint64) {
 		n.From = r.PrefillWorkerId
 	}
 	f.note(n)
-	a := f.newLeg(p.id, Worker{ID: r.WorkerId, Ref: r.Worker}, messages.Leg_LEG_AGGREGATED, p.tokens, p.sampling)
+	a := f.newLeg(p.id, Worker{ID: r.WorkerId, Ref: r.Worker}, messages.Leg_LEG_AGGREGATED, p.tokens,
+		withLoraPath(p.sampling, r.LoraPath))
 	f.decision, f.prefillWorker, f.decodeWorker = decision, "", ""
 	if decision != messages.DisaggDecision_DISAGG_AGGREGATED {
 		f.decodeWorker = r.WorkerId

@@ -111,6 +111,20 @@ func cloneSampling(base *messages.SamplingParams) *messages.SamplingParams {
 	return proto.Clone(base).(*messages.SamplingParams)
 }
 
+// withLoraPath is the sampling of the legs a route starts: base's with lora_path set to
+// the route's (RouteResponse.lora_path: the adapter folder a worker that lacks the
+// request's LoRA adapter loads it from; "" when the worker holds it, or the request names
+// none; docs/reference.md §26.3). The adapter's name stays: a migration or prefill retry
+// routes it again. base is returned as it is when it already says so, else not changed.
+func withLoraPath(base *messages.SamplingParams, path string) *messages.SamplingParams {
+	if base.GetLoraPath() == path {
+		return base
+	}
+	sp := cloneSampling(base)
+	sp.LoraPath = path
+	return sp
+}
+
 // Disaggregated serving (docs/reference.md §6): the sampling of each leg.
 
 // prefillSampling is a prefill leg's sampling: base's with max_tokens 1, min_tokens 0

@@ -34,6 +34,10 @@
 //     BusyAdmin backend.
 //   - tokenize.go: vLLM's POST /tokenize and /detokenize (docs/reference.md §24),
 //     answered from the model's tokenizer and chat template, no engine involved.
+//   - lora.go: vLLM's POST /v1/load_lora_adapter and /v1/unload_lora_adapter over a
+//     LoraAdmin backend (admin routes), and the resolution of a request's `model` to a
+//     LoRA adapter (findModel: its name or BASE:ADAPTER); lorametrics.go: the per-adapter
+//     families (docs/reference.md §26.3).
 //   - vllmcompat.go: what `vllm serve` answers besides OpenAI's API (docs/reference.md
 //     §5.1): GET /version, GET and POST /ping, vLLM's fields of /v1/models entries; a
 //     request without `model` is answered for the one model served (resolveModel,
@@ -121,4 +125,9 @@
 //     every candidate's cost terms, from an ExplainedStream (explain.go).
 //     The access log line names where the request ended (after a prefill retried
 //     elsewhere or a migration), as the finishing `turbine` object does.
+//   - LoRA adapters (docs/reference.md §26.3; lora.go): the Backend lists each live
+//     adapter as a model entry with ModelCard.lora set; a request naming one runs on its
+//     base model (GenerateRequest.Model) with SamplingParams.lora_name, answers under the
+//     adapter's name, and is counted and logged under the base model with the adapter in
+//     `lora` (the first MaxLoraMetricLabels names, the others as LoraOtherLabel).
 package gateway

@@ -366,7 +366,11 @@ func (s *Server) embed(ctx context.Context, rec *requestRecord, emb Embedder, re
 		return nil, aerr
 	}
 	req.Model = card.GetModel()
-	rec.model = card.GetModel()
+	rec.model, _ = servedNames(card)
+	if !isBase(card) {
+		return nil, newError(KindUnsupported, "model", "LoRA adapters serve generation only: `%s` cannot answer the Embeddings API.",
+			clipName(card.GetModel()))
+	}
 	if aerr := checkRunner(card, true, ""); aerr != nil {
 		return nil, aerr
 	}

@@ -78,6 +78,14 @@ const (
 	// server has API keys but no admin key, or it has neither and the client is not on
 	// loopback (Config.AdminAPIKeys).
 	KindAdminForbidden
+	// KindLoraNoSlot: a LoRA adapter load found no worker with a free adapter slot: each
+	// slot holds a pinned adapter, which an explicit load never evicts (docs/reference.md
+	// §26.3). Retrying helps only once an adapter is unloaded.
+	KindLoraNoSlot
+	// KindLoraUnavailable: no worker could load (or unload) a LoRA adapter: their engines
+	// refused for a reason other than the adapter itself, could not be reached, or did
+	// not answer in time.
+	KindLoraUnavailable
 )
 
 // CatalogueEntry is one row of the error catalogue.
@@ -121,6 +129,8 @@ var catalogue = [...]CatalogueEntry{
 	KindUnsupportedEncoding:   {KindUnsupportedEncoding, "unsupported_encoding", http.StatusUnsupportedMediaType, "invalid_request_error", "unsupported_content_encoding", false},
 	KindInvalidEncoding:       {KindInvalidEncoding, "invalid_encoding", http.StatusBadRequest, "invalid_request_error", "invalid_content_encoding", false},
 	KindAdminForbidden:        {KindAdminForbidden, "admin_forbidden", http.StatusForbidden, "invalid_request_error", "admin_forbidden", false},
+	KindLoraNoSlot:            {KindLoraNoSlot, "lora_no_slot", http.StatusServiceUnavailable, "server_error", "lora_no_slot", true},
+	KindLoraUnavailable:       {KindLoraUnavailable, "lora_unavailable", http.StatusServiceUnavailable, "server_error", "lora_unavailable", true},
 }
 
 // Catalogue returns a copy of the whole error table, in ErrorKind order.
@@ -252,6 +262,9 @@ func backendError(model string, err error) *APIError {
 //	ROUTE_NO_PREFILL_WORKERS  ErrNoPrefillWorkers (wrapped, an ErrNoWorkers): 503, Retry-After
 //	ROUTE_CALL_FAILED         *APIError KindNoWorkers wrapping ErrNoWorkers: 503, Retry-After
 //	ROUTE_BAD_REQUEST         *APIError KindInvalidValue: 400 (the request itself is at fault)
+//	ROUTE_NO_ADAPTER          *APIError KindModelNotFound wrapping ErrUnknownModel: 404, as an
+//	                          unknown model (a caller that knows the adapter's name answers
+//	                          UnknownAdapter's, naming it)
 //
 // A value outside the enum (a newer router's) is answered as ROUTE_NO_WORKERS: retryable.
 func RouteError(outcome messages.RouteOutcome, message string) error {
@@ -272,6 +285,9 @@ func RouteError(outcome messages.RouteOutcome, message string) error {
 	case messages.RouteOutcome_ROUTE_BAD_REQUEST:
 		return &APIError{Kind: KindInvalidValue, Message: "The request cannot be routed: " + message,
 			Cause: errors.New("route: bad request: " + message)}
+	case messages.RouteOutcome_ROUTE_NO_ADAPTER:
+		return &APIError{Kind: KindModelNotFound, Param: "model", Message: "No worker serves the requested LoRA adapter: " + message,
+			Cause: fmt.Errorf("%w: route: no adapter: %s", ErrUnknownModel, message)}
 	default:
 		return fmt.Errorf("%w: %s", ErrNoWorkers, message)
 	}

@@ -60,7 +60,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 		ctx, cancel = context.WithTimeoutCause(ctx, s.cfg.RequestTimeout, errRequestTimeout)
 		defer cancel()
 	}
-	rec.model = p.card.GetModel()
+	rec.model, rec.lora = servedNames(p.card)
 	rec.inflight = s.metrics.inflight(rec.model)
 	rec.inflight.Inc()
 	rec.usage.PromptTokens = len(p.gen.TokenIDs)
@@ -202,6 +202,7 @@ func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (
 			now := g.s.cfg.Now()
 			if prev.IsZero() {
 				g.s.metrics.observeTTFT(g.rec.model, now.Sub(g.rec.start))
+				g.s.metrics.observeLoraTTFT(g.rec, now.Sub(g.rec.start))
 			} else {
 				g.s.metrics.observeITL(g.rec.model, now.Sub(prev), n)
 			}

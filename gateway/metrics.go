@@ -41,10 +41,13 @@ var (
 
 // frontendMetrics records into a metrics.Set the server owns.
 type frontendMetrics struct {
-	set *metrics.Set
+	set  *metrics.Set
+	lora *loraMetrics // the LoRA adapters' families (lorametrics.go)
 }
 
-func newFrontendMetrics() *frontendMetrics { return &frontendMetrics{set: metrics.NewSet()} }
+func newFrontendMetrics() *frontendMetrics {
+	return &frontendMetrics{set: metrics.NewSet(), lora: newLoraMetrics()}
+}
 
 // name builds `family{k1="v1",...}` from label pairs, escaping values as the Prometheus
 // text format requires.
@@ -118,6 +121,7 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 			m.set.GetOrCreateCounter(name(metricCancelled, "model", rec.model, "endpoint", rec.endpoint)).Inc()
 		}
 	}
+	m.lora.requestDone(rec)
 	if rec.generated {
 		m.hist(metricISL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokens))
 		m.hist(metricOSL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.CompletionTokens))

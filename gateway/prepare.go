@@ -60,16 +60,15 @@ func (p *prepared) newParser() parse.Parser {
 // parallelToolCalls is the request's parallel_tool_calls (true for completions).
 func (p *prepared) parallelToolCalls() bool { return p.chat == nil || p.chat.ParallelToolCalls }
 
-// lookupModel returns the card of a model with a live worker.
+// lookupModel returns the card of a model with a live worker, or of a LoRA adapter one
+// holds (findModel: its name, or BASE:ADAPTER; lora.go).
 func (s *Server) lookupModel(ctx context.Context, name string) (*messages.ModelCard, *APIError) {
 	cards, err := s.backend.Models(ctx)
 	if err != nil {
 		return nil, backendError(name, err)
 	}
-	for _, c := range cards {
-		if c.GetModel() == name {
-			return c, nil
-		}
+	if c, aerr := findModel(cards, name); c != nil || aerr != nil {
+		return c, aerr
 	}
 	if r, ok := s.backend.(RecentModels); ok && r.Recent(name) {
 		return nil, backendError(name, fmt.Errorf("%w: %q has no ready worker right now", ErrNoWorkers, clipName(name)))
@@ -80,16 +79,22 @@ func (s *Server) lookupModel(ctx context.Context, name string) (*messages.ModelC
 // resolveModel returns the card of the model a request names, or, when it names none
 // (name ""), of the one model served: vLLM answers a chat, completions, responses,
 // embeddings, tokenize or detokenize request without `model` for the model it serves
-// (docs/reference.md §5.1). Errors: those of lookupModel; with no name, 400
-// missing_required_parameter when several models are served (Turbine does not pick
-// one), 503 no_workers when none is.
+// (docs/reference.md §5.1), LoRA adapters aside. Errors: those of lookupModel; with no
+// name, 400 missing_required_parameter when several models are served (Turbine does not
+// pick one), 503 no_workers when none is.
 func (s *Server) resolveModel(ctx context.Context, name string) (*messages.ModelCard, *APIError) {
 	if name != "" {
 		return s.lookupModel(ctx, name)
 	}
-	cards, err := s.backend.Models(ctx)
+	all, err := s.backend.Models(ctx)
 	if err != nil {
 		return nil, backendError("", err)
+	}
+	var cards []*messages.ModelCard
+	for _, c := range all {
+		if isBase(c) {
+			cards = append(cards, c)
+		}
 	}
 	switch len(cards) {
 	case 1:
@@ -266,6 +271,9 @@ func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest,
 		return nil, aerr
 	}
 	sampling := samplingParams(c, maxTokens)
+	// A LoRA adapter's request runs on its base model with the adapter (lora.go).
+	served, lora := servedNames(card)
+	sampling.LoraName = lora
 	if aerr := engineRefusal(card, sampling); aerr != nil {
 		return nil, aerr
 	}
@@ -283,7 +291,7 @@ func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest,
 		stopIDs:     stopIDs,
 		stopReasons: stopReasons,
 		gen: &GenerateRequest{
-			Model:         card.GetModel(),
+			Model:         served,
 			RequestID:     requestID,
 			TokenIDs:      ids,
 			Sampling:      sampling,

@@ -16,8 +16,10 @@ type requestRecord struct {
 	start    time.Time
 	stream   bool
 	// model is the served model's name once the request resolved to one ("" before:
-	// unknown names never become metric labels).
+	// unknown names never become metric labels); for a LoRA adapter's request, its base
+	// model's, with the adapter's name in lora.
 	model  string
+	lora   string
 	status int
 	// kind is the catalogue kind of the error that ended the request (nil on success).
 	// For a stream that fails after its 200 header, status is that error's status too.
@@ -69,6 +71,9 @@ func (s *Server) end(rec *requestRecord) {
 	}
 	ev = ev.Str("request_id", rec.id).Str("endpoint", rec.endpoint).Str("model", rec.model).
 		Bool("stream", rec.stream).Int("status", rec.status).Dur("duration", now.Sub(rec.start))
+	if rec.lora != "" {
+		ev = ev.Str("lora", rec.lora)
+	}
 	if rec.worker != "" {
 		ev = ev.Str("worker", rec.worker)
 	}

@@ -183,11 +183,13 @@ type modelInfo struct {
 	Object  string `json:"object"` // "model"
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
-	// Root is what the model was loaded from (modelRoot); Parent is always null (vLLM
-	// names the base model of a LoRA adapter there).
+	// Root is what the model was loaded from (modelRoot), a LoRA adapter's folder for an
+	// adapter; Parent is null but for a LoRA adapter, whose base model it names (as vLLM
+	// lists adapters).
 	Root   string  `json:"root"`
 	Parent *string `json:"parent"`
-	// MaxModelLen is the context length in tokens; null when unknown.
+	// MaxModelLen is the context length in tokens; null when unknown, and for a LoRA
+	// adapter (as vLLM lists them: its base model's applies).
 	MaxModelLen *int32            `json:"max_model_len"`
 	Permission  []modelPermission `json:"permission"` // one, vLLM's default
 	// ToolCallParser and ReasoningParser name the model's output parsers (vLLM's names),
@@ -203,9 +205,14 @@ func modelInfoOf(card *messages.ModelCard, created int64, ownedBy string) modelI
 	if n := card.GetContextLength(); n > 0 {
 		maxLen = &n
 	}
-	return modelInfo{ID: card.GetModel(), Object: "model", Created: created, OwnedBy: ownedBy, Root: modelRoot(card), MaxModelLen: maxLen,
+	info := modelInfo{ID: card.GetModel(), Object: "model", Created: created, OwnedBy: ownedBy, Root: modelRoot(card), MaxModelLen: maxLen,
 		Permission:     []modelPermission{defaultPermission(card.GetModel(), created)},
 		ToolCallParser: card.GetToolCallParser(), ReasoningParser: card.GetReasoningParser(), ParserSource: card.GetParserSource()}
+	if a := card.GetLora(); a != nil {
+		parent := a.GetParent()
+		info.Root, info.Parent, info.MaxModelLen = a.GetPath(), &parent, nil
+	}
+	return info
 }
 
 // responder assembles the bodies and chunks of one request's answer; every chunk has the

@@ -25,6 +25,7 @@ func TestRouteError(t *testing.T) {
 		{messages.RouteOutcome_ROUTE_NO_PREFILL_WORKERS, KindNoWorkers, 503, ErrNoPrefillWorkers},
 		{messages.RouteOutcome_ROUTE_CALL_FAILED, KindNoWorkers, 503, ErrNoWorkers},
 		{messages.RouteOutcome_ROUTE_BAD_REQUEST, KindInvalidValue, 400, nil},
+		{messages.RouteOutcome_ROUTE_NO_ADAPTER, KindModelNotFound, 404, ErrUnknownModel},
 	}
 	seen := map[messages.RouteOutcome]bool{messages.RouteOutcome_ROUTE_OK: true}
 	for _, c := range cases {

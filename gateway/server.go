@@ -39,8 +39,11 @@ const (
 //	GET  /metrics               Prometheus text of the frontend's metrics (and the process's default set)
 //	GET  /admin/busy_thresholds?model=M   the model's busy thresholds and busy workers
 //	POST /admin/busy_thresholds  change them ({"model", "kv_usage", "prefill_tokens"})
+//	POST /v1/load_lora_adapter    place a LoRA adapter on workers, as vLLM's (lora.go)
+//	POST /v1/unload_lora_adapter  remove it from every worker holding it
 //
-// The admin routes exist when the Backend implements BusyAdmin.
+// The admin routes exist when the Backend implements BusyAdmin; the LoRA adapter routes
+// when it implements LoraAdmin, and they are admin routes too (adminAccess).
 //
 // Config.APIKeys guard /v1/, /tokenize and /detokenize, and Config.AdminAPIKeys /admin/
 // (their docs give the rules; adminDecision decides). A key is presented as
@@ -128,6 +131,8 @@ func (s *Server) routes() {
 	s.mux.Handle("/live", only(http.MethodGet, s.handleLive))
 	s.mux.Handle("/metrics", only(http.MethodGet, s.handleMetrics))
 	s.mux.HandleFunc("/admin/busy_thresholds", s.handleBusyThresholds)
+	s.mux.Handle("/v1/load_lora_adapter", only(http.MethodPost, s.handleLoadLora))
+	s.mux.Handle("/v1/unload_lora_adapter", only(http.MethodPost, s.handleUnloadLora))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newError(KindRouteNotFound, "", "Invalid URL (%s %s).", clipName(r.Method), clipName(r.URL.Path)), 0)
 	})
@@ -149,7 +154,8 @@ type requestIDKey struct{}
 
 // ServeHTTP assigns the request id, puts every write of the answer under
 // Config.StreamWriteTimeout, checks the API key (Config.APIKeys; Config.AdminAPIKeys
-// under /admin/) and dispatches.
+// under /admin/ and on the LoRA adapter routes, which change what every worker holds)
+// and dispatches.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("X-Request-Id")
 	if !validRequestID(id) {
@@ -161,7 +167,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Request-Id", id) // where Anthropic's SDKs read it (err.requestID)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
-	if strings.HasPrefix(r.URL.Path, "/admin/") {
+	if strings.HasPrefix(r.URL.Path, "/admin/") || r.URL.Path == "/v1/load_lora_adapter" || r.URL.Path == "/v1/unload_lora_adapter" {
 		if aerr := s.adminAccess(r); aerr != nil {
 			if aerr.Kind == KindUnauthorized {
 				w.Header().Set("WWW-Authenticate", "Bearer")
@@ -429,7 +435,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	cards, err := s.backend.Models(r.Context())
 	body := healthBody{Status: "healthy", Models: []string{}}
 	for _, c := range cards {
-		body.Models = append(body.Models, c.GetModel())
+		if isBase(c) { // LoRA adapters are served by their base models' workers
+			body.Models = append(body.Models, c.GetModel())
+		}
 	}
 	status := http.StatusOK
 	if err != nil || len(body.Models) == 0 {
@@ -448,6 +456,7 @@ func (s *Server) handleLive(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.set.WritePrometheus(w)
+	s.metrics.lora.write(w)
 	if mw, ok := s.backend.(MetricsWriter); ok {
 		mw.WritePrometheus(r.Context(), w)
 	}

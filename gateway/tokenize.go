@@ -152,12 +152,14 @@ func contextLength(card *messages.ModelCard, pre Preprocessor) int {
 // add_special_tokens is false); the chat form is rendered as /v1/chat/completions renders
 // it (chatPrompt) and tokenized with those special tokens added only when
 // add_special_tokens is true. The prompt is not checked against the context length. It
-// returns the resolved model's name ("" when none was resolved) for metrics and logs.
+// returns the resolved model's name ("" when none was resolved; a LoRA adapter's base
+// model) for metrics and logs.
 func (s *Server) tokenize(ctx context.Context, req *tokenizeRequest) (string, *tokenizeResponse, *APIError) {
 	card, aerr := s.resolveModel(ctx, req.Model)
 	if aerr != nil {
 		return "", nil, aerr
 	}
+	model, _ := servedNames(card) // a LoRA adapter's metrics go under its base model
 	var (
 		pre  Preprocessor
 		text string
@@ -165,11 +167,11 @@ func (s *Server) tokenize(ctx context.Context, req *tokenizeRequest) (string, *t
 	if req.Chat != nil {
 		req.Chat.Model = card.GetModel()
 		if _, pre, text, aerr = s.chatPrompt(ctx, req.Chat); aerr != nil {
-			return card.GetModel(), nil, aerr
+			return model, nil, aerr
 		}
 	} else {
 		if pre, aerr = s.loadModel(card); aerr != nil {
-			return card.GetModel(), nil, aerr
+			return model, nil, aerr
 		}
 		text = req.Prompt
 	}
@@ -186,7 +188,7 @@ func (s *Server) tokenize(ctx context.Context, req *tokenizeRequest) (string, *t
 	if req.ReturnTokenStrs {
 		resp.TokenStrs = tokenStrings(pre.Tokenizer(), ids)
 	}
-	return card.GetModel(), resp, nil
+	return model, resp, nil
 }
 
 // detokenize answers a /detokenize request: the text of the tokens, special tokens
@@ -198,22 +200,23 @@ func (s *Server) detokenize(ctx context.Context, req *detokenizeRequest) (string
 	if aerr != nil {
 		return "", nil, aerr
 	}
+	model, _ := servedNames(card) // a LoRA adapter's metrics go under its base model
 	pre, aerr := s.loadModel(card)
 	if aerr != nil {
-		return card.GetModel(), nil, aerr
+		return model, nil, aerr
 	}
 	if n := contextLength(card, pre); n > 0 && len(req.Tokens) > n {
-		return card.GetModel(), nil, newError(KindContextLengthExceeded, "tokens",
+		return model, nil, newError(KindContextLengthExceeded, "tokens",
 			"Invalid 'tokens': %d tokens are more than this model's maximum context length of %d tokens.", len(req.Tokens), n)
 	}
 	tok := pre.Tokenizer()
 	for i, id := range req.Tokens {
 		if _, ok := tok.TokenBytes(id); !ok {
-			return card.GetModel(), nil, newError(KindInvalidValue, indexParam("tokens", i),
+			return model, nil, newError(KindInvalidValue, indexParam("tokens", i),
 				"Invalid 'tokens[%d]': token id %d is not in the vocabulary of model %q (size %d).", i, id, clipName(card.GetModel()), tok.VocabSize())
 		}
 	}
-	return card.GetModel(), &detokenizeResponse{Prompt: tok.Decode(req.Tokens)}, nil
+	return model, &detokenizeResponse{Prompt: tok.Decode(req.Tokens)}, nil
 }
 
 // tokenStrings returns the vocabulary strings of ids, as HF's convert_ids_to_tokens

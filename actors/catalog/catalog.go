@@ -1,12 +1,13 @@
 // Package catalog is the Catalog grain: the list of served models and their model
 // deployment cards, as announced by workers.
 //
-// Messages: Announce (a worker's card and actor ref, with a time-to-live), List.
-// State: per model, per worker, the card, the worker actor's ref and the expiry. Derived:
-// the model list, one card per model, copied from one live worker's announcement with
-// files_from set to that worker (so that the tokenizer digest and the worker that serves
-// its files agree). Stored cards are never handed out or changed. Rebuilt after a move
-// from the workers' next announcements (every heartbeat).
+// Messages: Announce (a worker's card, actor ref and LoRA adapters, with a time-to-live),
+// List. State: per model, per worker, the card, the worker actor's ref, its adapters and
+// the expiry. Derived: the model list, one card per model, copied from one live worker's
+// announcement with files_from set to that worker (so that the tokenizer digest and the
+// worker that serves its files agree), then one entry per LoRA adapter a live worker
+// holds (docs/reference.md §26.3). Stored cards are never handed out or changed. Rebuilt
+// after a move from the workers' next announcements (every heartbeat).
 // Senders: workers (Announce), gateways (List).
 package catalog
 
@@ -23,9 +24,10 @@ import (
 const Identity = "models"
 
 type entry struct {
-	card    *messages.ModelCard
-	worker  *messages.ActorRef // nil from workers that do not say
-	expires time.Time
+	card     *messages.ModelCard
+	worker   *messages.ActorRef // nil from workers that do not say
+	adapters []*messages.LoraAdapter
+	expires  time.Time
 }
 
 // Catalog implements messages.Catalog.
@@ -62,17 +64,19 @@ func (c *Catalog) Announce(req *messages.AnnounceModel, _ cluster.GrainContext) 
 	if c.models[model] == nil {
 		c.models[model] = map[string]entry{}
 	}
-	c.models[model][req.WorkerId] = entry{card: req.Card, worker: req.Worker,
+	c.models[model][req.WorkerId] = entry{card: req.Card, worker: req.Worker, adapters: req.Adapters,
 		expires: c.now().Add(time.Duration(req.TtlMs) * time.Millisecond)}
 	return &messages.Ack{}, nil
 }
 
 // List returns one card per model that has at least one unexpired worker, sorted by name:
 // a copy of the card of the worker chosen by pick, with files_from set to that worker's
-// actor ref (unset when it announced none).
+// actor ref (unset when it announced none). Then one entry per LoRA adapter those
+// workers hold (adapterCards), sorted by adapter name, then base model.
 func (c *Catalog) List(_ *messages.ListModelsRequest, _ cluster.GrainContext) (*messages.ModelList, error) {
 	now := c.now()
 	out := &messages.ModelList{}
+	var adapters []*messages.ModelCard
 	for model, workers := range c.models {
 		for id, e := range workers {
 			if now.After(e.expires) {
@@ -90,9 +94,56 @@ func (c *Catalog) List(_ *messages.ListModelsRequest, _ cluster.GrainContext) (*
 			card.FilesFrom = proto.Clone(e.worker).(*messages.ActorRef)
 		}
 		out.Models = append(out.Models, card)
+		adapters = append(adapters, adapterCards(card, workers)...)
 	}
 	sort.Slice(out.Models, func(i, j int) bool { return out.Models[i].Model < out.Models[j].Model })
+	sort.Slice(adapters, func(i, j int) bool {
+		a, b := adapters[i], adapters[j]
+		return a.Model < b.Model || a.Model == b.Model && a.Lora.Parent < b.Lora.Parent
+	})
+	for _, a := range adapters {
+		if _, base := c.models[a.Model]; !base { // a served base model's name is the model's
+			out.Models = append(out.Models, a)
+		}
+	}
 	return out, nil
+}
+
+// adapterCards returns one entry per LoRA adapter the live workers of base (its listed
+// card) hold: a copy of base with model = the adapter's name and lora = the adapter, its
+// parent set to base's name. Workers holding one adapter may differ on its path (each
+// reports its own host's): the entry takes a pinned holder's, else any holder's, the
+// lowest worker id first; pinned is set when any holder pinned it.
+func adapterCards(base *messages.ModelCard, workers map[string]entry) []*messages.ModelCard {
+	ids := make([]string, 0, len(workers))
+	for id := range workers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	byName := map[string]*messages.LoraAdapter{}
+	var names []string
+	for _, pinnedPass := range []bool{true, false} {
+		for _, id := range ids {
+			for _, a := range workers[id].adapters {
+				if a.GetName() == "" || a.GetPinned() != pinnedPass {
+					continue
+				}
+				if byName[a.Name] == nil {
+					byName[a.Name] = a
+					names = append(names, a.Name)
+				}
+			}
+		}
+	}
+	out := make([]*messages.ModelCard, 0, len(names))
+	for _, name := range names {
+		card := proto.Clone(base).(*messages.ModelCard)
+		card.Model = name
+		card.Lora = proto.Clone(byName[name]).(*messages.LoraAdapter)
+		card.Lora.Parent = base.Model
+		out = append(out, card)
+	}
+	return out
 }
 
 // pick chooses the worker whose card a model is listed with: among those that announced

@@ -111,3 +111,78 @@ func TestCatalogListSetsFilesFromWithoutMutatingStoredCards(t *testing.T) {
 		t.Fatalf("after w2 expired: files_from %v digest %q, want worker/w1 with d1", got.GetFilesFrom(), got.GetTokenizerDigest())
 	}
 }
+
+// TestCatalogListsAdapters: after the base models, List has one entry per LoRA adapter a
+// live worker holds (ModelCard.lora set, model = the adapter's name, the rest its base
+// model's listed card), sorted by name then base model; an adapter goes when no live
+// announcement holds it, and one named like a served base model is not listed.
+func TestCatalogListsAdapters(t *testing.T) {
+	now := time.Unix(100, 0)
+	c := New(func() time.Time { return now })
+	ref := &messages.ActorRef{Address: "10.0.0.1:7000", Id: "worker/w0"}
+	announce := func(model, worker string, ttl time.Duration, adapters ...*messages.LoraAdapter) {
+		t.Helper()
+		card := &messages.ModelCard{Model: model, Tokenizer: "/models/" + model, ContextLength: 4096}
+		if _, err := c.Announce(&messages.AnnounceModel{Card: card, WorkerId: worker, TtlMs: ttl.Milliseconds(),
+			Worker: ref, Adapters: adapters}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lora := func(name, path string, pinned bool) *messages.LoraAdapter {
+		return &messages.LoraAdapter{Name: name, Path: path, Rank: 8, Pinned: pinned}
+	}
+	type entry struct {
+		model, parent, path, tokenizer string
+		pinned                         bool
+	}
+	list := func() []entry {
+		t.Helper()
+		l, err := c.List(&messages.ListModelsRequest{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []entry
+		for _, m := range l.Models {
+			e := entry{model: m.Model, tokenizer: m.Tokenizer}
+			if m.Lora != nil {
+				e.parent, e.path, e.pinned = m.Lora.Parent, m.Lora.Path, m.Lora.Pinned
+				if m.Lora.Name != m.Model || m.ContextLength != 4096 || m.FilesFrom.GetId() != ref.Id {
+					t.Errorf("adapter entry %v is not its base model's card under the adapter's name", m)
+				}
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+	check := func(step string, want ...entry) {
+		t.Helper()
+		got := list()
+		if len(got) != len(want) {
+			t.Fatalf("%s: listed %v, want %v", step, got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s: entry %d is %+v, want %+v", step, i, got[i], want[i])
+			}
+		}
+	}
+	announce("m", "w0", 3*time.Second, lora("sql", "/a/sql", false), lora("chat", "/a/chat", true))
+	announce("m", "w1", 10*time.Second, lora("sql", "/a/sql", true))
+	announce("n", "w2", 10*time.Second, lora("sql", "/b/sql", true), lora("m", "/b/m", true))
+	check("three workers",
+		entry{model: "m", tokenizer: "/models/m"}, entry{model: "n", tokenizer: "/models/n"},
+		entry{"chat", "m", "/a/chat", "/models/m", true},
+		entry{"sql", "m", "/a/sql", "/models/m", true},
+		entry{"sql", "n", "/b/sql", "/models/n", true})
+
+	now = now.Add(5 * time.Second) // w0's announcement expired: chat has no holder left
+	check("w0 expired",
+		entry{model: "m", tokenizer: "/models/m"}, entry{model: "n", tokenizer: "/models/n"},
+		entry{"sql", "m", "/a/sql", "/models/m", true},
+		entry{"sql", "n", "/b/sql", "/models/n", true})
+
+	announce("m", "w1", 10*time.Second) // w1 unloaded sql
+	check("w1 unloaded",
+		entry{model: "m", tokenizer: "/models/m"}, entry{model: "n", tokenizer: "/models/n"},
+		entry{"sql", "n", "/b/sql", "/models/n", true})
+}

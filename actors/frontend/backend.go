@@ -47,8 +47,14 @@ type Config struct {
 	PrefillReleaseWait time.Duration
 	// Busy are the busy thresholds the Router grains start with (router.Config.Busy), as
 	// BusyStatus reports them until they are changed through this frontend.
-	Busy   kv.BusyThresholds
-	Logger zerolog.Logger
+	Busy kv.BusyThresholds
+	// LoraOnDemand lets a request naming a LoRA adapter go to a worker that does not hold
+	// it, which loads it first (flow.Config.LoraOnDemand; --lora-on-demand).
+	LoraOnDemand bool
+	// LoraTimeout bounds one worker's answer to LoadLora or UnloadLora (default
+	// DefaultLoraTimeout).
+	LoraTimeout time.Duration
+	Logger      zerolog.Logger
 
 	// clock makes the streams' timers (stall, prefill release wait, termination grace;
 	// see clock.go); nil: wallClock. Only the package's tests set it.
@@ -66,9 +72,12 @@ type Backend struct {
 	modelsAt time.Time
 	seen     map[string]time.Time         // model -> last time the catalog listed it
 	busy     map[string]kv.BusyThresholds // model -> thresholds set through this frontend
-	loader   *ModelLoader
-	metrics  *metrics.Set // the frontend's own counters (migrations, disaggregation)
-	rec      *setRecorder // records the streams' events into metrics
+	// loraNotes are the adapters this frontend loaded or unloaded a moment ago, listed
+	// as they are now until the catalog agrees (lora.go).
+	loraNotes map[loraKey]loraNote
+	loader    *ModelLoader
+	metrics   *metrics.Set // the frontend's own counters (migrations, disaggregation)
+	rec       *setRecorder // records the streams' events into metrics
 }
 
 var _ gateway.Backend = (*Backend)(nil)
@@ -102,6 +111,9 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = def.StallTimeout
 	}
+	if cfg.LoraTimeout <= 0 {
+		cfg.LoraTimeout = DefaultLoraTimeout
+	}
 	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, busy: map[string]kv.BusyThresholds{}, metrics: metrics.NewSet()}
 	b.rec = &setRecorder{set: b.metrics, log: cfg.Logger}
 	b.c.Store(c)
@@ -126,13 +138,15 @@ func (b *Backend) ModelLoader() gateway.ModelLoader { return b.loader.Load }
 // fresh id). Streams already started stay on the member they started on.
 func (b *Backend) SetCluster(c *pcluster.Cluster) { b.c.Store(c) }
 
-// Models returns the cards of the models that have at least one live worker, from the
-// Catalog grain (cached for ModelsTTL). A failed Catalog call is a *gateway.APIError of
-// kind KindNoWorkers (503 with Retry-After) wrapping gateway.ErrNoWorkers.
+// Models returns the cards of the models that have at least one live worker, then of the
+// LoRA adapters they hold (ModelCard.lora set), from the Catalog grain (cached for
+// ModelsTTL), with the adapters this frontend loaded or unloaded a moment ago as they are
+// now (lora.go). A failed Catalog call is a *gateway.APIError of kind KindNoWorkers (503
+// with Retry-After) wrapping gateway.ErrNoWorkers.
 func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 	b.mu.Lock()
 	if b.models != nil && time.Since(b.modelsAt) < b.cfg.ModelsTTL {
-		m := b.models
+		m := b.withLoraNotes(b.models, time.Now())
 		b.mu.Unlock()
 		return m, nil
 	}
@@ -147,14 +161,22 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 			Message: "The service's model catalog did not answer in time; retry later.",
 			Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, err)}
 	}
-	now := time.Now()
 	b.mu.Lock()
-	b.models, b.modelsAt = list.Models, now
-	for _, m := range list.Models {
-		b.seen[m.Model] = now
+	defer b.mu.Unlock()
+	return b.listed(list.Models, time.Now()), nil
+}
+
+// listed takes list, the catalog's answer at now: it is cached, its base models are seen
+// (Recent), and it is returned with the adapters this frontend loaded or unloaded a
+// moment ago as they are now (withLoraNotes). The caller holds b.mu.
+func (b *Backend) listed(list []*messages.ModelCard, now time.Time) []*messages.ModelCard {
+	b.models, b.modelsAt = list, now
+	for _, m := range list {
+		if m.GetLora() == nil { // an unloaded adapter is unknown at once (404), not "recent" (503)
+			b.seen[m.Model] = now
+		}
 	}
-	b.mu.Unlock()
-	return list.Models, nil
+	return b.withLoraNotes(list, now)
 }
 
 // Recent reports whether the catalog listed model within the last ModelMemory
@@ -181,7 +203,7 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	}
 	known, blockSize := false, 0
 	for _, m := range models {
-		if m.Model == req.Model {
+		if m.Model == req.Model && m.GetLora() == nil { // an adapter runs on its base model
 			known, blockSize = true, int(m.GetKvBlockSize())
 		}
 	}

@@ -53,7 +53,7 @@ func (b *Backend) knownModel(ctx context.Context, model string) error {
 		return err
 	}
 	for _, m := range models {
-		if m.Model == model {
+		if m.Model == model && m.GetLora() == nil { // an adapter has no Router grain of its own
 			return nil
 		}
 	}

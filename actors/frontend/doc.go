@@ -50,4 +50,14 @@
 // Busy thresholds (busy.go): the Backend is a gateway.BusyAdmin; it changes a model's
 // thresholds with the Router grain's SetBusyThresholds and reads its workers' busy flags
 // from Stats.
+//
+// LoRA adapters (lora.go, loraplace.go; docs/reference.md §26.3): the Backend is a
+// gateway.LoraAdmin. A load reads the base model's workers from its Router grain's Stats,
+// chooses where the adapter goes (placeLora, pure) and sends LoadLora to those worker
+// actors, an unload UnloadLora to every worker holding it, each a request answered with
+// LoraReply within Config.LoraTimeout. Models lists the adapters the catalog lists (base
+// models first), and those this frontend loaded or unloaded a moment ago as they are now.
+// A request naming an adapter runs on its base model; its flow names the adapter on every
+// route (and lora_on_demand with Config.LoraOnDemand) and gives each leg the route's
+// lora_path; ROUTE_NO_ADAPTER is gateway.UnknownAdapter's 404.
 package frontend

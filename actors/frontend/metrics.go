@@ -190,6 +190,9 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	modelLines := make([][]string, len(modelFams))
 	var roleLines, expiredLines, modeLines []string
 	for _, m := range models {
+		if m.GetLora() != nil {
+			continue // a LoRA adapter is served by its base model's router
+		}
 		st, err := b.router(m.Model).Stats(&messages.RouterStatsRequest{}, pcluster.WithTimeout(b.cfg.RouteTimeout))
 		if err != nil {
 			continue

@@ -146,7 +146,7 @@ func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.Gene
 		cfg.clock = wallClock{}
 	}
 	fcfg := flow.Config{Credits: cfg.Credits, MigrationLimit: cfg.MigrationLimit, StallTimeout: max(cfg.StallTimeout, 0),
-		PrefillReleaseWait: cfg.PrefillReleaseWait, TerminatedGrace: flow.DefaultTerminatedGrace}
+		PrefillReleaseWait: cfg.PrefillReleaseWait, TerminatedGrace: flow.DefaultTerminatedGrace, LoraOnDemand: cfg.LoraOnDemand}
 	if req.Parking != nil {
 		fcfg.QueueTimeout = req.Parking.Timeout()
 	}
@@ -390,6 +390,9 @@ func (s *stream) do(e flow.Effect) {
 			s.failed = fmt.Errorf("%w: %s", gateway.ErrDraining, e.Message)
 		case e.Cause == flow.FailQueueFull && s.full != nil:
 			s.failed = s.full // the queue's own answer (all busy, or the concurrency limit)
+		case e.Outcome == messages.RouteOutcome_ROUTE_NO_ADAPTER && s.req.Sampling.GetLoraName() != "":
+			// No worker holds the adapter (any more): the 404 of an unknown model, naming it.
+			s.failed = gateway.UnknownAdapter(s.req.Sampling.GetLoraName(), e.Message)
 		case err != nil:
 			s.failed = err
 		default:

@@ -132,6 +132,8 @@ type fakeRouter struct {
 	callErr error
 	// refuse, when not ROUTE_OK, is the outcome of every Route call (nothing recorded).
 	refuse messages.RouteOutcome
+	// loraPath is every route's RouteResponse.lora_path.
+	loraPath string
 
 	mu      sync.Mutex
 	routes  []*messages.RouteRequest
@@ -158,7 +160,7 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 			continue
 		}
 		p := r.pids[id]
-		resp := &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}}
+		resp := &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}, LoraPath: r.loraPath}
 		if r.prefillIDs == nil && !r.enforce {
 			r.routed = append(r.routed, rr.RequestId)
 			r.granted = append(r.granted, rr.RequestId)
@@ -282,6 +284,10 @@ type harnessOpts struct {
 	refuse     messages.RouteOutcome // fakeRouter.refuse
 	// structured constrains the request's output (SamplingParams.structured).
 	structured *messages.StructuredOutput
+	// lora names the request's LoRA adapter (SamplingParams.lora_name), onDemand is
+	// Config.LoraOnDemand, and loraPath the lora_path of every route's answer.
+	lora, loraPath string
+	onDemand       bool
 }
 
 // buildHarness starts the stream over workers; a start error is kept in startErr.
@@ -290,7 +296,8 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	h := &harness{workers: workers, prefill: o.prefill, router: &fakeRouter{pids: map[string]*actor.PID{},
-		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr, refuse: o.refuse}, clock: newFakeClock()}
+		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr, refuse: o.refuse, loraPath: o.loraPath},
+		clock: newFakeClock()}
 	stalled := map[int]bool{} // by the stall timers, armed on the goroutine calling Recv
 	h.clock.atOnce = func(what timerPurpose) bool {
 		switch what {
@@ -323,10 +330,10 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	seq := 0
 	newID := func(c string) string { seq++; return fmt.Sprintf("%s#%d", c, seq) }
 	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, PrefillReleaseWait: 200 * time.Millisecond,
-		clock: h.clock}
+		clock: h.clock, LoraOnDemand: o.onDemand}
 	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
 		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, Seed: proto.Int64(7),
-			Structured: o.structured}}
+			Structured: o.structured, LoraName: o.lora}}
 	h.rec = &fakeRecorder{h: h}
 	h.stream = newStream(sys.Root, h.router, cfg, req, newID, h.rec)
 	h.startErr = h.stream.start(req.TokenIDs, req.Sampling)

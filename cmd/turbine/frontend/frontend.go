@@ -25,6 +25,7 @@ type Options struct {
 	options.Router
 	options.Disagg
 	options.Migration
+	options.LoraRouting
 	options.Admission
 	options.Cluster
 	options.Log
@@ -33,7 +34,7 @@ type Options struct {
 
 // Defaults are the embedded defaults.
 func Defaults() Options {
-	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(), Admission: options.DefaultAdmission(), Cluster: options.DefaultCluster(),
+	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(), LoraRouting: options.DefaultLoraRouting(), Admission: options.DefaultAdmission(), Cluster: options.DefaultCluster(),
 		Log: options.DefaultLog()}
 }
 
@@ -42,6 +43,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Router.Flags(fs)
 	o.Disagg.Flags(fs)
 	o.Migration.Flags(fs)
+	o.LoraRouting.Flags(fs)
 	o.Admission.Flags(fs)
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
@@ -92,7 +94,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 		memberErr <- options.RunMember(memberCtx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
 			if backend == nil {
 				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir, MigrationLimit: o.MigrationLimit,
-					Busy: o.Admission.Busy()})
+					Busy: o.Admission.Busy(), LoraOnDemand: o.LoraOnDemand})
 				started <- nil
 			} else {
 				backend.SetCluster(m.Cluster)
