@@ -7,12 +7,14 @@ import (
 )
 
 // LoRA adapters in routing (docs/reference.md §26.4). A worker holds at most MaxLoras
-// adapters; an adapter request goes to a worker that holds its adapter or, with
-// RouteInput.LoraOnDemand, also to one with a slot to load it in (a free slot, or an
-// unpinned adapter to evict), at the cost of the load. The router's view of a worker's
-// adapters is its last registration plus the on-demand loads it has sent there since
-// (counted as held for LoraPlacedTTL without the worker reporting them), in least
-// recently routed order, the order in which the worker evicts unpinned adapters.
+// adapters in its engine and knows more: those it loaded before and evicted since, which
+// it loads again for a request. An adapter request goes to a worker that holds its
+// adapter, or that knows it, or with RouteInput.LoraOnDemand to any worker, as long as it
+// has a slot to load it in (a free slot, or an unpinned adapter to evict), at the cost of
+// the load. The router's view of a worker's adapters is its last registration plus the
+// loads it has sent there since (counted as held for LoraPlacedTTL without the worker
+// reporting them), in least recently routed order, the order in which the worker evicts
+// unpinned adapters.
 
 // Defaults of adapter routing.
 const (
@@ -42,8 +44,9 @@ type AdapterSpec struct {
 type heldAdapter struct {
 	path     string
 	pinned   bool
-	reported bool      // listed in the worker's last registration
-	placedAt time.Time // sent to load on demand and not reported since (zero: not)
+	resident bool      // held in the engine, as the worker's last registration says
+	known    bool      // evicted from the engine and still registered there (last registration)
+	placedAt time.Time // sent to be loaded and not reported held since (zero: not)
 	used     time.Time // last routed to the worker with this adapter
 }
 
@@ -54,58 +57,75 @@ type workerLoras struct {
 	held   map[string]*heldAdapter
 }
 
-// register folds a registration's adapters in: the reported ones are held, with their
-// pinning; an on-demand placement not yet reported stays until LoraPlacedTTL after it was
-// sent; anything else the worker no longer holds.
-func (l *workerLoras) register(max int, loadMs float64, adapters []AdapterSpec, now time.Time) {
+// register folds a registration's adapters in: the held (resident) ones with their
+// pinning, the known ones; a placement not yet reported held stays held until
+// LoraPlacedTTL after it was sent; anything else the worker no longer has.
+func (l *workerLoras) register(max int, loadMs float64, resident, known []AdapterSpec, now time.Time) {
 	l.max = max
 	if loadMs > 0 && loadMs < 1e9 {
 		l.loadMs = loadMs
 	}
-	if len(adapters) == 0 && len(l.held) == 0 {
+	if len(resident) == 0 && len(known) == 0 && len(l.held) == 0 {
 		return
 	}
 	if l.held == nil {
-		l.held = make(map[string]*heldAdapter, len(adapters))
+		l.held = make(map[string]*heldAdapter, len(resident)+len(known))
 	}
 	for _, h := range l.held {
-		h.reported = false
+		h.resident, h.known = false, false
 	}
-	for _, a := range adapters {
-		if a.Name == "" {
-			continue
+	for i, list := range [2][]AdapterSpec{resident, known} {
+		for _, a := range list {
+			if a.Name == "" {
+				continue
+			}
+			h := l.held[a.Name]
+			if h == nil {
+				h = &heldAdapter{}
+				l.held[a.Name] = h
+			}
+			h.path, h.pinned = a.Path, a.Pinned
+			if i == 0 {
+				h.resident, h.placedAt = true, time.Time{}
+			} else {
+				h.known = true
+			}
 		}
-		h := l.held[a.Name]
-		if h == nil {
-			h = &heldAdapter{}
-			l.held[a.Name] = h
-		}
-		h.path, h.pinned, h.reported, h.placedAt = a.Path, a.Pinned, true, time.Time{}
 	}
 	for name, h := range l.held {
-		if !h.reported && !l.placedLive(h, now) {
+		if !h.resident && !h.known && !l.placedLive(h, now) {
 			delete(l.held, name)
 		}
 	}
 }
 
-// placedLive reports whether h, not reported, is an on-demand placement young enough to
-// count as held.
+// placedLive reports whether h is a placement young enough to count as held.
 func (l *workerLoras) placedLive(h *heldAdapter, now time.Time) bool {
 	return !h.placedAt.IsZero() && now.Sub(h.placedAt) < LoraPlacedTTL
 }
 
-// holds reports whether the worker holds adapter name (reported, or placed on demand
+// holds reports whether the worker holds adapter name in its engine (reported, or placed
 // within LoraPlacedTTL of now).
 func (l *workerLoras) holds(name string, now time.Time) bool {
 	h := l.held[name]
-	return h != nil && (h.reported || l.placedLive(h, now))
+	return h != nil && l.isHeld(h, now)
+}
+
+func (l *workerLoras) isHeld(h *heldAdapter, now time.Time) bool {
+	return h.resident || l.placedLive(h, now)
+}
+
+// knows reports whether the worker has adapter name registered without holding it: it
+// loads it again for a request, from the folder it knows.
+func (l *workerLoras) knows(name string) bool {
+	h := l.held[name]
+	return h != nil && h.known
 }
 
 // count is the number of adapters held at now, and how many of them are pinned.
 func (l *workerLoras) count(now time.Time) (held, pinned int) {
 	for _, h := range l.held {
-		if h.reported || l.placedLive(h, now) {
+		if l.isHeld(h, now) {
 			held++
 			if h.pinned {
 				pinned++
@@ -131,7 +151,7 @@ func (l *workerLoras) victim(now time.Time) (name string, ok bool) {
 	}
 	var best *heldAdapter
 	for n, h := range l.held {
-		if h.pinned || !(h.reported || l.placedLive(h, now)) {
+		if h.pinned || !l.isHeld(h, now) {
 			continue
 		}
 		if best == nil || h.used.Before(best.used) || (h.used.Equal(best.used) && n < name) {
@@ -184,7 +204,7 @@ func (r *Router) startLora(in *RouteInput) {
 		if rw == nil {
 			continue
 		}
-		if h := rw.lora.held[r.lora.name]; h != nil && h.reported && h.path != "" {
+		if h := rw.lora.held[r.lora.name]; h != nil && (h.resident || h.known) && h.path != "" {
 			r.lora.path = h.path
 			return
 		}
@@ -200,7 +220,7 @@ func (r *Router) loraFit(rw *routerWorker) (ok bool, loadMs float64, evicts bool
 	if rw.lora.holds(r.lora.name, r.now) {
 		return true, 0, false
 	}
-	if !r.lora.onDemand || r.lora.path == "" {
+	if !rw.lora.knows(r.lora.name) && (!r.lora.onDemand || r.lora.path == "") {
 		return false, 0, false
 	}
 	victim, ok := rw.lora.victim(r.now)
@@ -240,17 +260,29 @@ func (r *Router) placeLora(d *Decision, now time.Time) string {
 		}
 		l := &r.workers[w].lora
 		if !l.holds(r.lora.name, now) {
-			if r.lora.path == "" {
+			from := r.lora.path
+			if h := l.held[r.lora.name]; h != nil && h.known {
+				from = h.path // the worker loads it again from its own record
+			}
+			if from == "" {
 				continue // a pinned route: the worker's own report will say
 			}
 			if victim, ok := l.victim(now); ok && victim != "" {
-				delete(l.held, victim)
+				v := l.held[victim]
+				v.resident, v.placedAt, v.known = false, time.Time{}, true
 			}
 			if l.held == nil {
 				l.held = map[string]*heldAdapter{}
 			}
-			l.held[r.lora.name] = &heldAdapter{path: r.lora.path, placedAt: now}
-			path = r.lora.path
+			h := l.held[r.lora.name]
+			if h == nil {
+				h = &heldAdapter{path: from}
+				l.held[r.lora.name] = h
+			}
+			h.placedAt = now
+			if path == "" {
+				path = from
+			}
 		}
 		l.held[r.lora.name].used = now
 	}

@@ -145,6 +145,9 @@ type WorkerSpec struct {
 	Adapters   []AdapterSpec
 	MaxLoras   int
 	LoraLoadMs float64
+	// KnownAdapters: adapters the worker loaded before and evicted since; it loads one
+	// again for a request naming it (at the cost of the load).
+	KnownAdapters []AdapterSpec
 }
 
 // RouteInput is one routing request.
@@ -408,7 +411,7 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 		rw.noEvents, rw.approx, rw.silentRoutes = spec.NoKVEvents, spec.NoKVEvents, 0
 	}
 	rw.ready, rw.totalBlocks = spec.Ready, spec.TotalBlocks
-	rw.lora.register(spec.MaxLoras, spec.LoraLoadMs, spec.Adapters, r.now)
+	rw.lora.register(spec.MaxLoras, spec.LoraLoadMs, spec.Adapters, spec.KnownAdapters, r.now)
 	return !rw.synced && rw.dumpPart < 0, nil
 }
 

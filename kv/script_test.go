@@ -32,12 +32,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	  [predict-active=true] [approx-ttl=120s] [predict-blocks=N] [approx-after=N] [approx-silence=30s] [session-ttl=10m] [max-sessions=N]
 //	  [ignore-adapters=true] [lora-load-ms=200]
 //	add-worker id=w1 [block-size=4] [total=100] [ready=true] [epoch=1] [last-seq=0] [no-events=true]
-//	  [max-loras=N] [loras=a,b] [pinned=a] [load-ms=M]   (adapter a at /adapters/a)
+//	  [max-loras=N] [loras=a,b] [pinned=a] [known=c] [load-ms=M]   (adapter a at /adapters/a)
 //	kv-event worker=w1 [epoch=1] seq=1      input: one event per line (see parseEvent)
 //	dump worker=w1 [epoch=1] last-seq=3 [part=0] [last=true]   input: events
 //	route id=r1 (blocks=a,b | tokens=1,2,..) [extra=N] [lora=x] [weight=W] [temp=T] [exclude=w1,w2] [will-ack] [pin=w1] [session=s]
 //	  [on-demand=true] [path=/dir]   prints load=PATH when a chosen worker loads the adapter first
-//	adapters   each worker's adapters as the router sees them (* pinned, ~ placed, unreported)
+//	adapters   each worker's adapters as the router sees them (* pinned, ~ placed, unreported,
+//	           (c) known: evicted, loaded again on request)
 //	prefill-done id=r1 | free id=r1 | ack id=r1 | tick 10s | expire | kill-worker id=w1
 //	first-token id=r1   PrefillDoneAt at the script's clock; prints the worker's learnt speed
 //	busy [kv=0.9] [prefill=1000] | overlaps (blocks=..|tokens=..) [lora=x] | stats | replay
@@ -231,10 +232,11 @@ func (a args) float(t *testing.T, k string, def float64) float64 {
 	return f
 }
 
-// scriptAdapters is add-worker's loras=a,b (held, at /adapters/<name>) with pinned=a.
-func scriptAdapters(a args) []AdapterSpec {
+// scriptAdapters is add-worker's loras=a,b (held, at /adapters/<name>) with pinned=a,
+// or with key "known" its known=c,d.
+func scriptAdapters(a args, key string) []AdapterSpec {
 	var out []AdapterSpec
-	for _, n := range a.list("loras") {
+	for _, n := range a.list(key) {
 		out = append(out, AdapterSpec{Name: n, Path: "/adapters/" + n, Pinned: slices.Contains(a.list("pinned"), n)})
 	}
 	return out
@@ -250,13 +252,14 @@ func (r *Router) adapterView(now time.Time) string {
 		}
 		var names []string
 		for n, h := range rw.lora.held {
-			if !rw.lora.holds(n, now) {
-				continue
-			}
 			switch {
+			case !rw.lora.holds(n, now) && h.known:
+				n = "(" + n + ")"
+			case !rw.lora.holds(n, now):
+				continue
 			case h.pinned:
 				n += "*"
-			case !h.reported:
+			case !h.resident:
 				n += "~"
 			}
 			names = append(names, n)
@@ -404,7 +407,8 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 			ID: a.str("id", ""), BlockSize: a.int(t, "block-size", h.cfg.BlockSize),
 			TotalBlocks: int64(a.int(t, "total", 0)), Ready: a.str("ready", "true") == "true",
 			Epoch: a.u64(t, "epoch", 1), LastSeq: a.u64(t, "last-seq", 0), NoKVEvents: a.str("no-events", "false") == "true",
-			MaxLoras: a.int(t, "max-loras", 0), LoraLoadMs: a.float(t, "load-ms", 0), Adapters: scriptAdapters(a),
+			MaxLoras: a.int(t, "max-loras", 0), LoraLoadMs: a.float(t, "load-ms", 0), Adapters: scriptAdapters(a, "loras"),
+			KnownAdapters: scriptAdapters(a, "known"),
 		})
 		return result(nd, err)
 	case "kv-event":

@@ -987,10 +987,15 @@ type WorkerInfo struct {
 	NoKvEvents bool `protobuf:"varint,10,opt,name=no_kv_events,json=noKvEvents,proto3" json:"no_kv_events,omitempty"`
 	// LoRA adapters the engine holds now (docs/reference.md §26), and how many it may hold
 	// at once (--max-loras; 0: the engine serves no adapters).
-	Adapters      []*LoraAdapter `protobuf:"bytes,11,rep,name=adapters,proto3" json:"adapters,omitempty"`
-	MaxLoras      int32          `protobuf:"varint,12,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
-	MaxLoraRank   int32          `protobuf:"varint,13,opt,name=max_lora_rank,json=maxLoraRank,proto3" json:"max_lora_rank,omitempty"` // largest adapter rank the engine takes
-	LoraLoadMs    float64        `protobuf:"fixed64,14,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`   // the worker's mean adapter load time (ms); 0: none measured
+	Adapters    []*LoraAdapter `protobuf:"bytes,11,rep,name=adapters,proto3" json:"adapters,omitempty"`
+	MaxLoras    int32          `protobuf:"varint,12,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	MaxLoraRank int32          `protobuf:"varint,13,opt,name=max_lora_rank,json=maxLoraRank,proto3" json:"max_lora_rank,omitempty"` // largest adapter rank the engine takes
+	LoraLoadMs  float64        `protobuf:"fixed64,14,opt,name=lora_load_ms,json=loraLoadMs,proto3" json:"lora_load_ms,omitempty"`   // the worker's mean adapter load time (ms); 0: none measured
+	// LoRA adapters loaded on the worker before and evicted from its engine since (an
+	// unpinned adapter makes room for another): still registered, so a request naming one
+	// is served, after the worker loads it again (docs/reference.md §26). Only an unload
+	// forgets them. Disjoint from adapters.
+	KnownAdapters []*LoraAdapter `protobuf:"bytes,15,rep,name=known_adapters,json=knownAdapters,proto3" json:"known_adapters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1114,6 +1119,13 @@ func (x *WorkerInfo) GetLoraLoadMs() float64 {
 		return x.LoraLoadMs
 	}
 	return 0
+}
+
+func (x *WorkerInfo) GetKnownAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.KnownAdapters
+	}
+	return nil
 }
 
 // RegisterWorker is sent by a worker to its model's Router grain on start and on every
@@ -2573,6 +2585,7 @@ type WorkerStats struct {
 	Actor         *ActorRef      `protobuf:"bytes,15,opt,name=actor,proto3" json:"actor,omitempty"`
 	Adapters      []*LoraAdapter `protobuf:"bytes,16,rep,name=adapters,proto3" json:"adapters,omitempty"`
 	MaxLoras      int32          `protobuf:"varint,17,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
+	KnownAdapters []*LoraAdapter `protobuf:"bytes,18,rep,name=known_adapters,json=knownAdapters,proto3" json:"known_adapters,omitempty"` // WorkerInfo.known_adapters
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2719,6 +2732,13 @@ func (x *WorkerStats) GetMaxLoras() int32 {
 	return 0
 }
 
+func (x *WorkerStats) GetKnownAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.KnownAdapters
+	}
+	return nil
+}
+
 type RouterStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Workers       []*WorkerStats         `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
@@ -2837,9 +2857,10 @@ type AnnounceModel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Card          *ModelCard             `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
 	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"` // the announcement expires after this many milliseconds
-	Worker        *ActorRef              `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`             // the announcing worker actor (answers ModelFilesRequest)
-	Adapters      []*LoraAdapter         `protobuf:"bytes,5,rep,name=adapters,proto3" json:"adapters,omitempty"`         // the worker's LoRA adapters (WorkerInfo.adapters)
+	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`                        // the announcement expires after this many milliseconds
+	Worker        *ActorRef              `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`                                    // the announcing worker actor (answers ModelFilesRequest)
+	Adapters      []*LoraAdapter         `protobuf:"bytes,5,rep,name=adapters,proto3" json:"adapters,omitempty"`                                // the worker's LoRA adapters (WorkerInfo.adapters)
+	KnownAdapters []*LoraAdapter         `protobuf:"bytes,6,rep,name=known_adapters,json=knownAdapters,proto3" json:"known_adapters,omitempty"` // WorkerInfo.known_adapters
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2905,6 +2926,13 @@ func (x *AnnounceModel) GetWorker() *ActorRef {
 func (x *AnnounceModel) GetAdapters() []*LoraAdapter {
 	if x != nil {
 		return x.Adapters
+	}
+	return nil
+}
+
+func (x *AnnounceModel) GetKnownAdapters() []*LoraAdapter {
+	if x != nil {
+		return x.KnownAdapters
 	}
 	return nil
 }
@@ -4880,7 +4908,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12%\n" +
 	"\x0eprefill_tokens\x18\x05 \x01(\x03R\rprefillTokens\x12\x19\n" +
-	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xed\x03\n" +
+	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xad\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12*\n" +
@@ -4898,7 +4926,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\tmax_loras\x18\f \x01(\x05R\bmaxLoras\x12\"\n" +
 	"\rmax_lora_rank\x18\r \x01(\x05R\vmaxLoraRank\x12 \n" +
 	"\flora_load_ms\x18\x0e \x01(\x01R\n" +
-	"loraLoadMsJ\x04\b\x06\x10\a\"\x92\x01\n" +
+	"loraLoadMs\x12>\n" +
+	"\x0eknown_adapters\x18\x0f \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdaptersJ\x04\b\x06\x10\a\"\x92\x01\n" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
@@ -5016,7 +5045,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eprefill_tokens\x18\x02 \x01(\x03H\x01R\rprefillTokens\x88\x01\x01B\v\n" +
 	"\t_kv_usageB\x11\n" +
 	"\x0f_prefill_tokens\"\x14\n" +
-	"\x12RouterStatsRequest\"\xe7\x04\n" +
+	"\x12RouterStatsRequest\"\xa7\x05\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x03R\rindexedBlocks\x12#\n" +
@@ -5035,7 +5064,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\x10predicted_blocks\x18\x0e \x01(\x03R\x0fpredictedBlocks\x12*\n" +
 	"\x05actor\x18\x0f \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\x123\n" +
 	"\badapters\x18\x10 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\x12\x1b\n" +
-	"\tmax_loras\x18\x11 \x01(\x05R\bmaxLorasJ\x04\b\v\x10\f\"\xda\x02\n" +
+	"\tmax_loras\x18\x11 \x01(\x05R\bmaxLoras\x12>\n" +
+	"\x0eknown_adapters\x18\x12 \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdaptersJ\x04\b\v\x10\f\"\xda\x02\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
@@ -5045,13 +5075,14 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0fexpired_unacked\x18\x06 \x01(\x03R\x0eexpiredUnacked\x12#\n" +
 	"\rexpired_stale\x18\a \x01(\x03R\fexpiredStale\x12\x16\n" +
 	"\x06pinned\x18\b \x01(\x03R\x06pinned\x12#\n" +
-	"\rpin_fallbacks\x18\t \x01(\x03R\fpinFallbacks\"\xd1\x01\n" +
+	"\rpin_fallbacks\x18\t \x01(\x03R\fpinFallbacks\"\x91\x02\n" +
 	"\rAnnounceModel\x12)\n" +
 	"\x04card\x18\x01 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12,\n" +
 	"\x06worker\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x123\n" +
-	"\badapters\x18\x05 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\"+\n" +
+	"\badapters\x18\x05 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\x12>\n" +
+	"\x0eknown_adapters\x18\x06 \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdapters\"+\n" +
 	"\x11ModelFilesRequest\x12\x16\n" +
 	"\x06digest\x18\x01 \x01(\tR\x06digest\"3\n" +
 	"\tModelFile\x12\x12\n" +
@@ -5361,55 +5392,58 @@ var file_turbine_proto_depIdxs = []int32{
 	8,  // 5: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
 	0,  // 6: turbine.v1.WorkerInfo.role:type_name -> turbine.v1.Role
 	9,  // 7: turbine.v1.WorkerInfo.adapters:type_name -> turbine.v1.LoraAdapter
-	12, // 8: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
-	11, // 9: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
-	7,  // 10: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
-	16, // 11: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
-	17, // 12: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
-	18, // 13: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
-	19, // 14: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
-	19, // 15: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	26, // 16: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
-	7,  // 17: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	3,  // 18: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
-	2,  // 19: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
-	7,  // 20: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
-	7,  // 21: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
-	25, // 22: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
-	0,  // 23: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
-	7,  // 24: turbine.v1.WorkerStats.actor:type_name -> turbine.v1.ActorRef
-	9,  // 25: turbine.v1.WorkerStats.adapters:type_name -> turbine.v1.LoraAdapter
-	33, // 26: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	8,  // 27: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	8,  // 28: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	7,  // 29: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	9,  // 30: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
-	37, // 31: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	8,  // 32: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	45, // 33: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	44, // 34: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	63, // 35: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
-	43, // 36: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
-	1,  // 37: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
-	41, // 38: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	7,  // 39: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	4,  // 40: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
-	42, // 41: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
-	42, // 42: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
-	4,  // 43: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
-	9,  // 44: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
-	6,  // 45: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
-	9,  // 46: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
-	8,  // 47: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	7,  // 48: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	7,  // 49: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	56, // 50: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	61, // 51: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	9,  // 8: turbine.v1.WorkerInfo.known_adapters:type_name -> turbine.v1.LoraAdapter
+	12, // 9: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
+	11, // 10: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
+	7,  // 11: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
+	16, // 12: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
+	17, // 13: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
+	18, // 14: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
+	19, // 15: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
+	19, // 16: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
+	26, // 17: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
+	7,  // 18: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	3,  // 19: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
+	2,  // 20: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
+	7,  // 21: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
+	7,  // 22: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
+	25, // 23: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
+	0,  // 24: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
+	7,  // 25: turbine.v1.WorkerStats.actor:type_name -> turbine.v1.ActorRef
+	9,  // 26: turbine.v1.WorkerStats.adapters:type_name -> turbine.v1.LoraAdapter
+	9,  // 27: turbine.v1.WorkerStats.known_adapters:type_name -> turbine.v1.LoraAdapter
+	33, // 28: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	8,  // 29: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	8,  // 30: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	7,  // 31: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	9,  // 32: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
+	9,  // 33: turbine.v1.AnnounceModel.known_adapters:type_name -> turbine.v1.LoraAdapter
+	37, // 34: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	8,  // 35: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	45, // 36: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	44, // 37: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	63, // 38: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	43, // 39: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
+	1,  // 40: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
+	41, // 41: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	7,  // 42: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	4,  // 43: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
+	42, // 44: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
+	42, // 45: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
+	4,  // 46: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
+	9,  // 47: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
+	6,  // 48: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
+	9,  // 49: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
+	8,  // 50: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	7,  // 51: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	7,  // 52: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	56, // 53: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	61, // 54: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }

@@ -82,6 +82,7 @@ type workerState struct {
 	// adapters and maxLoras: the worker's LoRA adapters and slots, as it last registered
 	// them (WorkerStats, for the frontends' placement).
 	adapters []*messages.LoraAdapter
+	known    []*messages.LoraAdapter
 	maxLoras int32
 }
 
@@ -330,13 +331,14 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: bootstrap port %d out of range 0-65535",
 			info.WorkerId, info.BootstrapPort)}, nil
 	}
-	adapters, err := adapterSpecs(info)
+	adapters, known, err := adapterSpecs(info)
 	if err != nil {
 		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: %v", info.WorkerId, err)}, nil
 	}
 	needDump, err := g.core.Register(kv.WorkerSpec{ID: info.WorkerId, BlockSize: int(info.Card.KvBlockSize),
 		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role,
-		NoKVEvents: info.NoKvEvents, Adapters: adapters, MaxLoras: int(info.MaxLoras), LoraLoadMs: info.LoraLoadMs})
+		NoKVEvents: info.NoKvEvents, Adapters: adapters, MaxLoras: int(info.MaxLoras), LoraLoadMs: info.LoraLoadMs,
+		KnownAdapters: known})
 	if err != nil {
 		g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused")
 		return &messages.RegisterAck{Error: err.Error()}, nil
@@ -351,7 +353,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	}
 	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
 	w.role, w.bootstrapHost, w.bootstrapPort = role, info.BootstrapHost, info.BootstrapPort
-	w.adapters, w.maxLoras = info.Adapters, info.MaxLoras
+	w.adapters, w.known, w.maxLoras = info.Adapters, info.KnownAdapters, info.MaxLoras
 	if g.card == nil {
 		g.card = info.Card
 	}
@@ -526,7 +528,7 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 			if s.load != nil {
 				ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
 			}
-			ws.Actor, ws.Adapters, ws.MaxLoras = s.actor, s.adapters, s.maxLoras
+			ws.Actor, ws.Adapters, ws.MaxLoras, ws.KnownAdapters = s.actor, s.adapters, s.maxLoras, s.known
 		}
 		out.Workers = append(out.Workers, ws)
 	}
@@ -537,28 +539,40 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 // max_loras of them; engines take tens).
 const maxAdapters = 4096
 
-// adapterSpecs validates a registration's LoRA adapters (docs/reference.md §26.4): each
-// named once, max_loras and lora_load_ms in range, no more than max_loras listed.
-func adapterSpecs(info *messages.WorkerInfo) ([]kv.AdapterSpec, error) {
-	n := len(info.Adapters)
+// adapterSpecs validates a registration's LoRA adapters, held and known
+// (docs/reference.md §26.4): each named once across both lists, max_loras and
+// lora_load_ms in range, no more held than max_loras, at most maxAdapters known.
+func adapterSpecs(info *messages.WorkerInfo) (held, known []kv.AdapterSpec, err error) {
+	n, k := len(info.Adapters), len(info.KnownAdapters)
 	switch {
 	case info.MaxLoras < 0 || info.MaxLoras > maxAdapters:
-		return nil, fmt.Errorf("max_loras %d out of range 0-%d", info.MaxLoras, maxAdapters)
+		return nil, nil, fmt.Errorf("max_loras %d out of range 0-%d", info.MaxLoras, maxAdapters)
 	case n > int(info.MaxLoras):
-		return nil, fmt.Errorf("%d LoRA adapters listed, more than its max_loras %d", n, info.MaxLoras)
+		return nil, nil, fmt.Errorf("%d LoRA adapters listed, more than its max_loras %d", n, info.MaxLoras)
+	case k > maxAdapters:
+		return nil, nil, fmt.Errorf("%d known LoRA adapters listed, more than %d", k, maxAdapters)
 	case !(info.LoraLoadMs >= 0) || info.LoraLoadMs > 1e9:
-		return nil, fmt.Errorf("lora_load_ms %v out of range", info.LoraLoadMs)
-	case n == 0:
-		return nil, nil
+		return nil, nil, fmt.Errorf("lora_load_ms %v out of range", info.LoraLoadMs)
+	case n+k == 0:
+		return nil, nil, nil
 	}
-	out := make([]kv.AdapterSpec, 0, n)
-	seen := make(map[string]bool, n)
-	for _, a := range info.Adapters {
-		if a.GetName() == "" || seen[a.GetName()] {
-			return nil, fmt.Errorf("LoRA adapter name %q empty or listed twice", a.GetName())
+	seen := make(map[string]bool, n+k)
+	conv := func(list []*messages.LoraAdapter) ([]kv.AdapterSpec, error) {
+		var out []kv.AdapterSpec
+		for _, a := range list {
+			if a.GetName() == "" || seen[a.GetName()] {
+				return nil, fmt.Errorf("LoRA adapter name %q empty or listed twice", a.GetName())
+			}
+			seen[a.GetName()] = true
+			out = append(out, kv.AdapterSpec{Name: a.GetName(), Path: a.GetPath(), Pinned: a.GetPinned()})
 		}
-		seen[a.GetName()] = true
-		out = append(out, kv.AdapterSpec{Name: a.GetName(), Path: a.GetPath(), Pinned: a.GetPinned()})
+		return out, nil
 	}
-	return out, nil
+	if held, err = conv(info.Adapters); err != nil {
+		return nil, nil, err
+	}
+	if known, err = conv(info.KnownAdapters); err != nil {
+		return nil, nil, err
+	}
+	return held, known, nil
 }

@@ -78,10 +78,22 @@ func TestGrainRefusesMalformedAdapterRegistrations(t *testing.T) {
 		{"negative max_loras", -1, nil, "max_loras -1"},
 		{"empty name", 2, []*messages.LoraAdapter{a("")}, "empty or listed twice"},
 		{"listed twice", 2, []*messages.LoraAdapter{a("x"), a("x")}, "empty or listed twice"},
+		{"held and known", 2, []*messages.LoraAdapter{a("x")}, "empty or listed twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newGrain(t, &fakeClock{t: time.Unix(1000, 0)})
-			ack := registerLoras(t, g, "w0", tc.maxLoras, tc.adapters...)
+			var known []*messages.LoraAdapter
+			if tc.name == "held and known" {
+				known = []*messages.LoraAdapter{a("x")}
+			}
+			ack, err := g.Register(&messages.RegisterWorker{
+				Worker: &messages.WorkerInfo{WorkerId: "w0", Actor: &messages.ActorRef{Address: "a", Id: "worker/w0"},
+					Card: &messages.ModelCard{Model: "m", KvBlockSize: 4, TotalKvBlocks: 100}, Ready: true, EngineEpoch: 1,
+					MaxLoras: tc.maxLoras, Adapters: tc.adapters, KnownAdapters: known},
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if ack.Accepted || !strings.Contains(ack.Error, tc.want) {
 				t.Fatalf("ack %+v, want refused with %q", ack, tc.want)
 			}
