@@ -17,6 +17,10 @@
 //     (layers, heads, KV bytes per token, a parameter estimate) that ReadFolder reads
 //     into a Config.
 //
+// It also reads LoRA adapter folders (adapter.go): ReadAdapter checks a PEFT adapter
+// folder (adapter_config.json, a weights file) and Adapter.CheckBase whether it adapts a
+// served model (docs/reference.md §26.2).
+//
 // # Tokenizers
 //
 // Byte-level BPE tokenizers have tiktoken semantics (see bpeTokenizer). The other HF

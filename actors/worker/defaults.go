@@ -10,6 +10,16 @@ const (
 	DefaultReadyTimeout  = 120 * time.Second // Config.ReadyTimeout: a starting engine's first healthy answer
 	DefaultStopGrace     = 5 * time.Second   // Config.StopGrace: SIGTERM to SIGKILL
 	DefaultCanaryTimeout = 3 * time.Second   // Config.CanaryTimeout
+	// DefaultMaxLoraRank is Config.MaxLoraRank: vLLM's --max-lora-rank default.
+	DefaultMaxLoraRank = 16
+	// DefaultLoraLoadTimeout is Config.LoraLoadTimeout: one adapter load or unload call.
+	DefaultLoraLoadTimeout = 60 * time.Second
+	// DefaultLoraWaitTimeout is Config.LoraWaitTimeout: a request waiting for its
+	// adapter's load on demand.
+	DefaultLoraWaitTimeout = 30 * time.Second
+	// DefaultLoraUnloadGrace is Config.LoraUnloadGrace: the requests of an adapter being
+	// unloaded may run this long.
+	DefaultLoraUnloadGrace = 30 * time.Second
 )
 
 const (

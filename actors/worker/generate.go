@@ -24,9 +24,10 @@ var errDraining = errors.New("worker: draining (shutting down)")
 var errEngineFrozen = errors.New("worker: engine does not answer")
 
 // handedOver reports whether a request cancelled with cause is ended with a migratable
-// error chunk rather than silently (a caller's own cancellation).
+// error chunk rather than silently (a caller's own cancellation): a drain, a frozen
+// engine, an unload of the request's adapter.
 func handedOver(cause error) bool {
-	return errors.Is(cause, errDraining) || errors.Is(cause, errEngineFrozen)
+	return errors.Is(cause, errDraining) || errors.Is(cause, errEngineFrozen) || errors.Is(cause, errAdapterUnloaded)
 }
 
 // generate starts m on the engine; chunks go to m.ReplyTo, at most the granted credits
@@ -57,16 +58,40 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 			Error: "worker: engine not ready", Fault: messages.Fault_FAULT_ENGINE_ERROR})
 		return
 	}
+	// A request naming a LoRA adapter uses it from now on (it is not evicted), waiting
+	// for its load on demand when the worker does not hold it (loraops.go).
+	var wait *loraLoad
+	var loraGen uint64
+	lora := m.GetSampling().GetLoraName()
+	if lora != "" {
+		var msg string
+		var fault messages.Fault
+		if loraGen, wait, msg, fault = w.useLora(c, m); msg != "" {
+			send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: w.cfg.WorkerID,
+				Error: msg, Fault: fault})
+			return
+		}
+	}
 	ctx, cancel := context.WithCancelCause(w.ctx)
 	w.canary.touch(w.cfg.Now())
-	r := &inflight{cancel: cancel, credits: make(chan int32, 1024), replyTo: replyTo}
+	r := &inflight{cancel: cancel, credits: make(chan int32, 1024), replyTo: replyTo, lora: lora, loraGen: loraGen}
 	w.requests[m.RequestId] = r
 	w.progress.Store(time.Now().UnixNano()) // a request just started counts as progress
 	c.Watch(replyTo)
 	self := c.Self()
 	engine := w.engine
+	workerID, loraWait := w.cfg.WorkerID, w.cfg.LoraWaitTimeout
 	go func() {
 		defer sys.Root.Send(self, requestDone{id: m.RequestId})
+		if wait != nil {
+			if msg, fault, ok := awaitLora(ctx, wait, lora, workerID, loraWait); !ok {
+				if msg != "" {
+					send(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: workerID,
+						Error: msg, Fault: fault})
+				}
+				return
+			}
+		}
 		release := func(params string) { w.releaseUndelivered(engine, m.RequestId, params) }
 		err := streamChunks(ctx, engine, m, r.credits, send, w.cfg.WorkerID, release)
 		var refused *engines.InvalidRequestError

@@ -8,6 +8,7 @@ import (
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/kv/kvpb"
 	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 // RouterClient is the part of the Router grain a worker talks to.
@@ -29,6 +30,15 @@ type (
 	relayHeartbeat struct {
 		info *messages.WorkerInfo
 		load *messages.WorkerLoad
+		seq  uint64 // info's adapter sequence (workerActor.loraSeq when info was made)
+	}
+	// relayRegister registers info at once with the load of the latest heartbeat (an
+	// adapter change, the seq-th); done is closed once the router answered, or at once
+	// when nothing more goes to the router.
+	relayRegister struct {
+		info *messages.WorkerInfo
+		seq  uint64
+		done chan struct{}
 	}
 	relayEpoch struct{ epoch uint64 } // engine (re)started: forget its blocks
 	relayDump  struct{}
@@ -53,7 +63,13 @@ type relay struct {
 	lastEng uint64 // last engine sequence number seen
 	seenEng bool
 	info    *messages.WorkerInfo
-	left    bool // deregistered (draining or stopping): nothing more goes to the router
+	load    *messages.WorkerLoad // of the latest heartbeat
+	left    bool                 // deregistered (draining or stopping): nothing more goes to the router
+	// adapters is the info of the latest adapter change registered (relayRegister) and
+	// adapterSeq its sequence: a heartbeat made before it registers its adapters instead
+	// of its own stale ones.
+	adapters   *messages.WorkerInfo
+	adapterSeq uint64
 
 	failingSince, lastFailLog time.Time // registration failures, for paced logging
 }
@@ -76,6 +92,9 @@ func (r *relay) run(ctx context.Context) {
 
 func (r *relay) handle(it any) {
 	if _, leave := it.(relayLeave); r.left && !leave {
+		if reg, ok := it.(relayRegister); ok {
+			close(reg.done)
+		}
 		return
 	}
 	switch it := it.(type) {
@@ -85,32 +104,23 @@ func (r *relay) handle(it any) {
 	case relayBatch:
 		r.onBatch(it.batch)
 	case relayHeartbeat:
-		r.info = it.info
-		ack, err := r.router.Register(&messages.RegisterWorker{Worker: it.info, Load: it.load, LastEventSeq: r.seq})
-		if err != nil {
-			// Once when it starts failing, then once a minute: a router out of reach (no
-			// frontend, discovery down) must not flood the log every heartbeat.
-			if now := time.Now(); r.failingSince.IsZero() || now.Sub(r.lastFailLog) >= time.Minute {
-				if r.failingSince.IsZero() {
-					r.failingSince = now
-				}
-				r.lastFailLog = now
-				r.log.Warn().Err(err).Dur("failing_for", now.Sub(r.failingSince).Round(time.Second)).
-					Msg("register with router failed: no Router grain reachable (is a frontend up, and discovery reachable?)")
-			}
-			return
+		r.load = it.load
+		info := it.info
+		if r.adapters != nil && it.seq < r.adapterSeq {
+			info = proto.Clone(info).(*messages.WorkerInfo)
+			info.Adapters, info.MaxLoras, info.LoraLoadMs = r.adapters.Adapters, r.adapters.MaxLoras, r.adapters.LoraLoadMs
 		}
-		if !r.failingSince.IsZero() {
-			r.log.Info().Dur("failed_for", time.Since(r.failingSince).Round(time.Second)).Msg("registered with router again")
-			r.failingSince = time.Time{}
+		r.register(info, it.load)
+	case relayRegister:
+		load := r.load
+		if load == nil {
+			load = &messages.WorkerLoad{}
 		}
-		if !ack.Accepted {
-			r.log.Error().Str("reason", ack.Error).Msg("router refused this worker")
-			return
+		if it.seq >= r.adapterSeq {
+			r.adapters, r.adapterSeq = it.info, it.seq
 		}
-		if ack.NeedDump {
-			r.dump()
-		}
+		r.register(it.info, load)
+		close(it.done)
 	case relayDump:
 		r.dump()
 	case relayLeave:
@@ -120,6 +130,36 @@ func (r *relay) handle(it any) {
 			r.log.Debug().Err(err).Msg("deregister failed")
 		}
 		close(it.done)
+	}
+}
+
+// register sends a registration of info with load, and a dump when the router asks.
+func (r *relay) register(info *messages.WorkerInfo, load *messages.WorkerLoad) {
+	r.info = info
+	ack, err := r.router.Register(&messages.RegisterWorker{Worker: info, Load: load, LastEventSeq: r.seq})
+	if err != nil {
+		// Once when it starts failing, then once a minute: a router out of reach (no
+		// frontend, discovery down) must not flood the log every heartbeat.
+		if now := time.Now(); r.failingSince.IsZero() || now.Sub(r.lastFailLog) >= time.Minute {
+			if r.failingSince.IsZero() {
+				r.failingSince = now
+			}
+			r.lastFailLog = now
+			r.log.Warn().Err(err).Dur("failing_for", now.Sub(r.failingSince).Round(time.Second)).
+				Msg("register with router failed: no Router grain reachable (is a frontend up, and discovery reachable?)")
+		}
+		return
+	}
+	if !r.failingSince.IsZero() {
+		r.log.Info().Dur("failed_for", time.Since(r.failingSince).Round(time.Second)).Msg("registered with router again")
+		r.failingSince = time.Time{}
+	}
+	if !ack.Accepted {
+		r.log.Error().Str("reason", ack.Error).Msg("router refused this worker")
+		return
+	}
+	if ack.NeedDump {
+		r.dump()
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/supervise"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // CatalogClient is the part of the Catalog grain a worker talks to.
@@ -67,12 +68,40 @@ type Config struct {
 	CanaryInterval time.Duration
 	// CanaryTimeout bounds a canary request (default 3 s).
 	CanaryTimeout time.Duration
+	// MaxLoras is how many LoRA adapters the worker holds at once (docs/reference.md
+	// §26.2); its engine must be started for as many (launcher.Spec.MaxLoras). 0:
+	// adapters off (LoadLora answers LORA_NO_SLOT).
+	MaxLoras int
+	// MaxLoraRank is the largest adapter rank the engine takes (default
+	// DefaultMaxLoraRank, vLLM's); a folder of a larger rank is refused before the
+	// engine sees it.
+	MaxLoraRank int
+	// Loras are adapters (name and path) loaded and pinned once the engine is ready, and
+	// again into every restarted engine, before the worker reports ready (--lora). Props
+	// checks their folders: at most MaxLoras of them.
+	Loras []*messages.LoraAdapter
+	// ModelPath is what the engine loads (a model folder or a hub id), against which an
+	// adapter's base_model_name_or_path is checked with the served name; "" takes the
+	// card's tokenizer when that is a folder (BaseModelOf).
+	ModelPath string
+	// LoraLoadTimeout bounds one adapter load or unload call to the engine (default
+	// DefaultLoraLoadTimeout).
+	LoraLoadTimeout time.Duration
+	// LoraWaitTimeout bounds how long a request waits for its adapter's load on demand
+	// (default DefaultLoraWaitTimeout); past it the request fails as one another worker
+	// may serve (FAULT_ENGINE_ERROR).
+	LoraWaitTimeout time.Duration
+	// LoraUnloadGrace is how long an unload lets the requests using the adapter run
+	// (default DefaultLoraUnloadGrace); the rest are then handed back for migration.
+	LoraUnloadGrace time.Duration
 	// Now is the clock of the canary schedule (default time.Now).
 	Now     func() time.Time
 	Backoff supervise.Backoff
 	Router  RouterClient
 	Catalog CatalogClient
 	Logger  zerolog.Logger
+
+	loraBase model.BaseModel // what adapters are checked against (BaseModelOf), set by Props
 }
 
 func (c *Config) defaults() {
@@ -94,10 +123,24 @@ func (c *Config) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxLoraRank == 0 {
+		c.MaxLoraRank = DefaultMaxLoraRank
+	}
+	if c.LoraLoadTimeout <= 0 {
+		c.LoraLoadTimeout = DefaultLoraLoadTimeout
+	}
+	if c.LoraWaitTimeout <= 0 {
+		c.LoraWaitTimeout = DefaultLoraWaitTimeout
+	}
+	if c.LoraUnloadGrace <= 0 {
+		c.LoraUnloadGrace = DefaultLoraUnloadGrace
+	}
 }
 
 // Props returns the props of a worker actor. Errors: a config without id, card, launcher
-// or router, an unknown Role (kv.ErrInvalidRole), a BootstrapPort out of range, with
+// or router, an unknown Role (kv.ErrInvalidRole), a BootstrapPort out of range, negative
+// adapter limits, more Loras than MaxLoras or one whose folder fails CheckAdapter (or a
+// model folder whose config.json does not read, with MaxLoras set), with
 // CheckTokenizer a card whose tokenizer (a local folder or a builtin) does not load: the model is refused, the
 // reason logged and counted (checkTokenizer).
 func Props(cfg Config) (*actor.Props, error) {
@@ -119,6 +162,14 @@ func Props(cfg Config) (*actor.Props, error) {
 		return nil, fmt.Errorf("worker: role: %w", err)
 	}
 	cfg.Role = role.Label()
+	if cfg.MaxLoras > 0 {
+		if cfg.loraBase, err = BaseModelOf(cfg.Card, cfg.ModelPath); err != nil {
+			return nil, fmt.Errorf("worker: LoRA adapters: %w", err)
+		}
+	}
+	if err := checkLoras(&cfg); err != nil {
+		return nil, err
+	}
 	if cfg.CheckTokenizer {
 		if err := checkTokenizer(cfg.Card); err != nil {
 			cfg.Logger.Error().Str("worker", cfg.WorkerID).Str("model", cfg.Card.Model).Err(err).Msg("model refused")
@@ -157,6 +208,10 @@ type inflight struct {
 	cancel  context.CancelCauseFunc
 	credits chan int32
 	replyTo *actor.PID
+	// lora and loraGen: the adapter the request uses and its entry's generation
+	// (loraTable.use); "" for the base model.
+	lora    string
+	loraGen uint64
 }
 
 type workerActor struct {
@@ -188,20 +243,39 @@ type workerActor struct {
 	bootstrapHost string
 	bootstrapPort int
 	self          *actor.PID
+	sys           *actor.ActorSystem
 	canary        canary
 	canaries      int // canary requests sent, for their ids
+	// LoRA adapters (loraops.go): the slot table, the loads and unloads under way by
+	// adapter name, and the engine's measured loads (their count and total time).
+	loras         *loraTable
+	loraLoads     map[string]*loraLoad
+	loraUnloads   map[string]*loraUnload
+	loraLoadCount int
+	loraLoadTotal time.Duration
+	// loraSeq numbers the adapter changes registered at once (registerNow): a heartbeat
+	// made before one must not register the adapters it saw (relay).
+	loraSeq uint64
 }
 
 func newActor(cfg Config) *workerActor {
 	log := cfg.Logger.With().Str("worker", cfg.WorkerID).Logger()
-	return &workerActor{cfg: cfg, log: log, backoff: cfg.Backoff, requests: map[string]*inflight{},
-		canary: canary{interval: cfg.CanaryInterval}, bootstrapHost: cfg.BootstrapHost, bootstrapPort: cfg.BootstrapPort}
+	w := &workerActor{cfg: cfg, log: log, backoff: cfg.Backoff, requests: map[string]*inflight{},
+		canary: canary{interval: cfg.CanaryInterval}, bootstrapHost: cfg.BootstrapHost, bootstrapPort: cfg.BootstrapPort,
+		loras: newLoraTable(cfg.MaxLoras), loraLoads: map[string]*loraLoad{}, loraUnloads: map[string]*loraUnload{}}
+	for _, a := range cfg.Loras { // checked and completed by Props (checkLoras)
+		w.loras.pin(a)
+	}
+	return w
 }
 
 func (w *workerActor) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
-		w.self = c.Self()
+		w.self, w.sys = c.Self(), c.ActorSystem()
+		if w.cfg.MaxLoras > 0 {
+			w.loraMetricsAtZero()
+		}
 		w.ctx, w.cancel = context.WithCancel(context.Background())
 		// Epochs must increase across restarts of this actor (and of its process) too,
 		// so they start from the clock rather than from zero.
@@ -231,6 +305,20 @@ func (w *workerActor) Receive(c actor.Context) {
 		w.modelFiles(c, m)
 	case *messages.DumpBlocksRequest:
 		w.relay.in <- relayDump{}
+	case *messages.LoadLora:
+		w.loadLora(c, m)
+	case *messages.UnloadLora:
+		w.unloadLora(c, m)
+	case loraChecked:
+		w.onLoraChecked(c, m)
+	case loraLoaded:
+		w.onLoraLoaded(m)
+	case loraUnloaded:
+		w.onLoraUnloaded(m)
+	case loraUnloadExpired:
+		w.onLoraUnloadExpired(m)
+	case loraRestored:
+		w.onLoraRestored(c, m)
 	case *actor.Terminated:
 		for _, r := range w.requests {
 			if r.replyTo.Equal(m.Who) {
@@ -241,6 +329,9 @@ func (w *workerActor) Receive(c actor.Context) {
 		if r := w.requests[m.id]; r != nil {
 			r.cancel(nil)
 			delete(w.requests, m.id)
+			if r.lora != "" {
+				w.releaseLora(c, r.lora, r.loraGen)
+			}
 			w.canary.touch(w.cfg.Now())
 			w.drained()
 		}
@@ -251,11 +342,9 @@ func (w *workerActor) Receive(c actor.Context) {
 	case canaryDone:
 		w.onCanary(c, m)
 	case engineReady:
-		if m.epoch == w.epoch {
-			w.ready, w.failedScrapes = true, 0
-			w.canary.reset(w.cfg.Now())
-			w.log.Info().Uint64("epoch", m.epoch).Msg("engine ready")
-			w.heartbeatNow(c)
+		// A started engine is given the pinned LoRA adapters first (loraRestored).
+		if m.epoch == w.epoch && !w.restoreLoras(c, m.epoch) {
+			w.engineUp(c, m.epoch)
 		}
 	case engineFailed:
 		if m.epoch == w.epoch && w.proc != nil {
@@ -282,6 +371,14 @@ func (w *workerActor) Receive(c actor.Context) {
 	case *actor.Stopping:
 		w.stop()
 	}
+}
+
+// engineUp reports the engine of epoch ready: routers may send it requests.
+func (w *workerActor) engineUp(c actor.Context, epoch uint64) {
+	w.ready, w.failedScrapes = true, 0
+	w.canary.reset(w.cfg.Now())
+	w.log.Info().Uint64("epoch", epoch).Msg("engine ready")
+	w.heartbeatNow(c)
 }
 
 func (w *workerActor) tick(c actor.Context) {
@@ -403,6 +500,7 @@ func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 		w.engineStop()
 	}
 	w.closeEngine()
+	w.loraEngineLost()
 	if w.stopping || w.draining {
 		return
 	}
@@ -439,6 +537,10 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		BootstrapHost: w.bootstrapHost,
 		BootstrapPort: int32(w.bootstrapPort),
 		NoKvEvents:    !publishesKVEvents(w.cfg.Launcher),
+		Adapters:      w.loras.held(),
+		MaxLoras:      int32(w.maxLoras()),
+		MaxLoraRank:   int32(w.cfg.MaxLoraRank),
+		LoraLoadMs:    w.loraLoadMs(),
 	}
 }
 
@@ -515,7 +617,7 @@ func (w *workerActor) heartbeat(c actor.Context) {
 		return
 	}
 	w.hbBusy = true
-	info, engine, up, fails, healthy := w.info(), w.engine, w.ready, w.failedScrapes, w.canary.healthy()
+	info, engine, up, fails, healthy, seq := w.info(), w.engine, w.ready, w.failedScrapes, w.canary.healthy(), w.loraSeq
 	self, sys := c.Self(), c.ActorSystem()
 	go func() {
 		done := heartbeatDone{}
@@ -538,17 +640,12 @@ func (w *workerActor) heartbeat(c actor.Context) {
 			info.Ready = healthy && fails < maxFailedScrapes
 		}
 		select {
-		case w.relay.in <- relayHeartbeat{info: info, load: load}:
+		case w.relay.in <- relayHeartbeat{info: info, load: load, seq: seq}:
 		case <-w.ctx.Done():
 			return
 		}
 		if w.cfg.Catalog != nil && info.Ready {
-			// Generous, so that a slow heartbeat never makes the model vanish for a moment.
-			ttl := max(catalogTTLHeartbeats*w.cfg.Heartbeat, minCatalogTTL)
-			if _, err := w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID,
-				TtlMs: ttl.Milliseconds(), Worker: info.Actor}); err != nil {
-				w.log.Debug().Err(err).Msg("catalog announce failed")
-			}
+			w.announce(info)
 		}
 	}()
 }

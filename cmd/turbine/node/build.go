@@ -34,8 +34,12 @@ func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (work
 	if err != nil {
 		return worker.Config{}, err
 	}
-	return worker.Config{WorkerID: id, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
-		CheckTokenizer: true, Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine)}, nil
+	cfg := worker.Config{WorkerID: id, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
+		CheckTokenizer: true, Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine),
+		ModelPath: b.loraModelPath(req.Engine, card)}
+	// --lora adapters were checked against the boot model: only its workers pin them.
+	b.o.Lora.SetWorker(&cfg, card.Model == b.boot.Model)
+	return cfg, nil
 }
 
 // launcher returns the launcher of req's engine for card (registry.Default): a real
@@ -48,7 +52,9 @@ func (b *builder) launcher(req *messages.StartWorker, card *messages.ModelCard) 
 	}
 	spec := b.o.Launch.Spec(req.Engine, b.modelPath(card), card, int(req.TensorParallelSize), b.maxModelLen(card), req.EngineArgs)
 	spec.Role = options.LauncherRole(b.o.WorkerRole)
+	b.o.Lora.SetSpec(&spec)
 	mock := b.o.Engine.MockerFor(b.self, card, b.o.WorkerRole)
+	b.o.Lora.SetMocker(&mock)
 	mock.Extra, mock.Params.Dialect = req.EngineArgs, server.DialectName(b.o.MockerDialect)
 	l, err := registry.Default.Launcher(req.Engine, registry.Config{Spec: spec, Mock: mock})
 	if err != nil {
@@ -68,6 +74,18 @@ func (b *builder) modelPath(card *messages.ModelCard) string {
 		return card.Tokenizer
 	}
 	return card.Model
+}
+
+// loraModelPath is what the LoRA adapters of card's workers are checked against besides
+// the served name (worker.Config.ModelPath): what a real engine loads (modelPath); for
+// the mock engine a --model folder, else "" (the card's tokenizer folder, when it is
+// one).
+func (b *builder) loraModelPath(engine string, card *messages.ModelCard) string {
+	p := b.modelPath(card)
+	if !registry.Real(engine) && !options.IsDir(p) {
+		return ""
+	}
+	return p
 }
 
 // maxModelLen is the context length a real engine is told: the card's when

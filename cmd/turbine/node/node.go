@@ -53,6 +53,7 @@ type Options struct {
 	options.Cluster
 	options.Log
 	options.Canary
+	options.Lora
 	DrainTimeout       time.Duration
 	NodeID             string
 	Workers            int
@@ -69,7 +70,7 @@ type Options struct {
 func Defaults() Options {
 	host, _ := os.Hostname()
 	return Options{Engine: options.DefaultEngine(), Launch: options.DefaultLaunch(), Cluster: options.DefaultCluster(),
-		Log: options.DefaultLog(), Canary: options.DefaultCanary(), DrainTimeout: options.DefaultDrainTimeout,
+		Log: options.DefaultLog(), Canary: options.DefaultCanary(), Lora: options.DefaultLora(), DrainTimeout: options.DefaultDrainTimeout,
 		NodeID: host, Workers: 2, EngineName: launcher.EngineMocker, WorkerRole: "aggregated"}
 }
 
@@ -85,6 +86,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
 	o.Canary.Flags(fs)
+	o.Lora.Flags(fs)
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
 		"on SIGTERM, how long the workers' requests in flight may run to their end (they leave routing at once) before the rest are ended as migratable")
 }
@@ -118,7 +120,7 @@ func (o *Options) Validate() error {
 		engineFlag, engine = "--mocker-dialect", o.MockerDialect
 	}
 	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
-		o.Engine.CheckPoolingLayout(engineFlag, engine, disaggFlags...), o.Cluster.Validate(), o.Canary.Validate()} {
+		o.Engine.CheckPoolingLayout(engineFlag, engine, disaggFlags...), o.Cluster.Validate(), o.Canary.Validate(), o.Lora.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -181,6 +183,10 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 			o.Workers, o.bootTensorParallelSize(), need, len(gpus), why)
 	}
 	b := &builder{o: o, boot: card, self: self, selfErr: selfErr}
+	// A bad --lora fails here, before the node joins the cluster, rather than each worker.
+	if err := o.Lora.CheckAdapters(card, b.loraModelPath(o.EngineName, card)); err != nil {
+		return err
+	}
 	log.Info().Str("engine", o.EngineName).Str("worker_role", o.WorkerRole).Str("model", o.Model).Str("served_model_name", card.Model).
 		Str("tokenizer", card.Tokenizer).Int32("context_length", card.ContextLength).Int32("kv_block_size", card.KvBlockSize).
 		Strs("engine_args", o.EngineArgs).Msg("model card")

@@ -40,6 +40,8 @@ type Options struct {
 	options.Router
 	options.Disagg
 	options.Migration
+	options.LoraRouting
+	options.Lora
 	options.Admission
 	options.Canary
 	options.Log
@@ -58,7 +60,7 @@ type Options struct {
 // Defaults are the embedded defaults (docs/reference.md §3, §7).
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(),
-		Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2,
+		LoraRouting: options.DefaultLoraRouting(), Lora: options.DefaultLora(), Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2,
 		MockerKVEvents: true}
 }
 
@@ -76,6 +78,8 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Router.Flags(fs)
 	o.Disagg.Flags(fs)
 	o.Migration.Flags(fs)
+	o.LoraRouting.Flags(fs)
+	o.Lora.Flags(fs)
 	o.Admission.Flags(fs)
 	o.Canary.Flags(fs)
 	o.Log.Flags(fs)
@@ -116,7 +120,8 @@ func (o *Options) Validate() error {
 	}
 	for _, err := range []error{options.CheckMockerDialect(o.MockerDialect), o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
 		o.Engine.CheckPoolingLayout("--mocker-dialect", o.MockerDialect, disaggFlags...),
-		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate()} {
+		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate(),
+		o.Lora.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -144,6 +149,9 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	card.Engine = engines.NameMocker
 	if note := options.ParserNote(card); note != "" {
 		log.Info().Str("model", card.Model).Msg("output parsing: " + note)
+	}
+	if err := o.Lora.CheckAdapters(card, ""); err != nil {
+		return err
 	}
 	// Bind the HTTP port first: a taken port fails fast, before any engine starts.
 	ln, err := o.HTTP.Listen()
@@ -182,13 +190,16 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		cfg := o.Engine.MockerFor(self, card, w.role)
 		cfg.Params.Dialect = server.DialectName(o.MockerDialect)
 		cfg.NoKVEvents = !o.MockerKVEvents
+		o.Lora.SetMocker(&cfg)
 		mock, err := launch.New(cfg)
 		if err != nil {
 			return err
 		}
-		props, err := worker.Props(worker.Config{WorkerID: w.id, Card: card, Launcher: mock,
+		wcfg := worker.Config{WorkerID: w.id, Card: card, Launcher: mock,
 			Role: w.role, Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
-			Router: routerClient, Catalog: catalogClient, Logger: log})
+			Router: routerClient, Catalog: catalogClient, Logger: log}
+		o.Lora.SetWorker(&wcfg, true)
+		props, err := worker.Props(wcfg)
 		if err != nil {
 			return err
 		}
@@ -199,7 +210,8 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		pids = append(pids, pid)
 	}
 
-	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy()})
+	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy(),
+		LoraOnDemand: o.LoraOnDemand})
 	handler, err := gateway.New(o.Admission.Gateway(o.HTTP.Gateway(gateway.Config{Logger: log})), backend)
 	if err != nil {
 		return err

@@ -1,0 +1,309 @@
+package worker
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/model"
+	"google.golang.org/protobuf/proto"
+)
+
+// The worker's LoRA adapter slots (docs/reference.md §26.2). loraTable is the pure core:
+// which adapters the worker holds or is loading, which slot a load takes and which
+// adapter it evicts; the actor (loraops.go) does the folder checks and the engine calls
+// off its goroutine and feeds their outcomes back in.
+//
+// Invariants: the entries holding a slot (loading, held, unloading, restoring) are at
+// most max; an evicting entry gave its slot to the load that evicts it, so the engine,
+// which unloads the victim before it loads the new adapter, never holds more than max.
+// A pinned adapter is never evicted. An entry's running count is the requests that use
+// it, waiting for its load or running; one with requests is never evicted, and an
+// unload waits for them (bounded: Config.LoraUnloadGrace).
+
+// loraState is where an adapter of the table stands.
+type loraState int
+
+const (
+	loraChecking  loraState = iota // its folder is being checked; no slot taken yet
+	loraLoading                    // the engine is loading it into its slot
+	loraHeld                       // the engine holds it: requests use it
+	loraUnloading                  // unload asked: no new request; unloaded once none runs
+	loraEvicting                   // leaving the engine to free its slot for another load
+	loraRestoring                  // pinned, loaded again into a restarted engine
+)
+
+var loraStateNames = [...]string{"checking", "loading", "held", "unloading", "evicting", "restoring"}
+
+func (s loraState) String() string { return loraStateNames[s] }
+
+// holdsSlot reports whether an entry in state s counts against max.
+func (s loraState) holdsSlot() bool {
+	return s == loraLoading || s == loraHeld || s == loraUnloading || s == loraRestoring
+}
+
+// loraError is a refused adapter operation: its LoraReply failure and message.
+type loraError struct {
+	failure messages.LoraFailure
+	msg     string
+}
+
+func (e *loraError) Error() string { return e.msg }
+
+func loraErrorf(f messages.LoraFailure, format string, args ...any) *loraError {
+	return &loraError{failure: f, msg: fmt.Sprintf(format, args...)}
+}
+
+// loraEntry is one adapter of the table.
+type loraEntry struct {
+	adapter *messages.LoraAdapter // name, path (cleaned), parent, base_model, rank, pinned
+	state   loraState
+	gen     uint64 // unique per entry: an outcome for an older entry of the name is stale
+	used    uint64 // the table's sequence at its last use: the least recently used is evicted
+	running int    // requests using it (waiting for its load, or running)
+	once    bool   // an engine has held it: a restoring entry is loaded again, not for the first time
+}
+
+// loraTable is the worker's adapters. Not safe for concurrent use (the actor owns it).
+type loraTable struct {
+	max     int
+	seq     uint64 // use sequence and generations
+	entries map[string]*loraEntry
+}
+
+func newLoraTable(max int) *loraTable {
+	return &loraTable{max: max, entries: map[string]*loraEntry{}}
+}
+
+func (t *loraTable) next() uint64 { t.seq++; return t.seq }
+
+// loraBegin is what a load asked for must do next.
+type loraBegin int
+
+const (
+	loraBeginCheck loraBegin = iota // a new entry: check its folder (checked)
+	loraBeginHeld                   // already held with that path: nothing to load
+	loraBeginJoin                   // already being checked or loaded with that path: wait for that load
+)
+
+// begin starts a load of a (name and path; pinned: an operator's). An adapter of that
+// name with another path is LORA_INVALID; one leaving the engine LORA_ENGINE (try again
+// once it is gone). A pinned load of an adapter held or being loaded unpinned pins it.
+// gen is the entry's generation.
+func (t *loraTable) begin(a *messages.LoraAdapter) (next loraBegin, gen uint64, err *loraError) {
+	path := filepath.Clean(a.GetPath())
+	if e := t.entries[a.GetName()]; e != nil {
+		switch {
+		case e.adapter.GetPath() != path:
+			return 0, 0, loraErrorf(messages.LoraFailure_LORA_INVALID,
+				"adapter %q is already loaded from %s, not %s (unload it first, or choose another name)", a.GetName(), e.adapter.GetPath(), path)
+		case e.state == loraUnloading || e.state == loraEvicting:
+			return 0, 0, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q is being unloaded; load it again once it is gone", a.GetName())
+		case e.state == loraRestoring:
+			return 0, 0, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q is being loaded into the restarted engine", a.GetName())
+		}
+		e.adapter.Pinned = e.adapter.Pinned || a.GetPinned()
+		if e.state == loraHeld {
+			return loraBeginHeld, e.gen, nil
+		}
+		return loraBeginJoin, e.gen, nil
+	}
+	ad := proto.Clone(a).(*messages.LoraAdapter)
+	ad.Path = path
+	e := &loraEntry{adapter: ad, state: loraChecking, gen: t.next()}
+	e.used = e.gen
+	t.entries[ad.Name] = e
+	return loraBeginCheck, e.gen, nil
+}
+
+// entry returns the entry of name when it is of generation gen.
+func (t *loraTable) entry(name string, gen uint64) *loraEntry {
+	if e := t.entries[name]; e != nil && e.gen == gen {
+		return e
+	}
+	return nil
+}
+
+// drop removes entry name of generation gen (its check or load failed).
+func (t *loraTable) drop(name string, gen uint64) {
+	if t.entry(name, gen) != nil {
+		delete(t.entries, name)
+	}
+}
+
+// reserve gives checked entry name (generation gen) its slot, with the figures its
+// folder gave (a: base model and rank): a free slot, else the slot of the least recently
+// used unpinned held adapter that no request uses, which is then evicting (victim; the
+// engine must unload it before it loads name). With neither the entry is dropped:
+// LORA_NO_SLOT. A stale gen is LORA_ENGINE (the engine restarted meanwhile).
+func (t *loraTable) reserve(name string, gen uint64, a model.Adapter) (victim string, err *loraError) {
+	e := t.entry(name, gen)
+	if e == nil || e.state != loraChecking {
+		return "", loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q: the engine restarted during the load", name)
+	}
+	e.adapter.BaseModel, e.adapter.Rank = a.BaseModel, int32(a.Rank)
+	used := 0
+	var lru *loraEntry
+	for _, o := range t.entries {
+		if o.state.holdsSlot() {
+			used++
+		}
+		if o.state == loraHeld && !o.adapter.Pinned && o.running == 0 && (lru == nil || o.used < lru.used) {
+			lru = o
+		}
+	}
+	e.state = loraLoading
+	if used < t.max {
+		return "", nil
+	}
+	if t.max == 0 {
+		delete(t.entries, name)
+		return "", loraErrorf(messages.LoraFailure_LORA_NO_SLOT, "no slot for adapter %q: the worker holds no adapters", name)
+	}
+	if lru == nil {
+		delete(t.entries, name)
+		return "", loraErrorf(messages.LoraFailure_LORA_NO_SLOT,
+			"no slot for adapter %q: all %d slots hold pinned adapters or adapters that running requests use", name, t.max)
+	}
+	lru.state = loraEvicting
+	return lru.adapter.Name, nil
+}
+
+// loaded records the end of entry name's load: held when ok, else dropped. A stale
+// outcome is ignored.
+func (t *loraTable) loaded(name string, gen uint64, ok bool) {
+	e := t.entry(name, gen)
+	switch {
+	case e == nil || e.state != loraLoading:
+	case ok:
+		e.state, e.once = loraHeld, true
+	default:
+		delete(t.entries, name)
+	}
+}
+
+// evicted records the end of victim's eviction: gone when ok, else held again (the
+// engine still holds it).
+func (t *loraTable) evicted(victim string, ok bool) {
+	e := t.entries[victim]
+	switch {
+	case e == nil || e.state != loraEvicting:
+	case ok:
+		delete(t.entries, victim)
+	default:
+		e.state = loraHeld
+	}
+}
+
+// use counts a request of adapter name that starts now (or waits for the adapter's
+// load) and makes it the most recently used. ok is false when no entry of that name
+// takes requests (absent, or leaving the engine: unloading, evicting).
+func (t *loraTable) use(name string) (gen uint64, state loraState, ok bool) {
+	e := t.entries[name]
+	if e == nil || e.state == loraUnloading || e.state == loraEvicting || e.state == loraRestoring {
+		return 0, 0, false
+	}
+	e.running++
+	e.used = t.next()
+	return e.gen, e.state, true
+}
+
+// release ends a request use counted. unload is true when it was the last request of an
+// adapter waiting to be unloaded: the engine may unload it now.
+func (t *loraTable) release(name string, gen uint64) (unload bool) {
+	e := t.entry(name, gen)
+	if e == nil || e.running == 0 {
+		return false
+	}
+	e.running--
+	return e.state == loraUnloading && e.running == 0
+}
+
+// beginUnload marks held adapter name unloading: it takes no new request, and the
+// engine unloads it once running is 0. Not held: LORA_NOT_FOUND; still loading:
+// LORA_ENGINE (try again once it is loaded).
+func (t *loraTable) beginUnload(name string) (gen uint64, running int, err *loraError) {
+	e := t.entries[name]
+	switch {
+	case e == nil || e.state == loraEvicting:
+		return 0, 0, loraErrorf(messages.LoraFailure_LORA_NOT_FOUND, "adapter %q is not loaded", name)
+	case e.state == loraChecking || e.state == loraLoading || e.state == loraRestoring:
+		return 0, 0, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q is still loading; unload it once it is loaded", name)
+	}
+	e.state = loraUnloading
+	return e.gen, e.running, nil
+}
+
+// unloaded records the end of entry name's unload: gone when ok, else held again.
+func (t *loraTable) unloaded(name string, gen uint64, ok bool) {
+	e := t.entry(name, gen)
+	switch {
+	case e == nil || e.state != loraUnloading:
+	case ok:
+		delete(t.entries, name)
+	default:
+		e.state = loraHeld
+	}
+}
+
+// engineLost forgets what a dead engine held: pinned adapters it held (or was loading
+// again) are restoring, to be loaded into the next engine before the worker is ready;
+// every other entry is dropped (their pending outcomes are then stale).
+func (t *loraTable) engineLost() {
+	for name, e := range t.entries {
+		if e.adapter.Pinned && (e.state == loraHeld || e.state == loraRestoring) {
+			e.state, e.running = loraRestoring, 0
+			continue
+		}
+		delete(t.entries, name)
+	}
+}
+
+// pin adds a pinned adapter that a started engine must load before the worker is ready
+// (Config.Loras); it is restoring until then.
+func (t *loraTable) pin(a *messages.LoraAdapter) {
+	ad := proto.Clone(a).(*messages.LoraAdapter)
+	ad.Path, ad.Pinned = filepath.Clean(ad.Path), true
+	e := &loraEntry{adapter: ad, state: loraRestoring, gen: t.next()}
+	e.used = e.gen
+	t.entries[ad.Name] = e
+}
+
+// restoring lists the adapters a started engine must load, by name.
+func (t *loraTable) restoring() []*messages.LoraAdapter { return t.list(loraRestoring) }
+
+// restored records the outcome of a restoring adapter's load: held when ok, else
+// dropped.
+func (t *loraTable) restored(name string, ok bool) {
+	e := t.entries[name]
+	switch {
+	case e == nil || e.state != loraRestoring:
+	case ok:
+		e.state, e.once = loraHeld, true
+	default:
+		delete(t.entries, name)
+	}
+}
+
+// reloaded reports whether restoring adapter name was held by an earlier engine (else
+// this is its first load: an adapter of the worker's configuration).
+func (t *loraTable) reloaded(name string) bool {
+	e := t.entries[name]
+	return e != nil && e.once
+}
+
+// held lists the adapters the engine holds and that take requests, by name: what the
+// worker registers (copies).
+func (t *loraTable) held() []*messages.LoraAdapter { return t.list(loraHeld) }
+
+func (t *loraTable) list(s loraState) []*messages.LoraAdapter {
+	var out []*messages.LoraAdapter
+	for _, e := range t.entries {
+		if e.state == s {
+			out = append(out, proto.Clone(e.adapter).(*messages.LoraAdapter))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
