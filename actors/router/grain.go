@@ -45,7 +45,10 @@ type Config struct {
 	// yet ended count as cached there until its events say so (kv.Config.PredictActive;
 	// docs/reference.md §3.3).
 	PredictActive bool
-	Logger        zerolog.Logger
+	// IgnoreAdapters routes adapter requests as if adapters did not matter
+	// (kv.Config.IgnoreAdapters; docs/reference.md §26.4).
+	IgnoreAdapters bool
+	Logger         zerolog.Logger
 	// Now and Seed are for tests; zero means time.Now and a random seed.
 	Now  func() time.Time
 	Seed uint64
@@ -126,7 +129,7 @@ func New(cfg Config) *Grain {
 		kcfg.Policy = cfg.Mode
 	}
 	kcfg.OverlapWeight, kcfg.Temperature, kcfg.Busy = cfg.OverlapWeight, cfg.Temperature, cfg.Busy
-	kcfg.PredictActive = cfg.PredictActive
+	kcfg.PredictActive, kcfg.IgnoreAdapters = cfg.PredictActive, cfg.IgnoreAdapters
 	if cfg.MaxUnackedAge != 0 {
 		kcfg.MaxUnackedAge = cfg.MaxUnackedAge
 	}

@@ -342,6 +342,9 @@ type Router struct {
 	// RouterPredictActive: requests routed to a worker and not yet ended count as cached
 	// there until its KV events say so (kv.Config.PredictActive).
 	RouterPredictActive bool
+	// RouterIgnoreAdapters: route adapter requests as if adapters did not matter
+	// (kv.Config.IgnoreAdapters), a baseline for benchmarks.
+	RouterIgnoreAdapters bool
 }
 
 // DefaultRouter returns the routing defaults: kv policy, overlap weight 1, temperature 0,
@@ -357,6 +360,8 @@ func (o *Router) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.RouterTemperature, "router-temperature", o.RouterTemperature, "softmax temperature of the kv routing choice (0 = lowest cost)")
 	fs.BoolVar(&o.RouterPredictActive, "router-predict-active", o.RouterPredictActive,
 		"count the prompt blocks of requests routed to a worker and not yet ended as cached there until its KV events say so, so that requests sharing a prefix that arrive together meet on one worker")
+	fs.BoolVar(&o.RouterIgnoreAdapters, "router-ignore-adapters", o.RouterIgnoreAdapters,
+		"route LoRA adapter requests as if adapters did not matter: any worker with a slot, loading the adapter there, no load counted (a baseline for benchmarks)")
 }
 
 // Validate checks the router options; errors name the flag.
@@ -376,7 +381,7 @@ func (o *Router) Validate() error {
 // size from its first worker's card.
 func (o *Router) Config(blockSize int, log zerolog.Logger) router.Config {
 	return router.Config{BlockSize: blockSize, Mode: o.RouterMode, OverlapWeight: o.OverlapWeight,
-		Temperature: o.RouterTemperature, PredictActive: o.RouterPredictActive, Logger: log}
+		Temperature: o.RouterTemperature, PredictActive: o.RouterPredictActive, IgnoreAdapters: o.RouterIgnoreAdapters, Logger: log}
 }
 
 // Log are the logging flags.
