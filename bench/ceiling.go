@@ -12,7 +12,8 @@ package bench
 // A shared prefix that ends inside a block (Request.PrefixTokens) counts in full once
 // an earlier request had the same PrefixID, since it then holds exactly the same
 // tokens. Traces without prefix information (Azure, synthetic without a shared prefix)
-// share no id and have ceiling 0.
+// share no id and have ceiling 0. Requests under different LoRA adapters (Request.Lora)
+// share nothing, whatever their ids: an adapter's KV differs from the base model's.
 func Ceiling(reqs []Request, blockTokens int) float64 {
 	hit, total := ceilingTokens(reqs, blockTokens)
 	if total == 0 {
@@ -24,14 +25,16 @@ func Ceiling(reqs []Request, blockTokens int) float64 {
 // CeilingBlocks is Ceiling counted in hash-id blocks without the last-token cap: the
 // leading ids seen in an earlier request over all ids.
 func CeilingBlocks(reqs []Request) float64 {
-	seen := make(map[int64]struct{})
+	seen := make(map[blockKey]struct{})
+	var loras loraIDs
 	var hit, total int
 	for _, r := range reqs {
-		k := leadingSeen(r.HashIDs, seen)
+		lora := loras.of(r.Lora)
+		k := leadingSeen(r.HashIDs, lora, seen)
 		hit += k
 		total += len(r.HashIDs)
 		for _, id := range r.HashIDs[k:] {
-			seen[id] = struct{}{}
+			seen[blockKey{lora, id}] = struct{}{}
 		}
 	}
 	if total == 0 {
@@ -41,32 +44,59 @@ func CeilingBlocks(reqs []Request) float64 {
 }
 
 func ceilingTokens(reqs []Request, blockTokens int) (hit, total int64) {
-	seen := make(map[int64]struct{})
-	prefixes := make(map[int64]struct{}) // PrefixIDs seen
+	seen := make(map[blockKey]struct{})
+	prefixes := make(map[blockKey]struct{}) // PrefixIDs seen
+	var loras loraIDs
 	for _, r := range reqs {
-		k := leadingSeen(r.HashIDs, seen)
+		lora := loras.of(r.Lora)
+		k := leadingSeen(r.HashIDs, lora, seen)
 		total += int64(r.InputLength)
 		h := k * blockTokens
 		if r.PrefixTokens > h && k >= r.PrefixTokens/blockTokens {
-			if _, ok := prefixes[r.PrefixID]; ok {
+			if _, ok := prefixes[blockKey{lora, r.PrefixID}]; ok {
 				h = r.PrefixTokens
 			}
 		}
 		hit += int64(max(min(h, r.InputLength-1), 0))
 		for _, id := range r.HashIDs[k:] {
-			seen[id] = struct{}{}
+			seen[blockKey{lora, id}] = struct{}{}
 		}
 		if r.PrefixTokens > 0 {
-			prefixes[r.PrefixID] = struct{}{}
+			prefixes[blockKey{lora, r.PrefixID}] = struct{}{}
 		}
 	}
 	return hit, total
 }
 
-// leadingSeen counts the leading ids of ids that are in seen.
-func leadingSeen(ids []int64, seen map[int64]struct{}) int {
+// blockKey names a workload block: a hash id (or a PrefixID) under a LoRA adapter
+// (loraIDs; 0 for the base model).
+type blockKey struct {
+	lora int32
+	id   int64
+}
+
+// loraIDs numbers the adapters of a workload as they come: 0 is the base model.
+type loraIDs map[string]int32
+
+func (l *loraIDs) of(name string) int32 {
+	if name == "" {
+		return 0
+	}
+	if *l == nil {
+		*l = map[string]int32{}
+	}
+	id, ok := (*l)[name]
+	if !ok {
+		id = int32(len(*l) + 1)
+		(*l)[name] = id
+	}
+	return id
+}
+
+// leadingSeen counts the leading ids of ids that are in seen under adapter lora.
+func leadingSeen(ids []int64, lora int32, seen map[blockKey]struct{}) int {
 	for k, id := range ids {
-		if _, ok := seen[id]; !ok {
+		if _, ok := seen[blockKey{lora, id}]; !ok {
 			return k
 		}
 	}
@@ -100,6 +130,7 @@ func leadingSeen(ids []int64, seen map[int64]struct{}) int {
 // blocks until it ends and caches whole blocks of its own block size (evicted one by
 // one, so it may keep part of a workload block this model drops); and LRU is not the
 // best possible eviction. docs/reference.md §12.1 has the definition and its figures.
+// Blocks of requests under different LoRA adapters are different entries, as in Ceiling.
 func CeilingPooled(reqs []Request, blockTokens int, capacityTokens int64) float64 {
 	hit, total := pooledTokens(reqs, blockTokens, capacityTokens)
 	if total == 0 {
@@ -110,9 +141,11 @@ func CeilingPooled(reqs []Request, blockTokens int, capacityTokens int64) float6
 
 func pooledTokens(reqs []Request, blockTokens int, capacity int64) (hit, total int64) {
 	c := newLRU(max(capacity, 0))
+	var loras loraIDs
 	for _, r := range reqs {
+		lora := loras.of(r.Lora)
 		k := 0
-		for k < len(r.HashIDs) && c.has(lruKey{id: r.HashIDs[k]}) {
+		for k < len(r.HashIDs) && c.has(lruKey{lora: lora, id: r.HashIDs[k]}) {
 			k++
 		}
 		total += int64(r.InputLength)
@@ -121,7 +154,7 @@ func pooledTokens(reqs []Request, blockTokens int, capacity int64) (hit, total i
 		if r.PrefixTokens > 0 {
 			whole, rem = r.PrefixTokens/blockTokens, r.PrefixTokens%blockTokens
 		}
-		remKey := lruKey{id: r.PrefixID, remainder: true}
+		remKey := lruKey{lora: lora, id: r.PrefixID, remainder: true}
 		if r.PrefixTokens > h && k >= whole && rem > 0 && c.has(remKey) {
 			h = r.PrefixTokens
 		}
@@ -130,11 +163,11 @@ func pooledTokens(reqs []Request, blockTokens int, capacity int64) (hit, total i
 			held := min(blockTokens, r.InputLength-j*blockTokens)
 			if rem > 0 && j == whole {
 				held -= rem
-				c.touch(lruKey{id: r.HashIDs[j]}, int64(max(held, 0)))
+				c.touch(lruKey{lora: lora, id: r.HashIDs[j]}, int64(max(held, 0)))
 				c.touch(remKey, int64(rem))
 				continue
 			}
-			c.touch(lruKey{id: r.HashIDs[j]}, int64(max(held, 0)))
+			c.touch(lruKey{lora: lora, id: r.HashIDs[j]}, int64(max(held, 0)))
 		}
 		c.evict()
 	}
@@ -142,8 +175,9 @@ func pooledTokens(reqs []Request, blockTokens int, capacity int64) (hit, total i
 }
 
 // lruKey names an entry of CeilingPooled's cache: a hash id, or the remainder of the
-// shared prefix PrefixID.
+// shared prefix PrefixID, under a LoRA adapter (loraIDs).
 type lruKey struct {
+	lora      int32
 	id        int64
 	remainder bool
 }

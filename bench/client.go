@@ -97,6 +97,7 @@ type Result struct {
 	OutputTokens int             // usage.completion_tokens, else token-bearing frames
 	Error        string          // error kind; "" when the answer was valid
 	Detail       string          // the error's message (at most 1 KiB)
+	Lora         string          // the LoRA adapter the request named (Request.Lora); "" for the base model
 }
 
 // Endpoints a Client sends to.
@@ -129,8 +130,13 @@ func (c *Client) clock() Clock {
 // Do sends one streaming completion of prompt with max_tokens maxTokens and measures
 // it. origin is the run's start on the client's clock. Failures are in Result.Error.
 func (c *Client) Do(ctx context.Context, origin time.Time, prompt []uint32, maxTokens int) Result {
+	return c.complete(ctx, origin, c.Model, prompt, maxTokens)
+}
+
+// complete is Do with the request's model (c.Model, or a LoRA adapter's name).
+func (c *Client) complete(ctx context.Context, origin time.Time, model string, prompt []uint32, maxTokens int) Result {
 	body, _ := json.Marshal(map[string]any{
-		"model": c.Model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
+		"model": model, "prompt": prompt, "max_tokens": maxTokens, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}, "ignore_eos": true,
 	})
 	return c.send(ctx, origin, "/v1/completions", body, Result{InputLength: len(prompt)}, false, maxTokens)
@@ -149,8 +155,13 @@ func (c *Client) Do(ctx context.Context, origin time.Time, prompt []uint32, maxT
 // tokenized the text and applied its chat template), or the number of words of text
 // when the usage chunk is missing.
 func (c *Client) DoChat(ctx context.Context, origin time.Time, text string, maxTokens int) Result {
+	return c.chat(ctx, origin, c.Model, text, maxTokens)
+}
+
+// chat is DoChat with the request's model (c.Model, or a LoRA adapter's name).
+func (c *Client) chat(ctx context.Context, origin time.Time, model, text string, maxTokens int) Result {
 	body, _ := json.Marshal(map[string]any{
-		"model": c.Model, "messages": []map[string]string{{"role": "user", "content": text}},
+		"model": model, "messages": []map[string]string{{"role": "user", "content": text}},
 		"max_completion_tokens": maxTokens, "max_tokens": maxTokens, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}, "ignore_eos": true,
 	})

@@ -67,6 +67,9 @@ type Summary struct {
 	// "kv_transfer", ...); simulations only, nil when there were none.
 	Migrations     map[string]int `json:"migrations,omitempty"`
 	PrefillRetries map[string]int `json:"prefill_retries,omitempty"`
+	// Lora reports the requests that named a LoRA adapter (Request.Lora); absent when
+	// none did.
+	Lora *LoraSummary `json:"lora,omitempty"`
 
 	// TTFTCDF and ITLCDF are the 0th, 1st, …, 100th percentiles (ms), for plots.
 	TTFTCDF []float64 `json:"ttft_cdf_ms"`
@@ -116,6 +119,7 @@ func Summarize(o Outcome) Summary {
 	}
 	s.TTFT, s.ITL, s.E2E = Describe(ttft), Describe(itl), Describe(e2e)
 	s.TTFTCDF, s.ITLCDF = quantiles(ttft), quantiles(itl)
+	s.Lora = summarizeLora(o.Results)
 	if known && s.PromptTokens > 0 {
 		rate := float64(s.CachedTokens) / float64(s.PromptTokens)
 		s.PrefixCacheHitRate = &rate
@@ -255,6 +259,11 @@ func (s *Summary) check() error {
 			}
 		}
 	}
+	if s.Lora != nil {
+		if err := s.Lora.check(s.Requests); err != nil {
+			return err
+		}
+	}
 	for i, k := range s.Kills {
 		if err := CheckLabel(k.Worker); err != nil || k.AtS < 0 {
 			return fmt.Errorf("kills[%d]: worker %q at %v s: want a label and a time >= 0", i, k.Worker, k.AtS)
@@ -351,10 +360,11 @@ func CheckLabel(label string) error {
 
 // CSVHeader is the header of the per-request CSV (times in milliseconds).
 var CSVHeader = []string{"index", "start_ms", "ttft_ms", "itl_mean_ms", "e2e_ms", "input_tokens",
-	"prompt_tokens", "cached_tokens", "output_tokens", "error", "detail"}
+	"prompt_tokens", "cached_tokens", "output_tokens", "error", "detail", "lora"}
 
 // WriteCSV writes one row per result under CSVHeader. cached_tokens is empty when the
-// server did not report it; ttft_ms and itl_mean_ms are empty when there was no token.
+// server did not report it; ttft_ms and itl_mean_ms are empty when there was no token;
+// lora is the LoRA adapter the request named (empty for the base model).
 func WriteCSV(w io.Writer, results []Result) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
@@ -377,7 +387,7 @@ func WriteCSV(w io.Writer, results []Result) error {
 			cached = strconv.Itoa(r.CachedTokens)
 		}
 		row := []string{strconv.Itoa(r.Index), f(ms(r.Start)), ttft, itl, f(ms(r.E2E)), strconv.Itoa(r.InputLength),
-			strconv.Itoa(r.PromptTokens), cached, strconv.Itoa(r.OutputTokens), r.Error, strings.ReplaceAll(r.Detail, "\n", " ")}
+			strconv.Itoa(r.PromptTokens), cached, strconv.Itoa(r.OutputTokens), r.Error, strings.ReplaceAll(r.Detail, "\n", " "), r.Lora}
 		if err := cw.Write(row); err != nil {
 			return err
 		}

@@ -236,20 +236,32 @@ func (r *Runner) wait(ctx context.Context, clock Clock, origin time.Time, arriva
 	return waitSend
 }
 
+// one sends rq: as the Client's model, or as its LoRA adapter's name (Request.Lora),
+// which is how a request names an adapter to an OpenAI-compatible server.
 func (r *Runner) one(ctx context.Context, origin time.Time, rq Request) Result {
+	res := r.send(ctx, origin, rq)
+	res.Lora = rq.Lora
+	return res
+}
+
+func (r *Runner) send(ctx context.Context, origin time.Time, rq Request) Result {
 	maxTokens := max(rq.OutputLength, 1)
+	model := r.Client.Model
+	if rq.Lora != "" {
+		model = rq.Lora
+	}
 	if r.Client.Endpoint == EndpointChat {
 		text, err := Text(rq, r.BlockTokens)
 		if err != nil {
 			return Result{InputLength: rq.InputLength, Error: ErrWorkload, Detail: err.Error()}
 		}
-		return r.Client.DoChat(ctx, origin, text, maxTokens)
+		return r.Client.chat(ctx, origin, model, text, maxTokens)
 	}
 	prompt, err := Tokens(rq, r.BlockTokens)
 	if err != nil {
 		return Result{InputLength: rq.InputLength, Error: ErrWorkload, Detail: err.Error()}
 	}
-	return r.Client.Do(ctx, origin, prompt, maxTokens)
+	return r.Client.complete(ctx, origin, model, prompt, maxTokens)
 }
 
 // progress is the running state the progress lines show.

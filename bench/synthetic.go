@@ -45,7 +45,11 @@ type SyntheticSpec struct {
 	PrefixGroups, PrefixTokens int
 	// BlockTokens is the number of prompt tokens per hash id.
 	BlockTokens int
-	// Seed seeds every random draw: arrivals, groups and lengths.
+	// Lora names the LoRA adapters requests run with (none when Lora.Adapters is 0),
+	// drawn from a stream of Seed's own: the same spec with and without adapters draws
+	// the same arrivals, groups and lengths.
+	Lora LoraSpec
+	// Seed seeds every random draw: arrivals, groups and lengths, adapters.
 	Seed uint64
 }
 
@@ -74,6 +78,9 @@ func (s SyntheticSpec) Check() error {
 		return fmt.Errorf("bench: %d shared prefix groups: want at most %d", s.PrefixGroups, MaxPrefixGroups)
 	}
 	if err := checkRate(s.Rate); err != nil {
+		return err
+	}
+	if err := s.Lora.Check(); err != nil {
 		return err
 	}
 	return CheckPrefixFits(s.ISL, s.PrefixTokens)
@@ -167,12 +174,13 @@ type Generator struct {
 	groupFull int64   // whole blocks of a group's prefix
 	at        float64 // seconds: the last arrival
 	n         int     // requests drawn
+	lora      *loraPicker
 }
 
 // newGenerator draws from rng (nil only when s draws nothing: fixed lengths, no rate and
 // at most one prefix group).
 func newGenerator(s SyntheticSpec, rng *rand.Rand) *Generator {
-	g := &Generator{spec: s, rng: rng, ids: newIDSource()}
+	g := &Generator{spec: s, rng: rng, ids: newIDSource(), lora: s.Lora.picker(s.Seed)}
 	if s.PrefixGroups > 0 {
 		g.groupBase, g.groupFull = g.ids.n, int64(s.PrefixTokens/s.BlockTokens)
 		g.ids.n += int64(s.PrefixGroups) * (g.groupFull + 1) // the ids of the groups
@@ -181,7 +189,8 @@ func newGenerator(s SyntheticSpec, rng *rand.Rand) *Generator {
 }
 
 // Next draws the next request. Random draws, in this order and only where the spec asks
-// for them: the arrival gap, the prefix group, the input length, the output length. An
+// for them: the arrival gap, the prefix group, the input length, the output length; and
+// from the adapters' stream its LoRA adapter (LoraSpec). An
 // arrival beyond time.Duration's range (a very low rate) saturates at its maximum;
 // Generate refuses arrivals beyond MaxArrival.
 func (g *Generator) Next() Request {
@@ -208,6 +217,7 @@ func (g *Generator) Next() Request {
 	}
 	r.InputLength = s.ISL.Draw(g.rng, lo)
 	r.OutputLength = s.OSL.Draw(g.rng, 1)
+	r.Lora = g.lora.next()
 	blocks := (r.InputLength + s.BlockTokens - 1) / s.BlockTokens
 	if group < 0 {
 		r.HashIDs = g.ids.next(r.InputLength, s.BlockTokens)

@@ -34,6 +34,11 @@ type Request struct {
 	// the prefix falls on blocks. 0: no such prefix (traces).
 	PrefixTokens int
 	PrefixID     int64
+	// Lora names the LoRA adapter the request runs with ("" for the base model; a
+	// trace names none: AssignLoras, LoraSpec). A real run sends it as the request's
+	// model; its KV differs from the base model's and from every other adapter's even
+	// where the hash ids are equal.
+	Lora string
 }
 
 // MaxArrival bounds a request's arrival, its offset from the start of a run: 30 days,

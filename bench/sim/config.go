@@ -89,7 +89,9 @@ type Config struct {
 	// limits, speedup ratio ...).
 	Engine mocker.Config
 	// Router is the routing policy and its weights. Router.BlockSize must equal
-	// Engine.BlockSize; 0 is filled with it.
+	// Engine.BlockSize; 0 is filled with it. Router.LoraLoadMs, the adapter load time
+	// the router assumes for a worker that has loaded none yet, 0 is filled with the
+	// engines' (Engine.LoraLoadMillis over Engine.SpeedupRatio; lora.go).
 	Router kv.Config
 	// BlockTokens is the number of prompt tokens per trace hash id for bench.Tokens
 	// (0: bench.DefaultBlockTokens).
@@ -156,6 +158,10 @@ type Config struct {
 	// Faults strike the fleet during the run (see Fault), in any order; one due once
 	// every request has ended does not (Stats.Faults says which struck).
 	Faults []Fault
+	// Heartbeat is how often each worker registers with the router again, with the LoRA
+	// adapters its engine holds, when the engines have adapter slots (Engine.MaxLoras >
+	// 0; lora.go); 0: DefaultHeartbeat; at most MaxEventDelay.
+	Heartbeat time.Duration
 	// Progress, when set, is called as each request ends (finished or failed) with the
 	// number ended so far and the total, from the goroutine that called Run.
 	Progress func(done, total int)
@@ -181,6 +187,9 @@ func (c Config) normalize() (Config, error) {
 	if c.Router.BlockSize == 0 {
 		c.Router.BlockSize = c.Engine.BlockSize
 	}
+	if c.Router.LoraLoadMs == 0 {
+		c.Router.LoraLoadMs = float64(c.Engine.LoraLoadTime()) / float64(time.Millisecond)
+	}
 	if c.BlockTokens == 0 {
 		c.BlockTokens = bench.DefaultBlockTokens
 	}
@@ -195,6 +204,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.QueueRetry == 0 {
 		c.QueueRetry = DefaultQueueRetry
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
 	}
 	switch {
 	case c.Workers < 1:
@@ -236,6 +248,10 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: QueueTimeout %v with QueueDepth %d: want above 0, at most %v", c.QueueTimeout, c.QueueDepth, MaxSimulatedTime)
 	case c.QueueRetry < 0 || c.QueueRetry > MaxEventDelay:
 		return c, fmt.Errorf("sim: QueueRetry %v: want 0 to %v", c.QueueRetry, MaxEventDelay)
+	case c.Engine.MaxLoras > MaxLoras:
+		return c, fmt.Errorf("sim: Engine.MaxLoras %d: want at most %d", c.Engine.MaxLoras, MaxLoras)
+	case c.Heartbeat < 0 || c.Heartbeat > MaxEventDelay:
+		return c, fmt.Errorf("sim: Heartbeat %v: want 0 to %v", c.Heartbeat, MaxEventDelay)
 	}
 	c.Flow.QueueTimeout = 0
 	if c.QueueDepth > 0 {

@@ -5,8 +5,8 @@
 // the same report) a real-time `turbine bench` run produces.
 //
 // Model. Time is virtual; events are kept in a heap ordered by time and, at equal times,
-// by kind: faults, KV event batches reaching the router, engine step ends, KV transfers
-// ending, timers, clients' deadlines, request arrivals, then engine step starts (so
+// by kind: faults, KV event batches reaching the router, workers' registrations, engine
+// step ends, KV transfers ending, timers, clients' deadlines, request arrivals, then engine step starts (so
 // every request that arrives at t joins the step an idle engine starts at t, as a real
 // engine loop drains its command queue before it steps). Each request runs through
 // flow.Flow, the frontend's own request logic (shell.go carries out its effects): at its
@@ -50,6 +50,14 @@
 // resolution, a step overhead, a request's cost in the service; FitHost measures them),
 // the engines keep to the timing model exactly and a request costs nothing beyond its
 // engine's steps.
+//
+// LoRA adapters (Engine.MaxLoras > 0; lora.go, docs/reference.md §26.5): a request naming
+// an adapter (bench.Request.Lora) is routed with its adapter, its KV blocks are salted by
+// it, and each engine holds at most MaxLoras adapters: a leg whose adapter is not loaded
+// waits for a load (Engine.LoraLoadMillis, during which the engine computes nothing),
+// evicting the least recently used adapter no request in the engine uses, or waits for
+// such an adapter. Workers register their adapters with the router at each heartbeat
+// (Config.Heartbeat) and when a load ends; Stats.Lora counts loads, evictions and hits.
 //
 // Busy workers (Config.Router.Busy) and the busy queue (Config.QueueDepth): a request
 // the router finds every worker busy for fails with ErrAllBusy, or, with a queue, waits

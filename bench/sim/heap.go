@@ -10,6 +10,9 @@ const (
 	evFault evKind = iota
 	// evDeliver: a worker's next KV event batch reaches the router.
 	evDeliver
+	// evRegister: worker w registers with the router (its LoRA adapters, lora.go): at
+	// its heartbeat (x: 1) or when an adapter load ends (x: 0).
+	evRegister
 	// evStepEnd: a worker's step ends; its outputs become visible.
 	evStepEnd
 	// evTransfer: a remote prefill's KV blocks have reached the decode worker; the

@@ -49,6 +49,7 @@ type legState uint8
 const (
 	legRunning  legState = iota // in its engine
 	legTransfer                 // a decode leg waiting for its KV transfer to end
+	legLoraWait                 // waiting for a LoRA adapter slot on its worker (lora.go)
 	legEnded                    // finished, cancelled, refused or lost: no more chunks
 )
 
@@ -66,9 +67,10 @@ type leg struct {
 	rid     string // the request id of its Generate (its chunks carry it)
 	engID   string // its request id in the engine: its slot in decimal
 	// A decode leg in legTransfer: its Generate, and the slot of the prefill leg whose
-	// pinned blocks it reads.
-	gen *messages.Generate
-	src int32
+	// pinned blocks it reads. A leg in legLoraWait: its Generate and imported tokens.
+	gen      *messages.Generate
+	src      int32
+	imported int32
 }
 
 // timer is one timer of a request's flow (flow.SetTimer). The heap holds one live
@@ -223,6 +225,7 @@ func (s *simulator) effect(i int, e flow.Effect) {
 // workers' addresses are the simulator's stand-ins. The routes name no SGLang bootstrap
 // address (the simulated legs use the two-phase transfer), so Routed.Room is 0.
 func (s *simulator) route(i int, rr *messages.RouteRequest) {
+	s.loraRoute(rr)
 	d, err := s.router.Route(kvpb.RouteInput(rr), simBase.Add(s.now), s.rng)
 	resp := kvpb.RouteResponse(d, err)
 	if err == nil {
@@ -290,14 +293,22 @@ func (s *simulator) send(i int, e flow.Send) {
 }
 
 // add puts the leg in slot into its engine with imported tokens (a decode leg's
-// transferred prompt); an engine that refuses it answers an error chunk.
+// transferred prompt), once its LoRA adapter is there (lora.go: it may wait for a slot);
+// an engine that refuses it answers an error chunk.
 func (s *simulator) add(slot int32, g *messages.Generate, imported int) {
+	if s.loraEnter(slot, g, imported) {
+		s.enter(slot, g, imported)
+	}
+}
+
+// enter is add once the leg's adapter is ready.
+func (s *simulator) enter(slot int32, g *messages.Generate, imported int) {
 	lg := &s.legs[slot]
 	w := s.workers[lg.worker]
 	sp := g.GetSampling()
 	req := mocker.Request{ID: lg.engID, Prompt: g.GetTokenIds(), MaxTokens: int(sp.GetMaxTokens()),
 		MinTokens: int(sp.GetMinTokens()), IgnoreEOS: sp.GetIgnoreEos(), StopTokenIDs: sp.GetStopTokenIds(),
-		HoldBlocks: lg.prefill, ImportedTokens: imported}
+		HoldBlocks: lg.prefill, ImportedTokens: imported, LoraName: sp.GetLoraName()}
 	if sp.Seed != nil {
 		req.Seed, req.HasSeed = uint64(sp.GetSeed()), true
 	}
@@ -383,10 +394,14 @@ func (s *simulator) cancelLeg(lg *leg) {
 	switch lg.state {
 	case legRunning:
 		if w := s.workers[lg.worker]; !w.dead && w.eng.Abort(lg.engID) {
+			lg.state = legEnded
+			s.loraRetry(w)
 			s.wakeIfWork(w)
 		}
 	case legTransfer:
 		s.releasePinned(lg.src)
+		lg.gen = nil
+	case legLoraWait:
 		lg.gen = nil
 	}
 	lg.state = legEnded

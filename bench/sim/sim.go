@@ -72,6 +72,9 @@ type Stats struct {
 	Queued, QueueTimeouts, QueueFull int
 	// Faults reports each of Config.Faults, in its order (nil without faults).
 	Faults []FaultReport
+	// Lora counts the engines' LoRA adapter loads, evictions and hits (lora.go; zero
+	// without adapter slots, Engine.MaxLoras 0).
+	Lora LoraStats
 	// WallTime is the real time Run took.
 	WallTime time.Duration
 }
@@ -150,7 +153,9 @@ type simulator struct {
 	// out; retrying says a QueueRetry wake of its head is on the heap.
 	queue    []int32
 	retrying bool
-	chunks   []messages.TokenChunk // newChunk's slab
+	// beats counts the heartbeats on the heap (lora.go).
+	beats  int
+	chunks []messages.TokenChunk // newChunk's slab
 	// applyErrs counts KV event batches the router could not apply (it lost track of a
 	// worker's blocks); none are expected, since the simulated stream loses nothing.
 	applyErrs int
@@ -167,9 +172,14 @@ type worker struct {
 	ref  *messages.ActorRef // its address in routes (the flow wants one; nothing is sent to it)
 	// dead: a fault killed it; its engine is never stepped again.
 	dead bool
-	// busy: a step is scheduled or in flight (res holds the in-flight step).
-	busy bool
-	res  mocker.StepResult
+	// busy: a step is scheduled or in flight (res holds the in-flight step); inStep: it
+	// is in flight, ending at stepEnd.
+	busy    bool
+	res     mocker.StepResult
+	inStep  bool
+	stepEnd time.Duration
+	// lora: its LoRA adapters beyond its engine's view (lora.go).
+	lora workerLora
 	// seq numbers the worker's KV event batches (from 1); pending holds the batches on
 	// their way to the router (EventDelay > 0), oldest at pendingHead.
 	seq         uint64
@@ -205,8 +215,7 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		}
 		w := &worker{idx: len(s.workers), name: name, role: role, eng: eng,
 			ref: &messages.ActorRef{Address: "sim", Id: "worker/" + name}}
-		if _, err := router.Register(kv.WorkerSpec{ID: w.name, BlockSize: cfg.Engine.BlockSize,
-			TotalBlocks: int64(cfg.Engine.NumGPUBlocks), Ready: true, Epoch: 1, Role: role}); err != nil {
+		if _, err := router.Register(s.workerSpec(w)); err != nil {
 			return fmt.Errorf("sim: registering %s: %w", w.name, err)
 		}
 		s.byName[name] = int32(w.idx)
@@ -247,6 +256,11 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		s.now, s.last = s.origin, s.origin
 		for i, f := range cfg.Faults {
 			s.pushReq(s.origin+f.At, evFault, int(s.byName[f.Worker]), i)
+		}
+		if s.loraOn() {
+			for _, w := range s.workers {
+				s.pushBeat(s.origin+cfg.Heartbeat, w.idx)
+			}
 		}
 	}
 	return s, nil
@@ -327,6 +341,12 @@ func (s *simulator) run(ctx context.Context) error {
 		case evDeliver:
 			s.last = s.now
 			s.deliver(s.workers[ev.w])
+		case evRegister:
+			if ev.x == 1 {
+				s.heartbeat(s.workers[ev.w])
+			} else {
+				s.register(s.workers[ev.w])
+			}
 		case evStepEnd:
 			s.last = s.now
 			s.stepEnd(s.workers[ev.w])
@@ -359,7 +379,7 @@ func (s *simulator) pushReq(at time.Duration, k evKind, w, r int) {
 func (s *simulator) arrive(i int, p prompt) {
 	r := &s.reqs[i]
 	res := &s.results[i]
-	res.Index, res.Start, res.InputLength = i, r.Arrival-s.origin, r.InputLength
+	res.Index, res.Start, res.InputLength, res.Lora = i, r.Arrival-s.origin, r.InputLength, r.Lora
 	if why := invalid(r, &s.cfg.Engine); why != "" {
 		s.fail(i, ErrInvalidRequest, why)
 		return
@@ -371,7 +391,7 @@ func (s *simulator) arrive(i int, p prompt) {
 	st := &s.state[i]
 	st.maxTokens = int32(maxTokens(r))
 	st.flow = flow.New(flow.Request{ID: strconv.Itoa(i), Tokens: p.tokens,
-		Sampling: &messages.SamplingParams{MaxTokens: st.maxTokens, IgnoreEos: true}}, s.cfg.Flow)
+		Sampling: &messages.SamplingParams{MaxTokens: st.maxTokens, IgnoreEos: true, LoraName: r.Lora}}, s.cfg.Flow)
 	if t := s.cfg.RequestTimeout; t > 0 {
 		// The client gives up at t. The host's cost (host.go) delays every answer on
 		// its way back: what the engine has not sent by t less that cost reaches the
@@ -403,10 +423,15 @@ func (s *simulator) wake(wi int) {
 	}
 }
 
-// stepStart runs one step of w's engine; its results show at its end.
+// stepStart runs one step of w's engine; its results show at its end. An engine loading
+// a LoRA adapter steps once the load ends.
 func (s *simulator) stepStart(w *worker) {
 	if w.dead {
 		w.busy = false
+		return
+	}
+	if w.lora.free > s.now {
+		s.push(w.lora.free, evStepStart, w.idx)
 		return
 	}
 	res := w.eng.Step(simBase.Add(s.now))
@@ -428,13 +453,15 @@ func (s *simulator) stepStart(w *worker) {
 	}
 	s.stats.Steps++
 	w.res = res
-	s.push(s.now+s.cfg.stepWall(res.Duration), evStepEnd, w.idx)
+	w.inStep, w.stepEnd = true, s.now+s.cfg.stepWall(res.Duration)
+	s.push(w.stepEnd, evStepEnd, w.idx)
 }
 
 // stepEnd publishes w's step: KV events first (as an engine publishes them before it
 // hands out the outputs), then each output as its leg's chunk; w steps again at once if
 // it has work.
 func (s *simulator) stepEnd(w *worker) {
+	w.inStep = false
 	if w.dead { // killed during the step: its outputs are lost
 		w.busy, w.res = false, mocker.StepResult{}
 		return
@@ -450,6 +477,7 @@ func (s *simulator) stepEnd(w *worker) {
 		}
 	}
 	w.res = mocker.StepResult{}
+	s.loraRetry(w) // requests left the engine: their adapters may make room
 	switch {
 	case w.dead || !w.eng.HasWork():
 		w.busy = false
@@ -523,7 +551,7 @@ func (s *simulator) ended(i int) {
 func (s *simulator) cancel(detail string) {
 	for ; s.next < len(s.order); s.next++ {
 		i := int(s.order[s.next])
-		s.results[i] = bench.Result{Index: i, Start: s.reqs[i].Arrival - s.origin, InputLength: s.reqs[i].InputLength}
+		s.results[i] = bench.Result{Index: i, Start: s.reqs[i].Arrival - s.origin, InputLength: s.reqs[i].InputLength, Lora: s.reqs[i].Lora}
 		s.fail(i, bench.ErrCanceled, "not sent: "+detail)
 	}
 	s.cancelKind(bench.ErrCanceled, detail)

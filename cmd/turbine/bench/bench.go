@@ -51,6 +51,12 @@ type Options struct {
 	// SharedPrefixGroups and SharedPrefixTokens: synthetic prompts fall into that many
 	// groups (drawn by Seed) and begin with their group's prefix of that many tokens.
 	SharedPrefixGroups, SharedPrefixTokens int
+	// Loras > 0: requests (synthetic, or a trace's) name one of that many LoRA adapters,
+	// drawn by Seed with Zipf popularity LoraZipf, but for LoraBaseFraction of them
+	// (bench.LoraSpec; lora.go).
+	Loras            int
+	LoraZipf         float64
+	LoraBaseFraction float64
 	// Endpoint is bench.EndpointCompletions (token ids) or bench.EndpointChat (text).
 	Endpoint         string
 	Seed             uint64
@@ -115,7 +121,7 @@ func (o *Options) setGiven(fs *flag.FlagSet) {
 // bench` reads (the host model's, --kill-worker), since serve's variables
 // (TURBINE_WORKERS ...) may be set in the same shell for the serve being measured.
 func (o *Options) checkSimulateOnly() error {
-	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames) {
+	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames, loraFleetFlags) {
 		g, ok := o.given[name]
 		switch {
 		case !ok:
@@ -135,7 +141,8 @@ const DefaultWorkers = 8
 func Defaults() Options {
 	return Options{URL: "http://127.0.0.1:8000", BlockTokens: bench.DefaultBlockTokens, TimeScale: 1, ISL: "1024", OSL: "128",
 		Requests: 100, Endpoint: bench.EndpointCompletions, Seed: 1, Out: "bench-out", ProgressInterval: 5 * time.Second,
-		Timeout: 10 * time.Minute, Fleet: DefaultFleet(DefaultWorkers), CapacityPrecision: DefaultCapacityPrecision}
+		Timeout: 10 * time.Minute, Fleet: DefaultFleet(DefaultWorkers), CapacityPrecision: DefaultCapacityPrecision,
+		LoraZipf: bench.DefaultLoraZipf}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -169,6 +176,7 @@ func workloadFlags(o *Options, fs *flag.FlagSet) {
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the synthetic arrivals, lengths and prefix groups (and of a simulation's random choices)")
 	fs.DurationVar(&o.ProgressInterval, "progress-interval", o.ProgressInterval, "time between progress lines on stderr when it is not a terminal (a terminal gets a live bar); 0: none")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit on one request, answer included")
+	loraFlags(o, fs)
 }
 
 // Validate checks the options; errors name the flag.
@@ -272,6 +280,9 @@ func (o *Options) validateWorkload() error {
 		return fmt.Errorf("--progress-interval %v: want >= 0", o.ProgressInterval)
 	case o.Endpoint != bench.EndpointCompletions && o.Endpoint != bench.EndpointChat:
 		return fmt.Errorf("--endpoint %q: want %s or %s", o.Endpoint, bench.EndpointCompletions, bench.EndpointChat)
+	}
+	if err := o.validateLora(); err != nil {
+		return err
 	}
 	if o.Trace == "" {
 		for _, name := range traceOnlyFlags {
@@ -587,7 +598,10 @@ func (o *Options) workload() ([]bench.Request, string, error) {
 	if err := bench.Scale(reqs, o.TimeScale); err != nil {
 		return nil, "", fmt.Errorf("--time-scale %g with --trace %s: %s", o.TimeScale, o.Trace, strings.TrimPrefix(err.Error(), "bench: "))
 	}
-	return reqs, fmt.Sprintf("%s (%d requests, time scale %g)", filepath.Base(o.Trace), len(reqs), o.TimeScale), nil
+	if err := o.assignLoras(reqs); err != nil {
+		return nil, "", err
+	}
+	return reqs, fmt.Sprintf("%s (%d requests, time scale %g)%s", filepath.Base(o.Trace), len(reqs), o.TimeScale, o.loraWorkloadName()), nil
 }
 
 func write(dir string, s bench.Summary, results []bench.Result) error {
@@ -642,6 +656,7 @@ func printSummary(w io.Writer, s bench.Summary, dir string) {
 		fmt.Fprintf(w, "  pooled-cache ceiling %.1f%% (one LRU prefix cache of %d tokens, every engine's KV blocks together)\n",
 			100**s.HitRateCeilingPooled, s.PooledCacheTokens)
 	}
+	printLora(w, s)
 	fmt.Fprintf(w, "  written: %s\n", filepath.Join(dir, "{summary.json,requests.csv,plot.svg}"))
 }
 

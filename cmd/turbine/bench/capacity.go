@@ -178,7 +178,7 @@ func (o *Options) findCapacity(ctx context.Context, exe string, reqs []bench.Req
 			if err := ctx.Err(); err != nil {
 				return false, fmt.Errorf("stopped: %w", err)
 			}
-			dir := filepath.Join(mode, fmt.Sprintf("probe-%02d", len(row.Probes)+1))
+			dir := filepath.Join(modeDir(mode), fmt.Sprintf("probe-%02d", len(row.Probes)+1))
 			if err := write(filepath.Join(o.Out, dir), sum, results); err != nil {
 				return false, err
 			}

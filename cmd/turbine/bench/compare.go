@@ -33,6 +33,8 @@ type CompareRow struct {
 	Succeeded        int            `json:"succeeded"` // latencies are of these; 0: none
 	Failed           int            `json:"failed"`
 	Errors           map[string]int `json:"errors"` // failures by kind
+	// Lora: the requests that named a LoRA adapter; absent when none did.
+	Lora *CompareLora `json:"lora,omitempty"`
 }
 
 // Comparison is the result of `turbine bench compare`, written as compare.json and
@@ -60,7 +62,7 @@ type Comparison struct {
 func compareRow(mode string, s bench.Summary) CompareRow {
 	return CompareRow{Mode: mode, HitRate: s.PrefixCacheHitRate, TTFTP50: s.TTFT.P50, TTFTP99: s.TTFT.P99,
 		ITLP50: s.ITL.P50, ITLP99: s.ITL.P99, OutputThroughput: s.OutputThroughput, Requests: s.Requests,
-		Succeeded: s.Succeeded, Failed: s.Failed, Errors: s.Errors}
+		Succeeded: s.Succeeded, Failed: s.Failed, Errors: s.Errors, Lora: compareLora(s)}
 }
 
 // RenderComparison renders c as a Markdown table (one row per mode) under a line naming
@@ -73,7 +75,8 @@ func RenderComparison(c Comparison) string {
 	if c.HitRateCeiling != nil {
 		hit = fmt.Sprintf("hit rate (ceiling %.1f %%)", 100**c.HitRateCeiling)
 	}
-	head := []string{"mode", hit, "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "output tok/s", "errors"}
+	loraHead, loraCells := loraColumns(c)
+	head := slices.Concat([]string{"mode", hit, "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "output tok/s"}, loraHead, []string{"errors"})
 	rows := [][]string{head}
 	for _, r := range c.Rows {
 		rate := "-"
@@ -86,8 +89,8 @@ func RenderComparison(c Comparison) string {
 			}
 			return fmt.Sprintf("%.*f", prec, x)
 		}
-		rows = append(rows, []string{r.Mode, rate, lat(r.TTFTP50, 1), lat(r.TTFTP99, 1), lat(r.ITLP50, 2), lat(r.ITLP99, 2),
-			fmt.Sprintf("%.1f", r.OutputThroughput), errorsCell(r)})
+		rows = append(rows, slices.Concat([]string{r.Mode, rate, lat(r.TTFTP50, 1), lat(r.TTFTP99, 1), lat(r.ITLP50, 2), lat(r.ITLP99, 2),
+			fmt.Sprintf("%.1f", r.OutputThroughput)}, loraCells(r), []string{errorsCell(r)}))
 	}
 	writeTable(&b, rows)
 	return b.String()
@@ -227,10 +230,10 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("mode %s: stopped: %w", mode, err)
 		}
-		if err := write(filepath.Join(o.Out, mode), s, results); err != nil {
+		if err := write(filepath.Join(o.Out, modeDir(mode)), s, results); err != nil {
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
-		printSummary(stderr, s, filepath.Join(o.Out, mode))
+		printSummary(stderr, s, filepath.Join(o.Out, modeDir(mode)))
 		runs = append(runs, s)
 		cmp.Rows = append(cmp.Rows, compareRow(mode, s))
 	}
@@ -261,6 +264,9 @@ func (o *Options) validateCompare() ([]string, error) {
 		}
 	}
 	if err := o.Fleet.validate(modes, "--modes"); err != nil {
+		return nil, err
+	}
+	if err := o.checkRealCompareLora(modes); err != nil {
 		return nil, err
 	}
 	if err := o.validateCapacity(); err != nil {

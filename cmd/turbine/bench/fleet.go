@@ -12,6 +12,7 @@ import (
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/bench/sim"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/kv"
 )
 
@@ -58,6 +59,13 @@ type Fleet struct {
 	// and flows; its other fields keep their defaults (queue.go).
 	Queue options.Admission
 
+	// MaxLoras, LoraLoadMs and RouterLoraLoadMs: the simulated engines' LoRA adapter
+	// slots and load time (ms), and the load time the router assumes for a worker that
+	// has loaded none (0: the engines'; lora.go).
+	MaxLoras         int
+	LoraLoadMs       float64
+	RouterLoraLoadMs float64
+
 	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
 	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
 }
@@ -70,7 +78,7 @@ func DefaultFleet(workers int) Fleet {
 		MaxNumBatchedTokens: e.MaxNumBatchedTokens, MaxModelLen: e.MaxModelLen, SpeedupRatio: e.SpeedupRatio,
 		OverlapWeight: r.OverlapWeight, RouterTemperature: r.RouterTemperature, ReadyTimeout: 2 * time.Minute,
 		Disagg: options.DefaultDisagg(), KVBytesPerToken: DefaultKVBytesPerToken, KVTransferBandwidth: sim.DefaultTransferBandwidth,
-		Migration: options.DefaultMigration(), Queue: options.DefaultAdmission()}
+		Migration: options.DefaultMigration(), Queue: options.DefaultAdmission(), LoraLoadMs: mocker.DefaultConfig().LoraLoadMillis}
 }
 
 // DefaultKVBytesPerToken is the simulated model's KV cache size per token in bytes: the
@@ -107,12 +115,14 @@ func (f *Fleet) engineFlags(fs *flag.FlagSet) {
 func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.Workers, "workers", f.Workers, "--simulate: number of workers; the decode workers with --prefill-workers")
 	fs.IntVar(&f.PrefillWorkers, "prefill-workers", f.PrefillWorkers, "--simulate: number of prefill workers of disaggregated serving (0: aggregated)")
-	fs.StringVar(&f.RouterMode, "router-mode", f.RouterMode, "--simulate: routing policy: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
+	fs.StringVar(&f.RouterMode, "router-mode", f.RouterMode, "--simulate: routing policy: "+strings.Join(kv.DefaultPolicies().Names(), ", ")+
+		" (a policy ending in "+ignoreAdaptersSuffix+" places LoRA adapter requests as if adapters did not matter)")
 	f.engineFlags(fs)
 	f.hostFlags(fs)
 	f.faultFlags(fs)
 	f.Migration.Flags(fs)
 	f.queueFlags(fs)
+	f.loraFleetFlagsOf(fs)
 	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames) { // a real run refuses them: say so in -h
 		if fl := fs.Lookup(name); fl != nil && !strings.HasPrefix(fl.Usage, "--simulate") {
 			fl.Usage = "--simulate: " + fl.Usage
@@ -124,11 +134,13 @@ func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
 func (f *Fleet) compareFlags(fs *flag.FlagSet) {
 	fs.IntVar(&f.Workers, "workers", f.Workers, "number of workers of every serve (or simulated fleet); the decode workers with --prefill-workers")
 	fs.IntVar(&f.PrefillWorkers, "prefill-workers", f.PrefillWorkers, "number of prefill workers of disaggregated serving, xPyD (0: aggregated)")
-	fs.StringVar(&f.Modes, "modes", f.Modes, "comma-separated routing policies to compare: "+strings.Join(kv.DefaultPolicies().Names(), ", "))
+	fs.StringVar(&f.Modes, "modes", f.Modes, "comma-separated routing policies to compare: "+strings.Join(kv.DefaultPolicies().Names(), ", ")+
+		" (with --simulate a policy ending in "+ignoreAdaptersSuffix+" places LoRA adapter requests as if adapters did not matter)")
 	fs.StringVar(&f.Tokenizer, "tokenizer", f.Tokenizer, "tokenizer of the served model (serve --tokenizer)")
 	fs.StringVar(&f.ServeExecutable, "serve-executable", f.ServeExecutable, "turbine binary that runs serve (default: this one)")
 	fs.DurationVar(&f.ReadyTimeout, "ready-timeout", f.ReadyTimeout, "limit on a serve's start, until every worker is ready")
 	f.engineFlags(fs)
+	f.loraFleetFlagsOf(fs)
 }
 
 // validate checks the fleet for the given modes; errors name the flag.
@@ -165,15 +177,19 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 	}
 	names := kv.DefaultPolicies().Names()
 	for _, m := range modes {
-		if !slices.Contains(names, m) {
-			return fmt.Errorf("%s %q: want one of %s", modesFlag, m, strings.Join(names, ", "))
+		if p, _ := splitMode(m); !slices.Contains(names, p) {
+			return fmt.Errorf("%s %q: want one of %s (each may end in %s under --simulate)", modesFlag, m, strings.Join(names, ", "), ignoreAdaptersSuffix)
 		}
+	}
+	if err := f.validateLora(); err != nil {
+		return err
 	}
 	e := f.engine()
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	r := options.Router{RouterMode: modes[0], OverlapWeight: f.OverlapWeight, RouterTemperature: f.RouterTemperature}
+	policy, _ := splitMode(modes[0])
+	r := options.Router{RouterMode: policy, OverlapWeight: f.OverlapWeight, RouterTemperature: f.RouterTemperature}
 	return r.Validate()
 }
 

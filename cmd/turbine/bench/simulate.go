@@ -21,8 +21,11 @@ func (o *Options) simConfig(mode string) sim.Config {
 	eng := mocker.DefaultConfig()
 	eng.BlockSize, eng.NumGPUBlocks, eng.MaxNumSeqs = f.BlockSize, f.NumGPUBlocks, f.MaxNumSeqs
 	eng.MaxNumBatchedTokens, eng.MaxModelLen, eng.SpeedupRatio = f.MaxNumBatchedTokens, f.MaxModelLen, f.SpeedupRatio
+	eng.MaxLoras, eng.LoraLoadMillis = f.MaxLoras, f.LoraLoadMs
 	rc := kv.DefaultConfig(f.BlockSize)
-	rc.Policy, rc.OverlapWeight, rc.Temperature = mode, f.OverlapWeight, f.RouterTemperature
+	policy, ignoreAdapters := splitMode(mode)
+	rc.Policy, rc.OverlapWeight, rc.Temperature = policy, f.OverlapWeight, f.RouterTemperature
+	rc.IgnoreAdapters, rc.LoraLoadMs = ignoreAdapters, f.RouterLoraLoadMs
 	rc.Disagg = *f.Disagg.Config()
 	// The router's prediction of active prompts as cached, as serve's default.
 	rc.PredictActive = options.DefaultRouter().RouterPredictActive
@@ -64,6 +67,9 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 			st.Queued, st.QueueTimeouts, st.QueueFull)
 	}
 	s := bench.Summarize(out)
+	if s.Lora != nil && cfg.Engine.MaxLoras > 0 {
+		s.Lora.Engines = loraEngines(st)
+	}
 	if o.Fleet.PrefillWorkers > 0 {
 		s.DisaggDecisions = decisionLabels(st.Decisions)
 		fmt.Fprintf(stderr, "bench: disaggregation decisions: %s\n", decisions(s.DisaggDecisions))

@@ -93,7 +93,8 @@ func (o *Options) validateSynthetic() error {
 // spec is the synthetic workload of the options.
 func (o *Options) spec(isl, osl bench.Length) bench.SyntheticSpec {
 	return bench.SyntheticSpec{ISL: isl, OSL: osl, Rate: o.Rate, Requests: o.Requests, Duration: o.Duration,
-		PrefixGroups: o.SharedPrefixGroups, PrefixTokens: o.SharedPrefixTokens, BlockTokens: o.BlockTokens, Seed: o.Seed}
+		PrefixGroups: o.SharedPrefixGroups, PrefixTokens: o.SharedPrefixTokens, BlockTokens: o.BlockTokens, Seed: o.Seed,
+		Lora: o.loraSpec()}
 }
 
 // generated reports whether the workload is drawn while it is sent: a synthetic closed
@@ -117,6 +118,7 @@ func (o *Options) synthetic() ([]bench.Request, string, error) {
 	if o.Duration > 0 {
 		name += fmt.Sprintf(" for %v", o.Duration)
 	}
+	name += o.loraWorkloadName()
 	if o.Endpoint == bench.EndpointChat {
 		name += " (chat)"
 	}
