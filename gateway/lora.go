@@ -43,8 +43,8 @@ const (
 // LoraAdmin is implemented by backends that place LoRA adapters on their workers; the
 // server then serves POST /v1/load_lora_adapter and /v1/unload_lora_adapter.
 type LoraAdmin interface {
-	// LoadLora places the adapter on workers of its base model (pinned) and reports each
-	// worker's outcome. Errors: ErrUnknownModel or ErrNoWorkers (wrapped) for the base
+	// LoadLora places the adapter on workers of its base model (pinned, unless
+	// req.Unpinned) and reports each worker's outcome. Errors: ErrUnknownModel or ErrNoWorkers (wrapped) for the base
 	// model, ErrLoraConflict (wrapped) when a worker holds an adapter of that name loaded
 	// from another path, or a transport error.
 	LoadLora(ctx context.Context, req LoraLoad) (*LoraResult, error)
@@ -62,6 +62,11 @@ type LoraLoad struct {
 	// Workers is how many workers of each pool of the model (aggregated or decode, and
 	// prefill) should hold it; 0: all of them.
 	Workers int
+	// Unpinned: the body's "pinned": false (Turbine's field; default true). Each worker
+	// loads it unpinned: it may evict it for another adapter, and then keeps it known
+	// (registered, loaded again for a request naming it; docs/reference.md §26.2), so an
+	// operator may register more adapters than the workers have slots.
+	Unpinned bool
 }
 
 // LoraUnload is an unload to carry out.
@@ -79,7 +84,8 @@ type LoraResult struct {
 // LoraWorker is one worker's outcome.
 type LoraWorker struct {
 	WorkerID string
-	// Held: a load found the adapter pinned there already and sent nothing.
+	// Held: a load found the adapter there already and sent nothing: pinned, or for an
+	// unpinned load held or known.
 	Held bool
 	// Failure is the worker's answer (LORA_OK on success); a worker that did not answer
 	// in time, or could not be reached, is LORA_ENGINE with Error saying so.
@@ -158,19 +164,21 @@ func findModel(cards []*messages.ModelCard, name string) (*messages.ModelCard, *
 // ---- POST /v1/load_lora_adapter, /v1/unload_lora_adapter ----
 
 // loraBody is the checked body of either route (vLLM's LoadLoRAAdapterRequest and
-// UnloadLoRAAdapterRequest, with Turbine's `model` and `workers`).
+// UnloadLoRAAdapterRequest, with Turbine's `model`, `workers` and `pinned`).
 type loraBody struct {
 	Name, Path, Model string
 	Workers           int
+	Unpinned          bool // a load's "pinned": false
 	// Ignored are the fields neither vLLM nor Turbine defines: ignored, as vLLM's
 	// request models ignore them.
 	Ignored []string
 }
 
 // parseLoraBody checks a load (load true) or unload body. Fields: lora_name (both),
-// lora_path (load), model and workers (load; model on unload too), load_inplace (load:
-// false or absent; true is refused, Turbine does not reload an adapter in place),
-// lora_int_id (unload: vLLM's, accepted and not used).
+// lora_path (load), model and workers (load; model on unload too), pinned (load: a
+// boolean, default true), load_inplace (load: false or absent; true is refused, Turbine
+// does not reload an adapter in place), lora_int_id (unload: vLLM's, accepted and not
+// used).
 func parseLoraBody(body []byte, load bool) (*loraBody, *APIError) {
 	o, aerr := parseBody(body)
 	if aerr != nil {
@@ -187,6 +195,9 @@ func parseLoraBody(body []byte, load bool) (*loraBody, *APIError) {
 				o.fail(newError(KindInvalidValue, "workers", "Invalid 'workers': want 1 to %d workers, got %d.", MaxLoraWorkers, n))
 			}
 			b.Workers = int(n)
+		}
+		if pinned, ok := o.boolean("pinned"); ok {
+			b.Unpinned = !pinned
 		}
 		if inplace, _ := o.boolean("load_inplace"); inplace {
 			o.fail(newError(KindUnsupported, "load_inplace",
@@ -247,7 +258,8 @@ func (s *Server) handleLoadLora(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b, model, ans := s.runLora(w, r, true, func(b *loraBody, model string) (loraAnswer, error) {
-		res, err := admin.LoadLora(r.Context(), LoraLoad{Model: model, Name: b.Name, Path: b.Path, Workers: b.Workers})
+		res, err := admin.LoadLora(r.Context(), LoraLoad{Model: model, Name: b.Name, Path: b.Path, Workers: b.Workers,
+			Unpinned: b.Unpinned})
 		if err != nil {
 			return loraAnswer{}, err
 		}

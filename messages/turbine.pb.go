@@ -368,7 +368,7 @@ type LoraFailure int32
 const (
 	LoraFailure_LORA_OK        LoraFailure = 0
 	LoraFailure_LORA_INVALID   LoraFailure = 1 // bad adapter folder, other base model, rank too large, name taken: 400
-	LoraFailure_LORA_NOT_FOUND LoraFailure = 2 // unload of an adapter the worker does not hold: 404
+	LoraFailure_LORA_NOT_FOUND LoraFailure = 2 // unload of an adapter the worker neither holds nor knows: 404
 	LoraFailure_LORA_NO_SLOT   LoraFailure = 3 // every slot holds a pinned adapter, or the engine serves none: 503
 	LoraFailure_LORA_ENGINE    LoraFailure = 4 // the engine refused or could not be reached: 503
 )
@@ -696,8 +696,8 @@ type LoraAdapter struct {
 	Parent    string                 `protobuf:"bytes,3,opt,name=parent,proto3" json:"parent,omitempty"`                        // served name of the base model it adapts
 	BaseModel string                 `protobuf:"bytes,4,opt,name=base_model,json=baseModel,proto3" json:"base_model,omitempty"` // adapter_config.json base_model_name_or_path
 	Rank      int32                  `protobuf:"varint,5,opt,name=rank,proto3" json:"rank,omitempty"`                           // adapter_config.json r
-	// Placed by an operator (load_lora_adapter, --lora): a load on demand never evicts it;
-	// only unload_lora_adapter removes it.
+	// Placed by an operator (load_lora_adapter, unless its "pinned" is false; --lora): a
+	// load never evicts it; only unload_lora_adapter removes it.
 	Pinned        bool `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4234,8 +4234,10 @@ func (x *Cancel) GetReason() string {
 	return ""
 }
 
-// LoadLora asks a worker to load a LoRA adapter into its engine (pinned). The worker
-// checks the folder first and answers LoraReply.
+// LoadLora asks a worker to load a LoRA adapter into its engine, pinned as
+// adapter.pinned says (an operator's load is pinned unless it asks otherwise: an unpinned
+// one may be evicted for another adapter and stays known). The worker checks the folder
+// first and answers LoraReply.
 type LoadLora struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Adapter       *LoraAdapter           `protobuf:"bytes,1,opt,name=adapter,proto3" json:"adapter,omitempty"`
@@ -4280,8 +4282,8 @@ func (x *LoadLora) GetAdapter() *LoraAdapter {
 	return nil
 }
 
-// UnloadLora asks a worker to unload a LoRA adapter; running requests that use it finish
-// first. Answered with LoraReply.
+// UnloadLora asks a worker to unload a LoRA adapter, or to forget one it knows; running
+// requests that use it finish first. Answered with LoraReply.
 type UnloadLora struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`

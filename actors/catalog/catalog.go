@@ -1,13 +1,14 @@
 // Package catalog is the Catalog grain: the list of served models and their model
 // deployment cards, as announced by workers.
 //
-// Messages: Announce (a worker's card, actor ref and LoRA adapters, with a time-to-live),
-// List. State: per model, per worker, the card, the worker actor's ref, its adapters and
-// the expiry. Derived: the model list, one card per model, copied from one live worker's
-// announcement with files_from set to that worker (so that the tokenizer digest and the
-// worker that serves its files agree), then one entry per LoRA adapter a live worker
-// holds (docs/reference.md §26.3). Stored cards are never handed out or changed. Rebuilt
-// after a move from the workers' next announcements (every heartbeat).
+// Messages: Announce (a worker's card, actor ref and LoRA adapters, held and known, with a
+// time-to-live), List. State: per model, per worker, the card, the worker actor's ref,
+// its adapters and the expiry. Derived: the model list, one card per model, copied from
+// one live worker's announcement with files_from set to that worker (so that the
+// tokenizer digest and the worker that serves its files agree), then one entry per LoRA
+// adapter a live worker holds or knows (docs/reference.md §26.3). Stored cards are
+// never handed out or changed. Rebuilt after a move from the workers' next
+// announcements (every heartbeat).
 // Senders: workers (Announce), gateways (List).
 package catalog
 
@@ -27,6 +28,7 @@ type entry struct {
 	card     *messages.ModelCard
 	worker   *messages.ActorRef // nil from workers that do not say
 	adapters []*messages.LoraAdapter
+	known    []*messages.LoraAdapter // registered on the worker, not in its engine
 	expires  time.Time
 }
 
@@ -65,14 +67,14 @@ func (c *Catalog) Announce(req *messages.AnnounceModel, _ cluster.GrainContext) 
 		c.models[model] = map[string]entry{}
 	}
 	c.models[model][req.WorkerId] = entry{card: req.Card, worker: req.Worker, adapters: req.Adapters,
-		expires: c.now().Add(time.Duration(req.TtlMs) * time.Millisecond)}
+		known: req.KnownAdapters, expires: c.now().Add(time.Duration(req.TtlMs) * time.Millisecond)}
 	return &messages.Ack{}, nil
 }
 
 // List returns one card per model that has at least one unexpired worker, sorted by name:
 // a copy of the card of the worker chosen by pick, with files_from set to that worker's
 // actor ref (unset when it announced none). Then one entry per LoRA adapter those
-// workers hold (adapterCards), sorted by adapter name, then base model.
+// workers hold or know (adapterCards), sorted by adapter name, then base model.
 func (c *Catalog) List(_ *messages.ListModelsRequest, _ cluster.GrainContext) (*messages.ModelList, error) {
 	now := c.now()
 	out := &messages.ModelList{}
@@ -110,10 +112,11 @@ func (c *Catalog) List(_ *messages.ListModelsRequest, _ cluster.GrainContext) (*
 }
 
 // adapterCards returns one entry per LoRA adapter the live workers of base (its listed
-// card) hold: a copy of base with model = the adapter's name and lora = the adapter, its
-// parent set to base's name. Workers holding one adapter may differ on its path (each
-// reports its own host's): the entry takes a pinned holder's, else any holder's, the
-// lowest worker id first; pinned is set when any holder pinned it.
+// card) hold or know (a known adapter is served: a worker loads it again for a request):
+// a copy of base with model = the adapter's name and lora = the adapter, its parent set
+// to base's name. Workers with one adapter may differ on its path (each reports its own
+// host's): the entry takes a pinned holder's, else an unpinned holder's, else a knowing
+// worker's, the lowest worker id first; pinned is set when any holder pinned it.
 func adapterCards(base *messages.ModelCard, workers map[string]entry) []*messages.ModelCard {
 	ids := make([]string, 0, len(workers))
 	for id := range workers {
@@ -122,13 +125,21 @@ func adapterCards(base *messages.ModelCard, workers map[string]entry) []*message
 	sort.Strings(ids)
 	byName := map[string]*messages.LoraAdapter{}
 	var names []string
-	for _, pinnedPass := range []bool{true, false} {
+	for pass := range 3 { // pinned holders, unpinned holders, knowing workers
 		for _, id := range ids {
-			for _, a := range workers[id].adapters {
-				if a.GetName() == "" || a.GetPinned() != pinnedPass {
+			list := workers[id].adapters
+			if pass == 2 {
+				list = workers[id].known
+			}
+			for _, a := range list {
+				if a.GetName() == "" || pass < 2 && a.GetPinned() != (pass == 0) {
 					continue
 				}
 				if byName[a.Name] == nil {
+					if pass == 2 && a.GetPinned() { // never so from a worker: known adapters are unpinned
+						a = proto.Clone(a).(*messages.LoraAdapter)
+						a.Pinned = false
+					}
 					byName[a.Name] = a
 					names = append(names, a.Name)
 				}

@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,4 +187,52 @@ func TestCatalogListsAdapters(t *testing.T) {
 	check("w1 unloaded",
 		entry{model: "m", tokenizer: "/models/m"}, entry{model: "n", tokenizer: "/models/n"},
 		entry{"sql", "n", "/b/sql", "/models/n", true})
+}
+
+// TestCatalogListsKnownAdapters: an adapter a live worker only knows (evicted from its
+// engine, still registered: AnnounceModel.known_adapters) is listed, unpinned, with a
+// holder's path where one holds it; it goes with the last worker that holds or knows it.
+func TestCatalogListsKnownAdapters(t *testing.T) {
+	now := time.Unix(100, 0)
+	c := New(func() time.Time { return now })
+	announce := func(worker string, ttl time.Duration, held, known []*messages.LoraAdapter) {
+		t.Helper()
+		if _, err := c.Announce(&messages.AnnounceModel{Card: &messages.ModelCard{Model: "m"}, WorkerId: worker,
+			TtlMs: ttl.Milliseconds(), Adapters: held, KnownAdapters: known}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lora := func(name, path string, pinned bool) *messages.LoraAdapter {
+		return &messages.LoraAdapter{Name: name, Path: path, Pinned: pinned}
+	}
+	list := func() string {
+		t.Helper()
+		l, err := c.List(&messages.ListModelsRequest{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range l.Models {
+			s := m.Model
+			if a := m.Lora; a != nil {
+				s += fmt.Sprintf("(%s %s pinned=%v)", a.Parent, a.Path, a.Pinned)
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	announce("w0", 3*time.Second, []*messages.LoraAdapter{lora("a", "/w0/a", false)},
+		[]*messages.LoraAdapter{lora("b", "/w0/b", false), lora("c", "/w0/c", true)})
+	announce("w1", 10*time.Second, []*messages.LoraAdapter{lora("b", "/w1/b", false)}, []*messages.LoraAdapter{lora("d", "/w1/d", false)})
+	if got, want := list(), "m a(m /w0/a pinned=false) b(m /w1/b pinned=false) c(m /w0/c pinned=false) d(m /w1/d pinned=false)"; got != want {
+		t.Errorf("listed %s, want %s", got, want)
+	}
+	now = now.Add(5 * time.Second) // w0's announcement expired
+	if got, want := list(), "m b(m /w1/b pinned=false) d(m /w1/d pinned=false)"; got != want {
+		t.Errorf("after w0 expired: listed %s, want %s", got, want)
+	}
+	announce("w1", 10*time.Second, nil, nil) // w1 unloaded both
+	if got, want := list(), "m"; got != want {
+		t.Errorf("after the unloads: listed %s, want %s", got, want)
+	}
 }

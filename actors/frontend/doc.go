@@ -54,8 +54,9 @@
 // LoRA adapters (lora.go, loraplace.go; docs/reference.md §26.3): the Backend is a
 // gateway.LoraAdmin. A load reads the base model's workers from its Router grain's Stats,
 // chooses where the adapter goes (placeLora, pure) and sends LoadLora to those worker
-// actors, an unload UnloadLora to every worker holding it, each a request answered with
-// LoraReply within Config.LoraTimeout. Models lists the adapters the catalog lists (base
+// actors (pinned, unless the load asked otherwise), an unload UnloadLora to every worker
+// holding or knowing it, each a request answered with LoraReply within
+// Config.LoraTimeout. Models lists the adapters the catalog lists (base
 // models first), and those this frontend loaded or unloaded a moment ago as they are now.
 // A request naming an adapter runs on its base model; its flow names the adapter on every
 // route (and lora_on_demand with Config.LoraOnDemand) and gives each leg the route's

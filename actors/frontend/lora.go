@@ -47,15 +47,15 @@ func (b *Backend) LoadLora(ctx context.Context, req gateway.LoraLoad) (*gateway.
 	}
 	for _, w := range res.Workers {
 		if w.Failure == messages.LoraFailure_LORA_OK {
-			b.noteLora(req.Model, &messages.LoraAdapter{Name: req.Name, Path: req.Path, Parent: req.Model, Pinned: true}, true)
+			b.noteLora(req.Model, &messages.LoraAdapter{Name: req.Name, Path: req.Path, Parent: req.Model, Pinned: !req.Unpinned}, true)
 			break
 		}
 	}
 	return res, nil
 }
 
-// UnloadLora sends UnloadLora to every worker of req.Model that holds the adapter
-// (unloadOn). Errors: gateway.ErrUnknownModel (wrapped), gateway.ErrNoWorkers (wrapped:
+// UnloadLora sends UnloadLora to every worker of req.Model that holds or knows the
+// adapter (unloadOn). Errors: gateway.ErrUnknownModel (wrapped), gateway.ErrNoWorkers (wrapped:
 // the Router grain did not answer).
 func (b *Backend) UnloadLora(ctx context.Context, req gateway.LoraUnload) (*gateway.LoraResult, error) {
 	st, err := b.loraStats(ctx, req.Model)
@@ -87,14 +87,15 @@ func (b *Backend) loraStats(ctx context.Context, model string) (*messages.Router
 }
 
 // loadOn places req's adapter on the workers of st (placeLora) and sends LoadLora (the
-// adapter pinned, its parent req.Model) through ask to the workers chosen and to those
-// the placement is short of (NoSlot): a worker checks the folder before its slots, so a
-// bad folder is refused as such even where no slot is free, and a slot freed since the
-// router's stats is used. It reports one line per worker concerned: pinned there already
-// (Held), or its answer. Errors: gateway.ErrLoraConflict (wrapped),
-// gateway.ErrNoWorkers (wrapped: no ready worker).
+// adapter pinned unless req.Unpinned, its parent req.Model) through ask to the workers
+// chosen and to those the placement is short of (NoSlot): a worker checks the folder
+// before its slots, so a bad folder is refused as such even where no slot is free, and a
+// slot freed since the router's stats is used. It reports one line per worker concerned:
+// there already (Held: pinned, or for an unpinned load held or known), or its answer.
+// Errors: gateway.ErrLoraConflict (wrapped), gateway.ErrNoWorkers (wrapped: no ready
+// worker).
 func loadOn(ctx context.Context, ask workerAsker, st *messages.RouterStats, req gateway.LoraLoad) (*gateway.LoraResult, error) {
-	p := placeLora(loraWorkers(st, req.Name), req.Path, req.Workers)
+	p := placeLora(loraWorkers(st, req.Name), req.Path, req.Workers, req.Unpinned)
 	if p.Conflict != "" {
 		return nil, fmt.Errorf("%w: worker %s holds %q from %q", gateway.ErrLoraConflict, p.Conflict, req.Name, p.ConflictPath)
 	}
@@ -105,16 +106,17 @@ func loadOn(ctx context.Context, ask workerAsker, st *messages.RouterStats, req 
 	for _, id := range p.Held {
 		res.Workers = append(res.Workers, gateway.LoraWorker{WorkerID: id, Held: true})
 	}
-	adapter := &messages.LoraAdapter{Name: req.Name, Path: req.Path, Parent: req.Model, Pinned: true}
+	adapter := &messages.LoraAdapter{Name: req.Name, Path: req.Path, Parent: req.Model, Pinned: !req.Unpinned}
 	res.Workers = append(res.Workers, askWorkers(ctx, ask, st, append(p.Send, p.NoSlot...), func() proto.Message {
 		return &messages.LoadLora{Adapter: proto.Clone(adapter).(*messages.LoraAdapter)}
 	})...)
 	return res, nil
 }
 
-// unloadOn sends UnloadLora through ask to every worker of st that holds req's adapter,
-// ready or not (a worker whose engine restarts would load its pinned adapters again), and
-// reports their answers; none when no worker holds it.
+// unloadOn sends UnloadLora through ask to every worker of st that holds or knows req's
+// adapter (WorkerStats.adapters, known_adapters), ready or not (a worker whose engine
+// restarts would load its pinned adapters again), and reports their answers; none when
+// no worker has it.
 func unloadOn(ctx context.Context, ask workerAsker, st *messages.RouterStats, req gateway.LoraUnload) *gateway.LoraResult {
 	var holders []string
 	for _, w := range loraWorkers(st, req.Name) {

@@ -245,3 +245,97 @@ func TestLoraNotes(t *testing.T) {
 		t.Errorf("after expiry listed %v", names(got))
 	}
 }
+
+// TestLoadOnUnpinned: an unpinned load ("pinned": false) sends LoadLora unpinned to every
+// ready worker that neither holds nor knows the adapter — one whose slots all hold
+// unpinned adapters included (it evicts one, which it keeps known) — and sends nothing
+// to those that hold it, pinned or not, or know it: they count as holding it.
+func TestLoadOnUnpinned(t *testing.T) {
+	ws := []*loraWorkerActor{{id: "w0"}, {id: "w1"}, {id: "w2"}, {id: "w3"}, {id: "w4"}}
+	un := func(name string) *messages.LoraAdapter { return &messages.LoraAdapter{Name: name, Path: "/" + name} }
+	st, ask := loraCluster(t, time.Minute, ws, map[string][]*messages.LoraAdapter{
+		"w0": {un("a"), un("b")},                          // full, unpinned
+		"w1": {un("a")},                                   // knows sql (below)
+		"w2": {un("sql"), un("c")},                        // holds it unpinned
+		"w3": {{Name: "sql", Path: "/sql", Pinned: true}}, // holds it pinned
+		"w4": {un("c"), un("d")},                          // full, unpinned
+	})
+	st.Workers[1].KnownAdapters = []*messages.LoraAdapter{un("b"), un("sql")}
+	res, err := loadOn(context.Background(), ask, st, gateway.LoraLoad{Model: "m", Name: "sql", Path: "/sql", Unpinned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range res.Workers {
+		line := w.WorkerID + ":" + w.Failure.String()
+		if w.Held {
+			line += " held"
+		}
+		got = append(got, line)
+	}
+	want := []string{"w1:LORA_OK held", "w2:LORA_OK held", "w3:LORA_OK held", "w0:LORA_OK", "w4:LORA_OK"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("lines %v, want %v", got, want)
+	}
+	for _, w := range ws {
+		msgs := w.messages()
+		switch w.id {
+		case "w0", "w4":
+			l, ok := msgs[0].(*messages.LoadLora)
+			if len(msgs) != 1 || !ok || !proto.Equal(l.Adapter, &messages.LoraAdapter{Name: "sql", Path: "/sql", Parent: "m"}) {
+				t.Errorf("%s got %v, want an unpinned LoadLora", w.id, msgs)
+			}
+		default:
+			if len(msgs) != 0 {
+				t.Errorf("%s got %v, want nothing", w.id, msgs)
+			}
+		}
+	}
+	// A pinned load of the same adapter pins it where it is held unpinned, and loads it
+	// where it is only known.
+	res, err = loadOn(context.Background(), ask, st, gateway.LoraLoad{Model: "m", Name: "sql", Path: "/sql"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range res.Workers {
+		if w.Held != (w.WorkerID == "w3") {
+			t.Errorf("pinned load: line %+v", w)
+		}
+	}
+	if m := ws[1].messages(); len(m) != 1 || !m[0].(*messages.LoadLora).GetAdapter().GetPinned() {
+		t.Errorf("w1, which only knows it, got %v, want a pinned LoadLora", m)
+	}
+}
+
+// TestUnloadOnKnown: an unload reaches the workers that only know the adapter
+// (WorkerStats.known_adapters) as well as those holding it.
+func TestUnloadOnKnown(t *testing.T) {
+	ws := []*loraWorkerActor{{id: "w0"}, {id: "w1"}, {id: "w2"}}
+	a := &messages.LoraAdapter{Name: "sql", Path: "/sql"}
+	st, ask := loraCluster(t, time.Minute, ws, map[string][]*messages.LoraAdapter{"w0": {a}})
+	st.Workers[1].KnownAdapters = []*messages.LoraAdapter{a}
+	st.Workers[2].KnownAdapters = []*messages.LoraAdapter{{Name: "other", Path: "/other"}}
+	res := unloadOn(context.Background(), ask, st, gateway.LoraUnload{Model: "m", Name: "sql"})
+	if len(res.Workers) != 2 || res.Workers[0].WorkerID != "w0" || res.Workers[1].WorkerID != "w1" ||
+		res.Workers[1].Failure != messages.LoraFailure_LORA_OK {
+		t.Fatalf("lines %+v, want w0 and w1", res.Workers)
+	}
+	if m := ws[1].messages(); len(m) != 1 || m[0].(*messages.UnloadLora).GetName() != "sql" || len(ws[2].messages()) != 0 {
+		t.Errorf("w1 got %v, w2 %v", m, ws[2].messages())
+	}
+}
+
+// TestLoraWorkersKnownFromStats: placement reads the adapters a worker knows from the
+// Router grain's stats; one it holds wins over a stale known entry of that name.
+func TestLoraWorkersKnownFromStats(t *testing.T) {
+	st := &messages.RouterStats{Workers: []*messages.WorkerStats{
+		{WorkerId: "w0", MaxLoras: 2, KnownAdapters: []*messages.LoraAdapter{{Name: "sql", Path: "/s"}}},
+		{WorkerId: "w1", MaxLoras: 2, Adapters: []*messages.LoraAdapter{{Name: "sql", Path: "/s", Pinned: true}},
+			KnownAdapters: []*messages.LoraAdapter{{Name: "sql", Path: "/old"}}},
+	}}
+	got := loraWorkers(st, "sql")
+	if len(got) != 2 || got[0].Has == nil || *got[0].Has != (loraHeld{Path: "/s", Known: true}) || got[0].Held != 0 ||
+		got[1].Has == nil || *got[1].Has != (loraHeld{Path: "/s", Pinned: true}) {
+		t.Fatalf("got %+v", got)
+	}
+}

@@ -25,23 +25,29 @@ type loraWorker struct {
 	// Load is the router's count of its active KV blocks, Requests its active requests.
 	Load     int64
 	Requests int32
-	// Has is the adapter being placed, when the worker holds an adapter of that name
-	// (Path and Pinned say from where and how).
+	// Has is the adapter being placed, when the worker holds an adapter of that name or
+	// knows it (Path, Pinned and Known say from where and how).
 	Has *loraHeld
 }
 
-// loraHeld is how a worker holds the adapter being placed.
+// loraHeld is how a worker has the adapter being placed.
 type loraHeld struct {
 	Path   string
 	Pinned bool
+	// Known: registered on the worker without being in its engine (evicted since it
+	// was loaded; WorkerStats.known_adapters): the worker loads it again for a request.
+	Known bool
 }
+
+// holds reports whether h is the adapter held in the worker's engine (not only known).
+func (h *loraHeld) holds() bool { return h != nil && !h.Known }
 
 // loraPlacement is where a load goes.
 type loraPlacement struct {
 	// Send are the workers to send LoadLora to, best first.
 	Send []string
-	// Held are the ready workers that hold it pinned already: they count as placed and
-	// are sent nothing.
+	// Held are the ready workers that hold it pinned already (an unpinned load: that
+	// hold or know it): they count as placed and are sent nothing.
 	Held []string
 	// NoSlot are ready workers a placement wanted and, as far as the router's stats
 	// know, cannot use: every one of their slots holds a pinned adapter (an operator's
@@ -50,8 +56,8 @@ type loraPlacement struct {
 	// authoritative: LORA_NO_SLOT, or LORA_INVALID for a bad folder, which they check
 	// first).
 	NoSlot []string
-	// Conflict names a worker that holds an adapter of that name loaded from another
-	// path (ConflictPath): the load is refused, nothing else is set.
+	// Conflict names a worker that holds or knows an adapter of that name loaded from
+	// another path (ConflictPath): the load is refused, nothing else is set.
 	Conflict     string
 	ConflictPath string
 }
@@ -64,11 +70,17 @@ type loraPlacement struct {
 // In a pool, the ready workers holding it pinned count first. The others that may take
 // it are those holding it unpinned (loaded on demand: pinning it costs no slot), then
 // those with a slot not taken by a pinned adapter (a slot held by an unpinned one is
-// freed by the worker, which evicts its least recently used unpinned adapter); among
-// them, holders first, then the fewest adapters held, then the lowest load (active KV
-// blocks, then active requests), then the worker id. A pool with too few such workers
-// reports as many of the others (by id) in NoSlot as it is short of.
-func placeLora(workers []loraWorker, path string, n int) loraPlacement {
+// freed by the worker, which evicts its least recently used unpinned adapter, keeping it
+// known); among them, holders first, then the fewest adapters held, then the lowest load
+// (active KV blocks, then active requests), then the worker id. A worker that only knows
+// the adapter is one of the others: it must load it into a slot all the same. A pool
+// with too few such workers reports as many of the others (by id) in NoSlot as it is
+// short of.
+//
+// An unpinned load (unpinned) registers the adapter: the ready workers that hold it,
+// pinned or not, or know it count first and are sent nothing; the others are placed as
+// above.
+func placeLora(workers []loraWorker, path string, n int, unpinned bool) loraPlacement {
 	var p loraPlacement
 	for _, w := range workers {
 		if w.Has != nil && w.Has.Path != path {
@@ -86,13 +98,13 @@ func placeLora(workers []loraWorker, path string, n int) loraPlacement {
 		}
 	}
 	for _, pool := range [][]loraWorker{main, prefill} {
-		placePool(&p, pool, n)
+		placePool(&p, pool, n, unpinned)
 	}
 	return p
 }
 
 // placePool adds the placement of one pool's ready workers to p (see placeLora).
-func placePool(p *loraPlacement, pool []loraWorker, n int) {
+func placePool(p *loraPlacement, pool []loraWorker, n int, unpinned bool) {
 	want := len(pool)
 	if n > 0 {
 		want = min(n, want)
@@ -100,10 +112,10 @@ func placePool(p *loraPlacement, pool []loraWorker, n int) {
 	var candidates, full []loraWorker
 	for _, w := range pool {
 		switch {
-		case w.Has != nil && w.Has.Pinned:
+		case w.Has.holds() && w.Has.Pinned, unpinned && w.Has != nil:
 			p.Held = append(p.Held, w.ID)
 			want--
-		case w.MaxLoras > 0 && (w.Has != nil || w.Pinned < w.MaxLoras):
+		case w.MaxLoras > 0 && (w.Has.holds() || w.Pinned < w.MaxLoras):
 			candidates = append(candidates, w)
 		default:
 			full = append(full, w)
@@ -114,7 +126,7 @@ func placePool(p *loraPlacement, pool []loraWorker, n int) {
 	}
 	slices.SortFunc(candidates, func(a, b loraWorker) int {
 		return cmp.Or(
-			-cmp.Compare(b2i(a.Has != nil), b2i(b.Has != nil)),
+			-cmp.Compare(b2i(a.Has.holds()), b2i(b.Has.holds())),
 			cmp.Compare(a.Held, b.Held),
 			cmp.Compare(a.Load, b.Load),
 			cmp.Compare(a.Requests, b.Requests),
@@ -131,7 +143,7 @@ func placePool(p *loraPlacement, pool []loraWorker, n int) {
 }
 
 // loraWorkers is what placement needs of the workers of a model's Router grain stats,
-// for adapter name.
+// for adapter name (held, or known: WorkerStats.known_adapters).
 func loraWorkers(st *messages.RouterStats, name string) []loraWorker {
 	out := make([]loraWorker, 0, len(st.GetWorkers()))
 	for _, ws := range st.GetWorkers() {
@@ -143,6 +155,11 @@ func loraWorkers(st *messages.RouterStats, name string) []loraWorker {
 			}
 			if a.GetName() == name {
 				w.Has = &loraHeld{Path: a.GetPath(), Pinned: a.GetPinned()}
+			}
+		}
+		for _, a := range ws.KnownAdapters {
+			if a.GetName() == name && w.Has == nil {
+				w.Has = &loraHeld{Path: a.GetPath(), Known: true}
 			}
 		}
 		out = append(out, w)

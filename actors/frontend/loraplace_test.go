@@ -13,10 +13,11 @@ import (
 // "ready": false; role aggregated unless given), the adapter's path, n, and the
 // placement wanted.
 type placementCase struct {
-	Name    string `json:"name"`
-	Path    string `json:"path"`
-	N       int    `json:"n"`
-	Workers []struct {
+	Name     string `json:"name"`
+	Path     string `json:"path"`
+	N        int    `json:"n"`
+	Unpinned bool   `json:"unpinned"` // the load's "pinned": false
+	Workers  []struct {
 		ID       string `json:"id"`
 		Role     string `json:"role"`
 		Ready    *bool  `json:"ready"`
@@ -28,6 +29,7 @@ type placementCase struct {
 		Has      *struct {
 			Path   string `json:"path"`
 			Pinned bool   `json:"pinned"`
+			Known  bool   `json:"known"`
 		} `json:"has"`
 	} `json:"workers"`
 	Want struct {
@@ -60,11 +62,11 @@ func TestPlaceLora(t *testing.T) {
 				lw := loraWorker{ID: w.ID, Role: role, Ready: w.Ready == nil || *w.Ready, MaxLoras: w.Max, Held: w.Held,
 					Pinned: w.Pinned, Load: w.Load, Requests: w.Requests}
 				if w.Has != nil {
-					lw.Has = &loraHeld{Path: w.Has.Path, Pinned: w.Has.Pinned}
+					lw.Has = &loraHeld{Path: w.Has.Path, Pinned: w.Has.Pinned, Known: w.Has.Known}
 				}
 				ws = append(ws, lw)
 			}
-			got := placeLora(ws, c.Path, c.N)
+			got := placeLora(ws, c.Path, c.N, c.Unpinned)
 			if !slices.Equal(got.Send, c.Want.Send) || !slices.Equal(got.Held, c.Want.Held) || !slices.Equal(got.NoSlot, c.Want.NoSlot) ||
 				got.Conflict != c.Want.Conflict || got.ConflictPath != c.Want.ConflictPath {
 				t.Errorf("placed %+v, want %+v", got, c.Want)

@@ -20,6 +20,10 @@ const (
 	// DefaultLoraUnloadGrace is Config.LoraUnloadGrace: the requests of an adapter being
 	// unloaded may run this long.
 	DefaultLoraUnloadGrace = 30 * time.Second
+	// MaxKnownLoras bounds the known LoRA adapters a worker keeps (loaded before and
+	// evicted since, still registered; docs/reference.md §26.2): past it the least recently
+	// used is forgotten. The Router grain takes up to 4096 in a registration.
+	MaxKnownLoras = 1024
 )
 
 const (

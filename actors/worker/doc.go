@@ -9,16 +9,18 @@
 //     message when the engine refused the request itself (never re-sent), else one that
 //     another worker may mend.
 //     A Generate naming a LoRA adapter (sampling lora_name) uses it until it ends; one
-//     the worker does not hold is loaded on demand first when the request carries its
-//     folder (lora_path), else it fails as one another worker may serve (loraops.go).
+//     the worker does not hold is loaded on demand first when the worker knows it (from
+//     its folder) or the request carries its folder (lora_path), else it fails as one
+//     another worker may serve (loraops.go).
 //   - messages.Embed (from gateways, a request-response): the engine's embedding of the
 //     tokens, through engines.Embedder off the actor's goroutine, answered with
 //     messages.Embedding (its error set when the engine serves no embeddings or failed,
 //     its fault FAULT_INVALID_REQUEST when the engine refused the input);
 //     in flight like a generation, so Cancel and a drain end it (embed.go).
 //   - messages.LoadLora, messages.UnloadLora (from frontends, request-response):
-//     load (pinned) or unload a LoRA adapter, answered with messages.LoraReply once the
-//     change is registered with the Router grain and announced (docs/reference.md §26.2).
+//     load (pinned or not, as the adapter says) or unload a LoRA adapter (a known one is
+//     forgotten), answered with messages.LoraReply once the change is registered with
+//     the Router grain and announced (docs/reference.md §26.2).
 //   - messages.Credit (from the request's receiver): grant more chunks.
 //   - messages.Cancel (from gateways): abort the engine request; harmless when finished.
 //   - messages.ReleaseKv (from gateways, to a prefill worker): release the KV blocks the
@@ -41,7 +43,8 @@
 // State owned: the engine process and its epoch (bumped on every start), readiness, the
 // in-flight requests (cancel func + credit channel, the adapter each uses), the LoRA
 // adapter slots (loraTable, lora.go: pure; at most Config.MaxLoras, pinned ones never
-// evicted, a request's adapter never evicted nor unloaded under it) and the adapter
+// evicted, a request's adapter never evicted nor unloaded under it; the known adapters,
+// evicted and still registered, at most MaxKnownLoras) and the adapter
 // loads and unloads under way. A started engine is given the pinned adapters before the
 // worker reports ready. The KV block list and the event
 // numbering are owned by the relay goroutine (relay.go), which is the only sender to the

@@ -21,6 +21,14 @@ import (
 // A pinned adapter is never evicted. An entry's running count is the requests that use
 // it, waiting for its load or running; one with requests is never evicted, and an
 // unload waits for them (bounded: Config.LoraUnloadGrace).
+//
+// Known adapters: an adapter the engine loaded and no longer holds without an unload
+// having been asked (evicted for another, or an unpinned one of an engine that exited)
+// stays registered, as vLLM keeps a loaded adapter served while its cache drops the
+// weights: its name and folder are kept (known), a request naming it loads it again from
+// that folder, and only an unload forgets it. The entries and the known adapters are
+// disjoint; the known ones are at most MaxKnownLoras, the least recently used forgotten
+// first.
 
 // loraState is where an adapter of the table stands.
 type loraState int
@@ -63,17 +71,28 @@ type loraEntry struct {
 	used    uint64 // the table's sequence at its last use: the least recently used is evicted
 	running int    // requests using it (waiting for its load, or running)
 	once    bool   // an engine has held it: a restoring entry is loaded again, not for the first time
+	// known: a known adapter being loaded again; a load that ends without loading it for
+	// want of a slot or an engine (not a bad folder) leaves it known.
+	known bool
+}
+
+// knownLora is a known adapter: registered, not in the engine.
+type knownLora struct {
+	adapter *messages.LoraAdapter // unpinned
+	used    uint64                // the table's sequence at its last use
 }
 
 // loraTable is the worker's adapters. Not safe for concurrent use (the actor owns it).
 type loraTable struct {
-	max     int
-	seq     uint64 // use sequence and generations
-	entries map[string]*loraEntry
+	max      int
+	maxKnown int    // the known adapters kept at most (MaxKnownLoras)
+	seq      uint64 // use sequence and generations
+	entries  map[string]*loraEntry
+	known    map[string]*knownLora
 }
 
 func newLoraTable(max int) *loraTable {
-	return &loraTable{max: max, entries: map[string]*loraEntry{}}
+	return &loraTable{max: max, maxKnown: MaxKnownLoras, entries: map[string]*loraEntry{}, known: map[string]*knownLora{}}
 }
 
 func (t *loraTable) next() uint64 { t.seq++; return t.seq }
@@ -89,10 +108,24 @@ const (
 
 // begin starts a load of a (name and path; pinned: an operator's). An adapter of that
 // name with another path is LORA_INVALID; one leaving the engine LORA_ENGINE (try again
-// once it is gone). A pinned load of an adapter held or being loaded unpinned pins it.
+// once it is gone). A pinned load of an adapter held or being loaded unpinned pins it;
+// an unpinned load never unpins one. A known adapter is loaded again (from its folder).
 // gen is the entry's generation.
 func (t *loraTable) begin(a *messages.LoraAdapter) (next loraBegin, gen uint64, err *loraError) {
 	path := filepath.Clean(a.GetPath())
+	if k := t.known[a.GetName()]; k != nil {
+		if k.adapter.GetPath() != path {
+			return 0, 0, loraErrorf(messages.LoraFailure_LORA_INVALID,
+				"adapter %q is already registered from %s, not %s (unload it first, or choose another name)", a.GetName(), k.adapter.GetPath(), path)
+		}
+		delete(t.known, a.GetName())
+		ad := proto.Clone(k.adapter).(*messages.LoraAdapter)
+		ad.Pinned = a.GetPinned()
+		e := &loraEntry{adapter: ad, state: loraChecking, gen: t.next(), known: true}
+		e.used = e.gen
+		t.entries[ad.Name] = e
+		return loraBeginCheck, e.gen, nil
+	}
 	if e := t.entries[a.GetName()]; e != nil {
 		switch {
 		case e.adapter.GetPath() != path:
@@ -125,18 +158,86 @@ func (t *loraTable) entry(name string, gen uint64) *loraEntry {
 	return nil
 }
 
-// drop removes entry name of generation gen (its check or load failed).
+// drop removes entry name of generation gen: its load ended without loading it (no
+// engine to load it into). A known adapter being loaded again stays known.
 func (t *loraTable) drop(name string, gen uint64) {
+	if e := t.entry(name, gen); e != nil {
+		t.remove(e)
+	}
+}
+
+// reject removes entry name of generation gen and forgets it: the adapter itself is bad
+// (its folder's check failed, or the engine refused it), known or not.
+func (t *loraTable) reject(name string, gen uint64) {
 	if t.entry(name, gen) != nil {
 		delete(t.entries, name)
 	}
 }
 
+// remove takes e out of the entries; a known adapter being loaded again goes back to
+// the known ones.
+func (t *loraTable) remove(e *loraEntry) {
+	delete(t.entries, e.adapter.Name)
+	if e.known {
+		t.remember(e)
+	}
+}
+
+// remember makes e's adapter known (unpinned), as recently used as e was; past maxKnown
+// the least recently used known adapter is forgotten.
+func (t *loraTable) remember(e *loraEntry) {
+	ad := proto.Clone(e.adapter).(*messages.LoraAdapter)
+	ad.Pinned = false
+	t.known[ad.Name] = &knownLora{adapter: ad, used: e.used}
+	for len(t.known) > max(t.maxKnown, 0) {
+		var oldest string
+		var used uint64
+		for n, k := range t.known {
+			if oldest == "" || k.used < used || (k.used == used && n < oldest) {
+				oldest, used = n, k.used
+			}
+		}
+		delete(t.known, oldest)
+	}
+}
+
+// forget forgets known adapter name (an unload); false when it is not known.
+func (t *loraTable) forget(name string) bool {
+	if t.known[name] == nil {
+		return false
+	}
+	delete(t.known, name)
+	return true
+}
+
+// knownPath is the folder of known adapter name; false when it is not known.
+func (t *loraTable) knownPath(name string) (string, bool) {
+	if k := t.known[name]; k != nil {
+		return k.adapter.GetPath(), true
+	}
+	return "", false
+}
+
+// knownList lists the known adapters, by name: what the worker registers besides the
+// held ones (copies).
+func (t *loraTable) knownList() []*messages.LoraAdapter {
+	if len(t.known) == 0 {
+		return nil
+	}
+	out := make([]*messages.LoraAdapter, 0, len(t.known))
+	for _, k := range t.known {
+		out = append(out, proto.Clone(k.adapter).(*messages.LoraAdapter))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
 // reserve gives checked entry name (generation gen) its slot, with the figures its
 // folder gave (a: base model and rank): a free slot, else the slot of the least recently
 // used unpinned held adapter that no request uses, which is then evicting (victim; the
-// engine must unload it before it loads name). With neither the entry is dropped:
-// LORA_NO_SLOT. A stale gen is LORA_ENGINE (the engine restarted meanwhile).
+// engine must unload it before it loads name; it is known once unloaded). With neither
+// the entry is dropped (drop): LORA_NO_SLOT. A stale gen is LORA_ENGINE (the engine
+// restarted meanwhile).
 func (t *loraTable) reserve(name string, gen uint64, a model.Adapter) (victim string, err *loraError) {
 	e := t.entry(name, gen)
 	if e == nil || e.state != loraChecking {
@@ -158,11 +259,11 @@ func (t *loraTable) reserve(name string, gen uint64, a model.Adapter) (victim st
 		return "", nil
 	}
 	if t.max == 0 {
-		delete(t.entries, name)
+		t.remove(e)
 		return "", loraErrorf(messages.LoraFailure_LORA_NO_SLOT, "no slot for adapter %q: the worker holds no adapters", name)
 	}
 	if lru == nil {
-		delete(t.entries, name)
+		t.remove(e)
 		return "", loraErrorf(messages.LoraFailure_LORA_NO_SLOT,
 			"no slot for adapter %q: all %d slots hold pinned adapters or adapters that running requests use", name, t.max)
 	}
@@ -170,27 +271,28 @@ func (t *loraTable) reserve(name string, gen uint64, a model.Adapter) (victim st
 	return lru.adapter.Name, nil
 }
 
-// loaded records the end of entry name's load: held when ok, else dropped. A stale
-// outcome is ignored.
+// loaded records the end of entry name's load: held when ok, else dropped (drop; the
+// engine's refusal of the adapter is reject's). A stale outcome is ignored.
 func (t *loraTable) loaded(name string, gen uint64, ok bool) {
 	e := t.entry(name, gen)
 	switch {
 	case e == nil || e.state != loraLoading:
 	case ok:
-		e.state, e.once = loraHeld, true
+		e.state, e.once, e.known = loraHeld, true, false
 	default:
-		delete(t.entries, name)
+		t.remove(e)
 	}
 }
 
-// evicted records the end of victim's eviction: gone when ok, else held again (the
-// engine still holds it).
+// evicted records the end of victim's eviction: out of the engine and known when ok,
+// else held again (the engine still holds it).
 func (t *loraTable) evicted(victim string, ok bool) {
 	e := t.entries[victim]
 	switch {
 	case e == nil || e.state != loraEvicting:
 	case ok:
 		delete(t.entries, victim)
+		t.remember(e)
 	default:
 		e.state = loraHeld
 	}
@@ -221,13 +323,16 @@ func (t *loraTable) release(name string, gen uint64) (unload bool) {
 }
 
 // beginUnload marks held adapter name unloading: it takes no new request, and the
-// engine unloads it once running is 0. Not held: LORA_NOT_FOUND; still loading:
-// LORA_ENGINE (try again once it is loaded).
+// engine unloads it once running is 0. Not held: LORA_NOT_FOUND (a known adapter is
+// forgotten with forget); still loading: LORA_ENGINE (try again once it is loaded), as
+// is one being evicted (try again once it is known).
 func (t *loraTable) beginUnload(name string) (gen uint64, running int, err *loraError) {
 	e := t.entries[name]
 	switch {
-	case e == nil || e.state == loraEvicting:
+	case e == nil:
 		return 0, 0, loraErrorf(messages.LoraFailure_LORA_NOT_FOUND, "adapter %q is not loaded", name)
+	case e.state == loraEvicting:
+		return 0, 0, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q is being evicted; unload it again once it is", name)
 	case e.state == loraChecking || e.state == loraLoading || e.state == loraRestoring:
 		return 0, 0, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q is still loading; unload it once it is loaded", name)
 	}
@@ -249,14 +354,20 @@ func (t *loraTable) unloaded(name string, gen uint64, ok bool) {
 
 // engineLost forgets what a dead engine held: pinned adapters it held (or was loading
 // again) are restoring, to be loaded into the next engine before the worker is ready;
-// every other entry is dropped (their pending outcomes are then stale).
+// the unpinned ones it held or was evicting, and known adapters being loaded again,
+// are known; every other entry is dropped (loads under way, unloads: their pending
+// outcomes are then stale).
 func (t *loraTable) engineLost() {
 	for name, e := range t.entries {
-		if e.adapter.Pinned && (e.state == loraHeld || e.state == loraRestoring) {
+		switch {
+		case e.adapter.Pinned && (e.state == loraHeld || e.state == loraRestoring):
 			e.state, e.running = loraRestoring, 0
-			continue
+		case e.state == loraHeld || e.state == loraEvicting:
+			delete(t.entries, name)
+			t.remember(e)
+		default:
+			t.remove(e)
 		}
-		delete(t.entries, name)
 	}
 }
 

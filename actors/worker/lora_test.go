@@ -39,6 +39,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	lost                         the engine exited
 //	pin NAME                     a pinned adapter of the worker's configuration (--lora)
 //	restored NAME ok|fail        a pinned adapter's load into a started engine ended
+//	known N                      the table keeps at most N known adapters; from now on
+//	                             the known adapters are printed too (known: by name)
+//	reject NAME                  NAME is bad (its folder, or the engine refused it)
+//	forget NAME                  an unload of a known NAME
 //
 // The table is printed as name:state, '*' for pinned, rN for N requests using it; run
 // with -rewrite to regenerate the expected output.
@@ -92,9 +96,10 @@ func runLoraScript(t *testing.T, path string) {
 	cases, tail := parseLoraScript(t, path)
 	var tab *loraTable
 	gens := map[string]uint64{} // each name's latest generation, as the actor keeps it
+	showKnown := false
 	var out strings.Builder
 	for _, c := range cases {
-		got := runLoraCommand(t, &tab, gens, c.cmd)
+		got := runLoraCommand(t, &tab, gens, &showKnown, c.cmd)
 		if !*rewrite && got != c.expected {
 			t.Errorf("%s: %s\n got:\n%s\nwant:\n%s", path, c.cmd, got, c.expected)
 		}
@@ -113,7 +118,7 @@ func runLoraScript(t *testing.T, path string) {
 	}
 }
 
-func runLoraCommand(t *testing.T, tab **loraTable, gens map[string]uint64, cmd string) string {
+func runLoraCommand(t *testing.T, tab **loraTable, gens map[string]uint64, showKnown *bool, cmd string) string {
 	t.Helper()
 	f := strings.Fields(cmd)
 	arg := func(i int) string {
@@ -219,10 +224,42 @@ func runLoraCommand(t *testing.T, tab **loraTable, gens map[string]uint64, cmd s
 	case "restored":
 		(*tab).restored(arg(1), okArg())
 		res = "ok"
+	case "known":
+		n, err := strconv.Atoi(arg(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		(*tab).maxKnown, *showKnown = n, true
+		res = "ok"
+	case "reject":
+		(*tab).reject(arg(1), gens[arg(1)])
+		res = "ok"
+	case "forget":
+		res = "not known"
+		if (*tab).forget(arg(1)) {
+			res = "forgotten"
+		}
 	default:
 		t.Fatalf("unknown command %q", cmd)
 	}
-	return res + "\n" + showLoraTable(*tab)
+	out := res + "\n" + showLoraTable(*tab)
+	if *showKnown {
+		known := []string{}
+		for _, a := range (*tab).knownList() {
+			if a.Pinned {
+				t.Errorf("%q: known adapter %s pinned", cmd, a.Name)
+			}
+			if (*tab).entries[a.Name] != nil {
+				t.Errorf("%q: adapter %s both known and in the table", cmd, a.Name)
+			}
+			known = append(known, a.Name)
+		}
+		if len(known) == 0 {
+			known = []string{"-"}
+		}
+		out += "\nknown: " + strings.Join(known, ",")
+	}
+	return out
 }
 
 // showLoraTable prints the table: name:state by name, '*' pinned, rN requests using it;

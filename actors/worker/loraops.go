@@ -18,19 +18,23 @@ import (
 
 // The actor's side of LoRA adapters (docs/reference.md §26.2): LoadLora and UnloadLora
 // from the frontends, loads on demand for requests that name an adapter the worker does
-// not hold, and the pinned adapters a restarted engine is given again. Decisions are the
-// loraTable's (lora.go); the folder checks and the engine calls run off the actor's
-// goroutine and come back as the messages below.
+// not hold (a known one: from the folder it was loaded from before), and the pinned
+// adapters a restarted engine is given again. Decisions are the loraTable's (lora.go);
+// the folder checks and the engine calls run off the actor's goroutine and come back as
+// the messages below.
 
 // Metric families of the worker's adapters, on metrics' default set:
 const (
 	// counter {model,worker,kind}: adapters the engine loaded; kind "pinned" (LoadLora,
-	// and the --lora adapters' first load), "on_demand" (a request's load) or "restore" (a
-	// pinned adapter loaded again into a restarted engine).
+	// and the --lora adapters' first load), "unpinned" (LoadLora with pinned false),
+	// "on_demand" (a request's load, a known adapter's included) or "restore" (a pinned
+	// adapter loaded again into a restarted engine).
 	metricLoraLoads = "turbine_worker_lora_loads_total"
-	// counter {model,worker}: adapters unloaded (UnloadLora).
+	// counter {model,worker}: adapters unloaded (UnloadLora), known ones (forgotten)
+	// included.
 	metricLoraUnloads = "turbine_worker_lora_unloads_total"
-	// counter {model,worker}: unpinned adapters unloaded to free a slot for another.
+	// counter {model,worker}: unpinned adapters unloaded to free a slot for another (they
+	// stay known).
 	metricLoraEvictions = "turbine_worker_lora_evictions_total"
 	// counter {model,worker,reason}: loads that failed or were refused; reason "invalid"
 	// (the folder, its base model or rank, a name taken, or the engine refused it),
@@ -238,9 +242,9 @@ func (w *workerActor) loraRefusal() *loraError {
 	return nil
 }
 
-// loadLora answers m (an operator's load, pinned) once the adapter is loaded, or at once
-// when it is refused; a load that changed what the worker holds is registered with the
-// Router grain (and announced) before the answer.
+// loadLora answers m (an operator's load: pinned as m's adapter says) once the adapter
+// is loaded, or at once when it is refused; a load that changed what the worker holds is
+// registered with the Router grain (and announced) before the answer.
 func (w *workerActor) loadLora(c actor.Context, m *messages.LoadLora) {
 	sender := c.Sender()
 	a := m.GetAdapter()
@@ -254,13 +258,17 @@ func (w *workerActor) loadLora(c actor.Context, m *messages.LoadLora) {
 	}
 	var l *loraLoad
 	if err == nil {
-		l, err = w.startLoad(c, &messages.LoraAdapter{Name: a.GetName(), Path: a.GetPath(), Pinned: true}, "pinned")
+		kind := "pinned"
+		if !a.GetPinned() {
+			kind = "unpinned"
+		}
+		l, err = w.startLoad(c, &messages.LoraAdapter{Name: a.GetName(), Path: a.GetPath(), Pinned: a.GetPinned()}, kind)
 	}
 	switch {
 	case err != nil:
 		w.loraFailed(a.GetName(), err)
 		w.respond([]*actor.PID{sender}, w.loraReply(err))
-	case l == nil: // held already: now pinned
+	case l == nil: // held already: now pinned when the load pins
 		reply := w.loraReply(nil)
 		w.registerNow(func() { w.respond([]*actor.PID{sender}, reply) })
 	default:
@@ -303,7 +311,7 @@ func (w *workerActor) onLoraChecked(c actor.Context, m loraChecked) {
 		return // ended meanwhile (the engine exited)
 	}
 	if m.err != nil {
-		w.loras.drop(m.name, m.gen)
+		w.loras.reject(m.name, m.gen) // a known adapter whose folder no longer checks is forgotten
 		w.finishLoad(m.name, l, loraErrorf(messages.LoraFailure_LORA_INVALID, "%v", m.err))
 		return
 	}
@@ -361,15 +369,16 @@ func (w *workerActor) onLoraLoaded(m loraLoaded) {
 			return
 		}
 		w.counter(metricLoraEvictions).Inc()
-		w.log.Info().Str("adapter", m.victim).Str("for", m.name).Msg("LoRA adapter evicted (least recently used)")
+		w.log.Info().Str("adapter", m.victim).Str("for", m.name).Msg("LoRA adapter evicted (least recently used); still known")
 	}
 	if m.err != nil {
-		w.loras.loaded(m.name, m.gen, false)
 		var err *loraError
 		if refusedByEngine(m.err) {
+			w.loras.reject(m.name, m.gen)
 			msg, _ := embedFault(m.err)
 			err = loraErrorf(messages.LoraFailure_LORA_INVALID, "the engine refused adapter %q: %s", m.name, msg)
 		} else {
+			w.loras.loaded(m.name, m.gen, false)
 			err = loraErrorf(messages.LoraFailure_LORA_ENGINE, "worker %s: the engine could not load adapter %q: %v", w.cfg.WorkerID, m.name, m.err)
 		}
 		w.finishLoad(m.name, l, err)
@@ -421,9 +430,17 @@ func (w *workerActor) loraFailed(name string, err *loraError) {
 // unloadLora starts unloading adapter m.name: it takes no new request from now on (the
 // Router grain is told at once), the engine unloads it once the requests using it
 // ended (or their grace, Config.LoraUnloadGrace, is over: they are then handed back
-// for migration), and m is answered once that is registered.
+// for migration), and m is answered once that is registered. A known adapter is
+// forgotten at once (the engine does not hold it), whatever the engine's state.
 func (w *workerActor) unloadLora(c actor.Context, m *messages.UnloadLora) {
 	sender, name := c.Sender(), m.GetName()
+	if name != "" && w.loras.forget(name) {
+		w.counter(metricLoraUnloads).Inc()
+		w.log.Info().Str("adapter", name).Msg("known LoRA adapter unloaded (forgotten)")
+		reply := w.loraReply(nil)
+		w.registerNow(func() { w.respond([]*actor.PID{sender}, reply) })
+		return
+	}
 	var err *loraError
 	switch {
 	case name == "":
@@ -517,7 +534,8 @@ func (w *workerActor) onLoraUnloadExpired(m loraUnloadExpired) {
 }
 
 // useLora counts request m's use of its adapter (sampling lora_name), starting a load on
-// demand when the worker does not hold it and the request names its folder (lora_path).
+// demand when the worker does not hold it: from the folder it knows it by (a known
+// adapter), else from the folder the request names (lora_path).
 // It returns the adapter's generation and the load to wait for (nil: held), or the text
 // and fault of the error chunk that refuses the request: FAULT_INVALID_REQUEST when the
 // adapter itself is bad, else FAULT_ENGINE_ERROR (another worker may serve it).
@@ -535,6 +553,9 @@ func (w *workerActor) useLora(c actor.Context, m *messages.Generate) (gen uint64
 		}
 		w.loras.release(name, gen)
 		return 0, nil, fmt.Sprintf("worker %s: adapter %q: its load was lost", w.cfg.WorkerID, name), messages.Fault_FAULT_ENGINE_ERROR
+	}
+	if known, ok := w.loras.knownPath(name); ok {
+		path = known // the worker's own record: the folder it was loaded from
 	}
 	if path == "" {
 		return 0, nil, fmt.Sprintf("worker %s does not hold adapter %q (and the request names no lora_path to load it from)",
@@ -596,8 +617,9 @@ func (w *workerActor) releaseLora(c actor.Context, name string, gen uint64) {
 	}
 }
 
-// loraEngineLost forgets what an exited engine held (loraTable.engineLost): loads under
-// way fail, unloads under way are done (the engine took the adapter with it).
+// loraEngineLost forgets what an exited engine held (loraTable.engineLost: pinned
+// adapters are loaded into the next engine, unpinned ones are known): loads under way
+// fail, unloads under way are done (the engine took the adapter with it).
 func (w *workerActor) loraEngineLost() {
 	w.loras.engineLost()
 	for name, l := range w.loraLoads {
@@ -708,7 +730,7 @@ func (w *workerActor) announce(info *messages.WorkerInfo) {
 	// Generous, so that a slow heartbeat never makes the model vanish for a moment.
 	ttl := max(catalogTTLHeartbeats*w.cfg.Heartbeat, minCatalogTTL)
 	if _, err := w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID,
-		TtlMs: ttl.Milliseconds(), Worker: info.Actor, Adapters: info.Adapters}); err != nil {
+		TtlMs: ttl.Milliseconds(), Worker: info.Actor, Adapters: info.Adapters, KnownAdapters: info.KnownAdapters}); err != nil {
 		w.log.Debug().Err(err).Msg("catalog announce failed")
 	}
 }
@@ -733,7 +755,7 @@ func (w *workerActor) counter(family string, kv ...string) *metrics.Counter {
 // loraMetricsAtZero creates the adapter series of a worker that serves adapters, so that
 // a scrape shows them before their first event.
 func (w *workerActor) loraMetricsAtZero() {
-	for _, kind := range []string{"pinned", "on_demand", "restore"} {
+	for _, kind := range []string{"pinned", "unpinned", "on_demand", "restore"} {
 		w.counter(metricLoraLoads, "kind", kind)
 	}
 	for _, reason := range []string{"invalid", "no_slot", "engine"} {

@@ -247,8 +247,9 @@ func ask(t *testing.T, sys *actor.ActorSystem, pid *actor.PID, msg any) *message
 	return r
 }
 
+// load is an operator's load of name from path, pinned, as the frontend sends it.
 func load(name, path string) *messages.LoadLora {
-	return &messages.LoadLora{Adapter: &messages.LoraAdapter{Name: name, Path: path}}
+	return &messages.LoadLora{Adapter: &messages.LoraAdapter{Name: name, Path: path, Pinned: true}}
 }
 
 // names lists the adapters' names and pins ("a*" pinned).

@@ -109,6 +109,7 @@ func (r *relay) handle(it any) {
 		if r.adapters != nil && it.seq < r.adapterSeq {
 			info = proto.Clone(info).(*messages.WorkerInfo)
 			info.Adapters, info.MaxLoras, info.LoraLoadMs = r.adapters.Adapters, r.adapters.MaxLoras, r.adapters.LoraLoadMs
+			info.KnownAdapters = r.adapters.KnownAdapters
 		}
 		r.register(info, it.load)
 	case relayRegister:

@@ -541,6 +541,7 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		MaxLoras:      int32(w.maxLoras()),
 		MaxLoraRank:   int32(w.cfg.MaxLoraRank),
 		LoraLoadMs:    w.loraLoadMs(),
+		KnownAdapters: w.loras.knownList(),
 	}
 }
 
