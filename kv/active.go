@@ -68,6 +68,8 @@ type activeWorker struct {
 	// times (seconds since base), so their summed decode age at t is decoding·t − doneSum.
 	decoding int
 	doneSum  float64
+	// adapters: the active requests per LoRA adapter (SetAdapter); nil until one.
+	adapters map[string]int
 }
 
 type activeSeq struct {
@@ -80,6 +82,7 @@ type activeSeq struct {
 	start         time.Time
 	gen           uint64
 	predictedMs   float64 // the TTFT the router predicted for it (Note)
+	adapter       string  // its LoRA adapter (SetAdapter); "" none
 }
 
 // Load is a worker's load as the router tracks it.
@@ -300,8 +303,34 @@ func (a *ActiveSequences) Free(reqID string) bool {
 			aw.doneSum = 0 // no drift left behind
 		}
 	}
+	if s.adapter != "" {
+		if aw.adapters[s.adapter]--; aw.adapters[s.adapter] <= 0 {
+			delete(aw.adapters, s.adapter)
+		}
+	}
 	aw.sequences--
 	return true
+}
+
+// SetAdapter records that active request reqID runs with LoRA adapter name on its
+// worker, which therefore cannot evict the adapter until the request is freed. Unknown
+// ids, and a second call, are ignored.
+func (a *ActiveSequences) SetAdapter(reqID, name string) {
+	s, ok := a.seqs[reqID]
+	if !ok || name == "" || s.adapter != "" {
+		return
+	}
+	s.adapter = name
+	aw := &a.workers[s.worker]
+	if aw.adapters == nil {
+		aw.adapters = make(map[string]int)
+	}
+	aw.adapters[name]++
+}
+
+// AdapterInUse reports whether an active request on w runs with LoRA adapter name.
+func (a *ActiveSequences) AdapterInUse(w WorkerID, name string) bool {
+	return int(w) < len(a.workers) && a.workers[w].adapters[name] > 0
 }
 
 // Expire frees every request added more than maxAge before now (requests whose end the

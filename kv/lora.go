@@ -136,29 +136,35 @@ func (l *workerLoras) count(now time.Time) (held, pinned int) {
 }
 
 // victim is the adapter a load would evict on the worker at now: none when a slot is
-// free (ok true, name ""), the least recently routed unpinned one when all are taken, and
-// ok false when every slot holds a pinned adapter (or the worker serves no adapters).
-func (l *workerLoras) victim(now time.Time) (name string, ok bool) {
+// free (ok true, name ""), else the least recently routed unpinned one that no active
+// request uses (inUse). When every unpinned one is in use, name is the least recently
+// routed of them and wait is true: the load waits for one to be freed. ok is false when
+// every slot holds a pinned adapter (or the worker serves no adapters).
+func (l *workerLoras) victim(now time.Time, inUse func(string) bool) (name string, ok, wait bool) {
 	if l.max <= 0 {
-		return "", false
+		return "", false, false
 	}
 	held, pinned := l.count(now)
 	if held < l.max {
-		return "", true
+		return "", true, false
 	}
 	if pinned >= l.max {
-		return "", false
+		return "", false, false
 	}
 	var best *heldAdapter
+	bestBusy := false
 	for n, h := range l.held {
 		if h.pinned || !l.isHeld(h, now) {
 			continue
 		}
-		if best == nil || h.used.Before(best.used) || (h.used.Equal(best.used) && n < name) {
-			best, name = h, n
+		busy := inUse != nil && inUse(n)
+		better := best == nil || (bestBusy && !busy) ||
+			(busy == bestBusy && (h.used.Before(best.used) || (h.used.Equal(best.used) && n < name)))
+		if better {
+			best, name, bestBusy = h, n, busy
 		}
 	}
-	return name, best != nil
+	return name, best != nil, best != nil && bestBusy
 }
 
 // loadMsOr is the worker's measured load time, or def.
@@ -175,6 +181,9 @@ type loraRoute struct {
 	onDemand bool   // RouteInput.LoraOnDemand or Config.IgnoreAdapters
 	path     string // a folder some worker reports the adapter at ("" unknown)
 	misfit   int    // workers gather passed over for the adapter alone
+	// loadMs: the load time assumed for a worker that has measured none: the mean of
+	// those that have, else Config.LoraLoadMs.
+	loadMs float64
 }
 
 // startLora prepares r.lora for in: the adapter's folder when it may be loaded on demand.
@@ -196,7 +205,17 @@ func (r *Router) startLora(in *RouteInput) {
 	if !managed {
 		return
 	}
-	r.lora = loraRoute{name: in.LoraName, onDemand: in.LoraOnDemand || r.cfg.IgnoreAdapters, path: in.LoraPath}
+	r.lora = loraRoute{name: in.LoraName, onDemand: in.LoraOnDemand || r.cfg.IgnoreAdapters, path: in.LoraPath,
+		loadMs: r.cfg.LoraLoadMs}
+	sum, n := 0.0, 0
+	for _, rw := range r.workers {
+		if rw != nil && rw.lora.loadMs > 0 {
+			sum, n = sum+rw.lora.loadMs, n+1
+		}
+	}
+	if n > 0 {
+		r.lora.loadMs = sum / float64(n)
+	}
 	if !r.lora.onDemand || r.lora.path != "" {
 		return
 	}
@@ -212,22 +231,31 @@ func (r *Router) startLora(in *RouteInput) {
 }
 
 // loraFit says whether rw may take the Route in progress as far as adapters go, and its
-// candidate facts: held (no load), or the load and whether it evicts an adapter.
-func (r *Router) loraFit(rw *routerWorker) (ok bool, loadMs float64, evicts bool) {
+// candidate facts: held (no load), or the load (ms), whether it evicts an adapter, and
+// the wait for a slot (ms) when every unpinned adapter there is in use: about one of the
+// worker's decodes (its mean decode time, else DecodeMs at an empty cache for
+// defaultDecodeTokens tokens).
+func (r *Router) loraFit(rw *routerWorker) (ok bool, loadMs float64, evicts bool, waitMs float64) {
 	if r.lora.name == "" {
-		return true, 0, false
+		return true, 0, false, 0
 	}
 	if rw.lora.holds(r.lora.name, r.now) {
-		return true, 0, false
+		return true, 0, false, 0
 	}
 	if !rw.lora.knows(r.lora.name) && (!r.lora.onDemand || r.lora.path == "") {
-		return false, 0, false
+		return false, 0, false, 0
 	}
-	victim, ok := rw.lora.victim(r.now)
+	victim, ok, wait := rw.lora.victim(r.now, func(name string) bool { return r.active.AdapterInUse(rw.id, name) })
 	if !ok {
-		return false, 0, false
+		return false, 0, false, 0
 	}
-	return true, rw.lora.loadMsOr(r.cfg.LoraLoadMs), victim != ""
+	if wait {
+		waitMs = rw.decodeSecs * 1000
+		if !(waitMs > 0) {
+			waitMs = defaultDecodeTokens * r.cfg.Profile.DecodeMs(0)
+		}
+	}
+	return true, rw.lora.loadMsOr(r.lora.loadMs), victim != "", waitMs
 }
 
 // noEligible is the error of a Route that found no eligible worker: ErrNoAdapter when
@@ -247,11 +275,16 @@ func (r *Router) noEligible(detail string) error {
 }
 
 // placeLora records a routed adapter request on its workers: the adapter was used there
-// now, and a worker that did not hold it loads it (evicting its least recently routed
-// unpinned adapter when full). It returns the folder to load from when one must.
-func (r *Router) placeLora(d *Decision, now time.Time) string {
+// now and is in use until the request (or its prefill leg) is freed, and a worker that
+// did not hold it loads it (evicting its least recently routed unpinned adapter, one not
+// in use if it can, when full). It returns the folder to load from when one must.
+func (r *Router) placeLora(reqID string, d *Decision, now time.Time) string {
 	if r.lora.name == "" {
 		return ""
+	}
+	r.active.SetAdapter(reqID, r.lora.name)
+	if d.Prefill != nil {
+		r.active.SetAdapter(d.Prefill.RequestID, r.lora.name)
 	}
 	path := ""
 	for _, w := range [2]WorkerID{d.Worker, prefillWorker(d)} {
@@ -267,7 +300,7 @@ func (r *Router) placeLora(d *Decision, now time.Time) string {
 			if from == "" {
 				continue // a pinned route: the worker's own report will say
 			}
-			if victim, ok := l.victim(now); ok && victim != "" {
+			if victim, ok, _ := l.victim(now, func(name string) bool { return r.active.AdapterInUse(w, name) }); ok && victim != "" {
 				v := l.held[victim]
 				v.resident, v.placedAt, v.known = false, time.Time{}, true
 			}

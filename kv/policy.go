@@ -44,6 +44,9 @@ type Candidate struct {
 	// adapter, which later requests may have to load again. See lora.go.
 	AdapterLoadMs float64
 	AdapterEvicts bool
+	// AdapterWaitMs: the wait for a slot before that load (ms), when every unpinned
+	// adapter on the worker is in use by an active request.
+	AdapterWaitMs float64
 }
 
 // SelectInput is what a policy decides on. Policies must not retain it.

@@ -47,7 +47,8 @@ type Prediction struct {
 	// MemoryWaitMs: waiting for KV blocks when the worker's cache would be too full.
 	MemoryWaitMs float64
 	// AdapterMs: loading the request's LoRA adapter first, twice over when that evicts
-	// another adapter (which later requests may have to load again); not scaled by Speed.
+	// another adapter (which later requests may have to load again), after waiting for a
+	// slot when every unpinned adapter there is in use; not scaled by Speed.
 	AdapterMs float64
 	// Speed: the worker's observed speed factor applied (1: as profiled).
 	Speed float64
@@ -104,6 +105,7 @@ func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Predi
 		if c.AdapterEvicts {
 			p.AdapterMs *= 2
 		}
+		p.AdapterMs += max(c.AdapterWaitMs, 0)
 	}
 	p.QueueMs *= speed
 	p.PrefillMs *= speed

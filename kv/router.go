@@ -636,7 +636,7 @@ func (r *Router) Route(in RouteInput, now time.Time, rng *rand.Rand) (Decision, 
 	r.explaining, r.explained = in.Explain, nil
 	d, err := r.route(&in, now, rng)
 	if err == nil {
-		d.LoraPath = r.placeLora(&d, now)
+		d.LoraPath = r.placeLora(in.RequestID, &d, now)
 		r.recordPlacement(&in, &d, now)
 	}
 	r.lora = loraRoute{}
@@ -760,7 +760,7 @@ func (r *Router) gather(mask uint8, exclude []string, admitted bool) (cands []Ca
 		if rw == nil || mask&(1<<rw.role) == 0 || !rw.ready || excluded(exclude, rw.name) {
 			continue
 		}
-		fits, loadMs, evicts := r.loraFit(rw)
+		fits, loadMs, evicts, waitMs := r.loraFit(rw)
 		if !fits {
 			r.lora.misfit++
 			continue
@@ -772,7 +772,7 @@ func (r *Router) gather(mask uint8, exclude []string, admitted bool) (cands []Ca
 		}
 		c := r.candidate(rw, l)
 		if !r.cfg.IgnoreAdapters {
-			c.AdapterLoadMs, c.AdapterEvicts = loadMs, evicts
+			c.AdapterLoadMs, c.AdapterEvicts, c.AdapterWaitMs = loadMs, evicts, waitMs
 		}
 		cands = append(cands, c)
 	}
