@@ -271,7 +271,8 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 		LocalPrefill: f.localPrefill, WillAck: true, OverlapWeight: f.req.OverlapWeight, Temperature: f.req.Temperature,
 		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin, Explain: f.req.Explain, SessionId: f.req.SessionID,
 		Admitted: p.why != routeFirst, LoraName: f.req.Sampling.GetLoraName(),
-		LoraOnDemand: f.cfg.LoraOnDemand && f.req.Sampling.GetLoraName() != ""}})
+		LoraOnDemand: f.cfg.LoraOnDemand && f.req.Sampling.GetLoraName() != "",
+		LoraPath:     f.loraPath()}})
 }
 
 // routed takes the answer to the pending route.
@@ -965,4 +966,13 @@ func (f *Flow) release(a *leg) {
 	a.released = true
 	f.emit(ReleaseKV{Worker: a.pre.worker, Release: &messages.ReleaseKv{RequestId: a.pre.requestID, KvTransferParams: a.kvParams}})
 	f.note(Note{Kind: NoteReleased, From: a.pre.worker.ID})
+}
+
+// loraPath is the adapter's folder a route may have a worker load it from on demand: the
+// request's (the fleet's catalogue), only when loads on demand are allowed.
+func (f *Flow) loraPath() string {
+	if !f.cfg.LoraOnDemand {
+		return ""
+	}
+	return f.req.Sampling.GetLoraPath()
 }

@@ -94,3 +94,24 @@ func TestBaseRouteHasNoLora(t *testing.T) {
 		t.Fatalf("routes %v, want one without an adapter", r.routes)
 	}
 }
+
+// TestLoraRoutePath: the request's adapter folder (the catalogue's, SamplingParams.lora_path)
+// reaches the route only when loads on demand are allowed, so that the router can have a
+// worker load an adapter that no live worker reports.
+func TestLoraRoutePath(t *testing.T) {
+	for _, onDemand := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.LoraOnDemand = onDemand
+		sp := &messages.SamplingParams{MaxTokens: 4, LoraName: "sql", LoraPath: "/registry/sql"}
+		r := &loraRun{t: t, f: New(Request{ID: "r", Model: "m", Tokens: []uint32{1, 2, 3}, Sampling: sp}, cfg),
+			now: time.Unix(0, 0)}
+		r.step(Start{})
+		want := ""
+		if onDemand {
+			want = "/registry/sql"
+		}
+		if len(r.routes) != 1 || r.routes[0].LoraPath != want {
+			t.Fatalf("on demand %v: routes %v, want one with lora_path %q", onDemand, r.routes, want)
+		}
+	}
+}

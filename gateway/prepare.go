@@ -271,9 +271,14 @@ func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest,
 		return nil, aerr
 	}
 	sampling := samplingParams(c, maxTokens)
-	// A LoRA adapter's request runs on its base model with the adapter (lora.go).
+	// A LoRA adapter's request runs on its base model with the adapter (lora.go); the
+	// catalogue's folder of it is where a worker loads it on demand (the route's answer
+	// sets each leg's own).
 	served, lora := servedNames(card)
 	sampling.LoraName = lora
+	if lora != "" {
+		sampling.LoraPath = card.GetLora().GetPath()
+	}
 	if aerr := engineRefusal(card, sampling); aerr != nil {
 		return nil, aerr
 	}
