@@ -62,7 +62,7 @@ type LoraLoad struct {
 	// Workers is how many workers of each pool of the model (aggregated or decode, and
 	// prefill) should hold it; 0: all of them.
 	Workers int
-	// Unpinned: the body's "pinned": false (Turbine's field; default true). Each worker
+	// Unpinned: the body has no "pinned": true (Turbine's field; default false). Each worker
 	// loads it unpinned: it may evict it for another adapter, and then keeps it known
 	// (registered, loaded again for a request naming it; docs/reference.md §26.2), so an
 	// operator may register more adapters than the workers have slots.
@@ -95,6 +95,10 @@ type LoraWorker struct {
 
 // ErrLoraConflict: an adapter of that name is loaded from another path.
 var ErrLoraConflict = errors.New("gateway: a LoRA adapter of that name is loaded from another path")
+
+// ErrLoraOff: no worker of the model serves adapters (each was started without
+// --max-loras).
+var ErrLoraOff = errors.New("gateway: LoRA adapters are off on every worker of the model")
 
 // UnknownAdapter is the error of a request for a LoRA adapter that no worker holds any
 // more (ROUTE_NO_ADAPTER): the 404 of an unknown model, naming the adapter; detail is
@@ -168,7 +172,7 @@ func findModel(cards []*messages.ModelCard, name string) (*messages.ModelCard, *
 type loraBody struct {
 	Name, Path, Model string
 	Workers           int
-	Unpinned          bool // a load's "pinned": false
+	Unpinned          bool // a load without "pinned": true
 	// Ignored are the fields neither vLLM nor Turbine defines: ignored, as vLLM's
 	// request models ignore them.
 	Ignored []string
@@ -176,7 +180,7 @@ type loraBody struct {
 
 // parseLoraBody checks a load (load true) or unload body. Fields: lora_name (both),
 // lora_path (load), model and workers (load; model on unload too), pinned (load: a
-// boolean, default true), load_inplace (load: false or absent; true is refused, Turbine
+// boolean, default false: like vLLM, a load never fails for want of room), load_inplace (load: false or absent; true is refused, Turbine
 // does not reload an adapter in place), lora_int_id (unload: vLLM's, accepted and not
 // used).
 func parseLoraBody(body []byte, load bool) (*loraBody, *APIError) {
@@ -185,7 +189,7 @@ func parseLoraBody(body []byte, load bool) (*loraBody, *APIError) {
 		return nil, aerr
 	}
 	o.trackReads()
-	b := &loraBody{}
+	b := &loraBody{Unpinned: load}
 	b.Name, _ = o.str("lora_name")
 	b.Model, _ = o.str("model")
 	if load {
@@ -427,6 +431,12 @@ func loraBackendError(b *loraBody, model string, err error) *APIError {
 		e := newError(KindInvalidValue, "lora_name",
 			"The lora adapter '%s' has already been loaded from another path: unload it before loading it from '%s'.",
 			clipName(b.Name), clipName(b.Path))
+		e.Cause = err
+		return e
+	}
+	if errors.Is(err, ErrLoraOff) {
+		e := newError(KindInvalidValue, "",
+			"LoRA is not enabled on the workers of '%s': start them with --max-loras N (adapter slots per worker).", clipName(model))
 		e.Cause = err
 		return e
 	}

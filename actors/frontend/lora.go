@@ -102,6 +102,9 @@ func loadOn(ctx context.Context, ask workerAsker, st *messages.RouterStats, req 
 	if len(p.Send)+len(p.Held)+len(p.NoSlot) == 0 {
 		return nil, fmt.Errorf("%w: %q has no ready worker to place adapter %q on", gateway.ErrNoWorkers, req.Model, req.Name)
 	}
+	if loraOff(st) {
+		return nil, fmt.Errorf("%w: %q", gateway.ErrLoraOff, req.Model)
+	}
 	res := &gateway.LoraResult{}
 	for _, id := range p.Held {
 		res.Workers = append(res.Workers, gateway.LoraWorker{WorkerID: id, Held: true})
@@ -279,4 +282,15 @@ func (b *Backend) withLoraNotes(list []*messages.ModelCard, now time.Time) []*me
 		return cmp.Or(cmp.Compare(x.GetModel(), y.GetModel()), cmp.Compare(x.GetLora().GetParent(), y.GetLora().GetParent()))
 	})
 	return append(out, added...)
+}
+
+// loraOff reports whether no ready worker of st has adapter slots (max_loras 0: its
+// engine was started without adapters), so that a load can only fail.
+func loraOff(st *messages.RouterStats) bool {
+	for _, w := range st.GetWorkers() {
+		if w.GetReady() && w.GetMaxLoras() > 0 {
+			return false
+		}
+	}
+	return true
 }

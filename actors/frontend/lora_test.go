@@ -339,3 +339,23 @@ func TestLoraWorkersKnownFromStats(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 }
+
+// TestLoadOnLoraOff: when no ready worker of the model has adapter slots (started without
+// --max-loras), a load is refused at once with gateway.ErrLoraOff (a 400 naming the flag,
+// as vLLM's "LoRA is not enabled") and no worker is asked.
+func TestLoadOnLoraOff(t *testing.T) {
+	ws := []*loraWorkerActor{{id: "w0"}, {id: "w1"}}
+	st, ask := loraCluster(t, 200*time.Millisecond, ws, nil)
+	for _, w := range st.Workers {
+		w.MaxLoras = 0
+	}
+	_, err := loadOn(context.Background(), ask, st, gateway.LoraLoad{Model: "m", Name: "sql", Path: "/sql", Unpinned: true})
+	if !errors.Is(err, gateway.ErrLoraOff) {
+		t.Fatalf("err %v, want ErrLoraOff", err)
+	}
+	for _, w := range ws {
+		if msgs := w.messages(); len(msgs) != 0 {
+			t.Errorf("%s was asked %v", w.id, msgs)
+		}
+	}
+}

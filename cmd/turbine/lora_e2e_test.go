@@ -486,9 +486,12 @@ func TestE2ELoraBadInput(t *testing.T) {
 	// Nothing of the above was loaded.
 	wantAdapters(t, s, nil)
 
-	// The one slot taken, a second adapter finds none: the documented 503, with
-	// Retry-After; the same name from another folder is a 400.
-	s.mustLoadLora(t, "sql", sql, "w0")
+	// The one slot taken by a pinned adapter, a second adapter finds none: the documented
+	// 503, with Retry-After; the same name from another folder is a 400.
+	if status, body, workers := s.loraRoute(t, "/v1/load_lora_adapter", map[string]any{"lora_name": "sql",
+		"lora_path": sql, "pinned": true}); status != http.StatusOK || workers != "w0" {
+		t.Fatalf("pinned load of sql: %d %s (workers %q)", status, body, workers)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp, err := s.postJSON(ctx, "/v1/load_lora_adapter", map[string]any{"lora_name": "poetry", "lora_path": loraDir(t, "poetry")})
