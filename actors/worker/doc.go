@@ -43,8 +43,9 @@
 // State owned: the engine process and its epoch (bumped on every start), readiness, the
 // in-flight requests (cancel func + credit channel, the adapter each uses), the LoRA
 // adapter slots (loraTable, lora.go: pure; at most Config.MaxLoras, pinned ones never
-// evicted, a request's adapter never evicted nor unloaded under it; the known adapters,
-// evicted and still registered, at most MaxKnownLoras) and the adapter
+// evicted, a request's adapter never evicted nor unloaded under it, a request whose
+// adapter finds every slot in use waiting for one; the known adapters, evicted and still
+// registered, at most MaxKnownLoras) and the adapter
 // loads and unloads under way. A started engine is given the pinned adapters before the
 // worker reports ready. The KV block list and the event
 // numbering are owned by the relay goroutine (relay.go), which is the only sender to the

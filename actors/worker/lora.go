@@ -22,6 +22,13 @@ import (
 // it, waiting for its load or running; one with requests is never evicted, and an
 // unload waits for them (bounded: Config.LoraUnloadGrace).
 //
+// Waiting for a slot: a load for requests that finds every slot taken by a pinned
+// adapter or one that requests use, and not every slot pinned, waits (waiting: no slot
+// taken) until the last request of an unpinned adapter ends (or a slot is freed
+// otherwise), the oldest waiting load first (wake). A waiting load no request waits for
+// any more is given up; one whose slots all come to hold pinned adapters fails. The
+// requests' own bound (Config.LoraWaitTimeout) bounds the wait.
+//
 // Known adapters: an adapter the engine loaded and no longer holds without an unload
 // having been asked (evicted for another, or an unpinned one of an engine that exited)
 // stays registered, as vLLM keeps a loaded adapter served while its cache drops the
@@ -40,9 +47,10 @@ const (
 	loraUnloading                  // unload asked: no new request; unloaded once none runs
 	loraEvicting                   // leaving the engine to free its slot for another load
 	loraRestoring                  // pinned, loaded again into a restarted engine
+	loraWaiting                    // checked, waiting for a slot to be freed; no slot taken
 )
 
-var loraStateNames = [...]string{"checking", "loading", "held", "unloading", "evicting", "restoring"}
+var loraStateNames = [...]string{"checking", "loading", "held", "unloading", "evicting", "restoring", "waiting"}
 
 func (s loraState) String() string { return loraStateNames[s] }
 
@@ -235,40 +243,149 @@ func (t *loraTable) knownList() []*messages.LoraAdapter {
 // reserve gives checked entry name (generation gen) its slot, with the figures its
 // folder gave (a: base model and rank): a free slot, else the slot of the least recently
 // used unpinned held adapter that no request uses, which is then evicting (victim; the
-// engine must unload it before it loads name; it is known once unloaded). With neither
-// the entry is dropped (drop): LORA_NO_SLOT. A stale gen is LORA_ENGINE (the engine
-// restarted meanwhile).
-func (t *loraTable) reserve(name string, gen uint64, a model.Adapter) (victim string, err *loraError) {
+// engine must unload it before it loads name; it is known once unloaded). With neither,
+// or with older loads waiting (they come first), a load that requests use waits for a
+// slot (wait: waiting; wake gives it one) unless every slot holds a pinned adapter that
+// no unload is freeing (LORA_NO_SLOT: no request will ever free one); a load no request
+// uses (an operator's) is LORA_NO_SLOT. On LORA_NO_SLOT the entry is dropped (drop). A
+// stale gen is LORA_ENGINE (the engine restarted meanwhile).
+func (t *loraTable) reserve(name string, gen uint64, a model.Adapter) (victim string, wait bool, err *loraError) {
 	e := t.entry(name, gen)
 	if e == nil || e.state != loraChecking {
-		return "", loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q: the engine restarted during the load", name)
+		return "", false, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q: the engine restarted during the load", name)
 	}
 	e.adapter.BaseModel, e.adapter.Rank = a.BaseModel, int32(a.Rank)
+	free, lru, pinned := t.room()
+	if !t.hasWaiting() && (free || lru != nil) {
+		return t.take(e, lru, free), false, nil
+	}
+	switch {
+	case t.max == 0:
+		t.remove(e)
+		return "", false, loraErrorf(messages.LoraFailure_LORA_NO_SLOT, "no slot for adapter %q: the worker holds no adapters", name)
+	case pinned >= t.max:
+		t.remove(e)
+		return "", false, t.pinnedFull(name)
+	case e.running == 0:
+		t.remove(e)
+		return "", false, loraErrorf(messages.LoraFailure_LORA_NO_SLOT,
+			"no slot for adapter %q: all %d slots hold pinned adapters or adapters that running requests use", name, t.max)
+	}
+	e.state = loraWaiting
+	return "", true, nil
+}
+
+// pinnedFull is the LORA_NO_SLOT of a load of name when every slot holds a pinned
+// adapter.
+func (t *loraTable) pinnedFull(name string) *loraError {
+	return loraErrorf(messages.LoraFailure_LORA_NO_SLOT, "no slot for adapter %q: all %d slots hold pinned adapters", name, t.max)
+}
+
+// room is what a load may take now: a free slot (fewer than max entries hold one), else
+// lru, the least recently used unpinned held adapter that no request uses (nil: none).
+// pinned counts the slots that no request will ever free: those of pinned adapters not
+// being unloaded.
+func (t *loraTable) room() (free bool, lru *loraEntry, pinned int) {
 	used := 0
-	var lru *loraEntry
 	for _, o := range t.entries {
-		if o.state.holdsSlot() {
-			used++
+		if !o.state.holdsSlot() {
+			continue
+		}
+		used++
+		if o.adapter.Pinned && o.state != loraUnloading {
+			pinned++
 		}
 		if o.state == loraHeld && !o.adapter.Pinned && o.running == 0 && (lru == nil || o.used < lru.used) {
 			lru = o
 		}
 	}
+	return used < t.max, lru, pinned
+}
+
+// take gives e a slot, free or lru's (lru then evicting; its name returned).
+func (t *loraTable) take(e, lru *loraEntry, free bool) (victim string) {
 	e.state = loraLoading
-	if used < t.max {
-		return "", nil
-	}
-	if t.max == 0 {
-		t.remove(e)
-		return "", loraErrorf(messages.LoraFailure_LORA_NO_SLOT, "no slot for adapter %q: the worker holds no adapters", name)
-	}
-	if lru == nil {
-		t.remove(e)
-		return "", loraErrorf(messages.LoraFailure_LORA_NO_SLOT,
-			"no slot for adapter %q: all %d slots hold pinned adapters or adapters that running requests use", name, t.max)
+	if free {
+		return ""
 	}
 	lru.state = loraEvicting
-	return lru.adapter.Name, nil
+	return lru.adapter.Name
+}
+
+// hasWaiting reports whether a load waits for a slot.
+func (t *loraTable) hasWaiting() bool {
+	for _, e := range t.entries {
+		if e.state == loraWaiting {
+			return true
+		}
+	}
+	return false
+}
+
+// loraWake is what became of a waiting load (wake): its slot (victim: the adapter it
+// evicts, "" none; path: the folder the engine loads it from), or err, the entry dropped.
+type loraWake struct {
+	name, path string
+	gen        uint64
+	victim     string
+	err        *loraError
+}
+
+// wake settles the loads waiting for a slot, after anything that may have freed one
+// or ended a wait: a waiting load that no request uses any more is given up
+// (LORA_NO_SLOT); then, oldest first, each takes a free slot or evicts as reserve does,
+// while there is one; when every slot comes to hold a pinned adapter that no unload is
+// freeing, those left fail (LORA_NO_SLOT). Entries that fail are dropped (drop). The
+// outcomes are in that order; none when nothing changed.
+func (t *loraTable) wake() []loraWake {
+	var out []loraWake
+	var waiting []*loraEntry
+	for _, e := range t.entries {
+		if e.state == loraWaiting {
+			waiting = append(waiting, e)
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool { return waiting[i].gen < waiting[j].gen })
+	fail := func(e *loraEntry, err *loraError) {
+		t.remove(e)
+		out = append(out, loraWake{name: e.adapter.Name, path: e.adapter.Path, gen: e.gen, err: err})
+	}
+	left := waiting[:0]
+	for _, e := range waiting {
+		if e.running == 0 {
+			fail(e, loraErrorf(messages.LoraFailure_LORA_NO_SLOT,
+				"no slot for adapter %q: the requests that waited for one ended first", e.adapter.Name))
+			continue
+		}
+		left = append(left, e)
+	}
+	for i, e := range left {
+		free, lru, pinned := t.room()
+		switch {
+		case free || lru != nil:
+			victim := t.take(e, lru, free)
+			out = append(out, loraWake{name: e.adapter.Name, path: e.adapter.Path, gen: e.gen, victim: victim})
+			continue
+		case pinned >= t.max:
+			for _, o := range left[i:] {
+				fail(o, t.pinnedFull(o.adapter.Name))
+			}
+		}
+		break
+	}
+	return out
+}
+
+// cancelWaiting forgets waiting entry name (an unload of it: the engine never had it,
+// and it is not known afterwards); false when name is not waiting. gen is its
+// generation.
+func (t *loraTable) cancelWaiting(name string) (gen uint64, ok bool) {
+	e := t.entries[name]
+	if e == nil || e.state != loraWaiting {
+		return 0, false
+	}
+	delete(t.entries, name)
+	return e.gen, true
 }
 
 // loaded records the end of entry name's load: held when ok, else dropped (drop; the
@@ -324,8 +441,8 @@ func (t *loraTable) release(name string, gen uint64) (unload bool) {
 
 // beginUnload marks held adapter name unloading: it takes no new request, and the
 // engine unloads it once running is 0. Not held: LORA_NOT_FOUND (a known adapter is
-// forgotten with forget); still loading: LORA_ENGINE (try again once it is loaded), as
-// is one being evicted (try again once it is known).
+// forgotten with forget, a waiting one with cancelWaiting); still loading: LORA_ENGINE
+// (try again once it is loaded), as is one being evicted (try again once it is known).
 func (t *loraTable) beginUnload(name string) (gen uint64, running int, err *loraError) {
 	e := t.entries[name]
 	switch {
@@ -333,7 +450,7 @@ func (t *loraTable) beginUnload(name string) (gen uint64, running int, err *lora
 		return 0, 0, loraErrorf(messages.LoraFailure_LORA_NOT_FOUND, "adapter %q is not loaded", name)
 	case e.state == loraEvicting:
 		return 0, 0, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q is being evicted; unload it again once it is", name)
-	case e.state == loraChecking || e.state == loraLoading || e.state == loraRestoring:
+	case e.state == loraChecking || e.state == loraLoading || e.state == loraRestoring || e.state == loraWaiting:
 		return 0, 0, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q is still loading; unload it once it is loaded", name)
 	}
 	e.state = loraUnloading

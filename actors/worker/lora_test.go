@@ -29,7 +29,11 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 //	max N                        a new table of N slots
 //	begin NAME [PATH] [pinned]   a load asked: check, held, join, or the refusal
-//	reserve NAME [rank=R]        NAME's folder check passed: its slot, and the victim
+//	reserve NAME [rank=R]        NAME's folder check passed: its slot, and the victim,
+//	                             or wait (for a slot)
+//	wake                         the waiting loads settled (a slot freed, a wait ended):
+//	                             NAME: load[, evicting V] or NAME: error, oldest first
+//	cancel-wait NAME             an unload of waiting NAME
 //	drop NAME                    NAME's folder check failed
 //	loaded NAME ok|fail          the engine's load of NAME ended
 //	evicted NAME ok|fail         the engine's unload of an evicted NAME ended
@@ -171,10 +175,12 @@ func runLoraCommand(t *testing.T, tab **loraTable, gens map[string]uint64, showK
 			}
 			rank = r
 		}
-		victim, err := (*tab).reserve(arg(1), gens[arg(1)], model.Adapter{BaseModel: "base", Rank: rank})
+		victim, wait, err := (*tab).reserve(arg(1), gens[arg(1)], model.Adapter{BaseModel: "base", Rank: rank})
 		switch {
 		case err != nil:
 			res = errText(err)
+		case wait:
+			res = "wait"
 		case victim != "":
 			res = "load, evicting " + victim
 		default:
@@ -183,6 +189,33 @@ func runLoraCommand(t *testing.T, tab **loraTable, gens map[string]uint64, showK
 	case "drop":
 		(*tab).drop(arg(1), gens[arg(1)])
 		res = "ok"
+	case "wake":
+		var lines []string
+		for _, o := range (*tab).wake() {
+			if o.gen != gens[o.name] || o.path != "/adapters/"+o.name {
+				t.Errorf("%q: %s of generation %d from %s, want %d from /adapters/%s", cmd, o.name, o.gen, o.path, gens[o.name], o.name)
+			}
+			switch {
+			case o.err != nil:
+				lines = append(lines, o.name+": "+errText(o.err))
+			case o.victim != "":
+				lines = append(lines, o.name+": load, evicting "+o.victim)
+			default:
+				lines = append(lines, o.name+": load")
+			}
+		}
+		res = "-"
+		if len(lines) > 0 {
+			res = strings.Join(lines, "\n")
+		}
+	case "cancel-wait":
+		res = "not waiting"
+		if gen, ok := (*tab).cancelWaiting(arg(1)); ok {
+			if gen != gens[arg(1)] {
+				t.Errorf("%q: generation %d, want %d", cmd, gen, gens[arg(1)])
+			}
+			res = "cancelled"
+		}
 	case "loaded":
 		(*tab).loaded(arg(1), gens[arg(1)], okArg())
 		res = "ok"

@@ -42,9 +42,16 @@ const (
 	metricLoraLoadFailures = "turbine_worker_lora_load_failures_total"
 	// histogram {model,worker}, seconds: an engine's adapter load call.
 	metricLoraLoadSeconds = "turbine_worker_lora_load_seconds"
+	// counter {model,worker}: loads for requests that waited for a slot (every slot held
+	// a pinned adapter or one that running requests use).
+	metricLoraSlotWaits = "turbine_worker_lora_slot_waits_total"
+	// histogram {model,worker}, seconds: each such wait, until the load had its slot or
+	// ended without one (its requests gone, the engine exited, an unload).
+	metricLoraSlotWaitSeconds = "turbine_worker_lora_slot_wait_seconds"
 )
 
-// loraLoadBuckets are the upper bounds of the load histogram: 5 ms .. 164 s.
+// loraLoadBuckets are the upper bounds of the load and slot wait histograms: 5 ms ..
+// 164 s.
 var loraLoadBuckets = metrics.ExponentialBuckets(0.005, 2, 16)
 
 // Internal messages: outcomes of the work done off the actor's goroutine.
@@ -101,6 +108,7 @@ type loraLoad struct {
 	done    chan struct{}
 	err     *loraError
 	replies []*actor.PID
+	waiting time.Time // when it began to wait for a slot; zero: not waiting
 }
 
 // loraUnload is an unload under way: started once the engine was asked.
@@ -271,6 +279,7 @@ func (w *workerActor) loadLora(c actor.Context, m *messages.LoadLora) {
 	case l == nil: // held already: now pinned when the load pins
 		reply := w.loraReply(nil)
 		w.registerNow(func() { w.respond([]*actor.PID{sender}, reply) })
+		w.wakeLoras(c.Self()) // the loads waiting for a slot fail once every slot is pinned
 	default:
 		l.replies = append(l.replies, sender)
 	}
@@ -304,7 +313,8 @@ func (w *workerActor) startLoad(c actor.Context, a *messages.LoraAdapter, kind s
 }
 
 // onLoraChecked gives a checked adapter its slot (evicting one when none is free) and
-// has the engine load it; a bad folder ends the load.
+// has the engine load it, or has it wait for a slot (wakeLoras); a bad folder ends the
+// load.
 func (w *workerActor) onLoraChecked(c actor.Context, m loraChecked) {
 	l := w.loraLoads[m.name]
 	if l == nil || l.gen != m.gen {
@@ -321,12 +331,25 @@ func (w *workerActor) onLoraChecked(c actor.Context, m loraChecked) {
 		w.finishLoad(m.name, l, loraErrorf(messages.LoraFailure_LORA_ENGINE, "worker %s: engine not ready", w.cfg.WorkerID))
 		return
 	}
-	victim, err := w.loras.reserve(m.name, m.gen, m.adapter)
-	if err != nil {
+	victim, wait, err := w.loras.reserve(m.name, m.gen, m.adapter)
+	switch {
+	case err != nil:
 		w.finishLoad(m.name, l, err)
 		return
+	case wait:
+		l.waiting = w.cfg.Now()
+		w.counter(metricLoraSlotWaits).Inc()
+		w.log.Debug().Str("adapter", m.name).Msg("LoRA adapter waits for a slot: every slot holds a pinned adapter or one in use")
+		w.wakeLoras(c.Self()) // older waiting loads come first
+		return
 	}
-	self, name, gen, path, timeout := c.Self(), m.name, m.gen, m.adapter.Dir, w.cfg.LoraLoadTimeout
+	w.engineLoad(c.Self(), loader, m.name, m.gen, m.adapter.Dir, victim)
+}
+
+// engineLoad has the engine unload victim ("" none) then load name (generation gen)
+// from path (loraLoaded, to self).
+func (w *workerActor) engineLoad(self *actor.PID, loader engines.LoraLoader, name string, gen uint64, path, victim string) {
+	timeout := w.cfg.LoraLoadTimeout
 	go func() {
 		out := loraLoaded{name: name, gen: gen, victim: victim}
 		defer func() { w.sys.Root.Send(self, out) }()
@@ -346,6 +369,46 @@ func (w *workerActor) onLoraChecked(c actor.Context, m loraChecked) {
 	}()
 }
 
+// wakeLoras settles the loads waiting for a slot (loraTable.wake) after anything that
+// may have freed one or ended a wait: a load given its slot is loaded by the engine (its
+// requests still wait for it), one given up or that no slot will ever take ends with
+// its error (LORA_NO_SLOT: its requests, if any, fail as another worker may serve
+// them). self is the worker's PID.
+func (w *workerActor) wakeLoras(self *actor.PID) {
+	for _, o := range w.loras.wake() {
+		l := w.loraLoads[o.name]
+		if l == nil || l.gen != o.gen {
+			continue // never: every waiting entry has its load
+		}
+		w.waitEnded(l)
+		if o.err != nil {
+			w.finishLoad(o.name, l, o.err)
+			continue
+		}
+		loader, ok := w.engine.(engines.LoraLoader)
+		if !ok || l.epoch != w.epoch { // never: an exited engine's waiting loads ended with it
+			if o.victim != "" {
+				w.loras.evicted(o.victim, false)
+			}
+			w.loras.loaded(o.name, o.gen, false)
+			w.finishLoad(o.name, l, loraErrorf(messages.LoraFailure_LORA_ENGINE, "worker %s: engine not ready", w.cfg.WorkerID))
+			continue
+		}
+		w.log.Debug().Str("adapter", o.name).Str("evicting", o.victim).Msg("LoRA adapter has a slot after waiting")
+		w.engineLoad(self, loader, o.name, o.gen, o.path, o.victim)
+	}
+}
+
+// waitEnded records the end of l's wait for a slot, when it waited.
+func (w *workerActor) waitEnded(l *loraLoad) {
+	if l.waiting.IsZero() {
+		return
+	}
+	waited := w.cfg.Now().Sub(l.waiting)
+	l.waiting = time.Time{}
+	metrics.GetOrCreatePrometheusHistogramExt(w.series(metricLoraSlotWaitSeconds), loraLoadBuckets).Update(max(waited, 0).Seconds())
+}
+
 // refusedByEngine reports whether err is the engine's refusal (an
 // *engines.InvalidRequestError): of an unload, that it does not hold the adapter.
 func refusedByEngine(err error) bool {
@@ -353,8 +416,16 @@ func refusedByEngine(err error) bool {
 	return errors.As(err, &inv)
 }
 
-// onLoraLoaded records the engine's load (and eviction) and ends the load.
+// onLoraLoaded records the engine's load (and eviction) and ends the load; a slot
+// that it freed (a failed load) or that is now free to evict (an adapter loaded for
+// requests that have all ended) goes to the loads waiting for one.
 func (w *workerActor) onLoraLoaded(m loraLoaded) {
+	w.recordLoaded(m)
+	w.wakeLoras(w.self)
+}
+
+// recordLoaded records the engine's load of m (and eviction) and ends the load.
+func (w *workerActor) recordLoaded(m loraLoaded) {
 	l := w.loraLoads[m.name]
 	if l == nil || l.gen != m.gen {
 		return
@@ -402,14 +473,20 @@ func (w *workerActor) loadMeasured(kind string, took time.Duration) {
 // on (or fail), and its LoadLora callers are answered once the worker's adapters are
 // registered.
 func (w *workerActor) finishLoad(name string, l *loraLoad, err *loraError) {
-	if w.loraLoads[name] == l {
-		delete(w.loraLoads, name)
-	}
-	l.err = err
-	close(l.done)
 	if err != nil {
 		w.loraFailed(name, err)
 	}
+	w.endLoad(name, l, err)
+}
+
+// endLoad ends load l of name as finishLoad does, without counting a failure.
+func (w *workerActor) endLoad(name string, l *loraLoad, err *loraError) {
+	if w.loraLoads[name] == l {
+		delete(w.loraLoads, name)
+	}
+	w.waitEnded(l)
+	l.err = err
+	close(l.done)
 	reply, replies := w.loraReply(err), l.replies
 	w.registerNow(func() { w.respond(replies, reply) })
 }
@@ -431,12 +508,24 @@ func (w *workerActor) loraFailed(name string, err *loraError) {
 // Router grain is told at once), the engine unloads it once the requests using it
 // ended (or their grace, Config.LoraUnloadGrace, is over: they are then handed back
 // for migration), and m is answered once that is registered. A known adapter is
-// forgotten at once (the engine does not hold it), whatever the engine's state.
+// forgotten at once (the engine does not hold it), whatever the engine's state; so is
+// one whose load waits for a slot, whose requests then fail as another worker may serve
+// them (LORA_ENGINE).
 func (w *workerActor) unloadLora(c actor.Context, m *messages.UnloadLora) {
 	sender, name := c.Sender(), m.GetName()
 	if name != "" && w.loras.forget(name) {
 		w.counter(metricLoraUnloads).Inc()
 		w.log.Info().Str("adapter", name).Msg("known LoRA adapter unloaded (forgotten)")
+		reply := w.loraReply(nil)
+		w.registerNow(func() { w.respond([]*actor.PID{sender}, reply) })
+		return
+	}
+	if gen, ok := w.loras.cancelWaiting(name); ok {
+		w.counter(metricLoraUnloads).Inc()
+		w.log.Info().Str("adapter", name).Msg("LoRA adapter unloaded while its load waited for a slot (forgotten)")
+		if l := w.loraLoads[name]; l != nil && l.gen == gen {
+			w.endLoad(name, l, loraErrorf(messages.LoraFailure_LORA_ENGINE, "adapter %q was unloaded while it waited for a slot", name))
+		}
 		reply := w.loraReply(nil)
 		w.registerNow(func() { w.respond([]*actor.PID{sender}, reply) })
 		return
@@ -496,11 +585,14 @@ func (w *workerActor) engineUnload(c actor.Context, name string, u *loraUnload) 
 
 // onLoraUnloaded records the engine's unload and answers the UnloadLora callers once
 // registered. An engine that says it does not hold the adapter unloaded it all the same.
+// The slot freed (or the adapter held again, with no request) goes to the loads waiting
+// for one.
 func (w *workerActor) onLoraUnloaded(m loraUnloaded) {
 	u := w.loraUnloads[m.name]
 	if u == nil || u.gen != m.gen {
 		return
 	}
+	defer w.wakeLoras(w.self)
 	delete(w.loraUnloads, m.name)
 	ok := m.err == nil || refusedByEngine(m.err)
 	w.loras.unloaded(m.name, m.gen, ok)
@@ -607,14 +699,16 @@ func awaitLora(ctx context.Context, l *loraLoad, name, workerID string, timeout 
 }
 
 // releaseLora ends a request's use of adapter name (generation gen); the last request
-// of an adapter being unloaded lets the engine unload it.
+// of an adapter being unloaded lets the engine unload it; the last of an unpinned held
+// adapter frees its slot for the loads waiting for one, and the last waiting for a load
+// that waits for a slot gives that load up (wakeLoras).
 func (w *workerActor) releaseLora(c actor.Context, name string, gen uint64) {
-	if !w.loras.release(name, gen) {
-		return
+	if w.loras.release(name, gen) {
+		if u := w.loraUnloads[name]; u != nil && u.gen == gen && !u.started {
+			w.engineUnload(c, name, u)
+		}
 	}
-	if u := w.loraUnloads[name]; u != nil && u.gen == gen && !u.started {
-		w.engineUnload(c, name, u)
-	}
+	w.wakeLoras(c.Self())
 }
 
 // loraEngineLost forgets what an exited engine held (loraTable.engineLost: pinned
@@ -763,5 +857,7 @@ func (w *workerActor) loraMetricsAtZero() {
 	}
 	w.counter(metricLoraUnloads)
 	w.counter(metricLoraEvictions)
+	w.counter(metricLoraSlotWaits)
 	metrics.GetOrCreatePrometheusHistogramExt(w.series(metricLoraLoadSeconds), loraLoadBuckets)
+	metrics.GetOrCreatePrometheusHistogramExt(w.series(metricLoraSlotWaitSeconds), loraLoadBuckets)
 }

@@ -467,8 +467,9 @@ func TestLoraOnDemand(t *testing.T) {
 }
 
 // TestLoraOnDemandEvictsLeastRecentlyUsed: a worker whose slots are full evicts the
-// least recently used unpinned adapter that no request uses; with none, the request
-// fails as one another worker may serve.
+// least recently used unpinned adapter that no request uses; when every slot holds a
+// pinned adapter, the request fails at once as one another worker may serve (one whose
+// slots' adapters are in use waits: lorawait_test.go).
 func TestLoraOnDemandEvictsLeastRecentlyUsed(t *testing.T) {
 	eng := newLoraEngine()
 	sys, pid, _, _ := startLoraWorker(t, eng, 2, nil)
@@ -494,9 +495,11 @@ func TestLoraOnDemandEvictsLeastRecentlyUsed(t *testing.T) {
 	run("r2", "b", "load b", "generate b")
 	run("r3", "a", "generate a")
 	run("r4", "c", "unload b", "load c", "generate c") // b: least recently used
-	// a pinned, c in use: no slot for d.
-	if r := ask(t, sys, pid, load("a", paths["a"])); r.Failure != messages.LoraFailure_LORA_OK {
-		t.Fatal(r)
+	// a and c pinned (c in use): no slot for d.
+	for _, n := range []string{"a", "c"} {
+		if r := ask(t, sys, pid, load(n, paths[n])); r.Failure != messages.LoraFailure_LORA_OK {
+			t.Fatal(r)
+		}
 	}
 	busy := generate(sys, pid, "r5", "c", paths["c"])
 	if ev := nextEvent(t, eng); ev != "generate c" {
