@@ -181,6 +181,9 @@ type loraRoute struct {
 	onDemand bool   // RouteInput.LoraOnDemand or Config.IgnoreAdapters
 	path     string // a folder some worker reports the adapter at ("" unknown)
 	misfit   int    // workers gather passed over for the adapter alone
+	// noSlot: of those, the workers that know the adapter (or may load it on demand) but
+	// whose slots all hold pinned adapters.
+	noSlot int
 	// loadMs: the load time assumed for a worker that has measured none: the mean of
 	// those that have, else Config.LoraLoadMs.
 	loadMs float64
@@ -247,6 +250,7 @@ func (r *Router) loraFit(rw *routerWorker) (ok bool, loadMs float64, evicts bool
 	}
 	victim, ok, wait := rw.lora.victim(r.now, func(name string) bool { return r.active.AdapterInUse(rw.id, name) })
 	if !ok {
+		r.lora.noSlot++
 		return false, 0, false, 0
 	}
 	if wait {
@@ -258,9 +262,15 @@ func (r *Router) loraFit(rw *routerWorker) (ok bool, loadMs float64, evicts bool
 	return true, rw.lora.loadMsOr(r.lora.loadMs), victim != "", waitMs
 }
 
-// noEligible is the error of a Route that found no eligible worker: ErrNoAdapter when
-// some were passed over for the adapter alone, else ErrNoWorkers with detail.
+// noEligible is the error of a Route that found no eligible worker: ErrAllBusy when the
+// workers passed over for the adapter could all serve it but for slots that hold pinned
+// adapters (an unload frees one: retry), ErrNoAdapter when some were passed over for the
+// adapter otherwise, else ErrNoWorkers with detail.
 func (r *Router) noEligible(detail string) error {
+	if r.lora.misfit > 0 && r.lora.noSlot == r.lora.misfit {
+		return fmt.Errorf("%w: LoRA adapter %q: the workers that could load it (%d) have every slot holding a pinned adapter",
+			ErrAllBusy, r.lora.name, r.lora.noSlot)
+	}
 	if r.lora.misfit > 0 {
 		how := "holds it"
 		if r.lora.onDemand {
