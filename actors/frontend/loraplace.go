@@ -22,6 +22,10 @@ type loraWorker struct {
 	MaxLoras int
 	Held     int
 	Pinned   int
+	// Known is how many adapters it knows (registered, evicted from its engine): among
+	// workers holding as many, the one knowing fewer takes the next, so that a fleet whose
+	// slots are full spreads the adapters it registers.
+	Known int
 	// Load is the router's count of its active KV blocks, Requests its active requests.
 	Load     int64
 	Requests int32
@@ -128,6 +132,7 @@ func placePool(p *loraPlacement, pool []loraWorker, n int, unpinned bool) {
 		return cmp.Or(
 			-cmp.Compare(b2i(a.Has.holds()), b2i(b.Has.holds())),
 			cmp.Compare(a.Held, b.Held),
+			cmp.Compare(a.Known, b.Known),
 			cmp.Compare(a.Load, b.Load),
 			cmp.Compare(a.Requests, b.Requests),
 			cmp.Compare(a.ID, b.ID))
@@ -148,7 +153,7 @@ func loraWorkers(st *messages.RouterStats, name string) []loraWorker {
 	out := make([]loraWorker, 0, len(st.GetWorkers()))
 	for _, ws := range st.GetWorkers() {
 		w := loraWorker{ID: ws.WorkerId, Role: ws.Role, Ready: ws.Ready, MaxLoras: int(ws.MaxLoras), Held: len(ws.Adapters),
-			Load: ws.ActiveBlocks, Requests: ws.ActiveRequests}
+			Known: len(ws.KnownAdapters), Load: ws.ActiveBlocks, Requests: ws.ActiveRequests}
 		for _, a := range ws.Adapters {
 			if a.GetPinned() {
 				w.Pinned++

@@ -24,6 +24,7 @@ type placementCase struct {
 		Max      int    `json:"max"`
 		Held     int    `json:"held"`
 		Pinned   int    `json:"pinned"`
+		Known    int    `json:"known"`
 		Load     int64  `json:"load"`
 		Requests int32  `json:"requests"`
 		Has      *struct {
@@ -60,7 +61,7 @@ func TestPlaceLora(t *testing.T) {
 					t.Fatalf("role %q", w.Role)
 				}
 				lw := loraWorker{ID: w.ID, Role: role, Ready: w.Ready == nil || *w.Ready, MaxLoras: w.Max, Held: w.Held,
-					Pinned: w.Pinned, Load: w.Load, Requests: w.Requests}
+					Pinned: w.Pinned, Known: w.Known, Load: w.Load, Requests: w.Requests}
 				if w.Has != nil {
 					lw.Has = &loraHeld{Path: w.Has.Path, Pinned: w.Has.Pinned, Known: w.Has.Known}
 				}
