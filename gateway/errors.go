@@ -84,7 +84,8 @@ const (
 	KindLoraNoSlot
 	// KindLoraUnavailable: no worker could load (or unload) a LoRA adapter: their engines
 	// refused for a reason other than the adapter itself, could not be reached, or did
-	// not answer in time.
+	// not answer in time; or a request's adapter became unavailable while it ran and no
+	// other worker has it (AdapterLost).
 	KindLoraUnavailable
 )
 

@@ -109,6 +109,20 @@ func UnknownAdapter(name, detail string) error {
 	return e
 }
 
+// AdapterLost is the error of a request naming a LoRA adapter whose worker gave it up
+// (the adapter was unloaded past its grace, or the worker failed or could not load it)
+// and whose migration then found no worker that has it or may load it (ROUTE_NO_ADAPTER
+// on a route after the first): the adapter was served when the request began, so this
+// is the 503 lora_unavailable naming it, not an unknown model's 404
+// (docs/reference.md §26.3); detail is the router's reason, for the log.
+func AdapterLost(name, detail string) error {
+	e := newError(KindLoraUnavailable, "",
+		"The LoRA adapter '%s' became unavailable while the request ran (it was unloaded, or the worker serving it failed) and no other worker has it; retry later.",
+		clipName(name))
+	e.Cause = fmt.Errorf("gateway: no worker holds LoRA adapter %q to continue the request: %s", clipName(name), detail)
+	return e
+}
+
 // servedNames returns the model a card is served as (the base model for an adapter's
 // entry) and its adapter's name ("" for a base model).
 func servedNames(card *messages.ModelCard) (model, lora string) {

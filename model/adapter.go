@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // LoRA adapter folders (docs/reference.md §26.2): a PEFT adapter is a folder holding
@@ -138,14 +139,61 @@ func ParseAdapterConfig(data []byte, name string) (Adapter, error) {
 	return a, nil
 }
 
-// maxAdapterConfigBytes bounds the adapter_config.json ReadAdapter reads (PEFT writes
-// about 1 KB).
-const maxAdapterConfigBytes = 1 << 20
+// MaxAdapterConfigBytes bounds the adapter_config.json ReadAdapterConfig reads (PEFT
+// writes about 1 KB).
+const MaxAdapterConfigBytes = 1 << 20
+
+// ReadAdapterConfig reads the adapter_config.json of adapter folder dir: a regular file
+// (symbolic links followed) of at most MaxAdapterConfigBytes. The file is opened
+// without blocking and checked before it is read, so a FIFO or a device there is
+// refused at once (docs/reference.md §26.2). Errors start with "model: " and name the
+// file; one that wraps fs.ErrNotExist when dir or the file does not exist.
+func ReadAdapterConfig(dir string) ([]byte, error) {
+	path := filepath.Join(dir, AdapterConfigFile)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("model: %s: %w", path, err)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("model: %s is not a regular file (%s): not an adapter configuration", path, fileKind(fi.Mode()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxAdapterConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("model: %s: %w", path, err)
+	}
+	if len(data) > MaxAdapterConfigBytes {
+		return nil, fmt.Errorf("model: %s: larger than %d bytes: not an adapter configuration", path, MaxAdapterConfigBytes)
+	}
+	return data, nil
+}
+
+// fileKind names the kind of file mode m is, for an error saying it is not a regular
+// file: "a folder", "a named pipe", "a device", "a socket", else "not a plain file".
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a folder"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&(fs.ModeDevice|fs.ModeCharDevice) != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "not a plain file"
+}
 
 // ReadAdapter reads and checks the LoRA adapter folder dir: it must exist and be a
-// folder, hold an adapter_config.json that ParseAdapterConfig accepts, and a non-empty
-// weights file (AdapterWeightFiles). The weights themselves are not read. Errors start
-// with "model: " and name the folder or the file and what is wrong with it.
+// folder, hold an adapter_config.json that ReadAdapterConfig reads and
+// ParseAdapterConfig accepts, and a non-empty regular weights file (AdapterWeightFiles).
+// The weights themselves are not read; no check blocks on a special file (a FIFO, a
+// device). Errors start with "model: " and name the folder or the file and what is
+// wrong with it.
 func ReadAdapter(dir string) (Adapter, error) {
 	if strings.TrimSpace(dir) == "" {
 		return Adapter{}, errors.New("model: adapter: empty folder path")
@@ -161,20 +209,12 @@ func ReadAdapter(dir string) (Adapter, error) {
 		return Adapter{}, fmt.Errorf("model: adapter %s is not a folder", dir)
 	}
 	path := filepath.Join(dir, AdapterConfigFile)
-	f, err := os.Open(path)
+	data, err := ReadAdapterConfig(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return Adapter{}, fmt.Errorf("model: adapter folder %s has no %s (not a PEFT adapter folder)", dir, AdapterConfigFile)
 	case err != nil:
-		return Adapter{}, fmt.Errorf("model: %s: %w", path, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxAdapterConfigBytes+1))
-	if err != nil {
-		return Adapter{}, fmt.Errorf("model: %s: %w", path, err)
-	}
-	if len(data) > maxAdapterConfigBytes {
-		return Adapter{}, fmt.Errorf("model: %s: larger than %d bytes: not an adapter configuration", path, maxAdapterConfigBytes)
+		return Adapter{}, err
 	}
 	a, err := ParseAdapterConfig(data, path)
 	if err != nil {
@@ -188,8 +228,10 @@ func ReadAdapter(dir string) (Adapter, error) {
 			continue
 		case err != nil:
 			return Adapter{}, fmt.Errorf("model: adapter folder %s: %s: %w", dir, name, err)
-		case wi.IsDir() || wi.Size() == 0:
-			return Adapter{}, fmt.Errorf("model: adapter folder %s: %s is empty or not a file", dir, name)
+		case !wi.Mode().IsRegular():
+			return Adapter{}, fmt.Errorf("model: adapter folder %s: %s is not a regular file (%s)", dir, name, fileKind(wi.Mode()))
+		case wi.Size() == 0:
+			return Adapter{}, fmt.Errorf("model: adapter folder %s: %s is empty", dir, name)
 		}
 		a.WeightsFile = name
 		return a, nil

@@ -55,10 +55,12 @@
 // gateway.LoraAdmin. A load reads the base model's workers from its Router grain's Stats,
 // chooses where the adapter goes (placeLora, pure) and sends LoadLora to those worker
 // actors (pinned, unless the load asked otherwise), an unload UnloadLora to every worker
-// holding or knowing it, each a request answered with LoraReply within
+// holding or knowing it and then to the other ready workers with slots (a load of it may
+// be under way there), each a request answered with LoraReply within
 // Config.LoraTimeout. Models lists the adapters the catalog lists (base
 // models first), and those this frontend loaded or unloaded a moment ago as they are now.
 // A request naming an adapter runs on its base model; its flow names the adapter on every
 // route (and lora_on_demand with Config.LoraOnDemand) and gives each leg the route's
-// lora_path; ROUTE_NO_ADAPTER is gateway.UnknownAdapter's 404.
+// lora_path; ROUTE_NO_ADAPTER is gateway.UnknownAdapter's 404 (on a migration's route,
+// gateway.AdapterLost's 503: the adapter was served when the request began).
 package frontend

@@ -55,14 +55,15 @@ func (b *Backend) LoadLora(ctx context.Context, req gateway.LoraLoad) (*gateway.
 }
 
 // UnloadLora sends UnloadLora to every worker of req.Model that holds or knows the
-// adapter (unloadOn). Errors: gateway.ErrUnknownModel (wrapped), gateway.ErrNoWorkers (wrapped:
-// the Router grain did not answer).
+// adapter, then to the other workers that may be loading it (unloadEverywhere). Errors:
+// gateway.ErrUnknownModel (wrapped), gateway.ErrNoWorkers (wrapped: the Router grain did
+// not answer).
 func (b *Backend) UnloadLora(ctx context.Context, req gateway.LoraUnload) (*gateway.LoraResult, error) {
 	st, err := b.loraStats(ctx, req.Model)
 	if err != nil {
 		return nil, err
 	}
-	res := unloadOn(ctx, b.workerAsker(), st, req)
+	res := unloadEverywhere(ctx, b.workerAsker(), st, req)
 	gone := len(res.Workers) > 0
 	for _, w := range res.Workers {
 		gone = gone && (w.Failure == messages.LoraFailure_LORA_OK || w.Failure == messages.LoraFailure_LORA_NOT_FOUND)
@@ -130,6 +131,51 @@ func unloadOn(ctx context.Context, ask workerAsker, st *messages.RouterStats, re
 	return &gateway.LoraResult{Workers: askWorkers(ctx, ask, st, holders, func() proto.Message {
 		return &messages.UnloadLora{Name: req.Name}
 	})}
+}
+
+// loraProbeTimeout bounds the answer of a worker that unloadEverywhere asks without the
+// router's stats listing the adapter there: it answers at once, from its own table.
+const loraProbeTimeout = 5 * time.Second
+
+// unloadEverywhere unloads req's adapter from the workers that hold or know it
+// (unloadOn), then asks every other ready worker of st with adapter slots (and an
+// address), each at most loraProbeTimeout: the router's stats list an adapter only once
+// a worker has loaded it, so a load under way (an operator's, or a request's on demand)
+// is found only so (docs/reference.md §26.3). Such a worker answers LORA_ENGINE (still
+// loading: unload it once it is loaded), or LORA_OK when it held the adapter after all
+// or forgot a load that waited for a slot; those lines follow the holders'. The workers
+// with nothing to unload (LORA_NOT_FOUND) or that did not answer in time are left out:
+// an adapter no worker has yields no line.
+func unloadEverywhere(ctx context.Context, ask workerAsker, st *messages.RouterStats, req gateway.LoraUnload) *gateway.LoraResult {
+	res := unloadOn(ctx, ask, st, req)
+	asked := map[string]bool{}
+	for _, w := range res.Workers {
+		asked[w.WorkerID] = true
+	}
+	var others []string
+	for _, w := range st.GetWorkers() {
+		if w.GetReady() && w.GetMaxLoras() > 0 && w.GetActor() != nil && !asked[w.GetWorkerId()] {
+			others = append(others, w.GetWorkerId())
+		}
+	}
+	if len(others) == 0 {
+		return res
+	}
+	pctx, cancel := context.WithTimeout(ctx, loraProbeTimeout)
+	defer cancel()
+	replied := func(ctx context.Context, pid *actor.PID, msg proto.Message) (*messages.LoraReply, error) {
+		r, err := ask(ctx, pid, msg)
+		if err != nil {
+			r = &messages.LoraReply{Failure: messages.LoraFailure_LORA_NOT_FOUND} // no answer: nothing known there
+		}
+		return r, nil
+	}
+	for _, line := range askWorkers(pctx, replied, st, others, func() proto.Message { return &messages.UnloadLora{Name: req.Name} }) {
+		if line.Failure != messages.LoraFailure_LORA_NOT_FOUND {
+			res.Workers = append(res.Workers, line)
+		}
+	}
+	return res
 }
 
 // workerAsker sends one LoadLora or UnloadLora to a worker actor and returns its

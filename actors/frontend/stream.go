@@ -390,6 +390,10 @@ func (s *stream) do(e flow.Effect) {
 			s.failed = fmt.Errorf("%w: %s", gateway.ErrDraining, e.Message)
 		case e.Cause == flow.FailQueueFull && s.full != nil:
 			s.failed = s.full // the queue's own answer (all busy, or the concurrency limit)
+		case e.Outcome == messages.RouteOutcome_ROUTE_NO_ADAPTER && s.req.Sampling.GetLoraName() != "" && s.flow.Info().Migrations > 0:
+			// A migration found no worker with the adapter its worker gave up (unloaded, or
+			// the worker failed): the 503 of an unavailable adapter, naming it.
+			s.failed = gateway.AdapterLost(s.req.Sampling.GetLoraName(), e.Message)
 		case e.Outcome == messages.RouteOutcome_ROUTE_NO_ADAPTER && s.req.Sampling.GetLoraName() != "":
 			// No worker holds the adapter (any more): the 404 of an unknown model, naming it.
 			s.failed = gateway.UnknownAdapter(s.req.Sampling.GetLoraName(), e.Message)

@@ -17,6 +17,9 @@ const (
 	// DefaultLoraWaitTimeout is Config.LoraWaitTimeout: a request waiting for its
 	// adapter's load on demand.
 	DefaultLoraWaitTimeout = 30 * time.Second
+	// DefaultLoraCheckTimeout is Config.LoraCheckTimeout: an adapter folder's check (a
+	// few stats and one small read) on a file system that does not answer.
+	DefaultLoraCheckTimeout = 10 * time.Second
 	// DefaultLoraUnloadGrace is Config.LoraUnloadGrace: the requests of an adapter being
 	// unloaded may run this long.
 	DefaultLoraUnloadGrace = 30 * time.Second

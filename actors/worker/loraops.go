@@ -56,12 +56,14 @@ var loraLoadBuckets = metrics.ExponentialBuckets(0.005, 2, 16)
 
 // Internal messages: outcomes of the work done off the actor's goroutine.
 type (
-	// loraChecked: the folder check of entry name (generation gen) ended.
+	// loraChecked: the folder check of entry name (generation gen) ended, or did not
+	// end within Config.LoraCheckTimeout (stuck, err saying so).
 	loraChecked struct {
 		name    string
 		gen     uint64
 		adapter model.Adapter
 		err     error
+		stuck   bool
 	}
 	// loraLoaded: the engine calls of a load ended: victim's unload (when one was
 	// evicted), then the load itself (not made when the victim's unload failed).
@@ -304,21 +306,46 @@ func (w *workerActor) startLoad(c actor.Context, a *messages.LoraAdapter, kind s
 	}
 	l := &loraLoad{gen: gen, epoch: w.epoch, kind: kind, done: make(chan struct{})}
 	w.loraLoads[a.Name] = l
-	self, name, path, base, rank := c.Self(), a.Name, filepath.Clean(a.Path), w.cfg.loraBase, w.cfg.MaxLoraRank
-	go func() {
-		ad, err := CheckAdapter(path, base, rank)
-		w.sys.Root.Send(self, loraChecked{name: name, gen: gen, adapter: ad, err: err})
-	}()
+	self, name, path := c.Self(), a.Name, filepath.Clean(a.Path)
+	go func() { w.sys.Root.Send(self, w.checkFolder(name, gen, path)) }()
 	return l, nil
+}
+
+// checkFolder checks adapter folder path for entry name (generation gen), waiting at
+// most Config.LoraCheckTimeout: a check that does not end by then (a file system that
+// does not answer; the check itself never waits on a special file) is given up, stuck,
+// and ends on its own later, unheard.
+func (w *workerActor) checkFolder(name string, gen uint64, path string) loraChecked {
+	done := make(chan loraChecked, 1)
+	check, base, rank := w.cfg.checkAdapter, w.cfg.loraBase, w.cfg.MaxLoraRank
+	go func() {
+		ad, err := check(path, base, rank)
+		done <- loraChecked{name: name, gen: gen, adapter: ad, err: err}
+	}()
+	timer := time.NewTimer(w.cfg.LoraCheckTimeout)
+	defer timer.Stop()
+	select {
+	case out := <-done:
+		return out
+	case <-timer.C:
+		return loraChecked{name: name, gen: gen, stuck: true,
+			err: fmt.Errorf("the check of adapter folder %s did not finish within %v (its file system does not answer)", path, w.cfg.LoraCheckTimeout)}
+	}
 }
 
 // onLoraChecked gives a checked adapter its slot (evicting one when none is free) and
 // has the engine load it, or has it wait for a slot (wakeLoras); a bad folder ends the
-// load.
+// load, as does a check that did not end in time (LORA_ENGINE: the entry is dropped, so
+// that the name is free again).
 func (w *workerActor) onLoraChecked(c actor.Context, m loraChecked) {
 	l := w.loraLoads[m.name]
 	if l == nil || l.gen != m.gen {
 		return // ended meanwhile (the engine exited)
+	}
+	if m.stuck {
+		w.loras.drop(m.name, m.gen) // a known adapter stays known
+		w.finishLoad(m.name, l, loraErrorf(messages.LoraFailure_LORA_ENGINE, "worker %s: %v", w.cfg.WorkerID, m.err))
+		return
 	}
 	if m.err != nil {
 		w.loras.reject(m.name, m.gen) // a known adapter whose folder no longer checks is forgotten

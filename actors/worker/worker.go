@@ -94,6 +94,10 @@ type Config struct {
 	// LoraUnloadGrace is how long an unload lets the requests using the adapter run
 	// (default DefaultLoraUnloadGrace); the rest are then handed back for migration.
 	LoraUnloadGrace time.Duration
+	// LoraCheckTimeout bounds an adapter folder's check (default
+	// DefaultLoraCheckTimeout); past it the load fails as LORA_ENGINE and the name is
+	// free again (docs/reference.md §26.2).
+	LoraCheckTimeout time.Duration
 	// Now is the clock of the canary schedule (default time.Now).
 	Now     func() time.Time
 	Backoff supervise.Backoff
@@ -102,6 +106,8 @@ type Config struct {
 	Logger  zerolog.Logger
 
 	loraBase model.BaseModel // what adapters are checked against (BaseModelOf), set by Props
+	// checkAdapter checks an adapter folder (default CheckAdapter; tests replace it).
+	checkAdapter func(path string, base model.BaseModel, maxRank int) (model.Adapter, error)
 }
 
 func (c *Config) defaults() {
@@ -134,6 +140,12 @@ func (c *Config) defaults() {
 	}
 	if c.LoraUnloadGrace <= 0 {
 		c.LoraUnloadGrace = DefaultLoraUnloadGrace
+	}
+	if c.LoraCheckTimeout <= 0 {
+		c.LoraCheckTimeout = DefaultLoraCheckTimeout
+	}
+	if c.checkAdapter == nil {
+		c.checkAdapter = CheckAdapter
 	}
 }
 

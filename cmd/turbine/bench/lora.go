@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/bench/sim"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/flow"
 )
 
 // LoRA adapters in the benchmark (docs/reference.md §26.5): a workload whose requests
@@ -26,6 +28,13 @@ const ignoreAdaptersSuffix = ":ignore-adapters"
 
 // MaxLoraLoadMs bounds --lora-load-ms and --router-lora-load-ms: an hour.
 const MaxLoraLoadMs = float64(time.Hour / time.Millisecond)
+
+// MaxModelledLoraLoad bounds the simulated time of one adapter load (--lora-load-ms over
+// --speedup-ratio): the worker's limit on one engine call (a real fleet fails a longer
+// load), half the stall timeout of the simulated flows (flow.DefaultStallTimeout), past
+// which a request that waits for its adapter without a token fails (docs/reference.md
+// §26.5).
+const MaxModelledLoraLoad = worker.DefaultLoraLoadTimeout
 
 // loraWorkloadFlags name the workload's adapter flags; loraFleetFlags the simulated
 // engines' (a real run measures the server as it is).
@@ -92,6 +101,12 @@ func (f *Fleet) validateLora() error {
 		return fmt.Errorf("--lora-load-ms %v: want 0 to %g ms (an hour)", f.LoraLoadMs, MaxLoraLoadMs)
 	case !(f.RouterLoraLoadMs >= 0 && f.RouterLoraLoadMs <= MaxLoraLoadMs):
 		return fmt.Errorf("--router-lora-load-ms %v: want 0 to %g ms (an hour)", f.RouterLoraLoadMs, MaxLoraLoadMs)
+	}
+	if f.SpeedupRatio > 0 {
+		if d := time.Duration(f.LoraLoadMs / f.SpeedupRatio * float64(time.Millisecond)); d > MaxModelledLoraLoad {
+			return fmt.Errorf("--lora-load-ms %v over --speedup-ratio %v is a load of %v: want at most %v (the worker's limit on one engine call; a request that waits past the %v stall timeout for its adapter fails)",
+				f.LoraLoadMs, f.SpeedupRatio, d, MaxModelledLoraLoad, flow.DefaultStallTimeout)
+		}
 	}
 	return nil
 }

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +17,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/model"
 )
 
 // LoRA adapters (docs/reference.md §26.1). The engine core holds the adapters
@@ -235,34 +236,53 @@ func (s *Server) publishLoras() {
 // adapterConfig is what the mock engine reads of an adapter folder's adapter_config.json
 // (PEFT's LoraConfig).
 type adapterConfig struct {
-	Rank      int    `json:"r"`
-	BaseModel string `json:"base_model_name_or_path"`
+	Rank      int
+	BaseModel string
 }
 
 // Errors of readAdapter.
 var (
-	// errNoAdapter: the folder, or its adapter_config.json, does not exist.
+	// errNoAdapter: the folder, or its adapter_config.json, does not exist (or cannot be
+	// opened).
 	errNoAdapter = errors.New("no adapter found")
 	// errBadAdapter: adapter_config.json cannot be read as an adapter's.
 	errBadAdapter = errors.New("invalid adapter_config.json")
 )
 
 // readAdapter reads the adapter folder path's adapter_config.json (the mock engine has
-// no weights to read). Errors: errNoAdapter, errBadAdapter (not JSON, no positive
-// integer r), each wrapped.
+// no weights to read) as the worker's check reads it (model.ReadAdapterConfig: a regular
+// file of at most 1 MiB, opened without blocking; docs/reference.md §26.1), its rank r
+// an integral number (8 or 8.0, as Python's PEFT takes either). Errors: errNoAdapter,
+// errBadAdapter (not a regular file, too large, not JSON, no positive integer r), each
+// wrapped.
 func readAdapter(path string) (adapterConfig, error) {
-	b, err := os.ReadFile(filepath.Join(path, "adapter_config.json"))
-	if err != nil {
+	b, err := model.ReadAdapterConfig(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
 		return adapterConfig{}, fmt.Errorf("%w for %s: %w", errNoAdapter, path, err)
-	}
-	var c adapterConfig
-	if err := json.Unmarshal(b, &c); err != nil {
+	case err != nil:
 		return adapterConfig{}, fmt.Errorf("%w in %s: %w", errBadAdapter, path, err)
 	}
-	if c.Rank < 1 {
-		return adapterConfig{}, fmt.Errorf("%w in %s: rank r %d, want a positive integer", errBadAdapter, path, c.Rank)
+	var raw struct {
+		Rank      *float64 `json:"r"`
+		BaseModel string   `json:"base_model_name_or_path"`
 	}
-	return c, nil
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return adapterConfig{}, fmt.Errorf("%w in %s: %w", errBadAdapter, path, err)
+	}
+	r := 0.0
+	if raw.Rank != nil {
+		r = *raw.Rank
+	}
+	switch {
+	case r != math.Trunc(r):
+		return adapterConfig{}, fmt.Errorf("%w in %s: r %v: want an integer", errBadAdapter, path, r)
+	case r < 1:
+		return adapterConfig{}, fmt.Errorf("%w in %s: rank r %v, want a positive integer", errBadAdapter, path, r)
+	case r > math.MaxInt32:
+		return adapterConfig{}, fmt.Errorf("%w in %s: rank r %v, want at most %d", errBadAdapter, path, r, math.MaxInt32)
+	}
+	return adapterConfig{Rank: int(r), BaseModel: raw.BaseModel}, nil
 }
 
 // ---- vLLM's dialect ----
