@@ -44,7 +44,8 @@
 // in-flight requests (cancel func + credit channel, the adapter each uses), the LoRA
 // adapter slots (loraTable, lora.go: pure; at most Config.MaxLoras, pinned ones never
 // evicted, a request's adapter never evicted nor unloaded under it, a request whose
-// adapter finds every slot in use waiting for one; the known adapters, evicted and still
+// adapter finds every slot in use waiting for one, and one whose adapter is being
+// evicted waiting to load it again; the known adapters, evicted and still
 // registered, at most MaxKnownLoras) and the adapter
 // loads and unloads under way. A started engine is given the pinned adapters before the
 // worker reports ready. The KV block list and the event

@@ -59,7 +59,8 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 		return
 	}
 	// A request naming a LoRA adapter uses it from now on (it is not evicted), waiting
-	// for its load on demand when the worker does not hold it (loraops.go).
+	// for its load on demand when the worker does not hold it, or holds it no more once
+	// the eviction under way is done (loraops.go).
 	var wait *loraLoad
 	var loraGen uint64
 	lora := m.GetSampling().GetLoraName()

@@ -19,8 +19,14 @@ import (
 // most max; an evicting entry gave its slot to the load that evicts it, so the engine,
 // which unloads the victim before it loads the new adapter, never holds more than max.
 // A pinned adapter is never evicted. An entry's running count is the requests that use
-// it, waiting for its load or running; one with requests is never evicted, and an
-// unload waits for them (bounded: Config.LoraUnloadGrace).
+// it, waiting for its load (or for its eviction to end) or running; one with requests
+// is never evicted, and an unload waits for them (bounded: Config.LoraUnloadGrace).
+//
+// Requests during an eviction: a request naming an adapter being evicted uses it all
+// the same; once out of the engine, an adapter that requests wait for is loaded again
+// for them (checking, as a known adapter is), keeping its generation, its turn among
+// the loads waiting for a slot taken from its first such request (order). An operator's
+// unload is no eviction: its adapter takes no request.
 //
 // Waiting for a slot: a load for requests that finds every slot taken by a pinned
 // adapter or one that requests use, and not every slot pinned, waits (waiting: no slot
@@ -76,8 +82,9 @@ type loraEntry struct {
 	adapter *messages.LoraAdapter // name, path (cleaned), parent, base_model, rank, pinned
 	state   loraState
 	gen     uint64 // unique per entry: an outcome for an older entry of the name is stale
+	order   uint64 // when its load began for requests: its turn among the loads waiting for a slot
 	used    uint64 // the table's sequence at its last use: the least recently used is evicted
-	running int    // requests using it (waiting for its load, or running)
+	running int    // requests using it (waiting for its load or its eviction's end, or running)
 	once    bool   // an engine has held it: a restoring entry is loaded again, not for the first time
 	// known: a known adapter being loaded again; a load that ends without loading it for
 	// want of a slot or an engine (not a bad folder) leaves it known.
@@ -130,7 +137,7 @@ func (t *loraTable) begin(a *messages.LoraAdapter) (next loraBegin, gen uint64, 
 		ad := proto.Clone(k.adapter).(*messages.LoraAdapter)
 		ad.Pinned = a.GetPinned()
 		e := &loraEntry{adapter: ad, state: loraChecking, gen: t.next(), known: true}
-		e.used = e.gen
+		e.used, e.order = e.gen, e.gen
 		t.entries[ad.Name] = e
 		return loraBeginCheck, e.gen, nil
 	}
@@ -153,7 +160,7 @@ func (t *loraTable) begin(a *messages.LoraAdapter) (next loraBegin, gen uint64, 
 	ad := proto.Clone(a).(*messages.LoraAdapter)
 	ad.Path = path
 	e := &loraEntry{adapter: ad, state: loraChecking, gen: t.next()}
-	e.used = e.gen
+	e.used, e.order = e.gen, e.gen
 	t.entries[ad.Name] = e
 	return loraBeginCheck, e.gen, nil
 }
@@ -333,9 +340,9 @@ type loraWake struct {
 
 // wake settles the loads waiting for a slot, after anything that may have freed one
 // or ended a wait: a waiting load that no request uses any more is given up
-// (LORA_NO_SLOT); then, oldest first, each takes a free slot or evicts as reserve does,
-// while there is one; when every slot comes to hold a pinned adapter that no unload is
-// freeing, those left fail (LORA_NO_SLOT). Entries that fail are dropped (drop). The
+// (LORA_NO_SLOT); then, oldest first (order), each takes a free slot or evicts as
+// reserve does, while there is one; when every slot comes to hold a pinned adapter that
+// no unload is freeing, those left fail (LORA_NO_SLOT). Entries that fail are dropped (drop). The
 // outcomes are in that order; none when nothing changed.
 func (t *loraTable) wake() []loraWake {
 	var out []loraWake
@@ -345,7 +352,7 @@ func (t *loraTable) wake() []loraWake {
 			waiting = append(waiting, e)
 		}
 	}
-	sort.Slice(waiting, func(i, j int) bool { return waiting[i].gen < waiting[j].gen })
+	sort.Slice(waiting, func(i, j int) bool { return waiting[i].order < waiting[j].order })
 	fail := func(e *loraEntry, err *loraError) {
 		t.remove(e)
 		out = append(out, loraWake{name: e.adapter.Name, path: e.adapter.Path, gen: e.gen, err: err})
@@ -402,29 +409,41 @@ func (t *loraTable) loaded(name string, gen uint64, ok bool) {
 }
 
 // evicted records the end of victim's eviction: out of the engine and known when ok,
-// else held again (the engine still holds it).
-func (t *loraTable) evicted(victim string, ok bool) {
+// else held again (the engine still holds it: the requests that came meanwhile use it).
+// Out of the engine with requests waiting for it (use), it is loaded again for them
+// instead (back): checking, a known adapter's load, of the same generation. gen is
+// victim's generation (0: not evicting).
+func (t *loraTable) evicted(victim string, ok bool) (gen uint64, back bool) {
 	e := t.entries[victim]
 	switch {
 	case e == nil || e.state != loraEvicting:
+		return 0, false
+	case ok && e.running > 0:
+		e.state, e.known = loraChecking, true
+		return e.gen, true
 	case ok:
 		delete(t.entries, victim)
 		t.remember(e)
 	default:
 		e.state = loraHeld
 	}
+	return e.gen, false
 }
 
 // use counts a request of adapter name that starts now (or waits for the adapter's
-// load) and makes it the most recently used. ok is false when no entry of that name
-// takes requests (absent, or leaving the engine: unloading, evicting).
+// load, or, evicting, for its eviction to end and its load again: evicted) and makes it
+// the most recently used. ok is false when no entry of that name takes requests
+// (absent, being unloaded, restoring).
 func (t *loraTable) use(name string) (gen uint64, state loraState, ok bool) {
 	e := t.entries[name]
-	if e == nil || e.state == loraUnloading || e.state == loraEvicting || e.state == loraRestoring {
+	if e == nil || e.state == loraUnloading || e.state == loraRestoring {
 		return 0, 0, false
 	}
-	e.running++
 	e.used = t.next()
+	if e.state == loraEvicting && e.running == 0 {
+		e.order = e.used // its load again begins with this request
+	}
+	e.running++
 	return e.gen, e.state, true
 }
 

@@ -36,7 +36,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	cancel-wait NAME             an unload of waiting NAME
 //	drop NAME                    NAME's folder check failed
 //	loaded NAME ok|fail          the engine's load of NAME ended
-//	evicted NAME ok|fail         the engine's unload of an evicted NAME ended
+//	evicted NAME ok|fail         the engine's unload of an evicted NAME ended ("loaded
+//	                             again": requests came meanwhile)
 //	use NAME | release NAME      a request of NAME starts (or waits for its load), ends
 //	unload NAME                  an unload asked
 //	unloaded NAME ok|fail        the engine's unload of NAME ended
@@ -220,8 +221,10 @@ func runLoraCommand(t *testing.T, tab **loraTable, gens map[string]uint64, showK
 		(*tab).loaded(arg(1), gens[arg(1)], okArg())
 		res = "ok"
 	case "evicted":
-		(*tab).evicted(arg(1), okArg())
 		res = "ok"
+		if _, back := (*tab).evicted(arg(1), okArg()); back {
+			res = "ok, loaded again for its requests"
+		}
 	case "use":
 		gen, state, ok := (*tab).use(arg(1))
 		if !ok {

@@ -459,7 +459,8 @@ func (w *workerActor) recordLoaded(m loraLoaded) {
 	}
 	if m.victim != "" {
 		gone := m.victimErr == nil || refusedByEngine(m.victimErr)
-		w.loras.evicted(m.victim, gone)
+		vgen, back := w.loras.evicted(m.victim, gone)
+		w.evictionEnded(m.victim, vgen, gone, back)
 		if !gone {
 			w.loras.loaded(m.name, m.gen, false)
 			w.finishLoad(m.name, l, loraErrorf(messages.LoraFailure_LORA_ENGINE,
@@ -486,6 +487,32 @@ func (w *workerActor) recordLoaded(m loraLoaded) {
 	w.loadMeasured(l.kind, m.took)
 	w.log.Info().Str("adapter", m.name).Str("kind", l.kind).Dur("took", m.took).Msg("LoRA adapter loaded")
 	w.finishLoad(m.name, l, nil)
+}
+
+// evictionEnded settles the load that requests of victim (generation gen) that came
+// during its eviction wait for, if any: back (out of the engine, still waited for), it
+// is loaded again, its folder checked first (loraChecked), then a slot given as to any
+// request's load; not gone (the engine still holds it), they go on with it; gone with
+// none of them left, the load is not made (the adapter is known).
+func (w *workerActor) evictionEnded(victim string, gen uint64, gone, back bool) {
+	l := w.loraLoads[victim]
+	if l == nil || l.gen != gen {
+		if back { // never: the first request during the eviction made its load (useLora)
+			w.loras.drop(victim, gen)
+		}
+		return
+	}
+	switch {
+	case back:
+		w.log.Debug().Str("adapter", victim).Msg("LoRA adapter evicted with requests waiting for it: loading it again")
+		self, path := w.self, w.loras.entry(victim, gen).adapter.GetPath()
+		go func() { w.sys.Root.Send(self, w.checkFolder(victim, gen, path)) }()
+	case !gone:
+		w.endLoad(victim, l, nil)
+	default:
+		w.endLoad(victim, l, loraErrorf(messages.LoraFailure_LORA_NO_SLOT,
+			"adapter %q: the requests that waited for its eviction to end ended first", victim))
+	}
 }
 
 // loadMeasured records one successful engine load of kind that took took.
@@ -654,7 +681,8 @@ func (w *workerActor) onLoraUnloadExpired(m loraUnloadExpired) {
 
 // useLora counts request m's use of its adapter (sampling lora_name), starting a load on
 // demand when the worker does not hold it: from the folder it knows it by (a known
-// adapter), else from the folder the request names (lora_path).
+// adapter, or one being evicted: loaded again once out), else from the folder the
+// request names (lora_path).
 // It returns the adapter's generation and the load to wait for (nil: held), or the text
 // and fault of the error chunk that refuses the request: FAULT_INVALID_REQUEST when the
 // adapter itself is bad, else FAULT_ENGINE_ERROR (another worker may serve it).
@@ -664,10 +692,21 @@ func (w *workerActor) useLora(c actor.Context, m *messages.Generate) (gen uint64
 		return 0, nil, fmt.Sprintf("worker: adapter %q: %s", name, err.msg), messages.Fault_FAULT_ENGINE_ERROR
 	}
 	if gen, state, ok := w.loras.use(name); ok {
-		if state == loraHeld {
+		l := w.loraLoads[name]
+		switch {
+		case state == loraHeld:
 			return gen, nil, "", 0
-		}
-		if l := w.loraLoads[name]; l != nil && l.gen == gen {
+		case state == loraEvicting:
+			// Leaving the engine for another load: loaded again for its requests once
+			// out (evictionEnded), as one load they all wait for.
+			if l == nil || l.gen != gen {
+				l = &loraLoad{gen: gen, epoch: w.epoch, kind: "on_demand", done: make(chan struct{})}
+				w.loraLoads[name] = l
+			}
+			w.log.Debug().Str("adapter", name).Str("request_id", m.GetRequestId()).
+				Msg("LoRA adapter request waits for its eviction to end, then its load")
+			return gen, l, "", 0
+		case l != nil && l.gen == gen:
 			return gen, l, "", 0
 		}
 		w.loras.release(name, gen)
