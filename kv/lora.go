@@ -135,12 +135,12 @@ func (l *workerLoras) count(now time.Time) (held, pinned int) {
 	return held, pinned
 }
 
-// victim is the adapter a load would evict on the worker at now: none when a slot is
-// free (ok true, name ""), else the least recently routed unpinned one that no active
-// request uses (inUse). When every unpinned one is in use, name is the least recently
-// routed of them and wait is true: the load waits for one to be freed. ok is false when
-// every slot holds a pinned adapter (or the worker serves no adapters).
-func (l *workerLoras) victim(now time.Time, inUse func(string) bool) (name string, ok, wait bool) {
+// victim is the adapter a load would evict on worker w at now: none when a slot is free
+// (ok true, name ""), else the least recently routed unpinned one that no request active
+// on w uses (active nil: none in use). When every unpinned one is in use, name is the
+// least recently routed of them and wait is true: the load waits for one to be freed. ok
+// is false when every slot holds a pinned adapter (or the worker serves no adapters).
+func (l *workerLoras) victim(now time.Time, active *ActiveSequences, w WorkerID) (name string, ok, wait bool) {
 	if l.max <= 0 {
 		return "", false, false
 	}
@@ -157,7 +157,7 @@ func (l *workerLoras) victim(now time.Time, inUse func(string) bool) (name strin
 		if h.pinned || !l.isHeld(h, now) {
 			continue
 		}
-		busy := inUse != nil && inUse(n)
+		busy := active != nil && active.AdapterInUse(w, n)
 		better := best == nil || (bestBusy && !busy) ||
 			(busy == bestBusy && (h.used.Before(best.used) || (h.used.Equal(best.used) && n < name)))
 		if better {
@@ -198,11 +198,14 @@ func (r *Router) startLora(in *RouteInput) {
 	if in.LoraName == "" {
 		return
 	}
-	managed := false
+	managed, sum, n := false, 0.0, 0
 	for _, rw := range r.workers {
-		if rw != nil && rw.lora.max > 0 {
-			managed = true
-			break
+		if rw == nil {
+			continue
+		}
+		managed = managed || rw.lora.max > 0
+		if rw.lora.loadMs > 0 {
+			sum, n = sum+rw.lora.loadMs, n+1
 		}
 	}
 	if !managed {
@@ -210,12 +213,6 @@ func (r *Router) startLora(in *RouteInput) {
 	}
 	r.lora = loraRoute{name: in.LoraName, onDemand: in.LoraOnDemand || r.cfg.IgnoreAdapters, path: in.LoraPath,
 		loadMs: r.cfg.LoraLoadMs}
-	sum, n := 0.0, 0
-	for _, rw := range r.workers {
-		if rw != nil && rw.lora.loadMs > 0 {
-			sum, n = sum+rw.lora.loadMs, n+1
-		}
-	}
 	if n > 0 {
 		r.lora.loadMs = sum / float64(n)
 	}
@@ -248,7 +245,7 @@ func (r *Router) loraFit(rw *routerWorker) (ok bool, loadMs float64, evicts bool
 	if !rw.lora.knows(r.lora.name) && (!r.lora.onDemand || r.lora.path == "") {
 		return false, 0, false, 0
 	}
-	victim, ok, wait := rw.lora.victim(r.now, func(name string) bool { return r.active.AdapterInUse(rw.id, name) })
+	victim, ok, wait := rw.lora.victim(r.now, r.active, rw.id)
 	if !ok {
 		r.lora.noSlot++
 		return false, 0, false, 0
@@ -310,7 +307,7 @@ func (r *Router) placeLora(reqID string, d *Decision, now time.Time) string {
 			if from == "" {
 				continue // a pinned route: the worker's own report will say
 			}
-			if victim, ok, _ := l.victim(now, func(name string) bool { return r.active.AdapterInUse(w, name) }); ok && victim != "" {
+			if victim, ok, _ := l.victim(now, r.active, w); ok && victim != "" {
 				v := l.held[victim]
 				v.resident, v.placedAt, v.known = false, time.Time{}, true
 			}
