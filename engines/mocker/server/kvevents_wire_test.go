@@ -33,24 +33,7 @@ func TestKVEventsWire(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub := zmq4.NewSub(ctx)
-	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, "kv-events"); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Dial(ep); err != nil {
-		t.Fatal(err)
-	}
-	msgs := make(chan zmq4.Msg, 100)
-	go func() {
-		for {
-			m, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			msgs <- m
-		}
-	}()
+	msgs := subscribeKVEvents(t, ep)
 
 	// A subscription takes effect asynchronously: send distinct prompts until a batch
 	// arrives, then one known prompt whose BlockStored is checked field by field.
@@ -152,4 +135,31 @@ func normalize(v any) any {
 		return out
 	}
 	return v
+}
+
+// subscribeKVEvents dials a ZMQ SUB socket to the engine's KV event endpoint ep (topic
+// kv-events) and delivers its messages on the channel returned, until the test ends.
+func subscribeKVEvents(t *testing.T, ep string) <-chan zmq4.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	sub := zmq4.NewSub(ctx)
+	t.Cleanup(func() { sub.Close() })
+	if err := sub.SetOption(zmq4.OptionSubscribe, "kv-events"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Dial(ep); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan zmq4.Msg, 100)
+	go func() {
+		for {
+			m, err := sub.Recv()
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	return msgs
 }

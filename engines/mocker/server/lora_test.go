@@ -442,24 +442,7 @@ func TestKVEventsCarryLoraName(t *testing.T) {
 	ep, _ := kvevents.ConsumerEndpoint(s.KVEventsEndpoint())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub := zmq4.NewSub(ctx)
-	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, "kv-events"); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Dial(ep); err != nil {
-		t.Fatal(err)
-	}
-	msgs := make(chan zmq4.Msg, 100)
-	go func() {
-		for {
-			m, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			msgs <- m
-		}
-	}()
+	msgs := subscribeKVEvents(t, ep)
 	// A subscription takes effect asynchronously: send distinct prompts until a batch
 	// arrives, then the adapter's request.
 	for i := 0; ; i++ {
