@@ -44,25 +44,34 @@ const file_services_proto_rawDesc = "" +
 	"\x05Stats\x12\x1e.turbine.v1.RouterStatsRequest\x1a\x17.turbine.v1.RouterStats2\x7f\n" +
 	"\aCatalog\x126\n" +
 	"\bAnnounce\x12\x19.turbine.v1.AnnounceModel\x1a\x0f.turbine.v1.Ack\x12<\n" +
-	"\x04List\x12\x1d.turbine.v1.ListModelsRequest\x1a\x15.turbine.v1.ModelListB)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
+	"\x04List\x12\x1d.turbine.v1.ListModelsRequest\x1a\x15.turbine.v1.ModelList2\xce\x01\n" +
+	"\aPlanner\x124\n" +
+	"\x06Report\x12\x19.turbine.v1.PlannerReport\x1a\x0f.turbine.v1.Ack\x12E\n" +
+	"\x06Status\x12 .turbine.v1.PlannerStatusRequest\x1a\x19.turbine.v1.PlannerStatus\x12F\n" +
+	"\n" +
+	"SetTargets\x12\x1d.turbine.v1.PlannerSetTargets\x1a\x19.turbine.v1.PlannerStatusB)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
 
 var file_services_proto_goTypes = []any{
-	(*RegisterWorker)(nil),     // 0: turbine.v1.RegisterWorker
-	(*DeregisterWorker)(nil),   // 1: turbine.v1.DeregisterWorker
-	(*KvEventBatch)(nil),       // 2: turbine.v1.KvEventBatch
-	(*BlockDump)(nil),          // 3: turbine.v1.BlockDump
-	(*RouteRequest)(nil),       // 4: turbine.v1.RouteRequest
-	(*RequestRef)(nil),         // 5: turbine.v1.RequestRef
-	(*BusyThresholds)(nil),     // 6: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil), // 7: turbine.v1.RouterStatsRequest
-	(*AnnounceModel)(nil),      // 8: turbine.v1.AnnounceModel
-	(*ListModelsRequest)(nil),  // 9: turbine.v1.ListModelsRequest
-	(*RegisterAck)(nil),        // 10: turbine.v1.RegisterAck
-	(*Ack)(nil),                // 11: turbine.v1.Ack
-	(*EventAck)(nil),           // 12: turbine.v1.EventAck
-	(*RouteResponse)(nil),      // 13: turbine.v1.RouteResponse
-	(*RouterStats)(nil),        // 14: turbine.v1.RouterStats
-	(*ModelList)(nil),          // 15: turbine.v1.ModelList
+	(*RegisterWorker)(nil),       // 0: turbine.v1.RegisterWorker
+	(*DeregisterWorker)(nil),     // 1: turbine.v1.DeregisterWorker
+	(*KvEventBatch)(nil),         // 2: turbine.v1.KvEventBatch
+	(*BlockDump)(nil),            // 3: turbine.v1.BlockDump
+	(*RouteRequest)(nil),         // 4: turbine.v1.RouteRequest
+	(*RequestRef)(nil),           // 5: turbine.v1.RequestRef
+	(*BusyThresholds)(nil),       // 6: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil),   // 7: turbine.v1.RouterStatsRequest
+	(*AnnounceModel)(nil),        // 8: turbine.v1.AnnounceModel
+	(*ListModelsRequest)(nil),    // 9: turbine.v1.ListModelsRequest
+	(*PlannerReport)(nil),        // 10: turbine.v1.PlannerReport
+	(*PlannerStatusRequest)(nil), // 11: turbine.v1.PlannerStatusRequest
+	(*PlannerSetTargets)(nil),    // 12: turbine.v1.PlannerSetTargets
+	(*RegisterAck)(nil),          // 13: turbine.v1.RegisterAck
+	(*Ack)(nil),                  // 14: turbine.v1.Ack
+	(*EventAck)(nil),             // 15: turbine.v1.EventAck
+	(*RouteResponse)(nil),        // 16: turbine.v1.RouteResponse
+	(*RouterStats)(nil),          // 17: turbine.v1.RouterStats
+	(*ModelList)(nil),            // 18: turbine.v1.ModelList
+	(*PlannerStatus)(nil),        // 19: turbine.v1.PlannerStatus
 }
 var file_services_proto_depIdxs = []int32{
 	0,  // 0: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
@@ -76,19 +85,25 @@ var file_services_proto_depIdxs = []int32{
 	7,  // 8: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
 	8,  // 9: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
 	9,  // 10: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	10, // 11: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	11, // 12: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	12, // 13: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	11, // 14: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	13, // 15: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	11, // 16: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	11, // 17: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	11, // 18: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	14, // 19: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	11, // 20: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	15, // 21: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	11, // [11:22] is the sub-list for method output_type
-	0,  // [0:11] is the sub-list for method input_type
+	10, // 11: turbine.v1.Planner.Report:input_type -> turbine.v1.PlannerReport
+	11, // 12: turbine.v1.Planner.Status:input_type -> turbine.v1.PlannerStatusRequest
+	12, // 13: turbine.v1.Planner.SetTargets:input_type -> turbine.v1.PlannerSetTargets
+	13, // 14: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	14, // 15: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	15, // 16: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	14, // 17: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	16, // 18: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	14, // 19: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	14, // 20: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	14, // 21: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	17, // 22: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	14, // 23: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	18, // 24: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	14, // 25: turbine.v1.Planner.Report:output_type -> turbine.v1.Ack
+	19, // 26: turbine.v1.Planner.Status:output_type -> turbine.v1.PlannerStatus
+	19, // 27: turbine.v1.Planner.SetTargets:output_type -> turbine.v1.PlannerStatus
+	14, // [14:28] is the sub-list for method output_type
+	0,  // [0:14] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name
@@ -108,7 +123,7 @@ func file_services_proto_init() {
 			NumEnums:      0,
 			NumMessages:   0,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_services_proto_goTypes,
 		DependencyIndexes: file_services_proto_depIdxs,

@@ -733,6 +733,245 @@ func (a *CatalogActor) onError(err error) {
 	a.ctx.Respond(resp)
 }
 
+var xPlannerFactory func() Planner
+
+// PlannerFactory produces a Planner
+func PlannerFactory(factory func() Planner) {
+	xPlannerFactory = factory
+}
+
+// GetPlannerGrainClient instantiates a new PlannerGrainClient with given Identity
+func GetPlannerGrainClient(c *cluster.Cluster, id string) *PlannerGrainClient {
+	if c == nil {
+		panic(fmt.Errorf("nil cluster instance"))
+	}
+	if id == "" {
+		panic(fmt.Errorf("empty id"))
+	}
+	return &PlannerGrainClient{Identity: id, cluster: c}
+}
+
+// GetPlannerKind instantiates a new cluster.Kind for Planner
+func GetPlannerKind(opts ...actor.PropsOption) *cluster.Kind {
+	props := actor.PropsFromProducer(func() actor.Actor {
+		return &PlannerActor{
+			Timeout: 60 * time.Second,
+		}
+	}, opts...)
+	kind := cluster.NewKind("Planner", props)
+	return kind
+}
+
+// GetPlannerKind instantiates a new cluster.Kind for Planner
+func NewPlannerKind(factory func() Planner, timeout time.Duration, opts ...actor.PropsOption) *cluster.Kind {
+	xPlannerFactory = factory
+	props := actor.PropsFromProducer(func() actor.Actor {
+		return &PlannerActor{
+			Timeout: timeout,
+		}
+	}, opts...)
+	kind := cluster.NewKind("Planner", props)
+	return kind
+}
+
+// Planner interfaces the services available to the Planner
+type Planner interface {
+	Init(ctx cluster.GrainContext)
+	Terminate(ctx cluster.GrainContext)
+	ReceiveDefault(ctx cluster.GrainContext)
+	Report(req *PlannerReport, ctx cluster.GrainContext) (*Ack, error)
+	Status(req *PlannerStatusRequest, ctx cluster.GrainContext) (*PlannerStatus, error)
+	SetTargets(req *PlannerSetTargets, ctx cluster.GrainContext) (*PlannerStatus, error)
+}
+
+// PlannerGrainClient holds the base data for the PlannerGrain
+type PlannerGrainClient struct {
+	Identity string
+	cluster  *cluster.Cluster
+}
+
+// Report requests the execution on to the cluster with CallOptions
+func (g *PlannerGrainClient) Report(r *PlannerReport, opts ...cluster.GrainCallOption) (*Ack, error) {
+	if g.cluster.Config.RequestLog {
+		g.cluster.Logger().Info("Requesting", slog.String("identity", g.Identity), slog.String("kind", "Planner"), slog.String("method", "Report"), slog.Any("request", r))
+	}
+	bytes, err := proto.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	reqMsg := &cluster.GrainRequest{MethodIndex: 0, MessageData: bytes}
+	resp, err := g.cluster.Request(g.Identity, "Planner", reqMsg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("error request: %w", err)
+	}
+	switch msg := resp.(type) {
+	case *Ack:
+		return msg, nil
+	case *cluster.GrainErrorResponse:
+		if msg == nil {
+			return nil, nil
+		}
+		return nil, msg
+	default:
+		return nil, fmt.Errorf("unknown response type %T", resp)
+	}
+}
+
+// Status requests the execution on to the cluster with CallOptions
+func (g *PlannerGrainClient) Status(r *PlannerStatusRequest, opts ...cluster.GrainCallOption) (*PlannerStatus, error) {
+	if g.cluster.Config.RequestLog {
+		g.cluster.Logger().Info("Requesting", slog.String("identity", g.Identity), slog.String("kind", "Planner"), slog.String("method", "Status"), slog.Any("request", r))
+	}
+	bytes, err := proto.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	reqMsg := &cluster.GrainRequest{MethodIndex: 1, MessageData: bytes}
+	resp, err := g.cluster.Request(g.Identity, "Planner", reqMsg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("error request: %w", err)
+	}
+	switch msg := resp.(type) {
+	case *PlannerStatus:
+		return msg, nil
+	case *cluster.GrainErrorResponse:
+		if msg == nil {
+			return nil, nil
+		}
+		return nil, msg
+	default:
+		return nil, fmt.Errorf("unknown response type %T", resp)
+	}
+}
+
+// SetTargets requests the execution on to the cluster with CallOptions
+func (g *PlannerGrainClient) SetTargets(r *PlannerSetTargets, opts ...cluster.GrainCallOption) (*PlannerStatus, error) {
+	if g.cluster.Config.RequestLog {
+		g.cluster.Logger().Info("Requesting", slog.String("identity", g.Identity), slog.String("kind", "Planner"), slog.String("method", "SetTargets"), slog.Any("request", r))
+	}
+	bytes, err := proto.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	reqMsg := &cluster.GrainRequest{MethodIndex: 2, MessageData: bytes}
+	resp, err := g.cluster.Request(g.Identity, "Planner", reqMsg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("error request: %w", err)
+	}
+	switch msg := resp.(type) {
+	case *PlannerStatus:
+		return msg, nil
+	case *cluster.GrainErrorResponse:
+		if msg == nil {
+			return nil, nil
+		}
+		return nil, msg
+	default:
+		return nil, fmt.Errorf("unknown response type %T", resp)
+	}
+}
+
+// PlannerActor represents the actor structure
+type PlannerActor struct {
+	ctx     cluster.GrainContext
+	inner   Planner
+	Timeout time.Duration
+}
+
+// Receive ensures the lifecycle of the actor for the received message
+func (a *PlannerActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started: //pass
+	case *cluster.ClusterInit:
+		a.ctx = cluster.NewGrainContext(ctx, msg.Identity, msg.Cluster)
+		a.inner = xPlannerFactory()
+		a.inner.Init(a.ctx)
+
+		if a.Timeout > 0 {
+			ctx.SetReceiveTimeout(a.Timeout)
+		}
+	case *actor.ReceiveTimeout:
+		ctx.Poison(ctx.Self())
+	case *actor.Stopped:
+		a.inner.Terminate(a.ctx)
+	case actor.AutoReceiveMessage: // pass
+	case actor.SystemMessage: // pass
+
+	case *cluster.GrainRequest:
+		switch msg.MethodIndex {
+		case 0:
+			req := &PlannerReport{}
+			err := proto.Unmarshal(msg.MessageData, req)
+			if err != nil {
+				ctx.Logger().Error("[Grain] Report(PlannerReport) proto.Unmarshal failed.", slog.Any("error", err))
+				resp := cluster.NewGrainErrorResponse(cluster.ErrorReason_INVALID_ARGUMENT, err.Error()).
+					WithMetadata(map[string]string{
+						"argument": req.String(),
+					})
+				ctx.Respond(resp)
+				return
+			}
+
+			r0, err := a.inner.Report(req, a.ctx)
+			if err != nil {
+				resp := cluster.FromError(err)
+				ctx.Respond(resp)
+				return
+			}
+			ctx.Respond(r0)
+		case 1:
+			req := &PlannerStatusRequest{}
+			err := proto.Unmarshal(msg.MessageData, req)
+			if err != nil {
+				ctx.Logger().Error("[Grain] Status(PlannerStatusRequest) proto.Unmarshal failed.", slog.Any("error", err))
+				resp := cluster.NewGrainErrorResponse(cluster.ErrorReason_INVALID_ARGUMENT, err.Error()).
+					WithMetadata(map[string]string{
+						"argument": req.String(),
+					})
+				ctx.Respond(resp)
+				return
+			}
+
+			r0, err := a.inner.Status(req, a.ctx)
+			if err != nil {
+				resp := cluster.FromError(err)
+				ctx.Respond(resp)
+				return
+			}
+			ctx.Respond(r0)
+		case 2:
+			req := &PlannerSetTargets{}
+			err := proto.Unmarshal(msg.MessageData, req)
+			if err != nil {
+				ctx.Logger().Error("[Grain] SetTargets(PlannerSetTargets) proto.Unmarshal failed.", slog.Any("error", err))
+				resp := cluster.NewGrainErrorResponse(cluster.ErrorReason_INVALID_ARGUMENT, err.Error()).
+					WithMetadata(map[string]string{
+						"argument": req.String(),
+					})
+				ctx.Respond(resp)
+				return
+			}
+
+			r0, err := a.inner.SetTargets(req, a.ctx)
+			if err != nil {
+				resp := cluster.FromError(err)
+				ctx.Respond(resp)
+				return
+			}
+			ctx.Respond(r0)
+		}
+	default:
+		a.inner.ReceiveDefault(a.ctx)
+	}
+}
+
+// onError should be used in ctx.ReenterAfter
+// you can just return error in reenterable method for other errors
+func (a *PlannerActor) onError(err error) {
+	resp := cluster.FromError(err)
+	a.ctx.Respond(resp)
+}
+
 func respond[T proto.Message](ctx cluster.GrainContext) func(T) {
 	return func(resp T) {
 		ctx.Respond(resp)

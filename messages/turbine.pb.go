@@ -4491,8 +4491,11 @@ type StartWorker struct {
 	TensorParallelSize int32                  `protobuf:"varint,3,opt,name=tensor_parallel_size,json=tensorParallelSize,proto3" json:"tensor_parallel_size,omitempty"` // GPUs pinned to this worker; 0 = no GPU (mocker only)
 	Card               *ModelCard             `protobuf:"bytes,4,opt,name=card,proto3" json:"card,omitempty"`                                                          // model and limits the engine is started with
 	EngineArgs         []string               `protobuf:"bytes,5,rep,name=engine_args,json=engineArgs,proto3" json:"engine_args,omitempty"`                            // extra engine command-line arguments
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Disaggregated-serving role of the worker: "aggregated" (or empty), "prefill" or
+	// "decode"; its engine is started for it.
+	Role          string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartWorker) Reset() {
@@ -4558,6 +4561,13 @@ func (x *StartWorker) GetEngineArgs() []string {
 		return x.EngineArgs
 	}
 	return nil
+}
+
+func (x *StartWorker) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 // StartWorkerReply answers StartWorker. error is empty on success, else it says why the
@@ -4632,8 +4642,12 @@ func (x *StartWorkerReply) GetError() string {
 
 // StopWorker asks a node agent to stop one of its workers (engine stopped, GPUs freed).
 type StopWorker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// drain_ms > 0 drains the worker first (docs/reference.md §10): it leaves routing at
+	// once, its requests run for drain_ms, the rest end as migratable and move to other
+	// workers; then it stops. 0 stops it at once.
+	DrainMs       int64 `protobuf:"varint,2,opt,name=drain_ms,json=drainMs,proto3" json:"drain_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4673,6 +4687,13 @@ func (x *StopWorker) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *StopWorker) GetDrainMs() int64 {
+	if x != nil {
+		return x.DrainMs
+	}
+	return 0
 }
 
 type NodeStatusRequest struct {
@@ -4847,6 +4868,639 @@ func (x *NodeStatus) GetWorkers() []*NodeWorker {
 		return x.Workers
 	}
 	return nil
+}
+
+// PlannerReport is one frontend's measurements of one model over one window, sent to
+// the Planner grain (docs/reference.md §27.4). Latency counts are per bucket of
+// planner.Histogram (fixed log-spaced buckets), so that reports merge exactly.
+type PlannerReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FrontendId    string                 `protobuf:"bytes,1,opt,name=frontend_id,json=frontendId,proto3" json:"frontend_id,omitempty"`
+	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	StartUnixMs   int64                  `protobuf:"varint,3,opt,name=start_unix_ms,json=startUnixMs,proto3" json:"start_unix_ms,omitempty"`
+	DurationMs    int64                  `protobuf:"varint,4,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Requests      uint32                 `protobuf:"varint,5,opt,name=requests,proto3" json:"requests,omitempty"`            // requests that ended in the window
+	IslSum        float64                `protobuf:"fixed64,6,opt,name=isl_sum,json=islSum,proto3" json:"isl_sum,omitempty"` // their prompt tokens
+	OslSum        float64                `protobuf:"fixed64,7,opt,name=osl_sum,json=oslSum,proto3" json:"osl_sum,omitempty"` // their output tokens
+	TtftBuckets   []uint64               `protobuf:"varint,8,rep,packed,name=ttft_buckets,json=ttftBuckets,proto3" json:"ttft_buckets,omitempty"`
+	ItlBuckets    []uint64               `protobuf:"varint,9,rep,packed,name=itl_buckets,json=itlBuckets,proto3" json:"itl_buckets,omitempty"`
+	QueueBuckets  []uint64               `protobuf:"varint,10,rep,packed,name=queue_buckets,json=queueBuckets,proto3" json:"queue_buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerReport) Reset() {
+	*x = PlannerReport{}
+	mi := &file_turbine_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerReport) ProtoMessage() {}
+
+func (x *PlannerReport) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerReport.ProtoReflect.Descriptor instead.
+func (*PlannerReport) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *PlannerReport) GetFrontendId() string {
+	if x != nil {
+		return x.FrontendId
+	}
+	return ""
+}
+
+func (x *PlannerReport) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *PlannerReport) GetStartUnixMs() int64 {
+	if x != nil {
+		return x.StartUnixMs
+	}
+	return 0
+}
+
+func (x *PlannerReport) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *PlannerReport) GetRequests() uint32 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *PlannerReport) GetIslSum() float64 {
+	if x != nil {
+		return x.IslSum
+	}
+	return 0
+}
+
+func (x *PlannerReport) GetOslSum() float64 {
+	if x != nil {
+		return x.OslSum
+	}
+	return 0
+}
+
+func (x *PlannerReport) GetTtftBuckets() []uint64 {
+	if x != nil {
+		return x.TtftBuckets
+	}
+	return nil
+}
+
+func (x *PlannerReport) GetItlBuckets() []uint64 {
+	if x != nil {
+		return x.ItlBuckets
+	}
+	return nil
+}
+
+func (x *PlannerReport) GetQueueBuckets() []uint64 {
+	if x != nil {
+		return x.QueueBuckets
+	}
+	return nil
+}
+
+type PlannerStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerStatusRequest) Reset() {
+	*x = PlannerStatusRequest{}
+	mi := &file_turbine_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerStatusRequest) ProtoMessage() {}
+
+func (x *PlannerStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerStatusRequest.ProtoReflect.Descriptor instead.
+func (*PlannerStatusRequest) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{57}
+}
+
+// PlannerTerm is one named figure of a planner decision's formula.
+type PlannerTerm struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	Unit          string                 `protobuf:"bytes,3,opt,name=unit,proto3" json:"unit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerTerm) Reset() {
+	*x = PlannerTerm{}
+	mi := &file_turbine_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerTerm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerTerm) ProtoMessage() {}
+
+func (x *PlannerTerm) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerTerm.ProtoReflect.Descriptor instead.
+func (*PlannerTerm) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *PlannerTerm) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PlannerTerm) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *PlannerTerm) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+// PlannerPool is one pool in a planner decision.
+type PlannerPool struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"` // "aggregated", "prefill", "decode"
+	Ready         int32                  `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	Starting      int32                  `protobuf:"varint,3,opt,name=starting,proto3" json:"starting,omitempty"`
+	Stopping      int32                  `protobuf:"varint,4,opt,name=stopping,proto3" json:"stopping,omitempty"`
+	Wanted        int32                  `protobuf:"varint,5,opt,name=wanted,proto3" json:"wanted,omitempty"` // the formula's replicas, before clamps
+	Target        int32                  `protobuf:"varint,6,opt,name=target,proto3" json:"target,omitempty"` // asked of the connector
+	GpusPerEngine int32                  `protobuf:"varint,7,opt,name=gpus_per_engine,json=gpusPerEngine,proto3" json:"gpus_per_engine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerPool) Reset() {
+	*x = PlannerPool{}
+	mi := &file_turbine_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerPool) ProtoMessage() {}
+
+func (x *PlannerPool) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerPool.ProtoReflect.Descriptor instead.
+func (*PlannerPool) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *PlannerPool) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PlannerPool) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *PlannerPool) GetStarting() int32 {
+	if x != nil {
+		return x.Starting
+	}
+	return 0
+}
+
+func (x *PlannerPool) GetStopping() int32 {
+	if x != nil {
+		return x.Stopping
+	}
+	return 0
+}
+
+func (x *PlannerPool) GetWanted() int32 {
+	if x != nil {
+		return x.Wanted
+	}
+	return 0
+}
+
+func (x *PlannerPool) GetTarget() int32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *PlannerPool) GetGpusPerEngine() int32 {
+	if x != nil {
+		return x.GpusPerEngine
+	}
+	return 0
+}
+
+// PlannerStatus is the planner's configuration and its latest decision, explained
+// (GET /admin/planner on frontends).
+type PlannerStatus struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Model        string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Mode         string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`           // "load" or "sla"
+	Connector    string                 `protobuf:"bytes,3,opt,name=connector,proto3" json:"connector,omitempty"` // "local", "kubernetes", "virtual"
+	Predictor    string                 `protobuf:"bytes,4,opt,name=predictor,proto3" json:"predictor,omitempty"`
+	TtftTargetMs float64                `protobuf:"fixed64,5,opt,name=ttft_target_ms,json=ttftTargetMs,proto3" json:"ttft_target_ms,omitempty"`
+	ItlTargetMs  float64                `protobuf:"fixed64,6,opt,name=itl_target_ms,json=itlTargetMs,proto3" json:"itl_target_ms,omitempty"`
+	GpuBudget    int32                  `protobuf:"varint,7,opt,name=gpu_budget,json=gpuBudget,proto3" json:"gpu_budget,omitempty"`
+	MinWorkers   int32                  `protobuf:"varint,8,opt,name=min_workers,json=minWorkers,proto3" json:"min_workers,omitempty"`
+	Decisions    int64                  `protobuf:"varint,9,opt,name=decisions,proto3" json:"decisions,omitempty"`                  // decisions made since the planner started
+	AtUnixMs     int64                  `protobuf:"varint,10,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"` // of the latest decision; 0 before the first
+	// The observation it used (merged reports; frontends = 0: none came).
+	Frontends         int32          `protobuf:"varint,11,opt,name=frontends,proto3" json:"frontends,omitempty"`
+	Requests          uint32         `protobuf:"varint,12,opt,name=requests,proto3" json:"requests,omitempty"`
+	IslMean           float64        `protobuf:"fixed64,13,opt,name=isl_mean,json=islMean,proto3" json:"isl_mean,omitempty"`
+	OslMean           float64        `protobuf:"fixed64,14,opt,name=osl_mean,json=oslMean,proto3" json:"osl_mean,omitempty"`
+	TtftP90Ms         float64        `protobuf:"fixed64,15,opt,name=ttft_p90_ms,json=ttftP90Ms,proto3" json:"ttft_p90_ms,omitempty"`
+	ItlP90Ms          float64        `protobuf:"fixed64,16,opt,name=itl_p90_ms,json=itlP90Ms,proto3" json:"itl_p90_ms,omitempty"`
+	QueueP90Ms        float64        `protobuf:"fixed64,17,opt,name=queue_p90_ms,json=queueP90Ms,proto3" json:"queue_p90_ms,omitempty"`
+	PredictedRequests float64        `protobuf:"fixed64,18,opt,name=predicted_requests,json=predictedRequests,proto3" json:"predicted_requests,omitempty"`
+	PredictedIsl      float64        `protobuf:"fixed64,19,opt,name=predicted_isl,json=predictedIsl,proto3" json:"predicted_isl,omitempty"`
+	PredictedOsl      float64        `protobuf:"fixed64,20,opt,name=predicted_osl,json=predictedOsl,proto3" json:"predicted_osl,omitempty"`
+	CorrectionPrefill float64        `protobuf:"fixed64,21,opt,name=correction_prefill,json=correctionPrefill,proto3" json:"correction_prefill,omitempty"`
+	CorrectionDecode  float64        `protobuf:"fixed64,22,opt,name=correction_decode,json=correctionDecode,proto3" json:"correction_decode,omitempty"`
+	Terms             []*PlannerTerm `protobuf:"bytes,23,rep,name=terms,proto3" json:"terms,omitempty"`
+	Pools             []*PlannerPool `protobuf:"bytes,24,rep,name=pools,proto3" json:"pools,omitempty"`
+	Clamps            []string       `protobuf:"bytes,25,rep,name=clamps,proto3" json:"clamps,omitempty"`
+	Held              bool           `protobuf:"varint,26,opt,name=held,proto3" json:"held,omitempty"`
+	Reason            string         `protobuf:"bytes,27,opt,name=reason,proto3" json:"reason,omitempty"`
+	Error             string         `protobuf:"bytes,28,opt,name=error,proto3" json:"error,omitempty"` // the connector's last error, if any
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *PlannerStatus) Reset() {
+	*x = PlannerStatus{}
+	mi := &file_turbine_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerStatus) ProtoMessage() {}
+
+func (x *PlannerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerStatus.ProtoReflect.Descriptor instead.
+func (*PlannerStatus) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *PlannerStatus) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *PlannerStatus) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *PlannerStatus) GetConnector() string {
+	if x != nil {
+		return x.Connector
+	}
+	return ""
+}
+
+func (x *PlannerStatus) GetPredictor() string {
+	if x != nil {
+		return x.Predictor
+	}
+	return ""
+}
+
+func (x *PlannerStatus) GetTtftTargetMs() float64 {
+	if x != nil {
+		return x.TtftTargetMs
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetItlTargetMs() float64 {
+	if x != nil {
+		return x.ItlTargetMs
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetGpuBudget() int32 {
+	if x != nil {
+		return x.GpuBudget
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetMinWorkers() int32 {
+	if x != nil {
+		return x.MinWorkers
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetDecisions() int64 {
+	if x != nil {
+		return x.Decisions
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetFrontends() int32 {
+	if x != nil {
+		return x.Frontends
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetRequests() uint32 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetIslMean() float64 {
+	if x != nil {
+		return x.IslMean
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetOslMean() float64 {
+	if x != nil {
+		return x.OslMean
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetTtftP90Ms() float64 {
+	if x != nil {
+		return x.TtftP90Ms
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetItlP90Ms() float64 {
+	if x != nil {
+		return x.ItlP90Ms
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetQueueP90Ms() float64 {
+	if x != nil {
+		return x.QueueP90Ms
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetPredictedRequests() float64 {
+	if x != nil {
+		return x.PredictedRequests
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetPredictedIsl() float64 {
+	if x != nil {
+		return x.PredictedIsl
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetPredictedOsl() float64 {
+	if x != nil {
+		return x.PredictedOsl
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetCorrectionPrefill() float64 {
+	if x != nil {
+		return x.CorrectionPrefill
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetCorrectionDecode() float64 {
+	if x != nil {
+		return x.CorrectionDecode
+	}
+	return 0
+}
+
+func (x *PlannerStatus) GetTerms() []*PlannerTerm {
+	if x != nil {
+		return x.Terms
+	}
+	return nil
+}
+
+func (x *PlannerStatus) GetPools() []*PlannerPool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *PlannerStatus) GetClamps() []string {
+	if x != nil {
+		return x.Clamps
+	}
+	return nil
+}
+
+func (x *PlannerStatus) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *PlannerStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PlannerStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// PlannerSetTargets changes the targets and the GPU budget at run time; 0 keeps a value.
+type PlannerSetTargets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TtftTargetMs  float64                `protobuf:"fixed64,1,opt,name=ttft_target_ms,json=ttftTargetMs,proto3" json:"ttft_target_ms,omitempty"`
+	ItlTargetMs   float64                `protobuf:"fixed64,2,opt,name=itl_target_ms,json=itlTargetMs,proto3" json:"itl_target_ms,omitempty"`
+	GpuBudget     int32                  `protobuf:"varint,3,opt,name=gpu_budget,json=gpuBudget,proto3" json:"gpu_budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannerSetTargets) Reset() {
+	*x = PlannerSetTargets{}
+	mi := &file_turbine_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannerSetTargets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannerSetTargets) ProtoMessage() {}
+
+func (x *PlannerSetTargets) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannerSetTargets.ProtoReflect.Descriptor instead.
+func (*PlannerSetTargets) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *PlannerSetTargets) GetTtftTargetMs() float64 {
+	if x != nil {
+		return x.TtftTargetMs
+	}
+	return 0
+}
+
+func (x *PlannerSetTargets) GetItlTargetMs() float64 {
+	if x != nil {
+		return x.ItlTargetMs
+	}
+	return 0
+}
+
+func (x *PlannerSetTargets) GetGpuBudget() int32 {
+	if x != nil {
+		return x.GpuBudget
+	}
+	return 0
 }
 
 var File_turbine_proto protoreflect.FileDescriptor
@@ -5233,22 +5887,24 @@ const file_turbine_proto_rawDesc = "" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12,\n" +
 	"\x12memory_total_bytes\x18\x04 \x01(\x04R\x10memoryTotalBytes\x12\x1b\n" +
-	"\tworker_id\x18\x05 \x01(\tR\bworkerId\"\xc0\x01\n" +
+	"\tworker_id\x18\x05 \x01(\tR\bworkerId\"\xd4\x01\n" +
 	"\vStartWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06engine\x18\x02 \x01(\tR\x06engine\x120\n" +
 	"\x14tensor_parallel_size\x18\x03 \x01(\x05R\x12tensorParallelSize\x12)\n" +
 	"\x04card\x18\x04 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1f\n" +
 	"\vengine_args\x18\x05 \x03(\tR\n" +
-	"engineArgs\"\x87\x01\n" +
+	"engineArgs\x12\x12\n" +
+	"\x04role\x18\x06 \x01(\tR\x04role\"\x87\x01\n" +
 	"\x10StartWorkerReply\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x12\n" +
 	"\x04gpus\x18\x02 \x03(\x05R\x04gpus\x12,\n" +
 	"\x06worker\x18\x03 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\")\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"D\n" +
 	"\n" +
 	"StopWorker\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"\x13\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x19\n" +
+	"\bdrain_ms\x18\x02 \x01(\x03R\adrainMs\"\x13\n" +
 	"\x11NodeStatusRequest\"\x81\x01\n" +
 	"\n" +
 	"NodeWorker\x12\x1b\n" +
@@ -5261,7 +5917,75 @@ const file_turbine_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bcpu_only\x18\x02 \x01(\bR\acpuOnly\x12'\n" +
 	"\x04gpus\x18\x03 \x03(\v2\x13.turbine.v1.GpuInfoR\x04gpus\x120\n" +
-	"\aworkers\x18\x04 \x03(\v2\x16.turbine.v1.NodeWorkerR\aworkers*>\n" +
+	"\aworkers\x18\x04 \x03(\v2\x16.turbine.v1.NodeWorkerR\aworkers\"\xc2\x02\n" +
+	"\rPlannerReport\x12\x1f\n" +
+	"\vfrontend_id\x18\x01 \x01(\tR\n" +
+	"frontendId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\"\n" +
+	"\rstart_unix_ms\x18\x03 \x01(\x03R\vstartUnixMs\x12\x1f\n" +
+	"\vduration_ms\x18\x04 \x01(\x03R\n" +
+	"durationMs\x12\x1a\n" +
+	"\brequests\x18\x05 \x01(\rR\brequests\x12\x17\n" +
+	"\aisl_sum\x18\x06 \x01(\x01R\x06islSum\x12\x17\n" +
+	"\aosl_sum\x18\a \x01(\x01R\x06oslSum\x12!\n" +
+	"\fttft_buckets\x18\b \x03(\x04R\vttftBuckets\x12\x1f\n" +
+	"\vitl_buckets\x18\t \x03(\x04R\n" +
+	"itlBuckets\x12#\n" +
+	"\rqueue_buckets\x18\n" +
+	" \x03(\x04R\fqueueBuckets\"\x16\n" +
+	"\x14PlannerStatusRequest\"K\n" +
+	"\vPlannerTerm\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x12\n" +
+	"\x04unit\x18\x03 \x01(\tR\x04unit\"\xc7\x01\n" +
+	"\vPlannerPool\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\x05R\x05ready\x12\x1a\n" +
+	"\bstarting\x18\x03 \x01(\x05R\bstarting\x12\x1a\n" +
+	"\bstopping\x18\x04 \x01(\x05R\bstopping\x12\x16\n" +
+	"\x06wanted\x18\x05 \x01(\x05R\x06wanted\x12\x16\n" +
+	"\x06target\x18\x06 \x01(\x05R\x06target\x12&\n" +
+	"\x0fgpus_per_engine\x18\a \x01(\x05R\rgpusPerEngine\"\x98\a\n" +
+	"\rPlannerStatus\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\x12\x1c\n" +
+	"\tconnector\x18\x03 \x01(\tR\tconnector\x12\x1c\n" +
+	"\tpredictor\x18\x04 \x01(\tR\tpredictor\x12$\n" +
+	"\x0ettft_target_ms\x18\x05 \x01(\x01R\fttftTargetMs\x12\"\n" +
+	"\ritl_target_ms\x18\x06 \x01(\x01R\vitlTargetMs\x12\x1d\n" +
+	"\n" +
+	"gpu_budget\x18\a \x01(\x05R\tgpuBudget\x12\x1f\n" +
+	"\vmin_workers\x18\b \x01(\x05R\n" +
+	"minWorkers\x12\x1c\n" +
+	"\tdecisions\x18\t \x01(\x03R\tdecisions\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\n" +
+	" \x01(\x03R\batUnixMs\x12\x1c\n" +
+	"\tfrontends\x18\v \x01(\x05R\tfrontends\x12\x1a\n" +
+	"\brequests\x18\f \x01(\rR\brequests\x12\x19\n" +
+	"\bisl_mean\x18\r \x01(\x01R\aislMean\x12\x19\n" +
+	"\bosl_mean\x18\x0e \x01(\x01R\aoslMean\x12\x1e\n" +
+	"\vttft_p90_ms\x18\x0f \x01(\x01R\tttftP90Ms\x12\x1c\n" +
+	"\n" +
+	"itl_p90_ms\x18\x10 \x01(\x01R\bitlP90Ms\x12 \n" +
+	"\fqueue_p90_ms\x18\x11 \x01(\x01R\n" +
+	"queueP90Ms\x12-\n" +
+	"\x12predicted_requests\x18\x12 \x01(\x01R\x11predictedRequests\x12#\n" +
+	"\rpredicted_isl\x18\x13 \x01(\x01R\fpredictedIsl\x12#\n" +
+	"\rpredicted_osl\x18\x14 \x01(\x01R\fpredictedOsl\x12-\n" +
+	"\x12correction_prefill\x18\x15 \x01(\x01R\x11correctionPrefill\x12+\n" +
+	"\x11correction_decode\x18\x16 \x01(\x01R\x10correctionDecode\x12-\n" +
+	"\x05terms\x18\x17 \x03(\v2\x17.turbine.v1.PlannerTermR\x05terms\x12-\n" +
+	"\x05pools\x18\x18 \x03(\v2\x17.turbine.v1.PlannerPoolR\x05pools\x12\x16\n" +
+	"\x06clamps\x18\x19 \x03(\tR\x06clamps\x12\x12\n" +
+	"\x04held\x18\x1a \x01(\bR\x04held\x12\x16\n" +
+	"\x06reason\x18\x1b \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\x1c \x01(\tR\x05error\"|\n" +
+	"\x11PlannerSetTargets\x12$\n" +
+	"\x0ettft_target_ms\x18\x01 \x01(\x01R\fttftTargetMs\x12\"\n" +
+	"\ritl_target_ms\x18\x02 \x01(\x01R\vitlTargetMs\x12\x1d\n" +
+	"\n" +
+	"gpu_budget\x18\x03 \x01(\x05R\tgpuBudget*>\n" +
 	"\x04Role\x12\x13\n" +
 	"\x0fROLE_AGGREGATED\x10\x00\x12\x10\n" +
 	"\fROLE_PREFILL\x10\x01\x12\x0f\n" +
@@ -5318,72 +6042,78 @@ func file_turbine_proto_rawDescGZIP() []byte {
 }
 
 var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_turbine_proto_goTypes = []any{
-	(Role)(0),                  // 0: turbine.v1.Role
-	(Leg)(0),                   // 1: turbine.v1.Leg
-	(DisaggDecision)(0),        // 2: turbine.v1.DisaggDecision
-	(RouteOutcome)(0),          // 3: turbine.v1.RouteOutcome
-	(Fault)(0),                 // 4: turbine.v1.Fault
-	(Runner)(0),                // 5: turbine.v1.Runner
-	(LoraFailure)(0),           // 6: turbine.v1.LoraFailure
-	(*ActorRef)(nil),           // 7: turbine.v1.ActorRef
-	(*ModelCard)(nil),          // 8: turbine.v1.ModelCard
-	(*LoraAdapter)(nil),        // 9: turbine.v1.LoraAdapter
-	(*ModelArchitecture)(nil),  // 10: turbine.v1.ModelArchitecture
-	(*WorkerLoad)(nil),         // 11: turbine.v1.WorkerLoad
-	(*WorkerInfo)(nil),         // 12: turbine.v1.WorkerInfo
-	(*RegisterWorker)(nil),     // 13: turbine.v1.RegisterWorker
-	(*RegisterAck)(nil),        // 14: turbine.v1.RegisterAck
-	(*DeregisterWorker)(nil),   // 15: turbine.v1.DeregisterWorker
-	(*KvBlockStored)(nil),      // 16: turbine.v1.KvBlockStored
-	(*KvBlockRemoved)(nil),     // 17: turbine.v1.KvBlockRemoved
-	(*KvAllBlocksCleared)(nil), // 18: turbine.v1.KvAllBlocksCleared
-	(*KvEvent)(nil),            // 19: turbine.v1.KvEvent
-	(*KvEventBatch)(nil),       // 20: turbine.v1.KvEventBatch
-	(*EventAck)(nil),           // 21: turbine.v1.EventAck
-	(*BlockDump)(nil),          // 22: turbine.v1.BlockDump
-	(*DumpBlocksRequest)(nil),  // 23: turbine.v1.DumpBlocksRequest
-	(*RouteRequest)(nil),       // 24: turbine.v1.RouteRequest
-	(*RouteCandidate)(nil),     // 25: turbine.v1.RouteCandidate
-	(*CostTerm)(nil),           // 26: turbine.v1.CostTerm
-	(*RouteResponse)(nil),      // 27: turbine.v1.RouteResponse
-	(*RouteAck)(nil),           // 28: turbine.v1.RouteAck
-	(*RequestRef)(nil),         // 29: turbine.v1.RequestRef
-	(*Ack)(nil),                // 30: turbine.v1.Ack
-	(*BusyThresholds)(nil),     // 31: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil), // 32: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),        // 33: turbine.v1.WorkerStats
-	(*RouterStats)(nil),        // 34: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),      // 35: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),  // 36: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),          // 37: turbine.v1.ModelFile
-	(*ModelFiles)(nil),         // 38: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),  // 39: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),          // 40: turbine.v1.ModelList
-	(*SamplingParams)(nil),     // 41: turbine.v1.SamplingParams
-	(*TokenLogprob)(nil),       // 42: turbine.v1.TokenLogprob
-	(*TopLogprob)(nil),         // 43: turbine.v1.TopLogprob
-	(*StructuredOutput)(nil),   // 44: turbine.v1.StructuredOutput
-	(*DisaggParams)(nil),       // 45: turbine.v1.DisaggParams
-	(*Generate)(nil),           // 46: turbine.v1.Generate
-	(*TokenChunk)(nil),         // 47: turbine.v1.TokenChunk
-	(*Embed)(nil),              // 48: turbine.v1.Embed
-	(*Embedding)(nil),          // 49: turbine.v1.Embedding
-	(*Credit)(nil),             // 50: turbine.v1.Credit
-	(*ReleaseKv)(nil),          // 51: turbine.v1.ReleaseKv
-	(*Cancel)(nil),             // 52: turbine.v1.Cancel
-	(*LoadLora)(nil),           // 53: turbine.v1.LoadLora
-	(*UnloadLora)(nil),         // 54: turbine.v1.UnloadLora
-	(*LoraReply)(nil),          // 55: turbine.v1.LoraReply
-	(*GpuInfo)(nil),            // 56: turbine.v1.GpuInfo
-	(*StartWorker)(nil),        // 57: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),   // 58: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),         // 59: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),  // 60: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),         // 61: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),         // 62: turbine.v1.NodeStatus
-	nil,                        // 63: turbine.v1.SamplingParams.LogitBiasEntry
+	(Role)(0),                    // 0: turbine.v1.Role
+	(Leg)(0),                     // 1: turbine.v1.Leg
+	(DisaggDecision)(0),          // 2: turbine.v1.DisaggDecision
+	(RouteOutcome)(0),            // 3: turbine.v1.RouteOutcome
+	(Fault)(0),                   // 4: turbine.v1.Fault
+	(Runner)(0),                  // 5: turbine.v1.Runner
+	(LoraFailure)(0),             // 6: turbine.v1.LoraFailure
+	(*ActorRef)(nil),             // 7: turbine.v1.ActorRef
+	(*ModelCard)(nil),            // 8: turbine.v1.ModelCard
+	(*LoraAdapter)(nil),          // 9: turbine.v1.LoraAdapter
+	(*ModelArchitecture)(nil),    // 10: turbine.v1.ModelArchitecture
+	(*WorkerLoad)(nil),           // 11: turbine.v1.WorkerLoad
+	(*WorkerInfo)(nil),           // 12: turbine.v1.WorkerInfo
+	(*RegisterWorker)(nil),       // 13: turbine.v1.RegisterWorker
+	(*RegisterAck)(nil),          // 14: turbine.v1.RegisterAck
+	(*DeregisterWorker)(nil),     // 15: turbine.v1.DeregisterWorker
+	(*KvBlockStored)(nil),        // 16: turbine.v1.KvBlockStored
+	(*KvBlockRemoved)(nil),       // 17: turbine.v1.KvBlockRemoved
+	(*KvAllBlocksCleared)(nil),   // 18: turbine.v1.KvAllBlocksCleared
+	(*KvEvent)(nil),              // 19: turbine.v1.KvEvent
+	(*KvEventBatch)(nil),         // 20: turbine.v1.KvEventBatch
+	(*EventAck)(nil),             // 21: turbine.v1.EventAck
+	(*BlockDump)(nil),            // 22: turbine.v1.BlockDump
+	(*DumpBlocksRequest)(nil),    // 23: turbine.v1.DumpBlocksRequest
+	(*RouteRequest)(nil),         // 24: turbine.v1.RouteRequest
+	(*RouteCandidate)(nil),       // 25: turbine.v1.RouteCandidate
+	(*CostTerm)(nil),             // 26: turbine.v1.CostTerm
+	(*RouteResponse)(nil),        // 27: turbine.v1.RouteResponse
+	(*RouteAck)(nil),             // 28: turbine.v1.RouteAck
+	(*RequestRef)(nil),           // 29: turbine.v1.RequestRef
+	(*Ack)(nil),                  // 30: turbine.v1.Ack
+	(*BusyThresholds)(nil),       // 31: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil),   // 32: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),          // 33: turbine.v1.WorkerStats
+	(*RouterStats)(nil),          // 34: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),        // 35: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),    // 36: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),            // 37: turbine.v1.ModelFile
+	(*ModelFiles)(nil),           // 38: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),    // 39: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),            // 40: turbine.v1.ModelList
+	(*SamplingParams)(nil),       // 41: turbine.v1.SamplingParams
+	(*TokenLogprob)(nil),         // 42: turbine.v1.TokenLogprob
+	(*TopLogprob)(nil),           // 43: turbine.v1.TopLogprob
+	(*StructuredOutput)(nil),     // 44: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),         // 45: turbine.v1.DisaggParams
+	(*Generate)(nil),             // 46: turbine.v1.Generate
+	(*TokenChunk)(nil),           // 47: turbine.v1.TokenChunk
+	(*Embed)(nil),                // 48: turbine.v1.Embed
+	(*Embedding)(nil),            // 49: turbine.v1.Embedding
+	(*Credit)(nil),               // 50: turbine.v1.Credit
+	(*ReleaseKv)(nil),            // 51: turbine.v1.ReleaseKv
+	(*Cancel)(nil),               // 52: turbine.v1.Cancel
+	(*LoadLora)(nil),             // 53: turbine.v1.LoadLora
+	(*UnloadLora)(nil),           // 54: turbine.v1.UnloadLora
+	(*LoraReply)(nil),            // 55: turbine.v1.LoraReply
+	(*GpuInfo)(nil),              // 56: turbine.v1.GpuInfo
+	(*StartWorker)(nil),          // 57: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),     // 58: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),           // 59: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),    // 60: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),           // 61: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),           // 62: turbine.v1.NodeStatus
+	(*PlannerReport)(nil),        // 63: turbine.v1.PlannerReport
+	(*PlannerStatusRequest)(nil), // 64: turbine.v1.PlannerStatusRequest
+	(*PlannerTerm)(nil),          // 65: turbine.v1.PlannerTerm
+	(*PlannerPool)(nil),          // 66: turbine.v1.PlannerPool
+	(*PlannerStatus)(nil),        // 67: turbine.v1.PlannerStatus
+	(*PlannerSetTargets)(nil),    // 68: turbine.v1.PlannerSetTargets
+	nil,                          // 69: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
 	7,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -5424,7 +6154,7 @@ var file_turbine_proto_depIdxs = []int32{
 	8,  // 35: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
 	45, // 36: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
 	44, // 37: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	63, // 38: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	69, // 38: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
 	43, // 39: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
 	1,  // 40: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
 	41, // 41: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
@@ -5441,11 +6171,13 @@ var file_turbine_proto_depIdxs = []int32{
 	7,  // 52: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
 	56, // 53: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
 	61, // 54: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	65, // 55: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
+	66, // 56: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -5468,7 +6200,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   57,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,313 @@
+package planner
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"sort"
+)
+
+// ProfileVersion is the version of the profile format this package reads and writes.
+const ProfileVersion = 1
+
+// MaxProfileBytes bounds a profile file (a sweep writes a few kilobytes).
+const MaxProfileBytes = 8 << 20
+
+// Profile is what `turbine profile` measured of one engine serving one model
+// (docs/reference.md §27.1), one EngineProfile per tensor-parallel size. It is the JSON
+// of a profile file; the mock engine and the simulator can take it as their timing model.
+type Profile struct {
+	Version   int    `json:"version"`    // ProfileVersion
+	Engine    string `json:"engine"`     // "mocker", "vllm", "sglang", "trtllm"
+	Model     string `json:"model"`      // served model name
+	BlockSize int    `json:"block_size"` // KV block size in tokens
+	// Parallel holds one profile per tensor-parallel size, ascending and distinct.
+	Parallel []EngineProfile `json:"tensor_parallel"`
+}
+
+// EngineProfile is one engine of TensorParallelSize GPUs.
+type EngineProfile struct {
+	TensorParallelSize int `json:"tensor_parallel_size"` // GPUs per engine, ≥ 1 (a mock engine without a GPU counts 1)
+	KVBlocks           int `json:"kv_blocks"`            // KV cache blocks of the engine
+	MaxNumSeqs         int `json:"max_num_seqs"`         // running sequences at most
+	// Prefill: one request alone on an idle engine, every prompt token uncached;
+	// ascending ISL, at least one point.
+	Prefill []PrefillPoint `json:"prefill"`
+	// Decode: a batch of sequences decoding together; at least one point. Any order on
+	// input; Parse sorts them by context, then KV usage.
+	Decode []DecodePoint `json:"decode"`
+}
+
+// PrefillPoint is TTFT at one prompt length.
+type PrefillPoint struct {
+	ISL                int     `json:"isl"`                  // prompt tokens
+	TTFTMs             float64 `json:"ttft_ms"`              // time to first token, ms
+	TokensPerSecPerGPU float64 `json:"tokens_per_s_per_gpu"` // ISL / TTFT / TP
+}
+
+// DecodePoint is ITL at one batch of sequences of one context length.
+type DecodePoint struct {
+	Context            int     `json:"context"`              // tokens per sequence (prompt + output), mean over the measurement
+	Batch              int     `json:"batch"`                // sequences decoding together
+	KVUsage            float64 `json:"kv_usage"`             // fraction of KV blocks in use, [0, 1]
+	ITLMs              float64 `json:"itl_ms"`               // inter-token latency, ms
+	TokensPerSecPerGPU float64 `json:"tokens_per_s_per_gpu"` // Batch / ITL / TP
+}
+
+// LoadProfile reads and checks a profile file (ParseProfile).
+func LoadProfile(path string) (*Profile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("planner: profile: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxProfileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("planner: profile %s: %w", path, err)
+	}
+	p, err := ParseProfile(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (file %s)", err, path)
+	}
+	return p, nil
+}
+
+// ParseProfile decodes a profile strictly (unknown fields, trailing data and more than
+// MaxProfileBytes are errors), checks it and sorts the decode points.
+func ParseProfile(data []byte) (*Profile, error) {
+	if len(data) > MaxProfileBytes {
+		return nil, fmt.Errorf("planner: profile larger than %d bytes", MaxProfileBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var p Profile
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("planner: profile: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("planner: profile: data after the JSON object")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Encode writes the profile as indented JSON.
+func (p *Profile) Encode(w io.Writer) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(p)
+}
+
+func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
+
+// Validate checks every field and sorts each engine's decode points (context, then KV
+// usage). Errors name the tensor-parallel size and the point.
+func (p *Profile) Validate() error {
+	switch {
+	case p.Version != ProfileVersion:
+		return fmt.Errorf("planner: profile version %d, want %d", p.Version, ProfileVersion)
+	case p.BlockSize < 1 || p.BlockSize > 4096:
+		return fmt.Errorf("planner: profile block_size %d, want 1..4096", p.BlockSize)
+	case len(p.Parallel) == 0:
+		return errors.New("planner: profile has no tensor_parallel entry")
+	}
+	for i := range p.Parallel {
+		e := &p.Parallel[i]
+		if i > 0 && e.TensorParallelSize <= p.Parallel[i-1].TensorParallelSize {
+			return errors.New("planner: profile tensor_parallel sizes must be ascending and distinct")
+		}
+		if err := e.validate(); err != nil {
+			return fmt.Errorf("planner: profile tensor_parallel_size %d: %w", e.TensorParallelSize, err)
+		}
+	}
+	return nil
+}
+
+func (e *EngineProfile) validate() error {
+	switch {
+	case e.TensorParallelSize < 1 || e.TensorParallelSize > 64:
+		return fmt.Errorf("tensor_parallel_size %d, want 1..64", e.TensorParallelSize)
+	case e.KVBlocks < 1 || e.MaxNumSeqs < 1:
+		return fmt.Errorf("kv_blocks %d and max_num_seqs %d must be ≥ 1", e.KVBlocks, e.MaxNumSeqs)
+	case len(e.Prefill) == 0 || len(e.Decode) == 0:
+		return errors.New("needs at least one prefill and one decode point")
+	}
+	for i, pt := range e.Prefill {
+		if pt.ISL < 1 || !finitePositive(pt.TTFTMs) || !finitePositive(pt.TokensPerSecPerGPU) {
+			return fmt.Errorf("prefill point %d: isl ≥ 1, ttft_ms and tokens_per_s_per_gpu finite and > 0", i)
+		}
+		if i > 0 && pt.ISL <= e.Prefill[i-1].ISL {
+			return fmt.Errorf("prefill point %d: isl must ascend", i)
+		}
+	}
+	for i, pt := range e.Decode {
+		if pt.Context < 1 || pt.Batch < 1 || !(pt.KVUsage >= 0 && pt.KVUsage <= 1) ||
+			!finitePositive(pt.ITLMs) || !finitePositive(pt.TokensPerSecPerGPU) {
+			return fmt.Errorf("decode point %d: context and batch ≥ 1, kv_usage in [0, 1], itl_ms and tokens_per_s_per_gpu finite and > 0", i)
+		}
+	}
+	sort.SliceStable(e.Decode, func(i, j int) bool {
+		a, b := e.Decode[i], e.Decode[j]
+		if a.Context != b.Context {
+			return a.Context < b.Context
+		}
+		return a.KVUsage < b.KVUsage
+	})
+	return nil
+}
+
+// ForTP returns the profile of engines of tp GPUs. Errors: tp not profiled (the error
+// lists the sizes that are).
+func (p *Profile) ForTP(tp int) (*EngineProfile, error) {
+	for i := range p.Parallel {
+		if p.Parallel[i].TensorParallelSize == tp {
+			return &p.Parallel[i], nil
+		}
+	}
+	var have []int
+	for _, e := range p.Parallel {
+		have = append(have, e.TensorParallelSize)
+	}
+	return nil, fmt.Errorf("planner: tensor-parallel size %d not in the profile (profiled: %v)", tp, have)
+}
+
+// interp interpolates y at x over points (xs ascending) linearly, extrapolating linearly
+// from the two end points beyond them (one point: constant).
+func interp(xs, ys []float64, x float64) float64 {
+	n := len(xs)
+	if n == 1 {
+		return ys[0]
+	}
+	i := sort.SearchFloat64s(xs, x) // first xs[i] >= x
+	switch {
+	case i == 0:
+		i = 1
+	case i >= n:
+		i = n - 1
+	}
+	x0, x1, y0, y1 := xs[i-1], xs[i], ys[i-1], ys[i]
+	if x1 == x0 {
+		return y1
+	}
+	return y0 + (y1-y0)*(x-x0)/(x1-x0)
+}
+
+func (e *EngineProfile) prefillCurve(y func(PrefillPoint) float64) ([]float64, []float64) {
+	xs, ys := make([]float64, len(e.Prefill)), make([]float64, len(e.Prefill))
+	for i, pt := range e.Prefill {
+		xs[i], ys[i] = float64(pt.ISL), y(pt)
+	}
+	return xs, ys
+}
+
+// TTFT is the time to first token in ms of a prompt of isl uncached tokens on an idle
+// engine, interpolated (linearly extrapolated beyond the points, at least the smallest
+// point's TTFT scaled down linearly and never below 0.01 ms).
+func (e *EngineProfile) TTFT(isl float64) float64 {
+	xs, ys := e.prefillCurve(func(p PrefillPoint) float64 { return p.TTFTMs })
+	return math.Max(0.01, interp(xs, ys, isl))
+}
+
+// PrefillThroughput is the prefill throughput in tokens per second per GPU at prompt
+// length isl, interpolated and held at the end points beyond them.
+func (e *EngineProfile) PrefillThroughput(isl float64) float64 {
+	xs, ys := e.prefillCurve(func(p PrefillPoint) float64 { return p.TokensPerSecPerGPU })
+	isl = math.Max(xs[0], math.Min(xs[len(xs)-1], isl))
+	return interp(xs, ys, isl)
+}
+
+// contexts returns the distinct decode contexts, ascending.
+func (e *EngineProfile) contexts() []float64 {
+	var cs []float64
+	for _, pt := range e.Decode {
+		if c := float64(pt.Context); len(cs) == 0 || cs[len(cs)-1] != c {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// itlAt interpolates ITL over KV usage among the points of one context (clamped to the
+// measured usage range: ITL never extrapolates below or above what was seen).
+func (e *EngineProfile) itlAt(context, usage float64) float64 {
+	var xs, ys []float64
+	for _, pt := range e.Decode {
+		if float64(pt.Context) == context {
+			if n := len(xs); n > 0 && xs[n-1] == pt.KVUsage {
+				ys[n-1] = math.Max(ys[n-1], pt.ITLMs)
+				continue
+			}
+			xs, ys = append(xs, pt.KVUsage), append(ys, pt.ITLMs)
+		}
+	}
+	usage = math.Max(xs[0], math.Min(xs[len(xs)-1], usage))
+	return interp(xs, ys, usage)
+}
+
+// ITL is the inter-token latency in ms of a decode batch at KV usage usage ([0, 1]) and
+// context tokens per sequence: interpolated over usage within each measured context,
+// then between the two nearest contexts (held at the ends).
+func (e *EngineProfile) ITL(usage, context float64) float64 {
+	cs := e.contexts()
+	context = math.Max(cs[0], math.Min(cs[len(cs)-1], context))
+	i := sort.SearchFloat64s(cs, context)
+	if cs[i] == context || i == 0 {
+		return e.itlAt(cs[i], usage)
+	}
+	c0, c1 := cs[i-1], cs[i]
+	y0, y1 := e.itlAt(c0, usage), e.itlAt(c1, usage)
+	return y0 + (y1-y0)*(context-c0)/(c1-c0)
+}
+
+// DecodeThroughput is the most output tokens per second per GPU an engine keeps while its
+// ITL stays at most itlTargetMs, with sequences of context tokens: over KV usages in
+// steps of 1 %, the batch that usage holds (usage × kv_blocks × block_size / context,
+// at most max_num_seqs) divided by the ITL there and by the TP size. ok is false when
+// even one sequence misses the target; tokens is then that single sequence's
+// throughput, the least the engine does.
+func (e *EngineProfile) DecodeThroughput(blockSize int, itlTargetMs, context float64) (tokens float64, ok bool) {
+	context = math.Max(1, context)
+	capacity := float64(e.KVBlocks) * float64(blockSize)
+	best, single := 0.0, 0.0
+	for step := 0; step <= 100; step++ {
+		u := float64(step) / 100
+		batch := math.Min(float64(e.MaxNumSeqs), math.Floor(u*capacity/context))
+		if batch < 1 {
+			continue
+		}
+		itl := e.ITL(u, context)
+		tput := batch / (itl / 1000) / float64(e.TensorParallelSize)
+		if single == 0 {
+			single = tput
+		}
+		if itl <= itlTargetMs {
+			best = math.Max(best, tput)
+		}
+	}
+	if best == 0 {
+		if single == 0 { // a sequence of this context does not fit the cache
+			single = 1 / (e.ITL(1, context) / 1000) / float64(e.TensorParallelSize)
+		}
+		return single, false
+	}
+	return best, true
+}
+
+// TensorParallelSizes lists the profiled sizes, ascending.
+func (p *Profile) TensorParallelSizes() []int {
+	out := make([]int, 0, len(p.Parallel))
+	for _, e := range p.Parallel {
+		out = append(out, e.TensorParallelSize)
+	}
+	return slices.Clip(out)
+}
