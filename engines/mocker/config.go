@@ -48,6 +48,9 @@ type Config struct {
 	// (divided by SpeedupRatio, like every modelled time): the engine computes nothing
 	// meanwhile (LoadLora). 0: loads take no time.
 	LoraLoadMillis float64
+	// Timing replaces the reference timing model (PrefillMillis, DecodeMillis) when not
+	// nil: an engine profile (docs/reference.md §27.1).
+	Timing Timing
 }
 
 // Defaults of the LoRA adapter model (docs/reference.md §26.1).

@@ -34,3 +34,14 @@ func StepDuration(prefillTokens int, decode bool, u, speedup float64) time.Durat
 	}
 	return time.Duration(ms / speedup * float64(time.Millisecond))
 }
+
+// Timing is a step timing model other than the reference one: a profile of a real or
+// simulated engine (planner.EngineProfile.Timing). Times are in milliseconds before the
+// speedup ratio divides them.
+type Timing interface {
+	// PrefillMillis is the time of a step computing t new prompt tokens (0 for t <= 0).
+	PrefillMillis(t int) float64
+	// DecodeMillis is the time of one decode step at KV usage u in [0, 1] whose running
+	// sequences hold context tokens each on average.
+	DecodeMillis(u, context float64) float64
+}

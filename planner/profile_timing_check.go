@@ -1,0 +1,5 @@
+package planner
+
+import "github.com/turbine-llm/turbine/engines/mocker"
+
+var _ mocker.Timing = ProfileTiming{}
