@@ -441,10 +441,12 @@ func (e *Engine) Step(now time.Time) StepResult {
 
 	usage := float64(e.cache.active) / float64(e.cfg.NumGPUBlocks)
 	anyFinished := false
+	decodeContext := 0 // tokens of the decoding sequences, for a profile's timing
 	for _, sc := range batch {
 		s := sc.s
 		if s.output > 0 && sc.n == 1 && s.computed == len(s.tokens)-1 {
 			res.DecodeSeqs++
+			decodeContext += len(s.tokens)
 		} else {
 			res.PrefillTokens += sc.n
 		}
@@ -474,7 +476,15 @@ func (e *Engine) Step(now time.Time) StepResult {
 		e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.finished })
 	}
 	res.Events = e.cache.takeEvents()
-	res.Duration = StepDuration(res.PrefillTokens, res.DecodeSeqs > 0, usage, e.cfg.SpeedupRatio)
+	if e.cfg.Timing == nil {
+		res.Duration = StepDuration(res.PrefillTokens, res.DecodeSeqs > 0, usage, e.cfg.SpeedupRatio)
+	} else {
+		ms := e.cfg.Timing.PrefillMillis(res.PrefillTokens)
+		if res.DecodeSeqs > 0 {
+			ms += e.cfg.Timing.DecodeMillis(usage, float64(decodeContext)/float64(res.DecodeSeqs))
+		}
+		res.Duration = time.Duration(ms / e.cfg.SpeedupRatio * float64(time.Millisecond))
+	}
 	res.End = now.Add(res.Duration)
 	return res
 }
