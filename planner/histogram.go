@@ -29,7 +29,11 @@ func bucketOf(v float64) int {
 	if !(v >= BucketMin) { // NaN and negatives count as the smallest
 		return 0
 	}
-	i := 1 + int(math.Floor(math.Log(v/BucketMin)/math.Log(BucketGrowth)))
+	x := math.Log(v/BucketMin) / math.Log(BucketGrowth)
+	if x >= NumBuckets { // +Inf included: int(+Inf) is undefined (it landed in bucket 1)
+		return NumBuckets - 1
+	}
+	i := 1 + int(math.Floor(x))
 	return min(max(i, 1), NumBuckets-1)
 }
 

@@ -89,7 +89,7 @@ func ParseProfile(data []byte) (*Profile, error) {
 	if err := dec.Decode(&p); err != nil {
 		return nil, fmt.Errorf("planner: profile: %w", err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF { // dec.More misses a stray ']' or '}'
 		return nil, errors.New("planner: profile: data after the JSON object")
 	}
 	if err := p.Validate(); err != nil {
@@ -270,34 +270,35 @@ func (e *EngineProfile) ITL(usage, context float64) float64 {
 }
 
 // DecodeThroughput is the most output tokens per second per GPU an engine keeps while its
-// ITL stays at most itlTargetMs, with sequences of context tokens: over KV usages in
-// steps of 1 %, the batch that usage holds (usage × kv_blocks × block_size / context,
-// at most max_num_seqs) divided by the ITL there and by the TP size. ok is false when
-// even one sequence misses the target; tokens is then that single sequence's
-// throughput, the least the engine does.
+// ITL stays at most itlTargetMs, with sequences of context tokens: over one sequence and
+// the batches KV usages in steps of 1 % hold (usage × kv_blocks × block_size / context,
+// at most max_num_seqs), the batch divided by the ITL at the KV usage it really takes
+// (batch × context over the capacity) and by the TP size. ok is false when even one
+// sequence misses the target; tokens is then that single sequence's throughput, the
+// least the engine does.
 func (e *EngineProfile) DecodeThroughput(blockSize int, itlTargetMs, context float64) (tokens float64, ok bool) {
 	context = math.Max(1, context)
 	capacity := float64(e.KVBlocks) * float64(blockSize)
-	best, single := 0.0, 0.0
-	for step := 0; step <= 100; step++ {
+	at := func(batch float64) (tput, itl float64) {
+		itl = e.ITL(math.Min(1, batch*context/capacity), context)
+		return batch / (itl / 1000) / float64(e.TensorParallelSize), itl
+	}
+	single, itl := at(1) // a sequence that does not fit the cache runs at full usage
+	best := 0.0
+	if itl <= itlTargetMs {
+		best = single
+	}
+	for step := 1; step <= 100; step++ {
 		u := float64(step) / 100
 		batch := math.Min(float64(e.MaxNumSeqs), math.Floor(u*capacity/context))
 		if batch < 1 {
 			continue
 		}
-		itl := e.ITL(u, context)
-		tput := batch / (itl / 1000) / float64(e.TensorParallelSize)
-		if single == 0 {
-			single = tput
-		}
-		if itl <= itlTargetMs {
+		if tput, itl := at(batch); itl <= itlTargetMs {
 			best = math.Max(best, tput)
 		}
 	}
 	if best == 0 {
-		if single == 0 { // a sequence of this context does not fit the cache
-			single = 1 / (e.ITL(1, context) / 1000) / float64(e.TensorParallelSize)
-		}
 		return single, false
 	}
 	return best, true
