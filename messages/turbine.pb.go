@@ -4491,11 +4491,18 @@ type StartWorker struct {
 	TensorParallelSize int32                  `protobuf:"varint,3,opt,name=tensor_parallel_size,json=tensorParallelSize,proto3" json:"tensor_parallel_size,omitempty"` // GPUs pinned to this worker; 0 = no GPU (mocker only)
 	Card               *ModelCard             `protobuf:"bytes,4,opt,name=card,proto3" json:"card,omitempty"`                                                          // model and limits the engine is started with
 	EngineArgs         []string               `protobuf:"bytes,5,rep,name=engine_args,json=engineArgs,proto3" json:"engine_args,omitempty"`                            // extra engine command-line arguments
-	// Disaggregated-serving role of the worker: "aggregated" (or empty), "prefill" or
-	// "decode"; its engine is started for it.
-	Role          string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Disaggregated-serving role of the worker: "aggregated", "prefill" or "decode"; its
+	// engine is started for it. Empty: the node's own role (turbine node --worker-role).
+	Role string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
+	// replace_worker_id names a worker of this node to be replaced by this one on the same
+	// GPUs (a role change, docs/reference.md §27.5): the node drains it (drain_ms as in
+	// StopWorker), stops it, then starts this worker pinned to the GPUs it freed. The reply
+	// comes once the replacement is accepted; NodeStatus shows the old worker stopping
+	// until it is gone. tensor_parallel_size is ignored (the old worker's GPUs are used).
+	ReplaceWorkerId string `protobuf:"bytes,7,opt,name=replace_worker_id,json=replaceWorkerId,proto3" json:"replace_worker_id,omitempty"`
+	DrainMs         int64  `protobuf:"varint,8,opt,name=drain_ms,json=drainMs,proto3" json:"drain_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StartWorker) Reset() {
@@ -4568,6 +4575,20 @@ func (x *StartWorker) GetRole() string {
 		return x.Role
 	}
 	return ""
+}
+
+func (x *StartWorker) GetReplaceWorkerId() string {
+	if x != nil {
+		return x.ReplaceWorkerId
+	}
+	return ""
+}
+
+func (x *StartWorker) GetDrainMs() int64 {
+	if x != nil {
+		return x.DrainMs
+	}
+	return 0
 }
 
 // StartWorkerReply answers StartWorker. error is empty on success, else it says why the
@@ -4739,6 +4760,8 @@ type NodeWorker struct {
 	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
 	Gpus          []int32                `protobuf:"varint,3,rep,packed,name=gpus,proto3" json:"gpus,omitempty"`
 	Worker        *ActorRef              `protobuf:"bytes,4,opt,name=worker,proto3" json:"worker,omitempty"`
+	Role          string                 `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"`          // "aggregated", "prefill" or "decode"
+	Stopping      bool                   `protobuf:"varint,6,opt,name=stopping,proto3" json:"stopping,omitempty"` // draining or stopping: it leaves once drained
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4801,13 +4824,31 @@ func (x *NodeWorker) GetWorker() *ActorRef {
 	return nil
 }
 
+func (x *NodeWorker) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *NodeWorker) GetStopping() bool {
+	if x != nil {
+		return x.Stopping
+	}
+	return false
+}
+
 // NodeStatus describes a node: its GPUs (empty in CPU mode) and its workers.
 type NodeStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	CpuOnly       bool                   `protobuf:"varint,2,opt,name=cpu_only,json=cpuOnly,proto3" json:"cpu_only,omitempty"` // no NVML driver: mock engines only
-	Gpus          []*GpuInfo             `protobuf:"bytes,3,rep,name=gpus,proto3" json:"gpus,omitempty"`
-	Workers       []*NodeWorker          `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	NodeId  string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	CpuOnly bool                   `protobuf:"varint,2,opt,name=cpu_only,json=cpuOnly,proto3" json:"cpu_only,omitempty"` // no NVML driver: mock engines only
+	Gpus    []*GpuInfo             `protobuf:"bytes,3,rep,name=gpus,proto3" json:"gpus,omitempty"`
+	Workers []*NodeWorker          `protobuf:"bytes,4,rep,name=workers,proto3" json:"workers,omitempty"`
+	// The model and engine of the workers a StartWorker without engine and card starts
+	// (the node's own, turbine node --engine/--model); empty when the node has none.
+	DefaultModel  string `protobuf:"bytes,5,opt,name=default_model,json=defaultModel,proto3" json:"default_model,omitempty"`
+	DefaultEngine string `protobuf:"bytes,6,opt,name=default_engine,json=defaultEngine,proto3" json:"default_engine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4868,6 +4909,20 @@ func (x *NodeStatus) GetWorkers() []*NodeWorker {
 		return x.Workers
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetDefaultModel() string {
+	if x != nil {
+		return x.DefaultModel
+	}
+	return ""
+}
+
+func (x *NodeStatus) GetDefaultEngine() string {
+	if x != nil {
+		return x.DefaultEngine
+	}
+	return ""
 }
 
 // PlannerReport is one frontend's measurements of one model over one window, sent to
@@ -5887,7 +5942,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12,\n" +
 	"\x12memory_total_bytes\x18\x04 \x01(\x04R\x10memoryTotalBytes\x12\x1b\n" +
-	"\tworker_id\x18\x05 \x01(\tR\bworkerId\"\xd4\x01\n" +
+	"\tworker_id\x18\x05 \x01(\tR\bworkerId\"\x9b\x02\n" +
 	"\vStartWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06engine\x18\x02 \x01(\tR\x06engine\x120\n" +
@@ -5895,7 +5950,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\x04card\x18\x04 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1f\n" +
 	"\vengine_args\x18\x05 \x03(\tR\n" +
 	"engineArgs\x12\x12\n" +
-	"\x04role\x18\x06 \x01(\tR\x04role\"\x87\x01\n" +
+	"\x04role\x18\x06 \x01(\tR\x04role\x12*\n" +
+	"\x11replace_worker_id\x18\a \x01(\tR\x0freplaceWorkerId\x12\x19\n" +
+	"\bdrain_ms\x18\b \x01(\x03R\adrainMs\"\x87\x01\n" +
 	"\x10StartWorkerReply\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x12\n" +
 	"\x04gpus\x18\x02 \x03(\x05R\x04gpus\x12,\n" +
@@ -5905,19 +5962,23 @@ const file_turbine_proto_rawDesc = "" +
 	"StopWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x19\n" +
 	"\bdrain_ms\x18\x02 \x01(\x03R\adrainMs\"\x13\n" +
-	"\x11NodeStatusRequest\"\x81\x01\n" +
+	"\x11NodeStatusRequest\"\xb1\x01\n" +
 	"\n" +
 	"NodeWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\x12\n" +
 	"\x04gpus\x18\x03 \x03(\x05R\x04gpus\x12,\n" +
-	"\x06worker\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\"\x9b\x01\n" +
+	"\x06worker\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12\x12\n" +
+	"\x04role\x18\x05 \x01(\tR\x04role\x12\x1a\n" +
+	"\bstopping\x18\x06 \x01(\bR\bstopping\"\xe7\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bcpu_only\x18\x02 \x01(\bR\acpuOnly\x12'\n" +
 	"\x04gpus\x18\x03 \x03(\v2\x13.turbine.v1.GpuInfoR\x04gpus\x120\n" +
-	"\aworkers\x18\x04 \x03(\v2\x16.turbine.v1.NodeWorkerR\aworkers\"\xc2\x02\n" +
+	"\aworkers\x18\x04 \x03(\v2\x16.turbine.v1.NodeWorkerR\aworkers\x12#\n" +
+	"\rdefault_model\x18\x05 \x01(\tR\fdefaultModel\x12%\n" +
+	"\x0edefault_engine\x18\x06 \x01(\tR\rdefaultEngine\"\xc2\x02\n" +
 	"\rPlannerReport\x12\x1f\n" +
 	"\vfrontend_id\x18\x01 \x01(\tR\n" +
 	"frontendId\x12\x14\n" +

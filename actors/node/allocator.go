@@ -154,3 +154,38 @@ func formatIndices(idx []int) string {
 	}
 	return strings.Join(s, ",")
 }
+
+// AllocateExact pins the GPUs with NVML indices gpus to workerID (a replacement that
+// takes over the GPUs its predecessor freed). Errors: empty workerID, a workerID that
+// already holds an allocation, and an index that is unknown or pinned. Nothing is pinned
+// on error.
+func (a *Allocator) AllocateExact(workerID string, gpus []int) error {
+	if workerID == "" {
+		return errors.New("node: allocate: empty worker id")
+	}
+	if _, dup := a.sets[workerID]; dup {
+		return fmt.Errorf("node: allocate: worker id %s is already in use on this node", workerID)
+	}
+	known := map[int]bool{}
+	for _, g := range a.gpus {
+		known[g.Index] = true
+	}
+	for i, g := range gpus {
+		if slices.Contains(gpus[:i], g) {
+			return fmt.Errorf("node: allocate: worker %s asks for GPU %d twice", workerID, g)
+		}
+		if !known[g] {
+			return fmt.Errorf("node: allocate: worker %s asks for GPU %d, which this node does not have", workerID, g)
+		}
+		if o := a.owner[g]; o != "" {
+			return fmt.Errorf("node: allocate: worker %s asks for GPU %d, pinned to %s", workerID, g, o)
+		}
+	}
+	set := slices.Clone(gpus)
+	slices.Sort(set)
+	for _, g := range set {
+		a.owner[g] = workerID
+	}
+	a.sets[workerID] = set
+	return nil
+}

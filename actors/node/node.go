@@ -3,12 +3,15 @@ package node
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/messages"
+	"google.golang.org/protobuf/proto"
 )
 
 // ActorName is the name the node agent is spawned under on its member; remote members
@@ -28,8 +31,23 @@ type Config struct {
 	// indices, ascending; nil when the worker gets no GPU). The agent spawns it as a
 	// child named worker.ActorName(workerID). An error is returned to the requester.
 	NewWorker func(workerID string, req *messages.StartWorker, gpus []int) (*actor.Props, error)
-	Logger    zerolog.Logger
+	// Defaults completes the StartWorker requests that leave fields empty, so that a
+	// planner may ask for "one more of this node's workers" (docs/reference.md §27.5):
+	// without engine, the engine, engine_args and (when 0) tensor_parallel_size come
+	// from it; without card, its card; without role, its role (else "aggregated").
+	// NewWorker sees the completed request. nil: requests must name engine and card.
+	Defaults *messages.StartWorker
+	// DrainOverrun: a worker drained by StopWorker.drain_ms that has not reported
+	// drained within drain_ms plus this is stopped anyway (0: DefaultDrainOverrun).
+	DrainOverrun time.Duration
+	Logger       zerolog.Logger
 }
+
+// DefaultDrainOverrun is Config.DrainOverrun's default.
+const DefaultDrainOverrun = 10 * time.Second
+
+// Roles are the worker roles a StartWorker may ask for.
+var Roles = []string{"aggregated", "prefill", "decode"}
 
 // Props returns the props of a node agent. Errors: an empty node id, no NewWorker, GPUs
 // on a CPU-only node, and negative or repeated GPU indices.
@@ -60,6 +78,12 @@ func Props(cfg Config) (*actor.Props, error) {
 		log.Error().Interface("reason", reason).Msg("worker actor failed: stopping it (its GPUs are freed when it is gone)")
 		return actor.StopDirective
 	})
+	if d := cfg.Defaults; d != nil && d.GetRole() != "" && !slices.Contains(Roles, d.GetRole()) {
+		return nil, fmt.Errorf("node: default role %q, want aggregated, prefill or decode", d.GetRole())
+	}
+	if cfg.DrainOverrun <= 0 {
+		cfg.DrainOverrun = DefaultDrainOverrun
+	}
 	return actor.PropsFromProducer(func() actor.Actor { return newAgent(cfg, log) }, actor.WithSupervisor(stop)), nil
 }
 
@@ -67,22 +91,45 @@ func Props(cfg Config) (*actor.Props, error) {
 type placed struct {
 	pid      *actor.PID
 	model    string
+	role     string
 	gpus     []int
 	stopping bool
+	draining bool
 	waiters  []*actor.PID // StopWorker requesters, answered once the worker is gone
+	// replacement starts on this worker's GPUs once it is gone (a role change).
+	replacement *pending
+}
+
+// pending is a worker accepted to replace another on its GPUs, waiting for it to go.
+type pending struct {
+	id       string
+	replaces string
+	req      *messages.StartWorker // completed
+	props    *actor.Props
+	gpus     []int
+}
+
+// drainOver tells the agent that a worker it drains has no request left, or that its
+// grace and the overrun are over: it is stopped now.
+type drainOver struct {
+	id  string
+	pid *actor.PID
 }
 
 type agent struct {
 	cfg     Config
 	log     zerolog.Logger
 	alloc   *Allocator
-	workers map[string]*placed // worker id -> worker
-	byPID   map[string]string  // child PID id -> worker id
-	next    int                // next n of "<node id>-<n>"
+	workers map[string]*placed  // worker id -> worker
+	pending map[string]*pending // replacement id -> replacement waiting for its GPUs
+	byPID   map[string]string   // child PID id -> worker id
+	next    int                 // next n of "<node id>-<n>"
+	quit    chan struct{}       // closed when the agent stops: drain watchers end
 }
 
 func newAgent(cfg Config, log zerolog.Logger) *agent {
-	return &agent{cfg: cfg, log: log, alloc: NewAllocator(cfg.GPUs), workers: map[string]*placed{}, byPID: map[string]string{}}
+	return &agent{cfg: cfg, log: log, alloc: NewAllocator(cfg.GPUs), workers: map[string]*placed{},
+		pending: map[string]*pending{}, byPID: map[string]string{}, quit: make(chan struct{})}
 }
 
 func (a *agent) Receive(c actor.Context) {
@@ -90,14 +137,59 @@ func (a *agent) Receive(c actor.Context) {
 	case *actor.Started:
 		a.log.Info().Int("gpus", len(a.cfg.GPUs)).Bool("cpu_only", a.cfg.CPUOnly).Msg("node agent started")
 	case *messages.StartWorker:
+		if m.GetReplaceWorkerId() != "" {
+			c.Respond(a.replace(c, m))
+			return
+		}
 		c.Respond(a.start(c, m))
 	case *messages.StopWorker:
-		a.stop(c, m.GetWorkerId())
+		a.stop(c, m.GetWorkerId(), time.Duration(m.GetDrainMs())*time.Millisecond)
 	case *messages.NodeStatusRequest:
 		c.Respond(a.status())
+	case drainOver:
+		if w := a.workers[m.id]; w != nil && w.pid.Equal(m.pid) {
+			a.log.Info().Str("worker", m.id).Msg("drained: stopping worker")
+			c.Stop(w.pid)
+		}
 	case *actor.Terminated:
 		a.gone(c, m.Who)
+	case *actor.Stopping:
+		close(a.quit)
 	}
+}
+
+// complete returns req with the fields it leaves empty taken from Config.Defaults (see
+// there), or an error naming a role that is not one of Roles.
+func (a *agent) complete(req *messages.StartWorker) (*messages.StartWorker, error) {
+	out := proto.Clone(req).(*messages.StartWorker)
+	if d := a.cfg.Defaults; d != nil {
+		if out.Engine == "" {
+			out.Engine, out.EngineArgs = d.GetEngine(), slices.Clone(d.GetEngineArgs())
+			if out.TensorParallelSize == 0 {
+				out.TensorParallelSize = d.GetTensorParallelSize()
+			}
+		}
+		if out.Card == nil {
+			out.Card = d.GetCard()
+		}
+		if out.Role == "" {
+			out.Role = d.GetRole()
+		}
+	}
+	if out.Role == "" {
+		out.Role = Roles[0]
+	}
+	if !slices.Contains(Roles, out.Role) {
+		return nil, fmt.Errorf("node: start worker: role %q, want aggregated, prefill or decode", out.Role)
+	}
+	return out, nil
+}
+
+// inUse says whether id names a running worker or a replacement waiting for its GPUs.
+func (a *agent) inUse(id string) bool {
+	_, running := a.workers[id]
+	_, waiting := a.pending[id]
+	return running || waiting
 }
 
 // start places, builds and spawns one worker. Every failure is answered in the reply and
@@ -108,6 +200,10 @@ func (a *agent) start(c actor.Context, req *messages.StartWorker) *messages.Star
 		a.log.Warn().Err(err).Str("worker", id).Msg("start worker refused")
 		return &messages.StartWorkerReply{WorkerId: id, Error: err.Error()}
 	}
+	req, err := a.complete(req)
+	if err != nil {
+		return fail(err)
+	}
 	if err := checkStart(req, a.cfg.CPUOnly); err != nil {
 		return fail(err)
 	}
@@ -116,6 +212,9 @@ func (a *agent) start(c actor.Context, req *messages.StartWorker) *messages.Star
 	}
 	if w := a.workers[id]; w != nil && w.stopping {
 		return fail(fmt.Errorf("node: worker %s is still stopping; start it again once it is gone", id))
+	}
+	if _, waiting := a.pending[id]; waiting {
+		return fail(fmt.Errorf("node: worker id %s is already in use on this node (a replacement waiting for its GPUs)", id))
 	}
 	gpus, err := a.alloc.Allocate(id, int(req.GetTensorParallelSize()))
 	if err != nil {
@@ -126,11 +225,82 @@ func (a *agent) start(c actor.Context, req *messages.StartWorker) *messages.Star
 		a.alloc.Release(id)
 		return fail(err)
 	}
-	a.workers[id] = &placed{pid: pid, model: req.GetCard().GetModel(), gpus: gpus}
+	a.workers[id] = &placed{pid: pid, model: req.GetCard().GetModel(), role: req.GetRole(), gpus: gpus}
 	a.byPID[pid.Id] = id
 	a.log.Info().Str("worker", id).Str("engine", req.GetEngine()).Str("model", req.GetCard().GetModel()).
-		Ints("gpus", gpus).Str("pid", pid.Id).Msg("worker started")
+		Str("role", req.GetRole()).Ints("gpus", gpus).Str("pid", pid.Id).Msg("worker started")
 	return &messages.StartWorkerReply{WorkerId: id, Gpus: int32s(gpus), Worker: ref(pid)}
+}
+
+// replace accepts req, a worker that takes over the GPUs of req.replace_worker_id (a
+// role change): everything that can fail is checked and its props are built now; then
+// the old worker is drained (req.drain_ms) and stopped, and the new one is spawned on
+// its GPUs when it is gone (gone). The reply names the new worker and its GPUs (no
+// ActorRef yet). Errors leave both workers as they were.
+func (a *agent) replace(c actor.Context, req *messages.StartWorker) *messages.StartWorkerReply {
+	oldID := req.GetReplaceWorkerId()
+	fail := func(err error) *messages.StartWorkerReply {
+		a.log.Warn().Err(err).Str("worker", req.GetWorkerId()).Str("replaces", oldID).Msg("replace worker refused")
+		return &messages.StartWorkerReply{WorkerId: req.GetWorkerId(), Error: err.Error()}
+	}
+	old := a.workers[oldID]
+	switch {
+	case old == nil:
+		return fail(fmt.Errorf("node: replace worker %s: no such worker on this node", oldID))
+	case old.stopping:
+		return fail(fmt.Errorf("node: replace worker %s: it is already stopping", oldID))
+	case req.GetWorkerId() == oldID:
+		return fail(fmt.Errorf("node: replace worker %s: the replacement needs another id", oldID))
+	case req.GetDrainMs() < 0:
+		return fail(fmt.Errorf("node: replace worker %s: drain_ms %d < 0", oldID, req.GetDrainMs()))
+	}
+	full, err := a.complete(req)
+	if err != nil {
+		return fail(err)
+	}
+	full.TensorParallelSize = int32(len(old.gpus))
+	if err := checkStart(full, a.cfg.CPUOnly); err != nil {
+		return fail(err)
+	}
+	id := full.GetWorkerId()
+	if id == "" {
+		id = a.newID()
+	} else if a.inUse(id) {
+		return fail(fmt.Errorf("node: worker id %s is already in use on this node", id))
+	}
+	props, err := a.cfg.NewWorker(id, full, slices.Clone(old.gpus))
+	switch {
+	case err != nil:
+		return fail(fmt.Errorf("node: worker %s: %w", id, err))
+	case props == nil:
+		return fail(fmt.Errorf("node: worker %s: NewWorker returned no props", id))
+	}
+	p := &pending{id: id, replaces: oldID, req: full, props: props, gpus: slices.Clone(old.gpus)}
+	a.pending[id] = p
+	old.replacement = p
+	a.log.Info().Str("worker", id).Str("replaces", oldID).Str("role", full.GetRole()).Str("old_role", old.role).
+		Ints("gpus", old.gpus).Msg("replacing worker: draining the old one first")
+	a.stopWorker(c, oldID, old, time.Duration(req.GetDrainMs())*time.Millisecond)
+	return &messages.StartWorkerReply{WorkerId: id, Gpus: int32s(old.gpus)}
+}
+
+// startReplacement spawns p on the GPUs its predecessor freed.
+func (a *agent) startReplacement(c actor.Context, p *pending) {
+	delete(a.pending, p.id)
+	if err := a.alloc.AllocateExact(p.id, p.gpus); err != nil {
+		a.log.Error().Err(err).Str("worker", p.id).Msg("replacement not started")
+		return
+	}
+	pid, err := c.SpawnNamed(p.props, worker.ActorName(p.id))
+	if err != nil {
+		a.alloc.Release(p.id)
+		a.log.Error().Err(err).Str("worker", p.id).Msg("replacement not started")
+		return
+	}
+	a.workers[p.id] = &placed{pid: pid, model: p.req.GetCard().GetModel(), role: p.req.GetRole(), gpus: p.gpus}
+	a.byPID[pid.Id] = p.id
+	a.log.Info().Str("worker", p.id).Str("replaces", p.replaces).Str("role", p.req.GetRole()).
+		Ints("gpus", p.gpus).Str("pid", pid.Id).Msg("worker started")
 }
 
 func (a *agent) spawn(c actor.Context, id string, req *messages.StartWorker, gpus []int) (*actor.PID, error) {
@@ -153,29 +323,71 @@ func (a *agent) newID() string {
 	for {
 		id := fmt.Sprintf("%s-%d", a.cfg.NodeID, a.next)
 		a.next++
-		if _, used := a.workers[id]; !used {
+		if !a.inUse(id) {
 			return id
 		}
 	}
 }
 
-// stop stops a worker; the requester gets its Ack once the worker is gone and its GPUs
-// are free. Unknown ids are answered at once (stopping is idempotent).
-func (a *agent) stop(c actor.Context, id string) {
+// stop stops a worker, draining it first for drain > 0; the requester gets its Ack once
+// the worker is gone and its GPUs are free. Unknown ids are answered at once (stopping
+// is idempotent); a replacement still waiting for its GPUs is cancelled at once.
+func (a *agent) stop(c actor.Context, id string, drain time.Duration) {
 	w := a.workers[id]
 	if w == nil {
-		a.log.Info().Str("worker", id).Msg("stop worker: no such worker on this node")
+		if p := a.pending[id]; p != nil {
+			delete(a.pending, id)
+			if old := a.workers[p.replaces]; old != nil && old.replacement == p {
+				old.replacement = nil
+			}
+			a.log.Info().Str("worker", id).Msg("stop worker: replacement cancelled before it started")
+		} else {
+			a.log.Info().Str("worker", id).Msg("stop worker: no such worker on this node")
+		}
 		c.Respond(&messages.Ack{})
 		return
 	}
 	if c.Sender() != nil {
 		w.waiters = append(w.waiters, c.Sender())
 	}
-	if !w.stopping {
-		w.stopping = true
+	a.stopWorker(c, id, w, drain)
+}
+
+// stopWorker marks w stopping and drains it (drain > 0: worker.Drain, then a drainOver
+// stops it) or stops it. A worker being drained is stopped at once by a stop without
+// drain; a second drain changes nothing.
+func (a *agent) stopWorker(c actor.Context, id string, w *placed, drain time.Duration) {
+	switch {
+	case w.stopping && (!w.draining || drain > 0):
+		return
+	case w.stopping: // draining, and now asked to stop at once
+		a.log.Info().Str("worker", id).Msg("stopping worker without waiting for its drain")
+		c.Stop(w.pid)
+		return
+	}
+	w.stopping = true
+	if drain <= 0 {
 		a.log.Info().Str("worker", id).Msg("stopping worker")
 		c.Stop(w.pid)
+		return
 	}
+	w.draining = true
+	a.log.Info().Str("worker", id).Dur("grace", drain).Msg("draining worker, then stopping it")
+	done := make(chan struct{})
+	c.Send(w.pid, &worker.Drain{Grace: drain, Done: done})
+	self, root, pid, quit := c.Self(), c.ActorSystem().Root, w.pid, a.quit
+	limit := drain + a.cfg.DrainOverrun
+	go func() {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		case <-quit:
+			return
+		}
+		root.Send(self, drainOver{id: id, pid: pid})
+	}()
 }
 
 // gone handles a child's Terminated: asked to stop or not, its GPUs are freed.
@@ -196,23 +408,37 @@ func (a *agent) gone(c actor.Context, who *actor.PID) {
 	for _, p := range w.waiters {
 		c.Send(p, &messages.Ack{})
 	}
+	if w.replacement != nil {
+		a.startReplacement(c, w.replacement)
+	}
 }
 
 // status lists the GPUs, each with the worker pinned to it, and the workers by id.
 func (a *agent) status() *messages.NodeStatus {
-	st := &messages.NodeStatus{NodeId: a.cfg.NodeID, CpuOnly: a.cfg.CPUOnly}
+	st := &messages.NodeStatus{NodeId: a.cfg.NodeID, CpuOnly: a.cfg.CPUOnly,
+		DefaultModel: a.cfg.Defaults.GetCard().GetModel(), DefaultEngine: a.cfg.Defaults.GetEngine()}
 	for _, g := range a.alloc.GPUs() {
 		st.Gpus = append(st.Gpus, &messages.GpuInfo{Index: int32(g.Index), Uuid: g.UUID, Name: g.Name,
 			MemoryTotalBytes: g.MemoryTotalBytes, WorkerId: a.alloc.Owner(g.Index)})
 	}
-	ids := make([]string, 0, len(a.workers))
+	ids := make([]string, 0, len(a.workers)+len(a.pending))
 	for id := range a.workers {
+		ids = append(ids, id)
+	}
+	for id := range a.pending {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		w := a.workers[id]
-		st.Workers = append(st.Workers, &messages.NodeWorker{WorkerId: id, Model: w.model, Gpus: int32s(w.gpus), Worker: ref(w.pid)})
+		if w := a.workers[id]; w != nil {
+			st.Workers = append(st.Workers, &messages.NodeWorker{WorkerId: id, Model: w.model, Gpus: int32s(w.gpus),
+				Worker: ref(w.pid), Role: w.role, Stopping: w.stopping})
+			continue
+		}
+		// A replacement waiting for its GPUs: listed, without an ActorRef yet.
+		p := a.pending[id]
+		st.Workers = append(st.Workers, &messages.NodeWorker{WorkerId: id, Model: p.req.GetCard().GetModel(),
+			Gpus: int32s(p.gpus), Role: p.req.GetRole()})
 	}
 	return st
 }

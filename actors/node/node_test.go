@@ -12,6 +12,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/messages"
 	"google.golang.org/protobuf/proto"
 )
@@ -28,6 +29,11 @@ type fleet struct {
 	built    map[string][]int // worker id -> GPUs it was built with
 	restarts int
 	hold     chan struct{} // when set, stopping workers wait for it to close
+	// drains records each worker.Drain a worker got (its grace); a drained worker reports
+	// drained at once, or once drainHold closes when that is set.
+	drains    map[string]time.Duration
+	drainHold chan struct{}
+	roles     map[string]string // worker id -> the role NewWorker was asked for
 }
 
 func (f *fleet) newWorker(id string, req *messages.StartWorker, gpus []int) (*actor.Props, error) {
@@ -42,10 +48,28 @@ func (f *fleet) newWorker(id string, req *messages.StartWorker, gpus []int) (*ac
 	}
 	f.mu.Lock()
 	f.built[id] = gpus
+	if f.roles == nil {
+		f.roles = map[string]string{}
+	}
+	f.roles[id] = req.Role
 	hold := f.hold
 	f.mu.Unlock()
 	return actor.PropsFromFunc(func(c actor.Context) {
-		switch c.Message().(type) {
+		switch m := c.Message().(type) {
+		case *worker.Drain:
+			f.mu.Lock()
+			if f.drains == nil {
+				f.drains = map[string]time.Duration{}
+			}
+			f.drains[id] = m.Grace
+			dh := f.drainHold
+			f.mu.Unlock()
+			go func() {
+				if dh != nil {
+					<-dh
+				}
+				close(m.Done)
+			}()
 		case crash:
 			panic("test worker crashed")
 		case *actor.Restarting:
@@ -110,13 +134,21 @@ type harness struct {
 
 func newHarness(t *testing.T, gpus int, cpuOnly bool) *harness {
 	t.Helper()
+	return newHarnessWith(t, gpus, cpuOnly, func(*Config) {})
+}
+
+// newHarnessWith is newHarness with the node's Config changed by edit before it starts.
+func newHarnessWith(t *testing.T, gpus int, cpuOnly bool, edit func(*Config)) *harness {
+	t.Helper()
 	h := &harness{t: t, sys: actor.NewActorSystem(), f: &fleet{built: map[string][]int{}},
 		logs: &logEvents{changed: make(chan struct{}, 1)}}
 	var list []GPU
 	for i := 0; i < gpus; i++ {
 		list = append(list, GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "NVIDIA H200", MemoryTotalBytes: 141 << 30})
 	}
-	props, err := Props(Config{NodeID: "n1", GPUs: list, CPUOnly: cpuOnly, NewWorker: h.f.newWorker, Logger: zerolog.New(h.logs)})
+	cfg := Config{NodeID: "n1", GPUs: list, CPUOnly: cpuOnly, NewWorker: h.f.newWorker, Logger: zerolog.New(h.logs)}
+	edit(&cfg)
+	props, err := Props(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

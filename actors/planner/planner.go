@@ -1,13 +1,9 @@
-// Package planner hosts the Planner grain (docs/reference.md §27.4): one per model, it
-// merges the frontends' reports, runs the pure planner core (package planner) on a timer,
-// and asks a Connector (§27.5) to start or drain workers.
 package planner
 
 import (
 	"context"
 	"time"
 
-	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/messages"
 	core "github.com/turbine-llm/turbine/planner"
@@ -36,11 +32,18 @@ type Config struct {
 	// mode) and readiness; nil in tests that give loads otherwise.
 	Router func(model string) *messages.RouterGrainClient
 	Logger zerolog.Logger
+	// CallTimeout bounds each Fleet, Scale and Router Stats call of a decision (0:
+	// DefaultCallTimeout).
+	CallTimeout time.Duration
 	// Now is for tests; nil means time.Now.
 	Now func() time.Time
-}
-
-// Kind returns the cluster kind hosting Planner grains.
-func Kind(cfg Config) *cluster.Kind {
-	panic("actors/planner: Kind not built yet")
+	// Ticker replaces the grain's timer (tests): it returns the channel whose values
+	// trigger a decision of model's grain, and a function that stops it. nil: a
+	// time.Ticker of the mode's period (Planner.Interval in SLA mode, LoadInterval in
+	// load mode).
+	Ticker func(model string, period time.Duration) (<-chan time.Time, func())
+	// Decided, when set, is called on the grain's goroutine once a period's work is done:
+	// the decision and the connector's error (a failed Fleet: a zero Decision and its
+	// error). Metrics and tests hook here; it must not block.
+	Decided func(model string, d core.Decision, err error)
 }

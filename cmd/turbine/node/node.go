@@ -261,9 +261,15 @@ func completeCard(in *messages.ModelCard) (*messages.ModelCard, error) {
 // runNode runs the node agent on member m until ctx ends, starting the boot workers.
 func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus []nodeactor.GPU, cpuOnly bool,
 	log zerolog.Logger) error {
+	// A StartWorker without engine and card (a planner's "one more of this node's
+	// workers", docs/reference.md §27.5) starts the boot workers' kind; its role, when
+	// given, replaces --worker-role for that worker alone.
+	defaults := &messages.StartWorker{Engine: o.EngineName, TensorParallelSize: int32(o.bootTensorParallelSize()),
+		Card: b.boot, EngineArgs: o.EngineArgs, Role: o.WorkerRole}
 	props, err := nodeactor.Props(nodeactor.Config{NodeID: o.NodeID, GPUs: gpus, CPUOnly: cpuOnly, Logger: log,
+		Defaults: defaults,
 		NewWorker: func(id string, req *messages.StartWorker, pinned []int) (*actor.Props, error) {
-			cfg, err := b.worker(id, req, pinned)
+			cfg, err := b.forRole(req.GetRole()).worker(id, req, pinned)
 			if err != nil {
 				return nil, err
 			}
@@ -303,6 +309,18 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		drainWorkers(root, pid, o.DrainTimeout, log)
 	}
 	return nil
+}
+
+// forRole returns the builder of a worker of role (a planner's StartWorker.role): b
+// itself for the node's own role or none, else a copy whose workers register and start
+// their engines with role instead of --worker-role.
+func (b *builder) forRole(role string) *builder {
+	if role == "" || role == b.o.WorkerRole {
+		return b
+	}
+	rb := *b
+	rb.o.WorkerRole = role
+	return &rb
 }
 
 // drainWorkers drains every worker of the node agent at pid in parallel (they leave
