@@ -165,6 +165,7 @@ func (s *Server) generateChoices(ctx context.Context, w http.ResponseWriter, rec
 			st, err = s.startGeneration(ctx, req, rec.ticket)
 			if err == nil {
 				defer s.released(rec.model)
+				s.metrics.observeQueue(rec.model, s.cfg.Now().Sub(rec.start))
 			}
 		} else {
 			st, err = s.backend.Generate(ctx, req)

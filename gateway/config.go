@@ -123,6 +123,10 @@ type Config struct {
 	// trusted template can take the whole server's CPU and memory, or crash the process
 	// (docs/reference.md §20): set it only when every client may be trusted with that.
 	TrustRequestChatTemplate bool
+	// Observer, when set, receives every generation request's TTFT, inter-token gaps,
+	// queue wait and prompt and completion tokens as they are measured (the frontend's
+	// planner reports, docs/reference.md §27.7); nil: none.
+	Observer Observer
 }
 
 // withDefaults validates c and fills its defaults.

@@ -32,6 +32,9 @@
 //     (Config.MaxConcurrentRequests) and the bounded per-model queue of requests that
 //     found every worker busy or no slot free; admin.go: /admin/busy_thresholds over a
 //     BusyAdmin backend.
+//   - planner.go: the Observer (Config.Observer) that gets every generation's TTFT,
+//     inter-token gaps, queue wait and token counts, and GET/POST /admin/planner over a
+//     PlannerAdmin backend (docs/reference.md §27.7).
 //   - tokenize.go: vLLM's POST /tokenize and /detokenize (docs/reference.md §24),
 //     answered from the model's tokenizer and chat template, no engine involved.
 //   - lora.go: vLLM's POST /v1/load_lora_adapter and /v1/unload_lora_adapter over a

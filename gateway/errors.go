@@ -87,6 +87,9 @@ const (
 	// not answer in time; or a request's adapter became unavailable while it ran and no
 	// other worker has it (AdapterLost).
 	KindLoraUnavailable
+	// KindPlannerUnavailable: /admin/planner found no planner in the cluster (none was
+	// started, or its member is gone); docs/reference.md §27.7.
+	KindPlannerUnavailable
 )
 
 // CatalogueEntry is one row of the error catalogue.
@@ -132,6 +135,7 @@ var catalogue = [...]CatalogueEntry{
 	KindAdminForbidden:        {KindAdminForbidden, "admin_forbidden", http.StatusForbidden, "invalid_request_error", "admin_forbidden", false},
 	KindLoraNoSlot:            {KindLoraNoSlot, "lora_no_slot", http.StatusServiceUnavailable, "server_error", "lora_no_slot", true},
 	KindLoraUnavailable:       {KindLoraUnavailable, "lora_unavailable", http.StatusServiceUnavailable, "server_error", "lora_unavailable", true},
+	KindPlannerUnavailable:    {KindPlannerUnavailable, "planner_unavailable", http.StatusServiceUnavailable, "server_error", "planner_unavailable", true},
 }
 
 // Catalogue returns a copy of the whole error table, in ErrorKind order.

@@ -87,6 +87,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 	}
 	defer s.released(rec.model)
 	defer stream.Close()
+	s.metrics.observeQueue(rec.model, s.cfg.Now().Sub(rec.start))
 	// The headers as first routed: a stream sends them before its first chunk. A
 	// non-streaming answer sets them again from the outcome once the request finished
 	// (respond), and the log line names the outcome either way (below).

@@ -43,10 +43,11 @@ var (
 type frontendMetrics struct {
 	set  *metrics.Set
 	lora *loraMetrics // the LoRA adapters' families (lorametrics.go)
+	obs  Observer     // Config.Observer (nil: none); it gets the same measurements
 }
 
-func newFrontendMetrics() *frontendMetrics {
-	return &frontendMetrics{set: metrics.NewSet(), lora: newLoraMetrics()}
+func newFrontendMetrics(obs Observer) *frontendMetrics {
+	return &frontendMetrics{set: metrics.NewSet(), lora: newLoraMetrics(), obs: obs}
 }
 
 // name builds `family{k1="v1",...}` from label pairs, escaping values as the Prometheus
@@ -89,6 +90,9 @@ func (m *frontendMetrics) hist(family string, buckets []float64, kv ...string) *
 
 func (m *frontendMetrics) observeTTFT(model string, d time.Duration) {
 	m.hist(metricTTFT, ttftBuckets, "model", model).Update(d.Seconds())
+	if m.obs != nil && model != "" {
+		m.obs.ObserveTTFT(model, d)
+	}
 }
 
 // observeITL records the gap since the previous chunk spread over its n tokens.
@@ -100,6 +104,9 @@ func (m *frontendMetrics) observeITL(model string, gap time.Duration, n int) {
 	per := gap.Seconds() / float64(n)
 	for range n {
 		h.Update(per)
+	}
+	if m.obs != nil && model != "" {
+		m.obs.ObserveITL(model, gap, n)
 	}
 }
 
@@ -126,6 +133,9 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 		m.hist(metricISL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokens))
 		m.hist(metricOSL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.CompletionTokens))
 		m.hist(metricCachedTokens, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokensDetails.CachedTokens))
+		if m.obs != nil && rec.model != "" {
+			m.obs.ObserveRequest(rec.model, rec.usage.PromptTokens, rec.usage.CompletionTokens)
+		}
 	}
 }
 

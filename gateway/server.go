@@ -39,11 +39,14 @@ const (
 //	GET  /metrics               Prometheus text of the frontend's metrics (and the process's default set)
 //	GET  /admin/busy_thresholds?model=M   the model's busy thresholds and busy workers
 //	POST /admin/busy_thresholds  change them ({"model", "kv_usage", "prefill_tokens"})
+//	GET  /admin/planner?model=M   the model's planner and its latest decision, explained (planner.go)
+//	POST /admin/planner  change its targets ({"model", "ttft_target_ms", "itl_target_ms", "gpu_budget"})
 //	POST /v1/load_lora_adapter    place a LoRA adapter on workers, as vLLM's (lora.go)
 //	POST /v1/unload_lora_adapter  remove it from every worker holding it
 //
-// The admin routes exist when the Backend implements BusyAdmin; the LoRA adapter routes
-// when it implements LoraAdmin, and they are admin routes too (adminAccess).
+// The admin routes exist when the Backend implements BusyAdmin (and PlannerAdmin for
+// /admin/planner); the LoRA adapter routes when it implements LoraAdmin, and they are
+// admin routes too (adminAccess).
 //
 // Config.APIKeys guard /v1/, /tokenize and /detokenize, and Config.AdminAPIKeys /admin/
 // (their docs give the rules; adminDecision decides). A key is presented as
@@ -91,7 +94,7 @@ func New(cfg Config, backend Backend, opts ...Option) (*Server, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Server{cfg: cfg, backend: backend, opts: o, metrics: newFrontendMetrics(), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, backend: backend, opts: o, metrics: newFrontendMetrics(cfg.Observer), mux: http.NewServeMux(),
 		active: newActivity()}
 	if cfg.QueueDepth > 0 {
 		s.queue = newQueue(cfg.QueueDepth)
@@ -131,6 +134,7 @@ func (s *Server) routes() {
 	s.mux.Handle("/live", only(http.MethodGet, s.handleLive))
 	s.mux.Handle("/metrics", only(http.MethodGet, s.handleMetrics))
 	s.mux.HandleFunc("/admin/busy_thresholds", s.handleBusyThresholds)
+	s.mux.HandleFunc("/admin/planner", s.handlePlanner)
 	s.mux.Handle("/v1/load_lora_adapter", only(http.MethodPost, s.handleLoadLora))
 	s.mux.Handle("/v1/unload_lora_adapter", only(http.MethodPost, s.handleUnloadLora))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

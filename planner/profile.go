@@ -215,7 +215,11 @@ func (e *EngineProfile) prefillCurve(y func(PrefillPoint) float64) ([]float64, [
 // point's TTFT scaled down linearly and never below 0.01 ms).
 func (e *EngineProfile) TTFT(isl float64) float64 {
 	xs, ys := e.prefillCurve(func(p PrefillPoint) float64 { return p.TTFTMs })
-	return math.Max(0.01, interp(xs, ys, isl))
+	v := interp(xs, ys, isl)
+	if isl < xs[0] { // a steep start extrapolates below zero: hold the first point's rate
+		v = math.Max(v, ys[0]*isl/xs[0])
+	}
+	return math.Max(0.01, v)
 }
 
 // PrefillThroughput is the prefill throughput in tokens per second per GPU at prompt

@@ -16,6 +16,7 @@ import (
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/messages"
+	"github.com/turbine-llm/turbine/planner"
 )
 
 // Config configures the Backend.
@@ -54,7 +55,16 @@ type Config struct {
 	// LoraTimeout bounds one worker's answer to LoadLora or UnloadLora (default
 	// DefaultLoraTimeout).
 	LoraTimeout time.Duration
-	Logger      zerolog.Logger
+	// PlannerReports says when this frontend reports its measurements to the Planner
+	// grains (planner.go; docs/reference.md §27.7); the zero value is off.
+	PlannerReports PlannerReports
+	// PlannerReportInterval is the period of the planner reports (default
+	// DefaultPlannerReportInterval).
+	PlannerReportInterval time.Duration
+	// FrontendID names this frontend in its planner reports (default: "frontend-" and 8
+	// random hex digits).
+	FrontendID string
+	Logger     zerolog.Logger
 
 	// clock makes the streams' timers (stall, prefill release wait, termination grace;
 	// see clock.go); nil: wallClock. Only the package's tests set it.
@@ -76,11 +86,15 @@ type Backend struct {
 	// as they are now until the catalog agrees (lora.go).
 	loraNotes map[loraKey]loraNote
 	loader    *ModelLoader
-	metrics   *metrics.Set // the frontend's own counters (migrations, disaggregation)
-	rec       *setRecorder // records the streams' events into metrics
+	metrics   *metrics.Set    // the frontend's own counters (migrations, disaggregation)
+	rec       *setRecorder    // records the streams' events into metrics
+	plan      *plannerReports // the measurements not yet reported (nil: reports off)
 }
 
-var _ gateway.Backend = (*Backend)(nil)
+var (
+	_ gateway.Backend      = (*Backend)(nil)
+	_ gateway.PlannerAdmin = (*Backend)(nil)
+)
 
 // Defaults of Config besides the flow's (flow.DefaultConfig: credits, stall timeout,
 // prefill release wait, migration limit) and the model loader's (LoaderConfig).
@@ -114,7 +128,16 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	if cfg.LoraTimeout <= 0 {
 		cfg.LoraTimeout = DefaultLoraTimeout
 	}
+	if cfg.PlannerReportInterval <= 0 {
+		cfg.PlannerReportInterval = DefaultPlannerReportInterval
+	}
+	if cfg.FrontendID == "" {
+		cfg.FrontendID = newFrontendID()
+	}
 	b := &Backend{cfg: cfg, seen: map[string]time.Time{}, busy: map[string]kv.BusyThresholds{}, metrics: metrics.NewSet()}
+	if cfg.PlannerReports != PlannerReportsOff {
+		b.plan = &plannerReports{windows: map[string]*planner.Window{}, since: time.Now(), failing: map[string]bool{}}
+	}
 	b.rec = &setRecorder{set: b.metrics, log: cfg.Logger}
 	b.c.Store(c)
 	b.loader = NewModelLoader(b.actorSystem,

@@ -63,4 +63,14 @@
 // route (and lora_on_demand with Config.LoraOnDemand) and gives each leg the route's
 // lora_path; ROUTE_NO_ADAPTER is gateway.UnknownAdapter's 404 (on a migration's route,
 // gateway.AdapterLost's 503: the adapter was served when the request began).
+//
+// Planner (planner.go; docs/reference.md §27.7): with Config.PlannerReports on (or auto
+// while a member hosts the Planner kind), the Backend is the gateway's Observer: each
+// request's TTFT, inter-token gaps, queue wait and token counts go into one
+// planner.Window per model, and RunPlannerReports sends every model's window to its
+// Planner grain (Report) every Config.PlannerReportInterval, an empty one for a model
+// without traffic; a failed report is merged back into the next. The Backend is a
+// gateway.PlannerAdmin (the grain's Status and SetTargets behind /admin/planner), and
+// WritePrometheus adds the planner's turbine_planner_* families from each grain's
+// status.
 package frontend

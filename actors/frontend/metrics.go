@@ -152,7 +152,7 @@ func series(family string, kv ...string) string {
 // prompts), each worker's disaggregation role and its index mode (events or
 // approximate, with its predicted blocks). Errors reaching a Router grain leave
 // that model out of this scrape. The frontend's own families (the metric* constants)
-// come first.
+// come first; the planner's (turbine_planner_*, planner.go) last, when one runs.
 func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	b.metrics.WritePrometheus(w)
 	models, err := b.Models(ctx)
@@ -228,6 +228,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		writeFamily(w, f.name, f.help, "counter", modelLines[i])
 	}
 	writeFamily(w, "turbine_router_requests_expired_total", "tracked requests (a prefill leg counts apart) the router expired because nobody freed them: routed and never acknowledged (unacknowledged), or older than the maximum sequence age (stale)", "counter", expiredLines)
+	b.writePlannerMetrics(ctx, w, models)
 }
 
 // writeFamily writes one metric family in Prometheus text format; nothing without lines.

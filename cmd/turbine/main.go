@@ -13,6 +13,8 @@ import (
 	"github.com/turbine-llm/turbine/cmd/turbine/frontend"
 	"github.com/turbine-llm/turbine/cmd/turbine/mocker"
 	"github.com/turbine-llm/turbine/cmd/turbine/node"
+	"github.com/turbine-llm/turbine/cmd/turbine/planner"
+	"github.com/turbine-llm/turbine/cmd/turbine/profile"
 	"github.com/turbine-llm/turbine/cmd/turbine/serve"
 )
 
@@ -28,6 +30,8 @@ var commands = []command{
 	{"node", "run a machine's node agent and its workers (engines pinned to GPUs)", node.Run},
 	{"mocker", "run the mock engine (vLLM HTTP dialect and KV events, no GPU)", mocker.Run},
 	{"bench", "measure an OpenAI-compatible endpoint under a trace or a synthetic load", bench.Run},
+	{"planner", "run the planner: size every model's worker pools to its load, starting and draining workers", planner.Run},
+	{"profile", "sweep an engine's TTFT and ITL over prompt lengths and batches, and write its profile", profile.Run},
 }
 
 func main() {

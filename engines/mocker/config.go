@@ -1,7 +1,8 @@
 // Package mocker is the pure core of the mock engine (docs/reference.md §7): a paged KV cache
 // with a prefix cache, a continuous-batching scheduler with chunked prefill and
-// preemption, deterministic token generation, the reference timing model and LoRA
-// adapter slots with a modelled load time (lora.go, §26.1). It does no I/O, starts no
+// preemption, deterministic token generation, the reference timing model (or a
+// profile's, Config.Timing) with its tensor-parallel scaling (parallel.go, §27.1) and
+// LoRA adapter slots with a modelled load time (lora.go, §26.1). It does no I/O, starts no
 // goroutines and reads no clock: the caller passes the time to Step and is told how long
 // the step takes (and an adapter load), so the same core runs a live server (real clock,
 // engines/mocker/server) or a simulation (virtual clock).
@@ -49,8 +50,14 @@ type Config struct {
 	// meanwhile (LoadLora). 0: loads take no time.
 	LoraLoadMillis float64
 	// Timing replaces the reference timing model (PrefillMillis, DecodeMillis) when not
-	// nil: an engine profile (docs/reference.md §27.1).
+	// nil: an engine profile (docs/reference.md §27.1), measured at TensorParallelSize
+	// and used as it is.
 	Timing Timing
+	// TensorParallelSize is the GPUs the engine plays (vLLM --tensor-parallel-size; 0 or
+	// 1: one, at most MaxTensorParallelSize): the reference timing's steps are divided by
+	// TensorParallelSpeedup (parallel.go). The KV blocks are NumGPUBlocks as given: the
+	// caller scales them (KVBlocksForTP).
+	TensorParallelSize int
 }
 
 // Defaults of the LoRA adapter model (docs/reference.md §26.1).
@@ -120,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mocker: --max-lora-rank %d must not be negative (0: %d)", c.MaxLoraRank, DefaultMaxLoraRank)
 	case !(c.LoraLoadMillis >= 0) || math.IsInf(c.LoraLoadMillis, 0):
 		return fmt.Errorf("mocker: --lora-load-ms %v must be a finite number of milliseconds, at least 0", c.LoraLoadMillis)
+	case CheckTensorParallelSize(c.TensorParallelSize) != nil:
+		return fmt.Errorf("mocker: --tensor-parallel-size %d: %v", c.TensorParallelSize, CheckTensorParallelSize(c.TensorParallelSize))
 	}
 	if c.MaxModelLen > c.NumGPUBlocks*c.BlockSize {
 		return fmt.Errorf("mocker: --max-model-len %d exceeds the KV cache (%d blocks of %d tokens = %d tokens)",

@@ -476,15 +476,11 @@ func (e *Engine) Step(now time.Time) StepResult {
 		e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.finished })
 	}
 	res.Events = e.cache.takeEvents()
-	if e.cfg.Timing == nil {
-		res.Duration = StepDuration(res.PrefillTokens, res.DecodeSeqs > 0, usage, e.cfg.SpeedupRatio)
-	} else {
-		ms := e.cfg.Timing.PrefillMillis(res.PrefillTokens)
-		if res.DecodeSeqs > 0 {
-			ms += e.cfg.Timing.DecodeMillis(usage, float64(decodeContext)/float64(res.DecodeSeqs))
-		}
-		res.Duration = time.Duration(ms / e.cfg.SpeedupRatio * float64(time.Millisecond))
+	meanContext := 0.0
+	if res.DecodeSeqs > 0 {
+		meanContext = float64(decodeContext) / float64(res.DecodeSeqs)
 	}
+	res.Duration = e.cfg.StepDuration(res.PrefillTokens, res.DecodeSeqs, usage, meanContext)
 	res.End = now.Add(res.Duration)
 	return res
 }

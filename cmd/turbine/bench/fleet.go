@@ -68,6 +68,17 @@ type Fleet struct {
 
 	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
 	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
+
+	// Profile (--profile, a `turbine profile` file) and TensorParallelSize
+	// (--tensor-parallel-size, the GPUs each mock engine plays): the engines' timing and
+	// limits, as serve's --mocker-profile and --mocker-tensor-parallel-size
+	// (mockerprofile.go, docs/reference.md §27.1).
+	Profile            string
+	TensorParallelSize int
+	// BlockSizeSet, NumGPUBlocksSet and MaxNumSeqsSet say whether those flags were given;
+	// mocker holds what resolveMocker settled (the profile's timing).
+	BlockSizeSet, NumGPUBlocksSet, MaxNumSeqsSet bool
+	mocker                                       mockerResolved
 }
 
 // DefaultFleet returns serve's defaults with the given worker count.
@@ -96,13 +107,16 @@ func (f *Fleet) disaggFlags(fs *flag.FlagSet) {
 // fleetFlagNames are the flags engineFlags registers (a real run refuses them).
 var fleetFlagNames = []string{"workers", "prefill-workers", "router-mode", "tokenizer", "block-size", "num-gpu-blocks",
 	"max-num-seqs", "max-num-batched-tokens", "max-model-len", "speedup-ratio", "overlap-weight", "router-temperature",
-	"max-local-prefill-tokens", "max-prefill-queue-tokens", "enforce-disagg", "kv-bytes-per-token", "kv-transfer-bandwidth"}
+	"max-local-prefill-tokens", "max-prefill-queue-tokens", "enforce-disagg", "kv-bytes-per-token", "kv-transfer-bandwidth",
+	"profile", "tensor-parallel-size"}
 
 // engineFlags registers the mock engines' and the router's flags.
 func (f *Fleet) engineFlags(fs *flag.FlagSet) {
-	fs.IntVar(&f.BlockSize, "block-size", f.BlockSize, "KV block size in tokens (engines and router)")
-	fs.IntVar(&f.NumGPUBlocks, "num-gpu-blocks", f.NumGPUBlocks, "KV blocks per mock engine")
-	fs.IntVar(&f.MaxNumSeqs, "max-num-seqs", f.MaxNumSeqs, "running sequences per engine")
+	options.IntVarTracked(fs, &f.BlockSize, &f.BlockSizeSet, "block-size", "KV block size in tokens (engines and router; with --profile, the profile's unless given)")
+	options.IntVarTracked(fs, &f.NumGPUBlocks, &f.NumGPUBlocksSet, "num-gpu-blocks",
+		"KV blocks per mock engine; unless given, times --tensor-parallel-size, or --profile's")
+	options.IntVarTracked(fs, &f.MaxNumSeqs, &f.MaxNumSeqsSet, "max-num-seqs", "running sequences per engine (with --profile, the profile's unless given)")
+	f.mockerFlags(fs)
 	fs.IntVar(&f.MaxNumBatchedTokens, "max-num-batched-tokens", f.MaxNumBatchedTokens, "tokens per engine step")
 	fs.IntVar(&f.MaxModelLen, "max-model-len", f.MaxModelLen, "context length in tokens (prompt + output); a longer request of the workload is an error")
 	fs.Float64Var(&f.SpeedupRatio, "speedup-ratio", f.SpeedupRatio, "mock engine speed relative to the timing model (10 = ten times faster; 0.001 to 1e6)")
@@ -159,6 +173,9 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 	case !(f.SpeedupRatio >= sim.MinSpeedupRatio && f.SpeedupRatio <= sim.MaxSpeedupRatio):
 		return fmt.Errorf("--speedup-ratio %v: want %g to %g (above %g a mock engine's step rounds to nothing; a simulation also refuses engines over a thousand times slower than the timing model, whose steps would last minutes of virtual time each)",
 			f.SpeedupRatio, float64(sim.MinSpeedupRatio), float64(sim.MaxSpeedupRatio), float64(sim.MaxSpeedupRatio))
+	}
+	if err := f.resolveMocker(); err != nil {
+		return err
 	}
 	if err := f.Disagg.Validate(); err != nil {
 		return err
@@ -257,7 +274,7 @@ func (f *Fleet) serveArgs(mode, model string) []string {
 	if f.PrefillWorkers > 0 {
 		layout = []string{"--workers", "0", "--prefill-workers", strconv.Itoa(f.PrefillWorkers), "--decode-workers", strconv.Itoa(f.Workers)}
 	}
-	return append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--log-format", "json"}, append(layout, "--router-mode", mode, "--model", model, "--tokenizer", f.Tokenizer,
+	args := append([]string{"serve", "--host", "127.0.0.1", "--port", "0", "--log-format", "json"}, append(layout, "--router-mode", mode, "--model", model, "--tokenizer", f.Tokenizer,
 		"--block-size", strconv.Itoa(f.BlockSize), "--num-gpu-blocks", strconv.Itoa(f.NumGPUBlocks),
 		"--max-num-seqs", strconv.Itoa(f.MaxNumSeqs), "--max-num-batched-tokens", strconv.Itoa(f.MaxNumBatchedTokens),
 		"--max-model-len", strconv.Itoa(f.MaxModelLen), "--speedup-ratio", ff(f.SpeedupRatio),
@@ -267,6 +284,7 @@ func (f *Fleet) serveArgs(mode, model string) []string {
 		"--max-prefill-queue-tokens", strconv.FormatInt(f.Disagg.MaxPrefillQueueTokens, 10),
 		"--enforce-disagg="+strconv.FormatBool(f.Disagg.EnforceDisagg),
 		"--kv-bytes-per-token", strconv.FormatInt(f.KVBytesPerToken, 10), "--kv-transfer-bandwidth", ff(f.KVTransferBandwidth))...)
+	return append(args, f.mockerServeArgs()...)
 }
 
 // pooledCacheTokens is the KV memory of every engine of the fleet together, in tokens:

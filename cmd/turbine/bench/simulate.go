@@ -22,6 +22,7 @@ func (o *Options) simConfig(mode string) sim.Config {
 	eng.BlockSize, eng.NumGPUBlocks, eng.MaxNumSeqs = f.BlockSize, f.NumGPUBlocks, f.MaxNumSeqs
 	eng.MaxNumBatchedTokens, eng.MaxModelLen, eng.SpeedupRatio = f.MaxNumBatchedTokens, f.MaxModelLen, f.SpeedupRatio
 	eng.MaxLoras, eng.LoraLoadMillis = f.MaxLoras, f.LoraLoadMs
+	eng.TensorParallelSize, eng.Timing = f.TensorParallelSize, f.mocker.timing // the profile's, or nil: the reference
 	rc := kv.DefaultConfig(f.BlockSize)
 	policy, ignoreAdapters := splitMode(mode)
 	rc.Policy, rc.OverlapWeight, rc.Temperature = policy, f.OverlapWeight, f.RouterTemperature

@@ -30,12 +30,14 @@ type Options struct {
 	options.Cluster
 	options.Log
 	ModelCacheDir string
+	// Reports: --planner-reports and --planner-report-interval (docs/reference.md §27.7).
+	Reports options.PlannerReports
 }
 
 // Defaults are the embedded defaults.
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(), LoraRouting: options.DefaultLoraRouting(), Admission: options.DefaultAdmission(), Cluster: options.DefaultCluster(),
-		Log: options.DefaultLog()}
+		Log: options.DefaultLog(), Reports: options.DefaultPlannerReports()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -48,11 +50,12 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Cluster.Flags(fs)
 	o.Log.Flags(fs)
 	fs.StringVar(&o.ModelCacheDir, "model-cache-dir", o.ModelCacheDir, "where tokenizer files fetched from workers are kept, one folder per digest (default $TURBINE_CACHE_DIR/models or ~/.cache/turbine/models)")
+	o.Reports.Flags(fs, true)
 }
 
 // Validate checks the options; errors name the flag.
 func (o *Options) Validate() error {
-	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Cluster.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Cluster.Validate(), o.Reports.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -94,7 +97,8 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 		memberErr <- options.RunMember(memberCtx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
 			if backend == nil {
 				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir, MigrationLimit: o.MigrationLimit,
-					Busy: o.Admission.Busy(), LoraOnDemand: o.LoraOnDemand})
+					Busy: o.Admission.Busy(), LoraOnDemand: o.LoraOnDemand, PlannerReports: o.Reports.Mode(),
+					PlannerReportInterval: o.Reports.Interval})
 				started <- nil
 			} else {
 				backend.SetCluster(m.Cluster)
@@ -113,11 +117,14 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	// Tokenizer files a node has and this machine lacks are fetched from a worker once,
 	// verified against the card's digest and cached.
-	handler, err := gateway.New(o.Admission.Gateway(o.HTTP.Gateway(gateway.Config{Logger: log})), backend,
+	handler, err := gateway.New(o.Admission.Gateway(o.HTTP.Gateway(gateway.Config{Logger: log, Observer: backend.PlannerObserver()})), backend,
 		gateway.WithModelLoader(backend.ModelLoader()))
 	if err != nil {
 		return err
 	}
+	// Reports go to the Planner grains while one runs (--planner-reports auto), until the
+	// member stops.
+	go backend.RunPlannerReports(memberCtx)
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Msg("turbine frontend serving")
 	// On SIGTERM: new requests get 503, those in flight run for --drain-timeout.
 	serveErr := options.ServeDrained(ctx, ln, handler, log, func() {

@@ -25,6 +25,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--max-local-prefill-tokens", "-1"}, "--max-local-prefill-tokens"},
 		{[]string{"--max-prefill-queue-tokens", "-2"}, "--max-prefill-queue-tokens"},
 		{[]string{"--enforce-disagg=maybe"}, "enforce-disagg"},
+		{[]string{"--planner-reports", "always"}, "--planner-reports"},
+		{[]string{"--planner-report-interval", "1ns"}, "--planner-report-interval"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -16,6 +16,13 @@
 // tool calls in the family's syntax to tools the prompt offers, or a text answer after a
 // tool result (engines/mocker/persona). A request carrying a structured-output
 // constraint is answered with an instance of it whatever the flags.
+//
+// --tensor-parallel-size N makes the engine play N GPUs (docs/reference.md §27.1): the
+// reference step times divided by N^0.8 and N times the KV blocks, unless
+// --num-gpu-blocks-override is given. --profile FILE (written by `turbine profile`) makes
+// it play the profiled engine instead: the step times of the profile's entry for N, used
+// as they are, and that entry's KV blocks, max running sequences and block size unless
+// their flags are given (a given block size must be the profile's).
 package mocker
 
 import (
@@ -41,6 +48,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/gateway/parse"
 	"github.com/turbine-llm/turbine/model"
+	"github.com/turbine-llm/turbine/planner"
 )
 
 // Options are the flags, with their defaults in Defaults: the mock engine's parameters
@@ -58,6 +66,10 @@ type Options struct {
 	LogFormat       string
 	LogLevel        string
 	ShutdownGrace   time.Duration
+
+	// given says which engine limits were set by flag or environment (resolve keeps
+	// them against --tensor-parallel-size and --profile).
+	given server.Given
 }
 
 // DefaultTokenizer is used when neither --tokenizer nor --model names one.
@@ -98,6 +110,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if help, err := cli.ParseCommand(fs, args); help || err != nil {
 		return err
 	}
+	o.given = server.Given{BlockSize: given(fs, "block-size"), NumGPUBlocks: given(fs, "num-gpu-blocks-override"),
+		MaxNumSeqs: given(fs, "max-num-seqs")}
 	if err := o.resolve(); err != nil {
 		return err
 	}
@@ -134,7 +148,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	return srv.Run(ctx, l, func() {
 		ev := log.Info().Str("dialect", string(o.Dialect)).Str("host", o.Host).Int("port", port).Str("model", o.ServedModelName).
-			Str("tokenizer", o.Tokenizer).Int("block_size", o.Engine.BlockSize).Int("num_gpu_blocks", o.Engine.NumGPUBlocks)
+			Str("tokenizer", o.Tokenizer).Int("block_size", o.Engine.BlockSize).Int("num_gpu_blocks", o.Engine.NumGPUBlocks).
+			Int("max_num_seqs", o.Engine.MaxNumSeqs).Int("tensor_parallel_size", max(o.Engine.TensorParallelSize, 1))
+		if o.Profile != "" {
+			ev = ev.Str("profile", o.Profile)
+		}
 		if ep := srv.KVEventsEndpoint(); ep != "" {
 			ev = ev.Str("kv_events", ep).Bool("kv_events_bind", kvevents.EngineBinds(kvCfg.Endpoint))
 		}
@@ -189,6 +207,9 @@ func (o *Options) resolve() error {
 		return fmt.Errorf("--event-buffer-max-size needs --dialect trtllm (got %s)", d)
 	case o.EventBufferMaxSize > 0 && !o.Engine.EnablePrefixCaching:
 		return errors.New("--event-buffer-max-size needs prefix caching (block reuse); drop --no-enable-prefix-caching")
+	}
+	if err := o.resolveParallel(); err != nil {
+		return err
 	}
 	if err := o.Engine.Validate(); err != nil {
 		return errors.New(strings.TrimPrefix(err.Error(), "mocker: "))
@@ -281,4 +302,36 @@ func parserNames(gateway, mock []string) []string {
 		}
 	}
 	return out
+}
+
+// resolveParallel applies --tensor-parallel-size and --profile to the engine's limits and
+// timing (server.ResolveParallel): the profile's entry for the size, or the reference
+// timing with the KV blocks multiplied by the size, flags given explicitly kept.
+func (o *Options) resolveParallel() error {
+	var prof *planner.Profile
+	if o.Profile != "" {
+		p, err := planner.LoadProfile(o.Profile)
+		if err != nil {
+			return fmt.Errorf("--profile %s: %w", o.Profile, err)
+		}
+		prof = p
+	}
+	if _, err := server.ResolveParallel(&o.Engine, prof, o.given); err != nil {
+		if prof != nil {
+			return fmt.Errorf("--profile %s: %w", o.Profile, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// given reports whether flag name was set on the command line or through its
+// environment variable (cli.Parse).
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	if _, ok := os.LookupEnv(cli.EnvName(name)); ok {
+		set = true
+	}
+	return set
 }

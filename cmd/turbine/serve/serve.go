@@ -6,6 +6,12 @@
 // (xPyD), prefill (--prefill-workers, p0, p1, …) and decode (--decode-workers, d0, d1,
 // …) workers; with prefill or decode workers and --workers not given, there are no
 // aggregated ones.
+//
+// With --planner load|sla the process also runs the planner (docs/reference.md §27): an
+// in-process node agent (actors/node, CPU only) starts every worker — the boot workers
+// above, then those the planner's local connector asks for (named local-0, local-1, …)
+// — and drains the ones it removes; the member hosts the Planner kind, and the gateway
+// reports its measurements to it.
 package serve
 
 import (
@@ -22,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
 	"github.com/turbine-llm/turbine/actors/frontend"
+	nodeactor "github.com/turbine-llm/turbine/actors/node"
 	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
@@ -55,13 +62,16 @@ type Options struct {
 	// MockerKVEvents: the mock engines publish KV events (--mocker-kv-events); without
 	// them the router routes the workers approximately (docs/reference.md §3.4).
 	MockerKVEvents bool
+	// Planner: --planner and its flags; Reports: how often the gateway reports to it.
+	Planner options.Planner
+	Reports options.PlannerReports
 }
 
 // Defaults are the embedded defaults (docs/reference.md §3, §7).
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(),
 		LoraRouting: options.DefaultLoraRouting(), Lora: options.DefaultLora(), Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2,
-		MockerKVEvents: true}
+		MockerKVEvents: true, Planner: options.DefaultPlanner(), Reports: options.DefaultPlannerReports()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -83,6 +93,8 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Admission.Flags(fs)
 	o.Canary.Flags(fs)
 	o.Log.Flags(fs)
+	o.Planner.Flags(fs, "serve")
+	o.Reports.Flags(fs, false)
 }
 
 // Validate checks the options and settles the layout (--workers is 0 by default in an
@@ -118,10 +130,11 @@ func (o *Options) Validate() error {
 			disaggFlags = append(disaggFlags, fmt.Sprintf("%s %d", f.name, f.n))
 		}
 	}
+	o.Planner.Disaggregated = disagg
 	for _, err := range []error{options.CheckMockerDialect(o.MockerDialect), o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
 		o.Engine.CheckPoolingLayout("--mocker-dialect", o.MockerDialect, disaggFlags...),
 		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate(),
-		o.Lora.Validate()} {
+		o.Lora.Validate(), o.Planner.Validate(), o.Reports.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -163,12 +176,23 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	rcfg := o.Router.Config(o.BlockSize, log)
 	rcfg.Busy = o.Admission.Busy()
 	rcfg.Disagg = o.Disagg.Config()
-	member, err := cluster.Start(cluster.Config{Name: "turbine-serve", Discovery: "local", Logger: log,
-		Kinds: []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}})
+	kinds := []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}
+	var pm *options.PlannerMember
+	if o.Planner.Enabled() {
+		if pm, err = o.Planner.Member(o.Planner.Disaggregated, log); err != nil {
+			return err
+		}
+		defer pm.Close()
+		kinds = append(kinds, pm.Kind)
+	}
+	member, err := cluster.Start(cluster.Config{Name: "turbine-serve", Discovery: "local", Logger: log, Kinds: kinds})
 	if err != nil {
 		return err
 	}
 	defer member.Stop()
+	if pm != nil {
+		pm.Bind(member.Cluster)
+	}
 
 	self, err := options.MockerExecutable()
 	if err != nil {
@@ -177,7 +201,24 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	routerClient, catalogClient := worker.GrainClients(member.Cluster, o.Model, catalog.Identity,
 		worker.GrainTimeout(o.Heartbeat))
 	root := member.System.Root
+	// newWorker builds the props of one worker of role: its own mock engine.
+	newWorker := func(id, role string) (*actor.Props, error) {
+		cfg := o.Engine.MockerFor(self, card, role)
+		cfg.Params.Dialect = server.DialectName(o.MockerDialect)
+		cfg.NoKVEvents = !o.MockerKVEvents
+		o.Lora.SetMocker(&cfg)
+		mock, err := launch.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		wcfg := worker.Config{WorkerID: id, Card: card, Launcher: mock,
+			Role: role, Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
+			Router: routerClient, Catalog: catalogClient, Logger: log}
+		o.Lora.SetWorker(&wcfg, true)
+		return worker.Props(wcfg)
+	}
 	var pids []*actor.PID
+	var node *actor.PID // the node agent that runs the workers with --planner
 	drained := false
 	defer func() {
 		if !drained {
@@ -185,37 +226,40 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 				_ = root.PoisonFuture(pid).Wait()
 			}
 		}
+		if node != nil {
+			_ = root.PoisonFuture(node).Wait()
+		}
 	}()
-	for _, w := range o.layout() {
-		cfg := o.Engine.MockerFor(self, card, w.role)
-		cfg.Params.Dialect = server.DialectName(o.MockerDialect)
-		cfg.NoKVEvents = !o.MockerKVEvents
-		o.Lora.SetMocker(&cfg)
-		mock, err := launch.New(cfg)
-		if err != nil {
+	if o.Planner.Enabled() {
+		if node, err = startNode(root, card, newWorker, o.layout(), log); err != nil {
 			return err
 		}
-		wcfg := worker.Config{WorkerID: w.id, Card: card, Launcher: mock,
-			Role: w.role, Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
-			Router: routerClient, Catalog: catalogClient, Logger: log}
-		o.Lora.SetWorker(&wcfg, true)
-		props, err := worker.Props(wcfg)
-		if err != nil {
-			return err
+	} else {
+		for _, w := range o.layout() {
+			props, err := newWorker(w.id, w.role)
+			if err != nil {
+				return err
+			}
+			pid, err := root.SpawnNamed(props, worker.ActorName(w.id))
+			if err != nil {
+				return fmt.Errorf("spawn worker %s: %w", w.id, err)
+			}
+			pids = append(pids, pid)
 		}
-		pid, err := root.SpawnNamed(props, worker.ActorName(w.id))
-		if err != nil {
-			return fmt.Errorf("spawn worker %s: %w", w.id, err)
-		}
-		pids = append(pids, pid)
 	}
 
-	backend := frontend.New(member.Cluster, frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy(),
-		LoraOnDemand: o.LoraOnDemand})
-	handler, err := gateway.New(o.Admission.Gateway(o.HTTP.Gateway(gateway.Config{Logger: log})), backend)
+	fcfg := frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy(),
+		LoraOnDemand: o.LoraOnDemand}
+	if o.Planner.Enabled() {
+		// At least two reports per planner period, so that each decision has some.
+		fcfg.PlannerReports, fcfg.PlannerReportInterval = frontend.PlannerReportsOn, min(o.Reports.Interval, o.Planner.Period()/2)
+	}
+	backend := frontend.New(member.Cluster, fcfg)
+	handler, err := gateway.New(o.Admission.Gateway(o.HTTP.Gateway(gateway.Config{Logger: log, Observer: backend.PlannerObserver()})), backend)
 	if err != nil {
 		return err
 	}
+	go backend.RunPlannerReports(ctx)
 	// Answer only once the model is served, so that the first client never sees a 404
 	// for a model whose engines are still starting; connections wait in the backlog.
 	log.Info().Int("workers", o.Workers).Int("prefill_workers", o.PrefillWorkers).Int("decode_workers", o.DecodeWorkers).
@@ -237,11 +281,66 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	log.Info().Str("url", "http://"+ln.Addr().String()).Str("model", o.Model).Int("workers", o.Workers).
 		Int("prefill_workers", o.PrefillWorkers).Int("decode_workers", o.DecodeWorkers).
-		Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Msg("turbine serving")
+		Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Str("planner", o.Planner.Mode).
+		Msg("turbine serving")
 	return options.ServeDrained(ctx, ln, handler, log, func() {
 		drained = true
+		if node != nil {
+			pids = nodeWorkers(root, node, log)
+		}
 		drain(root, handler, pids, o.DrainTimeout, log)
 	})
+}
+
+// nodeName is the node id of serve's in-process node agent: the workers the planner
+// starts are named local-0, local-1, ….
+const nodeName = "local"
+
+// startNode spawns the in-process node agent (CPU only: mock engines) whose workers
+// newWorker builds, and has it start the boot workers of layout. Its own workers (a
+// StartWorker without engine and card, as the planner's local connector sends) run the
+// mock engine with card.
+func startNode(root *actor.RootContext, card *messages.ModelCard, newWorker func(id, role string) (*actor.Props, error),
+	layout []workerSpec, log zerolog.Logger) (*actor.PID, error) {
+	props, err := nodeactor.Props(nodeactor.Config{NodeID: nodeName, CPUOnly: true, Logger: log,
+		Defaults: &messages.StartWorker{Engine: nodeactor.MockerEngine, Card: card},
+		NewWorker: func(id string, req *messages.StartWorker, _ []int) (*actor.Props, error) {
+			return newWorker(id, req.GetRole())
+		}})
+	if err != nil {
+		return nil, err
+	}
+	pid, err := root.SpawnNamed(props, nodeactor.ActorName)
+	if err != nil {
+		return nil, fmt.Errorf("spawn node agent: %w", err)
+	}
+	for _, w := range layout {
+		res, err := root.RequestFuture(pid, &messages.StartWorker{WorkerId: w.id, Role: w.role}, 10*time.Second).Result()
+		reply, _ := res.(*messages.StartWorkerReply)
+		switch {
+		case err != nil:
+			return pid, fmt.Errorf("start worker %s: %w", w.id, err)
+		case reply == nil || reply.Error != "":
+			return pid, fmt.Errorf("start worker %s: %s", w.id, reply.GetError())
+		}
+	}
+	return pid, nil
+}
+
+// nodeWorkers lists the workers the node agent at pid runs now (none when it does not
+// answer).
+func nodeWorkers(root *actor.RootContext, pid *actor.PID, log zerolog.Logger) []*actor.PID {
+	res, err := root.RequestFuture(pid, &messages.NodeStatusRequest{}, 5*time.Second).Result()
+	st, _ := res.(*messages.NodeStatus)
+	if err != nil || st == nil {
+		log.Warn().Err(err).Msg("node status unavailable: stopping workers without draining")
+		return nil
+	}
+	pids := make([]*actor.PID, 0, len(st.Workers))
+	for _, w := range st.Workers {
+		pids = append(pids, actor.NewPID(w.Worker.GetAddress(), w.Worker.GetId()))
+	}
+	return pids
 }
 
 // workerSpec is one worker of the layout: its id and role.

@@ -46,6 +46,11 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{[]string{"--kv-transfer-bandwidth", "2e13"}, "--kv-transfer-bandwidth 2e+13"},
 		{[]string{"--kv-load-failure-policy", "retry"}, `--kv-load-failure-policy "retry"`},
 		{[]string{"--kv-load-failure-policy", "recompute", "--mocker-dialect", "trtllm"}, "--kv-load-failure-policy recompute needs --mocker-dialect vllm"},
+		{[]string{"--planner", "auto"}, `--planner "auto"`},
+		{[]string{"--planner", "sla"}, "--planner-profile"},
+		{[]string{"--planner", "load", "--connector", "kubernetes"}, "--connector kubernetes"},
+		{[]string{"--planner", "load", "--gpu-budget", "1", "--prefill-workers", "1", "--decode-workers", "1"}, "--gpu-budget 1 holds fewer than --min-workers 1"},
+		{[]string{"--planner", "load", "--planner-report-interval", "0s"}, "--planner-report-interval"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -43,6 +43,11 @@ type Params struct {
 	// EmbeddingSize is the pooling engine's vector size (0: the model folder's
 	// hidden_size, else mocker.DefaultEmbeddingSize).
 	EmbeddingSize int
+	// Profile is the path of an engine profile (`turbine profile`, docs/reference.md
+	// §27.1) whose entry for Engine.TensorParallelSize becomes the engine's timing and
+	// limits: `turbine mocker` reads it (ResolveParallel) into Engine before New, which
+	// does not read the file itself; "" for the reference timing.
+	Profile string
 }
 
 // DefaultParams returns the defaults: the reference mock engine's limits and timing
@@ -67,6 +72,10 @@ func (p *Params) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&e.MaxNumBatchedTokens, "max-num-batched-tokens", e.MaxNumBatchedTokens, "maximum tokens computed per engine step")
 	fs.IntVar(&e.MaxModelLen, "max-model-len", e.MaxModelLen, "context length in tokens (prompt + output)")
 	fs.Float64Var(&e.SpeedupRatio, "speedup-ratio", e.SpeedupRatio, "divides every modelled step duration (10 = ten times faster)")
+	fs.IntVar(&e.TensorParallelSize, "tensor-parallel-size", e.TensorParallelSize,
+		"GPUs the engine plays (no GPU is used): the reference step times divided by N^0.8 and N times the KV blocks unless --num-gpu-blocks-override is given; with --profile, the profile's entry for N")
+	fs.StringVar(&p.Profile, "profile", p.Profile,
+		"engine profile `file` (turbine profile): the step times of its entry for --tensor-parallel-size, and its KV blocks, block size and max seqs unless their flags are given")
 	fs.IntVar(&e.MeanOutputTokens, "mean-output-tokens", e.MeanOutputTokens, "mean output length in tokens of requests that may end on EOS")
 	fs.Var((*seedFlag)(&e.Seed), "seed", "generation seed of requests without one (same seed, same prompt: same output on every engine)")
 	fs.BoolVar(&e.EnablePrefixCaching, "enable-prefix-caching", e.EnablePrefixCaching, "keep full KV blocks for reuse across requests")
@@ -110,11 +119,13 @@ func (p *Params) Flags(fs *flag.FlagSet) {
 }
 
 // Args renders p as the flags Flags reads back into it: the engine's limits, speed-up,
-// mean output length and seed always; the LoRA adapter settings (--max-loras,
+// mean output length, seed and tensor-parallel size always (an engine started for a
+// worker does not take them from an inherited TURBINE_* variable); the LoRA adapter settings (--max-loras,
 // --max-lora-rank, --lora-load-ms) when adapters are on; every other parameter when it
 // is set (not zero, not the aggregated role; the two scheduler features when off), so
 // that an unset one keeps the engine's default. The KV transfer port's address (KVTransfer.Host and Port)
-// is not rendered: a launcher gives it at each start.
+// is not rendered: a launcher gives it at each start. Nor is Engine.Timing, a Go value:
+// Profile names the file it comes from.
 func (p Params) Args() []string {
 	e := p.Engine
 	args := []string{
@@ -126,6 +137,7 @@ func (p Params) Args() []string {
 		"--speedup-ratio", strconv.FormatFloat(e.SpeedupRatio, 'g', -1, 64),
 		"--mean-output-tokens", strconv.Itoa(e.MeanOutputTokens),
 		"--seed", seedFlag(e.Seed).String(),
+		"--tensor-parallel-size", strconv.Itoa(e.TensorParallelSize),
 	}
 	if !e.EnablePrefixCaching {
 		args = append(args, "--enable-prefix-caching=false")
@@ -157,6 +169,7 @@ func (p Params) Args() []string {
 	opt("--reasoning-parser", p.ReasoningParser, p.ReasoningParser != "")
 	opt("--runner", string(p.Runner), p.Runner != "" && p.Runner != RunnerGenerate)
 	opt("--embedding-size", strconv.Itoa(p.EmbeddingSize), p.EmbeddingSize != 0)
+	opt("--profile", p.Profile, p.Profile != "")
 	return args
 }
 

@@ -18,6 +18,7 @@ func TestParamsArgsRoundTrip(t *testing.T) {
 	e.EnablePrefixCaching, e.EnableChunkedPrefill = false, false
 	changed.Dialect, changed.IncrementalStreamingOutput, changed.EventBufferMaxSize = DialectSGLang, true, 7
 	changed.Role, changed.ToolCallParser, changed.ReasoningParser = RolePrefill, "hermes", "qwen3"
+	changed.Engine.TensorParallelSize, changed.Profile = 4, "/profiles/engine.json"
 	changed.KVTransfer = KVTransferOptions{Bandwidth: 1e9, BytesPerToken: 4096, Timeout: time.Minute,
 		ConnectTimeout: 3 * time.Second, ReadTimeout: 4 * time.Second, LoadFailurePolicy: LoadFailureRecompute}
 	unset := DefaultParams()

@@ -69,6 +69,16 @@ type Engine struct {
 	// EmbeddingSize is a pooling model's vector size for the mock engine; 0: the model
 	// folder's hidden_size, else mocker.DefaultEmbeddingSize.
 	EmbeddingSize int
+	// MockerProfile (a `turbine profile` file) and MockerTensorParallelSize (GPUs the
+	// mock engines play, 0 or 1: one): the mock engines' timing and limits
+	// (mockerprofile.go, docs/reference.md §27.1).
+	MockerProfile            string
+	MockerTensorParallelSize int
+	// BlockSizeSet, NumGPUBlocksSet and MaxNumSeqsSet say whether those flags were given
+	// (flag or environment): a profile or a tensor-parallel size sets the others.
+	BlockSizeSet, NumGPUBlocksSet, MaxNumSeqsSet bool
+	// mockerBlocks is --num-gpu-blocks as it was before resolveMocker scaled it.
+	mockerBlocks int
 }
 
 // DefaultEngine returns the engine defaults: the mock engine's limits and timing are its
@@ -93,9 +103,11 @@ const (
 func (o *Engine) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Model, "model", o.Model, "served model name")
 	fs.StringVar(&o.Tokenizer, "tokenizer", o.Tokenizer, "tokenizer: builtin:cl100k_base, builtin:o200k_base, or an HF model folder (tokenizer.json, tokenizer_config.json)")
-	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "KV block size in tokens (engines and router)")
-	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV blocks per mock engine (for real engines, the card's figure until the engine reports its own)")
-	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", o.MaxNumSeqs, "running sequences per engine")
+	IntVarTracked(fs, &o.BlockSize, &o.BlockSizeSet, "block-size", "KV block size in tokens (engines and router; with --mocker-profile, the profile's unless given)")
+	IntVarTracked(fs, &o.NumGPUBlocks, &o.NumGPUBlocksSet, "num-gpu-blocks",
+		"KV blocks per mock engine (for real engines, the card's figure until the engine reports its own); unless given, times --mocker-tensor-parallel-size, or --mocker-profile's")
+	IntVarTracked(fs, &o.MaxNumSeqs, &o.MaxNumSeqsSet, "max-num-seqs", "running sequences per engine (with --mocker-profile, the profile's unless given)")
+	o.mockerFlags(fs)
 	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", o.MaxNumBatchedTokens, "tokens per engine step")
 	fs.Var(&tracked[int]{p: &o.MaxModelLen, set: &o.MaxModelLenSet, parse: strconv.Atoi}, "max-model-len",
 		"context length in `tokens` (prompt + output); turbine node with a model folder: the folder's, and real engines derive their own unless this is given")
@@ -124,8 +136,13 @@ func (o *Engine) Flags(fs *flag.FlagSet) {
 		"how long a worker waits for its engine to become ready, a `duration` (real engines: 10m unless given)")
 }
 
-// Validate checks the engine options; errors name the flag.
+// Validate checks the engine options and settles the mock engines' limits for
+// --mocker-tensor-parallel-size and --mocker-profile (resolveMocker); errors name the
+// flag.
 func (o *Engine) Validate() error {
+	if err := o.resolveMocker(); err != nil {
+		return err
+	}
 	switch {
 	case o.Model == "":
 		return errors.New("--model: empty")
@@ -286,8 +303,9 @@ func ParserNote(card *messages.ModelCard) string {
 // Mocker returns the launch configuration of mock engines for card, run as
 // `<executable> mocker`: the mock engine's defaults (server.DefaultParams), the card's
 // limits (which win over the flags, so that a StartWorker request can change them) and
-// the mock engine flags given. Zero KV transfer settings keep the mock engine's
-// defaults.
+// the mock engine flags given, --mocker-tensor-parallel-size and --mocker-profile
+// included (the card's limits already hold what they set). Zero KV transfer settings
+// keep the mock engine's defaults.
 func (o *Engine) Mocker(executable string, card *messages.ModelCard) launch.Config {
 	p := server.DefaultParams()
 	e := &p.Engine
@@ -305,6 +323,7 @@ func (o *Engine) Mocker(executable string, card *messages.ModelCard) launch.Conf
 		p.KVTransfer.LoadFailurePolicy = o.KVLoadFailurePolicy
 	}
 	p.ToolCallParser, p.ReasoningParser = card.GetToolCallParser(), card.GetReasoningParser()
+	e.TensorParallelSize, p.Profile = o.MockerTensorParallelSize, o.MockerProfile
 	if card.GetRunner() == messages.Runner_RUNNER_POOLING {
 		p.Runner, p.EmbeddingSize = server.RunnerPooling, int(card.GetEmbeddingSize())
 	}
