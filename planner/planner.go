@@ -80,12 +80,12 @@ type Observation struct {
 	Duration time.Duration
 	// Frontends is the number of frontends whose reports were merged; 0 means no data
 	// came (missing metrics: the planner holds the current size).
-	Frontends int
-	Requests  int     // requests that ended in the window
-	ISLMean   float64 // mean prompt tokens of those requests
-	OSLMean   float64 // mean output tokens
-	TTFTP90Ms float64 // p90 time to first token, ms (0 with no request)
-	ITLP90Ms  float64 // p90 inter-token latency, ms
+	Frontends  int
+	Requests   int     // requests that ended in the window
+	ISLMean    float64 // mean prompt tokens of those requests
+	OSLMean    float64 // mean output tokens
+	TTFTP90Ms  float64 // p90 time to first token, ms (0 with no request)
+	ITLP90Ms   float64 // p90 inter-token latency, ms
 	QueueP90Ms float64 // p90 time a request waited before its engine started it, ms
 }
 
@@ -108,7 +108,7 @@ type Fleet struct {
 
 // Term is one named figure of a decision's formula.
 type Term struct {
-	Name  string  // e.g. "prefill_throughput_per_gpu"
+	Name  string // e.g. "prefill_throughput_per_gpu"
 	Value float64
 	Unit  string // e.g. "tokens/s"
 }
@@ -124,10 +124,10 @@ type Decision struct {
 	PredictedRequests, PredictedISL, PredictedOSL float64
 	// Correction factors against the profile: observed / expected TTFT (p) and ITL (d).
 	CorrectionPrefill, CorrectionDecode float64
-	Terms  []Term
-	Wanted map[Pool]int // the formula's replicas, before clamps
-	Target map[Pool]int // what the connector is asked for
-	Clamps []string     // e.g. "decode: 5 → 4: GPU budget 8"
+	Terms                               []Term
+	Wanted                              map[Pool]int // the formula's replicas, before clamps
+	Target                              map[Pool]int // what the connector is asked for
+	Clamps                              []string     // e.g. "decode: 5 → 4: GPU budget 8"
 	// Held is true when the target is the current size for a stated Reason (missing
 	// data, a step in progress, the stabilisation window).
 	Held   bool
