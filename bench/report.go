@@ -70,6 +70,12 @@ type Summary struct {
 	// Lora reports the requests that named a LoRA adapter (Request.Lora); absent when
 	// none did.
 	Lora *LoraSummary `json:"lora,omitempty"`
+	// Intervals cuts the run into intervals checked against latency targets
+	// (--interval-report; intervals.go); absent otherwise.
+	Intervals *IntervalReport `json:"intervals,omitempty"`
+	// Fleet is an autoscaled run's pools over time (a simulation with a planner, or a
+	// run that polled the service's planner; fleet.go); absent otherwise.
+	Fleet *FleetReport `json:"fleet,omitempty"`
 
 	// TTFTCDF and ITLCDF are the 0th, 1st, …, 100th percentiles (ms), for plots.
 	TTFTCDF []float64 `json:"ttft_cdf_ms"`
@@ -261,6 +267,16 @@ func (s *Summary) check() error {
 	}
 	if s.Lora != nil {
 		if err := s.Lora.check(s.Requests); err != nil {
+			return err
+		}
+	}
+	if s.Intervals != nil {
+		if err := s.Intervals.check(); err != nil {
+			return err
+		}
+	}
+	if s.Fleet != nil {
+		if err := s.Fleet.check(); err != nil {
 			return err
 		}
 	}

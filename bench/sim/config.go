@@ -88,6 +88,12 @@ type Config struct {
 	// Engine is every worker's mock engine configuration (block size, KV blocks, batch
 	// limits, speedup ratio ...).
 	Engine mocker.Config
+	// PrefillEngine is the prefill workers' mock engine configuration where it differs
+	// from Engine's, as engines of another tensor-parallel size do (KV blocks, batch
+	// limits, timing); its zero value means Engine. Its BlockSize, MaxModelLen,
+	// SpeedupRatio and MaxLoras must equal Engine's (the router, the workload's checks and
+	// the KV transfer read them from Engine); Seed 0 is Config.Seed, as Engine's.
+	PrefillEngine mocker.Config
 	// Router is the routing policy and its weights. Router.BlockSize must equal
 	// Engine.BlockSize; 0 is filled with it. Router.LoraLoadMs, the adapter load time
 	// the router assumes for a worker that has loaded none yet, 0 is filled with the
@@ -162,6 +168,9 @@ type Config struct {
 	// adapters its engine holds, when the engines have adapter slots (Engine.MaxLoras >
 	// 0; lora.go); 0: DefaultHeartbeat; at most MaxEventDelay.
 	Heartbeat time.Duration
+	// Autoscaler, when set, makes a planner size the fleet during the run: Workers (and
+	// PrefillWorkers) are then the workers ready at the start (autoscale.go).
+	Autoscaler *Autoscaler
 	// Progress, when set, is called as each request ends (finished or failed) with the
 	// number ended so far and the total, from the goroutine that called Run.
 	Progress func(done, total int)
@@ -180,6 +189,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return c, fmt.Errorf("sim: Engine: %w", err)
+	}
+	if err := c.normalizePrefillEngine(); err != nil {
+		return c, err
 	}
 	if isZeroRouter(c.Router) {
 		c.Router = kv.DefaultConfig(c.Engine.BlockSize)
@@ -262,14 +274,59 @@ func (c Config) normalize() (Config, error) {
 			return c, fmt.Errorf("sim: Faults[%d]: %s at %v: want FaultKill at 0 to %v", i, f.Kind, f.At, MaxSimulatedTime)
 		}
 	}
-	if est := MemoryEstimate(c.Workers+c.PrefillWorkers, c.Engine.NumGPUBlocks, c.Engine.BlockSize); est > c.MemoryLimit {
-		return c, fmt.Errorf("sim: Workers %d + PrefillWorkers %d engines of Engine.NumGPUBlocks %d blocks of %d tokens need about %s once their caches fill, above MemoryLimit %s: fewer workers or KV blocks",
-			c.Workers, c.PrefillWorkers, c.Engine.NumGPUBlocks, c.Engine.BlockSize, Bytes(est), Bytes(c.MemoryLimit))
+	if est := c.memoryEstimate(); est > c.MemoryLimit {
+		prefillBlocks := ""
+		if c.PrefillEngine.NumGPUBlocks != c.Engine.NumGPUBlocks {
+			prefillBlocks = fmt.Sprintf(" (PrefillEngine.NumGPUBlocks %d for the prefill workers)", c.PrefillEngine.NumGPUBlocks)
+		}
+		return c, fmt.Errorf("sim: Workers %d + PrefillWorkers %d engines of Engine.NumGPUBlocks %d blocks of %d tokens%s need about %s once their caches fill, above MemoryLimit %s: fewer workers or KV blocks",
+			c.Workers, c.PrefillWorkers, c.Engine.NumGPUBlocks, c.Engine.BlockSize, prefillBlocks, Bytes(est), Bytes(c.MemoryLimit))
 	}
 	if c.MaxLocalPrefillTokens > 0 {
 		c.Router.Disagg.MaxLocalPrefillTokens = c.MaxLocalPrefillTokens
 	}
+	if err := c.normalizeAutoscaler(); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// normalizePrefillEngine fills PrefillEngine (its zero value is Engine, once Engine is
+// normalized) and checks it against Engine; errors name the field.
+func (c *Config) normalizePrefillEngine() error {
+	if c.PrefillEngine == (mocker.Config{}) {
+		c.PrefillEngine = c.Engine
+		return nil
+	}
+	if c.PrefillEngine.Seed == 0 {
+		c.PrefillEngine.Seed = c.Seed
+	}
+	p, e := c.PrefillEngine, c.Engine
+	if p.BlockSize != e.BlockSize || p.MaxModelLen != e.MaxModelLen || p.SpeedupRatio != e.SpeedupRatio || p.MaxLoras != e.MaxLoras {
+		return fmt.Errorf("sim: PrefillEngine: BlockSize %d, MaxModelLen %d, SpeedupRatio %g and MaxLoras %d must equal Engine's (%d, %d, %g, %d)",
+			p.BlockSize, p.MaxModelLen, p.SpeedupRatio, p.MaxLoras, e.BlockSize, e.MaxModelLen, e.SpeedupRatio, e.MaxLoras)
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("sim: PrefillEngine: %w", err)
+	}
+	return nil
+}
+
+// memoryEstimate is MemoryEstimate of the fleet: the decode (or aggregated) workers'
+// engines of Engine.NumGPUBlocks blocks and the prefill workers' of
+// PrefillEngine.NumGPUBlocks, the router's bitsets sized for every worker.
+func (c *Config) memoryEstimate() int64 {
+	if c.PrefillEngine.NumGPUBlocks == c.Engine.NumGPUBlocks {
+		return MemoryEstimate(c.Workers+c.PrefillWorkers, c.Engine.NumGPUBlocks, c.Engine.BlockSize)
+	}
+	all := float64(c.Workers + c.PrefillWorkers)
+	perBlock := 200 + 4*float64(c.Engine.BlockSize) + 8*math.Ceil(all/64)
+	est := float64(c.Workers)*(float64(c.Engine.NumGPUBlocks)*perBlock+16<<10) +
+		float64(c.PrefillWorkers)*(float64(c.PrefillEngine.NumGPUBlocks)*perBlock+16<<10)
+	if est >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(est)
 }
 
 // Bytes writes a memory size in GiB, MiB or KiB with one decimal (or in bytes below

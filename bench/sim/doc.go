@@ -32,7 +32,9 @@
 // them); then the prefill engine releases them and the decode leg enters the decode
 // engine with those tokens imported, computing only the last prompt token before its
 // first output token (the request's TTFT). A local decision runs the request on its
-// decode worker as an aggregated one. Stats.Decisions counts the decisions of every
+// decode worker as an aggregated one. The prefill workers' engines may differ from the
+// decode workers' (Config.PrefillEngine: another tensor-parallel size's KV blocks,
+// batch limits and timing). Stats.Decisions counts the decisions of every
 // route, as the frontend's metric does.
 //
 // Faults and clients that give up (Config.Faults, Config.RequestTimeout): a killed
@@ -68,13 +70,20 @@
 // QueueTimeouts, QueueFull count them). A client's deadline takes its request out of
 // the queue.
 //
+// Autoscaling (Config.Autoscaler; autoscale.go, docs/reference.md §27.8): every
+// interval a planner (planner.Planner) sees what the frontend measured, the pools and the
+// workers' loads, and its target starts workers (ready after a start-up delay, in slots
+// made at the start so that names and router indices never change) or drains them (out
+// of routing at once, stopped once their requests end); Stats.Autoscale has the pools
+// over time and the GPU time they held.
+//
 // What is not modelled: HTTP, tokenization and the actor messages between gateway,
 // router and worker as such (their cost is Config.RequestOverhead's, whatever the
 // load), engine load reports (the kv router does not use them), the gateway's bound on
 // requests in flight (--max-concurrent-requests), faults other than a worker killed for
 // good (an engine that dies and restarts, a frozen process, a network partition),
-// draining, and SGLang's bootstrap protocol (the simulated legs use the two-phase one,
-// vLLM's).
+// draining other than the autoscaler's, and SGLang's bootstrap protocol (the simulated
+// legs use the two-phase one, vLLM's).
 //
 // Runs are deterministic: the same Config (Seed included) and requests give the same
 // Outcome, whatever the machine.

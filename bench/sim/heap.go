@@ -13,6 +13,11 @@ const (
 	// evRegister: worker w registers with the router (its LoRA adapters, lora.go): at
 	// its heartbeat (x: 1) or when an adapter load ends (x: 0).
 	evRegister
+	// evScale: an autoscaled worker w's start ends, or its drain's timeout comes (x: the
+	// slot's generation then; autoscale.go).
+	evScale
+	// evPlan: the autoscaler's planner decides (autoscale.go).
+	evPlan
 	// evStepEnd: a worker's step ends; its outputs become visible.
 	evStepEnd
 	// evTransfer: a remote prefill's KV blocks have reached the decode worker; the

@@ -249,6 +249,7 @@ func (s *simulator) legOf(i int, id flow.LegID) *leg {
 // send starts a leg: into its worker's engine, or, for a decode leg with transfer
 // parameters, first through the modelled KV transfer from its prefill engine.
 func (s *simulator) send(i int, e flow.Send) {
+	s.observeRouted(i)
 	slot := int32(len(s.legs))
 	wi, known := s.byName[e.Worker.ID]
 	s.legs = append(s.legs, leg{req: int32(i), id: e.Leg, worker: wi, watched: true, rid: e.Generate.GetRequestId(),
@@ -469,6 +470,7 @@ func (s *simulator) emitChunk(i int, ch *messages.TokenChunk) {
 		} else {
 			res.ITL = append(res.ITL, s.now-st.last)
 		}
+		s.observeTokens(i, n, st.tokens == 0, s.now-st.last)
 		st.last = s.now
 		st.tokens += n
 	}

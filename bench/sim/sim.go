@@ -75,6 +75,9 @@ type Stats struct {
 	// Lora counts the engines' LoRA adapter loads, evictions and hits (lora.go; zero
 	// without adapter slots, Engine.MaxLoras 0).
 	Lora LoraStats
+	// Autoscale reports the pools' sizes over time and the GPU time they took when
+	// Config.Autoscaler was set (autoscale.go); nil otherwise.
+	Autoscale *AutoscaleStats
 	// WallTime is the real time Run took.
 	WallTime time.Duration
 }
@@ -113,6 +116,7 @@ func Run(ctx context.Context, cfg Config, reqs []bench.Request) (bench.Outcome, 
 	err = s.run(ctx)
 	s.addRequestCosts()
 	out, st := s.outcome()
+	st.Autoscale = s.finishAutoscale()
 	st.WallTime = time.Since(wallStart)
 	return out, st, err
 }
@@ -161,6 +165,8 @@ type simulator struct {
 	applyErrs int
 	// err stops the run: an event that would happen beyond MaxSimulatedTime.
 	err error
+	// as is the autoscaler's state (Config.Autoscaler; autoscale.go), or nil.
+	as *autoscale
 }
 
 // worker is one simulated worker: its engine and its KV event stream.
@@ -170,8 +176,22 @@ type worker struct {
 	role kv.Role
 	eng  *mocker.Engine
 	ref  *messages.ActorRef // its address in routes (the flow wants one; nothing is sent to it)
+	// blocks is its engine's KV blocks (Engine's, or PrefillEngine's for a prefill
+	// worker), as it registers them with the router.
+	blocks int
 	// dead: a fault killed it; its engine is never stepped again.
 	dead bool
+	// slot: where the worker is in its life on an autoscaled fleet (always slotReady
+	// otherwise); gen counts its changes (a start or drain timeout event of an older
+	// generation is stale); fresh: its engine has not run yet; epoch: its engine's, as
+	// registered with the router (from 1; a restart takes a new engine and epoch);
+	// stale: event batches of an earlier engine whose deliveries are still on the heap
+	// (autoscale.go).
+	slot  slotState
+	gen   uint32
+	fresh bool
+	epoch uint64
+	stale int
 	// busy: a step is scheduled or in flight (res holds the in-flight step); inStep: it
 	// is in flight, ending at stepEnd.
 	busy    bool
@@ -209,11 +229,15 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 	}
 	vocab := simVocab()
 	add := func(name string, role kv.Role) error {
-		eng, err := mocker.New(cfg.Engine, vocab)
-		if err != nil {
-			return fmt.Errorf("sim: Engine: %w", err)
+		ec, field := cfg.Engine, "Engine"
+		if role == kv.RolePrefill {
+			ec, field = cfg.PrefillEngine, "PrefillEngine"
 		}
-		w := &worker{idx: len(s.workers), name: name, role: role, eng: eng,
+		eng, err := mocker.New(ec, vocab)
+		if err != nil {
+			return fmt.Errorf("sim: %s: %w", field, err)
+		}
+		w := &worker{idx: len(s.workers), name: name, role: role, eng: eng, blocks: ec.NumGPUBlocks, epoch: 1,
 			ref: &messages.ActorRef{Address: "sim", Id: "worker/" + name}}
 		if _, err := router.Register(s.workerSpec(w)); err != nil {
 			return fmt.Errorf("sim: registering %s: %w", w.name, err)
@@ -222,10 +246,11 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		s.workers = append(s.workers, w)
 		return nil
 	}
-	for i, name := range WorkerNames(cfg.Workers, cfg.PrefillWorkers) {
+	slots, prefillSlots := cfg.slots() // the fleet's size, or an autoscaled fleet's slots
+	for i, name := range WorkerNames(slots, prefillSlots) {
 		role := kv.RoleAggregated
 		switch {
-		case i >= cfg.Workers:
+		case i >= slots:
 			role = kv.RolePrefill
 		case cfg.PrefillWorkers > 0:
 			role = kv.RoleDecode
@@ -237,7 +262,7 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 	for i, f := range cfg.Faults {
 		if _, ok := s.byName[f.Worker]; !ok {
 			return nil, fmt.Errorf("sim: Faults[%d]: worker %q: no such worker (the fleet's are %s)", i, f.Worker,
-				DescribeWorkers(cfg.Workers, cfg.PrefillWorkers))
+				DescribeWorkers(slots, prefillSlots))
 		}
 		s.stats.Faults = append(s.stats.Faults, FaultReport{Fault: f})
 	}
@@ -262,6 +287,9 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 				s.pushBeat(s.origin+cfg.Heartbeat, w.idx)
 			}
 		}
+	}
+	if err := s.initAutoscale(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -347,6 +375,10 @@ func (s *simulator) run(ctx context.Context) error {
 			} else {
 				s.register(s.workers[ev.w])
 			}
+		case evScale:
+			s.scaleEvent(s.workers[ev.w], ev.x)
+		case evPlan:
+			s.plan()
 		case evStepEnd:
 			s.last = s.now
 			s.stepEnd(s.workers[ev.w])
@@ -481,6 +513,9 @@ func (s *simulator) stepEnd(w *worker) {
 	switch {
 	case w.dead || !w.eng.HasWork():
 		w.busy = false
+		if w.slot == slotDraining {
+			s.drainCheck(w)
+		}
 	case s.next < len(s.order) && s.reqs[s.order[s.next]].Arrival == s.now,
 		len(s.heap) > 0 && s.heap[0].at == s.now:
 		// Requests arriving (or transferred) at this instant join the next step: start it
@@ -504,6 +539,10 @@ func (s *simulator) emit(w *worker, events []kv.Event) {
 
 // deliver hands w's oldest pending batch to the router (none once w was killed).
 func (s *simulator) deliver(w *worker) {
+	if w.stale > 0 { // a batch of an engine the worker no longer runs (autoscale.go)
+		w.stale--
+		return
+	}
 	if w.pendingHead == len(w.pending) {
 		return
 	}
@@ -518,7 +557,7 @@ func (s *simulator) deliver(w *worker) {
 }
 
 func (s *simulator) apply(w *worker, seq uint64, events []kv.Event) {
-	if needDump, err := s.router.ApplyBatch(w.name, 1, seq, events); needDump || err != nil {
+	if needDump, err := s.router.ApplyBatch(w.name, w.epoch, seq, events); needDump || err != nil {
 		s.applyErrs++
 	}
 }
@@ -542,6 +581,7 @@ func (s *simulator) fail(i int, kind, detail string) {
 func (s *simulator) ended(i int) {
 	s.state[i].ended = true
 	s.done++
+	s.observeEnd(i)
 	if s.cfg.Progress != nil {
 		s.cfg.Progress(s.done, len(s.reqs))
 	}

@@ -75,6 +75,9 @@ type Options struct {
 	// Calibrate measures the host model of the service at URL (calibrate.go) instead of
 	// running a workload.
 	Calibrate bool
+	// Plan: load ramps, a simulated planner, polling a service's planner and the
+	// per-interval report (planner.go).
+	Plan Plan
 
 	// FindCapacity (compare): per routing mode, search the arrival time scale for the
 	// highest request rate that meets SLO (bench.ParseSLO), to a relative
@@ -142,7 +145,7 @@ func Defaults() Options {
 	return Options{URL: "http://127.0.0.1:8000", BlockTokens: bench.DefaultBlockTokens, TimeScale: 1, ISL: "1024", OSL: "128",
 		Requests: 100, Endpoint: bench.EndpointCompletions, Seed: 1, Out: "bench-out", ProgressInterval: 5 * time.Second,
 		Timeout: 10 * time.Minute, Fleet: DefaultFleet(DefaultWorkers), CapacityPrecision: DefaultCapacityPrecision,
-		LoraZipf: bench.DefaultLoraZipf}
+		LoraZipf: bench.DefaultLoraZipf, Plan: DefaultPlan()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -156,6 +159,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	fs.BoolVar(&o.Simulate, "simulate", o.Simulate, "replay the workload on a simulated fleet of mock engines (virtual time; no --url)")
 	fs.BoolVar(&o.Calibrate, "calibrate", o.Calibrate, "measure what the host adds to the mock engines' timing at --url (a turbine serve started with the same engine flags) and write host.json to --out, for --simulate --host-model")
 	o.Fleet.simulateFlags(fs)
+	o.planFlags(fs)
 }
 
 // workloadFlags registers the flags that describe the workload and how it is sent.
@@ -177,6 +181,7 @@ func workloadFlags(o *Options, fs *flag.FlagSet) {
 	fs.DurationVar(&o.ProgressInterval, "progress-interval", o.ProgressInterval, "time between progress lines on stderr when it is not a terminal (a terminal gets a live bar); 0: none")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "limit on one request, answer included")
 	loraFlags(o, fs)
+	o.rampFlags(fs)
 }
 
 // Validate checks the options; errors name the flag.
@@ -284,6 +289,9 @@ func (o *Options) validateWorkload() error {
 	if err := o.validateLora(); err != nil {
 		return err
 	}
+	if err := o.validatePlan(); err != nil {
+		return err
+	}
 	if o.Trace == "" {
 		for _, name := range traceOnlyFlags {
 			if g, ok := o.given[name]; ok {
@@ -317,6 +325,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runPlot(args[1:], stderr)
 		case "compare":
 			return runCompare(ctx, args[1:], stdout, stderr)
+		case "fleet":
+			return runFleet(args[1:], stdout, stderr)
 		}
 	}
 	o := Defaults()
@@ -327,6 +337,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, `usage: turbine bench [flags]                 measure --url (or --simulate a fleet)
        turbine bench compare [flags]         the same workload against several routing policies
        turbine bench plot [-o F] A.json ...  CDFs and throughput of earlier runs (SVG or PNG)
+       turbine bench fleet [-o F] A.json ... autoscaled runs: intervals within target, GPU-hours, ready workers over time
 Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 `)
 		fs.PrintDefaults()
@@ -383,10 +394,17 @@ Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 	if err != nil {
 		return err
 	}
+	if err := o.addIntervals(&s, results); err != nil {
+		return err
+	}
 	if err := write(o.Out, s, results); err != nil {
 		return err
 	}
+	if err := writePlanFiles(o.Out, s); err != nil {
+		return err
+	}
 	printSummary(stdout, s, o.Out)
+	printPlan(stdout, s)
 	if ctx.Err() != nil {
 		return stopped(ctx, s)
 	}
@@ -510,6 +528,12 @@ func (o *Options) measure(ctx context.Context, reqs []bench.Request, workload, u
 	p := newProgress(stderr, o.ProgressInterval, total, barTitle(label, workload), isTerminal(stderr))
 	p.runner(runner)
 	var outcome bench.Outcome
+	var poll *plannerPoll
+	if o.Plan.PollPlanner > 0 {
+		var stopPoll func()
+		poll, stopPoll = o.startPoll(ctx, url, o.Model, time.Now())
+		defer stopPoll()
+	}
 	if o.generated() {
 		var err error
 		if outcome, reqs, err = o.runGenerated(ctx, runner); err != nil {
@@ -522,6 +546,13 @@ func (o *Options) measure(ctx context.Context, reqs []bench.Request, workload, u
 	p.finish()
 	s := bench.Summarize(outcome)
 	s.Workload, s.URL, s.Model, s.Label = workload, url, o.Model, label
+	if poll != nil {
+		fmt.Fprintf(stderr, "bench: waiting up to %v for the planner to bring every pool back to its minimum\n", o.Plan.Settle)
+		poll.settle(ctx, o.Plan.Settle)
+		fmt.Fprintln(stderr, poll.describe())
+		s.Fleet = poll.report(outcome.Duration.Seconds())
+	}
+	o.staticFleet(&s)
 	if outcome.NotSent > 0 { // stopped: the ceiling of the requests sent
 		sent := make([]bench.Request, len(outcome.Results))
 		for i, r := range outcome.Results {
@@ -595,13 +626,18 @@ func (o *Options) workload() ([]bench.Request, string, error) {
 	if len(reqs) == 0 {
 		return nil, "", fmt.Errorf("--trace %s: no request", o.Trace)
 	}
-	if err := bench.Scale(reqs, o.TimeScale); err != nil {
+	name := fmt.Sprintf("%s (%d requests, time scale %g)", filepath.Base(o.Trace), len(reqs), o.TimeScale)
+	if o.Plan.Ramp != "" {
+		if reqs, name, err = o.applyRamp(reqs); err != nil {
+			return nil, "", err
+		}
+	} else if err := bench.Scale(reqs, o.TimeScale); err != nil {
 		return nil, "", fmt.Errorf("--time-scale %g with --trace %s: %s", o.TimeScale, o.Trace, strings.TrimPrefix(err.Error(), "bench: "))
 	}
 	if err := o.assignLoras(reqs); err != nil {
 		return nil, "", err
 	}
-	return reqs, fmt.Sprintf("%s (%d requests, time scale %g)%s", filepath.Base(o.Trace), len(reqs), o.TimeScale, o.loraWorkloadName()), nil
+	return reqs, name + o.loraWorkloadName(), nil
 }
 
 func write(dir string, s bench.Summary, results []bench.Result) error {

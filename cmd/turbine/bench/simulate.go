@@ -51,6 +51,13 @@ func (o *Options) fleetName(mode string) string {
 func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, mode, label string, stderr io.Writer) (bench.Summary, []bench.Result, error) {
 	label = runLabel(label, workload)
 	cfg := o.simConfig(mode)
+	if o.Plan.Planner.Enabled() {
+		as, err := o.autoscaler()
+		if err != nil {
+			return bench.Summary{}, nil, err
+		}
+		cfg.Autoscaler = as
+	}
 	fmt.Fprintf(stderr, "bench: simulating %d requests (%s) on %s, router %s\n", len(reqs), workload, o.Fleet.workers(), mode)
 	if o.Fleet.Host != (sim.Host{}) {
 		fmt.Fprintf(stderr, "bench: host model: %s\n", describeHost(o.Fleet.Host))
@@ -82,6 +89,7 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 	}
 	s.Kills, s.Migrations, s.PrefillRetries = summaryKills(st.Faults), faultLabels(st.Migrations), faultLabels(st.PrefillRetries)
 	s.Workload, s.URL, s.Model, s.Label = workload, o.fleetName(mode), o.Model, label
+	o.simulatedFleet(&s, st, stderr)
 	o.setCeiling(&s, reqs)
 	return s, out.Results, nil
 }
