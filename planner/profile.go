@@ -41,6 +41,13 @@ type EngineProfile struct {
 	// Decode: a batch of sequences decoding together; at least one point. Any order on
 	// input; Parse sorts them by context, then KV usage.
 	Decode []DecodePoint `json:"decode"`
+
+	// curves are Prefill and Decode laid out for TTFT, ITL and the throughputs, kept by
+	// Validate (nil until then: each call lays them out anew, Timing once) and shared by
+	// copies. They serve while Prefill and Decode are the slices they were laid out from
+	// (appended to or replaced, they are laid out anew); a profile whose points are
+	// changed in place must be validated again.
+	curves *profileCurves
 }
 
 // PrefillPoint is TTFT at one prompt length.
@@ -110,8 +117,9 @@ func (p *Profile) Encode(w io.Writer) error {
 
 func finitePositive(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 
-// Validate checks every field and sorts each engine's decode points (context, then KV
-// usage). Errors name the tensor-parallel size and the point.
+// Validate checks every field, sorts each engine's decode points (context, then KV
+// usage) and lays out each valid engine's curves once for TTFT, ITL and the throughputs
+// to read. Errors name the tensor-parallel size and the point.
 func (p *Profile) Validate() error {
 	switch {
 	case p.Version != ProfileVersion:
@@ -129,6 +137,7 @@ func (p *Profile) Validate() error {
 		if err := e.validate(); err != nil {
 			return fmt.Errorf("planner: profile tensor_parallel_size %d: %w", e.TensorParallelSize, err)
 		}
+		e.keepCurves()
 	}
 	return nil
 }
@@ -202,19 +211,94 @@ func interp(xs, ys []float64, x float64) float64 {
 	return y0 + (y1-y0)*(x-x0)/(x1-x0)
 }
 
-func (e *EngineProfile) prefillCurve(y func(PrefillPoint) float64) ([]float64, []float64) {
-	xs, ys := make([]float64, len(e.Prefill)), make([]float64, len(e.Prefill))
-	for i, pt := range e.Prefill {
-		xs[i], ys[i] = float64(pt.ISL), y(pt)
-	}
-	return xs, ys
+// profileCurves is an engine profile's points laid out for interpolation, so that
+// reading a time costs a few binary searches and no allocation: the prefill curves over
+// ISL and, for each context, the ITL curve over KV usage. It is built from the points as
+// they are, sorted or not, and reads exactly as the points would.
+type profileCurves struct {
+	// prefill and decode are the slices laid out: the curves serve an EngineProfile only
+	// while its slices are still these (same first element, same length).
+	prefill []PrefillPoint
+	decode  []DecodePoint
+
+	isl, ttft, prefillTput []float64 // one per prefill point, in order
+	// contexts holds each run of equal decode contexts once, in order (ascending once
+	// Validate sorted them); usage[i] and itl[i] are the curve of contexts[i]: the
+	// usages of its points in order, a usage repeated by consecutive points once with the
+	// highest ITL.
+	contexts   []float64
+	usage, itl [][]float64
 }
 
-// TTFT is the time to first token in ms of a prompt of isl uncached tokens on an idle
-// engine, interpolated (linearly extrapolated beyond the points, at least the smallest
-// point's TTFT scaled down linearly and never below 0.01 ms).
-func (e *EngineProfile) TTFT(isl float64) float64 {
-	xs, ys := e.prefillCurve(func(p PrefillPoint) float64 { return p.TTFTMs })
+// layOut builds e's curves; it does not keep them.
+func layOut(e *EngineProfile) *profileCurves {
+	n := len(e.Prefill)
+	c := &profileCurves{prefill: e.Prefill, decode: e.Decode,
+		isl: make([]float64, n), ttft: make([]float64, n), prefillTput: make([]float64, n)}
+	for i, pt := range e.Prefill {
+		c.isl[i], c.ttft[i], c.prefillTput[i] = float64(pt.ISL), pt.TTFTMs, pt.TokensPerSecPerGPU
+	}
+	for _, pt := range e.Decode {
+		if x := float64(pt.Context); len(c.contexts) == 0 || c.contexts[len(c.contexts)-1] != x {
+			c.contexts = append(c.contexts, x)
+		}
+	}
+	c.usage, c.itl = make([][]float64, len(c.contexts)), make([][]float64, len(c.contexts))
+	for i, context := range c.contexts {
+		var xs, ys []float64
+		for _, pt := range e.Decode {
+			if float64(pt.Context) != context {
+				continue
+			}
+			if n := len(xs); n > 0 && xs[n-1] == pt.KVUsage {
+				ys[n-1] = math.Max(ys[n-1], pt.ITLMs)
+				continue
+			}
+			xs, ys = append(xs, pt.KVUsage), append(ys, pt.ITLMs)
+		}
+		c.usage[i], c.itl[i] = xs, ys
+	}
+	return c
+}
+
+// sameSlice reports whether a and b are the same slice: same first element, same length.
+func sameSlice[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// of reports whether c (nil: no) was laid out from e's slices as they are now.
+func (c *profileCurves) of(e *EngineProfile) bool {
+	return c != nil && sameSlice(c.prefill, e.Prefill) && sameSlice(c.decode, e.Decode)
+}
+
+// equal reports whether c and d lay out the same slices to the same curves.
+func (c *profileCurves) equal(d *profileCurves) bool {
+	return c != nil && d != nil && sameSlice(c.prefill, d.prefill) && sameSlice(c.decode, d.decode) &&
+		slices.Equal(c.isl, d.isl) && slices.Equal(c.ttft, d.ttft) && slices.Equal(c.prefillTput, d.prefillTput) &&
+		slices.Equal(c.contexts, d.contexts) &&
+		slices.EqualFunc(c.usage, d.usage, slices.Equal) && slices.EqualFunc(c.itl, d.itl, slices.Equal)
+}
+
+// keepCurves lays out e's curves and keeps them (Validate, once e is valid). Curves
+// already kept and still the same are left in place, so that validating a profile again
+// writes nothing while others read it.
+func (e *EngineProfile) keepCurves() {
+	if c := layOut(e); !c.equal(e.curves) {
+		e.curves = c
+	}
+}
+
+// laidOut returns the curves Validate kept when they are still e's, else lays them out
+// for this one call.
+func (e *EngineProfile) laidOut() *profileCurves {
+	if c := e.curves; c.of(e) {
+		return c
+	}
+	return layOut(e)
+}
+
+func (c *profileCurves) ttftAt(isl float64) float64 {
+	xs, ys := c.isl, c.ttft
 	v := interp(xs, ys, isl)
 	if isl < xs[0] { // a steep start extrapolates below zero: hold the first point's rate
 		v = math.Max(v, ys[0]*isl/xs[0])
@@ -222,56 +306,50 @@ func (e *EngineProfile) TTFT(isl float64) float64 {
 	return math.Max(0.01, v)
 }
 
-// PrefillThroughput is the prefill throughput in tokens per second per GPU at prompt
-// length isl, interpolated and held at the end points beyond them.
-func (e *EngineProfile) PrefillThroughput(isl float64) float64 {
-	xs, ys := e.prefillCurve(func(p PrefillPoint) float64 { return p.TokensPerSecPerGPU })
+func (c *profileCurves) prefillThroughputAt(isl float64) float64 {
+	xs := c.isl
 	isl = math.Max(xs[0], math.Min(xs[len(xs)-1], isl))
-	return interp(xs, ys, isl)
+	return interp(xs, c.prefillTput, isl)
 }
 
-// contexts returns the distinct decode contexts, ascending.
-func (e *EngineProfile) contexts() []float64 {
-	var cs []float64
-	for _, pt := range e.Decode {
-		if c := float64(pt.Context); len(cs) == 0 || cs[len(cs)-1] != c {
-			cs = append(cs, c)
-		}
-	}
-	return cs
-}
-
-// itlAt interpolates ITL over KV usage among the points of one context (clamped to the
-// measured usage range: ITL never extrapolates below or above what was seen).
-func (e *EngineProfile) itlAt(context, usage float64) float64 {
-	var xs, ys []float64
-	for _, pt := range e.Decode {
-		if float64(pt.Context) == context {
-			if n := len(xs); n > 0 && xs[n-1] == pt.KVUsage {
-				ys[n-1] = math.Max(ys[n-1], pt.ITLMs)
-				continue
-			}
-			xs, ys = append(xs, pt.KVUsage), append(ys, pt.ITLMs)
-		}
-	}
+// itlOf interpolates the curve of contexts[i] at usage (clamped to the measured usage
+// range: ITL never extrapolates below or above what was seen).
+func (c *profileCurves) itlOf(i int, usage float64) float64 {
+	xs := c.usage[i]
 	usage = math.Max(xs[0], math.Min(xs[len(xs)-1], usage))
-	return interp(xs, ys, usage)
+	return interp(xs, c.itl[i], usage)
+}
+
+func (c *profileCurves) itlAt(usage, context float64) float64 {
+	cs := c.contexts
+	context = math.Max(cs[0], math.Min(cs[len(cs)-1], context))
+	i := sort.SearchFloat64s(cs, context)
+	if cs[i] == context || i == 0 {
+		return c.itlOf(i, usage)
+	}
+	c0, c1 := cs[i-1], cs[i]
+	y0, y1 := c.itlOf(i-1, usage), c.itlOf(i, usage)
+	return y0 + (y1-y0)*(context-c0)/(c1-c0)
+}
+
+// TTFT is the time to first token in ms of a prompt of isl uncached tokens on an idle
+// engine, interpolated (linearly extrapolated beyond the points, at least the smallest
+// point's TTFT scaled down linearly and never below 0.01 ms). Panics without a prefill
+// point.
+func (e *EngineProfile) TTFT(isl float64) float64 { return e.laidOut().ttftAt(isl) }
+
+// PrefillThroughput is the prefill throughput in tokens per second per GPU at prompt
+// length isl, interpolated and held at the end points beyond them. Panics without a
+// prefill point.
+func (e *EngineProfile) PrefillThroughput(isl float64) float64 {
+	return e.laidOut().prefillThroughputAt(isl)
 }
 
 // ITL is the inter-token latency in ms of a decode batch at KV usage usage ([0, 1]) and
 // context tokens per sequence: interpolated over usage within each measured context,
-// then between the two nearest contexts (held at the ends).
-func (e *EngineProfile) ITL(usage, context float64) float64 {
-	cs := e.contexts()
-	context = math.Max(cs[0], math.Min(cs[len(cs)-1], context))
-	i := sort.SearchFloat64s(cs, context)
-	if cs[i] == context || i == 0 {
-		return e.itlAt(cs[i], usage)
-	}
-	c0, c1 := cs[i-1], cs[i]
-	y0, y1 := e.itlAt(c0, usage), e.itlAt(c1, usage)
-	return y0 + (y1-y0)*(context-c0)/(c1-c0)
-}
+// then between the two nearest contexts (held at the ends). Panics without a decode
+// point.
+func (e *EngineProfile) ITL(usage, context float64) float64 { return e.laidOut().itlAt(usage, context) }
 
 // DecodeThroughput is the most output tokens per second per GPU an engine keeps while its
 // ITL stays at most itlTargetMs, with sequences of context tokens: over one sequence and
@@ -281,10 +359,11 @@ func (e *EngineProfile) ITL(usage, context float64) float64 {
 // sequence misses the target; tokens is then that single sequence's throughput, the
 // least the engine does.
 func (e *EngineProfile) DecodeThroughput(blockSize int, itlTargetMs, context float64) (tokens float64, ok bool) {
+	curves := e.laidOut()
 	context = math.Max(1, context)
 	capacity := float64(e.KVBlocks) * float64(blockSize)
 	at := func(batch float64) (tput, itl float64) {
-		itl = e.ITL(math.Min(1, batch*context/capacity), context)
+		itl = curves.itlAt(math.Min(1, batch*context/capacity), context)
 		return batch / (itl / 1000) / float64(e.TensorParallelSize), itl
 	}
 	single, itl := at(1) // a sequence that does not fit the cache runs at full usage

@@ -359,9 +359,6 @@ type setup struct {
 	reqs     []bench.Request
 	workload string        // its description
 	span     time.Duration // first to last arrival
-	// timings holds each size's laid-out timing, built once and read by every
-	// simulation.
-	timings map[int]*tableTiming
 }
 
 // prepare loads the profile, the card and the workload; errors name the flag.
@@ -376,13 +373,10 @@ func (o *Options) prepare() (*setup, error) {
 	if s.sizes == nil {
 		s.sizes = p.TensorParallelSizes()
 	}
-	s.timings = map[int]*tableTiming{}
 	for _, tp := range s.sizes {
-		e, err := p.ForTP(tp)
-		if err != nil {
+		if _, err := p.ForTP(tp); err != nil {
 			return nil, fmt.Errorf("--tensor-parallel-sizes: %s", strings.TrimPrefix(err.Error(), "planner: "))
 		}
-		s.timings[tp] = newTableTiming(e)
 	}
 	if s.card, err = o.card(); err != nil {
 		return nil, err
@@ -521,6 +515,6 @@ func (s *setup) engineConfig(tp int, speedup float64) (mocker.Config, error) {
 	c := mocker.DefaultConfig()
 	c.BlockSize, c.NumGPUBlocks, c.MaxNumSeqs = s.profile.BlockSize, e.KVBlocks, e.MaxNumSeqs
 	c.MaxModelLen, c.MaxNumBatchedTokens, c.SpeedupRatio = s.maxModel, s.batched, speedup
-	c.Timing = s.timings[tp]
+	c.Timing = e.Timing() // the curves LoadProfile laid out: no allocation per step
 	return c, c.Validate()
 }
