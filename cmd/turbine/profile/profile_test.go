@@ -185,6 +185,17 @@ func startMockProcess(t *testing.T, args ...string) string {
 // its model and context length come from /v1/models, its KV blocks and block size from
 // /metrics (vllm:cache_config_info), its KV usage is sampled there; the engine runs as
 // it runs (speedup 1 in the profile, its own speedup not known to the command).
+//
+// What this checks is what the URL path adds: the engine named, the limits read from the
+// engine, the points present, per GPU of the size given, with the KV usage sampled and
+// growing with the batch. The measured times are plausible, not accurate: a mock engine
+// never ends a step before its modelled end, so each is at least the reference model's
+// (less 5 %), and at most 3 times it plus 25 ms, which a time scaled by a speedup the
+// engine does not run at, another size's figures or a unit error would break, whereas a
+// busy host's HTTP and scheduling delays (which this path measures as the engine
+// serves, and which the race detector on parallel packages lengthens) do not. Accuracy
+// against the reference model, with the host's overhead measured and taken out, is
+// TestProfileMockEngines's.
 func TestProfileURL(t *testing.T) {
 	base := startMockProcess(t, "--served-model-name", "served", "--tensor-parallel-size", "2", "--block-size", "16",
 		"--num-gpu-blocks-override", "2000", "--max-model-len", "4096", "--max-num-seqs", "16")
@@ -203,13 +214,41 @@ func TestProfileURL(t *testing.T) {
 		ep.MaxNumSeqs != 16 || len(ep.Prefill) != 1 || len(ep.Decode) != 2 {
 		t.Fatalf("profile %+v", prof)
 	}
+	t.Logf("TP 2 entry: %+v", ep)
 	ref := mockcore.ReferenceTiming{TensorParallelSize: 2}
-	within(t, "TTFT at ISL 256", ep.Prefill[0].TTFTMs, ref.PrefillMillis(256), 1)
-	for _, p := range ep.Decode {
-		within(t, fmt.Sprintf("ITL at batch %d", p.Batch), p.ITLMs, ref.DecodeMillis(p.KVUsage, 512), 1)
+	pp := ep.Prefill[0]
+	plausible(t, "TTFT at ISL 256", pp.TTFTMs, ref.PrefillMillis(256))
+	if want := 256 / (pp.TTFTMs / 1000) / 2; pp.ISL != 256 || math.Abs(pp.TokensPerSecPerGPU-want) > 1e-6*want {
+		t.Errorf("prefill point %+v: want ISL 256 at %v tokens/s per GPU (2 GPUs)", pp, want)
+	}
+	for i, p := range ep.Decode {
+		if p.Context != 512 || p.Batch != []int{2, 8}[i] {
+			t.Fatalf("decode points %+v: want context 512 at batches 2 and 8", ep.Decode)
+		}
+		// Sampled: the batch's blocks of 16 tokens over the engine's 2,000.
+		if held := float64(p.Batch*ceilDiv(p.Context, 16)) / 2000; !(p.KVUsage > 0.5*held && p.KVUsage < 2*held+0.01) {
+			t.Errorf("batch %d: KV usage %.4f, the batch holds about %.4f", p.Batch, p.KVUsage, held)
+		}
+		plausible(t, fmt.Sprintf("ITL at batch %d", p.Batch), p.ITLMs, ref.DecodeMillis(p.KVUsage, 512))
+		if want := float64(p.Batch) / (p.ITLMs / 1000) / 2; math.Abs(p.TokensPerSecPerGPU-want) > 1e-6*want {
+			t.Errorf("decode point %+v: want %v tokens/s per GPU (2 GPUs)", p, want)
+		}
+	}
+	if !(ep.Decode[1].KVUsage > ep.Decode[0].KVUsage) {
+		t.Errorf("KV usage %v at batch 8, %v at batch 2: want it growing with the batch", ep.Decode[1].KVUsage, ep.Decode[0].KVUsage)
 	}
 	if !strings.Contains(stdout, "sampled from the engine's /metrics at 2 decode points") || strings.Contains(stdout, "multiplied") {
 		t.Fatalf("output:\n%s", stdout)
+	}
+}
+
+// plausible checks a time measured on a mock engine running at its model's speed as it
+// serves: never below the reference (less 5 %), at most 3 times it plus 25 ms (see
+// TestProfileURL).
+func plausible(t *testing.T, what string, got, ref float64) {
+	t.Helper()
+	if hi := 3*ref + 25; got < 0.95*ref || got > hi {
+		t.Errorf("%s: %.2f ms, reference %.2f ms: want %.2f to %.2f", what, got, ref, 0.95*ref, hi)
 	}
 }
 
