@@ -95,8 +95,12 @@ func TestPlannerLoadRamp(t *testing.T) {
 	if peak(rf) < 4 || rf.BackToMinS == nil {
 		t.Errorf("real fleet: peak %d ready, back at the minimum: %v; want at least 4 at the peak and back at 1", peak(rf), rf.BackToMinS != nil)
 	}
-	if f := real.Intervals.WithinFraction; f < 0.8 {
+	// Latency within target is a figure of the machine's speed: asserted without the race
+	// detector (BENCHMARKS.md, "Planner: load ramp", has the full run), logged with it.
+	if f := real.Intervals.WithinFraction; f < 0.8 && !raceDetector {
 		t.Errorf("real run: %.1f %% of the intervals within the targets, want at least 80 %%", 100*f)
+	} else if f < 0.8 {
+		t.Logf("real run: %.1f %% of the intervals within the targets (below 80 %%: not asserted under the race detector)", 100*f)
 	}
 	// The simulation, far faster than real time, agrees on the replica counts over time.
 	if simWall > time.Duration(real.DurationS*float64(time.Second))/20 {
