@@ -10,6 +10,10 @@ const (
 	NameMocker = "mocker"
 )
 
+// Names lists every engine name above: the engines a model card, a profile or a worker
+// can name.
+var Names = []string{NameMocker, NameVLLM, NameSGLang, NameTRTLLM}
+
 // Refusal is a sampling field an engine cannot honour.
 type Refusal struct {
 	// Field is the request field as the OpenAI API names it ("bad_words").

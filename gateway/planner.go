@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -90,7 +89,7 @@ type PlannerStatus struct {
 	Model      string  `json:"model"`
 	Mode       string  `json:"mode"`      // "load" or "sla"
 	Connector  string  `json:"connector"` // "local", "kubernetes", "virtual"
-	Predictor  string  `json:"predictor"`
+	Predictor  string  `json:"predictor"` // SLA mode's load predictor; "" in load mode, which predicts nothing
 	TTFTTarget float64 `json:"ttft_target_ms"`
 	ITLTarget  float64 `json:"itl_target_ms"`
 	GPUBudget  int     `json:"gpu_budget"`
@@ -114,7 +113,9 @@ type PlannerStatus struct {
 	PredictedRequests float64 `json:"predicted_requests"`
 	PredictedISL      float64 `json:"predicted_isl"`
 	PredictedOSL      float64 `json:"predicted_osl"`
-	// Correction factors against the profile: observed / expected TTFT and ITL (SLA mode).
+	// Correction factors against the profile that the latest decision used: observed /
+	// expected TTFT and ITL (SLA mode; 1 until a window with requests measured them); 0
+	// before the first decision and in load mode, which uses none.
 	CorrectionPrefill float64       `json:"correction_prefill"`
 	CorrectionDecode  float64       `json:"correction_decode"`
 	Terms             []PlannerTerm `json:"terms"`
@@ -225,11 +226,30 @@ func (s *Server) parsePlannerTargets(w http.ResponseWriter, r *http.Request) (*P
 	return decodePlannerTargets(body)
 }
 
-// decodePlannerTargets decodes and checks the body of POST /admin/planner.
+// plannerTargetFields are the fields of a PlannerTargets body, in their order.
+var plannerTargetFields = []string{"model", "ttft_target_ms", "itl_target_ms", "gpu_budget"}
+
+// decodePlannerTargets decodes and checks the body of POST /admin/planner strictly: a
+// JSON object with only plannerTargetFields (an unknown field is refused, named in
+// param), each of its type (a wrong type is invalid_type with the field in param; null
+// reads as absent), within its bounds.
 func decodePlannerTargets(body []byte) (*PlannerTargets, *APIError) {
+	o, aerr := parseBody(body)
+	if aerr != nil {
+		return nil, aerr
+	}
+	o.trackReads()
 	var t PlannerTargets
-	if err := json.Unmarshal(body, &t); err != nil {
-		return nil, newError(KindInvalidJSON, "", "The body is not a planner targets object: %v.", err)
+	t.Model, _ = o.str("model")
+	t.TTFTTargetMs, _ = o.number("ttft_target_ms")
+	t.ITLTargetMs, _ = o.number("itl_target_ms")
+	budget, _ := o.integer("gpu_budget")
+	if o.err != nil {
+		return nil, o.err
+	}
+	if extra := o.unread(); len(extra) > 0 {
+		return nil, newError(KindInvalidValue, clipName(extra[0]), "Unknown field `%s`: POST /admin/planner takes %s.",
+			clipName(extra[0]), strings.Join(plannerTargetFields, ", "))
 	}
 	target := func(name string, v float64) *APIError {
 		if math.IsNaN(v) || v < 0 || v > MaxPlannerTargetMs {
@@ -240,11 +260,12 @@ func decodePlannerTargets(body []byte) (*PlannerTargets, *APIError) {
 	switch {
 	case t.Model == "":
 		return nil, newError(KindMissingParameter, "model", "`model` is required.")
-	case t.TTFTTargetMs == 0 && t.ITLTargetMs == 0 && t.GPUBudget == 0:
+	case t.TTFTTargetMs == 0 && t.ITLTargetMs == 0 && budget == 0:
 		return nil, newError(KindMissingParameter, "ttft_target_ms", "Give `ttft_target_ms`, `itl_target_ms`, `gpu_budget` or several.")
-	case t.GPUBudget < 0 || t.GPUBudget > MaxPlannerGPUBudget:
-		return nil, newError(KindInvalidValue, "gpu_budget", "`gpu_budget` must be a GPU count from 1 to %d (0 or absent keeps it), got %d.", MaxPlannerGPUBudget, t.GPUBudget)
+	case budget < 0 || budget > MaxPlannerGPUBudget:
+		return nil, newError(KindInvalidValue, "gpu_budget", "`gpu_budget` must be a GPU count from 1 to %d (0 or absent keeps it), got %d.", MaxPlannerGPUBudget, budget)
 	}
+	t.GPUBudget = int(budget)
 	if aerr := target("ttft_target_ms", t.TTFTTargetMs); aerr != nil {
 		return nil, aerr
 	}
@@ -252,6 +273,21 @@ func decodePlannerTargets(body []byte) (*PlannerTargets, *APIError) {
 		return nil, aerr
 	}
 	return &t, nil
+}
+
+// refusedParam names the field a planner's refusal is about, from the planner core's
+// words for its settings (planner.SetTargets: "GPU budget"/"GPUBudget", "TTFT target",
+// "ITL target"); "" when it names none.
+func refusedParam(why string) string {
+	switch w := strings.ToLower(why); {
+	case strings.Contains(w, "budget"):
+		return "gpu_budget"
+	case strings.Contains(w, "ttft"):
+		return "ttft_target_ms"
+	case strings.Contains(w, "itl"):
+		return "itl_target_ms"
+	}
+	return ""
 }
 
 // plannerError maps a PlannerAdmin error to the catalogue.
@@ -262,7 +298,7 @@ func plannerError(model string, err error) *APIError {
 			Message: "No planner runs in this cluster: start `turbine serve --planner load|sla`, or a `turbine planner` member."}
 	case errors.Is(err, ErrPlannerRefused):
 		why := strings.TrimPrefix(err.Error(), ErrPlannerRefused.Error()+": ")
-		return &APIError{Kind: KindInvalidValue, Cause: err, Message: "The planner refused the targets: " + clipName(why) + "."}
+		return &APIError{Kind: KindInvalidValue, Param: refusedParam(why), Cause: err, Message: "The planner refused the targets: " + clipName(why) + "."}
 	}
 	var ae *APIError
 	if errors.Is(err, ErrUnknownModel) || errors.As(err, &ae) {

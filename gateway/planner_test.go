@@ -199,10 +199,15 @@ func TestAdminPlanner(t *testing.T) {
 		{"negative target", "POST", "/admin/planner", `{"model":"tiny","ttft_target_ms":-1}`, false, 400, []string{`"param":"ttft_target_ms"`}, 0},
 		{"huge target", "POST", "/admin/planner", `{"model":"tiny","itl_target_ms":1e300}`, false, 400, []string{`"param":"itl_target_ms"`}, 0},
 		{"negative budget", "POST", "/admin/planner", `{"model":"tiny","gpu_budget":-2}`, false, 400, []string{`"param":"gpu_budget"`}, 0},
-		{"fractional budget", "POST", "/admin/planner", `{"model":"tiny","gpu_budget":2.5}`, false, 400, []string{`"code":"invalid_json"`}, 0},
+		{"fractional budget", "POST", "/admin/planner", `{"model":"tiny","gpu_budget":2.5}`, false, 400, []string{`"code":"invalid_type"`, `"param":"gpu_budget"`}, 0},
+		{"budget a string", "POST", "/admin/planner", `{"model":"tiny","gpu_budget":"4"}`, false, 400, []string{`"code":"invalid_type"`, `"param":"gpu_budget"`}, 0},
+		{"target a string", "POST", "/admin/planner", `{"model":"tiny","ttft_target_ms":"300"}`, false, 400, []string{`"code":"invalid_type"`, `"param":"ttft_target_ms"`}, 0},
+		{"model a number", "POST", "/admin/planner", `{"model":7,"gpu_budget":4}`, false, 400, []string{`"code":"invalid_type"`, `"param":"model"`}, 0},
+		{"unknown field", "POST", "/admin/planner", `{"model":"tiny","gpu_budgett":4,"ttft_target_ms":300}`, false, 400, []string{`"param":"gpu_budgett"`, "gpu_budgett"}, 0},
+		{"not an object", "POST", "/admin/planner", `[1]`, false, 400, []string{`"code":"invalid_json"`}, 0},
 		{"not json", "POST", "/admin/planner", `{"model":`, false, 400, []string{`"code":"invalid_json"`}, 0},
 		{"refused by the planner", "POST", "/admin/planner", `{"model":"tiny","gpu_budget":3}`, false, 400, []string{
-			`"code":"invalid_value"`, "The planner refused the targets: planner: gpu budget 3"}, 0},
+			`"code":"invalid_value"`, `"param":"gpu_budget"`, "The planner refused the targets: planner: gpu budget 3"}, 0},
 		{"set unknown model", "POST", "/admin/planner", `{"model":"nope","gpu_budget":4}`, false, 404, []string{`"code":"model_not_found"`}, 0},
 		{"set, no planner", "POST", "/admin/planner", `{"model":"tiny","gpu_budget":4}`, true, 503, []string{`"code":"planner_unavailable"`}, 0},
 		{"delete", "DELETE", "/admin/planner?model=tiny", "", false, 405, []string{`"code":"method_not_allowed"`}, 0},
@@ -216,6 +221,11 @@ func TestAdminPlanner(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(rr.Body.String(), w) {
 					t.Errorf("body %s\nlacks %s", rr.Body.String(), w)
+				}
+			}
+			for _, internal := range []string{"Go struct", "json: ", "PlannerTargets", "unmarshal"} {
+				if strings.Contains(rr.Body.String(), internal) {
+					t.Errorf("body %s\nspeaks of Go internals (%s)", rr.Body.String(), internal)
 				}
 			}
 			if len(p.set) != tc.set {

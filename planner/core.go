@@ -53,9 +53,10 @@ type Config struct {
 	// KVUsageTarget (0, 1]: load mode adds a decode or aggregated worker when every ready
 	// one's KV usage is at least this.
 	KVUsageTarget float64
-	// ScaleDownRatio (0, 1): load mode removes a worker when every ready one is under this
-	// fraction of each of its thresholds; SLA mode shrinks a pool only to a size its load
-	// fills to at most this fraction (so a load at a boundary does not flap).
+	// ScaleDownRatio (0, 1): load mode removes a worker only when the pool's whole load
+	// spread over one worker fewer stays under this fraction of each threshold; SLA mode
+	// shrinks a pool only to a size its load fills to at most this fraction (so a load at
+	// a boundary does not flap).
 	ScaleDownRatio float64
 	// PrefillTokensPerSec: one engine's prefill rate (tokens/s) that load mode assumes
 	// without a profile; its queue threshold is this rate × the TTFT target.
@@ -365,7 +366,8 @@ func (p *Planner) SetTargets(ttftMs, itlMs float64, gpuBudget int) error {
 
 // Decide plans at now for the fleet as the connector sees it, with the workers' loads
 // (load mode; SLA mode ignores them). Per pool in use (Config.PoolsInUse) the formula
-// (SLA, §27.2) or the load rule (load mode) gives Decision.Wanted; then, in this order,
+// (SLA, §27.2, with its latency feedback: a missed p90 target wants one more worker) or
+// the load rule (load mode) gives Decision.Wanted; then, in this order,
 // each said in Decision.Clamps:
 //
 //  1. missing data holds the pool at its current size (ready + starting);
@@ -390,21 +392,28 @@ func (p *Planner) Decide(now time.Time, fleet Fleet, loads []WorkerLoad) Decisio
 	}
 	var wanted map[Pool]int
 	var engines map[Pool]float64
-	missing := map[Pool]string{}
+	why, missing := map[Pool]string{}, map[Pool]string{}
 	if p.cfg.Mode == ModeSLA {
-		var why string
-		wanted, engines, why = p.sla(&d, fleet)
-		if why != "" {
+		var gap string
+		wanted, engines, gap = p.sla(&d, fleet)
+		if gap != "" {
 			for _, pool := range p.cfg.PoolsInUse() {
-				missing[pool] = why
+				missing[pool] = gap
 			}
 		}
+		for pool, x := range engines {
+			why[pool] = fmt.Sprintf("the load needs %.3g engines", x)
+		}
+		if gap == "" {
+			p.feedback(&d, fleet, wanted, why)
+		}
+		// Load mode uses no correction factor: its decisions leave them 0.
+		d.CorrectionPrefill, d.CorrectionDecode = p.corrP, p.corrD
 	} else {
-		wanted, missing = p.load(&d, fleet, loads)
+		wanted, why, missing = p.load(&d, fleet, loads)
 	}
-	d.CorrectionPrefill, d.CorrectionDecode = p.corrP, p.corrD
 	p.fresh = false
-	p.clamp(&d, now, fleet, wanted, engines, missing)
+	p.clamp(&d, now, fleet, wanted, engines, why, missing)
 	p.last = d
 	return d
 }
@@ -416,9 +425,14 @@ type poolPlan struct {
 	current, target, gpus           int
 	held                            bool
 	missing, inProgress, stabilised bool
+	// why the pool gets its target: the rule's reason (rule), or that of the last clamp
+	// that changed it; holding: that clamp holds the pool (missing data, a step in
+	// progress, stabilisation).
+	why, rule string
+	holding   bool
 }
 
-func (p *Planner) clamp(d *Decision, now time.Time, fleet Fleet, wanted map[Pool]int, engines map[Pool]float64, missing map[Pool]string) {
+func (p *Planner) clamp(d *Decision, now time.Time, fleet Fleet, wanted map[Pool]int, engines map[Pool]float64, why, missing map[Pool]string) {
 	cfg := &p.cfg
 	var plans []*poolPlan
 	for _, pool := range cfg.PoolsInUse() {
@@ -431,13 +445,14 @@ func (p *Planner) clamp(d *Decision, now time.Time, fleet Fleet, wanted map[Pool
 
 	// 1. Missing data.
 	for _, pp := range plans {
-		if why, ok := missing[pp.pool]; ok {
-			pp.missing, pp.held, pp.target = true, true, pp.current
+		if gap, ok := missing[pp.pool]; ok {
+			pp.missing, pp.held, pp.holding, pp.target = true, true, true, pp.current
+			pp.why = fmt.Sprintf("missing data (%s)", gap)
 			d.Wanted[pp.pool] = pp.current
-			clampf("%v: held at %d: missing data (%s)", pp.pool, pp.current, why)
+			clampf("%v: held at %d: missing data (%s)", pp.pool, pp.current, gap)
 			continue
 		}
-		pp.target = wanted[pp.pool]
+		pp.target, pp.why, pp.rule = wanted[pp.pool], why[pp.pool], why[pp.pool]
 		d.Wanted[pp.pool] = pp.target
 	}
 	// 2. A step in progress.
@@ -458,14 +473,19 @@ func (p *Planner) clamp(d *Decision, now time.Time, fleet Fleet, wanted map[Pool
 		pp.inProgress = true
 		if !pp.held {
 			clampf("%v: held at %d (wanted %d): a step in progress (%d starting, %d stopping)", pp.pool, pp.current, pp.target, pp.starting, pp.stopping)
+			pp.why = fmt.Sprintf("a step in progress (%d starting, %d stopping)", pp.starting, pp.stopping)
 		}
-		pp.held, pp.target = true, pp.current
+		pp.held, pp.holding, pp.target = true, true, pp.current
 	}
 	// 3. The minimum per pool.
 	for _, pp := range plans {
 		if pp.target < cfg.MinWorkers {
 			clampf("%v: %d → %d: minimum %d per pool", pp.pool, pp.target, cfg.MinWorkers, cfg.MinWorkers)
-			pp.target = cfg.MinWorkers
+			pp.target, pp.holding = cfg.MinWorkers, false
+			pp.why = fmt.Sprintf("minimum %d per pool", cfg.MinWorkers)
+			if pp.rule != "" {
+				pp.why += " (" + pp.rule + ")"
+			}
 		}
 	}
 	// 4. Stabilisation (every pool with data records its wish, held or not). In SLA mode
@@ -480,7 +500,8 @@ func (p *Planner) clamp(d *Decision, now time.Time, fleet Fleet, wanted map[Pool
 				clampf("%v: %d → %d: shrinks only to a size its load (%.3g engines) fills to at most %g",
 					pp.pool, pp.target, floor, x, cfg.ScaleDownRatio)
 				pp.target = floor
-				pp.stabilised = true
+				pp.stabilised, pp.holding = true, true
+				pp.why = fmt.Sprintf("stabilisation: shrinks only to a size its load (%.3g engines) fills to at most %g", x, cfg.ScaleDownRatio)
 			}
 		}
 		var pw int
@@ -509,8 +530,13 @@ func (p *Planner) clamp(d *Decision, now time.Time, fleet Fleet, wanted map[Pool
 			high = max(high, w.n)
 		}
 		if high > pp.target {
-			pp.stabilised = true
+			pp.stabilised, pp.holding = true, true
 			clampf("%v: %d → %d: stabilisation: %d wanted within the last %v", pp.pool, pp.target, high, high, cfg.Stabilization)
+			pp.why = fmt.Sprintf("stabilisation: %d wanted within the last %v (now %d", high, cfg.Stabilization, pp.target)
+			if pp.rule != "" {
+				pp.why += ": " + pp.rule
+			}
+			pp.why += ")"
 			pp.target = high
 		}
 	}
@@ -518,28 +544,24 @@ func (p *Planner) clamp(d *Decision, now time.Time, fleet Fleet, wanted map[Pool
 	p.budget(fleet, plans, clampf)
 	p.growIntoFree(fleet, plans, clampf)
 
-	var changes, holds []string
+	var parts, holds []string
+	changed := false
 	for _, pp := range plans {
 		d.Target[pp.pool] = pp.target
-		if pp.target != pp.current {
-			changes = append(changes, fmt.Sprintf("%v %d → %d", pp.pool, pp.current, pp.target))
-		}
 		switch {
-		case pp.missing:
-			holds = append(holds, fmt.Sprintf("%v: missing data", pp.pool))
-		case pp.inProgress:
-			holds = append(holds, fmt.Sprintf("%v: a step in progress", pp.pool))
-		case pp.stabilised && pp.target == pp.current:
-			holds = append(holds, fmt.Sprintf("%v: stabilisation", pp.pool))
+		case pp.target != pp.current:
+			changed = true
+			parts = append(parts, fmt.Sprintf("%v %d → %d: %s", pp.pool, pp.current, pp.target, pp.why))
+		case pp.holding:
+			holds = append(holds, pp.pool.String())
+			parts = append(parts, fmt.Sprintf("%v: %s", pp.pool, pp.why))
+		default:
+			parts = append(parts, fmt.Sprintf("%v stays at %d: %s", pp.pool, pp.target, pp.why))
 		}
 	}
-	switch {
-	case len(changes) > 0:
-		d.Reason = strings.Join(changes, ", ")
-	case len(holds) > 0:
-		d.Held, d.Reason = true, "held: "+strings.Join(holds, ", ")
-	default:
-		d.Reason = "at the wanted size"
+	d.Reason = strings.Join(parts, "; ")
+	if !changed && len(holds) > 0 {
+		d.Held, d.Reason = true, "held: "+d.Reason
 	}
 }
 
@@ -586,6 +608,11 @@ func (p *Planner) budget(fleet Fleet, plans []*poolPlan, clampf func(string, ...
 			clampf("%v: %d → %d: GPU budget %d (%d GPUs wanted, %d held elsewhere; shrunk in proportion)",
 				pp.pool, pp.target, shares[i], cfg.GPUBudget, want, used)
 			pp.target = shares[i]
+			if pp.holding { // held by stabilisation above the rule's size: the budget trims it
+				pp.why += fmt.Sprintf(", then %d for the GPU budget %d", pp.target, cfg.GPUBudget)
+			} else {
+				pp.why = fmt.Sprintf("GPU budget %d (%d GPUs wanted, %d held elsewhere; shrunk in proportion)", cfg.GPUBudget, want, used)
+			}
 		}
 	}
 	if total := used + sumGPUs(free); total > cfg.GPUBudget {
@@ -636,7 +663,8 @@ func (p *Planner) growIntoFree(fleet Fleet, plans []*poolPlan, clampf func(strin
 		to := pp.target - optional[i].target + shares[i]
 		clampf("%v: %d → %d: GPU budget %d: grows only into the GPUs free now (%d); those being given back follow once free",
 			pp.pool, pp.target, to, cfg.GPUBudget, max(free, 0))
-		pp.target = to
+		pp.target, pp.holding = to, false
+		pp.why = fmt.Sprintf("GPU budget %d: grows only into the GPUs free now (%d)", cfg.GPUBudget, max(free, 0))
 	}
 }
 
@@ -824,6 +852,52 @@ func (p *Planner) sla(d *Decision, fleet Fleet) (map[Pool]int, map[Pool]float64,
 	return wanted, engines, ""
 }
 
+// feedback is the SLA mode's latency feedback (docs/reference.md §27.2): the formula
+// cannot see every cause of a slow pool (the prefill correction counts at most 1), so
+// when the latest window's observed TTFT p90 (ITL p90) is over its target, the pool that
+// owns it (prefill for TTFT, decode for ITL, aggregated for either) wants at least one
+// worker more than it has (ready + starting), and no pool wants fewer than it has while
+// a target is missed. It edits wanted and why in place and says each change in
+// d.Clamps; the later clamps (a step in progress, the GPU budget) still bound it.
+func (p *Planner) feedback(d *Decision, fleet Fleet, wanted map[Pool]int, why map[Pool]string) {
+	cfg, o := &p.cfg, p.obs
+	if o.Requests == 0 {
+		return
+	}
+	prefillPool, decodePool := PoolAggregated, PoolAggregated
+	if cfg.Disaggregated {
+		prefillPool, decodePool = PoolPrefill, PoolDecode
+	}
+	missed := map[Pool][]string{}
+	if o.TTFTP90Ms > cfg.TTFTTargetMs {
+		missed[prefillPool] = append(missed[prefillPool], fmt.Sprintf("ttft p90 %.0f ms > target %g ms", o.TTFTP90Ms, cfg.TTFTTargetMs))
+	}
+	if o.ITLP90Ms > cfg.ITLTargetMs {
+		missed[decodePool] = append(missed[decodePool], fmt.Sprintf("itl p90 %.0f ms > target %g ms", o.ITLP90Ms, cfg.ITLTargetMs))
+	}
+	if len(missed) == 0 {
+		return
+	}
+	var all []string
+	for _, pool := range cfg.PoolsInUse() {
+		all = append(all, missed[pool]...)
+	}
+	for _, pool := range cfg.PoolsInUse() {
+		current := max(0, fleet.Ready[pool]) + max(0, fleet.Starting[pool])
+		if miss, ok := missed[pool]; ok && wanted[pool] <= current {
+			what := strings.Join(miss, ", ")
+			d.Clamps = append(d.Clamps, fmt.Sprintf("%v: %d → %d: %s: one more", pool, wanted[pool], current+1, what))
+			why[pool] = fmt.Sprintf("%s: one more (%s)", what, why[pool])
+			wanted[pool] = current + 1
+		} else if wanted[pool] < current {
+			d.Clamps = append(d.Clamps, fmt.Sprintf("%v: %d → %d: no scale-down while a latency target is missed (%s)",
+				pool, wanted[pool], current, strings.Join(all, ", ")))
+			why[pool] = fmt.Sprintf("no scale-down while a latency target is missed (%s)", why[pool])
+			wanted[pool] = current
+		}
+	}
+}
+
 // decodeOperatingPoint is the batch (sequences per engine) and KV usage at which an
 // engine of profile e runs when it is given tokensPerSec output tokens per second of
 // sequences of ctx tokens: by Little's law the batch is tokensPerSec × ITL(usage), and
@@ -844,71 +918,186 @@ func decodeOperatingPoint(e *EngineProfile, blockSize int, tokensPerSec, ctx flo
 	return batch, usage
 }
 
-// load is the load mode's rule: per pool, one more worker when every ready one is over
-// its thresholds, one fewer when every one is under ScaleDownRatio of them.
-func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (map[Pool]int, map[Pool]string) {
+// load is the load mode's rule (docs/reference.md §27.2), per pool from its ready
+// workers' loads: one more worker when every one is at or over a threshold; one fewer
+// when none is, the pool's whole load spread over one worker fewer stays under
+// ScaleDownRatio of every threshold that applies (KV usage, queued prefill tokens and,
+// when the latest window had requests, the prefill utilisation their prompt tokens per
+// second would give: queues grow much faster than their load, so the queues alone
+// underrate what one worker fewer would face), and the observed TTFT p90 (when the
+// latest window had requests) is within its target; else the current size. It returns
+// the wanted sizes, why each pool wants its size, and why data is missing for the pools
+// without a ready worker's load.
+func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (wanted map[Pool]int, why, missing map[Pool]string) {
 	cfg := &p.cfg
-	wanted, missing := map[Pool]int{}, map[Pool]string{}
+	wanted, why, missing = map[Pool]int{}, map[Pool]string{}, map[Pool]string{}
 	d.term("kv_usage_target", cfg.KVUsageTarget, "fraction")
+	ttft, haveTTFT := p.observedTTFT()
+	if haveTTFT {
+		d.term("observed_ttft_p90_ms", ttft, "ms")
+		d.term("ttft_target_ms", cfg.TTFTTargetMs, "ms")
+	}
+	arriving, haveRate := p.observedPrefillRate()
+	if haveRate {
+		d.term("observed_prefill_tokens_per_s", arriving, "tokens/s")
+	}
 	for _, pool := range cfg.PoolsInUse() {
 		usesKV, usesPrefill := pool != PoolPrefill, pool != PoolDecode
-		limit := p.prefillQueueLimit(pool)
-		var n, over, under int
-		maxKV, maxTokens := 0.0, 0
+		rate := p.prefillRate(pool)
+		limit := rate * cfg.TTFTTargetMs / 1000
+		var n, over, overKV, overPrefill int
+		maxKV, sumKV, maxTokens, sumTokens := 0.0, 0.0, 0, 0.0
 		for _, w := range loads {
 			if !w.Ready || w.Pool != pool {
 				continue
 			}
 			n++
 			kv := w.KVUsage
-			if !isFinite(kv) {
+			if !isFinite(kv) || kv < 0 {
 				kv = 0
 			}
-			maxKV, maxTokens = math.Max(maxKV, kv), max(maxTokens, w.ActivePrefillTokens)
-			isOver := (usesKV && kv >= cfg.KVUsageTarget) || (usesPrefill && float64(w.ActivePrefillTokens) >= limit)
-			isUnder := (!usesKV || kv < cfg.ScaleDownRatio*cfg.KVUsageTarget) &&
-				(!usesPrefill || float64(w.ActivePrefillTokens) < cfg.ScaleDownRatio*limit)
-			if isOver {
+			tokens := max(0, w.ActivePrefillTokens)
+			maxKV, maxTokens = math.Max(maxKV, kv), max(maxTokens, tokens)
+			sumKV += kv
+			sumTokens += float64(tokens)
+			kvOver := usesKV && kv >= cfg.KVUsageTarget
+			prefillOver := usesPrefill && float64(tokens) >= limit
+			if kvOver || prefillOver {
 				over++
 			}
-			if isUnder {
-				under++
+			if kvOver {
+				overKV++
+			}
+			if prefillOver {
+				overPrefill++
 			}
 		}
+		// The load the workers left would carry after one is removed (a single worker's
+		// own load: the minimum keeps it anyway).
+		rest := max(1, n-1)
+		projKV, projTokens := sumKV/float64(rest), sumTokens/float64(rest)
+		downKV, downTokens := cfg.ScaleDownRatio*cfg.KVUsageTarget, cfg.ScaleDownRatio*limit
 		name := pool.String()
 		d.term(name+"_ready_loads", float64(n), "workers")
 		if usesKV {
 			d.term(name+"_kv_usage_max", maxKV, "fraction")
+			d.term(name+"_kv_usage_projected", projKV, "fraction")
 		}
 		if usesPrefill {
 			d.term(name+"_prefill_queue_limit", limit, "tokens")
 			d.term(name+"_prefill_tokens_max", float64(maxTokens), "tokens")
+			d.term(name+"_prefill_tokens_projected", projTokens, "tokens")
+		}
+		// The prefill utilisation one worker fewer would run at, against the most that
+		// keeps the TTFT target (as in SLA mode: 1 − a prompt's prefill time / target).
+		var projUtil, maxUtil float64
+		if usesPrefill && haveRate {
+			maxUtil = prefillUtilisationMax(p.obs.ISLMean/rate*1000, cfg.TTFTTargetMs)
+			projUtil = arriving / (float64(rest) * rate)
+			d.term(name+"_prefill_utilisation_projected", projUtil, "fraction")
+			d.term(name+"_prefill_utilisation_max", maxUtil, "fraction")
 		}
 		d.term(name+"_over", float64(over), "workers")
-		d.term(name+"_under", float64(under), "workers")
 		if n == 0 {
 			missing[pool] = "no ready worker's load"
 			continue
 		}
 		cur := max(0, fleet.Ready[pool]) + max(0, fleet.Starting[pool])
+		var under []string // the projected figures under their scale-down bounds
+		var full []string  // those that are not
+		if usesKV {
+			s := fmt.Sprintf("KV usage %.2f", projKV)
+			if projKV < downKV {
+				under = append(under, fmt.Sprintf("%s < %.2f", s, downKV))
+			} else {
+				full = append(full, fmt.Sprintf("%s ≥ %.2f", s, downKV))
+			}
+		}
+		if usesPrefill {
+			s := fmt.Sprintf("queued prefill %.0f", projTokens)
+			if projTokens < downTokens {
+				under = append(under, fmt.Sprintf("%s < %.0f tokens", s, downTokens))
+			} else {
+				full = append(full, fmt.Sprintf("%s ≥ %.0f tokens", s, downTokens))
+			}
+			if haveRate {
+				s := fmt.Sprintf("prefill utilisation %.2f", projUtil)
+				if bound := cfg.ScaleDownRatio * maxUtil; projUtil < bound {
+					under = append(under, fmt.Sprintf("%s < %.2f", s, bound))
+				} else {
+					full = append(full, fmt.Sprintf("%s ≥ %.2f", s, bound))
+				}
+			}
+		}
+		spread := fmt.Sprintf("the load over %d workers", rest)
+		switch {
+		case n == 1:
+			spread = "the load of its one worker"
+		case rest == 1:
+			spread = "the load over 1 worker"
+		}
 		switch {
 		case over == n:
 			wanted[pool] = cur + 1
-		case under == n:
-			wanted[pool] = max(0, cur-1)
-		default:
+			switch {
+			case overKV == n:
+				why[pool] = fmt.Sprintf("every worker at or over the KV-usage threshold (%g)", cfg.KVUsageTarget)
+			case overPrefill == n:
+				why[pool] = fmt.Sprintf("every worker at or over its queued-prefill threshold (%.0f tokens)", limit)
+			default:
+				why[pool] = fmt.Sprintf("every worker at or over a threshold (KV usage %g, queued prefill %.0f tokens)", cfg.KVUsageTarget, limit)
+			}
+		case over > 0:
 			wanted[pool] = cur
+			why[pool] = fmt.Sprintf("%d of %d workers at or over a threshold", over, n)
+		case len(full) > 0:
+			wanted[pool] = cur
+			why[pool] = fmt.Sprintf("%s would reach %g of its thresholds: %s", spread, cfg.ScaleDownRatio, strings.Join(full, ", "))
+		case haveTTFT && ttft > cfg.TTFTTargetMs:
+			wanted[pool] = cur
+			why[pool] = fmt.Sprintf("%s would stay under %g of its thresholds, but the observed TTFT p90 %.0f ms is above the %g ms target", spread, cfg.ScaleDownRatio, ttft, cfg.TTFTTargetMs)
+		default:
+			wanted[pool] = max(0, cur-1)
+			why[pool] = fmt.Sprintf("%s stays under %g of its thresholds: %s", spread, cfg.ScaleDownRatio, strings.Join(under, ", "))
 		}
 	}
-	return wanted, missing
+	return wanted, why, missing
 }
 
-// prefillQueueLimit is the queued prefill tokens a worker of pool may hold before a new
-// prompt would wait past the TTFT target: the engine's prefill rate × the target. The
-// rate is the profile's throughput at the observed mean ISL (the profile's longest
-// prompt when none was observed) × the pool's GPUs, or PrefillTokensPerSec without a
-// profile.
-func (p *Planner) prefillQueueLimit(pool Pool) float64 {
+// observedTTFT is the TTFT p90 of the window observed since the last decision, when it
+// had requests (and was accepted).
+func (p *Planner) observedTTFT() (float64, bool) {
+	o := p.obs
+	if !p.fresh || p.obsErr != nil || o.Frontends == 0 || o.Requests == 0 || !(o.TTFTP90Ms > 0) {
+		return 0, false
+	}
+	return o.TTFTP90Ms, true
+}
+
+// observedPrefillRate is the prompt tokens per second of the window observed since the
+// last decision (requests × mean ISL / duration), when it had requests with prompts and
+// a duration (and was accepted).
+func (p *Planner) observedPrefillRate() (float64, bool) {
+	o := p.obs
+	if !p.fresh || p.obsErr != nil || o.Frontends == 0 || o.Requests == 0 || !(o.ISLMean > 0) || o.Duration <= 0 {
+		return 0, false
+	}
+	return float64(o.Requests) * o.ISLMean / o.Duration.Seconds(), true
+}
+
+// prefillUtilisationMax is the most prefill utilisation that keeps a TTFT p90 target
+// with prompts of ownMs prefill time each: 1 − ownMs / target (§27.2's M/D/1 bound),
+// within [DefaultMinPrefillUtilisation, DefaultMaxPrefillUtilisation].
+func prefillUtilisationMax(ownMs, targetMs float64) float64 {
+	return math.Max(DefaultMinPrefillUtilisation, math.Min(DefaultMaxPrefillUtilisation, 1-ownMs/targetMs))
+}
+
+// prefillRate is the prefill tokens per second of one worker of pool, which load mode's
+// queue limit (the queued prefill tokens a worker may hold before a new prompt would
+// wait past the TTFT target: this rate × the target) and projected utilisation read: the
+// profile's throughput at the observed mean ISL (the profile's longest prompt when none
+// was observed) × the pool's GPUs, or PrefillTokensPerSec without a profile.
+func (p *Planner) prefillRate(pool Pool) float64 {
 	cfg := &p.cfg
 	rate := cfg.PrefillTokensPerSec
 	if cfg.Profile != nil {
@@ -920,5 +1109,5 @@ func (p *Planner) prefillQueueLimit(pool Pool) float64 {
 			rate = e.PrefillThroughput(isl) * float64(cfg.gpus(pool))
 		}
 	}
-	return rate * cfg.TTFTTargetMs / 1000
+	return rate
 }

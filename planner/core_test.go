@@ -2,6 +2,7 @@ package planner
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -354,6 +355,93 @@ func TestNoOscillationAtTheBoundary(t *testing.T) {
 	}
 }
 
+// Load mode under a constant load (the same queued prefill tokens and KV usage in total,
+// spread evenly over the ready workers) never flaps: it grows until no worker is over a
+// threshold and then keeps that size, since removing a worker is projected on the load
+// the others would carry. A per-worker rule removes the worker it has just added
+// whenever the halved load looks idle. A load that then stops still shrinks the pool to
+// its minimum.
+func TestLoadModeConstantLoadDoesNotFlap(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		tokens, kv    float64 // the whole pool's load
+		minSize, want int     // the size it must reach, and keep
+	}{
+		{"prefill just over one worker", 24000, 0.2, 2, 2},
+		{"prefill over two workers", 45000, 0.2, 3, 3},
+		{"prefill at the scale-down bound of two", 35000, 0.1, 2, 2},
+		{"kv over one worker", 0, 0.9, 2, 2},
+		{"kv over two workers", 0, 1.7, 3, 3},
+		{"both", 30000, 1.2, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPlanner(t, Config{Mode: ModeLoad})
+			f := newToyFleet(map[Pool]int{PoolAggregated: 1}, 3*time.Second)
+			now := scriptStart
+			sizes := []int{1}
+			loadsOf := func(fl Fleet, tokens, kv float64) []WorkerLoad {
+				n := fl.Ready[PoolAggregated]
+				var loads []WorkerLoad
+				for i := range n {
+					loads = append(loads, WorkerLoad{WorkerID: fmt.Sprint("w", i), Pool: PoolAggregated, Ready: true,
+						KVUsage: kv / float64(n), ActivePrefillTokens: int(tokens / float64(n))})
+				}
+				return loads
+			}
+			for range 100 {
+				fl := f.at(now)
+				d := p.Decide(now, fl, loadsOf(fl, tc.tokens, tc.kv))
+				if tgt := d.Target[PoolAggregated]; tgt != sizes[len(sizes)-1] {
+					sizes = append(sizes, tgt)
+				}
+				f.apply(now, d.Target)
+				now = now.Add(5 * time.Second)
+			}
+			for i := 1; i < len(sizes); i++ {
+				if sizes[i] < sizes[i-1] {
+					t.Fatalf("constant load: sizes %v: it shrank after growing", sizes)
+				}
+			}
+			if last := sizes[len(sizes)-1]; last != tc.want {
+				t.Fatalf("constant load: sizes %v, want it to settle at %d", sizes, tc.want)
+			}
+			for range 40 { // the load stops
+				fl := f.at(now)
+				f.apply(now, p.Decide(now, fl, loadsOf(fl, 0, 0)).Target)
+				now = now.Add(5 * time.Second)
+			}
+			if n := f.at(now).Ready[PoolAggregated]; n != 1 {
+				t.Errorf("after the load stopped: %d workers, want the minimum 1", n)
+			}
+		})
+	}
+}
+
+// Load mode removes no worker while the frontends measure a TTFT p90 above its target,
+// however idle the workers look; a window without requests has no TTFT to hold it.
+func TestLoadModeHoldsWhileTTFTAboveTarget(t *testing.T) {
+	p := newPlanner(t, Config{Mode: ModeLoad})
+	fleet := fleetOf(map[Pool]int{PoolAggregated: 3})
+	idle := []WorkerLoad{{WorkerID: "a", Pool: PoolAggregated, Ready: true}, {WorkerID: "b", Pool: PoolAggregated, Ready: true},
+		{WorkerID: "c", Pool: PoolAggregated, Ready: true}}
+	now := scriptStart
+	for i := range 10 {
+		p.Observe(Observation{Frontends: 1, Requests: 50, Duration: 5 * time.Second, ISLMean: 4096, TTFTP90Ms: 501})
+		d := p.Decide(now, fleet, idle)
+		if d.Target[PoolAggregated] != 3 || d.Wanted[PoolAggregated] != 3 || !strings.Contains(d.Reason, "TTFT p90 501 ms is above the 500 ms target") {
+			t.Fatalf("decision %d: wanted %v, target %v, reason %q: want 3 held for the TTFT", i, d.Wanted, d.Target, d.Reason)
+		}
+		if d.CorrectionPrefill != 0 || d.CorrectionDecode != 0 {
+			t.Fatalf("load mode reports correction factors %v, %v: it uses none", d.CorrectionPrefill, d.CorrectionDecode)
+		}
+		now = now.Add(5 * time.Second)
+	}
+	p.Observe(Observation{Frontends: 1, Duration: 5 * time.Second}) // no request: no TTFT
+	if d := p.Decide(now, fleet, idle); d.Wanted[PoolAggregated] != 2 {
+		t.Fatalf("a window without requests: wanted %v, want 2 (%q)", d.Wanted, d.Reason)
+	}
+}
+
 // Random fleets, loads, budgets, missing data and steps in progress: the planner never
 // goes below the minimum, never moves a pool held for missing data or a step in
 // progress, says why a target differs from the formula, asks for more GPUs than the
@@ -405,6 +493,11 @@ func TestDecisionInvariants(t *testing.T) {
 			d := p.Decide(now, fleet, loads)
 			c := p.Config()
 			clamps := strings.Join(d.Clamps, "\n")
+			for _, pool := range c.PoolsInUse() { // every decision says what it does with each pool, and why
+				if !strings.Contains(d.Reason, pool.String()+" ") && !strings.Contains(d.Reason, pool.String()+":") {
+					t.Fatalf("iter %d step %d: the reason %q does not speak of %v", iter, step, d.Reason, pool)
+				}
+			}
 			used, peak, grows, allMin := 0, 0, false, true
 			for _, pool := range Pools {
 				g := c.gpus(pool)

@@ -50,9 +50,10 @@ const (
 	// DefaultKVUsageTarget: load mode adds a decode (or aggregated) worker when every
 	// ready one uses at least this fraction of its KV cache.
 	DefaultKVUsageTarget = 0.8
-	// DefaultScaleDownRatio: load mode removes a worker when every ready one is under
-	// this fraction of its thresholds; SLA mode shrinks a pool only to a size its load
-	// fills to at most this fraction (hysteresis against flapping at a boundary).
+	// DefaultScaleDownRatio: load mode removes a worker only when the pool's whole load
+	// spread over one worker fewer stays under this fraction of its thresholds; SLA mode
+	// shrinks a pool only to a size its load fills to at most this fraction (hysteresis
+	// against flapping at a boundary).
 	DefaultScaleDownRatio = 0.8
 	// DefaultPrefillTokensPerSec is the prefill rate of one engine (tokens/s) that load
 	// mode assumes without a profile: the reference mock engine (docs/reference.md §7)

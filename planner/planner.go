@@ -122,14 +122,22 @@ type Decision struct {
 	Observation Observation
 	// Predicted load of the next interval: requests in it, mean ISL and OSL.
 	PredictedRequests, PredictedISL, PredictedOSL float64
-	// Correction factors against the profile: observed / expected TTFT (p) and ITL (d).
+	// Correction factors against the profile: observed / expected TTFT (p) and ITL (d)
+	// that the SLA mode's formula used (1 until a window with requests measured them);
+	// 0 in load mode, which uses none.
 	CorrectionPrefill, CorrectionDecode float64
 	Terms                               []Term
 	Wanted                              map[Pool]int // the formula's replicas, before clamps
 	Target                              map[Pool]int // what the connector is asked for
 	Clamps                              []string     // e.g. "decode: 5 → 4: GPU budget 8"
-	// Held is true when the target is the current size for a stated Reason (missing
-	// data, a step in progress, the stabilisation window).
-	Held   bool
+	// Held is true when no pool changes and at least one is held at its current size
+	// (missing data, a step in progress, stabilisation); Reason then starts "held: ".
+	Held bool
+	// Reason says, for every pool in use, what the decision does and why, pools joined
+	// by "; ": "aggregated 2 → 3: every worker at or over its queued-prefill threshold
+	// (20000 tokens)", "decode stays at 2: the load needs 1.73 engines", or for a held
+	// pool "prefill: stabilisation: …", "decode: a step in progress (…)",
+	// "aggregated: missing data (…)". The why is the rule's, or that of the last clamp
+	// that changed the pool's target (Clamps lists them all).
 	Reason string
 }

@@ -10,10 +10,24 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/engines/mocker"
 )
 
 // ProfileVersion is the version of the profile format this package reads and writes.
 const ProfileVersion = 1
+
+// Bounds of a profile's figures (docs/reference.md §27.1): far above any engine's, low
+// enough that the arithmetic on them stays exact and no figure sizes an allocation
+// beyond reason.
+const (
+	MaxProfileKVBlocks  = mocker.MaxNumGPUBlocks // kv_blocks per engine (16,777,216: what the mock engine plays)
+	MaxProfileNumSeqs   = 65536                  // max_num_seqs per engine
+	MaxProfileLatencyMs = 3600e3                 // ttft_ms and itl_ms: one hour, in ms
+)
 
 // MaxProfileBytes bounds a profile file (a sweep writes a few kilobytes).
 const MaxProfileBytes = 8 << 20
@@ -23,7 +37,7 @@ const MaxProfileBytes = 8 << 20
 // of a profile file; the mock engine and the simulator can take it as their timing model.
 type Profile struct {
 	Version   int    `json:"version"`    // ProfileVersion
-	Engine    string `json:"engine"`     // "mocker", "vllm", "sglang", "trtllm"
+	Engine    string `json:"engine"`     // one of engines.Names: "mocker", "vllm", "sglang", "trtllm"
 	Model     string `json:"model"`      // served model name
 	BlockSize int    `json:"block_size"` // KV block size in tokens
 	// Parallel holds one profile per tensor-parallel size, ascending and distinct.
@@ -68,11 +82,19 @@ type DecodePoint struct {
 
 // LoadProfile reads and checks a profile file (ParseProfile).
 func LoadProfile(path string) (*Profile, error) {
-	f, err := os.Open(path)
+	// Opened without blocking and checked before it is read: a FIFO or a device is
+	// refused at once instead of hanging the read.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("planner: profile: %w", err)
 	}
 	defer f.Close()
+	switch fi, err := f.Stat(); {
+	case err != nil:
+		return nil, fmt.Errorf("planner: profile %s: %w", path, err)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("planner: profile %s is not a regular file (mode %v)", path, fi.Mode().Type())
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxProfileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("planner: profile %s: %w", path, err)
@@ -128,6 +150,8 @@ func (p *Profile) Validate() error {
 		return fmt.Errorf("planner: profile block_size %d, want 1..4096", p.BlockSize)
 	case len(p.Parallel) == 0:
 		return errors.New("planner: profile has no tensor_parallel entry")
+	case !slices.Contains(engines.Names, p.Engine):
+		return fmt.Errorf("planner: profile engine %q, want one of %s", p.Engine, strings.Join(engines.Names, ", "))
 	}
 	for i := range p.Parallel {
 		e := &p.Parallel[i]
@@ -148,12 +172,19 @@ func (e *EngineProfile) validate() error {
 		return fmt.Errorf("tensor_parallel_size %d, want 1..64", e.TensorParallelSize)
 	case e.KVBlocks < 1 || e.MaxNumSeqs < 1:
 		return fmt.Errorf("kv_blocks %d and max_num_seqs %d must be ≥ 1", e.KVBlocks, e.MaxNumSeqs)
+	case e.KVBlocks > MaxProfileKVBlocks:
+		return fmt.Errorf("kv_blocks %d, want at most %d", e.KVBlocks, MaxProfileKVBlocks)
+	case e.MaxNumSeqs > MaxProfileNumSeqs:
+		return fmt.Errorf("max_num_seqs %d, want at most %d", e.MaxNumSeqs, MaxProfileNumSeqs)
 	case len(e.Prefill) == 0 || len(e.Decode) == 0:
 		return errors.New("needs at least one prefill and one decode point")
 	}
 	for i, pt := range e.Prefill {
 		if pt.ISL < 1 || !finitePositive(pt.TTFTMs) || !finitePositive(pt.TokensPerSecPerGPU) {
 			return fmt.Errorf("prefill point %d: isl ≥ 1, ttft_ms and tokens_per_s_per_gpu finite and > 0", i)
+		}
+		if pt.TTFTMs > MaxProfileLatencyMs {
+			return fmt.Errorf("prefill point %d: ttft_ms %g, want at most %g (one hour)", i, pt.TTFTMs, MaxProfileLatencyMs)
 		}
 		if i > 0 && pt.ISL <= e.Prefill[i-1].ISL {
 			return fmt.Errorf("prefill point %d: isl must ascend", i)
@@ -163,6 +194,9 @@ func (e *EngineProfile) validate() error {
 		if pt.Context < 1 || pt.Batch < 1 || !(pt.KVUsage >= 0 && pt.KVUsage <= 1) ||
 			!finitePositive(pt.ITLMs) || !finitePositive(pt.TokensPerSecPerGPU) {
 			return fmt.Errorf("decode point %d: context and batch ≥ 1, kv_usage in [0, 1], itl_ms and tokens_per_s_per_gpu finite and > 0", i)
+		}
+		if pt.ITLMs > MaxProfileLatencyMs {
+			return fmt.Errorf("decode point %d: itl_ms %g, want at most %g (one hour)", i, pt.ITLMs, MaxProfileLatencyMs)
 		}
 	}
 	sort.SliceStable(e.Decode, func(i, j int) bool {

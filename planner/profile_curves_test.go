@@ -220,7 +220,7 @@ func TestCurvesReadAsThePoints(t *testing.T) {
 			return cmp.Or(cmp.Compare(a.Context, b.Context), cmp.Compare(a.KVUsage, b.KVUsage))
 		})
 		checkAgainstReference(t, "random, not validated, sorted", &sorted, rng, 100)
-		p := &Profile{Version: ProfileVersion, BlockSize: 16, Parallel: []EngineProfile{e}}
+		p := &Profile{Version: ProfileVersion, Engine: "mocker", BlockSize: 16, Parallel: []EngineProfile{e}}
 		p.Parallel[0].Prefill, p.Parallel[0].Decode = slices.Clone(e.Prefill), slices.Clone(e.Decode)
 		if err := p.Validate(); err != nil {
 			t.Fatalf("random profile %d: %v", k, err)
@@ -271,7 +271,7 @@ func TestCurvesFollowThePoints(t *testing.T) {
 	checkAgainstReference(t, "replaced, not validated", e, rng, 200)
 
 	// Timing of a profile never validated, validated afterwards: it reads the sorted points.
-	q := &Profile{Version: ProfileVersion, BlockSize: 16, Parallel: []EngineProfile{randomEngine(rng)}}
+	q := &Profile{Version: ProfileVersion, Engine: "mocker", BlockSize: 16, Parallel: []EngineProfile{randomEngine(rng)}}
 	qe := &q.Parallel[0]
 	slices.Reverse(qe.Decode)
 	qt := qe.Timing()

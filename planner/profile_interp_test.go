@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func fixtureBytes(t testing.TB) []byte {
@@ -65,7 +67,17 @@ func TestParseProfileRefuses(t *testing.T) {
 		"null":             "null",
 		"prefill missing":  strings.Replace(good, `"prefill"`, `"prefil"`, 1),
 		"negative context": strings.Replace(good, `"context": 1000,`, `"context": -1,`, 1),
+		"engine unknown":   strings.Replace(good, `"engine": "mocker"`, `"engine": "x"`, 1),
+		"engine missing":   strings.Replace(good, `"engine": "mocker"`, `"engine": ""`, 1),
+		"kv blocks huge":   strings.Replace(good, `"kv_blocks": 4000`, `"kv_blocks": 16777217`, 1),
+		"max seqs huge":    strings.Replace(good, `"max_num_seqs": 64`, `"max_num_seqs": 65537`, 1),
+		"ttft over 1 h":    strings.Replace(good, `"ttft_ms": 25,`, `"ttft_ms": 3600001,`, 1),
+		"itl over 1 h":     strings.Replace(good, `"itl_ms": 10,`, `"itl_ms": 3600001,`, 1),
 	} {
+		if body == good {
+			t.Errorf("%s: the fixture has not the field to change", name)
+			continue
+		}
 		if _, err := ParseProfile([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
@@ -167,7 +179,7 @@ func TestDecodeThroughputOneSequence(t *testing.T) {
 // finite, non-negative figures.
 func FuzzProfileParse(f *testing.F) {
 	f.Add(fixtureBytes(f))
-	f.Add([]byte(`{"version":1,"engine":"x","model":"m","block_size":1,"tensor_parallel":[{"tensor_parallel_size":1,"kv_blocks":1,"max_num_seqs":1,"prefill":[{"isl":1,"ttft_ms":1,"tokens_per_s_per_gpu":1}],"decode":[{"context":1,"batch":1,"kv_usage":0,"itl_ms":1,"tokens_per_s_per_gpu":1}]}]}`))
+	f.Add([]byte(`{"version":1,"engine":"mocker","model":"m","block_size":1,"tensor_parallel":[{"tensor_parallel_size":1,"kv_blocks":1,"max_num_seqs":1,"prefill":[{"isl":1,"ttft_ms":1,"tokens_per_s_per_gpu":1}],"decode":[{"context":1,"batch":1,"kv_usage":0,"itl_ms":1,"tokens_per_s_per_gpu":1}]}]}`))
 	f.Add([]byte(`{"version":1}]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseProfile(data)
@@ -195,4 +207,26 @@ func FuzzProfileParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// LoadProfile refuses what is not a regular file at once: a FIFO nobody writes to must
+// not hang it.
+func TestLoadProfileRefusesAFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "profile.json")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := LoadProfile(path)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("LoadProfile(FIFO) = %v, want a not-a-regular-file error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("LoadProfile of a FIFO did not return within 5 s")
+	}
 }

@@ -482,7 +482,7 @@ func writePlannerFamilies(w io.Writer, statuses []*messages.PlannerStatus) {
 	for i, f := range modelFams {
 		writeFamily(w, f.name, f.help, f.typ, modelLines[i])
 	}
-	writeFamily(w, "turbine_planner_correction_factor", "observed over the profile's expected TTFT (phase prefill) and ITL (phase decode) in the planner's latest decision; 0 when it made none (load mode, no requests)", "gauge", corrLines)
+	writeFamily(w, "turbine_planner_correction_factor", "the correction factor the planner's latest decision used: observed over the profile's expected TTFT (phase prefill) and ITL (phase decode); 1 in sla mode until a window with requests measured it; 0 before the first decision and in load mode, which uses none", "gauge", corrLines)
 }
 
 // callTimeout is d, or less when ctx ends sooner (a grain call takes a timeout, not a

@@ -24,7 +24,10 @@
 //     each, workers with their model, role, GPUs, ActorRef and whether they are stopping,
 //     and the node's own model and engine (Config.Defaults).
 //   - *actor.Terminated of a child: its GPUs are freed, whether it was asked to stop or
-//     failed (workers that fail are stopped, not restarted: see Props).
+//     failed (workers that fail are stopped, not restarted: see Props). Its end is
+//     logged at info when a StopWorker asked for it or the agent itself is stopping
+//     (with its process: StopWorkers drains every worker through the agent first), and
+//     as a warning only when the worker stopped unasked.
 //
 // State owned: the Allocator (which GPU is pinned to which worker; authoritative on this
 // node, lost with the agent), the running workers (PID, model, role, GPUs, stopping or

@@ -95,6 +95,9 @@ type placed struct {
 	gpus     []int
 	stopping bool
 	draining bool
+	// drainEnd: when a draining worker is stopped at the latest (its grace plus the
+	// overrun, wall clock).
+	drainEnd time.Time
 	waiters  []*actor.PID // StopWorker requesters, answered once the worker is gone
 	// replacement starts on this worker's GPUs once it is gone (a role change).
 	replacement *pending
@@ -125,6 +128,9 @@ type agent struct {
 	byPID   map[string]string   // child PID id -> worker id
 	next    int                 // next n of "<node id>-<n>"
 	quit    chan struct{}       // closed when the agent stops: drain watchers end
+	// quitting: the agent itself is stopping (poisoned or stopped, with its process), so
+	// the workers it has not been asked to stop end because it stops them.
+	quitting bool
 }
 
 func newAgent(cfg Config, log zerolog.Logger) *agent {
@@ -154,6 +160,10 @@ func (a *agent) Receive(c actor.Context) {
 	case *actor.Terminated:
 		a.gone(c, m.Who)
 	case *actor.Stopping:
+		a.quitting = true
+		if len(a.workers) > 0 {
+			a.log.Info().Int("workers", len(a.workers)).Msg("node agent stopping: stopping its workers")
+		}
 		close(a.quit)
 	}
 }
@@ -355,28 +365,34 @@ func (a *agent) stop(c actor.Context, id string, drain time.Duration) {
 
 // stopWorker marks w stopping and drains it (drain > 0: worker.Drain, then a drainOver
 // stops it) or stops it. A worker being drained is stopped at once by a stop without
-// drain; a second drain changes nothing.
+// drain; a second drain that ends sooner than the first drains it again with its shorter
+// grace (the worker ends its requests then, and the agent stops it by the new end); a
+// second drain that ends later changes nothing.
 func (a *agent) stopWorker(c actor.Context, id string, w *placed, drain time.Duration) {
+	limit := drain + a.cfg.DrainOverrun
 	switch {
+	case w.stopping && w.draining && drain > 0 && time.Now().Add(limit).Before(w.drainEnd):
+		a.log.Info().Str("worker", id).Dur("grace", drain).Msg("draining worker: grace shortened")
 	case w.stopping && (!w.draining || drain > 0):
 		return
 	case w.stopping: // draining, and now asked to stop at once
 		a.log.Info().Str("worker", id).Msg("stopping worker without waiting for its drain")
 		c.Stop(w.pid)
 		return
+	default:
+		w.stopping = true
+		if drain <= 0 {
+			a.log.Info().Str("worker", id).Msg("stopping worker")
+			c.Stop(w.pid)
+			return
+		}
+		w.draining = true
+		a.log.Info().Str("worker", id).Dur("grace", drain).Msg("draining worker, then stopping it")
 	}
-	w.stopping = true
-	if drain <= 0 {
-		a.log.Info().Str("worker", id).Msg("stopping worker")
-		c.Stop(w.pid)
-		return
-	}
-	w.draining = true
-	a.log.Info().Str("worker", id).Dur("grace", drain).Msg("draining worker, then stopping it")
+	w.drainEnd = time.Now().Add(limit)
 	done := make(chan struct{})
 	c.Send(w.pid, &worker.Drain{Grace: drain, Done: done})
 	self, root, pid, quit := c.Self(), c.ActorSystem().Root, w.pid, a.quit
-	limit := drain + a.cfg.DrainOverrun
 	go func() {
 		t := time.NewTimer(limit)
 		defer t.Stop()
@@ -400,9 +416,12 @@ func (a *agent) gone(c actor.Context, who *actor.PID) {
 	delete(a.byPID, who.GetId())
 	delete(a.workers, id)
 	a.alloc.Release(id)
-	if w.stopping {
+	switch {
+	case w.stopping:
 		a.log.Info().Str("worker", id).Ints("gpus_freed", w.gpus).Msg("worker stopped")
-	} else {
+	case a.quitting:
+		a.log.Info().Str("worker", id).Ints("gpus_freed", w.gpus).Msg("worker stopped: the node agent is stopping")
+	default:
 		a.log.Warn().Str("worker", id).Ints("gpus_freed", w.gpus).Msg("worker stopped on its own")
 	}
 	for _, p := range w.waiters {
@@ -456,4 +475,44 @@ func int32s(v []int) []int32 {
 		out[i] = int32(x)
 	}
 	return out
+}
+
+// StopWorkers has the node agent at pid stop every worker it runs (and cancel the
+// replacements waiting), each drained for drain first (StopWorker.drain_ms: it leaves
+// routing, its requests run that long, then the rest end as migratable), all at once,
+// and returns once the agent has answered for every one or limit has passed. The agent
+// asked the stop, so it logs each worker's end as expected (info), not as a worker that
+// stopped on its own. Errors: the status or a stop not answered within limit (the
+// workers named).
+func StopWorkers(root *actor.RootContext, pid *actor.PID, drain, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	res, err := root.RequestFuture(pid, &messages.NodeStatusRequest{}, limit).Result()
+	st, _ := res.(*messages.NodeStatus)
+	if err != nil || st == nil {
+		return fmt.Errorf("node: stop workers: no status from the node agent: %v", err)
+	}
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, len(st.Workers))
+	for _, w := range st.Workers {
+		id := w.GetWorkerId()
+		f := root.RequestFuture(pid, &messages.StopWorker{WorkerId: id, DrainMs: drain.Milliseconds()}, max(time.Until(deadline), time.Millisecond))
+		go func() {
+			_, err := f.Result()
+			done <- result{id, err}
+		}()
+	}
+	var late []string
+	for range st.Workers {
+		if r := <-done; r.err != nil {
+			late = append(late, r.id)
+		}
+	}
+	if len(late) > 0 {
+		sort.Strings(late)
+		return fmt.Errorf("node: stop workers: %v not stopped within %v", late, limit)
+	}
+	return nil
 }

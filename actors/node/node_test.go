@@ -386,3 +386,88 @@ func TestProps(t *testing.T) {
 		})
 	}
 }
+
+// warnings lists the warn-level events logged so far.
+func (l *logEvents) warnings() []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, ev := range l.events {
+		if ev["level"] == "warn" {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// A node agent stopped with its process (poisoned, as serve and turbine node do at the
+// end) stops its workers itself: each end is logged at info, none as a worker that
+// stopped on its own.
+func TestStoppingAgentLogsItsWorkersAtInfo(t *testing.T) {
+	h := newHarness(t, 2, false)
+	h.mustStart(&messages.StartWorker{WorkerId: "a", Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	h.mustStart(&messages.StartWorker{WorkerId: "b", Engine: MockerEngine, Card: card("m")})
+	if err := h.sys.Root.PoisonFuture(h.node).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	h.logs.wait(t, "worker stopped: the node agent is stopping", "a")
+	h.logs.wait(t, "worker stopped: the node agent is stopping", "b")
+	if w := h.logs.warnings(); len(w) > 0 {
+		t.Fatalf("warnings on a normal stop: %v", w)
+	}
+}
+
+// StopWorkers drains every worker through the agent (so that it knows the stop is
+// asked for), waits until they are gone and leaves their GPUs free; a worker that
+// really stops on its own is still a warning.
+func TestStopWorkersDrainsThroughTheAgent(t *testing.T) {
+	h := newHarness(t, 2, false)
+	h.mustStart(&messages.StartWorker{WorkerId: "a", Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	h.mustStart(&messages.StartWorker{WorkerId: "b", Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	if err := StopWorkers(h.sys.Root, h.node, 1500*time.Millisecond, timeout); err != nil {
+		t.Fatal(err)
+	}
+	h.wantPins("0:- 1:-", "")
+	h.f.mu.Lock()
+	drains := fmt.Sprint(h.f.drains)
+	h.f.mu.Unlock()
+	if drains != "map[a:1.5s b:1.5s]" {
+		t.Fatalf("drains %s, want both workers drained for 1.5s", drains)
+	}
+	h.logs.wait(t, "worker stopped", "a")
+	h.logs.wait(t, "worker stopped", "b")
+	if w := h.logs.warnings(); len(w) > 0 {
+		t.Fatalf("warnings on a drained stop: %v", w)
+	}
+	// A worker stopped behind the agent's back is still reported.
+	r := h.mustStart(&messages.StartWorker{WorkerId: "c", Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	if err := h.sys.Root.StopFuture(actor.NewPID(r.Worker.GetAddress(), r.Worker.GetId())).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	h.logs.wait(t, "worker stopped on its own", "c")
+	if err := StopWorkers(h.sys.Root, h.node, 0, timeout); err != nil { // nothing left
+		t.Fatal(err)
+	}
+}
+
+// A worker the agent already drains with a long grace (a planner's scale-down) gets the
+// shorter grace of a later stop (shutdown): it is drained again with that grace and
+// stopped once it and the overrun are over, not after the first grace.
+func TestShorterDrainShortensADrainingWorker(t *testing.T) {
+	h := newHarnessWith(t, 1, false, func(c *Config) { c.DrainOverrun = 200 * time.Millisecond })
+	h.f.drainHold = make(chan struct{}) // the worker never reports drained
+	t.Cleanup(func() { close(h.f.drainHold) })
+	h.mustStart(&messages.StartWorker{WorkerId: "a", Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	h.sys.Root.Send(h.node, &messages.StopWorker{WorkerId: "a", DrainMs: time.Hour.Milliseconds()})
+	h.logs.wait(t, "draining worker, then stopping it", "a")
+	if err := StopWorkers(h.sys.Root, h.node, 100*time.Millisecond, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h.wantPins("0:-", "")
+	h.f.mu.Lock()
+	drains := fmt.Sprint(h.f.drains)
+	h.f.mu.Unlock()
+	if drains != "map[a:100ms]" {
+		t.Fatalf("drains %s, want the worker drained again for 100ms", drains)
+	}
+}

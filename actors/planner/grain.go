@@ -403,9 +403,9 @@ func (g *grain) logDecision(d core.Decision, f core.Fleet, note string) {
 	for _, t := range d.Terms {
 		terms.Float64(t.Name, t.Value)
 	}
-	ev := g.log.Info()
+	ev := g.log.Info().Str("reason", d.Reason)
 	if d.Held {
-		ev = ev.Bool("held", true).Str("reason", d.Reason)
+		ev = ev.Bool("held", true)
 	}
 	if note != "" {
 		ev = ev.Str("note", note)
@@ -442,7 +442,10 @@ func (g *grain) status() *messages.PlannerStatus {
 		return st
 	}
 	c := g.p.Config()
-	st.Mode, st.Predictor = c.Mode.String(), c.Predictor
+	st.Mode = c.Mode.String()
+	if c.Mode == core.ModeSLA { // load mode predicts nothing
+		st.Predictor = c.Predictor
+	}
 	st.TtftTargetMs, st.ItlTargetMs, st.GpuBudget, st.MinWorkers = c.TTFTTargetMs, c.ITLTargetMs, int32(c.GPUBudget), int32(c.MinWorkers)
 	st.Decisions = g.decisions
 	if g.decisions == 0 {

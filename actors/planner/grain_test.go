@@ -2,6 +2,7 @@ package planner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -97,10 +98,16 @@ type grainHarness struct {
 
 func newGrainHarness(t *testing.T, pc core.Config, conn Connector) *grainHarness {
 	t.Helper()
+	return newGrainHarnessLog(t, pc, conn, zerolog.Nop())
+}
+
+// newGrainHarnessLog is newGrainHarness with the grain logging to log.
+func newGrainHarnessLog(t *testing.T, pc core.Config, conn Connector, log zerolog.Logger) *grainHarness {
+	t.Helper()
 	h := &grainHarness{t: t, conn: conn, clock: &clock{t: time.Unix(10_000, 0)}, ticks: map[string]chan time.Time{},
 		decided: make(chan decided, 16)}
 	var cl atomic.Pointer[pcluster.Cluster]
-	cfg := Config{Planner: pc, Connector: conn, Logger: zerolog.Nop(), Now: h.clock.now,
+	cfg := Config{Planner: pc, Connector: conn, Logger: log, Now: h.clock.now,
 		Router: func(model string) *messages.RouterGrainClient { return messages.GetRouterGrainClient(cl.Load(), model) },
 		Ticker: func(model string, _ time.Duration) (<-chan time.Time, func()) {
 			h.mu.Lock()
@@ -184,11 +191,32 @@ func noScale(t *testing.T, c *fakeConn) {
 	}
 }
 
+// syncBuffer is a log sink safe for the grain's goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // TestGrainScalesOnTheTick: load mode, two aggregated workers over the KV target: the
-// tick's decision asks the connector for a third, and the status explains it.
+// tick's decision asks the connector for a third, and the status and the decision's log
+// line explain it with the same reason; load mode shows no predictor and no correction
+// factor.
 func TestGrainScalesOnTheTick(t *testing.T) {
 	conn := newFakeConn(map[core.Pool]int{core.PoolAggregated: 2})
-	h := newGrainHarness(t, loadConfig(), conn)
+	var logs syncBuffer
+	h := newGrainHarnessLog(t, loadConfig(), conn, zerolog.New(&logs))
 	h.register("m", "w0", messages.Role_ROLE_AGGREGATED, 0.95)
 	h.register("m", "w1", messages.Role_ROLE_AGGREGATED, 0.9)
 	if st := h.status("m"); st.Decisions != 0 || st.AtUnixMs != 0 || st.Mode != "load" || st.Connector != "fake" {
@@ -207,7 +235,8 @@ func TestGrainScalesOnTheTick(t *testing.T) {
 		t.Fatal("Scale not called")
 	}
 	st := h.status("m")
-	if st.Decisions != 1 || st.AtUnixMs != h.clock.now().UnixMilli() || st.Error != "" || st.Held || st.Predictor == "" ||
+	if st.Decisions != 1 || st.AtUnixMs != h.clock.now().UnixMilli() || st.Error != "" || st.Held || st.Predictor != "" ||
+		st.CorrectionPrefill != 0 || st.CorrectionDecode != 0 ||
 		st.TtftTargetMs != core.DefaultTTFTTargetMs || st.ItlTargetMs != core.DefaultITLTargetMs ||
 		st.GpuBudget != core.DefaultGPUBudget || st.MinWorkers != core.DefaultMinWorkers {
 		t.Fatalf("status %v", st)
@@ -222,6 +251,23 @@ func TestGrainScalesOnTheTick(t *testing.T) {
 	}
 	if terms["aggregated_over"] != 2 || terms["aggregated_kv_usage_max"] != 0.95 {
 		t.Fatalf("terms %v", st.Terms)
+	}
+	const why = "aggregated 2 → 3: every worker at or over the KV-usage threshold (0.8)"
+	if st.Reason != why {
+		t.Fatalf("status reason %q, want %q", st.Reason, why)
+	}
+	var line struct {
+		Message, Reason string
+	}
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"planner decision"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line.Reason != why {
+		t.Fatalf("the decision's log line has reason %q, want %q (logs: %s)", line.Reason, why, logs.String())
 	}
 }
 
@@ -423,7 +469,7 @@ func TestGrainWritesEveryDecision(t *testing.T) {
 		!recs[0].Held || recs[0].Reason == "" || !recs[0].Time.Equal(h.clock.now()) {
 		t.Fatalf("records %+v", recs)
 	}
-	if st := h.status("m"); st.Mode != "sla" || st.Connector != "virtual" || len(st.Pools) != 2 {
+	if st := h.status("m"); st.Mode != "sla" || st.Connector != "virtual" || len(st.Pools) != 2 || st.Predictor != core.DefaultPredictor {
 		t.Fatalf("status %v", st)
 	}
 }

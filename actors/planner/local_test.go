@@ -265,14 +265,23 @@ func TestLocalDrainsThenStops(t *testing.T) {
 	}
 	f, _ = l.Fleet(ctx, "m")
 	wantFleet(t, f, core.PoolAggregated, 1, 0, 2)
+	// The node agents pass the drains on to their workers after answering: wait for them.
+	deadline := time.Now().Add(waitFor)
+	drained := 0
+	for {
+		drained = 0
+		for _, id := range ids[:2] {
+			if _, ok := lc.w.drained(id); ok {
+				drained++
+			}
+		}
+		if _, ok := lc.w.drained(ids[2]); (ok && drained >= 1) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if g, ok := lc.w.drained(ids[2]); !ok || g != 7*time.Second {
 		t.Fatalf("the starting worker %s: drain %v %v", ids[2], g, ok)
-	}
-	drained := 0
-	for _, id := range ids[:2] {
-		if _, ok := lc.w.drained(id); ok {
-			drained++
-		}
 	}
 	if drained != 1 {
 		t.Fatalf("%d ready workers drained, want 1", drained)

@@ -13,7 +13,8 @@ import (
 // new requests with a migratable error, lets the requests in flight run for Grace, then
 // ends the rest with a migratable error chunk so that the gateway moves them to another
 // worker. Done is closed when no request is left. The engine keeps running until the
-// actor is stopped. A second Drain only adds its Done.
+// actor is stopped. A second Drain adds its Done, and a shorter Grace than what is left
+// of the first brings the end of the requests forward (a later one changes nothing).
 type Drain struct {
 	Grace time.Duration
 	Done  chan struct{}
@@ -36,14 +37,20 @@ func (w *workerActor) drain(c actor.Context, m *Drain) {
 	if m.Done != nil {
 		w.drainDone = append(w.drainDone, m.Done)
 	}
+	self, sys := c.Self(), c.ActorSystem()
+	deadline := time.Now().Add(m.Grace)
 	if w.draining {
+		if deadline.Before(w.drainDeadline) {
+			w.log.Info().Int("in_flight", len(w.requests)).Dur("grace", m.Grace).Msg("draining: grace shortened")
+			w.drainDeadline = deadline
+			time.AfterFunc(m.Grace, func() { sys.Root.Send(self, drainExpired{}) })
+		}
 		w.drained()
 		return
 	}
-	w.draining = true
+	w.draining, w.drainDeadline = true, deadline
 	w.log.Info().Int("in_flight", len(w.requests)).Dur("grace", m.Grace).Msg("draining: leaving routing")
 	w.withdraw()
-	self, sys := c.Self(), c.ActorSystem()
 	time.AfterFunc(m.Grace, func() { sys.Root.Send(self, drainExpired{}) })
 	w.drained()
 }

@@ -167,3 +167,21 @@ func TestDrainIdle(t *testing.T) {
 	sys.Root.Send(pid, &Drain{Grace: time.Hour, Done: done})
 	waitClosed(t, done, "idle drain")
 }
+
+// TestDrainShorterGraceShortens: a worker draining with a long grace that gets a second
+// Drain with a shorter grace ends its requests at the shorter deadline.
+func TestDrainShorterGraceShortens(t *testing.T) {
+	sys, pid, _, _ := startHeld(t)
+	ref, chunks := chunkSink(sys)
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r1", TokenIds: []uint32{5}, ReplyTo: ref})
+	next(t, chunks)
+	first, second := make(chan struct{}), make(chan struct{})
+	sys.Root.Send(pid, &Drain{Grace: time.Hour, Done: first})
+	sys.Root.Send(pid, &Drain{Grace: 0, Done: second})
+	c := next(t, chunks)
+	if c.FinishReason != "error" || !strings.Contains(c.Error, "draining") {
+		t.Fatalf("after the shorter grace: %v", c)
+	}
+	waitClosed(t, first, "first drain's Done")
+	waitClosed(t, second, "second drain's Done")
+}

@@ -245,6 +245,7 @@ type workerActor struct {
 	stopping      bool
 	draining      bool
 	drainDone     []chan struct{} // closed when the last request of a draining worker ends
+	drainDeadline time.Time       // when a draining worker ends the requests left (wall clock)
 	hbBusy        bool
 	hbAgain       bool // a state change came while a heartbeat was in flight: send one more
 	failedScrapes int  // consecutive load scrapes the engine did not answer

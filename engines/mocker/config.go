@@ -70,6 +70,11 @@ const (
 	DefaultLoraLoadMillis = 50
 )
 
+// MaxNumGPUBlocks bounds Config.NumGPUBlocks (--num-gpu-blocks-override, and a
+// profile's kv_blocks): 16,777,216 blocks, a block table of about 700 MB, far above any
+// real engine's cache; more is refused instead of allocated.
+const MaxNumGPUBlocks = 1 << 24
+
 // MaxSpeedupRatio bounds Config.SpeedupRatio, which must be above 0 and at most this:
 // a million times faster than the timing model makes a 1 ms decode step last 1 ns,
 // time.Duration's unit; faster still and every step rounds to nothing. It is the one
@@ -111,6 +116,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mocker: --block-size %d must be positive", c.BlockSize)
 	case c.NumGPUBlocks <= 0:
 		return fmt.Errorf("mocker: --num-gpu-blocks-override %d must be positive", c.NumGPUBlocks)
+	case c.NumGPUBlocks > MaxNumGPUBlocks:
+		return fmt.Errorf("mocker: --num-gpu-blocks-override %d: want at most %d", c.NumGPUBlocks, MaxNumGPUBlocks)
 	case c.MaxNumSeqs <= 0:
 		return fmt.Errorf("mocker: --max-num-seqs %d must be positive", c.MaxNumSeqs)
 	case c.MaxNumBatchedTokens <= 0:

@@ -29,3 +29,24 @@ func TestSpeedupRatioBound(t *testing.T) {
 		}
 	}
 }
+
+// TestNumGPUBlocksBound: Validate takes up to MaxNumGPUBlocks KV blocks and refuses more
+// with the bound in its message, so that a huge figure is an error, not an allocation
+// that panics or takes the machine's memory.
+func TestNumGPUBlocksBound(t *testing.T) {
+	for _, tc := range []struct {
+		blocks int
+		ok     bool
+	}{{16384, true}, {MaxNumGPUBlocks, true}, {MaxNumGPUBlocks + 1, false}, {1 << 40, false}, {math.MaxInt, false}} {
+		c := DefaultConfig()
+		c.NumGPUBlocks = tc.blocks
+		err := c.Validate()
+		if tc.ok != (err == nil) {
+			t.Errorf("NumGPUBlocks %d: error %v, want ok %v", tc.blocks, err, tc.ok)
+			continue
+		}
+		if err != nil && !strings.Contains(err.Error(), "--num-gpu-blocks-override") {
+			t.Errorf("NumGPUBlocks %d: error %v, want the flag named", tc.blocks, err)
+		}
+	}
+}

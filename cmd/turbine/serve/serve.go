@@ -38,6 +38,7 @@ import (
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
+	core "github.com/turbine-llm/turbine/planner"
 )
 
 // Options are serve's flags, with their defaults.
@@ -98,7 +99,9 @@ func flags(o *Options, fs *flag.FlagSet) {
 }
 
 // Validate checks the options and settles the layout (--workers is 0 by default in an
-// xPyD layout); errors name the flag.
+// xPyD layout); errors name the flag. With --planner the planner plans workers of
+// --mocker-tensor-parallel-size GPUs (an SLA profile must have that size), and the
+// workers started at boot must fit --gpu-budget.
 func (o *Options) Validate() error {
 	switch {
 	case o.PrefillWorkers < 0 || o.PrefillWorkers > 256:
@@ -131,6 +134,8 @@ func (o *Options) Validate() error {
 		}
 	}
 	o.Planner.Disaggregated = disagg
+	// The planner sizes pools of workers that each play --mocker-tensor-parallel-size GPUs.
+	o.Planner.TensorParallelSize = max(o.MockerTensorParallelSize, 1)
 	for _, err := range []error{options.CheckMockerDialect(o.MockerDialect), o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
 		o.Engine.CheckPoolingLayout("--mocker-dialect", o.MockerDialect, disaggFlags...),
 		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate(),
@@ -139,7 +144,11 @@ func (o *Options) Validate() error {
 			return err
 		}
 	}
-	return nil
+	layout := fmt.Sprintf("--workers %d", o.Workers)
+	if disagg {
+		layout = fmt.Sprintf("--workers %d + --prefill-workers %d + --decode-workers %d", o.Workers, o.PrefillWorkers, o.DecodeWorkers)
+	}
+	return o.Planner.CheckStartWorkers(o.Workers+o.PrefillWorkers+o.DecodeWorkers, layout)
 }
 
 // Run is `turbine serve`.
@@ -179,6 +188,8 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	kinds := []*pcluster.Kind{router.Kind(rcfg), catalog.Kind()}
 	var pm *options.PlannerMember
 	if o.Planner.Enabled() {
+		// A virtual connector starts from serve's own boot layout, not from no worker.
+		o.Planner.VirtualInitial = o.bootPools()
 		if pm, err = o.Planner.Member(o.Planner.Disaggregated, log); err != nil {
 			return err
 		}
@@ -285,10 +296,21 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		Msg("turbine serving")
 	return options.ServeDrained(ctx, ln, handler, log, func() {
 		drained = true
-		if node != nil {
-			pids = nodeWorkers(root, node, log)
+		if pm != nil {
+			// The planner starts no worker from now on: every worker the node agent
+			// runs when the drain begins is drained with --drain-timeout.
+			pm.Stop()
 		}
-		drain(root, handler, pids, o.DrainTimeout, log)
+		stop := func() { drainWorkers(root, pids, o.DrainTimeout) }
+		if node != nil {
+			// The node agent drains its workers, so that it knows their end is asked for.
+			stop = func() {
+				if err := nodeactor.StopWorkers(root, node, o.DrainTimeout, o.DrainTimeout+nodeactor.DefaultDrainOverrun+5*time.Second); err != nil {
+					log.Warn().Err(err).Msg("draining the node agent's workers")
+				}
+			}
+		}
+		drain(handler, stop, log)
 	})
 }
 
@@ -327,24 +349,20 @@ func startNode(root *actor.RootContext, card *messages.ModelCard, newWorker func
 	return pid, nil
 }
 
-// nodeWorkers lists the workers the node agent at pid runs now (none when it does not
-// answer).
-func nodeWorkers(root *actor.RootContext, pid *actor.PID, log zerolog.Logger) []*actor.PID {
-	res, err := root.RequestFuture(pid, &messages.NodeStatusRequest{}, 5*time.Second).Result()
-	st, _ := res.(*messages.NodeStatus)
-	if err != nil || st == nil {
-		log.Warn().Err(err).Msg("node status unavailable: stopping workers without draining")
-		return nil
-	}
-	pids := make([]*actor.PID, 0, len(st.Workers))
-	for _, w := range st.Workers {
-		pids = append(pids, actor.NewPID(w.Worker.GetAddress(), w.Worker.GetId()))
-	}
-	return pids
-}
-
 // workerSpec is one worker of the layout: its id and role.
 type workerSpec struct{ id, role string }
+
+// bootPools counts the boot workers per planner pool (aggregated, prefill, decode; pools
+// without a worker left out).
+func (o *Options) bootPools() map[core.Pool]int {
+	out := map[core.Pool]int{}
+	for _, w := range o.layout() {
+		if p, err := core.ParsePool(w.role); err == nil { // every layout role is a pool
+			out[p]++
+		}
+	}
+	return out
+}
 
 // layout lists the workers to start: aggregated w0…, prefill p0…, decode d0….
 func (o *Options) layout() []workerSpec {
@@ -361,11 +379,22 @@ func (o *Options) layout() []workerSpec {
 }
 
 // drain shuts the service down gracefully (docs/reference.md §10): the gateway refuses new
-// requests, every worker leaves routing and lets its requests run for grace, then ends
-// the rest as migratable and stops with its engine; the gateway waits (a little longer
-// than grace) until the last answer is written.
-func drain(root *actor.RootContext, handler *gateway.Server, pids []*actor.PID, grace time.Duration, log zerolog.Logger) {
+// requests, stopWorkers has every worker leave routing and let its requests run for the
+// drain grace, then end the rest as migratable and stop with its engine; the gateway
+// waits until the last answer is written.
+func drain(handler *gateway.Server, stopWorkers func(), log zerolog.Logger) {
 	handler.Drain()
+	stopWorkers()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := handler.WaitIdle(ctx); err != nil {
+		log.Warn().Msg("requests still answering 5 s after the workers stopped; closing their connections")
+	}
+}
+
+// drainWorkers drains the workers at pids at once (worker.DrainAndStop: their requests
+// run for grace) and returns once every one has stopped.
+func drainWorkers(root *actor.RootContext, pids []*actor.PID, grace time.Duration) {
 	var wg sync.WaitGroup
 	for _, pid := range pids {
 		wg.Add(1)
@@ -375,11 +404,6 @@ func drain(root *actor.RootContext, handler *gateway.Server, pids []*actor.PID, 
 		}()
 	}
 	wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := handler.WaitIdle(ctx); err != nil {
-		log.Warn().Msg("requests still answering 5 s after the workers stopped; closing their connections")
-	}
 }
 
 // waitForPools waits until model has a ready prefill worker and a ready decode worker.

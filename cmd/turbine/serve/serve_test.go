@@ -4,10 +4,12 @@ import (
 	"context"
 	"flag"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	core "github.com/turbine-llm/turbine/planner"
 )
 
 func TestRunRejectsBadFlags(t *testing.T) {
@@ -118,5 +120,73 @@ func TestDisaggFlags(t *testing.T) {
 	c := o.Disagg.Config()
 	if c.MaxLocalPrefillTokens != 0 || c.MaxPrefillQueueTokens != 500 || !c.Enforce {
 		t.Fatalf("router config %+v", c)
+	}
+}
+
+// With --planner, the planner plans workers of the GPUs each mock worker plays
+// (--mocker-tensor-parallel-size): an SLA profile without that size, and boot workers
+// whose GPUs exceed --gpu-budget, are start-up errors naming the flags.
+func TestPlannerChecksTheLayout(t *testing.T) {
+	profile := filepath.Join("..", "..", "..", "planner", "testdata", "profile-small.json") // sizes 1 and 2
+	for _, tc := range []struct {
+		args []string
+		want []string // "" valid
+		tp   int      // the planner's GPUs per worker when valid
+	}{
+		{[]string{"--planner", "sla", "--planner-profile", profile, "--mocker-tensor-parallel-size", "2"}, nil, 2},
+		{[]string{"--planner", "sla", "--planner-profile", profile}, nil, 1},
+		{[]string{"--planner", "load", "--mocker-tensor-parallel-size", "4", "--workers", "2"}, nil, 4},
+		{[]string{"--planner", "load", "--workers", "4", "--gpu-budget", "4"}, nil, 1},
+		{[]string{"--workers", "4", "--gpu-budget", "2"}, nil, 1}, // no planner: no budget
+		{[]string{"--planner", "sla", "--planner-profile", profile, "--mocker-tensor-parallel-size", "4"},
+			[]string{"--planner-profile " + profile + " has no entry for --mocker-tensor-parallel-size 4", "[1 2]"}, 0},
+		{[]string{"--planner", "load", "--workers", "4", "--gpu-budget", "2"},
+			[]string{"--workers 4: 4 workers × 1 GPU each", "over --gpu-budget 2", "start at most 2 workers"}, 0},
+		{[]string{"--planner", "load", "--workers", "2", "--mocker-tensor-parallel-size", "2", "--gpu-budget", "3"},
+			[]string{"--workers 2: 2 workers × 2 GPUs each (--mocker-tensor-parallel-size 2) = 4 GPUs, over --gpu-budget 3"}, 0},
+		{[]string{"--planner", "load", "--prefill-workers", "2", "--decode-workers", "2", "--gpu-budget", "3"},
+			[]string{"--workers 0 + --prefill-workers 2 + --decode-workers 2: 4 workers", "over --gpu-budget 3"}, 0},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			o := Defaults()
+			_, _, err := options.Parse(options.Command{Name: "serve", Flags: func(fs *flag.FlagSet) { flags(&o, fs) },
+				Validate: o.Validate, Log: &o.Log}, tc.args, io.Discard)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !o.Planner.Enabled() {
+					return
+				}
+				for _, pool := range core.Pools {
+					if g := o.Planner.Core(o.Planner.Disaggregated).GPUsPerEngine[pool]; g != tc.tp {
+						t.Fatalf("the planner plans %v workers of %d GPUs, want %d", pool, g, tc.tp)
+					}
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("valid, want an error naming %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q, want one with %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// The virtual connector starts from serve's boot layout, counted per pool.
+func TestBootPools(t *testing.T) {
+	o := Defaults()
+	o.Workers, o.PrefillWorkers, o.DecodeWorkers = 1, 2, 3
+	got := o.bootPools()
+	if got[core.PoolAggregated] != 1 || got[core.PoolPrefill] != 2 || got[core.PoolDecode] != 3 || len(got) != 3 {
+		t.Fatalf("boot pools %v, want aggregated 1, prefill 2, decode 3", got)
+	}
+	o.Workers, o.PrefillWorkers, o.DecodeWorkers = 0, 1, 1
+	if got := o.bootPools(); len(got) != 2 || got[core.PoolPrefill] != 1 || got[core.PoolDecode] != 1 {
+		t.Fatalf("boot pools %v, want prefill 1, decode 1", got)
 	}
 }

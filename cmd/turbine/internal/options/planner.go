@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,8 +54,10 @@ type Planner struct {
 	// Disaggregated: the pools are prefill and decode (`turbine planner --disaggregated`;
 	// serve derives it from its layout).
 	Disaggregated bool
-	// TensorParallelSize: GPUs per worker of every pool (`turbine planner`; serve's mock
-	// workers have none and count 1).
+	// TensorParallelSize: GPUs per worker of every pool (`turbine planner
+	// --tensor-parallel-size`; serve sets it from --mocker-tensor-parallel-size, the GPUs
+	// each mock worker plays, 1 when not given). In SLA mode the profile must have an
+	// entry of this size.
 	TensorParallelSize int
 	// Connector is local, kubernetes or virtual.
 	Connector string
@@ -67,6 +70,9 @@ type Planner struct {
 	KubeNamespace, KubeAggregated, KubePrefill, KubeDecode, Kubeconfig string
 	// Virtual connector: the decisions' file or webhook.
 	VirtualFile, VirtualWebhook string
+	// VirtualInitial: the workers per pool the virtual connector reports before its first
+	// decision (serve sets it to its boot layout; nil: none).
+	VirtualInitial map[core.Pool]int
 
 	// command is the command the flags were registered for ("serve" or "planner"): the
 	// mode's flag is --planner on serve, --mode on turbine planner.
@@ -90,6 +96,14 @@ func (o *Planner) modeFlag() string {
 		return "--mode"
 	}
 	return "--planner"
+}
+
+// tpFlag names the flag TensorParallelSize comes from on the command.
+func (o *Planner) tpFlag() string {
+	if o.command == "planner" {
+		return "--tensor-parallel-size"
+	}
+	return "--mocker-tensor-parallel-size"
 }
 
 // Flags registers the planner's flags of command ("serve" or "planner") on fs.
@@ -166,7 +180,7 @@ func (o *Planner) Validate() error {
 	case !slices.Contains(core.PredictorNames(), o.Predictor):
 		return fmt.Errorf("--planner-predictor %q: want one of %s", o.Predictor, strings.Join(core.PredictorNames(), ", "))
 	case o.TensorParallelSize < 1 || o.TensorParallelSize > 64:
-		return fmt.Errorf("--tensor-parallel-size %d: want 1..64", o.TensorParallelSize)
+		return fmt.Errorf("%s %d: want 1..64", o.tpFlag(), o.TensorParallelSize)
 	case mode == core.ModeSLA && o.ProfilePath == "":
 		return fmt.Errorf("%s sla needs --planner-profile (a file written by turbine profile)", o.modeFlag())
 	case o.DrainTimeout < 0:
@@ -182,6 +196,11 @@ func (o *Planner) Validate() error {
 		p, err := core.LoadProfile(o.ProfilePath)
 		if err != nil {
 			return fmt.Errorf("--planner-profile: %w", err)
+		}
+		if _, err := p.ForTP(o.TensorParallelSize); err != nil && mode == core.ModeSLA {
+			return fmt.Errorf("--planner-profile %s has no entry for %s %d (it has tensor-parallel sizes %v): "+
+				"profile the engines at that size (turbine profile --tensor-parallel-sizes %d; with --url, --tensor-parallel-size %d) or use a size the profile has",
+				o.ProfilePath, o.tpFlag(), o.TensorParallelSize, p.TensorParallelSizes(), o.TensorParallelSize, o.TensorParallelSize)
 		}
 		o.profile = p
 	}
@@ -251,20 +270,41 @@ func (o *Planner) kubePools() (map[core.Pool]plannerkind.Workload, error) {
 	return pools, nil
 }
 
-// plannerFlags names the flag of each planner.Config field, for the core's errors.
+// plannerFlags names the flag of each planner.Config field, for the core's errors
+// (GPUsPerEngine: the command's tpFlag).
 var plannerFlags = [][2]string{
 	{"TTFTTargetMs", "--ttft-target"}, {"ITLTargetMs", "--itl-target"}, {"GPUBudget", "--gpu-budget"},
 	{"MinWorkers", "--min-workers"}, {"LoadInterval", "--planner-interval"}, {"Interval", "--planner-interval"},
-	{"Predictor", "--planner-predictor"}, {"Profile", "--planner-profile"}, {"GPUsPerEngine", "--tensor-parallel-size"},
+	{"Predictor", "--planner-predictor"}, {"Profile", "--planner-profile"},
 }
 
 // flagError rewrites the core's field names in err into flag names.
 func (o *Planner) flagError(err error) error {
 	msg := strings.TrimPrefix(err.Error(), "planner: ")
-	for _, f := range plannerFlags {
+	for _, f := range append(plannerFlags, [2]string{"GPUsPerEngine", o.tpFlag()}) {
 		msg = strings.ReplaceAll(msg, f[0], f[1])
 	}
 	return errors.New(msg)
+}
+
+// CheckStartWorkers checks that workers started at boot (serve's layout, named by the
+// flags that set it, e.g. "--workers 4") fit --gpu-budget at TensorParallelSize GPUs
+// each: a planner given more would drain the surplus at once. nil without a planner.
+func (o *Planner) CheckStartWorkers(workers int, flags string) error {
+	if !o.Enabled() {
+		return nil
+	}
+	tp := max(o.TensorParallelSize, 1)
+	if gpus := workers * tp; gpus > o.GPUBudget {
+		each := "1 GPU each"
+		if tp > 1 {
+			each = fmt.Sprintf("%d GPUs each (%s %d)", tp, o.tpFlag(), tp)
+		}
+		return fmt.Errorf("%s: %d workers × %s = %d GPUs, over --gpu-budget %d: "+
+			"start at most %d workers (the planner adds more as the load needs them) or raise --gpu-budget",
+			flags, workers, each, gpus, o.GPUBudget, o.GPUBudget/tp)
+	}
+	return nil
 }
 
 // Core returns the planner core's configuration of these flags, planning disaggregated
@@ -300,12 +340,16 @@ func (o *Planner) Period() time.Duration {
 
 // PlannerMember is what a cluster member needs to host the planner: its kind, and Bind,
 // to call with the cluster of every member started (the first and each one that replaces
-// a lost member) before the member serves; Close releases the connector's file.
+// a lost member) before the member serves; Close releases the connector's file; Stop
+// (at shutdown, before the workers drain) makes the local connector refuse every later
+// step, and returns once a step in progress has been asked for, so that no worker starts
+// while the process drains (the other connectors start no worker of this process).
 type PlannerMember struct {
 	Kind      *pcluster.Kind
 	Connector string
 	Bind      func(c *pcluster.Cluster)
 	Close     func() error
+	Stop      func()
 }
 
 // Member builds the Planner kind of these flags, planning disaggregated or aggregated
@@ -320,7 +364,7 @@ func (o *Planner) Member(disaggregated bool, log zerolog.Logger) (*PlannerMember
 		}
 		return messages.GetRouterGrainClient(c, model)
 	}
-	m := &PlannerMember{Connector: o.Connector, Bind: func(c *pcluster.Cluster) { cur.Store(c) }, Close: func() error { return nil }}
+	m := &PlannerMember{Connector: o.Connector, Bind: func(c *pcluster.Cluster) { cur.Store(c) }, Close: func() error { return nil }, Stop: func() {}}
 	var conn plannerkind.Connector
 	switch o.Connector {
 	case ConnectorLocal:
@@ -331,6 +375,7 @@ func (o *Planner) Member(disaggregated bool, log zerolog.Logger) (*PlannerMember
 		lc := plannerkind.LocalConfig{Router: router, GPUsPerEngine: gpe, MaxWorkersPerNode: o.MaxWorkersPerNode,
 			DrainGrace: o.DrainTimeout, Logger: log}
 		local := &memberLocal{}
+		m.Stop = local.stop
 		m.Bind = func(c *pcluster.Cluster) {
 			cur.Store(c)
 			l, err := plannerkind.NewLocal(c, lc)
@@ -354,7 +399,7 @@ func (o *Planner) Member(disaggregated bool, log zerolog.Logger) (*PlannerMember
 			return nil, err
 		}
 	case ConnectorVirtual:
-		v, err := plannerkind.NewVirtual(plannerkind.VirtualConfig{File: o.VirtualFile, WebhookURL: o.VirtualWebhook})
+		v, err := plannerkind.NewVirtual(plannerkind.VirtualConfig{File: o.VirtualFile, WebhookURL: o.VirtualWebhook, Initial: o.VirtualInitial})
 		if err != nil {
 			return nil, fmt.Errorf("--connector virtual: %w", err)
 		}
@@ -389,11 +434,26 @@ func (o *Planner) kubeClient() (kubernetes.Interface, error) {
 
 // memberLocal is the local connector of the member now serving (it reaches the node
 // agents through its member's cluster, which a lost member's replacement changes).
+// After stop it refuses every Scale (errPlannerStopped).
 type memberLocal struct {
 	cur atomic.Pointer[plannerkind.Local]
+	// mu: Scale holds it shared while it asks for steps; stop holds it alone.
+	mu      sync.RWMutex
+	stopped bool
 }
 
-var errNoMember = errors.New("planner: local connector: the member has not joined the cluster yet")
+var (
+	errNoMember       = errors.New("planner: local connector: the member has not joined the cluster yet")
+	errPlannerStopped = errors.New("planner: local connector: stopped (the process is shutting down): no worker is started or stopped")
+)
+
+// stop makes every later Scale fail with errPlannerStopped; it returns once a Scale in
+// progress has asked for its steps, so no worker is asked for after it returns.
+func (m *memberLocal) stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stopped = true
+}
 
 func (m *memberLocal) Name() string { return ConnectorLocal }
 
@@ -406,6 +466,11 @@ func (m *memberLocal) Fleet(ctx context.Context, model string) (core.Fleet, erro
 }
 
 func (m *memberLocal) Scale(ctx context.Context, model string, target map[core.Pool]int) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.stopped {
+		return errPlannerStopped
+	}
 	l := m.cur.Load()
 	if l == nil {
 		return errNoMember

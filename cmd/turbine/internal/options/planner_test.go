@@ -1,6 +1,7 @@
 package options
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -74,7 +75,8 @@ func TestPlannerFlags(t *testing.T) {
 		{"budget below the minimum", "planner", []string{"--disaggregated", "--gpu-budget", "3", "--min-workers", "2"}, "--gpu-budget 3 holds fewer than --min-workers 2"},
 		{"interval too short", "serve", []string{"--planner", "load", "--planner-interval", "1ms"}, "--planner-interval 1ms"},
 		{"unknown predictor", "serve", []string{"--planner", "load", "--planner-predictor", "oracle"}, `--planner-predictor "oracle"`},
-		{"tp not profiled", "planner", []string{"--mode", "sla", "--planner-profile", profile, "--tensor-parallel-size", "2"}, "--tensor-parallel-size"},
+		{"tp not profiled", "planner", []string{"--mode", "sla", "--planner-profile", profile, "--tensor-parallel-size", "2"}, "--planner-profile " + profile + " has no entry for --tensor-parallel-size 2"},
+		{"tp not profiled, load mode", "planner", []string{"--mode", "load", "--planner-profile", profile, "--tensor-parallel-size", "2"}, ""},
 		{"bad connector", "serve", []string{"--planner", "load", "--connector", "ssh"}, `--connector "ssh"`},
 		{"kubernetes on serve", "serve", []string{"--planner", "load", "--connector", "kubernetes"}, "--connector kubernetes: turbine serve runs its own workers"},
 		{"kubernetes without namespace", "planner", []string{"--connector", "kubernetes", "--kube-aggregated", "deployment/w"}, "--kube-namespace"},
@@ -188,5 +190,24 @@ func TestPlannerReportsFlags(t *testing.T) {
 		if err == nil && o.Mode() != tc.want {
 			t.Errorf("%v: %v, want %v", tc.args, o.Mode(), tc.want)
 		}
+	}
+}
+
+// After Stop (shutdown), the local connector refuses every step, so that no worker
+// starts while the process drains.
+func TestMemberLocalStopRefusesSteps(t *testing.T) {
+	o, err := parsePlanner("serve", "--planner", "load")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := o.Member(false, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm.Stop()
+	var m memberLocal
+	m.stop()
+	if err := m.Scale(t.Context(), "m", map[core.Pool]int{core.PoolAggregated: 2}); !errors.Is(err, errPlannerStopped) {
+		t.Errorf("Scale after stop: %v", err)
 	}
 }
