@@ -10,8 +10,6 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // PlotFleet draws autoscaled runs side by side in three panels: the ready workers (every
@@ -20,18 +18,9 @@ import (
 // "png". Errors: no run with a fleet or intervals that has samples, an unknown format,
 // the writer's.
 func PlotFleet(w io.Writer, runs []Summary, format string) error {
-	var img interface {
-		vg.CanvasSizer
-		io.WriterTo
-	}
-	const width, height = 30 * vg.Centimeter, 10 * vg.Centimeter
-	switch format {
-	case "svg":
-		img = vgsvg.New(width, height)
-	case "png":
-		img = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(150))}
-	default:
-		return fmt.Errorf("bench: plot format %q: want svg or png", format)
+	img, err := newCanvas(format)
+	if err != nil {
+		return err
 	}
 	ready := newPanel("Ready workers", "time since start (s)", "workers")
 	ttft := newPanel("TTFT p90 per interval", "time since start (s)", "ms")

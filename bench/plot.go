@@ -24,18 +24,9 @@ func Plot(w io.Writer, runs []Summary) error { return PlotAs(w, runs, "svg") }
 // PlotAs is Plot in the given format: "svg", or "png" (150 dots per inch). Errors: no
 // runs, an unknown format, or the writer's.
 func PlotAs(w io.Writer, runs []Summary, format string) error {
-	var img interface {
-		vg.CanvasSizer
-		io.WriterTo
-	}
-	const width, height = 30 * vg.Centimeter, 10 * vg.Centimeter
-	switch format {
-	case "svg":
-		img = vgsvg.New(width, height)
-	case "png":
-		img = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(150))}
-	default:
-		return fmt.Errorf("bench: plot format %q: want svg or png", format)
+	img, err := newCanvas(format)
+	if err != nil {
+		return err
 	}
 	if len(runs) == 0 {
 		return fmt.Errorf("bench: nothing to plot")
@@ -177,4 +168,23 @@ func xmlText(s string) string {
 		}
 		return unicode.ReplacementChar
 	}, s)
+}
+
+// canvas is an image the panels are drawn on and then written out.
+type canvas interface {
+	vg.CanvasSizer
+	io.WriterTo
+}
+
+// newCanvas is a 30 × 10 cm canvas in format "svg", or "png" at 150 dots per inch.
+// Errors: another format.
+func newCanvas(format string) (canvas, error) {
+	const width, height = 30 * vg.Centimeter, 10 * vg.Centimeter
+	switch format {
+	case "svg":
+		return vgsvg.New(width, height), nil
+	case "png":
+		return vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(150))}, nil
+	}
+	return nil, fmt.Errorf("bench: plot format %q: want svg or png", format)
 }
