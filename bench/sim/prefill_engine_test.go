@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -81,9 +82,9 @@ func TestPrefillEngine(t *testing.T) {
 	}
 	t.Run("memory counts each pool's blocks", func(t *testing.T) {
 		p := pre
-		p.NumGPUBlocks = 1 << 30
-		_, _, err := Run(context.Background(), Config{Workers: 1, PrefillWorkers: 1, Engine: eng, PrefillEngine: p}, nil)
-		if err == nil || !strings.Contains(err.Error(), "PrefillEngine.NumGPUBlocks 1073741824") {
+		p.NumGPUBlocks = mocker.MaxNumGPUBlocks // within the engine's bound, over a 1 GiB memory limit
+		_, _, err := Run(context.Background(), Config{Workers: 1, PrefillWorkers: 1, Engine: eng, PrefillEngine: p, MemoryLimit: 1 << 30}, nil)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("PrefillEngine.NumGPUBlocks %d", mocker.MaxNumGPUBlocks)) {
 			t.Fatalf("error %v: want the memory bound naming PrefillEngine.NumGPUBlocks", err)
 		}
 		c := Config{Workers: 3, PrefillWorkers: 2, Engine: eng, PrefillEngine: pre}
