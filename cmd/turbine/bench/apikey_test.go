@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/serveproc"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -151,7 +152,7 @@ func TestCompareLeavesServeOpen(t *testing.T) {
 }
 
 func TestWithoutEnv(t *testing.T) {
-	got := withoutEnv([]string{"A=1", "TURBINE_API_KEY=k", "TURBINE_API_KEY_X=2", "B=x=y", "TURBINE_API_KEY="}, "TURBINE_API_KEY")
+	got := serveproc.WithoutEnv([]string{"A=1", "TURBINE_API_KEY=k", "TURBINE_API_KEY_X=2", "B=x=y", "TURBINE_API_KEY="}, "TURBINE_API_KEY")
 	if strings.Join(got, " ") != "A=1 TURBINE_API_KEY_X=2 B=x=y" {
 		t.Fatalf("got %q", got)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/serveproc"
 	"io"
 	"maps"
 	"os"
@@ -296,23 +297,23 @@ func (o *Options) fleetDescription() string {
 // and stops it. Errors include the serve's last log lines.
 func (o *Options) serveAndMeasure(ctx context.Context, exe string, reqs []bench.Request, workload, mode string, stderr io.Writer) (bench.Summary, []bench.Result, error) {
 	fmt.Fprintf(stderr, "bench: mode %s: starting %s serve with %s\n", mode, filepath.Base(exe), o.Fleet.workers())
-	s, err := startServe(ctx, exe, o.Fleet.serveArgs(mode, o.Model), o.Model, o.Fleet.Workers+o.Fleet.PrefillWorkers, o.Fleet.ReadyTimeout)
+	s, err := serveproc.Start(ctx, exe, o.Fleet.serveArgs(mode, o.Model), o.Model, o.Fleet.Workers+o.Fleet.PrefillWorkers, o.Fleet.ReadyTimeout)
 	if err != nil {
 		return bench.Summary{}, nil, err
 	}
-	fmt.Fprintf(stderr, "bench: mode %s: %s (%s) to %s\n", mode, o.requestCount(reqs), workload, s.url)
-	sum, results, err := o.measure(ctx, reqs, workload, s.url, mode, stderr)
+	fmt.Fprintf(stderr, "bench: mode %s: %s (%s) to %s\n", mode, o.requestCount(reqs), workload, s.URL)
+	sum, results, err := o.measure(ctx, reqs, workload, s.URL, mode, stderr)
 	if err != nil {
-		_ = s.stop()
+		_ = s.Stop()
 		return bench.Summary{}, nil, err
 	}
 	select {
-	case <-s.done:
-		return sum, results, fmt.Errorf("%w (%s %s)%s", errServeStopped, exe, exited(s.err), s.logs())
+	case <-s.Done():
+		return sum, results, fmt.Errorf("%w (%s %s)%s", errServeStopped, exe, serveproc.Exited(s.Err()), s.Logs())
 	default:
 	}
-	if err := s.stop(); err != nil {
-		fmt.Fprintf(stderr, "bench: mode %s: serve did not stop cleanly: %v%s\n", mode, err, s.logs())
+	if err := s.Stop(); err != nil {
+		fmt.Fprintf(stderr, "bench: mode %s: serve did not stop cleanly: %v%s\n", mode, err, s.Logs())
 	}
 	return sum, results, nil
 }
@@ -341,3 +342,6 @@ func writeComparison(dir, table string, cmp Comparison, runs []bench.Summary, st
 	fmt.Fprintf(stdout, "\nwritten: %s\n", filepath.Join(dir, "{compare.md,compare.json,compare.svg}"))
 	return nil
 }
+
+// errServeStopped marks a run whose serve exited while it was being measured.
+var errServeStopped = errors.New("serve exited during the run")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/serveproc"
 	"math"
 	"os"
 	"path/filepath"
@@ -126,7 +127,7 @@ func TestCompareServeFails(t *testing.T) {
 		}
 	}
 	if strings.Contains(msg, "starting line 5\"") {
-		t.Errorf("error quotes more than the last %d log lines:\n%s", serveLogLines, msg)
+		t.Errorf("error quotes more than the last %d log lines:\n%s", serveproc.LogLines, msg)
 	}
 	if _, err := os.Stat(filepath.Join(out, "kv", "summary.json")); err != nil {
 		t.Errorf("the mode before the failure was not written: %v", err)
@@ -145,7 +146,7 @@ turbine_router_worker_ready{worker="w2",model="m"} 1
 turbine_router_worker_ready{model="other",worker="w0"} 1
 turbine_router_worker_ready_total{model="m",worker="w3"} 1
 `
-	if got := readyWorkers(exposition, "m"); got != 2 {
+	if got := serveproc.ReadyWorkers(exposition, "m"); got != 2 {
 		t.Fatalf("ready workers of m: %d, want 2", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/turbine-llm/turbine/cmd/turbine/internal/serveproc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,9 +70,9 @@ func TestStartServeExited(t *testing.T) {
 		{"killed", []string{"-c", "kill -KILL $$"}, "serve " + sh + ` was killed by signal: killed before logging "turbine serving"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := startServe(context.Background(), sh, tc.args, "m", 1, time.Minute)
+			s, err := serveproc.Start(context.Background(), sh, tc.args, "m", 1, time.Minute)
 			if err == nil {
-				_ = s.stop()
+				_ = s.Stop()
 				t.Fatal("no error")
 			}
 			if err.Error() != tc.want {

@@ -114,13 +114,13 @@ func (o *Options) verify(ctx context.Context, s *setup, res *searchResult, stder
 	base := o.Verify
 	if o.Verify == "serve" {
 		v.Mode, v.URL = "serve", ""
-		srv, err := o.startServe(ctx, s, l, stderr)
+		srv, serveArgs, err := o.startServe(ctx, s, l, stderr)
 		if err != nil {
 			return nil, fmt.Errorf("--verify serve: %w", err)
 		}
-		defer srv.stop()
-		base = srv.url
-		v.Note = "turbine serve " + shellJoin(srv.args)
+		defer func() { _ = srv.Stop() }()
+		base = srv.URL
+		v.Note = "turbine serve " + shellJoin(serveArgs)
 	}
 	fmt.Fprintf(stderr, "configure: verifying %s: the first %d requests, %g times faster, against %s\n", l, n, S, base)
 	predicted, err := o.evaluate(ctx, s, []planner.Layout{l}, []window{{reqs: slice}}, S, o.VerifyHost, n, span)

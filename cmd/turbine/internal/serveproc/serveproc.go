@@ -1,4 +1,8 @@
-package bench
+// Package serveproc runs a `turbine serve` child process for the commands that measure one
+// (bench compare, configure --verify serve): started in its own process group, ready once
+// it logs "turbine serving" and its router reports the workers ready, stopped with a drain
+// and then killed with whatever is left of its group.
+package serveproc
 
 import (
 	"bufio"
@@ -19,33 +23,33 @@ import (
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
 )
 
-// serveLogLines is how many of a serve's last log lines an error quotes.
-const serveLogLines = 20
+// LogLines is how many of a serve's last log lines an error quotes.
+const LogLines = 20
 
-// serveGrace is how long a serve may take to drain and exit after SIGTERM before it
+// Grace is how long a serve may take to drain and exit after SIGTERM before it
 // and its engines are killed.
-const serveGrace = 30 * time.Second
+const Grace = 30 * time.Second
 
-// serveProc is a `turbine serve` child process.
-type serveProc struct {
+// Proc is a `turbine serve` child process.
+type Proc struct {
 	cmd  *exec.Cmd
-	url  string // the OpenAI API's base URL, from the "turbine serving" log line
+	URL  string // the OpenAI API's base URL, from the "turbine serving" log line
 	done chan struct{}
 	err  error // cmd.Wait's, once done is closed
 
 	mu   sync.Mutex
-	tail []string // last serveLogLines lines of its stderr
+	tail []string // last LogLines lines of its stderr
 }
 
-// startServe runs exe with args in its own process group and waits until it logs
+// Start runs exe with args in its own process group and waits until it logs
 // "turbine serving" with its URL (JSON logs), then until its /v1/models lists model and
 // its router reports workers ready workers, all within limit.
-func startServe(ctx context.Context, exe string, args []string, model string, workers int, limit time.Duration) (*serveProc, error) {
+func Start(ctx context.Context, exe string, args []string, model string, workers int, limit time.Duration) (*Proc, error) {
 	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// The serve is the comparison's own and its API stays open to it: an API key the
 	// environment would give it (TURBINE_API_KEY) is left out.
-	cmd.Env = withoutEnv(os.Environ(), cli.EnvName("api-key"))
+	cmd.Env = WithoutEnv(os.Environ(), cli.EnvName("api-key"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -54,7 +58,7 @@ func startServe(ctx context.Context, exe string, args []string, model string, wo
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %v", exe, err)
 	}
-	s := &serveProc{cmd: cmd, done: make(chan struct{})}
+	s := &Proc{cmd: cmd, done: make(chan struct{})}
 	urlc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -79,43 +83,43 @@ func startServe(ctx context.Context, exe string, args []string, model string, wo
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
-	case s.url = <-urlc:
+	case s.URL = <-urlc:
 	case <-s.done:
-		return nil, fmt.Errorf("serve %s %s before logging \"turbine serving\"%s", exe, exited(s.err), s.logs())
+		return nil, fmt.Errorf("serve %s %s before logging \"turbine serving\"%s", exe, Exited(s.err), s.Logs())
 	case <-timer.C:
-		s.stop()
-		return nil, fmt.Errorf("serve did not log \"turbine serving\" within --ready-timeout %v%s", limit, s.logs())
+		s.Stop()
+		return nil, fmt.Errorf("serve did not log \"turbine serving\" within --ready-timeout %v%s", limit, s.Logs())
 	case <-ctx.Done():
-		s.stop()
+		s.Stop()
 		return nil, ctx.Err()
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		ok, err := ready(ctx, s.url, model, workers)
+		ok, err := ready(ctx, s.URL, model, workers)
 		if err == nil && ok {
 			return s, nil
 		}
 		select {
 		case <-s.done:
-			return nil, fmt.Errorf("serve %s %s before its workers were ready%s", exe, exited(s.err), s.logs())
+			return nil, fmt.Errorf("serve %s %s before its workers were ready%s", exe, Exited(s.err), s.Logs())
 		case <-timer.C:
-			s.stop()
+			s.Stop()
 			if err == nil {
 				err = fmt.Errorf("fewer than %d ready workers", workers)
 			}
-			return nil, fmt.Errorf("serve not ready within --ready-timeout %v: %v%s", limit, err, s.logs())
+			return nil, fmt.Errorf("serve not ready within --ready-timeout %v: %v%s", limit, err, s.Logs())
 		case <-ctx.Done():
-			s.stop()
+			s.Stop()
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
 	}
 }
 
-// exited describes a process's end from cmd.Wait's error: "exited with status 0" (nil),
+// Exited describes a process's end from cmd.Wait's error: "exited with status 0" (nil),
 // "exited with status 3", "was killed by signal: killed".
-func exited(err error) string {
+func Exited(err error) string {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -128,17 +132,17 @@ func exited(err error) string {
 	return fmt.Sprintf("ended (%v)", err)
 }
 
-func (s *serveProc) keep(line string) {
+func (s *Proc) keep(line string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.tail) == serveLogLines {
+	if len(s.tail) == LogLines {
 		s.tail = append(s.tail[:0], s.tail[1:]...)
 	}
 	s.tail = append(s.tail, line)
 }
 
-// logs returns the last log lines, indented after a newline ("" when there are none).
-func (s *serveProc) logs() string {
+// Logs returns the last log lines, indented after a newline ("" when there are none).
+func (s *Proc) Logs() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.tail) == 0 {
@@ -147,20 +151,20 @@ func (s *serveProc) logs() string {
 	return "; serve's last log lines:\n  " + strings.Join(s.tail, "\n  ")
 }
 
-// stop sends SIGTERM and waits for the exit (the serve drains its workers); after
-// serveGrace it kills the process group. Whatever is left in the group (engines) is
+// Stop sends SIGTERM and waits for the exit (the serve drains its workers); after
+// Grace it kills the process group. Whatever is left in the group (engines) is
 // killed too. It returns the exit error of a serve that did not exit cleanly.
-func (s *serveProc) stop() error {
+func (s *Proc) Stop() error {
 	pid := s.cmd.Process.Pid
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	var err error
 	select {
 	case <-s.done:
 		err = s.err
-	case <-time.After(serveGrace):
+	case <-time.After(Grace):
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		<-s.done
-		err = fmt.Errorf("no exit %v after SIGTERM: killed", serveGrace)
+		err = fmt.Errorf("no exit %v after SIGTERM: killed", Grace)
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	return err
@@ -192,7 +196,7 @@ func ready(ctx context.Context, url, model string, workers int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n := readyWorkers(string(body), model)
+	n := ReadyWorkers(string(body), model)
 	if n < workers {
 		return false, fmt.Errorf("%d of %d workers ready", n, workers)
 	}
@@ -221,9 +225,9 @@ func get(ctx context.Context, url string) ([]byte, error) {
 	return body, nil
 }
 
-// readyWorkers counts the workers of model whose turbine_router_worker_ready gauge is 1
+// ReadyWorkers counts the workers of model whose turbine_router_worker_ready gauge is 1
 // in a Prometheus text exposition.
-func readyWorkers(exposition, model string) int {
+func ReadyWorkers(exposition, model string) int {
 	n := 0
 	for _, line := range strings.Split(exposition, "\n") {
 		rest, ok := strings.CutPrefix(line, "turbine_router_worker_ready{")
@@ -246,8 +250,8 @@ func readyWorkers(exposition, model string) int {
 	return n
 }
 
-// withoutEnv returns env (KEY=value entries) without those of the variable name.
-func withoutEnv(env []string, name string) []string {
+// WithoutEnv returns env (KEY=value entries) without those of the variable name.
+func WithoutEnv(env []string, name string) []string {
 	out := make([]string, 0, len(env))
 	for _, e := range env {
 		if k, _, _ := strings.Cut(e, "="); k != name {
@@ -257,5 +261,8 @@ func withoutEnv(env []string, name string) []string {
 	return out
 }
 
-// errServeStopped marks a run whose serve exited while it was being measured.
-var errServeStopped = errors.New("serve exited during the run")
+// Done is closed once the process has exited; Err is then its exit error.
+func (s *Proc) Done() <-chan struct{} { return s.done }
+
+// Err is cmd.Wait's error once Done is closed.
+func (s *Proc) Err() error { return s.err }
