@@ -30,7 +30,7 @@ var File_services_proto protoreflect.FileDescriptor
 const file_services_proto_rawDesc = "" +
 	"\n" +
 	"\x0eservices.proto\x12\n" +
-	"turbine.v1\x1a\rturbine.proto2\xa9\x04\n" +
+	"turbine.v1\x1a\rturbine.proto2\xee\x04\n" +
 	"\x06Router\x12?\n" +
 	"\bRegister\x12\x1a.turbine.v1.RegisterWorker\x1a\x17.turbine.v1.RegisterAck\x12;\n" +
 	"\n" +
@@ -41,7 +41,8 @@ const file_services_proto_rawDesc = "" +
 	"\vPrefillDone\x12\x16.turbine.v1.RequestRef\x1a\x0f.turbine.v1.Ack\x12/\n" +
 	"\x04Free\x12\x16.turbine.v1.RequestRef\x1a\x0f.turbine.v1.Ack\x12@\n" +
 	"\x11SetBusyThresholds\x12\x1a.turbine.v1.BusyThresholds\x1a\x0f.turbine.v1.Ack\x12@\n" +
-	"\x05Stats\x12\x1e.turbine.v1.RouterStatsRequest\x1a\x17.turbine.v1.RouterStats2\x7f\n" +
+	"\x05Stats\x12\x1e.turbine.v1.RouterStatsRequest\x1a\x17.turbine.v1.RouterStats\x12C\n" +
+	"\x10PublishInventory\x12\x19.turbine.v1.KvbmInventory\x1a\x14.turbine.v1.EventAck2\x7f\n" +
 	"\aCatalog\x126\n" +
 	"\bAnnounce\x12\x19.turbine.v1.AnnounceModel\x1a\x0f.turbine.v1.Ack\x12<\n" +
 	"\x04List\x12\x1d.turbine.v1.ListModelsRequest\x1a\x15.turbine.v1.ModelList2\xce\x01\n" +
@@ -60,18 +61,19 @@ var file_services_proto_goTypes = []any{
 	(*RequestRef)(nil),           // 5: turbine.v1.RequestRef
 	(*BusyThresholds)(nil),       // 6: turbine.v1.BusyThresholds
 	(*RouterStatsRequest)(nil),   // 7: turbine.v1.RouterStatsRequest
-	(*AnnounceModel)(nil),        // 8: turbine.v1.AnnounceModel
-	(*ListModelsRequest)(nil),    // 9: turbine.v1.ListModelsRequest
-	(*PlannerReport)(nil),        // 10: turbine.v1.PlannerReport
-	(*PlannerStatusRequest)(nil), // 11: turbine.v1.PlannerStatusRequest
-	(*PlannerSetTargets)(nil),    // 12: turbine.v1.PlannerSetTargets
-	(*RegisterAck)(nil),          // 13: turbine.v1.RegisterAck
-	(*Ack)(nil),                  // 14: turbine.v1.Ack
-	(*EventAck)(nil),             // 15: turbine.v1.EventAck
-	(*RouteResponse)(nil),        // 16: turbine.v1.RouteResponse
-	(*RouterStats)(nil),          // 17: turbine.v1.RouterStats
-	(*ModelList)(nil),            // 18: turbine.v1.ModelList
-	(*PlannerStatus)(nil),        // 19: turbine.v1.PlannerStatus
+	(*KvbmInventory)(nil),        // 8: turbine.v1.KvbmInventory
+	(*AnnounceModel)(nil),        // 9: turbine.v1.AnnounceModel
+	(*ListModelsRequest)(nil),    // 10: turbine.v1.ListModelsRequest
+	(*PlannerReport)(nil),        // 11: turbine.v1.PlannerReport
+	(*PlannerStatusRequest)(nil), // 12: turbine.v1.PlannerStatusRequest
+	(*PlannerSetTargets)(nil),    // 13: turbine.v1.PlannerSetTargets
+	(*RegisterAck)(nil),          // 14: turbine.v1.RegisterAck
+	(*Ack)(nil),                  // 15: turbine.v1.Ack
+	(*EventAck)(nil),             // 16: turbine.v1.EventAck
+	(*RouteResponse)(nil),        // 17: turbine.v1.RouteResponse
+	(*RouterStats)(nil),          // 18: turbine.v1.RouterStats
+	(*ModelList)(nil),            // 19: turbine.v1.ModelList
+	(*PlannerStatus)(nil),        // 20: turbine.v1.PlannerStatus
 }
 var file_services_proto_depIdxs = []int32{
 	0,  // 0: turbine.v1.Router.Register:input_type -> turbine.v1.RegisterWorker
@@ -83,27 +85,29 @@ var file_services_proto_depIdxs = []int32{
 	5,  // 6: turbine.v1.Router.Free:input_type -> turbine.v1.RequestRef
 	6,  // 7: turbine.v1.Router.SetBusyThresholds:input_type -> turbine.v1.BusyThresholds
 	7,  // 8: turbine.v1.Router.Stats:input_type -> turbine.v1.RouterStatsRequest
-	8,  // 9: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
-	9,  // 10: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
-	10, // 11: turbine.v1.Planner.Report:input_type -> turbine.v1.PlannerReport
-	11, // 12: turbine.v1.Planner.Status:input_type -> turbine.v1.PlannerStatusRequest
-	12, // 13: turbine.v1.Planner.SetTargets:input_type -> turbine.v1.PlannerSetTargets
-	13, // 14: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
-	14, // 15: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
-	15, // 16: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
-	14, // 17: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
-	16, // 18: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
-	14, // 19: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
-	14, // 20: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
-	14, // 21: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
-	17, // 22: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
-	14, // 23: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
-	18, // 24: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
-	14, // 25: turbine.v1.Planner.Report:output_type -> turbine.v1.Ack
-	19, // 26: turbine.v1.Planner.Status:output_type -> turbine.v1.PlannerStatus
-	19, // 27: turbine.v1.Planner.SetTargets:output_type -> turbine.v1.PlannerStatus
-	14, // [14:28] is the sub-list for method output_type
-	0,  // [0:14] is the sub-list for method input_type
+	8,  // 9: turbine.v1.Router.PublishInventory:input_type -> turbine.v1.KvbmInventory
+	9,  // 10: turbine.v1.Catalog.Announce:input_type -> turbine.v1.AnnounceModel
+	10, // 11: turbine.v1.Catalog.List:input_type -> turbine.v1.ListModelsRequest
+	11, // 12: turbine.v1.Planner.Report:input_type -> turbine.v1.PlannerReport
+	12, // 13: turbine.v1.Planner.Status:input_type -> turbine.v1.PlannerStatusRequest
+	13, // 14: turbine.v1.Planner.SetTargets:input_type -> turbine.v1.PlannerSetTargets
+	14, // 15: turbine.v1.Router.Register:output_type -> turbine.v1.RegisterAck
+	15, // 16: turbine.v1.Router.Deregister:output_type -> turbine.v1.Ack
+	16, // 17: turbine.v1.Router.PublishEvents:output_type -> turbine.v1.EventAck
+	15, // 18: turbine.v1.Router.PublishDump:output_type -> turbine.v1.Ack
+	17, // 19: turbine.v1.Router.Route:output_type -> turbine.v1.RouteResponse
+	15, // 20: turbine.v1.Router.PrefillDone:output_type -> turbine.v1.Ack
+	15, // 21: turbine.v1.Router.Free:output_type -> turbine.v1.Ack
+	15, // 22: turbine.v1.Router.SetBusyThresholds:output_type -> turbine.v1.Ack
+	18, // 23: turbine.v1.Router.Stats:output_type -> turbine.v1.RouterStats
+	16, // 24: turbine.v1.Router.PublishInventory:output_type -> turbine.v1.EventAck
+	15, // 25: turbine.v1.Catalog.Announce:output_type -> turbine.v1.Ack
+	19, // 26: turbine.v1.Catalog.List:output_type -> turbine.v1.ModelList
+	15, // 27: turbine.v1.Planner.Report:output_type -> turbine.v1.Ack
+	20, // 28: turbine.v1.Planner.Status:output_type -> turbine.v1.PlannerStatus
+	20, // 29: turbine.v1.Planner.SetTargets:output_type -> turbine.v1.PlannerStatus
+	15, // [15:30] is the sub-list for method output_type
+	0,  // [0:15] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -70,6 +70,7 @@ type Router interface {
 	Free(req *RequestRef, ctx cluster.GrainContext) (*Ack, error)
 	SetBusyThresholds(req *BusyThresholds, ctx cluster.GrainContext) (*Ack, error)
 	Stats(req *RouterStatsRequest, ctx cluster.GrainContext) (*RouterStats, error)
+	PublishInventory(req *KvbmInventory, ctx cluster.GrainContext) (*EventAck, error)
 }
 
 // RouterGrainClient holds the base data for the RouterGrain
@@ -321,6 +322,33 @@ func (g *RouterGrainClient) Stats(r *RouterStatsRequest, opts ...cluster.GrainCa
 	}
 }
 
+// PublishInventory requests the execution on to the cluster with CallOptions
+func (g *RouterGrainClient) PublishInventory(r *KvbmInventory, opts ...cluster.GrainCallOption) (*EventAck, error) {
+	if g.cluster.Config.RequestLog {
+		g.cluster.Logger().Info("Requesting", slog.String("identity", g.Identity), slog.String("kind", "Router"), slog.String("method", "PublishInventory"), slog.Any("request", r))
+	}
+	bytes, err := proto.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	reqMsg := &cluster.GrainRequest{MethodIndex: 9, MessageData: bytes}
+	resp, err := g.cluster.Request(g.Identity, "Router", reqMsg, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("error request: %w", err)
+	}
+	switch msg := resp.(type) {
+	case *EventAck:
+		return msg, nil
+	case *cluster.GrainErrorResponse:
+		if msg == nil {
+			return nil, nil
+		}
+		return nil, msg
+	default:
+		return nil, fmt.Errorf("unknown response type %T", resp)
+	}
+}
+
 // RouterActor represents the actor structure
 type RouterActor struct {
 	ctx     cluster.GrainContext
@@ -523,6 +551,26 @@ func (a *RouterActor) Receive(ctx actor.Context) {
 			}
 
 			r0, err := a.inner.Stats(req, a.ctx)
+			if err != nil {
+				resp := cluster.FromError(err)
+				ctx.Respond(resp)
+				return
+			}
+			ctx.Respond(r0)
+		case 9:
+			req := &KvbmInventory{}
+			err := proto.Unmarshal(msg.MessageData, req)
+			if err != nil {
+				ctx.Logger().Error("[Grain] PublishInventory(KvbmInventory) proto.Unmarshal failed.", slog.Any("error", err))
+				resp := cluster.NewGrainErrorResponse(cluster.ErrorReason_INVALID_ARGUMENT, err.Error()).
+					WithMetadata(map[string]string{
+						"argument": req.String(),
+					})
+				ctx.Respond(resp)
+				return
+			}
+
+			r0, err := a.inner.PublishInventory(req, a.ctx)
 			if err != nil {
 				resp := cluster.FromError(err)
 				ctx.Respond(resp)

@@ -418,6 +418,60 @@ func (LoraFailure) EnumDescriptor() ([]byte, []int) {
 	return file_turbine_proto_rawDescGZIP(), []int{6}
 }
 
+// KvTier is a storage tier below the GPU (kv.Tier): host memory (G2), local disk (G3), or
+// another node's block manager or a shared store (G4).
+type KvTier int32
+
+const (
+	KvTier_KV_TIER_UNSPECIFIED KvTier = 0
+	KvTier_KV_TIER_HOST        KvTier = 1
+	KvTier_KV_TIER_DISK        KvTier = 2
+	KvTier_KV_TIER_REMOTE      KvTier = 3
+)
+
+// Enum value maps for KvTier.
+var (
+	KvTier_name = map[int32]string{
+		0: "KV_TIER_UNSPECIFIED",
+		1: "KV_TIER_HOST",
+		2: "KV_TIER_DISK",
+		3: "KV_TIER_REMOTE",
+	}
+	KvTier_value = map[string]int32{
+		"KV_TIER_UNSPECIFIED": 0,
+		"KV_TIER_HOST":        1,
+		"KV_TIER_DISK":        2,
+		"KV_TIER_REMOTE":      3,
+	}
+)
+
+func (x KvTier) Enum() *KvTier {
+	p := new(KvTier)
+	*p = x
+	return p
+}
+
+func (x KvTier) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KvTier) Descriptor() protoreflect.EnumDescriptor {
+	return file_turbine_proto_enumTypes[7].Descriptor()
+}
+
+func (KvTier) Type() protoreflect.EnumType {
+	return &file_turbine_proto_enumTypes[7]
+}
+
+func (x KvTier) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KvTier.Descriptor instead.
+func (KvTier) EnumDescriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{7}
+}
+
 // ActorRef names an actor anywhere in the cluster (protoactor PID fields).
 type ActorRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -996,6 +1050,9 @@ type WorkerInfo struct {
 	// is served, after the worker loads it again (docs/reference.md §26). Only an unload
 	// forgets them. Disjoint from adapters.
 	KnownAdapters []*LoraAdapter `protobuf:"bytes,15,rep,name=known_adapters,json=knownAdapters,proto3" json:"known_adapters,omitempty"`
+	// The node agent that runs the worker (turbine node --node-id); "" when it runs on its
+	// own. The node's KV block manager serves its engine (docs/reference.md §9).
+	NodeId        string `protobuf:"bytes,16,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1126,6 +1183,13 @@ func (x *WorkerInfo) GetKnownAdapters() []*LoraAdapter {
 		return x.KnownAdapters
 	}
 	return nil
+}
+
+func (x *WorkerInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 // RegisterWorker is sent by a worker to its model's Router grain on start and on every
@@ -5558,6 +5622,453 @@ func (x *PlannerSetTargets) GetGpuBudget() int32 {
 	return 0
 }
 
+// KvbmTierChange is a set of blocks that entered (removed = false) or left a tier, named by
+// the router's own sequence hashes (kv/hash.go, docs/reference.md §2).
+type KvbmTierChange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tier          KvTier                 `protobuf:"varint,1,opt,name=tier,proto3,enum=turbine.v1.KvTier" json:"tier,omitempty"`
+	Removed       bool                   `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
+	SeqHashes     []uint64               `protobuf:"varint,3,rep,packed,name=seq_hashes,json=seqHashes,proto3" json:"seq_hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvbmTierChange) Reset() {
+	*x = KvbmTierChange{}
+	mi := &file_turbine_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvbmTierChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvbmTierChange) ProtoMessage() {}
+
+func (x *KvbmTierChange) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvbmTierChange.ProtoReflect.Descriptor instead.
+func (*KvbmTierChange) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *KvbmTierChange) GetTier() KvTier {
+	if x != nil {
+		return x.Tier
+	}
+	return KvTier_KV_TIER_UNSPECIFIED
+}
+
+func (x *KvbmTierChange) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
+}
+
+func (x *KvbmTierChange) GetSeqHashes() []uint64 {
+	if x != nil {
+		return x.SeqHashes
+	}
+	return nil
+}
+
+// KvbmInventory is a node's KV block manager telling a model's Router grain which of that
+// model's blocks it holds in which tier. Batches are numbered per (node, model) within an
+// epoch (the block manager's start); a gap or an unknown node makes the router answer
+// need_dump, and the next batch is a snapshot that replaces all it knew of the node.
+type KvbmInventory struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	NodeId   string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Model    string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Epoch    uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq      uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	Snapshot bool                   `protobuf:"varint,5,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Changes  []*KvbmTierChange      `protobuf:"bytes,6,rep,name=changes,proto3" json:"changes,omitempty"`
+	// The block manager serves other nodes' engines too (a G4 path exists): its blocks are
+	// remote-tier hits for workers on other nodes.
+	ServesRemote  bool `protobuf:"varint,7,opt,name=serves_remote,json=servesRemote,proto3" json:"serves_remote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvbmInventory) Reset() {
+	*x = KvbmInventory{}
+	mi := &file_turbine_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvbmInventory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvbmInventory) ProtoMessage() {}
+
+func (x *KvbmInventory) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvbmInventory.ProtoReflect.Descriptor instead.
+func (*KvbmInventory) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *KvbmInventory) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *KvbmInventory) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *KvbmInventory) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *KvbmInventory) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *KvbmInventory) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
+func (x *KvbmInventory) GetChanges() []*KvbmTierChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *KvbmInventory) GetServesRemote() bool {
+	if x != nil {
+		return x.ServesRemote
+	}
+	return false
+}
+
+// KvbmStatusRequest asks a node's block manager (the named actor "kvbm") for its status.
+type KvbmStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvbmStatusRequest) Reset() {
+	*x = KvbmStatusRequest{}
+	mi := &file_turbine_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvbmStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvbmStatusRequest) ProtoMessage() {}
+
+func (x *KvbmStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvbmStatusRequest.ProtoReflect.Descriptor instead.
+func (*KvbmStatusRequest) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{64}
+}
+
+// KvbmTierStatus is one tier of a block manager.
+type KvbmTierStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tier          KvTier                 `protobuf:"varint,1,opt,name=tier,proto3,enum=turbine.v1.KvTier" json:"tier,omitempty"`
+	CapacityBytes int64                  `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	UsedBytes     int64                  `protobuf:"varint,3,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	Blocks        int64                  `protobuf:"varint,4,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Hits          uint64                 `protobuf:"varint,5,opt,name=hits,proto3" json:"hits,omitempty"`                          // reads served from this tier
+	Misses        uint64                 `protobuf:"varint,6,opt,name=misses,proto3" json:"misses,omitempty"`                      // reads of keys this tier did not hold (host tier: all misses)
+	Stored        uint64                 `protobuf:"varint,7,opt,name=stored,proto3" json:"stored,omitempty"`                      // blocks written into the tier (puts, demotions, promotions)
+	Evicted       uint64                 `protobuf:"varint,8,opt,name=evicted,proto3" json:"evicted,omitempty"`                    // blocks evicted from the tier (to the next one or dropped)
+	BytesIn       uint64                 `protobuf:"varint,9,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`     // bytes written into the tier
+	BytesOut      uint64                 `protobuf:"varint,10,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"` // bytes read from the tier
+	Pinned        int64                  `protobuf:"varint,11,opt,name=pinned,proto3" json:"pinned,omitempty"`                     // blocks being read now
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvbmTierStatus) Reset() {
+	*x = KvbmTierStatus{}
+	mi := &file_turbine_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvbmTierStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvbmTierStatus) ProtoMessage() {}
+
+func (x *KvbmTierStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvbmTierStatus.ProtoReflect.Descriptor instead.
+func (*KvbmTierStatus) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *KvbmTierStatus) GetTier() KvTier {
+	if x != nil {
+		return x.Tier
+	}
+	return KvTier_KV_TIER_UNSPECIFIED
+}
+
+func (x *KvbmTierStatus) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetBlocks() int64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetHits() uint64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetMisses() uint64 {
+	if x != nil {
+		return x.Misses
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetStored() uint64 {
+	if x != nil {
+		return x.Stored
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetEvicted() uint64 {
+	if x != nil {
+		return x.Evicted
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetBytesIn() uint64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetBytesOut() uint64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *KvbmTierStatus) GetPinned() int64 {
+	if x != nil {
+		return x.Pinned
+	}
+	return 0
+}
+
+// KvbmStatus is GET /admin/kvbm's entry for one node.
+type KvbmStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Tiers         []*KvbmTierStatus      `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	Policy        string                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"` // "demote", "write-through" or "reuse"
+	DiskDir       string                 `protobuf:"bytes,4,opt,name=disk_dir,json=diskDir,proto3" json:"disk_dir,omitempty"`
+	RespAddress   string                 `protobuf:"bytes,5,opt,name=resp_address,json=respAddress,proto3" json:"resp_address,omitempty"` // redis:// and resp:// (RESP2), "" when off
+	LmAddress     string                 `protobuf:"bytes,6,opt,name=lm_address,json=lmAddress,proto3" json:"lm_address,omitempty"`       // LMCache lm://, "" when off
+	Epoch         uint64                 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Models        []string               `protobuf:"bytes,8,rep,name=models,proto3" json:"models,omitempty"`                       // models whose blocks it holds (Turbine block keys)
+	PutBytes      uint64                 `protobuf:"varint,9,opt,name=put_bytes,json=putBytes,proto3" json:"put_bytes,omitempty"`  // bytes accepted by puts since start
+	GetBytes      uint64                 `protobuf:"varint,10,opt,name=get_bytes,json=getBytes,proto3" json:"get_bytes,omitempty"` // bytes served by gets since start
+	Errors        uint64                 `protobuf:"varint,11,opt,name=errors,proto3" json:"errors,omitempty"`                     // requests answered with an error (full disk, bad input)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvbmStatus) Reset() {
+	*x = KvbmStatus{}
+	mi := &file_turbine_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvbmStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvbmStatus) ProtoMessage() {}
+
+func (x *KvbmStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvbmStatus.ProtoReflect.Descriptor instead.
+func (*KvbmStatus) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *KvbmStatus) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *KvbmStatus) GetTiers() []*KvbmTierStatus {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *KvbmStatus) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *KvbmStatus) GetDiskDir() string {
+	if x != nil {
+		return x.DiskDir
+	}
+	return ""
+}
+
+func (x *KvbmStatus) GetRespAddress() string {
+	if x != nil {
+		return x.RespAddress
+	}
+	return ""
+}
+
+func (x *KvbmStatus) GetLmAddress() string {
+	if x != nil {
+		return x.LmAddress
+	}
+	return ""
+}
+
+func (x *KvbmStatus) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *KvbmStatus) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *KvbmStatus) GetPutBytes() uint64 {
+	if x != nil {
+		return x.PutBytes
+	}
+	return 0
+}
+
+func (x *KvbmStatus) GetGetBytes() uint64 {
+	if x != nil {
+		return x.GetBytes
+	}
+	return 0
+}
+
+func (x *KvbmStatus) GetErrors() uint64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
 var File_turbine_proto protoreflect.FileDescriptor
 
 const file_turbine_proto_rawDesc = "" +
@@ -5619,7 +6130,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12%\n" +
 	"\x0eprefill_tokens\x18\x05 \x01(\x03R\rprefillTokens\x12\x19\n" +
-	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xad\x04\n" +
+	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xc6\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12*\n" +
@@ -5638,7 +6149,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\rmax_lora_rank\x18\r \x01(\x05R\vmaxLoraRank\x12 \n" +
 	"\flora_load_ms\x18\x0e \x01(\x01R\n" +
 	"loraLoadMs\x12>\n" +
-	"\x0eknown_adapters\x18\x0f \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdaptersJ\x04\b\x06\x10\a\"\x92\x01\n" +
+	"\x0eknown_adapters\x18\x0f \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdapters\x12\x17\n" +
+	"\anode_id\x18\x10 \x01(\tR\x06nodeIdJ\x04\b\x06\x10\a\"\x92\x01\n" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
@@ -6046,7 +6558,50 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0ettft_target_ms\x18\x01 \x01(\x01R\fttftTargetMs\x12\"\n" +
 	"\ritl_target_ms\x18\x02 \x01(\x01R\vitlTargetMs\x12\x1d\n" +
 	"\n" +
-	"gpu_budget\x18\x03 \x01(\x05R\tgpuBudget*>\n" +
+	"gpu_budget\x18\x03 \x01(\x05R\tgpuBudget\"q\n" +
+	"\x0eKvbmTierChange\x12&\n" +
+	"\x04tier\x18\x01 \x01(\x0e2\x12.turbine.v1.KvTierR\x04tier\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\bR\aremoved\x12\x1d\n" +
+	"\n" +
+	"seq_hashes\x18\x03 \x03(\x04R\tseqHashes\"\xdd\x01\n" +
+	"\rKvbmInventory\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x1a\n" +
+	"\bsnapshot\x18\x05 \x01(\bR\bsnapshot\x124\n" +
+	"\achanges\x18\x06 \x03(\v2\x1a.turbine.v1.KvbmTierChangeR\achanges\x12#\n" +
+	"\rserves_remote\x18\a \x01(\bR\fservesRemote\"\x13\n" +
+	"\x11KvbmStatusRequest\"\xc4\x02\n" +
+	"\x0eKvbmTierStatus\x12&\n" +
+	"\x04tier\x18\x01 \x01(\x0e2\x12.turbine.v1.KvTierR\x04tier\x12%\n" +
+	"\x0ecapacity_bytes\x18\x02 \x01(\x03R\rcapacityBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x03 \x01(\x03R\tusedBytes\x12\x16\n" +
+	"\x06blocks\x18\x04 \x01(\x03R\x06blocks\x12\x12\n" +
+	"\x04hits\x18\x05 \x01(\x04R\x04hits\x12\x16\n" +
+	"\x06misses\x18\x06 \x01(\x04R\x06misses\x12\x16\n" +
+	"\x06stored\x18\a \x01(\x04R\x06stored\x12\x18\n" +
+	"\aevicted\x18\b \x01(\x04R\aevicted\x12\x19\n" +
+	"\bbytes_in\x18\t \x01(\x04R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\n" +
+	" \x01(\x04R\bbytesOut\x12\x16\n" +
+	"\x06pinned\x18\v \x01(\x03R\x06pinned\"\xcc\x02\n" +
+	"\n" +
+	"KvbmStatus\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
+	"\x05tiers\x18\x02 \x03(\v2\x1a.turbine.v1.KvbmTierStatusR\x05tiers\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\tR\x06policy\x12\x19\n" +
+	"\bdisk_dir\x18\x04 \x01(\tR\adiskDir\x12!\n" +
+	"\fresp_address\x18\x05 \x01(\tR\vrespAddress\x12\x1d\n" +
+	"\n" +
+	"lm_address\x18\x06 \x01(\tR\tlmAddress\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06models\x18\b \x03(\tR\x06models\x12\x1b\n" +
+	"\tput_bytes\x18\t \x01(\x04R\bputBytes\x12\x1b\n" +
+	"\tget_bytes\x18\n" +
+	" \x01(\x04R\bgetBytes\x12\x16\n" +
+	"\x06errors\x18\v \x01(\x04R\x06errors*>\n" +
 	"\x04Role\x12\x13\n" +
 	"\x0fROLE_AGGREGATED\x10\x00\x12\x10\n" +
 	"\fROLE_PREFILL\x10\x01\x12\x0f\n" +
@@ -6088,7 +6643,12 @@ const file_turbine_proto_rawDesc = "" +
 	"\fLORA_INVALID\x10\x01\x12\x12\n" +
 	"\x0eLORA_NOT_FOUND\x10\x02\x12\x10\n" +
 	"\fLORA_NO_SLOT\x10\x03\x12\x0f\n" +
-	"\vLORA_ENGINE\x10\x04B)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
+	"\vLORA_ENGINE\x10\x04*Y\n" +
+	"\x06KvTier\x12\x17\n" +
+	"\x13KV_TIER_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fKV_TIER_HOST\x10\x01\x12\x10\n" +
+	"\fKV_TIER_DISK\x10\x02\x12\x12\n" +
+	"\x0eKV_TIER_REMOTE\x10\x03B)Z'github.com/turbine-llm/turbine/messagesb\x06proto3"
 
 var (
 	file_turbine_proto_rawDescOnce sync.Once
@@ -6102,8 +6662,8 @@ func file_turbine_proto_rawDescGZIP() []byte {
 	return file_turbine_proto_rawDescData
 }
 
-var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_turbine_proto_goTypes = []any{
 	(Role)(0),                    // 0: turbine.v1.Role
 	(Leg)(0),                     // 1: turbine.v1.Leg
@@ -6112,133 +6672,143 @@ var file_turbine_proto_goTypes = []any{
 	(Fault)(0),                   // 4: turbine.v1.Fault
 	(Runner)(0),                  // 5: turbine.v1.Runner
 	(LoraFailure)(0),             // 6: turbine.v1.LoraFailure
-	(*ActorRef)(nil),             // 7: turbine.v1.ActorRef
-	(*ModelCard)(nil),            // 8: turbine.v1.ModelCard
-	(*LoraAdapter)(nil),          // 9: turbine.v1.LoraAdapter
-	(*ModelArchitecture)(nil),    // 10: turbine.v1.ModelArchitecture
-	(*WorkerLoad)(nil),           // 11: turbine.v1.WorkerLoad
-	(*WorkerInfo)(nil),           // 12: turbine.v1.WorkerInfo
-	(*RegisterWorker)(nil),       // 13: turbine.v1.RegisterWorker
-	(*RegisterAck)(nil),          // 14: turbine.v1.RegisterAck
-	(*DeregisterWorker)(nil),     // 15: turbine.v1.DeregisterWorker
-	(*KvBlockStored)(nil),        // 16: turbine.v1.KvBlockStored
-	(*KvBlockRemoved)(nil),       // 17: turbine.v1.KvBlockRemoved
-	(*KvAllBlocksCleared)(nil),   // 18: turbine.v1.KvAllBlocksCleared
-	(*KvEvent)(nil),              // 19: turbine.v1.KvEvent
-	(*KvEventBatch)(nil),         // 20: turbine.v1.KvEventBatch
-	(*EventAck)(nil),             // 21: turbine.v1.EventAck
-	(*BlockDump)(nil),            // 22: turbine.v1.BlockDump
-	(*DumpBlocksRequest)(nil),    // 23: turbine.v1.DumpBlocksRequest
-	(*RouteRequest)(nil),         // 24: turbine.v1.RouteRequest
-	(*RouteCandidate)(nil),       // 25: turbine.v1.RouteCandidate
-	(*CostTerm)(nil),             // 26: turbine.v1.CostTerm
-	(*RouteResponse)(nil),        // 27: turbine.v1.RouteResponse
-	(*RouteAck)(nil),             // 28: turbine.v1.RouteAck
-	(*RequestRef)(nil),           // 29: turbine.v1.RequestRef
-	(*Ack)(nil),                  // 30: turbine.v1.Ack
-	(*BusyThresholds)(nil),       // 31: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil),   // 32: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),          // 33: turbine.v1.WorkerStats
-	(*RouterStats)(nil),          // 34: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),        // 35: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),    // 36: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),            // 37: turbine.v1.ModelFile
-	(*ModelFiles)(nil),           // 38: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),    // 39: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),            // 40: turbine.v1.ModelList
-	(*SamplingParams)(nil),       // 41: turbine.v1.SamplingParams
-	(*TokenLogprob)(nil),         // 42: turbine.v1.TokenLogprob
-	(*TopLogprob)(nil),           // 43: turbine.v1.TopLogprob
-	(*StructuredOutput)(nil),     // 44: turbine.v1.StructuredOutput
-	(*DisaggParams)(nil),         // 45: turbine.v1.DisaggParams
-	(*Generate)(nil),             // 46: turbine.v1.Generate
-	(*TokenChunk)(nil),           // 47: turbine.v1.TokenChunk
-	(*Embed)(nil),                // 48: turbine.v1.Embed
-	(*Embedding)(nil),            // 49: turbine.v1.Embedding
-	(*Credit)(nil),               // 50: turbine.v1.Credit
-	(*ReleaseKv)(nil),            // 51: turbine.v1.ReleaseKv
-	(*Cancel)(nil),               // 52: turbine.v1.Cancel
-	(*LoadLora)(nil),             // 53: turbine.v1.LoadLora
-	(*UnloadLora)(nil),           // 54: turbine.v1.UnloadLora
-	(*LoraReply)(nil),            // 55: turbine.v1.LoraReply
-	(*GpuInfo)(nil),              // 56: turbine.v1.GpuInfo
-	(*StartWorker)(nil),          // 57: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),     // 58: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),           // 59: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),    // 60: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),           // 61: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),           // 62: turbine.v1.NodeStatus
-	(*PlannerReport)(nil),        // 63: turbine.v1.PlannerReport
-	(*PlannerStatusRequest)(nil), // 64: turbine.v1.PlannerStatusRequest
-	(*PlannerTerm)(nil),          // 65: turbine.v1.PlannerTerm
-	(*PlannerPool)(nil),          // 66: turbine.v1.PlannerPool
-	(*PlannerStatus)(nil),        // 67: turbine.v1.PlannerStatus
-	(*PlannerSetTargets)(nil),    // 68: turbine.v1.PlannerSetTargets
-	nil,                          // 69: turbine.v1.SamplingParams.LogitBiasEntry
+	(KvTier)(0),                  // 7: turbine.v1.KvTier
+	(*ActorRef)(nil),             // 8: turbine.v1.ActorRef
+	(*ModelCard)(nil),            // 9: turbine.v1.ModelCard
+	(*LoraAdapter)(nil),          // 10: turbine.v1.LoraAdapter
+	(*ModelArchitecture)(nil),    // 11: turbine.v1.ModelArchitecture
+	(*WorkerLoad)(nil),           // 12: turbine.v1.WorkerLoad
+	(*WorkerInfo)(nil),           // 13: turbine.v1.WorkerInfo
+	(*RegisterWorker)(nil),       // 14: turbine.v1.RegisterWorker
+	(*RegisterAck)(nil),          // 15: turbine.v1.RegisterAck
+	(*DeregisterWorker)(nil),     // 16: turbine.v1.DeregisterWorker
+	(*KvBlockStored)(nil),        // 17: turbine.v1.KvBlockStored
+	(*KvBlockRemoved)(nil),       // 18: turbine.v1.KvBlockRemoved
+	(*KvAllBlocksCleared)(nil),   // 19: turbine.v1.KvAllBlocksCleared
+	(*KvEvent)(nil),              // 20: turbine.v1.KvEvent
+	(*KvEventBatch)(nil),         // 21: turbine.v1.KvEventBatch
+	(*EventAck)(nil),             // 22: turbine.v1.EventAck
+	(*BlockDump)(nil),            // 23: turbine.v1.BlockDump
+	(*DumpBlocksRequest)(nil),    // 24: turbine.v1.DumpBlocksRequest
+	(*RouteRequest)(nil),         // 25: turbine.v1.RouteRequest
+	(*RouteCandidate)(nil),       // 26: turbine.v1.RouteCandidate
+	(*CostTerm)(nil),             // 27: turbine.v1.CostTerm
+	(*RouteResponse)(nil),        // 28: turbine.v1.RouteResponse
+	(*RouteAck)(nil),             // 29: turbine.v1.RouteAck
+	(*RequestRef)(nil),           // 30: turbine.v1.RequestRef
+	(*Ack)(nil),                  // 31: turbine.v1.Ack
+	(*BusyThresholds)(nil),       // 32: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil),   // 33: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),          // 34: turbine.v1.WorkerStats
+	(*RouterStats)(nil),          // 35: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),        // 36: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),    // 37: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),            // 38: turbine.v1.ModelFile
+	(*ModelFiles)(nil),           // 39: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),    // 40: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),            // 41: turbine.v1.ModelList
+	(*SamplingParams)(nil),       // 42: turbine.v1.SamplingParams
+	(*TokenLogprob)(nil),         // 43: turbine.v1.TokenLogprob
+	(*TopLogprob)(nil),           // 44: turbine.v1.TopLogprob
+	(*StructuredOutput)(nil),     // 45: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),         // 46: turbine.v1.DisaggParams
+	(*Generate)(nil),             // 47: turbine.v1.Generate
+	(*TokenChunk)(nil),           // 48: turbine.v1.TokenChunk
+	(*Embed)(nil),                // 49: turbine.v1.Embed
+	(*Embedding)(nil),            // 50: turbine.v1.Embedding
+	(*Credit)(nil),               // 51: turbine.v1.Credit
+	(*ReleaseKv)(nil),            // 52: turbine.v1.ReleaseKv
+	(*Cancel)(nil),               // 53: turbine.v1.Cancel
+	(*LoadLora)(nil),             // 54: turbine.v1.LoadLora
+	(*UnloadLora)(nil),           // 55: turbine.v1.UnloadLora
+	(*LoraReply)(nil),            // 56: turbine.v1.LoraReply
+	(*GpuInfo)(nil),              // 57: turbine.v1.GpuInfo
+	(*StartWorker)(nil),          // 58: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),     // 59: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),           // 60: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),    // 61: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),           // 62: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),           // 63: turbine.v1.NodeStatus
+	(*PlannerReport)(nil),        // 64: turbine.v1.PlannerReport
+	(*PlannerStatusRequest)(nil), // 65: turbine.v1.PlannerStatusRequest
+	(*PlannerTerm)(nil),          // 66: turbine.v1.PlannerTerm
+	(*PlannerPool)(nil),          // 67: turbine.v1.PlannerPool
+	(*PlannerStatus)(nil),        // 68: turbine.v1.PlannerStatus
+	(*PlannerSetTargets)(nil),    // 69: turbine.v1.PlannerSetTargets
+	(*KvbmTierChange)(nil),       // 70: turbine.v1.KvbmTierChange
+	(*KvbmInventory)(nil),        // 71: turbine.v1.KvbmInventory
+	(*KvbmStatusRequest)(nil),    // 72: turbine.v1.KvbmStatusRequest
+	(*KvbmTierStatus)(nil),       // 73: turbine.v1.KvbmTierStatus
+	(*KvbmStatus)(nil),           // 74: turbine.v1.KvbmStatus
+	nil,                          // 75: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
-	7,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
-	10, // 1: turbine.v1.ModelCard.architecture:type_name -> turbine.v1.ModelArchitecture
+	8,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
+	11, // 1: turbine.v1.ModelCard.architecture:type_name -> turbine.v1.ModelArchitecture
 	5,  // 2: turbine.v1.ModelCard.runner:type_name -> turbine.v1.Runner
-	9,  // 3: turbine.v1.ModelCard.lora:type_name -> turbine.v1.LoraAdapter
-	7,  // 4: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
-	8,  // 5: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
+	10, // 3: turbine.v1.ModelCard.lora:type_name -> turbine.v1.LoraAdapter
+	8,  // 4: turbine.v1.WorkerInfo.actor:type_name -> turbine.v1.ActorRef
+	9,  // 5: turbine.v1.WorkerInfo.card:type_name -> turbine.v1.ModelCard
 	0,  // 6: turbine.v1.WorkerInfo.role:type_name -> turbine.v1.Role
-	9,  // 7: turbine.v1.WorkerInfo.adapters:type_name -> turbine.v1.LoraAdapter
-	9,  // 8: turbine.v1.WorkerInfo.known_adapters:type_name -> turbine.v1.LoraAdapter
-	12, // 9: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
-	11, // 10: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
-	7,  // 11: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
-	16, // 12: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
-	17, // 13: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
-	18, // 14: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
-	19, // 15: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
-	19, // 16: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	26, // 17: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
-	7,  // 18: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	10, // 7: turbine.v1.WorkerInfo.adapters:type_name -> turbine.v1.LoraAdapter
+	10, // 8: turbine.v1.WorkerInfo.known_adapters:type_name -> turbine.v1.LoraAdapter
+	13, // 9: turbine.v1.RegisterWorker.worker:type_name -> turbine.v1.WorkerInfo
+	12, // 10: turbine.v1.RegisterWorker.load:type_name -> turbine.v1.WorkerLoad
+	8,  // 11: turbine.v1.DeregisterWorker.actor:type_name -> turbine.v1.ActorRef
+	17, // 12: turbine.v1.KvEvent.stored:type_name -> turbine.v1.KvBlockStored
+	18, // 13: turbine.v1.KvEvent.removed:type_name -> turbine.v1.KvBlockRemoved
+	19, // 14: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
+	20, // 15: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
+	20, // 16: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
+	27, // 17: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
+	8,  // 18: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
 	3,  // 19: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
 	2,  // 20: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
-	7,  // 21: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
-	7,  // 22: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
-	25, // 23: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
+	8,  // 21: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
+	8,  // 22: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
+	26, // 23: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
 	0,  // 24: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
-	7,  // 25: turbine.v1.WorkerStats.actor:type_name -> turbine.v1.ActorRef
-	9,  // 26: turbine.v1.WorkerStats.adapters:type_name -> turbine.v1.LoraAdapter
-	9,  // 27: turbine.v1.WorkerStats.known_adapters:type_name -> turbine.v1.LoraAdapter
-	33, // 28: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	8,  // 29: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	8,  // 30: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	7,  // 31: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	9,  // 32: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
-	9,  // 33: turbine.v1.AnnounceModel.known_adapters:type_name -> turbine.v1.LoraAdapter
-	37, // 34: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	8,  // 35: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	45, // 36: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	44, // 37: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	69, // 38: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
-	43, // 39: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
+	8,  // 25: turbine.v1.WorkerStats.actor:type_name -> turbine.v1.ActorRef
+	10, // 26: turbine.v1.WorkerStats.adapters:type_name -> turbine.v1.LoraAdapter
+	10, // 27: turbine.v1.WorkerStats.known_adapters:type_name -> turbine.v1.LoraAdapter
+	34, // 28: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	9,  // 29: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	9,  // 30: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	8,  // 31: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	10, // 32: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
+	10, // 33: turbine.v1.AnnounceModel.known_adapters:type_name -> turbine.v1.LoraAdapter
+	38, // 34: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	9,  // 35: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	46, // 36: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	45, // 37: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	75, // 38: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	44, // 39: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
 	1,  // 40: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
-	41, // 41: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	7,  // 42: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	42, // 41: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	8,  // 42: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
 	4,  // 43: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
-	42, // 44: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
-	42, // 45: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
+	43, // 44: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
+	43, // 45: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
 	4,  // 46: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
-	9,  // 47: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
+	10, // 47: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
 	6,  // 48: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
-	9,  // 49: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
-	8,  // 50: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	7,  // 51: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	7,  // 52: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	56, // 53: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	61, // 54: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	65, // 55: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
-	66, // 56: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	10, // 49: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
+	9,  // 50: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	8,  // 51: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	8,  // 52: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	57, // 53: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	62, // 54: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	66, // 55: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
+	67, // 56: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
+	7,  // 57: turbine.v1.KvbmTierChange.tier:type_name -> turbine.v1.KvTier
+	70, // 58: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
+	7,  // 59: turbine.v1.KvbmTierStatus.tier:type_name -> turbine.v1.KvTier
+	73, // 60: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
+	61, // [61:61] is the sub-list for method output_type
+	61, // [61:61] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -6260,8 +6830,8 @@ func file_turbine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   63,
+			NumEnums:      8,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
