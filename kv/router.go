@@ -123,6 +123,9 @@ type pendingBatch struct {
 type WorkerSpec struct {
 	// ID is the worker's unique string id.
 	ID string
+	// Node: the node agent running the worker ("" for none); its KV block manager's
+	// inventory (ApplyInventory) counts as the worker's lower tiers (docs/reference.md §9).
+	Node string
 	// BlockSize: the engine's KV block size in tokens; must equal the router's.
 	BlockSize int
 	// TotalBlocks: the engine's KV capacity in blocks (0 = unknown).

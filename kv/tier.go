@@ -68,3 +68,22 @@ func TierOfMedium(m string) Tier {
 	}
 	return TierNone
 }
+
+// TierChange is a set of blocks, named by the router's sequence hashes (hash.go), that
+// entered (Removed false) or left Tier in a node's KV block manager.
+type TierChange struct {
+	Tier      Tier
+	Removed   bool
+	SeqHashes []uint64
+}
+
+// Inventory is one numbered batch of a node's KV block manager's inventory of one model
+// (messages.KvbmInventory): batches are numbered by Seq within Epoch (the block manager's
+// start); a Snapshot replaces everything known of the node. ServesRemote: the node's
+// blocks are remote-tier hits for workers on other nodes (a G4 path exists).
+type Inventory struct {
+	Epoch, Seq   uint64
+	Snapshot     bool
+	ServesRemote bool
+	Changes      []TierChange
+}
