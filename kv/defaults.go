@@ -113,6 +113,11 @@ type Config struct {
 	// docs/reference.md §26.4).
 	LoraLoadMs     float64
 	IgnoreAdapters bool
+	// TierCredit: what a block in a node's host memory, local disk or a remote store is
+	// worth against a GPU hit (0..1 each; docs/reference.md §9.2). DefaultConfig holds
+	// DefaultTierCredit (the mock model's); the Router grain computes it from the model
+	// card (TierCreditsFor); the zero value credits no tier.
+	TierCredit TierCredit
 }
 
 // BusyThresholds mark a worker busy (docs/reference.md §4); busy workers are skipped by every
@@ -143,6 +148,7 @@ func DefaultConfig(blockSize int) Config {
 		ApproxAfterSilence:  DefaultApproxAfterSilence,
 		SessionTTL:          DefaultSessionTTL,
 		MaxSessions:         DefaultMaxSessions,
+		TierCredit:          DefaultTierCredit(),
 	}
 }
 
@@ -152,4 +158,46 @@ func DefaultConfig(blockSize int) Config {
 func DefaultDisaggConfig() DisaggConfig {
 	return DisaggConfig{MaxLocalPrefillTokens: DefaultMaxLocalPrefillTokens,
 		MaxPrefillQueueTokens: DefaultMaxPrefillQueueTokens}
+}
+
+// Bandwidths of the lower KV tiers into GPU memory (docs/reference.md §9.2), in GB/s
+// (1e9 bytes per second): the router's default tier credits are computed from them
+// (TierCreditsFor), and the mock engine models its onboarding at the same figures, so
+// both sides of a benchmark agree. Host: pinned host memory over PCIe (about half of a
+// PCIe 5 x16 link's 50 GB/s per direction, what DMA copies of 0.5–2 MiB blocks reach);
+// Disk: one NVMe drive (a PCIe 5 drive peaks near 7 GB/s, reads of block files less);
+// Remote: another node's block manager over the network (a 100 Gb/s link, 12.5 GB/s raw).
+const (
+	DefaultHostGBps   = 25.0
+	DefaultDiskGBps   = 5.0
+	DefaultRemoteGBps = 10.0
+)
+
+// DefaultKVBytesPerToken is the KV cache size of one token (bytes) assumed when a model
+// card has no architecture figures (a mock model): Llama-3.1-8B's 2·32·8·128·2 = 131,072,
+// the mock engine's modelled figure too.
+const DefaultKVBytesPerToken = 131072
+
+// TierBandwidth is the transfer bandwidth of each lower tier into GPU memory, in GB/s
+// (1e9 bytes per second); a figure <= 0 means the tier is unusable (credit 0).
+type TierBandwidth struct {
+	Host, Disk, Remote float64
+}
+
+// DefaultTierBandwidth returns DefaultHostGBps, DefaultDiskGBps and DefaultRemoteGBps.
+func DefaultTierBandwidth() TierBandwidth {
+	return TierBandwidth{Host: DefaultHostGBps, Disk: DefaultDiskGBps, Remote: DefaultRemoteGBps}
+}
+
+// GBps returns tier t's bandwidth in GB/s (0 for TierNone and unknown tiers).
+func (b TierBandwidth) GBps(t Tier) float64 {
+	switch t {
+	case TierHost:
+		return b.Host
+	case TierDisk:
+		return b.Disk
+	case TierRemote:
+		return b.Remote
+	}
+	return 0
 }

@@ -249,14 +249,16 @@ func (r *Router) placeDisagg(in *RouteInput, sel *SelectInput, hashes []uint64, 
 		return Decision{}, err
 	}
 	pid := PrefillRequestID(in.RequestID)
-	ptoks := max(0, isl-int64(pc.OverlapBlocks)*bs)
+	ptoks := uncachedTokens(isl, r.cfg.BlockSize, &pc)
 	r.active.Add(pid, pc.Worker, hashes, ptoks, now)
+	r.countTierHits(&pc)
 	r.active.Add(in.RequestID, dc.Worker, hashes, 0, now)
 	r.count(kindRemote, len(hashes), pc.OverlapBlocks)
 	return Decision{WorkerID: dc.ID, Worker: dc.Worker, OverlapBlocks: dc.OverlapBlocks, PromptBlocks: len(hashes),
 		Disagg: DisaggRemote, UncachedPrefillTokens: uncached,
 		Prefill: &PrefillLeg{WorkerID: pc.ID, Worker: pc.Worker, OverlapBlocks: pc.OverlapBlocks,
-			PrefillTokens: ptoks, RequestID: pid}}, nil
+			PrefillTokens: ptoks, RequestID: pid},
+		HostBlocks: pc.HostBlocks, DiskBlocks: pc.DiskBlocks, RemoteBlocks: pc.RemoteBlocks}, nil
 }
 
 // queueLong reports whether every candidate prefill worker (ready, non-busy, not
@@ -281,14 +283,16 @@ func (r *Router) queueLong(cands []Candidate) bool {
 // placeLocal records a request prefilled on its (decode or aggregated) worker c, like an
 // aggregated request, and returns its decision of the given kind.
 func (r *Router) placeLocal(in *RouteInput, hashes []uint64, c Candidate, kind int, now time.Time) Decision {
-	prefill := max(0, int64(in.promptTokens())-int64(c.OverlapBlocks)*int64(r.cfg.BlockSize))
+	prefill := uncachedTokens(int64(in.promptTokens()), r.cfg.BlockSize, &c)
 	r.active.Add(in.RequestID, c.Worker, hashes, prefill, now)
+	r.countTierHits(&c)
 	// noted at the profile's speed: the observed/predicted ratio is then the worker's speed
 	pr := PredictTTFT(&r.cfg.Profile, in.promptTokens(), r.cfg.BlockSize, &c)
 	r.active.NotePrediction(in.RequestID, (pr.Total()-pr.AdapterMs)/pr.Speed+pr.AdapterMs)
 	r.count(kind, len(hashes), c.OverlapBlocks)
 	return Decision{WorkerID: c.ID, Worker: c.Worker, OverlapBlocks: c.OverlapBlocks, PromptBlocks: len(hashes),
-		PrefillTokens: prefill, Disagg: disaggKinds[kind], UncachedPrefillTokens: prefill}
+		PrefillTokens: prefill, Disagg: disaggKinds[kind], UncachedPrefillTokens: prefill,
+		HostBlocks: c.HostBlocks, DiskBlocks: c.DiskBlocks, RemoteBlocks: c.RemoteBlocks}
 }
 
 // count updates the routing counters: overlap is the prefix hit of the worker that

@@ -17,15 +17,35 @@ package kv
 func explainCandidates(p Policy, sel *SelectInput, chosen int) []ExplainedCandidate {
 	out := make([]ExplainedCandidate, len(sel.Candidates))
 	ex, _ := p.(Explainer)
+	tiers := false
+	for i := range sel.Candidates {
+		c := &sel.Candidates[i]
+		tiers = tiers || c.HostBlocks+c.DiskBlocks+c.RemoteBlocks > 0
+	}
 	for i := range sel.Candidates {
 		c := &sel.Candidates[i]
 		e := ExplainedCandidate{WorkerID: c.ID, OverlapBlocks: c.OverlapBlocks, Chosen: i == chosen}
 		if ex != nil {
 			e.Cost, e.Terms = ex.Explain(sel, c)
 		}
+		if tiers {
+			e.Terms = append(e.Terms, tierTerms(c)...)
+		}
 		out[i] = e
 	}
 	return out
+}
+
+// tierTerms are a candidate's lower-tier facts (docs/reference.md §9.2): shown for every
+// candidate once one of them has a tier hit; facts already in the cost, not terms of its
+// sum.
+func tierTerms(c *Candidate) []Term {
+	return []Term{
+		{Name: TermHostHitBlocks, Value: float64(c.HostBlocks)},
+		{Name: TermDiskHitBlocks, Value: float64(c.DiskBlocks)},
+		{Name: TermRemoteHitBlocks, Value: float64(c.RemoteBlocks)},
+		{Name: TermTierCreditTokens, Value: c.TierCreditTokens},
+	}
 }
 
 // noteChoice records, while a Route explains itself and nothing was recorded yet, the
@@ -46,4 +66,10 @@ const (
 	TermActiveRequests = "active_requests" // requests in flight on w (load)
 	TermMatchRatio     = "match_ratio"     // share of the prompt's tokens cached on w (0..1)
 	TermIndexedBlocks  = "indexed_blocks"  // w's blocks in the KV index (cache size)
+	// Every policy, once some candidate has a lower-tier hit (docs/reference.md §9.2):
+	// facts the cost already counts, not terms of its sum.
+	TermHostHitBlocks    = "host_hit_blocks"    // prompt blocks after the GPU hit in w's node's host memory
+	TermDiskHitBlocks    = "disk_hit_blocks"    // ... on its node's disk
+	TermRemoteHitBlocks  = "remote_hit_blocks"  // ... in a remote tier
+	TermTierCreditTokens = "tier_credit_tokens" // prompt tokens those blocks count as cached (tokens)
 )

@@ -47,6 +47,15 @@ type Candidate struct {
 	// AdapterWaitMs: the wait for a slot before that load (ms), when every unpinned
 	// adapter on the worker is in use by an active request.
 	AdapterWaitMs float64
+	// HostBlocks, DiskBlocks, RemoteBlocks: the prompt blocks right after the GPU hit
+	// (OverlapBlocks) that the worker's node holds in host memory, on disk, or that a
+	// remote store holds (consecutive: engines load prefixes only; docs/reference.md
+	// §9.2). TierCreditTokens: the prompt tokens they count as cached, Config.TierCredit's
+	// fraction of a block for each; policies subtract them from the uncached prefill.
+	HostBlocks       int
+	DiskBlocks       int
+	RemoteBlocks     int
+	TierCreditTokens float64
 }
 
 // SelectInput is what a policy decides on. Policies must not retain it.

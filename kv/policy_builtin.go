@@ -7,7 +7,7 @@ import (
 
 // KVPolicy is the KV-aware routing policy (docs/reference.md §3, the reference router's cost):
 //
-//	prefill_tokens(w) = active_prefill_tokens(w) + max(0, ISL - overlap(w)*B)
+//	prefill_tokens(w) = active_prefill_tokens(w) + max(0, ISL - overlap(w)*B - tier_credit_tokens(w))
 //	prefill_blocks(w) = prefill_tokens(w) / B                       (real number)
 //	decode_blocks(w)  = active_blocks(w) + prompt blocks not already active on w
 //	cost(w)           = overlap_weight * prefill_blocks(w) + decode_blocks(w)
@@ -30,11 +30,9 @@ func kvCostTerms(in *SelectInput, c *Candidate) (prefillBlocks, decodeBlocks flo
 	if bs <= 0 {
 		bs = 1
 	}
-	newTokens := in.PromptTokens - c.OverlapBlocks*bs
-	if newTokens < 0 {
-		newTokens = 0
-	}
-	prefillBlocks = float64(c.ActivePrefillTokens+int64(newTokens)) / float64(bs)
+	// Blocks a lower tier holds count as cached at their credit (docs/reference.md §9.2).
+	newTokens := math.Max(float64(in.PromptTokens-c.OverlapBlocks*bs)-c.TierCreditTokens, 0)
+	prefillBlocks = (float64(c.ActivePrefillTokens) + newTokens) / float64(bs)
 	newActive := in.PromptBlocks - c.ActivePrefixBlocks
 	if newActive < 0 {
 		newActive = 0

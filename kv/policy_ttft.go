@@ -73,8 +73,9 @@ func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Predi
 	if !(speed > 0) {
 		speed = 1
 	}
-	// An engine always computes at least the prompt's last token.
-	newTok := float64(max(promptTokens-c.OverlapBlocks*bs, 1))
+	// An engine always computes at least the prompt's last token; blocks onboarded from
+	// a lower tier count at their credit (docs/reference.md §9.2).
+	newTok := math.Max(float64(promptTokens-c.OverlapBlocks*bs)-c.TierCreditTokens, 1)
 	queued := float64(max(c.ActivePrefillTokens, 0))
 	queueMs, _ := prof.PrefillMs(queued)
 	allMs, steps := prof.PrefillMs(queued + newTok)
@@ -180,7 +181,7 @@ func ownPrefillMs(in *SelectInput, c *Candidate) float64 {
 		d := DefaultProfile()
 		prof = &d
 	}
-	ms, _ := prof.PrefillMs(float64(max(in.PromptTokens-c.OverlapBlocks*max(in.BlockSize, 1), 1)))
+	ms, _ := prof.PrefillMs(math.Max(float64(in.PromptTokens-c.OverlapBlocks*max(in.BlockSize, 1))-c.TierCreditTokens, 1))
 	return ms
 }
 

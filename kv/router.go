@@ -80,6 +80,10 @@ type Router struct {
 	explained  []ExplainedCandidate
 	// lora: what the Route in progress asks of LoRA adapters (lora.go).
 	lora loraRoute
+	// tiers: the nodes' lower-tier inventories (tier_index.go); tierHits counts the
+	// routed prompt blocks found in each lower tier on the worker that prefilled.
+	tiers    *TierIndex
+	tierHits [NumTiers]int64
 }
 
 type routerWorker struct {
@@ -111,6 +115,9 @@ type routerWorker struct {
 	approx       bool
 	silentRoutes int
 	silentSince  time.Time
+	// node: the worker's node slot in the tier index (-1: none), registered as nodeName.
+	node     int32
+	nodeName string
 }
 
 type pendingBatch struct {
@@ -238,16 +245,17 @@ type Decision struct {
 	OverlapBlocks int
 	// PromptBlocks: full KV blocks in the prompt.
 	PromptBlocks int
-	// PrefillTokens: prompt tokens the worker has to compute (ISL - OverlapBlocks*B),
-	// as tracked in its load; 0 for the decode worker of a remote decision.
+	// PrefillTokens: prompt tokens the worker has to compute (ISL - OverlapBlocks*B, less
+	// the tier credit of the blocks its node's tiers hold, docs/reference.md §9.2), as
+	// tracked in its load; 0 for the decode worker of a remote decision.
 	PrefillTokens int64
 	// Disagg: the disaggregation decision, one of DisaggAggregated, DisaggRemote,
 	// DisaggLocalShortPrefill, DisaggLocalPrefillQueue, DisaggLocalNoPrefillWorkers,
 	// DisaggLocalRequested (see disagg.go). WorkerID/Worker is the decode worker, or the
 	// only worker when the decision is not remote.
 	Disagg DisaggDecision
-	// UncachedPrefillTokens: ISL minus the worker's prefix hit (tokens), what the worker
-	// would prefill itself.
+	// UncachedPrefillTokens: ISL minus the worker's prefix hit (tokens) and its credited
+	// tier tokens (Candidate.TierCreditTokens), what the worker would prefill itself.
 	UncachedPrefillTokens int64
 	// Prefill: where the prefill leg runs; set only when Disagg is DisaggRemote.
 	Prefill *PrefillLeg
@@ -257,6 +265,10 @@ type Decision struct {
 	// LoraPath: the adapter's folder when a chosen worker (decode or prefill) does not
 	// hold the request's adapter and loads it on demand first; "" otherwise.
 	LoraPath string
+	// HostBlocks, DiskBlocks, RemoteBlocks: the prompt blocks after the GPU hit that the
+	// worker computing the prompt (the prefill worker of a remote decision) finds in a
+	// lower tier (Candidate's; docs/reference.md §9.2). OverlapBlocks stays the GPU hit.
+	HostBlocks, DiskBlocks, RemoteBlocks int
 }
 
 // ExplainedCandidate is one candidate of a routing decision with its policy's cost.
@@ -318,6 +330,9 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = DefaultMaxSessions
 	}
+	if err := cfg.TierCredit.Validate(); err != nil {
+		return nil, err
+	}
 	p, err := cfg.Policies.New(cfg.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("Policy: %w", err)
@@ -336,6 +351,7 @@ func NewRouter(cfg Config) (*Router, error) {
 		awaiting:      make(map[string]uint64),
 		pred:          newPredictions(),
 		sessions:      newSessions(cfg.SessionTTL, cfg.MaxSessions),
+		tiers:         NewTierIndex(),
 	}, nil
 }
 
@@ -384,7 +400,8 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 			return false, fmt.Errorf("%w: more than %d workers", ErrInvalidRequest, MaxWorkerID+1)
 		}
 		rw = &routerWorker{id: id, name: spec.ID, role: spec.Role, epoch: spec.Epoch, lastSeq: spec.LastSeq,
-			synced: spec.LastSeq == 0, dumpPart: -1, noEvents: spec.NoKVEvents, approx: spec.NoKVEvents}
+			synced: spec.LastSeq == 0, dumpPart: -1, noEvents: spec.NoKVEvents, approx: spec.NoKVEvents,
+			node: r.tiers.addWorker(spec.Node), nodeName: spec.Node}
 		r.roleCount[spec.Role]++
 		if int(id) == len(r.workers) {
 			r.workers = append(r.workers, rw)
@@ -409,6 +426,10 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 		r.roleCount[rw.role]--
 		r.roleCount[spec.Role]++
 		rw.role = spec.Role
+	}
+	if rw.nodeName != spec.Node {
+		r.tiers.removeWorker(rw.node)
+		rw.node, rw.nodeName = r.tiers.addWorker(spec.Node), spec.Node
 	}
 	if rw.noEvents != spec.NoKVEvents {
 		rw.noEvents, rw.approx, rw.silentRoutes = spec.NoKVEvents, spec.NoKVEvents, 0
@@ -438,6 +459,7 @@ func (r *Router) RemoveWorker(workerID string) (int, error) {
 	r.index.RemoveWorker(rw.id)
 	r.pred.removeWorker(rw.id)
 	n := r.active.RemoveWorker(rw.id)
+	r.tiers.removeWorker(rw.node)
 	r.roleCount[rw.role]--
 	r.workers[rw.id] = nil
 	for len(r.workers) > 0 && r.workers[len(r.workers)-1] == nil {
@@ -702,6 +724,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	r.apBuf = r.apBuf[:len(r.workers)]
 	r.active.ActivePrefix(hashes, r.apBuf)
 	r.lookupPredicted(in, hashes, now)
+	r.tiers.beginRoute()
 
 	pin, pinned := r.pinCandidate(in)
 	if pinned && r.explaining {
@@ -804,6 +827,9 @@ func (r *Router) candidate(rw *routerWorker, l Load) Candidate {
 		c.OverlapBlocks = int(r.ovBuf[rw.id])
 	}
 	r.predictedFacts(rw, &c)
+	if !r.tiers.Empty() {
+		r.tierFacts(rw, &c)
+	}
 	return c
 }
 
@@ -974,6 +1000,9 @@ type WorkerStats struct {
 	// IndexedBlocks.
 	IndexMode       IndexMode
 	PredictedBlocks int
+	// Node: the node the worker registered on ("" for none), whose KV block manager's
+	// tiers count as its own (Stats.Tiers).
+	Node string
 }
 
 // Stats is a snapshot of the router's state and counters.
@@ -1007,6 +1036,14 @@ type Stats struct {
 	// IndexNodes. Sessions: client sessions remembered (session.go).
 	PredictedNodes int
 	Sessions       int
+	// Tiers: the tier index's nodes, sorted by name (docs/reference.md §9.2).
+	// TierHitBlocks: routed prompt blocks found in each lower tier (indexed by Tier) after
+	// the GPU hit of the worker that prefilled. SkippedTierChanges: inventory changes that
+	// named no lower tier; UnknownTierRemovals: removals of blocks not known in that tier.
+	Tiers               []TierNodeStats
+	TierHitBlocks       [NumTiers]int64
+	SkippedTierChanges  uint64
+	UnknownTierRemovals uint64
 }
 
 // Stats returns a snapshot of the router's state.
@@ -1018,6 +1055,8 @@ func (r *Router) Stats() Stats {
 		Decisions: make(map[DisaggDecision]int64, numKinds), Expired: r.expired, AwaitingAck: len(r.awaiting),
 		Pinned: r.pinned, PinFallbacks: r.pinFallbacks,
 		PredictedNodes: r.pred.nodes(), Sessions: r.sessions.len(),
+		Tiers: r.tiers.Stats(), TierHitBlocks: r.tierHits,
+		SkippedTierChanges: r.tiers.Skipped(), UnknownTierRemovals: r.tiers.UnknownRemovals(),
 	}
 	for k, n := range r.decisions {
 		s.Decisions[disaggKinds[k]] = n
@@ -1032,7 +1071,7 @@ func (r *Router) Stats() Stats {
 			ActiveBlocks: l.ActiveBlocks, ActivePrefillTokens: l.PrefillTokens, ActiveRequests: l.Sequences,
 			TotalBlocks: rw.totalBlocks, Busy: r.busy(rw, l), Ready: rw.ready,
 			Epoch: rw.epoch, LastSeq: rw.lastSeq, Synced: rw.synced,
-			IndexMode: rw.indexMode(), PredictedBlocks: r.pred.blocks(rw.id),
+			IndexMode: rw.indexMode(), PredictedBlocks: r.pred.blocks(rw.id), Node: rw.nodeName,
 		})
 	}
 	sort.Slice(s.Workers, func(i, j int) bool { return strings.Compare(s.Workers[i].ID, s.Workers[j].ID) < 0 })

@@ -31,7 +31,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	config block-size=4 policy=kv weight=1 temperature=0 max-age=300s max-unacked=30s busy-kv=0 busy-prefill=0 max-buffered=N
 //	  [predict-active=true] [approx-ttl=120s] [predict-blocks=N] [approx-after=N] [approx-silence=30s] [session-ttl=10m] [max-sessions=N]
 //	  [ignore-adapters=true] [lora-load-ms=200]
-//	add-worker id=w1 [block-size=4] [total=100] [ready=true] [epoch=1] [last-seq=0] [no-events=true]
+//	  [tier-credit=host,disk,remote]
+//	add-worker id=w1 [node=n1] [block-size=4] [total=100] [ready=true] [epoch=1] [last-seq=0] [no-events=true]
 //	  [max-loras=N] [loras=a,b] [pinned=a] [known=c] [load-ms=M]   (adapter a at /adapters/a)
 //	kv-event worker=w1 [epoch=1] seq=1      input: one event per line (see parseEvent)
 //	dump worker=w1 [epoch=1] last-seq=3 [part=0] [last=true]   input: events
@@ -42,6 +43,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	prefill-done id=r1 | free id=r1 | ack id=r1 | tick 10s | expire | kill-worker id=w1
 //	first-token id=r1   PrefillDoneAt at the script's clock; prints the worker's learnt speed
 //	busy [kv=0.9] [prefill=1000] | overlaps (blocks=..|tokens=..) [lora=x] | stats | replay
+//	inventory node=n1 [epoch=1] seq=1 [snapshot] [serves-remote]   input: one tier change per line,
+//	  (host|disk|remote|none) blocks=a,b,c [skip=N] [removed]: the chain's sequence hashes, the first N skipped
+//	tiers      the tier index's nodes | forget-node node=n1
 //
 // A block written as a name (blocks=sys,q1) stands for block-size tokens derived from
 // the name, so scripts read as prompts built from shared pieces. The RNG is seeded per
@@ -398,6 +402,20 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		h.cfg.MaxSessions = a.int(t, "max-sessions", h.cfg.MaxSessions)
 		h.cfg.IgnoreAdapters = a.str("ignore-adapters", fmt.Sprint(h.cfg.IgnoreAdapters)) == "true"
 		h.cfg.LoraLoadMs = a.float(t, "lora-load-ms", h.cfg.LoraLoadMs)
+		if v, ok := a["tier-credit"]; ok {
+			f := strings.Split(v, ",")
+			if len(f) != 3 {
+				t.Fatalf("tier-credit=%q: want host,disk,remote", v)
+			}
+			x := [3]float64{}
+			for i := range f {
+				var err error
+				if x[i], err = strconv.ParseFloat(f[i], 64); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.cfg.TierCredit = TierCredit{Host: x[0], Disk: x[1], Remote: x[2]}
+		}
 		if _, err := NewRouter(h.cfg); err != nil {
 			return "error: " + err.Error()
 		}
@@ -408,7 +426,7 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 			TotalBlocks: int64(a.int(t, "total", 0)), Ready: a.str("ready", "true") == "true",
 			Epoch: a.u64(t, "epoch", 1), LastSeq: a.u64(t, "last-seq", 0), NoKVEvents: a.str("no-events", "false") == "true",
 			MaxLoras: a.int(t, "max-loras", 0), LoraLoadMs: a.float(t, "load-ms", 0), Adapters: scriptAdapters(a, "loras"),
-			KnownAdapters: scriptAdapters(a, "known"),
+			KnownAdapters: scriptAdapters(a, "known"), Node: a.str("node", ""),
 		})
 		return result(nd, err)
 	case "kv-event":
@@ -443,6 +461,9 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		out := fmt.Sprintf("%s overlap=%d prompt=%d prefill=%d", d.WorkerID, d.OverlapBlocks, d.PromptBlocks, d.PrefillTokens)
 		if d.LoraPath != "" {
 			out += " load=" + d.LoraPath
+		}
+		if d.HostBlocks+d.DiskBlocks+d.RemoteBlocks > 0 {
+			out += fmt.Sprintf(" host=%d disk=%d remote=%d", d.HostBlocks, d.DiskBlocks, d.RemoteBlocks)
 		}
 		return out
 	case "adapters":
@@ -501,6 +522,17 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		return strings.TrimSpace(sb.String())
 	case "stats":
 		return formatStats(h.router(t).Stats())
+	case "inventory":
+		inv := Inventory{Epoch: a.u64(t, "epoch", 1), Seq: a.u64(t, "seq", 0), Snapshot: a.str("snapshot", "false") == "true",
+			ServesRemote: a.str("serves-remote", "false") == "true"}
+		for _, in := range c.input {
+			inv.Changes = append(inv.Changes, h.tierChange(t, in))
+		}
+		return fmt.Sprintf("need-dump=%v", h.router(t).ApplyInventory(a.str("node", ""), inv))
+	case "forget-node":
+		return fmt.Sprintf("forgotten=%v", h.router(t).ForgetNode(a.str("node", "")))
+	case "tiers":
+		return formatTiers(h.router(t).Stats())
 	case "replay":
 		return h.replay(t)
 	}
@@ -574,4 +606,29 @@ func (h *harness) replay(t *testing.T) string {
 		return "replay differs: " + strings.Join(diffs, "; ")
 	}
 	return fmt.Sprintf("replayed %d workers, %d nodes", len(b.Workers), b.IndexNodes)
+}
+
+// tierChange reads one inventory line: (host|disk|remote|none) blocks=a,b [skip=N] [removed].
+func (h *harness) tierChange(t *testing.T, line string) TierChange {
+	f := strings.Fields(line)
+	a := parseArgs(f[1:])
+	tiers := map[string]Tier{"host": TierHost, "disk": TierDisk, "remote": TierRemote, "none": TierNone}
+	tier, ok := tiers[f[0]]
+	if !ok {
+		t.Fatalf("unknown tier %q", line)
+	}
+	hs := SequenceHashes(h.tokens(t, a), h.cfg.BlockSize, a.str("lora", ""))
+	return TierChange{Tier: tier, Removed: a.str("removed", "false") == "true", SeqHashes: hs[min(a.int(t, "skip", 0), len(hs)):]}
+}
+
+func formatTiers(s Stats) string {
+	var sb strings.Builder
+	for _, n := range s.Tiers {
+		fmt.Fprintf(&sb, "%s: workers=%d known=%v synced=%v epoch=%d seq=%d serves-remote=%v host=%d disk=%d remote=%d\n",
+			n.Node, n.Workers, n.Known, n.Synced, n.Epoch, n.LastSeq, n.ServesRemote,
+			n.Blocks[TierHost], n.Blocks[TierDisk], n.Blocks[TierRemote])
+	}
+	fmt.Fprintf(&sb, "tier-hits host=%d disk=%d remote=%d skipped=%d unknown-removals=%d",
+		s.TierHitBlocks[TierHost], s.TierHitBlocks[TierDisk], s.TierHitBlocks[TierRemote], s.SkippedTierChanges, s.UnknownTierRemovals)
+	return sb.String()
 }

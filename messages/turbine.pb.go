@@ -2650,6 +2650,8 @@ type WorkerStats struct {
 	Adapters      []*LoraAdapter `protobuf:"bytes,16,rep,name=adapters,proto3" json:"adapters,omitempty"`
 	MaxLoras      int32          `protobuf:"varint,17,opt,name=max_loras,json=maxLoras,proto3" json:"max_loras,omitempty"`
 	KnownAdapters []*LoraAdapter `protobuf:"bytes,18,rep,name=known_adapters,json=knownAdapters,proto3" json:"known_adapters,omitempty"` // WorkerInfo.known_adapters
+	// WorkerInfo.node_id: the node whose KV block manager's tiers count as the worker's.
+	NodeId        string `protobuf:"bytes,19,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2803,6 +2805,124 @@ func (x *WorkerStats) GetKnownAdapters() []*LoraAdapter {
 	return nil
 }
 
+func (x *WorkerStats) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// RouterTierNode is one node of the router's tier index (docs/reference.md §9.2): the
+// blocks of the model its KV block manager holds per tier (a block in host memory and on
+// disk counts in both) and where its inventory stream stands.
+type RouterTierNode struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	HostBlocks    int64                  `protobuf:"varint,2,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`
+	DiskBlocks    int64                  `protobuf:"varint,3,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`
+	RemoteBlocks  int64                  `protobuf:"varint,4,opt,name=remote_blocks,json=remoteBlocks,proto3" json:"remote_blocks,omitempty"`
+	Workers       int32                  `protobuf:"varint,5,opt,name=workers,proto3" json:"workers,omitempty"` // workers registered on the node
+	Synced        bool                   `protobuf:"varint,6,opt,name=synced,proto3" json:"synced,omitempty"`   // no batch missed since its last snapshot
+	ServesRemote  bool                   `protobuf:"varint,7,opt,name=serves_remote,json=servesRemote,proto3" json:"serves_remote,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,8,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LastSeq       uint64                 `protobuf:"varint,9,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouterTierNode) Reset() {
+	*x = RouterTierNode{}
+	mi := &file_turbine_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouterTierNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouterTierNode) ProtoMessage() {}
+
+func (x *RouterTierNode) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouterTierNode.ProtoReflect.Descriptor instead.
+func (*RouterTierNode) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RouterTierNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RouterTierNode) GetHostBlocks() int64 {
+	if x != nil {
+		return x.HostBlocks
+	}
+	return 0
+}
+
+func (x *RouterTierNode) GetDiskBlocks() int64 {
+	if x != nil {
+		return x.DiskBlocks
+	}
+	return 0
+}
+
+func (x *RouterTierNode) GetRemoteBlocks() int64 {
+	if x != nil {
+		return x.RemoteBlocks
+	}
+	return 0
+}
+
+func (x *RouterTierNode) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *RouterTierNode) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *RouterTierNode) GetServesRemote() bool {
+	if x != nil {
+		return x.ServesRemote
+	}
+	return false
+}
+
+func (x *RouterTierNode) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *RouterTierNode) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
 type RouterStats struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Workers       []*WorkerStats         `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
@@ -2818,15 +2938,21 @@ type RouterStats struct {
 	// Requests routed to the worker their pin_worker named (also in routed), and requests
 	// whose pin_worker the router could not use (unknown, gone, not ready, excluded, a
 	// prefill worker), routed by the policy instead.
-	Pinned        int64 `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
-	PinFallbacks  int64 `protobuf:"varint,9,opt,name=pin_fallbacks,json=pinFallbacks,proto3" json:"pin_fallbacks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pinned       int64 `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	PinFallbacks int64 `protobuf:"varint,9,opt,name=pin_fallbacks,json=pinFallbacks,proto3" json:"pin_fallbacks,omitempty"`
+	// The router's tier index, by node, and the routed prompt blocks found in each lower
+	// tier after the GPU hit of the worker that prefilled (docs/reference.md §9.2).
+	TierNodes       []*RouterTierNode `protobuf:"bytes,10,rep,name=tier_nodes,json=tierNodes,proto3" json:"tier_nodes,omitempty"`
+	HostHitBlocks   int64             `protobuf:"varint,11,opt,name=host_hit_blocks,json=hostHitBlocks,proto3" json:"host_hit_blocks,omitempty"`
+	DiskHitBlocks   int64             `protobuf:"varint,12,opt,name=disk_hit_blocks,json=diskHitBlocks,proto3" json:"disk_hit_blocks,omitempty"`
+	RemoteHitBlocks int64             `protobuf:"varint,13,opt,name=remote_hit_blocks,json=remoteHitBlocks,proto3" json:"remote_hit_blocks,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RouterStats) Reset() {
 	*x = RouterStats{}
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +2964,7 @@ func (x *RouterStats) String() string {
 func (*RouterStats) ProtoMessage() {}
 
 func (x *RouterStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +2977,7 @@ func (x *RouterStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStats.ProtoReflect.Descriptor instead.
 func (*RouterStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{27}
+	return file_turbine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RouterStats) GetWorkers() []*WorkerStats {
@@ -2917,6 +3043,34 @@ func (x *RouterStats) GetPinFallbacks() int64 {
 	return 0
 }
 
+func (x *RouterStats) GetTierNodes() []*RouterTierNode {
+	if x != nil {
+		return x.TierNodes
+	}
+	return nil
+}
+
+func (x *RouterStats) GetHostHitBlocks() int64 {
+	if x != nil {
+		return x.HostHitBlocks
+	}
+	return 0
+}
+
+func (x *RouterStats) GetDiskHitBlocks() int64 {
+	if x != nil {
+		return x.DiskHitBlocks
+	}
+	return 0
+}
+
+func (x *RouterStats) GetRemoteHitBlocks() int64 {
+	if x != nil {
+		return x.RemoteHitBlocks
+	}
+	return 0
+}
+
 type AnnounceModel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Card          *ModelCard             `protobuf:"bytes,1,opt,name=card,proto3" json:"card,omitempty"`
@@ -2931,7 +3085,7 @@ type AnnounceModel struct {
 
 func (x *AnnounceModel) Reset() {
 	*x = AnnounceModel{}
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3097,7 @@ func (x *AnnounceModel) String() string {
 func (*AnnounceModel) ProtoMessage() {}
 
 func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3110,7 @@ func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnounceModel.ProtoReflect.Descriptor instead.
 func (*AnnounceModel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{28}
+	return file_turbine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AnnounceModel) GetCard() *ModelCard {
@@ -3012,7 +3166,7 @@ type ModelFilesRequest struct {
 
 func (x *ModelFilesRequest) Reset() {
 	*x = ModelFilesRequest{}
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3178,7 @@ func (x *ModelFilesRequest) String() string {
 func (*ModelFilesRequest) ProtoMessage() {}
 
 func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3191,7 @@ func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilesRequest.ProtoReflect.Descriptor instead.
 func (*ModelFilesRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{29}
+	return file_turbine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ModelFilesRequest) GetDigest() string {
@@ -3058,7 +3212,7 @@ type ModelFile struct {
 
 func (x *ModelFile) Reset() {
 	*x = ModelFile{}
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3224,7 @@ func (x *ModelFile) String() string {
 func (*ModelFile) ProtoMessage() {}
 
 func (x *ModelFile) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3237,7 @@ func (x *ModelFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFile.ProtoReflect.Descriptor instead.
 func (*ModelFile) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{30}
+	return file_turbine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ModelFile) GetName() string {
@@ -3113,7 +3267,7 @@ type ModelFiles struct {
 
 func (x *ModelFiles) Reset() {
 	*x = ModelFiles{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3279,7 @@ func (x *ModelFiles) String() string {
 func (*ModelFiles) ProtoMessage() {}
 
 func (x *ModelFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3292,7 @@ func (x *ModelFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFiles.ProtoReflect.Descriptor instead.
 func (*ModelFiles) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ModelFiles) GetDigest() string {
@@ -3170,7 +3324,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3336,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3349,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 type ModelList struct {
@@ -3209,7 +3363,7 @@ type ModelList struct {
 
 func (x *ModelList) Reset() {
 	*x = ModelList{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3375,7 @@ func (x *ModelList) String() string {
 func (*ModelList) ProtoMessage() {}
 
 func (x *ModelList) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3388,7 @@ func (x *ModelList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelList.ProtoReflect.Descriptor instead.
 func (*ModelList) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ModelList) GetModels() []*ModelCard {
@@ -3289,7 +3443,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3455,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3468,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SamplingParams) GetMaxTokens() int32 {
@@ -3492,7 +3646,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3658,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3671,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TokenLogprob) GetTokenId() uint32 {
@@ -3559,7 +3713,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +3725,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +3738,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -3616,7 +3770,7 @@ type StructuredOutput struct {
 
 func (x *StructuredOutput) Reset() {
 	*x = StructuredOutput{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3782,7 @@ func (x *StructuredOutput) String() string {
 func (*StructuredOutput) ProtoMessage() {}
 
 func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3795,7 @@ func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StructuredOutput.ProtoReflect.Descriptor instead.
 func (*StructuredOutput) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StructuredOutput) GetJsonSchema() string {
@@ -3697,7 +3851,7 @@ type DisaggParams struct {
 
 func (x *DisaggParams) Reset() {
 	*x = DisaggParams{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3863,7 @@ func (x *DisaggParams) String() string {
 func (*DisaggParams) ProtoMessage() {}
 
 func (x *DisaggParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +3876,7 @@ func (x *DisaggParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
 func (*DisaggParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DisaggParams) GetLeg() Leg {
@@ -3774,7 +3928,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +3940,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +3953,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -3868,7 +4022,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3880,7 +4034,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3893,7 +4047,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -4000,7 +4154,7 @@ type Embed struct {
 
 func (x *Embed) Reset() {
 	*x = Embed{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4166,7 @@ func (x *Embed) String() string {
 func (*Embed) ProtoMessage() {}
 
 func (x *Embed) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4179,7 @@ func (x *Embed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embed.ProtoReflect.Descriptor instead.
 func (*Embed) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Embed) GetRequestId() string {
@@ -4067,7 +4221,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4233,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4246,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Embedding) GetRequestId() string {
@@ -4148,7 +4302,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4314,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4327,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -4203,7 +4357,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4215,7 +4369,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +4382,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{44}
+	return file_turbine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -4256,7 +4410,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4422,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4435,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{45}
+	return file_turbine_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -4311,7 +4465,7 @@ type LoadLora struct {
 
 func (x *LoadLora) Reset() {
 	*x = LoadLora{}
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4477,7 @@ func (x *LoadLora) String() string {
 func (*LoadLora) ProtoMessage() {}
 
 func (x *LoadLora) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4490,7 @@ func (x *LoadLora) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadLora.ProtoReflect.Descriptor instead.
 func (*LoadLora) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{46}
+	return file_turbine_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LoadLora) GetAdapter() *LoraAdapter {
@@ -4357,7 +4511,7 @@ type UnloadLora struct {
 
 func (x *UnloadLora) Reset() {
 	*x = UnloadLora{}
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4523,7 @@ func (x *UnloadLora) String() string {
 func (*UnloadLora) ProtoMessage() {}
 
 func (x *UnloadLora) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4536,7 @@ func (x *UnloadLora) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadLora.ProtoReflect.Descriptor instead.
 func (*UnloadLora) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{47}
+	return file_turbine_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UnloadLora) GetName() string {
@@ -4407,7 +4561,7 @@ type LoraReply struct {
 
 func (x *LoraReply) Reset() {
 	*x = LoraReply{}
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4573,7 @@ func (x *LoraReply) String() string {
 func (*LoraReply) ProtoMessage() {}
 
 func (x *LoraReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4586,7 @@ func (x *LoraReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoraReply.ProtoReflect.Descriptor instead.
 func (*LoraReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{48}
+	return file_turbine_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LoraReply) GetWorkerId() string {
@@ -4484,7 +4638,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4650,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4663,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{49}
+	return file_turbine_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -4571,7 +4725,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4737,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4750,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{50}
+	return file_turbine_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -4669,7 +4823,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4835,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4848,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{51}
+	return file_turbine_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -4739,7 +4893,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[52]
+	mi := &file_turbine_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4751,7 +4905,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[52]
+	mi := &file_turbine_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4764,7 +4918,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{52}
+	return file_turbine_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -4789,7 +4943,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[53]
+	mi := &file_turbine_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4801,7 +4955,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[53]
+	mi := &file_turbine_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4814,7 +4968,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{53}
+	return file_turbine_proto_rawDescGZIP(), []int{54}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -4832,7 +4986,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[54]
+	mi := &file_turbine_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4844,7 +4998,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[54]
+	mi := &file_turbine_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4857,7 +5011,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{54}
+	return file_turbine_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -4919,7 +5073,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[55]
+	mi := &file_turbine_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4931,7 +5085,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[55]
+	mi := &file_turbine_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4944,7 +5098,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{55}
+	return file_turbine_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -5010,7 +5164,7 @@ type PlannerReport struct {
 
 func (x *PlannerReport) Reset() {
 	*x = PlannerReport{}
-	mi := &file_turbine_proto_msgTypes[56]
+	mi := &file_turbine_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5022,7 +5176,7 @@ func (x *PlannerReport) String() string {
 func (*PlannerReport) ProtoMessage() {}
 
 func (x *PlannerReport) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[56]
+	mi := &file_turbine_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5035,7 +5189,7 @@ func (x *PlannerReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerReport.ProtoReflect.Descriptor instead.
 func (*PlannerReport) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{56}
+	return file_turbine_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PlannerReport) GetFrontendId() string {
@@ -5116,7 +5270,7 @@ type PlannerStatusRequest struct {
 
 func (x *PlannerStatusRequest) Reset() {
 	*x = PlannerStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[57]
+	mi := &file_turbine_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5128,7 +5282,7 @@ func (x *PlannerStatusRequest) String() string {
 func (*PlannerStatusRequest) ProtoMessage() {}
 
 func (x *PlannerStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[57]
+	mi := &file_turbine_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5141,7 +5295,7 @@ func (x *PlannerStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerStatusRequest.ProtoReflect.Descriptor instead.
 func (*PlannerStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{57}
+	return file_turbine_proto_rawDescGZIP(), []int{58}
 }
 
 // PlannerTerm is one named figure of a planner decision's formula.
@@ -5156,7 +5310,7 @@ type PlannerTerm struct {
 
 func (x *PlannerTerm) Reset() {
 	*x = PlannerTerm{}
-	mi := &file_turbine_proto_msgTypes[58]
+	mi := &file_turbine_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5168,7 +5322,7 @@ func (x *PlannerTerm) String() string {
 func (*PlannerTerm) ProtoMessage() {}
 
 func (x *PlannerTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[58]
+	mi := &file_turbine_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5181,7 +5335,7 @@ func (x *PlannerTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerTerm.ProtoReflect.Descriptor instead.
 func (*PlannerTerm) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{58}
+	return file_turbine_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PlannerTerm) GetName() string {
@@ -5221,7 +5375,7 @@ type PlannerPool struct {
 
 func (x *PlannerPool) Reset() {
 	*x = PlannerPool{}
-	mi := &file_turbine_proto_msgTypes[59]
+	mi := &file_turbine_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5233,7 +5387,7 @@ func (x *PlannerPool) String() string {
 func (*PlannerPool) ProtoMessage() {}
 
 func (x *PlannerPool) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[59]
+	mi := &file_turbine_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5246,7 +5400,7 @@ func (x *PlannerPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerPool.ProtoReflect.Descriptor instead.
 func (*PlannerPool) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{59}
+	return file_turbine_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PlannerPool) GetPool() string {
@@ -5337,7 +5491,7 @@ type PlannerStatus struct {
 
 func (x *PlannerStatus) Reset() {
 	*x = PlannerStatus{}
-	mi := &file_turbine_proto_msgTypes[60]
+	mi := &file_turbine_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5349,7 +5503,7 @@ func (x *PlannerStatus) String() string {
 func (*PlannerStatus) ProtoMessage() {}
 
 func (x *PlannerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[60]
+	mi := &file_turbine_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5362,7 +5516,7 @@ func (x *PlannerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerStatus.ProtoReflect.Descriptor instead.
 func (*PlannerStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{60}
+	return file_turbine_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PlannerStatus) GetModel() string {
@@ -5573,7 +5727,7 @@ type PlannerSetTargets struct {
 
 func (x *PlannerSetTargets) Reset() {
 	*x = PlannerSetTargets{}
-	mi := &file_turbine_proto_msgTypes[61]
+	mi := &file_turbine_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5585,7 +5739,7 @@ func (x *PlannerSetTargets) String() string {
 func (*PlannerSetTargets) ProtoMessage() {}
 
 func (x *PlannerSetTargets) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[61]
+	mi := &file_turbine_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5598,7 +5752,7 @@ func (x *PlannerSetTargets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerSetTargets.ProtoReflect.Descriptor instead.
 func (*PlannerSetTargets) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{61}
+	return file_turbine_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PlannerSetTargets) GetTtftTargetMs() float64 {
@@ -5635,7 +5789,7 @@ type KvbmTierChange struct {
 
 func (x *KvbmTierChange) Reset() {
 	*x = KvbmTierChange{}
-	mi := &file_turbine_proto_msgTypes[62]
+	mi := &file_turbine_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5647,7 +5801,7 @@ func (x *KvbmTierChange) String() string {
 func (*KvbmTierChange) ProtoMessage() {}
 
 func (x *KvbmTierChange) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[62]
+	mi := &file_turbine_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5660,7 +5814,7 @@ func (x *KvbmTierChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmTierChange.ProtoReflect.Descriptor instead.
 func (*KvbmTierChange) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{62}
+	return file_turbine_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KvbmTierChange) GetTier() KvTier {
@@ -5705,7 +5859,7 @@ type KvbmInventory struct {
 
 func (x *KvbmInventory) Reset() {
 	*x = KvbmInventory{}
-	mi := &file_turbine_proto_msgTypes[63]
+	mi := &file_turbine_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5717,7 +5871,7 @@ func (x *KvbmInventory) String() string {
 func (*KvbmInventory) ProtoMessage() {}
 
 func (x *KvbmInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[63]
+	mi := &file_turbine_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5730,7 +5884,7 @@ func (x *KvbmInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmInventory.ProtoReflect.Descriptor instead.
 func (*KvbmInventory) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{63}
+	return file_turbine_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KvbmInventory) GetNodeId() string {
@@ -5791,7 +5945,7 @@ type KvbmStatusRequest struct {
 
 func (x *KvbmStatusRequest) Reset() {
 	*x = KvbmStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[64]
+	mi := &file_turbine_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5803,7 +5957,7 @@ func (x *KvbmStatusRequest) String() string {
 func (*KvbmStatusRequest) ProtoMessage() {}
 
 func (x *KvbmStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[64]
+	mi := &file_turbine_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5816,7 +5970,7 @@ func (x *KvbmStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmStatusRequest.ProtoReflect.Descriptor instead.
 func (*KvbmStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{64}
+	return file_turbine_proto_rawDescGZIP(), []int{65}
 }
 
 // KvbmTierStatus is one tier of a block manager.
@@ -5839,7 +5993,7 @@ type KvbmTierStatus struct {
 
 func (x *KvbmTierStatus) Reset() {
 	*x = KvbmTierStatus{}
-	mi := &file_turbine_proto_msgTypes[65]
+	mi := &file_turbine_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5851,7 +6005,7 @@ func (x *KvbmTierStatus) String() string {
 func (*KvbmTierStatus) ProtoMessage() {}
 
 func (x *KvbmTierStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[65]
+	mi := &file_turbine_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5864,7 +6018,7 @@ func (x *KvbmTierStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmTierStatus.ProtoReflect.Descriptor instead.
 func (*KvbmTierStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{65}
+	return file_turbine_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *KvbmTierStatus) GetTier() KvTier {
@@ -5964,7 +6118,7 @@ type KvbmStatus struct {
 
 func (x *KvbmStatus) Reset() {
 	*x = KvbmStatus{}
-	mi := &file_turbine_proto_msgTypes[66]
+	mi := &file_turbine_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5976,7 +6130,7 @@ func (x *KvbmStatus) String() string {
 func (*KvbmStatus) ProtoMessage() {}
 
 func (x *KvbmStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[66]
+	mi := &file_turbine_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5989,7 +6143,7 @@ func (x *KvbmStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmStatus.ProtoReflect.Descriptor instead.
 func (*KvbmStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{66}
+	return file_turbine_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KvbmStatus) GetNodeId() string {
@@ -6268,7 +6422,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eprefill_tokens\x18\x02 \x01(\x03H\x01R\rprefillTokens\x88\x01\x01B\v\n" +
 	"\t_kv_usageB\x11\n" +
 	"\x0f_prefill_tokens\"\x14\n" +
-	"\x12RouterStatsRequest\"\xa7\x05\n" +
+	"\x12RouterStatsRequest\"\xc0\x05\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x03R\rindexedBlocks\x12#\n" +
@@ -6288,7 +6442,20 @@ const file_turbine_proto_rawDesc = "" +
 	"\x05actor\x18\x0f \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\x123\n" +
 	"\badapters\x18\x10 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\x12\x1b\n" +
 	"\tmax_loras\x18\x11 \x01(\x05R\bmaxLoras\x12>\n" +
-	"\x0eknown_adapters\x18\x12 \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdaptersJ\x04\b\v\x10\f\"\xda\x02\n" +
+	"\x0eknown_adapters\x18\x12 \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdapters\x12\x17\n" +
+	"\anode_id\x18\x13 \x01(\tR\x06nodeIdJ\x04\b\v\x10\f\"\x98\x02\n" +
+	"\x0eRouterTierNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
+	"\vhost_blocks\x18\x02 \x01(\x03R\n" +
+	"hostBlocks\x12\x1f\n" +
+	"\vdisk_blocks\x18\x03 \x01(\x03R\n" +
+	"diskBlocks\x12#\n" +
+	"\rremote_blocks\x18\x04 \x01(\x03R\fremoteBlocks\x12\x18\n" +
+	"\aworkers\x18\x05 \x01(\x05R\aworkers\x12\x16\n" +
+	"\x06synced\x18\x06 \x01(\bR\x06synced\x12#\n" +
+	"\rserves_remote\x18\a \x01(\bR\fservesRemote\x12\x14\n" +
+	"\x05epoch\x18\b \x01(\x04R\x05epoch\x12\x19\n" +
+	"\blast_seq\x18\t \x01(\x04R\alastSeq\"\x91\x04\n" +
 	"\vRouterStats\x121\n" +
 	"\aworkers\x18\x01 \x03(\v2\x17.turbine.v1.WorkerStatsR\aworkers\x12\x16\n" +
 	"\x06routed\x18\x02 \x01(\x03R\x06routed\x12#\n" +
@@ -6298,7 +6465,13 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0fexpired_unacked\x18\x06 \x01(\x03R\x0eexpiredUnacked\x12#\n" +
 	"\rexpired_stale\x18\a \x01(\x03R\fexpiredStale\x12\x16\n" +
 	"\x06pinned\x18\b \x01(\x03R\x06pinned\x12#\n" +
-	"\rpin_fallbacks\x18\t \x01(\x03R\fpinFallbacks\"\x91\x02\n" +
+	"\rpin_fallbacks\x18\t \x01(\x03R\fpinFallbacks\x129\n" +
+	"\n" +
+	"tier_nodes\x18\n" +
+	" \x03(\v2\x1a.turbine.v1.RouterTierNodeR\ttierNodes\x12&\n" +
+	"\x0fhost_hit_blocks\x18\v \x01(\x03R\rhostHitBlocks\x12&\n" +
+	"\x0fdisk_hit_blocks\x18\f \x01(\x03R\rdiskHitBlocks\x12*\n" +
+	"\x11remote_hit_blocks\x18\r \x01(\x03R\x0fremoteHitBlocks\"\x91\x02\n" +
 	"\rAnnounceModel\x12)\n" +
 	"\x04card\x18\x01 \x01(\v2\x15.turbine.v1.ModelCardR\x04card\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x15\n" +
@@ -6663,7 +6836,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 }
 
 var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_turbine_proto_goTypes = []any{
 	(Role)(0),                    // 0: turbine.v1.Role
 	(Leg)(0),                     // 1: turbine.v1.Leg
@@ -6700,47 +6873,48 @@ var file_turbine_proto_goTypes = []any{
 	(*BusyThresholds)(nil),       // 32: turbine.v1.BusyThresholds
 	(*RouterStatsRequest)(nil),   // 33: turbine.v1.RouterStatsRequest
 	(*WorkerStats)(nil),          // 34: turbine.v1.WorkerStats
-	(*RouterStats)(nil),          // 35: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),        // 36: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),    // 37: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),            // 38: turbine.v1.ModelFile
-	(*ModelFiles)(nil),           // 39: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),    // 40: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),            // 41: turbine.v1.ModelList
-	(*SamplingParams)(nil),       // 42: turbine.v1.SamplingParams
-	(*TokenLogprob)(nil),         // 43: turbine.v1.TokenLogprob
-	(*TopLogprob)(nil),           // 44: turbine.v1.TopLogprob
-	(*StructuredOutput)(nil),     // 45: turbine.v1.StructuredOutput
-	(*DisaggParams)(nil),         // 46: turbine.v1.DisaggParams
-	(*Generate)(nil),             // 47: turbine.v1.Generate
-	(*TokenChunk)(nil),           // 48: turbine.v1.TokenChunk
-	(*Embed)(nil),                // 49: turbine.v1.Embed
-	(*Embedding)(nil),            // 50: turbine.v1.Embedding
-	(*Credit)(nil),               // 51: turbine.v1.Credit
-	(*ReleaseKv)(nil),            // 52: turbine.v1.ReleaseKv
-	(*Cancel)(nil),               // 53: turbine.v1.Cancel
-	(*LoadLora)(nil),             // 54: turbine.v1.LoadLora
-	(*UnloadLora)(nil),           // 55: turbine.v1.UnloadLora
-	(*LoraReply)(nil),            // 56: turbine.v1.LoraReply
-	(*GpuInfo)(nil),              // 57: turbine.v1.GpuInfo
-	(*StartWorker)(nil),          // 58: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),     // 59: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),           // 60: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),    // 61: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),           // 62: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),           // 63: turbine.v1.NodeStatus
-	(*PlannerReport)(nil),        // 64: turbine.v1.PlannerReport
-	(*PlannerStatusRequest)(nil), // 65: turbine.v1.PlannerStatusRequest
-	(*PlannerTerm)(nil),          // 66: turbine.v1.PlannerTerm
-	(*PlannerPool)(nil),          // 67: turbine.v1.PlannerPool
-	(*PlannerStatus)(nil),        // 68: turbine.v1.PlannerStatus
-	(*PlannerSetTargets)(nil),    // 69: turbine.v1.PlannerSetTargets
-	(*KvbmTierChange)(nil),       // 70: turbine.v1.KvbmTierChange
-	(*KvbmInventory)(nil),        // 71: turbine.v1.KvbmInventory
-	(*KvbmStatusRequest)(nil),    // 72: turbine.v1.KvbmStatusRequest
-	(*KvbmTierStatus)(nil),       // 73: turbine.v1.KvbmTierStatus
-	(*KvbmStatus)(nil),           // 74: turbine.v1.KvbmStatus
-	nil,                          // 75: turbine.v1.SamplingParams.LogitBiasEntry
+	(*RouterTierNode)(nil),       // 35: turbine.v1.RouterTierNode
+	(*RouterStats)(nil),          // 36: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),        // 37: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),    // 38: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),            // 39: turbine.v1.ModelFile
+	(*ModelFiles)(nil),           // 40: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),    // 41: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),            // 42: turbine.v1.ModelList
+	(*SamplingParams)(nil),       // 43: turbine.v1.SamplingParams
+	(*TokenLogprob)(nil),         // 44: turbine.v1.TokenLogprob
+	(*TopLogprob)(nil),           // 45: turbine.v1.TopLogprob
+	(*StructuredOutput)(nil),     // 46: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),         // 47: turbine.v1.DisaggParams
+	(*Generate)(nil),             // 48: turbine.v1.Generate
+	(*TokenChunk)(nil),           // 49: turbine.v1.TokenChunk
+	(*Embed)(nil),                // 50: turbine.v1.Embed
+	(*Embedding)(nil),            // 51: turbine.v1.Embedding
+	(*Credit)(nil),               // 52: turbine.v1.Credit
+	(*ReleaseKv)(nil),            // 53: turbine.v1.ReleaseKv
+	(*Cancel)(nil),               // 54: turbine.v1.Cancel
+	(*LoadLora)(nil),             // 55: turbine.v1.LoadLora
+	(*UnloadLora)(nil),           // 56: turbine.v1.UnloadLora
+	(*LoraReply)(nil),            // 57: turbine.v1.LoraReply
+	(*GpuInfo)(nil),              // 58: turbine.v1.GpuInfo
+	(*StartWorker)(nil),          // 59: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),     // 60: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),           // 61: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),    // 62: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),           // 63: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),           // 64: turbine.v1.NodeStatus
+	(*PlannerReport)(nil),        // 65: turbine.v1.PlannerReport
+	(*PlannerStatusRequest)(nil), // 66: turbine.v1.PlannerStatusRequest
+	(*PlannerTerm)(nil),          // 67: turbine.v1.PlannerTerm
+	(*PlannerPool)(nil),          // 68: turbine.v1.PlannerPool
+	(*PlannerStatus)(nil),        // 69: turbine.v1.PlannerStatus
+	(*PlannerSetTargets)(nil),    // 70: turbine.v1.PlannerSetTargets
+	(*KvbmTierChange)(nil),       // 71: turbine.v1.KvbmTierChange
+	(*KvbmInventory)(nil),        // 72: turbine.v1.KvbmInventory
+	(*KvbmStatusRequest)(nil),    // 73: turbine.v1.KvbmStatusRequest
+	(*KvbmTierStatus)(nil),       // 74: turbine.v1.KvbmTierStatus
+	(*KvbmStatus)(nil),           // 75: turbine.v1.KvbmStatus
+	nil,                          // 76: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
 	8,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -6773,42 +6947,43 @@ var file_turbine_proto_depIdxs = []int32{
 	10, // 27: turbine.v1.WorkerStats.known_adapters:type_name -> turbine.v1.LoraAdapter
 	34, // 28: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
 	9,  // 29: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	9,  // 30: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	8,  // 31: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	10, // 32: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
-	10, // 33: turbine.v1.AnnounceModel.known_adapters:type_name -> turbine.v1.LoraAdapter
-	38, // 34: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	9,  // 35: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	46, // 36: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	45, // 37: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	75, // 38: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
-	44, // 39: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
-	1,  // 40: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
-	42, // 41: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	8,  // 42: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	4,  // 43: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
-	43, // 44: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
-	43, // 45: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
-	4,  // 46: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
-	10, // 47: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
-	6,  // 48: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
-	10, // 49: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
-	9,  // 50: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	8,  // 51: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	8,  // 52: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	57, // 53: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	62, // 54: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	66, // 55: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
-	67, // 56: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
-	7,  // 57: turbine.v1.KvbmTierChange.tier:type_name -> turbine.v1.KvTier
-	70, // 58: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
-	7,  // 59: turbine.v1.KvbmTierStatus.tier:type_name -> turbine.v1.KvTier
-	73, // 60: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
-	61, // [61:61] is the sub-list for method output_type
-	61, // [61:61] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	35, // 30: turbine.v1.RouterStats.tier_nodes:type_name -> turbine.v1.RouterTierNode
+	9,  // 31: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	8,  // 32: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	10, // 33: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
+	10, // 34: turbine.v1.AnnounceModel.known_adapters:type_name -> turbine.v1.LoraAdapter
+	39, // 35: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	9,  // 36: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	47, // 37: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	46, // 38: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	76, // 39: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	45, // 40: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
+	1,  // 41: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
+	43, // 42: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	8,  // 43: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	4,  // 44: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
+	44, // 45: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
+	44, // 46: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
+	4,  // 47: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
+	10, // 48: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
+	6,  // 49: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
+	10, // 50: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
+	9,  // 51: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	8,  // 52: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	8,  // 53: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	58, // 54: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	63, // 55: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	67, // 56: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
+	68, // 57: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
+	7,  // 58: turbine.v1.KvbmTierChange.tier:type_name -> turbine.v1.KvTier
+	71, // 59: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
+	7,  // 60: turbine.v1.KvbmTierStatus.tier:type_name -> turbine.v1.KvTier
+	74, // 61: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -6824,14 +6999,14 @@ func file_turbine_proto_init() {
 	}
 	file_turbine_proto_msgTypes[17].OneofWrappers = []any{}
 	file_turbine_proto_msgTypes[24].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[34].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   68,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

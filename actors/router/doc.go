@@ -3,7 +3,8 @@
 //
 // Messages (messages.Router service): Register (worker heartbeat), Deregister,
 // PublishEvents (numbered KV event batches), PublishDump (a worker's full block list),
-// Route, PrefillDone, Free, SetBusyThresholds, Stats. Not calls (ReceiveDefault):
+// PublishInventory (a node's KV block manager's tiers, inventory.go), Route, PrefillDone,
+// Free, SetBusyThresholds, Stats. Not calls (ReceiveDefault):
 // messages.RouteAck, and membership changes (*cluster.ClusterTopology).
 //
 // State: the kv.Router (index, active sequences, registrations), each worker's actor
@@ -43,6 +44,13 @@
 // and counted (RouterStats.expired_unacked, expired_stale). Routing an id twice (a call
 // the cluster retried) tracks it once; a Free or RouteAck of an unknown id is ignored.
 //
-// Senders: workers (Register, Deregister, PublishEvents, PublishDump), frontends (Route,
+// Lower KV tiers (docs/reference.md §9.2): the nodes' KV block managers publish which
+// blocks they hold in host memory, on disk or for remote nodes; a worker's prefix hit
+// continues through its node's tiers at the tier credits, computed from the model card
+// when the first worker registers (Config.TierCredit overrides). A node with no worker
+// left and no inventory for Config.NodeTTL is forgotten.
+//
+// Senders: workers (Register, Deregister, PublishEvents, PublishDump), KV block managers
+// (PublishInventory), frontends (Route,
 // RouteAck, PrefillDone, Free, Stats), operators (SetBusyThresholds).
 package router

@@ -48,7 +48,18 @@ type Config struct {
 	// IgnoreAdapters routes adapter requests as if adapters did not matter
 	// (kv.Config.IgnoreAdapters; docs/reference.md §26.4).
 	IgnoreAdapters bool
-	Logger         zerolog.Logger
+	// TierCredit: the worth of a block in a node's KV block manager's host, disk and
+	// remote tiers against a GPU hit (kv.Config.TierCredit; docs/reference.md §9.2). nil:
+	// computed from the model card's KV size, the timing profile and TierBandwidth
+	// (kv.TierCreditsFor) when the first worker registers.
+	TierCredit *kv.TierCredit
+	// TierBandwidth: the tiers' bandwidths in GB/s for that computation; a zero figure
+	// means kv.DefaultTierBandwidth's.
+	TierBandwidth kv.TierBandwidth
+	// NodeTTL: a node's inventory is forgotten once no worker is registered on it and it
+	// sent none for this long (0: DefaultNodeTTL).
+	NodeTTL time.Duration
+	Logger  zerolog.Logger
 	// Now and Seed are for tests; zero means time.Now and a random seed.
 	Now  func() time.Time
 	Seed uint64
@@ -56,7 +67,7 @@ type Config struct {
 
 // ControlMethods are the Router grain methods a worker calls (its relay: the
 // registration that is its heartbeat, KV event batches, block dumps, leaving).
-var ControlMethods = []protoreflect.Name{"Register", "Deregister", "PublishEvents", "PublishDump"}
+var ControlMethods = []protoreflect.Name{"Register", "Deregister", "PublishEvents", "PublishDump", "PublishInventory"}
 
 // Kind returns the cluster kind hosting Router grains. Grains are never passivated: the
 // index is worth keeping while the member lives. Their mailbox processes the workers'
@@ -87,6 +98,8 @@ type workerState struct {
 	adapters []*messages.LoraAdapter
 	known    []*messages.LoraAdapter
 	maxLoras int32
+	// node: WorkerInfo.node_id, whose KV block manager's tiers count as the worker's.
+	node string
 }
 
 // Grain implements messages.Router.
@@ -106,6 +119,8 @@ type Grain struct {
 	// so that a gateway that dies mid-request does not leave load behind it.
 	owners map[string]map[string]struct{}
 	owner  map[string]string // request id -> gateway member address
+	// nodeSeen: when each node's KV block manager last sent an inventory batch.
+	nodeSeen map[string]time.Time
 }
 
 // DefaultWorkerTTL is Config.WorkerTTL's default: ten heartbeats of the worker's default
@@ -119,6 +134,9 @@ func New(cfg Config) *Grain {
 	}
 	if cfg.WorkerTTL <= 0 {
 		cfg.WorkerTTL = DefaultWorkerTTL
+	}
+	if cfg.NodeTTL <= 0 {
+		cfg.NodeTTL = DefaultNodeTTL
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -136,12 +154,15 @@ func New(cfg Config) *Grain {
 	if cfg.Disagg != nil {
 		kcfg.Disagg = *cfg.Disagg
 	}
+	if cfg.TierCredit != nil {
+		kcfg.TierCredit = *cfg.TierCredit
+	}
 	// A moved grain rebuilds its index from the workers' block lists, never from a dump
 	// of its own: the index keeps no token ids (half its memory at block size 16).
 	kcfg.NoDump = true
 	g := &Grain{cfg: cfg, kcfg: kcfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		workers: map[string]*workerState{}, log: cfg.Logger,
-		owners: map[string]map[string]struct{}{}, owner: map[string]string{}}
+		owners: map[string]map[string]struct{}{}, owner: map[string]string{}, nodeSeen: map[string]time.Time{}}
 	if cfg.BlockSize != 0 {
 		g.core, g.initErr = kv.NewRouter(kcfg)
 	}
@@ -277,6 +298,7 @@ func (g *Grain) expire(now time.Time) {
 			Msg("expired tracked requests that nobody freed: routed but never acknowledged, or older than the maximum sequence age")
 	}
 	g.pruneOwners()
+	g.forgetNodes(now)
 }
 
 // pruneOwners forgets the gateway of requests the core no longer tracks (expired, or
@@ -341,7 +363,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	needDump, err := g.core.Register(kv.WorkerSpec{ID: info.WorkerId, BlockSize: int(info.Card.KvBlockSize),
 		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role,
 		NoKVEvents: info.NoKvEvents, Adapters: adapters, MaxLoras: int(info.MaxLoras), LoraLoadMs: info.LoraLoadMs,
-		KnownAdapters: known})
+		KnownAdapters: known, Node: info.NodeId})
 	if err != nil {
 		g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused")
 		return &messages.RegisterAck{Error: err.Error()}, nil
@@ -357,8 +379,17 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
 	w.role, w.bootstrapHost, w.bootstrapPort = role, info.BootstrapHost, info.BootstrapPort
 	w.adapters, w.known, w.maxLoras = info.Adapters, info.KnownAdapters, info.MaxLoras
+	w.node = info.NodeId
 	if g.card == nil {
 		g.card = info.Card
+		// The tier credits follow from the model's KV size (docs/reference.md §9.2).
+		if err := g.core.SetTierCredit(g.tierCredit(info.Card)); err != nil {
+			g.log.Error().Err(err).Msg("tier credit refused")
+		} else {
+			c := g.core.TierCredit()
+			g.log.Info().Float64("host", c.Host).Float64("disk", c.Disk).Float64("remote", c.Remote).
+				Int64("kv_bytes_per_token", KVBytesPerToken(info.Card)).Msg("tier credits (fractions of a GPU hit)")
+		}
 	}
 	return &messages.RegisterAck{Accepted: true, NeedDump: needDump}, nil
 }
@@ -526,7 +557,7 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 	for _, w := range st.Workers {
 		ws := &messages.WorkerStats{WorkerId: w.ID, IndexedBlocks: int64(w.IndexedBlocks), ActiveBlocks: int64(w.ActiveBlocks),
 			ActivePrefillTokens: w.ActivePrefillTokens, Busy: w.Busy, Ready: w.Ready, ActiveRequests: int32(w.ActiveRequests),
-			Role: w.Role, IndexMode: w.IndexMode.String(), PredictedBlocks: int64(w.PredictedBlocks)}
+			Role: w.Role, IndexMode: w.IndexMode.String(), PredictedBlocks: int64(w.PredictedBlocks), NodeId: w.Node}
 		if s := g.workers[w.ID]; s != nil {
 			if s.load != nil {
 				ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
@@ -534,6 +565,13 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 			ws.Actor, ws.Adapters, ws.MaxLoras, ws.KnownAdapters = s.actor, s.adapters, s.maxLoras, s.known
 		}
 		out.Workers = append(out.Workers, ws)
+	}
+	out.HostHitBlocks, out.DiskHitBlocks, out.RemoteHitBlocks =
+		st.TierHitBlocks[kv.TierHost], st.TierHitBlocks[kv.TierDisk], st.TierHitBlocks[kv.TierRemote]
+	for _, n := range st.Tiers {
+		out.TierNodes = append(out.TierNodes, &messages.RouterTierNode{NodeId: n.Node,
+			HostBlocks: int64(n.Blocks[kv.TierHost]), DiskBlocks: int64(n.Blocks[kv.TierDisk]), RemoteBlocks: int64(n.Blocks[kv.TierRemote]),
+			Workers: int32(n.Workers), Synced: n.Synced, ServesRemote: n.ServesRemote, Epoch: n.Epoch, LastSeq: n.LastSeq})
 	}
 	return out, nil
 }
