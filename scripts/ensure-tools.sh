@@ -2,7 +2,9 @@
 # Installs what the build and tests need beyond Go itself, when missing:
 #   protoc (Debian's protobuf-compiler) to check that generated code is current;
 #   python3-zmq and python3-msgpack (Debian) for the libzmq interoperability tests of the
-#   KV-event stream: an independent implementation of the engines' side.
+#   KV-event stream: an independent implementation of the engines' side;
+#   redis-server and redis-tools (Debian) as the reference the KV block manager's RESP
+#   server is compared with byte for byte (docs/reference.md §9.3).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 missing=()
@@ -10,6 +12,8 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if ! /usr/bin/python3 -c 'import zmq, msgpack' >/dev/null 2>&1; then
   missing+=(python3 python3-zmq python3-msgpack)
 fi
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}"
   sudo=""
