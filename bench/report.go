@@ -46,6 +46,12 @@ type Summary struct {
 	PrefixCacheHitRate *float64 `json:"prefix_cache_hit_rate"`
 	PromptTokens       int64    `json:"prompt_tokens"` // of those requests
 	CachedTokens       int64    `json:"cached_tokens"` // of those requests
+	// PrefixHitRateByTier splits the engines' prefix hits by where the tokens were found:
+	// "gpu" (the engine's own cache), "host" and "disk" (the node's KV block manager,
+	// loaded instead of computed; docs/reference.md §9), each over the prompt tokens the
+	// engines looked up at admissions (vllm:prefix_cache_queries; a preempted request
+	// counts again). Set from the engines' counters (a simulation's); absent otherwise.
+	PrefixHitRateByTier map[string]float64 `json:"prefix_hit_rate_by_tier,omitempty"`
 	// HitRateCeiling is the workload's Ceiling: the hit rate an infinite prefix cache
 	// would reach (trace workloads; absent otherwise).
 	HitRateCeiling *float64 `json:"hit_rate_ceiling,omitempty"`

@@ -463,6 +463,10 @@ func (s *simulator) up(w *worker) {
 		if w.role == kv.RolePrefill {
 			ec = s.cfg.PrefillEngine
 		}
+		if w.kvbm != nil {
+			ec.Tiers = w.kvbm // the node's block manager outlives the engine
+		}
+		s.stats.Tiers.addEngine(w.eng.Stats())
 		eng, err := mocker.New(ec, simVocab())
 		if err != nil { // the same configuration built the first engine
 			panic(fmt.Sprintf("sim: %s: a new engine: %v", w.name, err))

@@ -171,6 +171,10 @@ type Config struct {
 	// Autoscaler, when set, makes a planner size the fleet during the run: Workers (and
 	// PrefillWorkers) are then the workers ready at the start (autoscale.go).
 	Autoscaler *Autoscaler
+	// Kvbm, when set, gives every worker's node a KV block manager (kvbm.go): host
+	// memory and disk below the GPU cache, blocks of BlockSize × KVBytesPerToken bytes
+	// (0: kv.DefaultKVBytesPerToken), and its inventory reaches the router.
+	Kvbm *Kvbm
 	// Progress, when set, is called as each request ends (finished or failed) with the
 	// number ended so far and the total, from the goroutine that called Run.
 	Progress func(done, total int)
@@ -191,6 +195,13 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: Engine: %w", err)
 	}
 	if err := c.normalizePrefillEngine(); err != nil {
+		return c, err
+	}
+	if c.Kvbm != nil {
+		k := *c.Kvbm // the caller's stays as given
+		c.Kvbm = &k
+	}
+	if err := c.normalizeKvbm(); err != nil {
 		return c, err
 	}
 	if isZeroRouter(c.Router) {

@@ -215,6 +215,9 @@ func (s *simulator) register(w *worker) {
 func (s *simulator) workerSpec(w *worker) kv.WorkerSpec {
 	spec := kv.WorkerSpec{ID: w.name, BlockSize: s.cfg.Engine.BlockSize, TotalBlocks: int64(w.blocks),
 		Ready: true, Epoch: 1, Role: w.role, LastSeq: w.seq, MaxLoras: s.cfg.Engine.MaxLoras}
+	if w.kvbm != nil {
+		spec.Node = w.kvbm.node
+	}
 	for name, ready := range w.lora.ready {
 		if ready <= s.now {
 			spec.Adapters = append(spec.Adapters, kv.AdapterSpec{Name: name, Path: LoraPath(name)})

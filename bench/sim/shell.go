@@ -10,6 +10,7 @@ import (
 	"github.com/turbine-llm/turbine/bench"
 	"github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/flow"
+	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/kv/kvpb"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -41,6 +42,9 @@ type reqState struct {
 	parked    bool    // it holds a place in the busy queue (simulator.queue)
 	legs      []int32 // the slot of each of its legs in simulator.legs, by LegID-1 (-1: none)
 	timers    []timer
+	// onboarded: the tokens of its latest finished leg's prompt loaded from a block
+	// manager's tiers (Config.Kvbm), by tier, counted into Stats.Tiers if it succeeds.
+	onboarded [kv.NumTiers]int
 }
 
 // legState is where a leg is.
@@ -362,6 +366,7 @@ func (s *simulator) output(w *worker, o *mocker.Output) {
 	if o.Finished {
 		ch.FinishReason = string(o.FinishReason)
 		ch.PromptTokens, ch.CachedTokens, ch.CompletionTokens = int32(o.PromptTokens), int32(o.CachedTokens), lg.tokens
+		s.state[lg.req].onboarded = o.OnboardedTokens
 		if o.Pinned {
 			ch.KvTransferParams = legParams(slot)
 		}
@@ -488,6 +493,7 @@ func (s *simulator) emitChunk(i int, ch *messages.TokenChunk) {
 	}
 	res.E2E = s.now - arrival
 	res.PromptTokens, res.CachedTokens, res.CachedKnown = int(ch.GetPromptTokens()), int(ch.GetCachedTokens()), true
+	s.stats.Tiers.addRequest(res.PromptTokens, res.CachedTokens, st.onboarded)
 	res.OutputTokens = int(ch.GetCompletionTokens())
 	s.ended(i)
 }

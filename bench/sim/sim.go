@@ -78,6 +78,9 @@ type Stats struct {
 	// Autoscale reports the pools' sizes over time and the GPU time they took when
 	// Config.Autoscaler was set (autoscale.go); nil otherwise.
 	Autoscale *AutoscaleStats
+	// Tiers counts the engines' prefix hits by tier (the GPU's, and with Config.Kvbm
+	// the block managers' host and disk tiers) and the blocks offloaded and onboarded.
+	Tiers TierStats
 	// WallTime is the real time Run took.
 	WallTime time.Duration
 }
@@ -200,6 +203,8 @@ type worker struct {
 	stepEnd time.Duration
 	// lora: its LoRA adapters beyond its engine's view (lora.go).
 	lora workerLora
+	// kvbm: its node's KV block manager (Config.Kvbm; kvbm.go), or nil.
+	kvbm *nodeKvbm
 	// seq numbers the worker's KV event batches (from 1); pending holds the batches on
 	// their way to the router (EventDelay > 0), oldest at pendingHead.
 	seq         uint64
@@ -233,12 +238,17 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		if role == kv.RolePrefill {
 			ec, field = cfg.PrefillEngine, "PrefillEngine"
 		}
+		var nk *nodeKvbm
+		if cfg.Kvbm != nil {
+			nk = newNodeKvbm(nodeName(name), cfg.Kvbm, ec.BlockBytes())
+			ec.Tiers = nk
+		}
 		eng, err := mocker.New(ec, vocab)
 		if err != nil {
 			return fmt.Errorf("sim: %s: %w", field, err)
 		}
 		w := &worker{idx: len(s.workers), name: name, role: role, eng: eng, blocks: ec.NumGPUBlocks, epoch: 1,
-			ref: &messages.ActorRef{Address: "sim", Id: "worker/" + name}}
+			ref: &messages.ActorRef{Address: "sim", Id: "worker/" + name}, kvbm: nk}
 		if _, err := router.Register(s.workerSpec(w)); err != nil {
 			return fmt.Errorf("sim: registering %s: %w", w.name, err)
 		}
@@ -502,6 +512,7 @@ func (s *simulator) stepEnd(w *worker) {
 	if len(res.Events) > 0 {
 		s.emit(w, res.Events)
 	}
+	s.publishKvbm(w)
 	for k := range res.Outputs {
 		s.output(w, &res.Outputs[k])
 		if w.dead {
@@ -621,5 +632,8 @@ func (s *simulator) outcome() (bench.Outcome, Stats) {
 	}
 	st := s.stats
 	st.SimulatedTime = s.last - s.origin
+	for _, w := range s.workers {
+		st.Tiers.addEngine(w.eng.Stats())
+	}
 	return bench.Outcome{Results: s.results, Duration: end}, st
 }

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/turbine-llm/turbine/kv"
 )
 
 // Config holds the engine's limits. Names follow vLLM's engine arguments.
@@ -58,6 +60,18 @@ type Config struct {
 	// TensorParallelSpeedup (parallel.go). The KV blocks are NumGPUBlocks as given: the
 	// caller scales them (KVBlocksForTP).
 	TensorParallelSize int
+	// Tiers is the node's KV block manager below the GPU cache (tier.go, docs/reference.md
+	// §9): evicted blocks are offloaded to it and a prefix it holds is onboarded instead
+	// of computed. nil: no lower tier.
+	Tiers LowerTier
+	// TierGBps is each lower tier's bandwidth into GPU memory in GB/s (1e9 bytes/s) at
+	// the reference timing, divided like every modelled time by SpeedupRatio; a tier at
+	// 0 takes kv.DefaultTierBandwidth's.
+	TierGBps kv.TierBandwidth
+	// KVBytesPerToken is the model's KV cache size per token in bytes (0 to
+	// MaxKVBytesPerToken; 0: kv.DefaultKVBytesPerToken), which sizes offloaded and
+	// onboarded blocks (BlockBytes).
+	KVBytesPerToken int64
 }
 
 // Defaults of the LoRA adapter model (docs/reference.md §26.1).
@@ -136,6 +150,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mocker: --lora-load-ms %v must be a finite number of milliseconds, at least 0", c.LoraLoadMillis)
 	case CheckTensorParallelSize(c.TensorParallelSize) != nil:
 		return fmt.Errorf("mocker: --tensor-parallel-size %d: %v", c.TensorParallelSize, CheckTensorParallelSize(c.TensorParallelSize))
+	case c.checkTiers() != nil:
+		return c.checkTiers()
 	}
 	if c.MaxModelLen > c.NumGPUBlocks*c.BlockSize {
 		return fmt.Errorf("mocker: --max-model-len %d exceeds the KV cache (%d blocks of %d tokens = %d tokens)",

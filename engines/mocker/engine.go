@@ -120,6 +120,9 @@ type Output struct {
 	// PromptTokens is len(Request.Prompt); CachedTokens how many of them were served
 	// from the prefix cache when the request was first scheduled (vLLM num_cached_tokens).
 	PromptTokens, CachedTokens int
+	// OnboardedTokens is how many of CachedTokens were loaded from a lower tier (tier.go)
+	// rather than found in the GPU cache, by tier (indexed by kv.Tier).
+	OnboardedTokens [kv.NumTiers]int
 	// ImportedTokens is how many prompt tokens were taken as computed from a remote
 	// prefill when the request was first scheduled (Request.ImportedTokens, less the
 	// prefix-cache hits and the last prompt token).
@@ -185,6 +188,8 @@ type Stats struct {
 	LoadedLoras            int
 	LoraLoads, LoraUnloads uint64
 	LoraRequests           []LoraRequests
+	// Tiers are the lower KV tiers' figures (Config.Tiers; tier.go).
+	Tiers TierStats
 }
 
 // Engine is the mock engine's scheduler and KV cache. It is not safe for concurrent use;
@@ -217,6 +222,7 @@ type sequence struct {
 	output     int
 	cached     int
 	imported   int
+	onboarded  [kv.NumTiers]int // tokens onboarded at first admission, by tier
 	admitted   bool
 	finished   bool
 }
@@ -230,13 +236,15 @@ func New(cfg Config, vocab Vocab) (*Engine, error) {
 	if len(vocab.Ordinary) == 0 {
 		return nil, errors.New("mocker: vocabulary has no ordinary tokens")
 	}
-	return &Engine{
+	e := &Engine{
 		cfg:    cfg,
 		vocab:  vocab,
 		cache:  newBlockCache(cfg.NumGPUBlocks, cfg.BlockSize, cfg.EnablePrefixCaching),
 		byID:   make(map[string]*sequence),
 		pinned: make(map[string][]int32),
-	}, nil
+	}
+	e.cache.offload = cfg.Tiers != nil
+	return e, nil
 }
 
 // Config returns the engine's configuration.
@@ -362,6 +370,8 @@ func (e *Engine) Step(now time.Time) StepResult {
 	budget := e.cfg.MaxNumBatchedTokens
 	bs := e.cfg.BlockSize
 	var batch []scheduled
+	var onboardTime time.Duration // lower-tier loads of the requests admitted (tier.go)
+	defer e.offload()             // the blocks evicted by this step's allocations
 
 	for i := 0; i < len(e.running) && budget > 0; {
 		s := e.running[i]
@@ -388,12 +398,14 @@ func (e *Engine) Step(now time.Time) StepResult {
 		s := e.waiting[0]
 		hits := e.prefixHits(s)
 		hitTokens := hits * bs
+		// Blocks after the GPU hit that a lower tier holds are onboarded (tier.go).
+		lower := e.lowerHits(s, hits)
 		// A remote prefill's tokens count as computed on first admission only: once
 		// preempted, the request recomputes them.
-		start, imported := hitTokens, 0
+		start, imported := hitTokens+len(lower)*bs, 0
 		if !s.admitted {
-			if k := min(s.req.ImportedTokens, len(s.tokens)-1); k > hitTokens {
-				start, imported = k, k-hitTokens
+			if k := min(s.req.ImportedTokens, len(s.tokens)-1); k > start {
+				start, imported, lower = k, k-hitTokens, nil
 			}
 		}
 		n := len(s.tokens) - start
@@ -412,6 +424,16 @@ func (e *Engine) Step(now time.Time) StepResult {
 		if need > e.cache.available()-inactiveHits {
 			break
 		}
+		if len(lower) > 0 {
+			// Fewer blocks read than matched: the rest is computed, within the budget,
+			// in no more blocks than checked (start+n only shrinks).
+			got, d := e.onboard(s, hits, lower)
+			onboardTime += d
+			lower = lower[:got]
+			start = hitTokens + got*bs
+			n = min(len(s.tokens)-start, budget)
+			need = ceilDiv(start+n, bs) - hits
+		}
 		for k := 0; k < hits; k++ {
 			id, _ := e.cache.lookup(s.hashes[k])
 			e.cache.acquire(id)
@@ -424,7 +446,10 @@ func (e *Engine) Step(now time.Time) StepResult {
 			e.stats.PrefixHits += uint64(hitTokens)
 		}
 		if !s.admitted {
-			s.admitted, s.cached, s.imported = true, hitTokens, imported
+			s.admitted, s.cached, s.imported = true, hitTokens+len(lower)*bs, imported
+			for _, t := range lower {
+				s.onboarded[t] += bs
+			}
 			e.stats.ImportedTokens += uint64(imported)
 		}
 		e.waiting = e.waiting[1:]
@@ -480,7 +505,7 @@ func (e *Engine) Step(now time.Time) StepResult {
 	if res.DecodeSeqs > 0 {
 		meanContext = float64(decodeContext) / float64(res.DecodeSeqs)
 	}
-	res.Duration = e.cfg.StepDuration(res.PrefillTokens, res.DecodeSeqs, usage, meanContext)
+	res.Duration = e.cfg.StepDuration(res.PrefillTokens, res.DecodeSeqs, usage, meanContext) + onboardTime
 	res.End = now.Add(res.Duration)
 	return res
 }
@@ -585,7 +610,7 @@ func (e *Engine) generate(s *sequence) Output {
 	s.output++
 	e.stats.GenerationTokens++
 	out := Output{RequestID: s.req.ID, TokenIDs: []uint32{tok}, PromptTokens: len(s.req.Prompt), CachedTokens: s.cached,
-		ImportedTokens: s.imported}
+		ImportedTokens: s.imported, OnboardedTokens: s.onboarded}
 	if lp != nil {
 		out.Logprobs = []*messages.TokenLogprob{lp}
 	}

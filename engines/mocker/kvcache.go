@@ -23,6 +23,10 @@ type blockCache struct {
 	byHash    map[uint64]int32
 	caching   bool // prefix caching enabled: full blocks are registered and events emitted
 	events    []kv.Event
+	// evicted records the sequence hashes of the registered blocks evicted, for the
+	// engine to offload (tier.go), when offload is set.
+	evicted []uint64
+	offload bool
 }
 
 type block struct {
@@ -93,6 +97,9 @@ func (c *blockCache) evict(id int32) {
 	b := &c.blocks[id]
 	delete(c.byHash, b.seqHash)
 	b.registered = false
+	if c.offload {
+		c.evicted = append(c.evicted, b.seqHash)
+	}
 	c.events = append(c.events, kv.Event{Kind: kv.BlockRemoved, EngineHashes: []uint64{b.engineHash}, Medium: mediumGPU})
 }
 

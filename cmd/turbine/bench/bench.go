@@ -124,7 +124,7 @@ func (o *Options) setGiven(fs *flag.FlagSet) {
 // bench` reads (the host model's, --kill-worker), since serve's variables
 // (TURBINE_WORKERS ...) may be set in the same shell for the serve being measured.
 func (o *Options) checkSimulateOnly() error {
-	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames, loraFleetFlags) {
+	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames, loraFleetFlags, kvbmFlagNames) {
 		g, ok := o.given[name]
 		switch {
 		case !ok:

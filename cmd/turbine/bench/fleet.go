@@ -65,6 +65,8 @@ type Fleet struct {
 	MaxLoras         int
 	LoraLoadMs       float64
 	RouterLoraLoadMs float64
+	// Kvbm: the simulated nodes' KV block managers (--kvbm ...; kvbm.go).
+	Kvbm KvbmFleet
 
 	ServeExecutable string        // compare: the turbine binary to run serve with ("" this one)
 	ReadyTimeout    time.Duration // compare: limit on a serve's start until every worker is ready
@@ -137,6 +139,7 @@ func (f *Fleet) simulateFlags(fs *flag.FlagSet) {
 	f.Migration.Flags(fs)
 	f.queueFlags(fs)
 	f.loraFleetFlagsOf(fs)
+	f.Kvbm.flags(fs)
 	for _, name := range slices.Concat(fleetFlagNames, hostFlagNames, faultFlagNames, queueFlagNames) { // a real run refuses them: say so in -h
 		if fl := fs.Lookup(name); fl != nil && !strings.HasPrefix(fl.Usage, "--simulate") {
 			fl.Usage = "--simulate: " + fl.Usage
@@ -199,6 +202,9 @@ func (f *Fleet) validate(modes []string, modesFlag string) error {
 		}
 	}
 	if err := f.validateLora(); err != nil {
+		return err
+	}
+	if _, err := f.Kvbm.config(f); err != nil {
 		return err
 	}
 	e := f.engine()

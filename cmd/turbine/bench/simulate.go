@@ -38,6 +38,7 @@ func (o *Options) simConfig(mode string) sim.Config {
 	cfg.Flow = flow.DefaultConfig()
 	cfg.Flow.MigrationLimit = f.Migration.MigrationLimit
 	f.applyQueue(&cfg)
+	cfg.Kvbm, _ = f.Kvbm.config(&f) // checked by validate
 	return cfg
 }
 
@@ -90,6 +91,7 @@ func (o *Options) simulate(ctx context.Context, reqs []bench.Request, workload, 
 	s.Kills, s.Migrations, s.PrefillRetries = summaryKills(st.Faults), faultLabels(st.Migrations), faultLabels(st.PrefillRetries)
 	s.Workload, s.URL, s.Model, s.Label = workload, o.fleetName(mode), o.Model, label
 	o.simulatedFleet(&s, st, stderr)
+	tierHitRates(&s, st, stderr)
 	o.setCeiling(&s, reqs)
 	return s, out.Results, nil
 }

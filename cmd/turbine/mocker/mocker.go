@@ -158,6 +158,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		ev = ev.Str("role", string(o.Role)).Str("kv_transfer", srv.KVTransferAddr()).Str("kv_transfer_engine_id", srv.KVTransferEngineID()).
 			Int64("kv_bytes_per_token", o.KVTransfer.BytesPerToken).Str("tool_call_parser", o.ToolCallParser).Str("reasoning_parser", o.ReasoningParser)
+		if o.KvbmURL != "" {
+			ev = ev.Str("kvbm_url", o.KvbmURL)
+		}
 		ev.Msg("mocker serving")
 	})
 }

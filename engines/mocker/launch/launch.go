@@ -38,6 +38,13 @@ type Config struct {
 	// event buffer): the worker registers so and the router routes it approximately
 	// (docs/reference.md §3.4).
 	NoKVEvents bool
+	// KvbmURL is the node's KV block manager the engine offloads evicted KV blocks to
+	// and onboards prefixes from (--kvbm-url resp://host:port; docs/reference.md §9);
+	// "" keeps Params.KvbmURL (none by default).
+	KvbmURL string
+	// KVBytesPerToken sizes those blocks (--kv-bytes-per-token); 0 keeps
+	// Params.KVTransfer.BytesPerToken (the model folder's figure by default).
+	KVBytesPerToken int64
 	// Extra arguments, appended untouched.
 	Extra []string
 }
@@ -135,7 +142,8 @@ func (m *Mocker) dialect() dialect {
 //	  --tokenizer <tokenizer> <parameters> <KV events> --kv-transfer-host <host>
 //	  --kv-transfer-port <port> <extra...>
 //
-// where the parameters are server.Params.Args and the KV events vLLM's
+// where the parameters are server.Params.Args (with KvbmURL and KVBytesPerToken when
+// set) and the KV events vLLM's
 // --kv-events-config JSON, or for the trtllm dialect an event buffer (none with
 // NoKVEvents).
 func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []string) {
@@ -146,7 +154,14 @@ func (m *Mocker) Command(host string, port int, kvEndpoint string) (argv, env []
 		"--served-model-name", m.Model,
 		"--tokenizer", m.Tokenizer,
 	}
-	argv = append(argv, m.Params.Args()...)
+	p := m.Params
+	if m.KvbmURL != "" {
+		p.KvbmURL = m.KvbmURL
+	}
+	if m.KVBytesPerToken != 0 {
+		p.KVTransfer.BytesPerToken = m.KVBytesPerToken
+	}
+	argv = append(argv, p.Args()...)
 	if !m.NoKVEvents {
 		argv = append(argv, d.kvEvents(m, host, port, kvEndpoint)...)
 	}

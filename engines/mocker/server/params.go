@@ -48,6 +48,10 @@ type Params struct {
 	// limits: `turbine mocker` reads it (ResolveParallel) into Engine before New, which
 	// does not read the file itself; "" for the reference timing.
 	Profile string
+	// KvbmURL is the node's KV block manager (resp://host:port, redis://...; "" for
+	// none): evicted KV blocks are offloaded to it and a prefix it holds is onboarded
+	// instead of computed (kvbm.go, docs/reference.md §9).
+	KvbmURL string
 }
 
 // DefaultParams returns the defaults: the reference mock engine's limits and timing
@@ -114,6 +118,9 @@ func (p *Params) Flags(fs *flag.FlagSet) {
 		"what the engine serves, as vLLM's --runner: generate (completions) or pooling (an embedding model: POST /v1/embeddings; the vllm and sglang dialects)")
 	fs.IntVar(&p.EmbeddingSize, "embedding-size", p.EmbeddingSize,
 		fmt.Sprintf("--runner pooling: the embedding vector's size (default: the model folder's hidden_size, else %d)", mocker.DefaultEmbeddingSize))
+	fs.StringVar(&p.KvbmURL, "kvbm-url", p.KvbmURL,
+		"the node's KV block manager, resp://host:port or redis://host:port (turbine kvbm, or any RESP server): evicted KV blocks are offloaded to it "+
+			"(--kv-bytes-per-token × --block-size real bytes each) and a prefix it holds is loaded back at the modelled host-tier bandwidth instead of computed")
 	fs.StringVar(&p.ReasoningParser, "reasoning-parser", p.ReasoningParser,
 		"answer like a reasoning model whose thinking vLLM's parser of this name reads (qwen3, deepseek_r1, openai_gptoss, ...): a thinking block first (default and none: no thinking)")
 }
@@ -170,6 +177,7 @@ func (p Params) Args() []string {
 	opt("--runner", string(p.Runner), p.Runner != "" && p.Runner != RunnerGenerate)
 	opt("--embedding-size", strconv.Itoa(p.EmbeddingSize), p.EmbeddingSize != 0)
 	opt("--profile", p.Profile, p.Profile != "")
+	opt("--kvbm-url", p.KvbmURL, p.KvbmURL != "")
 	return args
 }
 

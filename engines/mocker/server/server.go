@@ -49,6 +49,7 @@ import (
 
 	"github.com/turbine-llm/turbine/engines/kvevents"
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/engines/mocker/kvbmtier"
 	"github.com/turbine-llm/turbine/model"
 )
 
@@ -79,22 +80,25 @@ type Options struct {
 
 // Server is a running mock engine. Create with New, serve with Run or Handler + Start.
 type Server struct {
-	opts      Options
-	eng       *mocker.Engine
-	tok       model.Tokenizer
-	pub       *kvevents.Publisher
-	log       zerolog.Logger
-	metrics   *metrics.Set
-	surface   surface // the dialect's
-	xfer      *transfer
-	cmds      chan command
-	stats     atomic.Pointer[mocker.Stats]
-	lora      loraSurface // LoRA adapters (lora.go)
-	created   int64
-	loopDone  chan struct{}
-	startOnce sync.Once
-	stopLoop  context.CancelFunc
-	loopCtx   context.Context
+	opts    Options
+	eng     *mocker.Engine
+	tok     model.Tokenizer
+	pub     *kvevents.Publisher
+	log     zerolog.Logger
+	metrics *metrics.Set
+	surface surface // the dialect's
+	xfer    *transfer
+	cmds    chan command
+	stats   atomic.Pointer[mocker.Stats]
+	lora    loraSurface    // LoRA adapters (lora.go)
+	kvbm    *kvbmtier.Tier // the node's KV block manager (kvbm.go), or nil
+	// tierMetrics are the lower KV tiers' metrics (kvbm.go).
+	tierMetrics tierMetrics
+	created     int64
+	loopDone    chan struct{}
+	startOnce   sync.Once
+	stopLoop    context.CancelFunc
+	loopCtx     context.Context
 	// testHook, when set (by tests), runs at points of a request (hookPrefillFinished,
 	// hookPrefillPinned) with the request's context.
 	testHook func(ctx context.Context, point string)
@@ -150,8 +154,14 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	opts.Engine.KVBytesPerToken = opts.KVTransfer.BytesPerToken
+	kvbmTier, err := dialKvbm(&opts)
+	if err != nil {
+		return nil, err
+	}
 	eng, err := mocker.New(opts.Engine, vocab)
 	if err != nil {
+		closeKvbm(kvbmTier)
 		return nil, err
 	}
 	s := &Server{
@@ -163,16 +173,19 @@ func New(opts Options) (*Server, error) {
 		cmds:     make(chan command, 64),
 		created:  time.Now().Unix(),
 		loopDone: make(chan struct{}),
+		kvbm:     kvbmTier,
 	}
 	st := eng.Stats()
 	s.stats.Store(&st)
 	s.lora.init(s)
 	if opts.KVEvents.Enabled() {
 		if !opts.Engine.EnablePrefixCaching {
+			closeKvbm(kvbmTier)
 			return nil, errors.New("server: --kv-events-config needs prefix caching (--enable-prefix-caching)")
 		}
 		s.pub, err = kvevents.NewPublisher(opts.KVEvents, 0)
 		if err != nil {
+			closeKvbm(kvbmTier)
 			return nil, err
 		}
 	}
@@ -180,7 +193,11 @@ func New(opts Options) (*Server, error) {
 		if s.pub != nil {
 			_ = s.pub.Close()
 		}
+		closeKvbm(kvbmTier)
 		return nil, err
+	}
+	if kvbmTier != nil {
+		s.tierMetrics = newTierMetrics(s.metrics, opts.ServedModelName)
 	}
 	s.surface = dialect.bind(s)
 	s.loopCtx, s.stopLoop = context.WithCancel(context.Background())
@@ -223,6 +240,7 @@ func (s *Server) Close() error {
 	s.xfer.served <- nil // a second Close does not wait
 	s.stopLoop()
 	<-s.loopDone
+	closeKvbm(s.kvbm)
 	if s.pub != nil {
 		return s.pub.Close()
 	}
@@ -518,5 +536,6 @@ func (s *Server) publishStats() mocker.Stats {
 	s.stats.Store(&st)
 	s.surface.update(&st)
 	s.lora.update(&st)
+	s.tierMetrics.update(&st, s.kvbm)
 	return st
 }

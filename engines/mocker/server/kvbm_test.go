@@ -1,0 +1,138 @@
+package server
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startRedisServer runs Debian's redis-server on a free port (no persistence) and
+// returns its address; the test skips when it is not installed.
+func startRedisServer(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed (apt-get install redis-server): the engine's block manager tier is tested against it")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "Ready to accept connections") {
+				ready <- true
+				for sc.Scan() {
+				}
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("redis-server exited before it was ready")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("redis-server not ready within 10 s")
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+func idsJSON(from, n int) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, from+i)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// An engine with --kvbm-url offloads the blocks its GPU cache evicts and onboards them
+// when a prompt needs them again: its usage counts them as cached, and /metrics has the
+// tiers' counters.
+func TestKvbmOffloadOnboard(t *testing.T) {
+	addr := startRedisServer(t)
+	opts := testOptions(t)
+	opts.Engine.NumGPUBlocks, opts.Engine.MaxModelLen = 24, 384
+	opts.KVTransfer.BytesPerToken = 1024
+	opts.KvbmURL = "resp://" + addr
+	s, hs := startServer(t, opts)
+	send := func(from, n int) int {
+		t.Helper()
+		resp, b := post(t, hs.URL, fmt.Sprintf(`{"model":"turbine-mock","prompt":%s,"max_tokens":1,"ignore_eos":true}`, idsJSON(from, n)))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+		u := decodeMap(t, b)["usage"].(map[string]any)
+		return int(u["prompt_tokens_details"].(map[string]any)["cached_tokens"].(float64))
+	}
+	send(1000, 16*20+1) // 20 full blocks
+	send(5000, 16*23+1) // evicts them: offloaded
+	if err := s.kvbm.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := send(1000, 16*20+1); got != 16*20 {
+		t.Fatalf("cached_tokens %d, want 320 (20 blocks onboarded)", got)
+	}
+	st := s.Stats().Tiers
+	if st.OnboardedBlocks[1] != 20 || st.OnboardedBytes[1] != 20*16*1024 {
+		t.Fatalf("tier stats %+v", st)
+	}
+	resp, err := http.Get(hs.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`turbine_mocker_kv_onboarded_blocks_total{tier="host"} 20`,
+		`turbine_mocker_kv_tier_prefix_hits_total{tier="host"} 320`,
+		`vllm:external_prefix_cache_hits_total{model_name="turbine-mock",engine="0"} 320`,
+		`turbine_mocker_kvbm_offloads_total{result="dropped"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if !strings.Contains(string(body), `turbine_mocker_kv_offloaded_blocks_total `) {
+		t.Error("/metrics lacks the offloaded blocks")
+	}
+}
+
+func TestKvbmURLErrors(t *testing.T) {
+	opts := testOptions(t)
+	opts.KvbmURL = "lm://127.0.0.1:1"
+	if _, err := New(opts); err == nil || !strings.Contains(err.Error(), "--kvbm-url") {
+		t.Fatalf("error %v, want one naming --kvbm-url", err)
+	}
+	opts.KvbmURL = "resp://127.0.0.1:6379"
+	opts.Engine.EnablePrefixCaching = false
+	if _, err := New(opts); err == nil || !strings.Contains(err.Error(), "prefix caching") {
+		t.Fatalf("error %v, want prefix caching needed", err)
+	}
+}
