@@ -7,6 +7,8 @@ import (
 	"math"
 	"net"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -69,7 +71,8 @@ func New(st *kvbm.Store, o Options) *Server {
 }
 
 // Serve accepts connections on ln until Close, serving each on its own goroutine. It
-// returns nil after Close, or the listener's error. Serve takes ownership of ln.
+// returns nil after Close, or the listener's error (passing ones, such as running out of
+// file descriptors, are logged and retried). Serve takes ownership of ln.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -79,6 +82,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
+	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -88,8 +92,15 @@ func (s *Server) Serve(ln net.Listener) error {
 			if closed {
 				return nil
 			}
+			if retryableAccept(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("lm:// accept")
+				time.Sleep(backoff)
+				continue
+			}
 			return err
 		}
+		backoff = 0
 		s.mu.Lock()
 		switch {
 		case s.closed:
@@ -108,6 +119,22 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		go s.serveConn(c)
 	}
+}
+
+// retryableAccept reports whether an accept error is passing: a timeout, or a lack of
+// file descriptors or kernel memory (too many connections for the process's limit) or a
+// connection aborted before it was accepted. Serving stops only on other errors.
+func retryableAccept(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Addr is the address of the first listener passed to Serve; nil before that.
@@ -222,8 +249,8 @@ func (s *Server) handle(r io.Reader, w io.Writer) error {
 			if int64(req.Length) > s.maxValue {
 				return errors.Join(ErrBadLength, flush())
 			}
-			data := make([]byte, req.Length)
-			if _, err := io.ReadFull(br, data); err != nil {
+			data, err := readValue(br, int(req.Length))
+			if err != nil {
 				return errors.Join(eofUnexpected(err), flush())
 			}
 			if req.Key == "" {
@@ -276,6 +303,29 @@ func (s *Server) handle(r io.Reader, w io.Writer) error {
 				return errors.Join(errUnknownBody, flush())
 			}
 		}
+	}
+}
+
+// valuePrealloc bounds the bytes of a PUT body allocated before they arrive: a longer
+// body's slice grows as its bytes are read (doubling, the last size exact), so that what
+// a connection makes the server hold follows what it sent, not the length its header
+// announced.
+const valuePrealloc = 1 << 20
+
+// readValue reads n bytes from r into one slice of exactly n bytes.
+func readValue(r io.Reader, n int) ([]byte, error) {
+	data := make([]byte, min(n, valuePrealloc))
+	got := 0
+	for {
+		if _, err := io.ReadFull(r, data[got:]); err != nil {
+			return nil, err
+		}
+		if got = len(data); got == n {
+			return data, nil
+		}
+		grown := make([]byte, min(n, 2*got))
+		copy(grown, data)
+		data = grown
 	}
 }
 

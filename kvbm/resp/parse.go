@@ -223,10 +223,16 @@ func (p *Parser) multibulk() ([][]byte, error) {
 	return argv, nil
 }
 
+// bulkPrealloc bounds the bytes of a bulk argument allocated before they arrive: a longer
+// argument's slice grows as its bytes are read (doubling, the last size exact), so that
+// what a connection makes the server hold follows what it sent, not what it announced
+// (a "$536870912" line alone would otherwise cost 512 MiB per connection).
+const bulkPrealloc = 1 << 20
+
 // bulk reads an argument of n bytes into its own slice, then skips the two bytes after it
 // without looking at them (redis does not check them either).
 func (p *Parser) bulk(n int) ([]byte, error) {
-	arg := make([]byte, n)
+	arg := make([]byte, min(n, max(bulkPrealloc, p.w-p.r)))
 	got := copy(arg, p.buf[p.r:p.w])
 	p.r += got
 	if got < n {
@@ -238,9 +244,17 @@ func (p *Parser) bulk(n int) ([]byte, error) {
 		if p.err != nil {
 			return nil, p.err
 		}
-		if _, err := io.ReadFull(p.src, arg[got:]); err != nil {
-			p.err = err
-			return nil, err
+		for {
+			if _, err := io.ReadFull(p.src, arg[got:]); err != nil {
+				p.err = err
+				return nil, err
+			}
+			if got = len(arg); got == n {
+				break
+			}
+			grown := make([]byte, min(n, 2*got))
+			copy(grown, arg)
+			arg = grown
 		}
 	}
 	for p.w-p.r < 2 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -229,3 +230,47 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParserBulkAllocFollowsBytes: an announced bulk length is not allocated before its
+// bytes arrive: a "$536870912" line and a few bytes cost the parser about bulkPrealloc,
+// and a value sent whole is still one exact-size slice.
+func TestParserBulkAllocFollowsBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		announced int
+		sent      int // value bytes sent before the stream ends
+		maxAlloc  uint64
+	}{
+		{"512 MiB announced, 3 bytes sent", 512 << 20, 3, 4 << 20},
+		{"64 MiB announced, 3 MiB sent", 64 << 20, 3 << 20, 16 << 20},
+		{"8 MiB sent whole", 8 << 20, 8<<20 + 2, 24 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			head := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + strconv.Itoa(tc.announced) + "\r\n"
+			src := io.MultiReader(strings.NewReader(head), io.LimitReader(zeros{}, int64(tc.sent)))
+			p := NewParser(src)
+			p.MaxBulk = math.MaxInt32
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			argv, err := p.Next()
+			runtime.ReadMemStats(&after)
+			if got := after.TotalAlloc - before.TotalAlloc; got > tc.maxAlloc {
+				t.Errorf("allocated %d bytes for %d sent, want at most %d", got, tc.sent, tc.maxAlloc)
+			}
+			if tc.sent < tc.announced {
+				if !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("Next = %v, want unexpected EOF", err)
+				}
+				return
+			}
+			if err != nil || len(argv) != 3 || len(argv[2]) != tc.announced || cap(argv[2]) != tc.announced {
+				t.Fatalf("Next = %d args, %v", len(argv), err)
+			}
+		})
+	}
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
