@@ -41,11 +41,12 @@ const (
 //	POST /admin/busy_thresholds  change them ({"model", "kv_usage", "prefill_tokens"})
 //	GET  /admin/planner?model=M   the model's planner and its latest decision, explained (planner.go)
 //	POST /admin/planner  change its targets ({"model", "ttft_target_ms", "itl_target_ms", "gpu_budget"})
+//	GET  /admin/kvbm  every node's KV block manager: tiers, hit rates, offload/onboard (kvbm.go)
 //	POST /v1/load_lora_adapter    place a LoRA adapter on workers, as vLLM's (lora.go)
 //	POST /v1/unload_lora_adapter  remove it from every worker holding it
 //
 // The admin routes exist when the Backend implements BusyAdmin (and PlannerAdmin for
-// /admin/planner); the LoRA adapter routes when it implements LoraAdmin, and they are
+// /admin/planner, KvbmAdmin for /admin/kvbm); the LoRA adapter routes when it implements LoraAdmin, and they are
 // admin routes too (adminAccess).
 //
 // Config.APIKeys guard /v1/, /tokenize and /detokenize, and Config.AdminAPIKeys /admin/
@@ -135,6 +136,7 @@ func (s *Server) routes() {
 	s.mux.Handle("/metrics", only(http.MethodGet, s.handleMetrics))
 	s.mux.HandleFunc("/admin/busy_thresholds", s.handleBusyThresholds)
 	s.mux.HandleFunc("/admin/planner", s.handlePlanner)
+	s.mux.HandleFunc("/admin/kvbm", s.handleKvbm)
 	s.mux.Handle("/v1/load_lora_adapter", only(http.MethodPost, s.handleLoadLora))
 	s.mux.Handle("/v1/unload_lora_adapter", only(http.MethodPost, s.handleUnloadLora))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -44,6 +44,10 @@ type Config struct {
 	Env []string
 	// Host the engine listens on (default 127.0.0.1).
 	Host string
+	// NodeID is the node agent that runs the worker (turbine node --node-id), sent with
+	// every registration (WorkerInfo.node_id): the node's KV block manager serves its
+	// engine (docs/reference.md §9). "": the worker runs on its own.
+	NodeID string
 	// Role in disaggregated serving, sent with every registration (WorkerInfo.role):
 	// "aggregated" (or ""), "prefill" or "decode" (kv.ParseRole). The engine itself must
 	// be started for that role (its launcher's flags).
@@ -555,6 +559,7 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		MaxLoraRank:   int32(w.cfg.MaxLoraRank),
 		LoraLoadMs:    w.loraLoadMs(),
 		KnownAdapters: w.loras.knownList(),
+		NodeId:        w.cfg.NodeID,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/turbine-llm/turbine/cmd/turbine/bench"
 	"github.com/turbine-llm/turbine/cmd/turbine/configure"
 	"github.com/turbine-llm/turbine/cmd/turbine/frontend"
+	"github.com/turbine-llm/turbine/cmd/turbine/kvbm"
 	"github.com/turbine-llm/turbine/cmd/turbine/mocker"
 	"github.com/turbine-llm/turbine/cmd/turbine/node"
 	"github.com/turbine-llm/turbine/cmd/turbine/planner"
@@ -29,6 +30,7 @@ var commands = []command{
 	{"serve", "run a whole service in one process: gateway, router and mock-engine workers", serve.Run},
 	{"frontend", "run a cluster frontend: OpenAI API for every model, hosting the routers", frontend.Run},
 	{"node", "run a machine's node agent and its workers (engines pinned to GPUs)", node.Run},
+	{"kvbm", "run a node's KV block manager on its own (host-memory and disk tiers for its engines' KV blocks)", kvbm.Run},
 	{"mocker", "run the mock engine (vLLM HTTP dialect and KV events, no GPU)", mocker.Run},
 	{"bench", "measure an OpenAI-compatible endpoint under a trace or a synthetic load", bench.Run},
 	{"planner", "run the planner: size every model's worker pools to its load, starting and draining workers", planner.Run},

@@ -102,8 +102,24 @@ type Spec struct {
 	// MaxLoraRank is the largest adapter rank the engine takes (vLLM's --max-lora-rank,
 	// SGLang's --max-lora-rank); 0: the engine's default (vLLM 16).
 	MaxLoraRank int
+	// KVBM is the node's KV block manager the engine offloads KV blocks to
+	// (docs/reference.md §9.5); nil: none. vLLM gets LMCache's connector for it; the other
+	// engines ignore it.
+	KVBM *KVBM
 	// Extra arguments, appended to the engine's command line untouched.
 	Extra []string
+}
+
+// KVBM is how an engine reaches its node's KV block manager through LMCache's remote
+// tier (docs/reference.md §9.5).
+type KVBM struct {
+	// RemoteURL is LMCache's remote_url: lm://HOST:PORT or resp://HOST:PORT.
+	RemoteURL string
+	// ChunkSize is LMCache's chunk size in tokens (its default 256).
+	ChunkSize int
+	// LocalCPU: LMCache keeps its own host-memory cache as well; false sends every chunk
+	// to the block manager.
+	LocalCPU bool
 }
 
 // Validate checks a spec; errors name the field that is wrong.

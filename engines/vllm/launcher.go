@@ -37,6 +37,7 @@ func KVEventsJSON(endpoint string) string {
 //	  --enable-prefix-caching --enable-prompt-tokens-details [--max-model-len <n>] [--max-num-seqs <n>]
 //	  [--max-num-batched-tokens <n>] --kv-events-config <json>
 //	  [--kv-transfer-config {"kv_connector":"NixlConnector","kv_role":"kv_both"}]
+//	  [--kv-transfer-config {"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}]
 //	  [--reasoning-parser <name>] [--runner pooling]
 //	  [--enable-lora --max-loras <n> --max-cpu-loras <n> [--max-lora-rank <r>]] <extra...>
 //
@@ -53,6 +54,10 @@ func KVEventsJSON(endpoint string) string {
 // limit when the spec sets one (vLLM's default is 16), and the environment
 // VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, without which vLLM serves no
 // /v1/load_lora_adapter.
+//
+// A node's KV block manager (Spec.KVBM, docs/reference.md §9.5): LMCache's connector
+// (LMCacheConnectorV1, kv_both; with a disaggregated role, vLLM's MultiConnector of NIXL
+// and LMCache) and LMCacheEnv's environment.
 type Launcher struct{ spec launcher.Spec }
 
 // NewLauncher returns the launcher of vLLM for spec. Errors: an invalid spec
@@ -85,11 +90,21 @@ func (v *Launcher) Command(host string, port int, kvEndpoint string) (argv, env 
 	argv = launcher.AppendInt(argv, "--max-num-seqs", s.MaxNumSeqs)
 	argv = launcher.AppendInt(argv, "--max-num-batched-tokens", s.MaxNumBatchedTokens)
 	argv = append(argv, "--kv-events-config", KVEventsJSON(kvEndpoint))
+	switch {
+	case s.Role != "" && s.KVBM != nil:
+		argv = append(argv, "--kv-transfer-config", multiConnectorJSON)
+	case s.Role != "":
+		argv = append(argv, "--kv-transfer-config", nixlConnectorJSON)
+	case s.KVBM != nil:
+		argv = append(argv, "--kv-transfer-config", lmcacheConnectorJSON)
+	}
 	if s.Role != "" {
-		argv = append(argv, "--kv-transfer-config", `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`)
 		if p, err := supervise.FreePort(host); err == nil {
 			env = append(env, "VLLM_NIXL_SIDE_CHANNEL_PORT="+strconv.Itoa(p))
 		}
+	}
+	if s.KVBM != nil {
+		env = append(env, LMCacheEnv(*s.KVBM)...)
 	}
 	if s.ReasoningParser != "" {
 		argv = append(argv, "--reasoning-parser", s.ReasoningParser)
@@ -104,6 +119,33 @@ func (v *Launcher) Command(host string, port int, kvEndpoint string) (argv, env 
 		env = append(env, "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
 	}
 	return append(argv, s.Extra...), env
+}
+
+// The --kv-transfer-config values: NIXL for a disaggregated role, LMCache's connector for
+// a node's KV block manager, both through vLLM's MultiConnector (NIXL first) for a
+// disaggregated worker on a node with one.
+const (
+	nixlConnectorJSON    = `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`
+	lmcacheConnectorJSON = `{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}`
+	multiConnectorJSON   = `{"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":[` +
+		nixlConnectorJSON + `,` + lmcacheConnectorJSON + `]}}`
+)
+
+// LMCacheEnv is the environment that points LMCache at a node's KV block manager
+// (docs/reference.md §9.5): its remote URL, the chunk size, whether it keeps a host cache
+// of its own, the identity serializer (the block manager stores opaque bytes), and
+// PYTHONHASHSEED=0 so that LMCache's chunk hashes agree across processes.
+func LMCacheEnv(k launcher.KVBM) []string {
+	chunk := k.ChunkSize
+	if chunk <= 0 {
+		chunk = 256
+	}
+	local := "False"
+	if k.LocalCPU {
+		local = "True"
+	}
+	return []string{"LMCACHE_REMOTE_URL=" + k.RemoteURL, "LMCACHE_CHUNK_SIZE=" + strconv.Itoa(chunk),
+		"LMCACHE_LOCAL_CPU=" + local, "LMCACHE_REMOTE_SERDE=naive", "PYTHONHASHSEED=0"}
 }
 
 // Connect returns an Engine for vLLM at baseURL, sending the served model name.

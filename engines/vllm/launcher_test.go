@@ -2,6 +2,7 @@ package vllm
 
 import (
 	"flag"
+	"strings"
 	"testing"
 
 	"github.com/turbine-llm/turbine/engines/internal/enginetest"
@@ -24,6 +25,9 @@ func TestCommandGolden(t *testing.T) {
 		{"vllm-reasoning", enginetest.WithReasoning(enginetest.MinimalSpec(e), "qwen3")},
 		{"vllm-lora", enginetest.WithLoras(enginetest.FullSpec(e), 4, 64)},
 		{"vllm-lora-default-rank", enginetest.WithLoras(enginetest.MinimalSpec(e), 2, 0)},
+		{"vllm-kvbm", withKVBM(enginetest.MinimalSpec(e), launcher.KVBM{RemoteURL: "lm://127.0.0.1:6381", ChunkSize: 256})},
+		{"vllm-kvbm-prefill", withKVBM(enginetest.WithRole(enginetest.MinimalSpec(e), launcher.RolePrefill),
+			launcher.KVBM{RemoteURL: "resp://127.0.0.1:6380", LocalCPU: true})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLauncher(tc.spec)
@@ -34,6 +38,9 @@ func TestCommandGolden(t *testing.T) {
 		})
 	}
 }
+
+// withKVBM returns s with a node's KV block manager.
+func withKVBM(s launcher.Spec, k launcher.KVBM) launcher.Spec { s.KVBM = &k; return s }
 
 // TestNewLauncherRefuses: an invalid spec is refused (launcher.Spec.Validate).
 func TestNewLauncherRefuses(t *testing.T) {
@@ -68,5 +75,23 @@ func TestConnectClient(t *testing.T) {
 	}
 	if b, ok := l.Connect("not a url").(launcher.FailedEngine); !ok || b.Err == nil {
 		t.Fatalf("Connect of a malformed URL: want an engine that fails every call")
+	}
+}
+
+// TestLMCacheEnv: the environment that points LMCache at a block manager, with its
+// values (the golden command lines mask numeric ones).
+func TestLMCacheEnv(t *testing.T) {
+	for _, tc := range []struct {
+		k    launcher.KVBM
+		want string
+	}{
+		{launcher.KVBM{RemoteURL: "lm://127.0.0.1:6381"},
+			"LMCACHE_REMOTE_URL=lm://127.0.0.1:6381 LMCACHE_CHUNK_SIZE=256 LMCACHE_LOCAL_CPU=False LMCACHE_REMOTE_SERDE=naive PYTHONHASHSEED=0"},
+		{launcher.KVBM{RemoteURL: "resp://h:1", ChunkSize: 512, LocalCPU: true},
+			"LMCACHE_REMOTE_URL=resp://h:1 LMCACHE_CHUNK_SIZE=512 LMCACHE_LOCAL_CPU=True LMCACHE_REMOTE_SERDE=naive PYTHONHASHSEED=0"},
+	} {
+		if got := strings.Join(LMCacheEnv(tc.k), " "); got != tc.want {
+			t.Errorf("LMCacheEnv(%+v) = %s, want %s", tc.k, got, tc.want)
+		}
 	}
 }

@@ -21,6 +21,9 @@ type builder struct {
 	boot    *messages.ModelCard // card of the boot workers (Engine.NodeCard)
 	self    string              // the turbine binary, which runs the mock engine
 	selfErr error               // why self is unusable ("" self)
+	// kvbm: the node's KV block manager the engines offload to (--kvbm, --kvbm-external;
+	// docs/reference.md §9.5); zero: none.
+	kvbm options.Endpoints
 }
 
 // worker returns the configuration of worker id for req, pinned to gpus.
@@ -34,7 +37,7 @@ func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (work
 	if err != nil {
 		return worker.Config{}, err
 	}
-	cfg := worker.Config{WorkerID: id, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
+	cfg := worker.Config{WorkerID: id, NodeID: b.o.NodeID, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
 		CheckTokenizer: true, Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine),
 		ModelPath: b.loraModelPath(req.Engine, card)}
 	// --lora adapters were checked against the boot model: only its workers pin them.
@@ -53,9 +56,11 @@ func (b *builder) launcher(req *messages.StartWorker, card *messages.ModelCard) 
 	spec := b.o.Launch.Spec(req.Engine, b.modelPath(card), card, int(req.TensorParallelSize), b.maxModelLen(card), req.EngineArgs)
 	spec.Role = options.LauncherRole(b.o.WorkerRole)
 	b.o.Lora.SetSpec(&spec)
+	spec.KVBM = b.o.Kvbm.LauncherKVBM(b.kvbm)
 	mock := b.o.Engine.MockerFor(b.self, card, b.o.WorkerRole)
 	b.o.Lora.SetMocker(&mock)
 	mock.Extra, mock.Params.Dialect = req.EngineArgs, server.DialectName(b.o.MockerDialect)
+	mock.KvbmURL = b.kvbm.RESP // the mock engine offloads over RESP ("" without a block manager)
 	l, err := registry.Default.Launcher(req.Engine, registry.Config{Spec: spec, Mock: mock})
 	if err != nil {
 		return nil, fmt.Errorf("engine %s: %w", req.Engine, err)

@@ -16,6 +16,11 @@
 // discovery with n fake GPUs, so that the node agent places real engines (which then see
 // CUDA_VISIBLE_DEVICES naming devices that do not exist). It is meant for tests that run
 // stand-in engine executables; the node logs a warning when it is set.
+//
+// KV block manager (docs/reference.md §9.5): with --kvbm the node's member also runs the
+// block manager actor, and its vLLM engines are started with LMCache pointed at it; with
+// --kvbm-external one runs on its own (`turbine kvbm --node-id <node>`). Every worker
+// registers with the node's id (WorkerInfo.node_id) either way.
 package node
 
 import (
@@ -39,6 +44,7 @@ import (
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/cmd/turbine/kvbm"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/engines/registry"
 	"github.com/turbine-llm/turbine/messages"
@@ -54,6 +60,7 @@ type Options struct {
 	options.Log
 	options.Canary
 	options.Lora
+	options.Kvbm
 	DrainTimeout       time.Duration
 	NodeID             string
 	Workers            int
@@ -70,7 +77,7 @@ type Options struct {
 func Defaults() Options {
 	host, _ := os.Hostname()
 	return Options{Engine: options.DefaultEngine(), Launch: options.DefaultLaunch(), Cluster: options.DefaultCluster(),
-		Log: options.DefaultLog(), Canary: options.DefaultCanary(), Lora: options.DefaultLora(), DrainTimeout: options.DefaultDrainTimeout,
+		Log: options.DefaultLog(), Canary: options.DefaultCanary(), Lora: options.DefaultLora(), Kvbm: options.DefaultKvbm(), DrainTimeout: options.DefaultDrainTimeout,
 		NodeID: host, Workers: 2, EngineName: launcher.EngineMocker, WorkerRole: "aggregated"}
 }
 
@@ -87,6 +94,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Log.Flags(fs)
 	o.Canary.Flags(fs)
 	o.Lora.Flags(fs)
+	o.Kvbm.Flags(fs, true, true)
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
 		"on SIGTERM, how long the workers' requests in flight may run to their end (they leave routing at once) before the rest are ended as migratable")
 }
@@ -120,7 +128,7 @@ func (o *Options) Validate() error {
 		engineFlag, engine = "--mocker-dialect", o.MockerDialect
 	}
 	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
-		o.Engine.CheckPoolingLayout(engineFlag, engine, disaggFlags...), o.Cluster.Validate(), o.Canary.Validate(), o.Lora.Validate()} {
+		o.Engine.CheckPoolingLayout(engineFlag, engine, disaggFlags...), o.Cluster.Validate(), o.Canary.Validate(), o.Lora.Validate(), o.Kvbm.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -190,7 +198,20 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	log.Info().Str("engine", o.EngineName).Str("worker_role", o.WorkerRole).Str("model", o.Model).Str("served_model_name", card.Model).
 		Str("tokenizer", card.Tokenizer).Int32("context_length", card.ContextLength).Int32("kv_block_size", card.KvBlockSize).
 		Strs("engine_args", o.EngineArgs).Msg("model card")
+	if o.Kvbm.External {
+		b.kvbm = o.Kvbm.ExternalEndpoints()
+	}
 	return options.RunMember(ctx, o.Cluster.Config(nil, log), log, func(mctx context.Context, m *cluster.Member) error {
+		if o.Kvbm.Enabled {
+			// The block manager's ports are bound before the workers start, and again on a
+			// new member: a taken port fails here.
+			stop, ends, err := kvbm.Start(m, o.Kvbm.ManagerConfig(o.NodeID, nil, log), log)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			b.kvbm = ends
+		}
 		return runNode(mctx, o, m, b, gpus, cpuOnly, log)
 	})
 }

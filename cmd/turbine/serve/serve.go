@@ -12,6 +12,9 @@
 // above, then those the planner's local connector asks for (named local-0, local-1, …)
 // — and drains the ones it removes; the member hosts the Planner kind, and the gateway
 // reports its measurements to it.
+//
+// With --kvbm the process also runs a KV block manager (docs/reference.md §9.5) for the
+// node "local" that every worker belongs to; GET /admin/kvbm shows it.
 package serve
 
 import (
@@ -33,6 +36,7 @@ import (
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/cmd/turbine/kvbm"
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/mocker/launch"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
@@ -53,6 +57,9 @@ type Options struct {
 	options.Admission
 	options.Canary
 	options.Log
+	// Kvbm: --kvbm, a KV block manager in this process (docs/reference.md §9.5), serving
+	// the node "local" whose workers are all of serve's.
+	Kvbm options.Kvbm
 	// Workers, PrefillWorkers, DecodeWorkers: workers of each role (aggregated, prefill,
 	// decode). WorkersSet says whether --workers was given.
 	Workers, PrefillWorkers, DecodeWorkers int
@@ -72,7 +79,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(),
 		LoraRouting: options.DefaultLoraRouting(), Lora: options.DefaultLora(), Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2,
-		MockerKVEvents: true, Planner: options.DefaultPlanner(), Reports: options.DefaultPlannerReports()}
+		MockerKVEvents: true, Planner: options.DefaultPlanner(), Reports: options.DefaultPlannerReports(), Kvbm: options.DefaultKvbm()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -96,6 +103,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Log.Flags(fs)
 	o.Planner.Flags(fs, "serve")
 	o.Reports.Flags(fs, false)
+	o.Kvbm.Flags(fs, true, false)
 }
 
 // Validate checks the options and settles the layout (--workers is 0 by default in an
@@ -139,7 +147,7 @@ func (o *Options) Validate() error {
 	for _, err := range []error{options.CheckMockerDialect(o.MockerDialect), o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
 		o.Engine.CheckPoolingLayout("--mocker-dialect", o.MockerDialect, disaggFlags...),
 		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate(),
-		o.Lora.Validate(), o.Planner.Validate(), o.Reports.Validate()} {
+		o.Lora.Validate(), o.Planner.Validate(), o.Reports.Validate(), o.Kvbm.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -209,6 +217,20 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	// The workers belong to the node "local" when a node agent runs them (--planner) or
+	// its block manager serves them (--kvbm).
+	workerNode, kvbmEnds := "", options.Endpoints{}
+	if o.Planner.Enabled() || o.Kvbm.Enabled {
+		workerNode = nodeName
+	}
+	if o.Kvbm.Enabled {
+		var stopKvbm func()
+		stopKvbm, kvbmEnds, err = kvbm.Start(member, o.Kvbm.ManagerConfig(nodeName, nil, log), log)
+		if err != nil {
+			return err
+		}
+		defer stopKvbm()
+	}
 	routerClient, catalogClient := worker.GrainClients(member.Cluster, o.Model, catalog.Identity,
 		worker.GrainTimeout(o.Heartbeat))
 	root := member.System.Root
@@ -217,12 +239,13 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		cfg := o.Engine.MockerFor(self, card, role)
 		cfg.Params.Dialect = server.DialectName(o.MockerDialect)
 		cfg.NoKVEvents = !o.MockerKVEvents
+		cfg.KvbmURL = kvbmEnds.RESP // offload evicted blocks to the block manager ("" without --kvbm)
 		o.Lora.SetMocker(&cfg)
 		mock, err := launch.New(cfg)
 		if err != nil {
 			return nil, err
 		}
-		wcfg := worker.Config{WorkerID: id, Card: card, Launcher: mock,
+		wcfg := worker.Config{WorkerID: id, NodeID: workerNode, Card: card, Launcher: mock,
 			Role: role, Heartbeat: o.Heartbeat, ReadyTimeout: o.ReadyTimeout, CanaryInterval: o.CanaryInterval,
 			Router: routerClient, Catalog: catalogClient, Logger: log}
 		o.Lora.SetWorker(&wcfg, true)

@@ -1,0 +1,163 @@
+package kvbm
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/kv"
+	store "github.com/turbine-llm/turbine/kvbm"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// Props returns the props of the block manager actor over m (spawn it as ActorName). The
+// actor publishes m's inventory from Started and closes m when it stops.
+func (m *Manager) Props() *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return &kvbmActor{m: m} })
+}
+
+type kvbmActor struct {
+	m      *Manager
+	pub    *publisher
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (a *kvbmActor) Receive(ctx actor.Context) {
+	switch msg := ctx.Message().(type) {
+	case *actor.Started:
+		a.start()
+	case *messages.KvbmStatusRequest:
+		ctx.Respond(a.m.Status(a.pub.models()))
+	case *actor.Stopping:
+		a.stop()
+		if err := a.m.Close(); err != nil {
+			a.m.cfg.Logger.Warn().Err(err).Msg("kvbm: closing the store")
+		}
+	case *actor.Restarting:
+		a.stop()
+	default:
+		_ = msg
+	}
+}
+
+func (a *kvbmActor) start() {
+	if a.pub != nil {
+		return
+	}
+	cfg := a.m.cfg
+	a.pub = &publisher{st: a.m.st, routers: cfg.Routers, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
+		inv: NewInventory(cfg.NodeID, cfg.Epoch, cfg.ServesRemote)}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel, a.done = cancel, make(chan struct{})
+	go func() {
+		defer close(a.done)
+		a.pub.run(ctx, cfg.PublishInterval)
+	}()
+}
+
+func (a *kvbmActor) stop() {
+	if a.cancel != nil {
+		a.cancel()
+		<-a.done
+		a.cancel = nil
+	}
+}
+
+// publisher drains the store's changes every interval and publishes them to the models'
+// Router grains. It owns the Inventory (numbering) and is the only sender, so each
+// model's batches leave in order; no lock is held across a grain call.
+type publisher struct {
+	st      *store.Store
+	routers func(model string) RouterClient
+	log     zerolog.Logger
+	inv     *Inventory
+
+	mu        sync.Mutex
+	published []string // Inventory.Models after the latest step (read by the actor)
+
+	buf          []store.Change
+	failingSince time.Time
+	lastFailLog  time.Time
+	foreign      int
+}
+
+func (p *publisher) models() []string {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.published
+}
+
+func (p *publisher) run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.step()
+		}
+	}
+}
+
+// step drains the store once and sends the batches the Inventory makes of it.
+func (p *publisher) step() {
+	changes, overflowed := p.st.Changes(p.buf[:0])
+	p.buf = changes[:0]
+	if overflowed {
+		p.inv.Overflowed()
+	}
+	var snap Grouped
+	if p.inv.WantsSnapshot() {
+		var blocks []Block
+		p.st.Snapshot(func(key string, tier kv.Tier) { blocks = append(blocks, Block{Key: key, Tier: tier}) })
+		snap = SnapshotOf(blocks)
+	}
+	g := Group(changes)
+	p.foreign += g.Foreign
+	batches := p.inv.Step(g, snap)
+	p.mu.Lock()
+	p.published = p.inv.Models()
+	p.mu.Unlock()
+	if p.routers == nil {
+		return
+	}
+	failed := map[string]bool{}
+	for _, b := range batches {
+		if failed[b.Model] {
+			continue // its router missed a batch: it gets a snapshot next
+		}
+		ack, err := p.routers(b.Model).PublishInventory(b)
+		switch {
+		case err != nil:
+			failed[b.Model] = true
+			p.inv.NeedSnapshot(b.Model)
+			p.logFailure(b.Model, err)
+		case ack.GetNeedDump():
+			failed[b.Model] = true
+			p.inv.NeedSnapshot(b.Model)
+		}
+	}
+	if len(failed) == 0 && !p.failingSince.IsZero() {
+		p.log.Info().Dur("failed_for", time.Since(p.failingSince).Round(time.Second)).Msg("kvbm inventory published again")
+		p.failingSince = time.Time{}
+	}
+}
+
+// logFailure logs a failed publication once when failures start, then once a minute.
+func (p *publisher) logFailure(model string, err error) {
+	now := time.Now()
+	if p.failingSince.IsZero() {
+		p.failingSince = now
+	} else if now.Sub(p.lastFailLog) < time.Minute {
+		return
+	}
+	p.lastFailLog = now
+	p.log.Warn().Err(err).Str("model", model).Msg("kvbm inventory not published (no Router grain reachable?): a snapshot follows once one is")
+}
