@@ -186,9 +186,18 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		{"turbine_router_requests_pinned_total", "requests routed to the worker they were pinned to (the choices after the first of an n > 1 request)", func(s *messages.RouterStats) int64 { return s.Pinned }},
 		{"turbine_router_pin_fallbacks_total", "pinned requests whose worker could not take them (gone, not ready, excluded), routed by the policy instead", func(s *messages.RouterStats) int64 { return s.PinFallbacks }},
 	}
+	// Lower-tier hits of routed prompts (docs/reference.md §9.2), one family labelled by tier.
+	tierHits := []struct {
+		tier  string
+		value func(*messages.RouterStats) int64
+	}{
+		{"host", func(s *messages.RouterStats) int64 { return s.HostHitBlocks }},
+		{"disk", func(s *messages.RouterStats) int64 { return s.DiskHitBlocks }},
+		{"remote", func(s *messages.RouterStats) int64 { return s.RemoteHitBlocks }},
+	}
 	workerLines := make([][]string, len(workerFams))
 	modelLines := make([][]string, len(modelFams))
-	var roleLines, expiredLines, modeLines []string
+	var roleLines, expiredLines, modeLines, tierHitLines, tierBlockLines []string
 	for _, m := range models {
 		if m.GetLora() != nil {
 			continue // a LoRA adapter is served by its base model's router
@@ -215,6 +224,18 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		for i, f := range modelFams {
 			modelLines[i] = append(modelLines[i], f.name+lbl+" "+strconv.FormatInt(f.value(st), 10))
 		}
+		for _, th := range tierHits {
+			tierHitLines = append(tierHitLines, fmt.Sprintf(`turbine_router_tier_hit_blocks_total{model="%s",tier="%s"} %d`, model, th.tier, th.value(st)))
+		}
+		for _, tn := range st.TierNodes {
+			for _, tb := range []struct {
+				tier string
+				n    int64
+			}{{"host", tn.HostBlocks}, {"disk", tn.DiskBlocks}, {"remote", tn.RemoteBlocks}} {
+				tierBlockLines = append(tierBlockLines, fmt.Sprintf(`turbine_router_tier_blocks{model="%s",node="%s",tier="%s"} %d`,
+					model, escapeLabel(tn.NodeId), tb.tier, tb.n))
+			}
+		}
 		expiredLines = append(expiredLines,
 			fmt.Sprintf(`turbine_router_requests_expired_total{model="%s",reason="unacknowledged"} %d`, model, st.ExpiredUnacked),
 			fmt.Sprintf(`turbine_router_requests_expired_total{model="%s",reason="stale"} %d`, model, st.ExpiredStale))
@@ -227,6 +248,8 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 	for i, f := range modelFams {
 		writeFamily(w, f.name, f.help, "counter", modelLines[i])
 	}
+	writeFamily(w, "turbine_router_tier_hit_blocks_total", "routed prompt blocks found in a lower tier (host memory, disk, another node's block manager) after the chosen worker's GPU hit", "counter", tierHitLines)
+	writeFamily(w, "turbine_router_tier_blocks", "the model's KV blocks a node's block manager holds per tier, as the router's tier index knows them", "gauge", tierBlockLines)
 	writeFamily(w, "turbine_router_requests_expired_total", "tracked requests (a prefill leg counts apart) the router expired because nobody freed them: routed and never acknowledged (unacknowledged), or older than the maximum sequence age (stale)", "counter", expiredLines)
 	b.writePlannerMetrics(ctx, w, models)
 }
