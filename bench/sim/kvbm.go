@@ -21,6 +21,14 @@ import (
 // publishes them, so routing sees the tiers too. Blocks are named by the router's
 // sequence hashes, as the mock engine keys them (kvbm.BlockKey); sizes are
 // BlockSize × KVBytesPerToken bytes.
+//
+// With Kvbm.Remote every block manager also serves the other nodes (a G4 path: a shared
+// LMCache remote backend, or a peer block manager): after its own node's host memory and
+// disk, an engine matches the blocks any other node's block manager holds, in any tier,
+// as kv.TierRemote, and onboards them at the remote tier's bandwidth; the serving node
+// reads them as its own Get does (a disk block promoted to its host memory). Every
+// inventory batch then says ServesRemote, so the router credits those blocks to the
+// workers of every other node (kv.Router's tier walk, docs/reference.md §9.2).
 
 // Kvbm configures the simulated block managers, one per node.
 type Kvbm struct {
@@ -31,6 +39,9 @@ type Kvbm struct {
 	// TierGBps is each tier's bandwidth into GPU memory in GB/s at the reference timing
 	// (0s: kv.DefaultTierBandwidth's); divided by Engine.SpeedupRatio like every time.
 	TierGBps kv.TierBandwidth
+	// Remote makes every node's block manager serve the other nodes' engines as their
+	// remote tier (G4), read at TierGBps's Remote bandwidth.
+	Remote bool
 }
 
 // MaxKvbmBlocks bounds the blocks one simulated block manager may hold (HostBytes plus
@@ -70,6 +81,21 @@ type nodeKvbm struct {
 	host, disk lruTier
 	changes    []kv.TierChange
 	seq        uint64
+	// fleet is every node's block manager, this one included, when they serve each
+	// other (Kvbm.Remote); nil otherwise.
+	fleet *kvbmFleet
+}
+
+// kvbmFleet is the block managers that serve each other as the remote tier (Kvbm.Remote),
+// in the order of their workers.
+type kvbmFleet struct {
+	nodes []*nodeKvbm
+}
+
+// join makes n one of the fleet's block managers.
+func (f *kvbmFleet) join(n *nodeKvbm) {
+	n.fleet = f
+	f.nodes = append(f.nodes, n)
 }
 
 // lruTier is one tier: blocks by sequence hash, least recently used at the front.
@@ -148,7 +174,25 @@ func (n *nodeKvbm) Offload(h uint64) {
 	n.putHost(h)
 }
 
-// Match returns the tier of each leading block held.
+// holds reports whether n holds h in host memory or on disk.
+func (n *nodeKvbm) holds(h uint64) bool { return n.host.at[h] != nil || n.disk.at[h] != nil }
+
+// peer returns the first other block manager of the fleet that holds h, or nil (always
+// nil without Kvbm.Remote).
+func (n *nodeKvbm) peer(h uint64) *nodeKvbm {
+	if n.fleet == nil {
+		return nil
+	}
+	for _, p := range n.fleet.nodes {
+		if p != n && p.holds(h) {
+			return p
+		}
+	}
+	return nil
+}
+
+// Match returns the tier of each leading block held: its own node's host memory or
+// disk, else another node's block manager (kv.TierRemote, with Kvbm.Remote).
 func (n *nodeKvbm) Match(hs []uint64) []kv.Tier {
 	var out []kv.Tier
 	for _, h := range hs {
@@ -157,6 +201,8 @@ func (n *nodeKvbm) Match(hs []uint64) []kv.Tier {
 			out = append(out, kv.TierHost)
 		case n.disk.at[h] != nil:
 			out = append(out, kv.TierDisk)
+		case n.peer(h) != nil:
+			out = append(out, kv.TierRemote)
 		default:
 			return out
 		}
@@ -165,20 +211,32 @@ func (n *nodeKvbm) Match(hs []uint64) []kv.Tier {
 }
 
 // Onboard reads the blocks: each becomes the most recently used in host memory (a disk
-// block is promoted).
+// block is promoted) of its own node, or of the other node that serves it.
 func (n *nodeKvbm) Onboard(hs []uint64) int {
 	for i, h := range hs {
-		switch {
-		case n.host.at[h] != nil:
-			n.host.order.MoveToBack(n.host.at[h])
-		case n.disk.at[h] != nil:
-			n.remove(&n.disk, h)
-			n.putHost(h)
-		default:
+		if n.read(h) {
+			continue
+		}
+		if p := n.peer(h); p == nil || !p.read(h) {
 			return i
 		}
 	}
 	return len(hs)
+}
+
+// read reads h from n's own tiers, as the store's Get does (a disk block is promoted to
+// host memory), and reports whether n held it.
+func (n *nodeKvbm) read(h uint64) bool {
+	switch {
+	case n.host.at[h] != nil:
+		n.host.order.MoveToBack(n.host.at[h])
+	case n.disk.at[h] != nil:
+		n.remove(&n.disk, h)
+		n.putHost(h)
+	default:
+		return false
+	}
+	return true
 }
 
 // take returns the changes recorded since the last call as the next inventory batch
@@ -188,18 +246,30 @@ func (n *nodeKvbm) take() (inv kv.Inventory, ok bool) {
 		return kv.Inventory{}, false
 	}
 	n.seq++
-	inv = kv.Inventory{Epoch: 1, Seq: n.seq, Snapshot: n.seq == 1, Changes: n.changes}
+	inv = kv.Inventory{Epoch: 1, Seq: n.seq, Snapshot: n.seq == 1, ServesRemote: n.fleet != nil, Changes: n.changes}
 	n.changes = nil
 	return inv, true
 }
 
-// publishKvbm sends w's node's inventory changes to the router.
+// publishKvbm sends w's node's inventory changes to the router; with Kvbm.Remote every
+// node's, since w's engine may have read (and so promoted) blocks of other nodes.
 func (s *simulator) publishKvbm(w *worker) {
 	if w.kvbm == nil {
 		return
 	}
-	if inv, ok := w.kvbm.take(); ok {
-		if s.router.ApplyInventory(w.kvbm.node, inv) {
+	if w.kvbm.fleet == nil {
+		s.publishNode(w.kvbm)
+		return
+	}
+	for _, n := range w.kvbm.fleet.nodes {
+		s.publishNode(n)
+	}
+}
+
+// publishNode sends n's inventory changes, if any, to the router.
+func (s *simulator) publishNode(n *nodeKvbm) {
+	if inv, ok := n.take(); ok {
+		if s.router.ApplyInventory(n.node, inv) {
 			s.stats.Tiers.InventoryDumps++
 		}
 		s.stats.Tiers.InventoryBatches++
@@ -227,6 +297,9 @@ type TierStats struct {
 	// InventoryBatches reached the router; InventoryDumps of them made it ask for a
 	// snapshot (none expected).
 	InventoryBatches, InventoryDumps int
+	// RoutedBlocks are the lower-tier blocks the router counted for the workers it
+	// picked, by tier (kv.Stats.TierHitBlocks): what routing knew of the tiers.
+	RoutedBlocks [kv.NumTiers]int64
 }
 
 // HitRate returns the successful requests' hit rate in tier t (TierNone: the GPU's):

@@ -145,3 +145,89 @@ func TestNodeKvbmPolicy(t *testing.T) {
 		t.Fatalf("second batch %+v", inv)
 	}
 }
+
+// With Kvbm.Remote a conversation that moves to another node finds its prefix in the
+// block manager of the node it left (a G4 path): onboarded as remote-tier hits, which
+// the router counted too (its inventory batches say ServesRemote). Without it, the
+// moved conversations recompute their prefixes. Round robin over two workers moves
+// every conversation of an odd count at each visit.
+func TestKvbmRemoteServesOtherNodes(t *testing.T) {
+	reqs := reuseWorkload(21, 20, 2, 300*time.Millisecond)
+	bb := int64(16 * 131072)
+	want := 19.0 / 40 // the second round's 19 leading blocks of 20 (the last token is computed)
+	for _, tc := range []struct {
+		name   string
+		remote bool
+		// lower: the expected hit rate below the GPU, all of it remote; routed: the
+		// remote blocks the router counts (every block of the second round's prompts).
+		lower  float64
+		routed int64
+	}{
+		{"node tiers only", false, 0, 0},
+		{"remote", true, want, 21 * 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := kvbmSimConfig(&Kvbm{HostBytes: 500 * bb, DiskBytes: 500 * bb, Remote: tc.remote})
+			cfg.Workers, cfg.Router = 2, roundRobin(16)
+			out, st, err := Run(context.Background(), cfg, reqs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := bench.Summarize(out); s.Failed != 0 {
+				t.Fatalf("%d failed: %v", s.Failed, s.Errors)
+			}
+			tr := st.Tiers
+			if h, d := tr.HitRate(kv.TierHost), tr.HitRate(kv.TierDisk); h != 0 || d != 0 {
+				t.Errorf("host %v, disk %v hit rates: want 0 (every conversation moved)", h, d)
+			}
+			if got := tr.HitRate(kv.TierRemote); got < tc.lower-0.01 || got > tc.lower+0.01 {
+				t.Errorf("remote hit rate %v, want %v", got, tc.lower)
+			}
+			if got := tr.RoutedBlocks[kv.TierRemote]; got != tc.routed {
+				t.Errorf("router counted %d remote blocks, want %d (the engines onboarded %d)", got, tc.routed, tr.OnboardedBlocks[kv.TierRemote])
+			}
+			if tr.InventoryDumps != 0 {
+				t.Errorf("%d inventory dumps asked, want none", tr.InventoryDumps)
+			}
+		})
+	}
+}
+
+// The remote tier in the block manager model: another node's blocks match after the
+// node's own, in any tier of that node, and reading one promotes it there as its own Get
+// does; every batch then says ServesRemote.
+func TestNodeKvbmRemote(t *testing.T) {
+	k := &Kvbm{HostBytes: 1 * 10, DiskBytes: 2 * 10, Remote: true}
+	f := &kvbmFleet{}
+	a, b := newNodeKvbm("a", k, 10), newNodeKvbm("b", k, 10)
+	f.join(a)
+	f.join(b)
+	a.Offload(1)
+	b.Offload(2)
+	b.Offload(3) // b: host [3], disk [2]
+	if got := a.Match([]uint64{1, 2, 3, 4}); !slices.Equal(got, []kv.Tier{kv.TierHost, kv.TierRemote, kv.TierRemote}) {
+		t.Fatalf("Match = %v", got)
+	}
+	if got := a.Onboard([]uint64{1, 2, 4}); got != 2 {
+		t.Fatalf("Onboard = %d, want 2", got)
+	}
+	if got := b.Match([]uint64{2, 3}); !slices.Equal(got, []kv.Tier{kv.TierHost, kv.TierDisk}) {
+		t.Fatalf("b after the remote read: Match = %v, want 2 promoted to host, 3 demoted", got)
+	}
+	if a.holds(2) {
+		t.Fatal("a remote read copied the block to the reading node")
+	}
+	for _, n := range []*nodeKvbm{a, b} {
+		if inv, ok := n.take(); !ok || !inv.ServesRemote {
+			t.Errorf("%s: batch %+v: want ServesRemote", n.node, inv)
+		}
+	}
+	alone := newNodeKvbm("c", &Kvbm{HostBytes: 10}, 10)
+	alone.Offload(5)
+	if got := alone.Match([]uint64{5, 1}); len(got) != 1 {
+		t.Errorf("without a fleet Match = %v, want its own block only", got)
+	}
+	if inv, _ := alone.take(); inv.ServesRemote {
+		t.Error("without Remote a batch says ServesRemote")
+	}
+}

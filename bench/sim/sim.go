@@ -233,6 +233,10 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 			Migrations: map[messages.Fault]int{}, PrefillRetries: map[messages.Fault]int{}},
 	}
 	vocab := simVocab()
+	var fleet *kvbmFleet // the block managers serving each other (Kvbm.Remote)
+	if cfg.Kvbm != nil && cfg.Kvbm.Remote {
+		fleet = &kvbmFleet{}
+	}
 	add := func(name string, role kv.Role) error {
 		ec, field := cfg.Engine, "Engine"
 		if role == kv.RolePrefill {
@@ -241,6 +245,9 @@ func newSimulator(cfg Config, reqs []bench.Request) (*simulator, error) {
 		var nk *nodeKvbm
 		if cfg.Kvbm != nil {
 			nk = newNodeKvbm(nodeName(name), cfg.Kvbm, ec.BlockBytes())
+			if fleet != nil {
+				fleet.join(nk)
+			}
 			ec.Tiers = nk
 		}
 		eng, err := mocker.New(ec, vocab)
@@ -635,5 +642,6 @@ func (s *simulator) outcome() (bench.Outcome, Stats) {
 	for _, w := range s.workers {
 		st.Tiers.addEngine(w.eng.Stats())
 	}
+	st.Tiers.RoutedBlocks = s.router.Stats().TierHitBlocks
 	return bench.Outcome{Results: s.results, Duration: end}, st
 }

@@ -327,6 +327,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runCompare(ctx, args[1:], stdout, stderr)
 		case "fleet":
 			return runFleet(args[1:], stdout, stderr)
+		case "tiers":
+			return runTiers(args[1:], stdout, stderr)
 		}
 	}
 	o := Defaults()
@@ -338,6 +340,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
        turbine bench compare [flags]         the same workload against several routing policies
        turbine bench plot [-o F] A.json ...  CDFs and throughput of earlier runs (SVG or PNG)
        turbine bench fleet [-o F] A.json ... autoscaled runs: intervals within target, GPU-hours, ready workers over time
+       turbine bench tiers [-o F] A.json ... --kvbm runs: prefix hit rates by KV tier (a table; stacked bars)
 Run 'turbine bench compare -h' for its flags. Flags of turbine bench:
 `)
 		fs.PrintDefaults()
