@@ -320,18 +320,33 @@ func (x *TierIndex) remoteHeld(hashes []uint64, i int) bool {
 	return held
 }
 
+// heldElsewhere reports whether a node serving remote tiers other than slot s holds
+// hashes[i] in any tier (not memoised: asked only for blocks on s's own disk).
+func (x *TierIndex) heldElsewhere(s int32, hashes []uint64, i int) bool {
+	for _, r := range x.remote {
+		if r != s && x.bits(r, hashes, i) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // run counts, for a worker on slot s (-1: none) whose GPU prefix hit is g blocks of the
 // prompt's sequence hashes, the consecutive blocks from g on that its node holds (each
 // at its fastest tier) or, failing that, a node serving remote tiers holds (remote):
-// engines load prefixes only, so the run ends at the first block held nowhere. Call
-// beginRoute first, once per route.
-func (x *TierIndex) run(s int32, hashes []uint64, g int) (counts [NumTiers]int) {
+// engines load prefixes only, so the run ends at the first block held nowhere. With
+// remoteOverDisk (the remote tier's credit above the disk's), a block only on the node's
+// own disk that another node serving remote tiers holds counts as remote: the faster
+// copy. Call beginRoute first, once per route.
+func (x *TierIndex) run(s int32, hashes []uint64, g int, remoteOverDisk bool) (counts [NumTiers]int) {
 	for i := max(g, 0); i < len(hashes); i++ {
 		t := TierNone
 		if s >= 0 {
 			t = fastest(x.bits(s, hashes, i))
 		}
 		if t == TierNone && x.remoteHeld(hashes, i) {
+			t = TierRemote
+		} else if t == TierDisk && remoteOverDisk && x.heldElsewhere(s, hashes, i) {
 			t = TierRemote
 		}
 		if t == TierNone {

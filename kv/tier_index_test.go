@@ -160,11 +160,11 @@ func TestTierRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			x.beginRoute()
-			if got := x.run(tt.slot, hashes, tt.gpu); got != tt.want {
+			if got := x.run(tt.slot, hashes, tt.gpu, false); got != tt.want {
 				t.Errorf("run = %v, want %v", got, tt.want)
 			}
 			// memoized: the same answer twice in one route
-			if got := x.run(tt.slot, hashes, tt.gpu); got != tt.want {
+			if got := x.run(tt.slot, hashes, tt.gpu, false); got != tt.want {
 				t.Errorf("memoized run = %v, want %v", got, tt.want)
 			}
 		})
@@ -172,8 +172,36 @@ func TestTierRun(t *testing.T) {
 	// The memo does not outlive a route.
 	x.Apply("own", Inventory{Epoch: 1, Seq: 2, Changes: []TierChange{{Tier: TierHost, SeqHashes: []uint64{15}}}})
 	x.beginRoute()
-	if got := x.run(own, hashes, 4); got != ([NumTiers]int{0, 2, 0, 0}) {
+	if got := x.run(own, hashes, 4, false); got != ([NumTiers]int{0, 2, 0, 0}) {
 		t.Errorf("after a batch: run = %v, want 2 host blocks", got)
+	}
+}
+
+// TestTierRunRemoteOverDisk: a block on the worker's own disk that another node serving
+// remote tiers holds counts at the faster of the two copies.
+func TestTierRunRemoteOverDisk(t *testing.T) {
+	hashes := []uint64{21, 22, 23}
+	x := NewTierIndex()
+	own := x.addWorker("own")
+	x.Apply("own", Inventory{Epoch: 1, Seq: 1, Snapshot: true, ServesRemote: true, Changes: []TierChange{
+		{Tier: TierDisk, SeqHashes: []uint64{21, 22, 23}}}})
+	x.Apply("peer", Inventory{Epoch: 1, Seq: 1, Snapshot: true, ServesRemote: true, Changes: []TierChange{
+		{Tier: TierHost, SeqHashes: []uint64{22}}}})
+	tests := []struct {
+		name           string
+		remoteOverDisk bool
+		want           [NumTiers]int // none, host, disk, remote
+	}{
+		{"disk credit at least remote's: the own disk", false, [NumTiers]int{0, 0, 3, 0}},
+		{"remote credit above disk's: the peer's copy, the own disk for the rest", true, [NumTiers]int{0, 0, 2, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x.beginRoute()
+			if got := x.run(own, hashes, 0, tt.remoteOverDisk); got != tt.want {
+				t.Errorf("run = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 

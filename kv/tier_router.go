@@ -39,9 +39,9 @@ func (r *Router) TierCredit() TierCredit { return r.cfg.TierCredit }
 // lower tiers (TierIndex.run) and their credited tokens. Called only while some node
 // holds blocks.
 func (r *Router) tierFacts(rw *routerWorker, c *Candidate) {
-	n := r.tiers.run(rw.node, r.routeHashes, c.OverlapBlocks)
-	c.HostBlocks, c.DiskBlocks, c.RemoteBlocks = n[TierHost], n[TierDisk], n[TierRemote]
 	cr := r.cfg.TierCredit
+	n := r.tiers.run(rw.node, r.routeHashes, c.OverlapBlocks, cr.Remote > cr.Disk)
+	c.HostBlocks, c.DiskBlocks, c.RemoteBlocks = n[TierHost], n[TierDisk], n[TierRemote]
 	c.TierCreditTokens = float64(r.cfg.BlockSize) *
 		(float64(c.HostBlocks)*cr.Host + float64(c.DiskBlocks)*cr.Disk + float64(c.RemoteBlocks)*cr.Remote)
 }
