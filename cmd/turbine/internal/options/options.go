@@ -115,7 +115,7 @@ func (o *Engine) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MeanOutputTokens, "mean-output-tokens", o.MeanOutputTokens, "mock engine: mean output length in tokens when EOS is not ignored")
 	fs.Int64Var(&o.Seed, "seed", o.Seed, "mock engine seed (same seed, same tokens)")
 	fs.Int64Var(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken,
-		"mock engines, disaggregated serving: KV cache `bytes` per token sent from prefill to decode, at most 16777216 (0: the model folder's config.json, else 131072)")
+		"mock engines: KV cache `bytes` per token, sent from prefill to decode in disaggregated serving and offloaded to the block manager with --kvbm; the model card says it, so the router's tier credits follow; at most 16777216 (0: the model folder's config.json, else 131072)")
 	fs.Float64Var(&o.KVTransferBandwidth, "kv-transfer-bandwidth", o.KVTransferBandwidth,
 		"mock engines, disaggregated serving: KV transfer pacing in `bytes/s`, 1e6 to 1e13, times --speedup-ratio (0: 64e9)")
 	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy,
@@ -208,6 +208,14 @@ func (o *Engine) Card() (*messages.ModelCard, error) {
 	o.SetParsers(card, m.ChatTemplate)
 	if err := o.SetRunner(card); err != nil {
 		return nil, err
+	}
+	if o.KVBytesPerToken > 0 {
+		// The KV size the mock engines use is the card's: the router's tier credits
+		// (docs/reference.md §9.2) are computed from it.
+		if card.Architecture == nil {
+			card.Architecture = &messages.ModelArchitecture{}
+		}
+		card.Architecture.KvBytesPerToken = o.KVBytesPerToken
 	}
 	return card, nil
 }
