@@ -301,8 +301,7 @@ func (l *ledger) evictHost(v *item, eff *effects) {
 		l.evictDisk(dv, eff)
 	}
 	d := l.newDiskItem(v)
-	l.disk.insert(d)
-	l.host.st.BytesOut += uint64(len(v.data))
+	l.disk.insert(d) // a demotion is no read: the host tier's BytesOut counts readers' bytes
 	l.disk.st.Stored++
 	l.disk.st.BytesIn += uint64(len(v.data))
 	l.change(v.key, kv.TierDisk, false)

@@ -23,6 +23,9 @@ const (
 	// evTransfer: a remote prefill's KV blocks have reached the decode worker; the
 	// decode leg (r: its slot in simulator.legs) enters its engine.
 	evTransfer
+	// evLoaded: a lower-tier load in worker w's idle engine ends (mocker.StepResult.
+	// WakeAt): the worker steps unless it is stepping already.
+	evLoaded
 	// evTimer: a timer of request r's flow (w: its index in reqState.timers, x: the
 	// number of the heap entry) is due.
 	evTimer

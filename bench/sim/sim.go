@@ -402,6 +402,9 @@ func (s *simulator) run(ctx context.Context) error {
 		case evTransfer:
 			s.last = s.now
 			s.transferred(int(ev.r))
+		case evLoaded:
+			s.last = s.now
+			s.wake(int(ev.w))
 		case evTimer:
 			s.timerDue(int(ev.r), int(ev.w), ev.x)
 		case evDeadline:
@@ -485,11 +488,15 @@ func (s *simulator) stepStart(w *worker) {
 	}
 	res := w.eng.Step(simBase.Add(s.now))
 	if res.Idle {
-		// Nothing fits (only a request larger than the KV cache does that); the next
-		// Add wakes the engine again.
+		// Nothing fits (only a request larger than the KV cache does that), or only
+		// lower-tier loads are in flight: the first load's end (as the server's timer
+		// sees it) or the next Add wakes the engine again, whichever comes first.
 		w.busy = false
 		if len(res.Events) > 0 {
 			s.emit(w, res.Events)
+		}
+		if !res.WakeAt.IsZero() {
+			s.push(s.now+TimerWait(res.WakeAt.Sub(simBase.Add(s.now)), s.cfg.TimerResolution), evLoaded, w.idx)
 		}
 		return
 	}

@@ -161,6 +161,10 @@ type StepResult struct {
 	Preempted []string
 	// Idle is true when nothing could be scheduled (Duration is 0).
 	Idle bool
+	// WakeAt, when not zero on an Idle step, is when the first lower-tier load in flight
+	// completes (tier.go): the owner steps again then, or sooner on a new request. A
+	// load that completes during a busy step is picked up by the next step.
+	WakeAt time.Time
 }
 
 // Stats is a snapshot of the engine's load (vLLM metric equivalents in brackets).
@@ -207,6 +211,9 @@ type Engine struct {
 	stats        Stats
 	// lora is the LoRA adapters the engine holds and their use (lora.go).
 	lora loraState
+	// linkFree is when the engine's lower-tier link ends the transfers queued on it
+	// (tier.go): loads are serialised on it, first admitted first.
+	linkFree time.Time
 }
 
 type sequence struct {
@@ -225,6 +232,10 @@ type sequence struct {
 	onboarded  [kv.NumTiers]int // tokens onboarded at first admission, by tier
 	admitted   bool
 	finished   bool
+	// loading: admitted with its blocks allocated, waiting in the waiting queue until
+	// its lower-tier load ends at loadedAt (tier.go); computed counts the loaded tokens.
+	loading  bool
+	loadedAt time.Time
 }
 
 // New returns an engine with cfg (validated) generating from vocab (at least one
@@ -311,6 +322,10 @@ func (e *Engine) Abort(id string) bool {
 	if i := slices.Index(e.waiting, s); i >= 0 {
 		e.waiting = slices.Delete(e.waiting, i, i+1)
 	}
+	if s.loading { // its transfer still occupies the link until it would have ended
+		s.loading = false
+		e.stats.Tiers.LoadingRequests--
+	}
 	if i := slices.Index(e.running, s); i >= 0 {
 		e.running = slices.Delete(e.running, i, i+1)
 	}
@@ -363,15 +378,19 @@ type scheduled struct {
 // decode token each, or the next chunk of their prefill), preempting the most recently
 // admitted request while blocks are short; then, unless something was preempted,
 // waiting requests in order while the token budget, MaxNumSeqs and the blocks allow
-// (prefix-cache hits are reused, not recomputed). Every request whose tokens are all
-// computed generates one token. The returned duration follows the timing model.
+// (prefix-cache hits are reused, not recomputed). A waiting request whose prefix a lower
+// tier holds is admitted without computing anything: its blocks are allocated, its load
+// is queued on the engine's link, and it stays in the waiting queue, skipped, until the
+// load ends; a step starting then or later schedules it like a request with that prefix
+// cached (tier.go). Every request whose tokens are all computed generates one token. The
+// returned duration follows the timing model; a step with only loads in flight is Idle
+// with WakeAt set.
 func (e *Engine) Step(now time.Time) StepResult {
 	res := StepResult{Start: now, End: now}
 	budget := e.cfg.MaxNumBatchedTokens
 	bs := e.cfg.BlockSize
 	var batch []scheduled
-	var onboardTime time.Duration // lower-tier loads of the requests admitted (tier.go)
-	defer e.offload()             // the blocks evicted by this step's allocations
+	defer e.offload() // the blocks evicted by this step's allocations
 
 	for i := 0; i < len(e.running) && budget > 0; {
 		s := e.running[i]
@@ -394,8 +413,24 @@ func (e *Engine) Step(now time.Time) StepResult {
 		i++
 	}
 
-	for len(res.Preempted) == 0 && len(e.waiting) > 0 && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
-		s := e.waiting[0]
+	for i := 0; len(res.Preempted) == 0 && i < len(e.waiting) && budget > 0 && len(e.running) < e.cfg.MaxNumSeqs; {
+		s := e.waiting[i]
+		if s.loading {
+			if now.Before(s.loadedAt) {
+				i++ // still loading: later requests may go first (vLLM's WAITING_FOR_REMOTE_KVS)
+				continue
+			}
+			n, ok := e.loadedChunk(s, budget)
+			if !ok {
+				break
+			}
+			s.loading = false
+			e.waiting = slices.Delete(e.waiting, i, i+1)
+			e.running = append(e.running, s)
+			batch = append(batch, scheduled{s, n})
+			budget -= n
+			continue
+		}
 		hits := e.prefixHits(s)
 		hitTokens := hits * bs
 		// Blocks after the GPU hit that a lower tier holds are onboarded (tier.go).
@@ -424,11 +459,12 @@ func (e *Engine) Step(now time.Time) StepResult {
 		if need > e.cache.available()-inactiveHits {
 			break
 		}
+		var loadTime time.Duration
 		if len(lower) > 0 {
 			// Fewer blocks read than matched: the rest is computed, within the budget,
 			// in no more blocks than checked (start+n only shrinks).
-			got, d := e.onboard(s, hits, lower)
-			onboardTime += d
+			var got int
+			got, loadTime = e.onboard(s, hits, lower)
 			lower = lower[:got]
 			start = hitTokens + got*bs
 			n = min(len(s.tokens)-start, budget)
@@ -452,7 +488,13 @@ func (e *Engine) Step(now time.Time) StepResult {
 			}
 			e.stats.ImportedTokens += uint64(imported)
 		}
-		e.waiting = e.waiting[1:]
+		if loadTime > 0 {
+			// The blocks are held (the first chunk's too); the request waits in place.
+			s.loading, s.loadedAt = true, e.queueLoad(now, loadTime)
+			i++
+			continue
+		}
+		e.waiting = slices.Delete(e.waiting, i, i+1)
 		e.running = append(e.running, s)
 		batch = append(batch, scheduled{s, n})
 		budget -= n
@@ -460,6 +502,7 @@ func (e *Engine) Step(now time.Time) StepResult {
 
 	if len(batch) == 0 {
 		res.Idle = true
+		res.WakeAt = e.nextLoaded(now)
 		res.Events = e.cache.takeEvents()
 		return res
 	}
@@ -505,7 +548,7 @@ func (e *Engine) Step(now time.Time) StepResult {
 	if res.DecodeSeqs > 0 {
 		meanContext = float64(decodeContext) / float64(res.DecodeSeqs)
 	}
-	res.Duration = e.cfg.StepDuration(res.PrefillTokens, res.DecodeSeqs, usage, meanContext) + onboardTime
+	res.Duration = e.cfg.StepDuration(res.PrefillTokens, res.DecodeSeqs, usage, meanContext)
 	res.End = now.Add(res.Duration)
 	return res
 }

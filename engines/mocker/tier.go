@@ -8,14 +8,23 @@ import (
 	"github.com/turbine-llm/turbine/kv"
 )
 
-// Lower KV tiers (docs/reference.md §9): with Config.Tiers set, a registered block the
-// GPU cache evicts is offloaded to the node's KV block manager (LowerTier.Offload), and
-// a request admitted after its GPU prefix hit loads the consecutive blocks that follow
-// and that a lower tier holds (Match, then Onboard) instead of computing them. The
-// onboarding takes blocks × BlockSize × KVBytesPerToken bytes over each block's tier's
-// bandwidth (TierGBps), divided by SpeedupRatio like every modelled time, added to the
-// step that admits the request; the onboarded blocks become GPU blocks (registered,
-// announced with BlockStored) as computed ones do. Output.CachedTokens counts GPU and
+// Lower KV tiers (docs/reference.md §9, §9.6): with Config.Tiers set, a registered block
+// the GPU cache evicts is offloaded to the node's KV block manager (LowerTier.Offload),
+// and a request admitted after its GPU prefix hit loads the consecutive blocks that
+// follow and that a lower tier holds (Match, then Onboard) instead of computing them.
+//
+// Loads are asynchronous, as vLLM's KV connectors load (WAITING_FOR_REMOTE_KVS): at
+// admission the request's GPU hit and the blocks of the loaded tokens and of its first
+// chunk are allocated, and its load is queued on the engine's one link to the lower
+// tiers. A load takes blocks × BlockSize × KVBytesPerToken bytes over each block's
+// tier's bandwidth (TierGBps), divided by SpeedupRatio like every modelled time; the
+// link carries one load at a time, first admitted first, so a load ends at
+// max(now, the previous load's end) + its time. Meanwhile the request stays in the
+// waiting queue, skipped, and other requests' steps go on without that cost; the first
+// step that starts at or after the load's end schedules it like a request with that
+// prefix cached (its onboarded blocks are then registered and announced with
+// BlockStored, as computed ones are). A step with nothing to run but loads in flight is
+// Idle with StepResult.WakeAt, the first load's end. Output.CachedTokens counts GPU and
 // onboarded tokens, as vLLM's num_cached_tokens counts a KV connector's hits.
 
 // LowerTier is the node's KV block manager as the engine core sees it: blocks are named
@@ -52,6 +61,9 @@ type TierStats struct {
 	// Stats.PrefixQueries the queries of both) [vllm:external_prefix_cache_hits, summed
 	// over tiers].
 	PrefixHits [kv.NumTiers]uint64
+	// LoadingRequests are the admitted requests waiting for their load (counted in
+	// Stats.Waiting too) [vllm: requests in WAITING_FOR_REMOTE_KVS].
+	LoadingRequests int
 }
 
 // checkTiers validates Config's lower-tier figures; the caller names the flags.
@@ -159,4 +171,55 @@ func (e *Engine) onboard(s *sequence, hits int, tiers []kv.Tier) (int, time.Dura
 	}
 	e.stats.Tiers.OnboardTime += d
 	return got, d
+}
+
+// queueLoad queues a load of d on the engine's link at now and returns when it ends: the
+// link carries one load at a time, in the order they were queued.
+func (e *Engine) queueLoad(now time.Time, d time.Duration) time.Time {
+	start := e.linkFree
+	if start.Before(now) {
+		start = now
+	}
+	e.linkFree = start.Add(d)
+	e.stats.Tiers.LoadingRequests++
+	return e.linkFree
+}
+
+// nextLoaded returns the earliest end after now of the loads in flight (zero when none).
+func (e *Engine) nextLoaded(now time.Time) time.Time {
+	var at time.Time
+	for _, s := range e.waiting {
+		if s.loading && s.loadedAt.After(now) && (at.IsZero() || s.loadedAt.Before(at)) {
+			at = s.loadedAt
+		}
+	}
+	return at
+}
+
+// loadedChunk returns how many tokens a request whose load ended computes in a step
+// with budget tokens left, and grows its blocks for them: the rest of its prompt within
+// the budget, or, when blocks are short, what the blocks it holds cover (those of its
+// first chunk were allocated at admission: at least one token). ok is false when it
+// cannot run (without chunked prefill the whole rest must fit the budget and the
+// blocks); it stays waiting, its load done.
+func (e *Engine) loadedChunk(s *sequence, budget int) (n int, ok bool) {
+	bs := e.cfg.BlockSize
+	rest := len(s.tokens) - s.computed
+	if !e.cfg.EnableChunkedPrefill && rest > budget {
+		return 0, false
+	}
+	n = min(rest, budget)
+	need := ceilDiv(s.computed+n, bs) - len(s.blocks)
+	if need > e.cache.available() {
+		if !e.cfg.EnableChunkedPrefill {
+			return 0, false
+		}
+		if n = min(n, len(s.blocks)*bs-s.computed); n <= 0 {
+			return 0, false
+		}
+		need = 0
+	}
+	e.grow(s, need)
+	e.stats.Tiers.LoadingRequests--
+	return n, true
 }

@@ -5,14 +5,24 @@
 // BlockBytes of them, so that the block manager's memory, disk and network carry the
 // model's KV size:
 //
-//   - Offload queues the block for one writer goroutine (SET); a full queue drops it
-//     (Stats.Dropped), so that an engine step never waits for the network;
+//   - Offload queues the block for one writer goroutine (SET); the queue is bounded by
+//     bytes (Options.QueueBytes, the bytes a real engine would hold in flight), and a
+//     full queue drops the block (Stats.Dropped; the first drop is logged, then at most
+//     one line a minute), so that an engine step never waits for the network;
 //   - Match asks EXISTS for every block in one pipeline and returns the leading run held;
 //   - Onboard GETs the blocks in one pipeline and checks each value's length and the
 //     sequence hash written in its first 8 bytes; the leading run that checks is read.
 //
+// The server may be down when the engine starts or go away later: the tier then serves
+// without it (Offload drops and counts in Stats.Unreachable, Match finds nothing,
+// Onboard reads nothing) and reconnects in the background (a PING with backoff from
+// 100 ms to 5 s); one warning when it goes, one info line when it is back.
+//
 // RESP says whether a block exists, not in which tier: Match reports Options.Tier for
 // every block (TierHost by default), which sets the modelled onboarding bandwidth.
+//
+// Ownership: pending, enq, fin, progress, isUp and upCh are guarded by mu; up mirrors
+// isUp for the engine's lock-free reads; buf is the writer goroutine's alone.
 package kvbmtier
 
 import (
@@ -27,19 +37,24 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/turbine-llm/turbine/engines/mocker"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/kvbm"
 )
 
-// Defaults of Options.
+// Defaults of Options and the reconnection's pacing.
 const (
-	// DefaultQueueBlocks is the offload queue's length in blocks: at the default 8 MiB
-	// block (64 tokens of 128 KiB), 256 MiB in flight at most.
-	DefaultQueueBlocks = 32
+	// DefaultQueueBytes bounds the offload queue: 256 MiB of blocks waiting for the
+	// writer (128 blocks of 16 tokens × 128 KiB, 32 of 64 tokens).
+	DefaultQueueBytes = 256 << 20
 	// DefaultTimeout bounds each command (a SET, a pipeline of EXISTS or GET).
 	DefaultTimeout = 5 * time.Second
+	// retryMin and retryMax bound the wait between reconnection attempts (doubling).
+	retryMin, retryMax = 100 * time.Millisecond, 5 * time.Second
+	// dropLogEvery spaces the lines that report queue-full drops.
+	dropLogEvery = time.Minute
 )
 
 // Options configure a Tier.
@@ -50,40 +65,62 @@ type Options struct {
 	// Model is the served model name the block keys carry (kvbm.BlockKey).
 	Model string
 	// BlockBytes is the size of one block's value in bytes (block size × KV bytes per
-	// token), at least 8.
+	// token), 8 to 1 GiB.
 	BlockBytes int64
 	// Tier is the tier Match reports (TierHost when TierNone).
 	Tier kv.Tier
-	// QueueBlocks is the offload queue's length (DefaultQueueBlocks when 0).
-	QueueBlocks int
+	// QueueBytes bounds the offload queue in bytes (DefaultQueueBytes when 0); it holds
+	// at least one block whatever its value.
+	QueueBytes int64
 	// Timeout bounds each command (DefaultTimeout when 0).
 	Timeout time.Duration
+	// Logger receives the connection's warnings and drops (and go-redis's own lines at
+	// debug level); zero value: nothing is logged.
+	Logger zerolog.Logger
 }
 
 // Stats are a Tier's counters since Dial.
 type Stats struct {
 	// Offloaded and OffloadedBytes count blocks written; Dropped blocks the full queue
-	// refused; WriteErrors writes that failed.
-	Offloaded, OffloadedBytes, Dropped, WriteErrors uint64
+	// refused; Unreachable blocks dropped because the server was down; WriteErrors
+	// writes that failed.
+	Offloaded, OffloadedBytes, Dropped, Unreachable, WriteErrors uint64
 	// Matched counts blocks Match found; Onboarded and OnboardedBytes blocks read and
 	// checked; ReadErrors failed pipelines, missing blocks and values that did not check.
 	Matched, Onboarded, OnboardedBytes, ReadErrors uint64
+	// Up: the server answered the last command or PING.
+	Up bool
 }
 
 // Tier is a mocker.LowerTier over RESP. Offload, Match and Onboard are called by the
-// engine's one owner; Stats and Close from anywhere.
+// engine's one owner; Stats, Flush, WaitUp and Close from anywhere.
 type Tier struct {
-	opts   Options
-	client *redis.Client
-	queue  chan job
-	buf    []byte // the writer's value; its first 8 bytes are the block's sequence hash
-	done   chan struct{}
-	once   sync.Once
-	stop   context.CancelFunc
-	ctx    context.Context
+	opts     Options
+	log      zerolog.Logger
+	client   *redis.Client
+	maxQueue int    // the queue's bound in blocks, the one being written included
+	buf      []byte // the writer's value; its first 8 bytes are the block's sequence hash
+	wake     chan struct{}
+	kick     chan struct{}
+	done     chan struct{} // closed when the writer has ended
+	wg       sync.WaitGroup
+	once     sync.Once
+	stop     context.CancelFunc
+	ctx      context.Context
 
-	offloaded, offloadedBytes, dropped, writeErrors atomic.Uint64
-	matched, onboarded, onboardedBytes, readErrors  atomic.Uint64
+	mu       sync.Mutex
+	pending  []uint64      // blocks queued, oldest first
+	inflight int           // 1 while the writer holds a block taken from pending
+	enq, fin uint64        // blocks queued and blocks the writer finished, since Dial
+	progress chan struct{} // closed (and replaced) whenever fin advances
+	isUp     bool
+	upCh     chan struct{} // closed while up
+	wasDown  bool          // a warning was logged since the last recovery
+
+	up                                                           atomic.Bool
+	lastDropLog                                                  atomic.Int64 // Unix ns
+	offloaded, offloadedBytes, dropped, unreachable, writeErrors atomic.Uint64
+	matched, onboarded, onboardedBytes, readErrors               atomic.Uint64
 }
 
 var _ mocker.LowerTier = (*Tier)(nil)
@@ -111,8 +148,20 @@ func ParseURL(raw string) (*redis.Options, error) {
 	return o, nil
 }
 
-// Dial connects to the block manager at opts.URL (a PING answered) and starts the
-// writer. Errors: a bad URL or option, or no answer within the timeout.
+// redisLogOnce routes go-redis's own lines (a pool's dial errors, process-wide) to the
+// first tier's logger at debug level.
+var redisLogOnce sync.Once
+
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Str("component", "go-redis").Msgf(format, v...)
+}
+
+// Dial checks opts, makes the client and starts the writer and the reconnection. It
+// tries one PING (bounded by the timeout): when the server does not answer, the tier
+// starts down (one warning) and keeps trying in the background; WaitUp waits for it.
+// Errors: a bad URL or option only.
 func Dial(ctx context.Context, opts Options) (*Tier, error) {
 	ro, err := ParseURL(opts.URL)
 	if err != nil {
@@ -123,86 +172,234 @@ func Dial(ctx context.Context, opts Options) (*Tier, error) {
 		return nil, errors.New("kvbmtier: a model name is required")
 	case opts.BlockBytes < 8 || opts.BlockBytes > 1<<30:
 		return nil, fmt.Errorf("kvbmtier: block of %d bytes: want 8 to 1 GiB", opts.BlockBytes)
-	case opts.QueueBlocks < 0:
-		return nil, fmt.Errorf("kvbmtier: queue of %d blocks must not be negative", opts.QueueBlocks)
+	case opts.QueueBytes < 0:
+		return nil, fmt.Errorf("kvbmtier: queue of %d bytes must not be negative", opts.QueueBytes)
 	}
 	if opts.Tier == kv.TierNone {
 		opts.Tier = kv.TierHost
 	}
-	if opts.QueueBlocks == 0 {
-		opts.QueueBlocks = DefaultQueueBlocks
+	if opts.QueueBytes == 0 {
+		opts.QueueBytes = DefaultQueueBytes
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	ro.ReadTimeout, ro.WriteTimeout = opts.Timeout, opts.Timeout
-	ro.PoolSize = 4 // the writer and the engine's reads
-	c := redis.NewClient(ro)
-	pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("kvbmtier: %s: %w", opts.URL, err)
-	}
-	t := &Tier{opts: opts, client: c, queue: make(chan job, opts.QueueBlocks), buf: make([]byte, opts.BlockBytes),
-		done: make(chan struct{})}
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{opts.Logger}) })
+	ro.ReadTimeout, ro.WriteTimeout, ro.DialTimeout = opts.Timeout, opts.Timeout, opts.Timeout
+	ro.PoolSize = 4    // the writer, the engine's reads and the reconnection's PING
+	ro.MaxRetries = -1 // a failed command marks the tier down; the reconnection retries
+	t := &Tier{opts: opts, log: opts.Logger.With().Str("url", opts.URL).Logger(), client: redis.NewClient(ro),
+		maxQueue: queueBlocks(opts.QueueBytes, opts.BlockBytes), buf: make([]byte, opts.BlockBytes),
+		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		progress: make(chan struct{}), upCh: make(chan struct{}), isUp: false}
 	for i := 8; i < len(t.buf); i++ {
 		t.buf[i] = byte(i * 131) // not all zeros: nothing on the path may compress it away
 	}
 	t.ctx, t.stop = context.WithCancel(context.Background())
+	pctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	err = t.client.Ping(pctx).Err()
+	cancel()
+	if err == nil {
+		t.markUp()
+	} else {
+		t.isUp = true // so that markDown warns and kicks the reconnection
+		t.markDown(err)
+	}
+	t.wg.Add(1)
+	go t.reconnect()
 	go t.write()
 	return t, nil
 }
 
-// job is a block to write, or a Flush's marker.
-type job struct {
-	seqHash uint64
-	flush   chan struct{}
+// queueBlocks is the offload queue's bound in blocks: queueBytes over blockBytes, at
+// least 1 and at most 16 Mi entries.
+func queueBlocks(queueBytes, blockBytes int64) int {
+	return int(max(1, min(queueBytes/blockBytes, 1<<24)))
 }
 
 // Key is the key block seqHash is stored under.
 func (t *Tier) Key(seqHash uint64) string { return kvbm.BlockKey(t.opts.Model, seqHash) }
 
-// Offload queues the block for writing, or drops it when the queue is full.
+// Offload queues the block for writing; it drops it when the server is down
+// (Stats.Unreachable) or the queue holds Options.QueueBytes already (Stats.Dropped).
 func (t *Tier) Offload(seqHash uint64) {
-	select {
-	case t.queue <- job{seqHash: seqHash}:
-	default:
-		t.dropped.Add(1)
+	if !t.up.Load() {
+		t.unreachable.Add(1)
+		return
 	}
+	t.mu.Lock()
+	if len(t.pending)+t.inflight >= t.maxQueue {
+		t.mu.Unlock()
+		n := t.dropped.Add(1)
+		now := time.Now().UnixNano()
+		if last := t.lastDropLog.Load(); (last == 0 || now-last >= int64(dropLogEvery)) && t.lastDropLog.CompareAndSwap(last, now) {
+			t.log.Warn().Uint64("dropped_total", n).Int64("queue_bytes", t.opts.QueueBytes).Int("queue_blocks", t.maxQueue).
+				Msg("KV block manager offload queue full: evicted blocks dropped (a cached prefix is not reloaded past a dropped block)")
+		}
+		return
+	}
+	t.pending = append(t.pending, seqHash)
+	t.enq++
+	t.mu.Unlock()
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next takes the oldest queued block; ok is false when the queue is empty.
+func (t *Tier) next() (h uint64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.pending) == 0 {
+		return 0, false
+	}
+	h = t.pending[0]
+	t.pending = t.pending[1:]
+	t.inflight = 1
+	if len(t.pending) == 0 {
+		t.pending = t.pending[:0:0] // let the array go
+	}
+	return h, true
 }
 
 // write is the writer goroutine: one SET at a time until Close.
 func (t *Tier) write() {
 	defer close(t.done)
 	for {
-		select {
-		case <-t.ctx.Done():
-			return
-		case j := <-t.queue:
-			if j.flush != nil {
-				close(j.flush)
+		h, ok := t.next()
+		if !ok {
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-t.wake:
 				continue
 			}
-			h := j.seqHash
+		}
+		if t.ctx.Err() != nil {
+			return
+		}
+		if !t.up.Load() {
+			t.unreachable.Add(1)
+		} else {
 			binary.LittleEndian.PutUint64(t.buf, h)
 			ctx, cancel := context.WithTimeout(t.ctx, t.opts.Timeout)
 			err := t.client.Set(ctx, t.Key(h), t.buf, 0).Err()
 			cancel()
 			if err != nil {
 				t.writeErrors.Add(1)
-				continue
+				t.failed(err)
+			} else {
+				t.offloaded.Add(1)
+				t.offloadedBytes.Add(uint64(len(t.buf)))
 			}
-			t.offloaded.Add(1)
-			t.offloadedBytes.Add(uint64(len(t.buf)))
+		}
+		t.mu.Lock()
+		t.fin++
+		t.inflight = 0
+		close(t.progress)
+		t.progress = make(chan struct{})
+		t.mu.Unlock()
+	}
+}
+
+// failed marks the tier down when err says the server is unreachable (not an error
+// reply, not a missing key, not Close).
+func (t *Tier) failed(err error) {
+	var reply redis.Error
+	if err == nil || errors.Is(err, redis.Nil) || errors.As(err, &reply) || t.ctx.Err() != nil {
+		return
+	}
+	t.markDown(err)
+}
+
+// markDown records that the server is unreachable: one warning, and the reconnection
+// starts.
+func (t *Tier) markDown(err error) {
+	t.mu.Lock()
+	if !t.isUp {
+		t.mu.Unlock()
+		return
+	}
+	t.isUp, t.wasDown = false, true
+	t.up.Store(false)
+	t.upCh = make(chan struct{})
+	t.mu.Unlock()
+	t.log.Warn().Err(err).Msg("KV block manager unreachable: offloads are dropped and no lower-tier blocks are found until it answers again")
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// markUp records that the server answered; an info line when it was down.
+func (t *Tier) markUp() {
+	t.mu.Lock()
+	if t.isUp {
+		t.mu.Unlock()
+		return
+	}
+	t.isUp = true
+	t.up.Store(true)
+	close(t.upCh)
+	wasDown := t.wasDown
+	t.wasDown = false
+	t.mu.Unlock()
+	if wasDown {
+		t.log.Info().Msg("KV block manager reachable again: offloading")
+	}
+}
+
+// reconnect is the reconnection goroutine: after each markDown, a PING with backoff
+// until one is answered, until Close.
+func (t *Tier) reconnect() {
+	defer t.wg.Done()
+	timer := time.NewTimer(0)
+	<-timer.C
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-t.kick:
+		}
+		wait := retryMin
+		for !t.up.Load() {
+			ctx, cancel := context.WithTimeout(t.ctx, t.opts.Timeout)
+			err := t.client.Ping(ctx).Err()
+			cancel()
+			if err == nil {
+				t.markUp()
+				break
+			}
+			timer.Reset(wait)
+			select {
+			case <-t.ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			wait = min(2*wait, retryMax)
 		}
 	}
 }
 
+// WaitUp waits until the server answers (at once when it does), or ctx ends.
+func (t *Tier) WaitUp(ctx context.Context) error {
+	t.mu.Lock()
+	ch := t.upCh
+	t.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Match returns Options.Tier for each leading block the server holds (EXISTS, one
-// pipeline); none when the pipeline fails.
+// pipeline); none when the server is down or the pipeline fails.
 func (t *Tier) Match(seqHashes []uint64) []kv.Tier {
-	if len(seqHashes) == 0 {
+	if len(seqHashes) == 0 || !t.up.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.opts.Timeout)
@@ -216,6 +413,7 @@ func (t *Tier) Match(seqHashes []uint64) []kv.Tier {
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.readErrors.Add(1)
+		t.failed(err)
 		return nil
 	}
 	var out []kv.Tier
@@ -230,9 +428,10 @@ func (t *Tier) Match(seqHashes []uint64) []kv.Tier {
 }
 
 // Onboard GETs the blocks (one pipeline) and returns how many leading ones were read
-// whole: BlockBytes bytes starting with their sequence hash.
+// whole: BlockBytes bytes starting with their sequence hash. None while the server is
+// down.
 func (t *Tier) Onboard(seqHashes []uint64) int {
-	if len(seqHashes) == 0 {
+	if len(seqHashes) == 0 || !t.up.Load() {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.opts.Timeout)
@@ -246,6 +445,7 @@ func (t *Tier) Onboard(seqHashes []uint64) int {
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.readErrors.Add(1)
+		t.failed(err)
 		return 0
 	}
 	n := 0
@@ -265,39 +465,46 @@ func (t *Tier) Onboard(seqHashes []uint64) int {
 // Stats returns the counters now.
 func (t *Tier) Stats() Stats {
 	return Stats{Offloaded: t.offloaded.Load(), OffloadedBytes: t.offloadedBytes.Load(), Dropped: t.dropped.Load(),
-		WriteErrors: t.writeErrors.Load(), Matched: t.matched.Load(), Onboarded: t.onboarded.Load(),
-		OnboardedBytes: t.onboardedBytes.Load(), ReadErrors: t.readErrors.Load()}
+		Unreachable: t.unreachable.Load(), WriteErrors: t.writeErrors.Load(), Matched: t.matched.Load(),
+		Onboarded: t.onboarded.Load(), OnboardedBytes: t.onboardedBytes.Load(), ReadErrors: t.readErrors.Load(),
+		Up: t.up.Load()}
 }
 
-// Flush waits until the blocks queued before it are written (or failed), or ctx ends:
-// for tests and a graceful shutdown.
+// Flush waits until the blocks queued before it are written (or failed, or dropped
+// because the server went down), or ctx ends: for tests and a graceful shutdown.
+// Errors: ctx's, or errClosed after Close.
 func (t *Tier) Flush(ctx context.Context) error {
-	ack := make(chan struct{})
-	select {
-	case t.queue <- job{flush: ack}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.done:
-		return errClosed
-	}
-	select {
-	case <-ack:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.done:
-		return errClosed
+	t.mu.Lock()
+	target := t.enq
+	t.mu.Unlock()
+	for {
+		t.mu.Lock()
+		if t.fin >= target {
+			t.mu.Unlock()
+			return nil
+		}
+		p := t.progress
+		t.mu.Unlock()
+		select {
+		case <-p:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.done:
+			return errClosed
+		}
 	}
 }
 
 var errClosed = errors.New("kvbmtier: closed")
 
-// Close stops the writer (blocks still queued are dropped) and the connections.
+// Close stops the writer (blocks still queued are dropped), the reconnection and the
+// connections.
 func (t *Tier) Close() error {
 	var err error
 	t.once.Do(func() {
 		t.stop()
 		<-t.done
+		t.wg.Wait()
 		err = t.client.Close()
 	})
 	return err

@@ -15,7 +15,9 @@ import (
 // The node's KV block manager (docs/reference.md §9): with Params.KvbmURL the engine
 // offloads the KV blocks its GPU cache evicts to it, as real bytes (--block-size ×
 // --kv-bytes-per-token per block, written by one goroutine from a bounded queue so that
-// steps never wait for the network; a full queue drops the block), and a prefix it holds
+// steps never wait for the network; a full queue drops the block; a block manager that
+// is not reachable yet, or no longer, leaves the engine serving without its lower tier
+// while the client reconnects), and a prefix it holds
 // is onboarded (read back, checked) at the modelled host-tier bandwidth instead of
 // computed (engines/mocker tier.go). The usage's cached_tokens counts GPU and onboarded
 // tokens, as vLLM's num_cached_tokens counts a KV connector's.
@@ -34,17 +36,21 @@ const (
 	MetricOnboardBytes   = "turbine_mocker_kv_onboarded_bytes_total"
 	MetricOnboardSeconds = "turbine_mocker_kv_onboard_seconds_total" // modelled
 	// MetricKvbmOffloads: blocks the block manager client wrote (result="ok"), dropped
-	// on a full queue ("dropped") or failed to write ("error"); MetricKvbmReadErrors:
-	// pipelines that failed and blocks that did not check.
+	// on a full queue ("dropped"), dropped while the block manager was unreachable
+	// ("unreachable") or failed to write ("error"); MetricKvbmReadErrors: pipelines that
+	// failed and blocks that did not check; MetricKvbmUp: 1 while the block manager
+	// answers, 0 while the client reconnects.
 	MetricKvbmOffloads   = "turbine_mocker_kvbm_offloads_total"
 	MetricKvbmReadErrors = "turbine_mocker_kvbm_read_errors_total"
+	MetricKvbmUp         = "turbine_mocker_kvbm_up"
 )
 
 // lowerTiers are the tiers a block manager serves, in metric order.
 var lowerTiers = []kv.Tier{kv.TierHost, kv.TierDisk, kv.TierRemote}
 
-// dialKvbm connects to opts.KvbmURL (nil when empty) and makes it the engine's lower
-// tier.
+// dialKvbm makes the client of opts.KvbmURL (nil when empty) the engine's lower tier. A
+// block manager that does not answer is no error: the client reconnects in the
+// background (kvbmtier.Dial). Errors: a bad URL, no prefix caching.
 func dialKvbm(opts *Options) (*kvbmtier.Tier, error) {
 	if opts.KvbmURL == "" {
 		return nil, nil
@@ -53,7 +59,7 @@ func dialKvbm(opts *Options) (*kvbmtier.Tier, error) {
 		return nil, fmt.Errorf("server: --kvbm-url needs prefix caching (blocks are offloaded by their prefix hash)")
 	}
 	t, err := kvbmtier.Dial(context.Background(), kvbmtier.Options{URL: opts.KvbmURL, Model: opts.ServedModelName,
-		BlockBytes: opts.Engine.BlockBytes()})
+		BlockBytes: opts.Engine.BlockBytes(), Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -76,20 +82,30 @@ type tierMetrics struct {
 	onBlocks, onBytes                [kv.NumTiers]*metrics.Counter
 	onSeconds                        *metrics.FloatCounter
 	written, dropped, failed, rerror *metrics.Counter
+	unreachable                      *metrics.Counter
 }
 
-func newTierMetrics(set *metrics.Set, model string) tierMetrics {
+func newTierMetrics(set *metrics.Set, model string, t *kvbmtier.Tier) tierMetrics {
 	labels := fmt.Sprintf(`model_name=%s,engine="0"`, strconv.Quote(model))
 	m := tierMetrics{
-		queries:   set.NewCounter(MetricExternalPrefixQueries + "{" + labels + "}"),
-		hits:      set.NewCounter(MetricExternalPrefixHits + "{" + labels + "}"),
-		offBlocks: set.NewCounter(MetricOffloadBlocks),
-		offBytes:  set.NewCounter(MetricOffloadBytes),
-		onSeconds: set.NewFloatCounter(MetricOnboardSeconds),
-		written:   set.NewCounter(MetricKvbmOffloads + `{result="ok"}`),
-		dropped:   set.NewCounter(MetricKvbmOffloads + `{result="dropped"}`),
-		failed:    set.NewCounter(MetricKvbmOffloads + `{result="error"}`),
-		rerror:    set.NewCounter(MetricKvbmReadErrors),
+		queries:     set.NewCounter(MetricExternalPrefixQueries + "{" + labels + "}"),
+		hits:        set.NewCounter(MetricExternalPrefixHits + "{" + labels + "}"),
+		offBlocks:   set.NewCounter(MetricOffloadBlocks),
+		offBytes:    set.NewCounter(MetricOffloadBytes),
+		onSeconds:   set.NewFloatCounter(MetricOnboardSeconds),
+		written:     set.NewCounter(MetricKvbmOffloads + `{result="ok"}`),
+		dropped:     set.NewCounter(MetricKvbmOffloads + `{result="dropped"}`),
+		failed:      set.NewCounter(MetricKvbmOffloads + `{result="error"}`),
+		rerror:      set.NewCounter(MetricKvbmReadErrors),
+		unreachable: set.NewCounter(MetricKvbmOffloads + `{result="unreachable"}`),
+	}
+	if t != nil {
+		set.NewGauge(MetricKvbmUp, func() float64 {
+			if t.Stats().Up {
+				return 1
+			}
+			return 0
+		})
 	}
 	m.tierHits[kv.TierNone] = set.NewCounter(MetricTierPrefixHits + `{tier="gpu"}`)
 	for _, t := range lowerTiers {
@@ -125,5 +141,6 @@ func (m *tierMetrics) update(st *mocker.Stats, t *kvbmtier.Tier) {
 		m.dropped.Set(c.Dropped)
 		m.failed.Set(c.WriteErrors)
 		m.rerror.Set(c.ReadErrors)
+		m.unreachable.Set(c.Unreachable)
 	}
 }

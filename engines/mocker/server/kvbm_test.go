@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/turbine-llm/turbine/kvbm"
+	"github.com/turbine-llm/turbine/kvbm/resp"
 )
 
 // startRedisServer runs Debian's redis-server on a free port (no persistence) and
@@ -122,6 +126,75 @@ func TestKvbmOffloadOnboard(t *testing.T) {
 	if !strings.Contains(string(body), `turbine_mocker_kv_offloaded_blocks_total `) {
 		t.Error("/metrics lacks the offloaded blocks")
 	}
+}
+
+// An engine whose block manager is not listening starts and serves (the mock engines of
+// `turbine node --kvbm-external` crash-looped when it was down): its offloads are
+// dropped and counted, /metrics says the block manager is down, and the client
+// reconnects when a RESP server appears on the port.
+func TestKvbmUnreachableAtStart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	opts := testOptions(t)
+	opts.Engine.NumGPUBlocks, opts.Engine.MaxModelLen = 24, 384
+	opts.KVTransfer.BytesPerToken = 1024
+	opts.KvbmURL = "resp://" + addr
+	s, hs := startServer(t, opts)
+	for _, from := range []int{1000, 5000} { // the second evicts the first's blocks
+		resp, b := post(t, hs.URL, fmt.Sprintf(`{"model":"turbine-mock","prompt":%s,"max_tokens":1,"ignore_eos":true}`, idsJSON(from, 16*22+1)))
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+	}
+	if st := s.kvbm.Stats(); st.Up || st.Unreachable == 0 || st.Offloaded != 0 {
+		t.Fatalf("client stats %+v: want down, offloads dropped as unreachable", st)
+	}
+	body := getMetrics(t, hs.URL)
+	for _, want := range []string{MetricKvbmUp + " 0", MetricKvbmOffloads + `{result="unreachable"} `} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("port %s taken meanwhile: %v", addr, err)
+	}
+	srv := resp.New(kvbmStore(t), resp.Options{})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.kvbm.WaitUp(ctx); err != nil {
+		t.Fatalf("not reconnected: %v", err)
+	}
+	if body := getMetrics(t, hs.URL); !strings.Contains(body, MetricKvbmUp+" 1") {
+		t.Errorf("/metrics lacks %s 1 after reconnection", MetricKvbmUp)
+	}
+}
+
+func kvbmStore(t *testing.T) *kvbm.Store {
+	t.Helper()
+	st, err := kvbm.Open(kvbm.Config{HostBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func getMetrics(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func TestKvbmURLErrors(t *testing.T) {

@@ -197,7 +197,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if kvbmTier != nil {
-		s.tierMetrics = newTierMetrics(s.metrics, opts.ServedModelName)
+		s.tierMetrics = newTierMetrics(s.metrics, opts.ServedModelName, kvbmTier)
 	}
 	s.surface = dialect.bind(s)
 	s.loopCtx, s.stopLoop = context.WithCancel(context.Background())
@@ -487,13 +487,23 @@ func (s *Server) loop(ctx context.Context) {
 		}
 		res := s.eng.Step(time.Now())
 		if res.Idle {
+			// Nothing fits, or only lower-tier loads are in flight: step again on a
+			// command, or when the first load ends (res.WakeAt).
 			s.publishStats()
+			var loaded <-chan time.Time
+			if !res.WakeAt.IsZero() {
+				timer.Reset(max(time.Until(res.WakeAt), 0))
+				loaded = timer.C
+			}
 			select {
 			case c := <-s.cmds:
 				apply(c)
+			case <-loaded:
 			case <-ctx.Done():
+				timer.Stop()
 				return
 			}
+			timer.Stop() // no stale tick stays (Go 1.23 timers)
 			continue
 		}
 		if d := time.Until(res.End); d > 0 {
