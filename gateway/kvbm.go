@@ -52,6 +52,20 @@ type KvbmNode struct {
 	OffloadGBPerS float64 `json:"offload_gb_per_s"`
 	OnboardGBPerS float64 `json:"onboard_gb_per_s"`
 	Errors        uint64  `json:"errors"`
+	// FS is the LMCache fs:// directory the block manager keeps under a cap (janitor
+	// mode), absent without one.
+	FS *KvbmFS `json:"fs,omitempty"`
+}
+
+// KvbmFS is an LMCache fs:// directory under a block manager's cap: its .data files'
+// bytes of the cap, files held, files seen by the scans and deleted to keep the cap.
+type KvbmFS struct {
+	Dir           string `json:"dir"`
+	CapacityBytes int64  `json:"capacity_bytes"`
+	UsedBytes     int64  `json:"used_bytes"`
+	Files         int64  `json:"files"`
+	Seen          uint64 `json:"seen"`
+	Evicted       uint64 `json:"evicted"`
 }
 
 // KvbmTier is one tier of a node's block manager: bytes used of its capacity, blocks,
@@ -98,6 +112,10 @@ func KvbmNodeOf(st *messages.KvbmStatus, now time.Time) KvbmNode {
 		}
 	}
 	n.HitRate = ratio(n.Hits, n.Reads)
+	if fs := st.GetFs(); fs != nil {
+		n.FS = &KvbmFS{Dir: st.GetFsDir(), CapacityBytes: fs.GetCapacityBytes(), UsedBytes: fs.GetUsedBytes(),
+			Files: fs.GetBlocks(), Seen: fs.GetStored(), Evicted: fs.GetEvicted()}
+	}
 	n.Onboards = n.Hits
 	if hostStored > diskHits {
 		n.Offloads = hostStored - diskHits

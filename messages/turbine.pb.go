@@ -6100,18 +6100,23 @@ func (x *KvbmTierStatus) GetPinned() int64 {
 
 // KvbmStatus is GET /admin/kvbm's entry for one node.
 type KvbmStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Tiers         []*KvbmTierStatus      `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
-	Policy        string                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"` // "demote", "write-through" or "reuse"
-	DiskDir       string                 `protobuf:"bytes,4,opt,name=disk_dir,json=diskDir,proto3" json:"disk_dir,omitempty"`
-	RespAddress   string                 `protobuf:"bytes,5,opt,name=resp_address,json=respAddress,proto3" json:"resp_address,omitempty"` // redis:// and resp:// (RESP2), "" when off
-	LmAddress     string                 `protobuf:"bytes,6,opt,name=lm_address,json=lmAddress,proto3" json:"lm_address,omitempty"`       // LMCache lm://, "" when off
-	Epoch         uint64                 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Models        []string               `protobuf:"bytes,8,rep,name=models,proto3" json:"models,omitempty"`                       // models whose blocks it holds (Turbine block keys)
-	PutBytes      uint64                 `protobuf:"varint,9,opt,name=put_bytes,json=putBytes,proto3" json:"put_bytes,omitempty"`  // bytes accepted by puts since start
-	GetBytes      uint64                 `protobuf:"varint,10,opt,name=get_bytes,json=getBytes,proto3" json:"get_bytes,omitempty"` // bytes served by gets since start
-	Errors        uint64                 `protobuf:"varint,11,opt,name=errors,proto3" json:"errors,omitempty"`                     // requests answered with an error (full disk, bad input)
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Tiers       []*KvbmTierStatus      `protobuf:"bytes,2,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	Policy      string                 `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"` // "demote", "write-through" or "reuse"
+	DiskDir     string                 `protobuf:"bytes,4,opt,name=disk_dir,json=diskDir,proto3" json:"disk_dir,omitempty"`
+	RespAddress string                 `protobuf:"bytes,5,opt,name=resp_address,json=respAddress,proto3" json:"resp_address,omitempty"` // redis:// and resp:// (RESP2), "" when off
+	LmAddress   string                 `protobuf:"bytes,6,opt,name=lm_address,json=lmAddress,proto3" json:"lm_address,omitempty"`       // LMCache lm://, "" when off
+	Epoch       uint64                 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Models      []string               `protobuf:"bytes,8,rep,name=models,proto3" json:"models,omitempty"`                       // models whose blocks it holds (Turbine block keys)
+	PutBytes    uint64                 `protobuf:"varint,9,opt,name=put_bytes,json=putBytes,proto3" json:"put_bytes,omitempty"`  // bytes accepted by puts since start
+	GetBytes    uint64                 `protobuf:"varint,10,opt,name=get_bytes,json=getBytes,proto3" json:"get_bytes,omitempty"` // bytes served by gets since start
+	Errors      uint64                 `protobuf:"varint,11,opt,name=errors,proto3" json:"errors,omitempty"`                     // requests answered with an error (full disk, bad input)
+	// fs: an LMCache fs:// directory kept under a byte cap (janitor mode, --kvbm-fs-dir):
+	// capacity_bytes, used_bytes, blocks (.data files), stored (files seen), evicted (files
+	// deleted to keep the cap), bytes_in; unset without one. Its tier is KV_TIER_DISK.
+	Fs            *KvbmTierStatus `protobuf:"bytes,12,opt,name=fs,proto3" json:"fs,omitempty"`
+	FsDir         string          `protobuf:"bytes,13,opt,name=fs_dir,json=fsDir,proto3" json:"fs_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6221,6 +6226,20 @@ func (x *KvbmStatus) GetErrors() uint64 {
 		return x.Errors
 	}
 	return 0
+}
+
+func (x *KvbmStatus) GetFs() *KvbmTierStatus {
+	if x != nil {
+		return x.Fs
+	}
+	return nil
+}
+
+func (x *KvbmStatus) GetFsDir() string {
+	if x != nil {
+		return x.FsDir
+	}
+	return ""
 }
 
 var File_turbine_proto protoreflect.FileDescriptor
@@ -6759,7 +6778,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\bbytes_in\x18\t \x01(\x04R\abytesIn\x12\x1b\n" +
 	"\tbytes_out\x18\n" +
 	" \x01(\x04R\bbytesOut\x12\x16\n" +
-	"\x06pinned\x18\v \x01(\x03R\x06pinned\"\xcc\x02\n" +
+	"\x06pinned\x18\v \x01(\x03R\x06pinned\"\x8f\x03\n" +
 	"\n" +
 	"KvbmStatus\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x120\n" +
@@ -6774,7 +6793,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\tput_bytes\x18\t \x01(\x04R\bputBytes\x12\x1b\n" +
 	"\tget_bytes\x18\n" +
 	" \x01(\x04R\bgetBytes\x12\x16\n" +
-	"\x06errors\x18\v \x01(\x04R\x06errors*>\n" +
+	"\x06errors\x18\v \x01(\x04R\x06errors\x12*\n" +
+	"\x02fs\x18\f \x01(\v2\x1a.turbine.v1.KvbmTierStatusR\x02fs\x12\x15\n" +
+	"\x06fs_dir\x18\r \x01(\tR\x05fsDir*>\n" +
 	"\x04Role\x12\x13\n" +
 	"\x0fROLE_AGGREGATED\x10\x00\x12\x10\n" +
 	"\fROLE_PREFILL\x10\x01\x12\x0f\n" +
@@ -6979,11 +7000,12 @@ var file_turbine_proto_depIdxs = []int32{
 	71, // 59: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
 	7,  // 60: turbine.v1.KvbmTierStatus.tier:type_name -> turbine.v1.KvTier
 	74, // 61: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	74, // 62: turbine.v1.KvbmStatus.fs:type_name -> turbine.v1.KvbmTierStatus
+	63, // [63:63] is the sub-list for method output_type
+	63, // [63:63] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }

@@ -48,7 +48,7 @@ func (a *kvbmActor) start() {
 		return
 	}
 	cfg := a.m.cfg
-	a.pub = &publisher{st: a.m.st, routers: cfg.Routers, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
+	a.pub = &publisher{st: a.m.st, jan: a.m.jan, routers: cfg.Routers, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
 		inv: NewInventory(cfg.NodeID, cfg.Epoch, cfg.ServesRemote)}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel, a.done = cancel, make(chan struct{})
@@ -71,6 +71,7 @@ func (a *kvbmActor) stop() {
 // model's batches leave in order; no lock is held across a grain call.
 type publisher struct {
 	st      *store.Store
+	jan     *store.Janitor // the fs:// janitor, nil without one: its files are disk-tier blocks
 	routers func(model string) RouterClient
 	log     zerolog.Logger
 	inv     *Inventory
@@ -109,6 +110,11 @@ func (p *publisher) run(ctx context.Context, interval time.Duration) {
 // step drains the store once and sends the batches the Inventory makes of it.
 func (p *publisher) step() {
 	changes, overflowed := p.st.Changes(p.buf[:0])
+	if p.jan != nil {
+		var janOver bool
+		changes, janOver = p.jan.Changes(changes)
+		overflowed = overflowed || janOver
+	}
 	p.buf = changes[:0]
 	if overflowed {
 		p.inv.Overflowed()
@@ -116,7 +122,11 @@ func (p *publisher) step() {
 	var snap Grouped
 	if p.inv.WantsSnapshot() {
 		var blocks []Block
-		p.st.Snapshot(func(key string, tier kv.Tier) { blocks = append(blocks, Block{Key: key, Tier: tier}) })
+		add := func(key string, tier kv.Tier) { blocks = append(blocks, Block{Key: key, Tier: tier}) }
+		p.st.Snapshot(add)
+		if p.jan != nil {
+			p.jan.Snapshot(add)
+		}
 		snap = SnapshotOf(blocks)
 	}
 	g := Group(changes)

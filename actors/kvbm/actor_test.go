@@ -3,12 +3,15 @@ package kvbm
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/turbine-llm/turbine/kv"
 	store "github.com/turbine-llm/turbine/kvbm"
@@ -190,5 +193,69 @@ func TestWriteMetricsGolden(t *testing.T) {
 	}
 	if Offloads(st) != 6 || Onboards(st) != 13 {
 		t.Errorf("offloads %d onboards %d, want 6 and 13", Offloads(st), Onboards(st))
+	}
+}
+
+// Every family's # HELP line has a text when metadata is exposed (they were empty).
+func TestWriteMetricsHelp(t *testing.T) {
+	metrics.ExposeMetadata(true)
+	defer metrics.ExposeMetadata(false)
+	var buf bytes.Buffer
+	WriteMetrics(&buf, "gpu-7", store.Stats{})
+	WriteFSMetrics(&buf, "gpu-7", store.TierStats{})
+	helps := 0
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.HasPrefix(line, "# HELP ") {
+			continue
+		}
+		helps++
+		if f := strings.Fields(line); len(f) < 4 {
+			t.Errorf("%q: no help text", line)
+		}
+	}
+	if helps != len(metricHelp) {
+		t.Errorf("%d # HELP lines, want one per family (%d)", helps, len(metricHelp))
+	}
+}
+
+// Demoting blocks from host memory to disk is no read: the host tier's read bytes count
+// only the bytes served (they counted every demotion, with no host hit).
+func TestTierReadBytesExcludeDemotions(t *testing.T) {
+	st, err := store.Open(store.Config{HostBytes: 4 << 10, DiskDir: t.TempDir(), DiskBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	val := make([]byte, 1<<10)
+	for i := range 10 { // 4 fit in host memory: 6 demoted
+		if err := st.Put(fmt.Sprintf("k%d", i), nil, val, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		get                string
+		wantHost, wantDisk uint64
+	}{
+		{"", 0, 0},               // demotions only
+		{"k9", 1 << 10, 0},       // a host hit
+		{"k0", 1 << 10, 1 << 10}, // a disk hit
+	} {
+		if tc.get != "" {
+			if _, err := st.Get(tc.get); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := st.Stats()
+		if s.Tiers[kv.TierDisk].Stored == 0 {
+			t.Fatal("nothing demoted: the test's caps are wrong")
+		}
+		if h, d := s.Tiers[kv.TierHost].BytesOut, s.Tiers[kv.TierDisk].BytesOut; h != tc.wantHost || d != tc.wantDisk {
+			t.Errorf("after get %q: read bytes host %d disk %d, want %d and %d", tc.get, h, d, tc.wantHost, tc.wantDisk)
+		}
+		var buf bytes.Buffer
+		WriteMetrics(&buf, "n", s)
+		if want := fmt.Sprintf(`%s{node="n",tier="host"} %d`, MetricTierOut, tc.wantHost); !strings.Contains(buf.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

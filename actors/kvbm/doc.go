@@ -28,6 +28,10 @@
 // routers' tier index is derived from the batches, at most one interval stale. No lock is
 // held across a grain call.
 //
+// Janitor mode (Config.FS): the Manager runs a kvbm.Janitor over an LMCache fs://
+// directory from Open until Close (one goroutine, a scan every FS.Interval); its figures
+// are KvbmStatus.fs, its inventory changes are drained and published with the store's.
+//
 // Metrics (status.go): turbine_kvbm_* from the store's figures at each scrape, on the
-// default set. Children: none. Who may send: anyone (status); nobody else.
+// default set (turbine_kvbm_fs_* with a janitor). Children: none. Who may send: anyone (status); nobody else.
 package kvbm

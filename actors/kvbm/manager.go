@@ -1,6 +1,7 @@
 package kvbm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,9 @@ type Listener struct {
 	Scheme string
 	Addr   string
 	New    func(*store.Store) Server
+	// Ln, when set, is the listener already bound to Addr (bound before the member
+	// joins, so that a taken port fails first); Open serves on it and Close closes it.
+	Ln net.Listener
 }
 
 // RouterClient is the part of a model's Router grain the block manager talks to.
@@ -60,7 +64,11 @@ type Config struct {
 	ServesRemote bool
 	// Epoch numbers the inventory (KvbmInventory.epoch); 0: the start time in Unix
 	// nanoseconds, which the admin API also reads as the start time.
-	Epoch  uint64
+	Epoch uint64
+	// FS, when set, is an LMCache fs:// directory kept under a byte cap (janitor mode,
+	// kvbm.Janitor): the manager scans it every FS.Interval from Open until Close; its
+	// figures are KvbmStatus.fs and the turbine_kvbm_fs_* metrics.
+	FS     *store.JanitorConfig
 	Logger zerolog.Logger
 }
 
@@ -85,15 +93,20 @@ type Manager struct {
 	lns   []net.Listener
 	set   *metrics.Set
 	start time.Time
+	jan   *store.Janitor // nil without Config.FS
+	// janStop ends the janitor's goroutine; janDone is closed when it has ended.
+	janStop context.CancelFunc
+	janDone chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup
 }
 
-// Open opens the store of cfg, binds every listener and starts its server. Errors: an
-// empty node id, the store's (a bad directory, a cap of 0), a listener that does not bind
-// (its scheme and address named); nothing stays open on error.
+// Open opens the store of cfg, binds every listener and starts its server, and starts
+// the fs:// janitor of cfg.FS. Errors: an empty node id, the janitor's configuration or
+// a directory it cannot list, the store's (a bad directory, a cap of 0), a listener that
+// does not bind (its scheme and address named); nothing stays open on error.
 func Open(cfg Config) (*Manager, error) {
 	if cfg.NodeID == "" {
 		return nil, errors.New("kvbm: empty node id")
@@ -105,16 +118,30 @@ func Open(cfg Config) (*Manager, error) {
 	if cfg.Epoch == 0 {
 		cfg.Epoch = uint64(now.UnixNano())
 	}
+	var jan *store.Janitor
+	if cfg.FS != nil {
+		var err error
+		if jan, err = store.NewJanitor(*cfg.FS); err != nil {
+			return nil, err
+		}
+		// A directory that cannot be listed fails here, not silently at each scan.
+		if _, err := jan.Scan(); err != nil {
+			return nil, err
+		}
+	}
 	st, err := store.Open(cfg.Store)
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, st: st, addrs: map[string]string{}, start: now}
+	m := &Manager{cfg: cfg, st: st, addrs: map[string]string{}, start: now, jan: jan}
 	for _, l := range cfg.Listeners {
-		ln, err := net.Listen("tcp", l.Addr)
-		if err != nil {
-			_ = m.Close()
-			return nil, fmt.Errorf("kvbm: %s listener: %w", l.Scheme, err)
+		ln := l.Ln
+		if ln == nil {
+			var err error
+			if ln, err = net.Listen("tcp", l.Addr); err != nil {
+				_ = m.Close()
+				return nil, fmt.Errorf("kvbm: %s listener: %w", l.Scheme, err)
+			}
 		}
 		srv := l.New(st)
 		m.lns, m.srvs, m.addrs[l.Scheme] = append(m.lns, ln), append(m.srvs, srv), ln.Addr().String()
@@ -126,11 +153,27 @@ func Open(cfg Config) (*Manager, error) {
 			}
 		}(l.Scheme)
 	}
+	if jan != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		m.janStop, m.janDone = cancel, make(chan struct{})
+		go func() {
+			defer close(m.janDone)
+			_ = jan.Run(ctx)
+		}()
+	}
 	m.set = metrics.NewSet()
-	m.set.RegisterMetricsWriter(func(w io.Writer) { WriteMetrics(w, cfg.NodeID, st.Stats()) })
+	m.set.RegisterMetricsWriter(func(w io.Writer) {
+		WriteMetrics(w, cfg.NodeID, st.Stats())
+		if jan != nil {
+			WriteFSMetrics(w, cfg.NodeID, jan.Stats())
+		}
+	})
 	metrics.RegisterSet(m.set)
 	return m, nil
 }
+
+// Janitor is the manager's fs:// janitor (nil without Config.FS).
+func (m *Manager) Janitor() *store.Janitor { return m.jan }
 
 // Store is the manager's block store.
 func (m *Manager) Store() *store.Store { return m.st }
@@ -171,6 +214,10 @@ func (m *Manager) Close() error {
 			_ = ln.Close()
 		}
 		m.wg.Wait()
+		if m.janStop != nil {
+			m.janStop()
+			<-m.janDone
+		}
 		if m.set != nil {
 			metrics.UnregisterSet(m.set, true)
 		}
@@ -181,7 +228,11 @@ func (m *Manager) Close() error {
 
 // Status is the manager's messages.KvbmStatus now (models: those published).
 func (m *Manager) Status(models []string) *messages.KvbmStatus {
-	return StatusOf(m.cfg, m.st.Stats(), m.URL("resp"), m.URL("lm"), models)
+	out := StatusOf(m.cfg, m.st.Stats(), m.URL("resp"), m.URL("lm"), models)
+	if m.jan != nil {
+		out.Fs, out.FsDir = FSStatusOf(m.jan.Stats()), m.cfg.FS.Dir
+	}
+	return out
 }
 
 // ServerFuncs adapts a protocol server's methods to Server (whatever its Close returns).

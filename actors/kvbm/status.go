@@ -1,6 +1,7 @@
 package kvbm
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -40,6 +41,12 @@ func StatusOf(cfg Config, st store.Stats, respURL, lmURL string, models []string
 	return out
 }
 
+// FSStatusOf is the status of an fs:// janitor whose figures are st (a disk tier's).
+func FSStatusOf(st store.TierStats) *messages.KvbmTierStatus {
+	return &messages.KvbmTierStatus{Tier: TierProto(kv.TierDisk), CapacityBytes: st.CapacityBytes, UsedBytes: st.UsedBytes,
+		Blocks: st.Blocks, Stored: st.Stored, Evicted: st.Evicted, BytesIn: st.BytesIn}
+}
+
 // Metric families of a block manager (docs/reference.md §9.5), on metrics' default set,
 // labelled {node, tier} or {node}.
 const (
@@ -58,7 +65,50 @@ const (
 	MetricOffloadBytes  = "turbine_kvbm_offload_bytes_total"      // counter {node}: bytes accepted by puts
 	MetricOnboardBytes  = "turbine_kvbm_onboard_bytes_total"      // counter {node}: bytes served by gets
 	MetricErrors        = "turbine_kvbm_errors_total"             // counter {node}: requests answered with an error
+
+	// The fs:// janitor's (Config.FS), labelled {node}.
+	MetricFSBytes         = "turbine_kvbm_fs_bytes"            // gauge: bytes of the .data files
+	MetricFSCapacityBytes = "turbine_kvbm_fs_capacity_bytes"   // gauge: the directory's cap
+	MetricFSFiles         = "turbine_kvbm_fs_files"            // gauge: .data files held
+	MetricFSSeen          = "turbine_kvbm_fs_files_seen_total" // counter: .data files found by the scans
+	MetricFSDeleted       = "turbine_kvbm_fs_evictions_total"  // counter: .data files deleted to keep the cap
 )
+
+// metricHelp is each family's # HELP text.
+var metricHelp = map[string]string{
+	MetricBytes:         "Bytes of blocks the tier holds.",
+	MetricCapacityBytes: "The tier's byte cap.",
+	MetricBlocks:        "Blocks the tier holds.",
+	MetricPinned:        "Blocks of the tier being read now.",
+	MetricHits:          "Reads the tier served.",
+	MetricMisses:        "Reads that reached the tier for a key it did not hold.",
+	MetricStored:        "Blocks written into the tier (puts, demotions, promotions).",
+	MetricEvictions:     "Blocks evicted from the tier to keep its cap.",
+	MetricTierIn:        "Bytes written into the tier (a demotion counts as written to disk).",
+	MetricTierOut:       "Bytes the tier served to readers (demotions are not reads).",
+	MetricOffloads:      "Blocks engines put into the block manager.",
+	MetricOnboards:      "Blocks engines read back from the block manager (hits of every tier).",
+	MetricOffloadBytes:  "Bytes engines put into the block manager.",
+	MetricOnboardBytes:  "Bytes engines read back from the block manager.",
+	MetricErrors:        "Requests answered with an error.",
+
+	MetricFSBytes:         "Bytes of the fs:// directory's .data files.",
+	MetricFSCapacityBytes: "The fs:// directory's byte cap.",
+	MetricFSFiles:         ".data files in the fs:// directory.",
+	MetricFSSeen:          ".data files the fs:// scans found.",
+	MetricFSDeleted:       ".data files deleted to keep the fs:// directory under its cap.",
+}
+
+// writeMetadata writes family name's # HELP (metricHelp's text) and # TYPE lines when
+// metrics.ExposeMetadata is on.
+func writeMetadata(w io.Writer, name, typ string) {
+	var probe bytes.Buffer
+	metrics.WriteMetadataIfNeeded(&probe, name, typ) // empty when metadata is off
+	if probe.Len() == 0 {
+		return
+	}
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, metricHelp[name], name, typ)
+}
 
 // Offloads is the blocks engines put into a store with figures st: the blocks that
 // entered host memory other than by a promotion from disk (a disk hit).
@@ -99,7 +149,7 @@ func WriteMetrics(w io.Writer, node string, st store.Stats) {
 		{MetricTierOut, "counter", func(t store.TierStats) float64 { return float64(t.BytesOut) }},
 	}
 	for _, f := range perTier {
-		metrics.WriteMetadataIfNeeded(w, f.name, f.typ)
+		writeMetadata(w, f.name, f.typ)
 		for _, t := range tiers {
 			fmt.Fprintf(w, "%s{node=%q,tier=%q} %s\n", f.name, node, t.String(), strconv.FormatFloat(f.val(st.Tiers[t]), 'f', -1, 64))
 		}
@@ -111,7 +161,23 @@ func WriteMetrics(w io.Writer, node string, st store.Stats) {
 		{MetricOffloads, Offloads(st)}, {MetricOnboards, Onboards(st)},
 		{MetricOffloadBytes, st.PutBytes}, {MetricOnboardBytes, st.GetBytes}, {MetricErrors, st.Errors},
 	} {
-		metrics.WriteMetadataIfNeeded(w, f.name, "counter")
+		writeMetadata(w, f.name, "counter")
+		fmt.Fprintf(w, "%s{node=%q} %d\n", f.name, node, f.val)
+	}
+}
+
+// WriteFSMetrics writes node's fs:// janitor figures st (Janitor.Stats) in Prometheus
+// text format.
+func WriteFSMetrics(w io.Writer, node string, st store.TierStats) {
+	for _, f := range []struct {
+		name, typ string
+		val       int64
+	}{
+		{MetricFSBytes, "gauge", st.UsedBytes}, {MetricFSCapacityBytes, "gauge", st.CapacityBytes},
+		{MetricFSFiles, "gauge", st.Blocks}, {MetricFSSeen, "counter", int64(st.Stored)},
+		{MetricFSDeleted, "counter", int64(st.Evicted)},
+	} {
+		writeMetadata(w, f.name, f.typ)
 		fmt.Fprintf(w, "%s{node=%q} %d\n", f.name, node, f.val)
 	}
 }

@@ -21,6 +21,8 @@ type kvbmList struct {
 		RESPAddress  string `json:"resp_address"`
 		LMAddress    string `json:"lm_address"`
 		Policy       string `json:"policy"`
+		Offloads     uint64 `json:"offloads"`
+		Onboards     uint64 `json:"onboards"`
 		OffloadBytes uint64 `json:"offload_bytes"`
 		OnboardBytes uint64 `json:"onboard_bytes"`
 		Models       []string

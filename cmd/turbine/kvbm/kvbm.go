@@ -74,10 +74,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func run(ctx context.Context, o Options, log zerolog.Logger) error {
+	// The ports are bound before the member joins (docs/reference.md §9.5): a taken port
+	// fails at once, naming its flag.
+	cfg := o.ManagerConfig(o.NodeID, nil, log)
+	release, err := o.Bind(&cfg)
+	if err != nil {
+		return err
+	}
 	return options.RunMember(ctx, o.Cluster.Config(nil, log), log, func(mctx context.Context, m *cluster.Member) error {
-		stop, _, err := Start(m, o.ManagerConfig(o.NodeID, nil, log), log)
+		stop, _, err := Start(m, cfg, log)
 		if err != nil {
-			return err
+			release()
+			return o.OpenError(err)
 		}
 		defer stop()
 		<-mctx.Done()
@@ -105,8 +113,11 @@ func Start(m *cluster.Member, cfg kvbmactor.Config, log zerolog.Logger) (stop fu
 		return nil, options.Endpoints{}, fmt.Errorf("spawn kvbm: %w", err)
 	}
 	ends = options.ManagerEndpoints(mgr)
-	log.Info().Str("node", cfg.NodeID).Str("resp", ends.RESP).Str("lm", ends.LM).Str("policy", cfg.Store.Policy.String()).
-		Int64("host_bytes", cfg.Store.HostBytes).Str("disk_dir", cfg.Store.DiskDir).Int64("disk_bytes", cfg.Store.DiskBytes).
-		Msg("KV block manager serving")
+	ev := log.Info().Str("node", cfg.NodeID).Str("resp", ends.RESP).Str("lm", ends.LM).Str("policy", cfg.Store.Policy.String()).
+		Int64("host_bytes", cfg.Store.HostBytes)
+	if cfg.Store.DiskDir != "" { // disk_bytes only with a disk tier
+		ev = ev.Str("disk_dir", cfg.Store.DiskDir).Int64("disk_bytes", cfg.Store.DiskBytes)
+	}
+	ev.Msg("KV block manager serving")
 	return func() { _ = root.PoisonFuture(pid).Wait() }, ends, nil
 }

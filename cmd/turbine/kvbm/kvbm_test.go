@@ -1,7 +1,12 @@
 package kvbm
 
 import (
+	"bytes"
 	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -18,6 +23,8 @@ func TestFlags(t *testing.T) {
 		{[]string{"--kvbm-resp-port", "-1", "--kvbm-lm-port", "-1", "--discovery", "local"}, "no engine could reach"},
 		{[]string{"--kvbm-policy", "lru", "--discovery", "local"}, "--kvbm-policy"},
 		{[]string{"--discovery", "nope://x"}, "--discovery"},
+		{[]string{"--node-id", "gpu-7", "--kvbm-host-bytes", "64GiB", "--discovery", "local", "--kvbm-fs-dir", "/lmcache", "--kvbm-fs-bytes", "1TiB"}, ""},
+		{[]string{"--kvbm-fs-dir", "/lmcache", "--kvbm-fs-bytes", "0", "--discovery", "local"}, "--kvbm-fs-bytes"},
 	} {
 		o := Defaults()
 		fs := flag.NewFlagSet("kvbm", flag.ContinueOnError)
@@ -35,5 +42,27 @@ func TestFlags(t *testing.T) {
 		if tc.err == "" && (o.NodeID != "gpu-7" || o.HostBytes != 64<<30) {
 			t.Errorf("%v parsed as %+v", tc.args, o)
 		}
+	}
+}
+
+// A taken port fails before the cluster member starts (docs/reference.md §9.5), with one
+// prefix naming the flag (the member started, then stopped, and the error read "kvbm:
+// resp listener: ...").
+func TestRunPortTakenFailsFirst(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	var logs bytes.Buffer
+	err = Run(t.Context(), []string{"--node-id", "n", "--discovery", "local", "--kvbm-lm-port", "0",
+		"--kvbm-resp-port", strconv.Itoa(port)}, io.Discard, &logs)
+	want := fmt.Sprintf("--kvbm-resp-port %d: listen tcp 127.0.0.1:%d: bind: address already in use", port, port)
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "kvbm: resp listener") {
+		t.Fatalf("error %v, want one naming %q", err, want)
+	}
+	if strings.Contains(logs.String(), "member started") {
+		t.Fatalf("the cluster member started before the port was bound:\n%s", logs.String())
 	}
 }

@@ -205,9 +205,15 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 		if o.Kvbm.Enabled {
 			// The block manager's ports are bound before the workers start, and again on a
 			// new member: a taken port fails here.
-			stop, ends, err := kvbm.Start(m, o.Kvbm.ManagerConfig(o.NodeID, nil, log), log)
+			cfg := o.Kvbm.ManagerConfig(o.NodeID, nil, log)
+			release, err := o.Kvbm.Bind(&cfg) // errors name the flag
 			if err != nil {
 				return err
+			}
+			stop, ends, err := kvbm.Start(m, cfg, log)
+			if err != nil {
+				release()
+				return o.Kvbm.OpenError(err)
 			}
 			defer stop()
 			b.kvbm = ends

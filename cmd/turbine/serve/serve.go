@@ -225,9 +225,15 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	if o.Kvbm.Enabled {
 		var stopKvbm func()
-		stopKvbm, kvbmEnds, err = kvbm.Start(member, o.Kvbm.ManagerConfig(nodeName, nil, log), log)
+		cfg := o.Kvbm.ManagerConfig(nodeName, nil, log)
+		release, err := o.Kvbm.Bind(&cfg) // errors name the flag
 		if err != nil {
 			return err
+		}
+		stopKvbm, kvbmEnds, err = kvbm.Start(member, cfg, log)
+		if err != nil {
+			release()
+			return o.Kvbm.OpenError(err)
 		}
 		defer stopKvbm()
 	}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -29,8 +31,11 @@ type Kvbm struct {
 	External bool
 	// HostBytes and DiskBytes cap the host-memory and disk tiers; DiskDir is the disk
 	// tier's directory ("" for none).
+	// HostBytes is at least MinKvbmHostBytes; DiskBytes is refused without DiskDir.
 	HostBytes, DiskBytes Bytes
 	DiskDir              string
+	// diskBytesSet: --kvbm-disk-bytes was given (a cap without a directory is an error).
+	diskBytesSet bool
 	// Host is the address the servers bind (engines of this node reach it on loopback);
 	// RESPPort and LMPort their ports: 0 picks a free one, -1 turns the server off.
 	Host             string
@@ -40,13 +45,25 @@ type Kvbm struct {
 	// LMCacheLocalCPU: vLLM's LMCache keeps its own host-memory cache too
 	// (LMCACHE_LOCAL_CPU); false sends every chunk to the block manager.
 	LMCacheLocalCPU bool
+	// FSDir is an LMCache fs:// directory the block manager keeps under FSBytes (janitor
+	// mode, kvbm.Janitor; "" for none), scanned every FSScanInterval.
+	FSDir          string
+	FSBytes        Bytes
+	FSScanInterval time.Duration
 }
 
 // Defaults of the block manager's flags.
 const (
 	DefaultKvbmHostBytes = 4 << 30  // --kvbm-host-bytes
 	DefaultKvbmDiskBytes = 64 << 30 // --kvbm-disk-bytes (with --kvbm-disk-dir)
-	DefaultKvbmHost      = "127.0.0.1"
+	// MinKvbmHostBytes is the smallest --kvbm-host-bytes: 1 MiB, so that the host tier
+	// holds at least a few blocks of small models (a block larger than the tier is
+	// refused by the store, never cached).
+	MinKvbmHostBytes   = 1 << 20
+	DefaultKvbmFSBytes = 64 << 30 // --kvbm-fs-bytes (with --kvbm-fs-dir)
+	// DefaultKvbmFSScanInterval is --kvbm-fs-scan-interval (kvbm.DefaultJanitorInterval).
+	DefaultKvbmFSScanInterval = store.DefaultJanitorInterval
+	DefaultKvbmHost           = "127.0.0.1"
 	// DefaultKvbmRESPPort is --kvbm-resp-port: redis-server's 6379 plus one, so that a
 	// Redis on the same machine keeps its port.
 	DefaultKvbmRESPPort = 6380
@@ -60,7 +77,8 @@ const (
 // DefaultKvbm returns the block manager's defaults (off).
 func DefaultKvbm() Kvbm {
 	return Kvbm{HostBytes: DefaultKvbmHostBytes, DiskBytes: DefaultKvbmDiskBytes, Host: DefaultKvbmHost,
-		RESPPort: DefaultKvbmRESPPort, LMPort: DefaultKvbmLMPort, Policy: store.PolicyDemote.String()}
+		RESPPort: DefaultKvbmRESPPort, LMPort: DefaultKvbmLMPort, Policy: store.PolicyDemote.String(),
+		FSBytes: DefaultKvbmFSBytes, FSScanInterval: DefaultKvbmFSScanInterval}
 }
 
 // Flags registers the block manager's flags on fs; with enable, also --kvbm (and, with
@@ -74,11 +92,14 @@ func (o *Kvbm) Flags(fs *flag.FlagSet, enable, external bool) {
 	}
 	fs.Var(&o.HostBytes, "kvbm-host-bytes", "host-memory tier cap of the block manager (bytes; 4GiB, 512MiB, 10GB style)")
 	fs.StringVar(&o.DiskDir, "kvbm-disk-dir", o.DiskDir, "directory of the block manager's disk tier (\"\": no disk tier); a restart re-reads its blocks")
-	fs.Var(&o.DiskBytes, "kvbm-disk-bytes", "disk tier cap (bytes; 64GiB style) with --kvbm-disk-dir")
+	fs.Var(markSet{&o.DiskBytes, &o.diskBytesSet}, "kvbm-disk-bytes", "disk tier cap (bytes; 64GiB style) with --kvbm-disk-dir (default "+Bytes(DefaultKvbmDiskBytes).String()+")")
 	fs.StringVar(&o.Host, "kvbm-host", o.Host, "address the block manager's servers bind (a non-loopback one serves other nodes too)")
 	fs.IntVar(&o.RESPPort, "kvbm-resp-port", o.RESPPort, "port of the block manager's RESP server (LMCache redis:// and resp://, the mock engine, redis-cli); 0 picks a free one, -1 turns it off")
 	fs.IntVar(&o.LMPort, "kvbm-lm-port", o.LMPort, "port of the block manager's LMCache lm:// server; 0 picks a free one, -1 turns it off")
 	fs.StringVar(&o.Policy, "kvbm-policy", o.Policy, "when blocks go to disk: demote (on eviction from host memory), write-through (every put), reuse (on eviction, only blocks read again)")
+	fs.StringVar(&o.FSDir, "kvbm-fs-dir", o.FSDir, "an LMCache fs:// directory the block manager keeps under --kvbm-fs-bytes, deleting the least recently written .data files first (\"\": none)")
+	fs.Var(&o.FSBytes, "kvbm-fs-bytes", "cap of the .data files in --kvbm-fs-dir (bytes; 64GiB style)")
+	fs.DurationVar(&o.FSScanInterval, "kvbm-fs-scan-interval", o.FSScanInterval, "how often --kvbm-fs-dir is scanned")
 	fs.BoolVar(&o.LMCacheLocalCPU, "kvbm-lmcache-local-cpu", o.LMCacheLocalCPU, "vLLM engines keep LMCache's own host-memory cache as well (LMCACHE_LOCAL_CPU); false sends every chunk to the block manager")
 }
 
@@ -88,8 +109,10 @@ func (o *Kvbm) Validate() error {
 	switch {
 	case o.Enabled && o.External:
 		return errors.New("--kvbm and --kvbm-external: choose one (a block manager here, or one on its own)")
-	case o.HostBytes <= 0:
-		return fmt.Errorf("--kvbm-host-bytes %v: must be > 0", o.HostBytes)
+	case o.HostBytes < MinKvbmHostBytes:
+		return fmt.Errorf("--kvbm-host-bytes %v: must be at least %v", o.HostBytes, Bytes(MinKvbmHostBytes))
+	case o.DiskDir == "" && o.diskBytesSet:
+		return fmt.Errorf("--kvbm-disk-bytes %v needs --kvbm-disk-dir (the disk tier's directory)", o.DiskBytes)
 	case o.DiskDir != "" && o.DiskBytes <= 0:
 		return fmt.Errorf("--kvbm-disk-bytes %v: must be > 0 with --kvbm-disk-dir", o.DiskBytes)
 	case o.RESPPort < -1 || o.RESPPort > 65535:
@@ -100,6 +123,14 @@ func (o *Kvbm) Validate() error {
 		return fmt.Errorf("--kvbm-resp-port and --kvbm-lm-port are both %d", o.RESPPort)
 	case o.Host == "":
 		return errors.New("--kvbm-host: empty")
+	case o.FSDir != "" && !o.Enabled:
+		return errors.New("--kvbm-fs-dir needs --kvbm (the block manager keeps the directory; with --kvbm-external, give it to turbine kvbm)")
+	case o.FSDir != "" && o.FSBytes <= 0:
+		return fmt.Errorf("--kvbm-fs-bytes %v: must be > 0 with --kvbm-fs-dir", o.FSBytes)
+	case o.FSDir != "" && o.FSScanInterval <= 0:
+		return fmt.Errorf("--kvbm-fs-scan-interval %v: must be > 0 with --kvbm-fs-dir", o.FSScanInterval)
+	case o.FSDir != "" && o.DiskDir != "" && filepath.Clean(o.FSDir) == filepath.Clean(o.DiskDir):
+		return fmt.Errorf("--kvbm-fs-dir and --kvbm-disk-dir are both %s: give LMCache's directory and the disk tier one each", o.FSDir)
 	case o.External && (o.RESPPort <= 0 && o.LMPort <= 0):
 		return errors.New("--kvbm-external needs the block manager's --kvbm-resp-port or --kvbm-lm-port (not 0 or -1)")
 	}
@@ -116,6 +147,9 @@ func (o *Kvbm) ManagerConfig(node string, routers func(string) kvbmactor.RouterC
 	cfg := kvbmactor.Config{NodeID: node, Routers: routers, Logger: log,
 		Store:        store.Config{HostBytes: int64(o.HostBytes), DiskDir: o.DiskDir, DiskBytes: int64(o.DiskBytes), Policy: policy},
 		ServesRemote: !isLoopback(o.Host)}
+	if o.FSDir != "" {
+		cfg.FS = &store.JanitorConfig{Dir: o.FSDir, MaxBytes: int64(o.FSBytes), Interval: o.FSScanInterval}
+	}
 	if o.RESPPort >= 0 {
 		cfg.Listeners = append(cfg.Listeners, kvbmactor.Listener{Scheme: "resp", Addr: net.JoinHostPort(o.Host, strconv.Itoa(o.RESPPort)),
 			New: func(st *store.Store) kvbmactor.Server {
@@ -131,6 +165,67 @@ func (o *Kvbm) ManagerConfig(node string, routers func(string) kvbmactor.RouterC
 			}})
 	}
 	return cfg
+}
+
+// markSet is a Bytes flag that records that it was given.
+type markSet struct {
+	b   *Bytes
+	set *bool
+}
+
+func (m markSet) String() string {
+	if m.b == nil {
+		return ""
+	}
+	return m.b.String()
+}
+
+func (m markSet) Set(s string) error {
+	if err := m.b.Set(s); err != nil {
+		return err
+	}
+	*m.set = true
+	return nil
+}
+
+// Bind binds cfg's listeners now (Listener.Ln), before the cluster member joins, so that
+// a taken port fails first. release closes them; a manager opened over them closes them
+// itself. Errors name the flag: "--kvbm-resp-port 6380: listen tcp ...: address already
+// in use"; nothing stays bound on error.
+func (o *Kvbm) Bind(cfg *kvbmactor.Config) (release func(), err error) {
+	release = func() {
+		for _, l := range cfg.Listeners {
+			if l.Ln != nil {
+				_ = l.Ln.Close()
+			}
+		}
+	}
+	for i := range cfg.Listeners {
+		l := &cfg.Listeners[i]
+		if l.Ln != nil {
+			continue
+		}
+		flagName, port := "--kvbm-resp-port", o.RESPPort
+		if l.Scheme == "lm" {
+			flagName, port = "--kvbm-lm-port", o.LMPort
+		}
+		if l.Ln, err = net.Listen("tcp", l.Addr); err != nil {
+			release()
+			return nil, fmt.Errorf("--kvbm-host %s %s %d: %w", o.Host, flagName, port, err)
+		}
+	}
+	return release, nil
+}
+
+// OpenError names the flag behind an error of kvbmactor.Open over this configuration: a
+// disk directory that cannot be made or read is "--kvbm-disk-dir <dir>: <cause>" (once,
+// without the store's prefixes); other errors are returned as they are.
+func (o *Kvbm) OpenError(err error) error {
+	var pe *fs.PathError
+	if err != nil && o.DiskDir != "" && errors.As(err, &pe) && strings.Contains(err.Error(), "disk dir") {
+		return fmt.Errorf("--kvbm-disk-dir %s: %v", o.DiskDir, pe.Err)
+	}
+	return err
 }
 
 // isLoopback reports whether host names the loopback interface only.

@@ -1,9 +1,16 @@
 package options
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	kvbmactor "github.com/turbine-llm/turbine/actors/kvbm"
 )
 
 // TestParseBytes: decimal and binary units, spaces, case; errors for the rest.
@@ -63,6 +70,9 @@ func TestKvbmFlags(t *testing.T) {
 				return o.Enabled && o.HostBytes == 512<<20 && o.DiskBytes == 1<<40 && o.Policy == "reuse" && o.RESPPort == 0 && o.LMPort == -1
 			}},
 		{[]string{"--kvbm-host-bytes", "0"}, "--kvbm-host-bytes", nil},
+		{[]string{"--kvbm-host-bytes", "100"}, "--kvbm-host-bytes 100: must be at least 1MiB", nil},
+		{[]string{"--kvbm-host-bytes", "1MiB"}, "", nil},
+		{[]string{"--kvbm-disk-bytes", "1GiB"}, "--kvbm-disk-bytes 1GiB needs --kvbm-disk-dir", nil},
 		{[]string{"--kvbm-disk-dir", "/d", "--kvbm-disk-bytes", "0"}, "--kvbm-disk-bytes", nil},
 		{[]string{"--kvbm-resp-port", "70000"}, "--kvbm-resp-port", nil},
 		{[]string{"--kvbm-lm-port", "-2"}, "--kvbm-lm-port", nil},
@@ -70,6 +80,18 @@ func TestKvbmFlags(t *testing.T) {
 		{[]string{"--kvbm-policy", "promote"}, "--kvbm-policy", nil},
 		{[]string{"--kvbm", "--kvbm-external"}, "choose one", nil},
 		{[]string{"--kvbm-external", "--kvbm-resp-port", "-1", "--kvbm-lm-port", "0"}, "--kvbm-external", nil},
+		{[]string{"--kvbm", "--kvbm-fs-dir", "/lm", "--kvbm-fs-bytes", "2GiB", "--kvbm-fs-scan-interval", "250ms"}, "",
+			func(o Kvbm) bool {
+				cfg := o.ManagerConfig("n", nil, zerolog.Nop())
+				return o.FSDir == "/lm" && cfg.FS != nil && cfg.FS.Dir == "/lm" && cfg.FS.MaxBytes == 2<<30 && cfg.FS.Interval == 250*time.Millisecond
+			}},
+		{[]string{"--kvbm"}, "", func(o Kvbm) bool {
+			return o.FSBytes == 64<<30 && o.FSScanInterval == 5*time.Second && o.ManagerConfig("n", nil, zerolog.Nop()).FS == nil
+		}},
+		{[]string{"--kvbm-fs-dir", "/lm"}, "--kvbm-fs-dir needs --kvbm", nil},
+		{[]string{"--kvbm", "--kvbm-fs-dir", "/lm", "--kvbm-fs-bytes", "0"}, "--kvbm-fs-bytes", nil},
+		{[]string{"--kvbm", "--kvbm-fs-dir", "/lm", "--kvbm-fs-scan-interval", "0s"}, "--kvbm-fs-scan-interval", nil},
+		{[]string{"--kvbm", "--kvbm-fs-dir", "/d/", "--kvbm-disk-dir", "/d"}, "--kvbm-fs-dir and --kvbm-disk-dir", nil},
 	} {
 		o := DefaultKvbm()
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -112,5 +134,69 @@ func TestKvbmEndpoints(t *testing.T) {
 	}
 	if k := o.LauncherKVBM(Endpoints{}); k != nil {
 		t.Fatalf("launcher KVBM without a block manager %+v", k)
+	}
+}
+
+// Bind binds the listeners before the member joins; a taken port is an error naming the
+// flag and the address, and nothing stays bound.
+func TestKvbmBind(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct {
+		resp, lm int
+		err      string
+	}{
+		{0, 0, ""},
+		{port, 0, fmt.Sprintf("--kvbm-host 127.0.0.1 --kvbm-resp-port %d: listen tcp 127.0.0.1:%d: bind: address already in use", port, port)},
+		{0, port, fmt.Sprintf("--kvbm-lm-port %d: listen tcp", port)},
+	} {
+		o := DefaultKvbm()
+		o.RESPPort, o.LMPort = tc.resp, tc.lm
+		cfg := o.ManagerConfig("n", nil, zerolog.Nop())
+		release, err := o.Bind(&cfg)
+		if tc.err == "" {
+			if err != nil {
+				t.Fatalf("%+v: %v", tc, err)
+			}
+			for _, l := range cfg.Listeners {
+				if l.Ln == nil {
+					t.Errorf("%s not bound", l.Scheme)
+				}
+			}
+			release()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%+v: error %v, want %q", tc, err, tc.err)
+		}
+		for _, l := range cfg.Listeners { // the other port was released
+			if l.Ln != nil {
+				if ln, err := net.Listen("tcp", l.Ln.Addr().String()); err != nil {
+					t.Errorf("%s still bound after the error: %v", l.Scheme, err)
+				} else {
+					_ = ln.Close()
+				}
+			}
+		}
+	}
+}
+
+// OpenError names --kvbm-disk-dir once, without the store's prefixes.
+func TestKvbmOpenError(t *testing.T) {
+	o := DefaultKvbm()
+	o.DiskDir, o.DiskBytes = "/etc/passwd", 1<<30
+	cfg := o.ManagerConfig("n", nil, zerolog.Nop())
+	cfg.Listeners = nil
+	_, err := kvbmactor.Open(cfg)
+	got := o.OpenError(err)
+	if want := "--kvbm-disk-dir /etc/passwd: not a directory"; got == nil || got.Error() != want {
+		t.Fatalf("error %v, want %q", got, want)
+	}
+	if other := errors.New("x"); o.OpenError(other) != other {
+		t.Fatal("another error was rewritten")
 	}
 }
