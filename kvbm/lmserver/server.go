@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -92,7 +91,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if closed {
 				return nil
 			}
-			if retryableAccept(err) {
+			if kvbm.RetryableAccept(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("lm:// accept")
 				time.Sleep(backoff)
@@ -119,22 +118,6 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.mu.Unlock()
 		go s.serveConn(c)
 	}
-}
-
-// retryableAccept reports whether an accept error is passing: a timeout, or a lack of
-// file descriptors or kernel memory (too many connections for the process's limit) or a
-// connection aborted before it was accepted. Serving stops only on other errors.
-func retryableAccept(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // Addr is the address of the first listener passed to Serve; nil before that.

@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -120,7 +119,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.isClosed() {
 				return nil
 			}
-			if retryableAccept(err) {
+			if kvbm.RetryableAccept(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				s.cfg.log.Warn().Err(err).Dur("retry_in", backoff).Msg("kvbm resp: accept")
 				time.Sleep(backoff)
@@ -135,22 +134,6 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		go s.handle(c)
 	}
-}
-
-// retryableAccept reports whether an accept error is passing: a timeout, or a lack of
-// file descriptors or kernel memory (too many connections for the process's limit) or a
-// connection aborted before it was accepted. Serving stops only on other errors.
-func retryableAccept(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Server) isClosed() bool {
