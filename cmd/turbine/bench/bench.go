@@ -718,20 +718,11 @@ func runPlot(args []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: turbine bench plot [-o cmp.svg|cmp.png] SUMMARY.json ...")
 		fs.PrintDefaults()
 	}
-	// Flags may follow the files.
-	var files []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	files, err := parseFiles(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	if len(files) == 0 {
 		return errors.New("plot: no summary.json given")
@@ -782,4 +773,22 @@ func errorKinds(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// parseFiles parses fs over args where flags may follow the file names (`-o F A.json
+// B.json` or `A.json -o F B.json`) and returns the names in order; flag.ErrHelp when
+// -h was asked.
+func parseFiles(fs *flag.FlagSet, args []string) ([]string, error) {
+	var files []string
+	for len(args) > 0 {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	return files, nil
 }

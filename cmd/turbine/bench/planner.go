@@ -522,19 +522,11 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: turbine bench fleet [-o cmp.svg|cmp.png] [-step 1s] SUMMARY.json ...")
 		fs.PrintDefaults()
 	}
-	var files []string
-	for len(args) > 0 { // flags may follow the files
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	files, err := parseFiles(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	if len(files) == 0 {
 		return errors.New("fleet: no summary.json given")

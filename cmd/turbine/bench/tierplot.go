@@ -161,19 +161,11 @@ func runTiers(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: turbine bench tiers [-o tiers.svg|tiers.png] SUMMARY.json ...")
 		fs.PrintDefaults()
 	}
-	var files []string
-	for len(args) > 0 { // flags may follow the files
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	files, err := parseFiles(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
 	}
 	if len(files) == 0 {
 		return errors.New("tiers: no summary.json given")
