@@ -1,11 +1,8 @@
 package kvbmtier
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"net"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -14,58 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/turbine-llm/turbine/engines/internal/redistest"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/kvbm"
 	"github.com/turbine-llm/turbine/kvbm/resp"
 )
 
-// startRedis runs Debian's redis-server on a free port (no persistence) and returns its
-// address; the test skips when redis-server is not installed.
-func startRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed (apt-get install redis-server): the RESP tier is tested against it")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
-				for sc.Scan() { // keep the pipe drained
-				}
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("redis-server exited before it was ready")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("redis-server not ready within 10 s")
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
-}
+// startRedis runs Debian's redis-server on a free port (redistest.StartRedisServer).
+func startRedis(t *testing.T) string { return redistest.StartRedisServer(t) }
 
 func TestParseURL(t *testing.T) {
 	for _, tc := range []struct {

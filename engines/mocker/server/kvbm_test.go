@@ -1,67 +1,22 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/turbine-llm/turbine/engines/internal/redistest"
 	"github.com/turbine-llm/turbine/kvbm"
 	"github.com/turbine-llm/turbine/kvbm/resp"
 )
 
-// startRedisServer runs Debian's redis-server on a free port (no persistence) and
-// returns its address; the test skips when it is not installed.
-func startRedisServer(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server not installed (apt-get install redis-server): the engine's block manager tier is tested against it")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
-				for sc.Scan() {
-				}
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("redis-server exited before it was ready")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("redis-server not ready within 10 s")
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
-}
+// startRedisServer runs Debian's redis-server on a free port (redistest.StartRedisServer).
+func startRedisServer(t *testing.T) string { return redistest.StartRedisServer(t) }
 
 func idsJSON(from, n int) string {
 	var b strings.Builder
