@@ -1052,7 +1052,11 @@ type WorkerInfo struct {
 	KnownAdapters []*LoraAdapter `protobuf:"bytes,15,rep,name=known_adapters,json=knownAdapters,proto3" json:"known_adapters,omitempty"`
 	// The node agent that runs the worker (turbine node --node-id); "" when it runs on its
 	// own. The node's KV block manager serves its engine (docs/reference.md §9).
-	NodeId        string `protobuf:"bytes,16,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	NodeId string `protobuf:"bytes,16,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The engine's own HTTP base URL as other hosts reach it ("http://10.0.0.7:8001");
+	// an endpoint picker maps the endpoint it returns to a gateway onto it (docs/epp.md).
+	// Empty: the worker does not say.
+	EngineUrl     string `protobuf:"bytes,17,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1188,6 +1192,13 @@ func (x *WorkerInfo) GetKnownAdapters() []*LoraAdapter {
 func (x *WorkerInfo) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetEngineUrl() string {
+	if x != nil {
+		return x.EngineUrl
 	}
 	return ""
 }
@@ -1937,7 +1948,10 @@ type RouteRequest struct {
 	// The adapter's folder from the fleet's adapter registry (the Catalog), for a worker
 	// that loads it on demand; empty: the router uses the folder a worker holding the
 	// adapter reports.
-	LoraPath      string `protobuf:"bytes,20,opt,name=lora_path,json=loraPath,proto3" json:"lora_path,omitempty"`
+	LoraPath string `protobuf:"bytes,20,opt,name=lora_path,json=loraPath,proto3" json:"lora_path,omitempty"`
+	// W3C trace context of the caller's span ("00-<trace>-<span>-<flags>"); empty: not
+	// traced (docs/tracing.md).
+	Traceparent   string `protobuf:"bytes,21,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2094,6 +2108,13 @@ func (x *RouteRequest) GetLoraOnDemand() bool {
 func (x *RouteRequest) GetLoraPath() string {
 	if x != nil {
 		return x.LoraPath
+	}
+	return ""
+}
+
+func (x *RouteRequest) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
 	}
 	return ""
 }
@@ -3922,8 +3943,10 @@ type Generate struct {
 	Sampling       *SamplingParams        `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	ReplyTo        *ActorRef              `protobuf:"bytes,4,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	InitialCredits int32                  `protobuf:"varint,5,opt,name=initial_credits,json=initialCredits,proto3" json:"initial_credits,omitempty"` // chunks the worker may send before the next Credit
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// W3C trace context of the caller's span; empty: not traced (docs/tracing.md).
+	Traceparent   string `protobuf:"bytes,6,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Generate) Reset() {
@@ -3989,6 +4012,13 @@ func (x *Generate) GetInitialCredits() int32 {
 		return x.InitialCredits
 	}
 	return 0
+}
+
+func (x *Generate) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // TokenChunk is one numbered piece of a token stream (index starts at 0).
@@ -6303,7 +6333,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12%\n" +
 	"\x0eprefill_tokens\x18\x05 \x01(\x03R\rprefillTokens\x12\x19\n" +
-	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xc6\x04\n" +
+	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xe5\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12*\n" +
@@ -6323,7 +6353,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\flora_load_ms\x18\x0e \x01(\x01R\n" +
 	"loraLoadMs\x12>\n" +
 	"\x0eknown_adapters\x18\x0f \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdapters\x12\x17\n" +
-	"\anode_id\x18\x10 \x01(\tR\x06nodeIdJ\x04\b\x06\x10\a\"\x92\x01\n" +
+	"\anode_id\x18\x10 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"engine_url\x18\x11 \x01(\tR\tengineUrlJ\x04\b\x06\x10\a\"\x92\x01\n" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
@@ -6370,7 +6402,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
 	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
-	"\x11DumpBlocksRequest\"\xbf\x05\n" +
+	"\x11DumpBlocksRequest\"\xe1\x05\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -6394,7 +6426,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\rprompt_tokens\x18\x11 \x01(\x05H\x02R\fpromptTokens\x88\x01\x01\x12\x1a\n" +
 	"\badmitted\x18\x12 \x01(\bR\badmitted\x12$\n" +
 	"\x0elora_on_demand\x18\x13 \x01(\bR\floraOnDemand\x12\x1b\n" +
-	"\tlora_path\x18\x14 \x01(\tR\bloraPathB\x11\n" +
+	"\tlora_path\x18\x14 \x01(\tR\bloraPath\x12 \n" +
+	"\vtraceparent\x18\x15 \x01(\tR\vtraceparentB\x11\n" +
 	"\x0f_overlap_weightB\x0e\n" +
 	"\f_temperatureB\x10\n" +
 	"\x0e_prompt_tokensJ\x04\b\x04\x10\x05J\x04\b\x06\x10\a\"\xac\x01\n" +
@@ -6578,14 +6611,15 @@ const file_turbine_proto_rawDesc = "" +
 	"\x12kv_transfer_params\x18\x02 \x01(\tR\x10kvTransferParams\x12%\n" +
 	"\x0ebootstrap_host\x18\x03 \x01(\tR\rbootstrapHost\x12%\n" +
 	"\x0ebootstrap_port\x18\x04 \x01(\x05R\rbootstrapPort\x12%\n" +
-	"\x0ebootstrap_room\x18\x05 \x01(\x04R\rbootstrapRoomJ\x04\b\x01\x10\x02\"\xd8\x01\n" +
+	"\x0ebootstrap_room\x18\x05 \x01(\x04R\rbootstrapRoomJ\x04\b\x01\x10\x02\"\xfa\x01\n" +
 	"\bGenerate\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x126\n" +
 	"\bsampling\x18\x03 \x01(\v2\x1a.turbine.v1.SamplingParamsR\bsampling\x12/\n" +
 	"\breply_to\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\areplyTo\x12'\n" +
-	"\x0finitial_credits\x18\x05 \x01(\x05R\x0einitialCredits\"\x83\x04\n" +
+	"\x0finitial_credits\x18\x05 \x01(\x05R\x0einitialCredits\x12 \n" +
+	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\"\x83\x04\n" +
 	"\n" +
 	"TokenChunk\x12\x1d\n" +
 	"\n" +

@@ -10,6 +10,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -84,7 +85,7 @@ func refusals(t *testing.T) map[[2]string]float64 {
 			lines.WriteString(line)
 		}
 	}
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(strings.NewReader(lines.String()))
 	if err != nil {
 		t.Fatalf("the refusal counter is not valid Prometheus text format: %v\n%s", err, lines.String())
@@ -161,7 +162,7 @@ func TestRefusalName(t *testing.T) {
 			t.Errorf("refusalName(%q, %q) = %q, want %q", c.model, c.reason, got, c.want)
 			continue
 		}
-		var p expfmt.TextParser
+		p := expfmt.NewTextParser(model.UTF8Validation)
 		families, err := p.TextToMetricFamilies(strings.NewReader(got + " 1\n"))
 		if err != nil {
 			t.Errorf("%q: %v", got, err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/turbine-llm/turbine/engines/internal/enginetest"
 )
@@ -186,7 +187,7 @@ func TestLoadFromFixtures(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
-			var p expfmt.TextParser
+			p := expfmt.NewTextParser(model.UTF8Validation)
 			fams, err := p.TextToMetricFamilies(strings.NewReader(string(enginetest.ReadFixture(t, tc.file))))
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/engines/mocker"
@@ -56,7 +57,7 @@ func scrape(ctx context.Context, hc *http.Client, base string) (engineInfo, erro
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		return engineInfo{}, fmt.Errorf("GET /metrics: HTTP %d", resp.StatusCode)
 	}
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
 		return engineInfo{}, fmt.Errorf("GET /metrics: %w", err)

@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Bounds on what the client reads of an answer.
@@ -150,7 +151,7 @@ func (c *Client) Metrics(ctx context.Context, path string) (map[string]*dto.Metr
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
 		return nil, fmt.Errorf("%s: GET %s: %w", c.name, path, err)
