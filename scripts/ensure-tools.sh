@@ -4,7 +4,10 @@
 #   python3-zmq and python3-msgpack (Debian) for the libzmq interoperability tests of the
 #   KV-event stream: an independent implementation of the engines' side;
 #   redis-server and redis-tools (Debian) as the reference the KV block manager's RESP
-#   server is compared with byte for byte (docs/reference.md §9.3).
+#   server is compared with byte for byte (docs/reference.md §9.3);
+#   helm, built once from the Go module proxy into ${TURBINE_CACHE_DIR:-~/.cache/turbine}/bin
+#   (about five minutes on two cores) unless one is on PATH, for the chart's tests
+#   (deploy/helm, docs/kubernetes.md).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 missing=()
@@ -20,4 +23,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+helm_version="${TURBINE_HELM_VERSION:-v3.22.0}"
+helm_dir="${TURBINE_CACHE_DIR:-$HOME/.cache/turbine}/bin"
+if ! command -v helm >/dev/null 2>&1 && ! "$helm_dir/helm" version >/dev/null 2>&1; then
+  echo "building helm ${helm_version} from the Go module proxy into $helm_dir (once; about five minutes)"
+  mkdir -p "$helm_dir"
+  GOBIN="$helm_dir" go install "helm.sh/helm/v3/cmd/helm@${helm_version}"
 fi
