@@ -61,6 +61,9 @@ const (
 	// unknownTypeLogEvery rate-limits the log line for remote messages of unknown types,
 	// per type name.
 	unknownTypeLogEvery = 10 * time.Second
+	// handshakeLogEvery rate-limits the log line for failed mutual-TLS handshakes, per
+	// peer host, side and error (tls.go).
+	handshakeLogEvery = 10 * time.Second
 )
 
 // DefaultRecoveryWindow is the recovery window for a TTL: 2×TTL plus the longest

@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -27,18 +26,18 @@ const (
 // maxBytes on both sides (docs/actor-library.md §5), the server's streams screened for
 // messages it cannot decode and panics in handlers turned into errors (§4), bounded
 // blocking dials (§6), and every connection's answer watched for "blocked" (§2).
-// WithDialOptions replaces protoactor's default dial options, so the insecure transport
-// it uses is restated here.
-func remoteOptions(maxBytes int, g *grpcGuard) []remote.ConfigOption {
+// WithServerOptions and WithDialOptions replace protoactor's defaults, so the transport
+// (tr: mutual TLS, or the plaintext protoactor uses, tls.go) is stated here.
+func remoteOptions(maxBytes int, g *grpcGuard, tr transport) []remote.ConfigOption {
 	return []remote.ConfigOption{
-		remote.WithServerOptions(
+		remote.WithServerOptions(append([]grpc.ServerOption{
 			grpc.MaxRecvMsgSize(maxBytes),
 			grpc.MaxSendMsgSize(maxBytes),
 			grpc.ChainStreamInterceptor(g.recoverStream, g.screenStream),
 			grpc.ChainUnaryInterceptor(g.recoverUnary),
-		),
+		}, tr.server...)...),
 		remote.WithDialOptions(
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			tr.dial,
 			// A blocking dial, bounded in time, fails without leaving behind a connection
 			// that redials the dead peer forever (docs/actor-library.md §6). protoactor
 			// calls grpc.Dial, not DialContext, so WithTimeout is the only bound it honours.

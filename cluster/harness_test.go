@@ -30,6 +30,7 @@ const (
 	childNameEnv      = "TURBINE_CLUSTER_TEST_NAME"
 	childKindEnv      = "TURBINE_CLUSTER_TEST_KIND"  // a grain kind of echo actors the child hosts
 	freshEnv          = "TURBINE_CLUSTER_TEST_FRESH" // the test this fresh process runs
+	childTLSEnv       = "TURBINE_CLUSTER_TEST_TLS"   // "CERT,KEY,CA": the child's member TLS files
 )
 
 func TestMain(m *testing.M) {
@@ -377,6 +378,8 @@ type childStatus struct {
 //	                            normal request: "reply ok" or "reply error ..."
 //	send-large ADDRESS EVENTS → a request with a BlockDump of EVENTS events: "large ok BYTES"
 //	                            or "large error ..."
+//	send-echo ADDRESS WAIT TEXT → a request with TEXT to ADDRESS/echo, answered within WAIT
+//	                            (a duration): "echo ok TEXT" or "echo error ..." (tls_test.go)
 //
 // End of input ends the process.
 func runChild(role string) int {
@@ -385,8 +388,12 @@ func runChild(role string) int {
 	if k := os.Getenv(childKindEnv); k != "" {
 		kinds = append(kinds, pcluster.NewKind(k, echoProps()))
 	}
+	var tlsFiles TLS
+	if f := strings.Split(os.Getenv(childTLSEnv), ","); len(f) == 3 {
+		tlsFiles = TLS{CertFile: f[0], KeyFile: f[1], CAFile: f[2]}
+	}
 	m, err := Start(Config{Name: os.Getenv(childNameEnv), Discovery: os.Getenv(childDiscoveryEnv), Logger: log,
-		WatchdogInterval: 200 * time.Millisecond, Kinds: kinds})
+		WatchdogInterval: 200 * time.Millisecond, Kinds: kinds, TLS: tlsFiles})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child start:", err)
 		return 2
@@ -420,6 +427,8 @@ func runChild(role string) int {
 			fmt.Println(sendUnknown(m, f[1]))
 		case "send-large":
 			fmt.Println(sendLarge(m, f[1], f[2]))
+		case "send-echo":
+			fmt.Println(sendEcho(m, f[1], f[2], f[3]))
 		default:
 			fmt.Fprintf(os.Stderr, "child %s: unknown command %q\n", role, sc.Text())
 		}

@@ -9,7 +9,8 @@
 //     empty (membership.go);
 //   - gRPC (grpc.go): message-size limits raised (§5), messages of unlinked protobuf
 //     types dropped and handler panics recovered instead of crashing the process (§4),
-//     blocking dials bounded in time (§6);
+//     blocking dials bounded in time (§6); mutual TLS between members when Config.TLS
+//     is set (tls.go, docs/tls.md);
 //   - an identity lookup with a bounded activation request that keeps one activation per
 //     grain (§7, lookup.go), and a mailbox that puts named grain methods first (§10,
 //     mailbox.go);
@@ -52,6 +53,8 @@ type Config struct {
 	Discovery string
 	// Consul configures the Consul provider; ignored for local discovery.
 	Consul ConsulOptions
+	// TLS turns on mutual TLS between members' remoting (tls.go); zero: plaintext.
+	TLS TLS
 	// MaxMessageBytes caps one gRPC message — a batch of actor messages — on both the
 	// server and the dial side (default 64 MiB).
 	MaxMessageBytes int
@@ -160,6 +163,10 @@ func Start(cfg Config) (m *Member, err error) {
 		return nil, err
 	}
 	log := s.Logger.With().Str("component", "cluster").Logger()
+	tr, err := newTransport(s.TLS, time.Now(), log)
+	if err != nil {
+		return nil, err
+	}
 	var provider pcluster.ClusterProvider
 	var consul *consulProvider
 	healthy := func() bool { return true }
@@ -190,7 +197,7 @@ func Start(cfg Config) (m *Member, err error) {
 		pauseLimit = s.Consul.withDefaults().TTL + pauseMargin
 	}
 	wd := newWatchdog(system.ID, healthy, alive, s.WatchdogInterval, pauseLimit, log)
-	remoteOpts := remoteOptions(s.MaxMessageBytes, newGRPCGuard(log, wd.onBlockedBy))
+	remoteOpts := remoteOptions(s.MaxMessageBytes, newGRPCGuard(log, wd.onBlockedBy), tr)
 	if s.advertise != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(s.advertise))
 	}

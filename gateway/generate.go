@@ -61,8 +61,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rec *requestRe
 		defer cancel()
 	}
 	rec.model, rec.lora = servedNames(p.card)
-	rec.inflight = s.metrics.inflight(rec.model)
-	rec.inflight.Inc()
+	s.metrics.begin(rec)
 	rec.usage.PromptTokens = len(p.gen.TokenIDs)
 	if p.choices() > 1 {
 		s.generateChoices(ctx, w, rec, p)
@@ -202,7 +201,7 @@ func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (
 		if n > 0 {
 			now := g.s.cfg.Now()
 			if prev.IsZero() {
-				g.s.metrics.observeTTFT(g.rec.model, now.Sub(g.rec.start))
+				g.s.metrics.observeTTFT(g.rec, now.Sub(g.rec.start))
 				g.s.metrics.observeLoraTTFT(g.rec, now.Sub(g.rec.start))
 			} else {
 				g.s.metrics.observeITL(g.rec.model, now.Sub(prev), n)

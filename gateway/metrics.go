@@ -9,7 +9,8 @@ import (
 )
 
 // Metric families of the frontend (docs/reference.md §11), named in the style of Dynamo's and
-// vLLM's frontends with the prefix turbine_frontend_. Histograms are Prometheus
+// vLLM's frontends with the prefix turbine_frontend_; Dynamo's own names are recorded
+// alongside at the same points (dynamo_metrics.go, docs/metrics.md). Histograms are Prometheus
 // histograms (le buckets) so that histogram_quantile works on them. Units: seconds and
 // tokens.
 const (
@@ -88,8 +89,20 @@ func (m *frontendMetrics) hist(family string, buckets []float64, kv ...string) *
 	return m.set.GetOrCreatePrometheusHistogramExt(name(family, kv...), buckets)
 }
 
-func (m *frontendMetrics) observeTTFT(model string, d time.Duration) {
+// begin counts rec's generation in flight for its model (rec.model is resolved):
+// rec.inflight, which Server.end decrements, and Dynamo's gauges (dynamo_metrics.go).
+func (m *frontendMetrics) begin(rec *requestRecord) {
+	rec.inflight = m.inflight(rec.model)
+	rec.inflight.Inc()
+	m.dynamoBegin(rec)
+}
+
+// observeTTFT records rec's first token, d after its arrival.
+func (m *frontendMetrics) observeTTFT(rec *requestRecord, d time.Duration) {
+	model := rec.model
 	m.hist(metricTTFT, ttftBuckets, "model", model).Update(d.Seconds())
+	m.hist(dynamoTTFT, dynamoTTFTBuckets, "model", model).Update(d.Seconds())
+	m.dynamoDequeue(rec)
 	if m.obs != nil && model != "" {
 		m.obs.ObserveTTFT(model, d)
 	}
@@ -101,9 +114,11 @@ func (m *frontendMetrics) observeITL(model string, gap time.Duration, n int) {
 		return
 	}
 	h := m.hist(metricITL, itlBuckets, "model", model)
+	dh := m.hist(dynamoITL, dynamoITLBuckets, "model", model)
 	per := gap.Seconds() / float64(n)
 	for range n {
 		h.Update(per)
+		dh.Update(per)
 	}
 	if m.obs != nil && model != "" {
 		m.obs.ObserveITL(model, gap, n)
@@ -119,7 +134,12 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 	}
 	status := strconv.Itoa(rec.status)
 	m.set.GetOrCreateCounter(name(metricRequests, "model", rec.model, "endpoint", rec.endpoint, "request_type", stream, "status", status)).Inc()
-	m.hist(metricDuration, durationBuckets, "model", rec.model, "endpoint", rec.endpoint).Update(now.Sub(rec.start).Seconds())
+	m.set.GetOrCreateCounter(name(dynamoRequests, "model", rec.model, "endpoint", dynamoEndpoint(rec.endpoint), "request_type", stream,
+		"status", dynamoStatus(rec.kind), "error_type", dynamoErrorType(rec.kind))).Inc()
+	took := now.Sub(rec.start).Seconds()
+	m.hist(metricDuration, durationBuckets, "model", rec.model, "endpoint", rec.endpoint).Update(took)
+	m.hist(dynamoDuration, dynamoDurationBuckets, "model", rec.model).Update(took)
+	m.dynamoDequeue(rec)
 	if rec.kind != nil {
 		switch *rec.kind {
 		case KindNoWorkers, KindAllBusy, KindDraining, KindOverloaded:
@@ -133,6 +153,9 @@ func (m *frontendMetrics) requestDone(rec *requestRecord, now time.Time) {
 		m.hist(metricISL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokens))
 		m.hist(metricOSL, tokenBuckets, "model", rec.model).Update(float64(rec.usage.CompletionTokens))
 		m.hist(metricCachedTokens, tokenBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokensDetails.CachedTokens))
+		m.hist(dynamoISL, dynamoISLBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokens))
+		m.hist(dynamoOSL, dynamoOSLBuckets, "model", rec.model).Update(float64(rec.usage.CompletionTokens))
+		m.hist(dynamoCachedTokens, dynamoISLBuckets, "model", rec.model).Update(float64(rec.usage.PromptTokensDetails.CachedTokens))
 		if m.obs != nil && rec.model != "" {
 			m.obs.ObserveRequest(rec.model, rec.usage.PromptTokens, rec.usage.CompletionTokens)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // requestRecord is what one generation request leaves behind for metrics and the log.
@@ -30,11 +31,18 @@ type requestRecord struct {
 	usage     Usage
 	generated bool // the request ran to its end and usage is final
 	inflight  *metrics.Gauge
-	ticket    *ticket // its hold on a slot of Config.MaxConcurrentRequests
+	ticket    *ticket    // its hold on a slot of Config.MaxConcurrentRequests
+	span      trace.Span // gateway.receive (trace.go); nil while tracing is off
+
+	// queued holds the request in Dynamo's queued gauge until its first token
+	// (dynamo_metrics.go).
+	queued queuedHold
 }
 
 func (s *Server) begin(r *http.Request, endpoint string) *requestRecord {
-	return &requestRecord{id: requestID(r), endpoint: endpoint, start: s.cfg.Now(), status: http.StatusOK}
+	rec := &requestRecord{id: requestID(r), endpoint: endpoint, start: s.cfg.Now(), status: http.StatusOK}
+	rec.startReceive(r)
+	return rec
 }
 
 func (rec *requestRecord) fail(e *APIError) {
@@ -94,4 +102,5 @@ func (s *Server) end(rec *requestRecord) {
 		}
 	}
 	ev.Msg("request")
+	rec.endReceive()
 }

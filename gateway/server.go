@@ -374,6 +374,7 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, a api,
 	defer s.active.end()
 	rec := s.begin(r, a.endpoint())
 	defer s.end(rec)
+	r = rec.traced(r) // the request's spans are gateway.receive's children (trace.go)
 	if s.draining.Load() {
 		aerr := draining()
 		rec.fail(aerr)
@@ -391,7 +392,10 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, a api,
 	body, aerr := s.readBody(w, r)
 	if aerr == nil {
 		var p *prepared
-		if p, aerr = prepare(r.Context(), rec, body); aerr == nil {
+		sp := startPreprocess(r.Context())
+		p, aerr = prepare(r.Context(), rec, body)
+		endPreprocess(sp, p, aerr)
+		if aerr == nil {
 			p.api = a
 			p.setSession(sessionID(r.Header.Get(SessionHeader), p.common.User))
 			s.generate(w, r, rec, p)

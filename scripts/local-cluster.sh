@@ -85,9 +85,10 @@ ready_workers() {
 # enough_ready NODE N: succeeds once the router lists N ready workers of NODE.
 enough_ready() { [ "$(ready_workers "$1")" -ge "$2" ]; }
 
-# start_node NAME ROLE WORKERS: one node member with WORKERS workers of ROLE.
+# start_node NAME ROLE WORKERS: one node member with WORKERS workers of ROLE; its HTTP
+# port (/live, /health, /metrics) on a free port, logged as "node HTTP port listening".
 start_node() {
-  TURBINE_DISCOVERY="consul://127.0.0.1:$consul_port" TURBINE_MODEL="$model" TURBINE_LOG_FORMAT=json \
+  TURBINE_DISCOVERY="consul://127.0.0.1:$consul_port" TURBINE_MODEL="$model" TURBINE_LOG_FORMAT=json TURBINE_HTTP_PORT=0 \
     start "$1" "$bin" node --node-id "$1" --worker-role "$2" --workers "$3"
 }
 

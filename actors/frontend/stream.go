@@ -121,6 +121,8 @@ type stream struct {
 	blockSize    int
 	predicted    map[string]prediction
 	legPredicted map[flow.LegID]prediction
+
+	trace *streamTrace // the request's spans (trace.go); nil while tracing is off
 }
 
 // leg is a leg the flow sent: its worker and its receiver.
@@ -175,6 +177,7 @@ func (s *stream) startIn(ctx context.Context, tokens []uint32, sampling *message
 		fr.QueuedAt = s.park.Joined() // it may have waited in the gateway's queue for its turn
 	}
 	s.flow = flow.New(fr, s.fcfg)
+	s.trace = newStreamTrace(ctx)
 	s.step(flow.Start{})
 	for s.parked && s.failed == nil {
 		ev, err := s.waitParked(ctx)
@@ -318,6 +321,7 @@ func (s *stream) Close() {
 
 // end releases what the stream still holds once its flow is done.
 func (s *stream) end() {
+	s.trace.end()
 	for k, stop := range s.timers {
 		stop()
 		delete(s.timers, k)
@@ -330,6 +334,7 @@ func (s *stream) end() {
 func (s *stream) step(ev flow.Event) {
 	if c, ok := ev.(flow.Chunk); ok {
 		s.legChunk(c)
+		s.trace.chunk(c)
 	}
 	for {
 		for _, e := range s.flow.Step(ev, time.Now()) {
@@ -352,7 +357,9 @@ func (s *stream) step(ev flow.Event) {
 func (s *stream) do(e flow.Effect) {
 	switch e := e.(type) {
 	case flow.Route:
+		sp := s.trace.route(e.Request)
 		resp, err := s.router.Route(e.Request)
+		s.trace.routed(sp, s.req.Model, resp, err)
 		if err == nil {
 			s.routeAnswered(e.Request, resp)
 		}
@@ -430,6 +437,7 @@ func (s *stream) send(e flow.Send) {
 	l.receiver = s.root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
 	s.legs[e.Leg] = l
 	s.legSent(e.Leg, e.Generate.RequestId)
+	s.trace.send(e)
 	e.Generate.ReplyTo = &messages.ActorRef{Address: l.receiver.Address, Id: l.receiver.Id}
 	s.root.Send(w, e.Generate)
 }
@@ -444,6 +452,7 @@ func (s *stream) pid(id flow.LegID, worker flow.Worker) *actor.PID {
 
 // forget stops leg id's receiver and timers.
 func (s *stream) forget(id flow.LegID) {
+	s.trace.forget(id)
 	if l := s.legs[id]; l != nil {
 		delete(s.legs, id)
 		close(l.closed)
@@ -515,6 +524,7 @@ func (s *stream) note(n flow.Note) {
 		if s.rec != nil {
 			s.rec.migrated(model, n.Fault)
 		}
+		s.trace.migrated(n)
 	case flow.NoteNotMigrated:
 		s.cfg.Logger.Warn().Str("request_id", s.req.RequestID).Str("from", n.From).Str("reason", n.Fault.Label()).
 			Msg("request not migrated: " + n.Detail)

@@ -7,8 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // Allocator pins disjoint sets of a node's GPUs to workers. It is pure (no I/O, no
@@ -96,7 +94,7 @@ func (a *Allocator) GPUs() []GPU { return slices.Clone(a.gpus) }
 // pick chooses n of the free indices (n ≤ len(free), n > 0), ascending.
 func (a *Allocator) pick(free []int, n int) []int {
 	var best []int
-	bestLevel := nvml.GpuTopologyLevel(0)
+	bestLevel := TopologyLevel(0)
 	for _, seed := range free {
 		set, level := a.grow(seed, free, n)
 		if best == nil || level < bestLevel || (level == bestLevel && slices.Compare(set, best) < 0) {
@@ -109,16 +107,16 @@ func (a *Allocator) pick(free []int, n int) []int {
 // grow builds a set of n GPUs from seed, adding each time the free GPU whose farthest
 // link to the set is nearest (lowest index on ties). It returns the set, ascending, and
 // its farthest-pair level.
-func (a *Allocator) grow(seed int, free []int, n int) ([]int, nvml.GpuTopologyLevel) {
+func (a *Allocator) grow(seed int, free []int, n int) ([]int, TopologyLevel) {
 	set := []int{seed}
-	var worst nvml.GpuTopologyLevel
+	var worst TopologyLevel
 	for len(set) < n {
-		next, nextLevel := -1, nvml.GpuTopologyLevel(0)
+		next, nextLevel := -1, TopologyLevel(0)
 		for _, c := range free {
 			if slices.Contains(set, c) {
 				continue
 			}
-			var far nvml.GpuTopologyLevel
+			var far TopologyLevel
 			for _, s := range set {
 				far = max(far, a.level(c, s))
 			}
@@ -135,9 +133,9 @@ func (a *Allocator) grow(seed int, free []int, n int) ([]int, nvml.GpuTopologyLe
 
 // unknownLevel ranks a pair without topology information as farther than any level
 // NVML reports.
-const unknownLevel = nvml.TOPOLOGY_SYSTEM + 1
+const unknownLevel = TopologySystem + 1
 
-func (a *Allocator) level(i, j int) nvml.GpuTopologyLevel {
+func (a *Allocator) level(i, j int) TopologyLevel {
 	if l, ok := a.gpus[a.pos[i]].Links[j]; ok {
 		return l
 	}

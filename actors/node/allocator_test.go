@@ -6,12 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // gpusWith returns n GPUs whose pairwise links come from level (nil: no topology).
-func gpusWith(n int, level func(i, j int) nvml.GpuTopologyLevel) []GPU {
+func gpusWith(n int, level func(i, j int) TopologyLevel) []GPU {
 	gpus := make([]GPU, n)
 	for i := range gpus {
 		gpus[i] = GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i)}
@@ -24,13 +22,24 @@ func gpusWith(n int, level func(i, j int) nvml.GpuTopologyLevel) []GPU {
 	return gpus
 }
 
-// nvlinkPairs: (0,1), (2,3) … are NVLink peers (TOPOLOGY_INTERNAL); others share a host
-// bridge.
-func nvlinkPairs(i, j int) nvml.GpuTopologyLevel {
-	if i/2 == j/2 {
-		return nvml.TOPOLOGY_INTERNAL
+// halves: GPUs in the same half of the machine share a PCIe switch; across halves they
+// are a system apart.
+func halves(n int) func(i, j int) TopologyLevel {
+	return func(i, j int) TopologyLevel {
+		if i/(max(n, 2)/2) == j/(max(n, 2)/2) {
+			return TopologySingle
+		}
+		return TopologySystem
 	}
-	return nvml.TOPOLOGY_HOSTBRIDGE
+}
+
+// nvlinkPairs: (0,1), (2,3) … are NVLink peers (TopologyInternal); others share a host
+// bridge.
+func nvlinkPairs(i, j int) TopologyLevel {
+	if i/2 == j/2 {
+		return TopologyInternal
+	}
+	return TopologyHostbridge
 }
 
 // step is one allocator call: "alloc <id> <n>" expecting gpus or an error containing
@@ -133,7 +142,7 @@ func TestAllocatorRandom(t *testing.T) {
 	for seed := int64(1); seed <= 20; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		n := 1 + rng.Intn(12)
-		var level func(i, j int) nvml.GpuTopologyLevel
+		var level func(i, j int) TopologyLevel
 		if seed%2 == 0 {
 			level = halves(n)
 		}

@@ -2,11 +2,8 @@ package node
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // GPU is one device as NVML reports it.
@@ -16,85 +13,35 @@ type GPU struct {
 	Name             string // product name, e.g. "NVIDIA H100 80GB HBM3"
 	MemoryTotalBytes uint64
 	// Links maps the index of another GPU to the NVML topology level of the closest
-	// common ancestor of the two (nvml.TOPOLOGY_INTERNAL … nvml.TOPOLOGY_SYSTEM: lower is
-	// closer). Nil, or a missing entry, means unknown; the Allocator then treats the pair
-	// as farthest apart.
-	Links map[int]nvml.GpuTopologyLevel
+	// common ancestor of the two (TopologyInternal … TopologySystem: lower is closer).
+	// Nil, or a missing entry, means unknown; the Allocator then treats the pair as
+	// farthest apart.
+	Links map[int]TopologyLevel
 }
+
+// TopologyLevel is NVML's nvmlGpuTopologyLevel_t, with the same values, kept here so
+// that the package builds without cgo (the NVML binding needs it; see gpu_nvml.go).
+type TopologyLevel int32
+
+// NVML's topology levels, closest first.
+const (
+	TopologyInternal   TopologyLevel = 0  // the same board (e.g. NVLink on one card)
+	TopologySingle     TopologyLevel = 10 // one PCIe switch between them
+	TopologyMultiple   TopologyLevel = 20 // several PCIe switches, no host bridge
+	TopologyHostbridge TopologyLevel = 30 // a host bridge
+	TopologyNode       TopologyLevel = 40 // host bridges within one NUMA node
+	TopologySystem     TopologyLevel = 50 // across NUMA nodes (SMP interconnect)
+)
 
 // ErrNoDriver says that the machine has no usable NVML: the library is not installed or
-// the kernel driver is not loaded. A node that gets it runs in CPU mode.
+// the kernel driver is not loaded, or the binary was built without cgo (CGO_ENABLED=0,
+// as in the static container image: see docs/image.md). A node that gets it runs in CPU
+// mode.
 var ErrNoDriver = errors.New("node: no NVML driver")
 
-// DiscoverGPUs lists the machine's GPUs, in NVML index order, through lib (nvml.New() in
-// production; github.com/NVIDIA/go-nvml/pkg/nvml/mock in tests). It calls Init and
-// Shutdown, DeviceGetCount, DeviceGetHandleByIndex and, per device, GetUUID, GetName,
-// GetMemoryInfo and GetTopologyCommonAncestor with every other device (a mock must set
-// all of these).
-//
-// Errors: ErrNoDriver wrapped with NVML's reason when Init returns
-// ERROR_LIBRARY_NOT_FOUND or ERROR_DRIVER_NOT_LOADED; any other Init failure, and any
-// failing device query, as an error naming the call (and the device index). A topology
-// query that fails leaves that pair's link unknown: topology only guides placement. A
-// loaded driver that sees no device gives an empty list and no error.
-func DiscoverGPUs(lib nvml.Interface) ([]GPU, error) {
-	switch ret := lib.Init(); ret {
-	case nvml.SUCCESS:
-	case nvml.ERROR_LIBRARY_NOT_FOUND, nvml.ERROR_DRIVER_NOT_LOADED:
-		return nil, fmt.Errorf("%w: nvml init: %v", ErrNoDriver, ret)
-	default:
-		return nil, fmt.Errorf("node: nvml init: %v", ret)
-	}
-	defer lib.Shutdown()
-	count, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("node: nvml device count: %v", ret)
-	}
-	gpus := make([]GPU, 0, count)
-	devices := make([]nvml.Device, 0, count)
-	for i := 0; i < count; i++ {
-		d, g, err := describe(lib, i)
-		if err != nil {
-			return nil, err
-		}
-		devices, gpus = append(devices, d), append(gpus, g)
-	}
-	for i := range devices {
-		for j := i + 1; j < len(devices); j++ {
-			level, ret := devices[i].GetTopologyCommonAncestor(devices[j])
-			if ret != nvml.SUCCESS {
-				continue
-			}
-			link(&gpus[i], j, level)
-			link(&gpus[j], i, level)
-		}
-	}
-	return gpus, nil
-}
-
-func describe(lib nvml.Interface, i int) (nvml.Device, GPU, error) {
-	d, ret := lib.DeviceGetHandleByIndex(i)
-	if ret != nvml.SUCCESS {
-		return nil, GPU{}, fmt.Errorf("node: GPU %d: nvml device handle: %v", i, ret)
-	}
-	uuid, ret := d.GetUUID()
-	if ret != nvml.SUCCESS {
-		return nil, GPU{}, fmt.Errorf("node: GPU %d: nvml UUID: %v", i, ret)
-	}
-	name, ret := d.GetName()
-	if ret != nvml.SUCCESS {
-		return nil, GPU{}, fmt.Errorf("node: GPU %d: nvml name: %v", i, ret)
-	}
-	mem, ret := d.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		return nil, GPU{}, fmt.Errorf("node: GPU %d: nvml memory info: %v", i, ret)
-	}
-	return d, GPU{Index: i, UUID: uuid, Name: name, MemoryTotalBytes: mem.Total}, nil
-}
-
-func link(g *GPU, other int, level nvml.GpuTopologyLevel) {
+func link(g *GPU, other int, level TopologyLevel) {
 	if g.Links == nil {
-		g.Links = map[int]nvml.GpuTopologyLevel{}
+		g.Links = map[int]TopologyLevel{}
 	}
 	g.Links[other] = level
 }

@@ -1,3 +1,5 @@
+//go:build cgo
+
 package node
 
 import (
@@ -20,16 +22,7 @@ type machine struct {
 	fail        map[string]int // "handle" or "memory": the device index whose query fails
 	noTopology  bool
 	shutdowns   *int
-	topologyFor func(i, j int) nvml.GpuTopologyLevel
-}
-
-func halves(n int) func(i, j int) nvml.GpuTopologyLevel {
-	return func(i, j int) nvml.GpuTopologyLevel {
-		if i/(max(n, 2)/2) == j/(max(n, 2)/2) {
-			return nvml.TOPOLOGY_SINGLE
-		}
-		return nvml.TOPOLOGY_SYSTEM
-	}
+	topologyFor func(i, j int) TopologyLevel
 }
 
 func (m machine) lib() *mock.Interface {
@@ -50,7 +43,7 @@ func (m machine) lib() *mock.Interface {
 			if m.noTopology {
 				return 0, nvml.ERROR_NOT_SUPPORTED
 			}
-			return m.topologyFor(i, index(other)), nvml.SUCCESS
+			return nvml.GpuTopologyLevel(m.topologyFor(i, index(other))), nvml.SUCCESS
 		}
 	}
 	return &mock.Interface{

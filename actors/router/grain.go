@@ -449,7 +449,7 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 	return &messages.Ack{}, nil
 }
 
-// Route chooses a worker — in disaggregated serving a decode worker and, for a remote
+// route chooses a worker — in disaggregated serving a decode worker and, for a remote
 // decision, a prefill worker (see kv.Router.Route). Errors come back in the response
 // (outcome ROUTE_NO_WORKERS, ROUTE_ALL_BUSY, ROUTE_NO_PREFILL_WORKERS, or ROUTE_BAD_REQUEST
 // for a request without a prompt or id, with an override out of range, or with block
@@ -458,8 +458,8 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 // size, as its block hashes and length (docs/reference.md §2): the router then hashes
 // nothing. The response names this activation (router), where a will_ack caller sends
 // RouteAck. Routing one request id again replaces its earlier placement, so a retried
-// call counts once.
-func (g *Grain) Route(req *messages.RouteRequest, ctx cluster.GrainContext) (*messages.RouteResponse, error) {
+// call counts once. With tracing on, Route (trace.go) runs it under a router.route span.
+func (g *Grain) route(req *messages.RouteRequest, ctx cluster.GrainContext) (*messages.RouteResponse, error) {
 	switch {
 	case g.initErr != nil:
 		return &messages.RouteResponse{Error: g.initErr.Error(), Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil

@@ -94,7 +94,9 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 			}
 		}
 		release := func(params string) { w.releaseUndelivered(engine, m.RequestId, params) }
-		err := streamChunks(ctx, engine, m, r.credits, send, w.cfg.WorkerID, release)
+		ctx, span := startGenerate(ctx, m, workerID) // worker.generate (trace.go); nil while tracing is off
+		err := streamChunks(ctx, engine, m, r.credits, span.counting(send), w.cfg.WorkerID, release)
+		span.end(err)
 		var refused *engines.InvalidRequestError
 		switch {
 		case err == nil, errors.Is(err, errCancelled), ctx.Err() != nil:

@@ -44,6 +44,10 @@ type Config struct {
 	Env []string
 	// Host the engine listens on (default 127.0.0.1).
 	Host string
+	// AdvertiseHost is the host other machines reach the engine at: with the engine's
+	// port it makes WorkerInfo.engine_url ("http://<host>:<port>", docs/metrics.md).
+	// "" takes Host; set it when Host is a wildcard (0.0.0.0, ::).
+	AdvertiseHost string
 	// NodeID is the node agent that runs the worker (turbine node --node-id), sent with
 	// every registration (WorkerInfo.node_id): the node's KV block manager serves its
 	// engine (docs/reference.md §9). "": the worker runs on its own.
@@ -263,6 +267,12 @@ type workerActor struct {
 	sys           *actor.ActorSystem
 	canary        canary
 	canaries      int // canary requests sent, for their ids
+
+	// engineURL is the advertised base URL of the engine process last started
+	// (WorkerInfo.engine_url): set at each start, before the engine is ready, and kept
+	// after it exits until the next start ("" before the first).
+	engineURL string
+
 	// LoRA adapters (loraops.go): the slot table, the loads and unloads under way by
 	// adapter name, and the engine's measured loads (their count and total time).
 	loras         *loraTable
@@ -432,7 +442,8 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 	if err != nil {
 		return err
 	}
-	log.Info().Int("pid", proc.Pid()).Int("port", port).Str("kv_events", kvEndpoint).Msg("engine started")
+	w.engineURL = engineURL(w.cfg.AdvertiseHost, w.cfg.Host, port)
+	log.Info().Int("pid", proc.Pid()).Int("port", port).Str("kv_events", kvEndpoint).Str("engine_url", w.engineURL).Msg("engine started")
 	engine := w.cfg.Launcher.Connect(fmt.Sprintf("http://%s:%d", w.cfg.Host, port))
 	self, sys := c.Self(), c.ActorSystem()
 	engCtx, engStop := context.WithCancel(w.ctx)
@@ -560,7 +571,17 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		LoraLoadMs:    w.loraLoadMs(),
 		KnownAdapters: w.loras.knownList(),
 		NodeId:        w.cfg.NodeID,
+		EngineUrl:     w.engineURL,
 	}
+}
+
+// engineURL is the base URL other machines reach an engine listening on host:port at:
+// advertise's host when set, else host's.
+func engineURL(advertise, host string, port int) string {
+	if advertise == "" {
+		advertise = host
+	}
+	return "http://" + net.JoinHostPort(advertise, strconv.Itoa(port))
 }
 
 // publishesKVEvents reports whether the engines l starts publish KV events: unless l

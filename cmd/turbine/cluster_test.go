@@ -54,7 +54,7 @@ func (c *localCluster) frontend(name string) *server {
 func (c *localCluster) node(id string, workers int, extra ...string) *server {
 	c.t.Helper()
 	args := append([]string{"node", "--node-id", id, "--workers", strconv.Itoa(workers), "--heartbeat", "200ms",
-		"--speedup-ratio", "50"}, c.clusterArgs()...)
+		"--speedup-ratio", "50", "--http-port", "0"}, c.clusterArgs()...)
 	return startTurbine(c.t, id, "node agent joined the cluster", append(args, extra...)...)
 }
 
@@ -287,7 +287,7 @@ func TestClusterFrontendFetchesTokenizerFiles(t *testing.T) {
 	fe := startTurbineIn(t, t.TempDir(), "frontend", "turbine frontend serving",
 		append([]string{"frontend", "--port", "0", "--model-cache-dir", cache}, c.clusterArgs()...)...)
 	args := append([]string{"node", "--node-id", "node-1", "--workers", "1", "--heartbeat", "200ms",
-		"--speedup-ratio", "50", "--model", "tiny", "--tokenizer", "./tiny-model", "--max-model-len", "512"},
+		"--speedup-ratio", "50", "--model", "tiny", "--tokenizer", "./tiny-model", "--max-model-len", "512", "--http-port", "0"},
 		c.clusterArgs()...)
 	startTurbineIn(t, nodeDir, "node-1", "node agent joined the cluster", args...)
 	fe.waitReady("tiny", 1)

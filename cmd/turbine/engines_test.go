@@ -164,7 +164,7 @@ func TestRealEngines(t *testing.T) {
 			served := "e2e-" + tc.engine
 			args := append([]string{"node", "--node-id", "node-" + tc.engine, "--workers", "1", "--heartbeat", "200ms",
 				"--engine", tc.engine, "--model", model, "--served-model-name", served, "--max-model-len", "4096",
-				"--ready-timeout", "60s"}, tc.flags...)
+				"--ready-timeout", "60s", "--http-port", "0"}, tc.flags...)
 			args = append(append(args, c.clusterArgs()...), "--", tc.extra)
 			node := startTurbine(t, "node-"+tc.engine, "node agent joined the cluster", args...)
 			fe.waitReady(served, 1)
@@ -254,7 +254,7 @@ func TestRealEngineFaults(t *testing.T) {
 	fe := c.frontend("frontend")
 	node := func(id string, flags ...string) *server {
 		args := append([]string{"node", "--node-id", id, "--workers", "1", "--heartbeat", "200ms", "--engine", "vllm",
-			"--model", model, "--served-model-name", served}, flags...)
+			"--model", model, "--served-model-name", served, "--http-port", "0"}, flags...)
 		return startTurbine(t, id, "node agent joined the cluster", append(args, c.clusterArgs()...)...)
 	}
 	node("healthy")

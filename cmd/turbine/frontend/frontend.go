@@ -17,6 +17,7 @@ import (
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/gateway"
+	"github.com/turbine-llm/turbine/tracing"
 )
 
 // Options are the frontend's flags, with their defaults.
@@ -32,12 +33,14 @@ type Options struct {
 	ModelCacheDir string
 	// Reports: --planner-reports and --planner-report-interval (docs/reference.md §27.7).
 	Reports options.PlannerReports
+	// Tracing: --otlp-endpoint and its flags (docs/tracing.md).
+	Tracing options.Tracing
 }
 
 // Defaults are the embedded defaults.
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(), LoraRouting: options.DefaultLoraRouting(), Admission: options.DefaultAdmission(), Cluster: options.DefaultCluster(),
-		Log: options.DefaultLog(), Reports: options.DefaultPlannerReports()}
+		Log: options.DefaultLog(), Reports: options.DefaultPlannerReports(), Tracing: options.DefaultTracing()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -51,11 +54,12 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Log.Flags(fs)
 	fs.StringVar(&o.ModelCacheDir, "model-cache-dir", o.ModelCacheDir, "where tokenizer files fetched from workers are kept, one folder per digest (default $TURBINE_CACHE_DIR/models or ~/.cache/turbine/models)")
 	o.Reports.Flags(fs, true)
+	o.Tracing.Flags(fs)
 }
 
 // Validate checks the options; errors name the flag.
 func (o *Options) Validate() error {
-	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Cluster.Validate(), o.Reports.Validate()} {
+	for _, err := range []error{o.HTTP.Validate(), o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Cluster.Validate(), o.Reports.Validate(), o.Tracing.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -77,11 +81,19 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	// The member outlives the end of ctx (SIGTERM) until the gateway has drained.
 	memberCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	ln, err := o.HTTP.Listen()
+	// The API's listener, and the admin listener with --admin-port; HTTPS with --tls-cert
+	// (docs/tls.md).
+	ls, err := o.HTTP.ListenAll(log)
 	if err != nil {
 		return err
 	}
-	defer ln.Close()
+	defer ls.Close()
+	ln := ls.Main
+	stopTracing, err := o.Tracing.Start(ctx, tracing.ServiceFrontend, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	rcfg := o.Router.Config(0, log)
 	rcfg.Busy = o.Admission.Busy()
 	rcfg.Disagg = o.Disagg.Config()
@@ -125,9 +137,9 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	// Reports go to the Planner grains while one runs (--planner-reports auto), until the
 	// member stops.
 	go backend.RunPlannerReports(memberCtx)
-	log.Info().Str("url", "http://"+ln.Addr().String()).Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Msg("turbine frontend serving")
+	log.Info().Str("url", ls.URL()).Str("admin_url", ls.AdminURL()).Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Msg("turbine frontend serving")
 	// On SIGTERM: new requests get 503, those in flight run for --drain-timeout.
-	serveErr := options.ServeDrained(ctx, ln, handler, log, func() {
+	serveErr := options.ServeDrained(ctx, ln, ls.ServeAdmin(handler, log), log, func() {
 		handler.Drain()
 		dctx, dcancel := context.WithTimeout(context.Background(), o.DrainTimeout)
 		defer dcancel()

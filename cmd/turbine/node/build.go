@@ -7,6 +7,7 @@ import (
 	nodeactor "github.com/turbine-llm/turbine/actors/node"
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
+	"github.com/turbine-llm/turbine/cmd/turbine/node/nodehttp"
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/mocker/server"
 	"github.com/turbine-llm/turbine/engines/registry"
@@ -24,6 +25,9 @@ type builder struct {
 	// kvbm: the node's KV block manager the engines offload to (--kvbm, --kvbm-external;
 	// docs/reference.md §9.5); zero: none.
 	kvbm options.Endpoints
+	// board is what the node's HTTP port reports (nodehttp): every worker's
+	// registrations reach it.
+	board *nodehttp.Board
 }
 
 // worker returns the configuration of worker id for req, pinned to gpus.
@@ -37,7 +41,7 @@ func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (work
 	if err != nil {
 		return worker.Config{}, err
 	}
-	cfg := worker.Config{WorkerID: id, NodeID: b.o.NodeID, Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
+	cfg := worker.Config{WorkerID: id, NodeID: b.o.NodeID, Host: b.o.EngineHost, AdvertiseHost: b.o.engineAdvertiseHost(), Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
 		CheckTokenizer: true, Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine),
 		ModelPath: b.loraModelPath(req.Engine, card)}
 	// --lora adapters were checked against the boot model: only its workers pin them.

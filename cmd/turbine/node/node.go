@@ -36,7 +36,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
@@ -45,10 +44,12 @@ import (
 	"github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/options"
 	"github.com/turbine-llm/turbine/cmd/turbine/kvbm"
+	"github.com/turbine-llm/turbine/cmd/turbine/node/nodehttp"
 	"github.com/turbine-llm/turbine/engines/launcher"
 	"github.com/turbine-llm/turbine/engines/registry"
 	"github.com/turbine-llm/turbine/messages"
 	"github.com/turbine-llm/turbine/model"
+	"github.com/turbine-llm/turbine/tracing"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -71,6 +72,16 @@ type Options struct {
 	WorkerRole string
 	// EngineArgs are the arguments after "--", appended to the boot workers' engines.
 	EngineArgs []string
+	// HTTP is the node's /live, /health and /metrics port (--http-host, --http-port;
+	// docs/metrics.md).
+	HTTP options.NodeHTTP
+	// EngineHost is the address the engines' HTTP servers listen on (--engine-host);
+	// WorkerInfo.engine_url advertises it, or --advertise-host (else --member-host) when
+	// it binds every address.
+	EngineHost string
+	// Tracing: --otlp-endpoint and its flags (docs/tracing.md): the workers' spans and the
+	// traceparent header of their engine requests.
+	Tracing options.Tracing
 }
 
 // Defaults are the embedded defaults: two mock workers, no GPU each.
@@ -78,7 +89,7 @@ func Defaults() Options {
 	host, _ := os.Hostname()
 	return Options{Engine: options.DefaultEngine(), Launch: options.DefaultLaunch(), Cluster: options.DefaultCluster(),
 		Log: options.DefaultLog(), Canary: options.DefaultCanary(), Lora: options.DefaultLora(), Kvbm: options.DefaultKvbm(), DrainTimeout: options.DefaultDrainTimeout,
-		NodeID: host, Workers: 2, EngineName: launcher.EngineMocker, WorkerRole: "aggregated"}
+		NodeID: host, Workers: 2, EngineName: launcher.EngineMocker, WorkerRole: "aggregated", HTTP: options.DefaultNodeHTTP(), EngineHost: worker.DefaultHost, Tracing: options.DefaultTracing()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -95,6 +106,10 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Canary.Flags(fs)
 	o.Lora.Flags(fs)
 	o.Kvbm.Flags(fs, true, true)
+	o.Tracing.Flags(fs)
+	o.HTTP.Flags(fs)
+	fs.StringVar(&o.EngineHost, "engine-host", o.EngineHost, "address the engines' HTTP servers listen on; WorkerInfo.engine_url advertises it "+
+		"(or --advertise-host, else --member-host, when it is 0.0.0.0 or ::); 0.0.0.0 lets a gateway on another host reach the engines directly")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
 		"on SIGTERM, how long the workers' requests in flight may run to their end (they leave routing at once) before the rest are ended as migratable")
 }
@@ -110,6 +125,12 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--engine %q: want %s", o.EngineName, strings.Join(registry.Default.Names(), ", "))
 	case o.TensorParallelSize < 0 || o.TensorParallelSize > 64:
 		return fmt.Errorf("--tensor-parallel-size %d: want 0..64", o.TensorParallelSize)
+	}
+	if o.EngineHost == "" {
+		return errors.New("--engine-host: empty")
+	}
+	if err := o.HTTP.Validate(); err != nil {
+		return err
 	}
 	role, err := options.ParseWorkerRole("--worker-role", o.WorkerRole)
 	if err != nil {
@@ -128,7 +149,7 @@ func (o *Options) Validate() error {
 		engineFlag, engine = "--mocker-dialect", o.MockerDialect
 	}
 	for _, err := range []error{o.Engine.Validate(), o.Launch.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
-		o.Engine.CheckPoolingLayout(engineFlag, engine, disaggFlags...), o.Cluster.Validate(), o.Canary.Validate(), o.Lora.Validate(), o.Kvbm.Validate()} {
+		o.Engine.CheckPoolingLayout(engineFlag, engine, disaggFlags...), o.Cluster.Validate(), o.Canary.Validate(), o.Lora.Validate(), o.Kvbm.Validate(), o.Tracing.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -201,6 +222,18 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	if o.Kvbm.External {
 		b.kvbm = o.Kvbm.ExternalEndpoints()
 	}
+	stopTracing, err := o.Tracing.Start(ctx, tracing.ServiceNode, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	// The HTTP port is bound before the node joins, and outlives a lost member.
+	b.board = nodehttp.NewBoard()
+	stopHTTP, err := startHTTP(ctx, o, b.board, log)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
 	return options.RunMember(ctx, o.Cluster.Config(nil, log), log, func(mctx context.Context, m *cluster.Member) error {
 		if o.Kvbm.Enabled {
 			// The block manager's ports are bound before the workers start, and again on a
@@ -246,7 +279,7 @@ func discover(log zerolog.Logger, fake string) ([]nodeactor.GPU, bool) {
 		}
 		log.Error().Str(FakeGPUsEnv, fake).Msg("ignored: want a GPU count 1..64")
 	}
-	gpus, err := nodeactor.DiscoverGPUs(nvml.New())
+	gpus, err := nodeactor.DiscoverSystemGPUs()
 	switch {
 	case errors.Is(err, nodeactor.ErrNoDriver):
 		log.Warn().Err(err).Msg("no NVIDIA driver: CPU mode, mock engines only")
@@ -302,6 +335,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 			}
 			cfg.Router, cfg.Catalog = worker.GrainClients(m.Cluster, cfg.Card.Model, catalog.Identity,
 				worker.GrainTimeout(o.Heartbeat))
+			cfg.Router = boardRouter{RouterClient: cfg.Router, board: b.board}
 			cfg.Logger = log
 			cfg.CanaryInterval = o.CanaryInterval
 			return worker.Props(cfg)
@@ -315,6 +349,8 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		return fmt.Errorf("spawn node agent: %w", err)
 	}
 	defer func() { _ = root.PoisonFuture(pid).Wait() }()
+	attachBoard(b.board, root, pid)
+	defer b.board.Detach()
 	log.Info().Str("node", o.NodeID).Str("member", m.ID()).Str("address", pid.Address).
 		Bool("cpu_only", cpuOnly).Int("gpus", len(gpus)).Msg("node agent joined the cluster")
 	for i := 0; i < o.Workers; i++ {
@@ -329,6 +365,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		}
 		log.Info().Str("worker", reply.WorkerId).Ints32("gpus", reply.Gpus).Msg("worker started")
 	}
+	b.board.Booted()
 	<-ctx.Done()
 	select {
 	case <-m.Lost(): // the member is gone: nobody can reach these workers to drain them

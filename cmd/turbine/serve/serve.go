@@ -43,6 +43,7 @@ import (
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
 	core "github.com/turbine-llm/turbine/planner"
+	"github.com/turbine-llm/turbine/tracing"
 )
 
 // Options are serve's flags, with their defaults.
@@ -73,13 +74,16 @@ type Options struct {
 	// Planner: --planner and its flags; Reports: how often the gateway reports to it.
 	Planner options.Planner
 	Reports options.PlannerReports
+	// Tracing: --otlp-endpoint and its flags (docs/tracing.md).
+	Tracing options.Tracing
 }
 
 // Defaults are the embedded defaults (docs/reference.md §3, §7).
 func Defaults() Options {
 	return Options{HTTP: options.DefaultHTTP(), Engine: options.DefaultEngine(), Router: options.DefaultRouter(), Disagg: options.DefaultDisagg(), Migration: options.DefaultMigration(),
 		LoraRouting: options.DefaultLoraRouting(), Lora: options.DefaultLora(), Admission: options.DefaultAdmission(), Canary: options.DefaultCanary(), Log: options.DefaultLog(), Workers: 2,
-		MockerKVEvents: true, Planner: options.DefaultPlanner(), Reports: options.DefaultPlannerReports(), Kvbm: options.DefaultKvbm()}
+		MockerKVEvents: true, Planner: options.DefaultPlanner(), Reports: options.DefaultPlannerReports(), Kvbm: options.DefaultKvbm(),
+		Tracing: options.DefaultTracing()}
 }
 
 func flags(o *Options, fs *flag.FlagSet) {
@@ -104,6 +108,7 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.Planner.Flags(fs, "serve")
 	o.Reports.Flags(fs, false)
 	o.Kvbm.Flags(fs, true, false)
+	o.Tracing.Flags(fs)
 }
 
 // Validate checks the options and settles the layout (--workers is 0 by default in an
@@ -147,7 +152,7 @@ func (o *Options) Validate() error {
 	for _, err := range []error{options.CheckMockerDialect(o.MockerDialect), o.HTTP.Validate(), o.Engine.Validate(), o.Engine.CheckKVLoadFailurePolicy(o.MockerDialect),
 		o.Engine.CheckPoolingLayout("--mocker-dialect", o.MockerDialect, disaggFlags...),
 		o.Router.Validate(), o.Disagg.Validate(), o.Migration.Validate(), o.Admission.Validate(), o.Canary.Validate(),
-		o.Lora.Validate(), o.Planner.Validate(), o.Reports.Validate(), o.Kvbm.Validate()} {
+		o.Lora.Validate(), o.Planner.Validate(), o.Reports.Validate(), o.Kvbm.Validate(), o.Tracing.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -184,11 +189,19 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		return err
 	}
 	// Bind the HTTP port first: a taken port fails fast, before any engine starts.
-	ln, err := o.HTTP.Listen()
+	// The API's listener, and the admin listener with --admin-port; HTTPS with --tls-cert
+	// (docs/tls.md).
+	ls, err := o.HTTP.ListenAll(log)
 	if err != nil {
 		return err
 	}
-	defer ln.Close()
+	defer ls.Close()
+	ln := ls.Main
+	stopTracing, err := o.Tracing.Start(ctx, tracing.ServiceServe, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	rcfg := o.Router.Config(o.BlockSize, log)
 	rcfg.Busy = o.Admission.Busy()
@@ -319,11 +332,11 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 			log.Warn().Err(err).Msg("serving before both pools are ready: " + what)
 		}
 	}
-	log.Info().Str("url", "http://"+ln.Addr().String()).Str("model", o.Model).Int("workers", o.Workers).
+	log.Info().Str("url", ls.URL()).Str("admin_url", ls.AdminURL()).Str("model", o.Model).Int("workers", o.Workers).
 		Int("prefill_workers", o.PrefillWorkers).Int("decode_workers", o.DecodeWorkers).
 		Str("router_mode", o.RouterMode).Bool("api_key_required", len(o.APIKeys) > 0).Str("planner", o.Planner.Mode).
 		Msg("turbine serving")
-	return options.ServeDrained(ctx, ln, handler, log, func() {
+	return options.ServeDrained(ctx, ln, ls.ServeAdmin(handler, log), log, func() {
 		drained = true
 		if pm != nil {
 			// The planner starts no worker from now on: every worker the node agent

@@ -13,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/turbine-llm/turbine/tracing"
 )
 
 // Bounds on what the client reads of an answer.
@@ -86,6 +88,9 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, hdr h
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
+	// The worker's span (worker.generate) as traceparent: vLLM and SGLang continue the
+	// trace (docs/tracing.md). Nothing while tracing is off.
+	tracing.InjectHeaders(ctx, req.Header)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

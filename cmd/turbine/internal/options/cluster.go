@@ -30,6 +30,11 @@ type Cluster struct {
 	ConsulTTL             time.Duration
 	ConsulTTLRefresh      time.Duration
 	ConsulDeregisterAfter time.Duration
+
+	// MemberTLSCert, MemberTLSKey, MemberTLSCA: mutual TLS between members' remoting
+	// (--member-tls-cert, --member-tls-key, --member-tls-ca; all three or none;
+	// cluster.TLS, docs/tls.md).
+	MemberTLSCert, MemberTLSKey, MemberTLSCA string
 }
 
 // DefaultCluster returns Consul on 127.0.0.1:8500, cluster "turbine", loopback remoting.
@@ -54,6 +59,13 @@ func (o *Cluster) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ConsulTTL, "consul-ttl", o.ConsulTTL, "TTL of the member's Consul health check: a member silent this long is critical")
 	fs.DurationVar(&o.ConsulTTLRefresh, "consul-ttl-refresh", o.ConsulTTLRefresh, "how often the member refreshes its TTL check (less than --consul-ttl)")
 	fs.DurationVar(&o.ConsulDeregisterAfter, "consul-deregister-after", o.ConsulDeregisterAfter, "Consul removes a member critical this long")
+	fs.StringVar(&o.MemberTLSCert, "member-tls-cert", o.MemberTLSCert,
+		"PEM `file` of this member's certificate for mutual TLS between members (with --member-tls-key and --member-tls-ca): "+
+			"presented to the members it dials and to those that dial it, so it needs both serverAuth and clientAuth usages and "+
+			"--advertise-host (or --member-host) among its DNS or IP subject alternative names (docs/tls.md)")
+	fs.StringVar(&o.MemberTLSKey, "member-tls-key", o.MemberTLSKey, "PEM `file` of the private key of --member-tls-cert")
+	fs.StringVar(&o.MemberTLSCA, "member-tls-ca", o.MemberTLSCA,
+		"PEM `file` of the authorities that sign members' certificates: a peer whose certificate none of them signed is refused, both ways")
 }
 
 // Validate checks the membership options; errors name the flag.
@@ -73,7 +85,11 @@ func (o *Cluster) Validate() error {
 	case o.ConsulTTLRefresh <= 0:
 		return fmt.Errorf("--consul-ttl-refresh %v: must be > 0", o.ConsulTTLRefresh)
 	}
-	err := o.Config(nil, zerolog.Nop()).Consul.Validate()
+	cfg := o.Config(nil, zerolog.Nop())
+	err := cfg.Consul.Validate()
+	if err == nil {
+		err = cfg.TLS.Validate(time.Now())
+	}
 	var oe *cluster.OptionError
 	if errors.As(err, &oe) {
 		if f, ok := consulFlags[oe.Option]; ok {
@@ -88,6 +104,7 @@ var consulFlags = map[string]string{
 	"Consul.TTL": "--consul-ttl", "Consul.RefreshTTL": "--consul-ttl-refresh",
 	"Consul.DeregisterCritical": "--consul-deregister-after", "Consul.CAFile": "--consul-cacert",
 	"Consul.CertFile": "--consul-client-cert", "Consul.KeyFile": "--consul-client-key",
+	"TLS.CertFile": "--member-tls-cert", "TLS.KeyFile": "--member-tls-key", "TLS.CAFile": "--member-tls-ca",
 }
 
 // renameOptions rewrites option names inside a reason into flag names.
@@ -108,6 +125,7 @@ func (o *Cluster) Config(kinds []*pcluster.Kind, log zerolog.Logger) cluster.Con
 			TLSServerName: o.ConsulTLSServerName, InsecureSkipVerify: o.ConsulTLSSkipVerify,
 			TTL: o.ConsulTTL, RefreshTTL: o.ConsulTTLRefresh, DeregisterCritical: o.ConsulDeregisterAfter,
 		},
+		TLS: cluster.TLS{CertFile: o.MemberTLSCert, KeyFile: o.MemberTLSKey, CAFile: o.MemberTLSCA},
 	}
 }
 

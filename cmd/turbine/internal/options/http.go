@@ -37,12 +37,23 @@ type HTTP struct {
 	// (gateway.Config.TrustRequestChatTemplate; vLLM's flag of that name); false: such a
 	// request gets 400.
 	TrustRequestChatTemplate bool
+	// TLSCert and TLSKey are the PEM files of the listener's certificate (with any
+	// intermediates after it) and private key (--tls-cert, --tls-key; both or neither):
+	// with them the listeners speak only HTTPS, TLS 1.2 and above (tls.go, docs/tls.md).
+	TLSCert, TLSKey string
+	// AdminHost and AdminPort are a separate listener for /admin/ (--admin-host,
+	// --admin-port); AdminPort 0: none, /admin/ stays on the main listener. With one,
+	// /admin/ answers 404 on the main listener (tls.go).
+	AdminHost string
+	AdminPort int
 }
 
 // DefaultHTTP returns 127.0.0.1:8000, a 4 MiB body limit, a 60 s stream write
-// timeout, and requests' own chat templates refused.
+// timeout, requests' own chat templates refused, no TLS and no admin listener (its host
+// 127.0.0.1 once --admin-port is given).
 func DefaultHTTP() HTTP {
-	return HTTP{Host: "127.0.0.1", Port: 8000, MaxBodyBytes: 4 << 20, StreamWriteTimeout: gateway.DefaultStreamWriteTimeout}
+	return HTTP{Host: "127.0.0.1", Port: 8000, MaxBodyBytes: 4 << 20, StreamWriteTimeout: gateway.DefaultStreamWriteTimeout,
+		AdminHost: "127.0.0.1"}
 }
 
 // Flags registers the HTTP flags on fs.
@@ -64,6 +75,7 @@ func (o *HTTP) Flags(fs *flag.FlagSet) {
 			"as vLLM's flag of that name; the template engine bounds neither a template's running time nor its output, "+
 			"so one request's template can take all of this process's CPU and memory, or crash it (a deeply nested one overflows the parser's stack): "+
 			"trust only clients that may do that")
+	o.tlsFlags(fs)
 }
 
 // Validate checks the HTTP options; errors name the flag.
@@ -77,6 +89,9 @@ func (o *HTTP) Validate() error {
 		return fmt.Errorf("--stream-write-timeout %v: must be ≥ 0 (0: no limit)", o.StreamWriteTimeout)
 	}
 	if err := validateKeys("api-key", o.APIKeys); err != nil {
+		return err
+	}
+	if err := o.validateTLS(); err != nil {
 		return err
 	}
 	return validateKeys("admin-api-key", o.AdminAPIKeys)
@@ -145,11 +160,21 @@ func (v *keyList) Set(s string) error {
 
 // Listen binds the HTTP port; errors name --host and --port. Each accepted connection
 // holds at most DefaultUnsentLimit bytes unsent, so that a client that stops reading
-// blocks the gateway's writes (and meets --stream-write-timeout) soon.
+// blocks the gateway's writes (and meets --stream-write-timeout) soon. With --tls-cert
+// the listener speaks HTTPS (tls.go); it never binds the admin listener: ListenAll does.
 func (o *HTTP) Listen() (net.Listener, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port)))
+	cfg, err := o.serverTLS(zerolog.Nop())
 	if err != nil {
-		return nil, fmt.Errorf("--host %s --port %d: %w", o.Host, o.Port, err)
+		return nil, err
+	}
+	return listen(o.Host, o.Port, "--host", "--port", cfg)
+}
+
+// bind binds host:port; errors name the flags.
+func bind(host string, port int, hostFlag, portFlag string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s %s %d: %w", hostFlag, host, portFlag, port, err)
 	}
 	return unsentLimitListener{Listener: ln, limit: DefaultUnsentLimit}, nil
 }

@@ -48,8 +48,12 @@ func Start(ctx context.Context, exe string, args []string, model string, workers
 	cmd := exec.Command(exe, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// The serve is the comparison's own and its API stays open to it: an API key the
-	// environment would give it (TURBINE_API_KEY) is left out.
-	cmd.Env = WithoutEnv(os.Environ(), cli.EnvName("api-key"))
+	// environment would give it (TURBINE_API_KEY) is left out, and so are a certificate
+	// (its plain HTTP client would be refused) and an admin port (it may be taken).
+	cmd.Env = os.Environ()
+	for _, f := range []string{"api-key", "tls-cert", "tls-key", "admin-port"} {
+		cmd.Env = WithoutEnv(cmd.Env, cli.EnvName(f))
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
