@@ -2673,6 +2673,7 @@ type WorkerStats struct {
 	KnownAdapters []*LoraAdapter `protobuf:"bytes,18,rep,name=known_adapters,json=knownAdapters,proto3" json:"known_adapters,omitempty"` // WorkerInfo.known_adapters
 	// WorkerInfo.node_id: the node whose KV block manager's tiers count as the worker's.
 	NodeId        string `protobuf:"bytes,19,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	EngineUrl     string `protobuf:"bytes,20,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"` // WorkerInfo.engine_url
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2829,6 +2830,13 @@ func (x *WorkerStats) GetKnownAdapters() []*LoraAdapter {
 func (x *WorkerStats) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+func (x *WorkerStats) GetEngineUrl() string {
+	if x != nil {
+		return x.EngineUrl
 	}
 	return ""
 }
@@ -6474,7 +6482,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eprefill_tokens\x18\x02 \x01(\x03H\x01R\rprefillTokens\x88\x01\x01B\v\n" +
 	"\t_kv_usageB\x11\n" +
 	"\x0f_prefill_tokens\"\x14\n" +
-	"\x12RouterStatsRequest\"\xc0\x05\n" +
+	"\x12RouterStatsRequest\"\xdf\x05\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12%\n" +
 	"\x0eindexed_blocks\x18\x02 \x01(\x03R\rindexedBlocks\x12#\n" +
@@ -6495,7 +6503,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\badapters\x18\x10 \x03(\v2\x17.turbine.v1.LoraAdapterR\badapters\x12\x1b\n" +
 	"\tmax_loras\x18\x11 \x01(\x05R\bmaxLoras\x12>\n" +
 	"\x0eknown_adapters\x18\x12 \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdapters\x12\x17\n" +
-	"\anode_id\x18\x13 \x01(\tR\x06nodeIdJ\x04\b\v\x10\f\"\x98\x02\n" +
+	"\anode_id\x18\x13 \x01(\tR\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"engine_url\x18\x14 \x01(\tR\tengineUrlJ\x04\b\v\x10\f\"\x98\x02\n" +
 	"\x0eRouterTierNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vhost_blocks\x18\x02 \x01(\x03R\n" +

@@ -100,6 +100,8 @@ type workerState struct {
 	maxLoras int32
 	// node: WorkerInfo.node_id, whose KV block manager's tiers count as the worker's.
 	node string
+	// engineURL: WorkerInfo.engine_url (WorkerStats, for the endpoint picker).
+	engineURL string
 }
 
 // Grain implements messages.Router.
@@ -379,7 +381,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
 	w.role, w.bootstrapHost, w.bootstrapPort = role, info.BootstrapHost, info.BootstrapPort
 	w.adapters, w.known, w.maxLoras = info.Adapters, info.KnownAdapters, info.MaxLoras
-	w.node = info.NodeId
+	w.node, w.engineURL = info.NodeId, info.EngineUrl
 	if g.card == nil {
 		g.card = info.Card
 		// The tier credits follow from the model's KV size (docs/reference.md §9.2).
@@ -563,6 +565,7 @@ func (g *Grain) Stats(_ *messages.RouterStatsRequest, _ cluster.GrainContext) (*
 				ws.EngineRunning, ws.EngineWaiting, ws.EngineKvUsage = s.load.Running, s.load.Waiting, s.load.KvUsage
 			}
 			ws.Actor, ws.Adapters, ws.MaxLoras, ws.KnownAdapters = s.actor, s.adapters, s.maxLoras, s.known
+			ws.EngineUrl = s.engineURL
 		}
 		out.Workers = append(out.Workers, ws)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/turbine-llm/turbine/cmd/turbine/bench"
 	"github.com/turbine-llm/turbine/cmd/turbine/configure"
+	"github.com/turbine-llm/turbine/cmd/turbine/epp"
 	"github.com/turbine-llm/turbine/cmd/turbine/frontend"
 	"github.com/turbine-llm/turbine/cmd/turbine/kvbm"
 	"github.com/turbine-llm/turbine/cmd/turbine/mocker"
@@ -35,6 +36,7 @@ var commands = []command{
 	{"bench", "measure an OpenAI-compatible endpoint under a trace or a synthetic load", bench.Run},
 	{"planner", "run the planner: size every model's worker pools to its load, starting and draining workers", planner.Run},
 	{"profile", "sweep an engine's TTFT and ITL over prompt lengths and batches, and write its profile", profile.Run},
+	{"epp", "run the endpoint picker of a Gateway API Inference Extension gateway (Envoy ext_proc)", epp.Run},
 	{"configure", "search prefill/decode layouts for a GPU count by simulating a workload on an engine profile", configure.Run},
 }
 
