@@ -40,7 +40,10 @@ type Config struct {
 	// DrainOverrun: a worker drained by StopWorker.drain_ms that has not reported
 	// drained within drain_ms plus this is stopped anyway (0: DefaultDrainOverrun).
 	DrainOverrun time.Duration
-	Logger       zerolog.Logger
+	// Released, when set, is called with a worker's id each time the agent frees what
+	// NewWorker was given for it (its GPUs): the worker stopped or never started.
+	Released func(workerID string)
+	Logger   zerolog.Logger
 }
 
 // DefaultDrainOverrun is Config.DrainOverrun's default.
@@ -232,7 +235,7 @@ func (a *agent) start(c actor.Context, req *messages.StartWorker) *messages.Star
 	}
 	pid, err := a.spawn(c, id, req, gpus)
 	if err != nil {
-		a.alloc.Release(id)
+		a.release(id)
 		return fail(err)
 	}
 	a.workers[id] = &placed{pid: pid, model: req.GetCard().GetModel(), role: req.GetRole(), gpus: gpus}
@@ -303,7 +306,7 @@ func (a *agent) startReplacement(c actor.Context, p *pending) {
 	}
 	pid, err := c.SpawnNamed(p.props, worker.ActorName(p.id))
 	if err != nil {
-		a.alloc.Release(p.id)
+		a.release(p.id)
 		a.log.Error().Err(err).Str("worker", p.id).Msg("replacement not started")
 		return
 	}
@@ -415,7 +418,7 @@ func (a *agent) gone(c actor.Context, who *actor.PID) {
 	w := a.workers[id]
 	delete(a.byPID, who.GetId())
 	delete(a.workers, id)
-	a.alloc.Release(id)
+	a.release(id)
 	switch {
 	case w.stopping:
 		a.log.Info().Str("worker", id).Ints("gpus_freed", w.gpus).Msg("worker stopped")
@@ -515,4 +518,12 @@ func StopWorkers(root *actor.RootContext, pid *actor.PID, drain, limit time.Dura
 		return fmt.Errorf("node: stop workers: %v not stopped within %v", late, limit)
 	}
 	return nil
+}
+
+// release frees worker id's GPUs and tells Config.Released.
+func (a *agent) release(id string) {
+	a.alloc.Release(id)
+	if a.cfg.Released != nil {
+		a.cfg.Released(id)
+	}
 }

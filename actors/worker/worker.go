@@ -44,6 +44,8 @@ type Config struct {
 	Env []string
 	// Host the engine listens on (default 127.0.0.1).
 	Host string
+	// Port is the engine's HTTP port; 0: a free one, chosen at each start.
+	Port int
 	// AdvertiseHost is the host other machines reach the engine at: with the engine's
 	// port it makes WorkerInfo.engine_url ("http://<host>:<port>", docs/metrics.md).
 	// "" takes Host; set it when Host is a wildcard (0.0.0.0, ::).
@@ -417,7 +419,10 @@ func (w *workerActor) startEngine(c actor.Context) {
 	w.epoch++
 	epoch := w.epoch
 	self, sys := c.Self(), c.ActorSystem()
-	port, err := supervise.FreePort(w.cfg.Host)
+	port, err := w.cfg.Port, error(nil)
+	if port == 0 {
+		port, err = supervise.FreePort(w.cfg.Host)
+	}
 	if err == nil {
 		var kvPort int
 		if kvPort, err = supervise.FreePort(w.cfg.Host); err == nil {

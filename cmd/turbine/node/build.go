@@ -28,6 +28,8 @@ type builder struct {
 	// board is what the node's HTTP port reports (nodehttp): every worker's
 	// registrations reach it.
 	board *nodehttp.Board
+	// ports: the engines' fixed ports (--engine-port); shared by forRole's copies.
+	ports *enginePorts
 }
 
 // worker returns the configuration of worker id for req, pinned to gpus.
@@ -41,7 +43,11 @@ func (b *builder) worker(id string, req *messages.StartWorker, gpus []int) (work
 	if err != nil {
 		return worker.Config{}, err
 	}
-	cfg := worker.Config{WorkerID: id, NodeID: b.o.NodeID, Host: b.o.EngineHost, AdvertiseHost: b.o.engineAdvertiseHost(), Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
+	port, err := b.ports.take(id)
+	if err != nil {
+		return worker.Config{}, err
+	}
+	cfg := worker.Config{Port: port, WorkerID: id, NodeID: b.o.NodeID, Host: b.o.EngineHost, AdvertiseHost: b.o.engineAdvertiseHost(), Card: card, Launcher: l, Env: nodeactor.CUDAEnv(gpus), Role: b.o.WorkerRole,
 		CheckTokenizer: true, Heartbeat: b.o.Heartbeat, ReadyTimeout: b.o.WorkerReadyTimeout(req.Engine),
 		ModelPath: b.loraModelPath(req.Engine, card)}
 	// --lora adapters were checked against the boot model: only its workers pin them.

@@ -79,6 +79,9 @@ type Options struct {
 	// WorkerInfo.engine_url advertises it, or --advertise-host (else --member-host) when
 	// it binds every address.
 	EngineHost string
+	// EnginePort is the first engine's HTTP port (--engine-port); each worker takes the
+	// lowest free one from it. 0: a free port at each engine start.
+	EnginePort int
 	// Tracing: --otlp-endpoint and its flags (docs/tracing.md): the workers' spans and the
 	// traceparent header of their engine requests.
 	Tracing options.Tracing
@@ -110,6 +113,8 @@ func flags(o *Options, fs *flag.FlagSet) {
 	o.HTTP.Flags(fs)
 	fs.StringVar(&o.EngineHost, "engine-host", o.EngineHost, "address the engines' HTTP servers listen on; WorkerInfo.engine_url advertises it "+
 		"(or --advertise-host, else --member-host, when it is 0.0.0.0 or ::); 0.0.0.0 lets a gateway on another host reach the engines directly")
+	fs.IntVar(&o.EnginePort, "engine-port", o.EnginePort, "first engine's HTTP port: each worker's engine listens on the lowest free port from it and keeps it across restarts, "+
+		"so that a gateway's InferencePool targetPorts can name it (0: a free port at each engine start)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout,
 		"on SIGTERM, how long the workers' requests in flight may run to their end (they leave routing at once) before the rest are ended as migratable")
 }
@@ -128,6 +133,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EngineHost == "" {
 		return errors.New("--engine-host: empty")
+	}
+	if o.EnginePort < 0 || o.EnginePort > 65535 {
+		return fmt.Errorf("--engine-port %d: want 0..65535", o.EnginePort)
 	}
 	if err := o.HTTP.Validate(); err != nil {
 		return err
@@ -211,7 +219,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 		return fmt.Errorf("--workers %d × --tensor-parallel-size %d needs %d GPUs; this node has %d%s",
 			o.Workers, o.bootTensorParallelSize(), need, len(gpus), why)
 	}
-	b := &builder{o: o, boot: card, self: self, selfErr: selfErr}
+	b := &builder{o: o, boot: card, self: self, selfErr: selfErr, ports: newEnginePorts(o.EnginePort)}
 	// A bad --lora fails here, before the node joins the cluster, rather than each worker.
 	if err := o.Lora.CheckAdapters(card, b.loraModelPath(o.EngineName, card)); err != nil {
 		return err
@@ -327,7 +335,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 	defaults := &messages.StartWorker{Engine: o.EngineName, TensorParallelSize: int32(o.bootTensorParallelSize()),
 		Card: b.boot, EngineArgs: o.EngineArgs, Role: o.WorkerRole}
 	props, err := nodeactor.Props(nodeactor.Config{NodeID: o.NodeID, GPUs: gpus, CPUOnly: cpuOnly, Logger: log,
-		Defaults: defaults,
+		Defaults: defaults, Released: b.ports.release,
 		NewWorker: func(id string, req *messages.StartWorker, pinned []int) (*actor.Props, error) {
 			cfg, err := b.forRole(req.GetRole()).worker(id, req, pinned)
 			if err != nil {
