@@ -3,6 +3,7 @@ package epp
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -40,8 +41,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) { m.set.WritePrometheus(w) }
 func (m *Metrics) picked(p *Pick, perr *Error, took time.Duration) {
 	m.pickTime.Update(took.Seconds())
 	if perr != nil {
-		m.set.GetOrCreateCounter(fmt.Sprintf(`turbine_epp_immediate_responses_total{code="%d"}`, perr.HTTPStatus())).Inc()
-		return
+		return // counted in done, with the Machine's own answers (413)
 	}
 	how := "load"
 	if p.Release.Turbine {
@@ -54,10 +54,15 @@ func (m *Metrics) done(o *Outcome) {
 	if o.Aborted {
 		m.aborted.Inc()
 	}
+	if o.Err != nil {
+		m.set.GetOrCreateCounter(fmt.Sprintf(`turbine_epp_immediate_responses_total{code="%d"}`, o.Err.HTTPStatus())).Inc()
+	}
 	if o.Pick != nil && o.Status != 0 && o.Status != 200 {
-		ep := o.Served
-		if ep == "" {
-			ep = o.Pick.Release.Endpoint
+		// The served endpoint comes from the gateway: only an "ip:port" is taken as a
+		// label value (any other string could break the series); else the primary.
+		ep := o.Pick.Release.Endpoint
+		if _, err := netip.ParseAddrPort(o.Served); err == nil {
+			ep = o.Served
 		}
 		m.set.GetOrCreateCounter(`turbine_epp_model_server_errors_total{endpoint="` + ep + `",code="` + strconv.Itoa(o.Status) + `"}`).Inc()
 	}

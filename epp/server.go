@@ -99,13 +99,15 @@ func (s *Server) carry(ctx context.Context, stream extprocv3.ExternalProcessor_P
 	if st.Err != nil {
 		return status.Error(codes.InvalidArgument, st.Err.Error())
 	}
+	if st.Done != nil {
+		// The Machine is finished whether or not its last answers can be sent: release
+		// now, since a failed send ends the stream with nothing left to release it.
+		defer s.done(st.Done)
+	}
 	for _, r := range st.Send {
 		if err := stream.Send(r); err != nil {
 			return err
 		}
-	}
-	if st.Done != nil {
-		s.done(st.Done)
 	}
 	if st.Pick != nil {
 		start := time.Now()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -126,11 +127,14 @@ func ParseEndpoint(s string, insecure bool) (Endpoint, error) {
 	return bad("unknown scheme %q (want http, https or grpc)", u.Scheme)
 }
 
-// hostPort joins host and port, def when port is empty. Errors: no host, a port that is
-// not 1..65535.
+// hostPort joins host and port, def when port is empty. Errors: no host, a host that is
+// neither an IP address nor a DNS name, a port that is not 1..65535.
 func hostPort(host, port string, def int) (string, error) {
 	if host == "" {
 		return "", errors.New("no host")
+	}
+	if !validHost(host) {
+		return "", fmt.Errorf("host %q: want an IP address or a DNS name", host)
 	}
 	if port == "" {
 		return net.JoinHostPort(host, strconv.Itoa(def)), nil
@@ -140,6 +144,25 @@ func hostPort(host, port string, def int) (string, error) {
 		return "", fmt.Errorf("port %q: want 1..65535", port)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// validHost reports whether host is an IP address (IPv6 with an optional zone) or a DNS
+// name: letters, digits, '-', '_' and '.', at most 253 bytes.
+func validHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	if len(host) > 253 {
+		return false
+	}
+	for _, c := range host {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // The standard environment variables read when --otlp-endpoint is not given.

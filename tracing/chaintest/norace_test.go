@@ -1,6 +1,6 @@
 //go:build !race
 
-package tracing_test
+package chaintest_test
 
 // raceEnabled: this test binary runs under the race detector.
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package tracing_test
+package chaintest_test
 
 import (
 	"context"
