@@ -947,6 +947,7 @@ func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (wanted map
 		limit := rate * cfg.TTFTTargetMs / 1000
 		var n, over, overKV, overPrefill int
 		maxKV, sumKV, maxTokens, sumTokens := 0.0, 0.0, 0, 0.0
+		demandKV := 0.0 // Σ KV usage with the sequences waiting counted at the running ones' mean
 		for _, w := range loads {
 			if !w.Ready || w.Pool != pool {
 				continue
@@ -959,6 +960,7 @@ func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (wanted map
 			tokens := max(0, w.ActivePrefillTokens)
 			maxKV, maxTokens = math.Max(maxKV, kv), max(maxTokens, tokens)
 			sumKV += kv
+			demandKV += kvDemand(kv, w.Running, w.Waiting)
 			sumTokens += float64(tokens)
 			kvOver := usesKV && kv >= cfg.KVUsageTarget
 			prefillOver := usesPrefill && float64(tokens) >= limit
@@ -982,6 +984,9 @@ func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (wanted map
 		if usesKV {
 			d.term(name+"_kv_usage_max", maxKV, "fraction")
 			d.term(name+"_kv_usage_projected", projKV, "fraction")
+			if demandKV > sumKV {
+				d.term(name+"_kv_demand", demandKV, "fraction")
+			}
 		}
 		if usesPrefill {
 			d.term(name+"_prefill_queue_limit", limit, "tokens")
@@ -1038,7 +1043,6 @@ func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (wanted map
 		}
 		switch {
 		case over == n:
-			wanted[pool] = cur + 1
 			switch {
 			case overKV == n:
 				why[pool] = fmt.Sprintf("every worker at or over the KV-usage threshold (%g)", cfg.KVUsageTarget)
@@ -1046,6 +1050,34 @@ func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (wanted map
 				why[pool] = fmt.Sprintf("every worker at or over its queued-prefill threshold (%.0f tokens)", limit)
 			default:
 				why[pool] = fmt.Sprintf("every worker at or over a threshold (KV usage %g, queued prefill %.0f tokens)", cfg.KVUsageTarget, limit)
+			}
+			// One more worker at least; as many as the whole load needs to come back
+			// under every threshold when that is more (a steep climb is met in one step
+			// rather than one worker per decision).
+			need, needWhy := 0, ""
+			grow := func(engines float64, what string) {
+				if k := ceilReplicas(engines); k > need {
+					need, needWhy = k, what
+				}
+			}
+			if usesKV {
+				what := fmt.Sprintf("KV usage %.2f / %g", sumKV, cfg.KVUsageTarget)
+				if demandKV > sumKV {
+					what = fmt.Sprintf("KV usage %.2f with the waiting sequences / %g", demandKV, cfg.KVUsageTarget)
+				}
+				grow(demandKV/cfg.KVUsageTarget, what)
+			}
+			if usesPrefill {
+				grow(sumTokens/limit, fmt.Sprintf("queued prefill %.0f / %.0f tokens", sumTokens, limit))
+				if haveRate && maxUtil > 0 {
+					grow(arriving/(rate*maxUtil), fmt.Sprintf("prefill utilisation %.2f / %.2f", arriving/rate, maxUtil))
+				}
+			}
+			d.term(name+"_load_engines", float64(need), "workers")
+			wanted[pool] = cur + 1
+			if need > cur+1 {
+				wanted[pool] = need
+				why[pool] += fmt.Sprintf("; the load needs %d workers: %s", need, needWhy)
 			}
 		case over > 0:
 			wanted[pool] = cur
@@ -1062,6 +1094,18 @@ func (p *Planner) load(d *Decision, fleet Fleet, loads []WorkerLoad) (wanted map
 		}
 	}
 	return wanted, why, missing
+}
+
+// kvDemand is one worker's KV usage counting the sequences its engine holds waiting
+// (for memory, mostly, once its usage is high) at the running ones' mean usage each:
+// usage × (running + waiting) / running. A usage saturates at 1 while the queue behind it
+// grows; this is what the worker would use if it could hold them all. With nothing
+// running it is the usage itself.
+func kvDemand(kv float64, running, waiting int) float64 {
+	if running <= 0 || waiting <= 0 {
+		return kv
+	}
+	return kv * float64(running+waiting) / float64(running)
 }
 
 // observedTTFT is the TTFT p90 of the window observed since the last decision, when it

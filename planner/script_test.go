@@ -34,7 +34,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	    a new Planner (profile under testdata/, loaded unless none); prints ok or the error
 //	observe requests=N [isl=] [osl=] [ttft-p90=] [itl-p90=] [queue-p90=] [frontends=1] [duration=30s]
 //	fleet [POOL=N] [starting-POOL=N] [stopping-POOL=N]   the fleet as the connector sees it
-//	loads   input: one worker a line: ID POOL [kv=0.5] [prefill=0] [ready=false]; none clears
+//	loads   input: one worker a line: ID POOL [kv=0.5] [prefill=0] [running=0] [waiting=0]
+//	        [ready=false]; none clears
 //	decide [at=60s] [terms=all|none|a,b]   at: since the script's start (default: the
 //	    previous decision + the mode's period); prints the decision
 //	apply [pending=true]   the fleet becomes the last target (pending: the difference is
@@ -282,7 +283,7 @@ func (h *harness) run(t *testing.T, path string, c scriptCase) string {
 		for _, l := range c.input {
 			f := strings.Fields(l)
 			if len(f) < 2 {
-				t.Fatalf("%s:%d: load line %q: want ID POOL [kv=] [prefill=] [ready=]", path, c.line, l)
+				t.Fatalf("%s:%d: load line %q: want ID POOL [kv=] [prefill=] [running=] [waiting=] [ready=]", path, c.line, l)
 			}
 			pool, err := ParsePool(f[1])
 			if err != nil {
@@ -290,7 +291,8 @@ func (h *harness) run(t *testing.T, path string, c scriptCase) string {
 			}
 			la := parseScriptArgs(f[2:])
 			h.loads = append(h.loads, WorkerLoad{WorkerID: f[0], Pool: pool, Ready: la.str("ready", "true") == "true",
-				KVUsage: la.float(t, "kv", 0), ActivePrefillTokens: la.int(t, "prefill", 0)})
+				KVUsage: la.float(t, "kv", 0), ActivePrefillTokens: la.int(t, "prefill", 0),
+				Running: la.int(t, "running", 0), Waiting: la.int(t, "waiting", 0)})
 		}
 		return fmt.Sprintf("ok: %d workers", len(h.loads))
 	case "decide":
