@@ -406,6 +406,7 @@ func (p *Planner) Decide(now time.Time, fleet Fleet, loads []WorkerLoad) Decisio
 		}
 		if gap == "" {
 			p.feedback(&d, fleet, wanted, why)
+			p.loadFloor(&d, fleet, loads, wanted, why)
 		}
 		// Load mode uses no correction factor: its decisions leave them 0.
 		d.CorrectionPrefill, d.CorrectionDecode = p.corrP, p.corrD
@@ -895,6 +896,31 @@ func (p *Planner) feedback(d *Decision, fleet Fleet, wanted map[Pool]int, why ma
 			why[pool] = fmt.Sprintf("no scale-down while a latency target is missed (%s)", why[pool])
 			wanted[pool] = current
 		}
+	}
+}
+
+// loadFloor bounds SLA mode's sizes from below by load mode's growth (docs/reference.md
+// §27.2): a pool whose ready workers are all over a load threshold wants at least the
+// size load mode would grow it to, when that is more than the formula and its feedback
+// want. The formula sizes for the predicted load at the profile's speed; when the
+// engines are fuller than it expects (a climb the predictor has not caught up with,
+// a profile faster than the fleet), their own load says by how much.
+func (p *Planner) loadFloor(d *Decision, fleet Fleet, loads []WorkerLoad, wanted map[Pool]int, why map[Pool]string) {
+	if len(loads) == 0 {
+		return
+	}
+	var scratch Decision // load mode's terms stay out of the SLA decision
+	grow, growWhy, _ := p.load(&scratch, fleet, loads)
+	for _, pool := range p.cfg.PoolsInUse() {
+		current := max(0, fleet.Ready[pool]) + max(0, fleet.Starting[pool])
+		n, ok := grow[pool]
+		if !ok || n <= current || n <= wanted[pool] {
+			continue
+		}
+		d.term(pool.String()+"_load_floor", float64(n), "workers")
+		d.Clamps = append(d.Clamps, fmt.Sprintf("%v: %d → %d: load floor: %s", pool, wanted[pool], n, growWhy[pool]))
+		why[pool] = fmt.Sprintf("load floor: %s (%s)", growWhy[pool], why[pool])
+		wanted[pool] = n
 	}
 }
 

@@ -290,14 +290,13 @@ func (g *grain) onTick() {
 	g.p.Observe(obs)
 	g.busy = true
 	conn, model, timeout, routerFor := g.cfg.Connector, g.model, g.cfg.CallTimeout, g.cfg.Router
-	wantLoads := g.p.Config().Mode == core.ModeLoad
 	self, root := g.self, g.system.Root
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		res := gathered{now: now}
 		res.fleet, res.err = conn.Fleet(ctx, model)
-		if res.err == nil && wantLoads && routerFor != nil {
+		if res.err == nil && routerFor != nil { // loads: load mode decides from them, SLA mode bounds its sizes by them
 			if rc := routerFor(model); rc != nil {
 				st, err := rc.Stats(&messages.RouterStatsRequest{}, cluster.WithTimeout(timeout))
 				if err != nil {

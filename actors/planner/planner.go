@@ -29,7 +29,8 @@ type Config struct {
 	// Connector applies the decisions.
 	Connector Connector
 	// Router returns the Router grain client of a model, for the workers' loads (load
-	// mode) and readiness; nil in tests that give loads otherwise.
+	// mode's rule, SLA mode's load floor) and readiness; nil in tests that give loads
+	// otherwise.
 	Router func(model string) *messages.RouterGrainClient
 	Logger zerolog.Logger
 	// CallTimeout bounds each Fleet, Scale and Router Stats call of a decision (0:
