@@ -609,20 +609,7 @@ func (o *Options) workload() ([]bench.Request, string, error) {
 	if o.Trace == "" {
 		return o.synthetic()
 	}
-	f, err := os.Open(o.Trace)
-	if err != nil {
-		return nil, "", fmt.Errorf("--trace: %v", err)
-	}
-	defer f.Close()
-	var reqs []bench.Request
-	switch ext := strings.ToLower(filepath.Ext(o.Trace)); ext {
-	case ".jsonl":
-		reqs, err = bench.ReadMooncake(f, o.Trace, o.BlockTokens, o.Limit)
-	case ".csv":
-		reqs, err = bench.ReadAzure(f, o.Trace, o.BlockTokens, o.Limit)
-	default:
-		return nil, "", fmt.Errorf("--trace %s: want a Mooncake .jsonl or an Azure .csv file", o.Trace)
-	}
+	reqs, err := bench.ReadTraceFile(o.Trace, o.BlockTokens, o.Limit)
 	if err != nil {
 		return nil, "", fmt.Errorf("--trace: %s", strings.TrimPrefix(err.Error(), "bench: "))
 	}

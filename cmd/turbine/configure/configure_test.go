@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,6 +263,10 @@ func TestConfigureBadFlags(t *testing.T) {
 	if err := os.WriteFile(badProfile, []byte(`{"version": 1, "block_size": 64, "tensor_parallel": []}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	fifoTrace := filepath.Join(dir, "fifo.jsonl") // opening it would block until a writer came
+	if err := syscall.Mkfifo(fifoTrace, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	emptyTrace := filepath.Join(dir, "empty.jsonl")
 	if err := os.WriteFile(emptyTrace, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -299,6 +304,7 @@ func TestConfigureBadFlags(t *testing.T) {
 		{"trace and isl", []string{"--profile", fixturePath, "--trace", emptyTrace, "--isl", "10"}, "--isl: only for a synthetic workload"},
 		{"limit without trace", with("--limit", "10"), "--limit: only with --trace"},
 		{"empty trace", []string{"--profile", fixturePath, "--trace", emptyTrace}, "no request"},
+		{"fifo trace", []string{"--profile", fixturePath, "--trace", fifoTrace}, "is not a regular file"},
 		{"trace kind", []string{"--profile", fixturePath, "--trace", badProfile}, "want a Mooncake .jsonl or an Azure .csv file"},
 		{"context", with("--max-model-len", "1000"), "--max-model-len 1000: request"},
 		{"kv bytes", with("--kv-bytes-per-token", "-1"), "--kv-bytes-per-token -1"},

@@ -3,7 +3,6 @@ package configure
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,19 +25,8 @@ func (o *Options) workload() ([]bench.Request, string, error) {
 		}
 		name = fmt.Sprintf("synthetic: ISL %s, OSL %s, %g requests/s, %d requests", isl, osl, o.Rate, o.Requests)
 	} else {
-		f, err := os.Open(o.Trace)
-		if err != nil {
-			return nil, "", fmt.Errorf("--trace: %v", err)
-		}
-		defer f.Close()
-		switch ext := strings.ToLower(filepath.Ext(o.Trace)); ext {
-		case ".jsonl":
-			reqs, err = bench.ReadMooncake(f, o.Trace, o.BlockTokens, o.Limit)
-		case ".csv":
-			reqs, err = bench.ReadAzure(f, o.Trace, o.BlockTokens, o.Limit)
-		default:
-			return nil, "", fmt.Errorf("--trace %s: want a Mooncake .jsonl or an Azure .csv file", o.Trace)
-		}
+		var err error
+		reqs, err = bench.ReadTraceFile(o.Trace, o.BlockTokens, o.Limit)
 		if err != nil {
 			return nil, "", fmt.Errorf("--trace: %s", strings.TrimPrefix(err.Error(), "bench: "))
 		}
