@@ -182,9 +182,10 @@ func (s *Server) handlePlanner(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		model = t.Model
-		if st, err = admin.SetPlannerTargets(r.Context(), model, *t); err == nil {
-			s.cfg.Logger.Info().Str("model", model).Float64("ttft_target_ms", t.TTFTTargetMs).
-				Float64("itl_target_ms", t.ITLTargetMs).Int("gpu_budget", t.GPUBudget).Msg("planner targets changed")
+		if st, err = admin.SetPlannerTargets(r.Context(), model, *t); err == nil && st != nil {
+			// The values now in force (a 0 in the request keeps the old one).
+			s.cfg.Logger.Info().Str("model", model).Float64("ttft_target_ms", st.TTFTTarget).
+				Float64("itl_target_ms", st.ITLTarget).Int("gpu_budget", st.GPUBudget).Msg("planner targets changed")
 		}
 	default:
 		w.Header().Set("Allow", "GET, POST")

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -300,4 +303,22 @@ func FuzzPlannerTargets(f *testing.F) {
 			t.Fatalf("budget out of bounds: %+v", tg)
 		}
 	})
+}
+
+// The log line of a change says the targets now in force: a field the request left
+// out (0: keep) is logged at the planner's value, not as 0.
+func TestAdminPlannerLogsTargetsInForce(t *testing.T) {
+	var logs bytes.Buffer
+	p := &fakePlanner{fakeBackend: newFakeBackend(), st: PlannerStatus{Mode: "load", TTFTTarget: 500, ITLTarget: 50, GPUBudget: 8}}
+	s, err := New(Config{Now: func() time.Time { return testTime }, Logger: zerolog.New(&logs)}, p, fakeOptions(fakePreprocessor{eos: []uint32{fakeEOS}})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr := serve(s, "POST", "/admin/planner", `{"model":"tiny","itl_target_ms":20.5}`); rr.Code != 200 {
+		t.Fatalf("%d %s", rr.Code, rr.Body.String())
+	}
+	want := `"model":"tiny","ttft_target_ms":500,"itl_target_ms":20.5,"gpu_budget":8,"message":"planner targets changed"`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("logs %s\nlack %s", logs.String(), want)
+	}
 }
