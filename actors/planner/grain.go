@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -256,6 +257,11 @@ func (g *grain) Status(_ *messages.PlannerStatusRequest, _ cluster.GrainContext)
 	return g.status(), nil
 }
 
+// targetFields names the core's configuration fields in a refusal as the admin API's
+// fields (POST /admin/planner), for the client who sent them.
+var targetFields = strings.NewReplacer("GPUBudget", "gpu_budget", "MinWorkers", "min_workers",
+	"TTFTTargetMs", "ttft_target_ms", "ITLTargetMs", "itl_target_ms")
+
 // SetTargets changes the targets and the GPU budget (0 keeps a value) and answers the
 // status. Errors wrap ErrBadTargets; nothing changes then.
 func (g *grain) SetTargets(r *messages.PlannerSetTargets, _ cluster.GrainContext) (*messages.PlannerStatus, error) {
@@ -263,7 +269,7 @@ func (g *grain) SetTargets(r *messages.PlannerSetTargets, _ cluster.GrainContext
 		return nil, g.initErr
 	}
 	if err := g.p.SetTargets(r.GetTtftTargetMs(), r.GetItlTargetMs(), int(r.GetGpuBudget())); err != nil {
-		err = fmt.Errorf("%w: %w", ErrBadTargets, err)
+		err = fmt.Errorf("%w: %s", ErrBadTargets, targetFields.Replace(err.Error()))
 		g.log.Warn().Err(err).Msg("planner targets refused")
 		return nil, err
 	}

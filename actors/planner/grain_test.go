@@ -416,6 +416,18 @@ func TestGrainSetTargets(t *testing.T) {
 	}
 }
 
+// A refusal names the admin API's fields, not the core's Go fields.
+func TestGrainSetTargetsNamesAPIFields(t *testing.T) {
+	cfg := loadConfig()
+	cfg.MinWorkers = 2
+	h := newGrainHarness(t, cfg, newFakeConn(map[core.Pool]int{core.PoolAggregated: 2}))
+	_, err := h.client("m").SetTargets(&messages.PlannerSetTargets{GpuBudget: 1}, pcluster.WithTimeout(waitFor))
+	if err == nil || !strings.Contains(err.Error(), "gpu_budget 1 holds fewer than min_workers 2") ||
+		strings.Contains(err.Error(), "GPUBudget") || strings.Contains(err.Error(), "MinWorkers") {
+		t.Fatalf("SetTargets: %v, want the refusal in the API's field names", err)
+	}
+}
+
 // TestGrainKeepsTheConnectorError: a failed Fleet means no decision and an error in the
 // status; a failed Scale keeps its error until a decision goes through.
 func TestGrainKeepsTheConnectorError(t *testing.T) {
