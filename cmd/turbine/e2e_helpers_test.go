@@ -186,6 +186,47 @@ func (s *server) stopOnce() {
 	}
 }
 
+// verdict repeats a test's failures after its cleanups, so that the last lines of a
+// failed test say why even when a cleanup has printed a process's log tail after them.
+// Make it before the processes it outlives (cleanups run last-registered first).
+type verdict struct {
+	t    *testing.T
+	mu   sync.Mutex
+	msgs []string
+}
+
+func newVerdict(t *testing.T) *verdict {
+	v := &verdict{t: t}
+	t.Cleanup(func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if len(v.msgs) > 0 {
+			t.Logf("why %s failed (repeated after the logs):\n  %s", t.Name(), strings.Join(v.msgs, "\n  "))
+		}
+	})
+	return v
+}
+
+func (v *verdict) note(format string, args ...any) string {
+	msg := fmt.Sprintf(format, args...)
+	v.mu.Lock()
+	v.msgs = append(v.msgs, msg)
+	v.mu.Unlock()
+	return msg
+}
+
+// Errorf is t.Errorf, remembered.
+func (v *verdict) Errorf(format string, args ...any) {
+	v.t.Helper()
+	v.t.Error(v.note(format, args...))
+}
+
+// Fatalf is t.Fatalf, remembered.
+func (v *verdict) Fatalf(format string, args ...any) {
+	v.t.Helper()
+	v.t.Fatal(v.note(format, args...))
+}
+
 // waitFor polls cond every 20 ms until it holds or the deadline passes.
 func (s *server) waitFor(limit time.Duration, what string, cond func() bool) {
 	s.t.Helper()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,7 @@ func TestPlannerLoadRamp(t *testing.T) {
 		t.Skip("../shared/data (the production traces) is not beside the repository")
 	}
 	trace := filepath.Join(data, "AzureLLMInferenceTrace_conv_2023.csv")
+	v := newVerdict(t)
 	srv := startServe(t, 1, append([]string{"--planner", "load", "--min-workers", "1"}, rampFleetFlags...)...)
 	workload := []string{"--trace", trace, "--ramp", "1,6,1", "--ramp-duration", rampDuration.String(), "--ramp-rate", rampRate,
 		"--interval-report", "10s", "--ttft-target", "2000", "--itl-target", "200", "--planner-settle", "2m", "--progress-interval", "0"}
@@ -52,7 +54,7 @@ func TestPlannerLoadRamp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	args := append([]string{"--url", srv.url, "--model", "turbine-mock", "--poll-planner", "1s", "--label", "real", "--out", realDir}, workload...)
 	if err := benchcmd.Run(ctx, args, &stdout, &stderr); err != nil {
-		t.Fatalf("real run: %v\n%s", err, stderr.String())
+		v.Fatalf("real run: %v\n%s", err, stderr.String())
 	}
 	t.Logf("real run:\n%s", stdout.String())
 	real := readRampSummary(t, realDir)
@@ -63,7 +65,7 @@ func TestPlannerLoadRamp(t *testing.T) {
 	args = append(append([]string{"--simulate", "--workers", "1", "--planner", "load", "--label", "simulated", "--out", simDir}, rampFleetFlags...), workload...)
 	start := time.Now()
 	if err := benchcmd.Run(ctx, args, &stdout, &stderr); err != nil {
-		t.Fatalf("simulation: %v\n%s", err, stderr.String())
+		v.Fatalf("simulation: %v\n%s", err, stderr.String())
 	}
 	simWall := time.Since(start)
 	t.Logf("simulation (%v of wall time):\n%s%s", simWall, stdout.String(), stderr.String())
@@ -71,10 +73,10 @@ func TestPlannerLoadRamp(t *testing.T) {
 
 	rf, sf := real.Fleet, sim.Fleet
 	if real.Failed != 0 || sim.Failed != 0 {
-		t.Errorf("failed requests: %v real, %v simulated", real.Errors, sim.Errors)
+		v.Errorf("failed requests: %v real, %v simulated", real.Errors, sim.Errors)
 	}
 	if rf == nil || sf == nil {
-		t.Fatalf("a run without its fleet: real %v, simulated %v", rf, sf)
+		v.Fatalf("a run without its fleet: real %v, simulated %v", rf, sf)
 	}
 	peak := func(f *bench.FleetReport) int {
 		n := 0
@@ -87,31 +89,37 @@ func TestPlannerLoadRamp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("real: peak %d, %.4f GPU-hours, %d/%d intervals within target; simulated: peak %d, %.4f GPU-hours, %d/%d; ready workers differ by %.3f on average (at most %d) over %d s",
+	figures := fmt.Sprintf("real: peak %d, %.4f GPU-hours, %d/%d intervals within target; simulated: peak %d, %.4f GPU-hours, %d/%d; ready workers differ by %.3f on average (at most %d) over %d s",
 		peak(rf), rf.GPUSecondsRun/3600, real.Intervals.Within, real.Intervals.Measured,
 		peak(sf), sf.GPUSecondsRun/3600, sim.Intervals.Within, sim.Intervals.Measured, mean, most, n)
+	t.Log(figures)
+	defer func() {
+		if t.Failed() {
+			v.note("%s", figures)
+		}
+	}()
 
 	// The real fleet followed the load: it grew, and shrank back to the minimum.
 	if peak(rf) < 4 || rf.BackToMinS == nil {
-		t.Errorf("real fleet: peak %d ready, back at the minimum: %v; want at least 4 at the peak and back at 1", peak(rf), rf.BackToMinS != nil)
+		v.Errorf("real fleet: peak %d ready, back at the minimum: %v; want at least 4 at the peak and back at 1", peak(rf), rf.BackToMinS != nil)
 	}
 	// Latency within target is a figure of the machine's speed: asserted without the race
 	// detector (BENCHMARKS.md, "Planner: load ramp", has the full run), logged with it.
 	if f := real.Intervals.WithinFraction; f < 0.8 && !raceDetector {
-		t.Errorf("real run: %.1f %% of the intervals within the targets, want at least 80 %%", 100*f)
+		v.Errorf("real run: %.1f %% of the intervals within the targets, want at least 80 %%", 100*f)
 	} else if f < 0.8 {
 		t.Logf("real run: %.1f %% of the intervals within the targets (below 80 %%: not asserted under the race detector)", 100*f)
 	}
 	// The simulation, far faster than real time, agrees on the replica counts over time.
 	if simWall > time.Duration(real.DurationS*float64(time.Second))/20 {
-		t.Errorf("the simulation took %v for a run of %.0f s: want at least 20 times faster", simWall, real.DurationS)
+		v.Errorf("the simulation took %v for a run of %.0f s: want at least 20 times faster", simWall, real.DurationS)
 	}
 	if mean > 0.75 || most > 3 || abs(peak(rf)-peak(sf)) > 1 {
-		t.Errorf("ready workers: real and simulated differ by %.3f on average, at most %d; peaks %d and %d: want at most 0.75, 3 and 1 apart",
+		v.Errorf("ready workers: real and simulated differ by %.3f on average, at most %d; peaks %d and %d: want at most 0.75, 3 and 1 apart",
 			mean, most, peak(rf), peak(sf))
 	}
 	if r, s := rf.GPUSecondsRun, sf.GPUSecondsRun; s < 0.8*r || s > 1.2*r {
-		t.Errorf("GPU-seconds: real %.0f, simulated %.0f: want within 20 %%", r, s)
+		v.Errorf("GPU-seconds: real %.0f, simulated %.0f: want within 20 %%", r, s)
 	}
 }
 
