@@ -64,30 +64,74 @@ func (p Prediction) Total() float64 {
 // PredictTTFT predicts the TTFT of a prompt of promptTokens tokens on candidate c
 // (docs/reference.md §3.6). A nil profile is DefaultProfile.
 func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Prediction {
+	var p Prediction
+	m := newTTFTModel(prof, blockSize)
+	m.predict(promptTokens, c, &p)
+	return p
+}
+
+// ttftModel is a profile prepared for predicting many candidates' TTFT for one request:
+// the full chunk's step time computed once. Its figures are the profile's, to the bit.
+type ttftModel struct {
+	prof          Profile
+	chunk, fullMs float64
+	bs            int
+}
+
+func newTTFTModel(prof *Profile, blockSize int) ttftModel {
+	m := ttftModel{bs: max(blockSize, 1)}
 	if prof == nil {
-		d := DefaultProfile()
-		prof = &d
+		m.prof = DefaultProfile()
+	} else {
+		m.prof = *prof
 	}
-	bs := max(blockSize, 1)
+	m.chunk = float64(max(m.prof.ChunkTokens, 1))
+	m.fullMs = m.prof.StepPrefillMs(m.chunk)
+	return m
+}
+
+// prefill is Profile.PrefillMs.
+func (m *ttftModel) prefill(t float64) (ms, steps float64) {
+	if t <= 0 {
+		return 0, 0
+	}
+	full := math.Floor(t / m.chunk)
+	ms, steps = full*m.fullMs, full
+	if rem := t - full*m.chunk; rem > 0 {
+		ms += m.prof.PrefillA*rem*rem + m.prof.PrefillB*rem + m.prof.PrefillC
+		steps++
+	}
+	return ms, steps
+}
+
+// decode is Profile.DecodeMs.
+func (m *ttftModel) decode(u float64) float64 {
+	u = max(0, min(1, u))
+	return max(m.prof.DecodeMin, m.prof.DecodeA*u*u+m.prof.DecodeB*u+m.prof.DecodeC)
+}
+
+// predict writes PredictTTFT's answer for c into p.
+func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
+	bs := m.bs
 	speed := c.SpeedFactor
 	if !(speed > 0) {
 		speed = 1
 	}
 	// An engine always computes at least the prompt's last token; blocks onboarded from
 	// a lower tier count at their credit (docs/reference.md §9.2).
-	newTok := math.Max(float64(promptTokens-c.OverlapBlocks*bs)-c.TierCreditTokens, 1)
+	newTok := max(float64(promptTokens-c.OverlapBlocks*bs)-c.TierCreditTokens, 1)
 	queued := float64(max(c.ActivePrefillTokens, 0))
-	queueMs, _ := prof.PrefillMs(queued)
-	allMs, steps := prof.PrefillMs(queued + newTok)
-	own, _ := prof.PrefillMs(newTok)
+	queueMs, _ := m.prefill(queued)
+	allMs, steps := m.prefill(queued + newTok)
+	own, _ := m.prefill(newTok)
 
 	var u float64
 	if c.TotalBlocks > 0 {
 		u = float64(c.ActiveBlocks) / float64(c.TotalBlocks)
 	}
-	p := Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed}
+	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed}
 	if c.ActiveRequests > 0 {
-		p.DecodeMs = steps * prof.DecodeMs(u)
+		p.DecodeMs = steps * m.decode(u)
 	}
 	if c.TotalBlocks > 0 {
 		promptBlocks := (promptTokens + bs - 1) / bs
@@ -96,7 +140,7 @@ func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Predi
 		if proj > DefaultMemoryFraction {
 			decodeMs := c.MeanDecodeSeconds * 1000 / speed
 			if !(decodeMs > 0) {
-				decodeMs = defaultDecodeTokens * prof.DecodeMs(u)
+				decodeMs = defaultDecodeTokens * m.decode(u)
 			}
 			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * decodeMs
 		}
@@ -112,7 +156,6 @@ func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Predi
 	p.PrefillMs *= speed
 	p.DecodeMs *= speed
 	p.MemoryWaitMs *= speed
-	return p
 }
 
 // TTFTPolicy routes a request to the worker where it would get its first token soonest,
@@ -243,17 +286,19 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 		owns = make([]float64, 0, n)
 	}
 	minOwn := math.Inf(1)
+	m := newTTFTModel(in.Profile, in.BlockSize)
+	var pr Prediction
 	for i := range in.Candidates {
-		pr := PredictTTFT(in.Profile, in.PromptTokens, in.BlockSize, &in.Candidates[i])
+		m.predict(in.PromptTokens, &in.Candidates[i], &pr)
 		own := pr.OwnPrefillMs / pr.Speed
 		costs, owns = append(costs, pr.Total()), append(owns, own)
-		minOwn = math.Min(minOwn, own)
+		minOwn = min(minOwn, own)
 	}
 	weight := p.WorkWeight * hotDiscount(in.Candidates) * fleetSpeed(in.Candidates)
 	bestC, session := math.Inf(1), -1
 	for i := range costs {
 		costs[i] += weight * (owns[i] - minOwn)
-		bestC = math.Min(bestC, costs[i])
+		bestC = min(bestC, costs[i])
 		if in.Candidates[i].SessionWorker {
 			session = i
 		}
@@ -263,7 +308,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	}
 	// Predictions this close are equal within their error: among them the fewest running
 	// requests, then the emptier cache, then a uniform draw.
-	band := bestC + math.Max(nearMs, nearFraction*bestC)
+	band := bestC + max(nearMs, nearFraction*bestC)
 	best, ties := -1, 0
 	for i, v := range costs {
 		if v > band {

@@ -796,11 +796,17 @@ func (r *Router) gather(mask uint8, exclude []string, admitted bool) (cands []Ca
 		if !admitted && r.busy(rw, l) {
 			continue
 		}
-		c := r.candidate(rw, l)
+		// Filled in place, written once: a Candidate is a few hundred bytes.
+		if len(cands) < cap(cands) {
+			cands = cands[:len(cands)+1]
+		} else {
+			cands = append(cands, Candidate{})
+		}
+		c := &cands[len(cands)-1]
+		r.fillCandidate(rw, l, c)
 		if !r.cfg.IgnoreAdapters {
 			c.AdapterLoadMs, c.AdapterEvicts, c.AdapterWaitMs = loadMs, evicts, waitMs
 		}
-		cands = append(cands, c)
 	}
 	r.candBuf = cands
 	return cands, eligible
@@ -809,7 +815,14 @@ func (r *Router) gather(mask uint8, exclude []string, admitted bool) (cands []Ca
 // candidate is rw's routing facts, with load l, for the prompt whose overlaps and
 // active prefixes are in r.ovBuf and r.apBuf.
 func (r *Router) candidate(rw *routerWorker, l Load) Candidate {
-	c := Candidate{
+	var c Candidate
+	r.fillCandidate(rw, l, &c)
+	return c
+}
+
+// fillCandidate is candidate writing into c (every field of c is overwritten).
+func (r *Router) fillCandidate(rw *routerWorker, l Load, c *Candidate) {
+	*c = Candidate{
 		Worker:              rw.id,
 		ID:                  rw.name,
 		ActiveBlocks:        l.ActiveBlocks,
@@ -826,11 +839,10 @@ func (r *Router) candidate(rw *routerWorker, l Load) Candidate {
 	if int(rw.id) < len(r.ovBuf) {
 		c.OverlapBlocks = int(r.ovBuf[rw.id])
 	}
-	r.predictedFacts(rw, &c)
+	r.predictedFacts(rw, c)
 	if !r.tiers.Empty() {
-		r.tierFacts(rw, &c)
+		r.tierFacts(rw, c)
 	}
-	return c
 }
 
 // choose runs policy p on sel (at least one candidate) and returns a copy of the
