@@ -138,8 +138,11 @@ func (g *grain) Init(ctx cluster.GrainContext) {
 			}
 		}
 	}()
-	g.log.Info().Str("mode", pc.Mode.String()).Dur("period", period).Str("connector", g.cfg.Connector.Name()).
-		Str("predictor", pc.Predictor).Float64("ttft_target_ms", pc.TTFTTargetMs).Float64("itl_target_ms", pc.ITLTargetMs).
+	ev := g.log.Info().Str("mode", pc.Mode.String()).Dur("period", period).Str("connector", g.cfg.Connector.Name())
+	if pc.Mode == core.ModeSLA { // load mode predicts nothing
+		ev = ev.Str("predictor", pc.Predictor)
+	}
+	ev.Float64("ttft_target_ms", pc.TTFTTargetMs).Float64("itl_target_ms", pc.ITLTargetMs).
 		Int("gpu_budget", pc.GPUBudget).Int("min_workers", pc.MinWorkers).Bool("disaggregated", pc.Disaggregated).
 		Msg("planner started")
 }

@@ -252,6 +252,18 @@ func TestGrainScalesOnTheTick(t *testing.T) {
 	if terms["aggregated_over"] != 2 || terms["aggregated_kv_usage_max"] != 0.95 {
 		t.Fatalf("terms %v", st.Terms)
 	}
+	started := 0
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"planner started"`) {
+			started++
+			if strings.Contains(l, `"predictor"`) {
+				t.Errorf("load mode's start line names a predictor: %s", l)
+			}
+		}
+	}
+	if started != 1 {
+		t.Errorf("%d \"planner started\" lines, want 1:\n%s", started, logs.String())
+	}
 	const why = "aggregated 2 → 3: every worker at or over the KV-usage threshold (0.8)"
 	if st.Reason != why {
 		t.Fatalf("status reason %q, want %q", st.Reason, why)

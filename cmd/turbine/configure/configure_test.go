@@ -358,7 +358,7 @@ func TestConfigureInfeasible(t *testing.T) {
 		t.Fatalf("verdicts %v, best %s", rep.Verdicts, rep.Best.Layout)
 	}
 	_, _, err = run(t, "--profile", path, "--isl", "1000", "--osl", "20", "--rate", "4", "--requests", "50", "--gpus", "1", "--max-model-len", "8192")
-	if err == nil || !strings.Contains(err.Error(), "no layout of at most 1 GPUs can serve the workload: TP1 engines: --max-model-len 8192 exceeds the KV cache") {
+	if err == nil || !strings.Contains(err.Error(), "no layout of at most 1 GPU can serve the workload: TP1 engines: --max-model-len 8192 exceeds the KV cache") {
 		t.Fatalf("error %v", err)
 	}
 }

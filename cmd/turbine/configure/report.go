@@ -140,10 +140,18 @@ func writeJSON(w io.Writer, rep *Report) error {
 
 // printReport writes the table of the top layouts, the losers' reasons summarised and
 // the verification.
+// gpuCount is "1 GPU" or "n GPUs".
+func gpuCount(n int) string {
+	if n == 1 {
+		return "1 GPU"
+	}
+	return strconv.Itoa(n) + " GPUs"
+}
+
 func printReport(w io.Writer, rep *Report) {
 	pct := "p" + strconv.FormatFloat(rep.Targets.Percentile, 'f', -1, 64)
-	fmt.Fprintf(w, "%s on at most %d GPUs, targets TTFT %s ≤ %s ms, ITL %s ≤ %s ms (each request's mean gap)\n",
-		rep.Workload, rep.GPUs, pct, num(rep.Targets.TTFTMs), pct, num(rep.Targets.ITLMs))
+	fmt.Fprintf(w, "%s on at most %s, targets TTFT %s ≤ %s ms, ITL %s ≤ %s ms (each request's mean gap)\n",
+		rep.Workload, gpuCount(rep.GPUs), pct, num(rep.Targets.TTFTMs), pct, num(rep.Targets.ITLMs))
 	how := "the whole workload"
 	if !rep.Sample.Whole {
 		how = fmt.Sprintf("%d windows of %d requests", rep.Sample.Windows, rep.Sample.Requests)
@@ -157,7 +165,7 @@ func printReport(w io.Writer, rep *Report) {
 	}
 	tw.Flush()
 	if !rep.MeetsTargets {
-		fmt.Fprintf(w, "\nno layout of at most %d GPUs meets the targets; the best misses: %s\n", rep.GPUs, rep.Best.Reason)
+		fmt.Fprintf(w, "\nno layout of at most %s meets the targets; the best misses: %s\n", gpuCount(rep.GPUs), rep.Best.Reason)
 	}
 	fmt.Fprintf(w, "\nwhy the others lost: %s\n", verdictSummary(rep.Verdicts))
 	if v := rep.Verify; v != nil {
@@ -260,7 +268,7 @@ func (o *Options) nodeArgs(s *setup, l planner.Layout) [][]string {
 func (o *Options) commandLines(s *setup, best planner.RankedLayout) string {
 	var b strings.Builder
 	l := best.Layout
-	fmt.Fprintf(&b, "# turbine configure: best layout %s (%d GPUs), goodput %.4g requests/s per GPU%s\n", l, l.GPUs(), best.Goodput,
+	fmt.Fprintf(&b, "# turbine configure: best layout %s (%s), goodput %.4g requests/s per GPU%s\n", l, gpuCount(l.GPUs()), best.Goodput,
 		map[bool]string{true: "", false: " (misses the targets: " + best.Reason + ")"}[best.MeetsTargets])
 	if args, ok := o.serveArgs(s, l, o.Profile); ok {
 		fmt.Fprintf(&b, "# in one process, mock engines playing the profile:\nturbine serve %s\n", shellJoin(args))
@@ -297,7 +305,7 @@ func (o *Options) helmValues(s *setup, best planner.RankedLayout) string {
 	var b strings.Builder
 	l := best.Layout
 	q := func(v string) string { j, _ := json.Marshal(v); return string(j) }
-	fmt.Fprintf(&b, "# turbine configure: best layout %s, %d GPUs, goodput %.4g requests/s per GPU\n", l, l.GPUs(), best.Goodput)
+	fmt.Fprintf(&b, "# turbine configure: best layout %s, %s, goodput %.4g requests/s per GPU\n", l, gpuCount(l.GPUs()), best.Goodput)
 	fmt.Fprintf(&b, "model: %s\nmaxModelLen: %d\ngpus: %d\nlayout: %s\npools:\n", q(s.card.GetModel()), s.maxModel, l.GPUs(), q(l.String()))
 	pool := func(name string, n, tp int) {
 		fmt.Fprintf(&b, "  %s:\n    replicas: %d\n    tensorParallelSize: %d\n    resources:\n      limits:\n        nvidia.com/gpu: %d\n", name, n, tp, tp)

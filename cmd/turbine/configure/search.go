@@ -104,8 +104,8 @@ func (o *Options) search(ctx context.Context, s *setup, stderr io.Writer) (*sear
 		sample = fmt.Sprintf("%d windows of %d requests (after %d warm-up requests each) of %d", len(res.windows),
 			len(res.windows[0].reqs)-res.windows[0].warm, res.windows[0].warm, len(s.reqs))
 	}
-	fmt.Fprintf(stderr, "configure: %d layouts of at most %d GPUs (%d infeasible), TP %v; each simulated on %s: %s\n",
-		len(layouts), o.GPUs, len(infeasible), s.sizes, sample, s.workload)
+	fmt.Fprintf(stderr, "configure: %d layouts of at most %s (%d infeasible), TP %v; each simulated on %s: %s\n",
+		len(layouts), gpuCount(o.GPUs), len(infeasible), s.sizes, sample, s.workload)
 	targets := o.targets()
 	bound := func(gpus int) float64 { return planner.GoodputBound(len(s.reqs), s.span, gpus) }
 	search := planner.NewLayoutSearch(feasible, o.Top, bound, targets)
@@ -118,14 +118,14 @@ func (o *Options) search(ctx context.Context, s *setup, stderr io.Writer) (*sear
 		for _, sc := range scores {
 			search.Record(sc)
 		}
-		fmt.Fprintf(stderr, "configure: %d GPUs: %d layouts simulated in %.1f s\n", wave[0].GPUs(), len(wave), time.Since(t0).Seconds())
+		fmt.Fprintf(stderr, "configure: %s: %d layouts simulated in %.1f s\n", gpuCount(wave[0].GPUs()), len(wave), time.Since(t0).Seconds())
 	}
 	if n := len(search.Pruned()); n > 0 {
 		fmt.Fprintf(stderr, "configure: %d layouts of %d or more GPUs pruned: their goodput bound is below the best %d found\n",
 			n, search.Pruned()[0].Layout.GPUs(), o.Top)
 	}
 	if len(search.Scores()) == 0 {
-		return nil, fmt.Errorf("no layout of at most %d GPUs can serve the workload: %s", o.GPUs, infeasible[0].Reason)
+		return nil, fmt.Errorf("no layout of at most %s can serve the workload: %s", gpuCount(o.GPUs), infeasible[0].Reason)
 	}
 	res.ranked = planner.RankLayouts(search.Scores(), targets, append(search.Pruned(), infeasible...))
 	res.wall = time.Since(start)
