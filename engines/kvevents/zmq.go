@@ -236,10 +236,11 @@ func (s *connSet) remove(c *trackedConn) {
 type trackedTransport struct{ inner transport.Transport }
 
 func (t trackedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
-	c, err := t.inner.Dial(ctx, d, addr)
+	raw, err := t.inner.Dial(ctx, d, addr)
 	if err != nil {
 		return nil, err
 	}
+	c := net.Conn(guardConn(raw))
 	s, _ := ctx.Value(connSetKey{}).(*connSet)
 	if s == nil {
 		return c, nil
@@ -253,23 +254,26 @@ func (t trackedTransport) Listen(ctx context.Context, addr string) (net.Listener
 		return nil, err
 	}
 	s, _ := ctx.Value(connSetKey{}).(*connSet)
-	if s == nil {
-		return l, nil
-	}
 	return trackedListener{Listener: l, set: s}, nil
 }
 
 func (t trackedTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
 
+// trackedListener guards every connection it accepts (zmtpGuard) and adds it to set,
+// when there is one.
 type trackedListener struct {
 	net.Listener
 	set *connSet
 }
 
 func (l trackedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
+	raw, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	c := net.Conn(guardConn(raw))
+	if l.set == nil {
+		return c, nil
 	}
 	return l.set.add(c, false)
 }
