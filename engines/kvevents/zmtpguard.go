@@ -144,7 +144,8 @@ func checkZMTPCommand(body []byte) error {
 }
 
 // guardedConn is a connection whose reads pass through a zmtpGuard: the read that
-// completes an oversized frame header fails instead, and so does every read after it.
+// brings what the guard refuses fails instead and closes the connection, and every read
+// after it fails.
 type guardedConn struct {
 	net.Conn
 	guard zmtpGuard
@@ -159,7 +160,10 @@ func (c *guardedConn) Read(b []byte) (int, error) {
 	}
 	n, err := c.Conn.Read(b)
 	if gerr := c.guard.scan(b[:n]); gerr != nil {
+		// Closed here too: zmq4 drops a connection whose handshake failed without
+		// closing it, which would leave the peer connected to nothing.
 		c.err = gerr
+		_ = c.Conn.Close()
 		return 0, gerr
 	}
 	return n, err

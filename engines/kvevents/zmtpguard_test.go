@@ -2,9 +2,15 @@ package kvevents
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestZMTPGuard(t *testing.T) {
@@ -81,4 +87,41 @@ func TestZMTPGuard(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPublisherSurvivesBadPeers: clients that connect to an engine's KV-event port and
+// send what would make zmq4 panic (a frame announcing 2⁶² bytes, a READY naming an
+// unknown socket type) lose their own connection; the publisher lives on and a real
+// subscriber still receives its batches.
+func TestPublisherSurvivesBadPeers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := NewPublisher(Config{EnableKVCacheEvents: true, Publisher: "zmq", Endpoint: "tcp://*:0", Topic: "kv"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ep, listen := ConsumerEndpoint(p.Endpoint())
+	greeting := zmtpPub()[:zmtpGreetingLen]
+	bad := [][]byte{
+		append(append([]byte{}, greeting...), binary.BigEndian.AppendUint64([]byte{0x02}, 1<<62)...),
+		append(append([]byte{}, greeting...), 0x04, 24, 5, 'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c', 'k', 'e', 't', '-', 'T', 'y', 'p', 'e', 0, 0, 0, 2, 'U', 'B'),
+	}
+	for i, b := range bad {
+		c, err := net.Dial("tcp", strings.TrimPrefix(ep, "tcp://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(b); err != nil {
+			t.Fatalf("bad peer %d: %v", i, err)
+		}
+		// The publisher ends the connection: the read sees EOF or a reset, not a timeout.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("bad peer %d: the publisher kept its connection open", i)
+		}
+		c.Close()
+	}
+	ch := collect(t, ctx, SubscriberConfig{Endpoint: ep, Topic: "kv", Listen: listen})
+	publishUntilReceived(t, p, ch, 1)
 }
