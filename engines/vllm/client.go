@@ -314,11 +314,11 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 		KVTransferParams json.RawMessage    `json:"kv_transfer_params"`
 	}
 	// The first frame repeats the prompt as prompt_token_ids; those are read by hand and
-	// the generic decoder sees null in their place (undone if the frame turns out not to
-	// be a single choice).
+	// the generic decoder sees [] in their place (undone if the frame turns out not to be
+	// a single choice, or the key was not that choice's: then its field stays nil).
 	promptIDs, cut, hasPrompt := cutPromptTokenIDs(data)
 	if hasPrompt {
-		if err := json.Unmarshal(cut, &raw); err != nil || len(raw.Choices) != 1 {
+		if err := json.Unmarshal(cut, &raw); err != nil || len(raw.Choices) != 1 || raw.Choices[0].PromptTokenIDs == nil {
 			hasPrompt = false
 			raw.Error, raw.Choices, raw.Usage, raw.KVTransferParams = nil, nil, nil, nil
 		}
@@ -472,7 +472,7 @@ func completionBody(r CompletionRequest) ([]byte, error) {
 var promptIDsKey = []byte(`"prompt_token_ids":`)
 
 // cutPromptTokenIDs finds the one `"prompt_token_ids":[ids]` member of an SSE frame and
-// returns the ids and the frame with null in place of the array. ok is false when the
+// returns the ids and the frame with [] in place of the array. ok is false when the
 // member is absent, appears more than once, or is not an array of plain integers below
 // 2^32; the frame is then decoded as it is.
 func cutPromptTokenIDs(data []byte) (ids []uint32, cut []byte, ok bool) {
@@ -538,9 +538,9 @@ func cutPromptTokenIDs(data []byte) (ids []uint32, cut []byte, ok bool) {
 			return nil, nil, false
 		}
 	}
-	cut = make([]byte, 0, len(data)-(end-start)+4)
+	cut = make([]byte, 0, len(data)-(end-start)+2)
 	cut = append(cut, data[:start]...)
-	cut = append(cut, "null"...)
+	cut = append(cut, "[]"...)
 	cut = append(cut, data[end:]...)
 	return ids, cut, true
 }

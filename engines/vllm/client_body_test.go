@@ -89,7 +89,7 @@ func TestCutPromptTokenIDs(t *testing.T) {
 		if !ok {
 			continue
 		}
-		// The cut frame is the same JSON with null for the ids.
+		// The cut frame is the same JSON with [] for the ids.
 		var orig, got map[string]any
 		if err := json.Unmarshal([]byte(tc.frame), &orig); err != nil {
 			t.Fatal(err)
@@ -97,7 +97,7 @@ func TestCutPromptTokenIDs(t *testing.T) {
 		if err := json.Unmarshal(cut, &got); err != nil {
 			t.Fatalf("%s: cut frame %s: %v", tc.frame, cut, err)
 		}
-		orig["choices"].([]any)[0].(map[string]any)["prompt_token_ids"] = nil
+		orig["choices"].([]any)[0].(map[string]any)["prompt_token_ids"] = []any{}
 		if !reflect.DeepEqual(orig, got) {
 			t.Errorf("%s: cut frame %s", tc.frame, cut)
 		}

@@ -1,0 +1,42 @@
+package vllm
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// FuzzDecodeFrame: a stream frame from an engine is external input. decodeFrame never
+// panics, and what it makes of a frame is what encoding/json makes of it: the first
+// frame's prompt_token_ids, which it reads by hand for speed, are the ids encoding/json
+// finds in the first choice (the reference), and every other field is decoded by
+// encoding/json itself.
+func FuzzDecodeFrame(f *testing.F) {
+	f.Add([]byte(`{"id":"c","choices":[{"index":0,"text":"Hi","token_ids":[13],"prompt_token_ids":[1, 2,3],"finish_reason":null,"stop_reason":null,"logprobs":null}],"usage":null}`))
+	f.Add([]byte(`{"choices":[{"text":"","token_ids":[],"prompt_token_ids":[],"finish_reason":"length","stop_reason":7}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}`))
+	f.Add([]byte(`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`))
+	f.Add([]byte(`{"error":{"message":"m","type":"BadRequestError","param":null,"code":400}}`))
+	f.Add([]byte(`{"choices":[{"text":"a","token_ids":[5],"finish_reason":"stop","stop_reason":"</s>"}],"kv_transfer_params":{"prompt_token_ids":[9]}}`))
+	f.Add([]byte(`{"choices":[{"text":"a","token_ids":[5],"prompt_token_ids":[4294967295,0]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ch, _, err := decodeFrame(data)
+		if err != nil || ch == nil {
+			return
+		}
+		var ref struct {
+			Choices []struct {
+				PromptTokenIDs []uint32 `json:"prompt_token_ids"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(data, &ref); err != nil {
+			t.Fatalf("decoded a frame encoding/json refuses (%v): %q", err, data)
+		}
+		want := ref.Choices[0].PromptTokenIDs
+		if len(want) == 0 && len(ch.PromptTokenIDs) == 0 {
+			return
+		}
+		if !reflect.DeepEqual(ch.PromptTokenIDs, want) {
+			t.Fatalf("prompt_token_ids %v; encoding/json reads %v in %q", ch.PromptTokenIDs, want, data)
+		}
+	})
+}
