@@ -471,8 +471,11 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		mw.WritePrometheus(r.Context(), w)
 	}
 	// The process's default set: what actors in this process record there, e.g. the
-	// models workers started by `turbine serve` refused (turbine_worker_model_refused_total).
-	metrics.WritePrometheus(w, false)
+	// models workers started by `turbine serve` refused (turbine_worker_model_refused_total),
+	// and the process's own figures (go_goroutines, process_open_fds,
+	// process_resident_memory_bytes, …), as `turbine node` and `turbine epp` expose them.
+	metrics.WritePrometheus(w, true)
+	metrics.WriteFDMetrics(w)
 }
 
 // writeJSON answers v as JSON with status. It returns the write's error (the client is

@@ -117,8 +117,10 @@ func TestE2ENodeHTTP(t *testing.T) {
 			t.Errorf("%s{worker=%q} = %v (present %v), want 0", nodehttp.MetricScrapeErrors, w, v, ok)
 		}
 	}
-	if !bytes.Contains(page, []byte("\ngo_goroutines ")) {
-		t.Error("/metrics: the node's own go_goroutines is missing")
+	for _, fam := range []string{"go_goroutines", "process_open_fds"} {
+		if !bytes.Contains(page, []byte("\n"+fam+" ")) {
+			t.Errorf("/metrics: the node's own %s is missing", fam)
+		}
 	}
 
 	pid, _ := s.enginePID("nh-1")

@@ -30,7 +30,7 @@ func startHTTP(ctx context.Context, o Options, board *nodehttp.Board, log zerolo
 	ctx, cancel := context.WithCancel(ctx)
 	log = log.With().Str("component", "node-http").Logger()
 	srv := nodehttp.New(nodehttp.Config{Node: o.NodeID, Board: board, Logger: log,
-		Own:         func(w io.Writer) { metrics.WritePrometheus(w, true) },
+		Own:         func(w io.Writer) { metrics.WritePrometheus(w, true); metrics.WriteFDMetrics(w) },
 		MetricsPath: func(engine string) string { return engineMetricsPath(engine, o.MockerDialect) }})
 	done := make(chan struct{})
 	go func() {
