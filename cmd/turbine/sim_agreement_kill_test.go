@@ -152,10 +152,7 @@ func TestSimulationAgreementKilledWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	simMigrations := 0
-	for _, n := range st.Migrations {
-		simMigrations += n
-	}
+	simMigrations := totalMigrations(st.Migrations)
 	t.Logf("simulation: %v of virtual time in %v; migrations %v (worker_terminated: %d)", st.SimulatedTime, st.WallTime,
 		st.Migrations, st.Migrations[messages.Fault_FAULT_WORKER_TERMINATED])
 
@@ -179,10 +176,7 @@ func TestSimulationAgreementKilledWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, k := range st.Migrations {
-			n += k
-		}
+		n := totalMigrations(st.Migrations)
 		lo, hi = min(lo, n), max(hi, n)
 	}
 	t.Logf("simulation, each worker killed in turn: %d to %d migrations", lo, hi)
@@ -210,4 +204,13 @@ func TestSimulationAgreementKilledWorker(t *testing.T) {
 	if realMigrations == 0 || simMigrations == 0 {
 		t.Errorf("migrations: real %.0f, simulated %d: the kill hit no request", realMigrations, simMigrations)
 	}
+}
+
+// totalMigrations is the sum of a simulation's migrations over their reasons.
+func totalMigrations[K comparable](m map[K]int) int {
+	n := 0
+	for _, k := range m {
+		n += k
+	}
+	return n
 }

@@ -57,7 +57,7 @@ func TestZMTPGuard(t *testing.T) {
 		{"READY whose property value runs past its end", ready(prop("Socket-Type", "PUB")[:10]), true},
 		{"READY whose property name runs past its end", ready("\x20Sock"), true},
 		{"a command that is not READY", append(append([]byte{}, greeting...), 0x04, 5, 4, 'P', 'I', 'N', 'G'), false},
-		{"a command frame over its limit", append(append([]byte{}, greeting...), long(maxZMTPCommand+1)[0]|0x04, 0, 0, 0, 0, 0, 1, 0, 1), true},
+		{"a command frame over its limit", append(append([]byte{}, greeting...), long(maxZMTPCommand + 1)[0]|0x04, 0, 0, 0, 0, 0, 1, 0, 1), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Whole, then in every split into two reads, then a byte at a time.
