@@ -90,7 +90,7 @@ func newTTFTModel(prof *Profile, blockSize int) ttftModel {
 	return m
 }
 
-// prefill is Profile.PrefillMs.
+// prefill is the prefill time of t tokens in chunks and its steps (Profile.PrefillMs).
 func (m *ttftModel) prefill(t float64) (ms, steps float64) {
 	if t <= 0 {
 		return 0, 0
@@ -98,16 +98,10 @@ func (m *ttftModel) prefill(t float64) (ms, steps float64) {
 	full := math.Floor(t / m.chunk)
 	ms, steps = full*m.fullMs, full
 	if rem := t - full*m.chunk; rem > 0 {
-		ms += m.prof.PrefillA*rem*rem + m.prof.PrefillB*rem + m.prof.PrefillC
+		ms += m.prof.StepPrefillMs(rem)
 		steps++
 	}
 	return ms, steps
-}
-
-// decode is Profile.DecodeMs.
-func (m *ttftModel) decode(u float64) float64 {
-	u = max(0, min(1, u))
-	return max(m.prof.DecodeMin, m.prof.DecodeA*u*u+m.prof.DecodeB*u+m.prof.DecodeC)
 }
 
 // predict writes PredictTTFT's answer for c into p.
@@ -131,7 +125,7 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	}
 	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed}
 	if c.ActiveRequests > 0 {
-		p.DecodeMs = steps * m.decode(u)
+		p.DecodeMs = steps * m.prof.DecodeMs(u)
 	}
 	if c.TotalBlocks > 0 {
 		promptBlocks := (promptTokens + bs - 1) / bs
@@ -140,7 +134,7 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 		if proj > DefaultMemoryFraction {
 			decodeMs := c.MeanDecodeSeconds * 1000 / speed
 			if !(decodeMs > 0) {
-				decodeMs = defaultDecodeTokens * m.decode(u)
+				decodeMs = defaultDecodeTokens * m.prof.DecodeMs(u)
 			}
 			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * decodeMs
 		}

@@ -56,22 +56,12 @@ func (p Profile) StepPrefillMs(t float64) float64 {
 // PrefillMs is the prefill time of t tokens computed in chunks of ChunkTokens (ms), and the
 // number of steps it takes.
 func (p Profile) PrefillMs(t float64) (ms float64, steps float64) {
-	if t <= 0 {
-		return 0, 0
-	}
-	chunk := float64(max(p.ChunkTokens, 1))
-	full := math.Floor(t / chunk)
-	ms = full * p.StepPrefillMs(chunk)
-	steps = full
-	if rem := t - full*chunk; rem > 0 {
-		ms += p.StepPrefillMs(rem)
-		steps++
-	}
-	return ms, steps
+	m := newTTFTModel(&p, 1)
+	return m.prefill(t)
 }
 
 // DecodeMs is the decode part of one step at KV usage u (clamped to 0..1), in ms.
 func (p Profile) DecodeMs(u float64) float64 {
-	u = math.Max(0, math.Min(1, u))
-	return math.Max(p.DecodeMin, p.DecodeA*u*u+p.DecodeB*u+p.DecodeC)
+	u = max(0, min(1, u))
+	return max(p.DecodeMin, p.DecodeA*u*u+p.DecodeB*u+p.DecodeC)
 }
