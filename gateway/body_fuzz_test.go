@@ -16,15 +16,8 @@ func FuzzParseMessagesRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, countOnly := range []bool{false, true} {
 			req, e := parseMessagesRequest(body, countOnly)
-			if e != nil {
-				if req != nil {
-					t.Fatal("both a request and an error")
-				}
-				checkParseError(t, e)
+			if !accepted(t, body, req != nil, e) {
 				continue
-			}
-			if !json.Valid(body) {
-				t.Fatalf("accepted a body that is not JSON: %q", body)
 			}
 			if req.MaxTokens < 0 || (req.MaxTokens > 0 && req.MinTokens > req.MaxTokens) {
 				t.Fatalf("accepted max_tokens %d min_tokens %d", req.MaxTokens, req.MinTokens)
@@ -39,15 +32,8 @@ func FuzzParseEmbeddingRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":[[1,2,3],[4]],"add_special_tokens":false}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, e := parseEmbeddingRequest(body)
-		if e != nil {
-			if req != nil {
-				t.Fatal("both a request and an error")
-			}
-			checkParseError(t, e)
+		if !accepted(t, body, req != nil, e) {
 			return
-		}
-		if !json.Valid(body) {
-			t.Fatalf("accepted a body that is not JSON: %q", body)
 		}
 		if len(req.Inputs) == 0 || req.Dimensions < 0 || (req.Truncate != nil && *req.Truncate < -1) {
 			t.Fatalf("accepted %d inputs, dimensions %d, truncate %v", len(req.Inputs), req.Dimensions, req.Truncate)
@@ -68,19 +54,32 @@ func FuzzParseLoraBody(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, load := range []bool{true, false} {
 			b, e := parseLoraBody(body, load)
-			if e != nil {
-				if b != nil {
-					t.Fatal("both a body and an error")
-				}
-				checkParseError(t, e)
+			if !accepted(t, body, b != nil, e) {
 				continue
-			}
-			if !json.Valid(body) {
-				t.Fatalf("accepted a body that is not JSON: %q", body)
 			}
 			if b.Name == "" || (load && (b.Path == "" || b.Workers < 0 || b.Workers > MaxLoraWorkers)) {
 				t.Fatalf("accepted %+v (load %v)", b, load)
 			}
 		}
 	})
+}
+
+// accepted checks a parser's answer to body: a well-formed refusal (false), or an
+// accepted body that encoding/json accepts too (true); never both or neither.
+func accepted(t *testing.T, body []byte, parsed bool, e *APIError) bool {
+	t.Helper()
+	if e != nil {
+		if parsed {
+			t.Fatal("both a parsed body and an error")
+		}
+		checkParseError(t, e)
+		return false
+	}
+	if !parsed {
+		t.Fatal("neither a parsed body nor an error")
+	}
+	if !json.Valid(body) {
+		t.Fatalf("accepted a body that is not JSON: %q", body)
+	}
+	return true
 }

@@ -53,24 +53,14 @@ func FuzzPeerMessages(f *testing.F) {
 		switch kind % 3 {
 		case 0:
 			var m messages.KvEventBatch
-			if proto.Unmarshal(data, &m) != nil {
-				return
+			if evs, ok := decodeEvents(data, &m); ok {
+				_, _ = r.ApplyBatch(m.GetWorkerId(), m.GetEngineEpoch(), m.GetSeq(), evs)
 			}
-			evs, err := FromProtoAll(m.GetEvents())
-			if err != nil {
-				return
-			}
-			_, _ = r.ApplyBatch(m.GetWorkerId(), m.GetEngineEpoch(), m.GetSeq(), evs)
 		case 1:
 			var m messages.BlockDump
-			if proto.Unmarshal(data, &m) != nil {
-				return
+			if evs, ok := decodeEvents(data, &m); ok {
+				_, _ = r.ApplyDump(m.GetWorkerId(), m.GetEngineEpoch(), m.GetLastSeq(), evs, int(m.GetPart()), m.GetLast())
 			}
-			evs, err := FromProtoAll(m.GetEvents())
-			if err != nil {
-				return
-			}
-			_, _ = r.ApplyDump(m.GetWorkerId(), m.GetEngineEpoch(), m.GetLastSeq(), evs, int(m.GetPart()), m.GetLast())
 		case 2:
 			var m messages.RouteRequest
 			if proto.Unmarshal(data, &m) != nil {
@@ -94,4 +84,17 @@ func FuzzPeerMessages(f *testing.F) {
 			t.Fatalf("a well-formed request after the peer message: %+v, %v", d, err)
 		}
 	})
+}
+
+// decodeEvents unmarshals data into m and converts its events as the Router grain does;
+// ok is false when either step refuses them.
+func decodeEvents(data []byte, m interface {
+	proto.Message
+	GetEvents() []*messages.KvEvent
+}) ([]kv.Event, bool) {
+	if proto.Unmarshal(data, m) != nil {
+		return nil, false
+	}
+	evs, err := FromProtoAll(m.GetEvents())
+	return evs, err == nil
 }
