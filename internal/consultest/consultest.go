@@ -101,22 +101,36 @@ type Agent struct {
 func Start(t testing.TB) *Agent {
 	t.Helper()
 	a := &Agent{bin: Binary(t), dir: t.TempDir()}
-	ports, err := freePorts()
-	if err != nil {
-		t.Fatalf("consultest: %v", err)
-	}
-	a.ports = ports
 	t.Cleanup(func() {
 		a.Stop()
 		if t.Failed() {
 			t.Logf("consultest: tail of %s:\n%s", a.logPath(), a.LogTail())
 		}
 	})
-	if err := a.start(); err != nil {
+	// The ports are free when chosen but released before the agent binds them; another
+	// process (an outgoing connection's ephemeral port, another test's listener) can take
+	// one meanwhile. The agent then exits at once, and fresh ports are tried.
+	var err error
+	for range portTries {
+		if a.ports, err = freePorts(); err != nil {
+			t.Fatalf("consultest: %v", err)
+		}
+		if err = a.start(); !errors.Is(err, errPortTaken) {
+			break
+		}
+		t.Logf("consultest: %v; trying other ports", err)
+	}
+	if err != nil {
 		t.Fatalf("consultest: %v\n%s", err, a.LogTail())
 	}
 	return a
 }
+
+// errPortTaken: the agent exited because one of its ports was bound by then.
+var errPortTaken = errors.New("a port of the agent was taken before it bound it")
+
+// portTries bounds Start's attempts with fresh ports.
+const portTries = 5
 
 // Addr is the agent's HTTP API address, "127.0.0.1:PORT".
 func (a *Agent) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports.HTTP)) }
@@ -214,16 +228,21 @@ func (a *Agent) LogTail() string {
 	if p == "" {
 		return ""
 	}
+	return string(tailOf(p))
+}
+
+// tailOf returns the last logTailBytes of file p, or the error opening it as text.
+func tailOf(p string) []byte {
 	f, err := os.Open(p)
 	if err != nil {
-		return err.Error()
+		return []byte(err.Error())
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err == nil && st.Size() > logTailBytes {
 		_, _ = f.Seek(-logTailBytes, io.SeekEnd)
 	}
 	b, _ := io.ReadAll(f)
-	return string(b)
+	return b
 }
 
 func (a *Agent) logPath() string {
@@ -288,6 +307,9 @@ func (a *Agent) waitReady(exited <-chan struct{}) error {
 		}
 		select {
 		case <-exited:
+			if bytes.Contains(tailOf(a.log), []byte("address already in use")) {
+				return fmt.Errorf("consul agent on %+v exited: %w (log %s)", a.ports, errPortTaken, a.log)
+			}
 			return fmt.Errorf("consul agent exited before electing a leader (log %s)", a.log)
 		case <-tick.C:
 		}

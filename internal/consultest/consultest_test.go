@@ -3,6 +3,7 @@ package consultest
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -85,5 +86,25 @@ func TestBinaryFromEnvironment(t *testing.T) {
 	t.Setenv("TURBINE_CONSUL", t.TempDir()) // a directory is no executable
 	if _, err := findBinary(); err == nil || !strings.Contains(err.Error(), "TURBINE_CONSUL") {
 		t.Fatalf("findBinary with TURBINE_CONSUL a directory: %v, want an error naming the variable", err)
+	}
+}
+
+// An agent whose port is bound by someone else exits at once, and start says so with
+// errPortTaken, the error Start answers by choosing other ports.
+func TestStartSeesPortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ports, err := freePorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports.HTTP = l.Addr().(*net.TCPAddr).Port
+	a := &Agent{bin: Binary(t), dir: t.TempDir(), ports: ports}
+	defer a.Stop()
+	if err := a.start(); !errors.Is(err, errPortTaken) {
+		t.Fatalf("start with its HTTP port taken: %v, want errPortTaken\n%s", err, a.LogTail())
 	}
 }
