@@ -73,8 +73,11 @@ type Config struct {
 
 // Backend implements gateway.Backend on a cluster member.
 type Backend struct {
-	c   atomic.Pointer[pcluster.Cluster]
-	cfg Config
+	c atomic.Pointer[pcluster.Cluster]
+	// lost is closed when c is replaced (SetCluster); lostMu orders the two.
+	lostMu sync.Mutex
+	lost   chan struct{}
+	cfg    Config
 
 	seq      atomic.Uint64 // makes request ids unique inside the cluster
 	mu       sync.Mutex
@@ -158,8 +161,29 @@ func (b *Backend) actorSystem() *actor.ActorSystem {
 func (b *Backend) ModelLoader() gateway.ModelLoader { return b.loader.Load }
 
 // SetCluster moves the Backend onto another member's cluster (a member restarted with a
-// fresh id). Streams already started stay on the member they started on.
-func (b *Backend) SetCluster(c *pcluster.Cluster) { b.c.Store(c) }
+// fresh id, the old one stopped). Streams started on the old member move too: their
+// legs, whose chunks went to that member's receivers, count as their workers'
+// termination (flow.WorkerTerminated), so the flow migrates them through the new member
+// (docs/reference.md §10).
+func (b *Backend) SetCluster(c *pcluster.Cluster) {
+	b.lostMu.Lock()
+	defer b.lostMu.Unlock()
+	b.c.Store(c)
+	if b.lost != nil {
+		close(b.lost)
+	}
+	b.lost = make(chan struct{})
+}
+
+// member is the current member's cluster and a channel closed when it is replaced.
+func (b *Backend) member() (*pcluster.Cluster, <-chan struct{}) {
+	b.lostMu.Lock()
+	defer b.lostMu.Unlock()
+	if b.lost == nil {
+		b.lost = make(chan struct{})
+	}
+	return b.c.Load(), b.lost
+}
 
 // Models returns the cards of the models that have at least one live worker, then of the
 // LoRA adapters they hold (ModelCard.lora set), from the Catalog grain (cached for
@@ -238,12 +262,19 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 		}
 		return nil, fmt.Errorf("%w: %q", gateway.ErrUnknownModel, req.Model)
 	}
-	c := b.c.Load()
-	s := newStream(c.ActorSystem.Root, &grainRouting{
+	c, lost := b.member()
+	g := &grainRouting{
 		c: messages.GetRouterGrainClient(c, req.Model), root: c.ActorSystem.Root, timeout: b.cfg.RouteTimeout, log: b.cfg.Logger,
 		blockSize: blockSize,
-	}, b.cfg, req, b.nextID, b.rec)
+	}
+	s := newStream(c.ActorSystem.Root, g, b.cfg, req, b.nextID, b.rec)
 	s.blockSize = blockSize // predicted prefix hits (hits.go)
+	s.lost = lost
+	s.moveTo = func() (*actor.RootContext, <-chan struct{}) {
+		c, lost := b.member()
+		g.c, g.root = messages.GetRouterGrainClient(c, req.Model), c.ActorSystem.Root
+		return c.ActorSystem.Root, lost
+	}
 	if err := s.startIn(ctx, req.TokenIDs, req.Sampling); err != nil {
 		return nil, err
 	}
@@ -311,8 +342,9 @@ func (g *grainRouting) Started(requestID string, r *messages.ActorRef) {
 // PrefillDone tells the router the prompt is computed (its tokens stop counting as
 // prefill load); fire and forget.
 func (g *grainRouting) PrefillDone(id string) {
+	c := g.c // the stream may move g to another member meanwhile
 	go func() {
-		_, _ = g.c.PrefillDone(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(g.timeout))
+		_, _ = c.PrefillDone(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(g.timeout))
 	}()
 }
 
@@ -320,8 +352,9 @@ func (g *grainRouting) PrefillDone(id string) {
 // requests it never hears about: unacknowledged ones after kv.DefaultMaxUnackedAge, any
 // after kv.DefaultMaxSequenceAge).
 func (g *grainRouting) Free(id string) {
+	c := g.c // the stream may move g to another member meanwhile
 	go func() {
-		if _, err := g.c.Free(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(g.timeout)); err != nil {
+		if _, err := c.Free(&messages.RequestRef{RequestId: id}, pcluster.WithTimeout(g.timeout)); err != nil {
 			g.log.Warn().Err(err).Str("request_id", id).Msg("router free failed; the router expires it later")
 		}
 	}()

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -74,7 +76,12 @@ type deadlineRecorder interface {
 // timers only post events to the stream's channel. Disagg and WorkerID may be called
 // from anywhere.
 type stream struct {
-	root   *actor.RootContext // of the member the stream started on
+	root *actor.RootContext // of the member the stream runs on
+	// lost is closed when that member is replaced (nil: never); moveTo moves the stream
+	// and its routing to the member now, returning its root and its lost channel
+	// (move).
+	lost   <-chan struct{}
+	moveTo func() (*actor.RootContext, <-chan struct{})
 	router routing
 	cfg    Config
 	fcfg   flow.Config
@@ -205,6 +212,8 @@ func (s *stream) waitParked(ctx context.Context) (flow.Event, error) {
 			return nil, ctx.Err()
 		case ev := <-s.events:
 			return ev, nil
+		case <-s.lost:
+			s.move() // a parked request has no leg: only its routing moves
 		case <-s.park.Wake():
 			switch {
 			case s.park.Draining():
@@ -270,11 +279,14 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.step(ev)
+		if ev != nil {
+			s.step(ev)
+		}
 	}
 }
 
-// wait returns the next event, with the stall timer the flow set armed from now on.
+// wait returns the next event, with the stall timer the flow set armed from now on; nil
+// when the stream moved to another member instead (move stepped the flow).
 func (s *stream) wait(ctx context.Context) (flow.Event, error) {
 	var stall <-chan time.Time
 	if s.stallSet {
@@ -292,6 +304,22 @@ func (s *stream) wait(ctx context.Context) (flow.Event, error) {
 		return ev, nil
 	case <-stall:
 		return flow.TimerFired{Timer: s.stall.Timer}, nil
+	case <-s.lost:
+		s.move()
+		return nil, nil
+	}
+}
+
+// move carries the stream onto the member that replaced the one it ran on: effects go
+// through the new member from now on, and each leg sent counts as its worker's
+// termination (its chunks went to receivers of the old member, which is gone), so the
+// flow takes the request to a worker again (migration) after the grace.
+func (s *stream) move() {
+	root, lost := s.moveTo()
+	s.root, s.lost = root, lost
+	ids := slices.Sorted(maps.Keys(s.legs))
+	for _, id := range ids {
+		s.step(flow.WorkerTerminated{Leg: id})
 	}
 }
 
@@ -312,7 +340,12 @@ func (s *stream) Close() {
 		}
 		go func() {
 			for !s.flow.Done() {
-				s.step(<-s.events)
+				select {
+				case ev := <-s.events:
+					s.step(ev)
+				case <-s.lost:
+					s.move()
+				}
 			}
 			s.end()
 		}()

@@ -665,3 +665,47 @@ func TestStreamMigrationFindsNoWorker(t *testing.T) {
 	h.stream.Close()
 	h.checkRouter(t, 2)
 }
+
+// A frontend whose cluster member is replaced (the cluster dropped it: docs/reference.md
+// §10) loses its legs' chunks with the old member's receivers; the stream moves to the
+// new member, counts each leg as its worker's termination and migrates the request, which
+// ends with exactly the undisturbed tokens. Before the move the request waited for the
+// stall timeout (2 minutes by default) and then some.
+func TestStreamMovesWithItsMember(t *testing.T) {
+	h := buildHarness(t, harnessOpts{limit: 3}, &scriptedWorker{failAfter: 3, fault: "stall"}, &scriptedWorker{failAfter: -1})
+	if h.startErr != nil {
+		t.Fatal(h.startErr)
+	}
+	lost := make(chan struct{})
+	moved := 0
+	h.stream.lost = lost
+	h.stream.moveTo = func() (*actor.RootContext, <-chan struct{}) {
+		moved++
+		return h.stream.root, nil // the same actor system: the workers are local to it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []uint32
+	for len(got) < 3 {
+		ch, err := h.stream.Recv(ctx)
+		if err != nil {
+			t.Fatalf("Recv after %d tokens: %v", len(got), err)
+		}
+		got = append(got, ch.TokenIds...)
+	}
+	close(lost) // the first worker went silent: its chunks would go to the old member
+	for _, ch := range h.drain(t) {
+		got = append(got, ch.TokenIds...)
+	}
+	if !slices.Equal(got, wantTokens) {
+		t.Errorf("tokens %v, want %v", got, wantTokens)
+	}
+	if moved != 1 || !slices.Equal(h.migrated, []string{"m/worker_terminated"}) {
+		t.Errorf("moved %d times, migrations %v; want 1 and [m/worker_terminated]", moved, h.migrated)
+	}
+	h.stream.Close()
+	h.checkRouter(t, 2)
+	if _, cancels := h.workers[0].calls(); !slices.Contains(cancels, h.router.routes[0].RequestId) {
+		t.Errorf("the first worker's leg was not cancelled: %v", cancels)
+	}
+}
