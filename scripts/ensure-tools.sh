@@ -5,6 +5,8 @@
 #   KV-event stream: an independent implementation of the engines' side;
 #   redis-server and redis-tools (Debian) as the reference the KV block manager's RESP
 #   server is compared with byte for byte (docs/reference.md §9.3);
+#   iproute2 and nftables (Debian) for the chaos soak's hosts and partitions (network
+#   namespaces, nft drop rules; docs/chaos.md);
 #   helm, built once from the Go module proxy into ${TURBINE_CACHE_DIR:-~/.cache/turbine}/bin
 #   (about five minutes on two cores) unless one is on PATH, for the chart's tests
 #   (deploy/helm, docs/kubernetes.md).
@@ -17,6 +19,8 @@ if ! /usr/bin/python3 -c 'import zmq, msgpack' >/dev/null 2>&1; then
 fi
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}"
   sudo=""

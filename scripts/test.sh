@@ -32,3 +32,7 @@ go test -race -count=1 -timeout 30m -v ${TURBINE_TEST_FLAGS:-} ./cluster/ | quie
 echo "cluster tests that protoactor's own races keep from -race, without it:"
 go test -count=1 -run 'TestConsulMembersSeeEachOtherAndStopLeaves|TestConsulKilledMemberLeavesWithinTTL|TestLargeMessageCrossesMembers|TestUnknownProtobufTypeIsDroppedNotFatal|TestWatchdogNoticesSelfBlock' \
   ./cluster/ | sed "s/^/  /"
+# The 3-minute chaos soak (task chaos:short; docs/chaos.md): hosts in network namespaces,
+# a nemesis, every request checked. Last, alone: it times real outages.
+echo "chaos soak, 3 minutes:"
+bash scripts/chaos.sh --duration 3m --out "${TURBINE_CHAOS_OUT:-$(mktemp -d)}" 2>&1 | sed "s/^/  /"

@@ -10,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/turbine-llm/turbine/cmd/turbine/bench"
+	"github.com/turbine-llm/turbine/cmd/turbine/chaos"
 	"github.com/turbine-llm/turbine/cmd/turbine/configure"
 	"github.com/turbine-llm/turbine/cmd/turbine/epp"
 	"github.com/turbine-llm/turbine/cmd/turbine/frontend"
@@ -37,6 +38,7 @@ var commands = []command{
 	{"planner", "run the planner: size every model's worker pools to its load, starting and draining workers", planner.Run},
 	{"profile", "sweep an engine's TTFT and ITL over prompt lengths and batches, and write its profile", profile.Run},
 	{"epp", "run the endpoint picker of a Gateway API Inference Extension gateway (Envoy ext_proc)", epp.Run},
+	{"chaos", "run a cluster in network namespaces under a trace and a nemesis, and check every request", chaos.Run},
 	{"configure", "search prefill/decode layouts for a GPU count by simulating a workload on an engine profile", configure.Run},
 }
 

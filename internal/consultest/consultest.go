@@ -42,7 +42,7 @@ const (
 // telling to run scripts/ensure-consul.sh.
 func Binary(t testing.TB) string {
 	t.Helper()
-	if p, err := findBinary(); err == nil {
+	if p, err := Find(); err == nil {
 		return p
 	} else if testing.Short() {
 		t.Skipf("consultest: %v (skipped under -short)", err)
@@ -52,7 +52,7 @@ func Binary(t testing.TB) string {
 	return ""
 }
 
-func findBinary() (string, error) {
+func Find() (string, error) {
 	if p := os.Getenv("TURBINE_CONSUL"); p != "" {
 		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			return "", fmt.Errorf("TURBINE_CONSUL=%s is not an executable", p)

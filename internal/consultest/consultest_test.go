@@ -84,8 +84,8 @@ func TestPauseResume(t *testing.T) {
 
 func TestBinaryFromEnvironment(t *testing.T) {
 	t.Setenv("TURBINE_CONSUL", t.TempDir()) // a directory is no executable
-	if _, err := findBinary(); err == nil || !strings.Contains(err.Error(), "TURBINE_CONSUL") {
-		t.Fatalf("findBinary with TURBINE_CONSUL a directory: %v, want an error naming the variable", err)
+	if _, err := Find(); err == nil || !strings.Contains(err.Error(), "TURBINE_CONSUL") {
+		t.Fatalf("Find with TURBINE_CONSUL a directory: %v, want an error naming the variable", err)
 	}
 }
 

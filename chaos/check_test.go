@@ -1,0 +1,116 @@
+package chaos
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker's rules, one case each (testdata/classify.json).
+func TestClassify(t *testing.T) {
+	b, err := os.ReadFile("testdata/classify.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name   string
+		Rec    Record
+		Ref    []uint32
+		Events []Event
+		Want   string
+		Why    string
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		got, why := Classify(c.Rec, c.Ref, c.Events, 2*time.Second)
+		if got.String() != c.Want || !strings.Contains(why, c.Why) {
+			t.Errorf("%s: %s (%q), want %s (%q)", c.Name, got, why, c.Want, c.Why)
+		}
+	}
+}
+
+func TestCheckVerdict(t *testing.T) {
+	recs := []Record{
+		{ID: 0, Status: 200, Tokens: []uint32{1, 2}, Finish: "length", Done: true},
+		{ID: 1, Status: 503, ErrCode: "no_live_workers"},
+		{ID: 2, Status: 200, Tokens: []uint32{1}, Finish: "length", Done: true},
+		{ID: 3, Status: 200, Tokens: []uint32{1, 2}, Finish: "length", Done: true}, // no reference
+	}
+	refs := map[int][]uint32{0: {1, 2}, 1: nil, 2: {1, 2}}
+	after := After{
+		Held:   map[string]float64{"fe-1 turbine_router_worker_active_requests w-0": 2, "n-1 vllm:num_requests_running": 0},
+		Growth: map[string][2]float64{"fe-1 go_goroutines": {100, 250}, "n-1 go_goroutines": {100, 400}, "n-1 process_open_fds": {30, 60}},
+	}
+	v := Check(recs, refs, nil, time.Second, after, Bound{Slack: 200, Factor: 1.5})
+	if got, want := v.Line(), "requests 4, ok 1, failed 1, lost 2, duplicated 0, leaked 3"; got != want {
+		t.Errorf("line %q, want %q\n%s", got, want, strings.Join(v.Problems, "\n"))
+	}
+	if v.Pass() || v.ByKind["no_live_workers"] != 1 {
+		t.Errorf("verdict %+v", v)
+	}
+	clean := Check(recs[:2], refs, nil, time.Second, After{}, Bound{})
+	if !clean.Pass() {
+		t.Errorf("clean run fails: %v", clean.Problems)
+	}
+	if !strings.Contains(clean.Detail(), "no_live_workers 1") {
+		t.Errorf("detail %q", clean.Detail())
+	}
+	unconverged := Check(recs[:1], refs, nil, time.Second, After{Members: []string{"fe-1 lists 3 ready workers"}}, Bound{})
+	if unconverged.Pass() {
+		t.Error("a membership that did not converge passes")
+	}
+}
+
+// Partitions compose: a pair stays cut while any event cuts it; the rules name hosts.
+func TestRules(t *testing.T) {
+	split := Event{Kind: Split, Target: "halves"}
+	iso := Event{Kind: IsolateNode, Target: "n-3"}
+	one := Event{Kind: DropOneWay, Target: "fe-1", Peer: "consul"}
+	lossy := Event{Kind: Lossy, Target: "n-1"}
+	got := Rules([]Event{split, iso, one, lossy}, testTopo)
+	want := map[string]string{
+		"consul": "fe-2 n-3 n-4",
+		"fe-1":   "consul fe-2 n-3 n-4",
+		"fe-2":   "consul fe-1 n-1 n-2 n-3",
+		"n-1":    "fe-2 n-3 n-4 lossy",
+		"n-2":    "fe-2 n-3 n-4",
+		"n-3":    "consul fe-1 fe-2 n-1 n-2",
+		"n-4":    "consul fe-1 n-1 n-2",
+	}
+	for _, h := range testTopo.Hosts() {
+		r := got[h]
+		s := strings.Join(r.DropTo, " ")
+		if r.Lossy {
+			s += " lossy"
+		}
+		if s != want[h] {
+			t.Errorf("%s: %q, want %q", h, s, want[h])
+		}
+	}
+	if len(Rules(nil, testTopo)) != 0 {
+		t.Error("rules without events")
+	}
+	addr := map[string]string{"consul": "198.18.0.10", "fe-2": "198.18.0.12", "n-3": "198.18.0.15", "n-4": "198.18.0.16"}
+	rs, err := Ruleset(got["fe-1"], addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"delete table ip turbine_chaos", "ip daddr 198.18.0.10 drop", "ip daddr 198.18.0.16 drop"} {
+		if !strings.Contains(rs, line) {
+			t.Errorf("ruleset lacks %q:\n%s", line, rs)
+		}
+	}
+	if strings.Contains(rs, "numgen") {
+		t.Error("a link that is not lossy loses packets")
+	}
+	if rs, _ := Ruleset(got["n-1"], map[string]string{"fe-2": "a", "n-3": "b", "n-4": "c"}); !strings.Contains(rs, "numgen random mod 100 < 5 drop") {
+		t.Errorf("lossy ruleset:\n%s", rs)
+	}
+	if _, err := Ruleset(got["fe-1"], nil); err == nil {
+		t.Error("a host without an address: no error")
+	}
+}

@@ -1,0 +1,738 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/turbine-llm/turbine/bench"
+)
+
+// Config is one run of the rig. DefaultConfig holds the defaults.
+type Config struct {
+	Bin    string // the turbine executable the hosts run
+	Consul string // the Consul executable
+	Seed   uint64 // the nemesis's schedule and the client's disconnects
+	// Duration is the load's length; the nemesis stops Quiet before its end, and the
+	// cluster then has Settle to let go of every request.
+	Duration, Quiet, Settle time.Duration
+	MeanGap                 time.Duration // mean time between nemesis events
+	Weights                 []float64     // per Kind (nil: DefaultWeights)
+	Trace                   string        // a Mooncake .jsonl trace (or Azure .csv)
+	Rate                    float64       // requests/s the trace is scaled to
+	MaxPrompt               int           // prompts are cut to this many tokens
+	MaxTokens               int           // output tokens asked, at most (the trace's, capped)
+	Disconnect              float64       // share of requests the client cuts on purpose
+	SpeedupRatio            float64       // the mock engines' speed-up
+	RequestLimit            time.Duration // a request's whole time at most
+	Out                     string        // folder of the records, plan, verdict, plot and logs
+	Prefix                  string        // network namespaces' prefix (≤ 5 bytes)
+	Log                     io.Writer     // progress lines
+}
+
+// DefaultConfig is the 30-minute soak's configuration (task chaos); the short one
+// (task chaos:short) changes Duration to 3 minutes.
+func DefaultConfig() Config {
+	return Config{Seed: 1, Duration: 30 * time.Minute, Quiet: 30 * time.Second, Settle: 60 * time.Second,
+		MeanGap: 6 * time.Second, Rate: 2, MaxPrompt: 4096, MaxTokens: 48, Disconnect: 0.05,
+		SpeedupRatio: 10, RequestLimit: 90 * time.Second, Prefix: "tch", Log: os.Stderr}
+}
+
+// Models the rig serves: an aggregated pool on two nodes and a 1P2D pool on two more.
+const (
+	ModelAgg = "chaos-agg"
+	ModelPD  = "chaos-pd"
+)
+
+// The rig's topology and each host's role.
+var (
+	topology = Topology{Consul: "consul", Frontends: []string{"fe-1", "fe-2"}, Nodes: []string{"n-1", "n-2", "n-3", "n-4"}}
+	nodeArgs = map[string][]string{
+		"n-1": {"--workers", "2", "--served-model-name", ModelAgg},
+		"n-2": {"--workers", "2", "--served-model-name", ModelAgg},
+		"n-3": {"--workers", "1", "--served-model-name", ModelPD, "--worker-role", "prefill"},
+		"n-4": {"--workers", "2", "--served-model-name", ModelPD, "--worker-role", "decode"},
+	}
+	wantReady = map[string]int{ModelAgg: 4, ModelPD: 3}
+)
+
+const (
+	frontendPort = "8000"
+	nodeHTTPPort = "9090"
+	consulPort   = "8500"
+)
+
+// rig is a running cluster.
+type rig struct {
+	cfg   Config
+	net   *Net
+	procs map[string]*Proc
+	logf  func(format string, args ...any)
+	hc    *http.Client
+}
+
+// Run builds the cluster, runs the load and the nemesis, settles, checks and writes
+// Out/{records.jsonl,plan.txt,verdict.txt,timeline.svg,timeline.png,logs/}. The error is for a rig
+// that could not run; a run that ran returns its verdict (Pass says whether it held).
+func Run(ctx context.Context, cfg Config) (Verdict, error) {
+	r := &rig{cfg: cfg, procs: map[string]*Proc{}, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	r.logf = func(format string, args ...any) { fmt.Fprintf(cfg.Log, "chaos: "+format+"\n", args...) }
+	if err := os.MkdirAll(filepath.Join(cfg.Out, "logs"), 0o755); err != nil {
+		return Verdict{}, err
+	}
+	plan, err := Plan(PlanConfig{Seed: cfg.Seed, Duration: cfg.Duration, Quiet: cfg.Quiet, MeanGap: cfg.MeanGap, Weights: cfg.Weights}, topology)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Out, "plan.txt"), []byte(FormatPlan(plan)), 0o644); err != nil {
+		return Verdict{}, err
+	}
+	load, err := r.workload()
+	if err != nil {
+		return Verdict{}, err
+	}
+	r.logf("seed %d: %d requests over %v, %d nemesis events; output in %s", cfg.Seed, len(load), cfg.Duration, len(plan), cfg.Out)
+	if r.net, err = NewNet(ctx, cfg.Prefix, topology.Hosts()); err != nil {
+		return Verdict{}, err
+	}
+	defer r.net.Close()
+	defer r.stopAll()
+	ref, err := r.startReference()
+	if err != nil {
+		return Verdict{}, err
+	}
+	defer ref.stop()
+	if err := r.start(ctx); err != nil {
+		return Verdict{}, err
+	}
+	before := r.resources(ctx)
+
+	origin := time.Now()
+	r.logf("load started at %s (the records' times count from it)", origin.UTC().Format(time.RFC3339Nano))
+	tl := newTimeline()
+	var nemesisDone sync.WaitGroup
+	nemesisDone.Add(1)
+	go func() { defer nemesisDone.Done(); r.nemesis(ctx, origin, plan, tl) }()
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	go r.sample(sampleCtx, origin, tl)
+	recs := r.drive(ctx, origin, load, tl)
+	nemesisDone.Wait()
+	r.logf("load done: %d requests in %.0f s; settling", len(recs), time.Since(origin).Seconds())
+	after := r.settle(ctx, before)
+	stopSampling()
+	if err := r.writeRecords(recs); err != nil {
+		return Verdict{}, err
+	}
+	refs, err := r.references(ctx, ref, load, recs)
+	if err != nil {
+		return Verdict{}, err
+	}
+	v := Check(recs, refs, plan, RequestGrace, after, GrowthBound)
+	if err := r.write(v, tl); err != nil {
+		return v, err
+	}
+	return v, nil
+}
+
+// RequestGrace: an event explains a cut request that it overlapped within this much.
+const RequestGrace = 2 * time.Second
+
+// GrowthBound: a process may end with 200 more goroutines and 64 more open files than
+// it began with (idle keep-alive connections of the client's pool), or 1.5 times as
+// many.
+var GrowthBound = Bound{Slack: 200, Factor: 1.5}
+
+// workload reads the trace, cuts prompts and outputs, scales it to Rate and keeps the
+// requests arriving within Duration, the model and the disconnects drawn by Seed.
+func (r *rig) workload() ([]Request, error) {
+	reqs, err := bench.ReadTraceFile(r.cfg.Trace, bench.DefaultBlockTokens, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(reqs) < 2 {
+		return nil, fmt.Errorf("chaos: trace %s has %d requests", r.cfg.Trace, len(reqs))
+	}
+	span := reqs[len(reqs)-1].Arrival - reqs[0].Arrival
+	if err := bench.Scale(reqs, float64(len(reqs))/span.Seconds()/r.cfg.Rate); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x636c69656e74)) // "client"
+	var out []Request
+	// The trace is replayed again from its start when the load outlasts it, a mean gap
+	// after its last request.
+	span = reqs[len(reqs)-1].Arrival - reqs[0].Arrival
+	cycle := span + span/time.Duration(len(reqs)-1)
+	for i := 0; ; i++ {
+		b := reqs[i%len(reqs)]
+		at := b.Arrival - reqs[0].Arrival + time.Duration(i/len(reqs))*cycle
+		if at >= r.cfg.Duration {
+			break
+		}
+		toks, err := bench.Tokens(b, bench.DefaultBlockTokens)
+		if err != nil {
+			return nil, err
+		}
+		if len(toks) > r.cfg.MaxPrompt {
+			toks = toks[:r.cfg.MaxPrompt]
+		}
+		q := Request{ID: i, At: at, Model: ModelAgg, Prompt: toks, MaxTokens: max(1, min(b.OutputLength, r.cfg.MaxTokens))}
+		if rng.IntN(3) == 2 {
+			q.Model = ModelPD
+		}
+		if rng.Float64() < r.cfg.Disconnect {
+			q.DisconnectAfter = time.Duration(rng.Float64() * float64(time.Second))
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+func (r *rig) url(host, port string) string { return "http://" + r.net.Addr(host) + ":" + port }
+
+// start runs Consul, the frontends and the nodes and waits until both models have all
+// their workers ready.
+func (r *rig) start(ctx context.Context) error {
+	logs := filepath.Join(r.cfg.Out, "logs")
+	c := topology.Consul
+	cip := r.net.Addr(c)
+	r.procs[c] = NewProc(r.net, c, c, filepath.Join(logs, c+".log"), r.cfg.Consul, "agent", "-dev",
+		"-node", "chaos-consul", "-bind", cip, "-client", cip, "-advertise", cip, "-http-port", consulPort,
+		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1", "-log-level", "warn")
+	cluster := func(host string) []string {
+		ip := r.net.Addr(host)
+		return []string{"--discovery", "consul://" + cip + ":" + consulPort, "--member-host", ip,
+			"--consul-ttl", "3s", "--consul-ttl-refresh", "500ms", "--log-format", "json"}
+	}
+	for _, f := range topology.Frontends {
+		args := append([]string{"frontend", "--host", r.net.Addr(f), "--port", frontendPort}, cluster(f)...)
+		r.procs[f] = NewProc(r.net, f, f, filepath.Join(logs, f+".log"), r.cfg.Bin, args...)
+	}
+	for _, n := range topology.Nodes {
+		ip := r.net.Addr(n)
+		args := append([]string{"node", "--node-id", n, "--engine-host", ip, "--http-host", ip, "--http-port", nodeHTTPPort,
+			"--speedup-ratio", strconv.FormatFloat(r.cfg.SpeedupRatio, 'g', -1, 64), "--heartbeat", "500ms"}, cluster(n)...)
+		r.procs[n] = NewProc(r.net, n, n, filepath.Join(logs, n+".log"), r.cfg.Bin, append(args, nodeArgs[n]...)...)
+	}
+	if err := r.procs[c].Start(); err != nil {
+		return err
+	}
+	if err := r.waitFor(ctx, 30*time.Second, "Consul's leader", func() bool {
+		b, err := r.get(ctx, r.url(c, consulPort)+"/v1/status/leader")
+		return err == nil && len(strings.Trim(strings.TrimSpace(string(b)), `"`)) > 0
+	}); err != nil {
+		return err
+	}
+	for _, h := range append(append([]string{}, topology.Frontends...), topology.Nodes...) {
+		if err := r.procs[h].Start(); err != nil {
+			return err
+		}
+	}
+	return r.waitFor(ctx, 120*time.Second, "every worker ready on every frontend", func() bool {
+		for _, f := range topology.Frontends {
+			ready := r.readyWorkers(ctx, f)
+			for m, n := range wantReady {
+				if ready[m] != n {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func (r *rig) waitFor(ctx context.Context, limit time.Duration, what string, ok func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !ok() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: no %s within %v (logs in %s)", what, limit, filepath.Join(r.cfg.Out, "logs"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func (r *rig) get(ctx context.Context, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: HTTP %d", url, resp.StatusCode)
+	}
+	return b, err
+}
+
+// metrics reads a host's /metrics into families (nil when it does not answer).
+func (r *rig) metrics(ctx context.Context, url string) map[string]*dto.MetricFamily {
+	b, err := r.get(ctx, url+"/metrics")
+	if err != nil {
+		return nil
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(b)))
+	if err != nil {
+		return nil
+	}
+	return fams
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
+
+// readyWorkers counts, per model, the workers a frontend's router lists as ready.
+func (r *rig) readyWorkers(ctx context.Context, fe string) map[string]int {
+	out := map[string]int{}
+	fams := r.metrics(ctx, r.url(fe, frontendPort))
+	if f := fams["turbine_router_worker_ready"]; f != nil {
+		for _, m := range f.GetMetric() {
+			if value(m) == 1 {
+				out[label(m, "model")]++
+			}
+		}
+	}
+	return out
+}
+
+// resources reads every member's goroutines and open files.
+func (r *rig) resources(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	read := func(name, url string) {
+		fams := r.metrics(ctx, url)
+		for _, fam := range []string{"go_goroutines", "process_open_fds"} {
+			if f := fams[fam]; f != nil && len(f.GetMetric()) > 0 {
+				out[name+" "+fam] = value(f.GetMetric()[0])
+			}
+		}
+	}
+	for _, f := range topology.Frontends {
+		read(f, r.url(f, frontendPort))
+	}
+	for _, n := range topology.Nodes {
+		read(n, r.url(n, nodeHTTPPort))
+	}
+	return out
+}
+
+// drive sends the load: each request at its time to the frontends in turn, every
+// request's record returned once all have ended.
+func (r *rig) drive(ctx context.Context, origin time.Time, load []Request, tl *timeline) []Record {
+	out := make([]Record, len(load))
+	var wg sync.WaitGroup
+	for i, q := range load {
+		if d := time.Until(origin.Add(q.At)); d > 0 {
+			select {
+			case <-ctx.Done():
+				return out[:i]
+			case <-time.After(d):
+			}
+		}
+		fe := topology.Frontends[i%len(topology.Frontends)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := Send(ctx, r.hc, r.url(fe, frontendPort), fe, origin, q, r.cfg.RequestLimit)
+			out[i] = rec
+			tl.request(rec)
+		}()
+		if (i+1)%500 == 0 {
+			r.logf("%d requests sent, %.0f s", i+1, time.Since(origin).Seconds())
+		}
+	}
+	wg.Wait()
+	return out
+}
+
+// nemesis carries out the plan; every event has ended when it returns, the network is
+// whole and every process runs again.
+func (r *rig) nemesis(ctx context.Context, origin time.Time, plan []Event, tl *timeline) {
+	var mu sync.Mutex
+	var active []Event // network events in force
+	apply := func() {
+		mu.Lock()
+		a := slices.Clone(active)
+		mu.Unlock()
+		if err := r.net.Apply(ctx, a, topology); err != nil {
+			r.logf("%v", err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, e := range plan {
+		if d := time.Until(origin.Add(e.At)); d > 0 {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return
+			case <-time.After(d):
+			}
+		}
+		tl.event(e)
+		r.logf("nemesis %s", e)
+		if e.Kind.Network() {
+			mu.Lock()
+			active = append(active, e)
+			mu.Unlock()
+			apply()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.act(ctx, e)
+			if e.Kind.Network() {
+				mu.Lock()
+				active = slices.DeleteFunc(active, func(x Event) bool { return x == e })
+				mu.Unlock()
+				apply()
+			}
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	active = nil
+	mu.Unlock()
+	apply()
+	for _, h := range topology.Hosts() {
+		if r.procs[h].Pid() == 0 {
+			r.logf("nemesis: %s was not running at the end: started again", h)
+			if err := r.procs[h].Start(); err != nil {
+				r.logf("%v", err)
+			}
+		}
+	}
+}
+
+// act does a process event (and waits out any event's For).
+func (r *rig) act(ctx context.Context, e Event) {
+	p := r.procs[e.Target]
+	wait := func() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(e.For):
+		}
+	}
+	switch e.Kind {
+	case KillEngine, SlowEngine:
+		pids := p.Engines()
+		if len(pids) == 0 {
+			r.logf("nemesis: %s has no engine running", e.Target)
+			return
+		}
+		pid := pids[e.Index%len(pids)]
+		if e.Kind == KillEngine {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return
+		}
+		end := time.Now().Add(e.For)
+		for time.Now().Before(end) && ctx.Err() == nil {
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+			time.Sleep(100 * time.Millisecond)
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			time.Sleep(100 * time.Millisecond)
+		}
+	case KillNode, KillFrontend, KillConsul:
+		p.Kill()
+		wait()
+		if err := p.Start(); err != nil {
+			r.logf("nemesis: restart %s: %v", e.Target, err)
+		}
+	case Pause:
+		_ = p.Signal(syscall.SIGSTOP)
+		wait()
+		_ = p.Signal(syscall.SIGCONT)
+	default:
+		wait()
+	}
+}
+
+// sample records the frontends' migrations each second for the timeline.
+func (r *rig) sample(ctx context.Context, origin time.Time, tl *timeline) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := map[string]float64{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, f := range topology.Frontends {
+			fams := r.metrics(ctx, r.url(f, frontendPort))
+			fam := fams["turbine_frontend_migrations_total"]
+			if fam == nil {
+				continue
+			}
+			var sum float64
+			for _, m := range fam.GetMetric() {
+				sum += value(m)
+			}
+			if d := sum - last[f]; d > 0 && sum >= last[f] {
+				tl.migrations(time.Since(origin), d)
+			}
+			last[f] = sum // a restarted frontend starts again from 0
+		}
+	}
+}
+
+// settle waits (Settle at most) until no request is held anywhere and every worker is
+// ready again, then reads what is still held, the resources and the membership.
+func (r *rig) settle(ctx context.Context, before map[string]float64) After {
+	var a After
+	deadline := time.Now().Add(r.cfg.Settle)
+	for {
+		a = After{Held: r.held(ctx), Growth: map[string][2]float64{}}
+		for _, f := range topology.Frontends {
+			ready := r.readyWorkers(ctx, f)
+			for _, m := range slices.Sorted(maps.Keys(wantReady)) {
+				if ready[m] != wantReady[m] {
+					a.Members = append(a.Members, fmt.Sprintf("%s lists %d ready workers of %s, want %d", f, ready[m], m, wantReady[m]))
+				}
+			}
+		}
+		clean := len(a.Members) == 0
+		for _, n := range a.Held {
+			clean = clean && n == 0
+		}
+		if clean || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	now := r.resources(ctx)
+	for k, b := range before {
+		if n, ok := now[k]; ok {
+			a.Growth[k] = [2]float64{b, n}
+		}
+	}
+	return a
+}
+
+// held reads the requests and blocks still held: the frontends' in-flight requests and
+// their routers' per-worker active requests and blocks, the engines' running requests.
+func (r *rig) held(ctx context.Context) map[string]float64 {
+	out := map[string]float64{}
+	add := func(host string, fams map[string]*dto.MetricFamily, name string) {
+		f := fams[name]
+		if f == nil {
+			return
+		}
+		for _, m := range f.GetMetric() {
+			key := host + " " + name
+			if w := label(m, "worker"); w != "" {
+				key += " " + w
+			}
+			out[key] += value(m)
+		}
+	}
+	for _, f := range topology.Frontends {
+		fams := r.metrics(ctx, r.url(f, frontendPort))
+		if fams == nil {
+			out[f+" /metrics unanswered"] = 1
+			continue
+		}
+		for _, name := range []string{"turbine_frontend_inflight_requests", "turbine_router_worker_active_requests",
+			"turbine_router_worker_active_decode_blocks", "turbine_router_worker_active_prefill_tokens", "turbine_router_worker_engine_running"} {
+			add(f, fams, name)
+		}
+	}
+	for _, n := range topology.Nodes {
+		fams := r.metrics(ctx, r.url(n, nodeHTTPPort))
+		if fams == nil {
+			out[n+" /metrics unanswered"] = 1
+			continue
+		}
+		add(n, fams, "vllm:num_requests_running")
+	}
+	return out
+}
+
+// reference is an undisturbed `turbine serve` on loopback with the nodes' engine
+// settings: the mock engine's output is a function of the prompt alone
+// (docs/reference.md §7), so what it answers is what each request is owed.
+type reference struct {
+	base, model string
+	stop        func()
+}
+
+// startReference starts the reference server (before the load, so that a reference
+// that cannot start fails the run at once).
+func (r *rig) startReference() (*reference, error) {
+	f, err := os.Create(filepath.Join(r.cfg.Out, "logs", "reference.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(r.cfg.Bin, "serve", "--port", "0", "--workers", "2", "--log-format", "json",
+		"--speedup-ratio", "1000")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(f, pw), io.MultiWriter(f, pw)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	stop := func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		pw.Close()
+		f.Close()
+	}
+	found := make(chan reference, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		sent := false
+		for sc.Scan() {
+			var l struct {
+				Message, URL, Model string
+			}
+			if !sent && json.Unmarshal(sc.Bytes(), &l) == nil && l.Message == "turbine serving" {
+				found <- reference{base: l.URL, model: l.Model}
+				sent = true
+			}
+		}
+	}()
+	select {
+	case ref := <-found:
+		ref.stop = stop
+		return &ref, nil
+	case <-time.After(60 * time.Second):
+		stop()
+		return nil, errors.New("chaos: the reference server did not start in 60 s (logs/reference.log)")
+	}
+}
+
+// references asks the reference server for the tokens of every request that has
+// tokens to compare (nil for the others).
+func (r *rig) references(ctx context.Context, ref *reference, load []Request, recs []Record) (map[int][]uint32, error) {
+	refs := map[int][]uint32{}
+	var mu sync.Mutex
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	var firstErr error
+	for _, rec := range recs {
+		q := load[rec.ID]
+		if len(rec.Tokens) == 0 && !(rec.Status == 200 && rec.Done) {
+			mu.Lock()
+			refs[rec.ID] = nil // nothing to compare
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			q.Model, q.DisconnectAfter = ref.model, 0
+			got := Send(ctx, r.hc, ref.base, "reference", time.Now(), q, 5*time.Minute)
+			mu.Lock()
+			defer mu.Unlock()
+			if got.Status != 200 || !got.Done || got.ErrCode != "" || got.Transport != "" || len(got.Tokens) != q.MaxTokens {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("chaos: the reference server answered request %d with %+v", rec.ID, got)
+				}
+				return
+			}
+			refs[rec.ID] = got.Tokens
+		}()
+	}
+	wg.Wait()
+	return refs, firstErr
+}
+
+// stopAll ends every process (SIGTERM, then SIGKILL).
+func (r *rig) stopAll() {
+	var wg sync.WaitGroup
+	for _, p := range r.procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Stop(10 * time.Second) }()
+	}
+	wg.Wait()
+}
+
+// writeRecords stores the client's records, one JSON object per line.
+func (r *rig) writeRecords(recs []Record) error {
+	f, err := os.Create(filepath.Join(r.cfg.Out, "records.jsonl"))
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, rec := range recs {
+		if err := enc.Encode(rec); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// write stores the verdict and the timeline plot.
+func (r *rig) write(v Verdict, tl *timeline) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d, duration %v\n%s\n%s\n", r.cfg.Seed, r.cfg.Duration, v.Line(), v.Detail())
+	for _, p := range v.Problems {
+		b.WriteString(p + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(r.cfg.Out, "verdict.txt"), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	for _, format := range []string{"svg", "png"} {
+		pf, err := os.Create(filepath.Join(r.cfg.Out, "timeline."+format))
+		if err != nil {
+			return err
+		}
+		if err := tl.plot(pf, r.cfg.Duration+r.cfg.Settle, format); err != nil {
+			pf.Close()
+			return err
+		}
+		if err := pf.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

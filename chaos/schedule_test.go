@@ -1,0 +1,110 @@
+package chaos
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+var testTopo = Topology{Consul: "consul", Frontends: []string{"fe-1", "fe-2"}, Nodes: []string{"n-1", "n-2", "n-3", "n-4"}}
+
+// The same config gives the same schedule, byte for byte (testdata/plan-seed*.txt).
+func TestPlanGolden(t *testing.T) {
+	for _, seed := range []uint64{1, 2} {
+		events, err := Plan(PlanConfig{Seed: seed, Duration: 3 * time.Minute, Quiet: 30 * time.Second, MeanGap: 6 * time.Second}, testTopo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := FormatPlan(events)
+		path := filepath.Join("testdata", "plan-seed"+string(rune('0'+seed))+".txt")
+		if *update {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != string(want) {
+			t.Errorf("seed %d: plan differs from %s:\n%s", seed, path, got)
+		}
+	}
+}
+
+// Every schedule, whatever the seed: events in order, ended before the quiet tail, on
+// real targets, at most one process event per process at a time, every kind drawn.
+func TestPlanInvariants(t *testing.T) {
+	seen := map[Kind]int{}
+	hosts := testTopo.Hosts()
+	for seed := uint64(0); seed < 200; seed++ {
+		cfg := PlanConfig{Seed: seed, Duration: 5 * time.Minute, Quiet: 20 * time.Second, MeanGap: 3 * time.Second}
+		events, err := Plan(cfg, testTopo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		busy := map[string]time.Duration{}
+		for i, e := range events {
+			seen[e.Kind]++
+			if i > 0 && e.At < events[i-1].At {
+				t.Fatalf("seed %d: event %d at %v before %v", seed, i, e.At, events[i-1].At)
+			}
+			if e.End() > cfg.Duration-cfg.Quiet || e.For < 0 {
+				t.Fatalf("seed %d: %s ends at %v, past %v", seed, e, e.End(), cfg.Duration-cfg.Quiet)
+			}
+			if e.Kind != Split && !slices.Contains(hosts, e.Target) {
+				t.Fatalf("seed %d: %s: no such host", seed, e)
+			}
+			if e.Kind == DropOneWay && (e.Peer == e.Target || !slices.Contains(hosts, e.Peer)) {
+				t.Fatalf("seed %d: %s: bad peer", seed, e)
+			}
+			if !e.Kind.Network() {
+				if busy[e.Target] > e.At {
+					t.Fatalf("seed %d: %s overlaps another process event on %s (busy until %v)", seed, e, e.Target, busy[e.Target])
+				}
+				busy[e.Target] = max(e.End(), e.At+time.Millisecond)
+			}
+		}
+	}
+	for k := range numKinds {
+		if seen[k] == 0 {
+			t.Errorf("kind %s never drawn in 200 schedules", k)
+		}
+	}
+}
+
+func TestPlanRefuses(t *testing.T) {
+	ok := PlanConfig{Seed: 1, Duration: time.Minute, Quiet: 10 * time.Second, MeanGap: time.Second}
+	for name, c := range map[string]struct {
+		cfg  PlanConfig
+		topo Topology
+	}{
+		"one frontend":   {ok, Topology{Consul: "c", Frontends: []string{"f"}, Nodes: []string{"a", "b"}}},
+		"no consul":      {ok, Topology{Frontends: []string{"f", "g"}, Nodes: []string{"a", "b"}}},
+		"quiet too long": {PlanConfig{Duration: time.Minute, Quiet: time.Minute, MeanGap: time.Second}, testTopo},
+		"no gap":         {PlanConfig{Duration: time.Minute}, testTopo},
+		"weights":        {PlanConfig{Duration: time.Minute, MeanGap: time.Second, Weights: []float64{1}}, testTopo},
+		"zero weights":   {PlanConfig{Duration: time.Minute, MeanGap: time.Second, Weights: make([]float64, numKinds)}, testTopo},
+	} {
+		if _, err := Plan(c.cfg, c.topo); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestKindNames(t *testing.T) {
+	for k := range numKinds {
+		got, err := ParseKind(k.String())
+		if err != nil || got != k {
+			t.Errorf("ParseKind(%q) = %v, %v", k.String(), got, err)
+		}
+	}
+	if _, err := ParseKind("reboot"); err == nil {
+		t.Error("ParseKind(reboot): no error")
+	}
+}
