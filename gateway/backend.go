@@ -97,6 +97,13 @@ type RecentModels interface {
 	Recent(model string) bool
 }
 
+// RecentCards is implemented by backends whose model list can lag for a moment (a
+// catalog rebuilt after it moved): RecentCard returns the card of a model listed a
+// moment ago and not now, which the gateway serves the request with (nil: none).
+type RecentCards interface {
+	RecentCard(model string) *messages.ModelCard
+}
+
 // Backend errors (wrapped with detail by implementations; match with errors.Is).
 var (
 	ErrUnknownModel = errors.New("gateway: unknown model")

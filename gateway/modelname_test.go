@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/turbine-llm/turbine/messages"
 )
 
 func TestClipName(t *testing.T) {
@@ -123,5 +126,32 @@ func TestLongPathAndMethodAreClipped(t *testing.T) {
 				t.Errorf("%d, %d bytes: %.300s; want %d with the clipped name", rr.Code, rr.Body.Len(), rr.Body.String(), tc.code)
 			}
 		})
+	}
+}
+
+// lateCatalog lists no model, as a Catalog grain just moved to another member does
+// until the workers register with it again, but remembers "tiny" (RecentCards).
+type lateCatalog struct{ *fakeBackend }
+
+func (b lateCatalog) Models(context.Context) ([]*messages.ModelCard, error) { return nil, nil }
+func (b lateCatalog) Recent(name string) bool                               { return name == "tiny" }
+func (b lateCatalog) RecentCard(name string) *messages.ModelCard {
+	if name == "tiny" {
+		return b.cards[0]
+	}
+	return nil
+}
+
+// A model the catalog listed a moment ago and does not now is served with its recent
+// card (the router decides), not refused with 503; another model is still unknown.
+func TestRecentCardServes(t *testing.T) {
+	b := lateCatalog{newFakeBackend(finish("Hello", "stop"))}
+	s := newTestServer(t, b)
+	rr := serve(s, "POST", compPath, `{"model":"tiny","prompt":"hi"}`)
+	if rr.Code != 200 || len(b.requests) != 1 || b.requests[0].Model != "tiny" {
+		t.Fatalf("recent model: %d %s, %d requests generated", rr.Code, rr.Body.String(), len(b.requests))
+	}
+	if rr := serve(s, "POST", compPath, `{"model":"other","prompt":"hi"}`); rr.Code != 404 {
+		t.Errorf("unknown model: %d %s", rr.Code, rr.Body.String())
 	}
 }

@@ -70,6 +70,11 @@ func (s *Server) lookupModel(ctx context.Context, name string) (*messages.ModelC
 	if c, aerr := findModel(cards, name); c != nil || aerr != nil {
 		return c, aerr
 	}
+	if r, ok := s.backend.(RecentCards); ok {
+		if c := r.RecentCard(name); c != nil {
+			return c, nil
+		}
+	}
 	if r, ok := s.backend.(RecentModels); ok && r.Recent(name) {
 		return nil, backendError(name, fmt.Errorf("%w: %q has no ready worker right now", ErrNoWorkers, clipName(name)))
 	}

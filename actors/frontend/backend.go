@@ -31,6 +31,12 @@ type Config struct {
 	// ModelMemory is how long a model that had live workers is answered with 503 (no
 	// ready worker) rather than 404 (unknown model) once it has none (default 10 min).
 	ModelMemory time.Duration
+	// CatalogGrace is how long after the catalog last listed a model a request for it is
+	// still routed with that card when the catalog no longer lists it (default 10 s): a
+	// Catalog grain that has just moved to another member lists only the workers that
+	// have registered with it since, while the model's Router grain may know them all.
+	// The router then answers as it knows (a worker, or 503 no live workers).
+	CatalogGrace time.Duration
 	// ModelCacheDir holds tokenizer folders fetched from workers (LoaderConfig.CacheDir;
 	// default DefaultModelCacheDir()).
 	ModelCacheDir string
@@ -83,8 +89,9 @@ type Backend struct {
 	mu       sync.Mutex
 	models   []*messages.ModelCard
 	modelsAt time.Time
-	seen     map[string]time.Time         // model -> last time the catalog listed it
-	busy     map[string]kv.BusyThresholds // model -> thresholds set through this frontend
+	seen     map[string]time.Time           // model -> last time the catalog listed it
+	cards    map[string]*messages.ModelCard // model -> its card when the catalog last listed it
+	busy     map[string]kv.BusyThresholds   // model -> thresholds set through this frontend
 	// loraNotes are the adapters this frontend loaded or unloaded a moment ago, listed
 	// as they are now until the catalog agrees (lora.go).
 	loraNotes map[loraKey]loraNote
@@ -105,6 +112,7 @@ const (
 	DefaultRouteTimeout = 5 * time.Second        // Config.RouteTimeout
 	DefaultModelsTTL    = 500 * time.Millisecond // Config.ModelsTTL
 	DefaultModelMemory  = 10 * time.Minute       // Config.ModelMemory
+	DefaultCatalogGrace = 10 * time.Second       // Config.CatalogGrace
 )
 
 // New returns a Backend using cluster c.
@@ -121,6 +129,9 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	}
 	if cfg.ModelMemory <= 0 {
 		cfg.ModelMemory = DefaultModelMemory
+	}
+	if cfg.CatalogGrace == 0 {
+		cfg.CatalogGrace = DefaultCatalogGrace
 	}
 	if cfg.PrefillReleaseWait <= 0 {
 		cfg.PrefillReleaseWait = def.PrefillReleaseWait
@@ -221,6 +232,10 @@ func (b *Backend) listed(list []*messages.ModelCard, now time.Time) []*messages.
 	for _, m := range list {
 		if m.GetLora() == nil { // an unloaded adapter is unknown at once (404), not "recent" (503)
 			b.seen[m.Model] = now
+			if b.cards == nil {
+				b.cards = map[string]*messages.ModelCard{}
+			}
+			b.cards[m.Model] = m
 		}
 	}
 	return b.withLoraNotes(list, now)
@@ -233,6 +248,19 @@ func (b *Backend) Recent(model string) bool {
 	defer b.mu.Unlock()
 	last, ok := b.seen[model]
 	return ok && time.Since(last) < b.cfg.ModelMemory
+}
+
+// RecentCard returns the card of model when the catalog listed it within the last
+// CatalogGrace but does not now, else nil (gateway.RecentCards): such a request is still
+// routed, and its Router grain decides.
+func (b *Backend) RecentCard(model string) *messages.ModelCard {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	last, ok := b.seen[model]
+	if !ok || b.cfg.CatalogGrace < 0 || time.Since(last) >= b.cfg.CatalogGrace {
+		return nil
+	}
+	return b.cards[model]
 }
 
 // Generate routes req with the model's Router grain and starts it on the chosen worker.
@@ -252,6 +280,11 @@ func (b *Backend) Generate(ctx context.Context, req *gateway.GenerateRequest) (g
 	for _, m := range models {
 		if m.Model == req.Model && m.GetLora() == nil { // an adapter runs on its base model
 			known, blockSize = true, int(m.GetKvBlockSize())
+		}
+	}
+	if !known {
+		if c := b.RecentCard(req.Model); c != nil {
+			known, blockSize = true, int(c.GetKvBlockSize())
 		}
 	}
 	if !known {

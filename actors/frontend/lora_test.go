@@ -359,3 +359,28 @@ func TestLoadOnLoraOff(t *testing.T) {
 		}
 	}
 }
+
+// RecentCard: a base model the catalog listed within CatalogGrace and does not list now
+// keeps its card (a Catalog grain that moved lists only the workers registered since);
+// an adapter never does; past the grace, or with the grace off, none.
+func TestRecentCard(t *testing.T) {
+	base := &messages.ModelCard{Model: "m", Tokenizer: "/models/m", KvBlockSize: 16}
+	adapter := &messages.ModelCard{Model: "a", Lora: &messages.LoraAdapter{Name: "a", Parent: "m"}}
+	b := &Backend{cfg: Config{ModelMemory: time.Hour, CatalogGrace: 10 * time.Second}, seen: map[string]time.Time{}}
+	b.listed([]*messages.ModelCard{base, adapter}, time.Now())
+	b.listed(nil, time.Now()) // the catalog moved: it lists nothing yet
+	if c := b.RecentCard("m"); c != base {
+		t.Errorf("RecentCard(m) = %v, want the card listed a moment ago", c)
+	}
+	if c := b.RecentCard("a"); c != nil {
+		t.Errorf("an adapter's card: %v", c)
+	}
+	b.seen["m"] = time.Now().Add(-11 * time.Second)
+	if c := b.RecentCard("m"); c != nil || !b.Recent("m") {
+		t.Errorf("past the grace: card %v, recent %v; want none, and still recent (503)", c, b.Recent("m"))
+	}
+	b.seen["m"], b.cfg.CatalogGrace = time.Now(), -1
+	if c := b.RecentCard("m"); c != nil {
+		t.Errorf("grace off: %v", c)
+	}
+}
