@@ -199,8 +199,9 @@ func (b *Backend) member() (*pcluster.Cluster, <-chan struct{}) {
 // Models returns the cards of the models that have at least one live worker, then of the
 // LoRA adapters they hold (ModelCard.lora set), from the Catalog grain (cached for
 // ModelsTTL), with the adapters this frontend loaded or unloaded a moment ago as they are
-// now (lora.go). A failed Catalog call is a *gateway.APIError of kind KindNoWorkers (503
-// with Retry-After) wrapping gateway.ErrNoWorkers.
+// now (lora.go). When the Catalog call fails, the list it last gave within CatalogGrace is
+// returned instead; with none, a *gateway.APIError of kind KindNoWorkers (503 with
+// Retry-After) wrapping gateway.ErrNoWorkers.
 func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 	b.mu.Lock()
 	if b.models != nil && time.Since(b.modelsAt) < b.cfg.ModelsTTL {
@@ -213,8 +214,17 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 		pcluster.WithTimeout(b.cfg.RouteTimeout))
 	if err != nil {
 		// The Catalog grain did not answer in time (an overloaded or restarting member):
-		// nothing is known to be wrong with the request or the workers, so the client
-		// should retry (503 with Retry-After), as for a Route call that failed.
+		// the list it gave within CatalogGrace stands in for it (the Router grains decide
+		// each request); with none, nothing is known to be wrong with the request or the
+		// workers, so the client should retry (503 with Retry-After), as for a Route call
+		// that failed.
+		b.mu.Lock()
+		if b.models != nil && b.cfg.CatalogGrace > 0 && time.Since(b.modelsAt) < b.cfg.CatalogGrace {
+			m := b.withLoraNotes(b.models, time.Now())
+			b.mu.Unlock()
+			return m, nil
+		}
+		b.mu.Unlock()
 		return nil, &gateway.APIError{Kind: gateway.KindNoWorkers,
 			Message: "The service's model catalog did not answer in time; retry later.",
 			Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, err)}

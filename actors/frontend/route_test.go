@@ -187,3 +187,30 @@ func TestCatalogCallFailureIs503(t *testing.T) {
 		t.Fatalf("Models error %#v (%v); want a KindNoWorkers APIError wrapping ErrNoWorkers", err, err)
 	}
 }
+
+// A Catalog grain that does not answer (here: a member without the kind) is stood in
+// for by the list it gave within CatalogGrace; past it, the frontend answers 503.
+func TestModelsOutliveAnUnansweredCatalog(t *testing.T) {
+	member, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("no-catalog-%d", time.Now().UnixNano()),
+		Discovery: "local", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(member.Stop)
+	b := New(member.Cluster, Config{RouteTimeout: 300 * time.Millisecond, ModelsTTL: time.Millisecond, CatalogGrace: 10 * time.Second})
+	card := &messages.ModelCard{Model: "m", KvBlockSize: 16}
+	b.mu.Lock()
+	b.listed([]*messages.ModelCard{card}, time.Now().Add(-time.Second)) // older than ModelsTTL
+	b.mu.Unlock()
+	got, err := b.Models(context.Background())
+	if err != nil || len(got) != 1 || got[0] != card {
+		t.Fatalf("within the grace: %v, %v; want the last list", got, err)
+	}
+	b.mu.Lock()
+	b.modelsAt = time.Now().Add(-11 * time.Second)
+	b.mu.Unlock()
+	var apiErr *gateway.APIError
+	if _, err := b.Models(context.Background()); !errors.As(err, &apiErr) || apiErr.Kind != gateway.KindNoWorkers {
+		t.Fatalf("past the grace: %v, want 503 no workers", err)
+	}
+}
