@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -59,14 +60,27 @@ var DocumentedCodes = []string{
 	"engine_error", "backend_unavailable", "request_timeout", "model_not_found",
 }
 
-// explainers are the kinds that can cut a client's connection to a frontend host.
-var explainers = []Kind{KillFrontend, Pause, Lossy}
+// Windows bound how far an event explains a failure.
+type Windows struct {
+	// Cut: a kill of a request's frontend explains its cut (a reset, a refused
+	// connection, a stream ended without [DONE]) from Cut before the kill to Cut after the
+	// frontend was started again (it takes a moment to listen again).
+	Cut time.Duration
+	// Recovery: a documented error code is a failure, not a violation, while any event is
+	// in force and for Recovery after it ends (a restarted node registers its workers
+	// again, a restarted Consul takes its members back); at any other time the cluster
+	// is whole, and such an answer is unexplained.
+	Recovery time.Duration
+}
+
+// DefaultWindows are the checker's windows (docs/chaos.md).
+var DefaultWindows = Windows{Cut: 10 * time.Second, Recovery: 15 * time.Second}
 
 // Classify is the outcome of r against its reference tokens ref (what an undisturbed
 // engine produces for its prompt and max_tokens), with events the nemesis's timeline
-// and grace how far before and after a request an event still explains its cut. The
-// string says why, for a violation.
-func Classify(r Record, ref []uint32, events []Event, grace time.Duration) (Outcome, string) {
+// (as carried out) and w the windows within which they explain a failure. The string
+// says why, for a violation.
+func Classify(r Record, ref []uint32, events []Event, w Windows) (Outcome, string) {
 	if n := commonPrefix(r.Tokens, ref); n < min(len(r.Tokens), len(ref)) {
 		return Corrupted, fmt.Sprintf("token %d is %d, the reference's is %d", n, r.Tokens[n], ref[n])
 	}
@@ -85,39 +99,52 @@ func Classify(r Record, ref []uint32, events []Event, grace time.Duration) (Outc
 	case complete || len(r.Tokens) > len(ref):
 		return Duplicated, fmt.Sprintf("%d tokens, the reference has %d", len(r.Tokens), len(ref))
 	}
-	if r.ErrCode != "" && slices.Contains(DocumentedCodes, r.ErrCode) {
-		if r.Status != 200 || r.Done {
+	where := fmt.Sprintf("(sent to %s, %.3f–%.3f s)", r.Frontend, r.Start.Seconds(), r.End.Seconds())
+	switch {
+	case r.ErrCode != "" && !slices.Contains(DocumentedCodes, r.ErrCode):
+		return Unexplained, fmt.Sprintf("undocumented error code %q (HTTP %d) %s", r.ErrCode, r.Status, where)
+	case r.Status != 0 && r.Status != 200 && r.ErrCode == "":
+		return Unexplained, fmt.Sprintf("HTTP %d without an error code %s", r.Status, where)
+	case r.Status == 200 && r.Done && r.ErrCode == "" && r.Transport == "":
+		return Unexplained, "data: [DONE] without a finish_reason " + where
+	case r.ErrCode != "" && (r.Status != 200 || r.Done):
+		// A documented failure, cleanly ended: it needs a broken cluster around it.
+		if inForce(r, events, w.Recovery) {
 			return Failed, ""
 		}
-		if explained(r, events, grace) {
-			return Failed, ""
-		}
-		return Unexplained, fmt.Sprintf("error frame %q without data: [DONE]", r.ErrCode)
+		return Unexplained, fmt.Sprintf("%q while the cluster was whole (no nemesis event in force or ended within %v) %s", r.ErrCode, w.Recovery, where)
 	}
-	if r.ErrCode != "" {
-		return Unexplained, fmt.Sprintf("undocumented error code %q (HTTP %d)", r.ErrCode, r.Status)
-	}
-	if r.Status != 0 && r.Status != 200 {
-		return Unexplained, fmt.Sprintf("HTTP %d without an error code", r.Status)
-	}
-	if explained(r, events, grace) {
+	// A cut: a stream ended without [DONE] (after an error frame or not), or a
+	// transport failure.
+	if cutBy(r, events, w.Cut) {
 		return Failed, ""
 	}
 	what := "stream cut without data: [DONE]"
-	if r.Transport != "" {
+	switch {
+	case r.ErrCode != "":
+		what = fmt.Sprintf("error frame %q without data: [DONE]", r.ErrCode)
+	case r.Transport != "":
 		what = r.Transport
 	}
-	if r.Status == 200 && r.Done {
-		what = "data: [DONE] without a finish_reason"
-	}
-	return Unexplained, fmt.Sprintf("%s (sent to %s, %.3f–%.3f s) with no nemesis event on that frontend", what, r.Frontend, r.Start.Seconds(), r.End.Seconds())
+	return Unexplained, fmt.Sprintf("%s %s with no kill of that frontend around its end", what, where)
 }
 
-// explained reports whether an event that can cut the client's connection to r's
-// frontend overlapped the request (widened by grace on both sides).
-func explained(r Record, events []Event, grace time.Duration) bool {
+// inForce reports whether any event was in force during r, or ended within recovery
+// before it began.
+func inForce(r Record, events []Event, recovery time.Duration) bool {
 	for _, e := range events {
-		if e.Target == r.Frontend && slices.Contains(explainers, e.Kind) && e.At <= r.End+grace && e.End()+grace >= r.Start {
+		if e.At <= r.End && e.End()+recovery >= r.Start {
+			return true
+		}
+	}
+	return false
+}
+
+// cutBy reports whether a kill of r's frontend could have cut it: r ended from grace
+// before the kill to grace after the frontend's restart.
+func cutBy(r Record, events []Event, grace time.Duration) bool {
+	for _, e := range events {
+		if e.Kind == KillFrontend && e.Target == r.Frontend && e.At-grace <= r.End && r.End <= e.End()+grace {
 			return true
 		}
 	}
@@ -144,6 +171,12 @@ type After struct {
 	// Members is the membership each frontend sees against the live set, as a mismatch
 	// description; empty when they converged.
 	Members []string
+	// Crashes are the members' exits the rig did not cause; Rig what the rig failed to do
+	// (a rule not applied, a process not started again). Either fails the run.
+	Crashes, Rig []string
+	// Index lists the workers whose blocks in the router's index differ from the blocks
+	// their engine holds, one description each; empty when they agree.
+	Index []string
 }
 
 // Bound of resource growth: a process may end the run with at most Slack more of a
@@ -165,11 +198,19 @@ type Verdict struct {
 // MaxProblems bounds Verdict.Problems.
 const MaxProblems = 200
 
-// Pass reports whether nothing was lost, duplicated, corrupted, unexplained or leaked
-// and membership converged.
+// Pass reports whether nothing was lost, duplicated, corrupted, unexplained or leaked,
+// no member crashed, the rig carried out its schedule, membership converged and the
+// router's index agrees with the engines.
 func (v Verdict) Pass() bool {
 	return v.Count[Lost]+v.Count[Duplicated]+v.Count[Corrupted]+v.Count[Unexplained]+v.Leaked == 0 &&
-		!slices.ContainsFunc(v.Problems, func(p string) bool { return strings.HasPrefix(p, "membership: ") })
+		!slices.ContainsFunc(v.Problems, func(p string) bool {
+			for _, kind := range []string{"membership: ", "index: ", "crash: ", "rig: "} {
+				if strings.HasPrefix(p, kind) {
+					return true
+				}
+			}
+			return false
+		})
 }
 
 // Line is the summary line: "requests N, ok N, failed N, lost N, duplicated N, leaked N".
@@ -192,7 +233,7 @@ func (v Verdict) Detail() string {
 
 // Check classifies every record against its reference (refs by Record.ID; a record with
 // none is a problem) and the cluster's state afterwards.
-func Check(recs []Record, refs map[int][]uint32, events []Event, grace time.Duration, after After, bound Bound) Verdict {
+func Check(recs []Record, refs map[int][]uint32, events []Event, w Windows, after After, bound Bound) Verdict {
 	v := Verdict{Requests: len(recs), ByKind: map[string]int{}}
 	problem := func(format string, args ...any) {
 		if len(v.Problems) < MaxProblems {
@@ -206,7 +247,7 @@ func Check(recs []Record, refs map[int][]uint32, events []Event, grace time.Dura
 			problem("request %d: no reference tokens", r.ID)
 			continue
 		}
-		o, why := Classify(r, ref, events, grace)
+		o, why := Classify(r, ref, events, w)
 		v.Count[o]++
 		switch o {
 		case Failed:
@@ -217,22 +258,51 @@ func Check(recs []Record, refs map[int][]uint32, events []Event, grace time.Dura
 		}
 	}
 	for _, place := range sortedKeys(after.Held) {
-		if n := after.Held[place]; n > 0 {
-			v.Leaked += int(n)
-			problem("leak: %s %g after the run", place, n)
+		if n := after.Held[place]; n != 0 {
+			v.Leaked += int(math.Ceil(math.Abs(n)))
 		}
 	}
 	for _, what := range sortedKeys(after.Growth) {
 		g := after.Growth[what]
 		if limit := max(g[0]+bound.Slack, g[0]*bound.Factor); g[1] > limit {
 			v.Leaked++
-			problem("leak: %s grew from %g to %g (bound %g)", what, g[0], g[1], limit)
 		}
 	}
-	for _, m := range after.Members {
-		problem("membership: %s", m)
+	v.Problems = append(afterProblems(after, bound), v.Problems...)
+	if len(v.Problems) > MaxProblems {
+		v.Problems = v.Problems[:MaxProblems]
 	}
 	return v
+}
+
+// afterProblems are the violations found in the cluster's state afterwards, listed before
+// the requests' (they are few, and Problems is bounded).
+func afterProblems(after After, bound Bound) []string {
+	var out []string
+	for _, place := range sortedKeys(after.Held) {
+		if n := after.Held[place]; n != 0 {
+			out = append(out, fmt.Sprintf("leak: %s %g after the run", place, n))
+		}
+	}
+	for _, what := range sortedKeys(after.Growth) {
+		g := after.Growth[what]
+		if limit := max(g[0]+bound.Slack, g[0]*bound.Factor); g[1] > limit {
+			out = append(out, fmt.Sprintf("leak: %s grew from %g to %g (bound %g)", what, g[0], g[1], limit))
+		}
+	}
+	for _, c := range after.Crashes {
+		out = append(out, "crash: "+c)
+	}
+	for _, r := range after.Rig {
+		out = append(out, "rig: "+r)
+	}
+	for _, m := range after.Members {
+		out = append(out, "membership: "+m)
+	}
+	for _, m := range after.Index {
+		out = append(out, "index: "+m)
+	}
+	return out
 }
 
 // FailureKind names a failure for the verdict's counts: its error code, else the

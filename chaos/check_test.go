@@ -3,6 +3,7 @@ package chaos
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestClassify(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
-		got, why := Classify(c.Rec, c.Ref, c.Events, 2*time.Second)
+		got, why := Classify(c.Rec, c.Ref, c.Events, DefaultWindows)
 		if got.String() != c.Want || !strings.Contains(why, c.Why) {
 			t.Errorf("%s: %s (%q), want %s (%q)", c.Name, got, why, c.Want, c.Why)
 		}
@@ -36,7 +37,7 @@ func TestClassify(t *testing.T) {
 func TestCheckVerdict(t *testing.T) {
 	recs := []Record{
 		{ID: 0, Status: 200, Tokens: []uint32{1, 2}, Finish: "length", Done: true},
-		{ID: 1, Status: 503, ErrCode: "no_live_workers"},
+		{ID: 1, Status: 503, ErrCode: "no_live_workers", Start: time.Second, End: time.Second},
 		{ID: 2, Status: 200, Tokens: []uint32{1}, Finish: "length", Done: true},
 		{ID: 3, Status: 200, Tokens: []uint32{1, 2}, Finish: "length", Done: true}, // no reference
 	}
@@ -45,23 +46,28 @@ func TestCheckVerdict(t *testing.T) {
 		Held:   map[string]float64{"fe-1 turbine_router_worker_active_requests w-0": 2, "n-1 vllm:num_requests_running": 0},
 		Growth: map[string][2]float64{"fe-1 go_goroutines": {100, 250}, "n-1 go_goroutines": {100, 400}, "n-1 process_open_fds": {30, 60}},
 	}
-	v := Check(recs, refs, nil, time.Second, after, Bound{Slack: 200, Factor: 1.5})
+	events := []Event{{At: 0, For: 2 * time.Second, Kind: KillNode, Target: "n-1"}}
+	v := Check(recs, refs, events, DefaultWindows, after, Bound{Slack: 200, Factor: 1.5})
 	if got, want := v.Line(), "requests 4, ok 1, failed 1, lost 2, duplicated 0, leaked 3"; got != want {
 		t.Errorf("line %q, want %q\n%s", got, want, strings.Join(v.Problems, "\n"))
 	}
 	if v.Pass() || v.ByKind["no_live_workers"] != 1 {
 		t.Errorf("verdict %+v", v)
 	}
-	clean := Check(recs[:2], refs, nil, time.Second, After{}, Bound{})
+	clean := Check(recs[:2], refs, events, DefaultWindows, After{}, Bound{})
 	if !clean.Pass() {
 		t.Errorf("clean run fails: %v", clean.Problems)
 	}
 	if !strings.Contains(clean.Detail(), "no_live_workers 1") {
 		t.Errorf("detail %q", clean.Detail())
 	}
-	unconverged := Check(recs[:1], refs, nil, time.Second, After{Members: []string{"fe-1 lists 3 ready workers"}}, Bound{})
+	unconverged := Check(recs[:1], refs, nil, DefaultWindows, After{Members: []string{"fe-1 lists 3 ready workers"}}, Bound{})
 	if unconverged.Pass() {
 		t.Error("a membership that did not converge passes")
+	}
+	drifted := Check(recs[:1], refs, nil, DefaultWindows, After{Index: []string{"n-1-0: router 12 blocks, engine 10"}}, Bound{})
+	if drifted.Pass() || !slices.Contains(drifted.Problems, "index: n-1-0: router 12 blocks, engine 10") {
+		t.Errorf("an index that drifted: %v", drifted.Problems)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,14 +24,16 @@ type Proc struct {
 	args       []string
 	logPath    string
 
-	mu     sync.Mutex
-	cmd    *running
-	starts int
+	mu      sync.Mutex
+	cmd     *running
+	starts  int
+	crashes []string // exits the rig did not cause (Crashes)
 }
 
 type running struct {
-	pid    int
-	exited chan struct{}
+	pid      int
+	exited   chan struct{}
+	expected bool // the rig killed or stopped it (under Proc.mu)
 }
 
 // NewProc describes a process; Start runs it.
@@ -62,7 +66,15 @@ func (p *Proc) Start() error {
 		return fmt.Errorf("chaos: start %s: %w", p.Name, err)
 	}
 	e := &running{pid: cmd.Process.Pid, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(e.exited) }()
+	go func() {
+		err := cmd.Wait()
+		p.mu.Lock()
+		if !e.expected {
+			p.crashes = append(p.crashes, fmt.Sprintf("%s (pid %d) exited on its own at %s: %v", p.Name, e.pid, time.Now().UTC().Format(time.RFC3339), err))
+		}
+		p.mu.Unlock()
+		close(e.exited)
+	}()
 	p.cmd = e
 	return nil
 }
@@ -92,11 +104,26 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 	return syscall.Kill(pid, sig)
 }
 
-// Kill sends SIGKILL (after SIGCONT, should it be stopped) and waits until it exited.
-func (p *Proc) Kill() {
+// Crashes are the exits the rig did not cause, one line each.
+func (p *Proc) Crashes() []string {
 	p.mu.Lock()
-	e := p.cmd
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.crashes)
+}
+
+// expect marks the running process's coming exit as the rig's doing and returns it.
+func (p *Proc) expect() *running {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		p.cmd.expected = true
+	}
+	return p.cmd
+}
+
+// Kill sends SIGKILL and waits until it exited.
+func (p *Proc) Kill() {
+	e := p.expect()
 	if e == nil {
 		return
 	}
@@ -106,9 +133,7 @@ func (p *Proc) Kill() {
 
 // Stop ends the process: SIGCONT and SIGTERM, then SIGKILL after grace.
 func (p *Proc) Stop(grace time.Duration) {
-	p.mu.Lock()
-	e := p.cmd
-	p.mu.Unlock()
+	e := p.expect()
 	if e == nil {
 		return
 	}
@@ -133,7 +158,7 @@ func (p *Proc) Engines() []int {
 	latest := map[string]int{}
 	var workers []string
 	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
 		if !bytes.Contains(line, []byte(`"engine started"`)) {
@@ -153,11 +178,32 @@ func (p *Proc) Engines() []int {
 		latest[rec.Worker] = rec.PID
 	}
 	slices.Sort(workers)
+	node := p.Pid()
 	var pids []int
 	for _, w := range workers {
-		if pid := latest[w]; syscall.Kill(pid, 0) == nil {
+		if pid := latest[w]; node != 0 && parent(pid) == node {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// parent is pid's parent process id from /proc (0 when pid is gone): a pid from a log
+// line is only signalled while it is still the node's child, never a recycled one.
+func parent(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// "pid (comm) state ppid ...": the fields after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || f[0] == "Z" {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,6 +89,9 @@ type rig struct {
 	procs map[string]*Proc
 	logf  func(format string, args ...any)
 	hc    *http.Client
+
+	mu        sync.Mutex
+	rigErrors []string // what the rig failed to do (rigError)
 }
 
 // Run builds the cluster, runs the load and the nemesis, settles, checks and writes
@@ -129,16 +133,30 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	origin := time.Now()
 	r.logf("load started at %s (the records' times count from it)", origin.UTC().Format(time.RFC3339Nano))
 	tl := newTimeline()
-	var nemesisDone sync.WaitGroup
-	nemesisDone.Add(1)
-	go func() { defer nemesisDone.Done(); r.nemesis(ctx, origin, plan, tl) }()
+	executed := make(chan []Event, 1)
+	go func() { executed <- r.nemesis(ctx, origin, plan, tl) }()
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	go r.sample(sampleCtx, origin, tl)
 	recs := r.drive(ctx, origin, load, tl)
-	nemesisDone.Wait()
+	events := <-executed
+	if err := ctx.Err(); err != nil {
+		stopSampling()
+		return Verdict{}, fmt.Errorf("chaos: stopped after %.0f s of load: %w", time.Since(origin).Seconds(), err)
+	}
 	r.logf("load done: %d requests in %.0f s; settling", len(recs), time.Since(origin).Seconds())
 	after := r.settle(ctx, before)
 	stopSampling()
+	for _, p := range r.procs {
+		for _, c := range p.Crashes() {
+			after.Crashes = append(after.Crashes, c)
+		}
+	}
+	r.mu.Lock()
+	after.Rig = slices.Clone(r.rigErrors)
+	r.mu.Unlock()
+	if err := os.WriteFile(filepath.Join(cfg.Out, "events.txt"), []byte(FormatPlan(events)), 0o644); err != nil {
+		return Verdict{}, err
+	}
 	if err := r.writeRecords(recs); err != nil {
 		return Verdict{}, err
 	}
@@ -146,19 +164,15 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	v := Check(recs, refs, plan, RequestGrace, after, GrowthBound)
+	v := Check(recs, refs, events, DefaultWindows, after, GrowthBound)
 	if err := r.write(v, tl); err != nil {
 		return v, err
 	}
 	return v, nil
 }
 
-// RequestGrace: an event explains a cut request that it overlapped within this much.
-const RequestGrace = 2 * time.Second
-
-// GrowthBound: a process may end with 200 more goroutines and 64 more open files than
-// it began with (idle keep-alive connections of the client's pool), or 1.5 times as
-// many.
+// GrowthBound: a process may end with 200 more goroutines or open files than it began
+// with, or 1.5 times as many, whichever is larger.
 var GrowthBound = Bound{Slack: 200, Factor: 1.5}
 
 // workload reads the trace, cuts prompts and outputs, scales it to Rate and keeps the
@@ -342,8 +356,11 @@ func (r *rig) readyWorkers(ctx context.Context, fe string) map[string]int {
 	return out
 }
 
-// resources reads every member's goroutines and open files.
+// resources reads every Turbine member's goroutines and open files, the client's idle
+// connections closed first (a frontend would count their goroutines and descriptors).
 func (r *rig) resources(ctx context.Context) map[string]float64 {
+	r.hc.CloseIdleConnections()
+	time.Sleep(500 * time.Millisecond)
 	out := map[string]float64{}
 	read := func(name, url string) {
 		fams := r.metrics(ctx, url)
@@ -371,9 +388,12 @@ func (r *rig) drive(ctx context.Context, origin time.Time, load []Request, tl *t
 		if d := time.Until(origin.Add(q.At)); d > 0 {
 			select {
 			case <-ctx.Done():
-				return out[:i]
 			case <-time.After(d):
 			}
+		}
+		if ctx.Err() != nil {
+			wg.Wait()
+			return out[:i]
 		}
 		fe := topology.Frontends[i%len(topology.Frontends)]
 		wg.Add(1)
@@ -391,66 +411,74 @@ func (r *rig) drive(ctx context.Context, origin time.Time, load []Request, tl *t
 	return out
 }
 
-// nemesis carries out the plan; every event has ended when it returns, the network is
-// whole and every process runs again.
-func (r *rig) nemesis(ctx context.Context, origin time.Time, plan []Event, tl *timeline) {
-	var mu sync.Mutex
+// nemesis carries out the plan and returns the events as carried out: each with the
+// time it began and, for a kill, the time its process was started again (an event it
+// could not carry out, such as an engine kill on a node whose engines are all
+// restarting, is left out). Every event has ended when it returns, the network is whole
+// and every process runs again. What the rig itself failed to do is in r.rigErrors.
+func (r *rig) nemesis(ctx context.Context, origin time.Time, plan []Event, tl *timeline) []Event {
+	var mu sync.Mutex  // held from the copy of active to the rules applied, so that they agree
 	var active []Event // network events in force
-	apply := func() {
+	apply := func(change func()) {
 		mu.Lock()
-		a := slices.Clone(active)
-		mu.Unlock()
-		if err := r.net.Apply(ctx, a, topology); err != nil {
-			r.logf("%v", err)
+		defer mu.Unlock()
+		change()
+		if err := r.net.Apply(ctx, active, topology); err != nil {
+			r.rigError("%v", err)
 		}
 	}
+	var doneMu sync.Mutex
+	var done []Event
 	var wg sync.WaitGroup
 	for _, e := range plan {
 		if d := time.Until(origin.Add(e.At)); d > 0 {
 			select {
 			case <-ctx.Done():
-				wg.Wait()
-				return
 			case <-time.After(d):
 			}
 		}
-		tl.event(e)
+		if ctx.Err() != nil {
+			break
+		}
 		r.logf("nemesis %s", e)
+		began := time.Since(origin)
 		if e.Kind.Network() {
-			mu.Lock()
-			active = append(active, e)
-			mu.Unlock()
-			apply()
+			apply(func() { active = append(active, e) })
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.act(ctx, e)
+			ok := r.act(ctx, e)
 			if e.Kind.Network() {
-				mu.Lock()
-				active = slices.DeleteFunc(active, func(x Event) bool { return x == e })
-				mu.Unlock()
-				apply()
+				apply(func() { active = slices.DeleteFunc(active, func(x Event) bool { return x == e }) })
 			}
+			if !ok {
+				return
+			}
+			x := e
+			x.At, x.For = began, max(time.Since(origin)-began, e.For)
+			tl.event(x)
+			doneMu.Lock()
+			done = append(done, x)
+			doneMu.Unlock()
 		}()
 	}
 	wg.Wait()
-	mu.Lock()
-	active = nil
-	mu.Unlock()
-	apply()
+	apply(func() { active = nil })
 	for _, h := range topology.Hosts() {
-		if r.procs[h].Pid() == 0 {
-			r.logf("nemesis: %s was not running at the end: started again", h)
+		if r.procs[h].Pid() == 0 && ctx.Err() == nil {
+			r.rigError("%s was not running once the nemesis ended", h)
 			if err := r.procs[h].Start(); err != nil {
-				r.logf("%v", err)
+				r.rigError("start %s again: %v", h, err)
 			}
 		}
 	}
+	slices.SortFunc(done, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	return done
 }
 
-// act does a process event (and waits out any event's For).
-func (r *rig) act(ctx context.Context, e Event) {
+// act does event e (and waits out its For); false when there was nothing to act on.
+func (r *rig) act(ctx context.Context, e Event) bool {
 	p := r.procs[e.Target]
 	wait := func() {
 		select {
@@ -462,13 +490,13 @@ func (r *rig) act(ctx context.Context, e Event) {
 	case KillEngine, SlowEngine:
 		pids := p.Engines()
 		if len(pids) == 0 {
-			r.logf("nemesis: %s has no engine running", e.Target)
-			return
+			r.logf("nemesis: %s has no engine running: %s left out", e.Target, e.Kind)
+			return false
 		}
 		pid := pids[e.Index%len(pids)]
 		if e.Kind == KillEngine {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
-			return
+			return true
 		}
 		end := time.Now().Add(e.For)
 		for time.Now().Before(end) && ctx.Err() == nil {
@@ -480,16 +508,33 @@ func (r *rig) act(ctx context.Context, e Event) {
 	case KillNode, KillFrontend, KillConsul:
 		p.Kill()
 		wait()
+		if ctx.Err() != nil {
+			return true
+		}
 		if err := p.Start(); err != nil {
-			r.logf("nemesis: restart %s: %v", e.Target, err)
+			r.rigError("restart %s: %v", e.Target, err)
 		}
 	case Pause:
-		_ = p.Signal(syscall.SIGSTOP)
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			r.logf("nemesis: %v: pause left out", err)
+			return false
+		}
 		wait()
 		_ = p.Signal(syscall.SIGCONT)
 	default:
 		wait()
 	}
+	return true
+}
+
+// rigError records something the rig failed to do (it fails the run: the schedule was
+// not carried out as planned).
+func (r *rig) rigError(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.logf("rig: %s", msg)
+	r.mu.Lock()
+	r.rigErrors = append(r.rigErrors, msg)
+	r.mu.Unlock()
 }
 
 // sample records the frontends' migrations each second for the timeline.
@@ -513,30 +558,28 @@ func (r *rig) sample(ctx context.Context, origin time.Time, tl *timeline) {
 			for _, m := range fam.GetMetric() {
 				sum += value(m)
 			}
-			if d := sum - last[f]; d > 0 && sum >= last[f] {
+			d := sum - last[f]
+			if sum < last[f] { // a restarted frontend counts from 0 again
+				d = sum
+			}
+			if d > 0 {
 				tl.migrations(time.Since(origin), d)
 			}
-			last[f] = sum // a restarted frontend starts again from 0
+			last[f] = sum
 		}
 	}
 }
 
-// settle waits (Settle at most) until no request is held anywhere and every worker is
-// ready again, then reads what is still held, the resources and the membership.
+// settle waits (Settle at most) until no request is held anywhere, every worker is
+// ready again and the index agrees with the engines, then reads the resources. Each
+// round reads every member's /metrics once and judges all three from that read.
 func (r *rig) settle(ctx context.Context, before map[string]float64) After {
 	var a After
 	deadline := time.Now().Add(r.cfg.Settle)
 	for {
-		a = After{Held: r.held(ctx), Growth: map[string][2]float64{}}
-		for _, f := range topology.Frontends {
-			ready := r.readyWorkers(ctx, f)
-			for _, m := range slices.Sorted(maps.Keys(wantReady)) {
-				if ready[m] != wantReady[m] {
-					a.Members = append(a.Members, fmt.Sprintf("%s lists %d ready workers of %s, want %d", f, ready[m], m, wantReady[m]))
-				}
-			}
-		}
-		clean := len(a.Members) == 0
+		sc := r.scrapeAll(ctx)
+		a = After{Held: sc.held(), Members: sc.members(), Index: sc.index(), Growth: map[string][2]float64{}}
+		clean := len(a.Members) == 0 && len(a.Index) == 0
 		for _, n := range a.Held {
 			clean = clean && n == 0
 		}
@@ -549,21 +592,74 @@ func (r *rig) settle(ctx context.Context, before map[string]float64) After {
 	for k, b := range before {
 		if n, ok := now[k]; ok {
 			a.Growth[k] = [2]float64{b, n}
+		} else {
+			a.Members = append(a.Members, fmt.Sprintf("%s not read after the run", k))
 		}
 	}
 	return a
 }
 
-// held reads the requests and blocks still held: the frontends' in-flight requests and
-// their routers' per-worker active requests and blocks, the engines' running requests.
-func (r *rig) held(ctx context.Context) map[string]float64 {
+// scrape is one read of every member's /metrics (nil families: it did not answer).
+type scrape struct {
+	frontends, nodes map[string]map[string]*dto.MetricFamily
+}
+
+func (r *rig) scrapeAll(ctx context.Context) scrape {
+	sc := scrape{frontends: map[string]map[string]*dto.MetricFamily{}, nodes: map[string]map[string]*dto.MetricFamily{}}
+	for _, f := range topology.Frontends {
+		sc.frontends[f] = r.metrics(ctx, r.url(f, frontendPort))
+	}
+	for _, n := range topology.Nodes {
+		sc.nodes[n] = r.metrics(ctx, r.url(n, nodeHTTPPort))
+	}
+	return sc
+}
+
+// workers are a node's expected worker ids (node-id and index, as the node names them).
+func workers(node string) []string {
+	n := 0
+	for i, a := range nodeArgs[node] {
+		if a == "--workers" {
+			n, _ = strconv.Atoi(nodeArgs[node][i+1])
+		}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", node, i)
+	}
+	return out
+}
+
+// members lists, per frontend and model, a router that does not list every worker as
+// ready.
+func (sc scrape) members() []string {
+	var out []string
+	for _, f := range topology.Frontends {
+		ready := map[string]int{}
+		if fam := sc.frontends[f]["turbine_router_worker_ready"]; fam != nil {
+			for _, m := range fam.GetMetric() {
+				if value(m) == 1 {
+					ready[label(m, "model")]++
+				}
+			}
+		}
+		for _, m := range slices.Sorted(maps.Keys(wantReady)) {
+			if ready[m] != wantReady[m] {
+				out = append(out, fmt.Sprintf("%s lists %d ready workers of %s, want %d", f, ready[m], m, wantReady[m]))
+			}
+		}
+	}
+	return out
+}
+
+// held is the requests and blocks still held: the frontends' in-flight requests and
+// their routers' per-worker active requests, blocks and tokens, the engines' running
+// requests and pinned and active blocks. A member that did not answer, or an engine its
+// node did not scrape, counts 1 (nothing read is not nothing held).
+func (sc scrape) held() map[string]float64 {
 	out := map[string]float64{}
 	add := func(host string, fams map[string]*dto.MetricFamily, name string) {
-		f := fams[name]
-		if f == nil {
-			return
-		}
-		for _, m := range f.GetMetric() {
+		for _, m := range fams[name].GetMetric() {
 			key := host + " " + name
 			if w := label(m, "worker"); w != "" {
 				key += " " + w
@@ -572,7 +668,7 @@ func (r *rig) held(ctx context.Context) map[string]float64 {
 		}
 	}
 	for _, f := range topology.Frontends {
-		fams := r.metrics(ctx, r.url(f, frontendPort))
+		fams := sc.frontends[f]
 		if fams == nil {
 			out[f+" /metrics unanswered"] = 1
 			continue
@@ -583,14 +679,66 @@ func (r *rig) held(ctx context.Context) map[string]float64 {
 		}
 	}
 	for _, n := range topology.Nodes {
-		fams := r.metrics(ctx, r.url(n, nodeHTTPPort))
+		fams := sc.nodes[n]
 		if fams == nil {
 			out[n+" /metrics unanswered"] = 1
 			continue
 		}
-		add(n, fams, "vllm:num_requests_running")
+		up := map[string]bool{}
+		for _, m := range fams["turbine_node_engine_up"].GetMetric() {
+			up[label(m, "worker")] = value(m) == 1
+		}
+		for _, w := range workers(n) {
+			if !up[w] {
+				out[n+" engine of "+w+" not scraped"] = 1
+			}
+		}
+		for _, name := range []string{"vllm:num_requests_running", "turbine_mocker_kv_pinned_blocks", "turbine_mocker_kv_active_blocks"} {
+			add(n, fams, name)
+		}
 	}
 	return out
+}
+
+// index compares, per expected worker, the blocks each frontend's router index holds
+// for it with the blocks its engine holds once no request runs
+// (turbine_mocker_kv_cached_blocks plus _active_blocks): a difference is a KV event
+// lost, applied twice or never cleared. A worker missing on either side is a
+// difference too. One description per difference.
+func (sc scrape) index() []string {
+	engine := map[string]float64{}
+	seen := map[string]bool{}
+	for _, n := range topology.Nodes {
+		for _, name := range []string{"turbine_mocker_kv_cached_blocks", "turbine_mocker_kv_active_blocks"} {
+			for _, m := range sc.nodes[n][name].GetMetric() {
+				engine[label(m, "worker")] += value(m)
+				seen[label(m, "worker")] = true
+			}
+		}
+	}
+	var out []string
+	for _, f := range topology.Frontends {
+		router := map[string]float64{}
+		listed := map[string]bool{}
+		for _, m := range sc.frontends[f]["turbine_router_worker_indexed_blocks"].GetMetric() {
+			router[label(m, "worker")] = value(m)
+			listed[label(m, "worker")] = true
+		}
+		for _, n := range topology.Nodes {
+			for _, w := range workers(n) {
+				switch {
+				case !seen[w]:
+					out = append(out, fmt.Sprintf("the engine of worker %s reported no blocks", w))
+				case !listed[w]:
+					out = append(out, fmt.Sprintf("%s's router lists no blocks of worker %s, whose engine holds %g", f, w, engine[w]))
+				case router[w] != engine[w]:
+					out = append(out, fmt.Sprintf("%s's router holds %g blocks of worker %s, whose engine holds %g", f, router[w], w, engine[w]))
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // reference is an undisturbed `turbine serve` on loopback with the nodes' engine
@@ -613,6 +761,7 @@ func (r *rig) startReference() (*reference, error) {
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(f, pw), io.MultiWriter(f, pw)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, err
@@ -637,6 +786,7 @@ func (r *rig) startReference() (*reference, error) {
 				sent = true
 			}
 		}
+		_, _ = io.Copy(io.Discard, pr) // a line too long for the scanner must not block the server
 	}()
 	select {
 	case ref := <-found:
@@ -669,7 +819,13 @@ func (r *rig) references(ctx context.Context, ref *reference, load []Request, re
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			q.Model, q.DisconnectAfter = ref.model, 0
-			got := Send(ctx, r.hc, ref.base, "reference", time.Now(), q, 5*time.Minute)
+			var got Record
+			for range 3 { // the reference is undisturbed: a failure here is the rig's
+				got = Send(ctx, r.hc, ref.base, "reference", time.Now(), q, 5*time.Minute)
+				if got.Status == 200 && got.Done && got.ErrCode == "" && got.Transport == "" && len(got.Tokens) == q.MaxTokens {
+					break
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if got.Status != 200 || !got.Done || got.ErrCode != "" || got.Transport != "" || len(got.Tokens) != q.MaxTokens {

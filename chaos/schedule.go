@@ -180,7 +180,7 @@ func Plan(cfg PlanConfig, topo Topology) ([]Event, error) {
 				continue
 			}
 			if e.End() > end {
-				e.For = end - e.At
+				e.For = max(end-e.At, 0)
 			}
 			procs := processes(e)
 			if slices.ContainsFunc(procs, func(p string) bool { return busy[p] > at }) {

@@ -25,6 +25,15 @@ const (
 	MetricCacheConfigInfo  = "vllm:cache_config_info"
 )
 
+// The mock engine's own block counts: blocks with a hash (a sequence's full blocks, or
+// cached for reuse) are what its KV events have told the router, so once no request
+// runs, MetricCachedBlocks is the number of blocks the router's index should hold for
+// this worker (the chaos soak checks it: docs/chaos.md).
+const (
+	MetricActiveBlocks = "turbine_mocker_kv_active_blocks" // blocks of running or pinned sequences
+	MetricCachedBlocks = "turbine_mocker_kv_cached_blocks" // blocks no sequence holds, kept for prefix hits
+)
+
 type serverMetrics struct {
 	queries, hits, preemptions, prompt, generation *metrics.Counter
 	success                                        map[mocker.FinishReason]*metrics.Counter
@@ -37,6 +46,8 @@ func newServerMetrics(set *metrics.Set, model string, cfg mocker.Config, stats f
 	set.NewGauge(name(MetricWaiting), func() float64 { return float64(stats().Waiting) })
 	set.NewGauge(name(MetricKVCacheUsage), func() float64 { return stats().KVUsage })
 	set.NewGauge(name(MetricGPUCacheUsage), func() float64 { return stats().KVUsage })
+	set.NewGauge(MetricActiveBlocks, func() float64 { return float64(stats().ActiveBlocks) })
+	set.NewGauge(MetricCachedBlocks, func() float64 { return float64(stats().CachedBlocks) })
 	set.NewGauge(fmt.Sprintf(`%s{%s,block_size="%d",num_gpu_blocks="%d",enable_prefix_caching="%t"}`,
 		MetricCacheConfigInfo, labels, cfg.BlockSize, cfg.NumGPUBlocks, cfg.EnablePrefixCaching), func() float64 { return 1 })
 	m := serverMetrics{
