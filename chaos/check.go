@@ -25,6 +25,7 @@ type Record struct {
 	Done       bool          `json:"done,omitempty"`      // data: [DONE] was read
 	Transport  string        `json:"transport,omitempty"` // connect, reset, timeout: the transport's failure
 	Disconnect bool          `json:"disconnect,omitempty"`
+	Detail     string        `json:"detail,omitempty"` // what the client could not read, clipped
 }
 
 // Outcome is the checker's class of a request.
@@ -102,7 +103,7 @@ func Classify(r Record, ref []uint32, events []Event, w Windows) (Outcome, strin
 	where := fmt.Sprintf("(sent to %s, %.3f–%.3f s)", r.Frontend, r.Start.Seconds(), r.End.Seconds())
 	switch {
 	case r.ErrCode != "" && !slices.Contains(DocumentedCodes, r.ErrCode):
-		return Unexplained, fmt.Sprintf("undocumented error code %q (HTTP %d) %s", r.ErrCode, r.Status, where)
+		return Unexplained, fmt.Sprintf("undocumented error code %q (HTTP %d) %s%s", r.ErrCode, r.Status, where, detail(r))
 	case r.Status != 0 && r.Status != 200 && r.ErrCode == "":
 		return Unexplained, fmt.Sprintf("HTTP %d without an error code %s", r.Status, where)
 	case r.Status == 200 && r.Done && r.ErrCode == "" && r.Transport == "":
@@ -127,6 +128,13 @@ func Classify(r Record, ref []uint32, events []Event, w Windows) (Outcome, strin
 		what = r.Transport
 	}
 	return Unexplained, fmt.Sprintf("%s %s with no kill of that frontend around its end", what, where)
+}
+
+func detail(r Record) string {
+	if r.Detail == "" {
+		return ""
+	}
+	return ": " + r.Detail
 }
 
 // inForce reports whether any event was in force during r, or ended within recovery

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -114,7 +115,8 @@ func Send(ctx context.Context, hc *http.Client, base, frontend string, origin ti
 			} `json:"error"`
 		}
 		if err := json.Unmarshal(data, &chunk); err != nil {
-			rec.ErrCode = "client_malformed_chunk"
+			rec.ErrCode = ErrMalformedChunk
+			rec.Detail = clip(fmt.Sprintf("%v in %q", err, data), 600)
 			return rec
 		}
 		if chunk.Error != nil {
@@ -137,6 +139,17 @@ func Send(ctx context.Context, hc *http.Client, base, frontend string, origin ti
 		}
 	}
 	return rec
+}
+
+// ErrMalformedChunk is the client's error code for a stream line it could not read as a
+// chunk (Record.Detail keeps the line).
+const ErrMalformedChunk = "client_malformed_chunk"
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n/2] + " … " + s[len(s)-n/2:]
 }
 
 func codeString(c any) string {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,5 +75,16 @@ func TestSendRecords(t *testing.T) {
 	rec := Send(context.Background(), http.DefaultClient, "http://127.0.0.1:1", "fe-2", time.Now(), Request{ID: 1, MaxTokens: 1}, time.Second)
 	if rec.Transport != "connect" {
 		t.Errorf("nothing listening: %+v, want a connect failure", rec)
+	}
+}
+
+func TestSendKeepsTheMalformedLine(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "data: {\"choices\":[{\"token_ids\":[1,\n\n")
+	}))
+	defer srv.Close()
+	rec := Send(context.Background(), srv.Client(), srv.URL, "fe-1", time.Now(), Request{ID: 1, MaxTokens: 2}, 10*time.Second)
+	if rec.ErrCode != ErrMalformedChunk || !strings.Contains(rec.Detail, `token_ids\":[1,`) {
+		t.Errorf("record %+v", rec)
 	}
 }

@@ -51,24 +51,31 @@ func (t *timeline) event(e Event) {
 	t.events = append(t.events, e)
 }
 
-// plot writes an image (format "svg" or "png") of two panels over the run's span: requests ended per second (ok
-// and failed) with migrations per second, and the nemesis's events as bars, one row per
-// kind.
+// plot writes an image (format "svg" or "png") of two panels over the run's span:
+// requests ended per second (ok and failed) with migrations per second, in buckets of
+// about a 180th of the span, and the nemesis's events as bars, one row per kind.
 func (t *timeline) plot(w io.Writer, span time.Duration, format string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	rates := plot.New()
-	rates.Title.Text = "Requests ended per second, and migrations"
+	rates.Title.Text = "Requests ended per second, and migrations (mean over each bucket)"
 	rates.X.Label.Text, rates.Y.Label.Text = "time since the load started (s)", "per second"
 	rates.Add(plotter.NewGrid())
-	n := int(span/time.Second) + 1
+	// Buckets of a whole number of seconds, about 180 over the span, each drawn as its
+	// mean rate: a second's counts are too few to read over a long run.
+	bucket := max(1, int(span/time.Second)/180)
+	n := int(span/time.Second)/bucket + 1
 	for i, s := range []struct {
 		name string
 		m    map[int]float64
 	}{{"ok", t.ok}, {"failed", t.failed}, {"migrations", t.migrated}} {
 		xys := make(plotter.XYs, n)
 		for j := range n {
-			xys[j] = plotter.XY{X: float64(j), Y: s.m[j]}
+			var sum float64
+			for k := j * bucket; k < (j+1)*bucket; k++ {
+				sum += s.m[k]
+			}
+			xys[j] = plotter.XY{X: float64(j * bucket), Y: sum / float64(bucket)}
 		}
 		line, err := plotter.NewLine(xys)
 		if err != nil {
