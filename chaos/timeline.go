@@ -101,10 +101,7 @@ func (t *timeline) plot(w io.Writer, span time.Duration, format string) error {
 	nem.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	nem.Add(plotter.NewGrid())
 	for _, e := range t.events {
-		end := e.End()
-		if e.For == 0 {
-			end = e.At + 300*time.Millisecond // an instant event, drawn visible
-		}
+		end := max(e.End(), e.At+300*time.Millisecond) // an instant event, drawn visible
 		bar, err := plotter.NewLine(plotter.XYs{{X: e.At.Seconds(), Y: float64(e.Kind)}, {X: end.Seconds(), Y: float64(e.Kind)}})
 		if err != nil {
 			return err
