@@ -131,6 +131,15 @@ var errCaptured = errors.New("epp: request captured")
 
 func (c capture) Models(ctx context.Context) ([]*messages.ModelCard, error) { return c.b.Models(ctx) }
 func (c capture) Recent(model string) bool                                  { return c.b.Recent(model) }
+
+// RecentCard forwards gateway.RecentCards when the models have it (a model the catalog
+// listed a moment ago is served as the frontend serves it).
+func (c capture) RecentCard(model string) *messages.ModelCard {
+	if r, ok := c.b.(gateway.RecentCards); ok {
+		return r.RecentCard(model)
+	}
+	return nil
+}
 func (c capture) Generate(ctx context.Context, req *gateway.GenerateRequest) (gateway.Stream, error) {
 	if s, ok := ctx.Value(slotKey{}).(*slot); ok {
 		s.mu.Lock()

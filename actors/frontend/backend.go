@@ -91,6 +91,7 @@ type Backend struct {
 	modelsAt time.Time
 	seen     map[string]time.Time           // model -> last time the catalog listed it
 	cards    map[string]*messages.ModelCard // model -> its card when the catalog last listed it
+	listedAt time.Time                      // when the catalog last answered (modelsAt may be cleared to force a refresh)
 	busy     map[string]kv.BusyThresholds   // model -> thresholds set through this frontend
 	// loraNotes are the adapters this frontend loaded or unloaded a moment ago, listed
 	// as they are now until the catalog agrees (lora.go).
@@ -219,7 +220,7 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 		// workers, so the client should retry (503 with Retry-After), as for a Route call
 		// that failed.
 		b.mu.Lock()
-		if b.models != nil && b.cfg.CatalogGrace > 0 && time.Since(b.modelsAt) < b.cfg.CatalogGrace {
+		if b.models != nil && b.cfg.CatalogGrace > 0 && time.Since(b.listedAt) < b.cfg.CatalogGrace {
 			m := b.withLoraNotes(b.models, time.Now())
 			b.mu.Unlock()
 			return m, nil
@@ -238,7 +239,7 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 // (Recent), and it is returned with the adapters this frontend loaded or unloaded a
 // moment ago as they are now (withLoraNotes). The caller holds b.mu.
 func (b *Backend) listed(list []*messages.ModelCard, now time.Time) []*messages.ModelCard {
-	b.models, b.modelsAt = list, now
+	b.models, b.modelsAt, b.listedAt = list, now, now
 	for _, m := range list {
 		if m.GetLora() == nil { // an unloaded adapter is unknown at once (404), not "recent" (503)
 			b.seen[m.Model] = now

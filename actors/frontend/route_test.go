@@ -207,7 +207,13 @@ func TestModelsOutliveAnUnansweredCatalog(t *testing.T) {
 		t.Fatalf("within the grace: %v, %v; want the last list", got, err)
 	}
 	b.mu.Lock()
-	b.modelsAt = time.Now().Add(-11 * time.Second)
+	b.modelsAt = time.Time{} // as a LoRA load forces a refresh: the grace still counts from the answer
+	b.mu.Unlock()
+	if got, err := b.Models(context.Background()); err != nil || len(got) != 1 {
+		t.Fatalf("within the grace, a refresh forced: %v, %v; want the last list", got, err)
+	}
+	b.mu.Lock()
+	b.listedAt = time.Now().Add(-11 * time.Second)
 	b.mu.Unlock()
 	var apiErr *gateway.APIError
 	if _, err := b.Models(context.Background()); !errors.As(err, &apiErr) || apiErr.Kind != gateway.KindNoWorkers {

@@ -317,6 +317,11 @@ func (s *stream) wait(ctx context.Context) (flow.Event, error) {
 func (s *stream) move() {
 	root, lost := s.moveTo()
 	s.root, s.lost = root, lost
+	for _, l := range s.legs {
+		// A PID keeps the remote endpoint of the system it was first sent through: a
+		// fresh one goes out through the new member (the leg's Cancel reaches its worker).
+		l.worker = actor.NewPID(l.worker.Address, l.worker.Id)
+	}
 	ids := slices.Sorted(maps.Keys(s.legs))
 	for _, id := range ids {
 		s.step(flow.WorkerTerminated{Leg: id})
