@@ -348,18 +348,27 @@ func (c *child) status() childStatus {
 	return s
 }
 
-// waitMembers waits until the child's topology satisfies cond (it asks for the status
-// first, then follows "topology" lines) and returns false on timeout.
+// waitMembers waits until the child's topology satisfies cond and returns false on
+// timeout. It asks for the status again between short waits for "topology" lines: a
+// topology line printed while a status was asked is consumed by that status's wait, and
+// the status may have been taken just before the change.
 func (c *child) waitMembers(timeout time.Duration, cond func(ids []string) bool) bool {
 	c.t.Helper()
-	if cond(c.status().Members) {
-		return true
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond(c.status().Members) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		if _, ok := c.waitLineMatch(200*time.Millisecond, func(l string) bool {
+			rest, found := strings.CutPrefix(l, "topology ")
+			return found && cond(strings.Split(rest, ","))
+		}); ok {
+			return true
+		}
 	}
-	_, ok := c.waitLineMatch(timeout, func(l string) bool {
-		rest, found := strings.CutPrefix(l, "topology ")
-		return found && cond(strings.Split(rest, ","))
-	})
-	return ok
 }
 
 type childStatus struct {
