@@ -28,6 +28,8 @@ type Candidate struct {
 	IndexedBlocks int
 	// TotalBlocks: the worker's KV capacity in blocks; 0 when unknown.
 	TotalBlocks int64
+	// MaxNumSeqs: the requests the worker's engine runs at once; 0 when unknown.
+	MaxNumSeqs int
 	// SessionWorker: the request's session (RouteInput.SessionID) last went to this worker.
 	SessionWorker bool
 	// DecodingRequests: active requests past their first token; DecodeSeconds: their summed

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 )
 
 // PolicyTTFT names the predicted-TTFT policy (TTFTPolicy), the default.
@@ -32,7 +33,29 @@ const (
 	hotRequests = 8
 	// speedAlpha: the weight of a new observation in a worker's speed factor.
 	speedAlpha = 0.05
+	// SpeedHalfLife: what a worker's learnt speed factor says fades with the time since
+	// its last observation, with this half-life (docs/reference.md §3.6): routing uses
+	// the factor relaxed toward 1, the profile's prediction, in log space
+	// (relaxedSpeed), and the next observation weighs more the older the factor is
+	// (learnSpeedAfter). A factor learnt while requests waited in the engine for a
+	// sequence slot, which the prediction does not see, would otherwise keep the worker
+	// out of routing after the load drops: with no request, no observation corrects it.
+	SpeedHalfLife = 5 * time.Second
+	// speedSteps: the relaxation advances in steps of SpeedHalfLife/speedSteps (a factor
+	// changes by at most 1.1 % per step), so that a route computes it once per step.
+	speedSteps = 64
 )
+
+// relaxedSpeed is a speed factor learnt elapsed ago, relaxed toward 1 in log space:
+// factor^(2^(−elapsed/SpeedHalfLife)), elapsed counted in whole steps of
+// SpeedHalfLife/speedSteps. 0 (nothing learnt) stays 0.
+func relaxedSpeed(factor float64, elapsed time.Duration) float64 {
+	steps := elapsed / (SpeedHalfLife / speedSteps)
+	if !(factor > 0) || steps <= 0 {
+		return factor
+	}
+	return math.Exp(math.Log(factor) * math.Exp2(-float64(steps)/speedSteps))
+}
 
 // Prediction is a candidate's predicted TTFT split into its terms, in milliseconds at
 // the worker's observed speed.
@@ -46,6 +69,9 @@ type Prediction struct {
 	DecodeMs float64
 	// MemoryWaitMs: waiting for KV blocks when the worker's cache would be too full.
 	MemoryWaitMs float64
+	// SlotWaitMs: waiting in the engine's queue for a sequence slot when the worker
+	// already has MaxNumSeqs requests or more.
+	SlotWaitMs float64
 	// AdapterMs: loading the request's LoRA adapter first, twice over when that evicts
 	// another adapter (which later requests may have to load again), after waiting for a
 	// slot when every unpinned adapter there is in use; not scaled by Speed.
@@ -58,7 +84,7 @@ type Prediction struct {
 
 // Total is the predicted TTFT (ms).
 func (p Prediction) Total() float64 {
-	return p.QueueMs + p.PrefillMs + p.DecodeMs + p.MemoryWaitMs + p.AdapterMs
+	return p.QueueMs + p.PrefillMs + p.DecodeMs + p.MemoryWaitMs + p.SlotWaitMs + p.AdapterMs
 }
 
 // PredictTTFT predicts the TTFT of a prompt of promptTokens tokens on candidate c
@@ -139,6 +165,15 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * decodeMs
 		}
 	}
+	if c.MaxNumSeqs > 0 && c.ActiveRequests >= c.MaxNumSeqs {
+		// The request waits for the requests ahead of it to finish, MaxNumSeqs of
+		// them at a time, each in about the worker's mean decode time.
+		decodeMs := c.MeanDecodeSeconds * 1000 / speed
+		if !(decodeMs > 0) {
+			decodeMs = defaultDecodeTokens * m.prof.DecodeMs(u)
+		}
+		p.SlotWaitMs = float64(c.ActiveRequests+1-c.MaxNumSeqs) * decodeMs / float64(c.MaxNumSeqs)
+	}
 	if c.AdapterLoadMs > 0 {
 		p.AdapterMs = c.AdapterLoadMs
 		if c.AdapterEvicts {
@@ -150,6 +185,7 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	p.PrefillMs *= speed
 	p.DecodeMs *= speed
 	p.MemoryWaitMs *= speed
+	p.SlotWaitMs *= speed
 }
 
 // TTFTPolicy routes a request to the worker where it would get its first token soonest,
@@ -344,13 +380,22 @@ func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 	if pr.AdapterMs > 0 {
 		terms = append(terms[:4], append([]Term{{Name: "adapter_ms", Value: pr.AdapterMs}}, terms[4:]...)...)
 	}
+	if pr.SlotWaitMs > 0 {
+		terms = append(terms[:4], append([]Term{{Name: "slot_wait_ms", Value: pr.SlotWaitMs}}, terms[4:]...)...)
+	}
 	return v, terms
 }
 
 // learnSpeed folds one observed/predicted TTFT ratio into a worker's speed factor
-// (0: none yet), in log space so that a slow outlier and a fast one weigh alike; each
+// (0: none yet; relaxed to the observation's time, relaxedSpeed), in log space so that a slow outlier and a fast one weigh alike; each
 // ratio is clamped to [0.001, 1000].
-func learnSpeed(old, ratio float64) float64 {
+func learnSpeed(old, ratio float64) float64 { return learnSpeedAfter(old, ratio, 0) }
+
+// learnSpeedAfter is learnSpeed for a factor learnt elapsed before the observation:
+// the observation's weight is 1 − (1 − speedAlpha)·2^(−elapsed/SpeedHalfLife), speedAlpha
+// for a fresh factor and nearly 1 for one several half-lives old. A steady ratio is still
+// learnt exactly, however sparse the observations.
+func learnSpeedAfter(old, ratio float64, elapsed time.Duration) float64 {
 	if !(ratio > 0) || math.IsInf(ratio, 0) {
 		return old
 	}
@@ -358,7 +403,11 @@ func learnSpeed(old, ratio float64) float64 {
 	if !(old > 0) {
 		return ratio
 	}
-	return math.Exp((1-speedAlpha)*math.Log(old) + speedAlpha*math.Log(ratio))
+	keep := 1 - speedAlpha
+	if elapsed > 0 {
+		keep *= math.Exp2(-elapsed.Seconds() / SpeedHalfLife.Seconds())
+	}
+	return math.Exp(keep*math.Log(old) + (1-keep)*math.Log(ratio))
 }
 
 // smooth folds x into an exponential moving average (0: none yet).

@@ -70,6 +70,22 @@ func TestPredictTTFT(t *testing.T) {
 		{"a worker twice as slow: an observed decode time is not scaled again", 1000,
 			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000, SpeedFactor: 2, MeanDecodeSeconds: 2.5},
 			Prediction{PrefillMs: 2 * pf(1000), DecodeMs: 2 * dec(0.79), MemoryWaitMs: frac * 2500, Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
+		{"sequence slots free: no slot wait", 1000, Candidate{ActiveRequests: 3, MaxNumSeqs: 4, MeanDecodeSeconds: 2},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"every slot taken: one request ahead finishes in a quarter of the observed decode", 1000,
+			Candidate{ActiveRequests: 4, MaxNumSeqs: 4, MeanDecodeSeconds: 2},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), SlotWaitMs: 500, Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"three queued beyond the slots: four ahead", 1000,
+			Candidate{ActiveRequests: 7, MaxNumSeqs: 4, MeanDecodeSeconds: 2},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), SlotWaitMs: 2000, Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"every slot taken, decode not observed: the default decode", 1000,
+			Candidate{ActiveRequests: 2, MaxNumSeqs: 2},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), SlotWaitMs: defaultDecodeTokens * dec(0) / 2, Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"slots unknown: no slot wait", 1000, Candidate{ActiveRequests: 1000, MeanDecodeSeconds: 2},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"a worker twice as slow: the observed decode in the slot wait is not scaled again", 1000,
+			Candidate{ActiveRequests: 4, MaxNumSeqs: 4, MeanDecodeSeconds: 2, SpeedFactor: 2},
+			Prediction{PrefillMs: 2 * pf(1000), DecodeMs: 2 * dec(0), SlotWaitMs: 500, Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
 		{"a faster worker", 1000, Candidate{SpeedFactor: 0.5},
 			Prediction{PrefillMs: 0.5 * pf(1000), Speed: 0.5, OwnPrefillMs: 0.5 * pf(1000)}},
 		{"speed not learnt yet (0): as profiled", 1000, Candidate{SpeedFactor: 0},
@@ -83,11 +99,12 @@ func TestPredictTTFT(t *testing.T) {
 			got := PredictTTFT(&p, tc.prompt, 16, &tc.c)
 			w := tc.want
 			if !near(got.QueueMs, w.QueueMs) || !near(got.PrefillMs, w.PrefillMs) || !near(got.DecodeMs, w.DecodeMs) ||
-				!near(got.MemoryWaitMs, w.MemoryWaitMs) || got.Speed != w.Speed || !near(got.OwnPrefillMs, w.OwnPrefillMs) {
+				!near(got.MemoryWaitMs, w.MemoryWaitMs) || !near(got.SlotWaitMs, w.SlotWaitMs) || got.Speed != w.Speed ||
+				!near(got.OwnPrefillMs, w.OwnPrefillMs) {
 				t.Errorf("PredictTTFT = %+v\n want %+v", got, w)
 			}
-			if !near(got.Total(), w.QueueMs+w.PrefillMs+w.DecodeMs+w.MemoryWaitMs) {
-				t.Errorf("Total %v, want the sum of the four terms of %+v", got.Total(), w)
+			if !near(got.Total(), w.QueueMs+w.PrefillMs+w.DecodeMs+w.MemoryWaitMs+w.SlotWaitMs) {
+				t.Errorf("Total %v, want the sum of the five terms of %+v", got.Total(), w)
 			}
 		})
 	}
@@ -403,6 +420,68 @@ func TestLearnSpeed(t *testing.T) {
 	}
 	if want := math.Pow(3, 1-math.Pow(0.95, 100)); !near(s, want) {
 		t.Errorf("100 observations of 3 from 1: %v, want %v", s, want)
+	}
+}
+
+func TestSpeedFades(t *testing.T) {
+	h, step := SpeedHalfLife, SpeedHalfLife/speedSteps
+	for _, tc := range []struct {
+		name    string
+		factor  float64
+		elapsed time.Duration
+		want    float64
+	}{
+		{"fresh", 4, 0, 4},
+		{"within the first step", 4, step - 1, 4},
+		{"one half-life: half of it in log space", 4, h, 2},
+		{"two half-lives", 4, 2 * h, math.Sqrt2},
+		{"a fast factor too", 0.25, h, 0.5},
+		{"one step", 4, step, math.Pow(4, math.Exp2(-1.0/speedSteps))},
+		{"nothing learnt stays nothing", 0, time.Hour, 0},
+		{"long gone", 1000, time.Hour, 1},
+	} {
+		if got := relaxedSpeed(tc.factor, tc.elapsed); !near(got, tc.want) {
+			t.Errorf("%s: relaxedSpeed(%v, %v) = %v, want %v", tc.name, tc.factor, tc.elapsed, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name       string
+		old, ratio float64
+		elapsed    time.Duration
+		want       float64
+	}{
+		{"fresh: learnSpeed", 100, 1, 0, math.Pow(100, 0.95)},
+		{"a half-life old: the observation weighs 1 − 0.95/2", 100, 1, h, math.Pow(100, 0.475)},
+		{"long gone: the observation is all", 100, 2, time.Hour, 2},
+		{"a steady ratio is kept", 3, 3, h, 3},
+	} {
+		if got := learnSpeedAfter(tc.old, tc.ratio, tc.elapsed); !near(got, tc.want) {
+			t.Errorf("%s: learnSpeedAfter(%v, %v, %v) = %v, want %v", tc.name, tc.old, tc.ratio, tc.elapsed, got, tc.want)
+		}
+	}
+}
+
+// TestRouterForgetsQueuedSlowness: a worker whose first tokens came late while its
+// requests queued in the engine (a factor of 50) and that then got no request is routed
+// again once the factor has faded, and one observation at the profile's speed nearly
+// clears it.
+func TestRouterForgetsQueuedSlowness(t *testing.T) {
+	r := ttftRouter(t)
+	now := observe(t, r, "queued", "w1", 50, t0)
+	in := RouteInput{RequestID: "probe", Tokens: prompt(2048)}
+	if d, err := r.Route(in, now, nil); err != nil || d.WorkerID != "w2" {
+		t.Fatalf("just after: %+v %v, want w2", d, err)
+	}
+	r.Free("probe")
+	later := now.Add(10 * SpeedHalfLife)
+	if d, err := r.Route(in, later, nil); err != nil || d.WorkerID != "w1" {
+		t.Fatalf("ten half-lives later: %+v %v, want w1 (its factor %v relaxed to %v)", d, err,
+			r.byName["w1"].speed, r.byName["w1"].speedNow(later))
+	}
+	r.Free("probe")
+	observe(t, r, "calm", "w1", 1, later)
+	if s := r.byName["w1"].speed; s > 1.01 {
+		t.Errorf("factor %v after an observation at the profile's speed ten half-lives on, want about 1", s)
 	}
 }
 

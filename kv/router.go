@@ -91,6 +91,7 @@ type routerWorker struct {
 	name        string
 	role        Role
 	totalBlocks int64
+	maxSeqs     int // WorkerSpec.MaxNumSeqs
 	ready       bool
 	epoch       uint64
 	lastSeq     uint64
@@ -105,6 +106,11 @@ type routerWorker struct {
 	// FreeAt (docs/reference.md §3.6).
 	speed      float64
 	decodeSecs float64
+	// speedAt: when speed was last learnt; speedStep and speedRel cache speed relaxed by
+	// that many steps since speedAt (speedNow, relaxedSpeed).
+	speedAt   time.Time
+	speedStep time.Duration
+	speedRel  float64
 	// lora: the router's view of the worker's LoRA adapters (lora.go).
 	lora workerLoras
 	// noEvents: the registration says the engine publishes no KV events. approx: the
@@ -137,6 +143,9 @@ type WorkerSpec struct {
 	BlockSize int
 	// TotalBlocks: the engine's KV capacity in blocks (0 = unknown).
 	TotalBlocks int64
+	// MaxNumSeqs: the requests the engine runs at once (its max_num_seqs; 0 = unknown);
+	// more wait in its queue for a slot.
+	MaxNumSeqs int
 	// Ready: the engine is healthy and serving; not-ready workers get no requests.
 	Ready bool
 	// Epoch: the engine process generation; it increases with every engine start.
@@ -434,7 +443,7 @@ func (r *Router) Register(spec WorkerSpec) (needDump bool, err error) {
 	if rw.noEvents != spec.NoKVEvents {
 		rw.noEvents, rw.approx, rw.silentRoutes = spec.NoKVEvents, spec.NoKVEvents, 0
 	}
-	rw.ready, rw.totalBlocks = spec.Ready, spec.TotalBlocks
+	rw.ready, rw.totalBlocks, rw.maxSeqs = spec.Ready, spec.TotalBlocks, spec.MaxNumSeqs
 	rw.lora.register(spec.MaxLoras, spec.LoraLoadMs, spec.Adapters, spec.KnownAdapters, r.now)
 	return !rw.synced && rw.dumpPart < 0, nil
 }
@@ -831,9 +840,10 @@ func (r *Router) fillCandidate(rw *routerWorker, l Load, c *Candidate) {
 		ActivePrefillTokens: l.PrefillTokens,
 		IndexedBlocks:       r.index.Blocks(rw.id),
 		TotalBlocks:         rw.totalBlocks,
+		MaxNumSeqs:          rw.maxSeqs,
 		DecodingRequests:    l.Decoding,
 		DecodeSeconds:       r.active.DecodeSeconds(rw.id, r.now),
-		SpeedFactor:         rw.speed,
+		SpeedFactor:         rw.speedNow(r.now),
 		MeanDecodeSeconds:   rw.decodeSecs,
 	}
 	if int(rw.id) < len(r.ovBuf) {
@@ -892,7 +902,9 @@ func (r *Router) PrefillDoneAt(reqID string, now time.Time) bool {
 		}
 		done = true
 		if rw := r.workerByID(ft.Worker); rw != nil && ft.PredictedMs > 0 {
-			rw.speed = learnSpeed(rw.speed, float64(ft.TTFT)/float64(time.Millisecond)/ft.PredictedMs)
+			rw.speed = learnSpeedAfter(rw.speed, float64(ft.TTFT)/float64(time.Millisecond)/ft.PredictedMs,
+				now.Sub(rw.speedAt))
+			rw.speedAt, rw.speedStep, rw.speedRel = now, 0, rw.speed
 		}
 	}
 	return done
@@ -907,6 +919,20 @@ func (r *Router) FreeAt(reqID string, now time.Time) bool {
 		}
 	}
 	return r.Free(reqID)
+}
+
+// speedNow is rw's learnt speed factor at now: relaxed toward 1 since it was learnt
+// (relaxedSpeed; 0 while nothing was observed).
+func (rw *routerWorker) speedNow(now time.Time) float64 {
+	elapsed := now.Sub(rw.speedAt)
+	if rw.speed == 0 || elapsed <= 0 {
+		return rw.speed
+	}
+	step := elapsed / (SpeedHalfLife / speedSteps)
+	if step != rw.speedStep {
+		rw.speedStep, rw.speedRel = step, relaxedSpeed(rw.speed, elapsed)
+	}
+	return rw.speedRel
 }
 
 func (r *Router) workerByID(w WorkerID) *routerWorker {

@@ -363,7 +363,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: %v", info.WorkerId, err)}, nil
 	}
 	needDump, err := g.core.Register(kv.WorkerSpec{ID: info.WorkerId, BlockSize: int(info.Card.KvBlockSize),
-		TotalBlocks: total, Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role,
+		TotalBlocks: total, MaxNumSeqs: int(info.Card.MaxNumSeqs), Ready: info.Ready, Epoch: info.EngineEpoch, LastSeq: req.LastEventSeq, Role: role,
 		NoKVEvents: info.NoKvEvents, Adapters: adapters, MaxLoras: int(info.MaxLoras), LoraLoadMs: info.LoraLoadMs,
 		KnownAdapters: known, Node: info.NodeId})
 	if err != nil {

@@ -214,7 +214,7 @@ func (s *simulator) register(w *worker) {
 // workerSpec is w's registration with the router.
 func (s *simulator) workerSpec(w *worker) kv.WorkerSpec {
 	spec := kv.WorkerSpec{ID: w.name, BlockSize: s.cfg.Engine.BlockSize, TotalBlocks: int64(w.blocks),
-		Ready: true, Epoch: 1, Role: w.role, LastSeq: w.seq, MaxLoras: s.cfg.Engine.MaxLoras}
+		MaxNumSeqs: s.cfg.Engine.MaxNumSeqs, Ready: true, Epoch: 1, Role: w.role, LastSeq: w.seq, MaxLoras: s.cfg.Engine.MaxLoras}
 	if w.kvbm != nil {
 		spec.Node = w.kvbm.node
 	}
