@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -49,17 +50,19 @@ func BenchmarkOverload(b *testing.B) {
 	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	b.ResetTimer()
 	for range b.N {
-		pid := s.cmd.Process.Pid
-		idleRSS, cpu0 := procRSS(pid), procCPU(pid)
-		var loaded atomic.Int64
-		time.AfterFunc(overloadCapacityRun/2, func() { loaded.Store(procRSS(pid)) })
+		// serve's own process (docs/metrics.md): not the engines, which are its children.
+		rss := func() float64 { return metricValue(s, "process_resident_memory_bytes", "") }
+		cpuSecs := func() float64 { return metricValue(s, "process_cpu_seconds_total", "") }
+		idleRSS, cpu0 := rss(), cpuSecs()
+		var loaded atomic.Uint64
+		time.AfterFunc(overloadCapacityRun/2, func() { loaded.Store(math.Float64bits(rss())) })
 		capacity := closedLoop(ctx, hc, s.url, bound-bound/16, overloadCapacityRun)
-		cpu := procCPU(pid) - cpu0
+		cpu := time.Duration((cpuSecs() - cpu0) * float64(time.Second))
 		tokens := capacity * overloadCapacityRun.Seconds() * float64(*overloadOutputLen)
 		logf("capacity: %.1f requests/s (closed loop of %d streams, bound %d); serve's own process (frontend, router, "+
 			"workers; not the engines): %.2f CPU s, %.0f streamed tokens/s per CPU second, %.1f KiB RSS per stream (%d MiB idle)",
 			capacity, bound-bound/16, bound, cpu.Seconds(), tokens/cpu.Seconds(),
-			float64(loaded.Load()-idleRSS)/1024/float64(bound-bound/16), idleRSS>>20)
+			(math.Float64frombits(loaded.Load())-idleRSS)/1024/float64(bound-bound/16), int(idleRSS)>>20)
 		b.ReportMetric(capacity, "capacity-req/s")
 		b.ReportMetric(tokens/cpu.Seconds(), "tokens/s-per-core")
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -138,9 +141,13 @@ const (
 	overloadTimeout     = time.Minute // a request's limit at the client: past it, a failure
 )
 
-// inflight is the frontend's turbine_frontend_inflight_requests for the mock model (-1
-// when /metrics cannot be read).
-func inflight(s *server) float64 {
+// inflight is the frontend's turbine_frontend_inflight_requests for the mock model.
+func inflight(s *server) float64 { return metricValue(s, "turbine_frontend_inflight_requests", model) }
+
+// metricValue is the value of series name of s's /metrics, with the model label given
+// ("" for a series without one); -1 when /metrics cannot be read, 0 when the series is
+// not there.
+func metricValue(s *server, name, modelLabel string) float64 {
 	resp, err := http.Get(s.url + "/metrics")
 	if err != nil {
 		return -1
@@ -148,8 +155,8 @@ func inflight(s *server) float64 {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(body), "\n") {
-		name, labels, v, ok := parseMetricLine(line)
-		if ok && name == "turbine_frontend_inflight_requests" && labels["model"] == model {
+		n, labels, v, ok := parseMetricLine(line)
+		if ok && n == name && labels["model"] == modelLabel {
 			return v
 		}
 	}
@@ -197,44 +204,6 @@ func listenOverflows() int {
 				n, _ := strconv.Atoi(values[j])
 				return n
 			}
-		}
-	}
-	return 0
-}
-
-// procCPU is the user and system CPU time of process pid, its children excluded
-// (Linux /proc/PID/stat; 0 elsewhere).
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command's closing parenthesis: state is the 3rd field of the
-	// line, utime and stime the 14th and 15th, in clock ticks (100 per second).
-	rest := string(b)
-	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-// procRSS is the resident memory of process pid in bytes (Linux /proc/PID/status
-// VmRSS; 0 elsewhere).
-func procRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
 		}
 	}
 	return 0
