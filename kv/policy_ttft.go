@@ -130,6 +130,16 @@ func (m *ttftModel) prefill(t float64) (ms, steps float64) {
 	return ms, steps
 }
 
+// decodeTimeMs is how long c's requests decode, from first token to end, at the
+// profile's speed (ms; predict scales it by speed after): the observed mean divided by
+// speed, or defaultDecodeTokens decode steps at KV usage u while none was observed.
+func (m *ttftModel) decodeTimeMs(c *Candidate, speed, u float64) float64 {
+	if ms := c.MeanDecodeSeconds * 1000 / speed; ms > 0 {
+		return ms
+	}
+	return defaultDecodeTokens * m.prof.DecodeMs(u)
+}
+
 // predict writes PredictTTFT's answer for c into p.
 func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	bs := m.bs
@@ -158,21 +168,13 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 		newActive := float64(max(promptBlocks-c.ActivePrefixBlocks, 0))
 		proj := (float64(c.ActiveBlocks) + newActive) / float64(c.TotalBlocks)
 		if proj > DefaultMemoryFraction {
-			decodeMs := c.MeanDecodeSeconds * 1000 / speed
-			if !(decodeMs > 0) {
-				decodeMs = defaultDecodeTokens * m.prof.DecodeMs(u)
-			}
-			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * decodeMs
+			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * m.decodeTimeMs(c, speed, u)
 		}
 	}
 	if c.MaxNumSeqs > 0 && c.ActiveRequests >= c.MaxNumSeqs {
 		// The request waits for the requests ahead of it to finish, MaxNumSeqs of
 		// them at a time, each in about the worker's mean decode time.
-		decodeMs := c.MeanDecodeSeconds * 1000 / speed
-		if !(decodeMs > 0) {
-			decodeMs = defaultDecodeTokens * m.prof.DecodeMs(u)
-		}
-		p.SlotWaitMs = float64(c.ActiveRequests+1-c.MaxNumSeqs) * decodeMs / float64(c.MaxNumSeqs)
+		p.SlotWaitMs = float64(c.ActiveRequests+1-c.MaxNumSeqs) * m.decodeTimeMs(c, speed, u) / float64(c.MaxNumSeqs)
 	}
 	if c.AdapterLoadMs > 0 {
 		p.AdapterMs = c.AdapterLoadMs
@@ -387,7 +389,7 @@ func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 }
 
 // learnSpeed folds one observed/predicted TTFT ratio into a worker's speed factor
-// (0: none yet; relaxed to the observation's time, relaxedSpeed), in log space so that a slow outlier and a fast one weigh alike; each
+// (0: none yet), in log space so that a slow outlier and a fast one weigh alike; each
 // ratio is clamped to [0.001, 1000].
 func learnSpeed(old, ratio float64) float64 { return learnSpeedAfter(old, ratio, 0) }
 
