@@ -26,6 +26,9 @@ type Record struct {
 	Transport  string        `json:"transport,omitempty"` // connect, reset, timeout: the transport's failure
 	Disconnect bool          `json:"disconnect,omitempty"`
 	Detail     string        `json:"detail,omitempty"` // what the client could not read, clipped
+	// Migrations is how many times the frontends logged moving it to another worker
+	// (Migrations, filled in after the run).
+	Migrations int `json:"migrations,omitempty"`
 }
 
 // Outcome is the checker's class of a request.
@@ -201,16 +204,20 @@ type Verdict struct {
 	ByKind   map[string]int // failures by kind (error code, or transport failure)
 	Leaked   int            // requests held after the run, plus one per resource past its bound
 	Problems []string       // every violation, one line each (the first MaxProblems)
+
+	// Migrations is the requests' migrations together, MostMigrations one request's
+	// highest, Retried the requests that went past the migration limit.
+	Migrations, MostMigrations, Retried int
 }
 
 // MaxProblems bounds Verdict.Problems.
 const MaxProblems = 200
 
 // Pass reports whether nothing was lost, duplicated, corrupted, unexplained or leaked,
-// no member crashed, the rig carried out its schedule, membership converged and the
+// no request migrated past the limit, no member crashed, the rig carried out its schedule, membership converged and the
 // router's index agrees with the engines.
 func (v Verdict) Pass() bool {
-	return v.Count[Lost]+v.Count[Duplicated]+v.Count[Corrupted]+v.Count[Unexplained]+v.Leaked == 0 &&
+	return v.Count[Lost]+v.Count[Duplicated]+v.Count[Corrupted]+v.Count[Unexplained]+v.Leaked+v.Retried == 0 &&
 		!slices.ContainsFunc(v.Problems, func(p string) bool {
 			for _, kind := range []string{"membership: ", "index: ", "crash: ", "rig: "} {
 				if strings.HasPrefix(p, kind) {
@@ -228,20 +235,22 @@ func (v Verdict) Line() string {
 		v.Requests, v.Count[OK], v.Count[Failed], v.Count[Lost]+v.Count[Corrupted]+v.Count[Unexplained], v.Count[Duplicated], v.Leaked)
 }
 
-// Detail is a second line: disconnects, corrupted and unexplained apart, failures by kind.
+// Detail is a second line: disconnects, corrupted and unexplained apart, migrations, and
+// failures by kind.
 func (v Verdict) Detail() string {
 	kinds := make([]string, 0, len(v.ByKind))
 	for k, n := range v.ByKind {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(kinds)
-	return fmt.Sprintf("disconnected by the client %d, corrupted %d, unexplained %d; failures by kind: %s",
-		v.Count[Disconnected], v.Count[Corrupted], v.Count[Unexplained], strings.Join(kinds, ", "))
+	return fmt.Sprintf("disconnected by the client %d, corrupted %d, unexplained %d; migrations %d (at most %d for one request, %d past the limit); failures by kind: %s",
+		v.Count[Disconnected], v.Count[Corrupted], v.Count[Unexplained], v.Migrations, v.MostMigrations, v.Retried, strings.Join(kinds, ", "))
 }
 
 // Check classifies every record against its reference (refs by Record.ID; a record with
-// none is a problem) and the cluster's state afterwards.
-func Check(recs []Record, refs map[int][]uint32, events []Event, w Windows, after After, bound Bound) Verdict {
+// none is a problem), checks that none migrated more than migrationLimit times (the
+// frontends' --migration-limit), and checks the cluster's state afterwards.
+func Check(recs []Record, refs map[int][]uint32, events []Event, w Windows, migrationLimit int, after After, bound Bound) Verdict {
 	v := Verdict{Requests: len(recs), ByKind: map[string]int{}}
 	problem := func(format string, args ...any) {
 		if len(v.Problems) < MaxProblems {
@@ -249,6 +258,12 @@ func Check(recs []Record, refs map[int][]uint32, events []Event, w Windows, afte
 		}
 	}
 	for _, r := range recs {
+		v.Migrations += r.Migrations
+		v.MostMigrations = max(v.MostMigrations, r.Migrations)
+		if r.Migrations > migrationLimit {
+			v.Retried++
+			problem("migration: request %d migrated %d times, past the limit of %d", r.ID, r.Migrations, migrationLimit)
+		}
 		ref, ok := refs[r.ID]
 		if !ok {
 			v.Count[Unexplained]++

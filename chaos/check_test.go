@@ -1,8 +1,12 @@
 package chaos
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -47,25 +51,25 @@ func TestCheckVerdict(t *testing.T) {
 		Growth: map[string][2]float64{"fe-1 go_goroutines": {100, 250}, "n-1 go_goroutines": {100, 400}, "n-1 process_open_fds": {30, 60}},
 	}
 	events := []Event{{At: 0, For: 2 * time.Second, Kind: KillNode, Target: "n-1"}}
-	v := Check(recs, refs, events, DefaultWindows, after, Bound{Slack: 200, Factor: 1.5})
+	v := Check(recs, refs, events, DefaultWindows, 3, after, Bound{Slack: 200, Factor: 1.5})
 	if got, want := v.Line(), "requests 4, ok 1, failed 1, lost 2, duplicated 0, leaked 3"; got != want {
 		t.Errorf("line %q, want %q\n%s", got, want, strings.Join(v.Problems, "\n"))
 	}
 	if v.Pass() || v.ByKind["no_live_workers"] != 1 {
 		t.Errorf("verdict %+v", v)
 	}
-	clean := Check(recs[:2], refs, events, DefaultWindows, After{}, Bound{})
+	clean := Check(recs[:2], refs, events, DefaultWindows, 3, After{}, Bound{})
 	if !clean.Pass() {
 		t.Errorf("clean run fails: %v", clean.Problems)
 	}
 	if !strings.Contains(clean.Detail(), "no_live_workers 1") {
 		t.Errorf("detail %q", clean.Detail())
 	}
-	unconverged := Check(recs[:1], refs, nil, DefaultWindows, After{Members: []string{"fe-1 lists 3 ready workers"}}, Bound{})
+	unconverged := Check(recs[:1], refs, nil, DefaultWindows, 3, After{Members: []string{"fe-1 lists 3 ready workers"}}, Bound{})
 	if unconverged.Pass() {
 		t.Error("a membership that did not converge passes")
 	}
-	drifted := Check(recs[:1], refs, nil, DefaultWindows, After{Index: []string{"n-1-0: router 12 blocks, engine 10"}}, Bound{})
+	drifted := Check(recs[:1], refs, nil, DefaultWindows, 3, After{Index: []string{"n-1-0: router 12 blocks, engine 10"}}, Bound{})
 	if drifted.Pass() || !slices.Contains(drifted.Problems, "index: n-1-0: router 12 blocks, engine 10") {
 		t.Errorf("an index that drifted: %v", drifted.Problems)
 	}
@@ -118,5 +122,47 @@ func TestRules(t *testing.T) {
 	}
 	if _, err := Ruleset(got["fe-1"], nil); err == nil {
 		t.Error("a host without an address: no error")
+	}
+}
+
+// Migrations are counted per request from the frontends' logs (every line, and the highest
+// number logged), and a request past the limit fails the run.
+func TestMigrationLimit(t *testing.T) {
+	var logs []io.Reader
+	for _, f := range []string{"fe-1.log", "fe-2.log"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "migrations", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, bytes.NewReader(b))
+	}
+	got, err := Migrations(logs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"chaos-7": 1, "chaos-9": 2, "chaos-8": 4, "chaos-10": 4}
+	if !maps.Equal(got, want) {
+		t.Fatalf("migrations %v, want %v", got, want)
+	}
+	var recs []Record
+	refs := map[int][]uint32{}
+	for id := 7; id <= 11; id++ {
+		recs = append(recs, Record{ID: id, Status: 200, Tokens: []uint32{1}, Finish: "length", Done: true, Migrations: got[RequestID(id)]})
+		refs[id] = []uint32{1}
+	}
+	v := Check(recs, refs, nil, DefaultWindows, 3, After{}, Bound{})
+	if v.Pass() || v.Retried != 2 || v.Migrations != 11 || v.MostMigrations != 4 {
+		t.Errorf("verdict %+v", v)
+	}
+	for _, p := range []string{"migration: request 8 migrated 4 times, past the limit of 3", "migration: request 10 migrated 4 times, past the limit of 3"} {
+		if !slices.Contains(v.Problems, p) {
+			t.Errorf("no problem %q in %v", p, v.Problems)
+		}
+	}
+	if !strings.Contains(v.Detail(), "migrations 11 (at most 4 for one request, 2 past the limit)") {
+		t.Errorf("detail %q", v.Detail())
+	}
+	if ok := Check(recs, refs, nil, DefaultWindows, 4, After{}, Bound{}); !ok.Pass() {
+		t.Errorf("within a limit of 4: %v", ok.Problems)
 	}
 }

@@ -70,6 +70,7 @@ func Send(ctx context.Context, hc *http.Client, base, frontend string, origin ti
 		return rec
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", RequestID(r.ID))
 	resp, err := hc.Do(req)
 	if err != nil {
 		rec.Transport = transportKind(err, ctx, cutByUs)

@@ -62,6 +62,9 @@ func TestSendRecords(t *testing.T) {
 				if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body["return_token_ids"] != true || body["ignore_eos"] != true {
 					t.Errorf("body %v (%v)", body, err)
 				}
+				if id := r.Header.Get("X-Request-Id"); id != "chaos-3" {
+					t.Errorf("X-Request-Id %q, want chaos-3 (the frontends' logs name the request by it)", id)
+				}
 				c.serve(w, w.(http.Flusher))
 			}))
 			defer srv.Close()

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/turbine-llm/turbine/bench"
+	"github.com/turbine-llm/turbine/flow"
 )
 
 // Config is one run of the rig. DefaultConfig holds the defaults.
@@ -45,6 +46,7 @@ type Config struct {
 	Disconnect              float64       // share of requests the client cuts on purpose
 	SpeedupRatio            float64       // the mock engines' speed-up
 	RequestLimit            time.Duration // a request's whole time at most
+	MigrationLimit          int           // the frontends' --migration-limit, which the checker holds them to
 	Out                     string        // folder of the records, plan, verdict, plot and logs
 	Prefix                  string        // network namespaces' prefix (≤ 5 bytes)
 	Log                     io.Writer     // progress lines
@@ -55,7 +57,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Seed: 1, Duration: 30 * time.Minute, Quiet: 30 * time.Second, Settle: 60 * time.Second,
 		MeanGap: 6 * time.Second, Rate: 2, MaxPrompt: 4096, MaxTokens: 48, Disconnect: 0.05,
-		SpeedupRatio: 10, RequestLimit: 90 * time.Second, Prefix: "tch", Log: os.Stderr}
+		SpeedupRatio: 10, RequestLimit: 90 * time.Second, MigrationLimit: flow.DefaultMigrationLimit, Prefix: "tch", Log: os.Stderr}
 }
 
 // Models the rig serves: an aggregated pool on two nodes and a 1P2D pool on two more.
@@ -157,6 +159,9 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	if err := os.WriteFile(filepath.Join(cfg.Out, "events.txt"), []byte(FormatPlan(events)), 0o644); err != nil {
 		return Verdict{}, err
 	}
+	if err := r.countMigrations(recs); err != nil {
+		return Verdict{}, err
+	}
 	if err := r.writeRecords(recs); err != nil {
 		return Verdict{}, err
 	}
@@ -164,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	v := Check(recs, refs, events, DefaultWindows, after, GrowthBound)
+	v := Check(recs, refs, events, DefaultWindows, cfg.MigrationLimit, after, GrowthBound)
 	if err := r.write(v, tl); err != nil {
 		return v, err
 	}
@@ -237,7 +242,8 @@ func (r *rig) start(ctx context.Context) error {
 			"--consul-ttl", "3s", "--consul-ttl-refresh", "500ms", "--log-format", "json"}
 	}
 	for _, f := range topology.Frontends {
-		args := append([]string{"frontend", "--host", r.net.Addr(f), "--port", frontendPort}, cluster(f)...)
+		args := append([]string{"frontend", "--host", r.net.Addr(f), "--port", frontendPort,
+			"--migration-limit", strconv.Itoa(r.cfg.MigrationLimit)}, cluster(f)...)
 		r.procs[f] = NewProc(r.net, f, f, filepath.Join(logs, f+".log"), r.cfg.Bin, args...)
 	}
 	for _, n := range topology.Nodes {
@@ -849,6 +855,28 @@ func (r *rig) stopAll() {
 		go func() { defer wg.Done(); p.Stop(10 * time.Second) }()
 	}
 	wg.Wait()
+}
+
+// countMigrations fills in each record's migrations from the frontends' logs (every
+// life of each, appended to one file).
+func (r *rig) countMigrations(recs []Record) error {
+	var logs []io.Reader
+	for _, f := range topology.Frontends {
+		lf, err := os.Open(filepath.Join(r.cfg.Out, "logs", f+".log"))
+		if err != nil {
+			return err
+		}
+		defer lf.Close()
+		logs = append(logs, lf)
+	}
+	n, err := Migrations(logs...)
+	if err != nil {
+		return err
+	}
+	for i := range recs {
+		recs[i].Migrations = n[RequestID(recs[i].ID)]
+	}
+	return nil
 }
 
 // writeRecords stores the client's records, one JSON object per line.

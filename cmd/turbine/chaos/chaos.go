@@ -37,6 +37,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "output tokens asked at most (the trace's, capped)")
 	fs.Float64Var(&cfg.Disconnect, "disconnect", cfg.Disconnect, "share of requests the client cuts on purpose")
 	fs.Float64Var(&cfg.SpeedupRatio, "speedup-ratio", cfg.SpeedupRatio, "the mock engines' speed-up")
+	fs.IntVar(&cfg.MigrationLimit, "migration-limit", cfg.MigrationLimit, "the frontends' --migration-limit; the checker fails a request migrated more often")
 	fs.StringVar(&cfg.Out, "out", "chaos-out", "folder of records.jsonl, plan.txt, verdict.txt, timeline.svg and logs/")
 	fs.StringVar(&cfg.Prefix, "netns-prefix", cfg.Prefix, "prefix of the network namespaces (at most 5 bytes)")
 	consul := fs.String("consul", "", "Consul executable (default $TURBINE_CONSUL, else consul on PATH, else the build scripts/ensure-consul.sh caches)")
