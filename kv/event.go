@@ -53,6 +53,11 @@ type Event struct {
 	CacheSalt string
 	// Medium: "" (GPU), "GPU", "CPU_PINNED", "DISK".
 	Medium string
+	// SequenceHashes: BlockStored of a worker's block-list dump only (never from an
+	// engine): the router's own sequence hash of each block (docs/reference.md §2),
+	// computed by the worker under HashScheme, one per EngineHashes entry; TokenIDs and
+	// CacheSalt are then empty (the hashes hold them), and the index trusts the hashes.
+	SequenceHashes []uint64
 }
 
 // Batch is one engine publication: a ZMQ message of the vLLM kv-events stream.

@@ -10,6 +10,12 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
+// HashScheme numbers the router's hashing (this file: seeds, the local and chained
+// hashes, salts). A worker computes the sequence hashes of its block-list dump itself
+// only when the router's scheme is its own (messages.RegisterAck.dump_hash_scheme); any
+// change to a hash here must change it.
+const HashScheme uint32 = 1
+
 // HashSeed is the xxh3 seed of the router's block hashes (docs/reference.md §2; the value the
 // reference router uses).
 const HashSeed uint64 = 1337

@@ -124,6 +124,15 @@ func (x *Index) Blocks(w WorkerID) int {
 	return 0
 }
 
+// WorkerBlocks calls fn with the engine hash and the router's sequence hash of every
+// block indexed for worker w, in no particular order: what a consistency check compares
+// with the worker's own list.
+func (x *Index) WorkerBlocks(w WorkerID, fn func(engine, sequence uint64)) {
+	if wb := x.worker(w); wb != nil {
+		wb.blocks.each(func(e uint64, s uint32) { fn(e, x.t.keys[s]) })
+	}
+}
+
 // UnknownRemovals counts BlockRemoved hashes that named blocks the worker was not known
 // to hold (harmless; a sign of missed events when it grows).
 func (x *Index) UnknownRemovals() uint64 { return x.unknownRemovals }
@@ -209,6 +218,13 @@ func ValidateStored(ev *Event, blockSize int) error {
 	if ev.BlockSize != blockSize {
 		return blockSizeError{got: ev.BlockSize, want: blockSize}
 	}
+	if ev.SequenceHashes != nil {
+		if len(ev.SequenceHashes) != len(ev.EngineHashes) || len(ev.TokenIDs) != 0 || ev.CacheSalt != "" {
+			return fmt.Errorf("%w: hashed BlockStored has %d sequence hashes for %d blocks, %d token ids and cache salt %q (want as many hashes as blocks, no tokens, no salt)",
+				ErrInvalidEvent, len(ev.SequenceHashes), len(ev.EngineHashes), len(ev.TokenIDs), ev.CacheSalt)
+		}
+		return nil
+	}
 	if len(ev.TokenIDs) != len(ev.EngineHashes)*blockSize {
 		return fmt.Errorf("%w: BlockStored has %d token ids for %d blocks of %d tokens (want %d)",
 			ErrInvalidEvent, len(ev.TokenIDs), len(ev.EngineHashes), blockSize, len(ev.EngineHashes)*blockSize)
@@ -252,12 +268,20 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 	}
 	wb := x.ensureWorker(w)
 	lora := x.loraID(ev.LoraName)
-	seed := LoraSeed(ev.LoraName)
 	bs := x.blockSize
-	x.hashBuf = AppendChainedHashes(x.hashBuf[:0], ev.TokenIDs, bs, seed, chained, prevHash)
+	hashes := ev.SequenceHashes
+	if hashes == nil {
+		x.hashBuf = AppendChainedHashes(x.hashBuf[:0], ev.TokenIDs, bs, LoraSeed(ev.LoraName), chained, prevHash)
+		hashes = x.hashBuf
+	} else if x.dump {
+		return fmt.Errorf("%w: a hashed BlockStored carries no token ids, which this index keeps", ErrInvalidEvent)
+	}
 	for i, e := range ev.EngineHashes {
-		toks := ev.TokenIDs[i*bs : (i+1)*bs]
-		h := x.hashBuf[i]
+		var toks []uint32
+		if ev.TokenIDs != nil {
+			toks = ev.TokenIDs[i*bs : (i+1)*bs]
+		}
+		h := hashes[i]
 		s := x.node(h, prev, lora, toks)
 		if prev == noSlot && ev.CacheSalt != "" && x.dump {
 			x.salts[s] = ev.CacheSalt // for Dump; the hash already holds it

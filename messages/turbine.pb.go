@@ -1267,12 +1267,15 @@ func (x *RegisterWorker) GetLastEventSeq() uint64 {
 
 // RegisterAck answers RegisterWorker.
 type RegisterAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Accepted      bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`                        // why registration was refused (e.g. KV block size mismatch)
-	NeedDump      bool                   `protobuf:"varint,3,opt,name=need_dump,json=needDump,proto3" json:"need_dump,omitempty"` // the router wants this worker's full block list
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Error    string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`                        // why registration was refused (e.g. KV block size mismatch)
+	NeedDump bool                   `protobuf:"varint,3,opt,name=need_dump,json=needDump,proto3" json:"need_dump,omitempty"` // the router wants this worker's full block list
+	// dump_hash_scheme, when not 0, is the router's block hashing (kv.HashScheme): a worker
+	// whose own scheme it is may send its block list as BlockDump.runs, hashed by itself.
+	DumpHashScheme uint32 `protobuf:"varint,4,opt,name=dump_hash_scheme,json=dumpHashScheme,proto3" json:"dump_hash_scheme,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RegisterAck) Reset() {
@@ -1324,6 +1327,13 @@ func (x *RegisterAck) GetNeedDump() bool {
 		return x.NeedDump
 	}
 	return false
+}
+
+func (x *RegisterAck) GetDumpHashScheme() uint32 {
+	if x != nil {
+		return x.DumpHashScheme
+	}
+	return 0
 }
 
 // DeregisterWorker removes a worker and all its blocks from routing.
@@ -1783,6 +1793,8 @@ func (x *EventAck) GetNeedDump() bool {
 
 // BlockDump is a worker's full block list, expressed as Stored events, replacing whatever
 // the router held for it. Large dumps are split into parts; the router applies parts in order.
+// A part carries events (token ids, hashed by the router) or, to a router that offered its
+// hash scheme (RegisterAck.dump_hash_scheme), runs hashed by the worker (docs/reference.md §10).
 type BlockDump struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -1791,6 +1803,8 @@ type BlockDump struct {
 	Events        []*KvEvent             `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
 	Part          int32                  `protobuf:"varint,5,opt,name=part,proto3" json:"part,omitempty"` // 0-based
 	Last          bool                   `protobuf:"varint,6,opt,name=last,proto3" json:"last,omitempty"`
+	Runs          []*KvHashedRun         `protobuf:"bytes,7,rep,name=runs,proto3" json:"runs,omitempty"`                                // applied after events
+	HashScheme    uint32                 `protobuf:"varint,8,opt,name=hash_scheme,json=hashScheme,proto3" json:"hash_scheme,omitempty"` // kv.HashScheme of runs' sequence hashes; runs under another are refused
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1867,6 +1881,107 @@ func (x *BlockDump) GetLast() bool {
 	return false
 }
 
+func (x *BlockDump) GetRuns() []*KvHashedRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *BlockDump) GetHashScheme() uint32 {
+	if x != nil {
+		return x.HashScheme
+	}
+	return 0
+}
+
+// KvHashedRun is a run of a block-list dump: blocks each chained onto the one before it
+// (the first onto parent_block_hash when set), with the engine's hash and the router's own
+// sequence hash (docs/reference.md §2) of each.
+type KvHashedRun struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ParentBlockHash *uint64                `protobuf:"fixed64,1,opt,name=parent_block_hash,json=parentBlockHash,proto3,oneof" json:"parent_block_hash,omitempty"` // engine hash; absent: the run starts a sequence
+	BlockHashes     []uint64               `protobuf:"fixed64,2,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`              // engine hashes
+	SequenceHashes  []uint64               `protobuf:"fixed64,3,rep,packed,name=sequence_hashes,json=sequenceHashes,proto3" json:"sequence_hashes,omitempty"`     // one per block
+	LoraName        string                 `protobuf:"bytes,4,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	Medium          string                 `protobuf:"bytes,5,opt,name=medium,proto3" json:"medium,omitempty"`
+	BlockSize       int32                  `protobuf:"varint,6,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"` // tokens per block: the router refuses a run of another
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *KvHashedRun) Reset() {
+	*x = KvHashedRun{}
+	mi := &file_turbine_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvHashedRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvHashedRun) ProtoMessage() {}
+
+func (x *KvHashedRun) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvHashedRun.ProtoReflect.Descriptor instead.
+func (*KvHashedRun) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *KvHashedRun) GetParentBlockHash() uint64 {
+	if x != nil && x.ParentBlockHash != nil {
+		return *x.ParentBlockHash
+	}
+	return 0
+}
+
+func (x *KvHashedRun) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *KvHashedRun) GetSequenceHashes() []uint64 {
+	if x != nil {
+		return x.SequenceHashes
+	}
+	return nil
+}
+
+func (x *KvHashedRun) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+func (x *KvHashedRun) GetMedium() string {
+	if x != nil {
+		return x.Medium
+	}
+	return ""
+}
+
+func (x *KvHashedRun) GetBlockSize() int32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
 // DumpBlocksRequest asks a worker actor to send its BlockDump to its Router grain.
 type DumpBlocksRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1876,7 +1991,7 @@ type DumpBlocksRequest struct {
 
 func (x *DumpBlocksRequest) Reset() {
 	*x = DumpBlocksRequest{}
-	mi := &file_turbine_proto_msgTypes[16]
+	mi := &file_turbine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2003,7 @@ func (x *DumpBlocksRequest) String() string {
 func (*DumpBlocksRequest) ProtoMessage() {}
 
 func (x *DumpBlocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[16]
+	mi := &file_turbine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2016,7 @@ func (x *DumpBlocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DumpBlocksRequest.ProtoReflect.Descriptor instead.
 func (*DumpBlocksRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{16}
+	return file_turbine_proto_rawDescGZIP(), []int{17}
 }
 
 type RouteRequest struct {
@@ -1958,7 +2073,7 @@ type RouteRequest struct {
 
 func (x *RouteRequest) Reset() {
 	*x = RouteRequest{}
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2085,7 @@ func (x *RouteRequest) String() string {
 func (*RouteRequest) ProtoMessage() {}
 
 func (x *RouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[17]
+	mi := &file_turbine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2098,7 @@ func (x *RouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteRequest.ProtoReflect.Descriptor instead.
 func (*RouteRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{17}
+	return file_turbine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RouteRequest) GetRequestId() string {
@@ -2134,7 +2249,7 @@ type RouteCandidate struct {
 
 func (x *RouteCandidate) Reset() {
 	*x = RouteCandidate{}
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2261,7 @@ func (x *RouteCandidate) String() string {
 func (*RouteCandidate) ProtoMessage() {}
 
 func (x *RouteCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[18]
+	mi := &file_turbine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2274,7 @@ func (x *RouteCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteCandidate.ProtoReflect.Descriptor instead.
 func (*RouteCandidate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{18}
+	return file_turbine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RouteCandidate) GetWorkerId() string {
@@ -2208,7 +2323,7 @@ type CostTerm struct {
 
 func (x *CostTerm) Reset() {
 	*x = CostTerm{}
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2335,7 @@ func (x *CostTerm) String() string {
 func (*CostTerm) ProtoMessage() {}
 
 func (x *CostTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[19]
+	mi := &file_turbine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2348,7 @@ func (x *CostTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CostTerm.ProtoReflect.Descriptor instead.
 func (*CostTerm) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{19}
+	return file_turbine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CostTerm) GetName() string {
@@ -2283,7 +2398,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2410,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[20]
+	mi := &file_turbine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2423,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{20}
+	return file_turbine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouteResponse) GetWorkerId() string {
@@ -2442,7 +2557,7 @@ type RouteAck struct {
 
 func (x *RouteAck) Reset() {
 	*x = RouteAck{}
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2569,7 @@ func (x *RouteAck) String() string {
 func (*RouteAck) ProtoMessage() {}
 
 func (x *RouteAck) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[21]
+	mi := &file_turbine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2582,7 @@ func (x *RouteAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAck.ProtoReflect.Descriptor instead.
 func (*RouteAck) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{21}
+	return file_turbine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteAck) GetRequestId() string {
@@ -2487,7 +2602,7 @@ type RequestRef struct {
 
 func (x *RequestRef) Reset() {
 	*x = RequestRef{}
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2614,7 @@ func (x *RequestRef) String() string {
 func (*RequestRef) ProtoMessage() {}
 
 func (x *RequestRef) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[22]
+	mi := &file_turbine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2627,7 @@ func (x *RequestRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestRef.ProtoReflect.Descriptor instead.
 func (*RequestRef) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{22}
+	return file_turbine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RequestRef) GetRequestId() string {
@@ -2530,7 +2645,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2657,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[23]
+	mi := &file_turbine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2670,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{23}
+	return file_turbine_proto_rawDescGZIP(), []int{24}
 }
 
 type BusyThresholds struct {
@@ -2569,7 +2684,7 @@ type BusyThresholds struct {
 
 func (x *BusyThresholds) Reset() {
 	*x = BusyThresholds{}
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2696,7 @@ func (x *BusyThresholds) String() string {
 func (*BusyThresholds) ProtoMessage() {}
 
 func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[24]
+	mi := &file_turbine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2709,7 @@ func (x *BusyThresholds) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BusyThresholds.ProtoReflect.Descriptor instead.
 func (*BusyThresholds) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{24}
+	return file_turbine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BusyThresholds) GetKvUsage() float64 {
@@ -2619,7 +2734,7 @@ type RouterStatsRequest struct {
 
 func (x *RouterStatsRequest) Reset() {
 	*x = RouterStatsRequest{}
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2631,7 +2746,7 @@ func (x *RouterStatsRequest) String() string {
 func (*RouterStatsRequest) ProtoMessage() {}
 
 func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[25]
+	mi := &file_turbine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2644,7 +2759,7 @@ func (x *RouterStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStatsRequest.ProtoReflect.Descriptor instead.
 func (*RouterStatsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{25}
+	return file_turbine_proto_rawDescGZIP(), []int{26}
 }
 
 type WorkerStats struct {
@@ -2680,7 +2795,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2807,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[26]
+	mi := &file_turbine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2820,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{26}
+	return file_turbine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerStats) GetWorkerId() string {
@@ -2861,7 +2976,7 @@ type RouterTierNode struct {
 
 func (x *RouterTierNode) Reset() {
 	*x = RouterTierNode{}
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +2988,7 @@ func (x *RouterTierNode) String() string {
 func (*RouterTierNode) ProtoMessage() {}
 
 func (x *RouterTierNode) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[27]
+	mi := &file_turbine_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3001,7 @@ func (x *RouterTierNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterTierNode.ProtoReflect.Descriptor instead.
 func (*RouterTierNode) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{27}
+	return file_turbine_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RouterTierNode) GetNodeId() string {
@@ -2981,7 +3096,7 @@ type RouterStats struct {
 
 func (x *RouterStats) Reset() {
 	*x = RouterStats{}
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3108,7 @@ func (x *RouterStats) String() string {
 func (*RouterStats) ProtoMessage() {}
 
 func (x *RouterStats) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[28]
+	mi := &file_turbine_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3121,7 @@ func (x *RouterStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterStats.ProtoReflect.Descriptor instead.
 func (*RouterStats) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{28}
+	return file_turbine_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RouterStats) GetWorkers() []*WorkerStats {
@@ -3114,7 +3229,7 @@ type AnnounceModel struct {
 
 func (x *AnnounceModel) Reset() {
 	*x = AnnounceModel{}
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3126,7 +3241,7 @@ func (x *AnnounceModel) String() string {
 func (*AnnounceModel) ProtoMessage() {}
 
 func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[29]
+	mi := &file_turbine_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3139,7 +3254,7 @@ func (x *AnnounceModel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnnounceModel.ProtoReflect.Descriptor instead.
 func (*AnnounceModel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{29}
+	return file_turbine_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AnnounceModel) GetCard() *ModelCard {
@@ -3195,7 +3310,7 @@ type ModelFilesRequest struct {
 
 func (x *ModelFilesRequest) Reset() {
 	*x = ModelFilesRequest{}
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3322,7 @@ func (x *ModelFilesRequest) String() string {
 func (*ModelFilesRequest) ProtoMessage() {}
 
 func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[30]
+	mi := &file_turbine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3335,7 @@ func (x *ModelFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFilesRequest.ProtoReflect.Descriptor instead.
 func (*ModelFilesRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{30}
+	return file_turbine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ModelFilesRequest) GetDigest() string {
@@ -3241,7 +3356,7 @@ type ModelFile struct {
 
 func (x *ModelFile) Reset() {
 	*x = ModelFile{}
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3368,7 @@ func (x *ModelFile) String() string {
 func (*ModelFile) ProtoMessage() {}
 
 func (x *ModelFile) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[31]
+	mi := &file_turbine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3381,7 @@ func (x *ModelFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFile.ProtoReflect.Descriptor instead.
 func (*ModelFile) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{31}
+	return file_turbine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ModelFile) GetName() string {
@@ -3296,7 +3411,7 @@ type ModelFiles struct {
 
 func (x *ModelFiles) Reset() {
 	*x = ModelFiles{}
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3308,7 +3423,7 @@ func (x *ModelFiles) String() string {
 func (*ModelFiles) ProtoMessage() {}
 
 func (x *ModelFiles) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[32]
+	mi := &file_turbine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3321,7 +3436,7 @@ func (x *ModelFiles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelFiles.ProtoReflect.Descriptor instead.
 func (*ModelFiles) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{32}
+	return file_turbine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ModelFiles) GetDigest() string {
@@ -3353,7 +3468,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3365,7 +3480,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[33]
+	mi := &file_turbine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3378,7 +3493,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{33}
+	return file_turbine_proto_rawDescGZIP(), []int{34}
 }
 
 type ModelList struct {
@@ -3392,7 +3507,7 @@ type ModelList struct {
 
 func (x *ModelList) Reset() {
 	*x = ModelList{}
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3404,7 +3519,7 @@ func (x *ModelList) String() string {
 func (*ModelList) ProtoMessage() {}
 
 func (x *ModelList) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[34]
+	mi := &file_turbine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3417,7 +3532,7 @@ func (x *ModelList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelList.ProtoReflect.Descriptor instead.
 func (*ModelList) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{34}
+	return file_turbine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ModelList) GetModels() []*ModelCard {
@@ -3472,7 +3587,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3599,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[35]
+	mi := &file_turbine_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3612,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{35}
+	return file_turbine_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SamplingParams) GetMaxTokens() int32 {
@@ -3675,7 +3790,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +3802,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[36]
+	mi := &file_turbine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +3815,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{36}
+	return file_turbine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TokenLogprob) GetTokenId() uint32 {
@@ -3742,7 +3857,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3869,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[37]
+	mi := &file_turbine_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3882,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{37}
+	return file_turbine_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TopLogprob) GetTokenId() uint32 {
@@ -3799,7 +3914,7 @@ type StructuredOutput struct {
 
 func (x *StructuredOutput) Reset() {
 	*x = StructuredOutput{}
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3926,7 @@ func (x *StructuredOutput) String() string {
 func (*StructuredOutput) ProtoMessage() {}
 
 func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[38]
+	mi := &file_turbine_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3939,7 @@ func (x *StructuredOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StructuredOutput.ProtoReflect.Descriptor instead.
 func (*StructuredOutput) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{38}
+	return file_turbine_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StructuredOutput) GetJsonSchema() string {
@@ -3880,7 +3995,7 @@ type DisaggParams struct {
 
 func (x *DisaggParams) Reset() {
 	*x = DisaggParams{}
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3892,7 +4007,7 @@ func (x *DisaggParams) String() string {
 func (*DisaggParams) ProtoMessage() {}
 
 func (x *DisaggParams) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[39]
+	mi := &file_turbine_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3905,7 +4020,7 @@ func (x *DisaggParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisaggParams.ProtoReflect.Descriptor instead.
 func (*DisaggParams) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{39}
+	return file_turbine_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DisaggParams) GetLeg() Leg {
@@ -3959,7 +4074,7 @@ type Generate struct {
 
 func (x *Generate) Reset() {
 	*x = Generate{}
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4086,7 @@ func (x *Generate) String() string {
 func (*Generate) ProtoMessage() {}
 
 func (x *Generate) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[40]
+	mi := &file_turbine_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4099,7 @@ func (x *Generate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generate.ProtoReflect.Descriptor instead.
 func (*Generate) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{40}
+	return file_turbine_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Generate) GetRequestId() string {
@@ -4060,7 +4175,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4187,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[41]
+	mi := &file_turbine_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4200,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{41}
+	return file_turbine_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -4192,7 +4307,7 @@ type Embed struct {
 
 func (x *Embed) Reset() {
 	*x = Embed{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4319,7 @@ func (x *Embed) String() string {
 func (*Embed) ProtoMessage() {}
 
 func (x *Embed) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4332,7 @@ func (x *Embed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embed.ProtoReflect.Descriptor instead.
 func (*Embed) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Embed) GetRequestId() string {
@@ -4259,7 +4374,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4386,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4399,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Embedding) GetRequestId() string {
@@ -4340,7 +4455,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4352,7 +4467,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4365,7 +4480,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{44}
+	return file_turbine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -4395,7 +4510,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4407,7 +4522,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4420,7 +4535,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{45}
+	return file_turbine_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -4448,7 +4563,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4575,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4588,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{46}
+	return file_turbine_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -4503,7 +4618,7 @@ type LoadLora struct {
 
 func (x *LoadLora) Reset() {
 	*x = LoadLora{}
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4515,7 +4630,7 @@ func (x *LoadLora) String() string {
 func (*LoadLora) ProtoMessage() {}
 
 func (x *LoadLora) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4528,7 +4643,7 @@ func (x *LoadLora) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadLora.ProtoReflect.Descriptor instead.
 func (*LoadLora) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{47}
+	return file_turbine_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LoadLora) GetAdapter() *LoraAdapter {
@@ -4549,7 +4664,7 @@ type UnloadLora struct {
 
 func (x *UnloadLora) Reset() {
 	*x = UnloadLora{}
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4676,7 @@ func (x *UnloadLora) String() string {
 func (*UnloadLora) ProtoMessage() {}
 
 func (x *UnloadLora) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4689,7 @@ func (x *UnloadLora) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadLora.ProtoReflect.Descriptor instead.
 func (*UnloadLora) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{48}
+	return file_turbine_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UnloadLora) GetName() string {
@@ -4599,7 +4714,7 @@ type LoraReply struct {
 
 func (x *LoraReply) Reset() {
 	*x = LoraReply{}
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4726,7 @@ func (x *LoraReply) String() string {
 func (*LoraReply) ProtoMessage() {}
 
 func (x *LoraReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4739,7 @@ func (x *LoraReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoraReply.ProtoReflect.Descriptor instead.
 func (*LoraReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{49}
+	return file_turbine_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LoraReply) GetWorkerId() string {
@@ -4676,7 +4791,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4688,7 +4803,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4701,7 +4816,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{50}
+	return file_turbine_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -4763,7 +4878,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4775,7 +4890,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4788,7 +4903,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{51}
+	return file_turbine_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -4861,7 +4976,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[52]
+	mi := &file_turbine_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4873,7 +4988,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[52]
+	mi := &file_turbine_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4886,7 +5001,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{52}
+	return file_turbine_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -4931,7 +5046,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[53]
+	mi := &file_turbine_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4943,7 +5058,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[53]
+	mi := &file_turbine_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4956,7 +5071,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{53}
+	return file_turbine_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -4981,7 +5096,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[54]
+	mi := &file_turbine_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5108,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[54]
+	mi := &file_turbine_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5121,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{54}
+	return file_turbine_proto_rawDescGZIP(), []int{55}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -5024,7 +5139,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[55]
+	mi := &file_turbine_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5151,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[55]
+	mi := &file_turbine_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5164,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{55}
+	return file_turbine_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -5111,7 +5226,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[56]
+	mi := &file_turbine_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5123,7 +5238,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[56]
+	mi := &file_turbine_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5136,7 +5251,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{56}
+	return file_turbine_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -5202,7 +5317,7 @@ type PlannerReport struct {
 
 func (x *PlannerReport) Reset() {
 	*x = PlannerReport{}
-	mi := &file_turbine_proto_msgTypes[57]
+	mi := &file_turbine_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5214,7 +5329,7 @@ func (x *PlannerReport) String() string {
 func (*PlannerReport) ProtoMessage() {}
 
 func (x *PlannerReport) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[57]
+	mi := &file_turbine_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5227,7 +5342,7 @@ func (x *PlannerReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerReport.ProtoReflect.Descriptor instead.
 func (*PlannerReport) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{57}
+	return file_turbine_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PlannerReport) GetFrontendId() string {
@@ -5308,7 +5423,7 @@ type PlannerStatusRequest struct {
 
 func (x *PlannerStatusRequest) Reset() {
 	*x = PlannerStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[58]
+	mi := &file_turbine_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5320,7 +5435,7 @@ func (x *PlannerStatusRequest) String() string {
 func (*PlannerStatusRequest) ProtoMessage() {}
 
 func (x *PlannerStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[58]
+	mi := &file_turbine_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5333,7 +5448,7 @@ func (x *PlannerStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerStatusRequest.ProtoReflect.Descriptor instead.
 func (*PlannerStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{58}
+	return file_turbine_proto_rawDescGZIP(), []int{59}
 }
 
 // PlannerTerm is one named figure of a planner decision's formula.
@@ -5348,7 +5463,7 @@ type PlannerTerm struct {
 
 func (x *PlannerTerm) Reset() {
 	*x = PlannerTerm{}
-	mi := &file_turbine_proto_msgTypes[59]
+	mi := &file_turbine_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5360,7 +5475,7 @@ func (x *PlannerTerm) String() string {
 func (*PlannerTerm) ProtoMessage() {}
 
 func (x *PlannerTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[59]
+	mi := &file_turbine_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5373,7 +5488,7 @@ func (x *PlannerTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerTerm.ProtoReflect.Descriptor instead.
 func (*PlannerTerm) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{59}
+	return file_turbine_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PlannerTerm) GetName() string {
@@ -5413,7 +5528,7 @@ type PlannerPool struct {
 
 func (x *PlannerPool) Reset() {
 	*x = PlannerPool{}
-	mi := &file_turbine_proto_msgTypes[60]
+	mi := &file_turbine_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5425,7 +5540,7 @@ func (x *PlannerPool) String() string {
 func (*PlannerPool) ProtoMessage() {}
 
 func (x *PlannerPool) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[60]
+	mi := &file_turbine_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5438,7 +5553,7 @@ func (x *PlannerPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerPool.ProtoReflect.Descriptor instead.
 func (*PlannerPool) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{60}
+	return file_turbine_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PlannerPool) GetPool() string {
@@ -5529,7 +5644,7 @@ type PlannerStatus struct {
 
 func (x *PlannerStatus) Reset() {
 	*x = PlannerStatus{}
-	mi := &file_turbine_proto_msgTypes[61]
+	mi := &file_turbine_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5541,7 +5656,7 @@ func (x *PlannerStatus) String() string {
 func (*PlannerStatus) ProtoMessage() {}
 
 func (x *PlannerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[61]
+	mi := &file_turbine_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5554,7 +5669,7 @@ func (x *PlannerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerStatus.ProtoReflect.Descriptor instead.
 func (*PlannerStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{61}
+	return file_turbine_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PlannerStatus) GetModel() string {
@@ -5765,7 +5880,7 @@ type PlannerSetTargets struct {
 
 func (x *PlannerSetTargets) Reset() {
 	*x = PlannerSetTargets{}
-	mi := &file_turbine_proto_msgTypes[62]
+	mi := &file_turbine_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5777,7 +5892,7 @@ func (x *PlannerSetTargets) String() string {
 func (*PlannerSetTargets) ProtoMessage() {}
 
 func (x *PlannerSetTargets) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[62]
+	mi := &file_turbine_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5790,7 +5905,7 @@ func (x *PlannerSetTargets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerSetTargets.ProtoReflect.Descriptor instead.
 func (*PlannerSetTargets) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{62}
+	return file_turbine_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PlannerSetTargets) GetTtftTargetMs() float64 {
@@ -5827,7 +5942,7 @@ type KvbmTierChange struct {
 
 func (x *KvbmTierChange) Reset() {
 	*x = KvbmTierChange{}
-	mi := &file_turbine_proto_msgTypes[63]
+	mi := &file_turbine_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5839,7 +5954,7 @@ func (x *KvbmTierChange) String() string {
 func (*KvbmTierChange) ProtoMessage() {}
 
 func (x *KvbmTierChange) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[63]
+	mi := &file_turbine_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5852,7 +5967,7 @@ func (x *KvbmTierChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmTierChange.ProtoReflect.Descriptor instead.
 func (*KvbmTierChange) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{63}
+	return file_turbine_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KvbmTierChange) GetTier() KvTier {
@@ -5897,7 +6012,7 @@ type KvbmInventory struct {
 
 func (x *KvbmInventory) Reset() {
 	*x = KvbmInventory{}
-	mi := &file_turbine_proto_msgTypes[64]
+	mi := &file_turbine_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5909,7 +6024,7 @@ func (x *KvbmInventory) String() string {
 func (*KvbmInventory) ProtoMessage() {}
 
 func (x *KvbmInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[64]
+	mi := &file_turbine_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5922,7 +6037,7 @@ func (x *KvbmInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmInventory.ProtoReflect.Descriptor instead.
 func (*KvbmInventory) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{64}
+	return file_turbine_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KvbmInventory) GetNodeId() string {
@@ -5983,7 +6098,7 @@ type KvbmStatusRequest struct {
 
 func (x *KvbmStatusRequest) Reset() {
 	*x = KvbmStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[65]
+	mi := &file_turbine_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5995,7 +6110,7 @@ func (x *KvbmStatusRequest) String() string {
 func (*KvbmStatusRequest) ProtoMessage() {}
 
 func (x *KvbmStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[65]
+	mi := &file_turbine_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6008,7 +6123,7 @@ func (x *KvbmStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmStatusRequest.ProtoReflect.Descriptor instead.
 func (*KvbmStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{65}
+	return file_turbine_proto_rawDescGZIP(), []int{66}
 }
 
 // KvbmTierStatus is one tier of a block manager.
@@ -6031,7 +6146,7 @@ type KvbmTierStatus struct {
 
 func (x *KvbmTierStatus) Reset() {
 	*x = KvbmTierStatus{}
-	mi := &file_turbine_proto_msgTypes[66]
+	mi := &file_turbine_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6043,7 +6158,7 @@ func (x *KvbmTierStatus) String() string {
 func (*KvbmTierStatus) ProtoMessage() {}
 
 func (x *KvbmTierStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[66]
+	mi := &file_turbine_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6056,7 +6171,7 @@ func (x *KvbmTierStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmTierStatus.ProtoReflect.Descriptor instead.
 func (*KvbmTierStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{66}
+	return file_turbine_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KvbmTierStatus) GetTier() KvTier {
@@ -6161,7 +6276,7 @@ type KvbmStatus struct {
 
 func (x *KvbmStatus) Reset() {
 	*x = KvbmStatus{}
-	mi := &file_turbine_proto_msgTypes[67]
+	mi := &file_turbine_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6173,7 +6288,7 @@ func (x *KvbmStatus) String() string {
 func (*KvbmStatus) ProtoMessage() {}
 
 func (x *KvbmStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[67]
+	mi := &file_turbine_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6186,7 +6301,7 @@ func (x *KvbmStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmStatus.ProtoReflect.Descriptor instead.
 func (*KvbmStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{67}
+	return file_turbine_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KvbmStatus) GetNodeId() string {
@@ -6367,11 +6482,12 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
-	"\x0elast_event_seq\x18\x03 \x01(\x04R\flastEventSeq\"\\\n" +
+	"\x0elast_event_seq\x18\x03 \x01(\x04R\flastEventSeq\"\x86\x01\n" +
 	"\vRegisterAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1b\n" +
-	"\tneed_dump\x18\x03 \x01(\bR\bneedDump\"s\n" +
+	"\tneed_dump\x18\x03 \x01(\bR\bneedDump\x12(\n" +
+	"\x10dump_hash_scheme\x18\x04 \x01(\rR\x0edumpHashScheme\"s\n" +
 	"\x10DeregisterWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12*\n" +
@@ -6402,14 +6518,26 @@ const file_turbine_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12+\n" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\"'\n" +
 	"\bEventAck\x12\x1b\n" +
-	"\tneed_dump\x18\x01 \x01(\bR\bneedDump\"\xbb\x01\n" +
+	"\tneed_dump\x18\x01 \x01(\bR\bneedDump\"\x89\x02\n" +
 	"\tBlockDump\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
 	"\fengine_epoch\x18\x02 \x01(\x04R\vengineEpoch\x12\x19\n" +
 	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x12+\n" +
 	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x12\n" +
 	"\x04part\x18\x05 \x01(\x05R\x04part\x12\x12\n" +
-	"\x04last\x18\x06 \x01(\bR\x04last\"\x13\n" +
+	"\x04last\x18\x06 \x01(\bR\x04last\x12+\n" +
+	"\x04runs\x18\a \x03(\v2\x17.turbine.v1.KvHashedRunR\x04runs\x12\x1f\n" +
+	"\vhash_scheme\x18\b \x01(\rR\n" +
+	"hashScheme\"\xf4\x01\n" +
+	"\vKvHashedRun\x12/\n" +
+	"\x11parent_block_hash\x18\x01 \x01(\x06H\x00R\x0fparentBlockHash\x88\x01\x01\x12!\n" +
+	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\x12'\n" +
+	"\x0fsequence_hashes\x18\x03 \x03(\x06R\x0esequenceHashes\x12\x1b\n" +
+	"\tlora_name\x18\x04 \x01(\tR\bloraName\x12\x16\n" +
+	"\x06medium\x18\x05 \x01(\tR\x06medium\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x06 \x01(\x05R\tblockSizeB\x14\n" +
+	"\x12_parent_block_hash\"\x13\n" +
 	"\x11DumpBlocksRequest\"\xe1\x05\n" +
 	"\fRouteRequest\x12\x1d\n" +
 	"\n" +
@@ -6901,7 +7029,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 }
 
 var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_turbine_proto_goTypes = []any{
 	(Role)(0),                    // 0: turbine.v1.Role
 	(Leg)(0),                     // 1: turbine.v1.Leg
@@ -6927,59 +7055,60 @@ var file_turbine_proto_goTypes = []any{
 	(*KvEventBatch)(nil),         // 21: turbine.v1.KvEventBatch
 	(*EventAck)(nil),             // 22: turbine.v1.EventAck
 	(*BlockDump)(nil),            // 23: turbine.v1.BlockDump
-	(*DumpBlocksRequest)(nil),    // 24: turbine.v1.DumpBlocksRequest
-	(*RouteRequest)(nil),         // 25: turbine.v1.RouteRequest
-	(*RouteCandidate)(nil),       // 26: turbine.v1.RouteCandidate
-	(*CostTerm)(nil),             // 27: turbine.v1.CostTerm
-	(*RouteResponse)(nil),        // 28: turbine.v1.RouteResponse
-	(*RouteAck)(nil),             // 29: turbine.v1.RouteAck
-	(*RequestRef)(nil),           // 30: turbine.v1.RequestRef
-	(*Ack)(nil),                  // 31: turbine.v1.Ack
-	(*BusyThresholds)(nil),       // 32: turbine.v1.BusyThresholds
-	(*RouterStatsRequest)(nil),   // 33: turbine.v1.RouterStatsRequest
-	(*WorkerStats)(nil),          // 34: turbine.v1.WorkerStats
-	(*RouterTierNode)(nil),       // 35: turbine.v1.RouterTierNode
-	(*RouterStats)(nil),          // 36: turbine.v1.RouterStats
-	(*AnnounceModel)(nil),        // 37: turbine.v1.AnnounceModel
-	(*ModelFilesRequest)(nil),    // 38: turbine.v1.ModelFilesRequest
-	(*ModelFile)(nil),            // 39: turbine.v1.ModelFile
-	(*ModelFiles)(nil),           // 40: turbine.v1.ModelFiles
-	(*ListModelsRequest)(nil),    // 41: turbine.v1.ListModelsRequest
-	(*ModelList)(nil),            // 42: turbine.v1.ModelList
-	(*SamplingParams)(nil),       // 43: turbine.v1.SamplingParams
-	(*TokenLogprob)(nil),         // 44: turbine.v1.TokenLogprob
-	(*TopLogprob)(nil),           // 45: turbine.v1.TopLogprob
-	(*StructuredOutput)(nil),     // 46: turbine.v1.StructuredOutput
-	(*DisaggParams)(nil),         // 47: turbine.v1.DisaggParams
-	(*Generate)(nil),             // 48: turbine.v1.Generate
-	(*TokenChunk)(nil),           // 49: turbine.v1.TokenChunk
-	(*Embed)(nil),                // 50: turbine.v1.Embed
-	(*Embedding)(nil),            // 51: turbine.v1.Embedding
-	(*Credit)(nil),               // 52: turbine.v1.Credit
-	(*ReleaseKv)(nil),            // 53: turbine.v1.ReleaseKv
-	(*Cancel)(nil),               // 54: turbine.v1.Cancel
-	(*LoadLora)(nil),             // 55: turbine.v1.LoadLora
-	(*UnloadLora)(nil),           // 56: turbine.v1.UnloadLora
-	(*LoraReply)(nil),            // 57: turbine.v1.LoraReply
-	(*GpuInfo)(nil),              // 58: turbine.v1.GpuInfo
-	(*StartWorker)(nil),          // 59: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),     // 60: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),           // 61: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),    // 62: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),           // 63: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),           // 64: turbine.v1.NodeStatus
-	(*PlannerReport)(nil),        // 65: turbine.v1.PlannerReport
-	(*PlannerStatusRequest)(nil), // 66: turbine.v1.PlannerStatusRequest
-	(*PlannerTerm)(nil),          // 67: turbine.v1.PlannerTerm
-	(*PlannerPool)(nil),          // 68: turbine.v1.PlannerPool
-	(*PlannerStatus)(nil),        // 69: turbine.v1.PlannerStatus
-	(*PlannerSetTargets)(nil),    // 70: turbine.v1.PlannerSetTargets
-	(*KvbmTierChange)(nil),       // 71: turbine.v1.KvbmTierChange
-	(*KvbmInventory)(nil),        // 72: turbine.v1.KvbmInventory
-	(*KvbmStatusRequest)(nil),    // 73: turbine.v1.KvbmStatusRequest
-	(*KvbmTierStatus)(nil),       // 74: turbine.v1.KvbmTierStatus
-	(*KvbmStatus)(nil),           // 75: turbine.v1.KvbmStatus
-	nil,                          // 76: turbine.v1.SamplingParams.LogitBiasEntry
+	(*KvHashedRun)(nil),          // 24: turbine.v1.KvHashedRun
+	(*DumpBlocksRequest)(nil),    // 25: turbine.v1.DumpBlocksRequest
+	(*RouteRequest)(nil),         // 26: turbine.v1.RouteRequest
+	(*RouteCandidate)(nil),       // 27: turbine.v1.RouteCandidate
+	(*CostTerm)(nil),             // 28: turbine.v1.CostTerm
+	(*RouteResponse)(nil),        // 29: turbine.v1.RouteResponse
+	(*RouteAck)(nil),             // 30: turbine.v1.RouteAck
+	(*RequestRef)(nil),           // 31: turbine.v1.RequestRef
+	(*Ack)(nil),                  // 32: turbine.v1.Ack
+	(*BusyThresholds)(nil),       // 33: turbine.v1.BusyThresholds
+	(*RouterStatsRequest)(nil),   // 34: turbine.v1.RouterStatsRequest
+	(*WorkerStats)(nil),          // 35: turbine.v1.WorkerStats
+	(*RouterTierNode)(nil),       // 36: turbine.v1.RouterTierNode
+	(*RouterStats)(nil),          // 37: turbine.v1.RouterStats
+	(*AnnounceModel)(nil),        // 38: turbine.v1.AnnounceModel
+	(*ModelFilesRequest)(nil),    // 39: turbine.v1.ModelFilesRequest
+	(*ModelFile)(nil),            // 40: turbine.v1.ModelFile
+	(*ModelFiles)(nil),           // 41: turbine.v1.ModelFiles
+	(*ListModelsRequest)(nil),    // 42: turbine.v1.ListModelsRequest
+	(*ModelList)(nil),            // 43: turbine.v1.ModelList
+	(*SamplingParams)(nil),       // 44: turbine.v1.SamplingParams
+	(*TokenLogprob)(nil),         // 45: turbine.v1.TokenLogprob
+	(*TopLogprob)(nil),           // 46: turbine.v1.TopLogprob
+	(*StructuredOutput)(nil),     // 47: turbine.v1.StructuredOutput
+	(*DisaggParams)(nil),         // 48: turbine.v1.DisaggParams
+	(*Generate)(nil),             // 49: turbine.v1.Generate
+	(*TokenChunk)(nil),           // 50: turbine.v1.TokenChunk
+	(*Embed)(nil),                // 51: turbine.v1.Embed
+	(*Embedding)(nil),            // 52: turbine.v1.Embedding
+	(*Credit)(nil),               // 53: turbine.v1.Credit
+	(*ReleaseKv)(nil),            // 54: turbine.v1.ReleaseKv
+	(*Cancel)(nil),               // 55: turbine.v1.Cancel
+	(*LoadLora)(nil),             // 56: turbine.v1.LoadLora
+	(*UnloadLora)(nil),           // 57: turbine.v1.UnloadLora
+	(*LoraReply)(nil),            // 58: turbine.v1.LoraReply
+	(*GpuInfo)(nil),              // 59: turbine.v1.GpuInfo
+	(*StartWorker)(nil),          // 60: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),     // 61: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),           // 62: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),    // 63: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),           // 64: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),           // 65: turbine.v1.NodeStatus
+	(*PlannerReport)(nil),        // 66: turbine.v1.PlannerReport
+	(*PlannerStatusRequest)(nil), // 67: turbine.v1.PlannerStatusRequest
+	(*PlannerTerm)(nil),          // 68: turbine.v1.PlannerTerm
+	(*PlannerPool)(nil),          // 69: turbine.v1.PlannerPool
+	(*PlannerStatus)(nil),        // 70: turbine.v1.PlannerStatus
+	(*PlannerSetTargets)(nil),    // 71: turbine.v1.PlannerSetTargets
+	(*KvbmTierChange)(nil),       // 72: turbine.v1.KvbmTierChange
+	(*KvbmInventory)(nil),        // 73: turbine.v1.KvbmInventory
+	(*KvbmStatusRequest)(nil),    // 74: turbine.v1.KvbmStatusRequest
+	(*KvbmTierStatus)(nil),       // 75: turbine.v1.KvbmTierStatus
+	(*KvbmStatus)(nil),           // 76: turbine.v1.KvbmStatus
+	nil,                          // 77: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
 	8,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -6999,57 +7128,58 @@ var file_turbine_proto_depIdxs = []int32{
 	19, // 14: turbine.v1.KvEvent.cleared:type_name -> turbine.v1.KvAllBlocksCleared
 	20, // 15: turbine.v1.KvEventBatch.events:type_name -> turbine.v1.KvEvent
 	20, // 16: turbine.v1.BlockDump.events:type_name -> turbine.v1.KvEvent
-	27, // 17: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
-	8,  // 18: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
-	3,  // 19: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
-	2,  // 20: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
-	8,  // 21: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
-	8,  // 22: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
-	26, // 23: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
-	0,  // 24: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
-	8,  // 25: turbine.v1.WorkerStats.actor:type_name -> turbine.v1.ActorRef
-	10, // 26: turbine.v1.WorkerStats.adapters:type_name -> turbine.v1.LoraAdapter
-	10, // 27: turbine.v1.WorkerStats.known_adapters:type_name -> turbine.v1.LoraAdapter
-	34, // 28: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
-	9,  // 29: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
-	35, // 30: turbine.v1.RouterStats.tier_nodes:type_name -> turbine.v1.RouterTierNode
-	9,  // 31: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
-	8,  // 32: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
-	10, // 33: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
-	10, // 34: turbine.v1.AnnounceModel.known_adapters:type_name -> turbine.v1.LoraAdapter
-	39, // 35: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
-	9,  // 36: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
-	47, // 37: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
-	46, // 38: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	76, // 39: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
-	45, // 40: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
-	1,  // 41: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
-	43, // 42: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
-	8,  // 43: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
-	4,  // 44: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
-	44, // 45: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
-	44, // 46: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
-	4,  // 47: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
-	10, // 48: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
-	6,  // 49: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
-	10, // 50: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
-	9,  // 51: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
-	8,  // 52: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
-	8,  // 53: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	58, // 54: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	63, // 55: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	67, // 56: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
-	68, // 57: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
-	7,  // 58: turbine.v1.KvbmTierChange.tier:type_name -> turbine.v1.KvTier
-	71, // 59: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
-	7,  // 60: turbine.v1.KvbmTierStatus.tier:type_name -> turbine.v1.KvTier
-	74, // 61: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
-	74, // 62: turbine.v1.KvbmStatus.fs:type_name -> turbine.v1.KvbmTierStatus
-	63, // [63:63] is the sub-list for method output_type
-	63, // [63:63] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	24, // 17: turbine.v1.BlockDump.runs:type_name -> turbine.v1.KvHashedRun
+	28, // 18: turbine.v1.RouteCandidate.terms:type_name -> turbine.v1.CostTerm
+	8,  // 19: turbine.v1.RouteResponse.worker:type_name -> turbine.v1.ActorRef
+	3,  // 20: turbine.v1.RouteResponse.outcome:type_name -> turbine.v1.RouteOutcome
+	2,  // 21: turbine.v1.RouteResponse.disagg_decision:type_name -> turbine.v1.DisaggDecision
+	8,  // 22: turbine.v1.RouteResponse.prefill_worker:type_name -> turbine.v1.ActorRef
+	8,  // 23: turbine.v1.RouteResponse.router:type_name -> turbine.v1.ActorRef
+	27, // 24: turbine.v1.RouteResponse.candidates:type_name -> turbine.v1.RouteCandidate
+	0,  // 25: turbine.v1.WorkerStats.role:type_name -> turbine.v1.Role
+	8,  // 26: turbine.v1.WorkerStats.actor:type_name -> turbine.v1.ActorRef
+	10, // 27: turbine.v1.WorkerStats.adapters:type_name -> turbine.v1.LoraAdapter
+	10, // 28: turbine.v1.WorkerStats.known_adapters:type_name -> turbine.v1.LoraAdapter
+	35, // 29: turbine.v1.RouterStats.workers:type_name -> turbine.v1.WorkerStats
+	9,  // 30: turbine.v1.RouterStats.card:type_name -> turbine.v1.ModelCard
+	36, // 31: turbine.v1.RouterStats.tier_nodes:type_name -> turbine.v1.RouterTierNode
+	9,  // 32: turbine.v1.AnnounceModel.card:type_name -> turbine.v1.ModelCard
+	8,  // 33: turbine.v1.AnnounceModel.worker:type_name -> turbine.v1.ActorRef
+	10, // 34: turbine.v1.AnnounceModel.adapters:type_name -> turbine.v1.LoraAdapter
+	10, // 35: turbine.v1.AnnounceModel.known_adapters:type_name -> turbine.v1.LoraAdapter
+	40, // 36: turbine.v1.ModelFiles.files:type_name -> turbine.v1.ModelFile
+	9,  // 37: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
+	48, // 38: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
+	47, // 39: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
+	77, // 40: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	46, // 41: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
+	1,  // 42: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
+	44, // 43: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
+	8,  // 44: turbine.v1.Generate.reply_to:type_name -> turbine.v1.ActorRef
+	4,  // 45: turbine.v1.TokenChunk.fault:type_name -> turbine.v1.Fault
+	45, // 46: turbine.v1.TokenChunk.logprobs:type_name -> turbine.v1.TokenLogprob
+	45, // 47: turbine.v1.TokenChunk.prompt_logprobs:type_name -> turbine.v1.TokenLogprob
+	4,  // 48: turbine.v1.Embedding.fault:type_name -> turbine.v1.Fault
+	10, // 49: turbine.v1.LoadLora.adapter:type_name -> turbine.v1.LoraAdapter
+	6,  // 50: turbine.v1.LoraReply.failure:type_name -> turbine.v1.LoraFailure
+	10, // 51: turbine.v1.LoraReply.adapters:type_name -> turbine.v1.LoraAdapter
+	9,  // 52: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
+	8,  // 53: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
+	8,  // 54: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
+	59, // 55: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	64, // 56: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	68, // 57: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
+	69, // 58: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
+	7,  // 59: turbine.v1.KvbmTierChange.tier:type_name -> turbine.v1.KvTier
+	72, // 60: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
+	7,  // 61: turbine.v1.KvbmTierStatus.tier:type_name -> turbine.v1.KvTier
+	75, // 62: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
+	75, // 63: turbine.v1.KvbmStatus.fs:type_name -> turbine.v1.KvbmTierStatus
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_turbine_proto_init() }
@@ -7063,16 +7193,17 @@ func file_turbine_proto_init() {
 		(*KvEvent_Removed)(nil),
 		(*KvEvent_Cleared)(nil),
 	}
-	file_turbine_proto_msgTypes[17].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[24].OneofWrappers = []any{}
-	file_turbine_proto_msgTypes[35].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[16].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[18].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[25].OneofWrappers = []any{}
+	file_turbine_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

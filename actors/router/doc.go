@@ -9,9 +9,10 @@
 //
 // State: the kv.Router (index, active sequences, registrations), each worker's actor
 // address and last load heartbeat, and when it was last heard from. All of it is rebuilt
-// after the grain moves: workers re-register on every heartbeat, and a registration the
-// router has not seen events for is answered with need_dump, so the worker sends its
-// block list.
+// after the grain moves: workers re-register on every heartbeat and whenever the
+// cluster's members change, and a registration the router has not seen events for is
+// answered with need_dump, so the worker sends its block list, hashed by the worker when
+// the answer offers the router's hash scheme (dump_hash_scheme; docs/reference.md §10).
 //
 // Prompts: a Route carries the prompt's token ids, or its chained block hashes
 // (block_hashes, kv/hash.go, computed by the frontend under the request's cache salt and

@@ -393,7 +393,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 				Int64("kv_bytes_per_token", KVBytesPerToken(info.Card)).Msg("tier credits (fractions of a GPU hit)")
 		}
 	}
-	return &messages.RegisterAck{Accepted: true, NeedDump: needDump}, nil
+	return &messages.RegisterAck{Accepted: true, NeedDump: needDump, DumpHashScheme: kv.HashScheme}, nil
 }
 
 // Deregister removes a worker with its blocks and active requests.
@@ -438,7 +438,7 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 	if g.core == nil {
 		return &messages.Ack{}, nil
 	}
-	evs, err := kvpb.FromProtoAll(req.Events)
+	evs, err := kvpb.DumpEvents(req)
 	if err != nil {
 		g.log.Warn().Err(err).Str("worker", req.WorkerId).Msg("malformed block dump ignored")
 		return &messages.Ack{}, nil

@@ -159,35 +159,12 @@ func (l *BlockList) record(bs int) int {
 // Dump returns the list as BlockStored events, one block per event, in the order the
 // blocks were first stored, leaving out orphans. The events' slices are the caller's.
 func (l *BlockList) Dump() []kv.Event {
-	order := make([]uint32, 0, l.live)
-	for p := range l.blocks {
-		if l.blocks[p].live {
-			order = append(order, uint32(p))
-		}
-	}
-	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(l.blocks[a].order, l.blocks[b].order) })
-	emitted := make([]bool, len(l.blocks))
-	n, ntok := 0, 0
-	for _, p := range order {
-		b := &l.blocks[p]
-		if b.hasParent {
-			slot, found := l.find(b.parent)
-			if !found || !emitted[l.table[slot].pos-1] {
-				continue // orphan: its prefix is gone (or was stored after it)
-			}
-		}
-		emitted[p] = true
-		n++
-		ntok += int(b.tokLen)
-	}
-	out := make([]kv.Event, 0, n)
-	hashes := make([]uint64, n)
+	order, ntok := l.dumpOrder()
+	out := make([]kv.Event, 0, len(order))
+	hashes := make([]uint64, len(order))
 	toks := make([]uint32, 0, ntok)
-	for _, p := range order {
-		if !emitted[p] {
-			continue
-		}
-		b := &l.blocks[p]
+	for _, d := range order {
+		b := &l.blocks[d.pos]
 		i, t := len(out), len(toks)
 		hashes[i] = b.hash
 		toks = append(toks, l.tokens[b.tokOff:b.tokOff+int(b.tokLen)]...)
@@ -198,8 +175,84 @@ func (l *BlockList) Dump() []kv.Event {
 	return out
 }
 
-// home is h's preferred table slot (Fibonacci hashing: engine hashes may be small
-// integers).
+// DumpHashed returns what Dump does with the router's sequence hash of every block
+// computed here (kv.Event.SequenceHashes, under kv.HashScheme) in place of its token
+// ids and cache salt, and the blocks grouped into runs: one event per run of blocks in
+// Dump's order each chained onto the one before it, with one adapter, medium and block
+// size. A Router grain that offers the scheme takes these (docs/reference.md §10, "The
+// Router grain moves"): 16 bytes a block instead of its tokens, nothing to hash.
+func (l *BlockList) DumpHashed() []kv.Event {
+	order, _ := l.dumpOrder()
+	var out []kv.Event
+	engine, seqs := make([]uint64, len(order)), make([]uint64, len(order))
+	seqOf := make([]uint64, len(l.blocks)) // by record; set for every block emitted
+	seeds := map[uint32]uint64{}
+	var buf [1]uint64
+	start := 0 // of the run being built, in engine and seqs
+	for i, d := range order {
+		b := &l.blocks[d.pos]
+		seed, ok := seeds[b.lora]
+		if !ok {
+			seed = kv.LoraSeed(l.strs[b.lora])
+			seeds[b.lora] = seed
+		}
+		chained, prev := b.hasParent, uint64(0)
+		switch {
+		case b.hasParent:
+			prev = seqOf[d.parent]
+		case b.salt != 0:
+			chained, prev = true, kv.SaltHash(l.strs[b.salt])
+		}
+		h := kv.AppendChainedHashes(buf[:0], l.tokens[b.tokOff:b.tokOff+int(b.tokLen)], int(b.tokLen), seed, chained, prev)[0]
+		seqOf[d.pos], engine[i], seqs[i] = h, b.hash, h
+		if i > start {
+			last := &out[len(out)-1]
+			if b.hasParent && b.parent == engine[i-1] && l.strs[b.lora] == last.LoraName &&
+				l.strs[b.medium] == last.Medium && int(b.tokLen) == last.BlockSize {
+				last.EngineHashes, last.SequenceHashes = engine[start:i+1:i+1], seqs[start:i+1:i+1]
+				continue
+			}
+		}
+		start = i
+		out = append(out, kv.Event{Kind: kv.BlockStored, EngineHashes: engine[i : i+1 : i+1], SequenceHashes: seqs[i : i+1 : i+1],
+			HasParent: b.hasParent, ParentHash: b.parent, BlockSize: int(b.tokLen), LoraName: l.strs[b.lora], Medium: l.strs[b.medium]})
+	}
+	return out
+}
+
+// dumped is a block Dump emits: its record, and its parent's record when it has one.
+type dumped struct{ pos, parent uint32 }
+
+// dumpOrder returns the blocks to dump, in the order they were first stored, without
+// orphans (a block whose parent is not emitted before it), and their token ids' count.
+func (l *BlockList) dumpOrder() ([]dumped, int) {
+	order := make([]uint32, 0, l.live)
+	for p := range l.blocks {
+		if l.blocks[p].live {
+			order = append(order, uint32(p))
+		}
+	}
+	slices.SortFunc(order, func(a, b uint32) int { return cmp.Compare(l.blocks[a].order, l.blocks[b].order) })
+	emitted := make([]bool, len(l.blocks))
+	out := make([]dumped, 0, len(order))
+	ntok := 0
+	for _, p := range order {
+		b := &l.blocks[p]
+		d := dumped{pos: p}
+		if b.hasParent {
+			slot, found := l.find(b.parent)
+			if !found || !emitted[l.table[slot].pos-1] {
+				continue // orphan: its prefix is gone (or was stored after it)
+			}
+			d.parent = l.table[slot].pos - 1
+		}
+		emitted[p] = true
+		out = append(out, d)
+		ntok += int(b.tokLen)
+	}
+	return out, ntok
+}
+
 func (l *BlockList) home(h uint64) int { return int((h * 0x9E3779B97F4A7C15) >> l.shift) }
 
 // find returns h's table slot and true, or the empty slot where h would go and false.

@@ -175,9 +175,51 @@ func checkBlockListAgainstRef(t *testing.T, ops blockListOps, minCompact int) {
 		}
 		if compare {
 			compareDumps(t, step, l.Dump(), ref.dump())
+			compareHashedDump(t, step, l)
 		}
 	}
 	compareDumps(t, -1, l.Dump(), ref.dump())
+	compareHashedDump(t, -1, l)
+}
+
+// compareHashedDump checks that DumpHashed lists the blocks Dump does, in its order, in
+// chained runs, and that a router's index (at each block size the ops use) built from it
+// holds exactly the blocks, under the same sequence hashes, as one that hashed Dump's
+// token ids itself.
+func compareHashedDump(t *testing.T, step int, l *BlockList) {
+	t.Helper()
+	plain, hashed := l.Dump(), l.DumpHashed()
+	var flat []uint64
+	for i, ev := range hashed {
+		if len(ev.EngineHashes) == 0 || len(ev.SequenceHashes) != len(ev.EngineHashes) || ev.TokenIDs != nil || ev.CacheSalt != "" {
+			t.Fatalf("step %d: hashed run %d is %+v", step, i, ev)
+		}
+		flat = append(flat, ev.EngineHashes...)
+	}
+	if len(flat) != len(plain) {
+		t.Fatalf("step %d: hashed dump has %d blocks, the dump %d", step, len(flat), len(plain))
+	}
+	for i, ev := range plain {
+		if flat[i] != ev.EngineHashes[0] {
+			t.Fatalf("step %d: hashed dump's block %d is %d, the dump's %d", step, i, flat[i], ev.EngineHashes[0])
+		}
+	}
+	for bs := 1; bs <= 3; bs++ {
+		fromTokens, fromHashes := kv.NewIndexWithoutDump(bs), kv.NewIndexWithoutDump(bs)
+		for _, ev := range plain {
+			_ = fromTokens.Apply(0, ev)
+		}
+		for _, ev := range hashed {
+			_ = fromHashes.Apply(0, ev)
+		}
+		want, got := map[uint64]uint64{}, map[uint64]uint64{}
+		fromTokens.WorkerBlocks(0, func(e, s uint64) { want[e] = s })
+		fromHashes.WorkerBlocks(0, func(e, s uint64) { got[e] = s })
+		if !reflect.DeepEqual(got, want) || fromHashes.Nodes() != fromTokens.Nodes() {
+			t.Fatalf("step %d, block size %d: index from the hashed dump holds %v (%d nodes), from the dump %v (%d nodes)",
+				step, bs, got, fromHashes.Nodes(), want, fromTokens.Nodes())
+		}
+	}
 }
 
 func compareDumps(t *testing.T, step int, got, want []kv.Event) {

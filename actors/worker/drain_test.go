@@ -73,14 +73,20 @@ func startHeld(t *testing.T) (*actor.ActorSystem, *actor.PID, heldEngine, record
 	}
 	pid := sys.Root.Spawn(props)
 	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+	waitRegisteredReady(t, rt.registered)
+	return sys, pid, eng, rt
+}
+
+// waitRegisteredReady waits up to 10 s for a registration saying ready on registered.
+func waitRegisteredReady(t *testing.T, registered <-chan bool) {
+	t.Helper()
 	for ready := false; !ready; {
 		select {
-		case ready = <-rt.registered:
+		case ready = <-registered:
 		case <-time.After(10 * time.Second):
 			t.Fatal("worker not registered ready within 10 s")
 		}
 	}
-	return sys, pid, eng, rt
 }
 
 // chunkSink spawns an actor that passes on the TokenChunks it receives.

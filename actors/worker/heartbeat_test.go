@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/messages"
@@ -111,5 +113,61 @@ func waitLog(t *testing.T, logs logLines, msg string) string {
 		case <-deadline:
 			t.Fatalf("no %q log line within 10 s", msg)
 		}
+	}
+}
+
+// movedRouter counts registrations and dumps; once moved is set it answers every
+// registration need_dump, as a Router grain activated afresh does.
+type movedRouter struct {
+	nopRouter
+	registered chan bool // Ready of each registration
+	dumped     chan *messages.BlockDump
+	moved      *atomic.Bool
+}
+
+func (r movedRouter) Register(m *messages.RegisterWorker) (*messages.RegisterAck, error) {
+	r.registered <- m.Worker.Ready
+	return &messages.RegisterAck{Accepted: true, NeedDump: r.moved.Load()}, nil
+}
+
+func (r movedRouter) PublishDump(m *messages.BlockDump) (*messages.Ack, error) {
+	r.dumped <- m
+	return &messages.Ack{}, nil
+}
+
+// TestWorkerRegistersWhenMembersChange: a member leaving the cluster may have taken the
+// Router grain with it, so the worker registers at once (not at its next heartbeat, an
+// hour here) and sends its block list when the new activation asks.
+func TestWorkerRegistersWhenMembersChange(t *testing.T) {
+	rt := movedRouter{registered: make(chan bool, 64), dumped: make(chan *messages.BlockDump, 64), moved: &atomic.Bool{}}
+	sys := actor.NewActorSystem()
+	props, err := Props(Config{WorkerID: "w-moved", Card: &messages.ModelCard{Model: "m"},
+		Launcher:  heldLauncher{shellLauncher: shellLauncher{script: "exec sleep 60"}, engine: heldEngine{release: make(chan struct{})}},
+		Heartbeat: time.Hour, StopGrace: time.Second, Router: rt, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := sys.Root.Spawn(props)
+	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
+	waitRegisteredReady(t, rt.registered)
+	rt.moved.Store(true)
+	// A topology without a member joining or leaving changes nothing; the next one does.
+	sys.EventStream.Publish(&pcluster.ClusterTopology{TopologyHash: 1})
+	sys.EventStream.Publish(&pcluster.ClusterTopology{TopologyHash: 2, Left: []*pcluster.Member{{Id: "frontend-a", Host: "10.0.0.1", Port: 7000}}})
+	select {
+	case ready := <-rt.registered:
+		if !ready {
+			t.Fatal("registered not ready after the membership change")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no registration within 10 s of a member leaving (the heartbeat is an hour)")
+	}
+	select {
+	case d := <-rt.dumped:
+		if d.WorkerId != "w-moved" || !d.Last {
+			t.Fatalf("dump %+v", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no block list sent within 10 s of a need_dump answer")
 	}
 }

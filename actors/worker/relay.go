@@ -24,6 +24,10 @@ type RouterClient interface {
 // docs/actor-library.md §5).
 const dumpPartEvents = 4096
 
+// dumpPartBlocks caps the blocks of one hashed BlockDump part (about 16 bytes each, 1 MiB
+// a part); a part holds whole runs, so it may exceed the cap by one run.
+const dumpPartBlocks = 65536
+
 // relay item kinds, delivered in order on one channel.
 type (
 	relayBatch     struct{ batch kv.Batch }
@@ -72,6 +76,9 @@ type relay struct {
 	adapterSeq uint64
 
 	failingSince, lastFailLog time.Time // registration failures, for paced logging
+	// hashScheme is the router's block hashing from its latest registration answer
+	// (RegisterAck.dump_hash_scheme): the dump is sent hashed when it is this worker's.
+	hashScheme uint32
 }
 
 func newRelay(workerID string, router RouterClient, log zerolog.Logger) *relay {
@@ -159,6 +166,7 @@ func (r *relay) register(info *messages.WorkerInfo, load *messages.WorkerLoad) {
 		r.log.Error().Str("reason", ack.Error).Msg("router refused this worker")
 		return
 	}
+	r.hashScheme = ack.DumpHashScheme
 	if ack.NeedDump {
 		r.dump()
 	}
@@ -191,6 +199,10 @@ func (r *relay) onBatch(b kv.Batch) {
 }
 
 func (r *relay) dump() {
+	if r.hashScheme == kv.HashScheme {
+		r.dumpHashed()
+		return
+	}
 	evs := r.blocks.Dump()
 	part := int32(0)
 	for start := 0; ; start += dumpPartEvents {
@@ -205,5 +217,33 @@ func (r *relay) dump() {
 			return
 		}
 		part++
+	}
+}
+
+// dumpHashed sends the block list as runs with their sequence hashes (BlockList.DumpHashed),
+// whole runs per part, up to dumpPartBlocks blocks a part.
+func (r *relay) dumpHashed() {
+	evs := r.blocks.DumpHashed()
+	part := int32(0)
+	for start := 0; ; part++ {
+		end, blocks := start, 0
+		for end < len(evs) && (end == start || blocks+len(evs[end].EngineHashes) <= dumpPartBlocks) {
+			blocks += len(evs[end].EngineHashes)
+			end++
+		}
+		runs := make([]*messages.KvHashedRun, end-start)
+		for i, ev := range evs[start:end] {
+			runs[i] = kvpb.ToProtoRun(ev)
+		}
+		msg := &messages.BlockDump{WorkerId: r.workerID, EngineEpoch: r.epoch, LastSeq: r.seq, Runs: runs,
+			HashScheme: kv.HashScheme, Part: part, Last: end == len(evs)}
+		if _, err := r.router.PublishDump(msg); err != nil {
+			r.log.Warn().Err(err).Msg("publish block dump failed")
+			return
+		}
+		if end == len(evs) {
+			return
+		}
+		start = end
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/engines"
 	"github.com/turbine-llm/turbine/engines/supervise"
@@ -218,8 +220,11 @@ type (
 	restartEngine struct{}
 	heartbeatTick struct{}
 	heartbeatDone struct{ scraped, ok bool }
-	requestDone   struct{ id string }
-	canaryDone    struct {
+	// membersChanged: a member joined or left the cluster, so the Router grain may have
+	// moved to a new activation that has not heard from this worker.
+	membersChanged struct{}
+	requestDone    struct{ id string }
+	canaryDone     struct {
 		epoch uint64
 		err   error
 	}
@@ -267,6 +272,7 @@ type workerActor struct {
 	bootstrapPort int
 	self          *actor.PID
 	sys           *actor.ActorSystem
+	members       *eventstream.Subscription // membership changes (membersChanged)
 	canary        canary
 	canaries      int // canary requests sent, for their ids
 
@@ -311,6 +317,7 @@ func (w *workerActor) Receive(c actor.Context) {
 		w.epoch = uint64(time.Now().UnixNano())
 		w.relay = newRelay(w.cfg.WorkerID, w.cfg.Router, w.log)
 		go w.relay.run(w.ctx)
+		w.watchMembers()
 		w.startEngine(c)
 		w.tick(c)
 	case *messages.Generate:
@@ -390,6 +397,8 @@ func (w *workerActor) Receive(c actor.Context) {
 		w.heartbeat(c)
 		w.startCanary(c)
 		w.tick(c)
+	case membersChanged:
+		w.heartbeatNow(c)
 	case heartbeatDone:
 		w.hbBusy = false
 		w.onScrape(m)
@@ -398,8 +407,24 @@ func (w *workerActor) Receive(c actor.Context) {
 			w.heartbeat(c)
 		}
 	case *actor.Stopping:
+		w.sys.EventStream.Unsubscribe(w.members)
 		w.stop()
 	}
+}
+
+// watchMembers registers with the Router grain at once whenever a member joins or leaves
+// the cluster. A grain whose member left is activated again elsewhere, empty, and a
+// joining member may take a grain over (the identity lookup places it anew): either way
+// the new activation learns of this worker, and asks for its block list, with this
+// registration rather than at the next heartbeat (docs/reference.md §10, "The Router
+// grain moves"). A change that moved nothing costs one extra registration.
+func (w *workerActor) watchMembers() {
+	self, sys := w.self, w.sys
+	w.members = sys.EventStream.Subscribe(func(evt any) {
+		if t, ok := evt.(*pcluster.ClusterTopology); ok && (len(t.Joined) > 0 || len(t.Left) > 0) {
+			sys.Root.Send(self, membersChanged{})
+		}
+	})
 }
 
 // engineUp reports the engine of epoch ready: routers may send it requests.

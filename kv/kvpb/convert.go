@@ -152,3 +152,39 @@ func Outcome(err error) messages.RouteOutcome {
 	}
 	return messages.RouteOutcome_ROUTE_NO_WORKERS
 }
+
+// ToProtoRun converts a hashed BlockStored event of a block-list dump (one with
+// kv.Event.SequenceHashes) to its run. Slices are shared, not copied.
+func ToProtoRun(ev kv.Event) *messages.KvHashedRun {
+	return &messages.KvHashedRun{ParentBlockHash: parent(ev), BlockHashes: ev.EngineHashes,
+		SequenceHashes: ev.SequenceHashes, LoraName: ev.LoraName, Medium: ev.Medium, BlockSize: int32(ev.BlockSize)}
+}
+
+// DumpEvents converts a BlockDump part as a Router grain applies it: its events, then its
+// runs as hashed BlockStored events (kv.Event.SequenceHashes; the index checks their
+// block size). Errors: an event with no type (naming its index), runs hashed under a
+// scheme other than kv.HashScheme, a run with no blocks or with not one sequence hash
+// per block.
+func DumpEvents(m *messages.BlockDump) ([]kv.Event, error) {
+	evs, err := FromProtoAll(m.GetEvents())
+	if err != nil {
+		return nil, err
+	}
+	runs := m.GetRuns()
+	if len(runs) == 0 {
+		return evs, nil
+	}
+	if m.GetHashScheme() != kv.HashScheme {
+		return nil, fmt.Errorf("kvpb: block dump runs hashed under scheme %d, this router's is %d", m.GetHashScheme(), kv.HashScheme)
+	}
+	for i, r := range runs {
+		if len(r.BlockHashes) == 0 || len(r.SequenceHashes) != len(r.BlockHashes) {
+			return nil, fmt.Errorf("kvpb: block dump run %d has %d blocks and %d sequence hashes (want one per block, at least one)",
+				i, len(r.BlockHashes), len(r.SequenceHashes))
+		}
+		evs = append(evs, kv.Event{Kind: kv.BlockStored, EngineHashes: r.BlockHashes, SequenceHashes: r.SequenceHashes,
+			HasParent: r.ParentBlockHash != nil, ParentHash: r.GetParentBlockHash(), BlockSize: int(r.BlockSize),
+			LoraName: r.LoraName, Medium: r.Medium})
+	}
+	return evs, nil
+}

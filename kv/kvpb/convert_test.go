@@ -40,3 +40,42 @@ func TestEmptyEventIsAnError(t *testing.T) {
 		t.Fatal("want an error for an event with no type")
 	}
 }
+
+// A dump part's runs come back as the hashed events they were made from, after the
+// part's events; runs under another hash scheme, or with hashes not one per block, are
+// refused.
+func TestDumpEvents(t *testing.T) {
+	hashed := []kv.Event{
+		{Kind: kv.BlockStored, EngineHashes: []uint64{1, 2}, SequenceHashes: []uint64{11, 12}, BlockSize: 16, Medium: "GPU"},
+		{Kind: kv.BlockStored, EngineHashes: []uint64{3}, SequenceHashes: []uint64{13}, HasParent: true, ParentHash: 2,
+			BlockSize: 16, LoraName: "a"},
+	}
+	plain := kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{9}, TokenIDs: make([]uint32, 16), BlockSize: 16}
+	part := &messages.BlockDump{Events: ToProtoAll([]kv.Event{plain}), HashScheme: kv.HashScheme}
+	for _, ev := range hashed {
+		part.Runs = append(part.Runs, ToProtoRun(ev))
+	}
+	wire, err := proto.Marshal(part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back messages.BlockDump
+	if err := proto.Unmarshal(wire, &back); err != nil {
+		t.Fatal(err)
+	}
+	got, err := DumpEvents(&back)
+	if want := append([]kv.Event{plain}, hashed...); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("dump events:\n got %+v (%v)\nwant %+v", got, err, want)
+	}
+	for name, bad := range map[string]*messages.BlockDump{
+		"other scheme":     {Runs: back.Runs, HashScheme: kv.HashScheme + 1},
+		"no scheme":        {Runs: back.Runs},
+		"a hash short":     {Runs: []*messages.KvHashedRun{{BlockHashes: []uint64{1, 2}, SequenceHashes: []uint64{1}}}, HashScheme: kv.HashScheme},
+		"no blocks":        {Runs: []*messages.KvHashedRun{{}}, HashScheme: kv.HashScheme},
+		"an untyped event": {Events: []*messages.KvEvent{{}}},
+	} {
+		if evs, err := DumpEvents(bad); err == nil {
+			t.Errorf("%s: %+v, want an error", name, evs)
+		}
+	}
+}

@@ -35,6 +35,9 @@ func FuzzPeerMessages(f *testing.F) {
 	f.Add(seed(&messages.KvEventBatch{WorkerId: "w0", EngineEpoch: 1, Seq: 1, Events: []*messages.KvEvent{stored, removed}}), uint8(0))
 	f.Add(seed(&messages.KvEventBatch{WorkerId: "w1", EngineEpoch: 1, Seq: 1, Events: []*messages.KvEvent{cleared, {}}}), uint8(0))
 	f.Add(seed(&messages.BlockDump{WorkerId: "w0", EngineEpoch: 1, LastSeq: 3, Events: []*messages.KvEvent{stored}, Last: true}), uint8(1))
+	f.Add(seed(&messages.BlockDump{WorkerId: "w1", EngineEpoch: 1, HashScheme: kv.HashScheme, Last: true, Runs: []*messages.KvHashedRun{
+		{BlockHashes: []uint64{1, 2}, SequenceHashes: []uint64{5, 6}, BlockSize: 16},
+		{ParentBlockHash: &parent, BlockHashes: []uint64{3}, SequenceHashes: []uint64{7}, BlockSize: 16, Medium: "GPU"}}}), uint8(1))
 	f.Add(seed(&messages.RouteRequest{RequestId: "r", TokenIds: make([]uint32, 40)}), uint8(2))
 	f.Add(seed(&messages.RouteRequest{RequestId: "r", BlockHashes: []uint64{1, 2, 3}, PromptTokens: &promptTokens, PinWorker: "w1"}), uint8(2))
 	f.Add([]byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}, uint8(3))
@@ -58,7 +61,10 @@ func FuzzPeerMessages(f *testing.F) {
 			}
 		case 1:
 			var m messages.BlockDump
-			if evs, ok := decodeEvents(data, &m); ok {
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			if evs, err := DumpEvents(&m); err == nil {
 				_, _ = r.ApplyDump(m.GetWorkerId(), m.GetEngineEpoch(), m.GetLastSeq(), evs, int(m.GetPart()), m.GetLast())
 			}
 		case 2:
