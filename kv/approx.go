@@ -86,6 +86,11 @@ type predictions struct {
 	workers []predWorker
 	path    []uint32 // scratch: the slots of the chain being recorded
 	tips    [predTipSlots]predTip
+	// base is the first time given (add or expire); entries keep their push time as
+	// nanoseconds since base, now.Sub(base), which follows the monotonic clock when the
+	// times carry it (time.Now's do): a step of the wall clock moves no entry's age.
+	base    time.Time
+	hasBase bool
 }
 
 type predWorker struct {
@@ -96,7 +101,7 @@ type predWorker struct {
 
 type predEntry struct {
 	slot uint32
-	at   int64 // push time, Unix nanoseconds
+	at   int64 // push time, nanoseconds since predictions.base
 }
 
 type predTip struct {
@@ -105,6 +110,14 @@ type predTip struct {
 }
 
 func newPredictions() *predictions { return &predictions{t: newBitTable()} }
+
+// since is now in nanoseconds since base (set by the first call).
+func (p *predictions) since(now time.Time) int64 {
+	if !p.hasBase {
+		p.base, p.hasBase = now, true
+	}
+	return int64(now.Sub(p.base))
+}
 
 // nodes is the number of distinct predicted blocks (on any worker).
 func (p *predictions) nodes() int { return p.t.len() }
@@ -148,7 +161,7 @@ func (p *predictions) add(w WorkerID, seqHashes []uint64, now time.Time, ttl tim
 		seqHashes = seqHashes[:capacity]
 	}
 	pw := p.worker(w)
-	at := now.UnixNano()
+	at := p.since(now)
 	tipHash := seqHashes[len(seqHashes)-1]
 	tip := &p.tips[tipHash&(predTipSlots-1)]
 	if tip.hash == tipHash && int(tip.slot) < p.t.capSlots() && p.t.live(tip.slot) &&
@@ -211,7 +224,7 @@ func (p *predictions) expire(w WorkerID, now time.Time, ttl time.Duration) {
 	if pw.head == len(pw.ring) {
 		return
 	}
-	cutoff := now.UnixNano() - int64(ttl)
+	cutoff := p.since(now) - int64(ttl)
 	for pw.head < len(pw.ring) && pw.ring[pw.head].at < cutoff {
 		p.pop(w, pw)
 	}

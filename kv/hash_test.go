@@ -113,7 +113,8 @@ func TestHashGolden(t *testing.T) {
 	}
 	for i, g := range golden {
 		if !slices.Equal(g.SeqHashes, cases[i].SeqHashes) || g.Name != cases[i].Name {
-			t.Errorf("%s: golden %v, computed %v", g.Name, g.SeqHashes, cases[i].SeqHashes)
+			t.Errorf("%s: golden %v, computed %v (hashes that change must bump kv.HashScheme, %d, with the golden file: workers send dumps hashed under it)",
+				g.Name, g.SeqHashes, cases[i].SeqHashes, HashScheme)
 		}
 	}
 }

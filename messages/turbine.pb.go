@@ -1748,10 +1748,11 @@ func (x *KvEventBatch) GetEvents() []*KvEvent {
 }
 
 type EventAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NeedDump      bool                   `protobuf:"varint,1,opt,name=need_dump,json=needDump,proto3" json:"need_dump,omitempty"` // a gap or unknown worker: send DumpBlocks
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	NeedDump       bool                   `protobuf:"varint,1,opt,name=need_dump,json=needDump,proto3" json:"need_dump,omitempty"`                     // a gap or unknown worker: send DumpBlocks
+	DumpHashScheme uint32                 `protobuf:"varint,2,opt,name=dump_hash_scheme,json=dumpHashScheme,proto3" json:"dump_hash_scheme,omitempty"` // as RegisterAck's: this activation takes hashed runs of this scheme
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EventAck) Reset() {
@@ -1789,6 +1790,13 @@ func (x *EventAck) GetNeedDump() bool {
 		return x.NeedDump
 	}
 	return false
+}
+
+func (x *EventAck) GetDumpHashScheme() uint32 {
+	if x != nil {
+		return x.DumpHashScheme
+	}
+	return 0
 }
 
 // BlockDump is a worker's full block list, expressed as Stored events, replacing whatever
@@ -6516,9 +6524,10 @@ const file_turbine_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
 	"\fengine_epoch\x18\x02 \x01(\x04R\vengineEpoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12+\n" +
-	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\"'\n" +
+	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\"Q\n" +
 	"\bEventAck\x12\x1b\n" +
-	"\tneed_dump\x18\x01 \x01(\bR\bneedDump\"\x89\x02\n" +
+	"\tneed_dump\x18\x01 \x01(\bR\bneedDump\x12(\n" +
+	"\x10dump_hash_scheme\x18\x02 \x01(\rR\x0edumpHashScheme\"\x89\x02\n" +
 	"\tBlockDump\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
 	"\fengine_epoch\x18\x02 \x01(\x04R\vengineEpoch\x12\x19\n" +

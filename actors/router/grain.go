@@ -421,7 +421,7 @@ func (g *Grain) PublishEvents(req *messages.KvEventBatch, _ cluster.GrainContext
 	evs, err := kvpb.FromProtoAll(req.Events)
 	if err != nil {
 		g.log.Warn().Err(err).Str("worker", req.WorkerId).Msg("malformed KV event batch: asking for a dump")
-		return &messages.EventAck{NeedDump: true}, nil
+		return &messages.EventAck{NeedDump: true, DumpHashScheme: kv.HashScheme}, nil
 	}
 	needDump, err := g.core.ApplyBatch(req.WorkerId, req.EngineEpoch, req.Seq, evs)
 	if err != nil && !errors.Is(err, kv.ErrUnknownWorker) {
@@ -430,7 +430,7 @@ func (g *Grain) PublishEvents(req *messages.KvEventBatch, _ cluster.GrainContext
 	if w := g.workers[req.WorkerId]; w != nil {
 		w.lastSeen = g.cfg.Now()
 	}
-	return &messages.EventAck{NeedDump: needDump}, nil
+	return &messages.EventAck{NeedDump: needDump, DumpHashScheme: kv.HashScheme}, nil
 }
 
 // PublishDump replaces a worker's blocks with its full list (in parts).

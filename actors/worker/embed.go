@@ -48,12 +48,12 @@ func (w *workerActor) embed(c actor.Context, m *messages.Embed) {
 	ctx, cancel := context.WithCancelCause(w.ctx)
 	w.canary.touch(w.cfg.Now())
 	w.requests[m.RequestId] = &inflight{cancel: cancel, replyTo: sender}
-	w.progress.Store(time.Now().UnixNano())
+	w.noteProgress()
 	self := c.Self()
 	go func() {
 		defer sys.Root.Send(self, requestDone{id: m.RequestId})
 		v, n, err := embedder.Embed(ctx, m.RequestId, m.TokenIds, int(m.Dimensions))
-		w.progress.Store(time.Now().UnixNano())
+		w.noteProgress()
 		switch {
 		case context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.Canceled):
 			reply(&messages.Embedding{Error: context.Cause(ctx).Error(), Fault: messages.Fault_FAULT_ENGINE_ERROR})

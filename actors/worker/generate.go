@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/turbine-llm/turbine/engines"
@@ -40,7 +39,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	replyTo := actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id)
 	sys := c.ActorSystem()
 	send := func(ch *messages.TokenChunk) {
-		w.progress.Store(time.Now().UnixNano())
+		w.noteProgress()
 		sys.Root.Send(replyTo, ch)
 	}
 	if _, dup := w.requests[m.RequestId]; dup {
@@ -77,7 +76,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	w.canary.touch(w.cfg.Now())
 	r := &inflight{cancel: cancel, credits: make(chan int32, 1024), replyTo: replyTo, lora: lora, loraGen: loraGen}
 	w.requests[m.RequestId] = r
-	w.progress.Store(time.Now().UnixNano()) // a request just started counts as progress
+	w.noteProgress() // a request just started counts as progress
 	c.Watch(replyTo)
 	self := c.Self()
 	engine := w.engine

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -135,14 +137,14 @@ func (r movedRouter) PublishDump(m *messages.BlockDump) (*messages.Ack, error) {
 	return &messages.Ack{}, nil
 }
 
-// TestWorkerRegistersWhenMembersChange: a member leaving the cluster may have taken the
-// Router grain with it, so the worker registers at once (not at its next heartbeat, an
-// hour here) and sends its block list when the new activation asks.
-func TestWorkerRegistersWhenMembersChange(t *testing.T) {
+// startMovable starts a worker over engine with an hour's heartbeat, registering with a
+// movedRouter, and waits for its first ready registration.
+func startMovable(t *testing.T, engine engines.Engine) (*actor.ActorSystem, movedRouter) {
+	t.Helper()
 	rt := movedRouter{registered: make(chan bool, 64), dumped: make(chan *messages.BlockDump, 64), moved: &atomic.Bool{}}
 	sys := actor.NewActorSystem()
 	props, err := Props(Config{WorkerID: "w-moved", Card: &messages.ModelCard{Model: "m"},
-		Launcher:  heldLauncher{shellLauncher: shellLauncher{script: "exec sleep 60"}, engine: heldEngine{release: make(chan struct{})}},
+		Launcher:  engineLauncher{shellLauncher: shellLauncher{script: "exec sleep 60"}, engine: engine},
 		Heartbeat: time.Hour, StopGrace: time.Second, Router: rt, Logger: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +152,14 @@ func TestWorkerRegistersWhenMembersChange(t *testing.T) {
 	pid := sys.Root.Spawn(props)
 	t.Cleanup(func() { _ = sys.Root.StopFuture(pid).Wait() })
 	waitRegisteredReady(t, rt.registered)
+	return sys, rt
+}
+
+// TestWorkerRegistersWhenMembersChange: a member leaving the cluster may have taken the
+// Router grain with it, so the worker registers at once (not at its next heartbeat, an
+// hour here) and sends its block list when the new activation asks.
+func TestWorkerRegistersWhenMembersChange(t *testing.T) {
+	sys, rt := startMovable(t, heldEngine{release: make(chan struct{})})
 	rt.moved.Store(true)
 	// A topology without a member joining or leaving changes nothing; the next one does.
 	sys.EventStream.Publish(&pcluster.ClusterTopology{TopologyHash: 1})
@@ -169,5 +179,39 @@ func TestWorkerRegistersWhenMembersChange(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no block list sent within 10 s of a need_dump answer")
+	}
+}
+
+// flakyEngine answers load scrapes until failing is set, then fails them at once.
+type flakyEngine struct {
+	heldEngine
+	failing *atomic.Bool
+}
+
+func (e flakyEngine) Load(ctx context.Context) (*messages.WorkerLoad, error) {
+	if e.failing.Load() {
+		return nil, errors.New("scrape refused")
+	}
+	return e.heldEngine.Load(ctx)
+}
+
+// A membership change registers the worker again without scraping its engine: failed
+// scrapes count towards taking it out of routing, so three changes while the engine
+// refuses scrapes for a moment must not do what three heartbeats (3 h here) would.
+func TestMembershipChurnDoesNotScrape(t *testing.T) {
+	failing := &atomic.Bool{}
+	sys, rt := startMovable(t, flakyEngine{heldEngine: heldEngine{release: make(chan struct{})}, failing: failing})
+	failing.Store(true)
+	for i := range 3 {
+		sys.EventStream.Publish(&pcluster.ClusterTopology{TopologyHash: uint64(10 + i),
+			Joined: []*pcluster.Member{{Id: fmt.Sprint("fe-", i), Host: "10.0.0.1", Port: int32(7000 + i)}}})
+		select {
+		case ready := <-rt.registered:
+			if !ready {
+				t.Fatalf("registered not ready after %d topology changes (heartbeat 1 h)", i+1)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no registration")
+		}
 	}
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -46,7 +47,10 @@ type (
 	}
 	relayEpoch struct{ epoch uint64 } // engine (re)started: forget its blocks
 	relayDump  struct{}
-	relayLeave struct {
+	// relayReregister registers again with the latest info and load, without a scrape (a
+	// membership change: the Router grain may have moved).
+	relayReregister struct{}
+	relayLeave      struct {
 		reason string
 		done   chan struct{}
 	}
@@ -76,9 +80,10 @@ type relay struct {
 	adapterSeq uint64
 
 	failingSince, lastFailLog time.Time // registration failures, for paced logging
-	// hashScheme is the router's block hashing from its latest registration answer
-	// (RegisterAck.dump_hash_scheme): the dump is sent hashed when it is this worker's.
-	hashScheme uint32
+
+	// reregQueued is set while a relayReregister waits in in: changes coming faster than
+	// the relay registers add none.
+	reregQueued atomic.Bool
 }
 
 func newRelay(workerID string, router RouterClient, log zerolog.Logger) *relay {
@@ -130,7 +135,16 @@ func (r *relay) handle(it any) {
 		r.register(it.info, load)
 		close(it.done)
 	case relayDump:
-		r.dump()
+		r.dump(0) // DumpBlocksRequest: the sender's scheme is not known
+	case relayReregister:
+		r.reregQueued.Store(false)
+		if r.info != nil {
+			load := r.load
+			if load == nil {
+				load = &messages.WorkerLoad{}
+			}
+			r.register(r.info, load)
+		}
 	case relayLeave:
 		r.left = true
 		if _, err := r.router.Deregister(&messages.DeregisterWorker{WorkerId: r.workerID, Reason: it.reason,
@@ -138,6 +152,20 @@ func (r *relay) handle(it any) {
 			r.log.Debug().Err(err).Msg("deregister failed")
 		}
 		close(it.done)
+	}
+}
+
+// reregister asks the relay to register again with what it last registered (at most one
+// such request waits at a time; none when the relay's queue is full, the next heartbeat
+// registers anyway). Safe from any goroutine.
+func (r *relay) reregister() {
+	if !r.reregQueued.CompareAndSwap(false, true) {
+		return
+	}
+	select {
+	case r.in <- relayReregister{}:
+	default:
+		r.reregQueued.Store(false)
 	}
 }
 
@@ -166,9 +194,8 @@ func (r *relay) register(info *messages.WorkerInfo, load *messages.WorkerLoad) {
 		r.log.Error().Str("reason", ack.Error).Msg("router refused this worker")
 		return
 	}
-	r.hashScheme = ack.DumpHashScheme
 	if ack.NeedDump {
-		r.dump()
+		r.dump(ack.DumpHashScheme)
 	}
 }
 
@@ -194,12 +221,16 @@ func (r *relay) onBatch(b kv.Batch) {
 		return
 	}
 	if ack.NeedDump {
-		r.dump()
+		r.dump(ack.DumpHashScheme)
 	}
 }
 
-func (r *relay) dump() {
-	if r.hashScheme == kv.HashScheme {
+// dump sends the block list to the router activation that asked, hashed when the
+// asking answer offered this worker's hash scheme (scheme; 0: none), else as token ids.
+// The scheme is the asking answer's own, never an earlier one's: another activation
+// (an older version during a move) may ask next.
+func (r *relay) dump(scheme uint32) {
+	if scheme == kv.HashScheme {
 		r.dumpHashed()
 		return
 	}

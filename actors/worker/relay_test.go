@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -111,4 +113,144 @@ func (p plainRouter) Register(m *messages.RegisterWorker) (*messages.RegisterAck
 		ack.DumpHashScheme = 0
 	}
 	return ack, err
+}
+
+// oldGrain is a Router grain of a version without hashed dumps: its answers offer no
+// dump_hash_scheme, and its unmarshalling drops BlockDump's runs and hash_scheme as
+// unknown fields.
+type oldGrain struct{ *wireRouter }
+
+func (o oldGrain) Register(m *messages.RegisterWorker) (*messages.RegisterAck, error) {
+	ack, err := o.wireRouter.Register(m)
+	if ack != nil {
+		ack.DumpHashScheme = 0
+	}
+	return ack, err
+}
+
+func (o oldGrain) PublishEvents(m *messages.KvEventBatch) (*messages.EventAck, error) {
+	ack, err := o.wireRouter.PublishEvents(m)
+	if ack != nil {
+		ack.DumpHashScheme = 0
+	}
+	return ack, err
+}
+
+func (o oldGrain) PublishDump(m *messages.BlockDump) (*messages.Ack, error) {
+	c := proto.Clone(m).(*messages.BlockDump)
+	c.Runs, c.HashScheme = nil, 0 // what an old binary sees of the message
+	return o.wireRouter.PublishDump(c)
+}
+
+func indexed(t *testing.T, g *router.Grain) int64 {
+	t.Helper()
+	st, _ := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if len(st.Workers) != 1 {
+		t.Fatalf("%d workers", len(st.Workers))
+	}
+	return st.Workers[0].IndexedBlocks
+}
+
+// A dump goes in the form the activation that asked for it takes: here an EventAck of an
+// older activation (no hash scheme) asks after a newer one took a hashed dump. Sending it
+// hashed there (the newer one's scheme) would reach the older one as an empty list
+// marked last: the worker synced with no blocks.
+func TestRelayDumpsInTheAskersForm(t *testing.T) {
+	const bs = 4
+	toks := make([]uint32, 20*bs)
+	for i := range toks {
+		toks[i] = uint32(i*13 + 1)
+	}
+	hs := make([]uint64, 20)
+	for i := range hs {
+		hs[i] = uint64(500 + i)
+	}
+	info := &messages.WorkerInfo{WorkerId: "w0", Actor: &messages.ActorRef{Address: "a", Id: "w0"},
+		Card: &messages.ModelCard{KvBlockSize: bs, TotalKvBlocks: 1024}, Ready: true, EngineEpoch: 1}
+	load := &messages.WorkerLoad{TotalBlocks: 1024}
+	newGrain := func() *router.Grain {
+		return router.New(router.Config{BlockSize: bs, Mode: "kv", OverlapWeight: 1, WorkerTTL: time.Hour, Seed: 1, Logger: zerolog.Nop()})
+	}
+
+	r := newRelay("w0", nopRouter{}, zerolog.Nop())
+	r.handle(relayEpoch{epoch: 1})
+	r.onBatch(kv.Batch{Seq: 1, Events: []kv.Event{{Kind: kv.BlockStored, EngineHashes: hs[:8], TokenIDs: toks[:8*bs], BlockSize: bs}}})
+
+	// 1. The worker registers with an old-version activation B, which takes its list.
+	b := newGrain()
+	r.router = oldGrain{&wireRouter{g: b}}
+	r.register(info, load)
+	if n := indexed(t, b); n != 8 {
+		t.Fatalf("old grain indexed %d blocks after the plain dump, want 8", n)
+	}
+	// 2. It registers with a new-version activation A (offers the scheme): hashed dump.
+	a := newGrain()
+	r.router = &wireRouter{g: a}
+	r.register(info, load)
+	r.onBatch(kv.Batch{Seq: 2, Events: []kv.Event{{Kind: kv.BlockStored, EngineHashes: hs[8:10], HasParent: true, ParentHash: hs[7], TokenIDs: toks[8*bs : 10*bs], BlockSize: bs}}})
+	if n := indexed(t, a); n != 10 {
+		t.Fatalf("new grain indexed %d blocks, want 10", n)
+	}
+	// 3. Its next calls reach B again (still alive, still knows the worker) before any
+	// registration: B sees a gap and asks for a dump through the EventAck.
+	r.router = oldGrain{&wireRouter{g: b}}
+	r.onBatch(kv.Batch{Seq: 3, Events: []kv.Event{{Kind: kv.BlockStored, EngineHashes: hs[10:11], HasParent: true, ParentHash: hs[9], TokenIDs: toks[10*bs : 11*bs], BlockSize: bs}}})
+	r.register(info, load) // the next heartbeat: B thinks it is synced, asks for nothing
+	if n, want := indexed(t, b), int64(r.blocks.Len()); n != want {
+		t.Fatalf("old grain indexes %d blocks of the worker after the EventAck-requested dump, the worker holds %d", n, want)
+	}
+}
+
+// DumpHashed at the engines' block sizes (16: appendChained16; 32: hashMid; 64:
+// xxh3 library) with salts, adapters, orphans, CPU parents of GPU children, parent hashes
+// without has_parent, mixed block sizes and re-stores on another medium: an index built
+// from it equals one built from Dump.
+func TestDumpHashedAtEngineBlockSizes(t *testing.T) {
+	for _, bs := range []int{16, 32, 64} {
+		rng := rand.New(rand.NewPCG(uint64(bs), 7))
+		l := NewBlockList()
+		for step := 0; step < 3000; step++ {
+			size := bs
+			if rng.IntN(20) == 0 {
+				size = bs / 2
+			}
+			ev := kv.Event{Kind: kv.BlockStored, BlockSize: size,
+				Medium:    []string{"", "GPU", "CPU_PINNED", "DISK"}[rng.IntN(4)],
+				LoraName:  []string{"", "", "ad-1", "ad-2"}[rng.IntN(4)],
+				CacheSalt: []string{"", "", "s1", "s2"}[rng.IntN(4)]}
+			switch rng.IntN(3) {
+			case 0:
+				ev.HasParent, ev.ParentHash = true, uint64(rng.IntN(400))
+			case 1:
+				ev.ParentHash = uint64(rng.IntN(400))
+			}
+			for range 1 + rng.IntN(6) {
+				h := uint64(rng.IntN(400))
+				ev.EngineHashes = append(ev.EngineHashes, h)
+				for j := range size {
+					ev.TokenIDs = append(ev.TokenIDs, uint32(h)*31+uint32(j)+uint32(rng.IntN(2)))
+				}
+			}
+			_ = l.Apply(ev)
+			if rng.IntN(4) == 0 {
+				_ = l.Apply(kv.Event{Kind: kv.BlockRemoved, EngineHashes: []uint64{uint64(rng.IntN(400))}})
+			}
+			if step%500 != 499 {
+				continue
+			}
+			fromTokens, fromHashes := kv.NewIndexWithoutDump(bs), kv.NewIndexWithoutDump(bs)
+			for _, ev := range l.Dump() {
+				_ = fromTokens.Apply(0, ev)
+			}
+			for _, ev := range l.DumpHashed() {
+				_ = fromHashes.Apply(0, ev)
+			}
+			want, got := map[uint64]uint64{}, map[uint64]uint64{}
+			fromTokens.WorkerBlocks(0, func(e, s uint64) { want[e] = s })
+			fromHashes.WorkerBlocks(0, func(e, s uint64) { got[e] = s })
+			if len(want) == 0 || !reflect.DeepEqual(got, want) || fromHashes.Nodes() != fromTokens.Nodes() {
+				t.Fatalf("bs %d step %d: hashed %d blocks (%d nodes), plain %d (%d nodes)", bs, step, len(got), fromHashes.Nodes(), len(want), fromTokens.Nodes())
+			}
+		}
+	}
 }

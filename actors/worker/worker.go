@@ -244,10 +244,12 @@ type inflight struct {
 type workerActor struct {
 	cfg Config
 	log zerolog.Logger
-	// progress is when the engine last produced a chunk (Unix ns), written by the request
-	// goroutines: unanswered scrapes alone (a busy engine on a starved machine) do not make
-	// an engine frozen while its streams still move.
+	// progress is when the engine last produced a chunk, in ns since born (the monotonic
+	// clock: a step of the wall clock neither fakes nor hides a stall), written by the
+	// request goroutines: unanswered scrapes alone (a busy engine on a starved machine)
+	// do not make an engine frozen while its streams still move.
 	progress atomic.Int64
+	born     time.Time
 	relay    *relay
 	ctx      context.Context // lives as long as the actor
 	cancel   context.CancelFunc
@@ -295,7 +297,7 @@ type workerActor struct {
 
 func newActor(cfg Config) *workerActor {
 	log := cfg.Logger.With().Str("worker", cfg.WorkerID).Logger()
-	w := &workerActor{cfg: cfg, log: log, backoff: cfg.Backoff, requests: map[string]*inflight{},
+	w := &workerActor{cfg: cfg, log: log, born: time.Now(), backoff: cfg.Backoff, requests: map[string]*inflight{},
 		canary: canary{interval: cfg.CanaryInterval}, bootstrapHost: cfg.BootstrapHost, bootstrapPort: cfg.BootstrapPort,
 		loras: newLoraTable(cfg.MaxLoras), loraLoads: map[string]*loraLoad{}, loraUnloads: map[string]*loraUnload{}}
 	for _, a := range cfg.Loras { // checked and completed by Props (checkLoras)
@@ -398,7 +400,7 @@ func (w *workerActor) Receive(c actor.Context) {
 		w.startCanary(c)
 		w.tick(c)
 	case membersChanged:
-		w.heartbeatNow(c)
+		w.relay.reregister()
 	case heartbeatDone:
 		w.hbBusy = false
 		w.onScrape(m)
@@ -412,12 +414,12 @@ func (w *workerActor) Receive(c actor.Context) {
 	}
 }
 
-// watchMembers registers with the Router grain at once whenever a member joins or leaves
-// the cluster. A grain whose member left is activated again elsewhere, empty, and a
-// joining member may take a grain over (the identity lookup places it anew): either way
-// the new activation learns of this worker, and asks for its block list, with this
-// registration rather than at the next heartbeat (docs/reference.md §10, "The Router
-// grain moves"). A change that moved nothing costs one extra registration.
+// watchMembers registers with the Router grain at once, with the latest heartbeat's
+// info and load (no scrape of the engine), whenever a member joins or leaves the
+// cluster. A grain whose member left is activated again elsewhere, empty; it learns of
+// this worker, and asks for its block list, with this registration rather than at the
+// next heartbeat (docs/reference.md §10, "The Router grain moves"). A change that moved
+// nothing costs one extra registration; changes faster than registrations coalesce.
 func (w *workerActor) watchMembers() {
 	self, sys := w.self, w.sys
 	w.members = sys.EventStream.Subscribe(func(evt any) {
@@ -650,7 +652,7 @@ func (w *workerActor) onScrape(m heartbeatDone) {
 	}
 	// Frozen, not merely slow: no scrape answered and no stream moved for a while. Its
 	// requests go back to their gateways (migratable) rather than wait on a stopped process.
-	stalled := time.Since(time.Unix(0, w.progress.Load()))
+	stalled := time.Since(w.born) - time.Duration(w.progress.Load())
 	if w.failedScrapes >= maxFailedScrapes && len(w.requests) > 0 && stalled >= w.frozenAfter() {
 		w.log.Warn().Int("in_flight", len(w.requests)).Dur("no_progress_for", stalled.Round(time.Millisecond)).
 			Msg("engine frozen: its requests handed back for migration")
@@ -659,6 +661,9 @@ func (w *workerActor) onScrape(m heartbeatDone) {
 		}
 	}
 }
+
+// noteProgress records that the engine produced something now (progress).
+func (w *workerActor) noteProgress() { w.progress.Store(int64(time.Since(w.born))) }
 
 // frozenAfter is how long an engine that answers no scrape must also produce no chunk
 // before its requests are handed back: maxFailedScrapes heartbeats, at least 5 s.
