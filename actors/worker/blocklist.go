@@ -253,6 +253,8 @@ func (l *BlockList) dumpOrder() ([]dumped, int) {
 	return out, ntok
 }
 
+// home is h's preferred table slot (Fibonacci hashing: engine hashes may be small
+// integers).
 func (l *BlockList) home(h uint64) int { return int((h * 0x9E3779B97F4A7C15) >> l.shift) }
 
 // find returns h's table slot and true, or the empty slot where h would go and false.

@@ -125,10 +125,7 @@ func (r *relay) handle(it any) {
 		}
 		r.register(info, it.load)
 	case relayRegister:
-		load := r.load
-		if load == nil {
-			load = &messages.WorkerLoad{}
-		}
+		load := r.lastLoad()
 		if it.seq >= r.adapterSeq {
 			r.adapters, r.adapterSeq = it.info, it.seq
 		}
@@ -139,11 +136,7 @@ func (r *relay) handle(it any) {
 	case relayReregister:
 		r.reregQueued.Store(false)
 		if r.info != nil {
-			load := r.load
-			if load == nil {
-				load = &messages.WorkerLoad{}
-			}
-			r.register(r.info, load)
+			r.register(r.info, r.lastLoad())
 		}
 	case relayLeave:
 		r.left = true
@@ -153,6 +146,14 @@ func (r *relay) handle(it any) {
 		}
 		close(it.done)
 	}
+}
+
+// lastLoad is the latest heartbeat's load, or an empty one before any.
+func (r *relay) lastLoad() *messages.WorkerLoad {
+	if r.load == nil {
+		return &messages.WorkerLoad{}
+	}
+	return r.load
 }
 
 // reregister asks the relay to register again with what it last registered (at most one
@@ -230,33 +231,41 @@ func (r *relay) onBatch(b kv.Batch) {
 // The scheme is the asking answer's own, never an earlier one's: another activation
 // (an older version during a move) may ask next.
 func (r *relay) dump(scheme uint32) {
+	var parts []*messages.BlockDump
 	if scheme == kv.HashScheme {
-		r.dumpHashed()
-		return
+		parts = hashedParts(r.blocks.DumpHashed())
+	} else {
+		parts = plainParts(r.blocks.Dump())
 	}
-	evs := r.blocks.Dump()
-	part := int32(0)
-	for start := 0; ; start += dumpPartEvents {
-		end := min(start+dumpPartEvents, len(evs))
-		msg := &messages.BlockDump{WorkerId: r.workerID, EngineEpoch: r.epoch, LastSeq: r.seq,
-			Events: kvpb.ToProtoAll(evs[start:end]), Part: part, Last: end == len(evs)}
+	for i, msg := range parts {
+		msg.WorkerId, msg.EngineEpoch, msg.LastSeq = r.workerID, r.epoch, r.seq
+		msg.Part, msg.Last = int32(i), i == len(parts)-1
 		if _, err := r.router.PublishDump(msg); err != nil {
 			r.log.Warn().Err(err).Msg("publish block dump failed")
 			return
 		}
-		if end == len(evs) {
-			return
-		}
-		part++
 	}
 }
 
-// dumpHashed sends the block list as runs with their sequence hashes (BlockList.DumpHashed),
-// whole runs per part, up to dumpPartBlocks blocks a part.
-func (r *relay) dumpHashed() {
-	evs := r.blocks.DumpHashed()
-	part := int32(0)
-	for start := 0; ; part++ {
+// plainParts splits a token-id dump into parts of up to dumpPartEvents events; an empty
+// list is one empty part.
+func plainParts(evs []kv.Event) []*messages.BlockDump {
+	parts := []*messages.BlockDump{}
+	for start := 0; ; start += dumpPartEvents {
+		end := min(start+dumpPartEvents, len(evs))
+		parts = append(parts, &messages.BlockDump{Events: kvpb.ToProtoAll(evs[start:end])})
+		if end == len(evs) {
+			return parts
+		}
+	}
+}
+
+// hashedParts splits a hashed dump (BlockList.DumpHashed) into parts of whole runs, up to
+// dumpPartBlocks blocks a part (a part of one run may hold more); an empty list is one
+// empty part.
+func hashedParts(evs []kv.Event) []*messages.BlockDump {
+	parts := []*messages.BlockDump{}
+	for start := 0; ; {
 		end, blocks := start, 0
 		for end < len(evs) && (end == start || blocks+len(evs[end].EngineHashes) <= dumpPartBlocks) {
 			blocks += len(evs[end].EngineHashes)
@@ -266,14 +275,9 @@ func (r *relay) dumpHashed() {
 		for i, ev := range evs[start:end] {
 			runs[i] = kvpb.ToProtoRun(ev)
 		}
-		msg := &messages.BlockDump{WorkerId: r.workerID, EngineEpoch: r.epoch, LastSeq: r.seq, Runs: runs,
-			HashScheme: kv.HashScheme, Part: part, Last: end == len(evs)}
-		if _, err := r.router.PublishDump(msg); err != nil {
-			r.log.Warn().Err(err).Msg("publish block dump failed")
-			return
-		}
+		parts = append(parts, &messages.BlockDump{Runs: runs, HashScheme: kv.HashScheme})
 		if end == len(evs) {
-			return
+			return parts
 		}
 		start = end
 	}
