@@ -74,6 +74,10 @@ type SelectInput struct {
 	Temperature   float64
 	// Profile: the engines' timing profile (Config.Profile); nil means DefaultProfile.
 	Profile *Profile
+	// PrefixSharers: the active requests, on any worker, whose prompts share this
+	// prompt's longest prefix hit among the candidates (ActiveSequences.Sharing); set
+	// for aggregated routing, 0 otherwise.
+	PrefixSharers int
 }
 
 // Policy chooses a worker for a request: it returns an index into in.Candidates.

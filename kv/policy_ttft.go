@@ -142,6 +142,12 @@ func (m *ttftModel) decodeTimeMs(c *Candidate, speed, u float64) float64 {
 
 // predict writes PredictTTFT's answer for c into p.
 func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
+	m.predictAt(promptTokens, c, c.OverlapBlocks, c.TierCreditTokens, p)
+}
+
+// predictAt is predict for c with a prefix hit of overlap blocks and tierCredit tokens
+// credited from lower tiers in place of c's own.
+func (m *ttftModel) predictAt(promptTokens int, c *Candidate, overlap int, tierCredit float64, p *Prediction) {
 	bs := m.bs
 	speed := c.SpeedFactor
 	if !(speed > 0) {
@@ -149,7 +155,7 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	}
 	// An engine always computes at least the prompt's last token; blocks onboarded from
 	// a lower tier count at their credit (docs/reference.md §9.2).
-	newTok := max(float64(promptTokens-c.OverlapBlocks*bs)-c.TierCreditTokens, 1)
+	newTok := max(float64(promptTokens-overlap*bs)-tierCredit, 1)
 	queued := float64(max(c.ActivePrefillTokens, 0))
 	queueMs, _ := m.prefill(queued)
 	allMs, steps := m.prefill(queued + newTok)
@@ -219,14 +225,47 @@ func NewTTFTPolicy() TTFTPolicy {
 }
 
 // work returns what the work term is measured from: the least compute any candidate would
-// spend on the request (ms at the profile's speed), and the weight that applies to the
-// compute above it (WorkWeight times hotDiscount).
-func (p TTFTPolicy) work(in *SelectInput) (minOwn, weight float64) {
+// spend on the request (ms at the profile's speed, shared as in shared), and the weight
+// that applies to the compute above it (WorkWeight times hot, the hotDiscount).
+func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, best int, hot float64) (minOwn, weight float64) {
 	minOwn = math.Inf(1)
+	held := holderLoad(in.Candidates, best)
+	var pr Prediction
 	for i := range in.Candidates {
-		minOwn = math.Min(minOwn, ownPrefillMs(in, &in.Candidates[i]))
+		own, _ := m.shared(in, &in.Candidates[i], best, replicaShare(in.PrefixSharers, held, &in.Candidates[i]), &pr)
+		minOwn = min(minOwn, own)
 	}
-	return minOwn, p.WorkWeight * hotDiscount(in.Candidates) * fleetSpeed(in.Candidates)
+	return minOwn, p.WorkWeight * hot * fleetSpeed(in.Candidates)
+}
+
+// replicaShare is the share of what a missing prefix hit adds on c that the requests
+// sharing the prefix bear (0..1; shared): (k−1)/k for k sharers (one request in flight on
+// a prefix is no evidence that others will follow: most often it is the same
+// conversation's earlier turn), times how much less loaded c is than the prefix's
+// holders, 1 − (c's requests + 1)/(held + 1) with held their mean requests in flight
+// (holderLoad), so that a copy goes only where it relieves them.
+func replicaShare(k int, held float64, c *Candidate) float64 {
+	if k <= 1 {
+		return 0
+	}
+	relief := 1 - float64(c.ActiveRequests+1)/(held+1)
+	return float64(k-1) / float64(k) * max(relief, 0)
+}
+
+// holderLoad is the mean requests in flight of the candidates holding the longest prefix
+// hit best (0 when best is 0).
+func holderLoad(cands []Candidate, best int) float64 {
+	if best == 0 {
+		return 0
+	}
+	n, load := 0, 0
+	for i := range cands {
+		if cands[i].OverlapBlocks == best {
+			n++
+			load += cands[i].ActiveRequests
+		}
+	}
+	return float64(load) / float64(n)
 }
 
 // fleetSpeed is the median of the candidates' learnt speed factors (1 while none is
@@ -248,24 +287,33 @@ func fleetSpeed(cands []Candidate) float64 {
 	return (v[(n-1)/2] + v[n/2]) / 2
 }
 
-// ownPrefillMs is the request's own prefill on c's idle engine at the profile's speed
-// (ms): what it costs the fleet, whichever worker is faster.
-func ownPrefillMs(in *SelectInput, c *Candidate) float64 {
-	prof := in.Profile
-	if prof == nil {
-		d := DefaultProfile()
-		prof = &d
+// shared writes c's prediction into pr and returns the request's own prefill on c
+// (ms at the profile's speed) and the replica credit (ms), both with the prefix shared
+// (docs/reference.md §3.6): when c holds less than the longest prefix hit best, computing
+// the missing blocks on c makes a copy that later requests on the prefix draw on too, so
+// the request bears only 1 − share (replicaShare) of what those blocks add to c's
+// prediction (the credit is the rest) and to its own prefill. The prediction in pr is
+// c's, unshared.
+func (m *ttftModel) shared(in *SelectInput, c *Candidate, best int, share float64, pr *Prediction) (own, credit float64) {
+	m.predict(in.PromptTokens, c, pr)
+	own = pr.OwnPrefillMs / pr.Speed
+	if share <= 0 || c.OverlapBlocks >= best {
+		return own, 0
 	}
-	ms, _ := prof.PrefillMs(math.Max(float64(in.PromptTokens-c.OverlapBlocks*max(in.BlockSize, 1))-c.TierCreditTokens, 1))
-	return ms
+	var held Prediction
+	m.predictAt(in.PromptTokens, c, best, 0, &held)
+	credit = max(pr.Total()-held.Total(), 0) * share
+	own -= max(own-held.OwnPrefillMs/held.Speed, 0) * share
+	return own, credit
 }
 
-// cost is c's predicted TTFT plus the weighted compute it adds beyond the cheapest
-// candidate's (work).
-func (p TTFTPolicy) cost(in *SelectInput, c *Candidate, minOwn, weight float64) (float64, Prediction, float64) {
-	pr := PredictTTFT(in.Profile, in.PromptTokens, in.BlockSize, c)
-	work := weight * (ownPrefillMs(in, c) - minOwn)
-	return pr.Total() + work, pr, work
+// cost is c's predicted TTFT less its replica credit plus the weighted compute it adds
+// beyond the cheapest candidate's (work).
+func (p TTFTPolicy) cost(in *SelectInput, m *ttftModel, best int, c *Candidate, minOwn, weight float64) (float64, Prediction, float64, float64) {
+	var pr Prediction
+	own, credit := m.shared(in, c, best, replicaShare(in.PrefixSharers, holderLoad(in.Candidates, best), c), &pr)
+	work := weight * (own - minOwn)
+	return pr.Total() - credit + work, pr, credit, work
 }
 
 // hotDiscount is the share of the work weight that applies (0..1): all of it while the
@@ -319,14 +367,17 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	}
 	minOwn := math.Inf(1)
 	m := newTTFTModel(in.Profile, in.BlockSize)
+	best := bestOverlap(in.Candidates)
+	hot := hotDiscount(in.Candidates)
+	held := holderLoad(in.Candidates, best)
 	var pr Prediction
 	for i := range in.Candidates {
-		m.predict(in.PromptTokens, &in.Candidates[i], &pr)
-		own := pr.OwnPrefillMs / pr.Speed
-		costs, owns = append(costs, pr.Total()), append(owns, own)
+		c := &in.Candidates[i]
+		own, credit := m.shared(in, c, best, replicaShare(in.PrefixSharers, held, c), &pr)
+		costs, owns = append(costs, pr.Total()-credit), append(owns, own)
 		minOwn = min(minOwn, own)
 	}
-	weight := p.WorkWeight * hotDiscount(in.Candidates) * fleetSpeed(in.Candidates)
+	weight := p.WorkWeight * hot * fleetSpeed(in.Candidates)
 	bestC, session := math.Inf(1), -1
 	for i := range costs {
 		costs[i] += weight * (owns[i] - minOwn)
@@ -369,8 +420,10 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 // must be loaded) and work_ms add up to the cost;
 // speed_factor is the multiplier already applied to the predicted terms, not a term.
 func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
-	minOwn, weight := p.work(in)
-	v, pr, work := p.cost(in, c, minOwn, weight)
+	m := newTTFTModel(in.Profile, in.BlockSize)
+	best := bestOverlap(in.Candidates)
+	minOwn, weight := p.work(in, &m, best, hotDiscount(in.Candidates))
+	v, pr, credit, work := p.cost(in, &m, best, c, minOwn, weight)
 	terms := []Term{
 		{Name: "queue_ms", Value: pr.QueueMs},
 		{Name: "prefill_ms", Value: pr.PrefillMs},
@@ -378,6 +431,9 @@ func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 		{Name: "memory_wait_ms", Value: pr.MemoryWaitMs},
 		{Name: "work_ms", Value: work},
 		{Name: "speed_factor", Value: pr.Speed},
+	}
+	if credit > 0 {
+		terms = append(terms[:5], append([]Term{{Name: "replica_credit_ms", Value: -credit}}, terms[5:]...)...)
 	}
 	if pr.AdapterMs > 0 {
 		terms = append(terms[:4], append([]Term{{Name: "adapter_ms", Value: pr.AdapterMs}}, terms[4:]...)...)

@@ -297,6 +297,90 @@ func TestTTFTHotPrefixSpills(t *testing.T) {
 	}
 }
 
+// TestTTFTReplicaCredit: with k requests in flight sharing the prefix, a worker without
+// it bears only 1 − (k−1)/k · relief of what recomputing the prefix adds to its predicted
+// TTFT and to its own prefill (docs/reference.md §3.6), relief being how much less loaded
+// it is than the holders; so the cached worker's queue at which a request spills falls as
+// k grows; k ≤ 1 is the plain policy; a holder gets no credit, nor a worker as loaded as
+// the holders; Explain shows the credit as a term of its own.
+func TestTTFTReplicaCredit(t *testing.T) {
+	p := DefaultProfile()
+	pf := func(tok float64) float64 { ms, _ := p.PrefillMs(tok); return ms }
+	const prompt, cachedBlocks = 8000, 375 // 6,000 tokens cached, 2,000 to compute
+	newTok := float64(prompt - cachedBlocks*16)
+	pol := NewTTFTPolicy()
+	costCached := func(q int64) float64 {
+		ms, steps := p.PrefillMs(float64(q) + newTok)
+		return ms + steps*p.DecodeMs(0)
+	}
+	// The cold worker, written out: unshared, and as if it held the prefix. The cached
+	// worker has 3 requests in flight, the cold one 1: relief = 1 − 2/4, and the holder
+	// carries 3 of 4 where its fair share is 2, so the work weight is
+	// hot = max((1 − 3/4)/(1 − 1/2), 1 − (3 − 2)/8) = 7/8.
+	const relief, hot = 0.5, 7.0 / 8
+	coldMs, coldSteps := p.PrefillMs(prompt)
+	heldMs, heldSteps := p.PrefillMs(newTok)
+	cold, held := coldMs+coldSteps*p.DecodeMs(0), heldMs+heldSteps*p.DecodeMs(0)
+	in := func(q int64, k, coldRequests int) *SelectInput {
+		in := ttftIn(prompt,
+			Candidate{ID: "cached", OverlapBlocks: cachedBlocks, IndexedBlocks: 5000, ActivePrefillTokens: q, ActiveRequests: 3},
+			Candidate{ID: "cold", ActiveRequests: coldRequests})
+		in.PrefixSharers = k
+		return in
+	}
+	prev := int64(-1)
+	for _, k := range []int{0, 1, 2, 4, 16, 64} {
+		t.Run(fmt.Sprint(k, " sharers"), func(t *testing.T) {
+			f := 0.0
+			if k > 1 {
+				f = float64(k-1) / float64(k) * relief
+			}
+			work := DefaultWorkWeight * hot * (pf(prompt) - f*(pf(prompt)-pf(newTok)) - pf(newTok))
+			costCold := cold - f*(cold-held) + work
+			var cross int64 = -1
+			for q := int64(0); q <= 50000; q++ {
+				if c := costCached(q); costCold <= c+math.Max(nearMs, nearFraction*c) {
+					cross = q
+					break
+				}
+			}
+			switch {
+			case cross < 0:
+				t.Fatalf("no crossover")
+			case k <= 1 && prev >= 0 && cross != prev:
+				t.Fatalf("crossover at %d queued tokens, want %d as with no sharer", cross, prev)
+			case k > 1 && cross >= prev:
+				t.Fatalf("crossover at %d queued tokens, want below %d (fewer sharers)", cross, prev)
+			}
+			prev = cross
+			for _, tc := range []struct {
+				q    int64
+				want int
+			}{{0, 0}, {cross - 1, 0}, {cross, 1}, {2*cross + 1000, 1}} {
+				if got, err := pol.Select(in(tc.q, k, 1), nil); err != nil || got != tc.want {
+					t.Errorf("%d tokens queued on the cached worker: chose %d (%v), want %d", tc.q, got, err, tc.want)
+				}
+			}
+			for _, coldRequests := range []int{1, 3, 5} {
+				x := in(cross, k, coldRequests)
+				for i, c := range x.Candidates {
+					_, terms := pol.Explain(x, &c)
+					credit, ok := term(terms, "replica_credit_ms")
+					switch {
+					case i == 0 && ok:
+						t.Errorf("the holder got a replica credit: %v", terms)
+					case i == 1 && (k <= 1 || coldRequests >= 3) && ok:
+						t.Errorf("a credit with %d sharers, %d requests on the cold worker: %v", k, coldRequests, terms)
+					case i == 1 && k > 1 && coldRequests == 1 && !near(-credit, f*(cold-held)):
+						t.Errorf("credit %v, want -%v", credit, f*(cold-held))
+					}
+				}
+			}
+			t.Logf("%d sharers: spills at %d queued tokens", k, cross)
+		})
+	}
+}
+
 func TestTTFTSessionSlack(t *testing.T) {
 	base := Candidate{ID: "best", OverlapBlocks: 10}
 	session := func(speed float64) Candidate {
@@ -366,7 +450,8 @@ func TestTTFTExplain(t *testing.T) {
 			t.Errorf("%s: the ms terms %v add up to %v, cost %v", c.ID, terms, sum, cost)
 		}
 		pr := PredictTTFT(nil, in.PromptTokens, in.BlockSize, c)
-		minOwn, weight := pol.work(in)
+		m := newTTFTModel(in.Profile, in.BlockSize)
+		minOwn, weight := pol.work(in, &m, bestOverlap(in.Candidates), hotDiscount(in.Candidates))
 		if want := pr.Total() + weight*(ownPrefillMs(in, c)-minOwn); !near(cost, want) {
 			t.Errorf("%s: cost %v, want the predicted TTFT plus the work, %v", c.ID, cost, want)
 		}
@@ -669,9 +754,23 @@ func TestRouteExplainTTFT(t *testing.T) {
 
 // ttftCost is candidate i's cost as Select weighs it.
 func ttftCost(p TTFTPolicy, in *SelectInput, i int) float64 {
-	minOwn, weight := p.work(in)
-	v, _, _ := p.cost(in, &in.Candidates[i], minOwn, weight)
+	m := newTTFTModel(in.Profile, in.BlockSize)
+	best := bestOverlap(in.Candidates)
+	minOwn, weight := p.work(in, &m, best, hotDiscount(in.Candidates))
+	v, _, _, _ := p.cost(in, &m, best, &in.Candidates[i], minOwn, weight)
 	return v
+}
+
+// ownPrefillMs is the request's own prefill on c's idle engine at the profile's speed
+// (ms), computed from the profile directly (the reference for the policy's own).
+func ownPrefillMs(in *SelectInput, c *Candidate) float64 {
+	prof := in.Profile
+	if prof == nil {
+		d := DefaultProfile()
+		prof = &d
+	}
+	ms, _ := prof.PrefillMs(math.Max(float64(in.PromptTokens-c.OverlapBlocks*max(in.BlockSize, 1))-c.TierCreditTokens, 1))
+	return ms
 }
 
 // TestFleetSpeed: the median of the learnt speed factors, unknown ones (0, negative, NaN,

@@ -757,6 +757,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 		return Decision{}, fmt.Errorf("%w: %d ready workers over the busy thresholds", ErrAllBusy, eligible)
 	}
 	sel.Candidates = cands
+	sel.PrefixSharers = r.active.Sharing(hashes, bestOverlap(cands))
 	c, err := r.choose(r.policy, &sel, rng)
 	if err != nil {
 		return Decision{}, err
@@ -869,6 +870,15 @@ func (r *Router) choose(p Policy, sel *SelectInput, rng *rand.Rand) (Candidate, 
 		r.noteChoice(p, sel, i)
 	}
 	return sel.Candidates[i], nil
+}
+
+// bestOverlap is the longest prefix hit among cands (blocks).
+func bestOverlap(cands []Candidate) int {
+	best := 0
+	for i := range cands {
+		best = max(best, cands[i].OverlapBlocks)
+	}
+	return best
 }
 
 func excluded(list []string, name string) bool {

@@ -447,7 +447,8 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 	case "route":
 		in := RouteInput{RequestID: a.str("id", ""), Tokens: h.tokens(t, a), LoraName: a.str("lora", ""), Exclude: a.list("exclude"),
 			WillAck: a.str("will-ack", "false") == "true", PinWorker: a.str("pin", ""), SessionID: a.str("session", ""),
-			LoraOnDemand: a.str("on-demand", "false") == "true", LoraPath: a.str("path", "")}
+			LoraOnDemand: a.str("on-demand", "false") == "true", LoraPath: a.str("path", ""),
+			Explain: a.str("explain", "false") == "true"}
 		if _, ok := a["weight"]; ok {
 			in.HasOverlapWeight, in.OverlapWeight = true, a.float(t, "weight", 0)
 		}
@@ -464,6 +465,14 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 		}
 		if d.HostBlocks+d.DiskBlocks+d.RemoteBlocks > 0 {
 			out += fmt.Sprintf(" host=%d disk=%d remote=%d", d.HostBlocks, d.DiskBlocks, d.RemoteBlocks)
+		}
+		for _, c := range d.Candidates {
+			out += fmt.Sprintf("\n  %s cost=%.1f", c.WorkerID, c.Cost)
+			for _, tm := range c.Terms {
+				if tm.Value != 0 {
+					out += fmt.Sprintf(" %s=%.1f", tm.Name, tm.Value)
+				}
+			}
 		}
 		return out
 	case "adapters":
