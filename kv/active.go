@@ -122,11 +122,16 @@ func (a *ActiveSequences) Load(w WorkerID) Load {
 // DecodeSeconds is the summed time since their first token of worker w's requests that
 // are decoding, at now (seconds; 0 when none): the output they have produced grows with it.
 func (a *ActiveSequences) DecodeSeconds(w WorkerID, now time.Time) float64 {
+	return a.decodeSecondsAt(w, a.since(now))
+}
+
+// decodeSecondsAt is DecodeSeconds at t seconds since the clock's origin (since).
+func (a *ActiveSequences) decodeSecondsAt(w WorkerID, t float64) float64 {
 	if int(w) >= len(a.workers) || a.workers[w].decoding == 0 {
 		return 0
 	}
 	aw := &a.workers[w]
-	return math.Max(0, float64(aw.decoding)*a.since(now)-aw.doneSum)
+	return math.Max(0, float64(aw.decoding)*t-aw.doneSum)
 }
 
 func (a *ActiveSequences) since(t time.Time) float64 {

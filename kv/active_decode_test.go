@@ -187,7 +187,7 @@ func TestRouterPrefillDoneAt(t *testing.T) {
 			// r.now is the last Route's (t0): both first tokens came after it
 			t.Errorf("candidate %+v at the last route's time", c)
 		}
-		r.now = now
+		r.setNow(now)
 		if c := r.candidate(rw, r.active.Load(rw.id)); c.DecodingRequests != 2 || math.Abs(c.DecodeSeconds-6) > 1e-9 {
 			t.Errorf("candidate decoding %d for %v s, want 2 for 6 s", c.DecodingRequests, c.DecodeSeconds)
 		}

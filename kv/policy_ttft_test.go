@@ -561,7 +561,7 @@ func TestRouterForgetsQueuedSlowness(t *testing.T) {
 	later := now.Add(10 * SpeedHalfLife)
 	if d, err := r.Route(in, later, nil); err != nil || d.WorkerID != "w1" {
 		t.Fatalf("ten half-lives later: %+v %v, want w1 (its factor %v relaxed to %v)", d, err,
-			r.byName["w1"].speed, r.byName["w1"].speedNow(later))
+			r.byName["w1"].speed, r.byName["w1"].speedNow(r.clock(later)))
 	}
 	r.Free("probe")
 	observe(t, r, "calm", "w1", 1, later)

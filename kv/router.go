@@ -62,9 +62,16 @@ type Router struct {
 	pinFallbacks  int64   // requests whose PinWorker could not be used
 	hashBuf       []uint64
 	now           time.Time // the current Route's time (decode ages)
-	ovBuf         []uint32
-	apBuf         []uint32
-	candBuf       []Candidate
+	// nowClock and nowActive: now on the router's clock (clock) and in seconds since
+	// the active sequences' origin, worked out once per Route for every candidate.
+	nowClock  time.Duration
+	nowActive float64
+	// base: the clock's origin, the first time it was asked (hasBase).
+	base    time.Time
+	hasBase bool
+	ovBuf   []uint32
+	apBuf   []uint32
+	candBuf []Candidate
 	// pred: the predicted placements (approx.go); pdBuf their overlaps for the prompt
 	// being routed, routeHashes its sequence hashes. sessions: the session store
 	// (session.go); sessionWorker is the worker the request's session last went to
@@ -106,9 +113,9 @@ type routerWorker struct {
 	// FreeAt (docs/reference.md §3.6).
 	speed      float64
 	decodeSecs float64
-	// speedAt: when speed was last learnt; speedStep and speedRel cache speed relaxed by
-	// that many steps since speedAt (speedNow, relaxedSpeed).
-	speedAt   time.Time
+	// speedAt: when speed was last learnt (Router.clock); speedStep and speedRel cache
+	// speed relaxed by that many steps since speedAt (speedNow, relaxedSpeed).
+	speedAt   time.Duration
 	speedStep time.Duration
 	speedRel  float64
 	// lora: the router's view of the worker's LoRA adapters (lora.go).
@@ -716,7 +723,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	}
 	r.Expire(now)
 	r.Free(in.RequestID)
-	r.now = now
+	r.setNow(now)
 	sel.Profile = &r.cfg.Profile
 	r.startLora(in)
 
@@ -843,8 +850,8 @@ func (r *Router) fillCandidate(rw *routerWorker, l Load, c *Candidate) {
 		TotalBlocks:         rw.totalBlocks,
 		MaxNumSeqs:          rw.maxSeqs,
 		DecodingRequests:    l.Decoding,
-		DecodeSeconds:       r.active.DecodeSeconds(rw.id, r.now),
-		SpeedFactor:         rw.speedNow(r.now),
+		DecodeSeconds:       r.active.decodeSecondsAt(rw.id, r.nowActive),
+		SpeedFactor:         rw.speedNow(r.nowClock),
 		MeanDecodeSeconds:   rw.decodeSecs,
 	}
 	if int(rw.id) < len(r.ovBuf) {
@@ -912,9 +919,10 @@ func (r *Router) PrefillDoneAt(reqID string, now time.Time) bool {
 		}
 		done = true
 		if rw := r.workerByID(ft.Worker); rw != nil && ft.PredictedMs > 0 {
+			at := r.clock(now)
 			rw.speed = learnSpeedAfter(rw.speed, float64(ft.TTFT)/float64(time.Millisecond)/ft.PredictedMs,
-				now.Sub(rw.speedAt))
-			rw.speedAt, rw.speedStep, rw.speedRel = now, 0, rw.speed
+				at-rw.speedAt)
+			rw.speedAt, rw.speedStep, rw.speedRel = at, 0, rw.speed
 		}
 	}
 	return done
@@ -931,10 +939,24 @@ func (r *Router) FreeAt(reqID string, now time.Time) bool {
 	return r.Free(reqID)
 }
 
+// setNow makes now the current Route's time.
+func (r *Router) setNow(now time.Time) {
+	r.now, r.nowClock, r.nowActive = now, r.clock(now), r.active.since(now)
+}
+
+// clock is t as a duration since the router's first reading (monotonic when t carries
+// a monotonic reading, as time.Now's do).
+func (r *Router) clock(t time.Time) time.Duration {
+	if !r.hasBase {
+		r.base, r.hasBase = t, true
+	}
+	return t.Sub(r.base)
+}
+
 // speedNow is rw's learnt speed factor at now: relaxed toward 1 since it was learnt
 // (relaxedSpeed; 0 while nothing was observed).
-func (rw *routerWorker) speedNow(now time.Time) float64 {
-	elapsed := now.Sub(rw.speedAt)
+func (rw *routerWorker) speedNow(now time.Duration) float64 {
+	elapsed := now - rw.speedAt
 	if rw.speed == 0 || elapsed <= 0 {
 		return rw.speed
 	}
