@@ -412,40 +412,6 @@ func (a *ActiveSequences) ActivePrefix(seqHashes []uint64, out []uint32) {
 	}
 }
 
-// Sharing returns the number of active requests, on any worker, whose prompts begin
-// with the first depth blocks of a prompt (its sequence hashes) and then go on
-// elsewhere: the requests that share that prefix now, less those whose whole prompt is
-// a prefix of this one (an earlier turn of the same conversation, a retry). 0 when depth
-// is 0 or out of range, or no active prompt has those blocks. It does not allocate.
-func (a *ActiveSequences) Sharing(seqHashes []uint64, depth int) int {
-	if depth <= 0 || depth > len(seqHashes) {
-		return 0
-	}
-	t := &a.tr
-	x, ok := t.lookup(noSlot, seqHashes[0])
-	n := 0
-	i := 0 // seqHashes[i] is x's first block
-	for ok {
-		nh := t.nodes[x].hashes
-		j := 1 + commonPrefix(nh[1:], seqHashes[i+1:])
-		if n == 0 && i+j >= depth {
-			n = int(t.nodes[x].refs) // every request through x shares the first depth blocks
-		}
-		if j < len(nh) {
-			break // this prompt leaves x inside it: x's requests go on elsewhere
-		}
-		if n > 0 {
-			n -= int(t.nodes[x].ends) // they end on this prompt's path
-		}
-		i += j
-		if i == len(seqHashes) {
-			break
-		}
-		x, ok = t.lookup(x, seqHashes[i])
-	}
-	return n
-}
-
 // setRun sets out[w] = n for every worker w = 64k + b whose bit b is set in word.
 func setRun(out []uint32, k int, word uint64, n uint32) {
 	for word != 0 {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 )
@@ -59,22 +58,6 @@ func (m *refActive) blocks() int {
 		}
 	}
 	return len(all)
-}
-
-// sharing counts the active requests whose prompts begin with probe[:depth] and are
-// not a prefix of probe.
-func (m *refActive) sharing(probe []uint64, depth int) int {
-	if depth <= 0 || depth > len(probe) {
-		return 0
-	}
-	n := 0
-	for _, r := range m.reqs {
-		if len(r.hashes) >= depth && slices.Equal(r.hashes[:depth], probe[:depth]) &&
-			!(len(r.hashes) <= len(probe) && slices.Equal(r.hashes, probe[:len(r.hashes)])) {
-			n++
-		}
-	}
-	return n
 }
 
 func (m *refActive) prefix(w WorkerID, probe []uint64) uint32 {
@@ -208,11 +191,6 @@ func (o activeOps) run(tb testing.TB, steps int) {
 			for w := WorkerID(0); int(w) < o.workers; w++ {
 				if want := m.prefix(w, probe); out[w] != want {
 					tb.Fatalf("step %d (%s) worker %d: active prefix %d of %d, reference %d", step, op, w, out[w], len(probe), want)
-				}
-			}
-			for depth := -1; depth <= len(probe)+1; depth++ {
-				if got, want := a.Sharing(probe, depth), m.sharing(probe, depth); got != want {
-					tb.Fatalf("step %d (%s): %d requests share the first %d of %d blocks, reference %d", step, op, got, depth, len(probe), want)
 				}
 			}
 		}

@@ -74,10 +74,10 @@ type SelectInput struct {
 	Temperature   float64
 	// Profile: the engines' timing profile (Config.Profile); nil means DefaultProfile.
 	Profile *Profile
-	// PrefixSharers: the active requests, on any worker, whose prompts share this
-	// prompt's longest prefix hit among the candidates (ActiveSequences.Sharing); set
-	// for aggregated routing, 0 otherwise.
-	PrefixSharers int
+	// PrefixDemand: the requests routed recently whose longest prefix hit ended where
+	// this one's does (the candidates' longest), counted with weights decaying with
+	// DemandHalfLife (prefixDemand); set for aggregated routing, 0 otherwise.
+	PrefixDemand float64
 }
 
 // Policy chooses a worker for a request: it returns an index into in.Candidates.

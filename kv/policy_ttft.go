@@ -229,43 +229,23 @@ func NewTTFTPolicy() TTFTPolicy {
 // that applies to the compute above it (WorkWeight times hot, the hotDiscount).
 func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, best int, hot float64) (minOwn, weight float64) {
 	minOwn = math.Inf(1)
-	held := holderLoad(in.Candidates, best)
+	share := replicaShare(in.PrefixDemand)
 	var pr Prediction
 	for i := range in.Candidates {
-		own, _ := m.shared(in, &in.Candidates[i], best, replicaShare(in.PrefixSharers, held, &in.Candidates[i]), &pr)
+		own, _ := m.shared(in, &in.Candidates[i], best, share, &pr)
 		minOwn = min(minOwn, own)
 	}
 	return minOwn, p.WorkWeight * hot * fleetSpeed(in.Candidates)
 }
 
-// replicaShare is the share of what a missing prefix hit adds on c that the requests
-// sharing the prefix bear (0..1; shared): (k−1)/k for k sharers (one request in flight on
-// a prefix is no evidence that others will follow: most often it is the same
-// conversation's earlier turn), times how much less loaded c is than the prefix's
-// holders, 1 − (c's requests + 1)/(held + 1) with held their mean requests in flight
-// (holderLoad), so that a copy goes only where it relieves them.
-func replicaShare(k int, held float64, c *Candidate) float64 {
-	if k <= 1 {
+// replicaShare is the share of what a missing prefix hit adds that the requests drawing
+// on the prefix bear (0..1; shared): n/(n+1) for a demand of n earlier requests
+// (SelectInput.PrefixDemand), the later ones being expected alike.
+func replicaShare(n float64) float64 {
+	if !(n > 1) || math.IsInf(n, 0) {
 		return 0
 	}
-	relief := 1 - float64(c.ActiveRequests+1)/(held+1)
-	return float64(k-1) / float64(k) * max(relief, 0)
-}
-
-// holderLoad is the mean requests in flight of the candidates holding the longest prefix
-// hit best (0 when best is 0).
-func holderLoad(cands []Candidate, best int) float64 {
-	if best == 0 {
-		return 0
-	}
-	n, load := 0, 0
-	for i := range cands {
-		if cands[i].OverlapBlocks == best {
-			n++
-			load += cands[i].ActiveRequests
-		}
-	}
-	return float64(load) / float64(n)
+	return (n - 1) / n
 }
 
 // fleetSpeed is the median of the candidates' learnt speed factors (1 while none is
@@ -311,7 +291,7 @@ func (m *ttftModel) shared(in *SelectInput, c *Candidate, best int, share float6
 // beyond the cheapest candidate's (work).
 func (p TTFTPolicy) cost(in *SelectInput, m *ttftModel, best int, c *Candidate, minOwn, weight float64) (float64, Prediction, float64, float64) {
 	var pr Prediction
-	own, credit := m.shared(in, c, best, replicaShare(in.PrefixSharers, holderLoad(in.Candidates, best), c), &pr)
+	own, credit := m.shared(in, c, best, replicaShare(in.PrefixDemand), &pr)
 	work := weight * (own - minOwn)
 	return pr.Total() - credit + work, pr, credit, work
 }
@@ -369,11 +349,11 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	m := newTTFTModel(in.Profile, in.BlockSize)
 	best := bestOverlap(in.Candidates)
 	hot := hotDiscount(in.Candidates)
-	held := holderLoad(in.Candidates, best)
+	share := replicaShare(in.PrefixDemand)
 	var pr Prediction
 	for i := range in.Candidates {
 		c := &in.Candidates[i]
-		own, credit := m.shared(in, c, best, replicaShare(in.PrefixSharers, held, c), &pr)
+		own, credit := m.shared(in, c, best, share, &pr)
 		costs, owns = append(costs, pr.Total()-credit), append(owns, own)
 		minOwn = min(minOwn, own)
 	}

@@ -297,12 +297,11 @@ func TestTTFTHotPrefixSpills(t *testing.T) {
 	}
 }
 
-// TestTTFTReplicaCredit: with k requests in flight sharing the prefix, a worker without
-// it bears only 1 − (k−1)/k · relief of what recomputing the prefix adds to its predicted
-// TTFT and to its own prefill (docs/reference.md §3.6), relief being how much less loaded
-// it is than the holders; so the cached worker's queue at which a request spills falls as
-// k grows; k ≤ 1 is the plain policy; a holder gets no credit, nor a worker as loaded as
-// the holders; Explain shows the credit as a term of its own.
+// TestTTFTReplicaCredit: with a demand of n earlier requests on the prefix, a worker
+// without it bears only 1/n of what recomputing the prefix adds to its predicted TTFT and
+// to its own prefill (share (n − 1)/n, docs/reference.md §3.6), so the cached worker's
+// queue at which a request spills falls as n grows; n ≤ 1 is the plain policy; a holder
+// gets no credit; Explain shows the credit as a term of its own.
 func TestTTFTReplicaCredit(t *testing.T) {
 	p := DefaultProfile()
 	pf := func(tok float64) float64 { ms, _ := p.PrefillMs(tok); return ms }
@@ -313,29 +312,28 @@ func TestTTFTReplicaCredit(t *testing.T) {
 		ms, steps := p.PrefillMs(float64(q) + newTok)
 		return ms + steps*p.DecodeMs(0)
 	}
-	// The cold worker, written out: unshared, and as if it held the prefix. The cached
-	// worker has 3 requests in flight, the cold one 1: relief = 1 − 2/4, and the holder
-	// carries 3 of 4 where its fair share is 2, so the work weight is
-	// hot = max((1 − 3/4)/(1 − 1/2), 1 − (3 − 2)/8) = 7/8.
-	const relief, hot = 0.5, 7.0 / 8
+	// The cold worker, written out: unshared, and as if it held the prefix. Each worker
+	// carries one request in flight, its fair share, so the whole work weight applies.
 	coldMs, coldSteps := p.PrefillMs(prompt)
 	heldMs, heldSteps := p.PrefillMs(newTok)
 	cold, held := coldMs+coldSteps*p.DecodeMs(0), heldMs+heldSteps*p.DecodeMs(0)
-	in := func(q int64, k, coldRequests int) *SelectInput {
+	in := func(q int64, n float64) *SelectInput {
 		in := ttftIn(prompt,
-			Candidate{ID: "cached", OverlapBlocks: cachedBlocks, IndexedBlocks: 5000, ActivePrefillTokens: q, ActiveRequests: 3},
-			Candidate{ID: "cold", ActiveRequests: coldRequests})
-		in.PrefixSharers = k
+			Candidate{ID: "cached", OverlapBlocks: cachedBlocks, IndexedBlocks: 5000, ActivePrefillTokens: q, ActiveRequests: 1},
+			Candidate{ID: "cold", ActiveRequests: 1})
+		in.PrefixDemand = n
 		return in
 	}
-	prev := int64(-1)
-	for _, k := range []int{0, 1, 2, 4, 16, 64} {
-		t.Run(fmt.Sprint(k, " sharers"), func(t *testing.T) {
+	// No credit below a demand of 1 (nor for a demand that is not a number): the plain
+	// crossover; then, as the demand grows, an ever earlier one.
+	plain, prev := int64(-1), int64(math.MaxInt64)
+	for _, n := range []float64{0, 0.5, 1, math.NaN(), math.Inf(1), -2, 1.5, 3, 15, 63} {
+		t.Run(fmt.Sprint("demand ", n), func(t *testing.T) {
 			f := 0.0
-			if k > 1 {
-				f = float64(k-1) / float64(k) * relief
+			if n > 1 && !math.IsInf(n, 0) {
+				f = (n - 1) / n
 			}
-			work := DefaultWorkWeight * hot * (pf(prompt) - f*(pf(prompt)-pf(newTok)) - pf(newTok))
+			work := DefaultWorkWeight * (pf(prompt) - f*(pf(prompt)-pf(newTok)) - pf(newTok))
 			costCold := cold - f*(cold-held) + work
 			var cross int64 = -1
 			for q := int64(0); q <= 50000; q++ {
@@ -347,36 +345,41 @@ func TestTTFTReplicaCredit(t *testing.T) {
 			switch {
 			case cross < 0:
 				t.Fatalf("no crossover")
-			case k <= 1 && prev >= 0 && cross != prev:
-				t.Fatalf("crossover at %d queued tokens, want %d as with no sharer", cross, prev)
-			case k > 1 && cross >= prev:
-				t.Fatalf("crossover at %d queued tokens, want below %d (fewer sharers)", cross, prev)
+			case plain < 0:
+				plain = cross
+			case f == 0 && cross != plain:
+				t.Fatalf("crossover at %d queued tokens, want %d as with no demand", cross, plain)
+			case f > 0 && cross >= min(prev, plain):
+				t.Fatalf("crossover at %d queued tokens, want below %d (less demand)", cross, min(prev, plain))
 			}
-			prev = cross
+			if f > 0 {
+				prev = cross
+			}
 			for _, tc := range []struct {
 				q    int64
 				want int
 			}{{0, 0}, {cross - 1, 0}, {cross, 1}, {2*cross + 1000, 1}} {
-				if got, err := pol.Select(in(tc.q, k, 1), nil); err != nil || got != tc.want {
+				if tc.q < 0 {
+					continue
+				}
+				if got, err := pol.Select(in(tc.q, n), nil); err != nil || got != tc.want {
 					t.Errorf("%d tokens queued on the cached worker: chose %d (%v), want %d", tc.q, got, err, tc.want)
 				}
 			}
-			for _, coldRequests := range []int{1, 3, 5} {
-				x := in(cross, k, coldRequests)
-				for i, c := range x.Candidates {
-					_, terms := pol.Explain(x, &c)
-					credit, ok := term(terms, "replica_credit_ms")
-					switch {
-					case i == 0 && ok:
-						t.Errorf("the holder got a replica credit: %v", terms)
-					case i == 1 && (k <= 1 || coldRequests >= 3) && ok:
-						t.Errorf("a credit with %d sharers, %d requests on the cold worker: %v", k, coldRequests, terms)
-					case i == 1 && k > 1 && coldRequests == 1 && !near(-credit, f*(cold-held)):
-						t.Errorf("credit %v, want -%v", credit, f*(cold-held))
-					}
+			x := in(cross, n)
+			for i, c := range x.Candidates {
+				_, terms := pol.Explain(x, &c)
+				credit, ok := term(terms, "replica_credit_ms")
+				switch {
+				case i == 0 && ok:
+					t.Errorf("the holder got a replica credit: %v", terms)
+				case i == 1 && f == 0 && ok:
+					t.Errorf("a credit with a demand of %v: %v", n, terms)
+				case i == 1 && f > 0 && !near(-credit, f*(cold-held)):
+					t.Errorf("credit %v, want -%v", credit, f*(cold-held))
 				}
 			}
-			t.Logf("%d sharers: spills at %d queued tokens", k, cross)
+			t.Logf("demand %v: spills at %d queued tokens", n, cross)
 		})
 	}
 }

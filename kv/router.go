@@ -66,6 +66,8 @@ type Router struct {
 	// the active sequences' origin, worked out once per Route for every candidate.
 	nowClock  time.Duration
 	nowActive float64
+	// demand: the recent requests per prefix (the replica credit's evidence).
+	demand prefixDemand
 	// base: the clock's origin, the first time it was asked (hasBase).
 	base    time.Time
 	hasBase bool
@@ -764,7 +766,9 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 		return Decision{}, fmt.Errorf("%w: %d ready workers over the busy thresholds", ErrAllBusy, eligible)
 	}
 	sel.Candidates = cands
-	sel.PrefixSharers = r.active.Sharing(hashes, bestOverlap(cands))
+	if best := bestOverlap(cands); best > 0 && best <= len(hashes) {
+		sel.PrefixDemand = r.demand.note(hashes[best-1], r.nowClock)
+	}
 	c, err := r.choose(r.policy, &sel, rng)
 	if err != nil {
 		return Decision{}, err
