@@ -31,6 +31,9 @@ const (
 	// hotRequests: the requests in flight per holder beyond its fair share at which a
 	// prefix counts as wholly hot (hotDiscount).
 	hotRequests = 8
+	// speedNoise: a learnt speed closer than this to the fleet's median in log space
+	// (about 10 %) counts as the median (ttftModel.setFleet).
+	speedNoise = 0.1
 	// speedAlpha: the weight of a new observation in a worker's speed factor.
 	speedAlpha = 0.05
 	// SpeedHalfLife: what a worker's learnt speed factor says fades with the time since
@@ -102,6 +105,18 @@ type ttftModel struct {
 	prof          Profile
 	chunk, fullMs float64
 	bs            int
+	// fleet: the candidates' median learnt speed (fleetSpeed), 0 when not given; a
+	// worker's learnt speed strictly between lo and hi counts as it (setFleet).
+	fleet, lo, hi float64
+}
+
+// setFleet gives m the fleet's median speed f (fleetSpeed): a learnt speed within
+// speedNoise of it in log space is taken as f, being within the noise of the
+// observations it is learnt from (each a ratio that what the prediction does not see
+// moves by tens of per cent); acting on such a difference would only unbalance a
+// uniform fleet.
+func (m *ttftModel) setFleet(f float64) {
+	m.fleet, m.lo, m.hi = f, f*math.Exp(-speedNoise), f*math.Exp(speedNoise)
 }
 
 func newTTFTModel(prof *Profile, blockSize int) ttftModel {
@@ -152,6 +167,9 @@ func (m *ttftModel) predictAt(promptTokens int, c *Candidate, overlap int, tierC
 	speed := c.SpeedFactor
 	if !(speed > 0) {
 		speed = 1
+	}
+	if speed > m.lo && speed < m.hi {
+		speed = m.fleet
 	}
 	// An engine always computes at least the prompt's last token; blocks onboarded from
 	// a lower tier count at their credit (docs/reference.md §9.2).
@@ -347,6 +365,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	}
 	minOwn := math.Inf(1)
 	m := newTTFTModel(in.Profile, in.BlockSize)
+	m.setFleet(fleetSpeed(in.Candidates))
 	best := bestOverlap(in.Candidates)
 	hot := hotDiscount(in.Candidates)
 	share := replicaShare(in.PrefixDemand)
@@ -357,7 +376,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 		costs, owns = append(costs, pr.Total()-credit), append(owns, own)
 		minOwn = min(minOwn, own)
 	}
-	weight := p.WorkWeight * hot * fleetSpeed(in.Candidates)
+	weight := p.WorkWeight * hot * m.fleet
 	bestC, session := math.Inf(1), -1
 	for i := range costs {
 		costs[i] += weight * (owns[i] - minOwn)
@@ -401,6 +420,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 // speed_factor is the multiplier already applied to the predicted terms, not a term.
 func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 	m := newTTFTModel(in.Profile, in.BlockSize)
+	m.setFleet(fleetSpeed(in.Candidates))
 	best := bestOverlap(in.Candidates)
 	minOwn, weight := p.work(in, &m, best, hotDiscount(in.Candidates))
 	v, pr, credit, work := p.cost(in, &m, best, c, minOwn, weight)

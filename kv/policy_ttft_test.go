@@ -385,7 +385,10 @@ func TestTTFTReplicaCredit(t *testing.T) {
 }
 
 func TestTTFTSessionSlack(t *testing.T) {
-	base := Candidate{ID: "best", OverlapBlocks: 10}
+	// Three twins at the profile's speed make the fleet's median speed 1, so that the
+	// session's worker's speed scales all its terms (outside the speed noise band, within
+	// which it counts as the fleet's: docs/reference.md §3.6).
+	base := Candidate{ID: "best", OverlapBlocks: 10, SpeedFactor: 1}
 	session := func(speed float64) Candidate {
 		c := base
 		c.ID, c.SessionWorker, c.SpeedFactor = "session", true, speed
@@ -397,27 +400,60 @@ func TestTTFTSessionSlack(t *testing.T) {
 		c     Candidate // the session's worker; all its terms scale with its speed
 		keep  bool
 	}{
-		{"the session's worker is the best", DefaultSessionSlack, session(0.9), true},
+		{"the session's worker is the best", DefaultSessionSlack, session(0.8), true},
 		{"as good as the best", DefaultSessionSlack, session(1), true},
-		{"5 % dearer", DefaultSessionSlack, session(1.05), true},
-		{"9.9 % dearer", DefaultSessionSlack, session(1.099), true},
-		{"10.1 % dearer", DefaultSessionSlack, session(1.101), false},
+		{"5 % dearer: within the speed noise", DefaultSessionSlack, session(1.05), true},
 		{"50 % dearer", DefaultSessionSlack, session(1.5), false},
-		{"no slack, 10 % dearer", 0, session(1.1), false},
+		{"29 % dearer, slack 30 %", 0.3, session(1.29), true},
+		{"31 % dearer, slack 30 %", 0.3, session(1.31), false},
+		{"no slack, 20 % dearer", 0, session(1.2), false},
 		{"no slack, as good", 0, session(1), true},
 		{"wider slack", 0.6, session(1.5), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := TTFTPolicy{WorkWeight: DefaultWorkWeight, SessionSlack: tc.slack}
-			for _, order := range [][]Candidate{{tc.c, base}, {base, tc.c}} {
+			for _, order := range [][]Candidate{{tc.c, base, base, base}, {base, base, base, tc.c}} {
 				in := ttftIn(2048, order...)
 				got, err := pol.Select(in, rand.New(rand.NewPCG(1, 1)))
 				if err != nil {
 					t.Fatal(err)
 				}
 				if kept := in.Candidates[got].SessionWorker; kept != tc.keep {
-					t.Errorf("order %s,%s: chose %s, want session kept=%v", order[0].ID, order[1].ID, in.Candidates[got].ID, tc.keep)
+					t.Errorf("order %s,%s: chose %s, want session kept=%v", order[0].ID, order[3].ID, in.Candidates[got].ID, tc.keep)
 				}
+			}
+		})
+	}
+}
+
+// TestTTFTSpeedNoise: learnt speeds within about 10 % of the fleet's median count as the
+// median, so a uniform fleet's noise does not steer requests; a real difference does.
+func TestTTFTSpeedNoise(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		speeds []float64 // the last worker has the fewest requests in flight
+		want   int
+	}{
+		{"noise: the fewest requests win", []float64{1, 1, 1, 1.09}, 3},
+		{"noise below: the fewest requests win", []float64{1, 1, 1, 0.92}, 3},
+		{"a slow worker loses", []float64{1, 1, 1, 1.3}, -1},
+		{"unknown speeds as 1", []float64{0, 0, 0, 1.05}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cands []Candidate
+			for i, f := range tc.speeds {
+				c := Candidate{ID: fmt.Sprint("w", i), SpeedFactor: f, ActiveRequests: 2, ActivePrefillTokens: 512}
+				if i == len(tc.speeds)-1 {
+					c.ActiveRequests = 1
+				}
+				cands = append(cands, c)
+			}
+			got, err := NewTTFTPolicy().Select(ttftIn(4096, cands...), rand.New(rand.NewPCG(1, 2)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want >= 0 && got != tc.want || tc.want < 0 && got == len(cands)-1 {
+				t.Errorf("chose %d, want %d (-1: any but the last)", got, tc.want)
 			}
 		})
 	}
