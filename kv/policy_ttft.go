@@ -83,6 +83,9 @@ type Prediction struct {
 	Speed float64
 	// OwnPrefillMs: the request's own prefill time on an idle worker (the work it adds).
 	OwnPrefillMs float64
+	// queueRaw and decodeStep: QueueMs at the profile's speed, and the decode part of
+	// one step (0 for an idle worker), kept for the replica credit (ttftModel.shared).
+	queueRaw, decodeStep float64
 }
 
 // Total is the predicted TTFT (ms).
@@ -108,6 +111,17 @@ type ttftModel struct {
 	// fleet: the candidates' median learnt speed (fleetSpeed), 0 when not given; a
 	// worker's learnt speed strictly between lo and hi counts as it (setFleet).
 	fleet, lo, hi float64
+	// ownTok, ownMs: the last ownPrefill computed (most candidates share a hit length).
+	ownTok, ownMs float64
+}
+
+// ownPrefill is prefill(t)'s time (ms), remembered for the last t.
+func (m *ttftModel) ownPrefill(t float64) float64 {
+	if t != m.ownTok || m.ownMs == 0 {
+		m.ownTok = t
+		m.ownMs, _ = m.prefill(t)
+	}
+	return m.ownMs
 }
 
 // setFleet gives m the fleet's median speed f (fleetSpeed): a learnt speed within
@@ -177,15 +191,16 @@ func (m *ttftModel) predictAt(promptTokens int, c *Candidate, overlap int, tierC
 	queued := float64(max(c.ActivePrefillTokens, 0))
 	queueMs, _ := m.prefill(queued)
 	allMs, steps := m.prefill(queued + newTok)
-	own, _ := m.prefill(newTok)
+	own := m.ownPrefill(newTok)
 
 	var u float64
 	if c.TotalBlocks > 0 {
 		u = float64(c.ActiveBlocks) / float64(c.TotalBlocks)
 	}
-	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed}
+	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed, queueRaw: queueMs}
 	if c.ActiveRequests > 0 {
-		p.DecodeMs = steps * m.prof.DecodeMs(u)
+		p.decodeStep = m.prof.DecodeMs(u)
+		p.DecodeMs = steps * p.decodeStep
 	}
 	if c.TotalBlocks > 0 {
 		promptBlocks := (promptTokens + bs - 1) / bs
@@ -298,10 +313,13 @@ func (m *ttftModel) shared(in *SelectInput, c *Candidate, best int, share float6
 	if share <= 0 || c.OverlapBlocks >= best {
 		return own, 0
 	}
-	var held Prediction
-	m.predictAt(in.PromptTokens, c, best, 0, &held)
-	credit = max(pr.Total()-held.Total(), 0) * share
-	own -= max(own-held.OwnPrefillMs/held.Speed, 0) * share
+	// As predictAt with a hit of best blocks and no tier credit: only the prefill steps
+	// and their decode part change.
+	newTok := max(float64(in.PromptTokens-best*m.bs), 1)
+	allMs, steps := m.prefill(float64(max(c.ActivePrefillTokens, 0)) + newTok)
+	held := pr.Total() - pr.PrefillMs - pr.DecodeMs + pr.Speed*((allMs-pr.queueRaw)+steps*pr.decodeStep)
+	credit = max(pr.Total()-held, 0) * share
+	own -= max(own-m.ownPrefill(newTok), 0) * share
 	return own, credit
 }
 

@@ -835,3 +835,48 @@ func TestFleetSpeed(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicaCreditMatchesFullPrediction: the credit worked out from the prediction's
+// prefill steps equals the one from a whole prediction with a hit of best blocks and no
+// tier credit, for random candidates, fleets and demands.
+func TestReplicaCreditMatchesFullPrediction(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < 20000; i++ {
+		bs := []int{1, 16, 64, 256}[rng.IntN(4)]
+		prompt := 1 + rng.IntN(40000)
+		best := rng.IntN(prompt/bs + 1)
+		c := Candidate{
+			OverlapBlocks:       rng.IntN(best + 1),
+			ActiveBlocks:        rng.IntN(5000),
+			ActiveRequests:      rng.IntN(300),
+			ActivePrefixBlocks:  rng.IntN(prompt/bs + 1),
+			ActivePrefillTokens: int64(rng.IntN(60000)) - 100,
+			TotalBlocks:         int64(rng.IntN(6000)),
+			MaxNumSeqs:          rng.IntN(300),
+			SpeedFactor:         []float64{0, 0.5, 1, 1.04, 3}[rng.IntN(5)],
+			MeanDecodeSeconds:   rng.Float64() * 5,
+			AdapterLoadMs:       float64(rng.IntN(3)) * 40,
+			TierCreditTokens:    float64(rng.IntN(3) * 100),
+		}
+		in := &SelectInput{Candidates: []Candidate{c}, PromptTokens: prompt, BlockSize: bs, PrefixDemand: rng.Float64() * 50}
+		m := newTTFTModel(nil, bs)
+		m.setFleet([]float64{0, 1, 1.02}[rng.IntN(3)])
+		share := replicaShare(in.PrefixDemand)
+		var pr Prediction
+		own, credit := m.shared(in, &c, best, share, &pr)
+
+		var ref, held Prediction
+		r := newTTFTModel(nil, bs)
+		r.setFleet(m.fleet)
+		r.predict(prompt, &c, &ref)
+		wantOwn, wantCredit := ref.OwnPrefillMs/ref.Speed, 0.0
+		if share > 0 && c.OverlapBlocks < best {
+			r.predictAt(prompt, &c, best, 0, &held)
+			wantCredit = max(ref.Total()-held.Total(), 0) * share
+			wantOwn -= max(wantOwn-held.OwnPrefillMs/held.Speed, 0) * share
+		}
+		if !near(credit, wantCredit) || !near(own, wantOwn) || pr != ref {
+			t.Fatalf("case %d (%+v, prompt %d, bs %d, best %d): credit %v own %v, want %v %v", i, c, prompt, bs, best, credit, own, wantCredit, wantOwn)
+		}
+	}
+}
