@@ -13,7 +13,8 @@ import (
 type Kind int
 
 // The nemesis's kinds. A process event (kill, pause, slow) acts on one process; a
-// network event changes the rules of one or more hosts and is undone when it ends.
+// network event changes the rules of one or more hosts and is undone when it ends; a
+// disk event fills one node's block-manager file system and frees it when it ends.
 const (
 	KillEngine    Kind = iota // kill -9 one engine of a node; its supervisor restarts it
 	SlowEngine                // an engine stopped and continued (SIGSTOP/SIGCONT) every 100 ms for For: a slow engine
@@ -26,12 +27,13 @@ const (
 	Split                     // the cluster split in halves for For (Consul and the first frontend on one side)
 	DropOneWay                // packets from Target to Peer dropped (the other way passes) for For
 	Lossy                     // Target's link loses 5 % of its packets and is capped at LossyRate for For
+	DiskFull                  // the file system of Target's block-manager disk tier filled for For, then freed
 	numKinds
 )
 
 var kindNames = [numKinds]string{
 	"kill-engine", "slow-engine", "kill-node", "kill-frontend", "kill-consul", "pause",
-	"isolate-node", "isolate-consul", "split", "drop-one-way", "lossy",
+	"isolate-node", "isolate-consul", "split", "drop-one-way", "lossy", "disk-full",
 }
 
 func (k Kind) String() string {
@@ -85,6 +87,9 @@ type Topology struct {
 	Consul    string   // the Consul agent's host
 	Frontends []string // frontends' hosts (two or more for Split and failover)
 	Nodes     []string // node agents' hosts
+	// Disks are the nodes whose KV block manager has a disk tier on a file system of its
+	// own, which DiskFull fills (none: DiskFull is never drawn).
+	Disks []string
 }
 
 // Hosts is every host: Consul, the frontends, the nodes.
@@ -116,7 +121,7 @@ type PlanConfig struct {
 // frontends less often than engines and nodes.
 var DefaultWeights = []float64{
 	KillEngine: 3, SlowEngine: 2, KillNode: 2, KillFrontend: 1, KillConsul: 1, Pause: 2,
-	IsolateNode: 2, IsolateConsul: 1, Split: 1, DropOneWay: 2, Lossy: 2,
+	IsolateNode: 2, IsolateConsul: 1, Split: 1, DropOneWay: 2, Lossy: 2, DiskFull: 2,
 }
 
 // forRange is how long each kind lasts (uniform in [lo, hi]); kill-engine is instant.
@@ -132,13 +137,14 @@ var forRange = [numKinds][2]time.Duration{
 	Split:         {3 * time.Second, 10 * time.Second},
 	DropOneWay:    {2 * time.Second, 8 * time.Second},
 	Lossy:         {3 * time.Second, 12 * time.Second},
+	DiskFull:      {2 * time.Second, 10 * time.Second},
 }
 
 // Plan draws the nemesis's schedule: event starts at exponential gaps of mean MeanGap,
 // each of a kind drawn by Weights on a target drawn uniformly, overlapping freely except
 // that one process is the target of at most one process event at a time (a kind whose
-// every target is busy is drawn again) and that the engine kinds and Consul's kill
-// never overlap a kill of their host. Every event ends by Duration - Quiet. The same
+// every target is busy is drawn again), that the engine kinds and Consul's kill never
+// overlap a kill of their host, and that one disk is filled by one event at a time. Every event ends by Duration - Quiet. The same
 // config gives the same schedule.
 func Plan(cfg PlanConfig, topo Topology) ([]Event, error) {
 	if len(topo.Frontends) < 2 || len(topo.Nodes) < 2 || topo.Consul == "" {
@@ -234,23 +240,34 @@ func drawEvent(rng *rand.Rand, w []float64, total float64, topo Topology, at tim
 		e.Target, e.Peer = hosts[i], hosts[j]
 	case Lossy:
 		e.Target = pick(topo.Hosts())
+	case DiskFull:
+		if len(topo.Disks) == 0 {
+			return Event{}, false
+		}
+		e.Target = pick(topo.Disks)
 	}
 	return e, true
 }
 
-// processes are the processes event e acts on, by name: a host's main process is its
-// name, a node's engine "node/engine". An engine's events also hold its node (a node
-// killed while its engine is stopped would leave nothing to continue), and a node's
-// kill holds every engine of it by holding the node.
+// processes are the processes (and disks) event e holds, by name: a host's main
+// process is its name; an engine's events hold its node (a node killed while its
+// engine is stopped would leave nothing to continue), and a node's kill holds every
+// engine of it by holding the node. A disk event holds the node's disk ("n-1 disk"),
+// not its process: a node may be killed or paused while its disk is full.
 func processes(e Event) []string {
 	switch e.Kind {
 	case KillEngine, SlowEngine:
 		return []string{e.Target}
 	case KillNode, KillFrontend, KillConsul, Pause:
 		return []string{e.Target}
+	case DiskFull:
+		return []string{DiskOf(e.Target)}
 	}
 	return nil
 }
+
+// DiskOf names node's block-manager disk as the schedule holds it.
+func DiskOf(node string) string { return node + " disk" }
 
 // FormatPlan writes events one per line (Event.String).
 func FormatPlan(events []Event) string {

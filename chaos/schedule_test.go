@@ -11,7 +11,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-var testTopo = Topology{Consul: "consul", Frontends: []string{"fe-1", "fe-2"}, Nodes: []string{"n-1", "n-2", "n-3", "n-4"}}
+var testTopo = Topology{Consul: "consul", Frontends: []string{"fe-1", "fe-2"}, Nodes: []string{"n-1", "n-2", "n-3", "n-4"},
+	Disks: []string{"n-1", "n-2"}}
 
 // The same config gives the same schedule, byte for byte (testdata/plan-seed*.txt).
 func TestPlanGolden(t *testing.T) {
@@ -38,7 +39,8 @@ func TestPlanGolden(t *testing.T) {
 }
 
 // Every schedule, whatever the seed: events in order, ended before the quiet tail, on
-// real targets, at most one process event per process at a time, every kind drawn.
+// real targets, at most one process event per process at a time, one disk event per
+// disk at a time (on a node with a disk tier), every kind drawn.
 func TestPlanInvariants(t *testing.T) {
 	seen := map[Kind]int{}
 	hosts := testTopo.Hosts()
@@ -63,17 +65,44 @@ func TestPlanInvariants(t *testing.T) {
 			if e.Kind == DropOneWay && (e.Peer == e.Target || !slices.Contains(hosts, e.Peer)) {
 				t.Fatalf("seed %d: %s: bad peer", seed, e)
 			}
+			if e.Kind == DiskFull && !slices.Contains(testTopo.Disks, e.Target) {
+				t.Fatalf("seed %d: %s: a node without a block-manager disk", seed, e)
+			}
 			if !e.Kind.Network() {
-				if busy[e.Target] > e.At {
-					t.Fatalf("seed %d: %s overlaps another process event on %s (busy until %v)", seed, e, e.Target, busy[e.Target])
+				held := e.Target
+				if e.Kind == DiskFull {
+					held = DiskOf(e.Target)
 				}
-				busy[e.Target] = max(e.End(), e.At+time.Millisecond)
+				if busy[held] > e.At {
+					t.Fatalf("seed %d: %s overlaps another event on %s (busy until %v)", seed, e, held, busy[held])
+				}
+				busy[held] = max(e.End(), e.At+time.Millisecond)
 			}
 		}
 	}
 	for k := range numKinds {
 		if seen[k] == 0 {
 			t.Errorf("kind %s never drawn in 200 schedules", k)
+		}
+	}
+}
+
+// Without a disk tier in the topology the disk kind is never drawn, whatever its weight.
+func TestPlanNoDisks(t *testing.T) {
+	topo := testTopo
+	topo.Disks = nil
+	w := slices.Clone(DefaultWeights)
+	w[DiskFull] = 100
+	events, err := Plan(PlanConfig{Seed: 3, Duration: 5 * time.Minute, Quiet: 20 * time.Second, MeanGap: 3 * time.Second, Weights: w}, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) == 0 {
+		t.Fatal("no events")
+	}
+	for _, e := range events {
+		if e.Kind == DiskFull {
+			t.Fatalf("%s drawn in a topology without disks", e)
 		}
 	}
 }
