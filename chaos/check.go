@@ -140,10 +140,15 @@ func detail(r Record) string {
 	return ": " + r.Detail
 }
 
-// inForce reports whether any event was in force during r, or ended within recovery
-// before it began.
+// inForce reports whether any event that breaks the cluster was in force during r, or
+// ended within recovery before it began. A full block-manager disk breaks nothing: the
+// block manager skips the offloads it cannot write and every request is still owed its
+// answer (docs/chaos.md), so DiskFull explains no failure.
 func inForce(r Record, events []Event, recovery time.Duration) bool {
 	for _, e := range events {
+		if e.Kind == DiskFull {
+			continue
+		}
 		if e.At <= r.End && e.End()+recovery >= r.Start {
 			return true
 		}
@@ -188,6 +193,10 @@ type After struct {
 	// Index lists the workers whose blocks in the router's index differ from the blocks
 	// their engine holds, one description each; empty when they agree.
 	Index []string
+	// Kvbm lists what is wrong with the nodes' block managers afterwards (a tier over its
+	// cap, a disk directory that disagrees with the store, a disk tier that did not
+	// accept writes again after it was filled), one description each.
+	Kvbm []string
 }
 
 // Bound of resource growth: a process may end the run with at most Slack more of a
@@ -214,12 +223,12 @@ type Verdict struct {
 const MaxProblems = 200
 
 // Pass reports whether nothing was lost, duplicated, corrupted, unexplained or leaked,
-// no request migrated past the limit, no member crashed, the rig carried out its schedule, membership converged and the
-// router's index agrees with the engines.
+// no request migrated past the limit, no member crashed, the rig carried out its schedule, membership converged, the
+// router's index agrees with the engines and the block managers are within their caps and work.
 func (v Verdict) Pass() bool {
 	return v.Count[Lost]+v.Count[Duplicated]+v.Count[Corrupted]+v.Count[Unexplained]+v.Leaked+v.Retried == 0 &&
 		!slices.ContainsFunc(v.Problems, func(p string) bool {
-			for _, kind := range []string{"membership: ", "index: ", "crash: ", "rig: "} {
+			for _, kind := range []string{"membership: ", "index: ", "kvbm: ", "crash: ", "rig: "} {
 				if strings.HasPrefix(p, kind) {
 					return true
 				}
@@ -324,6 +333,9 @@ func afterProblems(after After, bound Bound) []string {
 	}
 	for _, m := range after.Index {
 		out = append(out, "index: "+m)
+	}
+	for _, m := range after.Kvbm {
+		out = append(out, "kvbm: "+m)
 	}
 	return out
 }

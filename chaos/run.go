@@ -68,7 +68,7 @@ const (
 
 // The rig's topology and each host's role.
 var (
-	topology = Topology{Consul: "consul", Frontends: []string{"fe-1", "fe-2"}, Nodes: []string{"n-1", "n-2", "n-3", "n-4"}}
+	topology = Topology{Consul: "consul", Frontends: []string{"fe-1", "fe-2"}, Nodes: []string{"n-1", "n-2", "n-3", "n-4"}, Disks: kvbmNodes}
 	nodeArgs = map[string][]string{
 		"n-1": {"--workers", "2", "--served-model-name", ModelAgg},
 		"n-2": {"--workers", "2", "--served-model-name", ModelAgg},
@@ -94,6 +94,11 @@ type rig struct {
 
 	mu        sync.Mutex
 	rigErrors []string // what the rig failed to do (rigError)
+
+	disks *disks // the block managers' file systems
+	// kvbmBase is each block manager's /metrics when the nemesis ended (written by
+	// nemesis before it returns).
+	kvbmBase map[string]map[string]*dto.MetricFamily
 }
 
 // Run builds the cluster, runs the load and the nemesis, settles, checks and writes
@@ -121,6 +126,10 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 		return Verdict{}, err
 	}
 	defer r.net.Close()
+	if r.disks, err = mountDisks(cfg.Prefix, cfg.Out, kvbmNodes); err != nil {
+		return Verdict{}, err
+	}
+	defer r.disks.Close() // once every process has stopped
 	defer r.stopAll()
 	ref, err := r.startReference()
 	if err != nil {
@@ -146,7 +155,13 @@ func Run(ctx context.Context, cfg Config) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("chaos: stopped after %.0f s of load: %w", time.Since(origin).Seconds(), err)
 	}
 	r.logf("load done: %d requests in %.0f s; settling", len(recs), time.Since(origin).Seconds())
-	after := r.settle(ctx, before)
+	filled := map[string]bool{}
+	for _, e := range events {
+		if e.Kind == DiskFull {
+			filled[e.Target] = true
+		}
+	}
+	after := r.settle(ctx, before, filled)
 	stopSampling()
 	for _, p := range r.procs {
 		for _, c := range p.Crashes() {
@@ -250,7 +265,11 @@ func (r *rig) start(ctx context.Context) error {
 		ip := r.net.Addr(n)
 		args := append([]string{"node", "--node-id", n, "--engine-host", ip, "--http-host", ip, "--http-port", nodeHTTPPort,
 			"--speedup-ratio", strconv.FormatFloat(r.cfg.SpeedupRatio, 'g', -1, 64), "--heartbeat", "500ms"}, cluster(n)...)
-		r.procs[n] = NewProc(r.net, n, n, filepath.Join(logs, n+".log"), r.cfg.Bin, append(args, nodeArgs[n]...)...)
+		args = append(args, nodeArgs[n]...)
+		if slices.Contains(kvbmNodes, n) {
+			args = append(append(args, kvbmNodeArgs...), "--kvbm-disk-dir", r.disks.blockDir(n))
+		}
+		r.procs[n] = NewProc(r.net, n, n, filepath.Join(logs, n+".log"), r.cfg.Bin, args...)
 	}
 	if err := r.procs[c].Start(); err != nil {
 		return err
@@ -480,6 +499,16 @@ func (r *rig) nemesis(ctx context.Context, origin time.Time, plan []Event, tl *t
 		}
 	}
 	slices.SortFunc(done, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	r.kvbmBase = map[string]map[string]*dto.MetricFamily{}
+	for _, n := range kvbmNodes {
+		for i := 0; i < 20 && ctx.Err() == nil; i++ { // a node just restarted may take a moment
+			if fams := r.metrics(ctx, r.url(n, nodeHTTPPort)); fams != nil {
+				r.kvbmBase[n] = fams
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
 	return done
 }
 
@@ -527,6 +556,19 @@ func (r *rig) act(ctx context.Context, e Event) bool {
 		}
 		wait()
 		_ = p.Signal(syscall.SIGCONT)
+	case DiskFull:
+		errsBefore := make(chan string, 1)
+		go func() { errsBefore <- r.kvbmErrors(ctx, e.Target) }()
+		size, err := r.disks.fill(ctx, e.Target, time.Now().Add(e.For))
+		if err != nil {
+			r.rigError("%v", err)
+		}
+		errsAfter := r.kvbmErrors(ctx, e.Target)
+		if err := r.disks.removeFiller(e.Target); err != nil {
+			r.rigError("free %s's disk: %v", e.Target, err)
+		}
+		r.logf("nemesis: %s's block-manager disk was full (a filler of %d bytes at most); its block manager's errors %s before, %s after",
+			e.Target, size, <-errsBefore, errsAfter)
 	default:
 		wait()
 	}
@@ -579,13 +621,14 @@ func (r *rig) sample(ctx context.Context, origin time.Time, tl *timeline) {
 // settle waits (Settle at most) until no request is held anywhere, every worker is
 // ready again and the index agrees with the engines, then reads the resources. Each
 // round reads every member's /metrics once and judges all three from that read.
-func (r *rig) settle(ctx context.Context, before map[string]float64) After {
+func (r *rig) settle(ctx context.Context, before map[string]float64, filled map[string]bool) After {
 	var a After
 	deadline := time.Now().Add(r.cfg.Settle)
+	var sc scrape
 	for {
-		sc := r.scrapeAll(ctx)
-		a = After{Held: sc.held(), Members: sc.members(), Index: sc.index(), Growth: map[string][2]float64{}}
-		clean := len(a.Members) == 0 && len(a.Index) == 0
+		sc = r.scrapeAll(ctx)
+		a = After{Held: sc.held(), Members: sc.members(), Index: sc.index(), Kvbm: r.kvbmProblems(sc, filled), Growth: map[string][2]float64{}}
+		clean := len(a.Members) == 0 && len(a.Index) == 0 && len(a.Kvbm) == 0
 		for _, n := range a.Held {
 			clean = clean && n == 0
 		}
@@ -593,6 +636,14 @@ func (r *rig) settle(ctx context.Context, before map[string]float64) After {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	var lines []string
+	for _, n := range kvbmNodes {
+		lines = append(lines, KvbmSummary(n, sc.nodes[n], r.kvbmBase[n]))
+		r.logf("block manager %s", lines[len(lines)-1])
+	}
+	if err := writeLines(filepath.Join(r.cfg.Out, "kvbm.txt"), lines); err != nil {
+		r.rigError("write kvbm.txt: %v", err)
 	}
 	now := r.resources(ctx)
 	for k, b := range before {
@@ -603,6 +654,29 @@ func (r *rig) settle(ctx context.Context, before map[string]float64) After {
 		}
 	}
 	return a
+}
+
+// kvbmProblems checks every block manager against sc, its disk directory and its
+// figures when the nemesis ended (KvbmCheck).
+func (r *rig) kvbmProblems(sc scrape, filled map[string]bool) []string {
+	var out []string
+	for _, n := range kvbmNodes {
+		c := KvbmCheck{Node: n, After: sc.nodes[n], Base: r.kvbmBase[n], Filled: filled[n], HostCap: kvbmHostBytes, DiskCap: kvbmDiskBytes}
+		c.Dir, c.DirErr = listDir(r.disks.blockDir(n))
+		out = append(out, c.Problems()...)
+	}
+	return out
+}
+
+// kvbmErrors is node's turbine_kvbm_errors_total now, as text ("?" when it does not
+// answer within a second), for the progress log.
+func (r *rig) kvbmErrors(ctx context.Context, node string) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for _, m := range r.metrics(ctx, r.url(node, nodeHTTPPort))["turbine_kvbm_errors_total"].GetMetric() {
+		return strconv.FormatFloat(value(m), 'f', -1, 64)
+	}
+	return "?"
 }
 
 // scrape is one read of every member's /metrics (nil families: it did not answer).
@@ -699,7 +773,7 @@ func (sc scrape) held() map[string]float64 {
 				out[n+" engine of "+w+" not scraped"] = 1
 			}
 		}
-		for _, name := range []string{"vllm:num_requests_running", "turbine_mocker_kv_pinned_blocks", "turbine_mocker_kv_active_blocks"} {
+		for _, name := range []string{"vllm:num_requests_running", "turbine_mocker_kv_pinned_blocks", "turbine_mocker_kv_active_blocks", "turbine_kvbm_pinned_blocks"} {
 			add(n, fams, name)
 		}
 	}
