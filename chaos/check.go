@@ -77,8 +77,12 @@ type Windows struct {
 	Recovery time.Duration
 }
 
-// DefaultWindows are the checker's windows (docs/chaos.md).
-var DefaultWindows = Windows{Cut: 10 * time.Second, Recovery: 15 * time.Second}
+// DefaultWindows are the checker's windows (docs/chaos.md). Recovery covers the slowest
+// documented way back: a member a partition dropped (its Consul check lapsed) finds out
+// when a live peer has left it out of its topology for 10 s once its discovery is
+// healthy again, then starts a new member and, on a node, its engines again (about 19 s
+// after the partition healed, measured).
+var DefaultWindows = Windows{Cut: 10 * time.Second, Recovery: 20 * time.Second}
 
 // Classify is the outcome of r against its reference tokens ref (what an undisturbed
 // engine produces for its prompt and max_tokens), with events the nemesis's timeline
