@@ -265,7 +265,9 @@ func readKvbm(fams map[string]*dto.MetricFamily) (kvbmFigures, bool) {
 // tier's blocks and bytes, or that holds temporary or other files; and, since the
 // nemesis ended (every disk free again), errors of the block manager, or, on a disk that
 // was filled, no block written to disk (the disk tier's writes, less its errors, did not
-// rise). A block manager restarted since Base counts from 0.
+// rise). A block manager restarted since Base (a new process, or a counter lower than
+// Base's: a node whose member restarts starts a new block manager in the same process)
+// counts from 0.
 func (c KvbmCheck) Problems() []string {
 	if c.After == nil {
 		return []string{fmt.Sprintf("%s's /metrics did not answer", c.Node)}
@@ -306,8 +308,8 @@ func (c KvbmCheck) Problems() []string {
 			out = append(out, fmt.Sprintf("%s's block manager was not read when the nemesis ended: whether its disk took writes again is unknown", c.Node))
 		}
 		return out
-	case base.start != now.start:
-		base = kvbmFigures{}
+	case base.start != now.start || now.stored["disk"] < base.stored["disk"] || now.stored["host"] < base.stored["host"] || now.errors < base.errors:
+		base = kvbmFigures{} // a new process, or a new block manager in it (its member restarted)
 	}
 	if d := now.errors - base.errors; d > 0 {
 		out = append(out, fmt.Sprintf("%s's block manager counted %g errors after the nemesis ended (%g then, %g after the run)", c.Node, d, base.errors, now.errors))
@@ -328,7 +330,7 @@ func KvbmSummary(node string, after, base map[string]*dto.MetricFamily) string {
 	}
 	s := fmt.Sprintf("%s: host %.0f of %.0f bytes (%.0f blocks), disk %.0f of %.0f bytes (%.0f blocks); disk blocks stored %.0f, errors %.0f",
 		node, f.bytes["host"], f.capacity["host"], f.blocks["host"], f.bytes["disk"], f.capacity["disk"], f.blocks["disk"], f.stored["disk"], f.errors)
-	if b, ok := readKvbm(base); ok && b.start == f.start {
+	if b, ok := readKvbm(base); ok && b.start == f.start && f.stored["disk"] >= b.stored["disk"] && f.errors >= b.errors {
 		s += fmt.Sprintf("; since the nemesis ended %+.0f disk blocks stored, %+.0f errors", f.stored["disk"]-b.stored["disk"], f.errors-b.errors)
 	}
 	return s
