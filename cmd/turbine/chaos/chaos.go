@@ -46,7 +46,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 Runs Consul, two frontends and four nodes (an aggregated pool and a 1P2D pool of mock
 engines) each in its own network namespace, replays a trace through the frontends while
-a nemesis kills, pauses and partitions them on a seeded schedule, then checks every
+a nemesis kills, pauses and partitions them and fills the block managers' disks of the
+aggregated nodes on a seeded schedule, then checks every
 request against an undisturbed engine's tokens and prints
 "requests N, ok N, failed N, lost N, duplicated N, leaked N". Needs root, iproute2 and
 nftables. Flags:
