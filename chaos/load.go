@@ -96,6 +96,7 @@ func Send(ctx context.Context, hc *http.Client, base, frontend string, origin ti
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
+	sc.Split(completeLines)
 	for sc.Scan() {
 		line := sc.Bytes()
 		data, ok := bytes.CutPrefix(line, []byte("data: "))
@@ -140,6 +141,19 @@ func Send(ctx context.Context, hc *http.Client, base, frontend string, origin ti
 		}
 	}
 	return rec
+}
+
+// completeLines is bufio.ScanLines without the last line when it has no newline: an
+// SSE line is only whole once its newline came, and a stream cut inside a line (the
+// connection reset, the client's own disconnect) has not sent that line.
+func completeLines(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, bytes.TrimSuffix(data[:i], []byte("\r")), nil
+	}
+	if atEOF {
+		return len(data), nil, nil
+	}
+	return 0, nil, nil
 }
 
 // ErrMalformedChunk is the client's error code for a stream line it could not read as a

@@ -49,6 +49,25 @@ func TestSendRecords(t *testing.T) {
 			f.Flush()
 			panic(http.ErrAbortHandler)
 		}, 0, func(r Record) bool { return r.Status == 200 && !r.Done && r.Transport == "reset" && len(r.Tokens) == 1 }, "reset after one token"},
+		{"cut inside a line", func(w http.ResponseWriter, f http.Flusher) {
+			fmt.Fprint(w, chunk([]uint32{1}, ""), `data: {"choices":[{"token_ids":[2,`)
+			f.Flush()
+			panic(http.ErrAbortHandler)
+		}, 0, func(r Record) bool {
+			return r.Status == 200 && !r.Done && r.Transport == "reset" && r.ErrCode == "" && slices.Equal(r.Tokens, []uint32{1})
+		}, "reset after one token, the cut line not read"},
+		{"closed inside a line", func(w http.ResponseWriter, f http.Flusher) {
+			fmt.Fprint(w, chunk([]uint32{1}, ""), `data: {"choices":[{"token_ids":[2,`)
+		}, 0, func(r Record) bool {
+			return r.Status == 200 && !r.Done && r.ErrCode == "" && slices.Equal(r.Tokens, []uint32{1})
+		}, "one token and no [DONE], the cut line not read"},
+		{"client disconnects inside a line", func(w http.ResponseWriter, f http.Flusher) {
+			fmt.Fprint(w, chunk([]uint32{1}, ""), `data: {"choices":[{"token_ids":[2,`)
+			f.Flush()
+			time.Sleep(2 * time.Second)
+		}, 200 * time.Millisecond, func(r Record) bool {
+			return r.Disconnect && r.Transport == "" && r.ErrCode == "" && slices.Equal(r.Tokens, []uint32{1})
+		}, "a disconnect, not a malformed chunk"},
 		{"client disconnects", func(w http.ResponseWriter, f http.Flusher) {
 			fmt.Fprint(w, chunk([]uint32{1}, ""))
 			f.Flush()
