@@ -12,7 +12,8 @@ const (
 	// 2^(−age/DemandHalfLife); at a steady λ requests/s the demand tends to
 	// λ·DemandHalfLife/ln 2.
 	DemandHalfLife = 10 * time.Second
-	// demandMax bounds the prefixes tracked; past it the weakest are dropped.
+	// demandMax: past it, a sweep drops the weakest half of the prefixes tracked; sweeps
+	// come as the table doubles, so it holds at most about 2·demandMax.
 	demandMax = 1 << 16
 	// demandFloor: a prefix whose decayed count falls below it is forgotten.
 	demandFloor = 0.05
@@ -43,16 +44,20 @@ func decay(d time.Duration) float64 {
 	return math.Exp2(-float64(d) / float64(DemandHalfLife))
 }
 
-// note counts one request on prefix key at now and returns the decayed count of the
-// earlier ones (0 for a prefix not seen recently).
-func (p *prefixDemand) note(key uint64, now time.Duration) float64 {
+// note returns the decayed count of the requests on prefix key before now (0 for a
+// prefix not seen recently), and with count counts one more at now. A clock that
+// stepped back restarts the decay from now.
+func (p *prefixDemand) note(key uint64, now time.Duration, count bool) float64 {
+	c, ok := p.m[key]
+	before := c.n * decay(now-c.at)
+	if !count {
+		return before
+	}
 	if p.m == nil {
 		p.m = make(map[uint64]demandCount)
 	}
-	c := p.m[key]
-	before := c.n * decay(now-c.at)
-	p.m[key] = demandCount{n: before + 1, at: max(now, c.at)}
-	if len(p.m) > max(2*p.swept, 1024) {
+	p.m[key] = demandCount{n: before + 1, at: now}
+	if !ok && len(p.m) > max(2*p.swept, 1024) {
 		p.sweep(now)
 	}
 	return before

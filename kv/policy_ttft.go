@@ -111,8 +111,10 @@ type ttftModel struct {
 	// fleet: the candidates' median learnt speed (fleetSpeed), 0 when not given; a
 	// worker's learnt speed strictly between lo and hi counts as it (setFleet).
 	fleet, lo, hi float64
-	// ownTok, ownMs: the last ownPrefill computed (most candidates share a hit length).
-	ownTok, ownMs float64
+	// ownTok, ownMs: the last ownPrefill computed (most candidates share a hit length);
+	// heldTok, heldMs: the same for the longest hit (shared).
+	ownTok, ownMs   float64
+	heldTok, heldMs float64
 }
 
 // ownPrefill is prefill(t)'s time (ms), remembered for the last t.
@@ -232,16 +234,18 @@ func (m *ttftModel) predictAt(promptTokens int, c *Candidate, overlap int, tierC
 // TTFTPolicy routes a request to the worker where it would get its first token soonest,
 // counting the compute it adds there (docs/reference.md §3.6):
 //
-//	cost(w) = predicted_ttft(w) + WorkWeight · hot · fleet · (own_prefill(w) − min_v own_prefill(v))
+//	cost(w) = predicted_ttft(w) − credit(w) + WorkWeight · hot · fleet · (own_prefill(w) − min_v own_prefill(v))
 //
 // predicted_ttft is the worker's queued prefill, the request's uncached prefill in
-// chunks, the decode part of those steps at the worker's KV usage, and a wait for KV
-// blocks past
-// DefaultMemoryFraction of its cache, all scaled by the worker's observed speed
-// (Candidate.SpeedFactor); own_prefill is the request's prefill at the profile's speed, so
-// the second term is the compute a choice wastes against the best-cached worker, and hot
+// chunks, the decode part of those steps at the worker's KV usage, and waits for KV
+// blocks past DefaultMemoryFraction of its cache and for a sequence slot, all scaled by
+// the worker's observed speed (Candidate.SpeedFactor, taken as the fleet's median when
+// within speedNoise of it); own_prefill is the request's prefill at the profile's speed,
+// so the last term is the compute a choice wastes against the best-cached worker, and hot
 // (hotDiscount) lowers its weight for a prefix whose holders already carry more than their
-// share of the load. A prefix hit shortens both terms; a long queue or a full cache
+// share of the load. credit (the replica credit, shared) takes off (n − 1)/n of what a
+// missing prefix hit adds, for a prefix in demand n (SelectInput.PrefixDemand); own_prefill
+// is lowered likewise. A prefix hit shortens every term; a long queue or a full cache
 // moves the request elsewhere as soon as recomputing there is faster. The session's
 // worker (Candidate.SessionWorker) is kept while its cost is within SessionSlack of the
 // best. Costs within max(1 ms, 5 %) of the best count as equal (the prediction's
@@ -272,8 +276,9 @@ func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, best int, hot float64) (
 }
 
 // replicaShare is the share of what a missing prefix hit adds that the requests drawing
-// on the prefix bear (0..1; shared): n/(n+1) for a demand of n earlier requests
-// (SelectInput.PrefixDemand), the later ones being expected alike.
+// on the prefix bear (0..1; shared): (n − 1)/n for a demand of n > 1 earlier requests
+// (SelectInput.PrefixDemand), the later ones being expected alike and one of them
+// discounted as weak evidence; 0 for n ≤ 1 or not a finite number.
 func replicaShare(n float64) float64 {
 	if !(n > 1) || math.IsInf(n, 0) {
 		return 0
@@ -319,7 +324,11 @@ func (m *ttftModel) shared(in *SelectInput, c *Candidate, best int, share float6
 	allMs, steps := m.prefill(float64(max(c.ActivePrefillTokens, 0)) + newTok)
 	held := pr.Total() - pr.PrefillMs - pr.DecodeMs + pr.Speed*((allMs-pr.queueRaw)+steps*pr.decodeStep)
 	credit = max(pr.Total()-held, 0) * share
-	own -= max(own-m.ownPrefill(newTok), 0) * share
+	if newTok != m.heldTok || m.heldMs == 0 {
+		m.heldTok = newTok
+		m.heldMs, _ = m.prefill(newTok)
+	}
+	own -= max(own-m.heldMs, 0) * share
 	return own, credit
 }
 
@@ -434,7 +443,8 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 }
 
 // Explain implements Explainer: the predicted terms (adapter_ms only when an adapter
-// must be loaded) and work_ms add up to the cost;
+// must be loaded), replica_credit_ms (negative; only when not 0) and work_ms add up to
+// the cost;
 // speed_factor is the multiplier already applied to the predicted terms, not a term.
 func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 	m := newTTFTModel(in.Profile, in.BlockSize)

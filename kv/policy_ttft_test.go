@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -426,24 +427,58 @@ func TestTTFTSessionSlack(t *testing.T) {
 	}
 }
 
+// TestTTFTSessionSlackBoundary: at the default slack, the session's worker is kept while
+// its cost is at most 10 % above the best's, here made dearer by tokens queued on it.
+func TestTTFTSessionSlackBoundary(t *testing.T) {
+	pol := NewTTFTPolicy()
+	in := func(q int64) *SelectInput {
+		return ttftIn(2048, Candidate{ID: "best", OverlapBlocks: 10},
+			Candidate{ID: "session", OverlapBlocks: 10, SessionWorker: true, ActivePrefillTokens: q})
+	}
+	cross := int64(-1)
+	for q := int64(0); q < 100000; q++ {
+		x := in(q)
+		if ttftCost(pol, x, 1) > (1+DefaultSessionSlack)*ttftCost(pol, x, 0) {
+			cross = q
+			break
+		}
+	}
+	if cross <= 0 {
+		t.Fatalf("no crossover (%d)", cross)
+	}
+	for _, tc := range []struct {
+		q    int64
+		keep bool
+	}{{0, true}, {cross - 1, true}, {cross, false}, {2 * cross, false}} {
+		got, err := pol.Select(in(tc.q), rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := got == 1; kept != tc.keep {
+			t.Errorf("%d tokens queued on the session's worker: kept %v, want %v", tc.q, kept, tc.keep)
+		}
+	}
+}
+
 // TestTTFTSpeedNoise: learnt speeds within about 10 % of the fleet's median count as the
 // median, so a uniform fleet's noise does not steer requests; a real difference does.
 func TestTTFTSpeedNoise(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		speeds []float64 // the last worker has the fewest requests in flight
-		want   int
+		speeds []float64
+		want   int // -1: any but fewest
+		fewest int // the worker with the fewest requests in flight (1; the others 2)
 	}{
-		{"noise: the fewest requests win", []float64{1, 1, 1, 1.09}, 3},
-		{"noise below: the fewest requests win", []float64{1, 1, 1, 0.92}, 3},
-		{"a slow worker loses", []float64{1, 1, 1, 1.3}, -1},
-		{"unknown speeds as 1", []float64{0, 0, 0, 1.05}, 3},
+		{"noise above: the fewest requests win", []float64{1, 1, 1, 1.09}, 3, 3},
+		{"noise below: a faster worker by 7 % does not win on speed", []float64{1, 1, 1, 0.93}, 0, 0},
+		{"a slow worker loses", []float64{1, 1, 1, 1.3}, -1, 3},
+		{"unknown speeds (1) within the noise of the known median", []float64{0, 0, 0, 1.08, 1.08}, 4, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cands []Candidate
 			for i, f := range tc.speeds {
 				c := Candidate{ID: fmt.Sprint("w", i), SpeedFactor: f, ActiveRequests: 2, ActivePrefillTokens: 512}
-				if i == len(tc.speeds)-1 {
+				if i == tc.fewest {
 					c.ActiveRequests = 1
 				}
 				cands = append(cands, c)
@@ -452,7 +487,7 @@ func TestTTFTSpeedNoise(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.want >= 0 && got != tc.want || tc.want < 0 && got == len(cands)-1 {
+			if tc.want >= 0 && got != tc.want || tc.want < 0 && got == tc.fewest {
 				t.Errorf("chose %d, want %d (-1: any but the last)", got, tc.want)
 			}
 		})
@@ -793,10 +828,7 @@ func TestRouteExplainTTFT(t *testing.T) {
 
 // ttftCost is candidate i's cost as Select weighs it.
 func ttftCost(p TTFTPolicy, in *SelectInput, i int) float64 {
-	m := newTTFTModel(in.Profile, in.BlockSize)
-	best := bestOverlap(in.Candidates)
-	minOwn, weight := p.work(in, &m, best, hotDiscount(in.Candidates))
-	v, _, _, _ := p.cost(in, &m, best, &in.Candidates[i], minOwn, weight)
+	v, _ := p.Explain(in, &in.Candidates[i])
 	return v
 }
 
@@ -877,6 +909,49 @@ func TestReplicaCreditMatchesFullPrediction(t *testing.T) {
 		}
 		if !near(credit, wantCredit) || !near(own, wantOwn) || pr != ref {
 			t.Fatalf("case %d (%+v, prompt %d, bs %d, best %d): credit %v own %v, want %v %v", i, c, prompt, bs, best, credit, own, wantCredit, wantOwn)
+		}
+	}
+}
+
+// TestTTFTExplainAddsUp: with a prefix in demand and speeds inside and outside the noise
+// band, every candidate's explained ms terms add up to its cost, and Select chooses a
+// candidate whose cost is within the tie band of the lowest.
+func TestTTFTExplainAddsUp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	pol := NewTTFTPolicy()
+	for i := 0; i < 3000; i++ {
+		n := 1 + rng.IntN(8)
+		var cands []Candidate
+		for w := 0; w < n; w++ {
+			cands = append(cands, Candidate{
+				ID: fmt.Sprint("w", w), OverlapBlocks: rng.IntN(300), ActiveRequests: rng.IntN(20),
+				ActivePrefillTokens: int64(rng.IntN(20000)), ActiveBlocks: rng.IntN(900), TotalBlocks: 1000,
+				SpeedFactor: []float64{0, 1, 1.03, 0.96, 1.5, 0.6}[rng.IntN(6)], MaxNumSeqs: 16,
+			})
+		}
+		in := ttftIn(4800, cands...)
+		in.PrefixDemand = []float64{0, 1, 2.5, 40}[rng.IntN(4)]
+		chosen, err := pol.Select(in, rand.New(rand.NewPCG(1, uint64(i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		low := math.Inf(1)
+		costs := make([]float64, n)
+		for w := range cands {
+			cost, terms := pol.Explain(in, &in.Candidates[w])
+			var sum float64
+			for _, tm := range terms {
+				if strings.HasSuffix(tm.Name, "_ms") {
+					sum += tm.Value
+				}
+			}
+			if !near(sum, cost) {
+				t.Fatalf("case %d, %s: terms %v add up to %v, cost %v", i, cands[w].ID, terms, sum, cost)
+			}
+			costs[w], low = cost, min(low, cost)
+		}
+		if band := low + max(nearMs, nearFraction*low); costs[chosen] > band {
+			t.Fatalf("case %d: chose %s at %v, the lowest cost %v", i, cands[chosen].ID, costs[chosen], low)
 		}
 	}
 }

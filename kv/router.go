@@ -724,7 +724,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 		sel.Temperature = in.Temperature
 	}
 	r.Expire(now)
-	r.Free(in.RequestID)
+	retried := r.Free(in.RequestID)
 	r.setNow(now)
 	sel.Profile = &r.cfg.Profile
 	r.startLora(in)
@@ -766,8 +766,11 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 		return Decision{}, fmt.Errorf("%w: %d ready workers over the busy thresholds", ErrAllBusy, eligible)
 	}
 	sel.Candidates = cands
-	if best := bestOverlap(cands); best > 0 && best <= len(hashes) {
-		sel.PrefixDemand = r.demand.note(hashes[best-1], r.nowClock)
+	if _, ttft := r.policy.(TTFTPolicy); ttft {
+		// A request routed again under its id (a retry) was counted the first time.
+		if best := bestOverlap(cands); best > 0 && best <= len(hashes) {
+			sel.PrefixDemand = r.demand.note(hashes[best-1], r.nowClock, !retried)
+		}
 	}
 	c, err := r.choose(r.policy, &sel, rng)
 	if err != nil {

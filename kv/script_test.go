@@ -529,6 +529,14 @@ func (h *harness) run(t *testing.T, c scriptCase) string {
 			fmt.Fprintf(&sb, "%s=%d ", ws.ID, n)
 		}
 		return strings.TrimSpace(sb.String())
+	case "demand":
+		// the replica credit's demand for the prefix ending at the prompt's last block
+		r := h.router(t)
+		hs := SequenceHashes(h.tokens(t, a), h.cfg.BlockSize, a.str("lora", ""))
+		if len(hs) == 0 {
+			return "demand=0"
+		}
+		return fmt.Sprintf("demand=%.2f", r.demand.note(hs[len(hs)-1], r.clock(h.now), false))
 	case "stats":
 		return formatStats(h.router(t).Stats())
 	case "inventory":
