@@ -81,7 +81,7 @@ func TestLeftoverMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := leftoverMounts(string(b), "tch")
-	want := []string{"/work/h-kvbm-chaos1/kvbm/n-1", "/work/h-kvbm-chaos1/kvbm/n-2", "/tmp/out dir/kvbm/n-1"}
+	want := []string{"/srv/chaos-out/kvbm/n-1", "/srv/chaos-out/kvbm/n-2", "/tmp/out dir/kvbm/n-1"}
 	if !slices.Equal(got, want) {
 		t.Errorf("leftovers %q, want %q", got, want)
 	}
