@@ -111,19 +111,21 @@ type ttftModel struct {
 	// fleet: the candidates' median learnt speed (fleetSpeed), 0 when not given; a
 	// worker's learnt speed strictly between lo and hi counts as it (setFleet).
 	fleet, lo, hi float64
-	// ownTok, ownMs: the last ownPrefill computed (most candidates share a hit length);
-	// heldTok, heldMs: the same for the longest hit (shared).
-	ownTok, ownMs   float64
-	heldTok, heldMs float64
+	// own, held: the last prefill times asked of the request's own tokens on a
+	// candidate (most share a hit length) and with the longest hit (shared).
+	own, held prefillMemo
 }
 
-// ownPrefill is prefill(t)'s time (ms), remembered for the last t.
-func (m *ttftModel) ownPrefill(t float64) float64 {
-	if t != m.ownTok || m.ownMs == 0 {
-		m.ownTok = t
-		m.ownMs, _ = m.prefill(t)
+// prefillMemo remembers one prefill time: ms for tok tokens.
+type prefillMemo struct{ tok, ms float64 }
+
+// ms returns m's prefill time of t tokens (ms), from memo when it holds t.
+func (m *ttftModel) ms(memo *prefillMemo, t float64) float64 {
+	if t != memo.tok || memo.ms == 0 {
+		memo.tok = t
+		memo.ms, _ = m.prefill(t)
 	}
-	return m.ownMs
+	return memo.ms
 }
 
 // setFleet gives m the fleet's median speed f (fleetSpeed): a learnt speed within
@@ -173,12 +175,6 @@ func (m *ttftModel) decodeTimeMs(c *Candidate, speed, u float64) float64 {
 
 // predict writes PredictTTFT's answer for c into p.
 func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
-	m.predictAt(promptTokens, c, c.OverlapBlocks, c.TierCreditTokens, p)
-}
-
-// predictAt is predict for c with a prefix hit of overlap blocks and tierCredit tokens
-// credited from lower tiers in place of c's own.
-func (m *ttftModel) predictAt(promptTokens int, c *Candidate, overlap int, tierCredit float64, p *Prediction) {
 	bs := m.bs
 	speed := c.SpeedFactor
 	if !(speed > 0) {
@@ -189,11 +185,11 @@ func (m *ttftModel) predictAt(promptTokens int, c *Candidate, overlap int, tierC
 	}
 	// An engine always computes at least the prompt's last token; blocks onboarded from
 	// a lower tier count at their credit (docs/reference.md §9.2).
-	newTok := max(float64(promptTokens-overlap*bs)-tierCredit, 1)
+	newTok := max(float64(promptTokens-c.OverlapBlocks*bs)-c.TierCreditTokens, 1)
 	queued := float64(max(c.ActivePrefillTokens, 0))
 	queueMs, _ := m.prefill(queued)
 	allMs, steps := m.prefill(queued + newTok)
-	own := m.ownPrefill(newTok)
+	own := m.ms(&m.own, newTok)
 
 	var u float64
 	if c.TotalBlocks > 0 {
@@ -272,7 +268,7 @@ func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, best int, hot float64) (
 		own, _ := m.shared(in, &in.Candidates[i], best, share, &pr)
 		minOwn = min(minOwn, own)
 	}
-	return minOwn, p.WorkWeight * hot * fleetSpeed(in.Candidates)
+	return minOwn, p.WorkWeight * hot * m.fleet
 }
 
 // replicaShare is the share of what a missing prefix hit adds that the requests drawing
@@ -318,17 +314,13 @@ func (m *ttftModel) shared(in *SelectInput, c *Candidate, best int, share float6
 	if share <= 0 || c.OverlapBlocks >= best {
 		return own, 0
 	}
-	// As predictAt with a hit of best blocks and no tier credit: only the prefill steps
+	// As predict with a hit of best blocks and no tier credit: only the prefill steps
 	// and their decode part change.
 	newTok := max(float64(in.PromptTokens-best*m.bs), 1)
 	allMs, steps := m.prefill(float64(max(c.ActivePrefillTokens, 0)) + newTok)
 	held := pr.Total() - pr.PrefillMs - pr.DecodeMs + pr.Speed*((allMs-pr.queueRaw)+steps*pr.decodeStep)
 	credit = max(pr.Total()-held, 0) * share
-	if newTok != m.heldTok || m.heldMs == 0 {
-		m.heldTok = newTok
-		m.heldMs, _ = m.prefill(newTok)
-	}
-	own -= max(own-m.heldMs, 0) * share
+	own -= max(own-m.ms(&m.held, newTok), 0) * share
 	return own, credit
 }
 
@@ -346,10 +338,7 @@ func (p TTFTPolicy) cost(in *SelectInput, m *ttftModel, best int, c *Candidate, 
 // requests in flight, falling to 0 as they carry all of them. Such a prefix is hot: a copy
 // on another worker is an investment that later requests share, not waste.
 func hotDiscount(cands []Candidate) float64 {
-	best := 0
-	for i := range cands {
-		best = max(best, cands[i].OverlapBlocks)
-	}
+	best := bestOverlap(cands)
 	if best == 0 {
 		return 1
 	}

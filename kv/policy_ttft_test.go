@@ -525,6 +525,7 @@ func TestTTFTExplain(t *testing.T) {
 		}
 		pr := PredictTTFT(nil, in.PromptTokens, in.BlockSize, c)
 		m := newTTFTModel(in.Profile, in.BlockSize)
+		m.setFleet(fleetSpeed(in.Candidates))
 		minOwn, weight := pol.work(in, &m, bestOverlap(in.Candidates), hotDiscount(in.Candidates))
 		if want := pr.Total() + weight*(ownPrefillMs(in, c)-minOwn); !near(cost, want) {
 			t.Errorf("%s: cost %v, want the predicted TTFT plus the work, %v", c.ID, cost, want)
@@ -903,7 +904,9 @@ func TestReplicaCreditMatchesFullPrediction(t *testing.T) {
 		r.predict(prompt, &c, &ref)
 		wantOwn, wantCredit := ref.OwnPrefillMs/ref.Speed, 0.0
 		if share > 0 && c.OverlapBlocks < best {
-			r.predictAt(prompt, &c, best, 0, &held)
+			hc := c
+			hc.OverlapBlocks, hc.TierCreditTokens = best, 0
+			r.predict(prompt, &hc, &held)
 			wantCredit = max(ref.Total()-held.Total(), 0) * share
 			wantOwn -= max(wantOwn-held.OwnPrefillMs/held.Speed, 0) * share
 		}
