@@ -15,9 +15,6 @@ const (
 	// DefaultWorkWeight weighs the prefill time a choice adds to the fleet (the compute the
 	// other requests on that worker wait behind) against the request's own TTFT.
 	DefaultWorkWeight = 1.0
-	// DefaultMemoryFraction: a worker whose KV blocks, with the request's, would be
-	// filled past this fraction makes the request wait for blocks to free.
-	DefaultMemoryFraction = 0.8
 	// DefaultSessionSlack: a session's worker is kept while its cost is at most this much
 	// above the best (a fraction of the best cost).
 	DefaultSessionSlack = 0.1
@@ -31,6 +28,9 @@ const (
 	// hotRequests: the requests in flight per holder beyond its fair share at which a
 	// prefix counts as wholly hot (hotDiscount).
 	hotRequests = 8
+	// minMemoryUse: the least KV usage the memory wait divides by (a prompt larger than
+	// an idle worker's cache waits 1/minMemoryUse decode times, a long wait, not ∞).
+	minMemoryUse = 0.05
 	// speedNoise: a learnt speed closer than this to the fleet's median in log space
 	// (about 10 %) counts as the median (ttftModel.setFleet).
 	speedNoise = 0.1
@@ -70,7 +70,9 @@ type Prediction struct {
 	// DecodeMs: the decode part of those prefill steps (the worker's running requests,
 	// slower as its KV cache fills).
 	DecodeMs float64
-	// MemoryWaitMs: waiting for KV blocks when the worker's cache would be too full.
+	// MemoryWaitMs: waiting for KV blocks to free when the request's would not fit in
+	// the worker's cache beside its active requests' (an engine admits a request once
+	// its blocks fit, as vLLM's scheduler does).
 	MemoryWaitMs float64
 	// SlotWaitMs: waiting in the engine's queue for a sequence slot when the worker
 	// already has MaxNumSeqs requests or more.
@@ -204,8 +206,10 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 		promptBlocks := (promptTokens + bs - 1) / bs
 		newActive := float64(max(promptBlocks-c.ActivePrefixBlocks, 0))
 		proj := (float64(c.ActiveBlocks) + newActive) / float64(c.TotalBlocks)
-		if proj > DefaultMemoryFraction {
-			p.MemoryWaitMs = (proj - DefaultMemoryFraction) / DefaultMemoryFraction * m.decodeTimeMs(c, speed, u)
+		if proj > 1 {
+			// The blocks beyond the cache free as the active requests end, all of
+			// them over about one decode time (docs/reference.md §3.6).
+			p.MemoryWaitMs = (proj - 1) / max(u, minMemoryUse) * m.decodeTimeMs(c, speed, u)
 		}
 	}
 	if c.MaxNumSeqs > 0 && c.ActiveRequests >= c.MaxNumSeqs {
@@ -234,7 +238,7 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 //
 // predicted_ttft is the worker's queued prefill, the request's uncached prefill in
 // chunks, the decode part of those steps at the worker's KV usage, and waits for KV
-// blocks past DefaultMemoryFraction of its cache and for a sequence slot, all scaled by
+// blocks when its cache would overflow and for a sequence slot, all scaled by
 // the worker's observed speed (Candidate.SpeedFactor, taken as the fleet's median when
 // within speedNoise of it); own_prefill is the request's prefill at the profile's speed,
 // so the last term is the compute a choice wastes against the best-cached worker, and hot

@@ -22,8 +22,9 @@ func TestPredictTTFT(t *testing.T) {
 	pf := func(tok float64) float64 { ms, _ := p.PrefillMs(tok); return ms }
 	dec := p.DecodeMs
 	// memory wait for the 1,000-token prompt (63 blocks of 16) on a 1,000-block worker
-	// with 790 active: (0.853 − 0.8) / 0.8 of the decode time of a request.
-	frac := ((790.0+63)/1000 - DefaultMemoryFraction) / DefaultMemoryFraction
+	// with 990 active: the 53 blocks beyond the cache free in 53/990 of the decode time
+	// of a request (the 990 blocks free over one).
+	frac := (990.0 + 63 - 1000) / 990
 	for _, tc := range []struct {
 		name   string
 		prompt int
@@ -51,26 +52,32 @@ func TestPredictTTFT(t *testing.T) {
 		{"active blocks without a known capacity: usage 0, no memory wait", 1000,
 			Candidate{ActiveRequests: 1, ActiveBlocks: 1 << 20},
 			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), Speed: 1, OwnPrefillMs: pf(1000)}},
-		{"cache past the memory fraction: wait for the default decode", 1000,
-			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000},
-			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.79), MemoryWaitMs: frac * defaultDecodeTokens * dec(0.79),
+		{"cache overflowing: wait for the default decode", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 990, TotalBlocks: 1000},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.99), MemoryWaitMs: frac * defaultDecodeTokens * dec(0.99),
 				Speed: 1, OwnPrefillMs: pf(1000)}},
-		{"cache past the memory fraction: wait for the observed decode", 1000,
-			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000, MeanDecodeSeconds: 2.5},
-			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.79), MemoryWaitMs: frac * 2500, Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"cache overflowing: wait for the observed decode", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 990, TotalBlocks: 1000, MeanDecodeSeconds: 2.5},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.99), MemoryWaitMs: frac * 2500, Speed: 1, OwnPrefillMs: pf(1000)}},
 		{"prompt already active: no new blocks, no wait", 1000,
-			Candidate{ActiveRequests: 4, ActiveBlocks: 790, ActivePrefixBlocks: 63, TotalBlocks: 1000},
+			Candidate{ActiveRequests: 4, ActiveBlocks: 990, ActivePrefixBlocks: 63, TotalBlocks: 1000},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.99), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"exactly full with the request: no wait", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 937, TotalBlocks: 1000},
+			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.937), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"85 % full with the request: no wait (the engine admits what fits)", 1000,
+			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000},
 			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.79), Speed: 1, OwnPrefillMs: pf(1000)}},
-		{"exactly at the memory fraction: no wait", 1000,
-			Candidate{ActiveRequests: 4, ActiveBlocks: 737, TotalBlocks: 1000},
-			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0.737), Speed: 1, OwnPrefillMs: pf(1000)}},
+		{"a prompt larger than an idle cache: a long wait, not ∞", 1000,
+			Candidate{ActiveRequests: 0, ActiveBlocks: 0, TotalBlocks: 50, MeanDecodeSeconds: 2},
+			Prediction{PrefillMs: pf(1000), MemoryWaitMs: (63.0/50 - 1) / minMemoryUse * 2000, Speed: 1, OwnPrefillMs: pf(1000)}},
 		{"a worker twice as slow: every profiled term doubles", 1000,
-			Candidate{ActivePrefillTokens: 5000, ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000, SpeedFactor: 2},
-			Prediction{QueueMs: 2 * pf(5000), PrefillMs: 2 * (pf(6000) - pf(5000)), DecodeMs: 2 * dec(0.79),
-				MemoryWaitMs: 2 * frac * defaultDecodeTokens * dec(0.79), Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
+			Candidate{ActivePrefillTokens: 5000, ActiveRequests: 4, ActiveBlocks: 990, TotalBlocks: 1000, SpeedFactor: 2},
+			Prediction{QueueMs: 2 * pf(5000), PrefillMs: 2 * (pf(6000) - pf(5000)), DecodeMs: 2 * dec(0.99),
+				MemoryWaitMs: 2 * frac * defaultDecodeTokens * dec(0.99), Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
 		{"a worker twice as slow: an observed decode time is not scaled again", 1000,
-			Candidate{ActiveRequests: 4, ActiveBlocks: 790, TotalBlocks: 1000, SpeedFactor: 2, MeanDecodeSeconds: 2.5},
-			Prediction{PrefillMs: 2 * pf(1000), DecodeMs: 2 * dec(0.79), MemoryWaitMs: frac * 2500, Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
+			Candidate{ActiveRequests: 4, ActiveBlocks: 990, TotalBlocks: 1000, SpeedFactor: 2, MeanDecodeSeconds: 2.5},
+			Prediction{PrefillMs: 2 * pf(1000), DecodeMs: 2 * dec(0.99), MemoryWaitMs: frac * 2500, Speed: 2, OwnPrefillMs: 2 * pf(1000)}},
 		{"sequence slots free: no slot wait", 1000, Candidate{ActiveRequests: 3, MaxNumSeqs: 4, MeanDecodeSeconds: 2},
 			Prediction{PrefillMs: pf(1000), DecodeMs: dec(0), Speed: 1, OwnPrefillMs: pf(1000)}},
 		{"every slot taken: one request ahead finishes in a quarter of the observed decode", 1000,
