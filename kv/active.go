@@ -68,6 +68,10 @@ type activeWorker struct {
 	// times (seconds since base), so their summed decode age at t is decoding·t − doneSum.
 	decoding int
 	doneSum  float64
+	// busySince: when the prefill at the head of the worker's queue began (seconds since
+	// base): the route that found the queue empty, or the latest first token with more
+	// queued.
+	busySince float64
 	// adapters: the active requests per LoRA adapter (SetAdapter); nil until one.
 	adapters map[string]int
 }
@@ -125,6 +129,15 @@ func (a *ActiveSequences) DecodeSeconds(w WorkerID, now time.Time) float64 {
 	return a.decodeSecondsAt(w, a.since(now))
 }
 
+// prefillElapsedAt is how long worker w's head prefill has run at t seconds since the
+// clock's origin (s; 0 with nothing queued).
+func (a *ActiveSequences) prefillElapsedAt(w WorkerID, t float64) float64 {
+	if int(w) >= len(a.workers) || a.workers[w].prefillTokens <= 0 {
+		return 0
+	}
+	return math.Max(0, t-a.workers[w].busySince)
+}
+
 // decodeSecondsAt is DecodeSeconds at t seconds since the clock's origin (since).
 func (a *ActiveSequences) decodeSecondsAt(w WorkerID, t float64) float64 {
 	if int(w) >= len(a.workers) || a.workers[w].decoding == 0 {
@@ -180,6 +193,9 @@ func (a *ActiveSequences) PrefillDoneAt(reqID string, now time.Time) (FirstToken
 	aw := &a.workers[s.worker]
 	aw.decoding++
 	aw.doneSum += t
+	if aw.prefillTokens > 0 {
+		aw.busySince = t
+	}
 	return FirstToken{Worker: s.worker, TTFT: now.Sub(s.start), PredictedMs: s.predictedMs}, true
 }
 
@@ -223,6 +239,9 @@ func (a *ActiveSequences) Add(reqID string, w WorkerID, seqHashes []uint64, pref
 	}
 	if tail != noSlot {
 		a.tr.nodes[tail].ends++
+	}
+	if aw.prefillTokens == 0 && prefillTokens > 0 {
+		aw.busySince = a.since(now)
 	}
 	aw.prefillTokens += prefillTokens
 	aw.sequences++

@@ -201,3 +201,35 @@ func TestRouterPrefillDoneAt(t *testing.T) {
 		}
 	})
 }
+
+// TestActivePrefillElapsed: how long a worker's head prefill has run counts from the
+// route that found its queue empty, restarts at each first token that leaves more
+// queued, and is 0 with nothing queued.
+func TestActivePrefillElapsed(t *testing.T) {
+	a := NewActiveSequences(time.Hour)
+	base := a.since(t0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for i, s := range []struct {
+		do   func()
+		what string
+		now  float64 // seconds after t0
+		want float64 // seconds
+	}{
+		{func() {}, "nothing routed", 1, 0},
+		{func() { a.Add("r1", 0, []uint64{1}, 100, at(2)) }, "r1 routed to an empty queue at 2 s", 2.5, 0.5},
+		{func() { a.Add("r2", 0, []uint64{2}, 100, at(3)) }, "r2 queued behind it at 3 s", 3.5, 1.5},
+		{func() { a.Add("r0", 0, []uint64{3}, 0, at(3)) }, "a request with nothing to prefill changes nothing", 4, 2},
+		{func() { a.PrefillDoneAt("r1", at(4)) }, "r1's first token at 4 s: r2 at the head", 4.25, 0.25},
+		{func() { a.PrefillDoneAt("r2", at(5)) }, "r2's first token: nothing queued", 6, 0},
+		{func() { a.Add("r3", 0, []uint64{4}, 50, at(7)) }, "r3 routed to the empty queue at 7 s", 7.5, 0.5},
+		{func() { a.Free("r3") }, "r3 cancelled before its first token", 8, 0},
+	} {
+		s.do()
+		if got := a.prefillElapsedAt(0, a.since(at(s.now))); math.Abs(got-s.want) > 1e-9 {
+			t.Errorf("step %d (%s): elapsed at %v s = %v, want %v", i, s.what, s.now, got, s.want)
+		}
+	}
+	if got := a.prefillElapsedAt(9, base); got != 0 {
+		t.Errorf("unknown worker: %v, want 0", got)
+	}
+}

@@ -36,6 +36,10 @@ type Candidate struct {
 	// time since it (s), from which the output they have added is estimated.
 	DecodingRequests int
 	DecodeSeconds    float64
+	// PrefillElapsedMs: how long the prefill at the head of the worker's queue has run
+	// (ms since the route that found the queue empty or the first token that left more
+	// queued; 0 with nothing queued).
+	PrefillElapsedMs float64
 	// SpeedFactor: the worker's observed TTFT over the profile's prediction, smoothed;
 	// 0 before anything was observed (taken as 1). MeanDecodeSeconds: the smoothed time its
 	// requests take from first token to end (0: unknown).

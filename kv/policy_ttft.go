@@ -28,6 +28,10 @@ const (
 	// hotRequests: the requests in flight per holder beyond its fair share at which a
 	// prefix counts as wholly hot (hotDiscount).
 	hotRequests = 8
+	// prefillLagSteps: the decode steps of a worker's queue wait that computed nothing of
+	// it (PrefillElapsedMs): the request reaching the engine, the step in progress
+	// ending, the first token coming back to the router (docs/reference.md §3.6).
+	prefillLagSteps = 4
 	// minMemoryUse: the least KV usage the memory wait divides by (a prompt larger than
 	// an idle worker's cache waits 1/minMemoryUse decode times, a long wait, not ∞).
 	minMemoryUse = 0.05
@@ -88,6 +92,9 @@ type Prediction struct {
 	// queueRaw and decodeStep: QueueMs at the profile's speed, and the decode part of
 	// one step (0 for an idle worker), kept for the replica credit (ttftModel.shared).
 	queueRaw, decodeStep float64
+	// doneRaw: the part of the queue already computed (PrefillElapsedMs at the profile's
+	// speed), taken off QueueMs.
+	doneRaw float64
 }
 
 // Total is the predicted TTFT (ms).
@@ -197,7 +204,19 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	if c.TotalBlocks > 0 {
 		u = float64(c.ActiveBlocks) / float64(c.TotalBlocks)
 	}
-	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed, queueRaw: queueMs}
+	// The queue's head has been computed since it began, less the lag (at the profile's
+	// speed, as the terms before scaling).
+	var done float64
+	if c.PrefillElapsedMs > 0 {
+		done = c.PrefillElapsedMs / speed
+		if c.ActiveRequests > 0 {
+			done -= prefillLagSteps * m.prof.DecodeMs(u)
+		}
+		done = max(min(done, queueMs), 0)
+		queueMs -= done
+		allMs -= done
+	}
+	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed, queueRaw: queueMs, doneRaw: done}
 	if c.ActiveRequests > 0 {
 		p.decodeStep = m.prof.DecodeMs(u)
 		p.DecodeMs = steps * p.decodeStep
@@ -236,7 +255,8 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 //
 //	cost(w) = predicted_ttft(w) − credit(w) + WorkWeight · hot · fleet · (own_prefill(w) − min_v own_prefill(v))
 //
-// predicted_ttft is the worker's queued prefill, the request's uncached prefill in
+// predicted_ttft is the worker's queued prefill less what its head has computed
+// (Candidate.PrefillElapsedMs), the request's uncached prefill in
 // chunks, the decode part of those steps at the worker's KV usage, and waits for KV
 // blocks when its cache would overflow and for a sequence slot, all scaled by
 // the worker's observed speed (Candidate.SpeedFactor, taken as the fleet's median when
@@ -322,6 +342,7 @@ func (m *ttftModel) shared(in *SelectInput, c *Candidate, best int, share float6
 	// and their decode part change.
 	newTok := max(float64(in.PromptTokens-best*m.bs), 1)
 	allMs, steps := m.prefill(float64(max(c.ActivePrefillTokens, 0)) + newTok)
+	allMs -= pr.doneRaw
 	held := pr.Total() - pr.PrefillMs - pr.DecodeMs + pr.Speed*((allMs-pr.queueRaw)+steps*pr.decodeStep)
 	credit = max(pr.Total()-held, 0) * share
 	own -= max(own-m.ms(&m.held, newTok), 0) * share

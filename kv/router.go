@@ -858,6 +858,7 @@ func (r *Router) fillCandidate(rw *routerWorker, l Load, c *Candidate) {
 		MaxNumSeqs:          rw.maxSeqs,
 		DecodingRequests:    l.Decoding,
 		DecodeSeconds:       r.active.decodeSecondsAt(rw.id, r.nowActive),
+		PrefillElapsedMs:    r.active.prefillElapsedAt(rw.id, r.nowActive) * 1000,
 		SpeedFactor:         rw.speedNow(r.nowClock),
 		MeanDecodeSeconds:   rw.decodeSecs,
 	}
