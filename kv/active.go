@@ -70,8 +70,10 @@ type activeWorker struct {
 	doneSum  float64
 	// busySince: when the prefill at the head of the worker's queue began (seconds since
 	// base): the route that found the queue empty, or the latest first token with more
-	// queued.
+	// queued; busyKnown is false while that is not known (a request left the queue
+	// without a first token's time), until the next such event.
 	busySince float64
+	busyKnown bool
 	// adapters: the active requests per LoRA adapter (SetAdapter); nil until one.
 	adapters map[string]int
 }
@@ -130,9 +132,9 @@ func (a *ActiveSequences) DecodeSeconds(w WorkerID, now time.Time) float64 {
 }
 
 // prefillElapsedAt is how long worker w's head prefill has run at t seconds since the
-// clock's origin (s; 0 with nothing queued).
+// clock's origin (s; 0 with nothing queued or while its start is not known).
 func (a *ActiveSequences) prefillElapsedAt(w WorkerID, t float64) float64 {
-	if int(w) >= len(a.workers) || a.workers[w].prefillTokens <= 0 {
+	if int(w) >= len(a.workers) || a.workers[w].prefillTokens <= 0 || !a.workers[w].busyKnown {
 		return 0
 	}
 	return math.Max(0, t-a.workers[w].busySince)
@@ -194,7 +196,7 @@ func (a *ActiveSequences) PrefillDoneAt(reqID string, now time.Time) (FirstToken
 	aw.decoding++
 	aw.doneSum += t
 	if aw.prefillTokens > 0 {
-		aw.busySince = t
+		aw.busySince, aw.busyKnown = t, true
 	}
 	return FirstToken{Worker: s.worker, TTFT: now.Sub(s.start), PredictedMs: s.predictedMs}, true
 }
@@ -241,7 +243,7 @@ func (a *ActiveSequences) Add(reqID string, w WorkerID, seqHashes []uint64, pref
 		a.tr.nodes[tail].ends++
 	}
 	if aw.prefillTokens == 0 && prefillTokens > 0 {
-		aw.busySince = a.since(now)
+		aw.busySince, aw.busyKnown = a.since(now), true
 	}
 	aw.prefillTokens += prefillTokens
 	aw.sequences++
@@ -261,7 +263,11 @@ func (a *ActiveSequences) PrefillDone(reqID string) bool {
 	}
 	if !s.prefillDone {
 		s.prefillDone = true
-		a.workers[s.worker].prefillTokens -= s.prefillTokens
+		aw := &a.workers[s.worker]
+		aw.prefillTokens -= s.prefillTokens
+		// When the next head began is not known (PrefillDoneAt, which knows, sets it
+		// again after this).
+		aw.busyKnown = false
 	}
 	return true
 }
@@ -318,7 +324,10 @@ func (a *ActiveSequences) Free(reqID string) bool {
 		a.mergeChild(survivor)
 	}
 	if !s.prefillDone {
+		// Gone before its first token: whatever now heads the queue began at a time not
+		// known here.
 		aw.prefillTokens -= s.prefillTokens
+		aw.busyKnown = false
 	}
 	if s.decoding {
 		aw.decoding--

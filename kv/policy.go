@@ -38,7 +38,7 @@ type Candidate struct {
 	DecodeSeconds    float64
 	// PrefillElapsedMs: how long the prefill at the head of the worker's queue has run
 	// (ms since the route that found the queue empty or the first token that left more
-	// queued; 0 with nothing queued).
+	// queued; 0 with nothing queued, or while that start is not known).
 	PrefillElapsedMs float64
 	// SpeedFactor: the worker's observed TTFT over the profile's prediction, smoothed;
 	// 0 before anything was observed (taken as 1). MeanDecodeSeconds: the smoothed time its

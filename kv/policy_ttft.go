@@ -208,10 +208,7 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	// speed, as the terms before scaling).
 	var done float64
 	if c.PrefillElapsedMs > 0 {
-		done = c.PrefillElapsedMs / speed
-		if c.ActiveRequests > 0 {
-			done -= prefillLagSteps * m.prof.DecodeMs(u)
-		}
+		done = c.PrefillElapsedMs/speed - prefillLagSteps*m.prof.DecodeMs(u)
 		done = max(min(done, queueMs), 0)
 		queueMs -= done
 		allMs -= done
