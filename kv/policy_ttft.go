@@ -204,19 +204,19 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	if c.TotalBlocks > 0 {
 		u = float64(c.ActiveBlocks) / float64(c.TotalBlocks)
 	}
+	step := m.prof.DecodeMs(u)
 	// The queue's head has been computed since it began, less the lag (at the profile's
 	// speed, as the terms before scaling).
 	var done float64
 	if c.PrefillElapsedMs > 0 {
-		done = c.PrefillElapsedMs/speed - prefillLagSteps*m.prof.DecodeMs(u)
-		done = max(min(done, queueMs), 0)
+		done = max(min(c.PrefillElapsedMs/speed-prefillLagSteps*step, queueMs), 0)
 		queueMs -= done
 		allMs -= done
 	}
 	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed, queueRaw: queueMs, doneRaw: done}
 	if c.ActiveRequests > 0 {
-		p.decodeStep = m.prof.DecodeMs(u)
-		p.DecodeMs = steps * p.decodeStep
+		p.decodeStep = step
+		p.DecodeMs = steps * step
 	}
 	if c.TotalBlocks > 0 {
 		promptBlocks := (promptTokens + bs - 1) / bs
