@@ -40,8 +40,9 @@ type Candidate struct {
 	// (ms since the route that found the queue empty or the first token that left more
 	// queued; 0 with nothing queued, or while that start is not known).
 	PrefillElapsedMs float64
-	// SpeedFactor: the worker's observed TTFT over the profile's prediction, smoothed;
-	// 0 before anything was observed (taken as 1). MeanDecodeSeconds: the smoothed time its
+	// SpeedFactor: the worker's observed TTFT over the profile's prediction, smoothed and
+	// weighed against the fleet's (docs/reference.md §3.6); 0 before anything was
+	// observed (the TTFT policy takes the candidates' fleetPrior). MeanDecodeSeconds: the smoothed time its
 	// requests take from first token to end (0: unknown).
 	SpeedFactor       float64
 	MeanDecodeSeconds float64

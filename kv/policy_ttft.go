@@ -40,9 +40,12 @@ const (
 	speedNoise = 0.1
 	// speedAlpha: the weight of a new observation in a worker's speed factor.
 	speedAlpha = 0.05
+	// speedPriorWeight: the observations the fleet's speed counts as against a worker's
+	// own (relaxedSpeed).
+	speedPriorWeight = 2
 	// SpeedHalfLife: what a worker's learnt speed factor says fades with the time since
 	// its last observation, with this half-life (docs/reference.md §3.6): routing uses
-	// the factor relaxed toward 1, the profile's prediction, in log space
+	// the factor relaxed toward the fleet's speed (fleetPrior) in log space
 	// (relaxedSpeed), and the next observation weighs more the older the factor is
 	// (learnSpeedAfter). A factor learnt while requests waited in the engine for a
 	// sequence slot, which the prediction does not see, would otherwise keep the worker
@@ -53,15 +56,48 @@ const (
 	speedSteps = 64
 )
 
-// relaxedSpeed is a speed factor learnt elapsed ago, relaxed toward 1 in log space:
-// factor^(2^(−elapsed/SpeedHalfLife)), elapsed counted in whole steps of
-// SpeedHalfLife/speedSteps. 0 (nothing learnt) stays 0.
-func relaxedSpeed(factor float64, elapsed time.Duration) float64 {
-	steps := elapsed / (SpeedHalfLife / speedSteps)
-	if !(factor > 0) || steps <= 0 {
+// relaxedSpeed is a speed factor learnt from observed first tokens, the last of them
+// elapsed ago, weighed against prior (the fleet's speed, fleetPrior; 1 when not a
+// positive finite number) in log space: prior·(factor/prior)^w with
+// w = 2^(−elapsed/SpeedHalfLife) · n/(n + speedPriorWeight), n the observations (at
+// least 1, older ones weighing less: routerWorker.evidence), elapsed counted in whole
+// steps of SpeedHalfLife/speedSteps. What a worker's own observations say fades with
+// their age, and counts for little while they are few (a first request is often slow:
+// a connection made, an engine warming up). 0 (nothing learnt) stays 0.
+func relaxedSpeed(factor, prior float64, elapsed time.Duration, observed float64) float64 {
+	if !(factor > 0) {
 		return factor
 	}
-	return math.Exp(math.Log(factor) * math.Exp2(-float64(steps)/speedSteps))
+	if !(prior > 0) || math.IsInf(prior, 0) {
+		prior = 1
+	}
+	n := max(observed, 1)
+	w := n / (n + speedPriorWeight)
+	if steps := elapsed / (SpeedHalfLife / speedSteps); steps > 0 {
+		w *= math.Exp2(-float64(steps) / speedSteps)
+	}
+	lp := math.Log(prior)
+	return math.Exp(lp + (math.Log(factor)-lp)*w)
+}
+
+// fleetPrior is the fleet's speed from its workers' learnt factors (v, reordered): their
+// median in log space when at least two are positive and finite, else 1, the profile's
+// (docs/reference.md §3.6). One factor alone may be its worker's own (it queued, it was
+// paused), not the fleet's.
+func fleetPrior(v []float64) float64 {
+	n := 0
+	for _, f := range v {
+		if f > 0 && !math.IsInf(f, 0) {
+			v[n] = f
+			n++
+		}
+	}
+	if n < 2 {
+		return 1
+	}
+	v = v[:n]
+	slices.Sort(v)
+	return math.Sqrt(v[(n-1)/2] * v[n/2])
 }
 
 // Prediction is a candidate's predicted TTFT split into its terms, in milliseconds at
@@ -119,7 +155,9 @@ type ttftModel struct {
 	bs            int
 	// fleet: the candidates' median learnt speed (fleetSpeed), 0 when not given; a
 	// worker's learnt speed strictly between lo and hi counts as it (setFleet).
+	// unobserved: the speed of a candidate with none learnt (fleetPrior; 1 when not given).
 	fleet, lo, hi float64
+	unobserved    float64
 	// own, held: the last prefill times asked of the request's own tokens on a
 	// candidate (most share a hit length) and with the longest hit (shared).
 	own, held prefillMemo
@@ -141,13 +179,13 @@ func (m *ttftModel) ms(memo *prefillMemo, t float64) float64 {
 // speedNoise of it in log space is taken as f, being within the noise of the
 // observations it is learnt from (each a ratio that what the prediction does not see
 // moves by tens of per cent); acting on such a difference would only unbalance a
-// uniform fleet.
-func (m *ttftModel) setFleet(f float64) {
-	m.fleet, m.lo, m.hi = f, f*math.Exp(-speedNoise), f*math.Exp(speedNoise)
+// uniform fleet. prior is the speed of a candidate with none learnt (fleetPrior).
+func (m *ttftModel) setFleet(f, prior float64) {
+	m.fleet, m.lo, m.hi, m.unobserved = f, f*math.Exp(-speedNoise), f*math.Exp(speedNoise), prior
 }
 
 func newTTFTModel(prof *Profile, blockSize int) ttftModel {
-	m := ttftModel{bs: max(blockSize, 1)}
+	m := ttftModel{bs: max(blockSize, 1), unobserved: 1}
 	if prof == nil {
 		m.prof = DefaultProfile()
 	} else {
@@ -187,7 +225,8 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	bs := m.bs
 	speed := c.SpeedFactor
 	if !(speed > 0) {
-		speed = 1
+		// Not observed yet: as fast as the fleet (fleetPrior of the candidates).
+		speed = m.unobserved
 	}
 	if speed > m.lo && speed < m.hi {
 		speed = m.fleet
@@ -306,7 +345,8 @@ func replicaShare(n float64) float64 {
 // fleetSpeed is the median of the candidates' learnt speed factors (1 while none is
 // known): the work term, at the profile's speed, is scaled by it into the time the
 // fleet's engines really take, as the predicted terms are by each worker's own factor.
-func fleetSpeed(cands []Candidate) float64 {
+// prior is fleetPrior of the same factors: an unobserved candidate's speed.
+func fleetSpeed(cands []Candidate) (median, prior float64) {
 	var buf [64]float64
 	v := buf[:0]
 	for i := range cands {
@@ -315,11 +355,11 @@ func fleetSpeed(cands []Candidate) float64 {
 		}
 	}
 	if len(v) == 0 {
-		return 1
+		return 1, 1
 	}
 	slices.Sort(v)
 	n := len(v)
-	return (v[(n-1)/2] + v[n/2]) / 2
+	return (v[(n-1)/2] + v[n/2]) / 2, fleetPrior(v)
 }
 
 // shared writes c's prediction into pr and returns the request's own prefill on c

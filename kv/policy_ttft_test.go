@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -625,8 +626,48 @@ func TestSpeedFades(t *testing.T) {
 		{"nothing learnt stays nothing", 0, time.Hour, 0},
 		{"long gone", 1000, time.Hour, 1},
 	} {
-		if got := relaxedSpeed(tc.factor, tc.elapsed); !near(got, tc.want) {
-			t.Errorf("%s: relaxedSpeed(%v, %v) = %v, want %v", tc.name, tc.factor, tc.elapsed, got, tc.want)
+		// Resting on so many observations that only their age counts.
+		if got := relaxedSpeed(tc.factor, 1, tc.elapsed, 1e12); !near(got, tc.want) {
+			t.Errorf("%s: relaxedSpeed(%v, 1, %v, 1e12) = %v, want %v", tc.name, tc.factor, tc.elapsed, got, tc.want)
+		}
+	}
+	// Toward the fleet's speed.
+	for _, tc := range []struct {
+		name          string
+		factor, prior float64
+		elapsed       time.Duration
+		want          float64
+	}{
+		{"one half-life toward a fast fleet", 0.04, 0.01, h, 0.02},
+		{"a slow one toward it", 0.16, 0.01, 2 * h, 0.02},
+		{"long gone: the fleet's", 3, 0.05, time.Hour, 0.05},
+		{"the fleet's stays", 0.05, 0.05, h, 0.05},
+		{"no prior: 1", 4, 0, h, 2},
+		{"NaN prior: 1", 4, math.NaN(), h, 2},
+		{"+Inf prior: 1", 4, math.Inf(1), h, 2},
+		{"nothing learnt stays nothing", 0, 0.05, time.Hour, 0},
+	} {
+		if got := relaxedSpeed(tc.factor, tc.prior, tc.elapsed, 1e12); !near(got, tc.want) {
+			t.Errorf("%s: relaxedSpeed(%v, %v, %v, 1e12) = %v, want %v", tc.name, tc.factor, tc.prior, tc.elapsed, got, tc.want)
+		}
+	}
+	// Few observations count for little against the fleet's speed.
+	for _, tc := range []struct {
+		name          string
+		factor, prior float64
+		elapsed       time.Duration
+		observed      float64
+		want          float64
+	}{
+		{"one: a third of the way", 8, 1, 0, 1, 2},
+		{"two: half", 16, 1, 0, 2, 4},
+		{"none counted: as one", 8, 1, 0, 0, 2},
+		{"a cold first request on a fast fleet", 0.27, 0.01, 0, 1, 0.03},
+		{"one, a half-life old: a sixth", 64, 1, h, 1, 2},
+		{"a fast factor too", 1.0 / 8, 1, 0, 1, 0.5},
+	} {
+		if got := relaxedSpeed(tc.factor, tc.prior, tc.elapsed, tc.observed); !near(got, tc.want) {
+			t.Errorf("%s: relaxedSpeed(%v, %v, %v, %v) = %v, want %v", tc.name, tc.factor, tc.prior, tc.elapsed, tc.observed, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {
@@ -646,6 +687,82 @@ func TestSpeedFades(t *testing.T) {
 	}
 }
 
+// TestUnobservedWorkerTakesFleetSpeed: on a fleet whose engines run far faster than the
+// profile (a mock engine sped up, a GPU the profile underrates), the workers that served
+// first learnt it; a worker not observed yet, or idle since its last observation, is
+// taken at the fleet's speed, not the profile's, and gets its share. Taken at the
+// profile's, it predicted 20 times slower and got no request while the others were
+// less than 20 times as loaded; with no request, nothing corrected it.
+func TestUnobservedWorkerTakesFleetSpeed(t *testing.T) {
+	spread := func(t *testing.T, r *Router, now time.Time) []string {
+		t.Helper()
+		var got []string
+		for i := range 3 {
+			d, err := r.Route(RouteInput{RequestID: fmt.Sprint("p", i), Tokens: prompt(2048)}, now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d.WorkerID)
+		}
+		return got
+	}
+	t.Run("not observed yet", func(t *testing.T) {
+		r := ttftRouterN(t, 3)
+		now := observe(t, r, "a", "w1", 0.05, t0)
+		now = observe(t, r, "b", "w2", 0.05, now)
+		if got := spread(t, r, now); !slices.Equal(got, []string{"w1", "w2", "w3"}) {
+			t.Errorf("three requests at once went to %v, want w1 w2 w3 (w3 unobserved)", got)
+		}
+	})
+	t.Run("idle since", func(t *testing.T) {
+		r := ttftRouterN(t, 3)
+		now := observe(t, r, "a", "w1", 0.05, t0)
+		now = observe(t, r, "b", "w2", 0.05, now)
+		now = observe(t, r, "c", "w3", 0.05, now)
+		later := now.Add(10 * SpeedHalfLife)
+		later = observe(t, r, "d", "w1", 0.05, later)
+		later = observe(t, r, "e", "w2", 0.05, later)
+		if got := spread(t, r, later); !slices.Equal(got, []string{"w1", "w2", "w3"}) {
+			t.Errorf("three requests at once went to %v, want w1 w2 w3 (w3 idle for ten half-lives: %v)",
+				got, r.byName["w3"].speedNow(r.clock(later), r.speedPrior()))
+		}
+	})
+	t.Run("a cold first request", func(t *testing.T) {
+		// w3's first request came 20 times slower than the fleet's (an engine warming up):
+		// one observation weighs a third against the fleet's speed, so w3 counts as about
+		// 2.7 times slower, not 20, and takes a request once the others queue two each.
+		r := ttftRouterN(t, 3)
+		now := t0
+		for i := range 5 {
+			now = observe(t, r, fmt.Sprint("a", i), "w1", 0.05, now)
+			now = observe(t, r, fmt.Sprint("b", i), "w2", 0.05, now)
+		}
+		now = observe(t, r, "cold", "w3", 1, now)
+		for i := range 8 {
+			d, err := r.Route(RouteInput{RequestID: fmt.Sprint("p", i), Tokens: prompt(2048)}, now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.WorkerID == "w3" {
+				if i > 4 {
+					t.Errorf("w3 took request %d, want one of the first five", i)
+				}
+				return
+			}
+		}
+		t.Errorf("w3 took none of 8 requests at once after one slow first request")
+	})
+	t.Run("one observation is not the fleet's", func(t *testing.T) {
+		// A single learnt factor may be the worker's own (it queued, it was paused): the
+		// others stay at the profile's speed until a second worker is observed.
+		r := ttftRouterN(t, 2)
+		now := observe(t, r, "a", "w1", 50, t0)
+		if d, err := r.Route(RouteInput{RequestID: "p", Tokens: prompt(2048)}, now, nil); err != nil || d.WorkerID != "w2" {
+			t.Errorf("after one slow observation on w1: %+v %v, want w2", d, err)
+		}
+	})
+}
+
 // TestRouterForgetsQueuedSlowness: a worker whose first tokens came late while its
 // requests queued in the engine (a factor of 50) and that then got no request is routed
 // again once the factor has faded, and one observation at the profile's speed nearly
@@ -661,7 +778,7 @@ func TestRouterForgetsQueuedSlowness(t *testing.T) {
 	later := now.Add(10 * SpeedHalfLife)
 	if d, err := r.Route(in, later, nil); err != nil || d.WorkerID != "w1" {
 		t.Fatalf("ten half-lives later: %+v %v, want w1 (its factor %v relaxed to %v)", d, err,
-			r.byName["w1"].speed, r.byName["w1"].speedNow(r.clock(later)))
+			r.byName["w1"].speed, r.byName["w1"].speedNow(r.clock(later), r.speedPrior()))
 	}
 	r.Free("probe")
 	observe(t, r, "calm", "w1", 1, later)
@@ -696,6 +813,12 @@ func TestSmooth(t *testing.T) {
 // count as cached).
 func ttftRouter(t *testing.T) *Router {
 	t.Helper()
+	return ttftRouterN(t, 2)
+}
+
+// ttftRouterN is ttftRouter over n workers, w1 … wn.
+func ttftRouterN(t *testing.T, n int) *Router {
+	t.Helper()
 	cfg := DefaultConfig(16)
 	cfg.Policy = PolicyTTFT
 	cfg.ApproxAfterRequests = 0
@@ -703,8 +826,8 @@ func ttftRouter(t *testing.T) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"w1", "w2"} {
-		if _, err := r.Register(WorkerSpec{ID: id, BlockSize: 16, TotalBlocks: 1000, Ready: true, Epoch: 1}); err != nil {
+	for i := range n {
+		if _, err := r.Register(WorkerSpec{ID: fmt.Sprint("w", i+1), BlockSize: 16, TotalBlocks: 1000, Ready: true, Epoch: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -888,7 +1011,7 @@ func TestFleetSpeed(t *testing.T) {
 		for i, s := range tc.speeds {
 			cands[i].SpeedFactor = s
 		}
-		if got := fleetSpeed(cands); !near(got, tc.want) {
+		if got, _ := fleetSpeed(cands); !near(got, tc.want) {
 			t.Errorf("fleetSpeed(%v) = %v, want %v", tc.speeds, got, tc.want)
 		}
 	}
@@ -919,14 +1042,14 @@ func TestReplicaCreditMatchesFullPrediction(t *testing.T) {
 		}
 		in := &SelectInput{Candidates: []Candidate{c}, PromptTokens: prompt, BlockSize: bs, PrefixDemand: rng.Float64() * 50}
 		m := newTTFTModel(nil, bs)
-		m.setFleet([]float64{0, 1, 1.02}[rng.IntN(3)])
+		m.setFleet([]float64{0, 1, 1.02}[rng.IntN(3)], []float64{1, 0.5, 2}[rng.IntN(3)])
 		share := replicaShare(in.PrefixDemand)
 		var pr Prediction
 		own, credit := m.shared(in, &c, best, share, &pr)
 
 		var ref, held Prediction
 		r := newTTFTModel(nil, bs)
-		r.setFleet(m.fleet)
+		r.setFleet(m.fleet, m.unobserved)
 		r.predict(prompt, &c, &ref)
 		wantOwn, wantCredit := ref.OwnPrefillMs/ref.Speed, 0.0
 		if share > 0 && c.OverlapBlocks < best {

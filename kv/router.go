@@ -66,6 +66,15 @@ type Router struct {
 	// the active sequences' origin, worked out once per Route for every candidate.
 	nowClock  time.Duration
 	nowActive float64
+	// prior: the fleet's speed (speedPrior), what an unobserved worker's factor is taken
+	// as and an idle one's relaxes toward, worked out at priorStep (a relaxation step of
+	// the clock) from priorLearnt learnt factors; priorDirty: a factor changed since.
+	// learnt counts the workers with a learnt factor.
+	prior       float64
+	priorStep   time.Duration
+	priorLearnt int
+	priorDirty  bool
+	learnt      int
 	// demand: the recent requests per prefix (the replica credit's evidence).
 	demand prefixDemand
 	// base: the clock's origin, the first time it was asked (hasBase).
@@ -115,11 +124,17 @@ type routerWorker struct {
 	// FreeAt (docs/reference.md §3.6).
 	speed      float64
 	decodeSecs float64
-	// speedAt: when speed was last learnt (Router.clock); speedStep and speedRel cache
-	// speed relaxed by that many steps since speedAt (speedNow, relaxedSpeed).
-	speedAt   time.Duration
-	speedStep time.Duration
-	speedRel  float64
+	// speedAt: when speed was last learnt (Router.clock); speedStep, speedPrior and
+	// speedRel cache speed relaxed by that many steps since speedAt toward that prior
+	// (speedNow, relaxedSpeed).
+	speedAt    time.Duration
+	speedStep  time.Duration
+	speedPrior float64
+	speedRel   float64
+	// evidence counts the first tokens speed was learnt from, each weighing
+	// 2^(−age/SpeedHalfLife) at speedAt, as the factor's average weighs them
+	// (learnSpeedAfter).
+	evidence float64
 	// lora: the router's view of the worker's LoRA adapters (lora.go).
 	lora workerLoras
 	// noEvents: the registration says the engine publishes no KV events. approx: the
@@ -479,6 +494,10 @@ func (r *Router) RemoveWorker(workerID string) (int, error) {
 	n := r.active.RemoveWorker(rw.id)
 	r.tiers.removeWorker(rw.node)
 	r.roleCount[rw.role]--
+	if rw.speed > 0 {
+		r.learnt--
+		r.priorDirty = true
+	}
 	r.workers[rw.id] = nil
 	for len(r.workers) > 0 && r.workers[len(r.workers)-1] == nil {
 		r.workers = r.workers[:len(r.workers)-1]
@@ -859,7 +878,7 @@ func (r *Router) fillCandidate(rw *routerWorker, l Load, c *Candidate) {
 		DecodingRequests:    l.Decoding,
 		DecodeSeconds:       r.active.decodeSecondsAt(rw.id, r.nowActive),
 		PrefillElapsedMs:    r.active.prefillElapsedAt(rw.id, r.nowActive) * 1000,
-		SpeedFactor:         rw.speedNow(r.nowClock),
+		SpeedFactor:         rw.speedNow(r.nowClock, r.prior),
 		MeanDecodeSeconds:   rw.decodeSecs,
 	}
 	if int(rw.id) < len(r.ovBuf) {
@@ -928,9 +947,14 @@ func (r *Router) PrefillDoneAt(reqID string, now time.Time) bool {
 		done = true
 		if rw := r.workerByID(ft.Worker); rw != nil && ft.PredictedMs > 0 {
 			at := r.clock(now)
+			if rw.speed == 0 {
+				r.learnt++
+			}
+			r.priorDirty = true
 			rw.speed = learnSpeedAfter(rw.speed, float64(ft.TTFT)/float64(time.Millisecond)/ft.PredictedMs,
 				at-rw.speedAt)
-			rw.speedAt, rw.speedStep, rw.speedRel = at, 0, rw.speed
+			rw.evidence = 1 + rw.evidence*math.Exp2(-(at-rw.speedAt).Seconds()/SpeedHalfLife.Seconds())
+			rw.speedAt, rw.speedStep = at, -1
 		}
 	}
 	return done
@@ -950,6 +974,20 @@ func (r *Router) FreeAt(reqID string, now time.Time) bool {
 // setNow makes now the current Route's time.
 func (r *Router) setNow(now time.Time) {
 	r.now, r.nowClock, r.nowActive = now, r.clock(now), r.active.since(now)
+	// The fleet's speed moves with every observation, slowly: it is worked out again at
+	// most once per relaxation step, and at once when a worker's factor is first learnt
+	// or leaves.
+	step := r.nowClock / (SpeedHalfLife / speedSteps)
+	if r.prior == 0 || (r.priorDirty && (step != r.priorStep || r.learnt != r.priorLearnt)) {
+		var buf [64]float64
+		v := buf[:0]
+		for _, rw := range r.workers {
+			if rw != nil && rw.speed > 0 {
+				v = append(v, rw.speed)
+			}
+		}
+		r.prior, r.priorStep, r.priorLearnt, r.priorDirty = fleetPrior(v), step, r.learnt, false
+	}
 }
 
 // clock is t as a duration since the router's first reading (monotonic when t carries
@@ -961,19 +999,24 @@ func (r *Router) clock(t time.Time) time.Duration {
 	return t.Sub(r.base)
 }
 
-// speedNow is rw's learnt speed factor at now: relaxed toward 1 since it was learnt
+// speedNow is rw's learnt speed factor at now: weighed against prior, the fleet's speed
+// (Router.speedPrior), by how many observations it rests on and how old they are
 // (relaxedSpeed; 0 while nothing was observed).
-func (rw *routerWorker) speedNow(now time.Duration) float64 {
-	elapsed := now - rw.speedAt
-	if rw.speed == 0 || elapsed <= 0 {
-		return rw.speed
+func (rw *routerWorker) speedNow(now time.Duration, prior float64) float64 {
+	if rw.speed == 0 {
+		return 0
 	}
+	elapsed := max(now-rw.speedAt, 0)
 	step := elapsed / (SpeedHalfLife / speedSteps)
-	if step != rw.speedStep {
-		rw.speedStep, rw.speedRel = step, relaxedSpeed(rw.speed, elapsed)
+	if step != rw.speedStep || prior != rw.speedPrior {
+		rw.speedStep, rw.speedPrior, rw.speedRel = step, prior, relaxedSpeed(rw.speed, prior, elapsed, rw.evidence)
 	}
 	return rw.speedRel
 }
+
+// speedPrior is the fleet's speed as the current Route sees it (fleetPrior of the
+// workers' learnt factors).
+func (r *Router) speedPrior() float64 { return r.prior }
 
 func (r *Router) workerByID(w WorkerID) *routerWorker {
 	if int(w) < len(r.workers) {
