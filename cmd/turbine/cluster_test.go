@@ -23,11 +23,11 @@ import (
 
 // localCluster is a cluster of separate turbine processes around a real Consul agent.
 type localCluster struct {
-	t      *testing.T
+	t      testing.TB
 	consul *consultest.Agent
 }
 
-func newLocalCluster(t *testing.T) *localCluster {
+func newLocalCluster(t testing.TB) *localCluster {
 	t.Helper()
 	if turbineBin == "" {
 		t.Skip("end-to-end test: skipped with -short")

@@ -253,7 +253,18 @@ type workerStat struct {
 
 // workerStats reads the per-worker gauges of /metrics for model, keyed by worker id.
 func (s *server) workerStats(model string) map[string]*workerStat {
-	resp, err := http.Get(s.url + "/metrics")
+	return s.workerStatsWithin(model, time.Minute)
+}
+
+// workerStatsWithin is workerStats with a limit on the scrape (nil when it is passed).
+func (s *server) workerStatsWithin(model string, limit time.Duration) map[string]*workerStat {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil
 	}
