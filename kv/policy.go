@@ -83,6 +83,10 @@ type SelectInput struct {
 	// this one's does (the candidates' longest), counted with weights decaying with
 	// DemandHalfLife (prefixDemand); set for aggregated routing, 0 otherwise.
 	PrefixDemand float64
+	// SpeedPrior: the fleet's speed (the median of every worker's learnt factor, the
+	// router's fleetPrior), what a candidate with none learnt is taken at; 0: not given
+	// (the TTFT policy takes fleetPrior of the candidates' factors).
+	SpeedPrior float64
 }
 
 // Policy chooses a worker for a request: it returns an index into in.Candidates.

@@ -71,8 +71,14 @@ func relaxedSpeed(factor, prior float64, elapsed time.Duration, observed float64
 	if !(prior > 0) || math.IsInf(prior, 0) {
 		prior = 1
 	}
-	n := max(observed, 1)
-	w := n / (n + speedPriorWeight)
+	n := observed
+	if !(n >= 1) {
+		n = 1 // none counted, or not a number
+	}
+	w := 1.0
+	if !math.IsInf(n, 1) {
+		w = n / (n + speedPriorWeight)
+	}
 	if steps := elapsed / (SpeedHalfLife / speedSteps); steps > 0 {
 		w *= math.Exp2(-float64(steps) / speedSteps)
 	}
@@ -182,6 +188,16 @@ func (m *ttftModel) ms(memo *prefillMemo, t float64) float64 {
 // uniform fleet. prior is the speed of a candidate with none learnt (fleetPrior).
 func (m *ttftModel) setFleet(f, prior float64) {
 	m.fleet, m.lo, m.hi, m.unobserved = f, f*math.Exp(-speedNoise), f*math.Exp(speedNoise), prior
+}
+
+// setFleetOf is setFleet for in's candidates, an unobserved one taken at in.SpeedPrior
+// when given (a positive finite number), else at fleetPrior of the candidates' factors.
+func (m *ttftModel) setFleetOf(in *SelectInput) {
+	f, prior := fleetSpeed(in.Candidates)
+	if p := in.SpeedPrior; p > 0 && !math.IsInf(p, 0) {
+		prior = p
+	}
+	m.setFleet(f, prior)
 }
 
 func newTTFTModel(prof *Profile, blockSize int) ttftModel {
@@ -443,7 +459,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	}
 	minOwn := math.Inf(1)
 	m := newTTFTModel(in.Profile, in.BlockSize)
-	m.setFleet(fleetSpeed(in.Candidates))
+	m.setFleetOf(in)
 	best := bestOverlap(in.Candidates)
 	hot := hotDiscount(in.Candidates)
 	share := replicaShare(in.PrefixDemand)
@@ -499,7 +515,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 // speed_factor is the multiplier already applied to the predicted terms, not a term.
 func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 	m := newTTFTModel(in.Profile, in.BlockSize)
-	m.setFleet(fleetSpeed(in.Candidates))
+	m.setFleetOf(in)
 	best := bestOverlap(in.Candidates)
 	minOwn, weight := p.work(in, &m, best, hotDiscount(in.Candidates))
 	v, pr, credit, work := p.cost(in, &m, best, c, minOwn, weight)

@@ -551,7 +551,7 @@ func TestTTFTExplain(t *testing.T) {
 		}
 		pr := PredictTTFT(nil, in.PromptTokens, in.BlockSize, c)
 		m := newTTFTModel(in.Profile, in.BlockSize)
-		m.setFleet(fleetSpeed(in.Candidates))
+		m.setFleetOf(in)
 		minOwn, weight := pol.work(in, &m, bestOverlap(in.Candidates), hotDiscount(in.Candidates))
 		if want := pr.Total() + weight*(ownPrefillMs(in, c)-minOwn); !near(cost, want) {
 			t.Errorf("%s: cost %v, want the predicted TTFT plus the work, %v", c.ID, cost, want)
@@ -662,6 +662,8 @@ func TestSpeedFades(t *testing.T) {
 		{"one: a third of the way", 8, 1, 0, 1, 2},
 		{"two: half", 16, 1, 0, 2, 4},
 		{"none counted: as one", 8, 1, 0, 0, 2},
+		{"not a number: as one", 8, 1, 0, math.NaN(), 2},
+		{"countless: all of it", 8, 1, 0, math.Inf(1), 8},
 		{"a cold first request on a fast fleet", 0.27, 0.01, 0, 1, 0.03},
 		{"one, a half-life old: a sixth", 64, 1, h, 1, 2},
 		{"a fast factor too", 1.0 / 8, 1, 0, 1, 0.5},
@@ -752,6 +754,24 @@ func TestUnobservedWorkerTakesFleetSpeed(t *testing.T) {
 		}
 		t.Errorf("w3 took none of 8 requests at once after one slow first request")
 	})
+	t.Run("not observed yet, the others excluded", func(t *testing.T) {
+		// A retry excludes w2: the candidates w1 and w3 hold one factor between them, but
+		// the fleet's speed is every worker's.
+		r := ttftRouterN(t, 3)
+		now := observe(t, r, "a", "w1", 0.05, t0)
+		now = observe(t, r, "b", "w2", 0.05, now)
+		var got []string
+		for i := range 2 {
+			d, err := r.Route(RouteInput{RequestID: fmt.Sprint("p", i), Tokens: prompt(2048), Exclude: []string{"w2"}}, now, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d.WorkerID)
+		}
+		if !slices.Equal(got, []string{"w1", "w3"}) {
+			t.Errorf("two requests at once, w2 excluded, went to %v, want w1 w3", got)
+		}
+	})
 	t.Run("one observation is not the fleet's", func(t *testing.T) {
 		// A single learnt factor may be the worker's own (it queued, it was paused): the
 		// others stay at the profile's speed until a second worker is observed.
@@ -761,6 +781,121 @@ func TestUnobservedWorkerTakesFleetSpeed(t *testing.T) {
 			t.Errorf("after one slow observation on w1: %+v %v, want w2", d, err)
 		}
 	})
+}
+
+// TestSpeedIgnoresEmptyObservations: a first token at the instant of its route (a ratio
+// of 0) teaches nothing: the factor stays unlearnt, its evidence 0, and the worker does
+// not count toward the fleet's speed.
+func TestSpeedIgnoresEmptyObservations(t *testing.T) {
+	r := ttftRouterN(t, 3)
+	if _, err := r.Route(RouteInput{RequestID: "z", Tokens: prompt(1024), PinWorker: "w1"}, t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !r.PrefillDoneAt("z", t0) {
+		t.Fatal("PrefillDoneAt: not active")
+	}
+	if rw := r.byName["w1"]; rw.speed != 0 || rw.evidence != 0 {
+		t.Errorf("after a first token in 0 ms: speed %v, evidence %v; want nothing learnt", rw.speed, rw.evidence)
+	}
+	r.Free("z")
+}
+
+// TestFleetPriorFollowsTheFleet: the router's fleet speed is the log-space median of
+// its workers' learnt factors once two have one, and is worked out again at once when
+// the set of workers with a factor changes (a first factor learnt, such a worker
+// removed), even when both happen between two routes.
+func TestFleetPriorFollowsTheFleet(t *testing.T) {
+	r := ttftRouterN(t, 3)
+	route := func(now time.Time) float64 {
+		t.Helper()
+		if _, err := r.Route(RouteInput{RequestID: "p", Tokens: prompt(64)}, now, nil); err != nil {
+			t.Fatal(err)
+		}
+		r.Free("p")
+		return r.speedPrior()
+	}
+	now := observe(t, r, "a", "w1", 0.05, t0)
+	if got := route(now); got != 1 {
+		t.Errorf("one learnt factor: prior %v, want 1", got)
+	}
+	now = observe(t, r, "b", "w2", 0.2, now)
+	close := func(a, b float64) bool { return math.Abs(a/b-1) < 1e-4 } // observe's times are whole ns
+	if got := route(now); !close(got, 0.1) {
+		t.Errorf("factors 0.05 and 0.2: prior %v, want their log-space middle 0.1", got)
+	}
+	// w1 leaves and w3's first factor is learnt before the next route, within one step.
+	if _, err := r.Route(RouteInput{RequestID: "c", Tokens: prompt(1024), PinWorker: "w3"}, now, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RemoveWorker("w1"); err != nil {
+		t.Fatal(err)
+	}
+	pred, _ := DefaultProfile().PrefillMs(1024)
+	r.PrefillDoneAt("c", now.Add(ms(0.8*pred)))
+	r.Free("c")
+	if got := route(now.Add(ms(0.8 * pred))); !close(got, 0.4) {
+		t.Errorf("w2 at 0.2 and w3 at 0.8: prior %v, want 0.4", got)
+	}
+	if _, err := r.RemoveWorker("w2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := route(now.Add(ms(0.8 * pred))); got != 1 {
+		t.Errorf("w2 gone, one learnt factor left: prior %v, want 1", got)
+	}
+}
+
+// TestSpeedLearntAgainWithinAStep: a factor learnt again within the relaxation step of a
+// route that used it is used at once (the cached value is dropped).
+func TestSpeedLearntAgainWithinAStep(t *testing.T) {
+	r := ttftRouterN(t, 2)
+	now := observe(t, r, "a", "w1", 4, t0)
+	before := r.byName["w1"].speedNow(r.clock(now), 1)
+	now = observe(t, r, "b", "w1", 4, now)
+	if after := r.byName["w1"].speedNow(r.clock(now), 1); !(after > before) {
+		t.Errorf("a second observation of 4 within one step: %v, then %v; want it higher (more evidence)", before, after)
+	}
+}
+
+// TestSpeedEvidenceFades: observations long past count as few: after ten half-lives
+// idle, one new observation weighs about a third against the fleet's speed again.
+func TestSpeedEvidenceFades(t *testing.T) {
+	r := ttftRouterN(t, 2)
+	now := t0
+	for i := range 40 {
+		now = observe(t, r, fmt.Sprint("a", i), "w1", 8, now)
+	}
+	// Each observation takes 8 predicted prefills (about 0.3 s), so the earliest fade.
+	if e := r.byName["w1"].evidence; !(e > 15) {
+		t.Fatalf("evidence %v after 40 observations in about 10 s, want over 15", e)
+	}
+	now = observe(t, r, "late", "w1", 8, now.Add(10*SpeedHalfLife))
+	rw := r.byName["w1"]
+	if !(rw.evidence < 1.1) {
+		t.Errorf("evidence %v after ten half-lives idle and one observation, want about 1", rw.evidence)
+	}
+	if got := rw.speedNow(r.clock(now), 1); !(math.Abs(math.Log(got)-math.Log(rw.speed)/3) < 0.05) {
+		t.Errorf("weighed factor %v from %v, want about its cube root %v", got, rw.speed, math.Cbrt(rw.speed))
+	}
+}
+
+func TestFleetPrior(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    []float64
+		want float64
+	}{
+		{"none", nil, 1},
+		{"one alone is its worker's own", []float64{0.05}, 1},
+		{"two: the log-space middle", []float64{0.05, 0.2}, 0.1},
+		{"odd: the middle one", []float64{4, 0.05, 1}, 1},
+		{"even: the log-space middle of the two middle", []float64{0.01, 1, 4, 100}, 2},
+		{"non-factors left out", []float64{0, -1, math.NaN(), math.Inf(1), 0.5, 2}, 1},
+		{"left with one", []float64{0, math.NaN(), 3}, 1},
+	} {
+		if got := fleetPrior(slices.Clone(tc.v)); !near(got, tc.want) {
+			t.Errorf("%s: fleetPrior(%v) = %v, want %v", tc.name, tc.v, got, tc.want)
+		}
+	}
 }
 
 // TestRouterForgetsQueuedSlowness: a worker whose first tokens came late while its

@@ -68,13 +68,12 @@ type Router struct {
 	nowActive float64
 	// prior: the fleet's speed (speedPrior), what an unobserved worker's factor is taken
 	// as and an idle one's relaxes toward, worked out at priorStep (a relaxation step of
-	// the clock) from priorLearnt learnt factors; priorDirty: a factor changed since.
-	// learnt counts the workers with a learnt factor.
-	prior       float64
-	priorStep   time.Duration
-	priorLearnt int
-	priorDirty  bool
-	learnt      int
+	// the clock). priorDirty: a factor changed since; priorStale: the set of workers with
+	// a factor changed since (a first factor learnt, or such a worker removed).
+	prior      float64
+	priorStep  time.Duration
+	priorDirty bool
+	priorStale bool
 	// demand: the recent requests per prefix (the replica credit's evidence).
 	demand prefixDemand
 	// base: the clock's origin, the first time it was asked (hasBase).
@@ -132,8 +131,7 @@ type routerWorker struct {
 	speedPrior float64
 	speedRel   float64
 	// evidence counts the first tokens speed was learnt from, each weighing
-	// 2^(−age/SpeedHalfLife) at speedAt, as the factor's average weighs them
-	// (learnSpeedAfter).
+	// 2^(−age/SpeedHalfLife) at speedAt (relaxedSpeed's n).
 	evidence float64
 	// lora: the router's view of the worker's LoRA adapters (lora.go).
 	lora workerLoras
@@ -495,8 +493,7 @@ func (r *Router) RemoveWorker(workerID string) (int, error) {
 	r.tiers.removeWorker(rw.node)
 	r.roleCount[rw.role]--
 	if rw.speed > 0 {
-		r.learnt--
-		r.priorDirty = true
+		r.priorStale = true
 	}
 	r.workers[rw.id] = nil
 	for len(r.workers) > 0 && r.workers[len(r.workers)-1] == nil {
@@ -746,6 +743,7 @@ func (r *Router) route(in *RouteInput, now time.Time, rng *rand.Rand) (Decision,
 	retried := r.Free(in.RequestID)
 	r.setNow(now)
 	sel.Profile = &r.cfg.Profile
+	sel.SpeedPrior = r.prior
 	r.startLora(in)
 
 	hashes := in.BlockHashes // the caller's (checkPrompt), never written to
@@ -945,15 +943,14 @@ func (r *Router) PrefillDoneAt(reqID string, now time.Time) bool {
 			continue
 		}
 		done = true
-		if rw := r.workerByID(ft.Worker); rw != nil && ft.PredictedMs > 0 {
+		ratio := float64(ft.TTFT) / float64(time.Millisecond) / ft.PredictedMs
+		if rw := r.workerByID(ft.Worker); rw != nil && ratio > 0 && !math.IsInf(ratio, 0) {
 			at := r.clock(now)
-			if rw.speed == 0 {
-				r.learnt++
-			}
+			age := max(at-rw.speedAt, 0)
+			r.priorStale = r.priorStale || rw.speed == 0
 			r.priorDirty = true
-			rw.speed = learnSpeedAfter(rw.speed, float64(ft.TTFT)/float64(time.Millisecond)/ft.PredictedMs,
-				at-rw.speedAt)
-			rw.evidence = 1 + rw.evidence*math.Exp2(-(at-rw.speedAt).Seconds()/SpeedHalfLife.Seconds())
+			rw.speed = learnSpeedAfter(rw.speed, ratio, age)
+			rw.evidence = 1 + rw.evidence*math.Exp2(-age.Seconds()/SpeedHalfLife.Seconds())
 			rw.speedAt, rw.speedStep = at, -1
 		}
 	}
@@ -978,7 +975,7 @@ func (r *Router) setNow(now time.Time) {
 	// most once per relaxation step, and at once when a worker's factor is first learnt
 	// or leaves.
 	step := r.nowClock / (SpeedHalfLife / speedSteps)
-	if r.prior == 0 || (r.priorDirty && (step != r.priorStep || r.learnt != r.priorLearnt)) {
+	if r.prior == 0 || r.priorStale || (r.priorDirty && step != r.priorStep) {
 		var buf [64]float64
 		v := buf[:0]
 		for _, rw := range r.workers {
@@ -986,7 +983,7 @@ func (r *Router) setNow(now time.Time) {
 				v = append(v, rw.speed)
 			}
 		}
-		r.prior, r.priorStep, r.priorLearnt, r.priorDirty = fleetPrior(v), step, r.learnt, false
+		r.prior, r.priorStep, r.priorDirty, r.priorStale = fleetPrior(v), step, false, false
 	}
 }
 
