@@ -42,8 +42,9 @@ type Candidate struct {
 	PrefillElapsedMs float64
 	// SpeedFactor: the worker's observed TTFT over the profile's prediction, smoothed and
 	// weighed against the fleet's (docs/reference.md §3.6); 0 before anything was
-	// observed (the TTFT policy takes the candidates' fleetPrior). MeanDecodeSeconds: the smoothed time its
-	// requests take from first token to end (0: unknown).
+	// observed (the TTFT policy takes the fleet's speed, SelectInput.SpeedPrior).
+	// MeanDecodeSeconds: the smoothed time its requests take from first token to end
+	// (0: unknown).
 	SpeedFactor       float64
 	MeanDecodeSeconds float64
 	// AdapterLoadMs: the time to load the request's LoRA adapter first (ms), 0 when the

@@ -241,7 +241,7 @@ func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
 	bs := m.bs
 	speed := c.SpeedFactor
 	if !(speed > 0) {
-		// Not observed yet: as fast as the fleet (fleetPrior of the candidates).
+		// Not observed yet: as fast as the fleet (setFleetOf).
 		speed = m.unobserved
 	}
 	if speed > m.lo && speed < m.hi {
