@@ -98,11 +98,17 @@ func fleetPrior(v []float64) float64 {
 			n++
 		}
 	}
+	v = v[:n]
+	slices.Sort(v)
+	return sortedPrior(v)
+}
+
+// sortedPrior is fleetPrior of factors already filtered and sorted.
+func sortedPrior(v []float64) float64 {
+	n := len(v)
 	if n < 2 {
 		return 1
 	}
-	v = v[:n]
-	slices.Sort(v)
 	return math.Sqrt(v[(n-1)/2] * v[n/2])
 }
 
@@ -375,7 +381,7 @@ func fleetSpeed(cands []Candidate) (median, prior float64) {
 	}
 	slices.Sort(v)
 	n := len(v)
-	return (v[(n-1)/2] + v[n/2]) / 2, fleetPrior(v)
+	return (v[(n-1)/2] + v[n/2]) / 2, sortedPrior(v)
 }
 
 // shared writes c's prediction into pr and returns the request's own prefill on c

@@ -726,7 +726,7 @@ func TestUnobservedWorkerTakesFleetSpeed(t *testing.T) {
 		later = observe(t, r, "e", "w2", 0.05, later)
 		if got := spread(t, r, later); !slices.Equal(got, []string{"w1", "w2", "w3"}) {
 			t.Errorf("three requests at once went to %v, want w1 w2 w3 (w3 idle for ten half-lives: %v)",
-				got, r.byName["w3"].speedNow(r.clock(later), r.speedPrior()))
+				got, r.byName["w3"].speedNow(r.clock(later), r.prior))
 		}
 	})
 	t.Run("a cold first request", func(t *testing.T) {
@@ -812,7 +812,7 @@ func TestFleetPriorFollowsTheFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.Free("p")
-		return r.speedPrior()
+		return r.prior
 	}
 	now := observe(t, r, "a", "w1", 0.05, t0)
 	if got := route(now); got != 1 {
@@ -913,7 +913,7 @@ func TestRouterForgetsQueuedSlowness(t *testing.T) {
 	later := now.Add(10 * SpeedHalfLife)
 	if d, err := r.Route(in, later, nil); err != nil || d.WorkerID != "w1" {
 		t.Fatalf("ten half-lives later: %+v %v, want w1 (its factor %v relaxed to %v)", d, err,
-			r.byName["w1"].speed, r.byName["w1"].speedNow(r.clock(later), r.speedPrior()))
+			r.byName["w1"].speed, r.byName["w1"].speedNow(r.clock(later), r.prior))
 	}
 	r.Free("probe")
 	observe(t, r, "calm", "w1", 1, later)

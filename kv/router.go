@@ -66,7 +66,7 @@ type Router struct {
 	// the active sequences' origin, worked out once per Route for every candidate.
 	nowClock  time.Duration
 	nowActive float64
-	// prior: the fleet's speed (speedPrior), what an unobserved worker's factor is taken
+	// prior: the fleet's speed (fleetPrior), what an unobserved worker's factor is taken
 	// as and an idle one's relaxes toward, worked out at priorStep (a relaxation step of
 	// the clock). priorDirty: a factor changed since; priorStale: the set of workers with
 	// a factor changed since (a first factor learnt, or such a worker removed).
@@ -972,8 +972,8 @@ func (r *Router) FreeAt(reqID string, now time.Time) bool {
 func (r *Router) setNow(now time.Time) {
 	r.now, r.nowClock, r.nowActive = now, r.clock(now), r.active.since(now)
 	// The fleet's speed moves with every observation, slowly: it is worked out again at
-	// most once per relaxation step, and at once when a worker's factor is first learnt
-	// or leaves.
+	// most once per relaxation step, and at this route when the set of workers with a
+	// factor changed.
 	step := r.nowClock / (SpeedHalfLife / speedSteps)
 	if r.prior == 0 || r.priorStale || (r.priorDirty && step != r.priorStep) {
 		var buf [64]float64
@@ -997,7 +997,7 @@ func (r *Router) clock(t time.Time) time.Duration {
 }
 
 // speedNow is rw's learnt speed factor at now: weighed against prior, the fleet's speed
-// (Router.speedPrior), by how many observations it rests on and how old they are
+// (Router.prior), by how many observations it rests on and how old they are
 // (relaxedSpeed; 0 while nothing was observed).
 func (rw *routerWorker) speedNow(now time.Duration, prior float64) float64 {
 	if rw.speed == 0 {
@@ -1010,10 +1010,6 @@ func (rw *routerWorker) speedNow(now time.Duration, prior float64) float64 {
 	}
 	return rw.speedRel
 }
-
-// speedPrior is the fleet's speed as the current Route sees it (fleetPrior of the
-// workers' learnt factors).
-func (r *Router) speedPrior() float64 { return r.prior }
 
 func (r *Router) workerByID(w WorkerID) *routerWorker {
 	if int(w) < len(r.workers) {
