@@ -47,6 +47,8 @@ type consulProvider struct {
 	registered bool            // the agent holds our registration, as far as we know
 	queryOK    bool            // the last membership query answered
 	passing    map[string]bool // member ids whose checks passed in the last answer; replaced, never changed
+	refreshed  time.Time       // when the agent last took our registration or a TTL refresh
+	lapsedAt   time.Time       // when one last went through after a gap past TTL + pauseMargin; zero: never
 	started    bool
 	stopped    bool
 
@@ -188,6 +190,7 @@ func (p *consulProvider) keep(ctx context.Context, rnd *rand.Rand) {
 			bo.reset()
 			registered = true
 			p.setRegistered()
+			p.tookUs()
 			if rec, n, down := regLog.ok(p.now()); rec {
 				p.log.Info().Str("member", p.self.Id).Int("failed_attempts", n).Dur("down", down).Msg("registered with Consul after failures")
 			} else {
@@ -202,6 +205,7 @@ func (p *consulProvider) keep(ctx context.Context, rnd *rand.Rand) {
 		case ctx.Err() != nil:
 			return
 		case err == nil:
+			p.tookUs()
 			if rec, n, down := ttlLog.ok(p.now()); rec {
 				p.log.Info().Str("member", p.self.Id).Int("failed_attempts", n).Dur("down", down).Msg("consul TTL refresh recovered")
 			}
@@ -265,6 +269,28 @@ func (p *consulProvider) trouble(lost bool) {
 	if lost {
 		p.registered = false
 	}
+}
+
+// tookUs records that the agent took our registration or a TTL refresh now. After a gap
+// past the TTL plus pauseMargin the member's check has been critical for a while in an
+// agent that kept it (or the agent lost it): whoever watched Consul meanwhile may have
+// dropped the member, and the watchdog looks for their silence (zombieSigns.Lapsed).
+func (p *consulProvider) tookUs() {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.refreshed.IsZero() && now.Sub(p.refreshed) >= p.opts.TTL+pauseMargin {
+		p.lapsedAt = now
+	}
+	p.refreshed = now
+}
+
+// lapsed is when the member's registration or TTL refresh last went through after its
+// check had lapsed (tookUs); zero when it never has.
+func (p *consulProvider) lapsed() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lapsedAt
 }
 
 func (p *consulProvider) setRegistered() {

@@ -50,6 +50,11 @@ const (
 	// check has been critical long enough for every member watching Consul to have seen it
 	// fail, dropped it and blocked its id.
 	pauseMargin = time.Second
+	// lapseGrace is how long after discovery took a lapsed member back a live peer it had
+	// heard before may stay silent before the member counts as dropped: gossip between
+	// members that kept it resumes within a second or two, and a peer that was paused
+	// meanwhile has lapsed itself (TTL) and stopped being live by then.
+	lapseGrace = 5 * time.Second
 	// pauseTick is how often the watchdog's clock wakes to measure pauses.
 	pauseTick = 100 * time.Millisecond
 	// maxBlockedBy bounds the peer ids (remote input) the watchdog keeps per check from

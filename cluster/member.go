@@ -171,11 +171,12 @@ func Start(cfg Config) (m *Member, err error) {
 	var consul *consulProvider
 	healthy := func() bool { return true }
 	var alive func() map[string]bool
+	var lapsed func() time.Time
 	if s.discovery.Kind == DiscoveryConsul {
 		if consul, err = newConsulProvider(s.discovery.Address, s.Consul, log); err != nil {
 			return nil, err
 		}
-		provider, healthy, alive = consul, consul.healthy, consul.alive
+		provider, healthy, alive, lapsed = consul, consul.healthy, consul.alive, consul.lapsed
 	} else {
 		provider = testprovider.NewTestProvider(sharedLocalAgent())
 	}
@@ -196,7 +197,7 @@ func Start(cfg Config) (m *Member, err error) {
 	if consul != nil {
 		pauseLimit = s.Consul.withDefaults().TTL + pauseMargin
 	}
-	wd := newWatchdog(system.ID, healthy, alive, s.WatchdogInterval, pauseLimit, log)
+	wd := newWatchdog(system.ID, healthy, alive, lapsed, s.WatchdogInterval, pauseLimit, log)
 	remoteOpts := remoteOptions(s.MaxMessageBytes, newGRPCGuard(log, wd.onBlockedBy), tr)
 	if s.advertise != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(s.advertise))
@@ -273,7 +274,8 @@ func (m *Member) LostReason() string {
 
 // Stop leaves the cluster gracefully: with Consul, the member deregisters first, so that
 // the others see it leave at once; then the actor system shuts down (which takes about
-// two seconds, docs/actor-library.md §1). Safe to call more than once.
+// two seconds, docs/actor-library.md §1). A lost member leaves at once instead
+// (leaveLost). Safe to call more than once.
 func (m *Member) Stop() {
 	m.once.Do(func() {
 		m.watchdog.halt()
@@ -282,8 +284,33 @@ func (m *Member) Stop() {
 				m.log.Warn().Err(err).Msg("leaving without deregistering; the member's TTL check will expire")
 			}
 		}
-		m.Cluster.Shutdown(true)
+		if m.LostReason() != "" {
+			m.leaveLost()
+		} else {
+			m.Cluster.Shutdown(true)
+		}
 		m.System.EventStream.Unsubscribe(m.sub)
 		m.log.Info().Str("member", m.ID()).Msg("cluster member stopped")
 	})
+}
+
+// leaveLost stops a member the cluster has dropped without protoactor's graceful leave,
+// which would hold its replacement back for 2 to 6 s: a fixed 2 s for handing its grains
+// over, then a wait for every endpoint writer, each of them still dialling dead peers
+// 2 s apart (docs/actor-library.md §2, §6). Nobody waits for what a dropped member hands
+// over: the others have blocked its id. Its listener closes at once (a fixed member port
+// is free for the new member); its endpoint writers are stopped in the background, which
+// ends within their dialling attempts.
+func (m *Member) leaveLost() {
+	c := m.Cluster
+	c.ActorSystem.Shutdown()
+	if m.consul != nil {
+		m.consul.halt() // deregistered by Stop already
+	} else {
+		_ = c.Config.ClusterProvider.Shutdown(true)
+	}
+	c.IdentityLookup.Shutdown()
+	c.Gossip.Shutdown()
+	c.Remote.Shutdown(false)
+	go c.Remote.Shutdown(true) // the server is stopped: this stops the endpoint writers
 }

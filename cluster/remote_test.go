@@ -211,6 +211,16 @@ func TestWatchdogNoticesSelfBlock(t *testing.T) {
 	if n := strings.Count(logs.String(), "cluster member lost"); n != 1 {
 		t.Fatalf("%d log lines say the member is lost, want 1", n)
 	}
+	// A lost member leaves without the graceful leave's fixed 2 s: its replacement waits
+	// on this.
+	start := time.Now()
+	m.Stop()
+	if d := time.Since(start); d >= time.Second {
+		t.Errorf("a lost member took %s to stop, want under 1s", d.Round(time.Millisecond))
+	}
+	if !strings.Contains(logs.String(), "cluster member stopped") {
+		t.Error("no log line says the lost member stopped")
+	}
 }
 
 func echoPID(address string) *actor.PID { return actor.NewPID(address, "echo") }

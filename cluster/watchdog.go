@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -34,6 +35,10 @@ type zombieSigns struct {
 	// Peers are TopologyPeers as gossip shows them; nil when gossip could not be read at
 	// this check.
 	Peers []peerSigns
+	// Lapsed is when discovery last took the member's registration or TTL refresh after a
+	// gap past its TTL (its check lapsed meanwhile); zero when it never has, or discovery
+	// has no TTL.
+	Lapsed time.Time
 }
 
 // live reports whether id is a member of the live cluster as this member sees it: in its
@@ -62,10 +67,17 @@ type peerSigns struct {
 //   - a live peer answered a connection with "blocked";
 //   - it is missing from its own member list for absentLimit checks in a row while
 //     discovery is healthy;
-//   - a live peer's own topology, as gossip relays it, has left it out for peerLimit —
-//     that peer dropped it (and blocked it);
+//   - a live peer's own topology, as gossip relays it, held it once and leaves it out
+//     now: that peer dropped it and blocked its id (protoactor blocks every member that
+//     leaves its topology, docs/actor-library.md §2), so this is final at once;
+//   - a live peer's topology has left it out for peerLimit without ever holding it (a
+//     peer that dropped it before its topology reached this member);
 //   - no live peer has gossiped to it for peerLimit: they have all dropped it, and gossip
-//     only goes to members one holds.
+//     only goes to members one holds;
+//   - its health check lapsed (a partition from Consul), and lapseGrace after discovery
+//     took it again a live peer it knew before is still silent: that peer's side
+//     watched the check fail and dropped it. The peers on its own side of the partition
+//     keep gossiping with it, so the silence of all would never come.
 //
 // Only the live cluster may make a member restart. A live peer is one of the latest
 // topology that discovery reports alive (zombieSigns.live). A member the cluster has
@@ -84,11 +96,12 @@ type zombieCheck struct {
 	absent        int
 	firstSeen     map[string]time.Time // when each current live peer was first seen
 	excludedSince map[string]time.Time // since when each live peer's topology has left us out
+	heldBy        map[string]bool      // the live peers whose topology has held us
 }
 
 func newZombieCheck(absentLimit int, peerLimit, pauseLimit time.Duration) *zombieCheck {
 	return &zombieCheck{absentLimit: absentLimit, peerLimit: peerLimit, pauseLimit: pauseLimit,
-		firstSeen: map[string]time.Time{}, excludedSince: map[string]time.Time{}}
+		firstSeen: map[string]time.Time{}, excludedSince: map[string]time.Time{}, heldBy: map[string]bool{}}
 }
 
 // step takes one check's signs at now and returns why the member is lost, or "" while it
@@ -128,16 +141,38 @@ func (z *zombieCheck) step(now time.Time, s zombieSigns) (lost string, ignored [
 		}
 	}
 	z.forgetGone(peers)
+	for _, p := range peers {
+		if _, ok := z.firstSeen[p.ID]; !ok {
+			z.firstSeen[p.ID] = now
+		}
+	}
+	// A peer's topology that held this member and leaves it out now has blocked it: that
+	// is final whatever discovery says (the topology goes forward only, by gossip's
+	// sequence numbers).
+	for _, p := range peers {
+		switch {
+		case !p.TopologyKnown:
+		case p.IncludesMe:
+			z.heldBy[p.ID] = true
+		case z.heldBy[p.ID]:
+			return fmt.Sprintf("member %s had this member in its topology and has left it out: it has dropped and blocked it", p.ID), ignored
+		}
+	}
+	if !s.Lapsed.IsZero() && now.Sub(s.Lapsed) >= lapseGrace {
+		for _, p := range peers {
+			if latest(z.firstSeen[p.ID], p.Heard).Before(s.Lapsed) {
+				return fmt.Sprintf("the member's health check lapsed, and member %s, live in discovery, has not gossiped to it in the %s since discovery took it again: it has dropped it",
+					p.ID, now.Sub(s.Lapsed).Round(time.Second)), ignored
+			}
+		}
+	}
 	if !s.ProviderHealthy {
 		clear(z.excludedSince)
 		return "", ignored
 	}
 	silent := 0
 	for _, p := range peers {
-		first, ok := z.firstSeen[p.ID]
-		if !ok {
-			first, z.firstSeen[p.ID] = now, now
-		}
+		first := z.firstSeen[p.ID]
 		if p.TopologyKnown && !p.IncludesMe {
 			since, ok := z.excludedSince[p.ID]
 			if !ok {
@@ -161,12 +196,11 @@ func (z *zombieCheck) step(now time.Time, s zombieSigns) (lost string, ignored [
 
 // forgetGone drops the state of peers no longer among peers.
 func (z *zombieCheck) forgetGone(peers []peerSigns) {
-	for id := range z.firstSeen {
-		if !slices.ContainsFunc(peers, func(p peerSigns) bool { return p.ID == id }) {
-			delete(z.firstSeen, id)
-			delete(z.excludedSince, id)
-		}
+	gone := func(id string) bool { return !slices.ContainsFunc(peers, func(p peerSigns) bool { return p.ID == id }) }
+	for _, m := range []map[string]time.Time{z.firstSeen, z.excludedSince} {
+		maps.DeleteFunc(m, func(id string, _ time.Time) bool { return gone(id) })
 	}
+	maps.DeleteFunc(z.heldBy, func(id string, _ bool) bool { return gone(id) })
 }
 
 func latest(a, b time.Time) time.Time {
@@ -192,6 +226,7 @@ type watchdog struct {
 	cluster    *pcluster.Cluster
 	healthy    func() bool
 	alive      func() map[string]bool // discovery's live member ids; nil: trust the topology
+	lapsed     func() time.Time       // when discovery last took the member back after its check lapsed; nil: no TTL
 	interval   time.Duration
 	pauseLimit time.Duration // 0: pauses are not looked at (in-process discovery has no TTL)
 	log        zerolog.Logger
@@ -212,8 +247,9 @@ type watchdog struct {
 	stopOnce sync.Once
 }
 
-func newWatchdog(selfID string, healthy func() bool, alive func() map[string]bool, interval, pauseLimit time.Duration, log zerolog.Logger) *watchdog {
-	return &watchdog{selfID: selfID, healthy: healthy, alive: alive, interval: interval, pauseLimit: pauseLimit, log: log,
+func newWatchdog(selfID string, healthy func() bool, alive func() map[string]bool, lapsed func() time.Time,
+	interval, pauseLimit time.Duration, log zerolog.Logger) *watchdog {
+	return &watchdog{selfID: selfID, healthy: healthy, alive: alive, lapsed: lapsed, interval: interval, pauseLimit: pauseLimit, log: log,
 		blockedBy: map[string]bool{}, noted: map[string]bool{}, lost: make(chan struct{}), stop: make(chan struct{})}
 }
 
@@ -330,9 +366,13 @@ func (w *watchdog) signs() zombieSigns {
 	if w.alive != nil {
 		alive = w.alive()
 	}
+	var lapsed time.Time
+	if w.lapsed != nil {
+		lapsed = w.lapsed()
+	}
 	w.mu.Lock()
 	s := zombieSigns{SelfBlocked: selfBlocked, Paused: w.paused, TopologySeen: w.topologySeen,
-		InTopology: w.inTopology, TopologyPeers: w.peers, ProviderHealthy: healthy, Alive: alive}
+		InTopology: w.inTopology, TopologyPeers: w.peers, ProviderHealthy: healthy, Alive: alive, Lapsed: lapsed}
 	for id := range w.blockedBy {
 		s.BlockedBy = append(s.BlockedBy, id)
 	}

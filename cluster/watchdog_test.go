@@ -74,6 +74,7 @@ func TestZombieCheck(t *testing.T) {
 	resumedUnanswered.BlockedBy = nil
 	starved := with(func(s *zombieSigns) { s.Paused = 2 * time.Second })
 	withAlive := func(s zombieSigns, ids ...string) zombieSigns { s.Alive = alive(ids...); return s }
+	lapsedAt := func(s zombieSigns, at float64) zombieSigns { s.Lapsed = sec(at); return s }
 
 	type step struct {
 		at float64 // seconds
@@ -114,11 +115,50 @@ func TestZombieCheck(t *testing.T) {
 		{"a peer's topology leaves us out for the limit", 4 * time.Second, []step{
 			{0, peers(true, heard("a", 0), excludes("b", 0))}, {5, peers(true, heard("a", 5), excludes("b", 5))},
 			{10, peers(true, heard("a", 10), excludes("b", 10))}}, 2, "member b has left this member out", nil},
-		{"a peer's topology leaving us out briefly (joining)", 4 * time.Second, []step{
-			{0, peers(true, excludes("b", 0))}, {2, peers(true, heard("b", 2))}, {9, peers(true, excludes("b", 9))},
+		{"a peer's topology leaving us out until it has seen us join", 4 * time.Second, []step{
+			{0, peers(true, excludes("b", 0))}, {2, peers(true, excludes("b", 2))}, {9, peers(true, heard("b", 9))},
 			{15, peers(true, heard("b", 15))}}, -1, "", nil},
+		// A topology that held us and leaves us out has blocked us: protoactor blocks every
+		// member that leaves its topology, and a peer's topology only goes forward.
+		{"a peer's topology held us and leaves us out: lost at once", 4 * time.Second, []step{
+			{0, peers(true, excludes("b", 0))}, {1, peers(true, heard("b", 1))}, {2, peers(true, excludes("b", 2))}},
+			2, "member b had this member in its topology and has left it out", nil},
+		{"held, then left out while discovery fails: lost too", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))}, {1, peers(false, heard("a", 1), excludes("b", 1))}},
+			1, "member b had this member", nil},
+		{"held by a peer that then left the live set: its exclusion waits the limit", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))}, {1, peers(true, heard("a", 1))},
+			{2, peers(true, heard("a", 2), excludes("b", 2))}, {11, peers(true, heard("a", 11), excludes("b", 11))},
+			{12, peers(true, heard("a", 12), excludes("b", 12))}}, 4, "member b has left this member out of its topology for 10s", nil},
+		{"held by a member the cluster has since dropped: its exclusion does not count", 4 * time.Second, []step{
+			{0, withAlive(peers(true, heard("a", 0), heard("z", 0)), "self", "a", "z")},
+			{1, withAlive(peers(true, heard("a", 1), excludes("z", 1)), "self", "a")},
+			{2, withAlive(peers(true, heard("a", 2), excludes("z", 2)), "self", "a")}}, -1, "", nil},
 		{"a peer that leaves the topology is forgotten", 4 * time.Second, []step{
 			{0, peers(true, excludes("b", 0))}, {5, peers(true)}, {12, peers(true, excludes("b", 12))}}, -1, "", nil},
+
+		// A partition cut the member from Consul past its TTL: the side that watched its
+		// check fail dropped it and stops gossiping with it, while the peers on its own side
+		// keep gossiping (so not every live peer falls silent).
+		{"lapsed, a peer heard before stays silent past the grace: lost", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))},
+			{10, lapsedAt(peers(true, heard("a", 9.8), heard("b", 2)), 8)},
+			{12.9, lapsedAt(peers(true, heard("a", 12.8), heard("b", 2)), 8)},
+			{13, lapsedAt(peers(true, heard("a", 12.9), heard("b", 2)), 8)}},
+			3, "member b, live in discovery, has not gossiped to it in the 5s since", nil},
+		{"lapsed, every peer gossips again: not lost", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))},
+			{10, lapsedAt(peers(true, heard("a", 9), heard("b", 2)), 8)},
+			{13, lapsedAt(peers(true, heard("a", 12.9), heard("b", 8.5)), 8)},
+			{60, lapsedAt(peers(true, heard("a", 59.9), heard("b", 59.7)), 8)}}, -1, "", nil},
+		{"lapsed: a peer first seen since does not count until heard", 4 * time.Second, []step{
+			{13, lapsedAt(peers(true, heard("a", 12.9), peerSigns{ID: "b"}), 8)},
+			{20, lapsedAt(peers(true, heard("a", 19.9), peerSigns{ID: "b"}), 8)}}, -1, "", nil},
+		{"lapsed: a peer seen before, never heard, still silent: lost", 4 * time.Second, []step{
+			{7, peers(false, heard("a", 6.9), peerSigns{ID: "b"})},
+			{13, lapsedAt(peers(true, heard("a", 12.9), peerSigns{ID: "b"}), 8)}}, 1, "member b, live", nil},
+		{"lapsed: a silent member the cluster has dropped does not count", 4 * time.Second, []step{
+			{13, withAlive(lapsedAt(peers(true, heard("a", 12.9), heard("z", 2)), 8), "self", "a")}}, -1, "", nil},
 
 		// Only the live cluster may make a member restart.
 		{"blocked by a member the cluster dropped: not lost", 4 * time.Second, []step{
@@ -182,6 +222,39 @@ func TestPauseOf(t *testing.T) {
 	} {
 		if got := pauseOf(t0, t0.Add(tc.gap), tick); got != tc.want {
 			t.Errorf("%s: pauseOf = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestConsulLapse: the provider records a lapse when the agent takes the member back after
+// a gap past TTL + pauseMargin since it last took it, and only then.
+func TestConsulLapse(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for _, tc := range []struct {
+		name  string
+		taken []float64 // seconds at which the agent took a registration or refresh
+		want  float64   // the lapse recorded; -1: none
+	}{
+		{"refreshed every 500 ms", []float64{0, 0.5, 1, 1.5, 2}, -1},
+		{"a gap of the TTL: not past the margin", []float64{0, 0.5, 3.5}, -1},
+		{"a gap just under TTL + margin", []float64{0, 0.5, 4.49}, -1},
+		{"a gap of TTL + margin", []float64{0, 0.5, 4.5, 5}, 4.5},
+		{"two lapses: the latest", []float64{0, 5, 5.5, 12, 12.5}, 12},
+		{"a lapse before the first take is no lapse", []float64{30}, -1},
+	} {
+		var now time.Time
+		p := &consulProvider{opts: ConsulOptions{TTL: 3 * time.Second}, now: func() time.Time { return now }}
+		for _, at := range tc.taken {
+			now = sec(at)
+			p.tookUs()
+		}
+		want := time.Time{}
+		if tc.want >= 0 {
+			want = sec(tc.want)
+		}
+		if got := p.lapsed(); !got.Equal(want) {
+			t.Errorf("%s: lapsed %v, want %v", tc.name, got.Sub(t0), want.Sub(t0))
 		}
 	}
 }
