@@ -48,7 +48,8 @@ type consulProvider struct {
 	queryOK    bool            // the last membership query answered
 	passing    map[string]bool // member ids whose checks passed in the last answer; replaced, never changed
 	refreshed  time.Time       // when the agent last took our registration or a TTL refresh
-	lapsedAt   time.Time       // when one last went through after a gap past TTL + pauseMargin; zero: never
+	lapsedAt   time.Time       // when one last went through after a gap of the TTL or more; zero: never
+	answeredAt time.Time       // when the membership query last answered
 	started    bool
 	stopped    bool
 
@@ -272,25 +273,26 @@ func (p *consulProvider) trouble(lost bool) {
 }
 
 // tookUs records that the agent took our registration or a TTL refresh now. After a gap
-// past the TTL plus pauseMargin the member's check has been critical for a while in an
-// agent that kept it (or the agent lost it): whoever watched Consul meanwhile may have
-// dropped the member, and the watchdog looks for their silence (zombieSigns.Lapsed).
+// of the TTL or more the member's check has been critical in an agent that kept it (or
+// the agent lost it): whoever watched Consul meanwhile may have dropped the member, and
+// the watchdog looks for their silence (zombieSigns.Lapsed).
 func (p *consulProvider) tookUs() {
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.refreshed.IsZero() && now.Sub(p.refreshed) >= p.opts.TTL+pauseMargin {
+	if !p.refreshed.IsZero() && now.Sub(p.refreshed) >= p.opts.TTL {
 		p.lapsedAt = now
 	}
 	p.refreshed = now
 }
 
-// lapsed is when the member's registration or TTL refresh last went through after its
-// check had lapsed (tookUs); zero when it never has.
-func (p *consulProvider) lapsed() time.Time {
+// lapse returns when the member's registration or TTL refresh last went through after
+// its check had lapsed (tookUs; zero when it never has) and when the membership query
+// last answered (zero: never).
+func (p *consulProvider) lapse() (lapsed, answered time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.lapsedAt
+	return p.lapsedAt, p.answeredAt
 }
 
 func (p *consulProvider) setRegistered() {
@@ -345,6 +347,7 @@ func (p *consulProvider) answer(index, last uint64, passing []*pcluster.Member) 
 	defer p.mu.Unlock()
 	now := p.now()
 	p.queryOK = true
+	p.answeredAt = now
 	p.passing = make(map[string]bool, len(passing))
 	for _, m := range passing {
 		p.passing[m.Id] = true

@@ -414,7 +414,7 @@ func TestConsulMemberDroppedBehindItsBackIsLost(t *testing.T) {
 		t.Fatal("the dropped member never noticed")
 	}
 	t.Logf("lost %s after the drop: %s", time.Since(dropped).Round(time.Millisecond), p.LostReason())
-	if !strings.Contains(p.LostReason(), "gossiped") {
+	if !strings.Contains(p.LostReason(), "none of the 1 members") {
 		t.Errorf("LostReason = %q, want the silence of its peers", p.LostReason())
 	}
 	if st := c.status(); st.Lost != "" {

@@ -50,11 +50,15 @@ const (
 	// check has been critical long enough for every member watching Consul to have seen it
 	// fail, dropped it and blocked its id.
 	pauseMargin = time.Second
-	// lapseGrace is how long after discovery took a lapsed member back a live peer it had
-	// heard before may stay silent before the member counts as dropped: gossip between
-	// members that kept it resumes within a second or two, and a peer that was paused
-	// meanwhile has lapsed itself (TTL) and stopped being live by then.
+	// lapseGrace is how long a live peer may stay silent, from lapseGrace to lapseWindow
+	// after discovery took a lapsed member back, before the member counts as dropped:
+	// gossip between members that kept it resumes within a second or two, and a peer
+	// that went quiet itself (paused, killed) stops passing its check within the TTL
+	// (the grace is at least TTL + pauseMargin + 1 s).
 	lapseGrace = 5 * time.Second
+	// lapseWindow is how long after a lapse a peer's silence is taken as its dropping the
+	// member; later, the slower signs alone decide.
+	lapseWindow = 30 * time.Second
 	// pauseTick is how often the watchdog's clock wakes to measure pauses.
 	pauseTick = 100 * time.Millisecond
 	// maxBlockedBy bounds the peer ids (remote input) the watchdog keeps per check from

@@ -171,12 +171,12 @@ func Start(cfg Config) (m *Member, err error) {
 	var consul *consulProvider
 	healthy := func() bool { return true }
 	var alive func() map[string]bool
-	var lapsed func() time.Time
+	var lapse func() (time.Time, time.Time)
 	if s.discovery.Kind == DiscoveryConsul {
 		if consul, err = newConsulProvider(s.discovery.Address, s.Consul, log); err != nil {
 			return nil, err
 		}
-		provider, healthy, alive, lapsed = consul, consul.healthy, consul.alive, consul.lapsed
+		provider, healthy, alive, lapse = consul, consul.healthy, consul.alive, consul.lapse
 	} else {
 		provider = testprovider.NewTestProvider(sharedLocalAgent())
 	}
@@ -197,7 +197,7 @@ func Start(cfg Config) (m *Member, err error) {
 	if consul != nil {
 		pauseLimit = s.Consul.withDefaults().TTL + pauseMargin
 	}
-	wd := newWatchdog(system.ID, healthy, alive, lapsed, s.WatchdogInterval, pauseLimit, log)
+	wd := newWatchdog(system.ID, healthy, alive, lapse, s.WatchdogInterval, pauseLimit, log)
 	remoteOpts := remoteOptions(s.MaxMessageBytes, newGRPCGuard(log, wd.onBlockedBy), tr)
 	if s.advertise != "" {
 		remoteOpts = append(remoteOpts, remote.WithAdvertisedHost(s.advertise))
@@ -312,5 +312,11 @@ func (m *Member) leaveLost() {
 	c.IdentityLookup.Shutdown()
 	c.Gossip.Shutdown()
 	c.Remote.Shutdown(false)
-	go c.Remote.Shutdown(true) // the server is stopped: this stops the endpoint writers
+	go func() {
+		// The server is stopped: this stops the endpoint writers. It can find an inbound
+		// stream's channel closed and not yet forgotten, and send on it (protoactor's
+		// endpoint reader), a panic in a member already gone.
+		defer func() { _ = recover() }()
+		c.Remote.Shutdown(true)
+	}()
 }

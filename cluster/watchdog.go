@@ -36,9 +36,9 @@ type zombieSigns struct {
 	// this check.
 	Peers []peerSigns
 	// Lapsed is when discovery last took the member's registration or TTL refresh after a
-	// gap past its TTL (its check lapsed meanwhile); zero when it never has, or discovery
-	// has no TTL.
-	Lapsed time.Time
+	// gap of its TTL or more (its check lapsed meanwhile); zero when it never has, or
+	// discovery has no TTL. Answered is when discovery's membership query last answered.
+	Lapsed, Answered time.Time
 }
 
 // live reports whether id is a member of the live cluster as this member sees it: in its
@@ -74,10 +74,13 @@ type peerSigns struct {
 //     peer that dropped it before its topology reached this member);
 //   - no live peer has gossiped to it for peerLimit: they have all dropped it, and gossip
 //     only goes to members one holds;
-//   - its health check lapsed (a partition from Consul), and lapseGrace after discovery
-//     took it again a live peer it knew before is still silent: that peer's side
-//     watched the check fail and dropped it. The peers on its own side of the partition
-//     keep gossiping with it, so the silence of all would never come.
+//   - its health check lapsed (a partition from Consul), and from lapseGrace to
+//     lapseWindow after discovery took it again, with discovery healthy and answering
+//     since, a live peer has been silent for lapseGrace: that peer's side watched the
+//     check fail and dropped it. The peers on its own side of the partition keep
+//     gossiping with it, so the silence of all would never come; and a peer that has
+//     only gone quiet (paused, killed) stops being live in discovery within its TTL,
+//     less than lapseGrace.
 //
 // Only the live cluster may make a member restart. A live peer is one of the latest
 // topology that discovery reports alive (zombieSigns.live). A member the cluster has
@@ -158,11 +161,16 @@ func (z *zombieCheck) step(now time.Time, s zombieSigns) (lost string, ignored [
 			return fmt.Sprintf("member %s had this member in its topology and has left it out: it has dropped and blocked it", p.ID), ignored
 		}
 	}
-	if !s.Lapsed.IsZero() && now.Sub(s.Lapsed) >= lapseGrace {
+	// A gossip message sent before the partition can arrive after it (TCP retransmits):
+	// a heartbeat heard once since the lapse proves nothing, a silence as long as the
+	// grace does.
+	grace := max(lapseGrace, z.pauseLimit+time.Second)
+	if since := now.Sub(s.Lapsed); !s.Lapsed.IsZero() && s.ProviderHealthy && s.Answered.After(s.Lapsed) &&
+		since >= grace && since <= lapseWindow {
 		for _, p := range peers {
-			if latest(z.firstSeen[p.ID], p.Heard).Before(s.Lapsed) {
-				return fmt.Sprintf("the member's health check lapsed, and member %s, live in discovery, has not gossiped to it in the %s since discovery took it again: it has dropped it",
-					p.ID, now.Sub(s.Lapsed).Round(time.Second)), ignored
+			if silent := now.Sub(latest(z.firstSeen[p.ID], p.Heard)); silent >= grace {
+				return fmt.Sprintf("the member's health check lapsed %s ago, and member %s, live in discovery, has not gossiped to it for %s: it has dropped it",
+					since.Round(time.Second), p.ID, silent.Round(time.Second)), ignored
 			}
 		}
 	}
@@ -225,8 +233,8 @@ type watchdog struct {
 	selfID     string
 	cluster    *pcluster.Cluster
 	healthy    func() bool
-	alive      func() map[string]bool // discovery's live member ids; nil: trust the topology
-	lapsed     func() time.Time       // when discovery last took the member back after its check lapsed; nil: no TTL
+	alive      func() map[string]bool              // discovery's live member ids; nil: trust the topology
+	lapse      func() (lapsed, answered time.Time) // zombieSigns.Lapsed and .Answered; nil: no TTL
 	interval   time.Duration
 	pauseLimit time.Duration // 0: pauses are not looked at (in-process discovery has no TTL)
 	log        zerolog.Logger
@@ -247,9 +255,9 @@ type watchdog struct {
 	stopOnce sync.Once
 }
 
-func newWatchdog(selfID string, healthy func() bool, alive func() map[string]bool, lapsed func() time.Time,
+func newWatchdog(selfID string, healthy func() bool, alive func() map[string]bool, lapse func() (time.Time, time.Time),
 	interval, pauseLimit time.Duration, log zerolog.Logger) *watchdog {
-	return &watchdog{selfID: selfID, healthy: healthy, alive: alive, lapsed: lapsed, interval: interval, pauseLimit: pauseLimit, log: log,
+	return &watchdog{selfID: selfID, healthy: healthy, alive: alive, lapse: lapse, interval: interval, pauseLimit: pauseLimit, log: log,
 		blockedBy: map[string]bool{}, noted: map[string]bool{}, lost: make(chan struct{}), stop: make(chan struct{})}
 }
 
@@ -366,13 +374,13 @@ func (w *watchdog) signs() zombieSigns {
 	if w.alive != nil {
 		alive = w.alive()
 	}
-	var lapsed time.Time
-	if w.lapsed != nil {
-		lapsed = w.lapsed()
+	var lapsed, answered time.Time
+	if w.lapse != nil {
+		lapsed, answered = w.lapse()
 	}
 	w.mu.Lock()
 	s := zombieSigns{SelfBlocked: selfBlocked, Paused: w.paused, TopologySeen: w.topologySeen,
-		InTopology: w.inTopology, TopologyPeers: w.peers, ProviderHealthy: healthy, Alive: alive, Lapsed: lapsed}
+		InTopology: w.inTopology, TopologyPeers: w.peers, ProviderHealthy: healthy, Alive: alive, Lapsed: lapsed, Answered: answered}
 	for id := range w.blockedBy {
 		s.BlockedBy = append(s.BlockedBy, id)
 	}

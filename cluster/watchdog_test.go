@@ -74,7 +74,9 @@ func TestZombieCheck(t *testing.T) {
 	resumedUnanswered.BlockedBy = nil
 	starved := with(func(s *zombieSigns) { s.Paused = 2 * time.Second })
 	withAlive := func(s zombieSigns, ids ...string) zombieSigns { s.Alive = alive(ids...); return s }
-	lapsedAt := func(s zombieSigns, at float64) zombieSigns { s.Lapsed = sec(at); return s }
+	// lapsedAt: discovery took the member back at at, and has answered since.
+	lapsedAt := func(s zombieSigns, at float64) zombieSigns { s.Lapsed, s.Answered = sec(at), sec(at+0.1); return s }
+	with2 := func(s zombieSigns, f func(*zombieSigns)) zombieSigns { f(&s); return s }
 
 	type step struct {
 		at float64 // seconds
@@ -145,20 +147,40 @@ func TestZombieCheck(t *testing.T) {
 			{10, lapsedAt(peers(true, heard("a", 9.8), heard("b", 2)), 8)},
 			{12.9, lapsedAt(peers(true, heard("a", 12.8), heard("b", 2)), 8)},
 			{13, lapsedAt(peers(true, heard("a", 12.9), heard("b", 2)), 8)}},
-			3, "member b, live in discovery, has not gossiped to it in the 5s since", nil},
+			3, "lapsed 5s ago, and member b, live in discovery, has not gossiped to it for 11s", nil},
 		{"lapsed, every peer gossips again: not lost", 4 * time.Second, []step{
 			{0, peers(true, heard("a", 0), heard("b", 0))},
 			{10, lapsedAt(peers(true, heard("a", 9), heard("b", 2)), 8)},
 			{13, lapsedAt(peers(true, heard("a", 12.9), heard("b", 8.5)), 8)},
-			{60, lapsedAt(peers(true, heard("a", 59.9), heard("b", 59.7)), 8)}}, -1, "", nil},
-		{"lapsed: a peer first seen since does not count until heard", 4 * time.Second, []step{
+			{20, lapsedAt(peers(true, heard("a", 19.9), heard("b", 19.7)), 8)}}, -1, "", nil},
+		// A message sent before the partition and retransmitted after it is heard once.
+		{"lapsed, a peer heard once after the lapse and silent since: lost", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))},
+			{10, lapsedAt(peers(true, heard("a", 9.8), heard("b", 9)), 8)},
+			{13.9, lapsedAt(peers(true, heard("a", 13.8), heard("b", 9)), 8)},
+			{14, lapsedAt(peers(true, heard("a", 13.9), heard("b", 9)), 8)}}, 3, "member b, live in discovery, has not gossiped to it for 5s", nil},
+		{"lapsed: a peer first seen since gets the grace from then", 4 * time.Second, []step{
 			{13, lapsedAt(peers(true, heard("a", 12.9), peerSigns{ID: "b"}), 8)},
-			{20, lapsedAt(peers(true, heard("a", 19.9), peerSigns{ID: "b"}), 8)}}, -1, "", nil},
-		{"lapsed: a peer seen before, never heard, still silent: lost", 4 * time.Second, []step{
-			{7, peers(false, heard("a", 6.9), peerSigns{ID: "b"})},
-			{13, lapsedAt(peers(true, heard("a", 12.9), peerSigns{ID: "b"}), 8)}}, 1, "member b, live", nil},
+			{17.9, lapsedAt(peers(true, heard("a", 17.8), peerSigns{ID: "b"}), 8)},
+			{18, lapsedAt(peers(true, heard("a", 17.9), peerSigns{ID: "b"}), 8)}}, 2, "member b, live", nil},
 		{"lapsed: a silent member the cluster has dropped does not count", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("z", 0))},
 			{13, withAlive(lapsedAt(peers(true, heard("a", 12.9), heard("z", 2)), 8), "self", "a")}}, -1, "", nil},
+		// Discovery's answer from before the lapse may still list a peer that died.
+		{"lapsed: no discovery answer since the lapse: not lost", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))},
+			{13, with2(lapsedAt(peers(true, heard("a", 12.9), heard("b", 2)), 8), func(s *zombieSigns) { s.Answered = sec(7) })}}, -1, "", nil},
+		{"lapsed: discovery failing again: not lost", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))},
+			{13, lapsedAt(peers(false, heard("a", 12.9), heard("b", 2)), 8)}}, -1, "", nil},
+		{"lapsed long ago: a silence then is for the slower signs", 4 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))},
+			{30, lapsedAt(peers(true, heard("a", 29.9), heard("b", 29.9)), 8)},
+			{38.5, lapsedAt(peers(true, heard("a", 38.4), heard("b", 31)), 8)}}, -1, "", nil},
+		{"a TTL past 4 s widens the grace", 12 * time.Second, []step{
+			{0, peers(true, heard("a", 0), heard("b", 0))},
+			{14, lapsedAt(peers(true, heard("a", 13.9), heard("b", 2)), 8)},
+			{21, lapsedAt(peers(true, heard("a", 20.9), heard("b", 2)), 8)}}, 2, "lapsed 13s ago", nil},
 
 		// Only the live cluster may make a member restart.
 		{"blocked by a member the cluster dropped: not lost", 4 * time.Second, []step{
@@ -227,7 +249,7 @@ func TestPauseOf(t *testing.T) {
 }
 
 // TestConsulLapse: the provider records a lapse when the agent takes the member back after
-// a gap past TTL + pauseMargin since it last took it, and only then.
+// a gap of the TTL or more since it last took it, and only then.
 func TestConsulLapse(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -237,9 +259,8 @@ func TestConsulLapse(t *testing.T) {
 		want  float64   // the lapse recorded; -1: none
 	}{
 		{"refreshed every 500 ms", []float64{0, 0.5, 1, 1.5, 2}, -1},
-		{"a gap of the TTL: not past the margin", []float64{0, 0.5, 3.5}, -1},
-		{"a gap just under TTL + margin", []float64{0, 0.5, 4.49}, -1},
-		{"a gap of TTL + margin", []float64{0, 0.5, 4.5, 5}, 4.5},
+		{"a gap just under the TTL", []float64{0, 0.5, 3.49}, -1},
+		{"a gap of the TTL", []float64{0, 0.5, 3.5, 4}, 3.5},
 		{"two lapses: the latest", []float64{0, 5, 5.5, 12, 12.5}, 12},
 		{"a lapse before the first take is no lapse", []float64{30}, -1},
 	} {
@@ -253,7 +274,7 @@ func TestConsulLapse(t *testing.T) {
 		if tc.want >= 0 {
 			want = sec(tc.want)
 		}
-		if got := p.lapsed(); !got.Equal(want) {
+		if got, _ := p.lapse(); !got.Equal(want) {
 			t.Errorf("%s: lapsed %v, want %v", tc.name, got.Sub(t0), want.Sub(t0))
 		}
 	}
