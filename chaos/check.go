@@ -81,7 +81,7 @@ type Windows struct {
 // documented way back: a member a partition dropped (its Consul check lapsed) finds out
 // at the latest when a live peer has left it out of its topology, or every live peer has
 // stayed silent, for 10 s, then starts a new member and, on a node, its engines again
-// (within about 6 s of the partition's end by the quicker signs, measured).
+// (within about 11 s of the partition's end by the quicker signs, measured).
 var DefaultWindows = Windows{Cut: 10 * time.Second, Recovery: 20 * time.Second}
 
 // Classify is the outcome of r against its reference tokens ref (what an undisturbed
