@@ -144,15 +144,13 @@ func (z *zombieCheck) step(now time.Time, s zombieSigns) (lost string, ignored [
 		}
 	}
 	z.forgetGone(peers)
-	for _, p := range peers {
-		if _, ok := z.firstSeen[p.ID]; !ok {
-			z.firstSeen[p.ID] = now
-		}
-	}
 	// A peer's topology that held this member and leaves it out now has blocked it: that
 	// is final whatever discovery says (the topology goes forward only, by gossip's
 	// sequence numbers).
 	for _, p := range peers {
+		if _, ok := z.firstSeen[p.ID]; !ok {
+			z.firstSeen[p.ID] = now
+		}
 		switch {
 		case !p.TopologyKnown:
 		case p.IncludesMe:
