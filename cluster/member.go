@@ -304,9 +304,7 @@ func (m *Member) Stop() {
 func (m *Member) leaveLost() {
 	c := m.Cluster
 	c.ActorSystem.Shutdown()
-	if m.consul != nil {
-		m.consul.halt() // deregistered by Stop already
-	} else {
+	if m.consul == nil { // with Consul, Stop's deregistration has halted the provider
 		_ = c.Config.ClusterProvider.Shutdown(true)
 	}
 	c.IdentityLookup.Shutdown()

@@ -95,6 +95,7 @@ type zombieCheck struct {
 	absentLimit int           // checks in a row absent from the own topology, provider healthy
 	peerLimit   time.Duration // how long a peer may leave us out, or all peers stay silent
 	pauseLimit  time.Duration // the longest pause a member survives; 0: pauses are not looked at
+	grace       time.Duration // a live peer's silence after a lapse that drops us: lapseGrace, at least pauseLimit + 1 s
 
 	absent        int
 	firstSeen     map[string]time.Time // when each current live peer was first seen
@@ -104,6 +105,7 @@ type zombieCheck struct {
 
 func newZombieCheck(absentLimit int, peerLimit, pauseLimit time.Duration) *zombieCheck {
 	return &zombieCheck{absentLimit: absentLimit, peerLimit: peerLimit, pauseLimit: pauseLimit,
+		grace:     max(lapseGrace, pauseLimit+time.Second),
 		firstSeen: map[string]time.Time{}, excludedSince: map[string]time.Time{}, heldBy: map[string]bool{}}
 }
 
@@ -162,11 +164,10 @@ func (z *zombieCheck) step(now time.Time, s zombieSigns) (lost string, ignored [
 	// A gossip message sent before the partition can arrive after it (TCP retransmits):
 	// a heartbeat heard once since the lapse proves nothing, a silence as long as the
 	// grace does.
-	grace := max(lapseGrace, z.pauseLimit+time.Second)
 	if since := now.Sub(s.Lapsed); !s.Lapsed.IsZero() && s.ProviderHealthy && s.Answered.After(s.Lapsed) &&
-		since >= grace && since <= lapseWindow {
+		since >= z.grace && since <= lapseWindow {
 		for _, p := range peers {
-			if silent := now.Sub(latest(z.firstSeen[p.ID], p.Heard)); silent >= grace {
+			if silent := now.Sub(latest(z.firstSeen[p.ID], p.Heard)); silent >= z.grace {
 				return fmt.Sprintf("the member's health check lapsed %s ago, and member %s, live in discovery, has not gossiped to it for %s: it has dropped it",
 					since.Round(time.Second), p.ID, silent.Round(time.Second)), ignored
 			}
