@@ -2,11 +2,15 @@
 # Runs every fuzz target of the module (or those matching a pattern) for a fixed number
 # of executions each, one after the other, and prints a line per target and a summary.
 #
-#   scripts/fuzz.sh [--execs N] [--parallel P] [--out FILE] [PATTERN]
+#   scripts/fuzz.sh [--execs N] [--parallel P] [--minimize-time T] [--out FILE] [PATTERN]
 #
 # --execs     executions per target (default 1000000; `task fuzz`), counted by go test's
 #             -fuzztime Nx over all its workers
 # --parallel  fuzzing workers per target (default: the machine's cores)
+# --minimize-time
+#             go test's -fuzzminimizetime (default 60s; "1x" keeps new corpus entries
+#             as found): a target whose coverage depends on goroutine timing finds
+#             "new" inputs all the time, and minimizing each stalls its run for a minute
 # --out       also write the per-target results as TSV (package, target, executions,
 #             seconds, executions/s, new corpus entries, result)
 # PATTERN     an extended regular expression matched against "package.FuzzName"
@@ -18,6 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 execs=1000000
 parallel=$(nproc)
+minimize=60s
 out=""
 pattern=""
 while [ $# -gt 0 ]; do
@@ -25,13 +30,15 @@ while [ $# -gt 0 ]; do
 	--execs) execs="$2"; shift 2 ;;
 	--parallel) parallel="$2"; shift 2 ;;
 	--out) out="$2"; shift 2 ;;
-	-h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--minimize-time) minimize="$2"; shift 2 ;;
+	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	-*) echo "fuzz.sh: unknown flag $1" >&2; exit 2 ;;
 	*) pattern="$1"; shift ;;
 	esac
 done
 case "$execs" in "" | 0 | *[!0-9]*) echo "fuzz.sh: --execs must be a positive integer" >&2; exit 2 ;; esac
 case "$parallel" in "" | 0 | *[!0-9]*) echo "fuzz.sh: --parallel must be a positive integer" >&2; exit 2 ;; esac
+case "$minimize" in *[0-9]s | *[0-9]x | *[0-9]m) ;; *) echo "fuzz.sh: --minimize-time must be like 60s, 2m or 1x" >&2; exit 2 ;; esac
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 
 # Packages that declare fuzz targets, then the targets each lists.
@@ -59,13 +66,13 @@ total=0
 start=$SECONDS
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-echo "fuzz: ${#targets[@]} targets, ${execs} executions each, ${parallel} workers"
+echo "fuzz: ${#targets[@]} targets, ${execs} executions each, ${parallel} workers, minimizing for ${minimize}"
 for t in "${targets[@]}"; do
 	pkg=${t% *}
 	name=${t#* }
 	t0=$SECONDS
 	# -timeout 0: go test's default of 10 minutes would end a slow target's run as a failure.
-	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "${execs}x" -parallel "$parallel" -timeout 0 "$pkg" >"$log" 2>&1; then
+	if go test -run '^$' -fuzz "^${name}\$" -fuzztime "${execs}x" -fuzzminimizetime "$minimize" -parallel "$parallel" -timeout 0 "$pkg" >"$log" 2>&1; then
 		result=ok
 	else
 		result=FAIL
