@@ -56,4 +56,7 @@ const (
 	leaveWait = 2 * time.Second
 	// releaseKVTimeout bounds a ReleaseKv call to the engine.
 	releaseKVTimeout = 5 * time.Second
+	// pinnedKeep: how long a finished prefill leg waits for its receiver's end (past
+	// vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT of 480 s the engine has freed its blocks).
+	pinnedKeep = 10 * time.Minute
 )

@@ -479,3 +479,104 @@ func flagInt(t *testing.T, argv []string, name string) int {
 	t.Fatalf("no %s in %q", name, argv)
 	return 0
 }
+
+// TestUnreachableReceiverReleasesPinned: a finished prefill leg whose receiver's address
+// terminated (a partition, a gateway gone) has its engine's pinned blocks released by
+// the worker, whichever of the receiver's end and the leg's end the worker hears of
+// first; a receiver that stopped (its request ended) or another receiver releases
+// nothing.
+func TestUnreachableReceiverReleasesPinned(t *testing.T) {
+	const params = `{"do_remote_prefill":true,"remote_block_ids":[1,2]}`
+	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
+	for _, tc := range []struct {
+		name string
+		// ends are the Terminated notices sent after the leg's last chunk (nil Who: the
+		// leg's receiver); early sends them before the worker recorded the leg's end.
+		ends  []*actor.Terminated
+		early bool
+		owed  bool // the leg's blocks must be released
+	}{
+		{name: "receiver unreachable", ends: []*actor.Terminated{{Why: actor.TerminatedReason_AddressTerminated}}, owed: true},
+		{name: "receiver unreachable, heard of first", early: true,
+			ends: []*actor.Terminated{{Why: actor.TerminatedReason_AddressTerminated}}, owed: true},
+		{name: "receiver stopped, then its address terminated",
+			ends: []*actor.Terminated{{Why: actor.TerminatedReason_Stopped}, {Why: actor.TerminatedReason_AddressTerminated}}},
+		{name: "another receiver unreachable",
+			ends: []*actor.Terminated{{Who: actor.NewPID("10.0.0.9:1", "other"), Why: actor.TerminatedReason_AddressTerminated}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := newDisaggEngine()
+			var engine engines.Engine = eng
+			hold := make(chan struct{})
+			if tc.early {
+				engine = lingerEngine{eng, hold}
+			}
+			lines := make(logLines, 256)
+			sys, pid, _ := startWorker(t, engine, func(c *Config) { c.Role = "prefill" }, zerolog.New(lines).Level(zerolog.DebugLevel))
+			ref, chunks := chunkSink(sys)
+			sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill, ReplyTo: ref})
+			next(t, chunks)
+			close(eng.release)
+			if c := next(t, chunks); c.FinishReason != "length" {
+				t.Fatalf("last chunk %v", c)
+			}
+			if tc.early {
+				// The worker hears of the receiver's end after the last chunk went out but
+				// before the leg's end (its engine call has not returned).
+				tc.ends[0].Who = actor.NewPID(ref.Address, ref.Id)
+				sys.Root.Send(pid, tc.ends[0])
+				sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "sync"})
+				if got := <-eng.released; got[0] != "sync" {
+					t.Fatalf("released %q before the leg ended", got[0])
+				}
+				tc.ends = nil
+				close(hold)
+			}
+			waitLine(t, lines, "prefill leg finished: its blocks pinned")
+			for _, end := range tc.ends {
+				if end.Who == nil {
+					end.Who = actor.NewPID(ref.Address, ref.Id)
+				}
+				sys.Root.Send(pid, end)
+			}
+			// Releases run off the actor's goroutine, in any order: the engine sees the
+			// leg's release within 10 s when it is owed, and never before two markers sent
+			// after it when it is not.
+			sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "marker"})
+			sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "marker2"})
+			deadline := time.After(10 * time.Second)
+			for markers := 0; ; {
+				select {
+				case got := <-eng.released:
+					switch {
+					case got[0] == "r#prefill" && !tc.owed:
+						t.Fatalf("released the leg's blocks (%q): none owed", got[1])
+					case got[0] == "r#prefill":
+						if got[1] != params {
+							t.Fatalf("released with %q, want the leg's parameters %q", got[1], params)
+						}
+						return
+					}
+					if markers++; markers == 2 && !tc.owed {
+						return
+					}
+				case <-deadline:
+					t.Fatal("no release of the leg within 10 s")
+				}
+			}
+		})
+	}
+}
+
+// lingerEngine returns from Generate only once hold is closed, whatever its context:
+// a leg whose last chunk went out but whose engine call has not yet returned.
+type lingerEngine struct {
+	*disaggEngine
+	hold chan struct{}
+}
+
+func (e lingerEngine) Generate(ctx context.Context, id string, ids []uint32, s *messages.SamplingParams, fn func(engines.Chunk) error) error {
+	err := e.disaggEngine.Generate(ctx, id, ids, s, fn)
+	<-e.hold
+	return err
+}

@@ -81,8 +81,10 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	self := c.Self()
 	engine := w.engine
 	workerID, loraWait := w.cfg.WorkerID, w.cfg.LoraWaitTimeout
+	prefill := m.GetSampling().GetDisagg().GetLeg() == messages.Leg_LEG_PREFILL
 	go func() {
-		defer sys.Root.Send(self, requestDone{id: m.RequestId})
+		done := requestDone{id: m.RequestId}
+		defer func() { sys.Root.Send(self, done) }()
 		if wait != nil {
 			if msg, fault, ok := awaitLora(ctx, wait, lora, workerID, loraWait); !ok {
 				if msg != "" {
@@ -94,7 +96,13 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 		}
 		release := func(params string) { w.releaseUndelivered(engine, m.RequestId, params) }
 		ctx, span := startGenerate(ctx, m, workerID) // worker.generate (trace.go); nil while tracing is off
-		err := streamChunks(ctx, engine, m, r.credits, span.counting(send), w.cfg.WorkerID, release)
+		sendLast := func(ch *messages.TokenChunk) {
+			if prefill && ch.FinishReason != "" && ch.FinishReason != "error" {
+				done.prefilled, done.kvParams = true, ch.KvTransferParams
+			}
+			send(ch)
+		}
+		err := streamChunks(ctx, engine, m, r.credits, span.counting(sendLast), w.cfg.WorkerID, release)
 		span.end(err)
 		var refused *engines.InvalidRequestError
 		switch {
@@ -227,6 +235,39 @@ func (w *workerActor) releaseUndelivered(engine engines.Engine, requestID, kvTra
 		return
 	}
 	log.Debug().Msg("cancelled prefill leg: its pinned KV blocks released")
+}
+
+// receiverGone handles the end of a watched receiver of chunks (a gateway's stream of
+// one request). A finished prefill leg whose receiver's member could no longer be
+// reached (actor.TerminatedReason_AddressTerminated: a partition, or a gateway that died)
+// has its pinned blocks released now: its last chunk may never have arrived, and no
+// decode leg, nor the ReleaseKv the gateway sends when none will read them, can come from
+// a receiver this worker cannot reach; releasing blocks already read is harmless. A
+// receiver that stopped (its request ended) took care of its legs' blocks; they are
+// forgotten.
+func (w *workerActor) receiverGone(m *actor.Terminated) {
+	for id, p := range w.pinned {
+		if !p.replyTo.Equal(m.Who) {
+			continue
+		}
+		delete(w.pinned, id)
+		if m.Why == actor.TerminatedReason_AddressTerminated {
+			w.log.Info().Str("request_id", id).Str("receiver", m.Who.Address).
+				Msg("prefill leg's receiver unreachable: releasing the blocks its engine pinned")
+			w.releaseKV(&messages.ReleaseKv{RequestId: id, KvTransferParams: p.kvParams})
+		}
+	}
+}
+
+// forgetPinned drops finished prefill legs older than pinnedKeep whose receiver's end
+// was never heard of (the engine frees their blocks on its own timeout).
+func (w *workerActor) forgetPinned() {
+	now := w.cfg.Now()
+	for id, p := range w.pinned {
+		if now.Sub(p.at) > pinnedKeep {
+			delete(w.pinned, id)
+		}
+	}
 }
 
 // releaseKV asks the engine to release the KV blocks it pinned for a prefill leg whose

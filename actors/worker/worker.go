@@ -223,18 +223,36 @@ type (
 	// membersChanged: a member joined or left the cluster, so the Router grain may have
 	// moved to a new activation that has not heard from this worker.
 	membersChanged struct{}
-	requestDone    struct{ id string }
-	canaryDone     struct {
+	// requestDone: a request's goroutine ended; prefilled when it was a prefill leg
+	// whose last chunk (with kvParams, its engine's transfer parameters) was sent.
+	requestDone struct {
+		id        string
+		prefilled bool
+		kvParams  string
+	}
+	canaryDone struct {
 		epoch uint64
 		err   error
 	}
 	drainExpired struct{}
 )
 
+// pinnedLeg is a prefill leg that finished and handed its transfer parameters to
+// replyTo: its engine keeps the prompt's blocks for a decode leg to read (docs/reference.md
+// §18, "Releasing pinned blocks").
+type pinnedLeg struct {
+	replyTo  *actor.PID
+	kvParams string
+	at       time.Time // Config.Now at the leg's end
+}
+
 type inflight struct {
 	cancel  context.CancelCauseFunc
 	credits chan int32
 	replyTo *actor.PID
+	// gone: the watch on replyTo ended (receiverGone), with why.
+	gone    bool
+	goneWhy actor.TerminatedReason
 	// lora and loraGen: the adapter the request uses and its entry's generation
 	// (loraTable.use); "" for the base model.
 	lora    string
@@ -268,6 +286,9 @@ type workerActor struct {
 	failedScrapes int  // consecutive load scrapes the engine did not answer
 	backoff       supervise.Backoff
 	requests      map[string]*inflight
+	// pinned: finished prefill legs whose blocks a decode leg may still read, by request
+	// id, until their receiver stops or pinnedKeep passes (watchPinned).
+	pinned map[string]pinnedLeg
 	// bootstrapHost and bootstrapPort: the advertised bootstrap address (Config's, else
 	// the launcher's for the running engine; "" and 0 for none).
 	bootstrapHost string
@@ -297,7 +318,7 @@ type workerActor struct {
 
 func newActor(cfg Config) *workerActor {
 	log := cfg.Logger.With().Str("worker", cfg.WorkerID).Logger()
-	w := &workerActor{cfg: cfg, log: log, born: time.Now(), backoff: cfg.Backoff, requests: map[string]*inflight{},
+	w := &workerActor{cfg: cfg, log: log, born: time.Now(), backoff: cfg.Backoff, requests: map[string]*inflight{}, pinned: map[string]pinnedLeg{},
 		canary: canary{interval: cfg.CanaryInterval}, bootstrapHost: cfg.BootstrapHost, bootstrapPort: cfg.BootstrapPort,
 		loras: newLoraTable(cfg.MaxLoras), loraLoads: map[string]*loraLoad{}, loraUnloads: map[string]*loraUnload{}}
 	for _, a := range cfg.Loras { // checked and completed by Props (checkLoras)
@@ -361,12 +382,21 @@ func (w *workerActor) Receive(c actor.Context) {
 		for _, r := range w.requests {
 			if r.replyTo.Equal(m.Who) {
 				r.cancel(nil)
+				r.gone, r.goneWhy = true, m.Why
 			}
 		}
+		w.receiverGone(m)
 	case requestDone:
 		if r := w.requests[m.id]; r != nil {
 			r.cancel(nil)
 			delete(w.requests, m.id)
+			if m.prefilled {
+				w.log.Debug().Str("request_id", m.id).Msg("prefill leg finished: its blocks pinned for the decode leg")
+				w.pinned[m.id] = pinnedLeg{replyTo: r.replyTo, kvParams: m.kvParams, at: w.cfg.Now()}
+				if r.gone { // its receiver's end came first
+					w.receiverGone(&actor.Terminated{Who: r.replyTo, Why: r.goneWhy})
+				}
+			}
 			if r.lora != "" {
 				w.releaseLora(c, r.lora, r.loraGen)
 			}
@@ -396,6 +426,7 @@ func (w *workerActor) Receive(c actor.Context) {
 			w.startEngine(c)
 		}
 	case heartbeatTick:
+		w.forgetPinned()
 		w.heartbeat(c)
 		w.startCanary(c)
 		w.tick(c)
