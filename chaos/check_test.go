@@ -104,6 +104,22 @@ func TestRules(t *testing.T) {
 	if len(Rules(nil, testTopo)) != 0 {
 		t.Error("rules without events")
 	}
+	// Consul reachable from both halves: the halves cut apart, Consul from nobody.
+	keep := Rules([]Event{{Kind: SplitKeepConsul, Target: "halves"}}, testTopo)
+	wantKeep := map[string]string{
+		"consul": "",
+		"fe-1":   "fe-2 n-3 n-4",
+		"fe-2":   "fe-1 n-1 n-2",
+		"n-1":    "fe-2 n-3 n-4",
+		"n-2":    "fe-2 n-3 n-4",
+		"n-3":    "fe-1 n-1 n-2",
+		"n-4":    "fe-1 n-1 n-2",
+	}
+	for _, h := range testTopo.Hosts() {
+		if s := strings.Join(keep[h].DropTo, " "); s != wantKeep[h] {
+			t.Errorf("split-keep-consul, %s: %q, want %q", h, s, wantKeep[h])
+		}
+	}
 	addr := map[string]string{"consul": "198.18.0.10", "fe-2": "198.18.0.12", "n-3": "198.18.0.15", "n-4": "198.18.0.16"}
 	rs, err := Ruleset(got["fe-1"], addr)
 	if err != nil {

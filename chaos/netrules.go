@@ -36,9 +36,12 @@ func Rules(active []Event, topo Topology) map[string]HostRules {
 			}
 		case IsolateConsul:
 			both(e.Target, topo.Consul)
-		case Split:
+		case Split, SplitKeepConsul:
 			a, b := topo.Halves()
 			for _, x := range a {
+				if e.Kind == SplitKeepConsul && x == topo.Consul {
+					continue
+				}
 				for _, y := range b {
 					both(x, y)
 				}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -16,24 +17,25 @@ type Kind int
 // network event changes the rules of one or more hosts and is undone when it ends; a
 // disk event fills one node's block-manager file system and frees it when it ends.
 const (
-	KillEngine    Kind = iota // kill -9 one engine of a node; its supervisor restarts it
-	SlowEngine                // an engine stopped and continued (SIGSTOP/SIGCONT) every 100 ms for For: a slow engine
-	KillNode                  // kill -9 a node agent (its engines die with it); restarted after For
-	KillFrontend              // kill -9 a frontend; restarted after For
-	KillConsul                // kill -9 the Consul agent; restarted after For (a dev agent restarts empty)
-	Pause                     // SIGSTOP a node agent or a frontend, SIGCONT after For
-	IsolateNode               // a node cannot reach the frontends, nor they it, for For
-	IsolateConsul             // a frontend cannot reach Consul, nor Consul it, for For
-	Split                     // the cluster split in halves for For (Consul and the first frontend on one side)
-	DropOneWay                // packets from Target to Peer dropped (the other way passes) for For
-	Lossy                     // Target's link loses 5 % of its packets and is capped at LossyRate for For
-	DiskFull                  // the file system of Target's block-manager disk tier filled for For, then freed
+	KillEngine      Kind = iota // kill -9 one engine of a node; its supervisor restarts it
+	SlowEngine                  // an engine stopped and continued (SIGSTOP/SIGCONT) every 100 ms for For: a slow engine
+	KillNode                    // kill -9 a node agent (its engines die with it); restarted after For
+	KillFrontend                // kill -9 a frontend; restarted after For
+	KillConsul                  // kill -9 the Consul agent; restarted after For (a dev agent restarts empty)
+	Pause                       // SIGSTOP a node agent or a frontend, SIGCONT after For
+	IsolateNode                 // a node cannot reach the frontends, nor they it, for For
+	IsolateConsul               // a frontend cannot reach Consul, nor Consul it, for For
+	Split                       // the cluster split in halves for For (Consul and the first frontend on one side)
+	SplitKeepConsul             // the cluster split in halves for For, Consul reachable from both (each half still passes its checks)
+	DropOneWay                  // packets from Target to Peer dropped (the other way passes) for For
+	Lossy                       // Target's link loses 5 % of its packets and is capped at LossyRate for For
+	DiskFull                    // the file system of Target's block-manager disk tier filled for For, then freed
 	numKinds
 )
 
 var kindNames = [numKinds]string{
 	"kill-engine", "slow-engine", "kill-node", "kill-frontend", "kill-consul", "pause",
-	"isolate-node", "isolate-consul", "split", "drop-one-way", "lossy", "disk-full",
+	"isolate-node", "isolate-consul", "split", "split-keep-consul", "drop-one-way", "lossy", "disk-full",
 }
 
 func (k Kind) String() string {
@@ -41,6 +43,49 @@ func (k Kind) String() string {
 		return fmt.Sprintf("kind(%d)", int(k))
 	}
 	return kindNames[k]
+}
+
+// MarshalText writes k's name (JSON fixtures and files name kinds, not numbers).
+func (k Kind) MarshalText() ([]byte, error) {
+	if k < 0 || k >= numKinds {
+		return nil, fmt.Errorf("chaos: no nemesis kind %d", int(k))
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText reads a name MarshalText wrote.
+func (k *Kind) UnmarshalText(b []byte) error {
+	x, err := ParseKind(string(b))
+	if err != nil {
+		return err
+	}
+	*k = x
+	return nil
+}
+
+// ParseWeights reads "kind=weight,…" (Kind.String names, weights ≥ 0) over DefaultWeights:
+// the kinds it does not name keep their default weight. "" gives DefaultWeights.
+func ParseWeights(s string) ([]float64, error) {
+	w := slices.Clone(DefaultWeights)
+	if strings.TrimSpace(s) == "" {
+		return w, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("chaos: weight %q: want kind=weight", part)
+		}
+		k, err := ParseKind(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		x, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("chaos: weight of %s: %q, want a number ≥ 0", k, val)
+		}
+		w[k] = x
+	}
+	return w, nil
 }
 
 // ParseKind is the inverse of Kind.String.
@@ -85,7 +130,7 @@ func (e Event) String() string {
 // Topology names the hosts of a cluster.
 type Topology struct {
 	Consul    string   // the Consul agent's host
-	Frontends []string // frontends' hosts (two or more for Split and failover)
+	Frontends []string // frontends' hosts (two or more for the splits and failover)
 	Nodes     []string // node agents' hosts
 	// Disks are the nodes whose KV block manager has a disk tier on a file system of its
 	// own, which DiskFull fills (none: DiskFull is never drawn).
@@ -98,7 +143,8 @@ func (t Topology) Hosts() []string {
 }
 
 // Halves is Split's two sides: Consul, the first half of the frontends (at least one)
-// and the first half of the nodes on one side; the rest on the other.
+// and the first half of the nodes on one side; the rest on the other. SplitKeepConsul
+// cuts the same sides apart but leaves Consul reachable from both.
 func (t Topology) Halves() (a, b []string) {
 	nf := max(1, len(t.Frontends)/2)
 	nn := len(t.Nodes) / 2
@@ -121,23 +167,24 @@ type PlanConfig struct {
 // frontends less often than engines and nodes.
 var DefaultWeights = []float64{
 	KillEngine: 3, SlowEngine: 2, KillNode: 2, KillFrontend: 1, KillConsul: 1, Pause: 2,
-	IsolateNode: 2, IsolateConsul: 1, Split: 1, DropOneWay: 2, Lossy: 2, DiskFull: 2,
+	IsolateNode: 2, IsolateConsul: 1, Split: 1, SplitKeepConsul: 1, DropOneWay: 2, Lossy: 2, DiskFull: 2,
 }
 
 // forRange is how long each kind lasts (uniform in [lo, hi]); kill-engine is instant.
 var forRange = [numKinds][2]time.Duration{
-	KillEngine:    {0, 0},
-	SlowEngine:    {2 * time.Second, 8 * time.Second},
-	KillNode:      {2 * time.Second, 10 * time.Second},
-	KillFrontend:  {2 * time.Second, 8 * time.Second},
-	KillConsul:    {3 * time.Second, 12 * time.Second},
-	Pause:         {time.Second, 6 * time.Second},
-	IsolateNode:   {2 * time.Second, 10 * time.Second},
-	IsolateConsul: {2 * time.Second, 10 * time.Second},
-	Split:         {3 * time.Second, 10 * time.Second},
-	DropOneWay:    {2 * time.Second, 8 * time.Second},
-	Lossy:         {3 * time.Second, 12 * time.Second},
-	DiskFull:      {2 * time.Second, 10 * time.Second},
+	KillEngine:      {0, 0},
+	SlowEngine:      {2 * time.Second, 8 * time.Second},
+	KillNode:        {2 * time.Second, 10 * time.Second},
+	KillFrontend:    {2 * time.Second, 8 * time.Second},
+	KillConsul:      {3 * time.Second, 12 * time.Second},
+	Pause:           {time.Second, 6 * time.Second},
+	IsolateNode:     {2 * time.Second, 10 * time.Second},
+	IsolateConsul:   {2 * time.Second, 10 * time.Second},
+	Split:           {3 * time.Second, 10 * time.Second},
+	SplitKeepConsul: {3 * time.Second, 10 * time.Second},
+	DropOneWay:      {2 * time.Second, 8 * time.Second},
+	Lossy:           {3 * time.Second, 12 * time.Second},
+	DiskFull:        {2 * time.Second, 10 * time.Second},
 }
 
 // Plan draws the nemesis's schedule: event starts at exponential gaps of mean MeanGap,
@@ -231,7 +278,7 @@ func drawEvent(rng *rand.Rand, w []float64, total float64, topo Topology, at tim
 		e.Target = topo.Consul
 	case Pause:
 		e.Target = pick(members)
-	case Split:
+	case Split, SplitKeepConsul:
 		e.Target = "halves"
 	case DropOneWay:
 		hosts := topo.Hosts()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,7 +60,7 @@ func TestPlanInvariants(t *testing.T) {
 			if e.End() > cfg.Duration-cfg.Quiet || e.For < 0 {
 				t.Fatalf("seed %d: %s ends at %v, past %v", seed, e, e.End(), cfg.Duration-cfg.Quiet)
 			}
-			if e.Kind != Split && !slices.Contains(hosts, e.Target) {
+			if e.Kind != Split && e.Kind != SplitKeepConsul && !slices.Contains(hosts, e.Target) {
 				t.Fatalf("seed %d: %s: no such host", seed, e)
 			}
 			if e.Kind == DropOneWay && (e.Peer == e.Target || !slices.Contains(hosts, e.Peer)) {
@@ -135,5 +136,48 @@ func TestKindNames(t *testing.T) {
 	}
 	if _, err := ParseKind("reboot"); err == nil {
 		t.Error("ParseKind(reboot): no error")
+	}
+}
+
+// --weights: named kinds replace their default weight, the rest keep theirs; a bad
+// name, form or number is an error naming it.
+func TestParseWeights(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    map[Kind]float64 // kinds that differ from DefaultWeights
+		wantErr string
+	}{
+		{in: "", want: nil},
+		{in: "split-keep-consul=5", want: map[Kind]float64{SplitKeepConsul: 5}},
+		{in: " kill-engine = 0 , split=2.5", want: map[Kind]float64{KillEngine: 0, Split: 2.5}},
+		{in: "split", wantErr: "want kind=weight"},
+		{in: "bridge=1", wantErr: `unknown nemesis kind "bridge"`},
+		{in: "split=-1", wantErr: "want a number ≥ 0"},
+		{in: "split=NaN", wantErr: "want a number ≥ 0"},
+		{in: "split=1,", wantErr: "want kind=weight"},
+	} {
+		got, err := ParseWeights(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: error %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.in, err)
+			continue
+		}
+		for k := range numKinds {
+			want, ok := tc.want[k]
+			if !ok {
+				want = DefaultWeights[k]
+			}
+			if got[k] != want {
+				t.Errorf("%q: weight of %s %v, want %v", tc.in, k, got[k], want)
+			}
+		}
+	}
+	if DefaultWeights[Split] != 1 {
+		t.Error("ParseWeights changed DefaultWeights")
 	}
 }

@@ -40,6 +40,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.MigrationLimit, "migration-limit", cfg.MigrationLimit, "the frontends' --migration-limit; the checker fails a request migrated more often")
 	fs.StringVar(&cfg.Out, "out", "chaos-out", "folder of records.jsonl, plan.txt, verdict.txt, timeline.svg and logs/")
 	fs.StringVar(&cfg.Prefix, "netns-prefix", cfg.Prefix, "prefix of the network namespaces (at most 5 bytes)")
+	weights := fs.String("weights", "", "the nemesis's kinds drawn more, less or not at all: kind=weight,… over the defaults ("+defaultWeights()+")")
 	consul := fs.String("consul", "", "Consul executable (default $TURBINE_CONSUL, else consul on PATH, else the build scripts/ensure-consul.sh caches)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: turbine chaos [flags]
@@ -58,6 +59,9 @@ nftables. Flags:
 		return err
 	}
 	var err error
+	if cfg.Weights, err = chaos.ParseWeights(*weights); err != nil {
+		return fmt.Errorf("--weights: %w", err)
+	}
 	if cfg.Bin, err = os.Executable(); err != nil {
 		return err
 	}
@@ -108,4 +112,13 @@ func findTrace() string {
 		dir = filepath.Dir(dir)
 	}
 	return filepath.Join("..", "shared", "data", name)
+}
+
+// defaultWeights lists chaos.DefaultWeights as --weights spells them.
+func defaultWeights() string {
+	parts := make([]string, len(chaos.DefaultWeights))
+	for k, w := range chaos.DefaultWeights {
+		parts[k] = fmt.Sprintf("%s=%g", chaos.Kind(k), w)
+	}
+	return strings.Join(parts, ",")
 }
