@@ -23,6 +23,9 @@ const (
 	// DefaultLoraUnloadGrace is Config.LoraUnloadGrace: the requests of an adapter being
 	// unloaded may run this long.
 	DefaultLoraUnloadGrace = 30 * time.Second
+	// DefaultPinnedReleaseGrace is Config.PinnedReleaseGrace: a decode leg that got the
+	// transfer parameters before the partition has begun its read by then.
+	DefaultPinnedReleaseGrace = 5 * time.Second
 	// MaxKnownLoras bounds the known LoRA adapters a worker keeps (loaded before and
 	// evicted since, still registered; docs/reference.md §26.2): past it the least recently
 	// used is forgotten. The Router grain takes up to 4096 in a registration.
@@ -59,4 +62,7 @@ const (
 	// pinnedKeep: how long a finished prefill leg waits for its receiver's end (past
 	// vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT of 480 s the engine has freed its blocks).
 	pinnedKeep = 10 * time.Minute
+	// pinnedStoppedKeep: how long after its receiver stopped a finished prefill leg's
+	// parameters stay for a ReleaseKv that comes without them.
+	pinnedStoppedKeep = 30 * time.Second
 )

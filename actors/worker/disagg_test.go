@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,15 +59,22 @@ type disaggEngine struct {
 	// finishing receives (when there is room) once Generate took release and is about to
 	// hand over its last chunk.
 	finishing chan struct{}
+	// loads receives (when there is room) at each Load: a heartbeat of the worker.
+	loads chan struct{}
 }
 
 func newDisaggEngine() *disaggEngine {
 	return &disaggEngine{sampling: make(chan *messages.SamplingParams, 8), cancelled: make(chan string, 8),
-		release: make(chan struct{}), released: make(chan [2]string, 8), finishing: make(chan struct{}, 8)}
+		release: make(chan struct{}), released: make(chan [2]string, 8), finishing: make(chan struct{}, 8),
+		loads: make(chan struct{}, 1)}
 }
 
 func (*disaggEngine) Health(context.Context) error { return nil }
-func (*disaggEngine) Load(context.Context) (*messages.WorkerLoad, error) {
+func (e *disaggEngine) Load(context.Context) (*messages.WorkerLoad, error) {
+	select {
+	case e.loads <- struct{}{}:
+	default:
+	}
 	return &messages.WorkerLoad{TotalBlocks: 16}, nil
 }
 func (e *disaggEngine) Generate(ctx context.Context, id string, _ []uint32, s *messages.SamplingParams, fn func(engines.Chunk) error) error {
@@ -482,27 +490,41 @@ func flagInt(t *testing.T, argv []string, name string) int {
 
 // TestUnreachableReceiverReleasesPinned: a finished prefill leg whose receiver's address
 // terminated (a partition, a gateway gone) has its engine's pinned blocks released by
-// the worker, whichever of the receiver's end and the leg's end the worker hears of
-// first; a receiver that stopped (its request ended) or another receiver releases
-// nothing.
+// the worker after Config.PinnedReleaseGrace, whichever of the receiver's end and the
+// leg's end the worker hears of first; the receiver's stop within the grace cancels it.
+// A gateway's ReleaseKv without parameters (it never got the leg's last chunk) releases
+// with the worker's copy, also when the receiver's stop overtook it. A receiver that
+// stopped, or another receiver, releases nothing on its own.
 func TestUnreachableReceiverReleasesPinned(t *testing.T) {
 	const params = `{"do_remote_prefill":true,"remote_block_ids":[1,2]}`
 	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
+	unreachable := func() *actor.Terminated { return &actor.Terminated{Why: actor.TerminatedReason_AddressTerminated} }
+	stopped := func() *actor.Terminated { return &actor.Terminated{Why: actor.TerminatedReason_Stopped} }
 	for _, tc := range []struct {
 		name string
 		// ends are the Terminated notices sent after the leg's last chunk (nil Who: the
-		// leg's receiver); early sends them before the worker recorded the leg's end.
-		ends  []*actor.Terminated
-		early bool
-		owed  bool // the leg's blocks must be released
+		// leg's receiver); early sends the first before the worker recorded the leg's
+		// end. release, when set, is the gateway's ReleaseKv sent after them.
+		ends    []*actor.Terminated
+		early   bool
+		release *messages.ReleaseKv
+		// wait: how far the worker's clock moves after them (the grace is 1 s).
+		wait time.Duration
+		owed bool // the leg's blocks must be released, with its parameters
 	}{
-		{name: "receiver unreachable", ends: []*actor.Terminated{{Why: actor.TerminatedReason_AddressTerminated}}, owed: true},
-		{name: "receiver unreachable, heard of first", early: true,
-			ends: []*actor.Terminated{{Why: actor.TerminatedReason_AddressTerminated}}, owed: true},
-		{name: "receiver stopped, then its address terminated",
-			ends: []*actor.Terminated{{Why: actor.TerminatedReason_Stopped}, {Why: actor.TerminatedReason_AddressTerminated}}},
-		{name: "another receiver unreachable",
+		{name: "receiver unreachable", ends: []*actor.Terminated{unreachable()}, wait: 2 * time.Second, owed: true},
+		{name: "receiver unreachable, within the grace", ends: []*actor.Terminated{unreachable()}, wait: 900 * time.Millisecond},
+		{name: "receiver unreachable, heard of first", early: true, ends: []*actor.Terminated{unreachable()},
+			wait: 2 * time.Second, owed: true},
+		{name: "receiver unreachable, then stopped within the grace", ends: []*actor.Terminated{unreachable(), stopped()},
+			wait: 2 * time.Second},
+		{name: "receiver stopped, then its address terminated", ends: []*actor.Terminated{stopped(), unreachable()},
+			wait: 2 * time.Second},
+		{name: "another receiver unreachable", wait: 2 * time.Second,
 			ends: []*actor.Terminated{{Who: actor.NewPID("10.0.0.9:1", "other"), Why: actor.TerminatedReason_AddressTerminated}}},
+		{name: "gateway's release without parameters", release: &messages.ReleaseKv{RequestId: "r#prefill"}, owed: true},
+		{name: "receiver stopped, then the gateway's release without parameters", ends: []*actor.Terminated{stopped()},
+			release: &messages.ReleaseKv{RequestId: "r#prefill"}, owed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eng := newDisaggEngine()
@@ -512,7 +534,12 @@ func TestUnreachableReceiverReleasesPinned(t *testing.T) {
 				engine = lingerEngine{eng, hold}
 			}
 			lines := make(logLines, 256)
-			sys, pid, _ := startWorker(t, engine, func(c *Config) { c.Role = "prefill" }, zerolog.New(lines).Level(zerolog.DebugLevel))
+			var clock atomic.Int64 // the worker's Config.Now, in ns from start
+			start := time.Now()
+			sys, pid, _ := startWorker(t, engine, func(c *Config) {
+				c.Role, c.PinnedReleaseGrace = "prefill", time.Second
+				c.Now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+			}, zerolog.New(lines).Level(zerolog.DebugLevel))
 			ref, chunks := chunkSink(sys)
 			sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill, ReplyTo: ref})
 			next(t, chunks)
@@ -520,49 +547,59 @@ func TestUnreachableReceiverReleasesPinned(t *testing.T) {
 			if c := next(t, chunks); c.FinishReason != "length" {
 				t.Fatalf("last chunk %v", c)
 			}
+			for _, end := range tc.ends {
+				if end.Who == nil {
+					end.Who = actor.NewPID(ref.Address, ref.Id)
+				}
+			}
 			if tc.early {
 				// The worker hears of the receiver's end after the last chunk went out but
 				// before the leg's end (its engine call has not returned).
-				tc.ends[0].Who = actor.NewPID(ref.Address, ref.Id)
 				sys.Root.Send(pid, tc.ends[0])
 				sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "sync"})
 				if got := <-eng.released; got[0] != "sync" {
 					t.Fatalf("released %q before the leg ended", got[0])
 				}
-				tc.ends = nil
+				tc.ends = tc.ends[1:]
 				close(hold)
 			}
 			waitLine(t, lines, "prefill leg finished: its blocks pinned")
 			for _, end := range tc.ends {
-				if end.Who == nil {
-					end.Who = actor.NewPID(ref.Address, ref.Id)
-				}
 				sys.Root.Send(pid, end)
 			}
-			// Releases run off the actor's goroutine, in any order: the engine sees the
-			// leg's release within 10 s when it is owed, and never before two markers sent
-			// after it when it is not.
-			sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "marker"})
-			sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "marker2"})
-			deadline := time.After(10 * time.Second)
-			for markers := 0; ; {
-				select {
-				case got := <-eng.released:
-					switch {
-					case got[0] == "r#prefill" && !tc.owed:
-						t.Fatalf("released the leg's blocks (%q): none owed", got[1])
-					case got[0] == "r#prefill":
-						if got[1] != params {
-							t.Fatalf("released with %q, want the leg's parameters %q", got[1], params)
-						}
-						return
-					}
-					if markers++; markers == 2 && !tc.owed {
-						return
-					}
-				case <-deadline:
-					t.Fatal("no release of the leg within 10 s")
+			if tc.release != nil {
+				sys.Root.Send(pid, tc.release)
+			}
+			// The actor handles messages in order: the clock moves once it took them.
+			sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "sync"})
+			for got := <-eng.released; got[0] != "sync"; got = <-eng.released {
+				if !tc.owed || got != [2]string{"r#prefill", params} {
+					t.Fatalf("ReleaseKV(%q, %q) before the clock moved", got[0], got[1])
 				}
+				return
+			}
+			clock.Add(int64(tc.wait))
+			// The engine sees the leg's release within 10 s when it is owed; when it is
+			// not, only markers, each sent after the worker's heartbeat (20 ms here, each
+			// beginning with a sweep) scraped the engine again.
+			if !tc.owed {
+				for range 5 {
+					<-eng.loads
+					<-eng.loads
+					sys.Root.Send(pid, &messages.ReleaseKv{RequestId: "marker"})
+					if got := <-eng.released; got[0] != "marker" {
+						t.Fatalf("released the leg's blocks (%q): none owed", got[1])
+					}
+				}
+				return
+			}
+			select {
+			case got := <-eng.released:
+				if got != [2]string{"r#prefill", params} {
+					t.Fatalf("ReleaseKV(%q, %q), want the leg's own parameters %q", got[0], got[1], params)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no release of the leg within 10 s")
 			}
 		})
 	}

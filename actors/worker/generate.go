@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/turbine-llm/turbine/engines"
@@ -238,33 +239,46 @@ func (w *workerActor) releaseUndelivered(engine engines.Engine, requestID, kvTra
 }
 
 // receiverGone handles the end of a watched receiver of chunks (a gateway's stream of
-// one request). A finished prefill leg whose receiver's member could no longer be
-// reached (actor.TerminatedReason_AddressTerminated: a partition, or a gateway that died)
-// has its pinned blocks released now: its last chunk may never have arrived, and no
-// decode leg, nor the ReleaseKv the gateway sends when none will read them, can come from
-// a receiver this worker cannot reach; releasing blocks already read is harmless. A
-// receiver that stopped (its request ended) took care of its legs' blocks; they are
-// forgotten.
+// one request) for the finished prefill legs it received. One whose member could no
+// longer be reached (actor.TerminatedReason_AddressTerminated: a partition, or a gateway
+// that died) may never have had the leg's last chunk, and neither a decode leg nor the
+// gateway's ReleaseKv can come from there: the leg's blocks are released
+// Config.PinnedReleaseGrace later (sweepPinned), unless the receiver's stop or a ReleaseKv
+// comes first (a decode leg already reading them then finishes its read). One that
+// stopped ended its request: its gateway releases what no decode leg read, possibly
+// without the parameters (a ReleaseKv queued behind this notice), which the worker fills
+// in for pinnedStoppedKeep. Releasing blocks already read does nothing.
 func (w *workerActor) receiverGone(m *actor.Terminated) {
+	now := w.cfg.Now()
 	for id, p := range w.pinned {
-		if !p.replyTo.Equal(m.Who) {
+		if p.stopped || !p.replyTo.Equal(m.Who) {
 			continue
 		}
-		delete(w.pinned, id)
 		if m.Why == actor.TerminatedReason_AddressTerminated {
-			w.log.Info().Str("request_id", id).Str("receiver", m.Who.Address).
-				Msg("prefill leg's receiver unreachable: releasing the blocks its engine pinned")
-			w.releaseKV(&messages.ReleaseKv{RequestId: id, KvTransferParams: p.kvParams})
+			if p.lostAt.IsZero() {
+				p.lostAt = now
+			}
+		} else {
+			p.stopped, p.at, p.lostAt = true, now, time.Time{}
 		}
+		w.pinned[id] = p
 	}
 }
 
-// forgetPinned drops finished prefill legs older than pinnedKeep whose receiver's end
-// was never heard of (the engine frees their blocks on its own timeout).
-func (w *workerActor) forgetPinned() {
+// sweepPinned releases the blocks of finished prefill legs whose receiver has been
+// unreachable for Config.PinnedReleaseGrace, and forgets legs whose receiver stopped
+// pinnedStoppedKeep ago or that waited pinnedKeep without news of it (the engine frees
+// their blocks on its own timeout).
+func (w *workerActor) sweepPinned() {
 	now := w.cfg.Now()
 	for id, p := range w.pinned {
-		if now.Sub(p.at) > pinnedKeep {
+		switch {
+		case !p.lostAt.IsZero() && now.Sub(p.lostAt) >= w.cfg.PinnedReleaseGrace:
+			delete(w.pinned, id)
+			w.log.Info().Str("request_id", id).Str("receiver", p.replyTo.Address).
+				Msg("prefill leg's receiver unreachable: asking the engine to release the blocks it pinned")
+			w.releaseKV(&messages.ReleaseKv{RequestId: id, KvTransferParams: p.kvParams})
+		case p.stopped && now.Sub(p.at) > pinnedStoppedKeep, now.Sub(p.at) > pinnedKeep:
 			delete(w.pinned, id)
 		}
 	}

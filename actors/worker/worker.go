@@ -106,6 +106,10 @@ type Config struct {
 	// LoraUnloadGrace is how long an unload lets the requests using the adapter run
 	// (default DefaultLoraUnloadGrace); the rest are then handed back for migration.
 	LoraUnloadGrace time.Duration
+	// PinnedReleaseGrace is how long after a finished prefill leg's receiver became
+	// unreachable the worker releases the blocks its engine pinned for the leg (default
+	// DefaultPinnedReleaseGrace; docs/reference.md §18, "Releasing pinned blocks").
+	PinnedReleaseGrace time.Duration
 	// LoraCheckTimeout bounds an adapter folder's check (default
 	// DefaultLoraCheckTimeout); past it the load fails as LORA_ENGINE and the name is
 	// free again (docs/reference.md §26.2).
@@ -152,6 +156,9 @@ func (c *Config) defaults() {
 	}
 	if c.LoraUnloadGrace <= 0 {
 		c.LoraUnloadGrace = DefaultLoraUnloadGrace
+	}
+	if c.PinnedReleaseGrace <= 0 {
+		c.PinnedReleaseGrace = DefaultPinnedReleaseGrace
 	}
 	if c.LoraCheckTimeout <= 0 {
 		c.LoraCheckTimeout = DefaultLoraCheckTimeout
@@ -243,7 +250,9 @@ type (
 type pinnedLeg struct {
 	replyTo  *actor.PID
 	kvParams string
-	at       time.Time // Config.Now at the leg's end
+	at       time.Time // Config.Now at the leg's end, or at its receiver's stop once stopped
+	stopped  bool      // the receiver stopped: its request ended at the gateway
+	lostAt   time.Time // Config.Now when the receiver's address terminated; zero while not
 }
 
 type inflight struct {
@@ -287,7 +296,7 @@ type workerActor struct {
 	backoff       supervise.Backoff
 	requests      map[string]*inflight
 	// pinned: finished prefill legs whose blocks a decode leg may still read, by request
-	// id, until their receiver stops or pinnedKeep passes (watchPinned).
+	// id (receiverGone, sweepPinned).
 	pinned map[string]pinnedLeg
 	// bootstrapHost and bootstrapPort: the advertised bootstrap address (Config's, else
 	// the launcher's for the running engine; "" and 0 for none).
@@ -359,6 +368,14 @@ func (w *workerActor) Receive(c actor.Context) {
 			r.cancel(nil)
 		}
 	case *messages.ReleaseKv:
+		if p, ok := w.pinned[m.RequestId]; ok {
+			// A gateway that never got the leg's last chunk sends no parameters: the
+			// worker's own copy names the blocks.
+			if m.KvTransferParams == "" {
+				m = &messages.ReleaseKv{RequestId: m.RequestId, KvTransferParams: p.kvParams}
+			}
+			delete(w.pinned, m.RequestId)
+		}
 		w.releaseKV(m)
 	case *messages.ModelFilesRequest:
 		w.modelFiles(c, m)
@@ -382,7 +399,9 @@ func (w *workerActor) Receive(c actor.Context) {
 		for _, r := range w.requests {
 			if r.replyTo.Equal(m.Who) {
 				r.cancel(nil)
-				r.gone, r.goneWhy = true, m.Why
+				if !r.gone || m.Why == actor.TerminatedReason_AddressTerminated {
+					r.gone, r.goneWhy = true, m.Why
+				}
 			}
 		}
 		w.receiverGone(m)
@@ -390,7 +409,7 @@ func (w *workerActor) Receive(c actor.Context) {
 		if r := w.requests[m.id]; r != nil {
 			r.cancel(nil)
 			delete(w.requests, m.id)
-			if m.prefilled {
+			if m.prefilled && m.kvParams != "" {
 				w.log.Debug().Str("request_id", m.id).Msg("prefill leg finished: its blocks pinned for the decode leg")
 				w.pinned[m.id] = pinnedLeg{replyTo: r.replyTo, kvParams: m.kvParams, at: w.cfg.Now()}
 				if r.gone { // its receiver's end came first
@@ -426,7 +445,7 @@ func (w *workerActor) Receive(c actor.Context) {
 			w.startEngine(c)
 		}
 	case heartbeatTick:
-		w.forgetPinned()
+		w.sweepPinned()
 		w.heartbeat(c)
 		w.startCanary(c)
 		w.tick(c)
@@ -587,6 +606,7 @@ func (w *workerActor) onEngineExited(c actor.Context, m engineExited) {
 		return
 	}
 	w.ready = false
+	clear(w.pinned) // the engine's pinned blocks ended with it
 	if w.engineStop != nil {
 		w.engineStop()
 	}
