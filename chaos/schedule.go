@@ -70,6 +70,7 @@ func ParseWeights(s string) ([]float64, error) {
 	if strings.TrimSpace(s) == "" {
 		return w, nil
 	}
+	named := map[Kind]bool{}
 	for _, part := range strings.Split(s, ",") {
 		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
@@ -79,6 +80,10 @@ func ParseWeights(s string) ([]float64, error) {
 		if err != nil {
 			return nil, err
 		}
+		if named[k] {
+			return nil, fmt.Errorf("chaos: weight of %s given twice", k)
+		}
+		named[k] = true
 		x, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
 			return nil, fmt.Errorf("chaos: weight of %s: %q, want a number ≥ 0", k, val)
@@ -214,8 +219,8 @@ func Plan(cfg PlanConfig, topo Topology) ([]Event, error) {
 		}
 		total += x
 	}
-	if total == 0 {
-		return nil, fmt.Errorf("chaos: every weight is 0")
+	if total == 0 || math.IsInf(total, 0) {
+		return nil, fmt.Errorf("chaos: weights sum to %v", total)
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6e656d65736973)) // "nemesis"
 	end := cfg.Duration - cfg.Quiet

@@ -120,6 +120,11 @@ func TestPlanRefuses(t *testing.T) {
 		"no gap":         {PlanConfig{Duration: time.Minute}, testTopo},
 		"weights":        {PlanConfig{Duration: time.Minute, MeanGap: time.Second, Weights: []float64{1}}, testTopo},
 		"zero weights":   {PlanConfig{Duration: time.Minute, MeanGap: time.Second, Weights: make([]float64, numKinds)}, testTopo},
+		"weights past float64": {PlanConfig{Duration: time.Minute, MeanGap: time.Second, Weights: func() []float64 {
+			w := slices.Clone(DefaultWeights)
+			w[Split], w[Lossy] = 1e308, 1e308
+			return w
+		}()}, testTopo},
 	} {
 		if _, err := Plan(c.cfg, c.topo); err == nil {
 			t.Errorf("%s: no error", name)
@@ -155,6 +160,7 @@ func TestParseWeights(t *testing.T) {
 		{in: "split=-1", wantErr: "want a number ≥ 0"},
 		{in: "split=NaN", wantErr: "want a number ≥ 0"},
 		{in: "split=1,", wantErr: "want kind=weight"},
+		{in: "split=1,split=2", wantErr: "split given twice"},
 	} {
 		got, err := ParseWeights(tc.in)
 		if tc.wantErr != "" {
