@@ -99,7 +99,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 		ctx, span := startGenerate(ctx, m, workerID) // worker.generate (trace.go); nil while tracing is off
 		sendLast := func(ch *messages.TokenChunk) {
 			if prefill && ch.FinishReason != "" && ch.FinishReason != "error" {
-				done.prefilled, done.kvParams = true, ch.KvTransferParams
+				done.kvParams = ch.KvTransferParams
 			}
 			send(ch)
 		}

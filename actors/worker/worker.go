@@ -230,12 +230,11 @@ type (
 	// membersChanged: a member joined or left the cluster, so the Router grain may have
 	// moved to a new activation that has not heard from this worker.
 	membersChanged struct{}
-	// requestDone: a request's goroutine ended; prefilled when it was a prefill leg
-	// whose last chunk (with kvParams, its engine's transfer parameters) was sent.
+	// requestDone: a request's goroutine ended; kvParams are the transfer parameters of
+	// the last chunk it sent for a prefill leg ("" for other requests, or none sent).
 	requestDone struct {
-		id        string
-		prefilled bool
-		kvParams  string
+		id       string
+		kvParams string
 	}
 	canaryDone struct {
 		epoch uint64
@@ -409,7 +408,7 @@ func (w *workerActor) Receive(c actor.Context) {
 		if r := w.requests[m.id]; r != nil {
 			r.cancel(nil)
 			delete(w.requests, m.id)
-			if m.prefilled && m.kvParams != "" {
+			if m.kvParams != "" {
 				w.log.Debug().Str("request_id", m.id).Msg("prefill leg finished: its blocks pinned for the decode leg")
 				w.pinned[m.id] = pinnedLeg{replyTo: r.replyTo, kvParams: m.kvParams, at: w.cfg.Now()}
 				if r.gone { // its receiver's end came first
