@@ -73,7 +73,7 @@ func chat(ctx context.Context, s *server, prompt string) (openai.CompletionUsage
 }
 
 // mustChat sends n requests and fails the test on any error.
-func mustChat(t *testing.T, s *server, n int, what string) {
+func mustChat(t testing.TB, s *server, n int, what string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -227,6 +227,27 @@ func (v *verdict) Fatalf(format string, args ...any) {
 	v.t.Fatal(v.note(format, args...))
 }
 
+// repeating is t whose every failure is also repeated after the test's cleanups (see
+// verdict): pass it to the helpers (servers, clusters) so that their failures are too.
+type repeating struct {
+	*testing.T
+	v *verdict
+}
+
+// repeatFailures wraps t; call it before starting the processes the test checks.
+func repeatFailures(t *testing.T) *repeating { return &repeating{T: t, v: newVerdict(t)} }
+
+func (r *repeating) Error(args ...any) { r.T.Helper(); r.T.Error(r.v.note("%s", fmt.Sprint(args...))) }
+func (r *repeating) Errorf(format string, args ...any) {
+	r.T.Helper()
+	r.T.Error(r.v.note(format, args...))
+}
+func (r *repeating) Fatal(args ...any) { r.T.Helper(); r.T.Fatal(r.v.note("%s", fmt.Sprint(args...))) }
+func (r *repeating) Fatalf(format string, args ...any) {
+	r.T.Helper()
+	r.T.Fatal(r.v.note(format, args...))
+}
+
 // waitFor polls cond every 20 ms until it holds or the deadline passes.
 func (s *server) waitFor(limit time.Duration, what string, cond func() bool) {
 	s.t.Helper()
