@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,11 @@ type Config struct {
 	// have registered with it since, while the model's Router grain may know them all.
 	// The router then answers as it knows (a worker, or 503 no live workers).
 	CatalogGrace time.Duration
+	// CatalogTimeout bounds a Catalog grain call while a list it gave within CatalogGrace
+	// can answer instead (default 1 s); without one the call waits RouteTimeout. Once a
+	// call has failed, requests do not wait for the catalog until one answers again
+	// (Models).
+	CatalogTimeout time.Duration
 	// ModelCacheDir holds tokenizer folders fetched from workers (LoaderConfig.CacheDir;
 	// default DefaultModelCacheDir()).
 	ModelCacheDir string
@@ -92,7 +98,14 @@ type Backend struct {
 	seen     map[string]time.Time           // model -> last time the catalog listed it
 	cards    map[string]*messages.ModelCard // model -> its card when the catalog last listed it
 	listedAt time.Time                      // when the catalog last answered (modelsAt may be cleared to force a refresh)
-	busy     map[string]kv.BusyThresholds   // model -> thresholds set through this frontend
+	// catalogDown: the latest Catalog call failed, and none has answered since;
+	// probing: a call made in the background to find out is in flight.
+	catalogDown, probing bool
+	probes               sync.WaitGroup // the probes in flight
+	// list asks the Catalog grain for the models within timeout (listFromCatalog; the
+	// package's tests replace it).
+	list func(timeout time.Duration) ([]*messages.ModelCard, error)
+	busy map[string]kv.BusyThresholds // model -> thresholds set through this frontend
 	// loraNotes are the adapters this frontend loaded or unloaded a moment ago, listed
 	// as they are now until the catalog agrees (lora.go).
 	loraNotes map[loraKey]loraNote
@@ -110,10 +123,11 @@ var (
 // Defaults of Config besides the flow's (flow.DefaultConfig: credits, stall timeout,
 // prefill release wait, migration limit) and the model loader's (LoaderConfig).
 const (
-	DefaultRouteTimeout = 5 * time.Second        // Config.RouteTimeout
-	DefaultModelsTTL    = 500 * time.Millisecond // Config.ModelsTTL
-	DefaultModelMemory  = 10 * time.Minute       // Config.ModelMemory
-	DefaultCatalogGrace = 10 * time.Second       // Config.CatalogGrace
+	DefaultRouteTimeout   = 5 * time.Second        // Config.RouteTimeout
+	DefaultModelsTTL      = 500 * time.Millisecond // Config.ModelsTTL
+	DefaultModelMemory    = 10 * time.Minute       // Config.ModelMemory
+	DefaultCatalogGrace   = 10 * time.Second       // Config.CatalogGrace
+	DefaultCatalogTimeout = time.Second            // Config.CatalogTimeout
 )
 
 // New returns a Backend using cluster c.
@@ -133,6 +147,9 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	}
 	if cfg.CatalogGrace == 0 {
 		cfg.CatalogGrace = DefaultCatalogGrace
+	}
+	if cfg.CatalogTimeout <= 0 {
+		cfg.CatalogTimeout = DefaultCatalogTimeout
 	}
 	if cfg.PrefillReleaseWait <= 0 {
 		cfg.PrefillReleaseWait = def.PrefillReleaseWait
@@ -154,6 +171,7 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 		b.plan = &plannerReports{windows: map[string]*planner.Window{}, since: time.Now(), failing: map[string]bool{}}
 	}
 	b.rec = &setRecorder{set: b.metrics, log: cfg.Logger}
+	b.list = b.listFromCatalog
 	b.c.Store(c)
 	b.loader = NewModelLoader(b.actorSystem,
 		LoaderConfig{CacheDir: cfg.ModelCacheDir, FilesTimeout: cfg.FilesTimeout, Logger: cfg.Logger})
@@ -200,39 +218,97 @@ func (b *Backend) member() (*pcluster.Cluster, <-chan struct{}) {
 // Models returns the cards of the models that have at least one live worker, then of the
 // LoRA adapters they hold (ModelCard.lora set), from the Catalog grain (cached for
 // ModelsTTL), with the adapters this frontend loaded or unloaded a moment ago as they are
-// now (lora.go). When the Catalog call fails, the list it last gave within CatalogGrace is
-// returned instead; with none, a *gateway.APIError of kind KindNoWorkers (503 with
-// Retry-After) wrapping gateway.ErrNoWorkers.
+// now (lora.go).
+//
+// When the catalog does not answer (a member overloaded, cut off or restarting), the list
+// it last gave within CatalogGrace stands in for it; with none, the error is a
+// *gateway.APIError of kind KindNoWorkers (503 with Retry-After) wrapping
+// gateway.ErrNoWorkers. A call waits CatalogTimeout when that list can stand in,
+// RouteTimeout otherwise. After a failed call no request waits for the catalog: each
+// answers at once from that list (or 503), while one call at a time asks the catalog in
+// the background, until one answers.
 func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
+	now := time.Now()
 	b.mu.Lock()
-	if b.models != nil && time.Since(b.modelsAt) < b.cfg.ModelsTTL {
-		m := b.withLoraNotes(b.models, time.Now())
+	if b.models != nil && now.Sub(b.modelsAt) < b.cfg.ModelsTTL {
+		m := b.withLoraNotes(b.models, now)
 		b.mu.Unlock()
 		return m, nil
 	}
-	b.mu.Unlock()
-	list, err := messages.GetCatalogGrainClient(b.c.Load(), catalog.Identity).List(&messages.ListModelsRequest{},
-		pcluster.WithTimeout(b.cfg.RouteTimeout))
-	if err != nil {
-		// The Catalog grain did not answer in time (an overloaded or restarting member):
-		// the list it gave within CatalogGrace stands in for it (the Router grains decide
-		// each request); with none, nothing is known to be wrong with the request or the
-		// workers, so the client should retry (503 with Retry-After), as for a Route call
-		// that failed.
-		b.mu.Lock()
-		if b.models != nil && b.cfg.CatalogGrace > 0 && time.Since(b.listedAt) < b.cfg.CatalogGrace {
-			m := b.withLoraNotes(b.models, time.Now())
-			b.mu.Unlock()
-			return m, nil
+	if b.catalogDown {
+		if !b.probing {
+			b.probing = true
+			b.probes.Add(1)
+			go b.probe()
 		}
+		m, err := b.standIn(now, errCatalogDown)
 		b.mu.Unlock()
-		return nil, &gateway.APIError{Kind: gateway.KindNoWorkers,
-			Message: "The service's model catalog did not answer in time; retry later.",
-			Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, err)}
+		return m, err
 	}
+	timeout := b.cfg.RouteTimeout
+	if b.graceList(now) {
+		timeout = min(timeout, b.cfg.CatalogTimeout)
+	}
+	b.mu.Unlock()
+	list, err := b.list(timeout)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.listed(list.Models, time.Now()), nil
+	if err != nil {
+		b.catalogDown = true
+		b.cfg.Logger.Warn().Err(err).Dur("timeout", timeout).
+			Msg("the model catalog did not answer: requests use the list it last gave, within its grace, until it answers again")
+		return b.standIn(time.Now(), err)
+	}
+	b.catalogDown = false
+	return b.listed(list, time.Now()), nil
+}
+
+// listFromCatalog asks the Catalog grain for the models (Backend.list).
+func (b *Backend) listFromCatalog(timeout time.Duration) ([]*messages.ModelCard, error) {
+	list, err := messages.GetCatalogGrainClient(b.c.Load(), catalog.Identity).List(&messages.ListModelsRequest{},
+		pcluster.WithTimeout(timeout))
+	if err != nil {
+		return nil, err
+	}
+	return list.GetModels(), nil
+}
+
+// probe asks the catalog once, in the background, while it is down (Models).
+func (b *Backend) probe() {
+	defer b.probes.Done()
+	list, err := b.list(b.cfg.RouteTimeout)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+	if err != nil {
+		return
+	}
+	if b.catalogDown {
+		b.cfg.Logger.Info().Msg("the model catalog answers again")
+	}
+	b.catalogDown = false
+	b.listed(list, time.Now())
+}
+
+// graceList reports whether the catalog's last list is recent enough to answer for it at
+// now (CatalogGrace). The caller holds b.mu.
+func (b *Backend) graceList(now time.Time) bool {
+	return b.models != nil && b.cfg.CatalogGrace > 0 && now.Sub(b.listedAt) < b.cfg.CatalogGrace
+}
+
+// errCatalogDown is the cause of the 503 answered without asking the catalog (Models).
+var errCatalogDown = errors.New("the catalog has not answered since a call failed")
+
+// standIn answers for a catalog that did not answer (why: cause): its last list within
+// the grace, or 503 (nothing is known to be wrong with the request or the workers, so
+// the client should retry, as for a Route call that failed). The caller holds b.mu.
+func (b *Backend) standIn(now time.Time, cause error) ([]*messages.ModelCard, error) {
+	if b.graceList(now) {
+		return b.withLoraNotes(b.models, now), nil
+	}
+	return nil, &gateway.APIError{Kind: gateway.KindNoWorkers,
+		Message: "The service's model catalog did not answer in time; retry later.",
+		Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, cause)}
 }
 
 // listed takes list, the catalog's answer at now: it is cached, its base models are seen

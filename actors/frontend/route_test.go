@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -218,5 +219,134 @@ func TestModelsOutliveAnUnansweredCatalog(t *testing.T) {
 	var apiErr *gateway.APIError
 	if _, err := b.Models(context.Background()); !errors.As(err, &apiErr) || apiErr.Kind != gateway.KindNoWorkers {
 		t.Fatalf("past the grace: %v, want 503 no workers", err)
+	}
+}
+
+// fakeCatalog stands in for the Catalog grain's List (Backend.list): it records each
+// call's timeout and answers as the test says, at once or once released.
+type fakeCatalog struct {
+	mu       sync.Mutex
+	timeouts []time.Duration
+	gate     chan struct{} // nil: answer at once; else wait until it is closed
+	models   []*messages.ModelCard
+	err      error
+}
+
+func (f *fakeCatalog) list(timeout time.Duration) ([]*messages.ModelCard, error) {
+	f.mu.Lock()
+	f.timeouts = append(f.timeouts, timeout)
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.models, f.err
+}
+
+func (f *fakeCatalog) set(gate chan struct{}, models []*messages.ModelCard, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gate, f.models, f.err = gate, models, err
+}
+
+func (f *fakeCatalog) calls() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.timeouts)
+}
+
+// modelsWithin calls b.Models and fails the test if it waits (for the catalog) longer
+// than a few seconds, far past any answer not waiting for it.
+func modelsWithin(t *testing.T, b *Backend) ([]*messages.ModelCard, error) {
+	t.Helper()
+	type answer struct {
+		m   []*messages.ModelCard
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		m, err := b.Models(context.Background())
+		done <- answer{m, err}
+	}()
+	select {
+	case a := <-done:
+		return a.m, a.err
+	case <-time.After(5 * time.Second):
+		t.Fatal("Models waited for a catalog that is down")
+		return nil, nil
+	}
+}
+
+// A catalog that does not answer is waited for once, CatalogTimeout when a recent list
+// can stand in and RouteTimeout when none can; after that, requests answer at once (the
+// list, or 503) while one probe at a time asks the catalog, until one answers.
+func TestCatalogDownIsNotWaitedFor(t *testing.T) {
+	const routeTimeout, catalogTimeout = 3 * time.Second, 250 * time.Millisecond
+	down := errors.New("timed out")
+	old := &messages.ModelCard{Model: "m", KvBlockSize: 16}
+	newer := &messages.ModelCard{Model: "m2", KvBlockSize: 16}
+	for _, tc := range []struct {
+		name      string
+		listedAgo time.Duration // -1: the catalog never answered
+		wantList  bool          // the old list stands in
+		firstWait time.Duration // the first call's timeout
+	}{
+		{"a list within the grace", 2 * time.Hour, true, catalogTimeout},
+		{"a list past the grace", 4 * time.Hour, false, routeTimeout},
+		{"no list", -1, false, routeTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := New(nil, Config{RouteTimeout: routeTimeout, CatalogTimeout: catalogTimeout, ModelsTTL: time.Hour,
+				CatalogGrace: 3 * time.Hour})
+			f := &fakeCatalog{}
+			b.list = f.list
+			if tc.listedAgo >= 0 {
+				b.mu.Lock()
+				b.listed([]*messages.ModelCard{old}, time.Now().Add(-tc.listedAgo))
+				b.mu.Unlock()
+			}
+			check := func(what string, m []*messages.ModelCard, err error) {
+				t.Helper()
+				var apiErr *gateway.APIError
+				switch {
+				case tc.wantList && (err != nil || len(m) != 1 || m[0] != old):
+					t.Fatalf("%s: %v, %v; want the last list", what, m, err)
+				case !tc.wantList && (!errors.As(err, &apiErr) || apiErr.Kind != gateway.KindNoWorkers):
+					t.Fatalf("%s: %v, %v; want 503 no workers", what, m, err)
+				}
+			}
+			f.set(nil, nil, down)
+			m, err := modelsWithin(t, b)
+			check("the call that failed", m, err)
+			if got := f.calls(); len(got) != 1 || got[0] != tc.firstWait {
+				t.Fatalf("catalog calls %v, want one of %v", got, tc.firstWait)
+			}
+			gate := make(chan struct{})
+			f.set(gate, []*messages.ModelCard{newer}, nil)
+			for i := range 3 {
+				m, err := modelsWithin(t, b)
+				check(fmt.Sprintf("request %d while down", i), m, err)
+			}
+			if got := f.calls(); len(got) != 2 || got[1] != routeTimeout {
+				t.Fatalf("catalog calls %v, want one probe of %v after the failed call", got, routeTimeout)
+			}
+			close(gate)
+			b.probes.Wait()
+			if m, err := modelsWithin(t, b); err != nil || len(m) != 1 || m[0] != newer {
+				t.Fatalf("after the probe answered: %v, %v; want its list", m, err)
+			}
+			// Back up: a stale list is asked for again, and waited for.
+			b.mu.Lock()
+			b.modelsAt = time.Time{}
+			b.mu.Unlock()
+			if m, err := modelsWithin(t, b); err != nil || len(m) != 1 || m[0] != newer {
+				t.Fatalf("a refresh after the catalog is back: %v, %v", m, err)
+			}
+			if got := f.calls(); len(got) != 3 || got[2] != catalogTimeout {
+				t.Fatalf("catalog calls %v, want a third, of %v, made by the request", got, catalogTimeout)
+			}
+		})
 	}
 }
