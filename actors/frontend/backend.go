@@ -98,10 +98,12 @@ type Backend struct {
 	seen     map[string]time.Time           // model -> last time the catalog listed it
 	cards    map[string]*messages.ModelCard // model -> its card when the catalog last listed it
 	listedAt time.Time                      // when the catalog last answered (modelsAt may be cleared to force a refresh)
-	// catalogDown: the latest Catalog call failed, and none has answered since;
-	// probing: a call made in the background to find out is in flight.
-	catalogDown, probing bool
-	probes               sync.WaitGroup // the probes in flight
+	// catalogDown: the latest Catalog call failed, and none has answered since.
+	catalogDown bool
+	// probed is closed when the call asking the catalog in the background ends; nil
+	// while none is in flight (Models).
+	probed chan struct{}
+	probes sync.WaitGroup // the probes in flight
 	// list asks the Catalog grain for the models within timeout (listFromCatalog; the
 	// package's tests replace it).
 	list func(timeout time.Duration) ([]*messages.ModelCard, error)
@@ -224,9 +226,10 @@ func (b *Backend) member() (*pcluster.Cluster, <-chan struct{}) {
 // it last gave within CatalogGrace stands in for it; with none, the error is a
 // *gateway.APIError of kind KindNoWorkers (503 with Retry-After) wrapping
 // gateway.ErrNoWorkers. A call waits CatalogTimeout when that list can stand in,
-// RouteTimeout otherwise. After a failed call no request waits for the catalog: each
-// answers at once from that list (or 503), while one call at a time asks the catalog in
-// the background, until one answers.
+// RouteTimeout otherwise. After a failed call, one call at a time asks the catalog in the
+// background until one answers; meanwhile a request is answered at once from that list,
+// or, with none, waits for the call in flight (at most RouteTimeout) and takes its
+// answer.
 func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 	now := time.Now()
 	b.mu.Lock()
@@ -236,14 +239,25 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 		return m, nil
 	}
 	if b.catalogDown {
-		if !b.probing {
-			b.probing = true
-			b.probes.Add(1)
-			go b.probe()
+		probed := b.startProbe()
+		if b.graceList(now) {
+			m := b.withLoraNotes(b.models, now)
+			b.mu.Unlock()
+			return m, nil
 		}
-		m, err := b.standIn(now, errCatalogDown)
+		// No list can stand in: the request waits for the call in flight, as it would
+		// for a call of its own.
 		b.mu.Unlock()
-		return m, err
+		select {
+		case <-probed:
+		case <-ctx.Done():
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.catalogDown {
+			return b.withLoraNotes(b.models, time.Now()), nil
+		}
+		return b.standIn(time.Now(), errCatalogDown)
 	}
 	timeout := b.cfg.RouteTimeout
 	if b.graceList(now) {
@@ -273,13 +287,25 @@ func (b *Backend) listFromCatalog(timeout time.Duration) ([]*messages.ModelCard,
 	return list.GetModels(), nil
 }
 
-// probe asks the catalog once, in the background, while it is down (Models).
-func (b *Backend) probe() {
+// startProbe starts a call asking the catalog in the background unless one is in
+// flight, and returns the channel closed when it ends. The caller holds b.mu.
+func (b *Backend) startProbe() <-chan struct{} {
+	if b.probed == nil {
+		b.probed = make(chan struct{})
+		b.probes.Add(1)
+		go b.probe(b.probed)
+	}
+	return b.probed
+}
+
+// probe asks the catalog once while it is down, and closes probed when done (Models).
+func (b *Backend) probe(probed chan struct{}) {
 	defer b.probes.Done()
 	list, err := b.list(b.cfg.RouteTimeout)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.probing = false
+	b.probed = nil
+	defer close(probed)
 	if err != nil {
 		return
 	}

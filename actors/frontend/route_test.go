@@ -280,8 +280,9 @@ func modelsWithin(t *testing.T, b *Backend) ([]*messages.ModelCard, error) {
 }
 
 // A catalog that does not answer is waited for once, CatalogTimeout when a recent list
-// can stand in and RouteTimeout when none can; after that, requests answer at once (the
-// list, or 503) while one probe at a time asks the catalog, until one answers.
+// can stand in and RouteTimeout when none can; after that one probe at a time asks the
+// catalog until one answers, and a request is answered at once from the recent list, or,
+// with none, waits for the probe in flight and takes its answer.
 func TestCatalogDownIsNotWaitedFor(t *testing.T) {
 	const routeTimeout, catalogTimeout = 3 * time.Second, 250 * time.Millisecond
 	down := errors.New("timed out")
@@ -290,7 +291,7 @@ func TestCatalogDownIsNotWaitedFor(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		listedAgo time.Duration // -1: the catalog never answered
-		wantList  bool          // the old list stands in
+		standIn   bool          // the old list stands in
 		firstWait time.Duration // the first call's timeout
 	}{
 		{"a list within the grace", 2 * time.Hour, true, catalogTimeout},
@@ -307,33 +308,56 @@ func TestCatalogDownIsNotWaitedFor(t *testing.T) {
 				b.listed([]*messages.ModelCard{old}, time.Now().Add(-tc.listedAgo))
 				b.mu.Unlock()
 			}
-			check := func(what string, m []*messages.ModelCard, err error) {
-				t.Helper()
-				var apiErr *gateway.APIError
-				switch {
-				case tc.wantList && (err != nil || len(m) != 1 || m[0] != old):
-					t.Fatalf("%s: %v, %v; want the last list", what, m, err)
-				case !tc.wantList && (!errors.As(err, &apiErr) || apiErr.Kind != gateway.KindNoWorkers):
-					t.Fatalf("%s: %v, %v; want 503 no workers", what, m, err)
-				}
-			}
 			f.set(nil, nil, down)
 			m, err := modelsWithin(t, b)
-			check("the call that failed", m, err)
+			var apiErr *gateway.APIError
+			switch {
+			case tc.standIn && (err != nil || len(m) != 1 || m[0] != old):
+				t.Fatalf("the call that failed: %v, %v; want the last list", m, err)
+			case !tc.standIn && (!errors.As(err, &apiErr) || apiErr.Kind != gateway.KindNoWorkers):
+				t.Fatalf("the call that failed: %v, %v; want 503 no workers", m, err)
+			}
 			if got := f.calls(); len(got) != 1 || got[0] != tc.firstWait {
 				t.Fatalf("catalog calls %v, want one of %v", got, tc.firstWait)
 			}
 			gate := make(chan struct{})
 			f.set(gate, []*messages.ModelCard{newer}, nil)
-			for i := range 3 {
-				m, err := modelsWithin(t, b)
-				check(fmt.Sprintf("request %d while down", i), m, err)
+			if tc.standIn {
+				for i := range 3 {
+					if m, err := modelsWithin(t, b); err != nil || len(m) != 1 || m[0] != old {
+						t.Fatalf("request %d while down: %v, %v; want the last list at once", i, m, err)
+					}
+				}
+				close(gate)
+			} else {
+				// Three requests wait for one probe and take its answer.
+				type answer struct {
+					m   []*messages.ModelCard
+					err error
+				}
+				answers := make(chan answer, 3)
+				for range 3 {
+					go func() {
+						m, err := b.Models(context.Background())
+						answers <- answer{m, err}
+					}()
+				}
+				close(gate)
+				for i := range 3 {
+					select {
+					case a := <-answers:
+						if a.err != nil || len(a.m) != 1 || a.m[0] != newer {
+							t.Fatalf("request %d while down: %v, %v; want the probe's list", i, a.m, a.err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("a request waiting for the probe never got an answer")
+					}
+				}
 			}
+			b.probes.Wait()
 			if got := f.calls(); len(got) != 2 || got[1] != routeTimeout {
 				t.Fatalf("catalog calls %v, want one probe of %v after the failed call", got, routeTimeout)
 			}
-			close(gate)
-			b.probes.Wait()
 			if m, err := modelsWithin(t, b); err != nil || len(m) != 1 || m[0] != newer {
 				t.Fatalf("after the probe answered: %v, %v; want its list", m, err)
 			}

@@ -208,6 +208,10 @@ func (r *relay) onBatch(b kv.Batch) {
 		r.blocks.Clear()
 		b.Events = append([]kv.Event{{Kind: kv.AllBlocksCleared}}, b.Events...)
 	}
+	if r.seenEng && b.Seq > r.lastEng+1 {
+		r.log.Warn().Uint64("seq", b.Seq).Uint64("last", r.lastEng).
+			Msg("KV events lost between the engine and this worker: the router's index may keep blocks the engine dropped")
+	}
 	r.seenEng, r.lastEng = true, b.Seq
 	for _, ev := range b.Events {
 		if err := r.blocks.Apply(ev); err != nil {

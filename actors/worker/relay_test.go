@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,5 +254,31 @@ func TestDumpHashedAtEngineBlockSizes(t *testing.T) {
 				t.Fatalf("bs %d step %d: hashed %d blocks (%d nodes), plain %d (%d nodes)", bs, step, len(got), fromHashes.Nodes(), len(want), fromTokens.Nodes())
 			}
 		}
+	}
+}
+
+// A batch whose engine sequence number skips ahead (batches lost between the engine and
+// the worker) is logged; one that follows on, or the first, is not.
+func TestRelayLogsLostEngineBatches(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		seqs []uint64
+		want int // warnings
+	}{
+		{"in order", []uint64{0, 1, 2, 3}, 0},
+		{"first batch at any number", []uint64{7, 8}, 0},
+		{"one gap", []uint64{0, 1, 4, 5}, 1},
+		{"two gaps", []uint64{0, 2, 3, 9}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			r := newRelay("w0", nopRouter{}, zerolog.New(&buf))
+			for _, s := range tc.seqs {
+				r.onBatch(kv.Batch{Seq: s})
+			}
+			if got := strings.Count(buf.String(), "KV events lost between the engine and this worker"); got != tc.want {
+				t.Fatalf("warnings %d, want %d:\n%s", got, tc.want, buf.String())
+			}
+		})
 	}
 }
