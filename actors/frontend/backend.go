@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,9 +40,8 @@ type Config struct {
 	// The router then answers as it knows (a worker, or 503 no live workers).
 	CatalogGrace time.Duration
 	// CatalogTimeout bounds a Catalog grain call while a list it gave within CatalogGrace
-	// can answer instead (default 1 s); without one the call waits RouteTimeout. Once a
-	// call has failed, requests do not wait for the catalog until one answers again
-	// (Models).
+	// can answer instead and the catalog has not failed since (default 1 s); otherwise a
+	// call waits RouteTimeout (Models).
 	CatalogTimeout time.Duration
 	// ModelCacheDir holds tokenizer folders fetched from workers (LoaderConfig.CacheDir;
 	// default DefaultModelCacheDir()).
@@ -100,10 +100,9 @@ type Backend struct {
 	listedAt time.Time                      // when the catalog last answered (modelsAt may be cleared to force a refresh)
 	// catalogDown: the latest Catalog call failed, and none has answered since.
 	catalogDown bool
-	// probed is closed when the call asking the catalog in the background ends; nil
-	// while none is in flight (Models).
-	probed chan struct{}
-	probes sync.WaitGroup // the probes in flight
+	call        *catalogCall   // the Catalog call in flight; nil when none (Models)
+	catalogGen  uint64         // bumped by SetCluster: the answer of a call started before is ignored
+	calls       sync.WaitGroup // the Catalog calls in flight
 	// list asks the Catalog grain for the models within timeout (listFromCatalog; the
 	// package's tests replace it).
 	list func(timeout time.Duration) ([]*messages.ModelCard, error)
@@ -199,12 +198,18 @@ func (b *Backend) ModelLoader() gateway.ModelLoader { return b.loader.Load }
 // (docs/reference.md §10).
 func (b *Backend) SetCluster(c *pcluster.Cluster) {
 	b.lostMu.Lock()
-	defer b.lostMu.Unlock()
 	b.c.Store(c)
-	if b.lost != nil {
-		close(b.lost)
-	}
+	old := b.lost
 	b.lost = make(chan struct{})
+	b.lostMu.Unlock()
+	// The catalog is asked afresh through the new member.
+	b.mu.Lock()
+	b.catalogGen++
+	b.catalogDown, b.call = false, nil
+	b.mu.Unlock()
+	if old != nil {
+		close(old)
+	}
 }
 
 // member is the current member's cluster and a channel closed when it is replaced.
@@ -222,59 +227,131 @@ func (b *Backend) member() (*pcluster.Cluster, <-chan struct{}) {
 // ModelsTTL), with the adapters this frontend loaded or unloaded a moment ago as they are
 // now (lora.go).
 //
-// When the catalog does not answer (a member overloaded, cut off or restarting), the list
-// it last gave within CatalogGrace stands in for it; with none, the error is a
-// *gateway.APIError of kind KindNoWorkers (503 with Retry-After) wrapping
-// gateway.ErrNoWorkers. A call waits CatalogTimeout when that list can stand in,
-// RouteTimeout otherwise. After a failed call, one call at a time asks the catalog in the
-// background until one answers; meanwhile a request is answered at once from that list,
-// or, with none, waits for the call in flight (at most RouteTimeout) and takes its
-// answer.
+// One Catalog call at a time is in flight. A request that finds the list older than
+// ModelsTTL starts one and waits for its answer, or, when one is already under way or the
+// catalog's last call failed, is answered at once from the list the catalog gave within
+// CatalogGrace. With no such list, every request waits for the call in flight (a second
+// one when that call had started before the request and failed), at most RouteTimeout in
+// all. A call waits CatalogTimeout when such a list can stand in and the catalog has not
+// failed since, RouteTimeout otherwise.
+//
+// Errors: a *gateway.APIError of kind KindNoWorkers (503 with Retry-After) wrapping
+// gateway.ErrNoWorkers when the catalog did not answer and no list stands in; ctx's
+// error, wrapped, when ctx ends while the request waits.
 func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
-	now := time.Now()
+	_, lost := b.member()
+	arrived := time.Now()
 	b.mu.Lock()
-	if b.models != nil && now.Sub(b.modelsAt) < b.cfg.ModelsTTL {
-		m := b.withLoraNotes(b.models, now)
-		b.mu.Unlock()
-		return m, nil
+	defer b.mu.Unlock()
+	if b.models != nil && arrived.Sub(b.modelsAt) < b.cfg.ModelsTTL {
+		return b.withLoraNotes(b.models, arrived), nil
 	}
-	if b.catalogDown {
-		probed := b.startProbe()
-		if b.graceList(now) {
-			m := b.withLoraNotes(b.models, now)
-			b.mu.Unlock()
-			return m, nil
-		}
-		// No list can stand in: the request waits for the call in flight, as it would
-		// for a call of its own.
-		b.mu.Unlock()
-		select {
-		case <-probed:
-		case <-ctx.Done():
-		}
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if !b.catalogDown {
+	deadline := arrived.Add(b.cfg.RouteTimeout)
+	for {
+		c, joined := b.startCall(arrived)
+		if (joined || b.catalogDown) && b.graceList(time.Now()) {
 			return b.withLoraNotes(b.models, time.Now()), nil
 		}
-		return b.standIn(time.Now(), errCatalogDown)
+		b.mu.Unlock()
+		moved := false
+		wait := time.NewTimer(time.Until(deadline))
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+		case <-lost:
+			moved = true
+		case <-wait.C:
+		}
+		wait.Stop()
+		b.mu.Lock()
+		select {
+		case <-c.done:
+			moved = moved || c.err == errCatalogMoved
+		default:
+		}
+		now := time.Now()
+		switch {
+		case b.listedAt.After(arrived): // answered since the request arrived
+			return b.withLoraNotes(b.models, now), nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("frontend: list models: %w", ctx.Err())
+		case b.graceList(now):
+			return b.withLoraNotes(b.models, now), nil
+		case !now.Before(deadline) || (!moved && !c.started.Before(arrived)):
+			return nil, &gateway.APIError{Kind: gateway.KindNoWorkers,
+				Message: "The service's model catalog did not answer in time; retry later.",
+				Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, cmp.Or(c.err, errCatalogLate))}
+		}
+		if moved {
+			_, lost = b.member()
+		}
+	}
+}
+
+// catalogCall is one Catalog call (Models).
+type catalogCall struct {
+	started time.Time
+	gen     uint64        // Backend.catalogGen when it started
+	done    chan struct{} // closed when it has ended
+	err     error         // why it failed, once done: errCatalogMoved for one whose member was replaced
+}
+
+var (
+	// errCatalogMoved: the call went through a member since replaced.
+	errCatalogMoved = errors.New("the catalog call went through a member since replaced")
+	// errCatalogLate: the request's time ran out with the call still in flight.
+	errCatalogLate = errors.New("the catalog did not answer within the route timeout")
+)
+
+// startCall returns the Catalog call in flight (joined) or starts one at now. The caller
+// holds b.mu.
+func (b *Backend) startCall(now time.Time) (c *catalogCall, joined bool) {
+	if b.call != nil {
+		return b.call, true
 	}
 	timeout := b.cfg.RouteTimeout
-	if b.graceList(now) {
+	if !b.catalogDown && b.graceList(now) {
 		timeout = min(timeout, b.cfg.CatalogTimeout)
 	}
-	b.mu.Unlock()
+	c = &catalogCall{started: now, gen: b.catalogGen, done: make(chan struct{})}
+	b.call = c
+	b.calls.Add(1)
+	go b.runCall(c, timeout)
+	return c, false
+}
+
+// runCall asks the catalog for c and takes its answer, unless the member it went through
+// was replaced meanwhile.
+func (b *Backend) runCall(c *catalogCall, timeout time.Duration) {
+	defer b.calls.Done()
 	list, err := b.list(timeout)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer close(c.done)
+	if b.call == c {
+		b.call = nil
+	}
+	if c.gen != b.catalogGen {
+		c.err = errCatalogMoved
+		return
+	}
+	c.err = err
 	if err != nil {
+		if !b.catalogDown {
+			b.cfg.Logger.Warn().Err(err).Dur("timeout", timeout).
+				Msg("the model catalog did not answer: requests use the list it gave within its grace, or wait for the next call, until it answers again")
+		}
 		b.catalogDown = true
-		b.cfg.Logger.Warn().Err(err).Dur("timeout", timeout).
-			Msg("the model catalog did not answer: requests use the list it last gave, within its grace, until it answers again")
-		return b.standIn(time.Now(), err)
+		return
+	}
+	if b.catalogDown {
+		b.cfg.Logger.Info().Msg("the model catalog answers again")
 	}
 	b.catalogDown = false
-	return b.listed(list, time.Now()), nil
+	if list == nil {
+		list = []*messages.ModelCard{} // listed, if empty: it is cached and can stand in
+	}
+	b.listed(list, time.Now())
 }
 
 // listFromCatalog asks the Catalog grain for the models (Backend.list).
@@ -287,54 +364,10 @@ func (b *Backend) listFromCatalog(timeout time.Duration) ([]*messages.ModelCard,
 	return list.GetModels(), nil
 }
 
-// startProbe starts a call asking the catalog in the background unless one is in
-// flight, and returns the channel closed when it ends. The caller holds b.mu.
-func (b *Backend) startProbe() <-chan struct{} {
-	if b.probed == nil {
-		b.probed = make(chan struct{})
-		b.probes.Add(1)
-		go b.probe(b.probed)
-	}
-	return b.probed
-}
-
-// probe asks the catalog once while it is down, and closes probed when done (Models).
-func (b *Backend) probe(probed chan struct{}) {
-	defer b.probes.Done()
-	list, err := b.list(b.cfg.RouteTimeout)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.probed = nil
-	defer close(probed)
-	if err != nil {
-		return
-	}
-	if b.catalogDown {
-		b.cfg.Logger.Info().Msg("the model catalog answers again")
-	}
-	b.catalogDown = false
-	b.listed(list, time.Now())
-}
-
 // graceList reports whether the catalog's last list is recent enough to answer for it at
 // now (CatalogGrace). The caller holds b.mu.
 func (b *Backend) graceList(now time.Time) bool {
 	return b.models != nil && b.cfg.CatalogGrace > 0 && now.Sub(b.listedAt) < b.cfg.CatalogGrace
-}
-
-// errCatalogDown is the cause of the 503 answered without asking the catalog (Models).
-var errCatalogDown = errors.New("the catalog has not answered since a call failed")
-
-// standIn answers for a catalog that did not answer (why: cause): its last list within
-// the grace, or 503 (nothing is known to be wrong with the request or the workers, so
-// the client should retry, as for a Route call that failed). The caller holds b.mu.
-func (b *Backend) standIn(now time.Time, cause error) ([]*messages.ModelCard, error) {
-	if b.graceList(now) {
-		return b.withLoraNotes(b.models, now), nil
-	}
-	return nil, &gateway.APIError{Kind: gateway.KindNoWorkers,
-		Message: "The service's model catalog did not answer in time; retry later.",
-		Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, cause)}
 }
 
 // listed takes list, the catalog's answer at now: it is cached, its base models are seen

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,154 +221,209 @@ func TestModelsOutliveAnUnansweredCatalog(t *testing.T) {
 	}
 }
 
-// fakeCatalog stands in for the Catalog grain's List (Backend.list): it records each
-// call's timeout and answers as the test says, at once or once released.
+// fakeCatalog stands in for the Catalog grain's List (Backend.list): each call is handed
+// to the test, which answers it when it likes.
 type fakeCatalog struct {
-	mu       sync.Mutex
-	timeouts []time.Duration
-	gate     chan struct{} // nil: answer at once; else wait until it is closed
-	models   []*messages.ModelCard
-	err      error
+	calls chan *fakeCall
+	seen  int // calls taken by next
 }
+
+type fakeCall struct {
+	timeout time.Duration
+	answer  chan fakeAnswer
+}
+
+type fakeAnswer struct {
+	models []*messages.ModelCard
+	err    error
+}
+
+func newFakeCatalog() *fakeCatalog { return &fakeCatalog{calls: make(chan *fakeCall, 16)} }
 
 func (f *fakeCatalog) list(timeout time.Duration) ([]*messages.ModelCard, error) {
-	f.mu.Lock()
-	f.timeouts = append(f.timeouts, timeout)
-	gate := f.gate
-	f.mu.Unlock()
-	if gate != nil {
-		<-gate
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.models, f.err
+	c := &fakeCall{timeout: timeout, answer: make(chan fakeAnswer, 1)}
+	f.calls <- c
+	a := <-c.answer
+	return a.models, a.err
 }
 
-func (f *fakeCatalog) set(gate chan struct{}, models []*messages.ModelCard, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.gate, f.models, f.err = gate, models, err
-}
-
-func (f *fakeCatalog) calls() []time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.timeouts)
-}
-
-// modelsWithin calls b.Models and fails the test if it waits (for the catalog) longer
-// than a few seconds, far past any answer not waiting for it.
-func modelsWithin(t *testing.T, b *Backend) ([]*messages.ModelCard, error) {
+// next waits for the next call and checks its timeout.
+func (f *fakeCatalog) next(t *testing.T, timeout time.Duration) *fakeCall {
 	t.Helper()
-	type answer struct {
-		m   []*messages.ModelCard
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		m, err := b.Models(context.Background())
-		done <- answer{m, err}
-	}()
 	select {
-	case a := <-done:
-		return a.m, a.err
+	case c := <-f.calls:
+		f.seen++
+		if c.timeout != timeout {
+			t.Fatalf("a catalog call of %v, want %v", c.timeout, timeout)
+		}
+		return c
 	case <-time.After(5 * time.Second):
-		t.Fatal("Models waited for a catalog that is down")
-		return nil, nil
+		t.Fatal("no catalog call")
+		return nil
 	}
 }
 
-// A catalog that does not answer is waited for once, CatalogTimeout when a recent list
-// can stand in and RouteTimeout when none can; after that one probe at a time asks the
-// catalog until one answers, and a request is answered at once from the recent list, or,
-// with none, waits for the probe in flight and takes its answer.
-func TestCatalogDownIsNotWaitedFor(t *testing.T) {
+type modelsAnswer struct {
+	m   []*messages.ModelCard
+	err error
+}
+
+// modelsAsync calls b.Models on a goroutine of its own.
+func modelsAsync(ctx context.Context, b *Backend) <-chan modelsAnswer {
+	out := make(chan modelsAnswer, 1)
+	go func() {
+		m, err := b.Models(ctx)
+		out <- modelsAnswer{m, err}
+	}()
+	return out
+}
+
+// awaitModels returns the answer of a modelsAsync call, failing the test if none comes.
+func awaitModels(t *testing.T, ch <-chan modelsAnswer) modelsAnswer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(5 * time.Second):
+		t.Fatal("Models did not answer")
+		return modelsAnswer{}
+	}
+}
+
+// One Catalog call at a time: a request with a stale list waits for its own call, one
+// that finds a call under way or the catalog down answers from a recent list at once, and
+// with no such list every request waits for the call in flight (a second one when that
+// call had started before it and failed). Each case runs its steps on a fresh Backend.
+func TestCatalogCalls(t *testing.T) {
 	const routeTimeout, catalogTimeout = 3 * time.Second, 250 * time.Millisecond
 	down := errors.New("timed out")
 	old := &messages.ModelCard{Model: "m", KvBlockSize: 16}
 	newer := &messages.ModelCard{Model: "m2", KvBlockSize: 16}
+	isList := func(a modelsAnswer, want *messages.ModelCard) bool {
+		return a.err == nil && len(a.m) == 1 && a.m[0] == want
+	}
+	is503 := func(a modelsAnswer) bool {
+		var apiErr *gateway.APIError
+		return errors.As(a.err, &apiErr) && apiErr.Kind == gateway.KindNoWorkers
+	}
 	for _, tc := range []struct {
-		name      string
-		listedAgo time.Duration // -1: the catalog never answered
-		standIn   bool          // the old list stands in
-		firstWait time.Duration // the first call's timeout
+		name     string
+		list     bool // a list from 2 h ago (ModelsTTL 1 h, CatalogGrace 3 h)
+		steps    func(t *testing.T, b *Backend, f *fakeCatalog)
+		calls    int // in all
+		downThen bool
 	}{
-		{"a list within the grace", 2 * time.Hour, true, catalogTimeout},
-		{"a list past the grace", 4 * time.Hour, false, routeTimeout},
-		{"no list", -1, false, routeTimeout},
+		{"a stale list: one call, the others answered from the list meanwhile", true, func(t *testing.T, b *Backend, f *fakeCatalog) {
+			r1 := modelsAsync(context.Background(), b)
+			c := f.next(t, catalogTimeout)
+			if a := awaitModels(t, modelsAsync(context.Background(), b)); !isList(a, old) {
+				t.Fatalf("a request while the call is under way: %v, %v; want the last list", a.m, a.err)
+			}
+			c.answer <- fakeAnswer{models: []*messages.ModelCard{newer}}
+			if a := awaitModels(t, r1); !isList(a, newer) {
+				t.Fatalf("the request that made the call: %v, %v; want its answer", a.m, a.err)
+			}
+		}, 1, false},
+		{"no list: requests share one call", false, func(t *testing.T, b *Backend, f *fakeCatalog) {
+			r1, r2 := modelsAsync(context.Background(), b), modelsAsync(context.Background(), b)
+			f.next(t, routeTimeout).answer <- fakeAnswer{models: []*messages.ModelCard{newer}}
+			for i, r := range []<-chan modelsAnswer{r1, r2} {
+				if a := awaitModels(t, r); !isList(a, newer) {
+					t.Fatalf("request %d: %v, %v; want the call's answer", i, a.m, a.err)
+				}
+			}
+		}, 1, false},
+		{"a failed call: the list stands in; one probe at a time until one answers", true, func(t *testing.T, b *Backend, f *fakeCatalog) {
+			r1 := modelsAsync(context.Background(), b)
+			f.next(t, catalogTimeout).answer <- fakeAnswer{err: down}
+			if a := awaitModels(t, r1); !isList(a, old) {
+				t.Fatalf("the call failed: %v, %v; want the last list", a.m, a.err)
+			}
+			for round, answer := range []fakeAnswer{{err: down}, {models: []*messages.ModelCard{newer}}} {
+				if a := awaitModels(t, modelsAsync(context.Background(), b)); !isList(a, old) {
+					t.Fatalf("round %d, a request while down: %v, %v; want the last list at once", round, a.m, a.err)
+				}
+				c := f.next(t, routeTimeout) // the probe it started
+				if a := awaitModels(t, modelsAsync(context.Background(), b)); !isList(a, old) {
+					t.Fatalf("round %d, a request while the probe is under way: %v, %v", round, a.m, a.err)
+				}
+				c.answer <- answer
+				b.calls.Wait()
+			}
+			if a := awaitModels(t, modelsAsync(context.Background(), b)); !isList(a, newer) {
+				t.Fatalf("after the probe answered: %v, %v; want its list", a.m, a.err)
+			}
+		}, 3, false},
+		{"no list, the catalog down: a request's own call fails with 503, and the next takes a call's answer", false, func(t *testing.T, b *Backend, f *fakeCatalog) {
+			for i, answer := range []fakeAnswer{{err: down}, {err: down}} {
+				r := modelsAsync(context.Background(), b)
+				f.next(t, routeTimeout).answer <- answer
+				if a := awaitModels(t, r); !is503(a) || !errors.Is(a.err, down) {
+					t.Fatalf("request %d: %v, %v; want 503 for the failed call", i, a.m, a.err)
+				}
+			}
+			r := modelsAsync(context.Background(), b)
+			f.next(t, routeTimeout).answer <- fakeAnswer{models: []*messages.ModelCard{newer}}
+			if a := awaitModels(t, r); !isList(a, newer) {
+				t.Fatalf("the catalog back: %v, %v; want its answer", a.m, a.err)
+			}
+		}, 3, false},
+		{"no list: a request that joined a call started before it and failed makes one more", false, func(t *testing.T, b *Backend, f *fakeCatalog) {
+			r1 := modelsAsync(context.Background(), b)
+			c1 := f.next(t, routeTimeout)
+			r2 := modelsAsync(context.Background(), b)
+			c1.answer <- fakeAnswer{err: down}
+			if a := awaitModels(t, r1); !is503(a) {
+				t.Fatalf("the request whose call failed: %v, %v; want 503", a.m, a.err)
+			}
+			// r2 joined c1 (then it tries once more) or came after its failure (its own
+			// call): either way a second call answers it.
+			f.next(t, routeTimeout).answer <- fakeAnswer{models: []*messages.ModelCard{newer}}
+			if a := awaitModels(t, r2); !isList(a, newer) {
+				t.Fatalf("the second request: %v, %v; want the second call's answer", a.m, a.err)
+			}
+		}, 2, false},
+		{"a request that ends while waiting gets its context's error", false, func(t *testing.T, b *Backend, f *fakeCatalog) {
+			ctx, cancel := context.WithCancel(context.Background())
+			r := modelsAsync(ctx, b)
+			c := f.next(t, routeTimeout)
+			cancel()
+			var apiErr *gateway.APIError
+			if a := awaitModels(t, r); !errors.Is(a.err, context.Canceled) || errors.As(a.err, &apiErr) {
+				t.Fatalf("a cancelled request: %v, %v; want context.Canceled, not an API error", a.m, a.err)
+			}
+			c.answer <- fakeAnswer{err: down}
+		}, 1, true},
+		{"a member change: the old call's answer is ignored, and a new call goes through the new member", false, func(t *testing.T, b *Backend, f *fakeCatalog) {
+			r := modelsAsync(context.Background(), b)
+			c1 := f.next(t, routeTimeout)
+			b.SetCluster(nil)
+			f.next(t, routeTimeout).answer <- fakeAnswer{models: []*messages.ModelCard{newer}}
+			if a := awaitModels(t, r); !isList(a, newer) {
+				t.Fatalf("the waiting request: %v, %v; want the new member's answer", a.m, a.err)
+			}
+			c1.answer <- fakeAnswer{err: down}
+		}, 2, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := New(nil, Config{RouteTimeout: routeTimeout, CatalogTimeout: catalogTimeout, ModelsTTL: time.Hour,
 				CatalogGrace: 3 * time.Hour})
-			f := &fakeCatalog{}
+			f := newFakeCatalog()
 			b.list = f.list
-			if tc.listedAgo >= 0 {
+			if tc.list {
 				b.mu.Lock()
-				b.listed([]*messages.ModelCard{old}, time.Now().Add(-tc.listedAgo))
+				b.listed([]*messages.ModelCard{old}, time.Now().Add(-2*time.Hour))
 				b.mu.Unlock()
 			}
-			f.set(nil, nil, down)
-			m, err := modelsWithin(t, b)
-			var apiErr *gateway.APIError
-			switch {
-			case tc.standIn && (err != nil || len(m) != 1 || m[0] != old):
-				t.Fatalf("the call that failed: %v, %v; want the last list", m, err)
-			case !tc.standIn && (!errors.As(err, &apiErr) || apiErr.Kind != gateway.KindNoWorkers):
-				t.Fatalf("the call that failed: %v, %v; want 503 no workers", m, err)
+			tc.steps(t, b, f)
+			b.calls.Wait()
+			if n := len(f.calls); n != 0 || f.seen != tc.calls {
+				t.Fatalf("catalog calls: %d answered and %d more, want %d", f.seen, n, tc.calls)
 			}
-			if got := f.calls(); len(got) != 1 || got[0] != tc.firstWait {
-				t.Fatalf("catalog calls %v, want one of %v", got, tc.firstWait)
-			}
-			gate := make(chan struct{})
-			f.set(gate, []*messages.ModelCard{newer}, nil)
-			if tc.standIn {
-				for i := range 3 {
-					if m, err := modelsWithin(t, b); err != nil || len(m) != 1 || m[0] != old {
-						t.Fatalf("request %d while down: %v, %v; want the last list at once", i, m, err)
-					}
-				}
-				close(gate)
-			} else {
-				// Three requests wait for one probe and take its answer.
-				type answer struct {
-					m   []*messages.ModelCard
-					err error
-				}
-				answers := make(chan answer, 3)
-				for range 3 {
-					go func() {
-						m, err := b.Models(context.Background())
-						answers <- answer{m, err}
-					}()
-				}
-				close(gate)
-				for i := range 3 {
-					select {
-					case a := <-answers:
-						if a.err != nil || len(a.m) != 1 || a.m[0] != newer {
-							t.Fatalf("request %d while down: %v, %v; want the probe's list", i, a.m, a.err)
-						}
-					case <-time.After(10 * time.Second):
-						t.Fatal("a request waiting for the probe never got an answer")
-					}
-				}
-			}
-			b.probes.Wait()
-			if got := f.calls(); len(got) != 2 || got[1] != routeTimeout {
-				t.Fatalf("catalog calls %v, want one probe of %v after the failed call", got, routeTimeout)
-			}
-			if m, err := modelsWithin(t, b); err != nil || len(m) != 1 || m[0] != newer {
-				t.Fatalf("after the probe answered: %v, %v; want its list", m, err)
-			}
-			// Back up: a stale list is asked for again, and waited for.
 			b.mu.Lock()
-			b.modelsAt = time.Time{}
-			b.mu.Unlock()
-			if m, err := modelsWithin(t, b); err != nil || len(m) != 1 || m[0] != newer {
-				t.Fatalf("a refresh after the catalog is back: %v, %v", m, err)
-			}
-			if got := f.calls(); len(got) != 3 || got[2] != catalogTimeout {
-				t.Fatalf("catalog calls %v, want a third, of %v, made by the request", got, catalogTimeout)
+			defer b.mu.Unlock()
+			if b.catalogDown != tc.downThen {
+				t.Fatalf("catalog down at the end: %v, want %v", b.catalogDown, tc.downThen)
 			}
 		})
 	}
