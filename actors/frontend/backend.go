@@ -197,13 +197,14 @@ func (b *Backend) ModelLoader() gateway.ModelLoader { return b.loader.Load }
 // termination (flow.WorkerTerminated), so the flow migrates them through the new member
 // (docs/reference.md §10).
 func (b *Backend) SetCluster(c *pcluster.Cluster) {
+	// b.mu is held across the swap, so that Models sees the member and its catalog
+	// generation change together; the catalog is asked afresh through the new member.
+	b.mu.Lock()
 	b.lostMu.Lock()
 	b.c.Store(c)
 	old := b.lost
 	b.lost = make(chan struct{})
 	b.lostMu.Unlock()
-	// The catalog is asked afresh through the new member.
-	b.mu.Lock()
 	b.catalogGen++
 	b.catalogDown, b.call = false, nil
 	b.mu.Unlock()
@@ -239,7 +240,6 @@ func (b *Backend) member() (*pcluster.Cluster, <-chan struct{}) {
 // gateway.ErrNoWorkers when the catalog did not answer and no list stands in; ctx's
 // error, wrapped, when ctx ends while the request waits.
 func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
-	_, lost := b.member()
 	arrived := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -252,23 +252,18 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 		if (joined || b.catalogDown) && b.graceList(time.Now()) {
 			return b.withLoraNotes(b.models, time.Now()), nil
 		}
+		_, lost := b.member() // closed when SetCluster moves to a new member (and generation)
 		b.mu.Unlock()
-		moved := false
 		wait := time.NewTimer(time.Until(deadline))
 		select {
 		case <-c.done:
 		case <-ctx.Done():
 		case <-lost:
-			moved = true
 		case <-wait.C:
 		}
 		wait.Stop()
 		b.mu.Lock()
-		select {
-		case <-c.done:
-			moved = moved || c.err == errCatalogMoved
-		default:
-		}
+		moved := c.gen != b.catalogGen
 		now := time.Now()
 		switch {
 		case b.listedAt.After(arrived): // answered since the request arrived
@@ -282,9 +277,6 @@ func (b *Backend) Models(ctx context.Context) ([]*messages.ModelCard, error) {
 				Message: "The service's model catalog did not answer in time; retry later.",
 				Cause:   fmt.Errorf("%w: frontend: list models: %w", gateway.ErrNoWorkers, cmp.Or(c.err, errCatalogLate))}
 		}
-		if moved {
-			_, lost = b.member()
-		}
 	}
 }
 
@@ -293,15 +285,11 @@ type catalogCall struct {
 	started time.Time
 	gen     uint64        // Backend.catalogGen when it started
 	done    chan struct{} // closed when it has ended
-	err     error         // why it failed, once done: errCatalogMoved for one whose member was replaced
+	err     error         // why it failed, once done (nil for one whose member was replaced)
 }
 
-var (
-	// errCatalogMoved: the call went through a member since replaced.
-	errCatalogMoved = errors.New("the catalog call went through a member since replaced")
-	// errCatalogLate: the request's time ran out with the call still in flight.
-	errCatalogLate = errors.New("the catalog did not answer within the route timeout")
-)
+// errCatalogLate: the request's time ran out with no answer from the catalog.
+var errCatalogLate = errors.New("the catalog did not answer within the route timeout")
 
 // startCall returns the Catalog call in flight (joined) or starts one at now. The caller
 // holds b.mu.
@@ -332,7 +320,6 @@ func (b *Backend) runCall(c *catalogCall, timeout time.Duration) {
 		b.call = nil
 	}
 	if c.gen != b.catalogGen {
-		c.err = errCatalogMoved
 		return
 	}
 	c.err = err
