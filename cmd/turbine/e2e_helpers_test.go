@@ -186,17 +186,19 @@ func (s *server) stopOnce() {
 	}
 }
 
-// verdict repeats a test's failures after its cleanups, so that the last lines of a
-// failed test say why even when a cleanup has printed a process's log tail after them.
-// Make it before the processes it outlives (cleanups run last-registered first).
+// verdict is t whose failures are also repeated after the test's cleanups, so that the
+// last lines of a failed test say why even when a cleanup has printed a process's log
+// tail after them. It is a testing.TB: pass it to the helpers (servers, clusters) so that
+// their failures are repeated too. Make it before the processes it outlives (cleanups run
+// last-registered first).
 type verdict struct {
-	t    *testing.T
+	*testing.T
 	mu   sync.Mutex
 	msgs []string
 }
 
 func newVerdict(t *testing.T) *verdict {
-	v := &verdict{t: t}
+	v := &verdict{T: t}
 	t.Cleanup(func() {
 		v.mu.Lock()
 		defer v.mu.Unlock()
@@ -215,37 +217,22 @@ func (v *verdict) note(format string, args ...any) string {
 	return msg
 }
 
+// Error is t.Error, remembered.
+func (v *verdict) Error(args ...any) { v.T.Helper(); v.T.Error(v.note("%s", fmt.Sprint(args...))) }
+
 // Errorf is t.Errorf, remembered.
 func (v *verdict) Errorf(format string, args ...any) {
-	v.t.Helper()
-	v.t.Error(v.note(format, args...))
+	v.T.Helper()
+	v.T.Error(v.note(format, args...))
 }
+
+// Fatal is t.Fatal, remembered.
+func (v *verdict) Fatal(args ...any) { v.T.Helper(); v.T.Fatal(v.note("%s", fmt.Sprint(args...))) }
 
 // Fatalf is t.Fatalf, remembered.
 func (v *verdict) Fatalf(format string, args ...any) {
-	v.t.Helper()
-	v.t.Fatal(v.note(format, args...))
-}
-
-// repeating is t whose every failure is also repeated after the test's cleanups (see
-// verdict): pass it to the helpers (servers, clusters) so that their failures are too.
-type repeating struct {
-	*testing.T
-	v *verdict
-}
-
-// repeatFailures wraps t; call it before starting the processes the test checks.
-func repeatFailures(t *testing.T) *repeating { return &repeating{T: t, v: newVerdict(t)} }
-
-func (r *repeating) Error(args ...any) { r.T.Helper(); r.T.Error(r.v.note("%s", fmt.Sprint(args...))) }
-func (r *repeating) Errorf(format string, args ...any) {
-	r.T.Helper()
-	r.T.Error(r.v.note(format, args...))
-}
-func (r *repeating) Fatal(args ...any) { r.T.Helper(); r.T.Fatal(r.v.note("%s", fmt.Sprint(args...))) }
-func (r *repeating) Fatalf(format string, args ...any) {
-	r.T.Helper()
-	r.T.Fatal(r.v.note(format, args...))
+	v.T.Helper()
+	v.T.Fatal(v.note(format, args...))
 }
 
 // waitFor polls cond every 20 ms until it holds or the deadline passes.

@@ -32,7 +32,7 @@ const (
 )
 
 func TestClusterFrozenFrontendRestartsAlone(tt *testing.T) {
-	t := repeatFailures(tt)
+	t := newVerdict(tt)
 	c := newLocalCluster(t)
 	fa, fb := c.frontend("frontend-a"), c.frontend("frontend-b")
 	n1, n2 := c.node("node-1", 1), c.node("node-2", 1)
@@ -88,7 +88,7 @@ func TestClusterFrozenFrontendRestartsAlone(tt *testing.T) {
 }
 
 func TestClusterFrozenNodeRestartsAlone(tt *testing.T) {
-	t := repeatFailures(tt)
+	t := newVerdict(tt)
 	const healthyModel = "healthy-mock"
 	c := newLocalCluster(t)
 	fe := c.frontend("frontend")
