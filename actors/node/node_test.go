@@ -33,6 +33,7 @@ type fleet struct {
 	// drained at once, or once drainHold closes when that is set.
 	drains    map[string]time.Duration
 	drainHold chan struct{}
+	drainSeen chan string       // when set, gets each drained worker's id once its drain is recorded
 	roles     map[string]string // worker id -> the role NewWorker was asked for
 }
 
@@ -62,8 +63,11 @@ func (f *fleet) newWorker(id string, req *messages.StartWorker, gpus []int) (*ac
 				f.drains = map[string]time.Duration{}
 			}
 			f.drains[id] = m.Grace
-			dh := f.drainHold
+			dh, seen := f.drainHold, f.drainSeen
 			f.mu.Unlock()
+			if seen != nil {
+				seen <- id
+			}
 			go func() {
 				if dh != nil {
 					<-dh

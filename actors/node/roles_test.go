@@ -89,9 +89,15 @@ func TestNoDefaultsMeansAggregatedAndNamedEngine(t *testing.T) {
 func TestDrainThenStop(t *testing.T) {
 	h := newHarness(t, 2, false)
 	h.f.drainHold = make(chan struct{})
+	h.f.drainSeen = make(chan string, 1)
 	h.mustStart(&messages.StartWorker{WorkerId: "w", Engine: "vllm", TensorParallelSize: 2, Card: card("m"), Role: "decode"})
 	acked := h.sys.Root.RequestFuture(h.node, &messages.StopWorker{WorkerId: "w", DrainMs: 1500}, timeout)
 	h.logs.wait(t, "draining worker, then stopping it", "w")
+	select { // the node logs the drain before its worker gets it
+	case <-h.f.drainSeen:
+	case <-time.After(timeout):
+		t.Fatal("the worker got no drain")
+	}
 	h.wantRoles("w/decode/0,1!")
 	h.wantPins("0:w 1:w", "w/m/[0 1]")
 	h.f.mu.Lock()
