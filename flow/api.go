@@ -21,6 +21,13 @@ type Config struct {
 	// waits on counts as stalled (FAULT_STALLED); 0: never. A leg whose engine answers
 	// whole (it asks for the prompt's logprobs) is not bounded until its first chunk.
 	StallTimeout time.Duration
+	// AcceptTimeout is how long a leg's worker has to acknowledge the leg (Accepted: a
+	// worker does so as soon as it takes the Generate; any chunk counts too) before the
+	// leg counts as stalled (FAULT_STALLED) and the request moves on as from any stall;
+	// 0: never. It bounds the way to the worker (a partition that loses the Generate, a
+	// paused worker process), not the engine's queue or prefill, which come after the
+	// acknowledgement.
+	AcceptTimeout time.Duration
 	// PrefillReleaseWait is how long a prefill leg cancelled before its last chunk is
 	// waited for, so that the ReleaseKV sent to its worker carries the transfer parameters
 	// of a leg that finished just before the cancel reached it.
@@ -45,6 +52,7 @@ const (
 	DefaultCredits            = 64
 	DefaultMigrationLimit     = 3
 	DefaultStallTimeout       = 2 * time.Minute
+	DefaultAcceptTimeout      = 10 * time.Second
 	DefaultPrefillReleaseWait = 2 * time.Second
 	DefaultTerminatedGrace    = 100 * time.Millisecond
 	// MaxPrefillFailures is how many failed prefill legs a request survives: after the
@@ -56,7 +64,7 @@ const (
 // DefaultConfig returns the defaults above.
 func DefaultConfig() Config {
 	return Config{Credits: DefaultCredits, MigrationLimit: DefaultMigrationLimit, StallTimeout: DefaultStallTimeout,
-		PrefillReleaseWait: DefaultPrefillReleaseWait, TerminatedGrace: DefaultTerminatedGrace}
+		AcceptTimeout: DefaultAcceptTimeout, PrefillReleaseWait: DefaultPrefillReleaseWait, TerminatedGrace: DefaultTerminatedGrace}
 }
 
 // Request is what the flow serves.
@@ -117,9 +125,12 @@ const (
 	// TimerQueue: a parked request's wait in the busy queue (Config.QueueTimeout), from
 	// its first Park to its leaving the queue; its Leg is 0.
 	TimerQueue
+	// TimerAccept: a leg's wait for its worker's acknowledgement (Config.AcceptTimeout),
+	// from its Send to its Accepted or first chunk.
+	TimerAccept
 )
 
-// String is "stall", "release", "grace" or "queue" (the scripts' names).
+// String is "stall", "release", "grace", "queue" or "accept" (the scripts' names).
 func (k TimerKind) String() string {
 	switch k {
 	case TimerStall:
@@ -130,6 +141,8 @@ func (k TimerKind) String() string {
 		return "grace"
 	case TimerQueue:
 		return "queue"
+	case TimerAccept:
+		return "accept"
 	}
 	return "TimerKind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -167,6 +180,10 @@ type Chunk struct {
 	Leg   LegID
 	Chunk *messages.TokenChunk
 }
+
+// Accepted: a leg's worker acknowledged its Generate (messages.GenerateAccepted): the
+// leg reached the worker, which runs it.
+type Accepted struct{ Leg LegID }
 
 // WorkerTerminated: the actor of a leg's worker stopped. The leg's chunks already sent
 // may still come; after Config.TerminatedGrace the leg fails.
@@ -206,6 +223,7 @@ type Drain struct{}
 func (Start) isEvent()            {}
 func (Routed) isEvent()           {}
 func (Chunk) isEvent()            {}
+func (Accepted) isEvent()         {}
 func (WorkerTerminated) isEvent() {}
 func (TimerFired) isEvent()       {}
 func (ClientGone) isEvent()       {}

@@ -32,6 +32,10 @@
 //	Routed (remote, bootstrap) -> Send(prefill leg), Send(decode leg) with the room
 //	Routed (no worker)         -> Fail (the consumer's error: the outcome, messages.RouteOutcome)
 //	Routed (the call failed)   -> Free, Fail(ROUTE_CALL_FAILED)
+//	Send (every leg)           -> SetTimer(accept) after it, when Config.AcceptTimeout is set
+//	Accepted, or a first chunk -> StopTimer(accept) of the leg
+//	TimerFired (accept)        -> a fault of the leg as a stall (FAULT_STALLED): it never
+//	                              reached its worker, or its worker does not run
 //	Chunk (tokens)             -> PrefillDone (first token), Credit (every Credits/2), Emit, SetTimer(stall)
 //	Chunk (finish)             -> Emit (usage of the whole request), Forget, Free, StopTimer(stall)
 //	Chunk (fault)              -> Cancel, Forget, Free, then Route (migration) or Emit (the error)
@@ -114,7 +118,9 @@
 // A leg that fails in a way re-sending may mend — its worker's engine failed (a chunk
 // with a fault; a draining worker hands its requests back so), its worker's actor
 // stopped (WorkerTerminated, then Config.TerminatedGrace for the chunks that trail the
-// notice), or nothing came within Config.StallTimeout while the consumer waited — is
+// notice), its worker did not acknowledge it within Config.AcceptTimeout (Accepted; the
+// Generate was lost on the way or the worker does not run), or nothing came within
+// Config.StallTimeout while the consumer waited — is
 // cancelled and freed, and the request continues on another worker (every failed one
 // excluded) with the prompt followed by the tokens produced so far, max_tokens and
 // min_tokens reduced by their count, at most Config.MigrationLimit times. That route,

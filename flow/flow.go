@@ -90,6 +90,7 @@ type leg struct {
 	// the stall timer does not bound the wait.
 	whole    bool
 	grace    uint64 // generation of its terminated-grace timer; 0: none
+	accept   uint64 // generation of its accept timer, until its worker acknowledges it; 0: none
 	settling bool   // cancelled before its last chunk: ReleaseKV waits for it
 	release  uint64 // generation of its prefill-release timer, while settling
 
@@ -167,9 +168,14 @@ func (f *Flow) Step(ev Event, now time.Time) []Effect {
 		if l == nil || l.done || e.Chunk == nil {
 			break
 		}
+		f.accepted(l)
 		l.next, l.whole = e.Chunk.Index+1, false
 		l.done = e.Chunk.FinishReason != ""
 		rearm = f.arrive(l, arrival{chunk: e.Chunk, fault: faultOf(e.Chunk)})
+	case Accepted:
+		if l := f.leg(e.Leg); l != nil {
+			f.accepted(l)
+		}
 	case WorkerTerminated:
 		// The notice can overtake the worker's last chunks (a draining worker stops
 		// right after its last request ends): they are still taken for a moment.
@@ -543,6 +549,22 @@ func (f *Flow) send(l *leg, tokens []uint32, sampling *messages.SamplingParams) 
 	// every later effect of the leg comes after it.
 	f.emit(Send{Leg: l.id, Worker: l.worker, Generate: &messages.Generate{RequestId: l.requestID, TokenIds: tokens,
 		Sampling: sampling, InitialCredits: f.cfg.Credits}})
+	if f.cfg.AcceptTimeout > 0 {
+		l.accept = f.newGen()
+		// SetTimer: after the leg's Send; Forget of the leg stops it.
+		f.emit(SetTimer{Timer: Timer{Kind: TimerAccept, Leg: l.id, Gen: l.accept}, After: f.cfg.AcceptTimeout})
+	}
+}
+
+// accepted takes leg l's acknowledgement (Accepted, or its first chunk): its accept
+// timer stops.
+func (f *Flow) accepted(l *leg) {
+	if l.accept == 0 {
+		return
+	}
+	// StopTimer: before any effect of the chunk that acknowledged it.
+	f.emit(StopTimer{Timer: Timer{Kind: TimerAccept, Leg: l.id, Gen: l.accept}})
+	l.accept = 0
 }
 
 // ---- arrivals ----
@@ -655,6 +677,17 @@ func (f *Flow) fired(t Timer) bool {
 		return f.arrive(l, arrival{fault: messages.Fault_FAULT_STALLED, chunk: &messages.TokenChunk{RequestId: l.requestID,
 			FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
 			Error: fmt.Sprintf("worker %s sent nothing for %v", l.worker.ID, f.cfg.StallTimeout)}})
+	case TimerAccept:
+		l := f.leg(t.Leg)
+		if l == nil || l.done || l.accept != t.Gen {
+			return false
+		}
+		l.accept = 0
+		// As a stall: the leg is cancelled (a Generate that arrives late is cancelled
+		// behind it) and the request moves on.
+		return f.arrive(l, arrival{fault: messages.Fault_FAULT_STALLED, chunk: &messages.TokenChunk{RequestId: l.requestID,
+			FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
+			Error: fmt.Sprintf("worker %s did not take the request within %v", l.worker.ID, f.cfg.AcceptTimeout)}})
 	case TimerTerminatedGrace:
 		l := f.leg(t.Leg)
 		if l == nil || l.done || l.grace != t.Gen {

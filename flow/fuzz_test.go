@@ -93,7 +93,8 @@ type randomWorld struct {
 func runRandomFlow(seed uint64, keep bool) error {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	cfg := Config{Credits: []int32{1, 2, 4, 64}[rng.IntN(4)], MigrationLimit: rng.IntN(4),
-		StallTimeout: []time.Duration{0, 200 * time.Millisecond}[rng.IntN(2)], PrefillReleaseWait: 200 * time.Millisecond,
+		StallTimeout:  []time.Duration{0, 200 * time.Millisecond}[rng.IntN(2)],
+		AcceptTimeout: []time.Duration{0, 150 * time.Millisecond}[rng.IntN(2)], PrefillReleaseWait: 200 * time.Millisecond,
 		TerminatedGrace: 100 * time.Millisecond, QueueTimeout: []time.Duration{0, 300 * time.Millisecond}[rng.IntN(2)]}
 	sp := &messages.SamplingParams{MaxTokens: int32(1 + rng.IntN(10)), MinTokens: int32(rng.IntN(3))}
 	if rng.IntN(8) == 0 {
@@ -206,6 +207,9 @@ func (w *randomWorld) randomEvent() Event {
 	case r < 3:
 		return ClientGone{}
 	case r < 8 && len(live) > 0:
+		if w.rng.IntN(3) == 0 {
+			return Accepted{Leg: live[w.rng.IntN(len(live))].id}
+		}
 		return WorkerTerminated{Leg: live[w.rng.IntN(len(live))].id}
 	case r < 18 && (len(w.timers) > 0 || len(w.stale) > 0):
 		if len(w.stale) > 0 && w.rng.IntN(3) == 0 {

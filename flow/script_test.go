@@ -28,16 +28,17 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //
 // with comment lines (#) kept by -rewrite. Commands:
 //
-//	config [credits=4] [limit=3] [stall=2m] [release-wait=2s] [grace=100ms] [queue=0s]   (for the
-//	       next new; the scripts' defaults are flow.DefaultConfig's but for 4 credits)
+//	config [credits=4] [limit=3] [stall=2m] [accept=0s] [release-wait=2s] [grace=100ms] [queue=0s]   (for the
+//	       next new; the scripts' defaults are flow.DefaultConfig's but for 4 credits and no
+//	       accept timer: testdata/accept.txt sets one)
 //	new [id=req] [prompt=1,2,3,4,5] [max=8] [min=6] [structured] [prompt-logprobs=N] [weight=W] [temp=T]
 //	    [queued=D]   (queued: the request joined its shell's queue D before the flow's start)
 //	start [behind]
 //	routed worker=w0 [prefill=p0] [prefill-id=ID] [bootstrap=host:port] [decision=D] [no-address] [no-prefill-address] [room=N]
 //	routed outcome=all_busy [error="why"] | routed call-failed [error="why"]
 //	chunk leg=1 [tokens=5,6] [finish=stop] [fault=engine_error] [error="why"] [cached=N] [kv=P] [index=N]
-//	terminated leg=1
-//	fire stall | fire grace leg=1 | fire release leg=2 | fire queue [stale]   (the timer last set
+//	terminated leg=1 | accepted leg=1
+//	fire stall | fire grace leg=1 | fire release leg=2 | fire accept leg=1 | fire queue [stale]   (the timer last set
 //	      of that kind and leg, armed or not, or with stale the one it replaced: a stale timer
 //	      is ignored)
 //	unparked | queue-full [message="why"] | drain | deadline
@@ -160,7 +161,7 @@ type timerKey struct {
 
 func newScriptHarness() *scriptHarness {
 	cfg := DefaultConfig()
-	cfg.Credits = 4
+	cfg.Credits, cfg.AcceptTimeout = 4, 0
 	return &scriptHarness{cfg: cfg, now: t0}
 }
 
@@ -284,6 +285,10 @@ func (h *scriptHarness) run(line string) (string, error) {
 		var n int
 		n, err = a.int("leg", 0)
 		ev = WorkerTerminated{Leg: LegID(n)}
+	case "accepted":
+		var n int
+		n, err = a.int("leg", 0)
+		ev = Accepted{Leg: LegID(n)}
 	case "fire":
 		ev, err = h.fire(fields, a)
 	case "client-gone":
@@ -348,12 +353,13 @@ func (h *scriptHarness) config(a scriptArgs) error {
 	c.Credits = int32(n)
 	c.MigrationLimit, err = a.int("limit", c.MigrationLimit)
 	err = errors.Join(err1, err)
-	var e2, e3, e4, e5 error
+	var e2, e3, e4, e5, e6 error
 	c.StallTimeout, e2 = a.dur("stall", c.StallTimeout)
+	c.AcceptTimeout, e6 = a.dur("accept", c.AcceptTimeout)
 	c.PrefillReleaseWait, e3 = a.dur("release-wait", c.PrefillReleaseWait)
 	c.TerminatedGrace, e4 = a.dur("grace", c.TerminatedGrace)
 	c.QueueTimeout, e5 = a.dur("queue", c.QueueTimeout)
-	if err = errors.Join(err, e2, e3, e4, e5); err != nil {
+	if err = errors.Join(err, e2, e3, e4, e5, e6); err != nil {
 		return err
 	}
 	h.cfg = c
@@ -513,10 +519,10 @@ func (h *scriptHarness) chunk(a scriptArgs) (Event, error) {
 
 func (h *scriptHarness) fire(fields []string, a scriptArgs) (Event, error) {
 	if len(fields) < 2 {
-		return nil, errors.New("fire stall|grace|release|queue")
+		return nil, errors.New("fire stall|grace|release|queue|accept")
 	}
 	kinds := map[string]TimerKind{}
-	for _, k := range []TimerKind{TimerStall, TimerTerminatedGrace, TimerPrefillRelease, TimerQueue} {
+	for _, k := range []TimerKind{TimerStall, TimerTerminatedGrace, TimerPrefillRelease, TimerQueue, TimerAccept} {
 		kinds[k.String()] = k
 	}
 	k, ok := kinds[fields[1]]

@@ -4152,6 +4152,62 @@ func (x *Generate) GetTraceparent() string {
 	return ""
 }
 
+// GenerateAccepted: a worker took a Generate (it runs it, or answers it with an error
+// chunk): sent to its reply_to at once, before the engine sees the request, so that
+// the caller can tell a Generate that never reached its worker from an engine's queue
+// or a long prefill (flow.Config.AcceptTimeout; docs/reference.md §10).
+type GenerateAccepted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GenerateAccepted) Reset() {
+	*x = GenerateAccepted{}
+	mi := &file_turbine_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GenerateAccepted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GenerateAccepted) ProtoMessage() {}
+
+func (x *GenerateAccepted) ProtoReflect() protoreflect.Message {
+	mi := &file_turbine_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GenerateAccepted.ProtoReflect.Descriptor instead.
+func (*GenerateAccepted) Descriptor() ([]byte, []int) {
+	return file_turbine_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GenerateAccepted) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *GenerateAccepted) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
 // TokenChunk is one numbered piece of a token stream (index starts at 0).
 type TokenChunk struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -4183,7 +4239,7 @@ type TokenChunk struct {
 
 func (x *TokenChunk) Reset() {
 	*x = TokenChunk{}
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4195,7 +4251,7 @@ func (x *TokenChunk) String() string {
 func (*TokenChunk) ProtoMessage() {}
 
 func (x *TokenChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[42]
+	mi := &file_turbine_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4208,7 +4264,7 @@ func (x *TokenChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenChunk.ProtoReflect.Descriptor instead.
 func (*TokenChunk) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{42}
+	return file_turbine_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TokenChunk) GetRequestId() string {
@@ -4315,7 +4371,7 @@ type Embed struct {
 
 func (x *Embed) Reset() {
 	*x = Embed{}
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4383,7 @@ func (x *Embed) String() string {
 func (*Embed) ProtoMessage() {}
 
 func (x *Embed) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[43]
+	mi := &file_turbine_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4396,7 @@ func (x *Embed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embed.ProtoReflect.Descriptor instead.
 func (*Embed) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{43}
+	return file_turbine_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Embed) GetRequestId() string {
@@ -4382,7 +4438,7 @@ type Embedding struct {
 
 func (x *Embedding) Reset() {
 	*x = Embedding{}
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4394,7 +4450,7 @@ func (x *Embedding) String() string {
 func (*Embedding) ProtoMessage() {}
 
 func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[44]
+	mi := &file_turbine_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4407,7 +4463,7 @@ func (x *Embedding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
 func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{44}
+	return file_turbine_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Embedding) GetRequestId() string {
@@ -4463,7 +4519,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4475,7 +4531,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[45]
+	mi := &file_turbine_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4488,7 +4544,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{45}
+	return file_turbine_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Credit) GetRequestId() string {
@@ -4518,7 +4574,7 @@ type ReleaseKv struct {
 
 func (x *ReleaseKv) Reset() {
 	*x = ReleaseKv{}
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4530,7 +4586,7 @@ func (x *ReleaseKv) String() string {
 func (*ReleaseKv) ProtoMessage() {}
 
 func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[46]
+	mi := &file_turbine_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4543,7 +4599,7 @@ func (x *ReleaseKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseKv.ProtoReflect.Descriptor instead.
 func (*ReleaseKv) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{46}
+	return file_turbine_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReleaseKv) GetRequestId() string {
@@ -4571,7 +4627,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4639,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[47]
+	mi := &file_turbine_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4652,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{47}
+	return file_turbine_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Cancel) GetRequestId() string {
@@ -4626,7 +4682,7 @@ type LoadLora struct {
 
 func (x *LoadLora) Reset() {
 	*x = LoadLora{}
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4638,7 +4694,7 @@ func (x *LoadLora) String() string {
 func (*LoadLora) ProtoMessage() {}
 
 func (x *LoadLora) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[48]
+	mi := &file_turbine_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4651,7 +4707,7 @@ func (x *LoadLora) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadLora.ProtoReflect.Descriptor instead.
 func (*LoadLora) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{48}
+	return file_turbine_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LoadLora) GetAdapter() *LoraAdapter {
@@ -4672,7 +4728,7 @@ type UnloadLora struct {
 
 func (x *UnloadLora) Reset() {
 	*x = UnloadLora{}
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4740,7 @@ func (x *UnloadLora) String() string {
 func (*UnloadLora) ProtoMessage() {}
 
 func (x *UnloadLora) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[49]
+	mi := &file_turbine_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4753,7 @@ func (x *UnloadLora) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadLora.ProtoReflect.Descriptor instead.
 func (*UnloadLora) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{49}
+	return file_turbine_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UnloadLora) GetName() string {
@@ -4722,7 +4778,7 @@ type LoraReply struct {
 
 func (x *LoraReply) Reset() {
 	*x = LoraReply{}
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4734,7 +4790,7 @@ func (x *LoraReply) String() string {
 func (*LoraReply) ProtoMessage() {}
 
 func (x *LoraReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[50]
+	mi := &file_turbine_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4747,7 +4803,7 @@ func (x *LoraReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoraReply.ProtoReflect.Descriptor instead.
 func (*LoraReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{50}
+	return file_turbine_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LoraReply) GetWorkerId() string {
@@ -4799,7 +4855,7 @@ type GpuInfo struct {
 
 func (x *GpuInfo) Reset() {
 	*x = GpuInfo{}
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4811,7 +4867,7 @@ func (x *GpuInfo) String() string {
 func (*GpuInfo) ProtoMessage() {}
 
 func (x *GpuInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[51]
+	mi := &file_turbine_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4824,7 +4880,7 @@ func (x *GpuInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GpuInfo.ProtoReflect.Descriptor instead.
 func (*GpuInfo) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{51}
+	return file_turbine_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GpuInfo) GetIndex() int32 {
@@ -4886,7 +4942,7 @@ type StartWorker struct {
 
 func (x *StartWorker) Reset() {
 	*x = StartWorker{}
-	mi := &file_turbine_proto_msgTypes[52]
+	mi := &file_turbine_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4898,7 +4954,7 @@ func (x *StartWorker) String() string {
 func (*StartWorker) ProtoMessage() {}
 
 func (x *StartWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[52]
+	mi := &file_turbine_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4911,7 +4967,7 @@ func (x *StartWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorker.ProtoReflect.Descriptor instead.
 func (*StartWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{52}
+	return file_turbine_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StartWorker) GetWorkerId() string {
@@ -4984,7 +5040,7 @@ type StartWorkerReply struct {
 
 func (x *StartWorkerReply) Reset() {
 	*x = StartWorkerReply{}
-	mi := &file_turbine_proto_msgTypes[53]
+	mi := &file_turbine_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4996,7 +5052,7 @@ func (x *StartWorkerReply) String() string {
 func (*StartWorkerReply) ProtoMessage() {}
 
 func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[53]
+	mi := &file_turbine_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5009,7 +5065,7 @@ func (x *StartWorkerReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartWorkerReply.ProtoReflect.Descriptor instead.
 func (*StartWorkerReply) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{53}
+	return file_turbine_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StartWorkerReply) GetWorkerId() string {
@@ -5054,7 +5110,7 @@ type StopWorker struct {
 
 func (x *StopWorker) Reset() {
 	*x = StopWorker{}
-	mi := &file_turbine_proto_msgTypes[54]
+	mi := &file_turbine_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5066,7 +5122,7 @@ func (x *StopWorker) String() string {
 func (*StopWorker) ProtoMessage() {}
 
 func (x *StopWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[54]
+	mi := &file_turbine_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5079,7 +5135,7 @@ func (x *StopWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopWorker.ProtoReflect.Descriptor instead.
 func (*StopWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{54}
+	return file_turbine_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StopWorker) GetWorkerId() string {
@@ -5104,7 +5160,7 @@ type NodeStatusRequest struct {
 
 func (x *NodeStatusRequest) Reset() {
 	*x = NodeStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[55]
+	mi := &file_turbine_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5116,7 +5172,7 @@ func (x *NodeStatusRequest) String() string {
 func (*NodeStatusRequest) ProtoMessage() {}
 
 func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[55]
+	mi := &file_turbine_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5129,7 +5185,7 @@ func (x *NodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*NodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{55}
+	return file_turbine_proto_rawDescGZIP(), []int{56}
 }
 
 // NodeWorker is one worker a node agent runs.
@@ -5147,7 +5203,7 @@ type NodeWorker struct {
 
 func (x *NodeWorker) Reset() {
 	*x = NodeWorker{}
-	mi := &file_turbine_proto_msgTypes[56]
+	mi := &file_turbine_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5159,7 +5215,7 @@ func (x *NodeWorker) String() string {
 func (*NodeWorker) ProtoMessage() {}
 
 func (x *NodeWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[56]
+	mi := &file_turbine_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5172,7 +5228,7 @@ func (x *NodeWorker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWorker.ProtoReflect.Descriptor instead.
 func (*NodeWorker) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{56}
+	return file_turbine_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeWorker) GetWorkerId() string {
@@ -5234,7 +5290,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_turbine_proto_msgTypes[57]
+	mi := &file_turbine_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5302,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[57]
+	mi := &file_turbine_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5315,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{57}
+	return file_turbine_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NodeStatus) GetNodeId() string {
@@ -5325,7 +5381,7 @@ type PlannerReport struct {
 
 func (x *PlannerReport) Reset() {
 	*x = PlannerReport{}
-	mi := &file_turbine_proto_msgTypes[58]
+	mi := &file_turbine_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5337,7 +5393,7 @@ func (x *PlannerReport) String() string {
 func (*PlannerReport) ProtoMessage() {}
 
 func (x *PlannerReport) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[58]
+	mi := &file_turbine_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5350,7 +5406,7 @@ func (x *PlannerReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerReport.ProtoReflect.Descriptor instead.
 func (*PlannerReport) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{58}
+	return file_turbine_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PlannerReport) GetFrontendId() string {
@@ -5431,7 +5487,7 @@ type PlannerStatusRequest struct {
 
 func (x *PlannerStatusRequest) Reset() {
 	*x = PlannerStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[59]
+	mi := &file_turbine_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5443,7 +5499,7 @@ func (x *PlannerStatusRequest) String() string {
 func (*PlannerStatusRequest) ProtoMessage() {}
 
 func (x *PlannerStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[59]
+	mi := &file_turbine_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5456,7 +5512,7 @@ func (x *PlannerStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerStatusRequest.ProtoReflect.Descriptor instead.
 func (*PlannerStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{59}
+	return file_turbine_proto_rawDescGZIP(), []int{60}
 }
 
 // PlannerTerm is one named figure of a planner decision's formula.
@@ -5471,7 +5527,7 @@ type PlannerTerm struct {
 
 func (x *PlannerTerm) Reset() {
 	*x = PlannerTerm{}
-	mi := &file_turbine_proto_msgTypes[60]
+	mi := &file_turbine_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5483,7 +5539,7 @@ func (x *PlannerTerm) String() string {
 func (*PlannerTerm) ProtoMessage() {}
 
 func (x *PlannerTerm) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[60]
+	mi := &file_turbine_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5496,7 +5552,7 @@ func (x *PlannerTerm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerTerm.ProtoReflect.Descriptor instead.
 func (*PlannerTerm) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{60}
+	return file_turbine_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PlannerTerm) GetName() string {
@@ -5536,7 +5592,7 @@ type PlannerPool struct {
 
 func (x *PlannerPool) Reset() {
 	*x = PlannerPool{}
-	mi := &file_turbine_proto_msgTypes[61]
+	mi := &file_turbine_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5548,7 +5604,7 @@ func (x *PlannerPool) String() string {
 func (*PlannerPool) ProtoMessage() {}
 
 func (x *PlannerPool) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[61]
+	mi := &file_turbine_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5561,7 +5617,7 @@ func (x *PlannerPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerPool.ProtoReflect.Descriptor instead.
 func (*PlannerPool) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{61}
+	return file_turbine_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PlannerPool) GetPool() string {
@@ -5652,7 +5708,7 @@ type PlannerStatus struct {
 
 func (x *PlannerStatus) Reset() {
 	*x = PlannerStatus{}
-	mi := &file_turbine_proto_msgTypes[62]
+	mi := &file_turbine_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5664,7 +5720,7 @@ func (x *PlannerStatus) String() string {
 func (*PlannerStatus) ProtoMessage() {}
 
 func (x *PlannerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[62]
+	mi := &file_turbine_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5677,7 +5733,7 @@ func (x *PlannerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerStatus.ProtoReflect.Descriptor instead.
 func (*PlannerStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{62}
+	return file_turbine_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PlannerStatus) GetModel() string {
@@ -5888,7 +5944,7 @@ type PlannerSetTargets struct {
 
 func (x *PlannerSetTargets) Reset() {
 	*x = PlannerSetTargets{}
-	mi := &file_turbine_proto_msgTypes[63]
+	mi := &file_turbine_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5900,7 +5956,7 @@ func (x *PlannerSetTargets) String() string {
 func (*PlannerSetTargets) ProtoMessage() {}
 
 func (x *PlannerSetTargets) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[63]
+	mi := &file_turbine_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5913,7 +5969,7 @@ func (x *PlannerSetTargets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannerSetTargets.ProtoReflect.Descriptor instead.
 func (*PlannerSetTargets) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{63}
+	return file_turbine_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PlannerSetTargets) GetTtftTargetMs() float64 {
@@ -5950,7 +6006,7 @@ type KvbmTierChange struct {
 
 func (x *KvbmTierChange) Reset() {
 	*x = KvbmTierChange{}
-	mi := &file_turbine_proto_msgTypes[64]
+	mi := &file_turbine_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5962,7 +6018,7 @@ func (x *KvbmTierChange) String() string {
 func (*KvbmTierChange) ProtoMessage() {}
 
 func (x *KvbmTierChange) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[64]
+	mi := &file_turbine_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5975,7 +6031,7 @@ func (x *KvbmTierChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmTierChange.ProtoReflect.Descriptor instead.
 func (*KvbmTierChange) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{64}
+	return file_turbine_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KvbmTierChange) GetTier() KvTier {
@@ -6020,7 +6076,7 @@ type KvbmInventory struct {
 
 func (x *KvbmInventory) Reset() {
 	*x = KvbmInventory{}
-	mi := &file_turbine_proto_msgTypes[65]
+	mi := &file_turbine_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6032,7 +6088,7 @@ func (x *KvbmInventory) String() string {
 func (*KvbmInventory) ProtoMessage() {}
 
 func (x *KvbmInventory) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[65]
+	mi := &file_turbine_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6045,7 +6101,7 @@ func (x *KvbmInventory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmInventory.ProtoReflect.Descriptor instead.
 func (*KvbmInventory) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{65}
+	return file_turbine_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *KvbmInventory) GetNodeId() string {
@@ -6106,7 +6162,7 @@ type KvbmStatusRequest struct {
 
 func (x *KvbmStatusRequest) Reset() {
 	*x = KvbmStatusRequest{}
-	mi := &file_turbine_proto_msgTypes[66]
+	mi := &file_turbine_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6118,7 +6174,7 @@ func (x *KvbmStatusRequest) String() string {
 func (*KvbmStatusRequest) ProtoMessage() {}
 
 func (x *KvbmStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[66]
+	mi := &file_turbine_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6131,7 +6187,7 @@ func (x *KvbmStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmStatusRequest.ProtoReflect.Descriptor instead.
 func (*KvbmStatusRequest) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{66}
+	return file_turbine_proto_rawDescGZIP(), []int{67}
 }
 
 // KvbmTierStatus is one tier of a block manager.
@@ -6154,7 +6210,7 @@ type KvbmTierStatus struct {
 
 func (x *KvbmTierStatus) Reset() {
 	*x = KvbmTierStatus{}
-	mi := &file_turbine_proto_msgTypes[67]
+	mi := &file_turbine_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6166,7 +6222,7 @@ func (x *KvbmTierStatus) String() string {
 func (*KvbmTierStatus) ProtoMessage() {}
 
 func (x *KvbmTierStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[67]
+	mi := &file_turbine_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6179,7 +6235,7 @@ func (x *KvbmTierStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmTierStatus.ProtoReflect.Descriptor instead.
 func (*KvbmTierStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{67}
+	return file_turbine_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KvbmTierStatus) GetTier() KvTier {
@@ -6284,7 +6340,7 @@ type KvbmStatus struct {
 
 func (x *KvbmStatus) Reset() {
 	*x = KvbmStatus{}
-	mi := &file_turbine_proto_msgTypes[68]
+	mi := &file_turbine_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6296,7 +6352,7 @@ func (x *KvbmStatus) String() string {
 func (*KvbmStatus) ProtoMessage() {}
 
 func (x *KvbmStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_turbine_proto_msgTypes[68]
+	mi := &file_turbine_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6309,7 +6365,7 @@ func (x *KvbmStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvbmStatus.ProtoReflect.Descriptor instead.
 func (*KvbmStatus) Descriptor() ([]byte, []int) {
-	return file_turbine_proto_rawDescGZIP(), []int{68}
+	return file_turbine_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *KvbmStatus) GetNodeId() string {
@@ -6766,7 +6822,11 @@ const file_turbine_proto_rawDesc = "" +
 	"\bsampling\x18\x03 \x01(\v2\x1a.turbine.v1.SamplingParamsR\bsampling\x12/\n" +
 	"\breply_to\x18\x04 \x01(\v2\x14.turbine.v1.ActorRefR\areplyTo\x12'\n" +
 	"\x0finitial_credits\x18\x05 \x01(\x05R\x0einitialCredits\x12 \n" +
-	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\"\x83\x04\n" +
+	"\vtraceparent\x18\x06 \x01(\tR\vtraceparent\"N\n" +
+	"\x10GenerateAccepted\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\"\x83\x04\n" +
 	"\n" +
 	"TokenChunk\x12\x1d\n" +
 	"\n" +
@@ -7038,7 +7098,7 @@ func file_turbine_proto_rawDescGZIP() []byte {
 }
 
 var file_turbine_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_turbine_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_turbine_proto_goTypes = []any{
 	(Role)(0),                    // 0: turbine.v1.Role
 	(Leg)(0),                     // 1: turbine.v1.Leg
@@ -7090,34 +7150,35 @@ var file_turbine_proto_goTypes = []any{
 	(*StructuredOutput)(nil),     // 47: turbine.v1.StructuredOutput
 	(*DisaggParams)(nil),         // 48: turbine.v1.DisaggParams
 	(*Generate)(nil),             // 49: turbine.v1.Generate
-	(*TokenChunk)(nil),           // 50: turbine.v1.TokenChunk
-	(*Embed)(nil),                // 51: turbine.v1.Embed
-	(*Embedding)(nil),            // 52: turbine.v1.Embedding
-	(*Credit)(nil),               // 53: turbine.v1.Credit
-	(*ReleaseKv)(nil),            // 54: turbine.v1.ReleaseKv
-	(*Cancel)(nil),               // 55: turbine.v1.Cancel
-	(*LoadLora)(nil),             // 56: turbine.v1.LoadLora
-	(*UnloadLora)(nil),           // 57: turbine.v1.UnloadLora
-	(*LoraReply)(nil),            // 58: turbine.v1.LoraReply
-	(*GpuInfo)(nil),              // 59: turbine.v1.GpuInfo
-	(*StartWorker)(nil),          // 60: turbine.v1.StartWorker
-	(*StartWorkerReply)(nil),     // 61: turbine.v1.StartWorkerReply
-	(*StopWorker)(nil),           // 62: turbine.v1.StopWorker
-	(*NodeStatusRequest)(nil),    // 63: turbine.v1.NodeStatusRequest
-	(*NodeWorker)(nil),           // 64: turbine.v1.NodeWorker
-	(*NodeStatus)(nil),           // 65: turbine.v1.NodeStatus
-	(*PlannerReport)(nil),        // 66: turbine.v1.PlannerReport
-	(*PlannerStatusRequest)(nil), // 67: turbine.v1.PlannerStatusRequest
-	(*PlannerTerm)(nil),          // 68: turbine.v1.PlannerTerm
-	(*PlannerPool)(nil),          // 69: turbine.v1.PlannerPool
-	(*PlannerStatus)(nil),        // 70: turbine.v1.PlannerStatus
-	(*PlannerSetTargets)(nil),    // 71: turbine.v1.PlannerSetTargets
-	(*KvbmTierChange)(nil),       // 72: turbine.v1.KvbmTierChange
-	(*KvbmInventory)(nil),        // 73: turbine.v1.KvbmInventory
-	(*KvbmStatusRequest)(nil),    // 74: turbine.v1.KvbmStatusRequest
-	(*KvbmTierStatus)(nil),       // 75: turbine.v1.KvbmTierStatus
-	(*KvbmStatus)(nil),           // 76: turbine.v1.KvbmStatus
-	nil,                          // 77: turbine.v1.SamplingParams.LogitBiasEntry
+	(*GenerateAccepted)(nil),     // 50: turbine.v1.GenerateAccepted
+	(*TokenChunk)(nil),           // 51: turbine.v1.TokenChunk
+	(*Embed)(nil),                // 52: turbine.v1.Embed
+	(*Embedding)(nil),            // 53: turbine.v1.Embedding
+	(*Credit)(nil),               // 54: turbine.v1.Credit
+	(*ReleaseKv)(nil),            // 55: turbine.v1.ReleaseKv
+	(*Cancel)(nil),               // 56: turbine.v1.Cancel
+	(*LoadLora)(nil),             // 57: turbine.v1.LoadLora
+	(*UnloadLora)(nil),           // 58: turbine.v1.UnloadLora
+	(*LoraReply)(nil),            // 59: turbine.v1.LoraReply
+	(*GpuInfo)(nil),              // 60: turbine.v1.GpuInfo
+	(*StartWorker)(nil),          // 61: turbine.v1.StartWorker
+	(*StartWorkerReply)(nil),     // 62: turbine.v1.StartWorkerReply
+	(*StopWorker)(nil),           // 63: turbine.v1.StopWorker
+	(*NodeStatusRequest)(nil),    // 64: turbine.v1.NodeStatusRequest
+	(*NodeWorker)(nil),           // 65: turbine.v1.NodeWorker
+	(*NodeStatus)(nil),           // 66: turbine.v1.NodeStatus
+	(*PlannerReport)(nil),        // 67: turbine.v1.PlannerReport
+	(*PlannerStatusRequest)(nil), // 68: turbine.v1.PlannerStatusRequest
+	(*PlannerTerm)(nil),          // 69: turbine.v1.PlannerTerm
+	(*PlannerPool)(nil),          // 70: turbine.v1.PlannerPool
+	(*PlannerStatus)(nil),        // 71: turbine.v1.PlannerStatus
+	(*PlannerSetTargets)(nil),    // 72: turbine.v1.PlannerSetTargets
+	(*KvbmTierChange)(nil),       // 73: turbine.v1.KvbmTierChange
+	(*KvbmInventory)(nil),        // 74: turbine.v1.KvbmInventory
+	(*KvbmStatusRequest)(nil),    // 75: turbine.v1.KvbmStatusRequest
+	(*KvbmTierStatus)(nil),       // 76: turbine.v1.KvbmTierStatus
+	(*KvbmStatus)(nil),           // 77: turbine.v1.KvbmStatus
+	nil,                          // 78: turbine.v1.SamplingParams.LogitBiasEntry
 }
 var file_turbine_proto_depIdxs = []int32{
 	8,  // 0: turbine.v1.ModelCard.files_from:type_name -> turbine.v1.ActorRef
@@ -7160,7 +7221,7 @@ var file_turbine_proto_depIdxs = []int32{
 	9,  // 37: turbine.v1.ModelList.models:type_name -> turbine.v1.ModelCard
 	48, // 38: turbine.v1.SamplingParams.disagg:type_name -> turbine.v1.DisaggParams
 	47, // 39: turbine.v1.SamplingParams.structured:type_name -> turbine.v1.StructuredOutput
-	77, // 40: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
+	78, // 40: turbine.v1.SamplingParams.logit_bias:type_name -> turbine.v1.SamplingParams.LogitBiasEntry
 	46, // 41: turbine.v1.TokenLogprob.top:type_name -> turbine.v1.TopLogprob
 	1,  // 42: turbine.v1.DisaggParams.leg:type_name -> turbine.v1.Leg
 	44, // 43: turbine.v1.Generate.sampling:type_name -> turbine.v1.SamplingParams
@@ -7175,15 +7236,15 @@ var file_turbine_proto_depIdxs = []int32{
 	9,  // 52: turbine.v1.StartWorker.card:type_name -> turbine.v1.ModelCard
 	8,  // 53: turbine.v1.StartWorkerReply.worker:type_name -> turbine.v1.ActorRef
 	8,  // 54: turbine.v1.NodeWorker.worker:type_name -> turbine.v1.ActorRef
-	59, // 55: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
-	64, // 56: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
-	68, // 57: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
-	69, // 58: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
+	60, // 55: turbine.v1.NodeStatus.gpus:type_name -> turbine.v1.GpuInfo
+	65, // 56: turbine.v1.NodeStatus.workers:type_name -> turbine.v1.NodeWorker
+	69, // 57: turbine.v1.PlannerStatus.terms:type_name -> turbine.v1.PlannerTerm
+	70, // 58: turbine.v1.PlannerStatus.pools:type_name -> turbine.v1.PlannerPool
 	7,  // 59: turbine.v1.KvbmTierChange.tier:type_name -> turbine.v1.KvTier
-	72, // 60: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
+	73, // 60: turbine.v1.KvbmInventory.changes:type_name -> turbine.v1.KvbmTierChange
 	7,  // 61: turbine.v1.KvbmTierStatus.tier:type_name -> turbine.v1.KvTier
-	75, // 62: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
-	75, // 63: turbine.v1.KvbmStatus.fs:type_name -> turbine.v1.KvbmTierStatus
+	76, // 62: turbine.v1.KvbmStatus.tiers:type_name -> turbine.v1.KvbmTierStatus
+	76, // 63: turbine.v1.KvbmStatus.fs:type_name -> turbine.v1.KvbmTierStatus
 	64, // [64:64] is the sub-list for method output_type
 	64, // [64:64] is the sub-list for method input_type
 	64, // [64:64] is the sub-list for extension type_name
@@ -7212,7 +7273,7 @@ func file_turbine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_turbine_proto_rawDesc), len(file_turbine_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   70,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -55,6 +55,9 @@ type Config struct {
 	// StallTimeout is flow.Config.StallTimeout (default flow.DefaultStallTimeout;
 	// negative: never).
 	StallTimeout time.Duration
+	// AcceptTimeout is flow.Config.AcceptTimeout (default flow.DefaultAcceptTimeout;
+	// negative: never).
+	AcceptTimeout time.Duration
 	// PrefillReleaseWait is flow.Config.PrefillReleaseWait (default
 	// flow.DefaultPrefillReleaseWait).
 	PrefillReleaseWait time.Duration
@@ -157,6 +160,9 @@ func New(c *pcluster.Cluster, cfg Config) *Backend {
 	}
 	if cfg.StallTimeout == 0 {
 		cfg.StallTimeout = def.StallTimeout
+	}
+	if cfg.AcceptTimeout == 0 {
+		cfg.AcceptTimeout = def.AcceptTimeout
 	}
 	if cfg.LoraTimeout <= 0 {
 		cfg.LoraTimeout = DefaultLoraTimeout

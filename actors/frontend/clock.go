@@ -7,8 +7,9 @@ import (
 )
 
 // clock makes the timers a stream's flow sets: the stall timeout (Config.StallTimeout),
-// the wait for a cancelled prefill leg's last chunk (Config.PrefillReleaseWait) and the
-// grace after a worker's termination notice (flow.DefaultTerminatedGrace).
+// the wait for a leg's acknowledgement (Config.AcceptTimeout), the wait for a cancelled
+// prefill leg's last chunk (Config.PrefillReleaseWait) and the grace after a worker's
+// termination notice (flow.DefaultTerminatedGrace).
 // Config.clock, when nil, is wallClock; the tests fire the timers themselves, so that
 // what they check does not depend on how fast the machine runs.
 type clock interface {
@@ -27,6 +28,7 @@ const (
 	timerStall           = flow.TimerStall           // a stream's wait for its leg's next chunk
 	timerPrefillRelease  = flow.TimerPrefillRelease  // a cancelled prefill leg's last chunk
 	timerTerminatedGrace = flow.TimerTerminatedGrace // chunks trailing a worker's termination notice
+	timerAccept          = flow.TimerAccept          // a leg's wait for its worker's acknowledgement
 )
 
 // wallClock is the clock of time: real timers.

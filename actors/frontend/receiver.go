@@ -7,8 +7,9 @@ import (
 )
 
 // receiver is the reply_to of one leg's Generate: it puts the leg's chunks in index
-// order and hands them, and the termination notice of the leg's worker, to its stream as
-// flow events (flow.Chunk, flow.WorkerTerminated). Chunks of another request
+// order and hands them, the worker's acknowledgement and the termination notice of the
+// leg's worker to its stream as flow events (flow.Chunk, flow.Accepted,
+// flow.WorkerTerminated). Chunks of another request
 // id are dropped; nothing is delivered after the leg's last chunk, nor once the stream
 // forgot the leg (closed).
 type receiver struct {
@@ -21,12 +22,18 @@ type receiver struct {
 	next     uint32
 	pending  map[uint32]*messages.TokenChunk
 	finished bool // the last chunk was delivered
+	accepted bool // the worker's acknowledgement was delivered
 }
 
 func (r *receiver) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		c.Watch(r.worker)
+	case *messages.GenerateAccepted:
+		if !r.finished && !r.accepted && m.RequestId == r.requestID {
+			r.accepted = true
+			r.post(flow.Accepted{Leg: r.leg})
+		}
 	case *messages.TokenChunk:
 		if r.finished || m.RequestId != r.requestID {
 			return

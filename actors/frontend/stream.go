@@ -155,7 +155,7 @@ func newStream(root *actor.RootContext, r routing, cfg Config, req *gateway.Gene
 		cfg.clock = wallClock{}
 	}
 	fcfg := flow.Config{Credits: cfg.Credits, MigrationLimit: cfg.MigrationLimit, StallTimeout: max(cfg.StallTimeout, 0),
-		PrefillReleaseWait: cfg.PrefillReleaseWait, TerminatedGrace: flow.DefaultTerminatedGrace, LoraOnDemand: cfg.LoraOnDemand}
+		AcceptTimeout: max(cfg.AcceptTimeout, 0), PrefillReleaseWait: cfg.PrefillReleaseWait, TerminatedGrace: flow.DefaultTerminatedGrace, LoraOnDemand: cfg.LoraOnDemand}
 	if req.Parking != nil {
 		fcfg.QueueTimeout = req.Parking.Timeout()
 	}
@@ -257,6 +257,8 @@ func (s *stream) Disagg() gateway.DisaggInfo {
 // Retry-After (or, after the first chunk, with an error frame). ctx.Err() when ctx ends
 // first; when its deadline passed, the flow is told so (Deadline) at once.
 func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
+	var st stallWait
+	defer st.disarm()
 	for {
 		if s.head < len(s.queue) {
 			ch := s.queue[s.head]
@@ -275,7 +277,7 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 		case s.flow.Done():
 			return nil, errEnded
 		}
-		ev, err := s.wait(ctx)
+		ev, err := s.wait(ctx, &st)
 		if err != nil {
 			return nil, err
 		}
@@ -285,15 +287,35 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 	}
 }
 
-// wait returns the next event, with the stall timer the flow set armed from now on; nil
-// when the stream moved to another member instead (move stepped the flow).
-func (s *stream) wait(ctx context.Context) (flow.Event, error) {
-	var stall <-chan time.Time
-	if s.stallSet {
-		c, stop := s.cfg.clock.newTimer(timerStall, s.stall.After)
-		defer stop()
-		stall = c
+// stallWait is the stall timer armed during one Recv: the flow's stall timer (timer),
+// armed when Recv first waited under it. Events that do not change the flow's stall
+// timer (a worker's acknowledgement, a termination notice) leave it running.
+type stallWait struct {
+	timer flow.Timer
+	c     <-chan time.Time
+	stop  func() bool
+}
+
+func (w *stallWait) disarm() {
+	if w.stop != nil {
+		w.stop()
 	}
+	*w = stallWait{}
+}
+
+// wait returns the next event, with the stall timer the flow set armed in st (from the
+// moment Recv first waited under it); nil when the stream moved to another member
+// instead (move stepped the flow).
+func (s *stream) wait(ctx context.Context, st *stallWait) (flow.Event, error) {
+	switch {
+	case !s.stallSet:
+		st.disarm()
+	case st.c == nil || st.timer != s.stall.Timer:
+		st.disarm()
+		st.timer = s.stall.Timer
+		st.c, st.stop = s.cfg.clock.newTimer(timerStall, s.stall.After)
+	}
+	stall := st.c
 	select {
 	case <-ctx.Done():
 		if ev := ended(ctx); ev == (flow.Deadline{}) {
@@ -303,7 +325,9 @@ func (s *stream) wait(ctx context.Context) (flow.Event, error) {
 	case ev := <-s.events:
 		return ev, nil
 	case <-stall:
-		return flow.TimerFired{Timer: s.stall.Timer}, nil
+		t := st.timer
+		st.disarm()
+		return flow.TimerFired{Timer: t}, nil
 	case <-s.lost:
 		s.move()
 		return nil, nil

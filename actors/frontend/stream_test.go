@@ -23,7 +23,9 @@ import (
 // sequence (prompt and output), so that a continuation (prompt plus produced tokens)
 // goes on exactly where the first attempt stopped. After failAfter tokens (when ≥ 0) it
 // fails as fault says: "error" sends a migratable error chunk, "fatal" a non-migratable
-// one, "stop" stops the actor, "stall" goes silent.
+// one, "stop" stops the actor, "stall" goes silent. It acknowledges each Generate
+// first (messages.GenerateAccepted), as a worker does, unless fault is "lost": then
+// the Generate never reached it (it records it, and does nothing else).
 type scriptedWorker struct {
 	failAfter int
 	fault     string
@@ -45,6 +47,10 @@ func (w *scriptedWorker) Receive(c actor.Context) {
 		w.mu.Lock()
 		w.generates = append(w.generates, m)
 		w.mu.Unlock()
+		if w.fault == "lost" {
+			return
+		}
+		c.Send(actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id), &messages.GenerateAccepted{RequestId: m.RequestId})
 		w.run(c, m)
 	case *messages.Cancel:
 		w.mu.Lock()
@@ -276,12 +282,15 @@ type harnessOpts struct {
 	// first wait for a chunk once k chunks were handed out ends with its stall timer
 	// firing (the worker went silent after its k-th chunk). No other stall timer fires.
 	stallAfter []int
-	prefill    []*scriptedWorker       // prefill workers p0, p1, …: the router disaggregates
-	local      messages.DisaggDecision // fakeRouter.local
-	bootstrap  bool
-	enforce    bool
-	callErr    error                 // fakeRouter.callErr
-	refuse     messages.RouteOutcome // fakeRouter.refuse
+	// acceptFires are the accept timers (Config.AcceptTimeout, 1 s), counted from 0 in
+	// the order armed, that fire at once (their leg's Generate was lost); no other does.
+	acceptFires []int
+	prefill     []*scriptedWorker       // prefill workers p0, p1, …: the router disaggregates
+	local       messages.DisaggDecision // fakeRouter.local
+	bootstrap   bool
+	enforce     bool
+	callErr     error                 // fakeRouter.callErr
+	refuse      messages.RouteOutcome // fakeRouter.refuse
 	// structured constrains the request's output (SamplingParams.structured).
 	structured *messages.StructuredOutput
 	// lora names the request's LoRA adapter (SamplingParams.lora_name), onDemand is
@@ -299,10 +308,14 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr, refuse: o.refuse, loraPath: o.loraPath},
 		clock: newFakeClock()}
 	stalled := map[int]bool{} // by the stall timers, armed on the goroutine calling Recv
+	accepts := 0              // accept timers armed, on the stream's goroutine
 	h.clock.atOnce = func(what timerPurpose) bool {
 		switch what {
 		case timerTerminatedGrace:
 			return true
+		case timerAccept:
+			accepts++
+			return slices.Contains(o.acceptFires, accepts-1)
 		case timerStall:
 			k := int(h.stream.index)
 			if slices.Contains(o.stallAfter, k) && !stalled[k] {
@@ -329,7 +342,7 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	}
 	seq := 0
 	newID := func(c string) string { seq++; return fmt.Sprintf("%s#%d", c, seq) }
-	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, PrefillReleaseWait: 200 * time.Millisecond,
+	cfg := Config{Credits: 4, MigrationLimit: o.limit, StallTimeout: o.stall, AcceptTimeout: time.Second, PrefillReleaseWait: 200 * time.Millisecond,
 		clock: h.clock, LoraOnDemand: o.onDemand}
 	req := &gateway.GenerateRequest{Model: "m", RequestID: "req", TokenIDs: []uint32{1, 2, 3, 4, 5},
 		Sampling: &messages.SamplingParams{MaxTokens: 8, MinTokens: 6, IgnoreEos: true, Seed: proto.Int64(7),
@@ -484,6 +497,57 @@ func (h *harness) checkRouter(t *testing.T, routes int) {
 	}
 	if !slices.Equal(r.acked, r.granted) {
 		t.Errorf("acknowledged %v, want every route that got a worker once, in order: %v", r.acked, r.granted)
+	}
+}
+
+// TestStreamLegNeverAccepted: a Generate that never reached its worker (no
+// acknowledgement within the accept timeout) is cancelled there, its id freed, and the
+// request migrates without that worker; the first worker's acknowledgement stops its
+// timer, a lost one's does not; the next leg is bounded again.
+func TestStreamLegNeverAccepted(t *testing.T) {
+	lost, first, second := &scriptedWorker{failAfter: 0, fault: "lost"}, &scriptedWorker{failAfter: 3, fault: "error"},
+		&scriptedWorker{failAfter: -1}
+	cases := []struct {
+		name     string
+		workers  []*scriptedWorker
+		fires    []int
+		migrated []string
+	}{
+		{"lost at once", []*scriptedWorker{lost, second}, []int{0}, []string{"m/stalled"}},
+		{"lost after a migration", []*scriptedWorker{first, lost, second}, []int{1}, []string{"m/engine_error", "m/stalled"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, w := range c.workers {
+				w.generates, w.cancels = nil, nil
+			}
+			h := buildHarness(t, harnessOpts{limit: 3, acceptFires: c.fires}, c.workers...)
+			if h.startErr != nil {
+				t.Fatal(h.startErr)
+			}
+			chunks := h.drain(t)
+			var got []uint32
+			for _, ch := range chunks {
+				got = append(got, ch.TokenIds...)
+			}
+			if last := chunks[len(chunks)-1]; !slices.Equal(got, wantTokens) || last.FinishReason != "length" {
+				t.Fatalf("tokens %v finish %q (%s), want %v and length", got, last.FinishReason, last.Error, wantTokens)
+			}
+			if !slices.Equal(h.migrated, c.migrated) {
+				t.Errorf("migrations counted %v, want %v", h.migrated, c.migrated)
+			}
+			for i := range c.workers {
+				if tm := h.clock.await(t, timerAccept, i); tm.d != time.Second {
+					t.Errorf("accept timer %d of %v, want Config.AcceptTimeout (1s)", i, tm.d)
+				}
+			}
+			h.stream.Close()
+			h.checkRouter(t, len(c.workers))
+			gens, cancels := lost.calls()
+			if len(gens) != 1 || !slices.Equal(cancels, []string{gens[0].RequestId}) {
+				t.Errorf("the lost leg's worker got cancels %v, want its Generate's id cancelled once", cancels)
+			}
+		})
 	}
 }
 

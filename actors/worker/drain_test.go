@@ -191,3 +191,59 @@ func TestDrainShorterGraceShortens(t *testing.T) {
 	waitClosed(t, first, "first drain's Done")
 	waitClosed(t, second, "second drain's Done")
 }
+
+// messageSink spawns an actor that passes on every GenerateAccepted and TokenChunk it
+// receives, in order.
+func messageSink(sys *actor.ActorSystem) (*messages.ActorRef, chan any) {
+	ch := make(chan any, 64)
+	pid := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+		switch m := c.Message().(type) {
+		case *messages.GenerateAccepted, *messages.TokenChunk:
+			ch <- m
+		}
+	}))
+	return &messages.ActorRef{Address: pid.Address, Id: pid.Id}, ch
+}
+
+func nextMessage(t *testing.T, ch chan any) any {
+	t.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message within 10 s")
+		return nil
+	}
+}
+
+// TestGenerateAcknowledgedFirst: a worker acknowledges a Generate it takes
+// (GenerateAccepted, naming the request and itself) before its first chunk, and once; a
+// Generate it cannot take (a draining worker's) gets its error chunk, which is answer
+// enough, and no acknowledgement.
+func TestGenerateAcknowledgedFirst(t *testing.T) {
+	sys, pid, eng, _ := startHeld(t)
+	ref, msgs := messageSink(sys)
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r1", TokenIds: []uint32{5}, ReplyTo: ref})
+	if a, ok := nextMessage(t, msgs).(*messages.GenerateAccepted); !ok || a.RequestId != "r1" || a.WorkerId != "w-drain" {
+		t.Fatalf("first message %v, want GenerateAccepted of r1 by w-drain", a)
+	}
+	if c, ok := nextMessage(t, msgs).(*messages.TokenChunk); !ok || len(c.TokenIds) != 1 {
+		t.Fatalf("second message %v, want the first token", c)
+	}
+	close(eng.release)
+	if c, ok := nextMessage(t, msgs).(*messages.TokenChunk); !ok || c.FinishReason != "stop" {
+		t.Fatalf("third message %v, want the last chunk", c)
+	}
+	done := make(chan struct{})
+	sys.Root.Send(pid, &Drain{Grace: time.Minute, Done: done})
+	waitClosed(t, done, "drained")
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r2", TokenIds: []uint32{5}, ReplyTo: ref})
+	if c, ok := nextMessage(t, msgs).(*messages.TokenChunk); !ok || c.Fault != messages.Fault_FAULT_ENGINE_ERROR {
+		t.Fatalf("a draining worker's answer %v, want its migratable error chunk alone", c)
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("then %v, want nothing", m)
+	default:
+	}
+}

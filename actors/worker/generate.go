@@ -77,6 +77,10 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	w.canary.touch(w.cfg.Now())
 	r := &inflight{cancel: cancel, credits: make(chan int32, 1024), replyTo: replyTo, lora: lora, loraGen: loraGen}
 	w.requests[m.RequestId] = r
+	// The caller learns at once that the request reached this worker (flow.Accepted):
+	// before an adapter's load or the engine's queue, which its accept timeout does not
+	// bound. A Generate answered with an error chunk above needs no more.
+	sys.Root.Send(replyTo, &messages.GenerateAccepted{RequestId: m.RequestId, WorkerId: w.cfg.WorkerID})
 	w.noteProgress() // a request just started counts as progress
 	c.Watch(replyTo)
 	self := c.Self()

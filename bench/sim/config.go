@@ -261,7 +261,7 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("sim: MaxLocalPrefillTokens %d: want >= 0", c.MaxLocalPrefillTokens)
 	case c.MemoryLimit < 0:
 		return c, fmt.Errorf("sim: MemoryLimit %d bytes: want >= 0", c.MemoryLimit)
-	case c.Flow.Credits < 1 || c.Flow.MigrationLimit < 0 || c.Flow.StallTimeout < 0 || c.Flow.PrefillReleaseWait < 0 || c.Flow.TerminatedGrace < 0:
+	case c.Flow.Credits < 1 || c.Flow.MigrationLimit < 0 || c.Flow.StallTimeout < 0 || c.Flow.AcceptTimeout < 0 || c.Flow.PrefillReleaseWait < 0 || c.Flow.TerminatedGrace < 0:
 		return c, fmt.Errorf("sim: Flow %+v: want Credits >= 1, and MigrationLimit and the durations >= 0", c.Flow)
 	case c.RequestTimeout < 0 || c.RequestTimeout > MaxSimulatedTime:
 		return c, fmt.Errorf("sim: RequestTimeout %v: want 0 to %v", c.RequestTimeout, MaxSimulatedTime)

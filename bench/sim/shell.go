@@ -270,6 +270,8 @@ func (s *simulator) send(i int, e flow.Send) {
 		s.step(i, flow.WorkerTerminated{Leg: e.Leg})
 		return
 	}
+	// A live worker takes the Generate at once and says so (messages.GenerateAccepted).
+	s.step(i, flow.Accepted{Leg: e.Leg})
 	dp := e.Generate.GetSampling().GetDisagg()
 	switch {
 	case dp.GetLeg() == messages.Leg_LEG_PREFILL:
