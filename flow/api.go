@@ -26,7 +26,7 @@ type Config struct {
 	// leg counts as stalled (FAULT_STALLED) and the request moves on as from any stall;
 	// 0: never. It bounds the way to the worker (a partition that loses the Generate, a
 	// paused worker process), not the engine's queue or prefill, which come after the
-	// acknowledgement.
+	// acknowledgement. Only legs on workers that acknowledge (Worker.Acks) are bounded.
 	AcceptTimeout time.Duration
 	// PrefillReleaseWait is how long a prefill leg cancelled before its last chunk is
 	// waited for, so that the ReleaseKV sent to its worker carries the transfer parameters
@@ -52,7 +52,7 @@ const (
 	DefaultCredits            = 64
 	DefaultMigrationLimit     = 3
 	DefaultStallTimeout       = 2 * time.Minute
-	DefaultAcceptTimeout      = 10 * time.Second
+	DefaultAcceptTimeout      = 15 * time.Second
 	DefaultPrefillReleaseWait = 2 * time.Second
 	DefaultTerminatedGrace    = 100 * time.Millisecond
 	// MaxPrefillFailures is how many failed prefill legs a request survives: after the
@@ -104,6 +104,10 @@ type LegID int32
 type Worker struct {
 	ID  string
 	Ref *messages.ActorRef
+	// Acks: the worker acknowledges each Generate it takes (Accepted;
+	// RouteResponse.worker_acknowledges): only then is its leg's wait for that bounded
+	// (Config.AcceptTimeout).
+	Acks bool
 }
 
 // TimerKind is what a timer bounds.

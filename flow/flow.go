@@ -111,6 +111,8 @@ type leg struct {
 type arrival struct {
 	chunk *messages.TokenChunk
 	fault messages.Fault
+	// unaccepted: the leg's worker never acknowledged it (its accept timer fired).
+	unaccepted bool
 }
 
 // routeWhy is why a route was asked.
@@ -494,7 +496,7 @@ func (f *Flow) start(p *pending, r *messages.RouteResponse, room uint64) {
 		n.From = r.PrefillWorkerId
 	}
 	f.note(n)
-	a := f.newLeg(p.id, Worker{ID: r.WorkerId, Ref: r.Worker}, messages.Leg_LEG_AGGREGATED, p.tokens,
+	a := f.newLeg(p.id, Worker{ID: r.WorkerId, Ref: r.Worker, Acks: r.WorkerAcknowledges}, messages.Leg_LEG_AGGREGATED, p.tokens,
 		withLoraPath(p.sampling, r.LoraPath))
 	f.decision, f.prefillWorker, f.decodeWorker = decision, "", ""
 	if decision != messages.DisaggDecision_DISAGG_AGGREGATED {
@@ -524,7 +526,7 @@ func (f *Flow) startRemote(a *leg, r *messages.RouteResponse, room uint64) {
 	if id == "" {
 		id = a.requestID + "/prefill"
 	}
-	p := f.newLeg(id, Worker{ID: r.PrefillWorkerId, Ref: r.PrefillWorker}, messages.Leg_LEG_PREFILL, a.tokens, a.sampling)
+	p := f.newLeg(id, Worker{ID: r.PrefillWorkerId, Ref: r.PrefillWorker, Acks: r.PrefillWorkerAcknowledges}, messages.Leg_LEG_PREFILL, a.tokens, a.sampling)
 	a.pre = p
 	if r.PrefillBootstrapHost != "" {
 		a.bootstrap = &messages.DisaggParams{BootstrapHost: r.PrefillBootstrapHost,
@@ -549,7 +551,7 @@ func (f *Flow) send(l *leg, tokens []uint32, sampling *messages.SamplingParams) 
 	// every later effect of the leg comes after it.
 	f.emit(Send{Leg: l.id, Worker: l.worker, Generate: &messages.Generate{RequestId: l.requestID, TokenIds: tokens,
 		Sampling: sampling, InitialCredits: f.cfg.Credits}})
-	if f.cfg.AcceptTimeout > 0 {
+	if f.cfg.AcceptTimeout > 0 && l.worker.Acks {
 		l.accept = f.newGen()
 		// SetTimer: after the leg's Send; Forget of the leg stops it.
 		f.emit(SetTimer{Timer: Timer{Kind: TimerAccept, Leg: l.id, Gen: l.accept}, After: f.cfg.AcceptTimeout})
@@ -683,10 +685,16 @@ func (f *Flow) fired(t Timer) bool {
 			return false
 		}
 		l.accept = 0
+		switch {
+		case l.grace != 0:
+			return false // its worker terminated: that fault comes with the grace
+		case f.cur != nil && l == f.cur.pre && f.cur.sawToken:
+			return false // its decode leg has tokens: it reached its worker (a bootstrap pair)
+		}
 		// As a stall: the leg is cancelled (a Generate that arrives late is cancelled
 		// behind it) and the request moves on.
-		return f.arrive(l, arrival{fault: messages.Fault_FAULT_STALLED, chunk: &messages.TokenChunk{RequestId: l.requestID,
-			FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
+		return f.arrive(l, arrival{fault: messages.Fault_FAULT_STALLED, unaccepted: true, chunk: &messages.TokenChunk{
+			RequestId: l.requestID, FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
 			Error: fmt.Sprintf("worker %s did not take the request within %v", l.worker.ID, f.cfg.AcceptTimeout)}})
 	case TimerTerminatedGrace:
 		l := f.leg(t.Leg)
@@ -770,7 +778,9 @@ func (f *Flow) migrate(ar arrival) {
 	failed := f.cur
 	f.end(failed, "migrating the request: "+ar.fault.Label())
 	f.cur = nil
-	if why := unmovable(f.req.Sampling); why != "" {
+	// A request whose leg never reached its worker and that produced nothing yet starts
+	// afresh elsewhere, whatever constrains its output.
+	if why := unmovable(f.req.Sampling); why != "" && !(ar.unaccepted && len(f.produced) == 0) {
 		f.notMigrated(ar, failed, why)
 		return
 	}
@@ -975,6 +985,7 @@ func (f *Flow) settle(a *leg, reason string) {
 	f.emit(Cancel{Leg: p.id, Worker: p.worker, Cancel: &messages.Cancel{RequestId: p.requestID, Reason: reason}})
 	f.emit(Free{RequestID: p.requestID})
 	p.settling, p.release = true, f.newGen()
+	f.accepted(p) // the release wait bounds it from now on, acknowledged or not
 	// SetTimer: the leg's chunks are still taken until it fires or the leg is forgotten.
 	f.emit(SetTimer{Timer: Timer{Kind: TimerPrefillRelease, Leg: p.id, Gen: p.release}, After: f.cfg.PrefillReleaseWait})
 }

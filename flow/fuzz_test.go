@@ -250,7 +250,8 @@ func (w *randomWorld) routed() Event {
 		return Routed{Response: &messages.RouteResponse{Outcome: o, Error: "no"}}
 	}
 	wid := fmt.Sprintf("w%d", rng.IntN(4))
-	resp := &messages.RouteResponse{WorkerId: wid, Worker: ref(wid), Router: ref("router")}
+	resp := &messages.RouteResponse{WorkerId: wid, Worker: ref(wid), Router: ref("router"),
+		WorkerAcknowledges: rng.IntN(4) > 0, PrefillWorkerAcknowledges: rng.IntN(4) > 0}
 	if rng.IntN(20) == 0 {
 		resp.Worker = nil
 	}

@@ -35,6 +35,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	    [queued=D]   (queued: the request joined its shell's queue D before the flow's start)
 //	start [behind]
 //	routed worker=w0 [prefill=p0] [prefill-id=ID] [bootstrap=host:port] [decision=D] [no-address] [no-prefill-address] [room=N]
+//	       [no-ack] [no-prefill-ack]   (the workers, or the prefill worker, do not acknowledge legs)
 //	routed outcome=all_busy [error="why"] | routed call-failed [error="why"]
 //	chunk leg=1 [tokens=5,6] [finish=stop] [fault=engine_error] [error="why"] [cached=N] [kv=P] [index=N]
 //	terminated leg=1 | accepted leg=1
@@ -442,7 +443,8 @@ func (h *scriptHarness) routed(a scriptArgs) (Event, error) {
 	if w == "" {
 		return nil, errors.New("routed needs worker=, outcome= or call-failed")
 	}
-	r := &messages.RouteResponse{WorkerId: w, Worker: ref(w), Router: &messages.ActorRef{Address: "10.0.0.9:7000", Id: "router/m"}}
+	r := &messages.RouteResponse{WorkerId: w, Worker: ref(w), Router: &messages.ActorRef{Address: "10.0.0.9:7000", Id: "router/m"},
+		WorkerAcknowledges: !a.has("no-ack"), PrefillWorkerAcknowledges: !a.has("no-ack") && !a.has("no-prefill-ack")}
 	if a.has("no-address") {
 		r.Worker = nil
 	}

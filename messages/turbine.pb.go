@@ -1056,9 +1056,12 @@ type WorkerInfo struct {
 	// The engine's own HTTP base URL as other hosts reach it ("http://10.0.0.7:8001");
 	// an endpoint picker maps the endpoint it returns to a gateway onto it (docs/epp.md).
 	// Empty: the worker does not say.
-	EngineUrl     string `protobuf:"bytes,17,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EngineUrl string `protobuf:"bytes,17,opt,name=engine_url,json=engineUrl,proto3" json:"engine_url,omitempty"`
+	// The worker acknowledges each Generate it takes (GenerateAccepted), so that a caller
+	// may bound the wait for it (flow.Config.AcceptTimeout). Workers of older builds do not.
+	AcknowledgesGenerate bool `protobuf:"varint,18,opt,name=acknowledges_generate,json=acknowledgesGenerate,proto3" json:"acknowledges_generate,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -1201,6 +1204,13 @@ func (x *WorkerInfo) GetEngineUrl() string {
 		return x.EngineUrl
 	}
 	return ""
+}
+
+func (x *WorkerInfo) GetAcknowledgesGenerate() bool {
+	if x != nil {
+		return x.AcknowledgesGenerate
+	}
+	return false
 }
 
 // RegisterWorker is sent by a worker to its model's Router grain on start and on every
@@ -2399,9 +2409,13 @@ type RouteResponse struct {
 	Candidates []*RouteCandidate `protobuf:"bytes,18,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// A request with a LoRA adapter routed to a worker that does not hold it (lora_on_demand):
 	// the worker loads it from lora_path first (SamplingParams.lora_path). Empty otherwise.
-	LoraPath      string `protobuf:"bytes,19,opt,name=lora_path,json=loraPath,proto3" json:"lora_path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LoraPath string `protobuf:"bytes,19,opt,name=lora_path,json=loraPath,proto3" json:"lora_path,omitempty"`
+	// Whether worker and prefill_worker acknowledge each Generate they take
+	// (WorkerInfo.acknowledges_generate).
+	WorkerAcknowledges        bool `protobuf:"varint,20,opt,name=worker_acknowledges,json=workerAcknowledges,proto3" json:"worker_acknowledges,omitempty"`
+	PrefillWorkerAcknowledges bool `protobuf:"varint,21,opt,name=prefill_worker_acknowledges,json=prefillWorkerAcknowledges,proto3" json:"prefill_worker_acknowledges,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -2551,6 +2565,20 @@ func (x *RouteResponse) GetLoraPath() string {
 		return x.LoraPath
 	}
 	return ""
+}
+
+func (x *RouteResponse) GetWorkerAcknowledges() bool {
+	if x != nil {
+		return x.WorkerAcknowledges
+	}
+	return false
+}
+
+func (x *RouteResponse) GetPrefillWorkerAcknowledges() bool {
+	if x != nil {
+		return x.PrefillWorkerAcknowledges
+	}
+	return false
 }
 
 // RouteAck acknowledges a route made with will_ack: the request's work was sent (the
@@ -4152,10 +4180,12 @@ func (x *Generate) GetTraceparent() string {
 	return ""
 }
 
-// GenerateAccepted: a worker took a Generate (it runs it, or answers it with an error
-// chunk): sent to its reply_to at once, before the engine sees the request, so that
-// the caller can tell a Generate that never reached its worker from an engine's queue
-// or a long prefill (flow.Config.AcceptTimeout; docs/reference.md §10).
+// GenerateAccepted: a worker (one that registers acknowledges_generate) took a Generate
+// and runs it: sent to its reply_to at once, before an adapter's load or the engine's
+// queue, so that the caller can tell a Generate that never reached its worker from a
+// long queue or prefill (flow.Config.AcceptTimeout; docs/reference.md §10). A Generate
+// the worker cannot take gets an error chunk instead, which the caller takes as the
+// acknowledgement.
 type GenerateAccepted struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -6520,7 +6550,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12%\n" +
 	"\x0eprefill_tokens\x18\x05 \x01(\x03R\rprefillTokens\x12\x19\n" +
-	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\xe5\x04\n" +
+	"\bkv_usage\x18\x06 \x01(\x01R\akvUsage\"\x9a\x05\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12*\n" +
@@ -6542,7 +6572,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eknown_adapters\x18\x0f \x03(\v2\x17.turbine.v1.LoraAdapterR\rknownAdapters\x12\x17\n" +
 	"\anode_id\x18\x10 \x01(\tR\x06nodeId\x12\x1d\n" +
 	"\n" +
-	"engine_url\x18\x11 \x01(\tR\tengineUrlJ\x04\b\x06\x10\a\"\x92\x01\n" +
+	"engine_url\x18\x11 \x01(\tR\tengineUrl\x123\n" +
+	"\x15acknowledges_generate\x18\x12 \x01(\bR\x14acknowledgesGenerateJ\x04\b\x06\x10\a\"\x92\x01\n" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
@@ -6640,7 +6671,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06chosen\x18\x05 \x01(\bR\x06chosen\"4\n" +
 	"\bCostTerm\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\"\xb9\x06\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\xaa\a\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12%\n" +
@@ -6661,7 +6692,9 @@ const file_turbine_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\x12 \x03(\v2\x1a.turbine.v1.RouteCandidateR\n" +
 	"candidates\x12\x1b\n" +
-	"\tlora_path\x18\x13 \x01(\tR\bloraPathJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
+	"\tlora_path\x18\x13 \x01(\tR\bloraPath\x12/\n" +
+	"\x13worker_acknowledges\x18\x14 \x01(\bR\x12workerAcknowledges\x12>\n" +
+	"\x1bprefill_worker_acknowledges\x18\x15 \x01(\bR\x19prefillWorkerAcknowledgesJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
 	"\bRouteAck\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"+\n" +

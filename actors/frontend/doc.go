@@ -7,8 +7,8 @@
 // reply_to, Credit, Cancel and ReleaseKv to workers, RouteAck, PrefillDone and Free to
 // the router, chunks and errors to the HTTP handler, metrics and log lines.
 //
-// Receiver actor messages (receiver.go): messages.TokenChunk (from the worker),
-// *actor.Terminated of the worker (handed to the flow, which still takes the worker's
+// Receiver actor messages (receiver.go): messages.GenerateAccepted and
+// messages.TokenChunk (from the worker), *actor.Terminated of the worker (handed to the flow, which still takes the worker's
 // trailing chunks for a moment, then counts the leg as lost). One receiver per leg: a
 // disaggregated request has one for its prefill leg and one for its decode leg; all of
 // a stream's receivers deliver into one channel, which the stream reads one event at a

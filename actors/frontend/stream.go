@@ -95,7 +95,7 @@ type stream struct {
 	legs   map[flow.LegID]*leg
 	timers map[timerKey]func() bool // armed timers (but the stall timer) and their stop
 	// stall is the stall timer the flow has set (stallSet), armed only while Recv waits
-	// for an event, from the moment it starts waiting.
+	// for an event: from the moment one Recv first waits under it (stallWait).
 	stall    flow.SetTimer
 	stallSet bool
 	// routed holds the answers to the Route and Park effects of a step, stepped after

@@ -166,7 +166,8 @@ func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, 
 			continue
 		}
 		p := r.pids[id]
-		resp := &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}, LoraPath: r.loraPath}
+		resp := &messages.RouteResponse{WorkerId: id, Worker: &messages.ActorRef{Address: p.Address, Id: p.Id}, LoraPath: r.loraPath,
+			WorkerAcknowledges: true, PrefillWorkerAcknowledges: true}
 		if r.prefillIDs == nil && !r.enforce {
 			r.routed = append(r.routed, rr.RequestId)
 			r.granted = append(r.granted, rr.RequestId)
@@ -505,23 +506,30 @@ func (h *harness) checkRouter(t *testing.T, routes int) {
 // request migrates without that worker; the first worker's acknowledgement stops its
 // timer, a lost one's does not; the next leg is bounded again.
 func TestStreamLegNeverAccepted(t *testing.T) {
-	lost, first, second := &scriptedWorker{failAfter: 0, fault: "lost"}, &scriptedWorker{failAfter: 3, fault: "error"},
-		&scriptedWorker{failAfter: -1}
 	cases := []struct {
 		name     string
-		workers  []*scriptedWorker
+		faults   []string // the workers in routing order: "" undisturbed, "error" after 3 tokens, "lost"
 		fires    []int
 		migrated []string
 	}{
-		{"lost at once", []*scriptedWorker{lost, second}, []int{0}, []string{"m/stalled"}},
-		{"lost after a migration", []*scriptedWorker{first, lost, second}, []int{1}, []string{"m/engine_error", "m/stalled"}},
+		{"lost at once", []string{"lost", ""}, []int{0}, []string{"m/stalled"}},
+		{"lost after a migration", []string{"error", "lost", ""}, []int{1}, []string{"m/engine_error", "m/stalled"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			for _, w := range c.workers {
-				w.generates, w.cancels = nil, nil
+			var workers []*scriptedWorker
+			var lost *scriptedWorker
+			for _, f := range c.faults {
+				w := &scriptedWorker{failAfter: -1}
+				switch f {
+				case "error":
+					w.failAfter, w.fault = 3, "error"
+				case "lost":
+					w.failAfter, w.fault, lost = 0, "lost", w
+				}
+				workers = append(workers, w)
 			}
-			h := buildHarness(t, harnessOpts{limit: 3, acceptFires: c.fires}, c.workers...)
+			h := buildHarness(t, harnessOpts{limit: 3, acceptFires: c.fires}, workers...)
 			if h.startErr != nil {
 				t.Fatal(h.startErr)
 			}
@@ -536,15 +544,15 @@ func TestStreamLegNeverAccepted(t *testing.T) {
 			if !slices.Equal(h.migrated, c.migrated) {
 				t.Errorf("migrations counted %v, want %v", h.migrated, c.migrated)
 			}
-			for i := range c.workers {
+			for i := range workers {
 				if tm := h.clock.await(t, timerAccept, i); tm.d != time.Second {
 					t.Errorf("accept timer %d of %v, want Config.AcceptTimeout (1s)", i, tm.d)
 				}
 			}
 			h.stream.Close()
-			h.checkRouter(t, len(c.workers))
-			gens, cancels := lost.calls()
-			if len(gens) != 1 || !slices.Equal(cancels, []string{gens[0].RequestId}) {
+			h.checkRouter(t, len(workers))
+			eventually(t, "the lost leg's Cancel", func() bool { _, cancels := lost.calls(); return len(cancels) > 0 })
+			if gens, cancels := lost.calls(); len(gens) != 1 || !slices.Equal(cancels, []string{gens[0].RequestId}) {
 				t.Errorf("the lost leg's worker got cancels %v, want its Generate's id cancelled once", cancels)
 			}
 		})

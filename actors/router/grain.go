@@ -93,6 +93,8 @@ type workerState struct {
 	// address, given with every remote decision it prefills.
 	bootstrapHost string
 	bootstrapPort int32
+	// acks: the worker acknowledges each Generate (WorkerInfo.acknowledges_generate).
+	acks bool
 	// adapters and maxLoras: the worker's LoRA adapters and slots, as it last registered
 	// them (WorkerStats, for the frontends' placement).
 	adapters []*messages.LoraAdapter
@@ -381,7 +383,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	w.actor, w.card, w.load, w.lastSeen = info.Actor, info.Card, req.Load, now
 	w.role, w.bootstrapHost, w.bootstrapPort = role, info.BootstrapHost, info.BootstrapPort
 	w.adapters, w.known, w.maxLoras = info.Adapters, info.KnownAdapters, info.MaxLoras
-	w.node, w.engineURL = info.NodeId, info.EngineUrl
+	w.node, w.engineURL, w.acks = info.NodeId, info.EngineUrl, info.AcknowledgesGenerate
 	if g.card == nil {
 		g.card = info.Card
 		// The tier credits follow from the model's KV size (docs/reference.md §9.2).
@@ -489,7 +491,7 @@ func (g *Grain) route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	addr := callerAddress(ctx)
 	g.track(addr, req.RequestId)
 	resp := kvpb.RouteResponse(d, nil) // the core's answer; the actors' addresses are added here
-	resp.Worker = w.actor
+	resp.Worker, resp.WorkerAcknowledges = w.actor, w.acks
 	if ctx != nil {
 		if self := ctx.Self(); self != nil {
 			resp.Router = &messages.ActorRef{Address: self.Address, Id: self.Id}
@@ -497,7 +499,7 @@ func (g *Grain) route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	}
 	if p := d.Prefill; p != nil {
 		g.track(addr, p.RequestID)
-		resp.PrefillWorker = pw.actor
+		resp.PrefillWorker, resp.PrefillWorkerAcknowledges = pw.actor, pw.acks
 		resp.PrefillBootstrapHost, resp.PrefillBootstrapPort = pw.bootstrapHost, pw.bootstrapPort
 	}
 	return resp, nil

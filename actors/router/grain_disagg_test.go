@@ -211,3 +211,29 @@ func TestGrainDisaggConfigRefused(t *testing.T) {
 		t.Fatalf("ack %+v, want the configuration refused naming MaxLocalPrefillTokens", ack)
 	}
 }
+
+// TestGrainPassesAcknowledgement: a route says whether its decode and prefill workers
+// acknowledge each Generate, as each last registered (WorkerInfo.acknowledges_generate).
+func TestGrainPassesAcknowledgement(t *testing.T) {
+	g := newDisaggGrain(t, &kv.DisaggConfig{MaxLocalPrefillTokens: 8})
+	register := func(id string, role messages.Role, acks bool) {
+		info := &messages.WorkerInfo{WorkerId: id, Actor: &messages.ActorRef{Address: "node", Id: "worker/" + id},
+			Card: &messages.ModelCard{Model: "m", KvBlockSize: 4}, Ready: true, Role: role, AcknowledgesGenerate: acks}
+		if ack, err := g.Register(&messages.RegisterWorker{Worker: info, Load: &messages.WorkerLoad{TotalBlocks: 100}}, nil); err != nil || !ack.Accepted {
+			t.Fatalf("register %s: %v %v", id, ack, err)
+		}
+	}
+	for i, acks := range [][2]bool{{true, false}, {false, true}} {
+		register("d0", messages.Role_ROLE_DECODE, acks[0])
+		register("p0", messages.Role_ROLE_PREFILL, acks[1])
+		id := fmt.Sprint("r", i)
+		resp, err := g.Route(&messages.RouteRequest{RequestId: id, TokenIds: tokens(40)}, nil)
+		if err != nil || resp.DisaggDecision != kv.DisaggRemote {
+			t.Fatalf("route %v %v", resp, err)
+		}
+		if resp.WorkerAcknowledges != acks[0] || resp.PrefillWorkerAcknowledges != acks[1] {
+			t.Errorf("decode worker acknowledges %v, prefill worker %v; want %v", resp.WorkerAcknowledges, resp.PrefillWorkerAcknowledges, acks)
+		}
+		g.Free(&messages.RequestRef{RequestId: id}, nil)
+	}
+}

@@ -2,8 +2,9 @@
 // node member.
 //
 // Messages handled:
-//   - messages.Generate (from gateways): run a request on the engine; numbered
-//     messages.TokenChunk go to reply_to, at most the granted credits ahead (mailboxes
+//   - messages.Generate (from gateways): run a request on the engine; a
+//     messages.GenerateAccepted goes to reply_to at once (the worker took it; it
+//     registers acknowledges_generate), then numbered messages.TokenChunk, at most the granted credits ahead (mailboxes
 //     are unbounded: the flow control is Turbine's, docs/actor-library.md §10). A failed
 //     request's last chunk names its fault: FAULT_INVALID_REQUEST with the engine's own
 //     message when the engine refused the request itself (never re-sent), else one that

@@ -654,6 +654,8 @@ func (w *workerActor) info() *messages.WorkerInfo {
 		KnownAdapters: w.loras.knownList(),
 		NodeId:        w.cfg.NodeID,
 		EngineUrl:     w.engineURL,
+		// generate acknowledges every Generate it takes (GenerateAccepted).
+		AcknowledgesGenerate: true,
 	}
 }
 

@@ -233,9 +233,10 @@ func (s *simulator) route(i int, rr *messages.RouteRequest) {
 	d, err := s.router.Route(kvpb.RouteInput(rr), simBase.Add(s.now), s.rng)
 	resp := kvpb.RouteResponse(d, err)
 	if err == nil {
-		resp.Worker = s.workers[s.workerIndex(d.Worker, d.WorkerID)].ref
+		// The simulated workers acknowledge each Generate (send steps Accepted).
+		resp.Worker, resp.WorkerAcknowledges = s.workers[s.workerIndex(d.Worker, d.WorkerID)].ref, true
 		if p := d.Prefill; p != nil {
-			resp.PrefillWorker = s.workers[s.workerIndex(p.Worker, p.WorkerID)].ref
+			resp.PrefillWorker, resp.PrefillWorkerAcknowledges = s.workers[s.workerIndex(p.Worker, p.WorkerID)].ref, true
 		}
 	}
 	s.step(i, flow.Routed{Response: resp})

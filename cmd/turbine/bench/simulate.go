@@ -36,7 +36,7 @@ func (o *Options) simConfig(mode string) sim.Config {
 	f.Host.Apply(&cfg)
 	cfg.Faults, cfg.RequestTimeout = f.Kills, o.Timeout
 	cfg.Flow = flow.DefaultConfig()
-	cfg.Flow.MigrationLimit = f.Migration.MigrationLimit
+	cfg.Flow.MigrationLimit, cfg.Flow.AcceptTimeout = f.Migration.MigrationLimit, f.Migration.AcceptTimeout
 	f.applyQueue(&cfg)
 	cfg.Kvbm, _ = f.Kvbm.config(&f) // checked by validate
 	return cfg

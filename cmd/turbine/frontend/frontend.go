@@ -109,7 +109,7 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 		memberErr <- options.RunMember(memberCtx, cfg, log, func(mctx context.Context, m *cluster.Member) error {
 			if backend == nil {
 				backend = fe.New(m.Cluster, fe.Config{Logger: log, ModelCacheDir: o.ModelCacheDir, MigrationLimit: o.MigrationLimit,
-					Busy: o.Admission.Busy(), LoraOnDemand: o.LoraOnDemand, PlannerReports: o.Reports.Mode(),
+					AcceptTimeout: o.FrontendAcceptTimeout(), Busy: o.Admission.Busy(), LoraOnDemand: o.LoraOnDemand, PlannerReports: o.Reports.Mode(),
 					PlannerReportInterval: o.Reports.Interval})
 				started <- nil
 			} else {

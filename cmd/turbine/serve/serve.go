@@ -301,8 +301,8 @@ func serve(ctx context.Context, o Options, log zerolog.Logger) error {
 		}
 	}
 
-	fcfg := frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, Busy: o.Admission.Busy(),
-		LoraOnDemand: o.LoraOnDemand}
+	fcfg := frontend.Config{Logger: log, MigrationLimit: o.MigrationLimit, AcceptTimeout: o.FrontendAcceptTimeout(),
+		Busy: o.Admission.Busy(), LoraOnDemand: o.LoraOnDemand}
 	if o.Planner.Enabled() {
 		// At least two reports per planner period, so that each decision has some.
 		fcfg.PlannerReports, fcfg.PlannerReportInterval = frontend.PlannerReportsOn, min(o.Reports.Interval, o.Planner.Period()/2)
