@@ -23,8 +23,10 @@ type Config struct {
 	StallTimeout time.Duration
 	// AcceptTimeout is how long a leg's worker has to acknowledge the leg (Accepted: a
 	// worker does so as soon as it takes the Generate; any chunk counts too) before the
-	// leg counts as stalled (FAULT_STALLED) and the request moves on as from any stall;
-	// 0: never. It bounds the way to the worker (a partition that loses the Generate, a
+	// request looks for another worker: the current leg asks the router for one while it
+	// waits on, and moves there (a migration, FAULT_STALLED) if the router names one and
+	// the leg is still unacknowledged; a prefill leg is retried elsewhere as after a
+	// stall; 0: never. It bounds the way to the worker (a partition that loses the Generate, a
 	// paused worker process), not the engine's queue or prefill, which come after the
 	// acknowledgement. Only legs on workers that acknowledge (Worker.Acks) are bounded.
 	AcceptTimeout time.Duration
@@ -383,6 +385,7 @@ const (
 	NoteReleased                           // a ReleaseKV was sent
 	NoteWarning                            // something odd the operator should see (Detail)
 	NoteDeadline                           // the request's deadline passed (Deadline) before it ended
+	NoteNotMoved                           // a leg its worker did not acknowledge waits on: no other worker (From; Detail: why)
 )
 
 func (Route) isEffect()       {}

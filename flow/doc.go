@@ -34,8 +34,12 @@
 //	Routed (the call failed)   -> Free, Fail(ROUTE_CALL_FAILED)
 //	Send (every leg)           -> SetTimer(accept) after it, when Config.AcceptTimeout is set
 //	Accepted, or a first chunk -> StopTimer(accept) of the leg
-//	TimerFired (accept)        -> a fault of the leg as a stall (FAULT_STALLED): it never
-//	                              reached its worker, or its worker does not run
+//	TimerFired (accept)        -> the current leg: Route (its worker excluded) while it waits
+//	                              on; a prefill leg: a fault of the leg as a stall
+//	Routed (that route)        -> a worker, and the leg still unacknowledged: Cancel, Forget,
+//	                              Free of it, then as a migration (FAULT_STALLED); otherwise
+//	                              Free of the route, and a route asked meanwhile is asked
+//	                              now, or Note(not-moved) and SetTimer(accept) again
 //	Chunk (tokens)             -> PrefillDone (first token), Credit (every Credits/2), Emit, SetTimer(stall)
 //	Chunk (finish)             -> Emit (usage of the whole request), Forget, Free, StopTimer(stall)
 //	Chunk (fault)              -> Cancel, Forget, Free, then Route (migration) or Emit (the error)
@@ -119,8 +123,10 @@
 // with a fault; a draining worker hands its requests back so), its worker's actor
 // stopped (WorkerTerminated, then Config.TerminatedGrace for the chunks that trail the
 // notice), its worker did not acknowledge it within Config.AcceptTimeout (Accepted; the
-// Generate was lost on the way or the worker does not run), or nothing came within
-// Config.StallTimeout while the consumer waited — is
+// Generate was lost or held on the way, or the worker does not run) and the router named
+// another worker meanwhile (the leg waits on while it is asked, and stays when none is
+// named or it is acknowledged by then), or nothing came within Config.StallTimeout while
+// the consumer waited — is
 // cancelled and freed, and the request continues on another worker (every failed one
 // excluded) with the prompt followed by the tokens produced so far, max_tokens and
 // min_tokens reduced by their count, at most Config.MigrationLimit times. That route,

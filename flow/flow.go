@@ -16,9 +16,10 @@ import (
 // it was cancelled; every request id routed is freed exactly once (Free), after its
 // leg's Cancel; emitted chunks are numbered 0, 1, 2 ... across every leg and route, and
 // nothing is emitted after the finishing chunk, a Fail, ClientGone or Deadline; cur is
-// nil while a route is awaited, while the request is parked, and once it failed for
-// good; a request parked (Park) leaves the queue exactly once (Unpark), unless the
-// shell answered QueueFull, and is not routed while it waits for Unparked.
+// nil while a route is awaited (but a move's: its leg goes on meanwhile), while the
+// request is parked, and once it failed for good; a request parked (Park) leaves the
+// queue exactly once (Unpark), unless the shell answered QueueFull, and is not routed
+// while it waits for Unparked.
 type Flow struct {
 	req Request
 	cfg Config
@@ -62,6 +63,11 @@ type Flow struct {
 	gen        uint64 // the last timer generation given
 	stall      Timer  // the stall timer, when stallArmed
 	stallArmed bool
+
+	// moving is the leg a routeMove route is asked for, while that route is awaited; a
+	// route the flow asks meanwhile (the leg failed) waits in queued for its answer.
+	moving *leg
+	queued *pending
 }
 
 // leg is one Generate of the request on one worker under one request id: an aggregated
@@ -91,6 +97,7 @@ type leg struct {
 	whole    bool
 	grace    uint64 // generation of its terminated-grace timer; 0: none
 	accept   uint64 // generation of its accept timer, until its worker acknowledges it; 0: none
+	acked    bool   // its worker acknowledged it (Accepted, or a chunk)
 	settling bool   // cancelled before its last chunk: ReleaseKV waits for it
 	release  uint64 // generation of its prefill-release timer, while settling
 
@@ -122,6 +129,7 @@ const (
 	routeFirst   routeWhy = iota // the request arrived
 	routeMigrate                 // a fault moves the request to another worker
 	routeRetry                   // a prefill leg failed: prefill again elsewhere
+	routeMove                    // the current leg's worker did not acknowledge it: another worker, while it waits on
 )
 
 // pending is a route asked and not answered yet.
@@ -134,6 +142,8 @@ type pending struct {
 	// decode leg; for routeRetry its prefill leg's worker is the one that failed).
 	ar     arrival
 	failed *leg
+	// exclude is a worker excluded from this route only (routeMove: the leg's own).
+	exclude string
 }
 
 // New returns the flow of req; nothing happens until Step(Start{}).
@@ -270,12 +280,23 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 	if p.why == routeFirst {
 		pin = f.req.PinWorker // also after the busy queue: the request has not run yet
 	}
+	if f.pending != nil {
+		// Only a move's route can be awaited here (the leg it moves failed meanwhile):
+		// this one is asked once that answer came.
+		p.tokens, p.sampling = tokens, sampling
+		f.queued = p
+		return
+	}
 	f.routes++
 	p.id, p.tokens, p.sampling = id, tokens, sampling
 	f.pending = p
+	exclude := slices.Clone(f.excluded)
+	if p.exclude != "" {
+		exclude = append(exclude, p.exclude)
+	}
 	// Route: the answer comes back as Routed; nothing waits for it.
 	f.emit(Route{Request: &messages.RouteRequest{RequestId: id, TokenIds: tokens,
-		ExcludeWorkers: slices.Clone(f.excluded), ExcludePrefillWorkers: slices.Clone(f.excludedPrefill),
+		ExcludeWorkers: exclude, ExcludePrefillWorkers: slices.Clone(f.excludedPrefill),
 		LocalPrefill: f.localPrefill, WillAck: true, OverlapWeight: f.req.OverlapWeight, Temperature: f.req.Temperature,
 		CacheSalt: f.req.Sampling.GetCacheSalt(), PinWorker: pin, Explain: f.req.Explain, SessionId: f.req.SessionID,
 		Admitted: p.why != routeFirst, LoraName: f.req.Sampling.GetLoraName(),
@@ -289,6 +310,10 @@ func (f *Flow) routed(e Routed) {
 	f.pending = nil
 	r := e.Response
 	ok := e.Err == nil && r != nil && r.Outcome == messages.RouteOutcome_ROUTE_OK
+	if p.why == routeMove {
+		f.moved(p, e, ok)
+		return
+	}
 	if f.gone {
 		// The consumer left while the route was asked: let the router forget it.
 		if e.Err != nil || ok {
@@ -561,6 +586,7 @@ func (f *Flow) send(l *leg, tokens []uint32, sampling *messages.SamplingParams) 
 // accepted takes leg l's acknowledgement (Accepted, or its first chunk): its accept
 // timer stops.
 func (f *Flow) accepted(l *leg) {
+	l.acked = true
 	if l.accept == 0 {
 		return
 	}
@@ -690,9 +716,12 @@ func (f *Flow) fired(t Timer) bool {
 			return false // its worker terminated: that fault comes with the grace
 		case f.cur != nil && l == f.cur.pre && f.cur.sawToken:
 			return false // its decode leg has tokens: it reached its worker (a bootstrap pair)
+		case l == f.cur:
+			f.move(l)
+			return false
 		}
-		// As a stall: the leg is cancelled (a Generate that arrives late is cancelled
-		// behind it) and the request moves on.
+		// A prefill leg, as a stall: it is cancelled (a Generate that arrives late is
+		// cancelled behind it) and the prefill retried.
 		return f.arrive(l, arrival{fault: messages.Fault_FAULT_STALLED, unaccepted: true, chunk: &messages.TokenChunk{
 			RequestId: l.requestID, FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
 			Error: fmt.Sprintf("worker %s did not take the request within %v", l.worker.ID, f.cfg.AcceptTimeout)}})
@@ -765,6 +794,73 @@ func (f *Flow) stallTimer(rearm bool) {
 		f.stallArmed = false
 		// StopTimer: nothing is awaited any more (a TimerFired already sent is ignored).
 		f.emit(StopTimer{Timer: f.stall})
+	}
+}
+
+// ---- moving a leg its worker did not acknowledge ----
+
+// move asks the router for another worker for current leg l, which its worker did not
+// acknowledge within Config.AcceptTimeout (the Generate may be lost, or only delayed by
+// a network that heals). l waits on meanwhile: it is cancelled and the request moved
+// (a migration, FAULT_STALLED) only when the router names another worker and l is still
+// unacknowledged then; with none, l waits on and is asked about again after another
+// accept timeout. Nothing moves when the request may not (the migration limit; output
+// constrained after tokens were handed on; max_tokens used up) or a route is awaited:
+// then the stall timeout bounds l.
+func (f *Flow) move(l *leg) {
+	tokens, sampling, more := continuation(f.req.Tokens, f.req.Sampling, f.produced)
+	if f.pending != nil || !more || refusal(f.cfg.MigrationLimit, f.migrations) != "" ||
+		unmovable(f.req.Sampling) != "" && len(f.produced) > 0 {
+		return
+	}
+	f.moving = l
+	ar := arrival{fault: messages.Fault_FAULT_STALLED, unaccepted: true, chunk: &messages.TokenChunk{RequestId: l.requestID,
+		FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
+		Error: fmt.Sprintf("worker %s did not take the request within %v", l.worker.ID, f.cfg.AcceptTimeout)}}
+	f.route(tokens, sampling, &pending{why: routeMove, ar: ar, failed: l, exclude: l.worker.ID})
+}
+
+// moved takes the answer to move's route p: the request moves to the worker it names
+// when the leg is still current and unacknowledged; otherwise the route is freed, and a
+// route asked meanwhile (queued) is asked now, or the leg waits on.
+func (f *Flow) moved(p *pending, e Routed, ok bool) {
+	l, q := f.moving, f.queued
+	f.moving, f.queued = nil, nil
+	r := e.Response
+	if !f.gone && q == nil && !f.finished && !f.failed && f.cur == l && !l.acked && ok && r.Worker != nil {
+		f.end(l, "moving the request: its worker did not take it")
+		f.cur = nil
+		f.excluded = append(f.excluded, l.worker.ID)
+		f.migrations++
+		p.why = routeMigrate
+		f.start(p, r, e.Room)
+		return
+	}
+	// Free: the router may have recorded the route (as for a consumer gone).
+	if e.Err != nil || ok {
+		f.emit(Free{RequestID: p.id})
+	}
+	if ok && r.PrefillRequestId != "" {
+		f.emit(Free{RequestID: r.PrefillRequestId})
+	}
+	switch {
+	case f.gone || f.finished || f.failed:
+	case q != nil:
+		f.route(q.tokens, q.sampling, q)
+	case f.cur == l && !l.acked:
+		msg := "the router did not answer"
+		switch {
+		case e.Err != nil:
+			msg = e.Err.Error()
+		case r != nil && r.Error != "":
+			msg = r.Outcome.Label() + ": " + r.Error
+		case r != nil && r.Worker == nil:
+			msg = "no worker address"
+		}
+		f.note(Note{Kind: NoteNotMoved, From: l.worker.ID, Detail: "no other worker: " + msg})
+		l.accept = f.newGen()
+		// SetTimer: the leg waits on for its acknowledgement.
+		f.emit(SetTimer{Timer: Timer{Kind: TimerAccept, Leg: l.id, Gen: l.accept}, After: f.cfg.AcceptTimeout})
 	}
 }
 

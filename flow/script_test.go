@@ -607,7 +607,7 @@ func joinTokens(toks []uint32) string {
 
 var noteNames = map[NoteKind]string{NoteDecided: "decided", NoteMigrated: "migrated", NoteNotMigrated: "not-migrated",
 	NotePrefillRetried: "prefill-retried", NotePrefillLeg: "prefill-leg", NoteTransferWait: "transfer-wait",
-	NoteReleased: "released", NoteWarning: "warning", NoteDeadline: "deadline"}
+	NoteReleased: "released", NoteWarning: "warning", NoteDeadline: "deadline", NoteNotMoved: "not-moved"}
 
 // formatEffect writes e in the scripts' compact form.
 func formatEffect(e Effect) string {

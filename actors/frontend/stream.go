@@ -587,6 +587,9 @@ func (s *stream) note(n flow.Note) {
 			s.rec.migrated(model, n.Fault)
 		}
 		s.trace.migrated(n)
+	case flow.NoteNotMoved:
+		s.cfg.Logger.Warn().Str("request_id", s.req.RequestID).Str("worker", n.From).
+			Msg("request waits on a worker that has not acknowledged it: " + n.Detail)
 	case flow.NoteNotMigrated:
 		s.cfg.Logger.Warn().Str("request_id", s.req.RequestID).Str("from", n.From).Str("reason", n.Fault.Label()).
 			Msg("request not migrated: " + n.Detail)

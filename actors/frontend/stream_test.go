@@ -501,10 +501,11 @@ func (h *harness) checkRouter(t *testing.T, routes int) {
 	}
 }
 
-// TestStreamLegNeverAccepted: a Generate that never reached its worker (no
-// acknowledgement within the accept timeout) is cancelled there, its id freed, and the
-// request migrates without that worker; the first worker's acknowledgement stops its
-// timer, a lost one's does not; the next leg is bounded again.
+// TestStreamLegNeverAccepted: for a Generate that never reached its worker (no
+// acknowledgement within the accept timeout) another worker is asked for; the router
+// names one, so the lost leg is cancelled there, its id freed, and the request migrates
+// without that worker; an acknowledgement stops its leg's timer; the next leg is
+// bounded again.
 func TestStreamLegNeverAccepted(t *testing.T) {
 	cases := []struct {
 		name     string

@@ -38,7 +38,7 @@ func (o *Migration) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MigrationLimit, "migration-limit", o.MigrationLimit,
 		"times a request is re-sent to another worker (prompt plus tokens produced so far) when its worker or engine fails or its stream stalls; 0 disables")
 	fs.DurationVar(&o.AcceptTimeout, "accept-timeout", o.AcceptTimeout,
-		"how long a request sent to a worker waits for the worker to acknowledge it before it is re-sent elsewhere as stalled (a partition or a paused worker lost it); 0: no bound")
+		"how long a request sent to a worker waits for the worker to acknowledge it before another worker is asked for; it moves there if the router names one and the first has still said nothing (a partition or a paused worker holds it); 0: no bound")
 }
 
 // Validate checks the migration options; errors name the flag.
