@@ -118,8 +118,6 @@ type leg struct {
 type arrival struct {
 	chunk *messages.TokenChunk
 	fault messages.Fault
-	// unaccepted: the leg's worker never acknowledged it (its accept timer fired).
-	unaccepted bool
 }
 
 // routeWhy is why a route was asked.
@@ -172,8 +170,10 @@ func (f *Flow) Step(ev Event, now time.Time) []Effect {
 		}
 	case Routed:
 		if f.pending != nil {
+			// A move that leaves its leg in place changes nothing the stall timer bounds.
+			stays, l := f.pending.why == routeMove, f.cur
 			f.routed(e)
-			rearm = true
+			rearm = !stays || f.cur != l
 		}
 	case Chunk:
 		l := f.leg(e.Leg)
@@ -291,7 +291,7 @@ func (f *Flow) route(tokens []uint32, sampling *messages.SamplingParams, p *pend
 	p.id, p.tokens, p.sampling = id, tokens, sampling
 	f.pending = p
 	exclude := slices.Clone(f.excluded)
-	if p.exclude != "" {
+	if p.exclude != "" && !slices.Contains(exclude, p.exclude) {
 		exclude = append(exclude, p.exclude)
 	}
 	// Route: the answer comes back as Routed; nothing waits for it.
@@ -716,13 +716,15 @@ func (f *Flow) fired(t Timer) bool {
 			return false // its worker terminated: that fault comes with the grace
 		case f.cur != nil && l == f.cur.pre && f.cur.sawToken:
 			return false // its decode leg has tokens: it reached its worker (a bootstrap pair)
+		case l == f.cur && l.bootstrap != nil && l.preDone:
+			return false // its bootstrap prefill leg finished: the two engines met, it reached its worker
 		case l == f.cur:
 			f.move(l)
 			return false
 		}
 		// A prefill leg, as a stall: it is cancelled (a Generate that arrives late is
 		// cancelled behind it) and the prefill retried.
-		return f.arrive(l, arrival{fault: messages.Fault_FAULT_STALLED, unaccepted: true, chunk: &messages.TokenChunk{
+		return f.arrive(l, arrival{fault: messages.Fault_FAULT_STALLED, chunk: &messages.TokenChunk{
 			RequestId: l.requestID, FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
 			Error: fmt.Sprintf("worker %s did not take the request within %v", l.worker.ID, f.cfg.AcceptTimeout)}})
 	case TimerTerminatedGrace:
@@ -757,10 +759,10 @@ func (f *Flow) fired(t Timer) bool {
 
 // awaited is the leg whose next chunk the request waits for: the prefill leg while the
 // decode leg waits for its transfer parameters, else the current leg; nil when none
-// (a route is awaited, or the request ended).
+// (a route is awaited, but a move's, whose leg waits on; or the request ended).
 func (f *Flow) awaited() *leg {
 	a := f.cur
-	if a == nil || f.finished || f.failed || f.gone || f.pending != nil {
+	if a == nil || f.finished || f.failed || f.gone || f.pending != nil && f.moving != a {
 		return nil
 	}
 	if p := a.pre; p != nil && !p.ended && !a.sent {
@@ -814,7 +816,7 @@ func (f *Flow) move(l *leg) {
 		return
 	}
 	f.moving = l
-	ar := arrival{fault: messages.Fault_FAULT_STALLED, unaccepted: true, chunk: &messages.TokenChunk{RequestId: l.requestID,
+	ar := arrival{fault: messages.Fault_FAULT_STALLED, chunk: &messages.TokenChunk{RequestId: l.requestID,
 		FinishReason: "error", WorkerId: l.worker.ID, Fault: messages.Fault_FAULT_STALLED,
 		Error: fmt.Sprintf("worker %s did not take the request within %v", l.worker.ID, f.cfg.AcceptTimeout)}}
 	f.route(tokens, sampling, &pending{why: routeMove, ar: ar, failed: l, exclude: l.worker.ID})
@@ -846,16 +848,22 @@ func (f *Flow) moved(p *pending, e Routed, ok bool) {
 	switch {
 	case f.gone || f.finished || f.failed:
 	case q != nil:
+		if q.exclude == "" {
+			q.exclude = l.worker.ID // still silent, as far as this flow knows
+		}
 		f.route(q.tokens, q.sampling, q)
 	case f.cur == l && !l.acked:
 		msg := "the router did not answer"
 		switch {
 		case e.Err != nil:
 			msg = e.Err.Error()
-		case r != nil && r.Error != "":
-			msg = r.Outcome.Label() + ": " + r.Error
-		case r != nil && r.Worker == nil:
-			msg = "no worker address"
+		case r != nil && r.Outcome != messages.RouteOutcome_ROUTE_OK:
+			msg = r.Outcome.Label()
+			if r.Error != "" {
+				msg += ": " + r.Error
+			}
+		case r != nil:
+			msg = fmt.Sprintf("the router chose worker %q without its address", r.WorkerId)
 		}
 		f.note(Note{Kind: NoteNotMoved, From: l.worker.ID, Detail: "no other worker: " + msg})
 		l.accept = f.newGen()
@@ -874,9 +882,7 @@ func (f *Flow) migrate(ar arrival) {
 	failed := f.cur
 	f.end(failed, "migrating the request: "+ar.fault.Label())
 	f.cur = nil
-	// A request whose leg never reached its worker and that produced nothing yet starts
-	// afresh elsewhere, whatever constrains its output.
-	if why := unmovable(f.req.Sampling); why != "" && !(ar.unaccepted && len(f.produced) == 0) {
+	if why := unmovable(f.req.Sampling); why != "" {
 		f.notMigrated(ar, failed, why)
 		return
 	}

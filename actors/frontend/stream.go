@@ -287,6 +287,20 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 	}
 }
 
+// arrived appends to evs the events already waiting in the stream's channel, without
+// waiting for more.
+func (s *stream) arrived(evs []flow.Event) []flow.Event {
+	for range cap(s.events) {
+		select {
+		case ev := <-s.events:
+			evs = append(evs, ev)
+		default:
+			return evs
+		}
+	}
+	return evs
+}
+
 // stallWait is the stall timer armed during one Recv: the flow's stall timer (timer),
 // armed when Recv first waited under it. Events that do not change the flow's stall
 // timer (a worker's acknowledgement, a termination notice) leave it running.
@@ -394,11 +408,11 @@ func (s *stream) end() {
 // step feeds ev to the flow and carries out its effects, then those of the route
 // answers they brought.
 func (s *stream) step(ev flow.Event) {
-	if c, ok := ev.(flow.Chunk); ok {
-		s.legChunk(c)
-		s.trace.chunk(c)
-	}
 	for {
+		if c, ok := ev.(flow.Chunk); ok {
+			s.legChunk(c)
+			s.trace.chunk(c)
+		}
 		for _, e := range s.flow.Step(ev, time.Now()) {
 			s.do(e)
 		}
@@ -432,6 +446,10 @@ func (s *stream) do(e flow.Effect) {
 			// queue gets the drain's answer.
 			s.routed = append(s.routed, flow.Drain{})
 		}
+		// What came while the router was asked (a leg's acknowledgement or chunks: a
+		// leg waits on while another worker is asked for it) goes to the flow first, as
+		// it happened first.
+		s.routed = s.arrived(s.routed)
 		s.routed = append(s.routed, flow.Routed{Response: resp, Err: err, Room: rand.Uint64() >> 1})
 	case flow.Send:
 		s.send(e)
@@ -447,6 +465,7 @@ func (s *stream) do(e flow.Effect) {
 		s.router.PrefillDone(e.RequestID)
 	case flow.Free:
 		s.router.Free(e.RequestID)
+		delete(s.predicted, e.RequestID) // a route freed unsent predicted nothing that runs
 	case flow.ReleaseKV:
 		s.root.Send(s.pid(0, e.Worker), e.Release)
 	case flow.Emit:

@@ -25,11 +25,13 @@ import (
 // fails as fault says: "error" sends a migratable error chunk, "fatal" a non-migratable
 // one, "stop" stops the actor, "stall" goes silent. It acknowledges each Generate
 // first (messages.GenerateAccepted), as a worker does, unless fault is "lost": then
-// the Generate never reached it (it records it, and does nothing else).
+// the Generate never reached it (it records it, and does nothing else); with "late" it
+// reaches it (acknowledged and run) once held is closed.
 type scriptedWorker struct {
 	failAfter int
 	fault     string
-	cached    int32 // prompt tokens it reports cached; 0: the whole prompt
+	cached    int32         // prompt tokens it reports cached; 0: the whole prompt
+	held      chan struct{} // a "late" Generate's way to the worker
 	// stopGate, when set, holds a "stop" fault's Stop until it is closed: a test closes
 	// it once its consumer has the chunks sent before, which the termination notice
 	// (a system message, delivered first) could otherwise overtake.
@@ -47,11 +49,20 @@ func (w *scriptedWorker) Receive(c actor.Context) {
 		w.mu.Lock()
 		w.generates = append(w.generates, m)
 		w.mu.Unlock()
-		if w.fault == "lost" {
+		switch w.fault {
+		case "lost":
+			return
+		case "late":
+			// held on the way: it arrives (and is acknowledged) when held is closed
+			held, self := w.held, c.Self()
+			go func() { <-held; c.ActorSystem().Root.Send(self, &lateGenerate{m}) }()
 			return
 		}
 		c.Send(actor.NewPID(m.ReplyTo.Address, m.ReplyTo.Id), &messages.GenerateAccepted{RequestId: m.RequestId})
 		w.run(c, m)
+	case *lateGenerate:
+		c.Send(actor.NewPID(m.g.ReplyTo.Address, m.g.ReplyTo.Id), &messages.GenerateAccepted{RequestId: m.g.RequestId})
+		w.run(c, m.g)
 	case *messages.Cancel:
 		w.mu.Lock()
 		w.cancels = append(w.cancels, m.RequestId)
@@ -140,6 +151,9 @@ type fakeRouter struct {
 	refuse messages.RouteOutcome
 	// loraPath is every route's RouteResponse.lora_path.
 	loraPath string
+	// onRoute, when set, runs at the start of each Route call (the n-th, from 0) before
+	// it answers.
+	onRoute func(n int)
 
 	mu      sync.Mutex
 	routes  []*messages.RouteRequest
@@ -153,6 +167,9 @@ type fakeRouter struct {
 func (r *fakeRouter) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.onRoute != nil {
+		r.onRoute(len(r.routes))
+	}
 	r.routes = append(r.routes, rr)
 	if r.callErr != nil {
 		r.routed = append(r.routed, rr.RequestId)
@@ -286,6 +303,7 @@ type harnessOpts struct {
 	// acceptFires are the accept timers (Config.AcceptTimeout, 1 s), counted from 0 in
 	// the order armed, that fire at once (their leg's Generate was lost); no other does.
 	acceptFires []int
+	onRoute     func(n int)             // fakeRouter.onRoute
 	prefill     []*scriptedWorker       // prefill workers p0, p1, …: the router disaggregates
 	local       messages.DisaggDecision // fakeRouter.local
 	bootstrap   bool
@@ -306,7 +324,8 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	h := &harness{workers: workers, prefill: o.prefill, router: &fakeRouter{pids: map[string]*actor.PID{},
-		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr, refuse: o.refuse, loraPath: o.loraPath},
+		local: o.local, bootstrap: o.bootstrap, enforce: o.enforce, callErr: o.callErr, refuse: o.refuse, loraPath: o.loraPath,
+		onRoute: o.onRoute},
 		clock: newFakeClock()}
 	stalled := map[int]bool{} // by the stall timers, armed on the goroutine calling Recv
 	accepts := 0              // accept timers armed, on the stream's goroutine
@@ -531,17 +550,7 @@ func TestStreamLegNeverAccepted(t *testing.T) {
 				workers = append(workers, w)
 			}
 			h := buildHarness(t, harnessOpts{limit: 3, acceptFires: c.fires}, workers...)
-			if h.startErr != nil {
-				t.Fatal(h.startErr)
-			}
-			chunks := h.drain(t)
-			var got []uint32
-			for _, ch := range chunks {
-				got = append(got, ch.TokenIds...)
-			}
-			if last := chunks[len(chunks)-1]; !slices.Equal(got, wantTokens) || last.FinishReason != "length" {
-				t.Fatalf("tokens %v finish %q (%s), want %v and length", got, last.FinishReason, last.Error, wantTokens)
-			}
+			h.wantUndisturbed(t)
 			if !slices.Equal(h.migrated, c.migrated) {
 				t.Errorf("migrations counted %v, want %v", h.migrated, c.migrated)
 			}
@@ -551,12 +560,70 @@ func TestStreamLegNeverAccepted(t *testing.T) {
 				}
 			}
 			h.stream.Close()
-			h.checkRouter(t, len(workers))
+			// The lost leg's Generate and then its Cancel reach the worker's mailbox in order.
 			eventually(t, "the lost leg's Cancel", func() bool { _, cancels := lost.calls(); return len(cancels) > 0 })
+			h.checkRouter(t, len(workers))
 			if gens, cancels := lost.calls(); len(gens) != 1 || !slices.Equal(cancels, []string{gens[0].RequestId}) {
 				t.Errorf("the lost leg's worker got cancels %v, want its Generate's id cancelled once", cancels)
 			}
 		})
+	}
+}
+
+// wantUndisturbed reads the started stream to its end and checks it delivered the
+// undisturbed output (wantTokens, finishing with "length").
+func (h *harness) wantUndisturbed(t *testing.T) {
+	t.Helper()
+	if h.startErr != nil {
+		t.Fatal(h.startErr)
+	}
+	chunks := h.drain(t)
+	var got []uint32
+	for _, ch := range chunks {
+		got = append(got, ch.TokenIds...)
+	}
+	if last := chunks[len(chunks)-1]; !slices.Equal(got, wantTokens) || last.FinishReason != "length" {
+		t.Fatalf("tokens %v finish %q (%s), want %v and length", got, last.FinishReason, last.Error, wantTokens)
+	}
+}
+
+// lateGenerate is a Generate a "late" scripted worker gets once it is let through.
+type lateGenerate struct{ g *messages.Generate }
+
+// TestStreamLegAcceptedWhileMoving: a Generate held on the way (a partition that heals)
+// is acknowledged while another worker is asked for: the acknowledgement, which came
+// before the router's answer, keeps the leg, the answer is freed unsent, and the
+// request finishes on its first worker.
+func TestStreamLegAcceptedWhileMoving(t *testing.T) {
+	late, other := &scriptedWorker{failAfter: -1, fault: "late", held: make(chan struct{})}, &scriptedWorker{failAfter: -1}
+	var h *harness
+	h = buildHarness(t, harnessOpts{limit: 3, acceptFires: []int{0}, onRoute: func(n int) {
+		if n == 1 { // the move's route: the Generate arrives, and its acknowledgement waits for the stream
+			close(late.held)
+			eventually(t, "the acknowledgement in the stream's channel", func() bool { return len(h.stream.events) > 0 })
+		}
+	}}, late, other)
+	h.wantUndisturbed(t)
+	if len(h.migrated) != 0 {
+		t.Errorf("migrations counted %v, want none", h.migrated)
+	}
+	if gens, _ := other.calls(); len(gens) != 0 {
+		t.Errorf("the other worker got %d Generate, want none", len(gens))
+	}
+	if gens, cancels := late.calls(); len(gens) != 1 || len(cancels) != 0 {
+		t.Errorf("the first worker got %d Generate and cancels %v, want 1 and none", len(gens), cancels)
+	}
+	h.stream.Close()
+	r := h.router
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.routes) != 2 || !slices.Equal(r.routes[1].ExcludeWorkers, []string{"w0"}) {
+		t.Fatalf("routes %v, want the first and the move's (w0 excluded)", r.routes)
+	}
+	freed := slices.Clone(r.freed)
+	slices.Sort(freed)
+	if want := []string{r.routes[0].RequestId, r.routes[1].RequestId}; !slices.Equal(freed, want) {
+		t.Errorf("freed %v, want both routes once: %v", r.freed, want)
 	}
 }
 
