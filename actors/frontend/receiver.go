@@ -22,7 +22,6 @@ type receiver struct {
 	next     uint32
 	pending  map[uint32]*messages.TokenChunk
 	finished bool // the last chunk was delivered
-	accepted bool // the worker's acknowledgement was delivered
 }
 
 func (r *receiver) Receive(c actor.Context) {
@@ -30,8 +29,7 @@ func (r *receiver) Receive(c actor.Context) {
 	case *actor.Started:
 		c.Watch(r.worker)
 	case *messages.GenerateAccepted:
-		if !r.finished && !r.accepted && m.RequestId == r.requestID {
-			r.accepted = true
+		if !r.finished && m.RequestId == r.requestID {
 			r.post(flow.Accepted{Leg: r.leg})
 		}
 	case *messages.TokenChunk:

@@ -89,25 +89,45 @@ func waitRegisteredReady(t *testing.T, registered <-chan bool) {
 	}
 }
 
-// chunkSink spawns an actor that passes on the TokenChunks it receives.
-func chunkSink(sys *actor.ActorSystem) (*messages.ActorRef, chan *messages.TokenChunk) {
-	ch := make(chan *messages.TokenChunk, 64)
+// sink spawns an actor that passes on, in order, the messages it receives that pass
+// takes.
+func sink[T any](sys *actor.ActorSystem, pass func(any) (T, bool)) (*messages.ActorRef, chan T) {
+	ch := make(chan T, 64)
 	pid := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		if m, ok := c.Message().(*messages.TokenChunk); ok {
+		if m, ok := pass(c.Message()); ok {
 			ch <- m
 		}
 	}))
 	return &messages.ActorRef{Address: pid.Address, Id: pid.Id}, ch
 }
 
-func next(t *testing.T, ch chan *messages.TokenChunk) *messages.TokenChunk {
+// chunkSink spawns an actor that passes on the TokenChunks it receives.
+func chunkSink(sys *actor.ActorSystem) (*messages.ActorRef, chan *messages.TokenChunk) {
+	return sink(sys, func(m any) (*messages.TokenChunk, bool) { c, ok := m.(*messages.TokenChunk); return c, ok })
+}
+
+// messageSink spawns an actor that passes on every GenerateAccepted and TokenChunk it
+// receives, in order.
+func messageSink(sys *actor.ActorSystem) (*messages.ActorRef, chan any) {
+	return sink(sys, func(m any) (any, bool) {
+		switch m.(type) {
+		case *messages.GenerateAccepted, *messages.TokenChunk:
+			return m, true
+		}
+		return nil, false
+	})
+}
+
+// next returns the next value of ch, failing the test after 10 s without one.
+func next[T any](t *testing.T, ch chan T) T {
 	t.Helper()
 	select {
 	case c := <-ch:
 		return c
 	case <-time.After(10 * time.Second):
-		t.Fatal("no chunk within 10 s")
-		return nil
+		t.Fatal("nothing within 10 s")
+		var zero T
+		return zero
 	}
 }
 
@@ -192,30 +212,6 @@ func TestDrainShorterGraceShortens(t *testing.T) {
 	waitClosed(t, second, "second drain's Done")
 }
 
-// messageSink spawns an actor that passes on every GenerateAccepted and TokenChunk it
-// receives, in order.
-func messageSink(sys *actor.ActorSystem) (*messages.ActorRef, chan any) {
-	ch := make(chan any, 64)
-	pid := sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
-		switch m := c.Message().(type) {
-		case *messages.GenerateAccepted, *messages.TokenChunk:
-			ch <- m
-		}
-	}))
-	return &messages.ActorRef{Address: pid.Address, Id: pid.Id}, ch
-}
-
-func nextMessage(t *testing.T, ch chan any) any {
-	t.Helper()
-	select {
-	case m := <-ch:
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message within 10 s")
-		return nil
-	}
-}
-
 // TestGenerateAcknowledgedFirst: a worker acknowledges a Generate it takes
 // (GenerateAccepted, naming the request and itself) before its first chunk, and once; a
 // Generate it cannot take (a draining worker's) gets its error chunk, which is answer
@@ -224,21 +220,21 @@ func TestGenerateAcknowledgedFirst(t *testing.T) {
 	sys, pid, eng, _ := startHeld(t)
 	ref, msgs := messageSink(sys)
 	sys.Root.Send(pid, &messages.Generate{RequestId: "r1", TokenIds: []uint32{5}, ReplyTo: ref})
-	if a, ok := nextMessage(t, msgs).(*messages.GenerateAccepted); !ok || a.RequestId != "r1" || a.WorkerId != "w-drain" {
+	if a, ok := next(t, msgs).(*messages.GenerateAccepted); !ok || a.RequestId != "r1" || a.WorkerId != "w-drain" {
 		t.Fatalf("first message %v, want GenerateAccepted of r1 by w-drain", a)
 	}
-	if c, ok := nextMessage(t, msgs).(*messages.TokenChunk); !ok || len(c.TokenIds) != 1 {
+	if c, ok := next(t, msgs).(*messages.TokenChunk); !ok || len(c.TokenIds) != 1 {
 		t.Fatalf("second message %v, want the first token", c)
 	}
 	close(eng.release)
-	if c, ok := nextMessage(t, msgs).(*messages.TokenChunk); !ok || c.FinishReason != "stop" {
+	if c, ok := next(t, msgs).(*messages.TokenChunk); !ok || c.FinishReason != "stop" {
 		t.Fatalf("third message %v, want the last chunk", c)
 	}
 	done := make(chan struct{})
 	sys.Root.Send(pid, &Drain{Grace: time.Minute, Done: done})
 	waitClosed(t, done, "drained")
 	sys.Root.Send(pid, &messages.Generate{RequestId: "r2", TokenIds: []uint32{5}, ReplyTo: ref})
-	if c, ok := nextMessage(t, msgs).(*messages.TokenChunk); !ok || c.Fault != messages.Fault_FAULT_ENGINE_ERROR {
+	if c, ok := next(t, msgs).(*messages.TokenChunk); !ok || c.Fault != messages.Fault_FAULT_ENGINE_ERROR {
 		t.Fatalf("a draining worker's answer %v, want its migratable error chunk alone", c)
 	}
 	select {
