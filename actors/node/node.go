@@ -43,7 +43,15 @@ type Config struct {
 	// Released, when set, is called with a worker's id each time the agent frees what
 	// NewWorker was given for it (its GPUs): the worker stopped or never started.
 	Released func(workerID string)
-	Logger   zerolog.Logger
+	// Parking: when open as the agent stops, it remembers where each of its workers is
+	// placed (worker.Parking.Remember) for the node's next cluster member, whose agent
+	// starts them again from Restore; the workers park their engines there themselves.
+	Parking *worker.Parking
+	// Restore are workers to start as the agent starts, with their ids, requests and
+	// GPUs (a previous agent's, worker.Parking.Placements). One that fails is logged and
+	// left out.
+	Restore []worker.Placement
+	Logger  zerolog.Logger
 }
 
 // DefaultDrainOverrun is Config.DrainOverrun's default.
@@ -93,6 +101,7 @@ func Props(cfg Config) (*actor.Props, error) {
 // placed is one worker the agent runs.
 type placed struct {
 	pid      *actor.PID
+	req      *messages.StartWorker // completed
 	model    string
 	role     string
 	gpus     []int
@@ -145,6 +154,9 @@ func (a *agent) Receive(c actor.Context) {
 	switch m := c.Message().(type) {
 	case *actor.Started:
 		a.log.Info().Int("gpus", len(a.cfg.GPUs)).Bool("cpu_only", a.cfg.CPUOnly).Msg("node agent started")
+		for _, pl := range a.cfg.Restore {
+			a.restore(c, pl)
+		}
 	case *messages.StartWorker:
 		if m.GetReplaceWorkerId() != "" {
 			c.Respond(a.replace(c, m))
@@ -164,6 +176,13 @@ func (a *agent) Receive(c actor.Context) {
 		a.gone(c, m.Who)
 	case *actor.Stopping:
 		a.quitting = true
+		if a.cfg.Parking.IsOpen() {
+			for id, w := range a.workers {
+				if !w.stopping {
+					a.cfg.Parking.Remember(worker.Placement{WorkerID: id, Req: w.req, GPUs: slices.Clone(w.gpus)})
+				}
+			}
+		}
 		if len(a.workers) > 0 {
 			a.log.Info().Int("workers", len(a.workers)).Msg("node agent stopping: stopping its workers")
 		}
@@ -238,11 +257,30 @@ func (a *agent) start(c actor.Context, req *messages.StartWorker) *messages.Star
 		a.release(id)
 		return fail(err)
 	}
-	a.workers[id] = &placed{pid: pid, model: req.GetCard().GetModel(), role: req.GetRole(), gpus: gpus}
+	a.workers[id] = &placed{pid: pid, req: req, model: req.GetCard().GetModel(), role: req.GetRole(), gpus: gpus}
 	a.byPID[pid.Id] = id
 	a.log.Info().Str("worker", id).Str("engine", req.GetEngine()).Str("model", req.GetCard().GetModel()).
 		Str("role", req.GetRole()).Ints("gpus", gpus).Str("pid", pid.Id).Msg("worker started")
 	return &messages.StartWorkerReply{WorkerId: id, Gpus: int32s(gpus), Worker: ref(pid)}
+}
+
+// restore starts pl, a worker of the node's previous member, with its id on its GPUs.
+func (a *agent) restore(c actor.Context, pl worker.Placement) {
+	req := pl.Req
+	if err := a.alloc.AllocateExact(pl.WorkerID, pl.GPUs); err != nil {
+		a.log.Error().Err(err).Str("worker", pl.WorkerID).Msg("worker of the previous member not started again")
+		return
+	}
+	pid, err := a.spawn(c, pl.WorkerID, req, slices.Clone(pl.GPUs))
+	if err != nil {
+		a.release(pl.WorkerID)
+		a.log.Error().Err(err).Str("worker", pl.WorkerID).Msg("worker of the previous member not started again")
+		return
+	}
+	a.workers[pl.WorkerID] = &placed{pid: pid, req: req, model: req.GetCard().GetModel(), role: req.GetRole(), gpus: slices.Clone(pl.GPUs)}
+	a.byPID[pid.Id] = pl.WorkerID
+	a.log.Info().Str("worker", pl.WorkerID).Str("engine", req.GetEngine()).Str("model", req.GetCard().GetModel()).
+		Str("role", req.GetRole()).Ints("gpus", pl.GPUs).Str("pid", pid.Id).Msg("worker of the previous member started again")
 }
 
 // replace accepts req, a worker that takes over the GPUs of req.replace_worker_id (a
@@ -310,7 +348,7 @@ func (a *agent) startReplacement(c actor.Context, p *pending) {
 		a.log.Error().Err(err).Str("worker", p.id).Msg("replacement not started")
 		return
 	}
-	a.workers[p.id] = &placed{pid: pid, model: p.req.GetCard().GetModel(), role: p.req.GetRole(), gpus: p.gpus}
+	a.workers[p.id] = &placed{pid: pid, req: p.req, model: p.req.GetCard().GetModel(), role: p.req.GetRole(), gpus: p.gpus}
 	a.byPID[pid.Id] = p.id
 	a.log.Info().Str("worker", p.id).Str("replaces", p.replaces).Str("role", p.req.GetRole()).
 		Ints("gpus", p.gpus).Str("pid", pid.Id).Msg("worker started")

@@ -475,3 +475,43 @@ func TestShorterDrainShortensADrainingWorker(t *testing.T) {
 		t.Fatalf("drains %s, want the worker drained again for 100ms", drains)
 	}
 }
+
+// An agent stopping while parking is open remembers each running worker's id, request
+// and GPUs (not one it was stopping); the next agent starts them again as it starts, on
+// the same GPUs, and later workers get ids and GPUs around them.
+func TestPlacementsRestoredByTheNextAgent(t *testing.T) {
+	p := worker.NewParking()
+	h := newHarnessWith(t, 4, false, func(c *Config) { c.Parking = p })
+	h.mustStart(&messages.StartWorker{WorkerId: "a", Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	h.mustStart(&messages.StartWorker{Engine: "vllm", TensorParallelSize: 2, Card: card("m2"), Role: "decode"})
+	h.mustStart(&messages.StartWorker{WorkerId: "gone", Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	h.stop("gone")
+	h.wantPins("0:a 1:n1-0 2:n1-0 3:-", "a/m/[0] n1-0/m2/[1 2]")
+	if got := p.Placements(); len(got) != 0 {
+		t.Fatalf("placements remembered while parking is closed: %v", got)
+	}
+	p.Open()
+	if err := h.sys.Root.PoisonFuture(h.node).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	restore := p.Placements()
+	slices.SortFunc(restore, func(x, y worker.Placement) int { return strings.Compare(x.WorkerID, y.WorkerID) })
+	var got []string
+	for _, pl := range restore {
+		got = append(got, fmt.Sprintf("%s/%s/%s/%v", pl.WorkerID, pl.Req.GetCard().GetModel(), pl.Req.GetRole(), pl.GPUs))
+	}
+	if want := []string{"a/m/aggregated/[0]", "n1-0/m2/decode/[1 2]"}; !slices.Equal(got, want) {
+		t.Fatalf("remembered %v, want %v", got, want)
+	}
+
+	next := newHarnessWith(t, 4, false, func(c *Config) { c.Restore = restore })
+	next.wantPins("0:a 1:n1-0 2:n1-0 3:-", "a/m/[0] n1-0/m2/[1 2]")
+	if r := next.f.roles["n1-0"]; r != "decode" {
+		t.Fatalf("restored worker built for role %q, want decode", r)
+	}
+	r := next.mustStart(&messages.StartWorker{Engine: "vllm", TensorParallelSize: 1, Card: card("m")})
+	if r.WorkerId != "n1-1" || !slices.Equal(r.Gpus, []int32{3}) {
+		t.Fatalf("a later worker got %s on %v, want n1-1 on [3]", r.WorkerId, r.Gpus)
+	}
+}

@@ -50,7 +50,13 @@ type (
 	// relayReregister registers again with the latest info and load, without a scrape (a
 	// membership change: the Router grain may have moved).
 	relayReregister struct{}
-	relayLeave      struct {
+	// relayAdopt: a new worker (owner) adopted the relay with its parked engine; it
+	// registers with router from now on, and only owner's info.
+	relayAdopt struct {
+		router RouterClient
+		owner  *messages.ActorRef
+	}
+	relayLeave struct {
 		reason string
 		done   chan struct{}
 	}
@@ -73,6 +79,10 @@ type relay struct {
 	info    *messages.WorkerInfo
 	load    *messages.WorkerLoad // of the latest heartbeat
 	left    bool                 // deregistered (draining or stopping): nothing more goes to the router
+	// owner is the worker that adopted the relay with a parked engine (nil: the one
+	// that made it): what a heartbeat of the worker that parked it, late, registers is
+	// dropped.
+	owner *messages.ActorRef
 	// adapters is the info of the latest adapter change registered (relayRegister) and
 	// adapterSeq its sequence: a heartbeat made before it registers its adapters instead
 	// of its own stale ones.
@@ -110,6 +120,17 @@ func (r *relay) handle(it any) {
 		return
 	}
 	switch it := it.(type) {
+	case relayHeartbeat:
+		if !r.owns(it.info) {
+			return
+		}
+	case relayRegister:
+		if !r.owns(it.info) {
+			close(it.done)
+			return
+		}
+	}
+	switch it := it.(type) {
 	case relayEpoch:
 		r.epoch, r.seq, r.seenEng = it.epoch, 0, false
 		r.blocks.Clear()
@@ -138,6 +159,8 @@ func (r *relay) handle(it any) {
 		if r.info != nil {
 			r.register(r.info, r.lastLoad())
 		}
+	case relayAdopt:
+		r.router, r.owner, r.info, r.adapters, r.adapterSeq = it.router, it.owner, nil, nil, 0
 	case relayLeave:
 		r.left = true
 		if _, err := r.router.Deregister(&messages.DeregisterWorker{WorkerId: r.workerID, Reason: it.reason,
@@ -149,6 +172,12 @@ func (r *relay) handle(it any) {
 }
 
 // lastLoad is the latest heartbeat's load, or an empty one before any.
+// owns reports whether info is of the relay's worker (its owner, once adopted).
+func (r *relay) owns(info *messages.WorkerInfo) bool {
+	a := info.GetActor()
+	return r.owner == nil || (a.GetAddress() == r.owner.GetAddress() && a.GetId() == r.owner.GetId())
+}
+
 func (r *relay) lastLoad() *messages.WorkerLoad {
 	if r.load == nil {
 		return &messages.WorkerLoad{}

@@ -115,7 +115,13 @@ type Config struct {
 	// free again (docs/reference.md §26.2).
 	LoraCheckTimeout time.Duration
 	// Now is the clock of the canary schedule (default time.Now).
-	Now     func() time.Time
+	Now func() time.Time
+	// Parking, when open as the worker stops, takes its ready engine instead of the
+	// worker stopping it (park.go); nil: engines always stop with their worker.
+	Parking *Parking
+	// Adopt is an engine parked by the previous worker with this id (Parking.Take): the
+	// worker serves it instead of starting one, or starts one when it has exited.
+	Adopt   *Parked
 	Backoff supervise.Backoff
 	Router  RouterClient
 	Catalog CatalogClient
@@ -214,7 +220,12 @@ func Props(cfg Config) (*actor.Props, error) {
 func ActorName(workerID string) string { return "worker/" + workerID }
 
 type (
-	engineReady  struct{ epoch uint64 }
+	// engineReady: the engine of epoch answered its health check; adopted: it was
+	// parked ready, its LoRA adapters loaded.
+	engineReady struct {
+		epoch   uint64
+		adopted bool
+	}
 	engineFailed struct {
 		epoch uint64
 		err   error
@@ -277,13 +288,16 @@ type workerActor struct {
 	progress atomic.Int64
 	born     time.Time
 	relay    *relay
-	ctx      context.Context // lives as long as the actor
-	cancel   context.CancelFunc
+	// relayStop ends the relay (it outlives the actor when its engine is parked).
+	relayStop context.CancelFunc
+	ctx       context.Context // lives as long as the actor
+	cancel    context.CancelFunc
 
 	epoch         uint64
 	proc          *supervise.Process
 	engine        engines.Engine
 	engineStop    context.CancelFunc // ends the engine's KV subscription and readiness wait
+	engCtx        context.Context    // ended by engineStop
 	ready         bool
 	stopping      bool
 	draining      bool
@@ -343,13 +357,17 @@ func (w *workerActor) Receive(c actor.Context) {
 			w.loraMetricsAtZero()
 		}
 		w.ctx, w.cancel = context.WithCancel(context.Background())
-		// Epochs must increase across restarts of this actor (and of its process) too,
-		// so they start from the clock rather than from zero.
-		w.epoch = uint64(time.Now().UnixNano())
-		w.relay = newRelay(w.cfg.WorkerID, w.cfg.Router, w.log)
-		go w.relay.run(w.ctx)
+		if !w.adopt(c, w.cfg.Adopt) {
+			// Epochs must increase across restarts of this actor (and of its process)
+			// too, so they start from the clock rather than from zero.
+			w.epoch = uint64(time.Now().UnixNano())
+			var relayCtx context.Context
+			relayCtx, w.relayStop = context.WithCancel(context.Background())
+			w.relay = newRelay(w.cfg.WorkerID, w.cfg.Router, w.log)
+			go w.relay.run(relayCtx)
+			w.startEngine(c)
+		}
 		w.watchMembers()
-		w.startEngine(c)
 		w.tick(c)
 	case *messages.Generate:
 		w.generate(c, m)
@@ -428,8 +446,9 @@ func (w *workerActor) Receive(c actor.Context) {
 	case canaryDone:
 		w.onCanary(c, m)
 	case engineReady:
-		// A started engine is given the pinned LoRA adapters first (loraRestored).
-		if m.epoch == w.epoch && !w.restoreLoras(c, m.epoch) {
+		// A started engine is given the pinned LoRA adapters first (loraRestored); an
+		// adopted one has them.
+		if m.epoch == w.epoch && (m.adopted || !w.restoreLoras(c, m.epoch)) {
 			w.engineUp(c, m.epoch)
 		}
 	case engineFailed:
@@ -526,13 +545,14 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 	w.engineURL = engineURL(w.cfg.AdvertiseHost, w.cfg.Host, port)
 	log.Info().Int("pid", proc.Pid()).Int("port", port).Str("kv_events", kvEndpoint).Str("engine_url", w.engineURL).Msg("engine started")
 	engine := w.cfg.Launcher.Connect(fmt.Sprintf("http://%s:%d", w.cfg.Host, port))
-	self, sys := c.Self(), c.ActorSystem()
-	engCtx, engStop := context.WithCancel(w.ctx)
+	// The engine's context is not the actor's: a parked engine outlives its worker.
+	engCtx, engStop := context.WithCancel(context.Background())
 	// The relay forgets the old engine's blocks before any event of the new one arrives.
-	w.relay.in <- relayEpoch{epoch: epoch}
+	rel, launcher := w.relay, w.cfg.Launcher
+	rel.in <- relayEpoch{epoch: epoch}
 	go func() {
 		for engCtx.Err() == nil {
-			err := w.cfg.Launcher.SubscribeKVEvents(engCtx, kvEndpoint, func(b kv.Batch) { w.relay.in <- relayBatch{batch: b} })
+			err := launcher.SubscribeKVEvents(engCtx, kvEndpoint, func(b kv.Batch) { rel.in <- relayBatch{batch: b} })
 			if engCtx.Err() != nil {
 				return
 			}
@@ -543,6 +563,17 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 			}
 		}
 	}()
+	w.awaitReady(c, epoch, proc, engine, engCtx, false)
+	w.proc, w.engine, w.engineStop, w.engCtx = proc, engine, engStop, engCtx
+	return nil
+}
+
+// awaitReady polls the engine of epoch until it answers its health check
+// (engineReady), fails to within Config.ReadyTimeout (engineFailed), or its process
+// exits (engineExited), which it also reports.
+func (w *workerActor) awaitReady(c actor.Context, epoch uint64, proc *supervise.Process, engine engines.Engine,
+	engCtx context.Context, adopted bool) {
+	self, sys := c.Self(), c.ActorSystem()
 	go func() {
 		deadline := time.Now().Add(w.cfg.ReadyTimeout)
 		for {
@@ -550,7 +581,7 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 			err := engine.Health(hctx)
 			cancel()
 			if err == nil {
-				sys.Root.Send(self, engineReady{epoch: epoch})
+				sys.Root.Send(self, engineReady{epoch: epoch, adopted: adopted})
 				return
 			}
 			if engCtx.Err() != nil {
@@ -573,8 +604,6 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 		<-proc.Done()
 		sys.Root.Send(self, engineExited{epoch: epoch, err: proc.Err(), ran: time.Since(proc.Started())})
 	}()
-	w.proc, w.engine, w.engineStop = proc, engine, engStop
-	return nil
 }
 
 // bootstrap settles the bootstrap address to advertise for the engine the latest
@@ -778,10 +807,15 @@ func (w *workerActor) heartbeat(c actor.Context) {
 }
 
 func (w *workerActor) stop() {
+	wasReady := w.ready
 	w.stopping = true
 	w.ready = false
 	for _, r := range w.requests {
 		r.cancel(nil)
+	}
+	if wasReady && w.park() {
+		w.cancel()
+		return
 	}
 	if w.proc != nil {
 		w.proc.Stop(w.cfg.StopGrace)
@@ -790,10 +824,8 @@ func (w *workerActor) stop() {
 		w.engineStop()
 	}
 	w.closeEngine()
-	if c, ok := w.cfg.Launcher.(io.Closer); ok {
-		if err := c.Close(); err != nil {
-			w.log.Warn().Err(err).Msg("engine launcher close failed")
-		}
+	if err := closeLauncher(w.cfg.Launcher); err != nil {
+		w.log.Warn().Err(err).Msg("engine launcher close failed")
 	}
 	if w.cfg.Catalog != nil {
 		_, _ = w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID, TtlMs: 0,
@@ -808,6 +840,9 @@ func (w *workerActor) stop() {
 		case <-time.After(leaveWait):
 		}
 	default:
+	}
+	if w.relayStop != nil {
+		w.relayStop()
 	}
 	w.cancel()
 }

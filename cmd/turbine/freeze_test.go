@@ -29,6 +29,7 @@ const freezeFor = 22 * time.Second
 const (
 	lostMsg    = "cluster member lost: the cluster has dropped it for good; restart it with a new id"
 	ignoredMsg = "a member the cluster has dropped answered that it has blocked this member; ignored: it is the one to restart"
+	adoptedMsg = "engine adopted from the node's previous cluster member: its model and KV cache kept"
 )
 
 func TestClusterFrozenFrontendRestartsAlone(tt *testing.T) {
@@ -97,6 +98,11 @@ func TestClusterFrozenNodeRestartsAlone(tt *testing.T) {
 	fe.waitReady(model, 1)
 	fe.waitReady(healthyModel, 1)
 	mustChat(t, fe, 2, "to node-1")
+	// A long prompt cached in node-1's engine before the freeze.
+	prefix := longText("frozen", 300)
+	if _, err := chat(context.Background(), fe, prefix+" first question"); err != nil {
+		t.Fatal(err)
+	}
 	healthyMembers := []*server{fe, n2}
 	before := memberStarts(healthyMembers...)
 	frozenID := lastMemberID(t, n1)
@@ -112,6 +118,18 @@ func TestClusterFrozenNodeRestartsAlone(tt *testing.T) {
 	t.Logf("node-1 restarted its member %.1f s after SIGCONT: %s", time.Since(resumedAt).Seconds(), reason)
 	fe.waitReady(model, 1)
 	mustChat(t, fe, 2, "to the restarted node-1")
+	// The new member's worker adopted the engine the lost one parked: no second start,
+	// and the prompt cached before the freeze is still a prefix hit.
+	u, err := chat(context.Background(), fe, prefix+" second question")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PromptTokensDetails.CachedTokens == 0 {
+		t.Errorf("no cached token for the prompt cached before the freeze (%d prompt tokens): the engine's KV cache was lost", u.PromptTokens)
+	}
+	if starts, adopted := len(logRecords(n1, "engine started")), len(logRecords(n1, adoptedMsg)); starts != 1 || adopted != 1 {
+		t.Errorf("node-1 logged %d engine starts and %d adoptions, want 1 and 1: the lost member's engine was not kept", starts, adopted)
+	}
 	observe(resumedAt)
 	report := l.finish()
 	t.Logf("load for %s: %s", healthyModel, report.summary(windowFrom, time.Now()))

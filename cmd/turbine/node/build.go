@@ -30,6 +30,9 @@ type builder struct {
 	board *nodehttp.Board
 	// ports: the engines' fixed ports (--engine-port); shared by forRole's copies.
 	ports *enginePorts
+	// parking keeps the engines across a lost cluster member (worker.Parking); nil with
+	// the node's own KV block manager, which starts again with each member.
+	parking *worker.Parking
 }
 
 // worker returns the configuration of worker id for req, pinned to gpus.

@@ -220,6 +220,16 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 			o.Workers, o.bootTensorParallelSize(), need, len(gpus), why)
 	}
 	b := &builder{o: o, boot: card, self: self, selfErr: selfErr, ports: newEnginePorts(o.EnginePort)}
+	if !o.Kvbm.Enabled {
+		// Engines outlive a lost member (docs/reference.md §10); stopped when the node
+		// stops.
+		b.parking = worker.NewParking()
+		defer func() {
+			for _, id := range b.parking.StopAll() {
+				b.ports.release(id)
+			}
+		}()
+	}
 	// A bad --lora fails here, before the node joins the cluster, rather than each worker.
 	if err := o.Lora.CheckAdapters(card, b.loraModelPath(o.EngineName, card)); err != nil {
 		return err
@@ -334,11 +344,21 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 	// given, replaces --worker-role for that worker alone.
 	defaults := &messages.StartWorker{Engine: o.EngineName, TensorParallelSize: int32(o.bootTensorParallelSize()),
 		Card: b.boot, EngineArgs: o.EngineArgs, Role: o.WorkerRole}
+	// The workers of the previous member, when it was lost, start again with their ids
+	// on their GPUs, each adopting its parked engine.
+	restore := b.parking.Placements()
 	props, err := nodeactor.Props(nodeactor.Config{NodeID: o.NodeID, GPUs: gpus, CPUOnly: cpuOnly, Logger: log,
-		Defaults: defaults, Released: b.ports.release,
+		Defaults: defaults, Parking: b.parking, Restore: restore,
+		Released: func(id string) {
+			if !b.parking.Holds(id) { // a parked engine keeps its port
+				b.ports.release(id)
+			}
+		},
 		NewWorker: func(id string, req *messages.StartWorker, pinned []int) (*actor.Props, error) {
+			adopt := b.parking.Take(id)
 			cfg, err := b.forRole(req.GetRole()).worker(id, req, pinned)
 			if err != nil {
+				adopt.Discard()
 				return nil, err
 			}
 			cfg.Router, cfg.Catalog = worker.GrainClients(m.Cluster, cfg.Card.Model, catalog.Identity,
@@ -346,7 +366,12 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 			cfg.Router = boardRouter{RouterClient: cfg.Router, board: b.board}
 			cfg.Logger = log
 			cfg.CanaryInterval = o.CanaryInterval
-			return worker.Props(cfg)
+			cfg.Parking, cfg.Adopt = b.parking, adopt
+			props, err := worker.Props(cfg)
+			if err != nil {
+				adopt.Discard()
+			}
+			return props, err
 		}})
 	if err != nil {
 		return err
@@ -356,12 +381,35 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 	if err != nil {
 		return fmt.Errorf("spawn node agent: %w", err)
 	}
-	defer func() { _ = root.PoisonFuture(pid).Wait() }()
+	lost := false
+	defer func() {
+		if lost {
+			// Nobody can reach these workers to drain them: they park their engines
+			// for the next member, which adopts them.
+			b.parking.Open()
+		}
+		_ = root.PoisonFuture(pid).Wait()
+		b.parking.Close()
+	}()
 	attachBoard(b.board, root, pid)
 	defer b.board.Detach()
 	log.Info().Str("node", o.NodeID).Str("member", m.ID()).Str("address", pid.Address).
 		Bool("cpu_only", cpuOnly).Int("gpus", len(gpus)).Msg("node agent joined the cluster")
-	for i := 0; i < o.Workers; i++ {
+	boot := o.Workers
+	if len(restore) > 0 {
+		// The agent started them as it started: its answer comes after. Engines parked
+		// for no worker started again are stopped.
+		res, _ := root.RequestFuture(pid, &messages.NodeStatusRequest{}, 10*time.Second).Result()
+		for _, id := range b.parking.StopAll() {
+			b.ports.release(id)
+			log.Warn().Str("worker", id).Msg("parked engine stopped: its worker did not start again")
+		}
+		if st, _ := res.(*messages.NodeStatus); st != nil && len(st.Workers) > 0 {
+			boot = 0
+			log.Info().Int("workers", len(st.Workers)).Msg("the previous member's workers started again")
+		}
+	}
+	for i := 0; i < boot; i++ {
 		res, err := root.RequestFuture(pid, &messages.StartWorker{Engine: o.EngineName,
 			TensorParallelSize: int32(o.bootTensorParallelSize()), Card: b.boot, EngineArgs: o.EngineArgs}, 10*time.Second).Result()
 		if err != nil {
@@ -376,7 +424,8 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 	b.board.Booted()
 	<-ctx.Done()
 	select {
-	case <-m.Lost(): // the member is gone: nobody can reach these workers to drain them
+	case <-m.Lost():
+		lost = true
 	default:
 		drainWorkers(root, pid, o.DrainTimeout, log)
 	}
