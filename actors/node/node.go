@@ -48,8 +48,9 @@ type Config struct {
 	// starts them again from Restore; the workers park their engines there themselves.
 	Parking *worker.Parking
 	// Restore are workers to start as the agent starts, with their ids, requests and
-	// GPUs (a previous agent's, worker.Parking.Placements). One that fails is logged and
-	// left out.
+	// GPUs (a previous agent's, worker.Parking.Placements). One that cannot have its GPUs
+	// or be spawned has its parked engine stopped (Parking.Drop) and is started as a
+	// StartWorker with its id would be.
 	Restore []worker.Placement
 	Logger  zerolog.Logger
 }
@@ -267,14 +268,19 @@ func (a *agent) start(c actor.Context, req *messages.StartWorker) *messages.Star
 // restore starts pl, a worker of the node's previous member, with its id on its GPUs.
 func (a *agent) restore(c actor.Context, pl worker.Placement) {
 	req := pl.Req
-	if err := a.alloc.AllocateExact(pl.WorkerID, pl.GPUs); err != nil {
-		a.log.Error().Err(err).Str("worker", pl.WorkerID).Msg("worker of the previous member not started again")
-		return
+	err := a.alloc.AllocateExact(pl.WorkerID, pl.GPUs)
+	var pid *actor.PID
+	if err == nil {
+		if pid, err = a.spawn(c, pl.WorkerID, req, slices.Clone(pl.GPUs)); err != nil {
+			a.release(pl.WorkerID)
+		}
 	}
-	pid, err := a.spawn(c, pl.WorkerID, req, slices.Clone(pl.GPUs))
 	if err != nil {
-		a.release(pl.WorkerID)
-		a.log.Error().Err(err).Str("worker", pl.WorkerID).Msg("worker of the previous member not started again")
+		a.log.Error().Err(err).Str("worker", pl.WorkerID).Msg("worker of the previous member not started again on its GPUs: starting it anew")
+		a.cfg.Parking.Drop(pl.WorkerID)
+		fresh := proto.Clone(req).(*messages.StartWorker)
+		fresh.WorkerId = pl.WorkerID
+		a.start(c, fresh)
 		return
 	}
 	a.workers[pl.WorkerID] = &placed{pid: pid, req: req, model: req.GetCard().GetModel(), role: req.GetRole(), gpus: slices.Clone(pl.GPUs)}

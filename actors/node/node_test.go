@@ -515,3 +515,12 @@ func TestPlacementsRestoredByTheNextAgent(t *testing.T) {
 		t.Fatalf("a later worker got %s on %v, want n1-1 on [3]", r.WorkerId, r.Gpus)
 	}
 }
+
+// A placement whose GPUs the next agent cannot give (here: no such GPU) starts its
+// worker anew under its id, on GPUs the allocator picks.
+func TestRestoreFallsBackToANewStart(t *testing.T) {
+	restore := []worker.Placement{{WorkerID: "n1-3", GPUs: []int{7},
+		Req: &messages.StartWorker{Engine: "vllm", TensorParallelSize: 1, Card: card("m"), Role: "aggregated"}}}
+	h := newHarnessWith(t, 2, false, func(c *Config) { c.Restore = restore })
+	h.wantPins("0:n1-3 1:-", "n1-3/m/[0]")
+}

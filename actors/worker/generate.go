@@ -84,7 +84,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	w.noteProgress() // a request just started counts as progress
 	c.Watch(replyTo)
 	self := c.Self()
-	engine := w.engine
+	engine, engCtx := w.engine, w.engCtx
 	workerID, loraWait := w.cfg.WorkerID, w.cfg.LoraWaitTimeout
 	prefill := m.GetSampling().GetDisagg().GetLeg() == messages.Leg_LEG_PREFILL
 	go func() {
@@ -99,11 +99,12 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 				return
 			}
 		}
-		release := func(params string) { w.releaseUndelivered(engine, m.RequestId, params) }
+		release := func(params string) { w.releaseUndelivered(engCtx, engine, m.RequestId, params) }
 		ctx, span := startGenerate(ctx, m, workerID) // worker.generate (trace.go); nil while tracing is off
 		sendLast := func(ch *messages.TokenChunk) {
 			if prefill && ch.FinishReason != "" && ch.FinishReason != "error" {
 				done.kvParams = ch.KvTransferParams
+				r.kvParams.Store(&ch.KvTransferParams)
 			}
 			send(ch)
 		}
@@ -221,19 +222,20 @@ func engineFailure(err error) (string, messages.Fault) {
 
 // releaseUndelivered releases the KV blocks engine pinned for prefill leg requestID,
 // whose transfer parameters kvTransferParams were never sent (streamChunks), within
-// releaseKVTimeout. It runs on the request's goroutine.
-func (w *workerActor) releaseUndelivered(engine engines.Engine, requestID, kvTransferParams string) {
+// releaseKVTimeout. engCtx lives as long as the engine process (a parked engine outlives
+// the worker). It runs on the request's goroutine.
+func (w *workerActor) releaseUndelivered(engCtx context.Context, engine engines.Engine, requestID, kvTransferParams string) {
 	log := w.log.With().Str("request_id", requestID).Logger()
 	rel, ok := engine.(engines.KVReleaser)
 	switch {
-	case w.ctx.Err() != nil:
-		log.Debug().Msg("cancelled prefill leg: the worker is stopping (its engine's pinned KV blocks end with it)")
+	case engCtx.Err() != nil:
+		log.Debug().Msg("cancelled prefill leg: the engine is stopping (its pinned KV blocks end with it)")
 		return
 	case !ok:
 		log.Debug().Msg("cancelled prefill leg: the engine cannot release KV blocks on request; it frees pinned blocks on its own timeout")
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, releaseKVTimeout)
+	ctx, cancel := context.WithTimeout(engCtx, releaseKVTimeout)
 	defer cancel()
 	if err := rel.ReleaseKV(ctx, requestID, kvTransferParams); err != nil {
 		log.Warn().Err(err).Msg("cancelled prefill leg: the engine did not release its pinned KV blocks (they stay until its own timeout)")
@@ -303,8 +305,9 @@ func (w *workerActor) releaseKV(m *messages.ReleaseKv) {
 		log.Debug().Msg("ReleaseKv: the engine cannot release KV blocks on request; it frees pinned blocks on its own timeout")
 		return
 	}
+	engCtx := w.engCtx // the engine's lifetime: a parked engine outlives the worker
 	go func() {
-		ctx, cancel := context.WithTimeout(w.ctx, releaseKVTimeout)
+		ctx, cancel := context.WithTimeout(engCtx, releaseKVTimeout)
 		defer cancel()
 		if err := rel.ReleaseKV(ctx, m.RequestId, m.KvTransferParams); err != nil {
 			log.Warn().Err(err).Msg("ReleaseKv: the engine did not release the pinned KV blocks (they stay until its own timeout)")

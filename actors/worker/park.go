@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,9 +29,16 @@ import (
 type Parking struct {
 	mu      sync.Mutex
 	open    bool
-	engines map[string]*Parked // by worker id
+	engines map[string]*Parked // by worker id, parked and not taken
+	// claimed: taken for a worker (Take) that has not adopted them yet.
+	claimed map[string]*Parked
 	placed  []Placement
 }
+
+// adoptReadyTimeout bounds the health check of an adopted engine: it was ready when
+// parked, so a longer silence means it is not serving (it is then stopped and started
+// again, as any engine that does not become ready).
+const adoptReadyTimeout = 30 * time.Second
 
 // Placement is one worker as its node agent placed it: what the next member starts again
 // with the same id on the same GPUs.
@@ -60,10 +68,14 @@ type Parked struct {
 	parkedAt      time.Time
 	loraLoadCount int
 	loraLoadTotal time.Duration
+	parking       *Parking
+	adopted       atomic.Bool // a worker adopted it: no other may
 }
 
 // NewParking returns a closed Parking holding nothing.
-func NewParking() *Parking { return &Parking{engines: map[string]*Parked{}} }
+func NewParking() *Parking {
+	return &Parking{engines: map[string]*Parked{}, claimed: map[string]*Parked{}}
+}
 
 // Open makes workers that stop from now on park their engines; Close ends that. A nil
 // Parking is never open.
@@ -103,6 +115,7 @@ func (p *Parking) park(e *Parked) bool {
 		return false
 	}
 	old := p.engines[e.workerID]
+	e.parking = p
 	p.engines[e.workerID] = e
 	p.mu.Unlock()
 	if old != nil {
@@ -134,7 +147,9 @@ func (p *Parking) Placements() []Placement {
 	return out
 }
 
-// Take returns and removes the engine parked for workerID; nil when there is none.
+// Take claims the engine parked for workerID for the worker being built with that id
+// (Config.Adopt); nil when there is none. Until that worker adopts it, StopAll and Drop
+// still stop it.
 func (p *Parking) Take(workerID string) *Parked {
 	if p == nil {
 		return nil
@@ -142,8 +157,42 @@ func (p *Parking) Take(workerID string) *Parked {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := p.engines[workerID]
-	delete(p.engines, workerID)
+	if e != nil {
+		delete(p.engines, workerID)
+		p.claimed[workerID] = e
+	}
 	return e
+}
+
+// adopted tells p that e's worker owns it now.
+func (p *Parking) adopted(e *Parked) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.claimed[e.workerID] == e {
+		delete(p.claimed, e.workerID)
+	}
+	p.mu.Unlock()
+}
+
+// Drop stops the engine parked or claimed for workerID (its worker will not start), and
+// returns once it is gone; nothing when there is none.
+func (p *Parking) Drop(workerID string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	e := p.engines[workerID]
+	if e == nil {
+		e = p.claimed[workerID]
+	}
+	delete(p.engines, workerID)
+	delete(p.claimed, workerID)
+	p.mu.Unlock()
+	if e != nil {
+		e.stop()
+	}
 }
 
 // Holds reports whether an engine is parked for workerID.
@@ -156,15 +205,26 @@ func (p *Parking) Holds(workerID string) bool {
 	return p.engines[workerID] != nil
 }
 
-// StopAll stops every parked engine (SIGTERM, then SIGKILL after its worker's
-// StopGrace; all at once) and returns their worker ids, sorted, once they are gone.
-func (p *Parking) StopAll() []string {
+// StopUnclaimed stops every parked engine no worker has claimed (SIGTERM, then SIGKILL
+// after its worker's StopGrace; all at once) and returns their worker ids, sorted, once
+// they are gone.
+func (p *Parking) StopUnclaimed() []string { return p.stop(false) }
+
+// StopAll stops every parked engine, claimed or not (the node is stopping), as
+// StopUnclaimed does.
+func (p *Parking) StopAll() []string { return p.stop(true) }
+
+func (p *Parking) stop(claimed bool) []string {
 	if p == nil {
 		return nil
 	}
 	p.mu.Lock()
 	all := p.engines
 	p.engines = map[string]*Parked{}
+	if claimed {
+		maps.Copy(all, p.claimed)
+		p.claimed = map[string]*Parked{}
+	}
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, e := range all {
@@ -176,13 +236,6 @@ func (p *Parking) StopAll() []string {
 	}
 	wg.Wait()
 	return slices.Sorted(maps.Keys(all))
-}
-
-// Discard stops an engine taken with Take that no worker will adopt.
-func (e *Parked) Discard() {
-	if e != nil {
-		e.stop()
-	}
 }
 
 // stop ends the engine process and what serves it.
@@ -217,8 +270,8 @@ func closeLauncher(l engines.Launcher) error {
 // next worker, which cannot tell whether their decode legs still read them. false: the
 // worker stops the engine as usual.
 func (w *workerActor) park() bool {
-	if !w.cfg.Parking.IsOpen() || w.proc == nil || w.draining || len(w.loraLoads) > 0 || len(w.loraUnloads) > 0 ||
-		!w.loras.settled() {
+	if !w.cfg.Parking.IsOpen() || w.proc == nil || w.draining || w.failedScrapes > 0 || w.canary.failed ||
+		len(w.loraLoads) > 0 || len(w.loraUnloads) > 0 || !w.loras.settled() {
 		return false
 	}
 	select {
@@ -226,14 +279,25 @@ func (w *workerActor) park() bool {
 		return false
 	default:
 	}
+	// Prefill legs that finished while their requestDone waits behind the stop: their
+	// blocks are pinned too.
+	pinned := maps.Clone(w.pinned)
+	for id, r := range w.requests {
+		if kvp := r.kvParams.Load(); kvp != nil && *kvp != "" && pinned[id].kvParams == "" {
+			pinned[id] = pinnedLeg{replyTo: r.replyTo, kvParams: *kvp, at: w.cfg.Now()}
+		}
+	}
 	e := &Parked{workerID: w.cfg.WorkerID, epoch: w.epoch, proc: w.proc, engine: w.engine,
 		engCtx: w.engCtx, engineStop: w.engineStop, engineURL: w.engineURL,
 		bootstrapHost: w.bootstrapHost, bootstrapPort: w.bootstrapPort,
-		relay: w.relay, relayStop: w.relayStop, launcher: w.cfg.Launcher, loras: w.loras, pinned: w.pinned,
+		relay: w.relay, relayStop: w.relayStop, launcher: w.cfg.Launcher, loras: w.loras, pinned: pinned,
 		grace: w.cfg.StopGrace, parkedAt: time.Now(), loraLoadCount: w.loraLoadCount, loraLoadTotal: w.loraLoadTotal}
 	if !w.cfg.Parking.park(e) {
 		return false
 	}
+	// Until a worker adopts it, the relay answers for the router and registers no one:
+	// a late heartbeat of this worker must not name it to its router.
+	w.relay.in <- relayAdopt{router: parkedRouter{}, owner: &messages.ActorRef{}}
 	w.log.Info().Int("pid", w.proc.Pid()).Uint64("epoch", w.epoch).
 		Msg("engine parked for the node's next cluster member: it keeps its model and KV cache")
 	w.proc, w.engine, w.engineStop, w.relayStop = nil, nil, nil, nil
@@ -245,9 +309,10 @@ func (w *workerActor) park() bool {
 // Router grain; the worker reports ready once the engine answers its health check.
 // false, with e stopped, when there is none to adopt (nil, or its process has exited).
 func (w *workerActor) adopt(c actor.Context, e *Parked) bool {
-	if e == nil {
+	if e == nil || !e.adopted.CompareAndSwap(false, true) {
 		return false
 	}
+	e.parking.adopted(e)
 	select {
 	case <-e.proc.Done():
 		w.log.Warn().Err(e.proc.Err()).Msg("the parked engine exited: starting a new one")
@@ -302,4 +367,21 @@ func (t *loraTable) idle() {
 	for _, e := range t.entries {
 		e.running = 0
 	}
+}
+
+// parkedRouter is a parked relay's router: what it sends goes nowhere (its next
+// worker's router asks for the whole block list).
+type parkedRouter struct{}
+
+func (parkedRouter) Register(*messages.RegisterWorker) (*messages.RegisterAck, error) {
+	return &messages.RegisterAck{Accepted: true}, nil
+}
+func (parkedRouter) Deregister(*messages.DeregisterWorker) (*messages.Ack, error) {
+	return &messages.Ack{}, nil
+}
+func (parkedRouter) PublishEvents(*messages.KvEventBatch) (*messages.EventAck, error) {
+	return &messages.EventAck{}, nil
+}
+func (parkedRouter) PublishDump(*messages.BlockDump) (*messages.Ack, error) {
+	return &messages.Ack{}, nil
 }

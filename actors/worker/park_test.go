@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -224,24 +225,38 @@ func TestParkedEngineExitedStartsAnew(t *testing.T) {
 	}
 }
 
-// TestNotParkedWhenClosedOrNotReady: with parking closed, or an engine not yet ready,
-// a stopping worker stops its engine and parks nothing.
+// muteEngine answers health checks but no load scrape.
+type muteEngine struct{ *disaggEngine }
+
+func (muteEngine) Load(context.Context) (*messages.WorkerLoad, error) {
+	return nil, errors.New("no answer")
+}
+
+// TestNotParkedWhenClosedOrNotReady: with parking closed, an engine not yet ready, or
+// one that stopped answering its load scrapes, a stopping worker stops its engine and
+// parks nothing.
 func TestNotParkedWhenClosedOrNotReady(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		healthy bool
 		open    bool
-	}{{"closed", true, false}, {"not ready", false, true}} {
+		mute    bool // the engine stops answering load scrapes
+	}{{"closed", true, false, false}, {"not ready", false, true, false}, {"not answering", true, true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var eng engines.Engine = newDisaggEngine()
-			if !tc.healthy {
+			switch {
+			case !tc.healthy:
 				eng = deadEngine{}
+			case tc.mute:
+				eng = muteEngine{newDisaggEngine()}
 			}
 			l, p := newParkLauncher(eng), NewParking()
 			rt := newParkRouter()
 			sys, pid := spawnParkWorker(t, l, rt, p, nil)
 			if tc.healthy {
 				rt.ready(t)
+				for tc.mute && recv(t, rt.infos, "a registration out of routing").Ready {
+				}
 			} else {
 				recv(t, rt.infos, "a registration")
 			}
@@ -284,5 +299,83 @@ func TestAdoptedRelayDropsTheOldWorkersInfo(t *testing.T) {
 	r.handle(relayHeartbeat{info: &messages.WorkerInfo{WorkerId: "w", Actor: owner}})
 	if info := recv(t, rt.infos, "the owner's registration"); info.Actor.GetAddress() != "new:1" {
 		t.Fatalf("registered %v, want the owner", info.Actor)
+	}
+}
+
+// A prefill leg in flight when its worker parks: the engine answers after the cancel
+// (engines.FinishPrefill); nobody ever got the parameters, so somebody must release
+// the blocks the (still running) parked engine pinned.
+func TestParkedInflightPrefillLegReleased(t *testing.T) {
+	eng := newDisaggEngine()
+	l, p := newParkLauncher(lateEngine{eng}), NewParking()
+	rtA := newParkRouter()
+	props, err := Props(Config{WorkerID: "w-park", Role: "prefill", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
+		Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rtA, Parking: p, PinnedReleaseGrace: 100 * time.Millisecond,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem()
+	pid := sys.Root.Spawn(props)
+	rtA.ready(t)
+	ref, chunks := chunkSink(sys)
+	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill, ReplyTo: ref})
+	<-eng.sampling
+	next(t, chunks)
+	e := parkStop(t, sys, pid, p)
+	rtB := newParkRouter()
+	props, _ = Props(Config{WorkerID: "w-park", Role: "prefill", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
+		Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rtB, Parking: p, Adopt: e, PinnedReleaseGrace: 100 * time.Millisecond,
+		Logger: zerolog.Nop()})
+	pidB := sys.Root.Spawn(props)
+	defer func() { _ = sys.Root.StopFuture(pidB).Wait() }()
+	rtB.ready(t)
+	select {
+	case got := <-eng.released:
+		t.Logf("released %v", got)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the parked engine's blocks pinned for the cancelled prefill leg were never released")
+	}
+}
+
+// A prefill leg that finished (its last chunk, with the parameters, reached the
+// receiver) just before its worker parked: the receiver is unreachable from the next
+// member, so the adopting worker must release the blocks after the grace.
+func TestParkedFinishedPrefillLegReleased(t *testing.T) {
+	eng := newDisaggEngine()
+	l, p := newParkLauncher(eng), NewParking()
+	rtA := newParkRouter()
+	mk := func(rt parkRouter, adopt *Parked) *actor.Props {
+		props, err := Props(Config{WorkerID: "w-park", Role: "prefill", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
+			Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rt, Parking: p, Adopt: adopt,
+			PinnedReleaseGrace: 100 * time.Millisecond, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return props
+	}
+	sys := actor.NewActorSystem()
+	pid := sys.Root.Spawn(mk(rtA, nil))
+	rtA.ready(t)
+	ref, chunks := chunkSink(sys)
+	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
+	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill, ReplyTo: ref})
+	<-eng.sampling
+	next(t, chunks)
+	close(eng.release)
+	if c := next(t, chunks); c.KvTransferParams == "" {
+		t.Fatalf("last chunk %v", c)
+	}
+	e := parkStop(t, sys, pid, p)
+	rtB := newParkRouter()
+	pidB := sys.Root.Spawn(mk(rtB, e))
+	defer func() { _ = sys.Root.StopFuture(pidB).Wait() }()
+	rtB.ready(t)
+	select {
+	case got := <-eng.released:
+		t.Logf("released %v", got)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the finished prefill leg's pinned blocks were never released by the adopting worker")
 	}
 }

@@ -113,6 +113,10 @@ func (r *relay) run(ctx context.Context) {
 }
 
 func (r *relay) handle(it any) {
+	if a, ok := it.(relayAdopt); ok { // a new owner: even a relay that left
+		r.router, r.owner, r.info, r.adapters, r.adapterSeq, r.left = a.router, a.owner, nil, nil, 0, false
+		return
+	}
 	if _, leave := it.(relayLeave); r.left && !leave {
 		if reg, ok := it.(relayRegister); ok {
 			close(reg.done)
@@ -159,8 +163,6 @@ func (r *relay) handle(it any) {
 		if r.info != nil {
 			r.register(r.info, r.lastLoad())
 		}
-	case relayAdopt:
-		r.router, r.owner, r.info, r.adapters, r.adapterSeq = it.router, it.owner, nil, nil, 0
 	case relayLeave:
 		r.left = true
 		if _, err := r.router.Deregister(&messages.DeregisterWorker{WorkerId: r.workerID, Reason: it.reason,

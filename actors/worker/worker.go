@@ -276,6 +276,9 @@ type inflight struct {
 	// (loraTable.use); "" for the base model.
 	lora    string
 	loraGen uint64
+	// kvParams: a prefill leg's transfer parameters, set by its goroutine as it sends
+	// the last chunk (its requestDone may come after the worker parks its engine).
+	kvParams atomic.Pointer[string]
 }
 
 type workerActor struct {
@@ -569,13 +572,18 @@ func (w *workerActor) launch(c actor.Context, epoch uint64, port int, kvEndpoint
 }
 
 // awaitReady polls the engine of epoch until it answers its health check
-// (engineReady), fails to within Config.ReadyTimeout (engineFailed), or its process
-// exits (engineExited), which it also reports.
+// (engineReady), fails to within Config.ReadyTimeout (engineFailed; adopted, a parked
+// engine that was ready: adoptReadyTimeout at most), or its process exits
+// (engineExited), which it also reports while the actor lives.
 func (w *workerActor) awaitReady(c actor.Context, epoch uint64, proc *supervise.Process, engine engines.Engine,
 	engCtx context.Context, adopted bool) {
-	self, sys := c.Self(), c.ActorSystem()
+	self, sys, actx := c.Self(), c.ActorSystem(), w.ctx
+	limit := w.cfg.ReadyTimeout
+	if adopted {
+		limit = min(limit, adoptReadyTimeout)
+	}
 	go func() {
-		deadline := time.Now().Add(w.cfg.ReadyTimeout)
+		deadline := time.Now().Add(limit)
 		for {
 			hctx, cancel := context.WithTimeout(engCtx, healthTimeout)
 			err := engine.Health(hctx)
@@ -588,7 +596,7 @@ func (w *workerActor) awaitReady(c actor.Context, epoch uint64, proc *supervise.
 				return
 			}
 			if time.Now().After(deadline) {
-				sys.Root.Send(self, engineFailed{epoch: epoch, err: fmt.Errorf("no healthy answer within %v: %w", w.cfg.ReadyTimeout, err)})
+				sys.Root.Send(self, engineFailed{epoch: epoch, err: fmt.Errorf("no healthy answer within %v: %w", limit, err)})
 				return
 			}
 			select {
@@ -601,8 +609,11 @@ func (w *workerActor) awaitReady(c actor.Context, epoch uint64, proc *supervise.
 		}
 	}()
 	go func() {
-		<-proc.Done()
-		sys.Root.Send(self, engineExited{epoch: epoch, err: proc.Err(), ran: time.Since(proc.Started())})
+		select {
+		case <-proc.Done():
+			sys.Root.Send(self, engineExited{epoch: epoch, err: proc.Err(), ran: time.Since(proc.Started())})
+		case <-actx.Done(): // the actor stopped: it stopped the engine, or parked it
+		}
 	}()
 }
 

@@ -358,7 +358,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 			adopt := b.parking.Take(id)
 			cfg, err := b.forRole(req.GetRole()).worker(id, req, pinned)
 			if err != nil {
-				adopt.Discard()
+				b.parking.Drop(id)
 				return nil, err
 			}
 			cfg.Router, cfg.Catalog = worker.GrainClients(m.Cluster, cfg.Card.Model, catalog.Identity,
@@ -369,7 +369,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 			cfg.Parking, cfg.Adopt = b.parking, adopt
 			props, err := worker.Props(cfg)
 			if err != nil {
-				adopt.Discard()
+				b.parking.Drop(id)
 			}
 			return props, err
 		}})
@@ -388,7 +388,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 			// for the next member, which adopts them.
 			b.parking.Open()
 		}
-		_ = root.PoisonFuture(pid).Wait()
+		waitStopped(root, pid, log)
 		b.parking.Close()
 	}()
 	attachBoard(b.board, root, pid)
@@ -397,17 +397,19 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		Bool("cpu_only", cpuOnly).Int("gpus", len(gpus)).Msg("node agent joined the cluster")
 	boot := o.Workers
 	if len(restore) > 0 {
-		// The agent started them as it started: its answer comes after. Engines parked
-		// for no worker started again are stopped.
-		res, _ := root.RequestFuture(pid, &messages.NodeStatusRequest{}, 10*time.Second).Result()
-		for _, id := range b.parking.StopAll() {
-			b.ports.release(id)
-			log.Warn().Str("worker", id).Msg("parked engine stopped: its worker did not start again")
+		// The agent started them as it started (each loads its tokenizer): its answer
+		// comes after. The previous member's workers replace the boot workers.
+		limit := 30*time.Second + time.Duration(len(restore))*15*time.Second
+		if _, err := root.RequestFuture(pid, &messages.NodeStatusRequest{}, limit).Result(); err != nil {
+			return fmt.Errorf("start the previous member's workers again: %w", err)
 		}
-		if st, _ := res.(*messages.NodeStatus); st != nil && len(st.Workers) > 0 {
-			boot = 0
-			log.Info().Int("workers", len(st.Workers)).Msg("the previous member's workers started again")
-		}
+		boot = 0
+		log.Info().Int("workers", len(restore)).Msg("the previous member's workers started again")
+	}
+	// Engines parked for no worker started again (one that stopped as parking opened).
+	for _, id := range b.parking.StopUnclaimed() {
+		b.ports.release(id)
+		log.Warn().Str("worker", id).Msg("parked engine stopped: no worker of that id started again")
 	}
 	for i := 0; i < boot; i++ {
 		res, err := root.RequestFuture(pid, &messages.StartWorker{Engine: o.EngineName,
@@ -465,3 +467,20 @@ func drainWorkers(root *actor.RootContext, pid *actor.PID, grace time.Duration, 
 	}
 	wg.Wait()
 }
+
+// waitStopped poisons the node agent at pid and returns once it and its workers are gone
+// (beyond protoactor's 10 s wait for one future: a worker may take its engine's stop
+// grace), or after stopWaitLimit.
+func waitStopped(root *actor.RootContext, pid *actor.PID, log zerolog.Logger) {
+	deadline := time.Now().Add(stopWaitLimit)
+	err := root.PoisonFuture(pid).Wait()
+	for errors.Is(err, actor.ErrTimeout) && time.Now().Before(deadline) {
+		err = root.StopFuture(pid).Wait() // a stopped actor answers at once
+	}
+	if err != nil {
+		log.Warn().Err(err).Msg("node agent not stopped within the wait: going on")
+	}
+}
+
+// stopWaitLimit bounds waitStopped.
+const stopWaitLimit = 2 * time.Minute
