@@ -302,80 +302,54 @@ func TestAdoptedRelayDropsTheOldWorkersInfo(t *testing.T) {
 	}
 }
 
-// A prefill leg in flight when its worker parks: the engine answers after the cancel
-// (engines.FinishPrefill); nobody ever got the parameters, so somebody must release
-// the blocks the (still running) parked engine pinned.
-func TestParkedInflightPrefillLegReleased(t *testing.T) {
-	eng := newDisaggEngine()
-	l, p := newParkLauncher(lateEngine{eng}), NewParking()
-	rtA := newParkRouter()
-	props, err := Props(Config{WorkerID: "w-park", Role: "prefill", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
-		Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rtA, Parking: p, PinnedReleaseGrace: 100 * time.Millisecond,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := actor.NewActorSystem()
-	pid := sys.Root.Spawn(props)
-	rtA.ready(t)
-	ref, chunks := chunkSink(sys)
-	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
-	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill, ReplyTo: ref})
-	<-eng.sampling
-	next(t, chunks)
-	e := parkStop(t, sys, pid, p)
-	rtB := newParkRouter()
-	props, _ = Props(Config{WorkerID: "w-park", Role: "prefill", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
-		Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rtB, Parking: p, Adopt: e, PinnedReleaseGrace: 100 * time.Millisecond,
-		Logger: zerolog.Nop()})
-	pidB := sys.Root.Spawn(props)
-	defer func() { _ = sys.Root.StopFuture(pidB).Wait() }()
-	rtB.ready(t)
-	select {
-	case got := <-eng.released:
-		t.Logf("released %v", got)
-	case <-time.After(3 * time.Second):
-		t.Fatal("the parked engine's blocks pinned for the cancelled prefill leg were never released")
-	}
-}
-
-// A prefill leg that finished (its last chunk, with the parameters, reached the
-// receiver) just before its worker parked: the receiver is unreachable from the next
-// member, so the adopting worker must release the blocks after the grace.
-func TestParkedFinishedPrefillLegReleased(t *testing.T) {
-	eng := newDisaggEngine()
-	l, p := newParkLauncher(eng), NewParking()
-	rtA := newParkRouter()
-	mk := func(rt parkRouter, adopt *Parked) *actor.Props {
-		props, err := Props(Config{WorkerID: "w-park", Role: "prefill", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
-			Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rt, Parking: p, Adopt: adopt,
-			PinnedReleaseGrace: 100 * time.Millisecond, Logger: zerolog.Nop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return props
-	}
-	sys := actor.NewActorSystem()
-	pid := sys.Root.Spawn(mk(rtA, nil))
-	rtA.ready(t)
-	ref, chunks := chunkSink(sys)
-	prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
-	sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill, ReplyTo: ref})
-	<-eng.sampling
-	next(t, chunks)
-	close(eng.release)
-	if c := next(t, chunks); c.KvTransferParams == "" {
-		t.Fatalf("last chunk %v", c)
-	}
-	e := parkStop(t, sys, pid, p)
-	rtB := newParkRouter()
-	pidB := sys.Root.Spawn(mk(rtB, e))
-	defer func() { _ = sys.Root.StopFuture(pidB).Wait() }()
-	rtB.ready(t)
-	select {
-	case got := <-eng.released:
-		t.Logf("released %v", got)
-	case <-time.After(3 * time.Second):
-		t.Fatal("the finished prefill leg's pinned blocks were never released by the adopting worker")
+// TestParkedPrefillLegReleased: the blocks a parked engine pinned for a prefill leg are
+// released: a leg in flight as its worker parked (cancelled; the engine answers after
+// the cancel, engines.FinishPrefill) by its request's end, since its parameters reached
+// no one; a leg that finished just before (its last chunk reached the receiver) by the
+// adopting worker after the grace, its receiver being unreachable from there.
+func TestParkedPrefillLegReleased(t *testing.T) {
+	for _, finished := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in flight", true: "finished"}[finished], func(t *testing.T) {
+			eng := newDisaggEngine()
+			var served engines.Engine = lateEngine{eng} // answers a cancelled prefill leg
+			if finished {
+				served = eng
+			}
+			l, p := newParkLauncher(served), NewParking()
+			mk := func(rt parkRouter, adopt *Parked) *actor.Props {
+				props, err := Props(Config{WorkerID: "w-park", Role: "prefill", Card: &messages.ModelCard{Model: "m"}, Launcher: l,
+					Heartbeat: 20 * time.Millisecond, StopGrace: time.Second, Router: rt, Parking: p, Adopt: adopt,
+					PinnedReleaseGrace: 100 * time.Millisecond, Logger: zerolog.Nop()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return props
+			}
+			sys := actor.NewActorSystem()
+			rtA := newParkRouter()
+			pid := sys.Root.Spawn(mk(rtA, nil))
+			rtA.ready(t)
+			ref, chunks := chunkSink(sys)
+			prefill := &messages.SamplingParams{MaxTokens: 1, Disagg: &messages.DisaggParams{Leg: messages.Leg_LEG_PREFILL}}
+			sys.Root.Send(pid, &messages.Generate{RequestId: "r#prefill", TokenIds: []uint32{5}, Sampling: prefill, ReplyTo: ref})
+			<-eng.sampling
+			next(t, chunks)
+			if finished {
+				close(eng.release)
+				if c := next(t, chunks); c.KvTransferParams == "" {
+					t.Fatalf("last chunk %v, want transfer parameters", c)
+				}
+			}
+			e := parkStop(t, sys, pid, p)
+			rtB := newParkRouter()
+			pidB := sys.Root.Spawn(mk(rtB, e))
+			defer func() { _ = sys.Root.StopFuture(pidB).Wait() }()
+			rtB.ready(t)
+			select {
+			case <-eng.released:
+			case <-time.After(3 * time.Second):
+				t.Fatal("the parked engine's blocks pinned for the prefill leg were never released")
+			}
+		})
 	}
 }
