@@ -191,9 +191,16 @@ type Chunk struct {
 // leg reached the worker, which runs it.
 type Accepted struct{ Leg LegID }
 
-// WorkerTerminated: the actor of a leg's worker stopped. The leg's chunks already sent
-// may still come; after Config.TerminatedGrace the leg fails.
-type WorkerTerminated struct{ Leg LegID }
+// WorkerTerminated: the actor of a leg's worker stopped, or (ReceiverLost) the leg's
+// receiver did: the shell's cluster member was replaced, so the worker's chunks go to
+// an actor that is gone, though the worker may be healthy. The leg's chunks already
+// sent may still come; after Config.TerminatedGrace the leg fails, and the request
+// moves as for a stopped worker, except that a worker lost only to its receiver is not
+// excluded from the new route.
+type WorkerTerminated struct {
+	Leg          LegID
+	ReceiverLost bool
+}
 
 // TimerFired: a timer the flow set has fired.
 type TimerFired struct{ Timer Timer }

@@ -128,7 +128,8 @@
 // named or it is acknowledged by then), or nothing came within Config.StallTimeout while
 // the consumer waited — is
 // cancelled and freed, and the request continues on another worker (every failed one
-// excluded) with the prompt followed by the tokens produced so far, max_tokens and
+// excluded, but not one whose leg failed only because the shell's receiver was lost with
+// its cluster member: WorkerTerminated.ReceiverLost) with the prompt followed by the tokens produced so far, max_tokens and
 // min_tokens reduced by their count, at most Config.MigrationLimit times. That route,
 // like a prefill retry's, is marked admitted (RouteRequest.admitted): the router's busy
 // thresholds gate new work, and a request already running is placed on a busy worker

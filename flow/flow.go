@@ -94,12 +94,15 @@ type leg struct {
 	sawToken bool
 	// whole: its engine answers whole (answersWhole) and no chunk of it has come yet:
 	// the stall timer does not bound the wait.
-	whole    bool
-	grace    uint64 // generation of its terminated-grace timer; 0: none
-	accept   uint64 // generation of its accept timer, until its worker acknowledges it; 0: none
-	acked    bool   // its worker acknowledged it (Accepted, or a chunk)
-	settling bool   // cancelled before its last chunk: ReleaseKV waits for it
-	release  uint64 // generation of its prefill-release timer, while settling
+	whole bool
+	grace uint64 // generation of its terminated-grace timer; 0: none
+	// receiverLost: the grace is for its receiver's loss (WorkerTerminated.ReceiverLost),
+	// not its worker's.
+	receiverLost bool
+	accept       uint64 // generation of its accept timer, until its worker acknowledges it; 0: none
+	acked        bool   // its worker acknowledged it (Accepted, or a chunk)
+	settling     bool   // cancelled before its last chunk: ReleaseKV waits for it
+	release      uint64 // generation of its prefill-release timer, while settling
 
 	// A decode leg's prefill leg (nil for aggregated and local requests), whether it
 	// finished and the prompt tokens it found cached, the transfer parameters it
@@ -118,6 +121,9 @@ type leg struct {
 type arrival struct {
 	chunk *messages.TokenChunk
 	fault messages.Fault
+	// receiverLost: the leg failed because its receiver was lost (WorkerTerminated):
+	// its worker is not excluded from the route that moves the request.
+	receiverLost bool
 }
 
 // routeWhy is why a route was asked.
@@ -192,7 +198,7 @@ func (f *Flow) Step(ev Event, now time.Time) []Effect {
 		// The notice can overtake the worker's last chunks (a draining worker stops
 		// right after its last request ends): they are still taken for a moment.
 		if l := f.leg(e.Leg); l != nil && !l.done && l.grace == 0 {
-			l.grace = f.newGen()
+			l.grace, l.receiverLost = f.newGen(), e.ReceiverLost
 			// SetTimer: before any later event of the leg; Forget of the leg stops it.
 			f.emit(SetTimer{Timer: Timer{Kind: TimerTerminatedGrace, Leg: l.id, Gen: l.grace}, After: f.cfg.TerminatedGrace})
 		}
@@ -733,9 +739,13 @@ func (f *Flow) fired(t Timer) bool {
 			return false
 		}
 		l.done = true
-		return f.arrive(l, arrival{fault: messages.Fault_FAULT_WORKER_TERMINATED, chunk: &messages.TokenChunk{
-			RequestId: l.requestID, Index: l.next, FinishReason: "error", Error: "worker " + l.worker.ID + " terminated",
-			Fault: messages.Fault_FAULT_WORKER_TERMINATED, WorkerId: l.worker.ID}})
+		msg := "worker " + l.worker.ID + " terminated"
+		if l.receiverLost {
+			msg = "the receiver of worker " + l.worker.ID + "'s chunks was lost with its cluster member"
+		}
+		return f.arrive(l, arrival{fault: messages.Fault_FAULT_WORKER_TERMINATED, receiverLost: l.receiverLost,
+			chunk: &messages.TokenChunk{RequestId: l.requestID, Index: l.next, FinishReason: "error", Error: msg,
+				Fault: messages.Fault_FAULT_WORKER_TERMINATED, WorkerId: l.worker.ID}})
 	case TimerPrefillRelease:
 		if l := f.leg(t.Leg); l != nil && l.settling && l.release == t.Gen {
 			f.settled(l, "") // the cancel stopped it before its last chunk
@@ -895,7 +905,9 @@ func (f *Flow) migrate(ar arrival) {
 		f.hand(&messages.TokenChunk{RequestId: failed.requestID, FinishReason: "length", WorkerId: failed.worker.ID})
 		return
 	}
-	f.excluded = append(f.excluded, failed.worker.ID)
+	if !ar.receiverLost {
+		f.excluded = append(f.excluded, failed.worker.ID)
+	}
 	f.migrations++
 	f.route(tokens, sampling, &pending{why: routeMigrate, ar: ar, failed: failed})
 }
@@ -1055,7 +1067,9 @@ func (f *Flow) retryPrefill(ar arrival) {
 	f.end(a, "prefill leg failed: "+ar.fault.Label())
 	f.cur = nil
 	f.prefillFailures++
-	f.excludedPrefill = append(f.excludedPrefill, p.worker.ID)
+	if !ar.receiverLost {
+		f.excludedPrefill = append(f.excludedPrefill, p.worker.ID)
+	}
 	f.localPrefill = f.localPrefill || f.prefillFailures >= MaxPrefillFailures
 	if f.prefillFailures > MaxPrefillFailures {
 		f.prefillNotRetried(ar, a, fmt.Sprintf("%d prefill legs failed", f.prefillFailures))

@@ -210,7 +210,7 @@ func (w *randomWorld) randomEvent() Event {
 		if w.rng.IntN(3) == 0 {
 			return Accepted{Leg: live[w.rng.IntN(len(live))].id}
 		}
-		return WorkerTerminated{Leg: live[w.rng.IntN(len(live))].id}
+		return WorkerTerminated{Leg: live[w.rng.IntN(len(live))].id, ReceiverLost: w.rng.IntN(4) == 0}
 	case r < 18 && (len(w.timers) > 0 || len(w.stale) > 0):
 		if len(w.stale) > 0 && w.rng.IntN(3) == 0 {
 			return TimerFired{Timer: w.stale[w.rng.IntN(len(w.stale))]}

@@ -285,7 +285,7 @@ func (h *scriptHarness) run(line string) (string, error) {
 	case "terminated":
 		var n int
 		n, err = a.int("leg", 0)
-		ev = WorkerTerminated{Leg: LegID(n)}
+		ev = WorkerTerminated{Leg: LegID(n), ReceiverLost: a.has("receiver-lost")}
 	case "accepted":
 		var n int
 		n, err = a.int("leg", 0)

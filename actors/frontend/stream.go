@@ -362,7 +362,7 @@ func (s *stream) move() {
 	}
 	ids := slices.Sorted(maps.Keys(s.legs))
 	for _, id := range ids {
-		s.step(flow.WorkerTerminated{Leg: id})
+		s.step(flow.WorkerTerminated{Leg: id, ReceiverLost: true})
 	}
 }
 

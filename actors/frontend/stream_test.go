@@ -87,7 +87,7 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 	for i := 0; i < limit; i++ {
 		// "kv" fails decode legs only (their engine could not load the prompt's KV);
 		// "kvall" fails every request with that error.
-		if i == w.failAfter && (w.fault != "kv" || decode) {
+		if i == w.failAfter && (w.fault != "kv" || decode) && (w.fault != "stall-once" || len(w.generated()) == 1) {
 			switch w.fault {
 			case "error":
 				send(&messages.TokenChunk{Index: uint32(i), FinishReason: "error", Error: "engine: process died", Fault: messages.Fault_FAULT_ENGINE_ERROR})
@@ -118,6 +118,12 @@ func (w *scriptedWorker) run(c actor.Context, m *messages.Generate) {
 		}
 		send(ch)
 	}
+}
+
+// generated is the Generates the worker took.
+func (w *scriptedWorker) generated() []*messages.Generate {
+	g, _ := w.calls()
+	return g
 }
 
 func (w *scriptedWorker) calls() ([]*messages.Generate, []string) {
@@ -474,16 +480,13 @@ func TestStreamMigration(t *testing.T) {
 }
 
 // checkRouter checks the continuation requests (prompt plus produced, budgets reduced,
-// failed workers excluded) and that every attempt was freed exactly once.
+// failed workers excluded; worker i serves attempt i) and checkRoutes.
 func (h *harness) checkRouter(t *testing.T, routes int) {
 	t.Helper()
+	h.checkRoutes(t, routes)
 	r := h.router
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.routes) != routes {
-		t.Fatalf("%d routes, want %d", len(r.routes), routes)
-	}
-	ids := slices.Clone(r.routed)
 	for i, rr := range r.routes {
 		if i < len(h.workers) && !slices.Equal(rr.ExcludeWorkers, h.router.ids[:i]) {
 			t.Errorf("route %d excludes %v, want %v", i, rr.ExcludeWorkers, h.router.ids[:i])
@@ -504,6 +507,19 @@ func (h *harness) checkRouter(t *testing.T, routes int) {
 				i, g, produced, 8-produced, max(6-produced, 0))
 		}
 	}
+}
+
+// checkRoutes checks that the router was asked routes times, each route freed once and
+// acknowledged once it got a worker.
+func (h *harness) checkRoutes(t *testing.T, routes int) {
+	t.Helper()
+	r := h.router
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.routes) != routes {
+		t.Fatalf("%d routes, want %d", len(r.routes), routes)
+	}
+	ids := slices.Clone(r.routed)
 	freed := slices.Clone(r.freed)
 	slices.Sort(freed)
 	slices.Sort(ids)
@@ -808,11 +824,13 @@ func TestStreamMigrationFindsNoWorker(t *testing.T) {
 
 // A frontend whose cluster member is replaced (the cluster dropped it: docs/reference.md
 // §10) loses its legs' chunks with the old member's receivers; the stream moves to the
-// new member, counts each leg as its worker's termination and migrates the request, which
-// ends with exactly the undisturbed tokens. Before the move the request waited for the
-// stall timeout (2 minutes by default) and then some.
+// new member, counts each leg as its worker's termination and migrates the request —
+// without excluding the worker, which is not at fault — and it ends with exactly the
+// undisturbed tokens. Before the move the request waited for the stall timeout (2
+// minutes by default) and then some.
 func TestStreamMovesWithItsMember(t *testing.T) {
-	h := buildHarness(t, harnessOpts{limit: 3}, &scriptedWorker{failAfter: 3, fault: "stall"}, &scriptedWorker{failAfter: -1})
+	// One worker: excluded, as a terminated worker is, it would leave the request none.
+	h := buildHarness(t, harnessOpts{limit: 3}, &scriptedWorker{failAfter: 3, fault: "stall-once"})
 	if h.startErr != nil {
 		t.Fatal(h.startErr)
 	}
@@ -833,7 +851,7 @@ func TestStreamMovesWithItsMember(t *testing.T) {
 		}
 		got = append(got, ch.TokenIds...)
 	}
-	close(lost) // the first worker went silent: its chunks would go to the old member
+	close(lost) // the first worker's chunks would go to the old member: it seems silent
 	for _, ch := range h.drain(t) {
 		got = append(got, ch.TokenIds...)
 	}
@@ -843,8 +861,16 @@ func TestStreamMovesWithItsMember(t *testing.T) {
 	if moved != 1 || !slices.Equal(h.migrated, []string{"m/worker_terminated"}) {
 		t.Errorf("moved %d times, migrations %v; want 1 and [m/worker_terminated]", moved, h.migrated)
 	}
+	// The worker was lost only to the old member's receiver: it is not excluded, and
+	// serves the rest.
+	if ex := h.router.routes[1].ExcludeWorkers; len(ex) != 0 {
+		t.Errorf("the route after the move excludes %v, want none", ex)
+	}
+	if n := len(h.workers[0].generated()); n != 2 {
+		t.Errorf("the first worker took %d Generates, want 2 (the rest of the request came back to it)", n)
+	}
 	h.stream.Close()
-	h.checkRouter(t, 2)
+	h.checkRoutes(t, 2)
 	deadline := time.Now().Add(10 * time.Second) // the Cancel is a message: it arrives when it does
 	for {
 		_, cancels := h.workers[0].calls()
