@@ -94,15 +94,15 @@ type leg struct {
 	sawToken bool
 	// whole: its engine answers whole (answersWhole) and no chunk of it has come yet:
 	// the stall timer does not bound the wait.
-	whole bool
-	grace uint64 // generation of its terminated-grace timer; 0: none
-	// receiverLost: the grace is for its receiver's loss (WorkerTerminated.ReceiverLost),
+	whole    bool
+	grace    uint64 // generation of its terminated-grace timer; 0: none
+	accept   uint64 // generation of its accept timer, until its worker acknowledges it; 0: none
+	acked    bool   // its worker acknowledged it (Accepted, or a chunk)
+	settling bool   // cancelled before its last chunk: ReleaseKV waits for it
+	release  uint64 // generation of its prefill-release timer, while settling
+	// receiverLost: its grace is for its receiver's loss (WorkerTerminated.ReceiverLost),
 	// not its worker's.
 	receiverLost bool
-	accept       uint64 // generation of its accept timer, until its worker acknowledges it; 0: none
-	acked        bool   // its worker acknowledged it (Accepted, or a chunk)
-	settling     bool   // cancelled before its last chunk: ReleaseKV waits for it
-	release      uint64 // generation of its prefill-release timer, while settling
 
 	// A decode leg's prefill leg (nil for aggregated and local requests), whether it
 	// finished and the prompt tokens it found cached, the transfer parameters it
