@@ -40,6 +40,10 @@ const (
 	// ended, running or waiting in the busy queue; what still ran was cancelled. A client
 	// that leaves is not counted here.
 	metricDeadlines = "turbine_frontend_deadline_exceeded_total"
+	// counter {model}: legs whose worker did not acknowledge them within the accept
+	// timeout and that waited on, the router naming no other worker (flow.NoteNotMoved;
+	// those moved count as migrations, reason stalled).
+	metricNotMoved = "turbine_frontend_unacknowledged_legs_waiting_total"
 	// counters {model,worker}, tokens: the router's predicted prefix hit, and the cached
 	// tokens the worker's engine reported, of the legs that computed a prompt and
 	// finished (hits.go).
@@ -101,6 +105,7 @@ func (r *setRecorder) declare(model string) {
 	}
 	r.counter(metricKvReleases, "model", model)
 	r.counter(metricDeadlines, "model", model)
+	r.counter(metricNotMoved, "model", model)
 }
 
 func (r *setRecorder) counter(family string, kv ...string) *metrics.Counter {
@@ -123,6 +128,7 @@ func (r *setRecorder) prefillRetried(model string, fault messages.Fault) {
 }
 func (r *setRecorder) released(model string) { r.counter(metricKvReleases, "model", model).Inc() }
 func (r *setRecorder) deadline(model string) { r.counter(metricDeadlines, "model", model).Inc() }
+func (r *setRecorder) notMoved(model string) { r.counter(metricNotMoved, "model", model).Inc() }
 func (r *setRecorder) prefillLeg(model string, d time.Duration) {
 	r.hist(metricPrefillLeg, model).Update(d.Seconds())
 }

@@ -18,6 +18,7 @@ func TestRecorderDeclaresCountersAtZero(t *testing.T) {
 	r.decided("m", messages.DisaggDecision_DISAGG_REMOTE)
 	r.decided("m", messages.DisaggDecision_DISAGG_REMOTE)
 	r.prefillRetried("m", messages.Fault_FAULT_KV_TRANSFER)
+	r.notMoved("m")
 	var b bytes.Buffer
 	r.set.WritePrometheus(&b)
 	got := b.String()
@@ -31,6 +32,8 @@ func TestRecorderDeclaresCountersAtZero(t *testing.T) {
 		`turbine_frontend_prefill_retries_total{model="m",reason="stalled"} 0`,
 		`turbine_frontend_prefill_retries_total{model="m",reason="kv_transfer"} 1`,
 		`turbine_frontend_kv_releases_total{model="m"} 0`,
+		`turbine_frontend_deadline_exceeded_total{model="m"} 0`,
+		`turbine_frontend_unacknowledged_legs_waiting_total{model="m"} 1`,
 	} {
 		if !strings.Contains(got, line+"\n") {
 			t.Errorf("no line %q in:\n%s", line, got)

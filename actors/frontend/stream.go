@@ -54,6 +54,12 @@ type deadlineRecorder interface {
 	deadline(model string)
 }
 
+// notMovedRecorder is a recorder that also counts unacknowledged legs left waiting
+// (flow.NoteNotMoved).
+type notMovedRecorder interface {
+	notMoved(model string)
+}
+
 // stream is one request's token stream: the shell of its flow (flow.Flow), which decides
 // everything that happens to the request. The stream feeds the flow what happens — the
 // receivers' chunks and termination notices, timers, the client leaving — one event at
@@ -609,6 +615,9 @@ func (s *stream) note(n flow.Note) {
 	case flow.NoteNotMoved:
 		s.cfg.Logger.Warn().Str("request_id", s.req.RequestID).Str("worker", n.From).
 			Msg("request waits on a worker that has not acknowledged it: " + n.Detail)
+		if r, ok := s.rec.(notMovedRecorder); ok {
+			r.notMoved(model)
+		}
 	case flow.NoteNotMigrated:
 		s.cfg.Logger.Warn().Str("request_id", s.req.RequestID).Str("from", n.From).Str("reason", n.Fault.Label()).
 			Msg("request not migrated: " + n.Detail)

@@ -276,6 +276,7 @@ func (r *fakeRecorder) prefillRetried(model string, fault messages.Fault) {
 	r.add("retried:" + model + "/" + fault.Label())
 }
 func (r *fakeRecorder) released(model string) { r.add("released:" + model) }
+func (r *fakeRecorder) notMoved(model string) { r.add("not_moved:" + model) }
 func (r *fakeRecorder) prefillLeg(model string, d time.Duration) {
 	r.add("prefill_leg:" + model)
 }
@@ -601,6 +602,30 @@ func (h *harness) wantUndisturbed(t *testing.T) {
 	if last := chunks[len(chunks)-1]; !slices.Equal(got, wantTokens) || last.FinishReason != "length" {
 		t.Fatalf("tokens %v finish %q (%s), want %v and length", got, last.FinishReason, last.Error, wantTokens)
 	}
+}
+
+// TestStreamLegNotMovedWaits: a leg not acknowledged within the accept timeout, with no
+// other worker to name, waits on (counted as such, not as a migration) and finishes on
+// its worker once its Generate gets through.
+func TestStreamLegNotMovedWaits(t *testing.T) {
+	late := &scriptedWorker{failAfter: -1, fault: "late", held: make(chan struct{})}
+	h := buildHarness(t, harnessOpts{limit: 3, acceptFires: []int{0}}, late)
+	rec := h.stream.rec.(*fakeRecorder)
+	go func() { // the Generate gets through once the leg is left waiting (or after 10 s)
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end) && !slices.Contains(rec.list(), "not_moved:m"); {
+			time.Sleep(time.Millisecond)
+		}
+		close(late.held)
+	}()
+	h.wantUndisturbed(t)
+	if !slices.Contains(rec.list(), "not_moved:m") {
+		t.Errorf("recorded %v, want the leg counted as left waiting", rec.list())
+	}
+	if len(h.migrated) != 0 {
+		t.Errorf("migrations counted %v, want none", h.migrated)
+	}
+	h.stream.Close()
+	h.checkRoutes(t, 2) // the first, and the move's that named no worker
 }
 
 // lateGenerate is a Generate a "late" scripted worker gets once it is let through.
