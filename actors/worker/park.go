@@ -295,9 +295,6 @@ func (w *workerActor) park() bool {
 	if !w.cfg.Parking.park(e) {
 		return false
 	}
-	// Until a worker adopts it, the relay answers for the router and registers no one:
-	// a late heartbeat of this worker must not name it to its router.
-	w.relay.in <- relayAdopt{router: parkedRouter{}, owner: &messages.ActorRef{}}
 	w.log.Info().Int("pid", w.proc.Pid()).Uint64("epoch", w.epoch).
 		Msg("engine parked for the node's next cluster member: it keeps its model and KV cache")
 	w.proc, w.engine, w.engineStop, w.relayStop = nil, nil, nil, nil

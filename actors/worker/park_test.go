@@ -52,11 +52,12 @@ type parkRouter struct {
 	infos  chan *messages.WorkerInfo
 	events chan *messages.KvEventBatch
 	dumps  chan *messages.BlockDump
+	leaves chan *messages.DeregisterWorker
 }
 
 func newParkRouter() parkRouter {
 	return parkRouter{infos: make(chan *messages.WorkerInfo, 256), events: make(chan *messages.KvEventBatch, 64),
-		dumps: make(chan *messages.BlockDump, 64)}
+		dumps: make(chan *messages.BlockDump, 64), leaves: make(chan *messages.DeregisterWorker, 8)}
 }
 
 func (r parkRouter) Register(m *messages.RegisterWorker) (*messages.RegisterAck, error) {
@@ -66,7 +67,8 @@ func (r parkRouter) Register(m *messages.RegisterWorker) (*messages.RegisterAck,
 	}
 	return &messages.RegisterAck{Accepted: true}, nil
 }
-func (r parkRouter) Deregister(*messages.DeregisterWorker) (*messages.Ack, error) {
+func (r parkRouter) Deregister(m *messages.DeregisterWorker) (*messages.Ack, error) {
+	r.leaves <- m
 	return &messages.Ack{}, nil
 }
 func (r parkRouter) PublishEvents(m *messages.KvEventBatch) (*messages.EventAck, error) {
@@ -158,6 +160,16 @@ func TestParkedEngineAdopted(t *testing.T) {
 	case <-e.proc.Done():
 		t.Fatal("the parked engine's process was stopped")
 	default:
+	}
+	// The parking worker left its router: the next one, at another address, registers
+	// under the same id.
+	select {
+	case m := <-rtA.leaves:
+		if m.Actor.GetId() != pidA.Id {
+			t.Fatalf("deregistered %v, want the parking worker %v", m.Actor, pidA)
+		}
+	default:
+		t.Fatal("the parking worker did not deregister from its router")
 	}
 	if n := l.closed.Load(); n != 0 {
 		t.Fatalf("launcher closed %d times while its engine is parked, want 0", n)

@@ -824,20 +824,21 @@ func (w *workerActor) stop() {
 	for _, r := range w.requests {
 		r.cancel(nil)
 	}
-	if wasReady && w.park() {
-		w.cancel()
-		return
+	parked := wasReady && w.park()
+	if !parked {
+		if w.proc != nil {
+			w.proc.Stop(w.cfg.StopGrace)
+		}
+		if w.engineStop != nil {
+			w.engineStop()
+		}
+		w.closeEngine()
+		if err := closeLauncher(w.cfg.Launcher); err != nil {
+			w.log.Warn().Err(err).Msg("engine launcher close failed")
+		}
 	}
-	if w.proc != nil {
-		w.proc.Stop(w.cfg.StopGrace)
-	}
-	if w.engineStop != nil {
-		w.engineStop()
-	}
-	w.closeEngine()
-	if err := closeLauncher(w.cfg.Launcher); err != nil {
-		w.log.Warn().Err(err).Msg("engine launcher close failed")
-	}
+	// A parked engine's worker leaves its router and catalog too: its next worker, at
+	// another address under the same id, registers anew.
 	if w.cfg.Catalog != nil {
 		_, _ = w.cfg.Catalog.Announce(&messages.AnnounceModel{Card: w.cfg.Card, WorkerId: w.cfg.WorkerID, TtlMs: 0,
 			Worker: &messages.ActorRef{Address: w.self.Address, Id: w.self.Id}})
@@ -852,7 +853,12 @@ func (w *workerActor) stop() {
 		}
 	default:
 	}
-	if w.relayStop != nil {
+	switch {
+	case parked:
+		// Until a worker adopts it, the relay answers for the router and registers no
+		// one: a late heartbeat of this worker must not name it to its router.
+		w.relay.in <- relayAdopt{router: parkedRouter{}, owner: &messages.ActorRef{}}
+	case w.relayStop != nil:
 		w.relayStop()
 	}
 	w.cancel()

@@ -33,6 +33,10 @@ type builder struct {
 	// parking keeps the engines across a lost cluster member (worker.Parking); nil with
 	// the node's own KV block manager, which starts again with each member.
 	parking *worker.Parking
+	// booted: a member started the boot workers; with parking, later members start
+	// the workers their lost predecessor had instead (none, when a planner stopped
+	// them all).
+	booted bool
 }
 
 // worker returns the configuration of worker id for req, pinned to gpus.

@@ -403,8 +403,11 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		if _, err := root.RequestFuture(pid, &messages.NodeStatusRequest{}, limit).Result(); err != nil {
 			return fmt.Errorf("start the previous member's workers again: %w", err)
 		}
-		boot = 0
+		boot = max(0, boot-len(restore))
 		log.Info().Int("workers", len(restore)).Msg("the previous member's workers started again")
+	}
+	if b.parking != nil && b.booted {
+		boot = 0 // the previous member's workers, as many as it had (a planner may have stopped some)
 	}
 	// Engines parked for no worker started again (one that stopped as parking opened).
 	for _, id := range b.parking.StopUnclaimed() {
@@ -423,6 +426,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		}
 		log.Info().Str("worker", reply.WorkerId).Ints32("gpus", reply.Gpus).Msg("worker started")
 	}
+	b.booted = true
 	b.board.Booted()
 	<-ctx.Done()
 	select {
