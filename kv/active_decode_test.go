@@ -2,6 +2,7 @@ package kv
 
 import (
 	"math"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -231,5 +232,41 @@ func TestActivePrefillElapsed(t *testing.T) {
 	}
 	if got := a.prefillElapsedAt(9, base); got != 0 {
 		t.Errorf("unknown worker: %v, want 0", got)
+	}
+}
+
+// TestFillCandidateOverwritesEveryField: a candidate buffer reused from an earlier
+// route, every field set, is filled exactly as a zero one is (gather reuses its buffer).
+func TestFillCandidateOverwritesEveryField(t *testing.T) {
+	r := ttftRouter(t)
+	if _, err := r.Route(RouteInput{RequestID: "a", Tokens: prompt(100), PinWorker: "w2"}, t0, nil); err != nil {
+		t.Fatal(err)
+	}
+	rw := r.byName["w2"]
+	var fresh, reused Candidate
+	v := reflect.ValueOf(&reused).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.Int, reflect.Int64, reflect.Uint32:
+			if f.CanInt() {
+				f.SetInt(7)
+			} else {
+				f.SetUint(7)
+			}
+		case reflect.Float64:
+			f.SetFloat(7)
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.String:
+			f.SetString("stale")
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to set it", v.Type().Field(i).Name, f.Kind())
+		}
+	}
+	l := r.active.Load(rw.id)
+	r.fillCandidate(rw, l, &fresh)
+	r.fillCandidate(rw, l, &reused)
+	if fresh != reused {
+		t.Errorf("reused candidate %+v, want %+v", reused, fresh)
 	}
 }

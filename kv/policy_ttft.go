@@ -155,7 +155,7 @@ func (p Prediction) Total() float64 {
 func PredictTTFT(prof *Profile, promptTokens, blockSize int, c *Candidate) Prediction {
 	var p Prediction
 	m := newTTFTModel(prof, blockSize)
-	m.predict(promptTokens, c, &p)
+	m.predict(promptTokens, (promptTokens+m.bs-1)/m.bs, c, &p)
 	return p
 }
 
@@ -242,70 +242,10 @@ func (m *ttftModel) decodeTimeMs(c *Candidate, speed, u float64) float64 {
 	return defaultDecodeTokens * m.prof.DecodeMs(u)
 }
 
-// predict writes PredictTTFT's answer for c into p.
-func (m *ttftModel) predict(promptTokens int, c *Candidate, p *Prediction) {
-	bs := m.bs
-	speed := c.SpeedFactor
-	if !(speed > 0) {
-		// Not observed yet: as fast as the fleet (setFleetOf).
-		speed = m.unobserved
-	}
-	if speed > m.lo && speed < m.hi {
-		speed = m.fleet
-	}
-	// An engine always computes at least the prompt's last token; blocks onboarded from
-	// a lower tier count at their credit (docs/reference.md §9.2).
-	newTok := max(float64(promptTokens-c.OverlapBlocks*bs)-c.TierCreditTokens, 1)
-	queued := float64(max(c.ActivePrefillTokens, 0))
-	queueMs, _ := m.prefill(queued)
-	allMs, steps := m.prefill(queued + newTok)
-	own := m.ms(&m.own, newTok)
-
-	var u float64
-	if c.TotalBlocks > 0 {
-		u = float64(c.ActiveBlocks) / float64(c.TotalBlocks)
-	}
-	step := m.prof.DecodeMs(u)
-	// The queue's head has been computed since it began, less the lag (at the profile's
-	// speed, as the terms before scaling).
-	var done float64
-	if c.PrefillElapsedMs > 0 {
-		done = max(min(c.PrefillElapsedMs/speed-prefillLagSteps*step, queueMs), 0)
-		queueMs -= done
-		allMs -= done
-	}
-	*p = Prediction{QueueMs: queueMs, PrefillMs: allMs - queueMs, Speed: speed, OwnPrefillMs: own * speed, queueRaw: queueMs, doneRaw: done}
-	if c.ActiveRequests > 0 {
-		p.decodeStep = step
-		p.DecodeMs = steps * step
-	}
-	if c.TotalBlocks > 0 {
-		promptBlocks := (promptTokens + bs - 1) / bs
-		newActive := float64(max(promptBlocks-c.ActivePrefixBlocks, 0))
-		proj := (float64(c.ActiveBlocks) + newActive) / float64(c.TotalBlocks)
-		if proj > 1 {
-			// The blocks beyond the cache free as the active requests end, all of
-			// them over about one decode time (docs/reference.md §3.6).
-			p.MemoryWaitMs = (proj - 1) / max(u, minMemoryUse) * m.decodeTimeMs(c, speed, u)
-		}
-	}
-	if c.MaxNumSeqs > 0 && c.ActiveRequests >= c.MaxNumSeqs {
-		// The request waits for the requests ahead of it to finish, MaxNumSeqs of
-		// them at a time, each in about the worker's mean decode time.
-		p.SlotWaitMs = float64(c.ActiveRequests+1-c.MaxNumSeqs) * m.decodeTimeMs(c, speed, u) / float64(c.MaxNumSeqs)
-	}
-	if c.AdapterLoadMs > 0 {
-		p.AdapterMs = c.AdapterLoadMs
-		if c.AdapterEvicts {
-			p.AdapterMs *= 2
-		}
-		p.AdapterMs += max(c.AdapterWaitMs, 0)
-	}
-	p.QueueMs *= speed
-	p.PrefillMs *= speed
-	p.DecodeMs *= speed
-	p.MemoryWaitMs *= speed
-	p.SlotWaitMs *= speed
+// predict writes PredictTTFT's answer for c into p; promptBlocks is the prompt's blocks
+// (promptTokens/bs rounded up).
+func (m *ttftModel) predict(promptTokens, promptBlocks int, c *Candidate, p *Prediction) {
+	m.shared(&sharedRequest{promptTokens: promptTokens, promptBlocks: promptBlocks}, c, p)
 }
 
 // TTFTPolicy routes a request to the worker where it would get its first token soonest,
@@ -342,12 +282,11 @@ func NewTTFTPolicy() TTFTPolicy {
 // work returns what the work term is measured from: the least compute any candidate would
 // spend on the request (ms at the profile's speed, shared as in shared), and the weight
 // that applies to the compute above it (WorkWeight times hot, the hotDiscount).
-func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, best int, hot float64) (minOwn, weight float64) {
+func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, q *sharedRequest, hot float64) (minOwn, weight float64) {
 	minOwn = math.Inf(1)
-	share := replicaShare(in.PrefixDemand)
 	var pr Prediction
 	for i := range in.Candidates {
-		own, _ := m.shared(in, &in.Candidates[i], best, share, &pr)
+		_, own, _ := m.shared(q, &in.Candidates[i], &pr)
 		minOwn = min(minOwn, own)
 	}
 	return minOwn, p.WorkWeight * hot * m.fleet
@@ -384,37 +323,124 @@ func fleetSpeed(cands []Candidate) (median, prior float64) {
 	return (v[(n-1)/2] + v[n/2]) / 2, sortedPrior(v)
 }
 
-// shared writes c's prediction into pr and returns the request's own prefill on c
-// (ms at the profile's speed) and the replica credit (ms), both with the prefix shared
-// (docs/reference.md §3.6): when c holds less than the longest prefix hit best, computing
-// the missing blocks on c makes a copy that later requests on the prefix draw on too, so
-// the request bears only 1 − share (replicaShare) of what those blocks add to c's
-// prediction (the credit is the rest) and to its own prefill. The prediction in pr is
-// c's, unshared.
-func (m *ttftModel) shared(in *SelectInput, c *Candidate, best int, share float64, pr *Prediction) (own, credit float64) {
-	m.predict(in.PromptTokens, c, pr)
-	own = pr.OwnPrefillMs / pr.Speed
-	if share <= 0 || c.OverlapBlocks >= best {
-		return own, 0
+// shared writes c's prediction into pr and returns its total less the replica credit
+// (ms) and the request's own prefill on c (ms at the profile's speed), both with the
+// prefix shared (docs/reference.md §3.6): when c holds less than the longest prefix hit
+// (q.best), computing the missing blocks on c makes a copy that later requests on the
+// prefix draw on too, so the request bears only 1 − q.share (replicaShare) of what
+// those blocks add to c's prediction (the credit is the rest) and to its own prefill.
+// The prediction in pr, when not nil, is c's, unshared.
+func (m *ttftModel) shared(q *sharedRequest, c *Candidate, pr *Prediction) (cost, own, credit float64) {
+	// One function, the terms in locals: Select calls it once per candidate.
+	promptTokens, promptBlocks := q.promptTokens, q.promptBlocks
+	speed := c.SpeedFactor
+	if !(speed > 0) {
+		// Not observed yet: as fast as the fleet (setFleetOf).
+		speed = m.unobserved
+	}
+	if speed > m.lo && speed < m.hi {
+		speed = m.fleet
+	}
+	// An engine always computes at least the prompt's last token; blocks onboarded from
+	// a lower tier count at their credit (docs/reference.md §9.2).
+	newTok := max(float64(promptTokens-c.OverlapBlocks*m.bs)-c.TierCreditTokens, 1)
+	queued := float64(max(c.ActivePrefillTokens, 0))
+	var queueMs float64
+	if queued > 0 {
+		queueMs, _ = m.prefill(queued)
+	}
+	allMs, steps := m.prefill(queued + newTok)
+	ownRaw := m.ms(&m.own, newTok)
+
+	var u float64
+	if c.TotalBlocks > 0 {
+		u = float64(c.ActiveBlocks) / float64(c.TotalBlocks)
+	}
+	step := m.prof.DecodeMs(u)
+	// The queue's head has been computed since it began, less the lag (at the profile's
+	// speed, as the terms before scaling).
+	var done float64
+	if c.PrefillElapsedMs > 0 {
+		done = max(min(c.PrefillElapsedMs/speed-prefillLagSteps*step, queueMs), 0)
+		queueMs -= done
+		allMs -= done
+	}
+	var decodeMs, decodeStep, memoryMs, slotMs, adapterMs float64
+	if c.ActiveRequests > 0 {
+		decodeStep = step
+		decodeMs = steps * step
+	}
+	if c.TotalBlocks > 0 {
+		newActive := float64(max(promptBlocks-c.ActivePrefixBlocks, 0))
+		if proj := (float64(c.ActiveBlocks) + newActive) / float64(c.TotalBlocks); proj > 1 {
+			// The blocks beyond the cache free as the active requests end, all of
+			// them over about one decode time (docs/reference.md §3.6).
+			memoryMs = (proj - 1) / max(u, minMemoryUse) * m.decodeTimeMs(c, speed, u)
+		}
+	}
+	if c.MaxNumSeqs > 0 && c.ActiveRequests >= c.MaxNumSeqs {
+		// The request waits for the requests ahead of it to finish, MaxNumSeqs of
+		// them at a time, each in about the worker's mean decode time.
+		slotMs = float64(c.ActiveRequests+1-c.MaxNumSeqs) * m.decodeTimeMs(c, speed, u) / float64(c.MaxNumSeqs)
+	}
+	if c.AdapterLoadMs > 0 {
+		adapterMs = c.AdapterLoadMs
+		if c.AdapterEvicts {
+			adapterMs *= 2
+		}
+		adapterMs += max(c.AdapterWaitMs, 0)
+	}
+	queueS, prefill, decode := queueMs*speed, (allMs-queueMs)*speed, decodeMs*speed
+	total := queueS + prefill + decode + memoryMs*speed + slotMs*speed + adapterMs // Prediction.Total
+	if pr != nil {
+		*pr = Prediction{
+			QueueMs: queueS, PrefillMs: prefill, DecodeMs: decode,
+			MemoryWaitMs: memoryMs * speed, SlotWaitMs: slotMs * speed, AdapterMs: adapterMs,
+			Speed: speed, OwnPrefillMs: ownRaw * speed,
+			queueRaw: queueMs, decodeStep: decodeStep, doneRaw: done,
+		}
+	}
+	own = ownRaw * speed / speed
+	if q.share <= 0 || c.OverlapBlocks >= q.best {
+		return total, own, 0
 	}
 	// As predict with a hit of best blocks and no tier credit: only the prefill steps
 	// and their decode part change.
-	newTok := max(float64(in.PromptTokens-best*m.bs), 1)
-	allMs, steps := m.prefill(float64(max(c.ActivePrefillTokens, 0)) + newTok)
-	allMs -= pr.doneRaw
-	held := pr.Total() - pr.PrefillMs - pr.DecodeMs + pr.Speed*((allMs-pr.queueRaw)+steps*pr.decodeStep)
-	credit = max(pr.Total()-held, 0) * share
-	own -= max(own-m.ms(&m.held, newTok), 0) * share
-	return own, credit
+	all2, steps2 := m.prefill(queued + q.heldTok)
+	all2 -= done
+	held := total - prefill - decode + speed*((all2-queueMs)+steps2*decodeStep)
+	credit = max(total-held, 0) * q.share
+	own -= max(own-q.heldMs, 0) * q.share
+	return total - credit, own, credit
+}
+
+// sharedRequest is what shared needs of the request, the same for all its candidates.
+type sharedRequest struct {
+	promptTokens, promptBlocks int
+	// best: the longest prefix hit among the candidates (blocks); share: replicaShare of
+	// the prefix's demand; heldTok, heldMs: the request's uncached tokens with a hit of
+	// best blocks and their prefill time (ms).
+	best            int
+	share           float64
+	heldTok, heldMs float64
+}
+
+// sharedRequestOf is in's sharedRequest on model m.
+func (m *ttftModel) sharedRequestOf(in *SelectInput) sharedRequest {
+	q := sharedRequest{promptTokens: in.PromptTokens, promptBlocks: (in.PromptTokens + m.bs - 1) / m.bs,
+		best: bestOverlap(in.Candidates), share: replicaShare(in.PrefixDemand)}
+	q.heldTok = max(float64(in.PromptTokens-q.best*m.bs), 1)
+	q.heldMs = m.ms(&m.held, q.heldTok)
+	return q
 }
 
 // cost is c's predicted TTFT less its replica credit plus the weighted compute it adds
 // beyond the cheapest candidate's (work).
-func (p TTFTPolicy) cost(in *SelectInput, m *ttftModel, best int, c *Candidate, minOwn, weight float64) (float64, Prediction, float64, float64) {
+func (p TTFTPolicy) cost(m *ttftModel, q *sharedRequest, c *Candidate, minOwn, weight float64) (float64, Prediction, float64, float64) {
 	var pr Prediction
-	own, credit := m.shared(in, c, best, replicaShare(in.PrefixDemand), &pr)
+	v, own, credit := m.shared(q, c, &pr)
 	work := weight * (own - minOwn)
-	return pr.Total() - credit + work, pr, credit, work
+	return v + work, pr, credit, work
 }
 
 // hotDiscount is the share of the work weight that applies (0..1): all of it while the
@@ -466,24 +492,23 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 	minOwn := math.Inf(1)
 	m := newTTFTModel(in.Profile, in.BlockSize)
 	m.setFleetOf(in)
-	best := bestOverlap(in.Candidates)
+	q := m.sharedRequestOf(in)
 	hot := hotDiscount(in.Candidates)
-	share := replicaShare(in.PrefixDemand)
-	var pr Prediction
+	session := -1
 	for i := range in.Candidates {
 		c := &in.Candidates[i]
-		own, credit := m.shared(in, c, best, share, &pr)
-		costs, owns = append(costs, pr.Total()-credit), append(owns, own)
+		cost, own, _ := m.shared(&q, c, nil)
+		costs, owns = append(costs, cost), append(owns, own)
 		minOwn = min(minOwn, own)
+		if c.SessionWorker {
+			session = i
+		}
 	}
 	weight := p.WorkWeight * hot * m.fleet
-	bestC, session := math.Inf(1), -1
+	bestC := math.Inf(1)
 	for i := range costs {
 		costs[i] += weight * (owns[i] - minOwn)
 		bestC = min(bestC, costs[i])
-		if in.Candidates[i].SessionWorker {
-			session = i
-		}
 	}
 	if session >= 0 && costs[session] <= bestC*(1+p.SessionSlack) {
 		return session, nil
@@ -522,9 +547,9 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 func (p TTFTPolicy) Explain(in *SelectInput, c *Candidate) (float64, []Term) {
 	m := newTTFTModel(in.Profile, in.BlockSize)
 	m.setFleetOf(in)
-	best := bestOverlap(in.Candidates)
-	minOwn, weight := p.work(in, &m, best, hotDiscount(in.Candidates))
-	v, pr, credit, work := p.cost(in, &m, best, c, minOwn, weight)
+	q := m.sharedRequestOf(in)
+	minOwn, weight := p.work(in, &m, &q, hotDiscount(in.Candidates))
+	v, pr, credit, work := p.cost(&m, &q, c, minOwn, weight)
 	terms := []Term{
 		{Name: "queue_ms", Value: pr.QueueMs},
 		{Name: "prefill_ms", Value: pr.PrefillMs},

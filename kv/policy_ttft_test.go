@@ -552,7 +552,8 @@ func TestTTFTExplain(t *testing.T) {
 		pr := PredictTTFT(nil, in.PromptTokens, in.BlockSize, c)
 		m := newTTFTModel(in.Profile, in.BlockSize)
 		m.setFleetOf(in)
-		minOwn, weight := pol.work(in, &m, bestOverlap(in.Candidates), hotDiscount(in.Candidates))
+		q := m.sharedRequestOf(in)
+		minOwn, weight := pol.work(in, &m, &q, hotDiscount(in.Candidates))
 		if want := pr.Total() + weight*(ownPrefillMs(in, c)-minOwn); !near(cost, want) {
 			t.Errorf("%s: cost %v, want the predicted TTFT plus the work, %v", c.ID, cost, want)
 		}
@@ -1158,46 +1159,59 @@ func TestFleetSpeed(t *testing.T) {
 func TestReplicaCreditMatchesFullPrediction(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for i := 0; i < 20000; i++ {
-		bs := []int{1, 16, 64, 256}[rng.IntN(4)]
-		prompt := 1 + rng.IntN(40000)
-		best := rng.IntN(prompt/bs + 1)
-		c := Candidate{
-			OverlapBlocks:       rng.IntN(best + 1),
-			ActiveBlocks:        rng.IntN(5000),
-			ActiveRequests:      rng.IntN(300),
-			ActivePrefixBlocks:  rng.IntN(prompt/bs + 1),
-			ActivePrefillTokens: int64(rng.IntN(60000)) - 100,
-			TotalBlocks:         int64(rng.IntN(6000)),
-			MaxNumSeqs:          rng.IntN(300),
-			SpeedFactor:         []float64{0, 0.5, 1, 1.04, 3}[rng.IntN(5)],
-			MeanDecodeSeconds:   rng.Float64() * 5,
-			AdapterLoadMs:       float64(rng.IntN(3)) * 40,
-			TierCreditTokens:    float64(rng.IntN(3) * 100),
-			PrefillElapsedMs:    float64(rng.IntN(3)) * rng.Float64() * 2000,
-		}
-		in := &SelectInput{Candidates: []Candidate{c}, PromptTokens: prompt, BlockSize: bs, PrefixDemand: rng.Float64() * 50}
-		m := newTTFTModel(nil, bs)
-		m.setFleet([]float64{0, 1, 1.02}[rng.IntN(3)], []float64{1, 0.5, 2}[rng.IntN(3)])
+		c, in, m, best := randomSharedCase(rng)
+		prompt, bs := in.PromptTokens, in.BlockSize
 		share := replicaShare(in.PrefixDemand)
+		q := sharedRequest{promptTokens: prompt, promptBlocks: (prompt + bs - 1) / bs, best: best, share: share}
+		q.heldTok = max(float64(prompt-best*bs), 1)
+		q.heldMs = m.ms(&m.held, q.heldTok)
 		var pr Prediction
-		own, credit := m.shared(in, &c, best, share, &pr)
+		cost, own, credit := m.shared(&q, &c, &pr)
 
 		var ref, held Prediction
 		r := newTTFTModel(nil, bs)
 		r.setFleet(m.fleet, m.unobserved)
-		r.predict(prompt, &c, &ref)
+		r.predict(prompt, q.promptBlocks, &c, &ref)
 		wantOwn, wantCredit := ref.OwnPrefillMs/ref.Speed, 0.0
 		if share > 0 && c.OverlapBlocks < best {
 			hc := c
 			hc.OverlapBlocks, hc.TierCreditTokens = best, 0
-			r.predict(prompt, &hc, &held)
+			r.predict(prompt, q.promptBlocks, &hc, &held)
 			wantCredit = max(ref.Total()-held.Total(), 0) * share
 			wantOwn -= max(wantOwn-held.OwnPrefillMs/held.Speed, 0) * share
 		}
-		if !near(credit, wantCredit) || !near(own, wantOwn) || pr != ref {
+		if !near(credit, wantCredit) || !near(own, wantOwn) || pr != ref || cost != ref.Total()-credit {
 			t.Fatalf("case %d (%+v, prompt %d, bs %d, best %d): credit %v own %v, want %v %v", i, c, prompt, bs, best, credit, own, wantCredit, wantOwn)
 		}
 	}
+}
+
+// randomSharedCase draws a candidate, its request, a model with a fleet speed, and the
+// longest hit among the request's candidates (blocks), for the replica credit's tests.
+func randomSharedCase(rng *rand.Rand) (Candidate, *SelectInput, ttftModel, int) {
+	bs := []int{1, 16, 64, 256}[rng.IntN(4)]
+	prompt := 1 + rng.IntN(40000)
+	best := rng.IntN(prompt/bs + 1)
+	c := Candidate{
+		OverlapBlocks:       rng.IntN(best + 1),
+		ActiveBlocks:        rng.IntN(5000),
+		ActiveRequests:      rng.IntN(300),
+		ActivePrefixBlocks:  rng.IntN(prompt/bs + 1),
+		ActivePrefillTokens: int64(rng.IntN(60000)) - 100,
+		TotalBlocks:         int64(rng.IntN(6000)),
+		MaxNumSeqs:          rng.IntN(300),
+		SpeedFactor:         []float64{0, 0.5, 1, 1.04, 3}[rng.IntN(5)],
+		MeanDecodeSeconds:   rng.Float64() * 5,
+		AdapterLoadMs:       float64(rng.IntN(3)) * 40,
+		AdapterEvicts:       rng.IntN(2) == 0,
+		AdapterWaitMs:       float64(rng.IntN(3)-1) * 30,
+		TierCreditTokens:    float64(rng.IntN(3) * 100),
+		PrefillElapsedMs:    float64(rng.IntN(3)) * rng.Float64() * 2000,
+	}
+	in := &SelectInput{Candidates: []Candidate{c}, PromptTokens: prompt, BlockSize: bs, PrefixDemand: rng.Float64() * 50}
+	m := newTTFTModel(nil, bs)
+	m.setFleet([]float64{0, 1, 1.02}[rng.IntN(3)], []float64{1, 0.5, 2}[rng.IntN(3)])
+	return c, in, m, best
 }
 
 // TestTTFTExplainAddsUp: with a prefix in demand and speeds inside and outside the noise

@@ -863,25 +863,25 @@ func (r *Router) candidate(rw *routerWorker, l Load) Candidate {
 
 // fillCandidate is candidate writing into c (every field of c is overwritten).
 func (r *Router) fillCandidate(rw *routerWorker, l Load, c *Candidate) {
-	*c = Candidate{
-		Worker:              rw.id,
-		ID:                  rw.name,
-		ActiveBlocks:        l.ActiveBlocks,
-		ActiveRequests:      l.Sequences,
-		ActivePrefixBlocks:  int(r.apBuf[rw.id]),
-		ActivePrefillTokens: l.PrefillTokens,
-		IndexedBlocks:       r.index.Blocks(rw.id),
-		TotalBlocks:         rw.totalBlocks,
-		MaxNumSeqs:          rw.maxSeqs,
-		DecodingRequests:    l.Decoding,
-		DecodeSeconds:       r.active.decodeSecondsAt(rw.id, r.nowActive),
-		PrefillElapsedMs:    r.active.prefillElapsedAt(rw.id, r.nowActive) * 1000,
-		SpeedFactor:         rw.speedNow(r.nowClock, r.prior),
-		MeanDecodeSeconds:   rw.decodeSecs,
-	}
+	// Field by field: a composite literal is built on the stack and copied.
+	c.Worker, c.ID = rw.id, rw.name
+	c.OverlapBlocks = 0
 	if int(rw.id) < len(r.ovBuf) {
 		c.OverlapBlocks = int(r.ovBuf[rw.id])
 	}
+	c.ActiveBlocks, c.ActiveRequests = l.ActiveBlocks, l.Sequences
+	c.ActivePrefixBlocks = int(r.apBuf[rw.id])
+	c.ActivePrefillTokens = l.PrefillTokens
+	c.IndexedBlocks = r.index.Blocks(rw.id)
+	c.TotalBlocks, c.MaxNumSeqs = rw.totalBlocks, rw.maxSeqs
+	c.SessionWorker = false
+	c.DecodingRequests = l.Decoding
+	c.DecodeSeconds = r.active.decodeSecondsAt(rw.id, r.nowActive)
+	c.PrefillElapsedMs = r.active.prefillElapsedAt(rw.id, r.nowActive) * 1000
+	c.SpeedFactor = rw.speedNow(r.nowClock, r.prior)
+	c.MeanDecodeSeconds = rw.decodeSecs
+	c.AdapterLoadMs, c.AdapterEvicts, c.AdapterWaitMs = 0, false, 0
+	c.HostBlocks, c.DiskBlocks, c.RemoteBlocks, c.TierCreditTokens = 0, 0, 0, 0
 	r.predictedFacts(rw, c)
 	if !r.tiers.Empty() {
 		r.tierFacts(rw, c)
