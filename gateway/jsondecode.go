@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,25 +179,35 @@ func (d *jsonDecoder) array() (any, error) {
 // decodes (or refuses) the array.
 func (d *jsonDecoder) ids() (idArray, bool) {
 	b, i := d.b, d.i
-	out := make(idArray, 0, 256)
+	// Sized once: as many ids as commas before the first ']', plus one (an array that
+	// turns out not to be ids wastes the slice).
+	end := bytes.IndexByte(b[i:], ']')
+	if end < 0 {
+		return nil, false
+	}
+	out := make(idArray, 0, bytes.Count(b[i:i+end], comma)+1)
 	for {
 		// One integer: "0", or a non-zero digit and at most 9 more.
-		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+		if i >= len(b) {
 			return nil, false
 		}
-		var n uint64
-		if b[i] == '0' {
-			i++
-		} else {
-			start := i
-			for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-				n = n*10 + uint64(b[i]-'0')
-				i++
-				if i-start > 10 {
-					return nil, false
+		c := b[i] - '0'
+		if c > 9 {
+			return nil, false
+		}
+		start, n := i, uint64(c)
+		i++
+		if c != 0 {
+			for i < len(b) {
+				c = b[i] - '0'
+				if c > 9 {
+					break
 				}
+				n = n*10 + uint64(c)
+				i++
 			}
-			if n > math.MaxUint32 {
+			// More than 10 digits may have wrapped n: refused by length first.
+			if i-start > 10 || n > math.MaxUint32 {
 				return nil, false
 			}
 		}
@@ -204,7 +215,7 @@ func (d *jsonDecoder) ids() (idArray, bool) {
 			return nil, false
 		}
 		out = append(out, uint32(n))
-		c := b[i]
+		c = b[i]
 		for c == ' ' || c == '\t' || c == '\n' || c == '\r' {
 			if i++; i >= len(b) {
 				return nil, false
@@ -225,6 +236,9 @@ func (d *jsonDecoder) ids() (idArray, bool) {
 		}
 	}
 }
+
+// comma is the separator ids counts.
+var comma = []byte{','}
 
 // number checks RFC 8259 number syntax and returns the literal.
 func (d *jsonDecoder) number() (json.Number, error) {

@@ -69,6 +69,8 @@ var decodeCases = []string{
 	`{"a":"\x"}`, "{\"a\":\"\x01\"}", `{"a":"abc`, `{"a":"abc\"}`, `{"a" 1}`, `{a:1}`, `{"a":1,}`, `{,}`, `[,]`,
 	`{"a":tru}`, `{"a":nul}`, `{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":1e}`, `{"a":-}`, `{"a":+1}`, `{"a":1}x`,
 	`{"a":1}{}`, ``, ` `, `{"a":[{"b":[1,{"c":null}]}]}`, `[[[[]]]]`, `{"a":1.5E-10}`, `{"":0}`, "\ufeff{}",
+	`{"prompt":[18446744073709551617]}`, `{"prompt":[1,184467440737095516170]}`, `{"prompt":[1,[2]]}`,
+	`{"prompt":[1,2],"b":"]]"}`, `{"prompt":[1,2,"]"]}`, "{\"prompt\":[1\n,\t2\r]}",
 }
 
 func TestDecodeBodyMatchesEncodingJSON(t *testing.T) {
@@ -88,6 +90,11 @@ func TestDecodeBodyTokenIDArrays(t *testing.T) {
 		{`{"prompt":[1,2.0]}`, false},
 		{`{"prompt":[1,-1]}`, false},
 		{`{"prompt":[]}`, false},
+		{`{"prompt":[18446744073709551617]}`, false},
+		{`{"prompt":[9999999999]}`, false},
+		{`{"prompt":[1,[2]]}`, false},
+		{`{"prompt":[1,2],"b":"]]"}`, true},
+		{"{\"prompt\":[1\n,\t2\r]}", true},
 	} {
 		v, err := decodeBody([]byte(tc.body))
 		if err != nil {

@@ -36,14 +36,47 @@ func String(b []byte, s string) []byte {
 
 // IDs appends a JSON array of token ids.
 func IDs(b []byte, ids []uint32) []byte {
+	b = slices.Grow(b, 2+len(ids)*7) // ids below 10^6 and a comma each; appendID grows past
 	b = append(b, '[')
 	for i, id := range ids {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendUint(b, uint64(id), 10)
+		b = appendID(b, id)
 	}
 	return append(b, ']')
+}
+
+// digitPairs holds "00" to "99".
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
+	"8081828384858687888990919293949596979899"
+
+// appendID appends v in decimal: strconv.AppendUint's digits (TestAppendID), two at a
+// time, written in place without its call for every id.
+func appendID(b []byte, v uint32) []byte {
+	n := 1
+	for p := uint32(10); n < 10 && v >= p; p *= 10 {
+		n++
+	}
+	b = slices.Grow(b, n)
+	o := len(b)
+	b = b[:o+n]
+	d := b[o : o+n]
+	j := n
+	for v >= 100 {
+		q := v / 100
+		r := (v - q*100) * 2
+		j -= 2
+		d[j], d[j+1] = digitPairs[r], digitPairs[r+1]
+		v = q
+	}
+	if v >= 10 {
+		d[0], d[1] = digitPairs[v*2], digitPairs[v*2+1]
+	} else {
+		d[0] = byte('0' + v)
+	}
+	return b
 }
 
 // Int appends member k with the integer v.

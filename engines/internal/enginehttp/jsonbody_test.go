@@ -3,6 +3,8 @@ package enginehttp
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -62,4 +64,43 @@ func FuzzString(f *testing.F) {
 			t.Fatalf("%q -> %s -> %q, want %q", s, b, got, want)
 		}
 	})
+}
+
+// TestAppendID: appendID writes what strconv.AppendUint writes, at every digit count and
+// its edges, and on random ids; IDs writes what encoding/json writes.
+func TestAppendID(t *testing.T) {
+	vs := []uint32{0, 9, 10, 99, 100, math.MaxUint32}
+	for p := uint64(10); p <= math.MaxUint32; p *= 10 {
+		vs = append(vs, uint32(p-1), uint32(p), uint32(p+1))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		vs = append(vs, rng.Uint32()>>rng.IntN(32))
+	}
+	for _, v := range vs {
+		if got, want := string(appendID([]byte("x"), v)), "x"+strconv.FormatUint(uint64(v), 10); got != want {
+			t.Fatalf("appendID(%d) = %q, want %q", v, got, want)
+		}
+	}
+	want, _ := json.Marshal(vs)
+	if got := IDs(nil, vs); string(got) != string(want) {
+		t.Fatalf("IDs differs from encoding/json")
+	}
+	if got := IDs(nil, nil); string(got) != "[]" {
+		t.Fatalf("IDs(nil) = %s", got)
+	}
+}
+
+// BenchmarkIDs writes a 4,096-token prompt's ids; reports µs per prompt.
+func BenchmarkIDs(b *testing.B) {
+	ids := make([]uint32, 4096)
+	for i := range ids {
+		ids[i] = uint32(i*7919) % 100000
+	}
+	var buf []byte
+	for b.Loop() {
+		buf = IDs(buf[:0], ids)
+	}
+	b.SetBytes(int64(len(buf)))
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/prompt")
 }
