@@ -146,7 +146,7 @@ func (s *Server) chatPrompt(ctx context.Context, req *chatRequest) (*messages.Mo
 		Documents:            req.Documents,
 	})
 	if err != nil {
-		return nil, nil, "", &APIError{Kind: KindInvalidValue, Param: "messages", Message: "The chat template could not be applied to the messages: " + err.Error(), Cause: err}
+		return nil, nil, "", &APIError{Kind: KindInvalidValue, Param: promptParamOf(req), Message: "The chat template could not be applied to the messages: " + err.Error(), Cause: err}
 	}
 	if prompt == "" && req.ChatTemplate != nil {
 		return nil, nil, "", emptyTemplatePrompt()
@@ -171,7 +171,7 @@ func (s *Server) prepareChat(ctx context.Context, requestID string, req *chatReq
 	if aerr != nil {
 		return nil, aerr
 	}
-	p, aerr := finishPrepare(card, pre, &req.commonRequest, ids, "messages", requestID)
+	p, aerr := finishPrepare(card, pre, &req.commonRequest, ids, promptParamOf(req), requestID)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -330,9 +330,13 @@ func completionBudget(ctxLen, promptLen int, maxTokens int64, maxParam, promptPa
 		return int32(room), nil
 	}
 	if maxTokens > room {
+		named := "'max_tokens' or 'max_completion_tokens'" // vLLM's words
+		if maxParam != "" && maxParam != "max_tokens" && maxParam != "max_completion_tokens" {
+			named = "'" + maxParam + "'"
+		}
 		return 0, newError(KindContextLengthExceeded, maxParam,
-			"'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
-			maxTokens, ctxLen, promptLen, maxTokens, ctxLen, promptLen)
+			"%s is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			named, maxTokens, ctxLen, promptLen, maxTokens, ctxLen, promptLen)
 	}
 	return int32(maxTokens), nil
 }

@@ -64,6 +64,9 @@ type turbineOptions struct {
 type chatRequest struct {
 	commonRequest
 	Messages []model.ChatMessage
+	// PromptParam names the request's conversation in errors: "messages", or the
+	// Responses API's "input" (promptParamOf).
+	PromptParam string
 	// Tools is the OpenAI tools array (JSON, as received) passed to the chat template;
 	// nil when absent or when tool_choice is "none".
 	Tools               json.RawMessage
@@ -760,4 +763,12 @@ func checkBestOf(o *object, b int64, n int) {
 	case b > int64(n):
 		o.fail(newError(KindUnsupported, "best_of", "best_of greater than n is not supported (vLLM V1 does not support best_of): got n=%d and best_of=%d; set best_of to n or leave it out.", n, b))
 	}
+}
+
+// promptParamOf is the parameter an error about req's prompt names.
+func promptParamOf(req *chatRequest) string {
+	if req.PromptParam != "" {
+		return req.PromptParam
+	}
+	return "messages"
 }

@@ -123,7 +123,7 @@ func parseResponsesRequest(body []byte) (*responsesRequest, *APIError) {
 	if err != nil {
 		return nil, err
 	}
-	chat := &chatRequest{ParallelToolCalls: true, AddGenerationPrompt: true}
+	chat := &chatRequest{ParallelToolCalls: true, AddGenerationPrompt: true, PromptParam: "input"}
 	parseCommon(o, &chat.commonRequest)
 	if o.err != nil {
 		return nil, o.err

@@ -172,6 +172,7 @@ func TestResponsesRejected(t *testing.T) {
 		{"logprobs included", `{"model":"tiny",` + in + `,"include":["message.output_text.logprobs"]}`, 400, "unsupported_parameter", "include[0]"},
 		{"max_output_tokens zero", `{"model":"tiny",` + in + `,"max_output_tokens":0}`, 400, "invalid_value", "max_output_tokens"},
 		{"max_output_tokens beyond context", `{"model":"tiny",` + in + `,"max_output_tokens":500}`, 400, "context_length_exceeded", "max_output_tokens"},
+		{"input beyond context", `{"model":"tiny","input":"` + strings.Repeat("hello ", 400) + `"}`, 400, "context_length_exceeded", "input"},
 		{"temperature high", `{"model":"tiny",` + in + `,"temperature":3}`, 400, "invalid_value", "temperature"},
 		{"metadata value type", `{"model":"tiny",` + in + `,"metadata":{"a":1}}`, 400, "invalid_type", "metadata.a"},
 		{"reasoning effort", `{"model":"tiny",` + in + `,"reasoning":{"effort":"max"}}`, 400, "invalid_value", "reasoning.effort"},
