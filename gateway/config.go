@@ -60,6 +60,9 @@ const (
 type Config struct {
 	// MaxBodyBytes bounds request bodies in bytes (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// CORS is the cross-origin policy for browser clients; nil: none (no CORS headers; a
+	// preflight is an OPTIONS request like any other, 405).
+	CORS *CORS
 	// RetryAfter is sent with 503 answers, rounded to whole seconds (default 1 s).
 	RetryAfter time.Duration
 	// OwnedBy is the `owned_by` of /v1/models entries (default "turbine").

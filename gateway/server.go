@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/rs/cors"
 )
 
 // Endpoint labels (metrics, logs).
@@ -65,6 +66,7 @@ const (
 // chunk's `turbine` object names the outcome).
 type Server struct {
 	cfg     Config
+	cors    *cors.Cors // Config.CORS's handler; nil: none
 	backend Backend
 	opts    options
 	metrics *frontendMetrics
@@ -110,6 +112,11 @@ func New(cfg Config, backend Backend, opts ...Option) (*Server, error) {
 	}
 	for _, k := range cfg.AdminAPIKeys {
 		s.adminDigests = append(s.adminDigests, sha256.Sum256([]byte(k)))
+	}
+	if cfg.CORS != nil {
+		if s.cors, err = cfg.CORS.handler(); err != nil {
+			return nil, err
+		}
 	}
 	s.routes()
 	return s, nil
@@ -173,7 +180,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Request-Id", id) // where Anthropic's SDKs read it (err.requestID)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
-	if strings.HasPrefix(r.URL.Path, "/admin/") || r.URL.Path == "/v1/load_lora_adapter" || r.URL.Path == "/v1/unload_lora_adapter" {
+	if s.applyCORS(w, r) {
+		return // a preflight: answered without authentication, as browsers send none
+	}
+	if adminPath(r.URL.Path) {
 		if aerr := s.adminAccess(r); aerr != nil {
 			if aerr.Kind == KindUnauthorized {
 				w.Header().Set("WWW-Authenticate", "Bearer")

@@ -2,10 +2,12 @@ package options
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,14 +48,18 @@ type HTTP struct {
 	// /admin/ answers 404 on the main listener (tls.go).
 	AdminHost string
 	AdminPort int
+	// CORS is the cross-origin policy for browser clients (gateway.CORS; vLLM's
+	// --allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials).
+	CORS gateway.CORS
 }
 
 // DefaultHTTP returns 127.0.0.1:8000, a 4 MiB body limit, a 60 s stream write
-// timeout, requests' own chat templates refused, no TLS and no admin listener (its host
-// 127.0.0.1 once --admin-port is given).
+// timeout, requests' own chat templates refused, no TLS, no admin listener (its host
+// 127.0.0.1 once --admin-port is given) and vLLM's CORS policy (any origin, method and
+// header; no credentials).
 func DefaultHTTP() HTTP {
 	return HTTP{Host: "127.0.0.1", Port: 8000, MaxBodyBytes: 4 << 20, StreamWriteTimeout: gateway.DefaultStreamWriteTimeout,
-		AdminHost: "127.0.0.1"}
+		AdminHost: "127.0.0.1", CORS: *gateway.DefaultCORS()}
 }
 
 // Flags registers the HTTP flags on fs.
@@ -75,7 +81,48 @@ func (o *HTTP) Flags(fs *flag.FlagSet) {
 			"as vLLM's flag of that name; the template engine bounds neither a template's running time nor its output, "+
 			"so one request's template can take all of this process's CPU and memory, or crash it (a deeply nested one overflows the parser's stack): "+
 			"trust only clients that may do that")
+	fs.Var(listFlag{&o.CORS.AllowedOrigins}, "allowed-origins",
+		"origins browser clients may call the API from, as a JSON list (vLLM's form, e.g. '[\"https://app.example\"]') or comma-separated; \"*\": any (not /admin/, which never answers cross-origin)")
+	fs.Var(listFlag{&o.CORS.AllowedMethods}, "allowed-methods", "HTTP methods allowed cross-origin, as --allowed-origins; \"*\": any")
+	fs.Var(listFlag{&o.CORS.AllowedHeaders}, "allowed-headers", "request headers allowed cross-origin, as --allowed-origins; \"*\": any")
+	fs.BoolVar(&o.CORS.AllowCredentials, "allow-credentials", o.CORS.AllowCredentials,
+		"let browsers send credentials (cookies, HTTP authentication) cross-origin; needs --allowed-origins naming the origins")
 	o.tlsFlags(fs)
+}
+
+// listFlag is a list flag in vLLM's JSON form (["a", "b"]) or comma-separated; each use
+// replaces the list.
+type listFlag struct{ v *[]string }
+
+func (f listFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	b, _ := json.Marshal(*f.v)
+	return string(b)
+}
+
+func (f listFlag) Set(s string) error {
+	s = strings.TrimSpace(s)
+	var out []string
+	if strings.HasPrefix(s, "[") {
+		if err := json.Unmarshal([]byte(s), &out); err != nil {
+			return fmt.Errorf("want a JSON list of strings or a comma-separated list: %v", err)
+		}
+	} else {
+		for _, e := range strings.Split(s, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				out = append(out, e)
+			}
+		}
+	}
+	for _, e := range out {
+		if e == "" || strings.ContainsFunc(e, unicode.IsControl) {
+			return fmt.Errorf("%q: an empty entry or one with control characters", e)
+		}
+	}
+	*f.v = out
+	return nil
 }
 
 // Validate checks the HTTP options; errors name the flag.
@@ -93,6 +140,9 @@ func (o *HTTP) Validate() error {
 	}
 	if err := o.validateTLS(); err != nil {
 		return err
+	}
+	if o.CORS.AllowCredentials && slices.Contains(o.CORS.AllowedOrigins, "*") {
+		return fmt.Errorf("--allow-credentials: needs --allowed-origins naming the origins, not \"*\" (browsers refuse credentials with any origin)")
 	}
 	return validateKeys("admin-api-key", o.AdminAPIKeys)
 }
@@ -117,6 +167,10 @@ func (o *HTTP) Gateway(cfg gateway.Config) gateway.Config {
 	cfg.MaxBodyBytes, cfg.APIKeys, cfg.AdminAPIKeys = o.MaxBodyBytes, o.APIKeys, o.AdminAPIKeys
 	cfg.StreamWriteTimeout = o.StreamWriteTimeout
 	cfg.TrustRequestChatTemplate = o.TrustRequestChatTemplate
+	if len(o.CORS.AllowedOrigins) > 0 {
+		c := o.CORS
+		cfg.CORS = &c
+	}
 	if o.StreamWriteTimeout == 0 {
 		cfg.StreamWriteTimeout = -1 // the gateway's zero means its default
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/turbine-llm/turbine/cmd/turbine/internal/cli"
+	"github.com/turbine-llm/turbine/gateway"
 )
 
 // TestAPIKeyFlag parses --api-key and TURBINE_API_KEY as a subcommand does (environment
@@ -84,5 +85,55 @@ func TestAPIKeyHelpHidesKeys(t *testing.T) {
 	}
 	if got := fs.Lookup("api-key").Value.String(); strings.Contains(got, "sk-secret") {
 		t.Errorf("the flag's value prints as %q", got)
+	}
+}
+
+// TestCORSFlags: --allowed-origins and its kin take vLLM's JSON lists or comma-separated
+// lists; the default is vLLM's (any origin, method and header); credentials need named
+// origins; an empty origin list turns the policy off.
+func TestCORSFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		origins []string
+		methods []string
+		cors    bool // the gateway gets a policy
+		err     string
+	}{
+		{"default", nil, []string{"*"}, []string{"*"}, true, ""},
+		{"json list", []string{`--allowed-origins=["https://a.example", "https://b.example"]`}, []string{"https://a.example", "https://b.example"}, []string{"*"}, true, ""},
+		{"comma-separated", []string{"--allowed-origins", "https://a.example, https://b.example", "--allowed-methods", "GET,POST"}, []string{"https://a.example", "https://b.example"}, []string{"GET", "POST"}, true, ""},
+		{"off", []string{"--allowed-origins", "[]"}, nil, []string{"*"}, false, ""},
+		{"credentials with named origins", []string{"--allowed-origins", "https://a.example", "--allow-credentials"}, []string{"https://a.example"}, []string{"*"}, true, ""},
+		{"credentials with any origin", []string{"--allow-credentials"}, nil, nil, false, "--allow-credentials"},
+		{"bad json", []string{"--allowed-origins", `["a",`}, nil, nil, false, "JSON list"},
+		{"json not strings", []string{"--allowed-origins", `[1]`}, nil, nil, false, "JSON list"},
+		{"empty entry", []string{"--allowed-origins", `["a", ""]`}, nil, nil, false, "empty entry"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultHTTP()
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			o.Flags(fs)
+			err := fs.Parse(tc.args)
+			if err == nil {
+				err = o.Validate()
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(o.CORS.AllowedOrigins, tc.origins) || !slices.Equal(o.CORS.AllowedMethods, tc.methods) {
+				t.Errorf("origins %q methods %q, want %q %q", o.CORS.AllowedOrigins, o.CORS.AllowedMethods, tc.origins, tc.methods)
+			}
+			if cfg := o.Gateway(gateway.Config{}); (cfg.CORS != nil) != tc.cors {
+				t.Errorf("gateway policy %+v, want one: %v", cfg.CORS, tc.cors)
+			}
+		})
 	}
 }

@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// newCORSServer is a server with policy c and API key "k".
+func newCORSServer(t *testing.T, c *CORS) *Server {
+	t.Helper()
+	s, err := New(Config{Now: func() time.Time { return testTime }, NewRequestID: func() string { return "generated-id" },
+		APIKeys: []string{"k"}, CORS: c}, newFakeBackend(finish("ok", "stop")), fakeOptions(fakePreprocessor{eos: []uint32{fakeEOS}})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestCORS: a browser's preflight is answered without an API key and with the policy's
+// headers; the answer to the request itself carries Access-Control-Allow-Origin; an
+// origin outside the policy and the admin routes get none; without a policy a preflight
+// is an OPTIONS request like any other (405).
+func TestCORS(t *testing.T) {
+	only := &CORS{AllowedOrigins: []string{"https://app.example"}, AllowedMethods: []string{"post"}, AllowedHeaders: []string{"authorization", "content-type"}}
+	for _, tc := range []struct {
+		name           string
+		policy         *CORS
+		method, path   string
+		origin         string
+		preflight      bool
+		auth           string
+		wantStatus     int
+		wantAllowOrig  string
+		wantAllowMeths string
+	}{
+		{"preflight, any origin", DefaultCORS(), http.MethodOptions, "/v1/chat/completions", "https://x.example", true, "", http.StatusNoContent, "*", "POST"},
+		{"request, any origin", DefaultCORS(), http.MethodPost, "/v1/chat/completions", "https://x.example", false, "Bearer k", http.StatusOK, "*", ""},
+		{"request without a key still 401, with the header", DefaultCORS(), http.MethodPost, "/v1/chat/completions", "https://x.example", false, "", http.StatusUnauthorized, "*", ""},
+		{"preflight of /v1/models", DefaultCORS(), http.MethodOptions, "/v1/models", "https://x.example", true, "", http.StatusNoContent, "*", "POST"},
+		{"admin preflight refused", DefaultCORS(), http.MethodOptions, "/admin/busy_thresholds", "https://x.example", true, "", http.StatusForbidden, "", ""},
+		{"lora load preflight refused", DefaultCORS(), http.MethodOptions, "/v1/load_lora_adapter", "https://x.example", true, "", http.StatusForbidden, "", ""},
+		{"named origin", only, http.MethodOptions, "/v1/completions", "https://app.example", true, "", http.StatusNoContent, "https://app.example", "POST"},
+		{"other origin", only, http.MethodOptions, "/v1/completions", "https://evil.example", true, "", http.StatusNoContent, "", ""},
+		{"other origin's request", only, http.MethodPost, "/v1/chat/completions", "https://evil.example", false, "Bearer k", http.StatusOK, "", ""},
+		{"no policy", nil, http.MethodOptions, "/v1/chat/completions", "https://x.example", true, "", http.StatusUnauthorized, "", ""},
+		{"no policy, with a key", nil, http.MethodOptions, "/v1/chat/completions", "https://x.example", true, "Bearer k", http.StatusMethodNotAllowed, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newCORSServer(t, tc.policy)
+			body := ""
+			if tc.method == http.MethodPost {
+				body = `{"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+			}
+			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(body))
+			req.RemoteAddr = "203.0.113.5:1234" // not loopback: the admin routes refuse it
+			req.Header.Set("Origin", tc.origin)
+			if tc.preflight {
+				req.Header.Set("Access-Control-Request-Method", "POST")
+				req.Header.Set("Access-Control-Request-Headers", "authorization,content-type")
+			} else {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			rr := httptest.NewRecorder()
+			s.ServeHTTP(rr, req)
+			h := rr.Header()
+			if rr.Code != tc.wantStatus || h.Get("Access-Control-Allow-Origin") != tc.wantAllowOrig ||
+				h.Get("Access-Control-Allow-Methods") != tc.wantAllowMeths {
+				t.Errorf("got %d, allow-origin %q, allow-methods %q (%s); want %d, %q, %q", rr.Code,
+					h.Get("Access-Control-Allow-Origin"), h.Get("Access-Control-Allow-Methods"), rr.Body, tc.wantStatus, tc.wantAllowOrig, tc.wantAllowMeths)
+			}
+		})
+	}
+}
+
+func TestCORSCredentialsNeedNamedOrigins(t *testing.T) {
+	_, err := New(Config{CORS: &CORS{AllowedOrigins: []string{"*"}, AllowCredentials: true}}, newFakeBackend())
+	if err == nil || !strings.Contains(err.Error(), "credentials") {
+		t.Fatalf("New with credentials and any origin: %v", err)
+	}
+}
