@@ -33,6 +33,9 @@ type answerInfo struct {
 	PromptTokens int
 	// IncludeUsage is stream_options.include_usage.
 	IncludeUsage bool
+	// Usage, when not nil, is the usage so far, which every chunk carries
+	// (stream_options.continuous_usage_stats with include_usage).
+	Usage func() Usage
 	// Chat is the translated request (tools, stream options, the API's own fields are
 	// kept by the API's renderer itself).
 	Chat *chatRequest

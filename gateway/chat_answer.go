@@ -24,7 +24,7 @@ func (openAIAPI) writeError(w http.ResponseWriter, e *APIError, retryAfter time.
 
 func (a openAIAPI) answer(i answerInfo) answer {
 	r := &responder{chat: a.ep == endpointChat, id: idPrefix(a.ep) + i.ID, created: i.Created, model: i.Model,
-		includeUsage: i.IncludeUsage, index: i.Index, lp: i.Logprobs, ids: i.TokenIDs}
+		includeUsage: i.IncludeUsage, usageNow: i.Usage, index: i.Index, lp: i.Logprobs, ids: i.TokenIDs}
 	ans := &openAIAnswer{r: r, named: i.Chat != nil && i.Chat.ToolChoice.Mode == "function", multi: i.Multi}
 	if r.chat && i.Chat != nil {
 		ans.echo, ans.noReasoning = chatEcho(i.Chat), i.Chat.OmitReasoning

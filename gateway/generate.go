@@ -127,6 +127,10 @@ func (s *Server) newGeneration(rec *requestRecord, p *prepared, gen *GenerateReq
 	out.stopReasons = p.stopReasons
 	out.ids = newTokenIDSink(p.common, gen.TokenIDs)
 	info.TokenIDs = out.ids
+	if p.common.IncludeUsage && p.common.ContinuousUsage {
+		prompt := info.PromptTokens
+		info.Usage = func() Usage { return out.usage(prompt) }
+	}
 	return &generation{
 		s: s, rec: rec, p: p, gen: gen, stream: stream,
 		out:    out,

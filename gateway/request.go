@@ -17,6 +17,9 @@ type commonRequest struct {
 	Model        string
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage
+	// ContinuousUsage is vLLM's stream_options.continuous_usage_stats: with IncludeUsage,
+	// every chunk carries the usage so far (docs/reference.md §5.1).
+	ContinuousUsage bool
 	// N is the number of choices per prompt (n; 1 to MaxChoices; 0 counts as 1), run as
 	// N requests on one worker (choices.go, docs/reference.md §22).
 	N int
@@ -214,7 +217,7 @@ func parseCommon(o *object, c *commonRequest) {
 			o.fail(newError(KindInvalidValue, "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."))
 		}
 		c.IncludeUsage, _ = so.boolean("include_usage")
-		so.boolean("continuous_usage_stats")
+		c.ContinuousUsage, _ = so.boolean("continuous_usage_stats")
 		o.fail(so.err)
 	}
 	c.N = 1

@@ -223,6 +223,9 @@ type responder struct {
 	created      int64
 	model        string
 	includeUsage bool
+	// usageNow, when not nil, is the usage so far that every chunk carries
+	// (answerInfo.Usage).
+	usageNow func() Usage
 	// index is the choice's index (0 unless the request has several choices).
 	index int
 	// lp renders the choice's logprobs (nil: none asked).
@@ -243,11 +246,24 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
+// chunkUsage is a chunk's usage: null with include_usage, the usage so far with
+// continuous_usage_stats too (vLLM's: prompt, completion and total tokens), else absent.
 func (r *responder) chunkUsage() json.RawMessage {
-	if r.includeUsage {
+	switch {
+	case r.usageNow != nil:
+		u := r.usageNow()
+		return mustJSON(continuousUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens})
+	case r.includeUsage:
 		return usageNull
 	}
 	return nil
+}
+
+// continuousUsage is a chunk's usage so far (vLLM's continuous_usage_stats).
+type continuousUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
 }
 
 // first is the chunk that opens a chat stream (delta with the role); completions

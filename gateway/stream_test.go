@@ -237,6 +237,60 @@ func TestStreamUsageCounts(t *testing.T) {
 	}
 }
 
+// TestStreamContinuousUsage: with stream_options.continuous_usage_stats and
+// include_usage (vLLM's), every chunk carries the usage so far (prompt, completion and
+// total tokens), growing to the final usage chunk's; without include_usage, none does.
+func TestStreamContinuousUsage(t *testing.T) {
+	for _, path := range []string{chatPath, compPath} {
+		for _, include := range []bool{true, false} {
+			b := newFakeBackend(tokens("Hello "), tokens("wo"), tokens("rld!"), finish("", "stop"))
+			prompt := hiChat
+			if path == compPath {
+				prompt = `"prompt":"Say"`
+			}
+			body := fmt.Sprintf(`{"model":"tiny","stream":true,"stream_options":{"include_usage":%v,"continuous_usage_stats":true},%s}`, include, prompt)
+			rr := serve(newTestServer(t, b), http.MethodPost, path, body)
+			frames := sseFrames(t, rr.Body.String())
+			last, chunks := -1, 0
+			for _, f := range frames {
+				if f == "[DONE]" {
+					continue
+				}
+				var c struct {
+					Choices []json.RawMessage `json:"choices"`
+					Usage   *struct {
+						PromptTokens     int             `json:"prompt_tokens"`
+						CompletionTokens int             `json:"completion_tokens"`
+						TotalTokens      int             `json:"total_tokens"`
+						Details          json.RawMessage `json:"prompt_tokens_details"`
+					} `json:"usage"`
+				}
+				if err := json.Unmarshal([]byte(f), &c); err != nil {
+					t.Fatalf("%s: frame %s: %v", path, f, err)
+				}
+				if !include {
+					if c.Usage != nil {
+						t.Errorf("%s without include_usage: usage in %s", path, f)
+					}
+					continue
+				}
+				chunks++
+				u := c.Usage
+				if u == nil || u.PromptTokens == 0 || u.TotalTokens != u.PromptTokens+u.CompletionTokens || u.CompletionTokens < last {
+					t.Fatalf("%s: chunk %s after completion_tokens %d", path, f, last)
+				}
+				if len(c.Choices) > 0 && u.Details != nil {
+					t.Errorf("%s: a content chunk's usage has details (vLLM's has three counts): %s", path, f)
+				}
+				last = u.CompletionTokens
+			}
+			if include && (chunks < 3 || last != 12) {
+				t.Errorf("%s: %d chunks, last completion_tokens %d; want every chunk, ending at 12 (one per character)", path, chunks, last)
+			}
+		}
+	}
+}
+
 func TestFullResponses(t *testing.T) {
 	helloWorld := []step{tokens("Hel"), tokens("lo"), finish(" world", "stop")}
 	cases := []struct {
