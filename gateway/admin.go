@@ -131,6 +131,9 @@ func adminError(model string, err error) *APIError {
 
 // adminAccess answers whether r may reach /admin/ (nil) or the error to refuse it with.
 func (s *Server) adminAccess(r *http.Request) *APIError {
+	if crossOrigin(r) {
+		return newError(KindAdminForbidden, "", "The admin routes refuse requests a browser sends for another site's page (the request's Origin or Sec-Fetch-Site header): call them from a command line or a program, not from a web page.")
+	}
 	presented := len(s.adminDigests) > 0 && presentsKey(r, s.adminDigests)
 	return adminDecision(len(s.adminDigests) > 0, len(s.keyDigests) > 0, presented, loopbackClient(r))
 }
@@ -152,6 +155,24 @@ func adminDecision(haveAdminKeys, haveAPIKeys, adminKeyPresented, loopback bool)
 		return newError(KindAdminForbidden, "", "The admin routes answer only clients on this machine (loopback, not through a proxy) while the server has no admin key; start it with --admin-api-key to use them from elsewhere.")
 	}
 	return nil
+}
+
+// crossOrigin reports whether a browser sent r for a page of another origin: its
+// Sec-Fetch-Site is neither "same-origin" nor "none" (typed or bookmarked), or, from a
+// browser without that header, its Origin is not r's own (http or https, r.Host). Such
+// a request needs no preflight when it is a form's or a plain-text POST, so CORS alone
+// does not keep a page from driving the admin routes of a server on its visitor's
+// machine, which trust loopback clients (docs/reference.md §5.1). Programs send
+// neither header.
+func crossOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return site != "same-origin" && site != "none"
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	return origin != "http://"+r.Host && origin != "https://"+r.Host
 }
 
 // proxyHeaders mark a request relayed by a proxy: its loopback peer address is the

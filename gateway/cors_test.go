@@ -84,3 +84,52 @@ func TestCORSCredentialsNeedNamedOrigins(t *testing.T) {
 		t.Fatalf("New with credentials and any origin: %v", err)
 	}
 }
+
+// TestAdminRefusesCrossOriginRequests: a browser's request for another site's page (a
+// plain-text POST needs no preflight) is refused 403 by the admin routes, even from
+// loopback and whatever the CORS policy; the same page's own requests, and programs
+// (no Origin, no Sec-Fetch-Site), are served.
+func TestAdminRefusesCrossOriginRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		origin      string
+		fetchSite   string
+		path        string
+		wantRefused bool
+	}{
+		{"program", "", "", "/admin/busy_thresholds", false},
+		{"other site by Origin", "http://evil.example", "", "/admin/busy_thresholds", true},
+		{"other site by Sec-Fetch-Site", "http://evil.example", "cross-site", "/admin/busy_thresholds", true},
+		{"same site, other port", "http://127.0.0.1:3000", "same-site", "/admin/busy_thresholds", true},
+		{"opaque origin", "null", "", "/admin/busy_thresholds", true},
+		{"lora load from another site", "http://evil.example", "cross-site", "/v1/load_lora_adapter", true},
+		{"own page", "http://example.com", "same-origin", "/admin/busy_thresholds", false},
+		{"own page, older browser", "http://example.com", "", "/admin/busy_thresholds", false},
+		{"typed address", "", "none", "/admin/busy_thresholds", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, policy := range []*CORS{nil, DefaultCORS()} {
+				s, err := New(Config{Now: func() time.Time { return testTime }, CORS: policy}, newFakeBackend(),
+					fakeOptions(fakePreprocessor{eos: []uint32{fakeEOS}})...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(`{"model":"tiny","kv_usage":0.5}`))
+				req.RemoteAddr = "127.0.0.1:1234" // loopback: served without a key
+				req.Header.Set("Content-Type", "text/plain")
+				if tc.origin != "" {
+					req.Header.Set("Origin", tc.origin)
+				}
+				if tc.fetchSite != "" {
+					req.Header.Set("Sec-Fetch-Site", tc.fetchSite)
+				}
+				rr := httptest.NewRecorder()
+				s.ServeHTTP(rr, req)
+				refused := rr.Code == http.StatusForbidden && strings.Contains(rr.Body.String(), "another site's page")
+				if refused != tc.wantRefused {
+					t.Errorf("policy %v: got %d %s; want refused: %v", policy != nil, rr.Code, rr.Body, tc.wantRefused)
+				}
+			}
+		})
+	}
+}
