@@ -15,6 +15,12 @@ const (
 	// DefaultWorkWeight weighs the prefill time a choice adds to the fleet (the compute the
 	// other requests on that worker wait behind) against the request's own TTFT.
 	DefaultWorkWeight = 1.0
+	// DefaultBusyWorkScale: the work term's weight grows with the share b of candidates
+	// that have prefill queued, to 1 + (DefaultBusyWorkScale − 1)·b³ times WorkWeight
+	// (busyScale). Compute a choice wastes costs the fleet little while workers idle, and
+	// delays every queued request once none does. Chosen by a sweep (BENCHMARKS.md, "The
+	// price of compute under load"): 16 to 64 gave the same capacity, 4 and 8 less.
+	DefaultBusyWorkScale = 16.0
 	// DefaultSessionSlack: a session's worker is kept while its cost is at most this much
 	// above the best (a fraction of the best cost).
 	DefaultSessionSlack = 0.1
@@ -251,7 +257,7 @@ func (m *ttftModel) predict(promptTokens, promptBlocks int, c *Candidate, p *Pre
 // TTFTPolicy routes a request to the worker where it would get its first token soonest,
 // counting the compute it adds there (docs/reference.md §3.6):
 //
-//	cost(w) = predicted_ttft(w) − credit(w) + WorkWeight · hot · fleet · (own_prefill(w) − min_v own_prefill(v))
+//	cost(w) = predicted_ttft(w) − credit(w) + WorkWeight · busy · hot · fleet · (own_prefill(w) − min_v own_prefill(v))
 //
 // predicted_ttft is the worker's queued prefill less what its head has computed
 // (Candidate.PrefillElapsedMs), the request's uncached prefill in
@@ -259,8 +265,9 @@ func (m *ttftModel) predict(promptTokens, promptBlocks int, c *Candidate, p *Pre
 // blocks when its cache would overflow and for a sequence slot, all scaled by
 // the worker's observed speed (Candidate.SpeedFactor, taken as the fleet's median when
 // within speedNoise of it); own_prefill is the request's prefill at the profile's speed,
-// so the last term is the compute a choice wastes against the best-cached worker, and hot
-// (hotDiscount) lowers its weight for a prefix whose holders already carry more than their
+// so the last term is the compute a choice wastes against the best-cached worker; busy
+// (busyScale) raises its weight as the fleet's prefill queues fill, and hot
+// (hotDiscount) lowers it for a prefix whose holders already carry more than their
 // share of the load. credit (the replica credit, shared) takes off (n − 1)/n of what a
 // missing prefix hit adds, for a prefix in demand n (SelectInput.PrefixDemand); own_prefill
 // is lowered likewise. A prefix hit shortens every term; a long queue or a full cache
@@ -272,16 +279,39 @@ func (m *ttftModel) predict(promptTokens, promptBlocks int, c *Candidate, p *Pre
 type TTFTPolicy struct {
 	WorkWeight   float64
 	SessionSlack float64
+	// BusyWorkScale is the most busyScale multiplies WorkWeight by (≤ 1: not scaled).
+	BusyWorkScale float64
 }
 
 // NewTTFTPolicy returns the policy with its defaults.
 func NewTTFTPolicy() TTFTPolicy {
-	return TTFTPolicy{WorkWeight: DefaultWorkWeight, SessionSlack: DefaultSessionSlack}
+	return TTFTPolicy{WorkWeight: DefaultWorkWeight, SessionSlack: DefaultSessionSlack, BusyWorkScale: DefaultBusyWorkScale}
+}
+
+// busyScale is what the work term's weight is multiplied by for candidates cands:
+// 1 + (BusyWorkScale − 1)·b³, b the share of them with prefill queued
+// (Candidate.ActivePrefillTokens > 0); 1 when BusyWorkScale ≤ 1 or not a finite number.
+// Cubed: while a few workers idle, a copy made there costs little (1.6 times the weight
+// with a third of the fleet busy, 2.9 with half); the weight rises steeply only as the
+// last idle workers fill.
+func (p TTFTPolicy) busyScale(cands []Candidate) float64 {
+	if !(p.BusyWorkScale > 1) || math.IsInf(p.BusyWorkScale, 0) || len(cands) == 0 {
+		return 1
+	}
+	busy := 0
+	for i := range cands {
+		if cands[i].ActivePrefillTokens > 0 {
+			busy++
+		}
+	}
+	b := float64(busy) / float64(len(cands))
+	return 1 + (p.BusyWorkScale-1)*b*b*b
 }
 
 // work returns what the work term is measured from: the least compute any candidate would
 // spend on the request (ms at the profile's speed, shared as in shared), and the weight
-// that applies to the compute above it (WorkWeight times hot, the hotDiscount).
+// that applies to the compute above it (WorkWeight times busyScale and hot, the
+// hotDiscount).
 func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, q *sharedRequest, hot float64) (minOwn, weight float64) {
 	minOwn = math.Inf(1)
 	var pr Prediction
@@ -289,7 +319,7 @@ func (p TTFTPolicy) work(in *SelectInput, m *ttftModel, q *sharedRequest, hot fl
 		_, own, _ := m.shared(q, &in.Candidates[i], &pr)
 		minOwn = min(minOwn, own)
 	}
-	return minOwn, p.WorkWeight * hot * m.fleet
+	return minOwn, p.WorkWeight * p.busyScale(in.Candidates) * hot * m.fleet
 }
 
 // replicaShare is the share of what a missing prefix hit adds that the requests drawing
@@ -504,7 +534,7 @@ func (p TTFTPolicy) Select(in *SelectInput, rng *rand.Rand) (int, error) {
 			session = i
 		}
 	}
-	weight := p.WorkWeight * hot * m.fleet
+	weight := p.WorkWeight * p.busyScale(in.Candidates) * hot * m.fleet
 	bestC := math.Inf(1)
 	for i := range costs {
 		costs[i] += weight * (owns[i] - minOwn)

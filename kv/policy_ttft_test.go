@@ -360,7 +360,10 @@ func TestTTFTReplicaCredit(t *testing.T) {
 			if n > 1 && !math.IsInf(n, 0) {
 				f = (n - 1) / n
 			}
-			work := DefaultWorkWeight * (pf(prompt) - f*(pf(prompt)-pf(newTok)) - pf(newTok))
+			// With prefill queued on the cached worker, one candidate of two is busy: the
+			// work term weighs 1 + (DefaultBusyWorkScale − 1)/8 times (busyScale).
+			busy := 1 + (DefaultBusyWorkScale-1)/8
+			work := DefaultWorkWeight * busy * (pf(prompt) - f*(pf(prompt)-pf(newTok)) - pf(newTok))
 			costCold := cold - f*(cold-held) + work
 			var cross int64 = -1
 			for q := int64(0); q <= 50000; q++ {
@@ -1254,5 +1257,42 @@ func TestTTFTExplainAddsUp(t *testing.T) {
 		if band := low + max(nearMs, nearFraction*low); costs[chosen] > band {
 			t.Fatalf("case %d: chose %s at %v, the lowest cost %v", i, cands[chosen].ID, costs[chosen], low)
 		}
+	}
+}
+
+// TestBusyScale: the work term's multiplier is 1 with no prefill queued anywhere,
+// BusyWorkScale with prefill queued everywhere, and 1 + (BusyWorkScale − 1)·b³ between;
+// a scale of at most 1, not a number or infinite leaves the weight alone.
+func TestBusyScale(t *testing.T) {
+	cands := func(busy, n int) []Candidate {
+		c := make([]Candidate, n)
+		for i := range busy {
+			c[i].ActivePrefillTokens = 100
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		scale   float64
+		busy, n int
+		want    float64
+	}{
+		{16, 0, 8, 1},
+		{16, 8, 8, 16},
+		{16, 4, 8, 1 + 15.0/8},
+		{16, 1, 2, 1 + 15.0/8},
+		{16, 6, 8, 1 + 15*0.421875},
+		{16, 0, 0, 1},
+		{1, 8, 8, 1},
+		{0.5, 8, 8, 1},
+		{math.NaN(), 8, 8, 1},
+		{math.Inf(1), 8, 8, 1},
+	} {
+		p := TTFTPolicy{WorkWeight: 1, BusyWorkScale: tc.scale}
+		if got := p.busyScale(cands(tc.busy, tc.n)); !near(got, tc.want) {
+			t.Errorf("scale %v, %d of %d busy: %v, want %v", tc.scale, tc.busy, tc.n, got, tc.want)
+		}
+	}
+	if NewTTFTPolicy().BusyWorkScale != DefaultBusyWorkScale {
+		t.Errorf("the default policy's scale is %v", NewTTFTPolicy().BusyWorkScale)
 	}
 }
