@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -179,13 +178,9 @@ func (d *jsonDecoder) array() (any, error) {
 // decodes (or refuses) the array.
 func (d *jsonDecoder) ids() (idArray, bool) {
 	b, i := d.b, d.i
-	// Sized once: as many ids as commas before the first ']', plus one (an array that
-	// turns out not to be ids wastes the slice).
-	end := bytes.IndexByte(b[i:], ']')
-	if end < 0 {
-		return nil, false
-	}
-	out := make(idArray, 0, bytes.Count(b[i:i+end], comma)+1)
+	// Grown as ids come, not sized ahead by scanning for the array's end: a body of nested
+	// arrays would rescan (and allocate for) the rest of the body at every level.
+	out := make(idArray, 0, 256)
 	for {
 		// One integer: "0", or a non-zero digit and at most 9 more.
 		if i >= len(b) {
@@ -236,9 +231,6 @@ func (d *jsonDecoder) ids() (idArray, bool) {
 		}
 	}
 }
-
-// comma is the separator ids counts.
-var comma = []byte{','}
 
 // number checks RFC 8259 number syntax and returns the literal.
 func (d *jsonDecoder) number() (json.Number, error) {

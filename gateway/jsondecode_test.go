@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -144,4 +146,35 @@ func BenchmarkParseCompletionTokenIDs(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/request")
+}
+
+// TestDecodeBodyNestedArraysStayCheap: arrays nested to the depth limit, each opening
+// with an id and holding the next, around a long string, decode (or fail) with
+// allocations bounded by the body's size, not its size times its depth.
+func TestDecodeBodyNestedArraysStayCheap(t *testing.T) {
+	const depth = 2000
+	var body bytes.Buffer
+	body.WriteString(`{"a":`)
+	for range depth {
+		body.WriteString(`[0,`)
+	}
+	body.WriteString(`"` + strings.Repeat(",", 1<<20) + `"`)
+	for range depth {
+		body.WriteString(`]`)
+	}
+	body.WriteString(`}`)
+	allocs := testing.AllocsPerRun(1, func() {
+		if _, err := decodeBody(body.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	if _, err := decodeBody(body.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&m1)
+	if got := m1.TotalAlloc - m0.TotalAlloc; got > 64<<20 {
+		t.Errorf("decoding a %d-byte body of %d nested arrays allocated %d bytes (%v allocations)", body.Len(), depth, got, allocs)
+	}
 }
