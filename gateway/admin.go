@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 )
 
 // BusyAdmin is implemented by backends whose routers' busy thresholds (docs/reference.md §4) can
@@ -152,7 +154,7 @@ func adminDecision(haveAdminKeys, haveAPIKeys, adminKeyPresented, loopback bool)
 	case haveAPIKeys:
 		return newError(KindAdminForbidden, "", "The admin routes are off: this server requires API keys but has no admin key; start it with --admin-api-key to use them.")
 	case !loopback:
-		return newError(KindAdminForbidden, "", "The admin routes answer only clients on this machine (loopback, not through a proxy) while the server has no admin key; start it with --admin-api-key to use them from elsewhere.")
+		return newError(KindAdminForbidden, "", "The admin routes answer only clients on this machine (from a loopback address, not through a proxy, naming the server as localhost or a loopback address) while the server has no admin key; start it with --admin-api-key to use them from elsewhere.")
 	}
 	return nil
 }
@@ -189,5 +191,22 @@ func loopbackClient(r *http.Request) bool {
 		}
 	}
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	return err == nil && ap.Addr().Unmap().IsLoopback()
+	return err == nil && ap.Addr().Unmap().IsLoopback() && loopbackHost(r.Host)
+}
+
+// loopbackHost reports whether host (a Host header, with or without its port) names this
+// machine: "localhost" or a loopback address. A page whose own name an attacker's DNS
+// now points at 127.0.0.1 (DNS rebinding) sends its name there, and its requests are
+// same-origin to the browser; they must not pass for a local client's.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	} else if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }

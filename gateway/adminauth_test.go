@@ -99,7 +99,7 @@ func TestAdminAccess(t *testing.T) {
 			var log bytes.Buffer
 			s := newAdminServer(t, a, &log, tc.apiKeys, tc.adminKeys)
 			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
-			req.RemoteAddr = tc.remote
+			req.RemoteAddr, req.Host = tc.remote, "localhost:8000"
 			if tc.auth != "" {
 				req.Header.Set("Authorization", tc.auth)
 			}
@@ -179,12 +179,33 @@ func TestLoopbackClient(t *testing.T) {
 		{"127.0.0.1:1", "X-Real-Ip", false},
 	} {
 		r := httptest.NewRequest("GET", "/admin/busy_thresholds", nil)
-		r.RemoteAddr = tc.remote
+		r.RemoteAddr, r.Host = tc.remote, "127.0.0.1:8000"
 		if tc.header != "" {
 			r.Header.Set(tc.header, "203.0.113.9")
 		}
 		if got := loopbackClient(r); got != tc.want {
 			t.Errorf("RemoteAddr %q, header %q: %v, want %v", tc.remote, tc.header, got, tc.want)
+		}
+	}
+}
+
+// TestLoopbackHost: a loopback client counts as local only when it names the server by
+// localhost or a loopback address; a name an attacker's DNS points at 127.0.0.1 (DNS
+// rebinding) does not.
+func TestLoopbackHost(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		want bool
+	}{
+		{"127.0.0.1:8000", true}, {"127.0.0.1", true}, {"127.8.0.1:80", true}, {"localhost:8000", true},
+		{"LOCALHOST", true}, {"[::1]:8000", true}, {"::1", true}, {"[::ffff:127.0.0.1]:8000", true},
+		{"evil.example:8000", false}, {"evil.example", false}, {"localhost.evil.example:8000", false},
+		{"192.0.2.1:8000", false}, {"", false}, {"[::1", false},
+	} {
+		r := httptest.NewRequest("GET", "/admin/busy_thresholds", nil)
+		r.RemoteAddr, r.Host = "127.0.0.1:1234", tc.host
+		if got := loopbackClient(r); got != tc.want {
+			t.Errorf("Host %q from loopback: local %v, want %v", tc.host, got, tc.want)
 		}
 	}
 }

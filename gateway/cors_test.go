@@ -90,22 +90,28 @@ func TestCORSCredentialsNeedNamedOrigins(t *testing.T) {
 // loopback and whatever the CORS policy; the same page's own requests, and programs
 // (no Origin, no Sec-Fetch-Site), are served.
 func TestAdminRefusesCrossOriginRequests(t *testing.T) {
+	const crossSite, notLocal = "another site's page", "naming the server as localhost"
 	for _, tc := range []struct {
-		name        string
-		origin      string
-		fetchSite   string
-		path        string
-		wantRefused bool
+		name       string
+		host       string
+		origin     string
+		fetchSite  string
+		path       string
+		wantStatus int
+		wantMsg    string
 	}{
-		{"program", "", "", "/admin/busy_thresholds", false},
-		{"other site by Origin", "http://evil.example", "", "/admin/busy_thresholds", true},
-		{"other site by Sec-Fetch-Site", "http://evil.example", "cross-site", "/admin/busy_thresholds", true},
-		{"same site, other port", "http://127.0.0.1:3000", "same-site", "/admin/busy_thresholds", true},
-		{"opaque origin", "null", "", "/admin/busy_thresholds", true},
-		{"lora load from another site", "http://evil.example", "cross-site", "/v1/load_lora_adapter", true},
-		{"own page", "http://example.com", "same-origin", "/admin/busy_thresholds", false},
-		{"own page, older browser", "http://example.com", "", "/admin/busy_thresholds", false},
-		{"typed address", "", "none", "/admin/busy_thresholds", false},
+		{"program", "127.0.0.1:8000", "", "", "/admin/busy_thresholds", 404, "no busy thresholds"},
+		{"other site by Origin", "127.0.0.1:8000", "http://evil.example", "", "/admin/busy_thresholds", 403, crossSite},
+		{"other site by Sec-Fetch-Site", "127.0.0.1:8000", "http://evil.example", "cross-site", "/admin/busy_thresholds", 403, crossSite},
+		{"same site, other port", "127.0.0.1:8000", "http://127.0.0.1:3000", "same-site", "/admin/busy_thresholds", 403, crossSite},
+		{"opaque origin", "127.0.0.1:8000", "null", "", "/admin/busy_thresholds", 403, crossSite},
+		{"lora load from another site", "127.0.0.1:8000", "http://evil.example", "cross-site", "/v1/load_lora_adapter", 403, crossSite},
+		{"own page", "127.0.0.1:8000", "http://127.0.0.1:8000", "same-origin", "/admin/busy_thresholds", 404, "no busy thresholds"},
+		{"own page, older browser", "localhost:8000", "http://localhost:8000", "", "/admin/busy_thresholds", 404, "no busy thresholds"},
+		{"typed address", "127.0.0.1:8000", "", "none", "/admin/busy_thresholds", 404, "no busy thresholds"},
+		// DNS rebinding: the attacker's name now points at 127.0.0.1, so to the browser
+		// the page's requests are same-origin.
+		{"rebound name", "evil.example:8000", "http://evil.example:8000", "same-origin", "/admin/busy_thresholds", 403, notLocal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, policy := range []*CORS{nil, DefaultCORS()} {
@@ -115,7 +121,7 @@ func TestAdminRefusesCrossOriginRequests(t *testing.T) {
 					t.Fatal(err)
 				}
 				req := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(`{"model":"tiny","kv_usage":0.5}`))
-				req.RemoteAddr = "127.0.0.1:1234" // loopback: served without a key
+				req.RemoteAddr, req.Host = "127.0.0.1:1234", tc.host // loopback: served without a key
 				req.Header.Set("Content-Type", "text/plain")
 				if tc.origin != "" {
 					req.Header.Set("Origin", tc.origin)
@@ -125,9 +131,8 @@ func TestAdminRefusesCrossOriginRequests(t *testing.T) {
 				}
 				rr := httptest.NewRecorder()
 				s.ServeHTTP(rr, req)
-				refused := rr.Code == http.StatusForbidden && strings.Contains(rr.Body.String(), "another site's page")
-				if refused != tc.wantRefused {
-					t.Errorf("policy %v: got %d %s; want refused: %v", policy != nil, rr.Code, rr.Body, tc.wantRefused)
+				if rr.Code != tc.wantStatus || !strings.Contains(rr.Body.String(), tc.wantMsg) {
+					t.Errorf("policy %v: got %d %s; want %d with %q", policy != nil, rr.Code, rr.Body, tc.wantStatus, tc.wantMsg)
 				}
 			}
 		})

@@ -86,7 +86,7 @@ func TestContentCoding(t *testing.T) {
 func serveEncoded(h http.Handler, path, encoding string, body []byte) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.RemoteAddr = "127.0.0.1:1234"
+	req.RemoteAddr, req.Host = "127.0.0.1:1234", "127.0.0.1:8000"
 	if encoding != "" {
 		req.Header.Set("Content-Encoding", encoding)
 	}

@@ -40,6 +40,7 @@ func serve(h http.Handler, method, path, body string) *httptest.ResponseRecorder
 func serveCtx(ctx context.Context, h http.Handler, method, path, body string) *httptest.ResponseRecorder {
 	req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
 	req.RemoteAddr = "127.0.0.1:1234" // a client on this machine (the admin routes answer it)
+	req.Host = "127.0.0.1:8000"       // … naming the server by a loopback address
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", "req-1")
 	rr := httptest.NewRecorder()

@@ -286,7 +286,7 @@ func TestLoraRoutesAreAdmin(t *testing.T) {
 			var log bytes.Buffer
 			s := newAdminServer(t, f, &log, tc.apiKeys, tc.adminKey)
 			req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
-			req.RemoteAddr = tc.remote
+			req.RemoteAddr, req.Host = tc.remote, "127.0.0.1:8000"
 			if tc.auth != "" {
 				req.Header.Set("Authorization", tc.auth)
 			}

@@ -73,7 +73,7 @@ func TestLongModelNameIsClipped(t *testing.T) {
 			var log bytes.Buffer
 			s := newKeyedServer(t, tc.backend(), &log)
 			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
-			req.RemoteAddr = "127.0.0.1:1234"
+			req.RemoteAddr, req.Host = "127.0.0.1:1234", "127.0.0.1:8000"
 			rr := httptest.NewRecorder()
 			s.ServeHTTP(rr, req)
 			if rr.Code != tc.code {
