@@ -227,9 +227,16 @@ func (s *Server) generateChoices(ctx context.Context, w http.ResponseWriter, rec
 
 // info is what choice k's renderer knows.
 func (r *choiceRun) info(k int) answerInfo {
-	return answerInfo{ID: r.rec.id, Created: r.created, Model: r.p.common.Model, PromptTokens: len(r.request(k).TokenIDs),
+	i := answerInfo{ID: r.rec.id, Created: r.created, Model: r.p.common.Model, PromptTokens: len(r.request(k).TokenIDs),
 		IncludeUsage: r.p.common.IncludeUsage, Chat: r.p.chat, Index: k, Multi: true,
 		TokenIDs: newTokenIDSink(r.p.common, r.request(k).TokenIDs)} // the role chunk's and the body's prompt ids
+	if r.p.common.IncludeUsage && r.p.common.ContinuousUsage {
+		// The role chunk's usage: nothing generated yet (the choice's generation renders
+		// the rest with its own count).
+		prompt := i.PromptTokens
+		i.Usage = func() Usage { return Usage{PromptTokens: prompt, TotalTokens: prompt} }
+	}
+	return i
 }
 
 // request is choice k's prompt's request (not the choice's own: see choiceRequest).

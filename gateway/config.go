@@ -61,7 +61,8 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies in bytes (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	// CORS is the cross-origin policy for browser clients; nil: none (no CORS headers; a
-	// preflight is an OPTIONS request like any other, 405).
+	// preflight is an OPTIONS request like any other: 405, or 401 first where an API key
+	// is required).
 	CORS *CORS
 	// RetryAfter is sent with 503 answers, rounded to whole seconds (default 1 s).
 	RetryAfter time.Duration

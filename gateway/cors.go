@@ -13,7 +13,8 @@ import (
 // "*" in AllowedOrigins or AllowedHeaders allows any; "*" in AllowedMethods allows
 // HEAD, GET, POST, PUT, PATCH and DELETE. The admin routes (/admin/, the LoRA load and
 // unload routes) never answer cross-origin: a page in an operator's browser must not
-// reach what loopback clients may do.
+// reach what loopback clients may do; nor does /metrics, open without a key, whose
+// model, adapter and worker names and traffic no web page needs to read.
 type CORS struct {
 	AllowedOrigins   []string
 	AllowedMethods   []string
@@ -60,10 +61,11 @@ func adminPath(path string) bool {
 	return strings.HasPrefix(path, "/admin/") || path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter"
 }
 
-// applyCORS adds the policy's headers to r's answer; a preflight (OPTIONS with
-// Access-Control-Request-Method) is answered here, and done reports it.
+// applyCORS adds the policy's headers to r's answer (not for the admin routes and
+// /metrics); a preflight (OPTIONS with Access-Control-Request-Method) is answered here,
+// before any API key is asked for (browsers send none with it), and done reports it.
 func (s *Server) applyCORS(w http.ResponseWriter, r *http.Request) (done bool) {
-	if s.cors == nil || adminPath(r.URL.Path) {
+	if s.cors == nil || adminPath(r.URL.Path) || r.URL.Path == "/metrics" {
 		return false
 	}
 	s.cors.HandlerFunc(w, r)

@@ -40,6 +40,7 @@ func TestCORS(t *testing.T) {
 		{"request, any origin", DefaultCORS(), http.MethodPost, "/v1/chat/completions", "https://x.example", false, "Bearer k", http.StatusOK, "*", ""},
 		{"request without a key still 401, with the header", DefaultCORS(), http.MethodPost, "/v1/chat/completions", "https://x.example", false, "", http.StatusUnauthorized, "*", ""},
 		{"preflight of /v1/models", DefaultCORS(), http.MethodOptions, "/v1/models", "https://x.example", true, "", http.StatusNoContent, "*", "POST"},
+		{"metrics not cross-origin", DefaultCORS(), http.MethodGet, "/metrics", "https://x.example", false, "", http.StatusOK, "", ""},
 		{"admin preflight refused", DefaultCORS(), http.MethodOptions, "/admin/busy_thresholds", "https://x.example", true, "", http.StatusForbidden, "", ""},
 		{"lora load preflight refused", DefaultCORS(), http.MethodOptions, "/v1/load_lora_adapter", "https://x.example", true, "", http.StatusForbidden, "", ""},
 		{"named origin", only, http.MethodOptions, "/v1/completions", "https://app.example", true, "", http.StatusNoContent, "https://app.example", "POST"},

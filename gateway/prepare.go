@@ -146,7 +146,7 @@ func (s *Server) chatPrompt(ctx context.Context, req *chatRequest) (*messages.Mo
 		Documents:            req.Documents,
 	})
 	if err != nil {
-		return nil, nil, "", &APIError{Kind: KindInvalidValue, Param: promptParamOf(req), Message: "The chat template could not be applied to the messages: " + err.Error(), Cause: err}
+		return nil, nil, "", &APIError{Kind: KindInvalidValue, Param: promptParamOf(req), Message: "The chat template could not be applied to the " + promptParamOf(req) + ": " + err.Error(), Cause: err}
 	}
 	if prompt == "" && req.ChatTemplate != nil {
 		return nil, nil, "", emptyTemplatePrompt()

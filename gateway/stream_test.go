@@ -374,3 +374,47 @@ func TestGenerateErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamContinuousUsageChoices: with n = 2 every chunk carries a usage too, the
+// role chunks included (nothing generated yet), and the completion tokens of each
+// choice's chunks never fall.
+func TestStreamContinuousUsageChoices(t *testing.T) {
+	b := newFakeBackend(tokens("Hello "), tokens("wo"), tokens("rld!"), finish("", "stop"))
+	body := `{"model":"tiny","stream":true,"n":2,"stream_options":{"include_usage":true,"continuous_usage_stats":true},` + hiChat + `}`
+	rr := serve(newTestServer(t, b), http.MethodPost, chatPath, body)
+	last := map[int]int{}
+	frames := 0
+	for _, f := range sseFrames(t, rr.Body.String()) {
+		if f == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Index int `json:"index"`
+			} `json:"choices"`
+			Usage *struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+				TotalTokens      int `json:"total_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(f), &c); err != nil {
+			t.Fatalf("frame %s: %v", f, err)
+		}
+		frames++
+		u := c.Usage
+		if u == nil || u.PromptTokens == 0 || u.TotalTokens != u.PromptTokens+u.CompletionTokens {
+			t.Fatalf("chunk without a usage so far: %s", f)
+		}
+		if len(c.Choices) == 1 {
+			k := c.Choices[0].Index
+			if u.CompletionTokens < last[k] {
+				t.Errorf("choice %d: completion_tokens fell to %d from %d: %s", k, u.CompletionTokens, last[k], f)
+			}
+			last[k] = u.CompletionTokens
+		}
+	}
+	if frames < 6 || last[0] != 12 || last[1] != 12 {
+		t.Errorf("%d chunks, last completion_tokens %v; want both choices at 12", frames, last)
+	}
+}

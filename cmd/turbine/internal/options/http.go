@@ -141,6 +141,9 @@ func (o *HTTP) Validate() error {
 	if err := o.validateTLS(); err != nil {
 		return err
 	}
+	if len(o.CORS.AllowedOrigins) > 0 && (len(o.CORS.AllowedMethods) == 0 || len(o.CORS.AllowedHeaders) == 0) {
+		return fmt.Errorf("--allowed-methods and --allowed-headers: want at least one each (\"*\": any); to turn CORS off, give --allowed-origins '[]'")
+	}
 	if o.CORS.AllowCredentials && slices.Contains(o.CORS.AllowedOrigins, "*") {
 		return fmt.Errorf("--allow-credentials: needs --allowed-origins naming the origins, not \"*\" (browsers refuse credentials with any origin)")
 	}

@@ -109,6 +109,9 @@ func TestCORSFlags(t *testing.T) {
 		{"bad json", []string{"--allowed-origins", `["a",`}, nil, nil, false, "JSON list"},
 		{"json not strings", []string{"--allowed-origins", `[1]`}, nil, nil, false, "JSON list"},
 		{"empty entry", []string{"--allowed-origins", `["a", ""]`}, nil, nil, false, "empty entry"},
+		{"no methods", []string{"--allowed-methods", "[]"}, nil, nil, false, "at least one"},
+		{"no headers", []string{"--allowed-headers", ""}, nil, nil, false, "at least one"},
+		{"no methods with CORS off", []string{"--allowed-origins", "[]", "--allowed-methods", "[]"}, nil, nil, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := DefaultHTTP()
