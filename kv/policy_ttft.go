@@ -143,12 +143,6 @@ type Prediction struct {
 	Speed float64
 	// OwnPrefillMs: the request's own prefill time on an idle worker (the work it adds).
 	OwnPrefillMs float64
-	// queueRaw and decodeStep: QueueMs at the profile's speed, and the decode part of
-	// one step (0 for an idle worker), kept for the replica credit (ttftModel.shared).
-	queueRaw, decodeStep float64
-	// doneRaw: the part of the queue already computed (PrefillElapsedMs at the profile's
-	// speed), taken off QueueMs.
-	doneRaw float64
 }
 
 // Total is the predicted TTFT (ms).
@@ -427,7 +421,6 @@ func (m *ttftModel) shared(q *sharedRequest, c *Candidate, pr *Prediction) (cost
 			QueueMs: queueS, PrefillMs: prefill, DecodeMs: decode,
 			MemoryWaitMs: memoryMs * speed, SlotWaitMs: slotMs * speed, AdapterMs: adapterMs,
 			Speed: speed, OwnPrefillMs: ownRaw * speed,
-			queueRaw: queueMs, decodeStep: decodeStep, doneRaw: done,
 		}
 	}
 	own = ownRaw * speed / speed
