@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/rs/cors"
@@ -34,18 +35,11 @@ var anyMethod = []string{http.MethodHead, http.MethodGet, http.MethodPost, http.
 // refuse "*" with credentials, and echoing every origin would hand them to any page).
 func (c *CORS) handler() (*cors.Cors, error) {
 	methods := c.AllowedMethods
-	for _, m := range methods {
-		if m == "*" {
-			methods = anyMethod
-			break
-		}
+	if slices.Contains(methods, "*") {
+		methods = anyMethod
 	}
-	if c.AllowCredentials {
-		for _, o := range c.AllowedOrigins {
-			if o == "*" {
-				return nil, fmt.Errorf("gateway: CORS credentials with any origin (\"*\"): name the origins")
-			}
-		}
+	if c.AllowCredentials && slices.Contains(c.AllowedOrigins, "*") {
+		return nil, fmt.Errorf("gateway: CORS credentials with any origin (\"*\"): name the origins")
 	}
 	upper := make([]string, len(methods))
 	for i, m := range methods {

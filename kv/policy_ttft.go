@@ -170,9 +170,9 @@ type ttftModel struct {
 	// unobserved: the speed of a candidate with none learnt (fleetPrior; 1 when not given).
 	fleet, lo, hi float64
 	unobserved    float64
-	// own, held: the last prefill times asked of the request's own tokens on a
-	// candidate (most share a hit length) and with the longest hit (shared).
-	own, held prefillMemo
+	// own: the last prefill time asked of the request's own tokens on a candidate (most
+	// share a hit length).
+	own prefillMemo
 }
 
 // prefillMemo remembers one prefill time: ms for tok tokens.
@@ -453,7 +453,7 @@ func (m *ttftModel) sharedRequestOf(in *SelectInput) sharedRequest {
 	q := sharedRequest{promptTokens: in.PromptTokens, promptBlocks: (in.PromptTokens + m.bs - 1) / m.bs,
 		best: bestOverlap(in.Candidates), share: replicaShare(in.PrefixDemand)}
 	q.heldTok = max(float64(in.PromptTokens-q.best*m.bs), 1)
-	q.heldMs = m.ms(&m.held, q.heldTok)
+	q.heldMs, _ = m.prefill(q.heldTok) // once per request
 	return q
 }
 

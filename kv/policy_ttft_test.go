@@ -1167,7 +1167,7 @@ func TestReplicaCreditMatchesFullPrediction(t *testing.T) {
 		share := replicaShare(in.PrefixDemand)
 		q := sharedRequest{promptTokens: prompt, promptBlocks: (prompt + bs - 1) / bs, best: best, share: share}
 		q.heldTok = max(float64(prompt-best*bs), 1)
-		q.heldMs = m.ms(&m.held, q.heldTok)
+		q.heldMs, _ = m.prefill(q.heldTok)
 		var pr Prediction
 		cost, own, credit := m.shared(&q, &c, &pr)
 
