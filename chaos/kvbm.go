@@ -265,9 +265,8 @@ func readKvbm(fams map[string]*dto.MetricFamily) (kvbmFigures, bool) {
 // tier's blocks and bytes, or that holds temporary or other files; and, since the
 // nemesis ended (every disk free again), errors of the block manager, or, on a disk that
 // was filled, no block written to disk (the disk tier's writes, less its errors, did not
-// rise). A block manager restarted since Base (a new process, or a counter lower than
-// Base's: a node whose member restarts starts a new block manager in the same process)
-// counts from 0.
+// rise). A block manager restarted since Base (a new process: another start time, or a
+// counter lower than Base's) counts from 0.
 func (c KvbmCheck) Problems() []string {
 	if c.After == nil {
 		return []string{fmt.Sprintf("%s's /metrics did not answer", c.Node)}
@@ -309,7 +308,7 @@ func (c KvbmCheck) Problems() []string {
 		}
 		return out
 	case base.start != now.start || now.stored["disk"] < base.stored["disk"] || now.stored["host"] < base.stored["host"] || now.errors < base.errors:
-		base = kvbmFigures{} // a new process, or a new block manager in it (its member restarted)
+		base = kvbmFigures{} // a new process
 	}
 	if d := now.errors - base.errors; d > 0 {
 		out = append(out, fmt.Sprintf("%s's block manager counted %g errors after the nemesis ended (%g then, %g after the run)", c.Node, d, base.errors, now.errors))

@@ -13,16 +13,29 @@ import (
 )
 
 // Props returns the props of the block manager actor over m (spawn it as ActorName). The
-// actor publishes m's inventory from Started and closes m when it stops.
+// actor publishes m's inventory to Config.Routers from Started and closes m when it stops.
 func (m *Manager) Props() *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return &kvbmActor{m: m} })
+	return actor.PropsFromProducer(func() actor.Actor { return &kvbmActor{m: m, routers: m.cfg.Routers, owns: true} })
+}
+
+// MemberProps returns the props of an actor that publishes m's inventory to routers (nil:
+// Config.Routers) and answers its status, and leaves m open when it stops: m outlives the
+// cluster member (docs/reference.md §10), one such actor on each member in turn. The
+// inventory's numbering is m's, so a router sees one epoch go on across members.
+func (m *Manager) MemberProps(routers func(model string) RouterClient) *actor.Props {
+	if routers == nil {
+		routers = m.cfg.Routers
+	}
+	return actor.PropsFromProducer(func() actor.Actor { return &kvbmActor{m: m, routers: routers} })
 }
 
 type kvbmActor struct {
-	m      *Manager
-	pub    *publisher
-	cancel context.CancelFunc
-	done   chan struct{}
+	m       *Manager
+	routers func(model string) RouterClient
+	owns    bool // the actor closes m when it stops
+	pub     *publisher
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 func (a *kvbmActor) Receive(ctx actor.Context) {
@@ -33,6 +46,9 @@ func (a *kvbmActor) Receive(ctx actor.Context) {
 		ctx.Respond(a.m.Status(a.pub.models()))
 	case *actor.Stopping:
 		a.stop()
+		if !a.owns {
+			return
+		}
 		if err := a.m.Close(); err != nil {
 			a.m.cfg.Logger.Warn().Err(err).Msg("kvbm: closing the store")
 		}
@@ -48,8 +64,12 @@ func (a *kvbmActor) start() {
 		return
 	}
 	cfg := a.m.cfg
-	a.pub = &publisher{st: a.m.st, jan: a.m.jan, routers: cfg.Routers, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
-		inv: NewInventory(cfg.NodeID, cfg.Epoch, cfg.ServesRemote)}
+	a.pub = &publisher{st: a.m.st, jan: a.m.jan, routers: a.routers, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
+		inv: a.m.inv, stepMu: &a.m.pubMu}
+	a.m.pubMu.Lock()
+	a.m.inv.Overflowed() // a publisher's first batches are snapshots: its routers may be new
+	a.pub.published = a.m.inv.Models()
+	a.m.pubMu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel, a.done = cancel, make(chan struct{})
 	go func() {
@@ -67,14 +87,16 @@ func (a *kvbmActor) stop() {
 }
 
 // publisher drains the store's changes every interval and publishes them to the models'
-// Router grains. It owns the Inventory (numbering) and is the only sender, so each
-// model's batches leave in order; no lock is held across a grain call.
+// Router grains. It uses the Manager's Inventory (numbering) under stepMu, held for a
+// whole step, so each model's batches leave in order even if a member's publisher has not
+// yet stopped when the next one starts; no other lock is held across a grain call.
 type publisher struct {
 	st      *store.Store
 	jan     *store.Janitor // the fs:// janitor, nil without one: its files are disk-tier blocks
 	routers func(model string) RouterClient
 	log     zerolog.Logger
 	inv     *Inventory
+	stepMu  *sync.Mutex
 
 	mu        sync.Mutex
 	published []string // Inventory.Models after the latest step (read by the actor)
@@ -109,6 +131,8 @@ func (p *publisher) run(ctx context.Context, interval time.Duration) {
 
 // step drains the store once and sends the batches the Inventory makes of it.
 func (p *publisher) step() {
+	p.stepMu.Lock()
+	defer p.stepMu.Unlock()
 	changes, overflowed := p.st.Changes(p.buf[:0])
 	if p.jan != nil {
 		var janOver bool

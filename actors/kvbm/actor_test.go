@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,81 @@ func TestActorPublishes(t *testing.T) {
 	if third.Seq != 3 || !third.Snapshot || len(hashes(third)) != 2 {
 		t.Fatalf("after need_dump: %v, want snapshot #3 of both blocks", third)
 	}
+}
+
+// TestMemberActorsShareTheManager: an actor of MemberProps leaves the manager serving
+// when it stops, and the next member's actor goes on with the same numbering, starting
+// with a snapshot for its routers (which may know nothing of the node), so a router that
+// heard the first actor accepts it.
+func TestMemberActorsShareTheManager(t *testing.T) {
+	closed := make(chan struct{})
+	srv := ServerFuncs{ServeFn: func(ln net.Listener) error {
+		<-closed
+		return net.ErrClosed
+	}, CloseFn: func() { close(closed) }}
+	serving := func(when string) {
+		t.Helper()
+		select {
+		case <-closed:
+			t.Fatalf("the manager's server was closed %s", when)
+		default:
+		}
+	}
+	m, err := Open(Config{NodeID: "n1", Store: store.Config{HostBytes: 1 << 20}, PublishInterval: time.Millisecond, Epoch: 42,
+		Listeners: []Listener{{Scheme: "resp", Addr: "127.0.0.1:0", New: func(*store.Store) Server { return srv }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Close() }()
+	sys := actor.NewActorSystem()
+	defer sys.Shutdown()
+	rt1 := fakeRouter{got: make(chan *messages.KvbmInventory, 64), needDump: make(chan struct{})}
+	pid, err := sys.Root.SpawnNamed(m.MemberProps(func(string) RouterClient { return rt1 }), ActorName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Store().Put(store.BlockKey("m", 1), nil, []byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if b := rt1.next(t); b.Seq != 1 || !b.Snapshot || b.Epoch != 42 {
+		t.Fatalf("first member's batch %v, want snapshot #1 in epoch 42", b)
+	}
+	if err := sys.Root.PoisonFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// The manager still serves: its store takes blocks, its server answers.
+	if err := m.Store().Put(store.BlockKey("m", 2), nil, []byte("b"), 0); err != nil {
+		t.Fatalf("the store after the member's actor stopped: %v", err)
+	}
+	serving("when the first member's actor stopped")
+
+	rt2 := fakeRouter{got: make(chan *messages.KvbmInventory, 64), needDump: make(chan struct{})}
+	idx := kv.NewTierIndex()
+	if needDump := idx.Apply("n1", kv.Inventory{Epoch: 42, Seq: 1, Snapshot: true}); needDump {
+		t.Fatal("the index refused the first member's snapshot")
+	}
+	pid, err = sys.Root.SpawnNamed(m.MemberProps(func(string) RouterClient { return rt2 }), ActorName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rt2.next(t)
+	if b.Seq != 2 || !b.Snapshot || len(hashes(b)) != 2 {
+		t.Fatalf("second member's first batch %v, want snapshot #2 of both blocks", b)
+	}
+	snap := kv.Inventory{Epoch: b.Epoch, Seq: b.Seq, Snapshot: true, Changes: []kv.TierChange{{Tier: kv.TierHost, SeqHashes: hashes(b)}}}
+	if idx.Apply("n1", snap); idx.Tiers("n1", 1) == 0 || idx.Tiers("n1", 2) == 0 {
+		t.Fatal("a router that heard the first member did not take the second's snapshot")
+	}
+	if err := m.Store().Put(store.BlockKey("m", 3), nil, []byte("c"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if b := rt2.next(t); b.Seq != 3 || b.Snapshot || !slices.Equal(hashes(b), []uint64{3}) {
+		t.Fatalf("second member's next batch %v, want #3 host+[3]", b)
+	}
+	if err := sys.Root.PoisonFuture(pid).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	serving("when the second member's actor stopped")
 }
 
 // TestActorStatus: KvbmStatusRequest answers the node, epoch, policy, the servers'

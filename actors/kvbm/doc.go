@@ -13,17 +13,20 @@
 //     the servers' addresses, the epoch (the start time in Unix nanoseconds unless
 //     Config.Epoch says otherwise), the models published (GET /admin/kvbm).
 //   - *actor.Started: the publisher starts; *actor.Stopping: it stops, then the servers
-//     and the store are closed (Manager.Close).
+//     and the store are closed (Manager.Close) — not by an actor of MemberProps, whose
+//     Manager outlives the cluster member (a node's next member spawns the next actor).
 //
 // Publishing: a publisher goroutine drains Store.Changes every Config.PublishInterval
 // (100 ms), groups them per model (Group: pure, through kvbm.ParseBlockKey; other keys
 // are counted, not published), numbers them per model within the epoch (Inventory: pure)
 // and sends each batch to the model's Router grain (RouterClient.PublishInventory). A
-// model's first batch, and its next after a need_dump answer, a failed send or a store
-// overflow, is a snapshot (Store.Snapshot) that replaces all its router knew of the node.
+// model's first batch from each publisher (one per member), and its next after a
+// need_dump answer, a failed send or a store overflow, is a snapshot (Store.Snapshot)
+// that replaces all its router knew of the node.
 //
-// State owned: the Manager (store, servers), the publisher's Inventory (numbering,
-// pending snapshots; only the publisher goroutine touches it) and the models published
+// State owned: the Manager (store, servers, the Inventory: numbering and pending
+// snapshots, touched only by a publisher's step under the Manager's lock, so numbering
+// goes on across the publishers of successive members) and the models published
 // (guarded by a mutex, read for the status). The store's figures are authoritative; the
 // routers' tier index is derived from the batches, at most one interval stale. No lock is
 // held across a grain call.

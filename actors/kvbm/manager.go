@@ -98,6 +98,11 @@ type Manager struct {
 	janStop context.CancelFunc
 	janDone chan struct{}
 
+	// inv numbers the published inventory for the manager's life (every publisher in
+	// turn); pubMu is held for a publisher's whole step.
+	inv   *Inventory
+	pubMu sync.Mutex
+
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup
@@ -133,7 +138,8 @@ func Open(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{cfg: cfg, st: st, addrs: map[string]string{}, start: now, jan: jan}
+	m := &Manager{cfg: cfg, st: st, addrs: map[string]string{}, start: now, jan: jan,
+		inv: NewInventory(cfg.NodeID, cfg.Epoch, cfg.ServesRemote)}
 	for _, l := range cfg.Listeners {
 		ln := l.Ln
 		if ln == nil {

@@ -60,16 +60,7 @@ func (c *localCluster) node(id string, workers int, extra ...string) *server {
 
 // chat sends one non-streaming chat request and returns the usage.
 func chat(ctx context.Context, s *server, prompt string) (openai.CompletionUsage, error) {
-	c := sdk(s)
-	resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-		Model:     model,
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
-		MaxTokens: openai.Int(4),
-	})
-	if err != nil {
-		return openai.CompletionUsage{}, err
-	}
-	return resp.Usage, nil
+	return chatWith(ctx, s, model, prompt)
 }
 
 // mustChat sends n requests and fails the test on any error.

@@ -88,56 +88,134 @@ func TestClusterFrozenFrontendRestartsAlone(tt *testing.T) {
 	}
 }
 
+// TestClusterFrozenNodeRestartsAlone freezes, together, a node (node-1), a node running
+// its own KV block manager (node-3, --kvbm) and a block manager on its own (`turbine
+// kvbm`): each must restart its member alone, keep its engine (node-1, node-3) and keep
+// its block store serving on the same port with what it held (node-3, the kvbm).
 func TestClusterFrozenNodeRestartsAlone(tt *testing.T) {
 	t := newVerdict(tt)
-	const healthyModel = "healthy-mock"
+	const healthyModel, kvbmModel = "healthy-mock", "kvbm-mock"
 	c := newLocalCluster(t)
 	fe := c.frontend("frontend")
 	n1 := c.node("node-1", 1)
 	n2 := c.node("node-2", 1, "--served-model-name", healthyModel)
+	n3 := c.node("node-3", 1, "--served-model-name", kvbmModel, "--kvbm", "--kvbm-resp-port", "0", "--kvbm-lm-port", "-1")
+	k, kAddr := startKvbm(t, append(c.clusterArgs(), "--node-id", "kvbm-node")...)
+	k.waitFor(30*time.Second, "the block manager's member", func() bool { return len(logRecords(k, "cluster member started")) > 0 })
 	fe.waitReady(model, 1)
 	fe.waitReady(healthyModel, 1)
+	fe.waitReady(kvbmModel, 1)
 	mustChat(t, fe, 2, "to node-1")
-	// A long prompt cached in node-1's engine before the freeze.
+	// A long prompt cached in node-1's and node-3's engines before the freeze, and a
+	// value in the block manager's store.
 	prefix := longText("frozen", 300)
 	if _, err := chat(context.Background(), fe, prefix+" first question"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := chatWith(context.Background(), fe, kvbmModel, prefix+" first question"); err != nil {
+		t.Fatal(err)
+	}
+	rdb := kvbmClient(kAddr, 1)
+	defer rdb.Close()
+	if err := rdb.Set(context.Background(), "kept", "across members", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n3Addr := kvbmAddr(t, n3)
 	healthyMembers := []*server{fe, n2}
 	before := memberStarts(healthyMembers...)
-	frozenID := lastMemberID(t, n1)
+	frozen := []*server{n1, n3, k}
+	frozenIDs := map[*server]string{}
+	for _, s := range frozen {
+		frozenIDs[s] = lastMemberID(t, s)
+	}
 
 	// The healthy path: the model node-2 serves, through the frontend.
 	l := startLoad(fe, healthyModel)
 	defer l.finish()
 	windowFrom := time.Now()
-	frozenAt := freeze(t, n1)
-	waitDropped(t, c, frozenID, 15*time.Second)
-	resumedAt := thaw(t, n1, frozenAt)
-	reason := waitRestarted(t, n1, frozenID, 20*time.Second)
-	t.Logf("node-1 restarted its member %.1f s after SIGCONT: %s", time.Since(resumedAt).Seconds(), reason)
+	frozenAt := map[*server]time.Time{}
+	for _, s := range frozen {
+		frozenAt[s] = freeze(t, s)
+	}
+	for _, s := range frozen {
+		waitDropped(t, c, frozenIDs[s], 15*time.Second)
+	}
+	var resumedAt time.Time
+	for _, s := range frozen {
+		resumedAt = thaw(t, s, frozenAt[s])
+	}
+	for _, s := range frozen {
+		reason := waitRestarted(t, s, frozenIDs[s], 20*time.Second)
+		t.Logf("%s restarted its member %.1f s after SIGCONT: %s", s.name, time.Since(resumedAt).Seconds(), reason)
+		if !strings.Contains(reason, "did not run") {
+			t.Errorf("%s's member was lost for %q, want its pause", s.name, reason)
+		}
+	}
 	fe.waitReady(model, 1)
+	fe.waitReady(kvbmModel, 1)
 	mustChat(t, fe, 2, "to the restarted node-1")
 	// The new member's worker adopted the engine the lost one parked: no second start,
 	// and the prompt cached before the freeze is still a prefix hit.
-	u, err := chat(context.Background(), fe, prefix+" second question")
-	if err != nil {
-		t.Fatal(err)
+	for _, m := range []struct {
+		node  *server
+		model string
+	}{{n1, model}, {n3, kvbmModel}} {
+		u, err := chatWith(context.Background(), fe, m.model, prefix+" second question")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.PromptTokensDetails.CachedTokens == 0 {
+			t.Errorf("%s: no cached token for the prompt cached before the freeze (%d prompt tokens): the engine's KV cache was lost", m.node.name, u.PromptTokens)
+		}
+		if starts, adopted := len(logRecords(m.node, "engine started")), len(logRecords(m.node, adoptedMsg)); starts != 1 || adopted != 1 {
+			t.Errorf("%s logged %d engine starts and %d adoptions, want 1 and 1: the lost member's engine was not kept", m.node.name, starts, adopted)
+		}
 	}
-	if u.PromptTokensDetails.CachedTokens == 0 {
-		t.Errorf("no cached token for the prompt cached before the freeze (%d prompt tokens): the engine's KV cache was lost", u.PromptTokens)
+	// The block managers served on through the new members: one start each, the same
+	// port, the store's contents kept.
+	for _, s := range []*server{n3, k} {
+		if n := len(logRecords(s, "KV block manager serving")); n != 1 {
+			t.Errorf("%s started its block manager %d times, want once", s.name, n)
+		}
 	}
-	if starts, adopted := len(logRecords(n1, "engine started")), len(logRecords(n1, adoptedMsg)); starts != 1 || adopted != 1 {
-		t.Errorf("node-1 logged %d engine starts and %d adoptions, want 1 and 1: the lost member's engine was not kept", starts, adopted)
+	if got, err := rdb.Get(context.Background(), "kept").Result(); err != nil || got != "across members" {
+		t.Errorf("the block manager on its own after its member was replaced: GET kept = %q, %v; want the value set before", got, err)
+	}
+	n3c := kvbmClient(n3Addr, 1)
+	defer n3c.Close()
+	if err := n3c.Ping(context.Background()).Err(); err != nil {
+		t.Errorf("node-3's block manager at %s after its member was replaced: %v", n3Addr, err)
 	}
 	observe(resumedAt)
 	report := l.finish()
 	t.Logf("load for %s: %s", healthyModel, report.summary(windowFrom, time.Now()))
 	checkHealthyMembers(t, before, healthyMembers...)
 	checkNoFailures(t, report, windowFrom, time.Now())
-	if !strings.Contains(reason, "did not run") {
-		t.Errorf("node-1's member was lost for %q, want its pause", reason)
+}
+
+// chatWith sends one non-streaming chat request for model and returns the usage.
+func chatWith(ctx context.Context, s *server, model, prompt string) (openai.CompletionUsage, error) {
+	c := sdk(s)
+	resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model:     model,
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		MaxTokens: openai.Int(4),
+	})
+	if err != nil {
+		return openai.CompletionUsage{}, err
 	}
+	return resp.Usage, nil
+}
+
+// kvbmAddr is the RESP address (host:port) s's block manager logged when it started.
+func kvbmAddr(t testing.TB, s *server) string {
+	t.Helper()
+	recs := logRecords(s, "KV block manager serving")
+	if len(recs) == 0 {
+		t.Fatalf("%s logged no block manager start", s.name)
+	}
+	resp, _ := recs[0]["resp"].(string)
+	return strings.TrimPrefix(resp, "resp://")
 }
 
 // freeze stops s's process (not its engines) with SIGSTOP; a cleanup resumes it if the

@@ -21,7 +21,7 @@ import (
 // startKvbm runs `turbine kvbm` on its own (local discovery, a free RESP port, lm://
 // off) with args and returns it with its RESP address (host:port), read from its
 // "KV block manager serving" line.
-func startKvbm(t *testing.T, args ...string) (*server, string) {
+func startKvbm(t testing.TB, args ...string) (*server, string) {
 	t.Helper()
 	all := append([]string{"kvbm", "--node-id", "crash-node", "--discovery", "local", "--member-port", "0",
 		"--log-format", "json", "--kvbm-resp-port", "0", "--kvbm-lm-port", "-1"}, args...)

@@ -75,17 +75,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	// The ports are bound before the member joins (docs/reference.md §9.5): a taken port
-	// fails at once, naming its flag.
+	// fails at once, naming its flag. The store and its servers outlive a lost member
+	// (§10): each new member only publishes the inventory again.
 	cfg := o.ManagerConfig(o.NodeID, nil, log)
 	release, err := o.Bind(&cfg)
 	if err != nil {
 		return err
 	}
+	mgr, _, err := Open(cfg, log)
+	if err != nil {
+		release()
+		return o.OpenError(err)
+	}
+	defer func() { _ = mgr.Close() }()
 	return options.RunMember(ctx, o.Cluster.Config(nil, log), log, func(mctx context.Context, m *cluster.Member) error {
-		stop, _, err := Start(m, cfg, log)
+		stop, err := Publish(m, mgr)
 		if err != nil {
-			release()
-			return o.OpenError(err)
+			return err
 		}
 		defer stop()
 		<-mctx.Done()
@@ -97,12 +103,13 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 // cfg.Routers is set) and spawns its actor on m as kvbmactor.ActorName. It returns what
 // stops it (the actor, then the servers and the store) and the endpoints its engines
 // are given. Errors: those of kvbmactor.Open (a taken port, a bad disk directory), or
-// the spawn's.
+// the spawn's. For a process whose member may be replaced, Open once and Publish on
+// each member instead.
 func Start(m *cluster.Member, cfg kvbmactor.Config, log zerolog.Logger) (stop func(), ends options.Endpoints, err error) {
 	if cfg.Routers == nil {
 		cfg.Routers = kvbmactor.GrainRouters(m.Cluster, options.KvbmRouterTimeout())
 	}
-	mgr, err := kvbmactor.Open(cfg)
+	mgr, ends, err := Open(cfg, log)
 	if err != nil {
 		return nil, options.Endpoints{}, err
 	}
@@ -112,12 +119,34 @@ func Start(m *cluster.Member, cfg kvbmactor.Config, log zerolog.Logger) (stop fu
 		_ = mgr.Close()
 		return nil, options.Endpoints{}, fmt.Errorf("spawn kvbm: %w", err)
 	}
-	ends = options.ManagerEndpoints(mgr)
+	return func() { _ = root.PoisonFuture(pid).Wait() }, ends, nil
+}
+
+// Open opens a block manager of cfg, serving from now until its Close, and logs its
+// endpoints. Errors: those of kvbmactor.Open (a taken port, a bad disk directory).
+func Open(cfg kvbmactor.Config, log zerolog.Logger) (*kvbmactor.Manager, options.Endpoints, error) {
+	mgr, err := kvbmactor.Open(cfg)
+	if err != nil {
+		return nil, options.Endpoints{}, err
+	}
+	ends := options.ManagerEndpoints(mgr)
 	ev := log.Info().Str("node", cfg.NodeID).Str("resp", ends.RESP).Str("lm", ends.LM).Str("policy", cfg.Store.Policy.String()).
 		Int64("host_bytes", cfg.Store.HostBytes)
 	if cfg.Store.DiskDir != "" { // disk_bytes only with a disk tier
 		ev = ev.Str("disk_dir", cfg.Store.DiskDir).Int64("disk_bytes", cfg.Store.DiskBytes)
 	}
 	ev.Msg("KV block manager serving")
-	return func() { _ = root.PoisonFuture(pid).Wait() }, ends, nil
+	return mgr, ends, nil
+}
+
+// Publish spawns, on member m, the actor (kvbmactor.ActorName) that publishes mgr's
+// inventory to m's Router grains and answers its status; the returned func stops the
+// actor and leaves mgr open. Errors: the spawn's (a name taken on m).
+func Publish(m *cluster.Member, mgr *kvbmactor.Manager) (stop func(), err error) {
+	root := m.System.Root
+	pid, err := root.SpawnNamed(mgr.MemberProps(kvbmactor.GrainRouters(m.Cluster, options.KvbmRouterTimeout())), kvbmactor.ActorName)
+	if err != nil {
+		return nil, fmt.Errorf("spawn kvbm: %w", err)
+	}
+	return func() { _ = root.PoisonFuture(pid).Wait() }, nil
 }

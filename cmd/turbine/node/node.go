@@ -17,8 +17,9 @@
 // CUDA_VISIBLE_DEVICES naming devices that do not exist). It is meant for tests that run
 // stand-in engine executables; the node logs a warning when it is set.
 //
-// KV block manager (docs/reference.md §9.5): with --kvbm the node's member also runs the
-// block manager actor, and its vLLM engines are started with LMCache pointed at it; with
+// KV block manager (docs/reference.md §9.5): with --kvbm the node serves a block manager
+// for its whole life (each cluster member in turn runs the actor that publishes its
+// inventory), and its vLLM engines are started with LMCache pointed at it; with
 // --kvbm-external one runs on its own (`turbine kvbm --node-id <node>`). Every worker
 // registers with the node's id (WorkerInfo.node_id) either way.
 package node
@@ -39,6 +40,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
+	kvbmactor "github.com/turbine-llm/turbine/actors/kvbm"
 	nodeactor "github.com/turbine-llm/turbine/actors/node"
 	"github.com/turbine-llm/turbine/actors/worker"
 	"github.com/turbine-llm/turbine/cluster"
@@ -220,16 +222,29 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 			o.Workers, o.bootTensorParallelSize(), need, len(gpus), why)
 	}
 	b := &builder{o: o, boot: card, self: self, selfErr: selfErr, ports: newEnginePorts(o.EnginePort)}
-	if !o.Kvbm.Enabled {
-		// Engines outlive a lost member (docs/reference.md §10); stopped when the node
-		// stops.
-		b.parking = worker.NewParking()
-		defer func() {
-			for _, id := range b.parking.StopAll() {
-				b.ports.release(id)
-			}
-		}()
+	var mgr *kvbmactor.Manager
+	if o.Kvbm.Enabled {
+		// The block manager's ports are bound before the node joins (a taken port fails
+		// here, naming its flag); it serves until the node stops, across members
+		// (docs/reference.md §10), closed after the engines.
+		cfg := o.Kvbm.ManagerConfig(o.NodeID, nil, log)
+		release, err := o.Kvbm.Bind(&cfg)
+		if err != nil {
+			return err
+		}
+		if mgr, b.kvbm, err = kvbm.Open(cfg, log); err != nil {
+			release()
+			return o.Kvbm.OpenError(err)
+		}
+		defer func() { _ = mgr.Close() }()
 	}
+	// Engines outlive a lost member (docs/reference.md §10); stopped when the node stops.
+	b.parking = worker.NewParking()
+	defer func() {
+		for _, id := range b.parking.StopAll() {
+			b.ports.release(id)
+		}
+	}()
 	// A bad --lora fails here, before the node joins the cluster, rather than each worker.
 	if err := o.Lora.CheckAdapters(card, b.loraModelPath(o.EngineName, card)); err != nil {
 		return err
@@ -253,21 +268,12 @@ func run(ctx context.Context, o Options, log zerolog.Logger) error {
 	}
 	defer stopHTTP()
 	return options.RunMember(ctx, o.Cluster.Config(nil, log), log, func(mctx context.Context, m *cluster.Member) error {
-		if o.Kvbm.Enabled {
-			// The block manager's ports are bound before the workers start, and again on a
-			// new member: a taken port fails here.
-			cfg := o.Kvbm.ManagerConfig(o.NodeID, nil, log)
-			release, err := o.Kvbm.Bind(&cfg) // errors name the flag
+		if mgr != nil {
+			stop, err := kvbm.Publish(m, mgr)
 			if err != nil {
 				return err
 			}
-			stop, ends, err := kvbm.Start(m, cfg, log)
-			if err != nil {
-				release()
-				return o.Kvbm.OpenError(err)
-			}
 			defer stop()
-			b.kvbm = ends
 		}
 		return runNode(mctx, o, m, b, gpus, cpuOnly, log)
 	})
