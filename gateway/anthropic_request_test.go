@@ -308,3 +308,22 @@ func TestAnthropicMethodNotAllowed(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicNotFound: an unknown path under /v1/messages/ is a 404 in Anthropic's
+// shape (its SDK reads error.type), with the Request-Id header; elsewhere OpenAI's.
+func TestAnthropicNotFound(t *testing.T) {
+	s := newTestServer(t, newFakeBackend())
+	for _, tc := range []struct{ method, path, want string }{
+		{http.MethodPost, "/v1/messages/batches", `"type":"error","error":{"type":"not_found_error"`},
+		{http.MethodGet, "/v1/messages/msg_1", `"type":"error","error":{"type":"not_found_error"`},
+		{http.MethodPost, "/v1/messagesx", `"code":"unknown_url"`},
+	} {
+		rr := serve(s, tc.method, tc.path, "{}")
+		if rr.Code != http.StatusNotFound || !strings.Contains(rr.Body.String(), tc.want) {
+			t.Errorf("%s %s: %d %s, want 404 with %s", tc.method, tc.path, rr.Code, rr.Body, tc.want)
+		}
+		if anth := strings.HasPrefix(tc.path, "/v1/messages/"); (rr.Header().Get("Request-Id") != "") != anth {
+			t.Errorf("%s %s: Request-Id %q", tc.method, tc.path, rr.Header().Get("Request-Id"))
+		}
+	}
+}

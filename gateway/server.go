@@ -147,8 +147,19 @@ func (s *Server) routes() {
 	s.mux.Handle("/v1/load_lora_adapter", only(http.MethodPost, s.handleLoadLora))
 	s.mux.Handle("/v1/unload_lora_adapter", only(http.MethodPost, s.handleUnloadLora))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newError(KindRouteNotFound, "", "Invalid URL (%s %s).", clipName(r.Method), clipName(r.URL.Path)), 0)
+		aerr := newError(KindRouteNotFound, "", "Invalid URL (%s %s).", clipName(r.Method), clipName(r.URL.Path))
+		if anthropicPath(r.URL.Path) {
+			writeAnthropicError(w, aerr, 0)
+			return
+		}
+		writeError(w, aerr, 0)
 	})
+}
+
+// anthropicPath reports whether path is under Anthropic's Messages API (/v1/messages and
+// below), whose errors, 404 and 401 included, are in Anthropic's shape.
+func anthropicPath(path string) bool {
+	return path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/")
 }
 
 // only answers other methods with an OpenAI-shaped 405.
@@ -176,7 +187,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w = withWriteDeadlines(w, s.cfg.StreamWriteTimeout)
 	w.Header().Set("X-Request-Id", id)
-	if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+	if anthropicPath(r.URL.Path) {
 		w.Header().Set("Request-Id", id) // where Anthropic's SDKs read it (err.requestID)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
@@ -268,7 +279,7 @@ func (s *Server) unauthorized(w http.ResponseWriter, r *http.Request) {
 		defer s.end(rec)
 	}
 	w.Header().Set("WWW-Authenticate", "Bearer")
-	if r.URL.Path == "/v1/messages" || strings.HasPrefix(r.URL.Path, "/v1/messages/") {
+	if anthropicPath(r.URL.Path) {
 		writeAnthropicError(w, aerr, 0)
 		return
 	}
