@@ -124,15 +124,20 @@ func (p *publisher) run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.step()
+			p.step(ctx)
 		}
 	}
 }
 
-// step drains the store once and sends the batches the Inventory makes of it.
-func (p *publisher) step() {
+// step drains the store once and sends the batches the Inventory makes of it; nothing
+// once ctx is done (a stopped publisher whose ticker fired as it stopped must not take
+// the next member's snapshot for its own dead routers).
+func (p *publisher) step(ctx context.Context) {
 	p.stepMu.Lock()
 	defer p.stepMu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
 	changes, overflowed := p.st.Changes(p.buf[:0])
 	if p.jan != nil {
 		var janOver bool

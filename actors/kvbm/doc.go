@@ -28,8 +28,9 @@
 // snapshots, touched only by a publisher's step under the Manager's lock, so numbering
 // goes on across the publishers of successive members) and the models published
 // (guarded by a mutex, read for the status). The store's figures are authoritative; the
-// routers' tier index is derived from the batches, at most one interval stale. No lock is
-// held across a grain call.
+// routers' tier index is derived from the batches, at most one interval stale. The only
+// lock held across a grain call is the Manager's step lock, which nothing else takes
+// but the next member's publisher.
 //
 // Janitor mode (Config.FS): the Manager runs a kvbm.Janitor over an LMCache fs://
 // directory from Open until Close (one goroutine, a scan every FS.Interval); its figures

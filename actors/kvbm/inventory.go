@@ -10,7 +10,7 @@ import (
 
 // The inventory's pure core (docs/reference.md §9.5): the store's changes in, numbered
 // per-model messages.KvbmInventory batches out. No clock, no I/O: the publisher goroutine
-// (publish.go) drains the store, calls Inventory, sends what it returns and hands back
+// (actor.go) drains the store, calls Inventory, sends what it returns and hands back
 // each Router grain's answer.
 
 // MaxHashesPerBatch bounds the sequence hashes of one KvbmInventory message (8 bytes
@@ -90,7 +90,8 @@ type Block struct {
 }
 
 // Inventory numbers a block manager's inventory batches and decides when a model gets a
-// snapshot instead of changes. Not safe for concurrent use: one publisher owns it.
+// snapshot instead of changes. Not safe for concurrent use: the Manager owns it, and
+// its publishers use it one step at a time under the Manager's lock.
 //
 // Numbering: Seq counts each model's batches from 1 within Epoch (the block manager's
 // start); a Router grain that sees a gap, an unknown node or a new epoch answers

@@ -7,8 +7,9 @@
 //	turbine kvbm --node-id gpu-7 --kvbm-host-bytes 64GiB --kvbm-disk-dir /nvme/kvbm --kvbm-disk-bytes 1TiB
 //
 // That node then runs `turbine node --node-id gpu-7 --kvbm-external` (the same ports) so
-// that its engines are pointed at it. `turbine node --kvbm` and `turbine serve --kvbm`
-// run the same block manager in their own process instead (Start).
+// that its engines are pointed at it. `turbine node --kvbm` runs the same block manager
+// in its own process instead (Open once, Publish on each cluster member), and `turbine
+// serve --kvbm` in its one member (Start).
 package kvbm
 
 import (

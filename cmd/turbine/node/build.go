@@ -30,8 +30,7 @@ type builder struct {
 	board *nodehttp.Board
 	// ports: the engines' fixed ports (--engine-port); shared by forRole's copies.
 	ports *enginePorts
-	// parking keeps the engines across a lost cluster member (worker.Parking); nil with
-	// the node's own KV block manager, which starts again with each member.
+	// parking keeps the engines across a lost cluster member (worker.Parking).
 	parking *worker.Parking
 	// booted: a member started the boot workers; with parking, later members start
 	// the workers their lost predecessor had instead (none, when a planner stopped

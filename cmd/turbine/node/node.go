@@ -412,7 +412,7 @@ func runNode(ctx context.Context, o Options, m *cluster.Member, b *builder, gpus
 		boot = max(0, boot-len(restore))
 		log.Info().Int("workers", len(restore)).Msg("the previous member's workers started again")
 	}
-	if b.parking != nil && b.booted {
+	if b.booted {
 		boot = 0 // the previous member's workers, as many as it had (a planner may have stopped some)
 	}
 	// Engines parked for no worker started again (one that stopped as parking opened).
