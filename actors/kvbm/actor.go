@@ -65,7 +65,7 @@ func (a *kvbmActor) start() {
 	}
 	cfg := a.m.cfg
 	a.pub = &publisher{st: a.m.st, jan: a.m.jan, routers: a.routers, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger(),
-		inv: a.m.inv, stepMu: &a.m.pubMu}
+		inv: a.m.inv, stepMu: &a.m.pubMu, fail: &a.m.pubFail}
 	a.m.pubMu.Lock()
 	a.m.inv.Overflowed() // a publisher's first batches are snapshots: its routers may be new
 	a.pub.published = a.m.inv.Models()
@@ -101,10 +101,11 @@ type publisher struct {
 	mu        sync.Mutex
 	published []string // Inventory.Models after the latest step (read by the actor)
 
-	buf          []store.Change
-	failingSince time.Time
-	lastFailLog  time.Time
-	foreign      int
+	buf []store.Change
+	// fail is the Manager's: a failure a lost member's publisher logged is followed by
+	// the next member's "published again".
+	fail    *publishFailures
+	foreign int
 }
 
 func (p *publisher) models() []string {
@@ -183,20 +184,24 @@ func (p *publisher) step(ctx context.Context) {
 			p.inv.NeedSnapshot(b.Model)
 		}
 	}
-	if len(failed) == 0 && !p.failingSince.IsZero() {
-		p.log.Info().Dur("failed_for", time.Since(p.failingSince).Round(time.Second)).Msg("kvbm inventory published again")
-		p.failingSince = time.Time{}
+	if len(failed) == 0 && !p.fail.since.IsZero() {
+		p.log.Info().Dur("failed_for", time.Since(p.fail.since).Round(time.Second)).Msg("kvbm inventory published again")
+		p.fail.since = time.Time{}
 	}
 }
+
+// publishFailures is when publishing started failing (zero: it is not failing) and when
+// that was last logged; guarded by the Manager's step lock.
+type publishFailures struct{ since, lastLog time.Time }
 
 // logFailure logs a failed publication once when failures start, then once a minute.
 func (p *publisher) logFailure(model string, err error) {
 	now := time.Now()
-	if p.failingSince.IsZero() {
-		p.failingSince = now
-	} else if now.Sub(p.lastFailLog) < time.Minute {
+	if p.fail.since.IsZero() {
+		p.fail.since = now
+	} else if now.Sub(p.fail.lastLog) < time.Minute {
 		return
 	}
-	p.lastFailLog = now
+	p.fail.lastLog = now
 	p.log.Warn().Err(err).Str("model", model).Msg("kvbm inventory not published (no Router grain reachable?): a snapshot follows once one is")
 }

@@ -100,8 +100,9 @@ type Manager struct {
 
 	// inv numbers the published inventory for the manager's life (every publisher in
 	// turn); pubMu is held for a publisher's whole step.
-	inv   *Inventory
-	pubMu sync.Mutex
+	inv     *Inventory
+	pubMu   sync.Mutex
+	pubFail publishFailures
 
 	closeOnce sync.Once
 	closeErr  error
