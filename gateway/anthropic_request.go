@@ -116,6 +116,7 @@ func parseMessagesRequest(body []byte, countOnly bool) (*chatRequest, *APIError)
 func parseMessagesSampling(o *object, req *chatRequest) {
 	if n, ok := o.integer("max_tokens"); ok {
 		setMaxTokens(o, &req.commonRequest, "max_tokens", n)
+		req.MaxTokensOwnName = true
 	} else if o.err == nil {
 		o.fail(newError(KindMissingParameter, "max_tokens", "Missing required parameter: 'max_tokens'."))
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/turbine-llm/turbine/messages"
@@ -68,12 +69,23 @@ func TestCompletionBudget(t *testing.T) {
 		{100, 99, 0, 1, false},
 	}
 	for _, c := range cases {
-		got, err := completionBudget(c.ctx, c.prompt, c.max, "max_tokens", "messages")
+		got, err := completionBudget(c.ctx, c.prompt, c.max, "max_tokens", false, "messages")
 		if got != c.want || (err != nil) != c.err {
 			t.Errorf("ctx %d prompt %d max %d: got %d, %v", c.ctx, c.prompt, c.max, got, err)
 		}
 		if err != nil && err.Kind != KindContextLengthExceeded {
 			t.Errorf("kind %s", err.Kind)
+		}
+	}
+	// vLLM names both of OpenAI's fields; an API with only max_tokens (Anthropic's) names
+	// it alone.
+	for _, c := range []struct {
+		own  bool
+		want string
+	}{{false, "'max_tokens' or 'max_completion_tokens' is too large: 91."}, {true, "'max_tokens' is too large: 91."}} {
+		_, err := completionBudget(100, 10, 91, "max_tokens", c.own, "messages")
+		if err == nil || !strings.HasPrefix(err.Message, c.want) || err.Param != "max_tokens" {
+			t.Errorf("own name %v: %v, want a message starting %q and param max_tokens", c.own, err, c.want)
 		}
 	}
 }

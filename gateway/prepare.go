@@ -265,7 +265,7 @@ func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest,
 	if len(ids) == 0 {
 		return nil, newError(KindInvalidValue, promptParam, "Invalid '%s': the prompt has no tokens.", promptParam)
 	}
-	maxTokens, aerr := completionBudget(ctxLen, len(ids), c.MaxTokens, c.MaxTokensParam, promptParam)
+	maxTokens, aerr := completionBudget(ctxLen, len(ids), c.MaxTokens, c.MaxTokensParam, c.MaxTokensOwnName, promptParam)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -315,8 +315,9 @@ func finishPrepare(card *messages.ModelCard, pre Preprocessor, c *commonRequest,
 // completionBudget checks a prompt of promptLen tokens against a context of ctxLen tokens
 // (0: unknown, no check) and returns the max_tokens to send to the engine: the request's
 // value, or what is left of the context when the request gave none (0 when the context
-// is unknown: the engine's default). Errors and messages follow vLLM's.
-func completionBudget(ctxLen, promptLen int, maxTokens int64, maxParam, promptParam string) (int32, *APIError) {
+// is unknown: the engine's default). Errors and messages follow vLLM's, which name both
+// max_tokens and max_completion_tokens unless ownName (maxParam alone).
+func completionBudget(ctxLen, promptLen int, maxTokens int64, maxParam string, ownName bool, promptParam string) (int32, *APIError) {
 	if ctxLen <= 0 {
 		return int32(maxTokens), nil
 	}
@@ -331,7 +332,7 @@ func completionBudget(ctxLen, promptLen int, maxTokens int64, maxParam, promptPa
 	}
 	if maxTokens > room {
 		named := "'max_tokens' or 'max_completion_tokens'" // vLLM's words
-		if maxParam != "" && maxParam != "max_tokens" && maxParam != "max_completion_tokens" {
+		if ownName || maxParam != "" && maxParam != "max_tokens" && maxParam != "max_completion_tokens" {
 			named = "'" + maxParam + "'"
 		}
 		return 0, newError(KindContextLengthExceeded, maxParam,

@@ -25,8 +25,11 @@ type commonRequest struct {
 	N int
 	// MaxTokens is max_completion_tokens, else max_tokens; 0 when neither was given.
 	MaxTokens int64
-	// MaxTokensParam names the field MaxTokens came from, for error messages.
+	// MaxTokensParam names the field MaxTokens came from, for error messages;
+	// MaxTokensOwnName: name it alone where vLLM's message names both of OpenAI's fields
+	// (an API with only that one, Anthropic's).
 	MaxTokensParam    string
+	MaxTokensOwnName  bool
 	MinTokens         int64
 	Stop              []string
 	StopTokenIDs      []uint32

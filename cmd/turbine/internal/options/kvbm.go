@@ -92,7 +92,7 @@ func (o *Kvbm) Flags(fs *flag.FlagSet, enable, external bool) {
 	}
 	fs.Var(&o.HostBytes, "kvbm-host-bytes", "host-memory tier cap of the block manager (bytes; 4GiB, 512MiB, 10GB style)")
 	fs.StringVar(&o.DiskDir, "kvbm-disk-dir", o.DiskDir, "directory of the block manager's disk tier (\"\": no disk tier); a restart re-reads its blocks")
-	fs.Var(markSet{&o.DiskBytes, &o.diskBytesSet}, "kvbm-disk-bytes", "disk tier cap (bytes; 64GiB style) with --kvbm-disk-dir (default "+Bytes(DefaultKvbmDiskBytes).String()+")")
+	fs.Var(markSet{&o.DiskBytes, &o.diskBytesSet}, "kvbm-disk-bytes", "disk tier cap (bytes; 64GiB style) with --kvbm-disk-dir")
 	fs.StringVar(&o.Host, "kvbm-host", o.Host, "address the block manager's servers bind (a non-loopback one serves other nodes too)")
 	fs.IntVar(&o.RESPPort, "kvbm-resp-port", o.RESPPort, "port of the block manager's RESP server (LMCache redis:// and resp://, the mock engine, redis-cli); 0 picks a free one, -1 turns it off")
 	fs.IntVar(&o.LMPort, "kvbm-lm-port", o.LMPort, "port of the block manager's LMCache lm:// server; 0 picks a free one, -1 turns it off")
