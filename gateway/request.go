@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/turbine-llm/turbine/gateway/parse"
 	"github.com/turbine-llm/turbine/messages"
@@ -128,8 +129,12 @@ type completionPrompt struct {
 	Tokens bool
 }
 
-// parseBody decodes body, which must be one JSON object.
+// parseBody decodes body, which must be one JSON object in UTF-8 (RFC 8259 §8.1: bytes
+// that are not would reach the prompt as U+FFFD, the text lost).
 func parseBody(body []byte) (*object, *APIError) {
+	if !utf8.Valid(body) {
+		return nil, &APIError{Kind: KindInvalidJSON, Message: "We could not parse the JSON body of your request: it is not valid UTF-8."}
+	}
 	v, err := decodeBody(body)
 	if err != nil {
 		return nil, &APIError{Kind: KindInvalidJSON, Message: "We could not parse the JSON body of your request: it is not valid JSON.", Cause: err}

@@ -25,6 +25,7 @@ func TestRejectedRequests(t *testing.T) {
 	}{
 		{"malformed json", chatPath, `{"model":"tiny",`, 400, "invalid_json", ""},
 		{"body not an object", chatPath, `[1,2]`, 400, "invalid_json", ""},
+		{"body not UTF-8", chatPath, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "invalid_json", ""},
 		{"missing model", chatPath, `{"messages":[{"role":"user","content":"hi"}]}`, 400, "missing_required_parameter", "model"},
 		{"model wrong type", chatPath, `{"model":7,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "model"},
 		{"missing messages", chatPath, `{"model":"tiny"}`, 400, "missing_required_parameter", "messages"},
