@@ -63,6 +63,15 @@ type Stream interface {
 	Close()
 }
 
+// ChunkPoller is a Stream that can tell, without waiting, whether its next chunk has
+// come: Ready returns it (as Recv would) or nil when Recv would wait, or has an error or
+// the end to report. A stream's SSE frames are then flushed when it has nothing more
+// ready, so frames of chunks that queued up (a busy CPU, a burst) leave in one write
+// instead of one each, and a frame is never held while Recv waits.
+type ChunkPoller interface {
+	Ready() *messages.TokenChunk
+}
+
 // DisaggInfo says how a request was split between a prefill and a decode worker
 // (disaggregated serving, docs/reference.md §6).
 type DisaggInfo struct {

@@ -75,7 +75,17 @@ func TestClientDisconnectDuringGenerate(t *testing.T) {
 // TestClientDisconnectOverHTTP runs a real HTTP server: the client reads the first
 // content frame and hangs up; the engine's stream must be closed.
 func TestClientDisconnectOverHTTP(t *testing.T) {
+	for _, poll := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stream", true: "chunk poller"}[poll], func(t *testing.T) { clientDisconnectOverHTTP(t, poll) })
+	}
+}
+
+// clientDisconnectOverHTTP: the client reads the first chunk's frame while the engine
+// produces nothing more (a ChunkPoller's frame is flushed before Recv waits), then hangs
+// up; the Stream must be closed.
+func clientDisconnectOverHTTP(t *testing.T, poll bool) {
 	b := newFakeBackend(tokens("Hel"), step{block: true})
+	b.poll = poll
 	s := newTestServer(t, b)
 	srv := httptest.NewServer(s)
 	defer srv.Close()
@@ -143,4 +153,46 @@ func TestEveryPathCloses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// flushCounter is a ResponseRecorder that counts the flushes of the answer.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	flushes int
+}
+
+func (f *flushCounter) Flush() { f.flushes++; f.ResponseRecorder.Flush() }
+
+// TestStreamFramesFlushedTogether: the frames of chunks a ChunkPoller has ready at once
+// leave in one flush, and the answer is byte for byte the one a plain Stream gets, which
+// flushes every frame.
+func TestStreamFramesFlushedTogether(t *testing.T) {
+	steps := []step{tokens("a"), tokens("b"), tokens("c"), tokens("d"), finish("e", "stop")}
+	answer := func(poll bool) (string, int) {
+		b := newFakeBackend(steps...)
+		b.poll = poll
+		s := newTestServer(t, b)
+		req := httptest.NewRequest(http.MethodPost, chatPath, strings.NewReader(`{"model":"tiny","stream":true,`+hiChat+`}`))
+		req.Header.Set("X-Request-Id", "req-1")
+		w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+		s.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Fatalf("poll %v: %d %s", poll, w.Code, w.Body)
+		}
+		b.checkClosed(t)
+		return w.Body.String(), w.flushes
+	}
+	plain, plainFlushes := answer(false)
+	polled, polledFlushes := answer(true)
+	if polled != plain {
+		t.Errorf("a ChunkPoller's answer differs:\n%s\nfrom a Stream's:\n%s", polled, plain)
+	}
+	frames := strings.Count(plain, "data: ")
+	// A Stream: the headers, then every frame. A ChunkPoller: the headers, the role
+	// frame, then the four ready chunks' frames with the finishing chunk's, then [DONE].
+	if plainFlushes != frames+1 || polledFlushes != 4 {
+		t.Errorf("flushes: %d for a Stream, %d for a ChunkPoller, of %d frames; want %d and 4",
+			plainFlushes, polledFlushes, frames, frames+1)
+	}
+	t.Logf("%d frames: %d flushes for a Stream, %d for a ChunkPoller", frames, plainFlushes, polledFlushes)
 }

@@ -292,6 +292,7 @@ func (s *fakeStream) Close() {
 
 type fakeBackend struct {
 	mu        sync.Mutex
+	poll      bool // its streams are ChunkPollers (pollingStream)
 	cards     []*messages.ModelCard
 	modelsErr error
 	genErr    error
@@ -326,7 +327,28 @@ func (b *fakeBackend) Generate(ctx context.Context, req *GenerateRequest) (Strea
 	}
 	s := &fakeStream{steps: b.steps, worker: "worker-a", closed: make(chan struct{})}
 	b.streams = append(b.streams, s)
+	if b.poll {
+		return pollingStream{s}, nil
+	}
 	return s, nil
+}
+
+// pollingStream is a fakeStream that is a ChunkPoller: every step that is a plain chunk
+// (no block, error or hook) is ready at once.
+type pollingStream struct{ *fakeStream }
+
+func (s pollingStream) Ready() *messages.TokenChunk {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closes > 0 || s.next >= len(s.steps) {
+		return nil
+	}
+	st := s.steps[s.next]
+	if st.block || st.err != nil || st.before != nil || st.chunk == nil {
+		return nil
+	}
+	s.next++
+	return st.chunk
 }
 
 func (b *fakeBackend) generated() []*GenerateRequest {

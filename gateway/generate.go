@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/turbine-llm/turbine/gateway/parse"
+	"github.com/turbine-llm/turbine/messages"
 )
 
 // generation is one prepared request running on the Backend.
@@ -36,6 +37,10 @@ type generation struct {
 	// set, is called once, at the first chunk.
 	choice  int
 	started func()
+	// idle, when set, is called when the stream (a ChunkPoller) has no chunk ready,
+	// before pump waits for one: the SSE writer's flush. An error ends the pump as the
+	// client gone.
+	idle func() error
 }
 
 // errRequestTimeout is the cause of a request context that ran past Config.RequestTimeout.
@@ -183,8 +188,21 @@ func idPrefix(endpoint string) string {
 // away (request context done, or emit failed writing).
 func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (last []parse.Event, aerr *APIError, gone bool) {
 	var prev time.Time
+	poller, _ := g.stream.(ChunkPoller)
+	if g.idle == nil {
+		poller = nil
+	}
 	for {
-		c, err := g.stream.Recv(ctx)
+		var c *messages.TokenChunk
+		if poller != nil {
+			if c = poller.Ready(); c == nil && g.idle() != nil {
+				return nil, nil, true // the client is gone: its flush failed
+			}
+		}
+		var err error
+		if c == nil {
+			c, err = g.stream.Recv(ctx)
+		}
 		if err != nil {
 			switch {
 			case timedOut(ctx, g.s.cfg.RequestTimeout) != nil:
@@ -331,10 +349,16 @@ func (g *generation) streamTo(ctx context.Context, w http.ResponseWriter) {
 		return
 	}
 	var all []parse.Event
+	// Frames of chunks already come are flushed together: once the stream has no chunk
+	// ready (ChunkPoller), before Recv waits.
+	if _, ok := g.stream.(ChunkPoller); ok {
+		sse.lazy, g.idle = true, sse.flushPending
+	}
 	last, aerr, gone := g.pump(ctx, func(evs []parse.Event) error {
 		all = append(all, evs...)
 		return g.ans.streamEvents(sse, evs)
 	})
+	sse.lazy, g.idle = false, nil // every path below writes a frame, which flushes the rest
 	switch {
 	case gone:
 		g.clientGone(sse.err)

@@ -14,6 +14,9 @@ type sseWriter struct {
 	// err is the first write or flush error (the client is gone, or stopped reading for
 	// Config.StreamWriteTimeout); every later frame fails with it.
 	err error
+	// lazy: frames are written without a flush (unflushed says one was), until
+	// flushPending; set while a ChunkPoller's chunks are pumped.
+	lazy, unflushed bool
 }
 
 // startSSE writes the stream's headers (status 200) and flushes them.
@@ -51,10 +54,23 @@ func (s *sseWriter) frame(payload []byte) error {
 		s.err = err
 		return err
 	}
+	if s.lazy {
+		s.unflushed = true
+		return nil
+	}
+	return s.flush()
+}
+
+// flushPending flushes the frames written since the last flush, if any.
+func (s *sseWriter) flushPending() error {
+	if s.err != nil || !s.unflushed {
+		return s.err
+	}
 	return s.flush()
 }
 
 func (s *sseWriter) flush() error {
+	s.unflushed = false
 	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.err = err
 		return err

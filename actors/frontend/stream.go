@@ -266,13 +266,7 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 	var st stallWait
 	defer st.disarm()
 	for {
-		if s.head < len(s.queue) {
-			ch := s.queue[s.head]
-			s.queue[s.head] = nil
-			if s.head++; s.head == len(s.queue) {
-				s.queue, s.head = s.queue[:0], 0
-			}
-			s.index++
+		if ch := s.pop(); ch != nil {
 			return ch, nil
 		}
 		switch {
@@ -289,6 +283,40 @@ func (s *stream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 		}
 		if ev != nil {
 			s.step(ev)
+		}
+	}
+}
+
+// pop takes the next chunk the flow has handed on, nil when there is none.
+func (s *stream) pop() *messages.TokenChunk {
+	if s.head == len(s.queue) {
+		return nil
+	}
+	ch := s.queue[s.head]
+	s.queue[s.head] = nil
+	if s.head++; s.head == len(s.queue) {
+		s.queue, s.head = s.queue[:0], 0
+	}
+	s.index++
+	return ch
+}
+
+// Ready returns the next chunk if the flow has one to hand on now, stepping the events
+// that have already arrived, and nil when Recv would wait (or has an error or the end to
+// report, which Recv then returns). It never waits (gateway.ChunkPoller).
+func (s *stream) Ready() *messages.TokenChunk {
+	for {
+		if ch := s.pop(); ch != nil {
+			return ch
+		}
+		if s.failed != nil || s.finished || s.flow.Done() {
+			return nil
+		}
+		select {
+		case ev := <-s.events:
+			s.step(ev)
+		default:
+			return nil
 		}
 	}
 }
@@ -653,3 +681,5 @@ func (s *stream) note(n flow.Note) {
 		}
 	}
 }
+
+var _ gateway.ChunkPoller = (*stream)(nil)

@@ -382,12 +382,22 @@ func buildHarness(t *testing.T, o harnessOpts, workers ...*scriptedWorker) *harn
 }
 
 // drain reads the stream to its end and returns its chunks.
-func (h *harness) drain(t *testing.T) []*messages.TokenChunk {
+func (h *harness) drain(t *testing.T) []*messages.TokenChunk { return h.drainPolling(t, false) }
+
+// drainPolling is drain; with poll, it takes every chunk Ready has before each Recv, as
+// the gateway does for a streaming answer (gateway.ChunkPoller).
+func (h *harness) drainPolling(t *testing.T, poll bool) []*messages.TokenChunk {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var out []*messages.TokenChunk
 	for {
+		if poll {
+			if ch := h.stream.Ready(); ch != nil {
+				out = append(out, ch)
+				continue
+			}
+		}
 		ch, err := h.stream.Recv(ctx)
 		if errors.Is(err, io.EOF) {
 			return out
@@ -439,44 +449,55 @@ func TestStreamMigration(t *testing.T) {
 			wantTokens, "length", "", nil, 1, false, nil},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			h := buildHarness(t, harnessOpts{limit: c.limit, stall: stall, stallAfter: c.stallAfter}, c.workers...)
-			if h.startErr != nil {
-				t.Fatal(h.startErr)
+		for _, poll := range []bool{false, true} {
+			name := c.name
+			if poll {
+				name += ", polled"
 			}
-			chunks := h.drain(t)
-			var got []uint32
-			for i, ch := range chunks {
-				if ch.Index != uint32(i) {
-					t.Fatalf("chunk %d has index %d", i, ch.Index)
+			t.Run(name, func(t *testing.T) {
+				// Fresh workers for each run: they record what they were sent.
+				ws := make([]*scriptedWorker, len(c.workers))
+				for i, w := range c.workers {
+					ws[i] = &scriptedWorker{failAfter: w.failAfter, fault: w.fault, cached: w.cached}
 				}
-				if (ch.FinishReason != "") != (i == len(chunks)-1) {
-					t.Fatalf("chunk %d of %d has finish reason %q", i, len(chunks), ch.FinishReason)
+				h := buildHarness(t, harnessOpts{limit: c.limit, stall: stall, stallAfter: c.stallAfter}, ws...)
+				if h.startErr != nil {
+					t.Fatal(h.startErr)
 				}
-				got = append(got, ch.TokenIds...)
-			}
-			if !slices.Equal(got, c.tokens) {
-				t.Errorf("tokens %v, want %v", got, c.tokens)
-			}
-			last := chunks[len(chunks)-1]
-			if last.FinishReason != c.finish || !strings.Contains(last.Error, c.errPart) || (c.errPart == "") != (last.Error == "") {
-				t.Errorf("last chunk: finish %q error %q, want %q with %q", last.FinishReason, last.Error, c.finish, c.errPart)
-			}
-			if (last.Fault != messages.Fault_FAULT_NONE) != c.lost {
-				t.Errorf("last chunk fault %v, want one: %v: %+v", last.Fault, c.lost, last)
-			}
-			if c.finish == "length" && (last.PromptTokens != 5 || last.CompletionTokens != 8 || last.CachedTokens > 5) {
-				t.Errorf("usage prompt %d completion %d cached %d, want 5, 8, ≤ 5", last.PromptTokens, last.CompletionTokens, last.CachedTokens)
-			}
-			if !slices.Equal(h.migrated, c.migrated) {
-				t.Errorf("migrations counted %v, want %v", h.migrated, c.migrated)
-			}
-			if tm := h.clock.await(t, timerStall, 0); tm.d != stall {
-				t.Errorf("stall timer of %v, want Config.StallTimeout (%v)", tm.d, stall)
-			}
-			h.stream.Close()
-			h.checkRouter(t, c.routes)
-		})
+				chunks := h.drainPolling(t, poll)
+				var got []uint32
+				for i, ch := range chunks {
+					if ch.Index != uint32(i) {
+						t.Fatalf("chunk %d has index %d", i, ch.Index)
+					}
+					if (ch.FinishReason != "") != (i == len(chunks)-1) {
+						t.Fatalf("chunk %d of %d has finish reason %q", i, len(chunks), ch.FinishReason)
+					}
+					got = append(got, ch.TokenIds...)
+				}
+				if !slices.Equal(got, c.tokens) {
+					t.Errorf("tokens %v, want %v", got, c.tokens)
+				}
+				last := chunks[len(chunks)-1]
+				if last.FinishReason != c.finish || !strings.Contains(last.Error, c.errPart) || (c.errPart == "") != (last.Error == "") {
+					t.Errorf("last chunk: finish %q error %q, want %q with %q", last.FinishReason, last.Error, c.finish, c.errPart)
+				}
+				if (last.Fault != messages.Fault_FAULT_NONE) != c.lost {
+					t.Errorf("last chunk fault %v, want one: %v: %+v", last.Fault, c.lost, last)
+				}
+				if c.finish == "length" && (last.PromptTokens != 5 || last.CompletionTokens != 8 || last.CachedTokens > 5) {
+					t.Errorf("usage prompt %d completion %d cached %d, want 5, 8, ≤ 5", last.PromptTokens, last.CompletionTokens, last.CachedTokens)
+				}
+				if !slices.Equal(h.migrated, c.migrated) {
+					t.Errorf("migrations counted %v, want %v", h.migrated, c.migrated)
+				}
+				if tm := h.clock.await(t, timerStall, 0); tm.d != stall {
+					t.Errorf("stall timer of %v, want Config.StallTimeout (%v)", tm.d, stall)
+				}
+				h.stream.Close()
+				h.checkRouter(t, c.routes)
+			})
+		}
 	}
 }
 
