@@ -109,9 +109,5 @@ func (s *sseWriter) event(name string, v any) error {
 	buf = append(buf, "\ndata: "...)
 	buf = append(buf, b...)
 	buf = append(buf, "\n\n"...)
-	if _, err := s.w.Write(buf); err != nil {
-		s.err = err
-		return err
-	}
-	return s.flush()
+	return s.write(buf)
 }

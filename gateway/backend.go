@@ -65,7 +65,8 @@ type Stream interface {
 
 // ChunkPoller is a Stream that can tell, without waiting, whether its next chunk has
 // come: Ready returns it (as Recv would) or nil when Recv would wait, or has an error or
-// the end to report. A stream's SSE frames are then flushed when it has nothing more
+// the end to report. Ready does not look at the request's context: the caller stops
+// asking once it has ended, and Recv reports it. A stream's SSE frames are then flushed when it has nothing more
 // ready, so frames of chunks that queued up (a busy CPU, a burst) leave in one write
 // instead of one each, and a frame is never held while Recv waits.
 type ChunkPoller interface {

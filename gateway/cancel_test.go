@@ -168,11 +168,11 @@ func (f *flushCounter) Flush() { f.flushes++; f.ResponseRecorder.Flush() }
 // flushes every frame.
 func TestStreamFramesFlushedTogether(t *testing.T) {
 	steps := []step{tokens("a"), tokens("b"), tokens("c"), tokens("d"), finish("e", "stop")}
-	answer := func(poll bool) (string, int) {
+	answer := func(path, body string, poll bool) (string, int) {
 		b := newFakeBackend(steps...)
 		b.poll = poll
 		s := newTestServer(t, b)
-		req := httptest.NewRequest(http.MethodPost, chatPath, strings.NewReader(`{"model":"tiny","stream":true,`+hiChat+`}`))
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 		req.Header.Set("X-Request-Id", "req-1")
 		w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
 		s.ServeHTTP(w, req)
@@ -182,8 +182,8 @@ func TestStreamFramesFlushedTogether(t *testing.T) {
 		b.checkClosed(t)
 		return w.Body.String(), w.flushes
 	}
-	plain, plainFlushes := answer(false)
-	polled, polledFlushes := answer(true)
+	plain, plainFlushes := answer(chatPath, `{"model":"tiny","stream":true,`+hiChat+`}`, false)
+	polled, polledFlushes := answer(chatPath, `{"model":"tiny","stream":true,`+hiChat+`}`, true)
 	if polled != plain {
 		t.Errorf("a ChunkPoller's answer differs:\n%s\nfrom a Stream's:\n%s", polled, plain)
 	}
@@ -195,4 +195,53 @@ func TestStreamFramesFlushedTogether(t *testing.T) {
 			plainFlushes, polledFlushes, frames, frames+1)
 	}
 	t.Logf("%d frames: %d flushes for a Stream, %d for a ChunkPoller", frames, plainFlushes, polledFlushes)
+	// The APIs whose frames are named events: the ready chunks' deltas leave together.
+	for _, api := range []struct{ path, body string }{
+		{"/v1/responses", `{"model":"tiny","stream":true,"input":"hi"}`},
+		{anthMessagesPath, `{"model":"tiny","stream":true,"max_tokens":20,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		plain, plainFlushes := answer(api.path, api.body, false)
+		polled, polledFlushes := answer(api.path, api.body, true)
+		if polled != plain {
+			t.Errorf("%s: a ChunkPoller's answer differs:\n%s\nfrom a Stream's:\n%s", api.path, polled, plain)
+		}
+		if frames := strings.Count(plain, "data: "); plainFlushes != frames+1 || polledFlushes > plainFlushes-3 {
+			t.Errorf("%s: flushes: %d for a Stream, %d for a ChunkPoller, of %d frames; want %d and the four deltas in one",
+				api.path, plainFlushes, polledFlushes, frames, frames+1)
+		}
+	}
+}
+
+// cancelOnWrite is a ResponseRecorder that calls cancel once a write contains mark.
+type cancelOnWrite struct {
+	*httptest.ResponseRecorder
+	mark   string
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnWrite) Write(b []byte) (int, error) {
+	if strings.Contains(string(b), c.mark) {
+		c.cancel()
+	}
+	return c.ResponseRecorder.Write(b)
+}
+
+// TestStreamStopsWhenTheClientLeaves: a client gone while chunks are still ready (a
+// ChunkPoller with a backlog) ends the stream at the next chunk, as with a plain Stream:
+// the rest are not written, nor [DONE], and the stream is closed.
+func TestStreamStopsWhenTheClientLeaves(t *testing.T) {
+	for _, poll := range []bool{false, true} {
+		b := newFakeBackend(tokens("a"), tokens("b"), tokens("c"), tokens("d"), finish("e", "stop"))
+		b.poll = poll
+		s := newTestServer(t, b)
+		ctx, cancel := context.WithCancel(context.Background())
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, chatPath, strings.NewReader(`{"model":"tiny","stream":true,`+hiChat+`}`))
+		w := &cancelOnWrite{ResponseRecorder: httptest.NewRecorder(), mark: `"content":"a"`, cancel: cancel}
+		s.ServeHTTP(w, req)
+		cancel()
+		if body := w.Body.String(); !strings.Contains(body, `"content":"a"`) || strings.Contains(body, `"content":"b"`) || strings.Contains(body, "[DONE]") {
+			t.Errorf("poll %v: the stream went on after its client left:\n%s", poll, body)
+		}
+		b.checkClosed(t)
+	}
 }

@@ -194,7 +194,7 @@ func (g *generation) pump(ctx context.Context, emit func([]parse.Event) error) (
 	}
 	for {
 		var c *messages.TokenChunk
-		if poller != nil {
+		if poller != nil && ctx.Err() == nil { // an ended ctx is Recv's to report
 			if c = poller.Ready(); c == nil && g.idle() != nil {
 				return nil, nil, true // the client is gone: its flush failed
 			}

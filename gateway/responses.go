@@ -466,14 +466,7 @@ func (a *responsesAnswer) delta(s *sseWriter, name string, it *outItem, text str
 	}
 	b = append(b, "}\n\n"...)
 	a.frame = b
-	if s.err != nil {
-		return s.err
-	}
-	if _, err := s.w.Write(b); err != nil {
-		s.err = err
-		return err
-	}
-	return s.flush()
+	return s.write(b)
 }
 
 // appendJSONString appends s as a JSON string exactly as encodeJSON writes it (no HTML

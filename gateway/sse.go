@@ -50,7 +50,15 @@ func (s *sseWriter) frame(payload []byte) error {
 	buf = append(buf, "data: "...)
 	buf = append(buf, payload...)
 	buf = append(buf, "\n\n"...)
-	if _, err := s.w.Write(buf); err != nil {
+	return s.write(buf)
+}
+
+// write writes whole SSE frames (b is not kept) and flushes them unless lazy.
+func (s *sseWriter) write(b []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	if _, err := s.w.Write(b); err != nil {
 		s.err = err
 		return err
 	}

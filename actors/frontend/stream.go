@@ -303,7 +303,8 @@ func (s *stream) pop() *messages.TokenChunk {
 
 // Ready returns the next chunk if the flow has one to hand on now, stepping the events
 // that have already arrived, and nil when Recv would wait (or has an error or the end to
-// report, which Recv then returns). It never waits (gateway.ChunkPoller).
+// report, or the stream must first move to a new member, which Recv does). It never
+// waits (gateway.ChunkPoller).
 func (s *stream) Ready() *messages.TokenChunk {
 	for {
 		if ch := s.pop(); ch != nil {
@@ -311,6 +312,11 @@ func (s *stream) Ready() *messages.TokenChunk {
 		}
 		if s.failed != nil || s.finished || s.flow.Done() {
 			return nil
+		}
+		select {
+		case <-s.lost:
+			return nil
+		default:
 		}
 		select {
 		case ev := <-s.events:
