@@ -54,7 +54,7 @@ type BusyWorker struct {
 }
 
 // handleBusyThresholds serves GET /admin/busy_thresholds?model=M (the thresholds and
-// the workers' busy flags) and POST /admin/busy_thresholds with a BusyUpdate body (then
+// the workers' busy flags; M may be left out when one model is served) and POST /admin/busy_thresholds with a BusyUpdate body (then
 // answers as GET does).
 func (s *Server) handleBusyThresholds(w http.ResponseWriter, r *http.Request) {
 	admin, ok := s.backend.(BusyAdmin)
@@ -65,6 +65,12 @@ func (s *Server) handleBusyThresholds(w http.ResponseWriter, r *http.Request) {
 	model := r.URL.Query().Get("model")
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
+		if model == "" {
+			if model, ok = s.onlyModel(r.Context()); !ok {
+				writeError(w, newError(KindMissingParameter, "model", "The query parameter `model` is required when more than one model is served."), 0)
+				return
+			}
+		}
 	case http.MethodPost:
 		u, aerr := s.parseBusyUpdate(w, r)
 		if aerr != nil {
@@ -81,10 +87,6 @@ func (s *Server) handleBusyThresholds(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.Header().Set("Allow", "GET, POST")
 		writeError(w, newError(KindMethodNotAllowed, "", "Method %s is not allowed on %s (use GET or POST).", clipName(r.Method), r.URL.Path), 0)
-		return
-	}
-	if model == "" {
-		writeError(w, newError(KindMissingParameter, "model", "The query parameter `model` is required."), 0)
 		return
 	}
 	st, err := admin.BusyStatus(r.Context(), model)

@@ -271,6 +271,12 @@ func TestAdminBusyThresholds(t *testing.T) {
 		b, _ := json.Marshal(a.set)
 		t.Errorf("updates passed on: %s", b)
 	}
+	// With one model served, a GET may leave the model out (as /admin/planner's).
+	one := &fakeAdmin{fakeBackend: newFakeBackend(), st: a.st}
+	one.cards = one.cards[:1]
+	if rr := serve(newTestServer(t, one), "GET", "/admin/busy_thresholds", ""); rr.Code != 200 || !strings.Contains(rr.Body.String(), `"worker_id":"w0"`) {
+		t.Errorf("GET without a model, one model served: %d %s", rr.Code, rr.Body.String())
+	}
 }
 
 func TestAdminWithoutBusyAdmin(t *testing.T) {
