@@ -199,10 +199,21 @@ func TestAnthropicSDK(t *testing.T) {
 		Count struct {
 			InputTokens int `json:"input_tokens"`
 		} `json:"count"`
-		UnknownModel  sdkFailure `json:"unknown_model"`
-		BadRequest    sdkFailure `json:"bad_request"`
-		WrongKey      sdkFailure `json:"wrong_key"`
-		StreamFailure sdkFailure `json:"stream_failure"`
+		Models []struct {
+			Type        string `json:"type"`
+			ID          string `json:"id"`
+			DisplayName string `json:"display_name"`
+			CreatedAt   string `json:"created_at"`
+		} `json:"models"`
+		Model struct {
+			Type string `json:"type"`
+			ID   string `json:"id"`
+		} `json:"model"`
+		UnknownModelInfo sdkFailure `json:"unknown_model_info"`
+		UnknownModel     sdkFailure `json:"unknown_model"`
+		BadRequest       sdkFailure `json:"bad_request"`
+		WrongKey         sdkFailure `json:"wrong_key"`
+		StreamFailure    sdkFailure `json:"stream_failure"`
 	}
 	if err := json.Unmarshal(stdout, &out); err != nil {
 		t.Fatalf("script output %s: %v", stdout, err)
@@ -256,14 +267,35 @@ func TestAnthropicSDK(t *testing.T) {
 		t.Errorf("count_tokens %d, the message's prompt %d", out.Count.InputTokens, out.Auto.Usage.InputTokens+out.Auto.Usage.CacheReadInputTokens)
 	}
 
+	// models.list pages through every model served, in Anthropic's shape.
+	var ids []string
+	for _, m := range out.Models {
+		ids = append(ids, m.ID)
+		if m.Type != "model" || m.DisplayName != m.ID || m.CreatedAt != testTime.UTC().Format(time.RFC3339) {
+			t.Errorf("models.list: %+v", m)
+		}
+	}
+	cards, _ := b.Models(context.Background())
+	var want []string
+	for _, c := range cards {
+		want = append(want, c.GetModel())
+	}
+	if strings.Join(ids, ",") != strings.Join(want, ",") {
+		t.Errorf("models.list, one a page: %v, want %v", ids, want)
+	}
+	if out.Model.Type != "model" || out.Model.ID != "agent" {
+		t.Errorf("models.retrieve: %+v", out.Model)
+	}
+
 	for name, c := range map[string]struct {
 		got  sdkFailure
 		want sdkFailure
 	}{
-		"unknown model":  {out.UnknownModel, sdkFailure{true, "NotFoundError", 404, "not_found_error"}},
-		"bad request":    {out.BadRequest, sdkFailure{true, "BadRequestError", 400, "invalid_request_error"}},
-		"wrong key":      {out.WrongKey, sdkFailure{true, "AuthenticationError", 401, "authentication_error"}},
-		"stream failure": {out.StreamFailure, sdkFailure{Thrown: true, Class: "APIError", Type: "api_error"}},
+		"unknown model info": {out.UnknownModelInfo, sdkFailure{true, "NotFoundError", 404, "not_found_error"}},
+		"unknown model":      {out.UnknownModel, sdkFailure{true, "NotFoundError", 404, "not_found_error"}},
+		"bad request":        {out.BadRequest, sdkFailure{true, "BadRequestError", 400, "invalid_request_error"}},
+		"wrong key":          {out.WrongKey, sdkFailure{true, "AuthenticationError", 401, "authentication_error"}},
+		"stream failure":     {out.StreamFailure, sdkFailure{Thrown: true, Class: "APIError", Type: "api_error"}},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %+v, want %+v", name, c.got, c.want)

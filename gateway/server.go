@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/rs/cors"
@@ -428,9 +429,24 @@ func (s *Server) handleAPI(w http.ResponseWriter, r *http.Request, a api,
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	anth := anthropicClient(r)
 	cards, err := s.backend.Models(r.Context())
 	if err != nil {
-		writeError(w, backendError("", err), s.cfg.RetryAfter)
+		writeAPIError(w, anth, backendError("", err), s.cfg.RetryAfter)
+		return
+	}
+	if anth {
+		ids := make([]string, len(cards))
+		for i, c := range cards {
+			ids[i] = c.GetModel()
+		}
+		q := r.URL.Query()
+		page, aerr := anthropicModelsPage(ids, q.Get("limit"), q.Get("after_id"), q.Get("before_id"), s.cfg.Now())
+		if aerr != nil {
+			writeAnthropicError(w, aerr, 0)
+			return
+		}
+		writeJSON(w, http.StatusOK, page)
 		return
 	}
 	list := modelList{Object: "list", Data: []modelInfo{}}
@@ -443,12 +459,26 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	anth := anthropicClient(r)
 	card, aerr := s.lookupModel(r.Context(), id)
 	if aerr != nil {
-		writeError(w, aerr, s.cfg.RetryAfter)
+		writeAPIError(w, anth, aerr, s.cfg.RetryAfter)
+		return
+	}
+	if anth {
+		writeJSON(w, http.StatusOK, anthropicModelOf(card.GetModel(), s.cfg.Now()))
 		return
 	}
 	writeJSON(w, http.StatusOK, modelInfoOf(card, s.cfg.Now().Unix(), s.cfg.OwnedBy))
+}
+
+// writeAPIError writes e in Anthropic's shape for an Anthropic client, else OpenAI's.
+func writeAPIError(w http.ResponseWriter, anthropic bool, e *APIError, retryAfter time.Duration) {
+	if anthropic {
+		writeAnthropicError(w, e, retryAfter)
+		return
+	}
+	writeError(w, e, retryAfter)
 }
 
 // healthBody is /health's answer.

@@ -120,6 +120,12 @@ out.thinking_off = shape(await client.messages.create({ ...base, thinking: { typ
 
 out.count = await client.messages.countTokens({ model: 'agent', tools, messages: ask });
 
+// The Models API, paged one model at a time (the SDK follows last_id while has_more).
+out.models = [];
+for await (const m of client.models.list({ limit: 1 })) out.models.push(m);
+out.model = await client.models.retrieve('agent');
+out.unknown_model_info = await failure(() => client.models.retrieve('nope'));
+
 out.unknown_model = await failure(() => client.messages.create({ ...base, model: 'nope', messages: ask }));
 out.bad_request = await failure(() =>
   client.messages.create({ ...base, messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_x', content: 'x' }] }] }),
