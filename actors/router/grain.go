@@ -125,7 +125,20 @@ type Grain struct {
 	owner  map[string]string // request id -> gateway member address
 	// nodeSeen: when each node's KV block manager last sent an inventory batch.
 	nodeSeen map[string]time.Time
+	// left: the addresses of members that left the cluster, and when. A registration
+	// from one is refused until a member joins at that address again: a member the
+	// cluster dropped may run on for a moment (a process resumed from a pause) and its
+	// workers' heartbeats would register the worker ids their node's new member's
+	// workers take over.
+	left map[string]time.Time
 }
+
+// Bounds of Grain.left: an address is remembered for leftMemory, and at most
+// maxLeftMembers are (the oldest forgotten first).
+const (
+	leftMemory     = time.Hour
+	maxLeftMembers = 4096
+)
 
 // DefaultWorkerTTL is Config.WorkerTTL's default: ten heartbeats of the worker's default
 // period.
@@ -166,7 +179,8 @@ func New(cfg Config) *Grain {
 	kcfg.NoDump = true
 	g := &Grain{cfg: cfg, kcfg: kcfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		workers: map[string]*workerState{}, log: cfg.Logger,
-		owners: map[string]map[string]struct{}{}, owner: map[string]string{}, nodeSeen: map[string]time.Time{}}
+		owners: map[string]map[string]struct{}{}, owner: map[string]string{}, nodeSeen: map[string]time.Time{},
+		left: map[string]time.Time{}}
 	if cfg.BlockSize != 0 {
 		g.core, g.initErr = kv.NewRouter(kcfg)
 	}
@@ -184,7 +198,7 @@ func (g *Grain) Init(ctx cluster.GrainContext) {
 	self := ctx.Self()
 	g.system = ctx.ActorSystem()
 	g.sub = g.system.EventStream.Subscribe(func(evt any) {
-		if t, ok := evt.(*cluster.ClusterTopology); ok && len(t.Left) > 0 {
+		if t, ok := evt.(*cluster.ClusterTopology); ok && (len(t.Left) > 0 || len(t.Joined) > 0) {
 			g.system.Root.Send(self, t)
 		}
 	})
@@ -204,10 +218,16 @@ func (g *Grain) ReceiveDefault(ctx cluster.GrainContext) { g.receive(ctx.Message
 func (g *Grain) receive(msg any) {
 	switch m := msg.(type) {
 	case *cluster.ClusterTopology:
+		now := g.cfg.Now()
 		for _, l := range m.Left {
 			g.membersLeft(l.Address())
 			g.gatewayLeft(l.Address())
+			g.left[l.Address()] = now
 		}
+		for _, j := range m.Joined {
+			delete(g.left, j.Address())
+		}
+		g.forgetLeft(now)
 	case *messages.RouteAck:
 		if g.core != nil {
 			g.core.Ack(m.RequestId)
@@ -266,6 +286,25 @@ func (g *Grain) untrack(id string) {
 			delete(g.owners, a)
 		}
 		delete(g.owner, id)
+	}
+}
+
+// forgetLeft drops the left members' addresses older than leftMemory, and the oldest
+// beyond maxLeftMembers.
+func (g *Grain) forgetLeft(now time.Time) {
+	for a, at := range g.left {
+		if now.Sub(at) > leftMemory {
+			delete(g.left, a)
+		}
+	}
+	for len(g.left) > maxLeftMembers {
+		oldest, at := "", now
+		for a, t := range g.left {
+			if !t.After(at) {
+				oldest, at = a, t
+			}
+		}
+		delete(g.left, oldest)
 	}
 }
 
@@ -330,6 +369,11 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 	if info.Card.Model != g.model {
 		return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q serves model %q, this router routes %q",
 			info.WorkerId, info.Card.Model, g.model)}, nil
+	}
+	if at, ok := g.left[info.Actor.GetAddress()]; ok {
+		return &messages.RegisterAck{Error: fmt.Sprintf(
+			"router: worker %q registers from %s, a member that left the cluster %v ago: its node's new member registers its workers",
+			info.WorkerId, info.Actor.GetAddress(), g.cfg.Now().Sub(at).Round(time.Millisecond))}, nil
 	}
 	if g.core == nil {
 		kcfg := g.kcfg

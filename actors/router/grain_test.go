@@ -3,10 +3,12 @@ package router
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/cluster"
 	"github.com/turbine-llm/turbine/kv"
 	"github.com/turbine-llm/turbine/kv/kvpb"
 	"github.com/turbine-llm/turbine/messages"
@@ -189,6 +191,48 @@ func registerAt(t *testing.T, g *Grain, id, addr string) *messages.RegisterAck {
 		t.Fatal(err)
 	}
 	return ack
+}
+
+// TestGrainRefusesWorkersOfAMemberThatLeft: a member the cluster dropped may run on for a
+// moment (a process resumed from a pause); its workers' heartbeats are refused, so the
+// worker ids its node's new member takes over are free for it at once. A member that
+// joins again at that address registers as any; the address is forgotten after
+// leftMemory.
+func TestGrainRefusesWorkersOfAMemberThatLeft(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGrain(t, clock)
+	const old, next = "10.0.0.2:7000", "10.0.0.2:7001"
+	member := func(addr string) *cluster.Member {
+		host, port, _ := strings.Cut(addr, ":")
+		p, _ := strconv.Atoi(port)
+		return &cluster.Member{Host: host, Port: int32(p), Id: addr}
+	}
+	if ack := registerAt(t, g, "n2-0", old); !ack.Accepted {
+		t.Fatalf("n2-0: %+v", ack)
+	}
+	g.receive(&cluster.ClusterTopology{Left: []*cluster.Member{member(old)}})
+	clock.t = clock.t.Add(20 * time.Second) // the pause
+	if ack := registerAt(t, g, "n2-0", old); ack.Accepted || !strings.Contains(ack.Error, "left the cluster") {
+		t.Fatalf("a heartbeat from the member that left: %+v, want it refused", ack)
+	}
+	if ack := registerAt(t, g, "n2-0", next); !ack.Accepted {
+		t.Fatalf("n2-0 from the node's new member: %+v", ack)
+	}
+	if st, _ := g.Stats(&messages.RouterStatsRequest{}, nil); len(st.Workers) != 1 || st.Workers[0].WorkerId != "n2-0" {
+		t.Fatalf("workers %v, want n2-0 (the new member's)", st.Workers)
+	}
+	// A member joining at the old address again (a fixed --member-port) registers.
+	g.receive(&cluster.ClusterTopology{Joined: []*cluster.Member{member(old)}})
+	if ack := registerAt(t, g, "n3-0", old); !ack.Accepted {
+		t.Fatalf("a worker of a member that joined at the old address: %+v", ack)
+	}
+	// An address left long ago is forgotten.
+	g.receive(&cluster.ClusterTopology{Left: []*cluster.Member{member("10.0.0.9:7000")}})
+	clock.t = clock.t.Add(leftMemory + time.Second)
+	g.receive(&cluster.ClusterTopology{Left: []*cluster.Member{member("10.0.0.8:7000")}})
+	if _, ok := g.left["10.0.0.9:7000"]; ok || len(g.left) != 1 {
+		t.Fatalf("left addresses %v, want only 10.0.0.8:7000", g.left)
+	}
 }
 
 func TestGrainRefusesADuplicateWorkerID(t *testing.T) {
