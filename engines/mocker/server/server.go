@@ -406,6 +406,15 @@ func (s *Server) applyWait(ctx context.Context, c command) {
 	}
 }
 
+// publishEvents publishes a step's KV events, stamped with its end.
+func (s *Server) publishEvents(res *mocker.StepResult) {
+	if s.pub != nil && len(res.Events) > 0 {
+		if err := s.pub.Publish(res.End, res.Events); err != nil {
+			s.log.Error().Err(err).Msg("publishing KV events failed")
+		}
+	}
+}
+
 // loop owns the engine: it applies commands, steps, waits for each step's modelled
 // duration, then publishes the step's KV events and hands out its outputs.
 func (s *Server) loop(ctx context.Context) {
@@ -488,7 +497,9 @@ func (s *Server) loop(ctx context.Context) {
 		res := s.eng.Step(time.Now())
 		if res.Idle {
 			// Nothing fits, or only lower-tier loads are in flight: step again on a
-			// command, or when the first load ends (res.WakeAt).
+			// command, or when the first load ends (res.WakeAt). A step that admitted a
+			// load allocated its blocks, evicting cached ones: its events go out now.
+			s.publishEvents(&res)
 			s.publishStats()
 			var loaded <-chan time.Time
 			if !res.WakeAt.IsZero() {
@@ -515,11 +526,7 @@ func (s *Server) loop(ctx context.Context) {
 				return
 			}
 		}
-		if s.pub != nil && len(res.Events) > 0 {
-			if err := s.pub.Publish(res.End, res.Events); err != nil {
-				s.log.Error().Err(err).Msg("publishing KV events failed")
-			}
-		}
+		s.publishEvents(&res)
 		// Counters first, so a client that got its last token sees them updated.
 		st := s.publishStats()
 		s.surface.step(&res, &st)
