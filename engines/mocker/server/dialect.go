@@ -7,6 +7,7 @@ import (
 
 	"github.com/turbine-llm/turbine/engines/kvevents"
 	"github.com/turbine-llm/turbine/engines/mocker"
+	"github.com/turbine-llm/turbine/kv"
 )
 
 // DialectName names an HTTP dialect, as --dialect spells it.
@@ -37,12 +38,14 @@ type Dialect interface {
 	bind(s *Server) surface
 }
 
-// surface is a dialect bound to one server. The engine loop calls update after every
-// change of the stats, step after every engine step and finished for each request the
-// step finished (in that order, before the step's outputs are handed out); handler's
-// routes run concurrently with the loop.
+// surface is a dialect bound to one server. The engine loop calls kvEvents with the KV
+// events of every step that has any (a step that only admitted lower-tier loads too),
+// update after every change of the stats, step after every engine step that ran and
+// finished for each request the step finished (in that order, before the step's outputs
+// are handed out); handler's routes run concurrently with the loop.
 type surface interface {
 	handler() http.Handler
+	kvEvents(events []kv.Event)
 	update(st *mocker.Stats)
 	step(res *mocker.StepResult, st *mocker.Stats)
 	finished(r mocker.FinishReason)
@@ -126,10 +129,12 @@ func errRecompute(d DialectName) error {
 	return fmt.Errorf("server: --kv-load-failure-policy recompute is vLLM's; %s has no such fallback (use fail)", d)
 }
 
-// noStep is the step of dialects that record nothing per engine step.
+// noStep is the step and kvEvents of dialects that record nothing per engine step (their
+// KV events go out over ZeroMQ).
 type noStep struct{}
 
 func (noStep) step(*mocker.StepResult, *mocker.Stats) {}
+func (noStep) kvEvents([]kv.Event)                    {}
 
 // vllmEvents is vLLM's KVEventsConfig: events are on when enable_kv_cache_events is.
 type vllmEvents struct{}

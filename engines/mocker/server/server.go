@@ -406,13 +406,18 @@ func (s *Server) applyWait(ctx context.Context, c command) {
 	}
 }
 
-// publishEvents publishes a step's KV events, stamped with its end.
+// publishEvents publishes a step's KV events, stamped with its end, on the ZeroMQ
+// publisher and the dialect's own surface (TensorRT-LLM's /kv_cache_events).
 func (s *Server) publishEvents(res *mocker.StepResult) {
-	if s.pub != nil && len(res.Events) > 0 {
+	if len(res.Events) == 0 {
+		return
+	}
+	if s.pub != nil {
 		if err := s.pub.Publish(res.End, res.Events); err != nil {
 			s.log.Error().Err(err).Msg("publishing KV events failed")
 		}
 	}
+	s.surface.kvEvents(res.Events)
 }
 
 // loop owns the engine: it applies commands, steps, waits for each step's modelled

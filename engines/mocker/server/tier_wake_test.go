@@ -1,18 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/turbine-llm/turbine/engines/kvevents"
+	"github.com/turbine-llm/turbine/engines/trtllm"
 	"github.com/turbine-llm/turbine/kv"
 )
 
@@ -65,91 +64,99 @@ func TestLoopWakesAfterLoad(t *testing.T) {
 
 // TestIdleStepPublishesItsEvents: a step that only admits a request whose prefix a lower
 // tier holds runs nothing (Idle) but allocates the blocks of the load, evicting cached
-// ones; their BlockRemoved events are published like any step's. Lost, they left a
-// router's index holding blocks the engine no longer had, with no gap in the events'
-// numbering to show it.
+// ones; their BlockRemoved events are published like any step's, over ZeroMQ (vLLM) and
+// on /kv_cache_events (TensorRT-LLM). Lost, they left a router's index holding blocks
+// the engine no longer had, with no gap in the events' numbering to show it.
 func TestIdleStepPublishesItsEvents(t *testing.T) {
-	o := testOptions(t)
-	o.Engine.NumGPUBlocks = 16
-	o.Engine.MaxModelLen = 256
-	o.Engine.Tiers = hostTier{}
-	var err error
-	o.KVEvents, err = kvevents.ParseConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:0","topic":"kv-events"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, hs := startServer(t, o)
-	ep, _ := kvevents.ConsumerEndpoint(s.KVEventsEndpoint())
-	msgs := subscribeKVEvents(t, ep)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	held := map[uint64]bool{} // blocks stored since the subscription took effect, not removed
-	apply := func(m zmq4.Msg) {
-		_, b, err := kvevents.DecodeMessage(m.Frames)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range b.Events {
-			for _, h := range ev.EngineHashes {
-				switch ev.Kind {
-				case kv.BlockStored:
-					held[h] = true
-				case kv.BlockRemoved:
-					delete(held, h)
+	for _, dialect := range []DialectName{DialectVLLM, DialectTRTLLM} {
+		t.Run(string(dialect), func(t *testing.T) {
+			o := testOptions(t)
+			o.Dialect = dialect
+			o.Engine.NumGPUBlocks, o.Engine.MaxModelLen = 16, 256
+			o.Engine.Tiers = hostTier{}
+			var err error
+			o.KVEvents, err = kvevents.ParseConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:0","topic":"kv-events"}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dialect == DialectTRTLLM {
+				o.KVEvents, o.EventBufferMaxSize, o.PollWait = kvevents.Config{}, 1000, 10*time.Millisecond
+			}
+			s, hs := startServer(t, o)
+			held := map[uint64]bool{} // blocks stored (since the subscription took effect), not removed
+			var drain func()          // applies the events published so far
+			var seen bool             // an event has arrived: the subscription is in effect
+			switch dialect {
+			case DialectVLLM:
+				ep, _ := kvevents.ConsumerEndpoint(s.KVEventsEndpoint())
+				msgs := subscribeKVEvents(t, ep)
+				drain = func() {
+					for {
+						select {
+						case m := <-msgs:
+							_, b, err := kvevents.DecodeMessage(m.Frames)
+							if err != nil {
+								t.Fatal(err)
+							}
+							for _, ev := range b.Events {
+								for _, h := range ev.EngineHashes {
+									switch ev.Kind {
+									case kv.BlockStored:
+										held[h] = true
+									case kv.BlockRemoved:
+										delete(held, h)
+									}
+								}
+							}
+							seen = true
+						case <-time.After(300 * time.Millisecond):
+							return
+						}
+					}
+				}
+			case DialectTRTLLM:
+				drain = func() {
+					_, b := postJSON(t, hs.URL+"/kv_cache_events", "")
+					evs, err := trtllm.DecodeKVCacheEvents(bytes.NewReader(b))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, ev := range evs {
+						switch ev.Data.Type {
+						case "stored":
+							for _, b := range ev.Data.Blocks {
+								held[uint64(b.BlockHash)] = true
+							}
+						case "removed":
+							for _, h := range ev.Data.BlockHashes {
+								delete(held, uint64(h))
+							}
+						}
+					}
+					seen = true
 				}
 			}
-		}
-	}
-	// One-block prompts (computed: nothing precedes their last token) until a batch
-	// shows the subscription in effect; every later one's block is seen stored.
-	for i, seen := 0, false; !seen || len(held) < 4; i++ {
-		post(t, hs.URL, fmt.Sprintf(`{"prompt":%s,"max_tokens":1}`, jsonIDs(promptIDs(16 + i)[i:])))
-		for drained := false; !drained; {
-			select {
-			case m := <-msgs:
-				apply(m)
-				seen = true
-			case <-time.After(50 * time.Millisecond):
-				drained = true
-			case <-ctx.Done():
-				t.Fatal("no KV event message received")
+			// One-block prompts (computed: nothing precedes their last token) until the
+			// events show the subscription in effect; every later one's block is seen
+			// stored.
+			for i := 0; !seen || len(held) < 4; i++ {
+				if i > 100 {
+					t.Fatal("no KV events received")
+				}
+				post(t, hs.URL, fmt.Sprintf(`{"model":"turbine-mock","prompt":%s,"max_tokens":1}`, jsonIDs(promptIDs(16 + i)[i:])))
+				drain()
 			}
-		}
-	}
-	// 16 blocks: 15 onboarded and the last computed take the whole cache, evicting every
-	// one-block prompt's block in the step that admits the load.
-	big := make([]uint32, 15*16+1)
-	for i := range big {
-		big[i] = uint32(60000 + i)
-	}
-	post(t, hs.URL, fmt.Sprintf(`{"prompt":%s,"max_tokens":1}`, jsonIDs(big)))
-	for drained := false; !drained; {
-		select {
-		case m := <-msgs:
-			apply(m)
-		case <-time.After(300 * time.Millisecond):
-			drained = true
-		}
-	}
-	cached := metricLine(t, getMetrics(t, hs.URL), "turbine_mocker_kv_cached_blocks")
-	if float64(len(held)) != cached {
-		t.Fatalf("the events leave %d blocks held, the engine caches %v", len(held), cached)
-	}
-}
-
-// metricLine returns the value of the unlabelled metric name in a /metrics body.
-func metricLine(t *testing.T, body, name string) float64 {
-	t.Helper()
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
+			// 16 blocks: 15 onboarded and the last computed take the whole cache,
+			// evicting every one-block prompt's block in the step that admits the load.
+			big := make([]uint32, 15*16+1)
+			for i := range big {
+				big[i] = uint32(60000 + i)
 			}
-			return f
-		}
+			post(t, hs.URL, fmt.Sprintf(`{"model":"turbine-mock","prompt":%s,"max_tokens":1}`, jsonIDs(big)))
+			drain()
+			if st := s.Stats(); len(held) != st.CachedBlocks || st.ActiveBlocks != 0 {
+				t.Fatalf("the events leave %d blocks held, the engine caches %d (%d active)", len(held), st.CachedBlocks, st.ActiveBlocks)
+			}
+		})
 	}
-	t.Fatalf("/metrics has no %s", name)
-	return 0
 }

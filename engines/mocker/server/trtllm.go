@@ -601,9 +601,13 @@ func (t *trtllmState) step(res *mocker.StepResult, st *mocker.Stats) {
 			NumContextRequests: max(0, len(res.Outputs)-res.DecodeSeqs), NumGenRequests: res.DecodeSeqs,
 			NumPausedRequests: len(res.Preempted), NumCtxTokens: res.PrefillTokens, AvgNumDecodedTokensPerIter: 1},
 	})
+}
+
+// kvEvents records a step's KV events for /kv_cache_events (when recorded at all).
+func (t *trtllmState) kvEvents(events []kv.Event) {
 	if t.recordKV {
-		for i := range res.Events {
-			t.kvEvent(&res.Events[i])
+		for i := range events {
+			t.kvEvent(&events[i])
 		}
 	}
 }
