@@ -82,6 +82,15 @@ func newBlockList(minCompact int) *BlockList {
 // Len is the number of blocks held.
 func (l *BlockList) Len() int { return l.live }
 
+// Holds reports whether the block with engine hash h is listed.
+func (l *BlockList) Holds(h uint64) bool {
+	if len(l.table) == 0 {
+		return false
+	}
+	_, found := l.find(h)
+	return found
+}
+
 // Apply records one event. Errors: a BlockStored whose token count is not
 // len(block_hashes)·block_size (nothing is recorded).
 func (l *BlockList) Apply(ev kv.Event) error {

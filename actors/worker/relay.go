@@ -244,10 +244,26 @@ func (r *relay) onBatch(b kv.Batch) {
 			Msg("KV events lost between the engine and this worker: the router's index may keep blocks the engine dropped")
 	}
 	r.seenEng, r.lastEng = true, b.Seq
+	kept, orphans := b.Events[:0], 0
 	for _, ev := range b.Events {
+		if ev.Kind == kv.BlockStored && ev.HasParent && !r.blocks.Holds(ev.ParentHash) {
+			// An orphan (docs/reference.md §1, "Orphan blocks"): chained onto a block
+			// the engine no longer holds, or never announced. No prefix lookup can reach
+			// it, and a router would take it for lost events and ask for the whole list.
+			orphans += len(ev.EngineHashes)
+			continue
+		}
 		if err := r.blocks.Apply(ev); err != nil {
 			r.log.Warn().Err(err).Msg("bad KV event from engine")
 		}
+		kept = append(kept, ev)
+	}
+	if orphans > 0 {
+		r.log.Debug().Int("blocks", orphans).Msg("KV blocks stored onto a block the engine no longer holds: not relayed")
+	}
+	b.Events = kept
+	if len(b.Events) == 0 {
+		return
 	}
 	r.seq++
 	ack, err := r.router.PublishEvents(&messages.KvEventBatch{WorkerId: r.workerID, EngineEpoch: r.epoch,

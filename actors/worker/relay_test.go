@@ -282,3 +282,53 @@ func TestRelayLogsLostEngineBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayDropsOrphanBlocks: a BlockStored chained onto a block the engine has
+// announced removed (a duplicate's child, docs/reference.md §1 "Orphan blocks") is
+// neither listed nor relayed, nor are its descendants: the Router grain, which cannot
+// place it, would otherwise ask for the worker's whole block list at every such block.
+// The rest of the batch goes on.
+func TestRelayDropsOrphanBlocks(t *testing.T) {
+	const bs = 4
+	toks := func(n int) []uint32 {
+		out := make([]uint32, n*bs)
+		for i := range out {
+			out[i] = uint32(100 + i)
+		}
+		return out
+	}
+	g := router.New(router.Config{BlockSize: bs, Mode: "kv", OverlapWeight: 1, WorkerTTL: time.Hour, Seed: 1, Logger: zerolog.Nop()})
+	cr := &countingRouter{wireRouter: &wireRouter{g: g}}
+	r := newRelay("w0", cr, zerolog.Nop())
+	r.handle(relayEpoch{epoch: 1})
+	r.register(&messages.WorkerInfo{WorkerId: "w0", Actor: &messages.ActorRef{Address: "a", Id: "w0"},
+		Card: &messages.ModelCard{KvBlockSize: bs, TotalKvBlocks: 64}, Ready: true, EngineEpoch: 1}, &messages.WorkerLoad{TotalBlocks: 64})
+	dumps := cr.hashedParts + cr.plainParts
+	batches := [][]kv.Event{
+		{{Kind: kv.BlockStored, EngineHashes: []uint64{1, 2}, TokenIDs: toks(2), BlockSize: bs}},
+		{{Kind: kv.BlockRemoved, EngineHashes: []uint64{1, 2}}},
+		// 3 onto the removed 2, 4 onto 3: orphans; 5 a first block, in the same batch.
+		{{Kind: kv.BlockStored, EngineHashes: []uint64{3}, HasParent: true, ParentHash: 2, TokenIDs: toks(1), BlockSize: bs},
+			{Kind: kv.BlockStored, EngineHashes: []uint64{5, 6}, TokenIDs: toks(2), BlockSize: bs}},
+		{{Kind: kv.BlockStored, EngineHashes: []uint64{4}, HasParent: true, ParentHash: 3, TokenIDs: toks(1), BlockSize: bs}},
+		{{Kind: kv.BlockStored, EngineHashes: []uint64{7}, HasParent: true, ParentHash: 6, TokenIDs: toks(1), BlockSize: bs}},
+	}
+	for i, evs := range batches {
+		r.onBatch(kv.Batch{Seq: uint64(i), Events: evs})
+	}
+	if got := cr.hashedParts + cr.plainParts - dumps; got != 0 {
+		t.Fatalf("the router asked for %d dump parts", got)
+	}
+	for _, h := range []uint64{3, 4} {
+		if r.blocks.Holds(h) {
+			t.Fatalf("orphan %d listed", h)
+		}
+	}
+	st, err := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Workers) != 1 || st.Workers[0].IndexedBlocks != 3 || r.blocks.Len() != 3 {
+		t.Fatalf("router indexes %v, the relay lists %d blocks; want 5, 6 and 7 in both", st.Workers, r.blocks.Len())
+	}
+}
