@@ -161,7 +161,9 @@ func (x *Index) ensureWorker(w WorkerID) *workerBlocks {
 	return wb
 }
 
-func isGPU(medium string) bool { return medium == "" || medium == "GPU" }
+// OnGPU reports whether a KV event's medium is the GPU tier ("" or "GPU"), the only one
+// the index keeps.
+func OnGPU(medium string) bool { return medium == "" || medium == "GPU" }
 
 // Apply applies one KV event from worker w.
 //
@@ -186,7 +188,7 @@ func (x *Index) Apply(w WorkerID, ev Event) error {
 	case BlockStored:
 		return x.applyStored(w, &ev)
 	case BlockRemoved:
-		if !isGPU(ev.Medium) {
+		if !OnGPU(ev.Medium) {
 			return nil
 		}
 		wb := x.worker(w)
@@ -247,7 +249,7 @@ func (x *Index) applyStored(w WorkerID, ev *Event) error {
 	if err := ValidateStored(ev, x.blockSize); err != nil {
 		return err
 	}
-	if !isGPU(ev.Medium) || len(ev.EngineHashes) == 0 {
+	if !OnGPU(ev.Medium) || len(ev.EngineHashes) == 0 {
 		return nil
 	}
 	prev := noSlot

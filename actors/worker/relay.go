@@ -246,6 +246,12 @@ func (r *relay) onBatch(b kv.Batch) {
 	r.seenEng, r.lastEng = true, b.Seq
 	kept, orphans := b.Events[:0], 0
 	for _, ev := range b.Events {
+		if !kv.OnGPU(ev.Medium) {
+			// Another tier's (vLLM's CPU offload): relayed, but the list, like the
+			// router's index, is of the GPU's blocks, which such events do not change.
+			kept = append(kept, ev)
+			continue
+		}
 		if ev.Kind == kv.BlockStored && ev.HasParent && !r.blocks.Holds(ev.ParentHash) {
 			// An orphan (docs/reference.md §1, "Orphan blocks"): chained onto a block
 			// the engine no longer holds, or never announced. No prefix lookup can reach

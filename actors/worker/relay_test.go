@@ -332,3 +332,32 @@ func TestRelayDropsOrphanBlocks(t *testing.T) {
 		t.Fatalf("router indexes %v, the relay lists %d blocks; want 5, 6 and 7 in both", st.Workers, r.blocks.Len())
 	}
 }
+
+// TestRelayListsGPUBlocksOnly: events of another tier (vLLM's CPU offload announces the
+// same block hashes with medium "CPU") leave the worker's list alone, as they leave the
+// router's index: a dump after a CPU copy was stored and removed still holds the GPU
+// block.
+func TestRelayListsGPUBlocksOnly(t *testing.T) {
+	const bs = 4
+	g := router.New(router.Config{BlockSize: bs, Mode: "kv", OverlapWeight: 1, WorkerTTL: time.Hour, Seed: 1, Logger: zerolog.Nop()})
+	r := newRelay("w0", &wireRouter{g: g}, zerolog.Nop())
+	r.handle(relayEpoch{epoch: 1})
+	r.register(&messages.WorkerInfo{WorkerId: "w0", Actor: &messages.ActorRef{Address: "a", Id: "w0"},
+		Card: &messages.ModelCard{KvBlockSize: bs, TotalKvBlocks: 64}, Ready: true, EngineEpoch: 1}, &messages.WorkerLoad{TotalBlocks: 64})
+	toks := []uint32{1, 2, 3, 4}
+	for i, ev := range []kv.Event{
+		{Kind: kv.BlockStored, EngineHashes: []uint64{9}, TokenIDs: toks, BlockSize: bs, Medium: "GPU"},
+		{Kind: kv.BlockStored, EngineHashes: []uint64{9}, TokenIDs: toks, BlockSize: bs, Medium: "CPU"},
+		{Kind: kv.BlockRemoved, EngineHashes: []uint64{9}, Medium: "CPU"},
+	} {
+		r.onBatch(kv.Batch{Seq: uint64(i), Events: []kv.Event{ev}})
+	}
+	r.handle(relayDump{})
+	st, err := g.Stats(&messages.RouterStatsRequest{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.blocks.Holds(9) || len(st.Workers) != 1 || st.Workers[0].IndexedBlocks != 1 {
+		t.Fatalf("after the CPU copy's removal and a dump: listed %v, router %v; want the GPU block in both", r.blocks.Holds(9), st.Workers)
+	}
+}
