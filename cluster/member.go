@@ -205,7 +205,7 @@ func Start(cfg Config) (m *Member, err error) {
 	remoteCfg := remote.Configure(s.bindHost, s.Port, remoteOpts...)
 	remoteCfg.MaxRetryCount = peerConnectAttempts
 	clusterCfg := pcluster.Configure(s.Name, provider, newIdentityLookup(activationTimeout), remoteCfg,
-		pcluster.WithKinds(s.Kinds...))
+		pcluster.WithKinds(s.Kinds...), pcluster.WithClusterContextProducer(newGrainContext))
 	c := pcluster.New(system, clusterCfg)
 	wd.cluster = c
 	sub := system.EventStream.Subscribe(func(evt any) {

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	fe "github.com/turbine-llm/turbine/actors/frontend"
+	tcluster "github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -237,7 +238,7 @@ func (t *ClusterTurbine) Route(ctx context.Context, model string, rr *messages.R
 	if c == nil {
 		return nil, errNoCluster
 	}
-	return messages.GetRouterGrainClient(c, model).Route(rr, pcluster.WithTimeout(t.cfg.RouteTimeout))
+	return messages.GetRouterGrainClient(c, model).Route(rr, pcluster.WithTimeout(t.cfg.RouteTimeout), tcluster.UntilTimeout())
 }
 
 // Started sends RouteAck to the grain activation that answered the route (a message).

@@ -14,6 +14,7 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
+	tcluster "github.com/turbine-llm/turbine/cluster"
 	"github.com/turbine-llm/turbine/flow"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/kv"
@@ -483,7 +484,7 @@ type grainRouting struct {
 // with the token ids, and the refusal is logged once per process.
 func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
 	tokens, hashed := hashPrompt(rr, g.blockSize)
-	resp, err := g.c.Route(rr, pcluster.WithTimeout(g.timeout))
+	resp, err := g.c.Route(rr, pcluster.WithTimeout(g.timeout), tcluster.UntilTimeout())
 	if !hashed || err != nil {
 		return resp, err
 	}
@@ -496,7 +497,7 @@ func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse
 			Msg("the router refused a prompt's block hashes: routing with token ids (logged once)")
 	}
 	rr.BlockHashes, rr.PromptTokens = nil, nil
-	return g.c.Route(rr, pcluster.WithTimeout(g.timeout))
+	return g.c.Route(rr, pcluster.WithTimeout(g.timeout), tcluster.UntilTimeout())
 }
 
 // Started sends RouteAck for requestID to router, the grain activation that answered its

@@ -1,0 +1,139 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	pcluster "github.com/asynkron/protoactor-go/cluster"
+	"github.com/asynkron/protoactor-go/remote"
+)
+
+// Grain call retries (docs/actor-library.md §8).
+const (
+	// GrainRetryMin and GrainRetryMax bound the pause before a grain call's next attempt:
+	// it doubles from GrainRetryMin after each attempt that found no activation or a dead
+	// one, up to GrainRetryMax, and never runs past the call's timeout.
+	GrainRetryMin = 50 * time.Millisecond
+	GrainRetryMax = 400 * time.Millisecond
+)
+
+// UntilTimeout is the grain call option of a call that retries until its timeout rather
+// than for the default three attempts: a call whose answer is worth waiting for while
+// the cluster's topology settles (a Route call: the request fails without it).
+func UntilTimeout() pcluster.GrainCallOption { return pcluster.WithRetryCount(1 << 30) }
+
+// ErrGrainCall wraps every error of a grain call that got no answer.
+var ErrGrainCall = errors.New("grain call")
+
+// grainContext is the cluster context every grain call of a Turbine member goes through
+// (pcluster.WithClusterContextProducer). It does what the library's default context does
+// — find the grain's activation (address cache, then the identity lookup), ask it, and
+// on a dead letter or a timeout forget the cached address and try again, at most
+// RetryCount attempts in all — except that attempts are spaced by a real backoff
+// (GrainRetryMin doubling to GrainRetryMax; the library pauses i²·50 ns, so its attempts
+// come within microseconds and a call made while the topology is in flux fails at once),
+// and no attempt waits past the call's own deadline (Timeout from the call's start; the
+// library gives every attempt the whole Timeout again). The options' RetryAction is not
+// used.
+type grainContext struct {
+	c   *pcluster.Cluster
+	now func() time.Time
+	// sleep pauses d (time.Sleep; a test's fake clock).
+	sleep func(d time.Duration)
+}
+
+var _ pcluster.Context = (*grainContext)(nil)
+
+func newGrainContext(c *pcluster.Cluster) pcluster.Context {
+	return &grainContext{c: c, now: time.Now, sleep: time.Sleep}
+}
+
+// Request asks the grain (identity, kind) message and returns its answer. Errors
+// (wrapping ErrGrainCall): no activation found or none answered within the call's
+// timeout and attempts; an error other than a timeout or a dead letter from the
+// activation's future as it is.
+func (g *grainContext) Request(identity, kind string, message any, opts ...pcluster.GrainCallOption) (any, error) {
+	cfg := pcluster.NewGrainCallOptions(g.c)
+	for _, o := range opts {
+		o(cfg)
+	}
+	deadline := g.now().Add(cfg.Timeout)
+	pause := time.Duration(0)
+	var last error
+	for attempt := 0; attempt < max(cfg.RetryCount, 1); attempt++ {
+		if attempt > 0 {
+			pause = min(max(2*pause, GrainRetryMin), GrainRetryMax)
+			if left := deadline.Sub(g.now()); left <= pause {
+				break // no time for another attempt after the pause
+			}
+			g.sleep(pause)
+		}
+		left := deadline.Sub(g.now())
+		if left <= 0 {
+			break
+		}
+		pid := g.pid(identity, kind)
+		if pid == nil {
+			last = fmt.Errorf("no activation of %s/%s found", kind, identity)
+			continue
+		}
+		resp, err := cfg.Context.RequestFuture(pid, message, left).Result()
+		if resp != nil {
+			return resp, nil
+		}
+		switch {
+		case err == nil:
+			return nil, nil
+		case errors.Is(err, actor.ErrTimeout), errors.Is(err, remote.ErrTimeout),
+			errors.Is(err, actor.ErrDeadLetter), errors.Is(err, remote.ErrDeadLetter):
+			g.c.PidCache.Remove(identity, kind)
+			last = fmt.Errorf("%s/%s at %s: %w", kind, identity, pid.Address, err)
+		default:
+			return nil, err
+		}
+	}
+	if last == nil {
+		last = errors.New("no time left for an attempt")
+	}
+	return nil, fmt.Errorf("%w: no answer within %v: %w", ErrGrainCall, cfg.Timeout, last)
+}
+
+// RequestFuture finds the grain's activation as Request does and sends it message,
+// returning the answer's future (its timeout the call's Timeout). It fails, wrapping
+// ErrGrainCall, when no activation is found within the call's timeout and attempts.
+func (g *grainContext) RequestFuture(identity, kind string, message any, opts ...pcluster.GrainCallOption) (*actor.Future, error) {
+	cfg := pcluster.NewGrainCallOptions(g.c)
+	for _, o := range opts {
+		o(cfg)
+	}
+	deadline := g.now().Add(cfg.Timeout)
+	pause := time.Duration(0)
+	for attempt := 0; attempt < max(cfg.RetryCount, 1); attempt++ {
+		if attempt > 0 {
+			pause = min(max(2*pause, GrainRetryMin), GrainRetryMax)
+			if deadline.Sub(g.now()) <= pause {
+				break
+			}
+			g.sleep(pause)
+		}
+		if pid := g.pid(identity, kind); pid != nil {
+			return cfg.Context.RequestFuture(pid, message, cfg.Timeout), nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no activation of %s/%s found within %v", ErrGrainCall, kind, identity, cfg.Timeout)
+}
+
+// pid is the activation's address from the cluster's cache, else from the identity
+// lookup (cached when found); nil when none is found.
+func (g *grainContext) pid(identity, kind string) *actor.PID {
+	if pid, ok := g.c.PidCache.Get(identity, kind); ok && pid != nil {
+		return pid
+	}
+	pid := g.c.Get(identity, kind)
+	if pid != nil {
+		g.c.PidCache.Set(identity, kind, pid)
+	}
+	return pid
+}
