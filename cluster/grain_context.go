@@ -55,31 +55,15 @@ func newGrainContext(c *pcluster.Cluster) pcluster.Context {
 // timeout and attempts; an error other than a timeout or a dead letter from the
 // activation's future as it is.
 func (g *grainContext) Request(identity, kind string, message any, opts ...pcluster.GrainCallOption) (any, error) {
-	cfg := pcluster.NewGrainCallOptions(g.c)
-	for _, o := range opts {
-		o(cfg)
-	}
-	deadline := g.now().Add(cfg.Timeout)
-	pause := time.Duration(0)
+	cfg := g.config(opts)
 	var last error
-	for attempt := 0; attempt < max(cfg.RetryCount, 1); attempt++ {
-		if attempt > 0 {
-			pause = min(max(2*pause, GrainRetryMin), GrainRetryMax)
-			if left := deadline.Sub(g.now()); left <= pause {
-				break // no time for another attempt after the pause
-			}
-			g.sleep(pause)
-		}
-		left := deadline.Sub(g.now())
-		if left <= 0 {
-			break
-		}
+	for a := g.attempts(cfg); a.next(); {
 		pid := g.pid(identity, kind)
 		if pid == nil {
 			last = fmt.Errorf("no activation of %s/%s found", kind, identity)
 			continue
 		}
-		resp, err := cfg.Context.RequestFuture(pid, message, left).Result()
+		resp, err := cfg.Context.RequestFuture(pid, message, a.left()).Result()
 		if resp != nil {
 			return resp, nil
 		}
@@ -104,26 +88,58 @@ func (g *grainContext) Request(identity, kind string, message any, opts ...pclus
 // returning the answer's future (its timeout the call's Timeout). It fails, wrapping
 // ErrGrainCall, when no activation is found within the call's timeout and attempts.
 func (g *grainContext) RequestFuture(identity, kind string, message any, opts ...pcluster.GrainCallOption) (*actor.Future, error) {
-	cfg := pcluster.NewGrainCallOptions(g.c)
-	for _, o := range opts {
-		o(cfg)
-	}
-	deadline := g.now().Add(cfg.Timeout)
-	pause := time.Duration(0)
-	for attempt := 0; attempt < max(cfg.RetryCount, 1); attempt++ {
-		if attempt > 0 {
-			pause = min(max(2*pause, GrainRetryMin), GrainRetryMax)
-			if deadline.Sub(g.now()) <= pause {
-				break
-			}
-			g.sleep(pause)
-		}
+	cfg := g.config(opts)
+	for a := g.attempts(cfg); a.next(); {
 		if pid := g.pid(identity, kind); pid != nil {
 			return cfg.Context.RequestFuture(pid, message, cfg.Timeout), nil
 		}
 	}
 	return nil, fmt.Errorf("%w: no activation of %s/%s found within %v", ErrGrainCall, kind, identity, cfg.Timeout)
 }
+
+// config is a call's options applied to the library's defaults.
+func (g *grainContext) config(opts []pcluster.GrainCallOption) *pcluster.GrainCallConfig {
+	cfg := pcluster.NewGrainCallOptions(g.c)
+	for _, o := range opts {
+		o(cfg)
+	}
+	return cfg
+}
+
+// attempts paces the attempts of one call: at most max(RetryCount, 1), within Timeout
+// from now.
+func (g *grainContext) attempts(cfg *pcluster.GrainCallConfig) *pacer {
+	return &pacer{g: g, deadline: g.now().Add(cfg.Timeout), limit: max(cfg.RetryCount, 1)}
+}
+
+// pacer counts a call's attempts and pauses between them.
+type pacer struct {
+	g        *grainContext
+	deadline time.Time
+	pause    time.Duration // the last pause
+	n, limit int           // attempts started, and allowed
+}
+
+// next waits out the pause before another attempt (none before the first) and reports
+// whether one may start: not once limit attempts were made, nor when the pause would
+// leave no time for it.
+func (p *pacer) next() bool {
+	if p.n >= p.limit {
+		return false
+	}
+	if p.n > 0 {
+		p.pause = min(max(2*p.pause, GrainRetryMin), GrainRetryMax)
+		if p.left() <= p.pause {
+			return false
+		}
+		p.g.sleep(p.pause)
+	}
+	p.n++
+	return p.left() > 0
+}
+
+// left is the time left before the call's deadline.
+func (p *pacer) left() time.Duration { return p.deadline.Sub(p.g.now()) }
 
 // pid is the activation's address from the cluster's cache, else from the identity
 // lookup (cached when found); nil when none is found.
