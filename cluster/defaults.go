@@ -26,6 +26,13 @@ const (
 
 	// DefaultWatchdogInterval is how often the zombie watchdog looks at the member.
 	DefaultWatchdogInterval = time.Second
+
+	// GrainRetryMin and GrainRetryMax bound the pause before a grain call's next attempt
+	// (docs/actor-library.md §8): it doubles from GrainRetryMin after each attempt that
+	// found no activation or a dead one, up to GrainRetryMax, and never runs past the
+	// call's timeout.
+	GrainRetryMin = 50 * time.Millisecond
+	GrainRetryMax = 400 * time.Millisecond
 )
 
 const (

@@ -10,15 +10,6 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 )
 
-// Grain call retries (docs/actor-library.md §8).
-const (
-	// GrainRetryMin and GrainRetryMax bound the pause before a grain call's next attempt:
-	// it doubles from GrainRetryMin after each attempt that found no activation or a dead
-	// one, up to GrainRetryMax, and never runs past the call's timeout.
-	GrainRetryMin = 50 * time.Millisecond
-	GrainRetryMax = 400 * time.Millisecond
-)
-
 // UntilTimeout is the grain call option of a call that retries until its timeout rather
 // than for the default three attempts: a call whose answer is worth waiting for while
 // the cluster's topology settles (a Route call: the request fails without it).
