@@ -74,20 +74,52 @@ func TestIdleStepPublishesItsEvents(t *testing.T) {
 			o.Dialect = dialect
 			o.Engine.NumGPUBlocks, o.Engine.MaxModelLen = 16, 256
 			o.Engine.Tiers = hostTier{}
-			var err error
-			o.KVEvents, err = kvevents.ParseConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:0","topic":"kv-events"}`)
-			if err != nil {
-				t.Fatal(err)
-			}
 			if dialect == DialectTRTLLM {
-				o.KVEvents, o.EventBufferMaxSize, o.PollWait = kvevents.Config{}, 1000, 10*time.Millisecond
+				o.EventBufferMaxSize, o.PollWait = 1000, 10*time.Millisecond
+			} else {
+				var err error
+				o.KVEvents, err = kvevents.ParseConfig(`{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:0","topic":"kv-events"}`)
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
 			s, hs := startServer(t, o)
 			held := map[uint64]bool{} // blocks stored (since the subscription took effect), not removed
-			var drain func()          // applies the events published so far
-			var seen bool             // an event has arrived: the subscription is in effect
-			switch dialect {
-			case DialectVLLM:
+			seen := false             // an event has arrived: the subscription is in effect
+			apply := func(evs []kv.Event) {
+				seen = true
+				for _, ev := range evs {
+					switch ev.Kind {
+					case kv.BlockStored, kv.BlockRemoved:
+						for _, h := range ev.EngineHashes {
+							if ev.Kind == kv.BlockStored {
+								held[h] = true
+							} else {
+								delete(held, h)
+							}
+						}
+					case kv.AllBlocksCleared:
+						clear(held)
+					}
+				}
+			}
+			var drain func() // applies the events published so far, read as Turbine reads them
+			if dialect == DialectTRTLLM {
+				conv, err := trtllm.NewEventConverter(o.Engine.BlockSize)
+				if err != nil {
+					t.Fatal(err)
+				}
+				drain = func() {
+					_, b := postJSON(t, hs.URL+"/kv_cache_events", "")
+					evs, err := trtllm.DecodeKVCacheEvents(bytes.NewReader(b))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, batch := range conv.Convert(evs, 0) {
+						apply(batch.Events)
+					}
+				}
+			} else {
 				ep, _ := kvevents.ConsumerEndpoint(s.KVEventsEndpoint())
 				msgs := subscribeKVEvents(t, ep)
 				drain = func() {
@@ -98,42 +130,11 @@ func TestIdleStepPublishesItsEvents(t *testing.T) {
 							if err != nil {
 								t.Fatal(err)
 							}
-							for _, ev := range b.Events {
-								for _, h := range ev.EngineHashes {
-									switch ev.Kind {
-									case kv.BlockStored:
-										held[h] = true
-									case kv.BlockRemoved:
-										delete(held, h)
-									}
-								}
-							}
-							seen = true
+							apply(b.Events)
 						case <-time.After(300 * time.Millisecond):
 							return
 						}
 					}
-				}
-			case DialectTRTLLM:
-				drain = func() {
-					_, b := postJSON(t, hs.URL+"/kv_cache_events", "")
-					evs, err := trtllm.DecodeKVCacheEvents(bytes.NewReader(b))
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, ev := range evs {
-						switch ev.Data.Type {
-						case "stored":
-							for _, b := range ev.Data.Blocks {
-								held[uint64(b.BlockHash)] = true
-							}
-						case "removed":
-							for _, h := range ev.Data.BlockHashes {
-								delete(held, uint64(h))
-							}
-						}
-					}
-					seen = true
 				}
 			}
 			// One-block prompts (computed: nothing precedes their last token) until the
