@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/turbine-llm/turbine/internal/promlabel"
 )
 
 // Metric families of the frontend (docs/reference.md §11), named in the style of Dynamo's and
@@ -66,19 +67,11 @@ func name(family string, kv ...string) string {
 		}
 		b.WriteString(kv[i])
 		b.WriteString(`="`)
-		b.WriteString(escapeLabel(kv[i+1]))
+		b.WriteString(promlabel.Escape(kv[i+1]))
 		b.WriteByte('"')
 	}
 	b.WriteByte('}')
 	return b.String()
-}
-
-func escapeLabel(v string) string {
-	if !strings.ContainsAny(v, "\\\"\n") {
-		return v
-	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return r.Replace(v)
 }
 
 func (m *frontendMetrics) inflight(model string) *metrics.Gauge {

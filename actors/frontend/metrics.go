@@ -13,6 +13,7 @@ import (
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/internal/promlabel"
 	"github.com/turbine-llm/turbine/messages"
 )
 
@@ -145,7 +146,7 @@ func series(family string, kv ...string) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, `%s="%s"`, kv[i], escapeLabel(kv[i+1]))
+		fmt.Fprintf(&b, `%s="%s"`, kv[i], promlabel.Escape(kv[i+1]))
 	}
 	b.WriteByte('}')
 	return b.String()
@@ -212,18 +213,18 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 		if err != nil {
 			continue
 		}
-		model := escapeLabel(m.Model)
+		model := promlabel.Escape(m.Model)
 		for _, ws := range st.Workers {
-			lbl := fmt.Sprintf(`{model="%s",worker="%s"}`, model, escapeLabel(ws.WorkerId))
+			lbl := fmt.Sprintf(`{model="%s",worker="%s"}`, model, promlabel.Escape(ws.WorkerId))
 			for i, f := range workerFams {
 				workerLines[i] = append(workerLines[i], f.name+lbl+" "+strconv.FormatFloat(f.value(ws), 'g', -1, 64))
 			}
 			role := ws.Role.Label()
 			roleLines = append(roleLines, fmt.Sprintf(`turbine_router_worker_role{model="%s",worker="%s",role="%s"} 1`,
-				model, escapeLabel(ws.WorkerId), escapeLabel(role)))
+				model, promlabel.Escape(ws.WorkerId), promlabel.Escape(role)))
 			for _, mode := range []string{"events", "approximate"} {
 				modeLines = append(modeLines, fmt.Sprintf(`turbine_router_worker_index_mode{model="%s",worker="%s",mode="%s"} %d`,
-					model, escapeLabel(ws.WorkerId), mode, b2i(ws.IndexMode == mode || ws.IndexMode == "" && mode == "events")))
+					model, promlabel.Escape(ws.WorkerId), mode, b2i(ws.IndexMode == mode || ws.IndexMode == "" && mode == "events")))
 			}
 		}
 		lbl := fmt.Sprintf(`{model="%s"}`, model)
@@ -239,7 +240,7 @@ func (b *Backend) WritePrometheus(ctx context.Context, w io.Writer) {
 				n    int64
 			}{{"host", tn.HostBlocks}, {"disk", tn.DiskBlocks}, {"remote", tn.RemoteBlocks}} {
 				tierBlockLines = append(tierBlockLines, fmt.Sprintf(`turbine_router_tier_blocks{model="%s",node="%s",tier="%s"} %d`,
-					model, escapeLabel(tn.NodeId), tb.tier, tb.n))
+					model, promlabel.Escape(tn.NodeId), tb.tier, tb.n))
 			}
 		}
 		expiredLines = append(expiredLines,
@@ -273,10 +274,6 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
 }
 
 func b2i(b bool) int {

@@ -15,6 +15,7 @@ import (
 
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/turbine-llm/turbine/gateway"
+	"github.com/turbine-llm/turbine/internal/promlabel"
 	"github.com/turbine-llm/turbine/messages"
 	"github.com/turbine-llm/turbine/planner"
 )
@@ -457,9 +458,9 @@ func writePlannerFamilies(w io.Writer, statuses []*messages.PlannerStatus) {
 	modelLines := make([][]string, len(modelFams))
 	var corrLines []string
 	for _, st := range statuses {
-		model := escapeLabel(st.Model)
+		model := promlabel.Escape(st.Model)
 		for _, p := range st.Pools {
-			lbl := fmt.Sprintf(`{model="%s",pool="%s"}`, model, escapeLabel(p.Pool))
+			lbl := fmt.Sprintf(`{model="%s",pool="%s"}`, model, promlabel.Escape(p.Pool))
 			for i, f := range poolFams {
 				poolLines[i] = append(poolLines[i], f.name+lbl+" "+strconv.Itoa(int(f.value(p))))
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/internal/promlabel"
 	"github.com/turbine-llm/turbine/messages"
 	"github.com/turbine-llm/turbine/model"
 )
@@ -900,9 +901,9 @@ func (w *workerActor) announce(info *messages.WorkerInfo) {
 func (w *workerActor) series(family string, kv ...string) string {
 	var b strings.Builder
 	b.WriteString(family)
-	b.WriteString(`{model="` + labelEscaper.Replace(w.cfg.Card.GetModel()) + `",worker="` + labelEscaper.Replace(w.cfg.WorkerID) + `"`)
+	b.WriteString(`{model="` + promlabel.Escape(w.cfg.Card.GetModel()) + `",worker="` + promlabel.Escape(w.cfg.WorkerID) + `"`)
 	for i := 0; i+1 < len(kv); i += 2 {
-		b.WriteString(`,` + kv[i] + `="` + labelEscaper.Replace(kv[i+1]) + `"`)
+		b.WriteString(`,` + kv[i] + `="` + promlabel.Escape(kv[i+1]) + `"`)
 	}
 	b.WriteString("}")
 	return b.String()

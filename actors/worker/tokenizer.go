@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/turbine-llm/turbine/internal/promlabel"
 	"github.com/turbine-llm/turbine/messages"
 	"github.com/turbine-llm/turbine/model"
 )
@@ -37,8 +38,5 @@ func checkTokenizer(card *messages.ModelCard) error {
 // values escaped as the Prometheus text format requires: backslash, double quote and
 // newline, and nothing else (a tab or a non-ASCII character is written as it is).
 func refusalName(model, reason string) string {
-	return refusedMetric + `{model="` + labelEscaper.Replace(model) + `",reason="` + labelEscaper.Replace(reason) + `"}`
+	return refusedMetric + `{model="` + promlabel.Escape(model) + `",reason="` + promlabel.Escape(reason) + `"}`
 }
-
-// labelEscaper escapes a Prometheus label value.
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)

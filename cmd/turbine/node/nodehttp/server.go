@@ -27,6 +27,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
+	"github.com/turbine-llm/turbine/internal/promlabel"
 )
 
 // Defaults.
@@ -243,6 +244,5 @@ func (s *Server) forget(workers []Worker) {
 
 // series is `family{worker="<id>"}`.
 func series(family, worker string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return family + `{` + WorkerLabel + `="` + r.Replace(worker) + `"}`
+	return family + `{` + WorkerLabel + `="` + promlabel.Escape(worker) + `"}`
 }
