@@ -11,8 +11,8 @@ import (
 // written on it, not a default: callers start from DefaultConfig.
 type Config struct {
 	// Credits is how many chunks a worker may send ahead of the consumer
-	// (Generate.initial_credits); the consumed count is granted back (a Credit) each time
-	// it reaches Credits/2.
+	// (Generate.initial_credits; the worker merges the chunks that wait for a credit); the
+	// consumed count is granted back (a Credit) each time it reaches Credits/2.
 	Credits int32
 	// MigrationLimit is how many times one request may be re-sent to another worker after
 	// faults (worker gone, engine failed, stalled); 0 disables migration.
@@ -51,7 +51,7 @@ type Config struct {
 
 // Defaults of Config (the frontend's flags start from these).
 const (
-	DefaultCredits            = 64
+	DefaultCredits            = 16
 	DefaultMigrationLimit     = 3
 	DefaultStallTimeout       = 2 * time.Minute
 	DefaultAcceptTimeout      = 15 * time.Second

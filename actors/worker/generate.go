@@ -122,7 +122,8 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 	}()
 }
 
-// streamChunks runs one request on engine and sends numbered chunks. The sampling
+// streamChunks runs one request on engine and sends numbered chunks within the granted
+// credits, merging the chunks that wait for one (chunkSender). The sampling
 // parameters go to the engine as they came, with the leg of a disaggregated request
 // (SamplingParams.disagg); the last chunk carries the engine's transfer parameters
 // (kv_transfer_params, set by a prefill leg). It returns
@@ -137,9 +138,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 // learns which blocks the engine keeps for a decode leg that will never read them.
 func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Generate, credits <-chan int32,
 	send func(*messages.TokenChunk), workerID string, release func(kvTransferParams string)) error {
-	flow := m.InitialCredits > 0
-	left := m.InitialCredits
-	var index uint32
+	out := newChunkSender(ctx, m.InitialCredits, credits, send)
 	finished := false
 	undelivered := ""
 	defer func() {
@@ -151,24 +150,13 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 		if len(ec.TokenIDs) == 0 && ec.FinishReason == "" {
 			return nil
 		}
-		cancelled := func() error {
+		if ctx.Err() != nil {
 			if ec.FinishReason != "" {
 				undelivered = ec.KVTransferParams
 			}
 			return errCancelled
 		}
-		if ctx.Err() != nil {
-			return cancelled()
-		}
-		for flow && left <= 0 {
-			select {
-			case <-ctx.Done():
-				return cancelled()
-			case n := <-credits:
-				left += n
-			}
-		}
-		ch := &messages.TokenChunk{RequestId: m.RequestId, Index: index, TokenIds: ec.TokenIDs,
+		ch := &messages.TokenChunk{RequestId: m.RequestId, TokenIds: ec.TokenIDs,
 			FinishReason: ec.FinishReason, WorkerId: workerID, Logprobs: ec.Logprobs, PromptLogprobs: ec.PromptLogprobs}
 		if ec.FinishReason != "" {
 			ch.KvTransferParams = ec.KVTransferParams
@@ -177,27 +165,29 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 			ch.CompletionTokens = int32(ec.CompletionTokens)
 			finished = true
 		}
-		index++
-		left--
-		send(ch)
+		out.put(ch)
 		return nil
 	})
+	// What waits for a credit leaves before anything else, or not at all once ctx ended.
+	if left := out.drain(); left != nil && left.FinishReason != "" {
+		undelivered = left.KvTransferParams
+	}
 	if ctx.Err() != nil {
 		if cause := context.Cause(ctx); handedOver(cause) && !finished {
-			send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
+			out.sendNow(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: workerID,
 				Error: cause.Error(), Fault: messages.Fault_FAULT_ENGINE_ERROR})
 		}
 		return errCancelled
 	}
 	if err != nil {
 		msg, fault := engineFailure(err)
-		send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
+		out.sendNow(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: workerID,
 			Error: msg, Fault: fault})
 		return err
 	}
 	if !finished {
 		err := errors.New("engine: stream ended without a finish reason")
-		send(&messages.TokenChunk{RequestId: m.RequestId, Index: index, FinishReason: "error", WorkerId: workerID,
+		out.sendNow(&messages.TokenChunk{RequestId: m.RequestId, FinishReason: "error", WorkerId: workerID,
 			Error: err.Error(), Fault: messages.Fault_FAULT_ENGINE_ERROR})
 		return err
 	}

@@ -25,6 +25,10 @@ type RouterClient interface {
 // docs/actor-library.md §5).
 const dumpPartEvents = 4096
 
+// publishBlocks caps the blocks of the engine batches merged into one KV event batch
+// (relay.onBatches): the merged message stays about as small as a dump part.
+const publishBlocks = dumpPartEvents
+
 // dumpPartBlocks caps the blocks of one hashed BlockDump part (about 16 bytes each, 1 MiB
 // a part); a part holds whole runs, so it may exceed the cap by one run.
 const dumpPartBlocks = 65536
@@ -94,6 +98,8 @@ type relay struct {
 	// reregQueued is set while a relayReregister waits in in: changes coming faster than
 	// the relay registers add none.
 	reregQueued atomic.Bool
+	// held is an item taken from in while merging batches (onBatches), handled next.
+	held any
 }
 
 func newRelay(workerID string, router RouterClient, log zerolog.Logger) *relay {
@@ -103,6 +109,11 @@ func newRelay(workerID string, router RouterClient, log zerolog.Logger) *relay {
 // run processes items until ctx ends.
 func (r *relay) run(ctx context.Context) {
 	for {
+		if it := r.held; it != nil {
+			r.held = nil
+			r.handle(it)
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -139,7 +150,7 @@ func (r *relay) handle(it any) {
 		r.epoch, r.seq, r.seenEng = it.epoch, 0, false
 		r.blocks.Clear()
 	case relayBatch:
-		r.onBatch(it.batch)
+		r.onBatches(it.batch)
 	case relayHeartbeat:
 		r.load = it.load
 		info := it.info
@@ -231,7 +242,51 @@ func (r *relay) register(info *messages.WorkerInfo, load *messages.WorkerLoad) {
 	}
 }
 
-func (r *relay) onBatch(b kv.Batch) {
+// onBatch relays one engine batch: its events go into the block list and to the
+// router (filter, publish).
+func (r *relay) onBatch(b kv.Batch) { r.publish(r.filter(b)) }
+
+// onBatches relays first with the engine batches queued right behind it as one KV event
+// batch, up to publishBlocks blocks: while a publish waits for a slow router (a frontend
+// short of CPU, its answer up to the call's timeout), the batches produced meanwhile
+// leave together in the next, so that the relay keeps up and a heartbeat queued behind
+// them waits for one call, not one per batch. The first other item taken from the queue
+// is handled next (held).
+func (r *relay) onBatches(first kv.Batch) {
+	events := r.filter(first)
+	for blocks := eventBlocks(events); blocks < publishBlocks; {
+		var it any
+		select {
+		case it = <-r.in:
+		default:
+		}
+		if it == nil {
+			break
+		}
+		b, ok := it.(relayBatch)
+		if !ok {
+			r.held = it
+			break
+		}
+		more := r.filter(b.batch)
+		blocks += eventBlocks(more)
+		events = append(events, more...)
+	}
+	r.publish(events)
+}
+
+// eventBlocks is the number of blocks events name.
+func eventBlocks(events []kv.Event) int {
+	n := 0
+	for _, ev := range events {
+		n += max(len(ev.EngineHashes), 1)
+	}
+	return n
+}
+
+// filter checks an engine batch's numbering, applies its GPU events to the block list and
+// returns the events to relay (orphan blocks left out).
+func (r *relay) filter(b kv.Batch) []kv.Event {
 	if r.seenEng && b.Seq <= r.lastEng {
 		// The publisher's numbering went backwards: the engine restarted behind our back
 		// (docs/reference.md §1, "Engine restarts").
@@ -267,13 +322,18 @@ func (r *relay) onBatch(b kv.Batch) {
 	if orphans > 0 {
 		r.log.Debug().Int("blocks", orphans).Msg("KV blocks stored onto a block the engine no longer holds: not relayed")
 	}
-	b.Events = kept
-	if len(b.Events) == 0 {
+	return kept
+}
+
+// publish sends events to the router as the next batch of this epoch (none when empty),
+// and a dump when the router asks.
+func (r *relay) publish(events []kv.Event) {
+	if len(events) == 0 {
 		return
 	}
 	r.seq++
 	ack, err := r.router.PublishEvents(&messages.KvEventBatch{WorkerId: r.workerID, EngineEpoch: r.epoch,
-		Seq: r.seq, Events: kvpb.ToProtoAll(b.Events)})
+		Seq: r.seq, Events: kvpb.ToProtoAll(events)})
 	if err != nil {
 		r.log.Warn().Err(err).Msg("publish KV events failed; the router will ask for a dump")
 		return

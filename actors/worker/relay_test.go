@@ -2,6 +2,8 @@ package worker
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -359,5 +361,73 @@ func TestRelayListsGPUBlocksOnly(t *testing.T) {
 	}
 	if !r.blocks.Holds(9) || len(st.Workers) != 1 || st.Workers[0].IndexedBlocks != 1 {
 		t.Fatalf("after the CPU copy's removal and a dump: listed %v, router %v; want the GPU block in both", r.blocks.Holds(9), st.Workers)
+	}
+}
+
+// slowRouter records the calls it gets, in order; a PublishEvents waits for release.
+type slowRouter struct {
+	nopRouter
+	calls   chan string
+	release chan struct{}
+}
+
+func (r slowRouter) Register(m *messages.RegisterWorker) (*messages.RegisterAck, error) {
+	r.calls <- fmt.Sprintf("register seq=%d", m.LastEventSeq)
+	return &messages.RegisterAck{Accepted: true}, nil
+}
+
+func (r slowRouter) PublishEvents(m *messages.KvEventBatch) (*messages.EventAck, error) {
+	var hs []uint64
+	for _, ev := range m.Events {
+		hs = append(hs, ev.GetStored().GetBlockHashes()...)
+	}
+	r.calls <- fmt.Sprintf("publish seq=%d blocks=%v", m.Seq, hs)
+	<-r.release
+	return &messages.EventAck{}, nil
+}
+
+// TestRelayMergesQueuedBatches: the engine batches queued while a publish waits for a slow
+// router leave together in the next one, in order, and the heartbeat queued behind them
+// waits for that one call, not one per batch.
+func TestRelayMergesQueuedBatches(t *testing.T) {
+	rt := slowRouter{calls: make(chan string, 16), release: make(chan struct{})}
+	r := newRelay("w0", rt, zerolog.Nop())
+	info := &messages.WorkerInfo{WorkerId: "w0", Actor: &messages.ActorRef{Address: "a", Id: "w0"}, Card: &messages.ModelCard{}}
+	stored := func(seq uint64, h uint64) relayBatch {
+		ev := kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{h}, TokenIDs: []uint32{uint32(h)}, BlockSize: 1}
+		if h > 1 {
+			ev.HasParent, ev.ParentHash = true, h-1
+		}
+		return relayBatch{batch: kv.Batch{Seq: seq, Events: []kv.Event{ev}}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.in <- relayEpoch{epoch: 1}
+	r.in <- stored(1, 1)
+	ran := make(chan struct{})
+	go func() { r.run(ctx); close(ran) }()
+	if c := <-rt.calls; c != "publish seq=1 blocks=[1]" {
+		t.Fatalf("first call %q", c)
+	}
+	// While the first publish waits: four more batches, a heartbeat, one more batch.
+	for h := uint64(2); h <= 5; h++ {
+		r.in <- stored(h, h)
+	}
+	r.in <- relayHeartbeat{info: info, load: &messages.WorkerLoad{}}
+	r.in <- stored(6, 6)
+	// Each publish answers once released; a registration at once.
+	rt.release <- struct{}{}
+	for _, w := range []string{"publish seq=2 blocks=[2 3 4 5]", "register seq=2", "publish seq=3 blocks=[6]"} {
+		if c := <-rt.calls; c != w {
+			t.Fatalf("call %q, want %q", c, w)
+		}
+		if strings.HasPrefix(w, "publish") {
+			rt.release <- struct{}{}
+		}
+	}
+	cancel()
+	<-ran
+	if n := r.blocks.Len(); n != 6 {
+		t.Fatalf("block list holds %d blocks, want 6", n)
 	}
 }

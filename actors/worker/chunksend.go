@@ -1,0 +1,141 @@
+package worker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// chunkSender numbers one request's chunks and sends them within the credits its caller
+// granted (Generate.initial_credits, then Credit messages). A chunk that finds no credit
+// does not hold the engine's stream up: it waits, and the chunks the engine produces
+// meanwhile are merged into it (their tokens, logprobs and, from the last, the finish
+// and usage), so that a caller that falls behind receives fewer, larger chunks instead of
+// a growing queue of one-token ones (docs/actor-library.md §10). With no
+// initial credits there is no flow control: every chunk leaves at once.
+//
+// put is called from the engine's stream (one goroutine); credits arrive on the
+// request's channel. While a chunk waits, one goroutine waits for a credit to send it.
+type chunkSender struct {
+	ctx     context.Context
+	credits <-chan int32
+	send    func(*messages.TokenChunk)
+	flow    bool
+
+	mu       sync.Mutex
+	left     int32
+	index    uint32
+	pending  *messages.TokenChunk // waiting for a credit
+	flushing chan struct{}        // closed when the goroutine waiting for a credit ends; nil: none
+}
+
+func newChunkSender(ctx context.Context, initial int32, credits <-chan int32, send func(*messages.TokenChunk)) *chunkSender {
+	return &chunkSender{ctx: ctx, credits: credits, send: send, flow: initial > 0, left: initial}
+}
+
+// put sends ch now if a credit allows and no chunk waits, else merges it into the
+// waiting one.
+func (s *chunkSender) put(ch *messages.TokenChunk) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending != nil {
+		mergeChunk(s.pending, ch)
+		return
+	}
+	s.takeCredits()
+	if !s.flow || s.left > 0 {
+		s.sendLocked(ch)
+		return
+	}
+	s.pending = ch
+	if s.flushing == nil {
+		s.flushing = make(chan struct{})
+		go s.flush(s.flushing)
+	}
+}
+
+// flush waits for credits until the waiting chunk is sent or the request's context
+// ends, then closes done.
+func (s *chunkSender) flush(done chan struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-s.ctx.Done():
+			s.mu.Lock()
+			s.flushing = nil
+			s.mu.Unlock()
+			return
+		case n := <-s.credits:
+			s.mu.Lock()
+			s.left += n
+			if s.pending != nil && s.left > 0 {
+				ch := s.pending
+				s.pending = nil
+				s.sendLocked(ch)
+			}
+			if s.pending == nil {
+				s.flushing = nil
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// drain waits until no chunk waits for a credit or the request's context ended, and
+// returns the chunk left unsent (nil when all were sent).
+func (s *chunkSender) drain() *messages.TokenChunk {
+	s.mu.Lock()
+	done := s.flushing
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending
+}
+
+// sendNow sends ch at once, credits or not: an error chunk that ends the stream, sent
+// after drain.
+func (s *chunkSender) sendNow(ch *messages.TokenChunk) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sendLocked(ch)
+}
+
+// takeCredits adds the credits already granted, without waiting.
+func (s *chunkSender) takeCredits() {
+	for {
+		select {
+		case n := <-s.credits:
+			s.left += n
+		default:
+			return
+		}
+	}
+}
+
+func (s *chunkSender) sendLocked(ch *messages.TokenChunk) {
+	ch.Index = s.index
+	s.index++
+	s.left--
+	s.send(ch)
+}
+
+// mergeChunk appends b, a later chunk of the same request, to a: its tokens and their
+// logprobs, and what only a stream's last chunk carries (finish reason, usage, transfer
+// parameters). Prompt logprobs come on a stream's first chunk only, so a's stay.
+func mergeChunk(a, b *messages.TokenChunk) {
+	a.TokenIds = append(a.TokenIds, b.TokenIds...)
+	a.Logprobs = append(a.Logprobs, b.Logprobs...)
+	if len(a.PromptLogprobs) == 0 {
+		a.PromptLogprobs = b.PromptLogprobs
+	}
+	if b.FinishReason != "" {
+		a.FinishReason, a.KvTransferParams = b.FinishReason, b.KvTransferParams
+		a.PromptTokens, a.CachedTokens, a.CompletionTokens = b.PromptTokens, b.CachedTokens, b.CompletionTokens
+	}
+}

@@ -1,0 +1,178 @@
+package worker
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/turbine-llm/turbine/engines"
+	"github.com/turbine-llm/turbine/messages"
+)
+
+// creditEngine streams its chunks one by one; after each but the last it waits on step
+// (nil: it does not wait). produced (when not nil) is closed once every chunk was handed
+// over.
+type creditEngine struct {
+	chunks   []engines.Chunk
+	step     chan struct{}
+	produced chan struct{}
+}
+
+func (*creditEngine) Health(context.Context) error { return nil }
+func (*creditEngine) Load(context.Context) (*messages.WorkerLoad, error) {
+	return &messages.WorkerLoad{}, nil
+}
+
+func (e *creditEngine) Generate(ctx context.Context, _ string, _ []uint32, _ *messages.SamplingParams, fn func(engines.Chunk) error) error {
+	if e.produced != nil {
+		defer close(e.produced)
+	}
+	for i, c := range e.chunks {
+		if err := fn(c); err != nil {
+			return err
+		}
+		if e.step != nil && i < len(e.chunks)-1 {
+			select {
+			case <-e.step:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+func tokenChunks(n int) []engines.Chunk {
+	var cs []engines.Chunk
+	for i := range n {
+		c := engines.Chunk{TokenIDs: []uint32{uint32(100 + i)},
+			Logprobs: []*messages.TokenLogprob{{TokenId: uint32(100 + i), Logprob: -float32(i)}}}
+		if i == n-1 {
+			c.FinishReason, c.PromptTokens, c.CompletionTokens = "length", 3, n
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// TestChunksWaitingForCreditsMerge: with no credit left, the engine's stream is not held
+// up; what it produces while the caller has not granted more leaves as one chunk when a
+// credit comes, numbered next, tokens and logprobs in order, the last chunk's finish and
+// usage kept.
+func TestChunksWaitingForCreditsMerge(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		initial int32
+		n       int
+		// want: the tokens of each chunk sent, by index (token ids 100 + i).
+		want [][]uint32
+	}{
+		{"no flow control", 0, 4, [][]uint32{{100}, {101}, {102}, {103}}},
+		{"credits enough", 8, 4, [][]uint32{{100}, {101}, {102}, {103}}},
+		{"one credit", 1, 5, [][]uint32{{100}, {101, 102, 103, 104}}},
+		{"two credits", 2, 6, [][]uint32{{100}, {101}, {102, 103, 104, 105}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eng := &creditEngine{chunks: tokenChunks(tc.n), produced: make(chan struct{})}
+			credits := make(chan int32, 16)
+			sentCh := make(chan *messages.TokenChunk, 64)
+			send := func(c *messages.TokenChunk) { sentCh <- c }
+			m := &messages.Generate{RequestId: "r", InitialCredits: tc.initial}
+			done := make(chan error, 1)
+			go func() {
+				done <- streamChunks(context.Background(), eng, m, credits, send, "w", func(string) {})
+			}()
+			// Once the engine handed everything over, the chunks the credits allow have
+			// left (put sends before it returns); the rest waits for one more credit.
+			<-eng.produced
+			var sent []*messages.TokenChunk
+			for len(sentCh) > 0 {
+				sent = append(sent, <-sentCh)
+			}
+			if len(sent) < len(tc.want) {
+				if tc.initial == 0 || len(sent) != int(tc.initial) {
+					t.Fatalf("%d chunks sent with %d credits before a grant", len(sent), tc.initial)
+				}
+				credits <- 1
+				sent = append(sent, next(t, sentCh))
+			}
+			if len(sent) != len(tc.want) {
+				t.Fatalf("%d chunks sent, want %d", len(sent), len(tc.want))
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range sent {
+				if c.Index != uint32(i) || !slices.Equal(c.TokenIds, tc.want[i]) {
+					t.Fatalf("chunk %d: index %d tokens %v, want index %d tokens %v", i, c.Index, c.TokenIds, i, tc.want[i])
+				}
+				if len(c.Logprobs) != len(c.TokenIds) {
+					t.Fatalf("chunk %d: %d logprobs for %d tokens", i, len(c.Logprobs), len(c.TokenIds))
+				}
+				for j, lp := range c.Logprobs {
+					if lp.TokenId != c.TokenIds[j] {
+						t.Fatalf("chunk %d: logprob %d of token %d, want %d", i, j, lp.TokenId, c.TokenIds[j])
+					}
+				}
+			}
+			last := sent[len(sent)-1]
+			if last.FinishReason != "length" || last.CompletionTokens != int32(tc.n) || last.PromptTokens != 3 {
+				t.Fatalf("last chunk %v: finish and usage lost", last)
+			}
+			select {
+			case c := <-sentCh:
+				t.Fatalf("chunk sent after the last: %v", c)
+			default:
+			}
+		})
+	}
+}
+
+// TestChunkWaitingForCreditSentWhenGranted: a chunk that waits for a credit leaves as soon
+// as one comes, not only when the engine produces the next one.
+func TestChunkWaitingForCreditSentWhenGranted(t *testing.T) {
+	eng := &creditEngine{chunks: tokenChunks(3), step: make(chan struct{})}
+	credits := make(chan int32, 16)
+	sentCh := make(chan *messages.TokenChunk, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go streamChunks(ctx, eng, &messages.Generate{RequestId: "r", InitialCredits: 1}, credits,
+		func(c *messages.TokenChunk) { sentCh <- c }, "w", func(string) {})
+	if c := next(t, sentCh); c.Index != 0 {
+		t.Fatalf("first chunk %v", c)
+	}
+	eng.step <- struct{}{} // the second chunk: no credit, it waits
+	credits <- 1           // the engine produces nothing more meanwhile
+	if c := next(t, sentCh); c.Index != 1 || !slices.Equal(c.TokenIds, []uint32{101}) {
+		t.Fatalf("second chunk %v", c)
+	}
+}
+
+// TestCancelDropsWaitingChunk: a chunk still waiting for a credit when the request is
+// cancelled is never sent; a last one's transfer parameters go to release.
+func TestCancelDropsWaitingChunk(t *testing.T) {
+	chunks := tokenChunks(2)
+	chunks[1].KVTransferParams = `{"remote_block_ids":[7]}`
+	eng := &creditEngine{chunks: chunks}
+	sentCh := make(chan *messages.TokenChunk, 8)
+	released := make(chan string, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- streamChunks(ctx, eng, &messages.Generate{RequestId: "r", InitialCredits: 1}, make(chan int32),
+			func(c *messages.TokenChunk) { sentCh <- c }, "w", func(p string) { released <- p })
+	}()
+	next(t, sentCh)
+	cancel()
+	if err := <-done; err != errCancelled {
+		t.Fatalf("streamChunks = %v, want errCancelled", err)
+	}
+	if p := <-released; p != chunks[1].KVTransferParams {
+		t.Fatalf("released %q", p)
+	}
+	select {
+	case c := <-sentCh:
+		t.Fatalf("chunk sent after the cancel: %v", c)
+	default:
+	}
+}
