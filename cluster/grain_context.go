@@ -21,24 +21,32 @@ var ErrGrainCall = errors.New("grain call")
 // grainContext is the cluster context every grain call of a Turbine member goes through
 // (pcluster.WithClusterContextProducer). It does what the library's default context does
 // — find the grain's activation (address cache, then the identity lookup), ask it, and
-// on a dead letter or a timeout forget the cached address and try again, at most
-// RetryCount attempts in all — except that attempts are spaced by a real backoff
-// (GrainRetryMin doubling to GrainRetryMax; the library pauses i²·50 ns, so its attempts
-// come within microseconds and a call made while the topology is in flux fails at once),
-// and no attempt waits past the call's own deadline (Timeout from the call's start; the
-// library gives every attempt the whole Timeout again). The options' RetryAction is not
-// used.
+// on a dead letter or a timeout try again, at most RetryCount attempts in all — except
+// that:
+//   - attempts are spaced by a real backoff (GrainRetryMin doubling to GrainRetryMax; the
+//     library pauses i²·50 ns, so its attempts come within microseconds and a call made
+//     while the topology is in flux fails at once);
+//   - no attempt waits past the call's own deadline (Timeout from the call's start; the
+//     library gives every attempt the whole Timeout again);
+//   - a timeout forgets the cached address only when the topology no longer lists its
+//     member (the library always forgets it): a slow activation has not moved, the
+//     identity lookup would ask the same busy member and time out in turn, and an
+//     activation whose member left is forgotten with the member. A dead letter forgets it.
+//
+// The options' RetryAction is not used.
 type grainContext struct {
 	c   *pcluster.Cluster
 	now func() time.Time
 	// sleep pauses d (time.Sleep; a test's fake clock).
 	sleep func(d time.Duration)
+	// listed reports whether the topology lists a member at an address (memberListed).
+	listed func(address string) bool
 }
 
 var _ pcluster.Context = (*grainContext)(nil)
 
 func newGrainContext(c *pcluster.Cluster) pcluster.Context {
-	return &grainContext{c: c, now: time.Now, sleep: time.Sleep}
+	return &grainContext{c: c, now: time.Now, sleep: time.Sleep, listed: memberListed(c)}
 }
 
 // Request asks the grain (identity, kind) message and returns its answer. Errors
@@ -61,8 +69,12 @@ func (g *grainContext) Request(identity, kind string, message any, opts ...pclus
 		switch {
 		case err == nil:
 			return nil, nil
-		case errors.Is(err, actor.ErrTimeout), errors.Is(err, remote.ErrTimeout),
-			errors.Is(err, actor.ErrDeadLetter), errors.Is(err, remote.ErrDeadLetter):
+		case errors.Is(err, actor.ErrTimeout), errors.Is(err, remote.ErrTimeout):
+			if !g.listed(pid.Address) {
+				g.c.PidCache.Remove(identity, kind)
+			}
+			last = fmt.Errorf("%s/%s at %s: %w", kind, identity, pid.Address, err)
+		case errors.Is(err, actor.ErrDeadLetter), errors.Is(err, remote.ErrDeadLetter):
 			g.c.PidCache.Remove(identity, kind)
 			last = fmt.Errorf("%s/%s at %s: %w", kind, identity, pid.Address, err)
 		default:
@@ -86,6 +98,15 @@ func (g *grainContext) RequestFuture(identity, kind string, message any, opts ..
 		}
 	}
 	return nil, fmt.Errorf("%w: no activation of %s/%s found within %v", ErrGrainCall, kind, identity, cfg.Timeout)
+}
+
+// memberListed reports whether the cluster's latest topology lists a member at address
+// (true when the identity lookup is not Turbine's, which keeps no topology).
+func memberListed(c *pcluster.Cluster) func(address string) bool {
+	return func(address string) bool {
+		l, ok := c.IdentityLookup.(*identityLookup)
+		return !ok || l.hosts(address)
+	}
 }
 
 // config is a call's options applied to the library's defaults.

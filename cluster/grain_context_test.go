@@ -73,7 +73,7 @@ func TestGrainContextRetries(t *testing.T) {
 			g := &grainContext{c: c, now: func() time.Time { return now }, sleep: func(d time.Duration) {
 				slept = append(slept, d)
 				now = now.Add(d)
-			}}
+			}, listed: memberListed(c)}
 			timeout := tc.timeout
 			resp, err := g.Request("m", "Router", "hi", append([]pcluster.GrainCallOption{pcluster.WithTimeout(timeout)}, tc.opts...)...)
 			if tc.answer != (err == nil) || (tc.answer && resp != "echo hi") {
@@ -115,5 +115,62 @@ func TestGrainContextTimeout(t *testing.T) {
 	}
 	if took < 200*time.Millisecond || took > 2*200*time.Millisecond {
 		t.Fatalf("the call took %v, want its timeout of 200ms", took)
+	}
+}
+
+// TestGrainContextKeepsSlowActivation: a call that times out keeps the activation's cached
+// address while the topology lists its member (a busy member, not a moved grain: the
+// identity lookup would ask it too), and forgets it once the member is not listed; a dead
+// letter forgets it either way.
+func TestGrainContextKeepsSlowActivation(t *testing.T) {
+	system := actor.NewActorSystem()
+	mute := system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	dead := system.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	if err := system.Root.StopFuture(dead).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		pid    *actor.PID
+		listed bool
+		kept   bool
+	}{
+		{"timeout, member listed", mute, true, true},
+		{"timeout, member gone", mute, false, false},
+		{"dead letter, member listed", dead, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := pcluster.New(system, pcluster.Configure("grain-context-test", nil, nil, remote.Configure("127.0.0.1", 0)))
+			c.IdentityLookup = &scriptedLookup{pids: []*actor.PID{nil}}
+			c.PidCache.Set("m", "Router", tc.pid)
+			g := newGrainContext(c).(*grainContext)
+			g.listed = func(a string) bool {
+				if a != tc.pid.Address {
+					t.Errorf("listed(%q), want the activation's address %q", a, tc.pid.Address)
+				}
+				return tc.listed
+			}
+			if _, err := g.Request("m", "Router", "hi", pcluster.WithTimeout(50*time.Millisecond), pcluster.WithRetryCount(1)); !errors.Is(err, ErrGrainCall) {
+				t.Fatalf("error %v, want a failed grain call", err)
+			}
+			if pid, ok := c.PidCache.Get("m", "Router"); ok != tc.kept || (ok && !pid.Equal(tc.pid)) {
+				t.Fatalf("cached %v (%v), want kept %v", pid, ok, tc.kept)
+			}
+		})
+	}
+}
+
+// TestLookupHosts: the identity lookup tells a listed member's address from others by the
+// latest topology; before any, nothing says a member left.
+func TestLookupHosts(t *testing.T) {
+	l := newIdentityLookup(time.Second)
+	if !l.hosts("10.0.0.1:7000") {
+		t.Fatal("no topology yet: want listed")
+	}
+	l.last = &pcluster.ClusterTopology{Members: []*pcluster.Member{{Id: "a", Host: "10.0.0.1", Port: 7000}}}
+	for addr, want := range map[string]bool{"10.0.0.1:7000": true, "10.0.0.1:7001": false, "10.0.0.2:7000": false} {
+		if got := l.hosts(addr); got != want {
+			t.Errorf("hosts(%q) = %v, want %v", addr, got, want)
+		}
 	}
 }

@@ -100,6 +100,22 @@ func (l *identityLookup) Get(ci *pcluster.ClusterIdentity) *actor.PID {
 	return nil
 }
 
+// hosts reports whether the latest topology lists a member at address (host:port);
+// true before any topology is known, since nothing says the member left.
+func (l *identityLookup) hosts(address string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.last == nil {
+		return true
+	}
+	for _, m := range l.last.Members {
+		if m.Address() == address {
+			return true
+		}
+	}
+	return false
+}
+
 // RemovePid is the library's (it broadcasts the activation's end).
 func (l *identityLookup) RemovePid(ci *pcluster.ClusterIdentity, pid *actor.PID) {
 	l.inner.RemovePid(ci, pid)
