@@ -2414,8 +2414,13 @@ type RouteResponse struct {
 	// (WorkerInfo.acknowledges_generate).
 	WorkerAcknowledges        bool `protobuf:"varint,20,opt,name=worker_acknowledges,json=workerAcknowledges,proto3" json:"worker_acknowledges,omitempty"`
 	PrefillWorkerAcknowledges bool `protobuf:"varint,21,opt,name=prefill_worker_acknowledges,json=prefillWorkerAcknowledges,proto3" json:"prefill_worker_acknowledges,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// With ROUTE_NO_WORKERS from a grain activated moments ago that no worker has
+	// registered with yet (its registration window): the workers are expected within it,
+	// and the caller may ask again after this many milliseconds while its own timeout
+	// allows. 0 otherwise.
+	RetryMs       int32 `protobuf:"varint,22,opt,name=retry_ms,json=retryMs,proto3" json:"retry_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RouteResponse) Reset() {
@@ -2579,6 +2584,13 @@ func (x *RouteResponse) GetPrefillWorkerAcknowledges() bool {
 		return x.PrefillWorkerAcknowledges
 	}
 	return false
+}
+
+func (x *RouteResponse) GetRetryMs() int32 {
+	if x != nil {
+		return x.RetryMs
+	}
+	return 0
 }
 
 // RouteAck acknowledges a route made with will_ack: the request's work was sent (the
@@ -6671,7 +6683,7 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06chosen\x18\x05 \x01(\bR\x06chosen\"4\n" +
 	"\bCostTerm\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\"\xaa\a\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\"\xc5\a\n" +
 	"\rRouteResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12,\n" +
 	"\x06worker\x18\x02 \x01(\v2\x14.turbine.v1.ActorRefR\x06worker\x12%\n" +
@@ -6694,7 +6706,8 @@ const file_turbine_proto_rawDesc = "" +
 	"candidates\x12\x1b\n" +
 	"\tlora_path\x18\x13 \x01(\tR\bloraPath\x12/\n" +
 	"\x13worker_acknowledges\x18\x14 \x01(\bR\x12workerAcknowledges\x12>\n" +
-	"\x1bprefill_worker_acknowledges\x18\x15 \x01(\bR\x19prefillWorkerAcknowledgesJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
+	"\x1bprefill_worker_acknowledges\x18\x15 \x01(\bR\x19prefillWorkerAcknowledges\x12\x19\n" +
+	"\bretry_ms\x18\x16 \x01(\x05R\aretryMsJ\x04\b\x06\x10\aJ\x04\b\a\x10\b\")\n" +
 	"\bRouteAck\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"+\n" +

@@ -470,6 +470,9 @@ type grainRouting struct {
 	// blockSize is the model's KV block size from its card (0: unknown): with it, routes
 	// carry the prompt's block hashes instead of its tokens (hashPrompt).
 	blockSize int
+	// now and sleep: time.Now and time.Sleep (a test's fake clock).
+	now   func() time.Time
+	sleep func(time.Duration)
 }
 
 // Route asks the Router grain for a worker, waiting at most the route timeout. A call
@@ -484,7 +487,7 @@ type grainRouting struct {
 // with the token ids, and the refusal is logged once per process.
 func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
 	tokens, hashed := hashPrompt(rr, g.blockSize)
-	resp, err := g.c.Route(rr, pcluster.WithTimeout(g.timeout), tcluster.UntilTimeout())
+	resp, err := g.call(rr)
 	if !hashed || err != nil {
 		return resp, err
 	}
@@ -497,7 +500,30 @@ func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse
 			Msg("the router refused a prompt's block hashes: routing with token ids (logged once)")
 	}
 	rr.BlockHashes, rr.PromptTokens = nil, nil
-	return g.c.Route(rr, pcluster.WithTimeout(g.timeout), tcluster.UntilTimeout())
+	return g.call(rr)
+}
+
+// call is one Route call of at most the route timeout. A grain that answers
+// ROUTE_NO_WORKERS with retry_ms (activated moments ago, no worker registered yet: its
+// registration window, docs/reference.md §10) is asked again after that pause while the
+// timeout leaves time for it; then its last answer stands.
+func (g *grainRouting) call(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
+	now, sleep := g.now, g.sleep
+	if now == nil {
+		now, sleep = time.Now, time.Sleep
+	}
+	deadline := now().Add(g.timeout)
+	for {
+		resp, err := g.c.Route(rr, pcluster.WithTimeout(deadline.Sub(now())), tcluster.UntilTimeout())
+		if err != nil || resp.GetOutcome() != messages.RouteOutcome_ROUTE_NO_WORKERS || resp.GetRetryMs() <= 0 {
+			return resp, err
+		}
+		pause := time.Duration(resp.GetRetryMs()) * time.Millisecond
+		if deadline.Sub(now()) <= pause {
+			return resp, err
+		}
+		sleep(pause)
+	}
 }
 
 // Started sends RouteAck for requestID to router, the grain activation that answered its

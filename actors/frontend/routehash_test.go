@@ -135,3 +135,69 @@ func TestGrainRoutingSendsBlockHashes(t *testing.T) {
 		g.Free(rr.RequestId)
 	}
 }
+
+// startingRouter answers its first `starting` Route calls as a grain within its
+// registration window does (ROUTE_NO_WORKERS, retry_ms 250), then as retry says.
+type startingRouter struct {
+	*router.Grain
+	mu       sync.Mutex
+	calls    int
+	starting int
+	retry    int32 // retry_ms of the answers after the first `starting`
+}
+
+func (r *startingRouter) Route(req *messages.RouteRequest, ctx pcluster.GrainContext) (*messages.RouteResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.calls <= r.starting {
+		return &messages.RouteResponse{Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS, RetryMs: 250, Error: "starting"}, nil
+	}
+	return &messages.RouteResponse{Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS, RetryMs: r.retry, Error: "no worker"}, nil
+}
+
+// TestGrainRoutingWaitsForRegistrations: a Route answered with retry_ms (a grain activated
+// moments ago, before its workers registered again) is asked again after that pause
+// while the route timeout leaves time for it; an answer without retry_ms stands.
+func TestGrainRoutingWaitsForRegistrations(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		timeout  time.Duration
+		starting int
+		retry    int32
+		calls    int
+		err      string
+	}{
+		{"no retry asked", 10 * time.Second, 0, 0, 1, "no worker"},
+		{"two retries, then an answer", 10 * time.Second, 2, 0, 3, "no worker"},
+		{"retries until the timeout", time.Second, 100, 0, 4, "starting"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &startingRouter{Grain: router.New(router.Config{BlockSize: 4, Logger: zerolog.Nop()}), starting: tc.starting, retry: tc.retry}
+			kind := messages.NewRouterKind(func() messages.Router { return rec }, 0)
+			member, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("route-starting-%d", time.Now().UnixNano()),
+				Discovery: "local", Logger: zerolog.Nop(), Kinds: []*pcluster.Kind{kind, catalog.Kind()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(member.Stop)
+			now := time.Unix(1000, 0)
+			var paused []time.Duration
+			g := &grainRouting{c: messages.GetRouterGrainClient(member.Cluster, "m"), root: member.System.Root,
+				timeout: tc.timeout, log: zerolog.Nop(),
+				now: func() time.Time { return now }, sleep: func(d time.Duration) { paused = append(paused, d); now = now.Add(d) }}
+			resp, err := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1, 2, 3, 4}})
+			if err != nil || resp.Error != tc.err {
+				t.Fatalf("answer %+v, %v; want the error %q", resp, err, tc.err)
+			}
+			if rec.calls != tc.calls || len(paused) != tc.calls-1 {
+				t.Fatalf("%d calls, %d pauses (%v); want %d calls", rec.calls, len(paused), paused, tc.calls)
+			}
+			for _, d := range paused {
+				if d != 250*time.Millisecond {
+					t.Fatalf("paused %v, want the grain's 250ms", paused)
+				}
+			}
+		})
+	}
+}

@@ -59,7 +59,12 @@ type Config struct {
 	// NodeTTL: a node's inventory is forgotten once no worker is registered on it and it
 	// sent none for this long (0: DefaultNodeTTL).
 	NodeTTL time.Duration
-	Logger  zerolog.Logger
+	// RegistrationWindow: for this long after its activation a grain that no worker has
+	// registered with answers Route with ROUTE_NO_WORKERS and a retry_ms, since the
+	// workers of a grain that moved register again within a heartbeat and a call's
+	// timeout (0: DefaultRegistrationWindow; negative: never).
+	RegistrationWindow time.Duration
+	Logger             zerolog.Logger
 	// Now and Seed are for tests; zero means time.Now and a random seed.
 	Now  func() time.Time
 	Seed uint64
@@ -131,6 +136,8 @@ type Grain struct {
 	// workers' heartbeats would register the worker ids their node's new member's
 	// workers take over.
 	left map[string]time.Time
+	// activated: when Init ran (zero for a grain never activated: a test's).
+	activated time.Time
 }
 
 // Bounds of Grain.left: an address is remembered for leftMemory, and at most
@@ -139,6 +146,14 @@ const (
 	leftMemory     = time.Hour
 	maxLeftMembers = 4096
 )
+
+// DefaultRegistrationWindow is Config.RegistrationWindow's default: a worker's heartbeat
+// period (worker.DefaultHeartbeat, 1 s) and its grain call timeout (worker.GrainTimeout,
+// 2 s).
+const DefaultRegistrationWindow = 3 * time.Second
+
+// registrationRetry is the retry_ms of a route answered within the registration window.
+const registrationRetry = 250 * time.Millisecond
 
 // DefaultWorkerTTL is Config.WorkerTTL's default: ten heartbeats of the worker's default
 // period.
@@ -154,6 +169,9 @@ func New(cfg Config) *Grain {
 	}
 	if cfg.NodeTTL <= 0 {
 		cfg.NodeTTL = DefaultNodeTTL
+	}
+	if cfg.RegistrationWindow == 0 {
+		cfg.RegistrationWindow = DefaultRegistrationWindow
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -188,6 +206,7 @@ func New(cfg Config) *Grain {
 }
 
 func (g *Grain) Init(ctx cluster.GrainContext) {
+	g.activated = g.cfg.Now()
 	g.model = ctx.Identity()
 	g.log = g.cfg.Logger.With().Str("router", g.model).Logger()
 	if g.initErr != nil {
@@ -502,6 +521,8 @@ func (g *Grain) PublishDump(req *messages.BlockDump, _ cluster.GrainContext) (*m
 // (outcome ROUTE_NO_WORKERS, ROUTE_ALL_BUSY, ROUTE_NO_PREFILL_WORKERS, or ROUTE_BAD_REQUEST
 // for a request without a prompt or id, with an override out of range, or with block
 // hashes that are not one per full block of prompt_tokens at the router's block size).
+// Within its registration window (Config.RegistrationWindow) a grain that no worker has
+// registered with yet answers ROUTE_NO_WORKERS with retry_ms.
 // The prompt comes as its token ids or, from a frontend that knows the model's block
 // size, as its block hashes and length (docs/reference.md §2): the router then hashes
 // nothing. The response names this activation (router), where a will_ack caller sends
@@ -514,10 +535,16 @@ func (g *Grain) route(req *messages.RouteRequest, ctx cluster.GrainContext) (*me
 	case len(req.TokenIds) == 0 && req.GetPromptTokens() <= 0:
 		return &messages.RouteResponse{Error: fmt.Sprintf("router: request %q has no prompt (token_ids, or block_hashes with prompt_tokens)", req.RequestId),
 			Outcome: messages.RouteOutcome_ROUTE_BAD_REQUEST}, nil
-	case g.core == nil:
-		return &messages.RouteResponse{Error: "router: no worker registered for model " + g.model, Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil
 	}
 	now := g.cfg.Now()
+	if len(g.workers) == 0 && !g.activated.IsZero() && now.Sub(g.activated) < g.cfg.RegistrationWindow {
+		return &messages.RouteResponse{Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS, RetryMs: int32(registrationRetry.Milliseconds()),
+			Error: fmt.Sprintf("router: activated %v ago, no worker of model %s has registered yet",
+				now.Sub(g.activated).Round(time.Millisecond), g.model)}, nil
+	}
+	if g.core == nil {
+		return &messages.RouteResponse{Error: "router: no worker registered for model " + g.model, Outcome: messages.RouteOutcome_ROUTE_NO_WORKERS}, nil
+	}
 	g.expire(now)
 	d, err := g.core.Route(kvpb.RouteInput(req), now, g.rng)
 	if err != nil {

@@ -473,3 +473,53 @@ func TestGrainRoutesPinnedRequestsToTheirWorker(t *testing.T) {
 		t.Fatalf("stats routed=%d pinned=%d pin_fallbacks=%d, want 5, 3, 1", st.Routed, st.Pinned, st.PinFallbacks)
 	}
 }
+
+// TestGrainRegistrationWindow: a grain activated moments ago that no worker has registered
+// with yet answers ROUTE_NO_WORKERS with retry_ms (its workers come within a heartbeat
+// and a call's timeout: the caller asks again); once one registers it routes; past the
+// window, or after its workers were all lost, no worker is answered without a retry.
+func TestGrainRegistrationWindow(t *testing.T) {
+	route := func(g *Grain) *messages.RouteResponse {
+		t.Helper()
+		resp, err := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: []uint32{1, 2, 3, 4}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, tc := range []struct {
+		name     string
+		after    time.Duration // since the activation
+		register bool          // a worker registered at the activation
+		retry    int32
+		worker   string
+	}{
+		{"just activated", 0, false, 250, ""},
+		{"2.9 s after", 2900 * time.Millisecond, false, 250, ""},
+		{"3 s after: the window ended", 3 * time.Second, false, 0, ""},
+		{"a worker registered", time.Second, true, 0, "w0"},
+		{"its worker silent past the TTL", 6 * time.Second, true, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{t: time.Unix(1000, 0)}
+			g := newGrain(t, clock)
+			g.activated = clock.t
+			if tc.register {
+				register(t, g, "w0", 4, 1)
+			}
+			clock.t = clock.t.Add(tc.after)
+			resp := route(g)
+			if resp.RetryMs != tc.retry || resp.WorkerId != tc.worker {
+				t.Fatalf("answer %v, want retry_ms %d and worker %q", resp, tc.retry, tc.worker)
+			}
+			if tc.worker == "" && resp.Outcome != messages.RouteOutcome_ROUTE_NO_WORKERS {
+				t.Fatalf("outcome %v, want no_workers", resp.Outcome)
+			}
+		})
+	}
+	// A grain never activated (New alone) has no window.
+	g := newGrain(t, &fakeClock{t: time.Unix(1000, 0)})
+	if resp := route(g); resp.RetryMs != 0 {
+		t.Fatalf("a grain without activation answered retry_ms %d", resp.RetryMs)
+	}
+}
