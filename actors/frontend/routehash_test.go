@@ -86,13 +86,7 @@ func (r *recordingRouter) take() []string {
 func TestGrainRoutingSendsBlockHashes(t *testing.T) {
 	rec := &recordingRouter{Grain: router.New(router.Config{BlockSize: 4, Mode: "kv", OverlapWeight: 1,
 		WorkerTTL: time.Hour, Seed: 1, Logger: zerolog.Nop()})}
-	kind := messages.NewRouterKind(func() messages.Router { return rec }, 0)
-	member, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("route-hashes-%d", time.Now().UnixNano()),
-		Discovery: "local", Logger: zerolog.Nop(), Kinds: []*pcluster.Kind{kind, catalog.Kind()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(member.Stop)
+	member := routerMember(t, "route-hashes", rec)
 	root := member.System.Root
 	client := messages.GetRouterGrainClient(member.Cluster, "m")
 	prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}
@@ -136,6 +130,20 @@ func TestGrainRoutingSendsBlockHashes(t *testing.T) {
 	}
 }
 
+// routerMember starts a one-process cluster member hosting grain as every model's Router
+// grain (and the Catalog grain), stopped when the test ends.
+func routerMember(t *testing.T, name string, grain messages.Router) *cluster.Member {
+	t.Helper()
+	kind := messages.NewRouterKind(func() messages.Router { return grain }, 0)
+	member, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("%s-%d", name, time.Now().UnixNano()),
+		Discovery: "local", Logger: zerolog.Nop(), Kinds: []*pcluster.Kind{kind, catalog.Kind()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(member.Stop)
+	return member
+}
+
 // startingRouter answers its first `starting` Route calls as a grain within its
 // registration window does (ROUTE_NO_WORKERS, retry_ms 250), then as retry says.
 type startingRouter struct {
@@ -174,13 +182,7 @@ func TestGrainRoutingWaitsForRegistrations(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &startingRouter{Grain: router.New(router.Config{BlockSize: 4, Logger: zerolog.Nop()}), starting: tc.starting, retry: tc.retry}
-			kind := messages.NewRouterKind(func() messages.Router { return rec }, 0)
-			member, err := cluster.Start(cluster.Config{Name: fmt.Sprintf("route-starting-%d", time.Now().UnixNano()),
-				Discovery: "local", Logger: zerolog.Nop(), Kinds: []*pcluster.Kind{kind, catalog.Kind()}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(member.Stop)
+			member := routerMember(t, "route-starting", rec)
 			now := time.Unix(1000, 0)
 			var paused []time.Duration
 			g := &grainRouting{c: messages.GetRouterGrainClient(member.Cluster, "m"), root: member.System.Root,
