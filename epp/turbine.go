@@ -18,7 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	fe "github.com/turbine-llm/turbine/actors/frontend"
-	tcluster "github.com/turbine-llm/turbine/cluster"
+	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/messages"
 )
@@ -232,13 +232,14 @@ func (t *ClusterTurbine) WorkerEndpoints(ctx context.Context) map[string]bool {
 	return out
 }
 
-// Route asks the model's Router grain, waiting at most RouteTimeout.
+// Route asks the model's Router grain, waiting at most RouteTimeout (router.Call: asked
+// again while the grain is in its registration window).
 func (t *ClusterTurbine) Route(ctx context.Context, model string, rr *messages.RouteRequest) (*messages.RouteResponse, error) {
 	c := t.c.Load()
 	if c == nil {
 		return nil, errNoCluster
 	}
-	return messages.GetRouterGrainClient(c, model).Route(rr, pcluster.WithTimeout(t.cfg.RouteTimeout), tcluster.UntilTimeout())
+	return router.Call(messages.GetRouterGrainClient(c, model), rr, t.cfg.RouteTimeout, nil, nil)
 }
 
 // Started sends RouteAck to the grain activation that answered the route (a message).

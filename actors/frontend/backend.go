@@ -14,7 +14,7 @@ import (
 	pcluster "github.com/asynkron/protoactor-go/cluster"
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/catalog"
-	tcluster "github.com/turbine-llm/turbine/cluster"
+	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/flow"
 	"github.com/turbine-llm/turbine/gateway"
 	"github.com/turbine-llm/turbine/kv"
@@ -503,27 +503,10 @@ func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse
 	return g.call(rr)
 }
 
-// call is one Route call of at most the route timeout. A grain that answers
-// ROUTE_NO_WORKERS with retry_ms (activated moments ago, no worker registered yet: its
-// registration window, docs/reference.md §10) is asked again after that pause while the
-// timeout leaves time for it; then its last answer stands.
+// call is one Route call of at most the route timeout, asked again while the grain is
+// in its registration window (router.Call).
 func (g *grainRouting) call(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
-	now, sleep := g.now, g.sleep
-	if now == nil {
-		now, sleep = time.Now, time.Sleep
-	}
-	deadline := now().Add(g.timeout)
-	for {
-		resp, err := g.c.Route(rr, pcluster.WithTimeout(deadline.Sub(now())), tcluster.UntilTimeout())
-		if err != nil || resp.GetOutcome() != messages.RouteOutcome_ROUTE_NO_WORKERS || resp.GetRetryMs() <= 0 {
-			return resp, err
-		}
-		pause := time.Duration(resp.GetRetryMs()) * time.Millisecond
-		if deadline.Sub(now()) <= pause {
-			return resp, err
-		}
-		sleep(pause)
-	}
+	return router.Call(g.c, rr, g.timeout, g.now, g.sleep)
 }
 
 // Started sends RouteAck for requestID to router, the grain activation that answered its
