@@ -80,7 +80,7 @@ func TestChunksWaitingForCreditsMerge(t *testing.T) {
 			m := &messages.Generate{RequestId: "r", InitialCredits: tc.initial}
 			done := make(chan error, 1)
 			go func() {
-				done <- streamChunks(context.Background(), eng, m, credits, send, "w", func(string) {})
+				done <- streamChunks(context.Background(), eng, m, credits, send, nil, "w", func(string) {})
 			}()
 			// Once the engine handed everything over, the chunks the credits allow have
 			// left (put sends before it returns); the rest waits for one more credit.
@@ -137,7 +137,7 @@ func TestChunkWaitingForCreditSentWhenGranted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go streamChunks(ctx, eng, &messages.Generate{RequestId: "r", InitialCredits: 1}, credits,
-		func(c *messages.TokenChunk) { sentCh <- c }, "w", func(string) {})
+		func(c *messages.TokenChunk) { sentCh <- c }, nil, "w", func(string) {})
 	if c := next(t, sentCh); c.Index != 0 {
 		t.Fatalf("first chunk %v", c)
 	}
@@ -160,7 +160,7 @@ func TestCancelDropsWaitingChunk(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- streamChunks(ctx, eng, &messages.Generate{RequestId: "r", InitialCredits: 1}, make(chan int32),
-			func(c *messages.TokenChunk) { sentCh <- c }, "w", func(p string) { released <- p })
+			func(c *messages.TokenChunk) { sentCh <- c }, nil, "w", func(p string) { released <- p })
 	}()
 	next(t, sentCh)
 	cancel()

@@ -61,7 +61,7 @@ func TestStreamChunksFault(t *testing.T) {
 			var sent []*messages.TokenChunk
 			m := &messages.Generate{RequestId: "r1", TokenIds: []uint32{1, 2, 3}, Sampling: tc.sampling}
 			err := streamChunks(context.Background(), tc.engine, m, nil, func(c *messages.TokenChunk) { sent = append(sent, c) },
-				"w0", func(string) { t.Error("release called") })
+				nil, "w0", func(string) { t.Error("release called") })
 			if len(sent) == 0 {
 				t.Fatal("no chunk sent")
 			}

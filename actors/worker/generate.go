@@ -108,7 +108,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 			}
 			send(ch)
 		}
-		err := streamChunks(ctx, engine, m, r.credits, span.counting(sendLast), w.cfg.WorkerID, release)
+		err := streamChunks(ctx, engine, m, r.credits, span.counting(sendLast), w.noteProgress, w.cfg.WorkerID, release)
 		span.end(err)
 		var refused *engines.InvalidRequestError
 		switch {
@@ -123,7 +123,9 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 }
 
 // streamChunks runs one request on engine and sends numbered chunks within the granted
-// credits, merging the chunks that wait for one (chunkSender). The sampling
+// credits, merging the chunks that wait for one (chunkSender); produced (when not nil) is
+// called for every chunk the engine hands over, sent or merged: the engine's progress,
+// whatever the caller's pace. The sampling
 // parameters go to the engine as they came, with the leg of a disaggregated request
 // (SamplingParams.disagg); the last chunk carries the engine's transfer parameters
 // (kv_transfer_params, set by a prefill leg). It returns
@@ -137,7 +139,7 @@ func (w *workerActor) generate(c actor.Context, m *messages.Generate) {
 // engine answered anyway: engines.FinishPrefill), is passed to release: nobody else
 // learns which blocks the engine keeps for a decode leg that will never read them.
 func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Generate, credits <-chan int32,
-	send func(*messages.TokenChunk), workerID string, release func(kvTransferParams string)) error {
+	send func(*messages.TokenChunk), produced func(), workerID string, release func(kvTransferParams string)) error {
 	out := newChunkSender(ctx, m.InitialCredits, credits, send)
 	finished := false
 	undelivered := ""
@@ -149,6 +151,9 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 	err := engine.Generate(ctx, m.RequestId, m.TokenIds, m.Sampling, func(ec engines.Chunk) error {
 		if len(ec.TokenIDs) == 0 && ec.FinishReason == "" {
 			return nil
+		}
+		if produced != nil {
+			produced()
 		}
 		if ctx.Err() != nil {
 			if ec.FinishReason != "" {
