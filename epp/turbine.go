@@ -239,7 +239,11 @@ func (t *ClusterTurbine) Route(ctx context.Context, model string, rr *messages.R
 	if c == nil {
 		return nil, errNoCluster
 	}
-	return router.Call(messages.GetRouterGrainClient(c, model), rr, t.cfg.RouteTimeout, nil, nil)
+	deadline := time.Now().Add(t.cfg.RouteTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return router.Call(ctx, messages.GetRouterGrainClient(c, model), rr, deadline, router.RealClock)
 }
 
 // Started sends RouteAck to the grain activation that answered the route (a message).

@@ -470,14 +470,14 @@ type grainRouting struct {
 	// blockSize is the model's KV block size from its card (0: unknown): with it, routes
 	// carry the prompt's block hashes instead of its tokens (hashPrompt).
 	blockSize int
-	// now and sleep: time.Now and time.Sleep (a test's fake clock).
-	now   func() time.Time
-	sleep func(time.Duration)
+	// clock: the wall clock unless set (a test's fake clock).
+	clock router.Clock
 }
 
-// Route asks the Router grain for a worker, waiting at most the route timeout. A call
-// that fails may still have been recorded by the grain (it answered too late): the
-// caller frees the request id either way.
+// Route asks the Router grain for a worker, waiting at most the route timeout in all,
+// and again while the grain is in its registration window (router.Call). A call that
+// fails may still have been recorded by the grain (it answered too late): the caller
+// frees the request id either way.
 //
 // With the model's block size known, the route carries the prompt's block hashes and
 // length instead of its token ids (hashPrompt); once answered, rr gets its token ids
@@ -486,8 +486,16 @@ type grainRouting struct {
 // whose block size is not the card's, or one older than block hashes) is asked again
 // with the token ids, and the refusal is logged once per process.
 func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
+	clock := g.clock
+	if clock.Now == nil {
+		clock = router.RealClock
+	}
+	deadline := clock.Now().Add(g.timeout) // both calls below within one route timeout
+	call := func() (*messages.RouteResponse, error) {
+		return router.Call(context.Background(), g.c, rr, deadline, clock)
+	}
 	tokens, hashed := hashPrompt(rr, g.blockSize)
-	resp, err := g.call(rr)
+	resp, err := call()
 	if !hashed || err != nil {
 		return resp, err
 	}
@@ -500,13 +508,7 @@ func (g *grainRouting) Route(rr *messages.RouteRequest) (*messages.RouteResponse
 			Msg("the router refused a prompt's block hashes: routing with token ids (logged once)")
 	}
 	rr.BlockHashes, rr.PromptTokens = nil, nil
-	return g.call(rr)
-}
-
-// call is one Route call of at most the route timeout, asked again while the grain is
-// in its registration window (router.Call).
-func (g *grainRouting) call(rr *messages.RouteRequest) (*messages.RouteResponse, error) {
-	return router.Call(g.c, rr, g.timeout, g.now, g.sleep)
+	return call()
 }
 
 // Started sends RouteAck for requestID to router, the grain activation that answered its

@@ -148,31 +148,51 @@ func TestChunkWaitingForCreditSentWhenGranted(t *testing.T) {
 	}
 }
 
-// TestCancelDropsWaitingChunk: a chunk still waiting for a credit when the request is
-// cancelled is never sent; a last one's transfer parameters go to release.
-func TestCancelDropsWaitingChunk(t *testing.T) {
-	chunks := tokenChunks(2)
-	chunks[1].KVTransferParams = `{"remote_block_ids":[7]}`
-	eng := &creditEngine{chunks: chunks}
-	sentCh := make(chan *messages.TokenChunk, 8)
-	released := make(chan string, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- streamChunks(ctx, eng, &messages.Generate{RequestId: "r", InitialCredits: 1}, make(chan int32),
-			func(c *messages.TokenChunk) { sentCh <- c }, nil, "w", func(p string) { released <- p })
-	}()
-	next(t, sentCh)
-	cancel()
-	if err := <-done; err != errCancelled {
-		t.Fatalf("streamChunks = %v, want errCancelled", err)
-	}
-	if p := <-released; p != chunks[1].KVTransferParams {
-		t.Fatalf("released %q", p)
-	}
-	select {
-	case c := <-sentCh:
-		t.Fatalf("chunk sent after the cancel: %v", c)
-	default:
+// TestCancelWithChunkWaiting: a last chunk still waiting for a credit when the request
+// ends is never sent, and its transfer parameters go to release (the caller never got
+// them). A caller's cancel sends nothing more; a hand-over (a drain) ends the stream with
+// a migratable error chunk, numbered next, so that another worker completes it.
+func TestCancelWithChunkWaiting(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cause error
+		error bool // a migratable error chunk follows
+	}{
+		{"cancelled by the caller", nil, false},
+		{"handed over", errDraining, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chunks := tokenChunks(2)
+			chunks[1].KVTransferParams = `{"remote_block_ids":[7]}`
+			eng := &creditEngine{chunks: chunks, produced: make(chan struct{})}
+			sentCh := make(chan *messages.TokenChunk, 8)
+			released := make(chan string, 1)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- streamChunks(ctx, eng, &messages.Generate{RequestId: "r", InitialCredits: 1}, make(chan int32),
+					func(c *messages.TokenChunk) { sentCh <- c }, nil, "w", func(p string) { released <- p })
+			}()
+			next(t, sentCh)
+			<-eng.produced // the last chunk waits for a credit
+			cancel(tc.cause)
+			if err := <-done; err != errCancelled {
+				t.Fatalf("streamChunks = %v, want errCancelled", err)
+			}
+			if p := next(t, released); p != chunks[1].KVTransferParams {
+				t.Fatalf("released %q", p)
+			}
+			if tc.error {
+				c := next(t, sentCh)
+				if c.Index != 1 || c.FinishReason != "error" || c.Fault != messages.Fault_FAULT_ENGINE_ERROR || len(c.TokenIds) != 0 {
+					t.Fatalf("chunk after the hand-over %v, want a migratable error chunk numbered 1", c)
+				}
+			}
+			select {
+			case c := <-sentCh:
+				t.Fatalf("chunk sent after the end: %v", c)
+			default:
+			}
+		})
 	}
 }

@@ -173,9 +173,13 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 		out.put(ch)
 		return nil
 	})
-	// What waits for a credit leaves before anything else, or not at all once ctx ended.
-	if left := out.drain(); left != nil && left.FinishReason != "" {
-		undelivered = left.KvTransferParams
+	// What waits for a credit leaves before anything else, or not at all once ctx ended:
+	// then the stream did not finish for its caller, whose last chunk was never sent.
+	if left := out.drain(); left != nil {
+		if left.FinishReason != "" {
+			undelivered = left.KvTransferParams
+		}
+		finished = false
 	}
 	if ctx.Err() != nil {
 		if cause := context.Cause(ctx); handedOver(cause) && !finished {
