@@ -11,12 +11,14 @@ import (
 // granted (Generate.initial_credits, then Credit messages). A chunk that finds no credit
 // does not hold the engine's stream up: it waits, and the chunks the engine produces
 // meanwhile are merged into it (their tokens, logprobs and, from the last, the finish
-// and usage), so that a caller that falls behind receives fewer, larger chunks instead of
-// a growing queue of one-token ones (docs/actor-library.md §10). With no
-// initial credits there is no flow control: every chunk leaves at once.
+// and usage) up to mergedChunkTokens tokens, then into the next waiting one, so that a
+// caller that falls behind receives fewer, larger chunks instead of a growing queue of
+// one-token ones (docs/actor-library.md §10), none too large for one message or one
+// client write. With no initial credits there is no flow control: every chunk leaves at
+// once.
 //
 // put is called from the engine's stream (one goroutine); credits arrive on the
-// request's channel. While a chunk waits, one goroutine waits for a credit to send it.
+// request's channel. While chunks wait, one goroutine waits for credits to send them.
 type chunkSender struct {
 	ctx     context.Context
 	credits <-chan int32
@@ -26,21 +28,30 @@ type chunkSender struct {
 	mu       sync.Mutex
 	left     int32
 	index    uint32
-	pending  *messages.TokenChunk // waiting for a credit
-	flushing chan struct{}        // closed when the goroutine waiting for a credit ends; nil: none
+	pending  []*messages.TokenChunk // waiting for a credit, in order
+	flushing chan struct{}          // closed when the goroutine waiting for credits ends; nil: none
 }
+
+// mergedChunkTokens caps the tokens of a chunk that others were merged into: with 20 top
+// logprobs a token takes about 2 KB of SSE, so a chunk stays within about half a
+// megabyte however far behind its caller is.
+const mergedChunkTokens = 256
 
 func newChunkSender(ctx context.Context, initial int32, credits <-chan int32, send func(*messages.TokenChunk)) *chunkSender {
 	return &chunkSender{ctx: ctx, credits: credits, send: send, flow: initial > 0, left: initial}
 }
 
-// put sends ch now if a credit allows and no chunk waits, else merges it into the
-// waiting one.
+// put sends ch now if a credit allows and no chunk waits, else merges it into the last
+// waiting one (a new one once that holds mergedChunkTokens).
 func (s *chunkSender) put(ch *messages.TokenChunk) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pending != nil {
-		mergeChunk(s.pending, ch)
+	if n := len(s.pending); n > 0 {
+		if last := s.pending[n-1]; len(last.TokenIds)+len(ch.TokenIds) <= mergedChunkTokens {
+			mergeChunk(last, ch)
+		} else {
+			s.pending = append(s.pending, ch)
+		}
 		return
 	}
 	s.takeCredits()
@@ -48,14 +59,14 @@ func (s *chunkSender) put(ch *messages.TokenChunk) {
 		s.sendLocked(ch)
 		return
 	}
-	s.pending = ch
+	s.pending = append(s.pending, ch)
 	if s.flushing == nil {
 		s.flushing = make(chan struct{})
 		go s.flush(s.flushing)
 	}
 }
 
-// flush waits for credits until the waiting chunk is sent or the request's context
+// flush waits for credits until the waiting chunks are sent or the request's context
 // ends, then closes done.
 func (s *chunkSender) flush(done chan struct{}) {
 	defer close(done)
@@ -69,12 +80,12 @@ func (s *chunkSender) flush(done chan struct{}) {
 		case n := <-s.credits:
 			s.mu.Lock()
 			s.left += n
-			if s.pending != nil && s.left > 0 {
-				ch := s.pending
-				s.pending = nil
+			for len(s.pending) > 0 && s.left > 0 {
+				ch := s.pending[0]
+				s.pending = s.pending[1:]
 				s.sendLocked(ch)
 			}
-			if s.pending == nil {
+			if len(s.pending) == 0 {
 				s.flushing = nil
 				s.mu.Unlock()
 				return
@@ -85,8 +96,8 @@ func (s *chunkSender) flush(done chan struct{}) {
 }
 
 // drain waits until no chunk waits for a credit or the request's context ended, and
-// returns the chunk left unsent (nil when all were sent).
-func (s *chunkSender) drain() *messages.TokenChunk {
+// returns the chunks left unsent, in order (none when all were sent).
+func (s *chunkSender) drain() []*messages.TokenChunk {
 	s.mu.Lock()
 	done := s.flushing
 	s.mu.Unlock()

@@ -175,9 +175,9 @@ func streamChunks(ctx context.Context, engine engines.Engine, m *messages.Genera
 	})
 	// What waits for a credit leaves before anything else, or not at all once ctx ended:
 	// then the stream did not finish for its caller, whose last chunk was never sent.
-	if left := out.drain(); left != nil {
-		if left.FinishReason != "" {
-			undelivered = left.KvTransferParams
+	if left := out.drain(); len(left) > 0 {
+		if last := left[len(left)-1]; last.FinishReason != "" {
+			undelivered = last.KvTransferParams
 		}
 		finished = false
 	}
