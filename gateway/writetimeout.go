@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// deadlineWriter gives every write and flush of a response a fresh write deadline of
-// timeout (Config.StreamWriteTimeout): a client that stops reading while keeping its
-// connection open makes the blocked write fail after timeout, the handler sees a write
-// error (the client is gone), and closing the Backend's Stream cancels the engine
-// request. net/http clears the deadline once the response is finished, before the
-// connection's next request.
+// deadlineWriter gives every write (every writePiece bytes of one) and flush of a
+// response a fresh write deadline of timeout (Config.StreamWriteTimeout): a client that
+// stops reading while keeping its connection open makes the blocked write fail after
+// timeout, the handler sees a write error (the client is gone), and closing the
+// Backend's Stream cancels the engine request. net/http clears the deadline once the
+// response is finished, before the connection's next request.
 //
 // Writers that cannot take a deadline (httptest.ResponseRecorder) are written to
 // without one.
@@ -41,9 +41,25 @@ func (d *deadlineWriter) extend() {
 	}
 }
 
+// writePiece is the most one deadline covers: a longer write (a large answer, or a
+// stream's frame of many merged tokens) goes in pieces, each with a fresh deadline, so
+// that the timeout cuts a client that stopped reading, not one reading a large frame
+// slowly.
+const writePiece = 64 << 10
+
 func (d *deadlineWriter) Write(p []byte) (int, error) {
-	d.extend()
-	return d.ResponseWriter.Write(p)
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), writePiece)
+		d.extend()
+		m, err := d.ResponseWriter.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
 }
 
 // FlushError flushes under a fresh deadline (http.ResponseController.Flush uses it).

@@ -69,26 +69,13 @@ func (s endlessStream) Recv(ctx context.Context) (*messages.TokenChunk, error) {
 func (s endlessStream) WorkerID() string { return "worker-a" }
 func (s endlessStream) Close()           { s.b.once.Do(func() { close(s.b.closed) }) }
 
-// smallSendBuffers shrinks the kernel send buffer of every accepted connection, so that
-// a client that stops reading blocks the server's writes after a few kilobytes rather
-// than after the megabytes loopback autotuning allows.
-type smallSendBuffers struct{ net.Listener }
-
-func (l smallSendBuffers) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetWriteBuffer(4096)
-	}
-	return c, err
-}
-
 // newWriteTimeoutServer serves s over real TCP with small send buffers; closed gets a
 // value each time the server closes a connection.
 func newWriteTimeoutServer(t *testing.T, s *Server) (srv *httptest.Server, closed <-chan struct{}) {
 	t.Helper()
 	c := make(chan struct{}, 16)
 	srv = httptest.NewUnstartedServer(s)
-	srv.Listener = smallSendBuffers{srv.Listener}
+	srv.Listener = sendBuffers{srv.Listener, 4096} // a stalled client blocks writes after a few KiB, not after megabytes
 	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateClosed {
 			c <- struct{}{}
@@ -262,4 +249,61 @@ func TestStreamWriteTimeoutConfig(t *testing.T) {
 			t.Errorf("StreamWriteTimeout %v: got %v, %v; want %v", tc.in, c.StreamWriteTimeout, err, tc.want)
 		}
 	}
+}
+
+// A client that reads a large answer steadily, if slowly, is not cut: the deadline
+// covers each piece of a write (writePiece), not the whole answer, so the timeout
+// measures a pause in the client's reading rather than the time a large answer takes.
+func TestSlowSteadyReaderOfLargeAnswer(t *testing.T) {
+	const timeout = time.Second
+	big := strings.Repeat("abcdefgh", 1<<19) // 4 MiB of text, written at once
+	s := newTimeoutConfigServer(t, newFakeBackend(finish(big, "length")), timeout, nil)
+	srv := httptest.NewUnstartedServer(s)
+	srv.Listener = sendBuffers{srv.Listener, 64 << 10}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"org/big-model","prompt":"hi"}`
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		compPath, len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	// 64 KiB every 50 ms: a piece in about a twentieth of the timeout, the whole answer
+	// (beyond the socket buffers' few hundred KiB) in about three times it.
+	var got bytes.Buffer
+	buf := make([]byte, 64<<10)
+	start := time.Now()
+	for {
+		n, err := io.ReadFull(conn, buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got.Len() < len(big) || !strings.Contains(got.String(), `"finish_reason":"length"`) {
+		t.Fatalf("read %d bytes in %v; want the whole answer (%d bytes of text)", got.Len(), time.Since(start), len(big))
+	}
+}
+
+// sendBuffers sets the kernel send buffer of every accepted connection to size (small:
+// loopback autotuning would let a client that does not read queue megabytes).
+type sendBuffers struct {
+	net.Listener
+	size int
+}
+
+func (l sendBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(l.size)
+	}
+	return c, err
 }
