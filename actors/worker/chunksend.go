@@ -42,12 +42,13 @@ func newChunkSender(ctx context.Context, initial int32, credits <-chan int32, se
 }
 
 // put sends ch now if a credit allows and no chunk waits, else merges it into the last
-// waiting one (a new one once that holds mergedChunkTokens).
+// waiting one (a new one once that holds mergedChunkTokens, or when only one of them
+// carries logprobs).
 func (s *chunkSender) put(ch *messages.TokenChunk) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.pending); n > 0 {
-		if last := s.pending[n-1]; len(last.TokenIds)+len(ch.TokenIds) <= mergedChunkTokens {
+		if last := s.pending[n-1]; len(last.TokenIds)+len(ch.TokenIds) <= mergedChunkTokens && sameLogprobs(last, ch) {
 			mergeChunk(last, ch)
 		} else {
 			s.pending = append(s.pending, ch)
@@ -134,6 +135,13 @@ func (s *chunkSender) sendLocked(ch *messages.TokenChunk) {
 	s.index++
 	s.left--
 	s.send(ch)
+}
+
+// sameLogprobs reports whether a and b both carry one logprob per token or both none:
+// chunks that differ are not merged, since a chunk's logprobs pair with its tokens by
+// position.
+func sameLogprobs(a, b *messages.TokenChunk) bool {
+	return (len(a.Logprobs) == len(a.TokenIds)) == (len(b.Logprobs) == len(b.TokenIds))
 }
 
 // mergeChunk appends b, a later chunk of the same request, to a: its tokens and their

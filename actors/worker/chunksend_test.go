@@ -203,3 +203,23 @@ func TestCancelWithChunkWaiting(t *testing.T) {
 		})
 	}
 }
+
+// TestChunksWithAndWithoutLogprobsStayApart: a waiting chunk without logprobs takes no
+// chunk with them (nor the reverse): a chunk's logprobs pair with its tokens by position.
+func TestChunksWithAndWithoutLogprobsStayApart(t *testing.T) {
+	chunks := tokenChunks(4)
+	chunks[1].Logprobs, chunks[2].Logprobs = nil, nil // 0 and 3 with logprobs, 1 and 2 without
+	eng := &creditEngine{chunks: chunks, produced: make(chan struct{})}
+	credits := make(chan int32, 4)
+	sentCh := make(chan *messages.TokenChunk, 8)
+	go streamChunks(context.Background(), eng, &messages.Generate{RequestId: "r", InitialCredits: 1}, credits,
+		func(c *messages.TokenChunk) { sentCh <- c }, nil, "w", func(string) {})
+	<-eng.produced
+	credits <- 2
+	for i, want := range [][]uint32{{100}, {101, 102}, {103}} {
+		c := next(t, sentCh)
+		if !slices.Equal(c.TokenIds, want) || (len(c.Logprobs) != 0 && len(c.Logprobs) != len(c.TokenIds)) {
+			t.Fatalf("chunk %d: tokens %v with %d logprobs, want tokens %v", i, c.TokenIds, len(c.Logprobs), want)
+		}
+	}
+}
