@@ -126,11 +126,7 @@ func TestChunksWaitingForCreditsMerge(t *testing.T) {
 			if last.FinishReason != "length" || last.CompletionTokens != int32(tc.n) || last.PromptTokens != 3 {
 				t.Fatalf("last chunk %v: finish and usage lost", last)
 			}
-			select {
-			case c := <-sentCh:
-				t.Fatalf("chunk sent after the last: %v", c)
-			default:
-			}
+			nothingMore(t, sentCh)
 		})
 	}
 }
@@ -195,11 +191,7 @@ func TestCancelWithChunkWaiting(t *testing.T) {
 					t.Fatalf("chunk after the hand-over %v, want a migratable error chunk numbered 1", c)
 				}
 			}
-			select {
-			case c := <-sentCh:
-				t.Fatalf("chunk sent after the end: %v", c)
-			default:
-			}
+			nothingMore(t, sentCh)
 		})
 	}
 }
@@ -221,5 +213,15 @@ func TestChunksWithAndWithoutLogprobsStayApart(t *testing.T) {
 		if !slices.Equal(c.TokenIds, want) || (len(c.Logprobs) != 0 && len(c.Logprobs) != len(c.TokenIds)) {
 			t.Fatalf("chunk %d: tokens %v with %d logprobs, want tokens %v", i, c.TokenIds, len(c.Logprobs), want)
 		}
+	}
+}
+
+// nothingMore fails the test if a chunk waits in sent: none may follow a stream's end.
+func nothingMore(t *testing.T, sent chan *messages.TokenChunk) {
+	t.Helper()
+	select {
+	case c := <-sent:
+		t.Fatalf("chunk sent after the stream's end: %v", c)
+	default:
 	}
 }
