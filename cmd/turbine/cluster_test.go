@@ -406,7 +406,8 @@ func metricSum(s *server, name string) float64 {
 // nodes: every stream finishes with exactly the text of an undisturbed run (the mock
 // engine's tokens are a function of the seed and every token before them), the killed
 // node's streams migrated to the others.
-func TestClusterNodeKilledMidStreamMigrates(t *testing.T) {
+func TestClusterNodeKilledMidStreamMigrates(tt *testing.T) {
+	t := newVerdict(tt)
 	c := newLocalCluster(t)
 	fe := c.frontend("frontend")
 	nodes := map[string]*server{}

@@ -160,7 +160,7 @@ func (s *server) decisions(t *testing.T) map[string]float64 {
 }
 
 // counterBy sums a metric family of /metrics by one label.
-func (s *server) counterBy(t *testing.T, family, label string) map[string]float64 {
+func (s *server) counterBy(t testing.TB, family, label string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get(s.url + "/metrics")
 	if err != nil {

@@ -86,13 +86,13 @@ func streamCompletion(ctx context.Context, s *server, i, maxTokens int, first fu
 // their first text (or failed), during is called, when not nil, with the number of
 // streams streaming from each worker by then: early enough that the fault lands
 // mid-stream even when a loaded machine is slow to start all of them.
-func runStreams(t *testing.T, s *server, during func(started map[string]int)) []streamResult {
+func runStreams(t testing.TB, s *server, during func(started map[string]int)) []streamResult {
 	t.Helper()
 	return runStreamsN(t, s, migRequests, migMaxTokens, 45*time.Second, during)
 }
 
 // runStreamsN is runStreams with n streams of maxTokens each, all within limit.
-func runStreamsN(t *testing.T, s *server, n, maxTokens int, limit time.Duration, during func(started map[string]int)) []streamResult {
+func runStreamsN(t testing.TB, s *server, n, maxTokens int, limit time.Duration, during func(started map[string]int)) []streamResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -139,7 +139,7 @@ func runStreamsN(t *testing.T, s *server, n, maxTokens int, limit time.Duration,
 // mostStarted is the worker the most of the started streams run on: the one whose
 // failure hits the most streams mid-way. It reads nothing from the server, which a
 // loaded machine may be slow to answer while the streams run.
-func mostStarted(t *testing.T, started map[string]int) string {
+func mostStarted(t testing.TB, started map[string]int) string {
 	t.Helper()
 	best := ""
 	for id, n := range started {
@@ -154,14 +154,15 @@ func mostStarted(t *testing.T, started map[string]int) string {
 }
 
 // migrations is turbine_frontend_migrations_total of the test model by reason, from /metrics.
-func (s *server) migrations(t *testing.T) map[string]float64 {
+func (s *server) migrations(t testing.TB) map[string]float64 {
 	t.Helper()
 	return s.counterBy(t, "turbine_frontend_migrations_total", "reason")
 }
 
 func TestE2EMigration(t *testing.T) {
 	for _, limit := range []int{3, 0} {
-		t.Run("limit="+strconv.Itoa(limit), func(t *testing.T) {
+		t.Run("limit="+strconv.Itoa(limit), func(tt *testing.T) {
+			t := newVerdict(tt)
 			// At the reference speed an engine takes about 8 s for its streams' 1,200 tokens,
 			// so it is still generating when it is killed even if a loaded machine reads the
 			// streams slowly (at 5× the engines finished first and buffered frames hid the kill).
@@ -197,7 +198,7 @@ func TestE2EMigration(t *testing.T) {
 
 // checkMigrated compares the disturbed run with the undisturbed one and prints the
 // summary line.
-func checkMigrated(t *testing.T, s *server, limit int, victim string, base, got []streamResult) {
+func checkMigrated(t testing.TB, s *server, limit int, victim string, base, got []streamResult) {
 	t.Helper()
 	var completed, lost, duplicated, errs, affected int
 	var extra []time.Duration
