@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -18,9 +19,27 @@ import (
 // messages come first, and suspension, the dispatcher's throughput and message batches
 // behave as in protoactor's default mailbox. Unbounded.
 //
+// Unlike the default mailbox, the goroutine that ran the queues empty waits up to
+// mailboxLinger for the next message before it ends, so that a busy grain keeps one
+// goroutine and the stack it grew instead of starting a new goroutine, from a small
+// stack grown again by copying, for every burst of calls (docs/actor-library.md §10).
+// It needs a dispatcher that runs each scheduled function on a goroutine of its own
+// (protoactor's default).
+//
 // protoactor's own priority mailbox cannot do this (docs/actor-library.md §10). It panics
 // when service has no method of one of the names (a programming error).
 func UrgentGrainMailbox(service protoreflect.ServiceDescriptor, methods ...protoreflect.Name) actor.MailboxProducer {
+	return urgentGrainMailbox(service, mailboxLinger, methods...)
+}
+
+// mailboxLinger is how long an urgent mailbox's goroutine waits for more work once its
+// queues are empty.
+const mailboxLinger = time.Second
+
+// urgentGrainMailbox is UrgentGrainMailbox with the goroutine's linger; 0: none (a new
+// run for every burst, as the default mailbox; for a dispatcher that runs functions on
+// the caller's goroutine).
+func urgentGrainMailbox(service protoreflect.ServiceDescriptor, linger time.Duration, methods ...protoreflect.Name) actor.MailboxProducer {
 	urgent := map[int32]bool{}
 	for _, name := range methods {
 		m := service.Methods().ByName(name)
@@ -29,7 +48,9 @@ func UrgentGrainMailbox(service protoreflect.ServiceDescriptor, methods ...proto
 		}
 		urgent[int32(m.Index())] = true
 	}
-	return func() actor.Mailbox { return &urgentMailbox{urgent: urgent} }
+	return func() actor.Mailbox {
+		return &urgentMailbox{urgent: urgent, linger: linger, wake: make(chan struct{}, 1)}
+	}
 }
 
 // grainMethod returns the method index of a grain call (a cluster.GrainRequest, in an
@@ -53,6 +74,12 @@ const (
 // urgent methods, and everything else.
 type urgentMailbox struct {
 	urgent map[int32]bool // method indexes
+	linger time.Duration  // how long a run's goroutine waits for the next one (0: not at all)
+	wake   chan struct{}  // hands a run to a goroutine that lingers (room for one)
+
+	lingerMu sync.Mutex
+	waiting  int    // goroutines lingering, not handed a run
+	onLinger func() // tests: called as a goroutine starts to linger
 
 	system, high, low fifo
 	sysMessages       atomic.Int32
@@ -101,9 +128,56 @@ func (m *urgentMailbox) Start() {}
 
 func (m *urgentMailbox) UserMessageCount() int { return int(m.userMessages.Load()) }
 
+// schedule starts a run unless one is on: on a goroutine that lingers when one waits,
+// else on a new one.
 func (m *urgentMailbox) schedule() {
-	if m.status.CompareAndSwap(mailboxIdle, mailboxRunning) {
+	if !m.status.CompareAndSwap(mailboxIdle, mailboxRunning) {
+		return
+	}
+	if m.linger <= 0 {
 		m.dispatcher.Schedule(m.process)
+		return
+	}
+	m.lingerMu.Lock()
+	if m.waiting > 0 {
+		m.waiting--
+		m.wake <- struct{}{} // room: one run is handed out at a time
+		m.lingerMu.Unlock()
+		return
+	}
+	m.lingerMu.Unlock()
+	m.dispatcher.Schedule(m.serve)
+}
+
+// serve does the run it was started for and every run handed to it while it lingers,
+// then ends after linger without one. Each goroutine waiting counts in waiting; a run
+// handed out takes one off the count, so a goroutine whose linger ends either takes
+// itself off or, taken off already, takes the run handed to it.
+func (m *urgentMailbox) serve() {
+	t := time.NewTimer(m.linger)
+	defer t.Stop()
+	for {
+		m.process()
+		m.lingerMu.Lock()
+		m.waiting++
+		m.lingerMu.Unlock()
+		if m.onLinger != nil {
+			m.onLinger()
+		}
+		t.Reset(m.linger)
+		select {
+		case <-m.wake:
+			continue
+		case <-t.C:
+		}
+		m.lingerMu.Lock()
+		if m.waiting > 0 {
+			m.waiting--
+			m.lingerMu.Unlock()
+			return
+		}
+		m.lingerMu.Unlock()
+		<-m.wake
 	}
 }
 

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	pcluster "github.com/asynkron/protoactor-go/cluster"
@@ -103,7 +106,7 @@ func TestUrgentGrainMailboxOrder(t *testing.T) {
 			[]string{"route1", "free1", "route2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mb := UrgentGrainMailbox(routerService, "Register", "PublishEvents")()
+			mb := urgentGrainMailbox(routerService, 0, "Register", "PublishEvents")()
 			inv := &recordingInvoker{}
 			inv.whileBusy = func() {
 				user := 0
@@ -136,7 +139,7 @@ func TestUrgentGrainMailboxOrder(t *testing.T) {
 // not, until it is resumed.
 func TestUrgentGrainMailboxSuspend(t *testing.T) {
 	publish := methodIndex(t, "PublishEvents")
-	mb := UrgentGrainMailbox(routerService, "PublishEvents")()
+	mb := urgentGrainMailbox(routerService, 0, "PublishEvents")()
 	inv := &recordingInvoker{}
 	mb.RegisterHandlers(inv, actor.NewSynchronizedDispatcher(300))
 	mb.PostSystemMessage(&actor.SuspendMailbox{})
@@ -154,7 +157,7 @@ func TestUrgentGrainMailboxSuspend(t *testing.T) {
 // TestUrgentGrainMailboxPanic: a panic in a handler is escalated with the message, as
 // the library's mailbox does, and the mailbox goes on with the next message.
 func TestUrgentGrainMailboxPanic(t *testing.T) {
-	mb := UrgentGrainMailbox(routerService)()
+	mb := urgentGrainMailbox(routerService, 0)()
 	inv := &panickyInvoker{}
 	mb.RegisterHandlers(inv, actor.NewSynchronizedDispatcher(300))
 	mb.PostUserMessage("boom")
@@ -188,30 +191,89 @@ func TestUrgentGrainMailboxUnknownMethod(t *testing.T) {
 func TestUrgentGrainMailboxConcurrent(t *testing.T) {
 	publish, route := methodIndex(t, "PublishEvents"), methodIndex(t, "Route")
 	const producers, each = 8, 500
-	mb := UrgentGrainMailbox(routerService, "PublishEvents")()
-	inv := &countingInvoker{done: make(chan struct{}), want: producers * each, last: map[string]int{}}
-	mb.RegisterHandlers(inv, actor.NewDefaultDispatcher(50))
-	var wg sync.WaitGroup
-	for p := range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				method := route
-				if i%3 == 0 {
-					method = publish
-				}
-				mb.PostUserMessage(&actor.MessageEnvelope{Message: &pcluster.GrainRequest{MethodIndex: method,
-					MessageData: fmt.Appendf(nil, "%d/%d/%d", p, method, i)}})
+	for _, linger := range []time.Duration{0, time.Microsecond, mailboxLinger} {
+		t.Run(fmt.Sprintf("linger=%v", linger), func(t *testing.T) {
+			mb := urgentGrainMailbox(routerService, linger, "PublishEvents")()
+			inv := &countingInvoker{done: make(chan struct{}), want: producers * each, last: map[string]int{}}
+			mb.RegisterHandlers(inv, actor.NewDefaultDispatcher(50))
+			var wg sync.WaitGroup
+			for p := range producers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range each {
+						method := route
+						if i%3 == 0 {
+							method = publish
+						}
+						mb.PostUserMessage(&actor.MessageEnvelope{Message: &pcluster.GrainRequest{MethodIndex: method,
+							MessageData: fmt.Appendf(nil, "%d/%d/%d", p, method, i)}})
+					}
+				}()
 			}
-		}()
-	}
-	wg.Wait()
-	<-inv.done
-	if inv.err != nil {
-		t.Fatal(inv.err)
+			wg.Wait()
+			<-inv.done
+			if inv.err != nil {
+				t.Fatal(inv.err)
+			}
+		})
 	}
 }
+
+// countingDispatcher is protoactor's goroutine dispatcher that counts the goroutines it
+// starts and reports each one's end on ended.
+type countingDispatcher struct {
+	started atomic.Int32
+	ended   chan struct{}
+}
+
+func (d *countingDispatcher) Schedule(fn func()) {
+	d.started.Add(1)
+	go func() {
+		fn()
+		d.ended <- struct{}{}
+	}()
+}
+
+func (d *countingDispatcher) Throughput() int { return 300 }
+
+// TestUrgentGrainMailboxLingers: the goroutine that ran the queues empty runs the next
+// message too while it lingers, and ends after the linger without one; a message after
+// that starts a new one.
+func TestUrgentGrainMailboxLingers(t *testing.T) {
+	mb := urgentGrainMailbox(routerService, 50*time.Millisecond)().(*urgentMailbox)
+	lingers := make(chan struct{}, 8)
+	mb.onLinger = func() { lingers <- struct{}{} }
+	inv := &signallingInvoker{handled: make(chan string, 4)}
+	d := &countingDispatcher{ended: make(chan struct{}, 4)}
+	mb.RegisterHandlers(inv, d)
+	for _, msg := range []string{"first", "second", "third"} {
+		mb.PostUserMessage(msg)
+		if got := <-inv.handled; got != msg {
+			t.Fatalf("handled %q, want %q", got, msg)
+		}
+		<-lingers
+	}
+	if n := d.started.Load(); n != 1 {
+		t.Fatalf("%d goroutines started for three messages one after another, want 1", n)
+	}
+	<-d.ended // the linger passed with nothing to do
+	mb.PostUserMessage("fourth")
+	if got := <-inv.handled; got != "fourth" {
+		t.Fatalf("handled %q, want fourth", got)
+	}
+	if n := d.started.Load(); n != 2 {
+		t.Fatalf("%d goroutines started, want 2: a new one once the first ended", n)
+	}
+	<-d.ended
+}
+
+type signallingInvoker struct {
+	recordingInvoker
+	handled chan string
+}
+
+func (s *signallingInvoker) InvokeUserMessage(msg any) { s.handled <- tag(msg) }
 
 type countingInvoker struct {
 	recordingInvoker
@@ -260,5 +322,25 @@ func TestFIFO(t *testing.T) {
 	}
 	if want != next {
 		t.Fatalf("popped %d items, pushed %d", want, next)
+	}
+}
+
+// TestUrgentGrainMailboxLingerRaces: messages posted one at a time as lingers end (a
+// linger of a microsecond, so that runs are handed out while goroutines give up) are
+// each handled: no run is handed to a goroutine that left.
+func TestUrgentGrainMailboxLingerRaces(t *testing.T) {
+	mb := urgentGrainMailbox(routerService, time.Microsecond)()
+	inv := &signallingInvoker{handled: make(chan string, 1)}
+	mb.RegisterHandlers(inv, actor.NewDefaultDispatcher(300))
+	for i := range 20000 {
+		mb.PostUserMessage("m")
+		select {
+		case <-inv.handled:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %d not handled", i)
+		}
+		for range i % 7 { // spread the next post over the linger's end
+			runtime.Gosched()
+		}
 	}
 }
