@@ -3,11 +3,11 @@
 // release of KV blocks, cancellation — is decided by its flow (package flow, pure); the
 // stream (stream.go) is the flow's shell: it turns the receivers' messages, timers and
 // the client's Close into flow events, and carries out the effects: Route calls to the
-// model's Router grain, Generate to workers with a short-lived receiver actor as
+// model's Router grain, Generate to workers with a short-lived receiver process as
 // reply_to, Credit, Cancel and ReleaseKv to workers, RouteAck, PrefillDone and Free to
 // the router, chunks and errors to the HTTP handler, metrics and log lines.
 //
-// Receiver actor messages (receiver.go): messages.GenerateAccepted and
+// Receiver messages (receiver.go: a process, not an actor): messages.GenerateAccepted and
 // messages.TokenChunk (from the worker), *actor.Terminated of the worker (handed to the flow, which still takes the worker's
 // trailing chunks for a moment, then counts the leg as lost). One receiver per leg: a
 // disaggregated request has one for its prefill leg and one for its decode leg; all of

@@ -1,6 +1,8 @@
 package frontend
 
 import (
+	"sync"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/turbine-llm/turbine/flow"
 	"github.com/turbine-llm/turbine/messages"
@@ -12,6 +14,14 @@ import (
 // flow.WorkerTerminated). Chunks of another request
 // id are dropped; nothing is delivered after the leg's last chunk, nor once the stream
 // forgot the leg (closed).
+//
+// It is a process of its own (actor.Process), not an actor: a message is handled on the
+// goroutine that delivers it (the worker's, or the connection's reader for a remote
+// worker), under a mutex, and goes straight into the stream's channel, without the hop
+// through a mailbox's goroutine that an actor takes for every chunk
+// (docs/actor-library.md §10). It never blocks that goroutine: when the channel is full
+// (a worker ignoring flow control), the events wait in a backlog that a goroutine of the
+// receiver's hands over in order.
 type receiver struct {
 	leg       flow.LegID
 	requestID string
@@ -19,15 +29,37 @@ type receiver struct {
 	events    chan<- flow.Event
 	closed    <-chan struct{}
 
+	mu       sync.Mutex
 	next     uint32
 	pending  map[uint32]*messages.TokenChunk
-	finished bool // the last chunk was delivered
+	finished bool         // the last chunk was delivered
+	backlog  []flow.Event // waiting for room in events, in order; a goroutine hands them over
+	handing  sync.WaitGroup
 }
 
-func (r *receiver) Receive(c actor.Context) {
-	switch m := c.Message().(type) {
-	case *actor.Started:
-		c.Watch(r.worker)
+// startReceiver registers r in sys as a process of its own and watches r.worker (a
+// worker that is gone already is reported at once); stop undoes both.
+func startReceiver(sys *actor.ActorSystem, r *receiver) *actor.PID {
+	pid, _ := sys.ProcessRegistry.Add(r, "leg"+sys.ProcessRegistry.NextId())
+	worker, _ := sys.ProcessRegistry.Get(r.worker)
+	worker.SendSystemMessage(r.worker, &actor.Watch{Watcher: pid})
+	return pid
+}
+
+// stopReceiver removes the receiver pid of worker from sys and stops watching the
+// worker (else the worker, or the connection to its member, would keep the watch for
+// the rest of its life). Messages that still reach it are dropped (its leg is closed).
+func stopReceiver(sys *actor.ActorSystem, pid, worker *actor.PID) {
+	sys.ProcessRegistry.Remove(pid)
+	w, _ := sys.ProcessRegistry.Get(worker)
+	w.SendSystemMessage(worker, &actor.Unwatch{Watcher: pid})
+}
+
+// SendUserMessage handles a message from the leg's worker.
+func (r *receiver) SendUserMessage(_ *actor.PID, message any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch m := actor.UnwrapEnvelopeMessage(message).(type) {
 	case *messages.GenerateAccepted:
 		if !r.finished && m.RequestId == r.requestID {
 			r.post(flow.Accepted{Leg: r.leg})
@@ -50,14 +82,24 @@ func (r *receiver) Receive(c actor.Context) {
 			delete(r.pending, p.Index)
 			r.deliver(p)
 		}
-	case *actor.Terminated:
-		// The notice can overtake the worker's last chunks (a draining worker stops
-		// right after its last request ends): the flow still takes them for a moment.
+	}
+}
+
+// SendSystemMessage handles the worker's termination notice. The notice can overtake
+// the worker's last chunks (a draining worker stops right after its last request ends):
+// the flow still takes them for a moment.
+func (r *receiver) SendSystemMessage(_ *actor.PID, message any) {
+	if m, ok := message.(*actor.Terminated); ok {
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		if !r.finished && m.Who.Equal(r.worker) {
 			r.post(flow.WorkerTerminated{Leg: r.leg})
 		}
 	}
 }
+
+// Stop is a no-op: the stream stops its receivers (stopReceiver).
+func (r *receiver) Stop(*actor.PID) {}
 
 func (r *receiver) deliver(ch *messages.TokenChunk) {
 	r.next = ch.Index + 1
@@ -65,12 +107,57 @@ func (r *receiver) deliver(ch *messages.TokenChunk) {
 	r.post(flow.Chunk{Leg: r.leg, Chunk: ch})
 }
 
-// post waits for room in the stream's channel: the channel holds more than the credits
-// granted, so it only waits when a worker ignores flow control; a forgotten leg's
-// receiver takes nothing more.
+// post hands ev to the stream without waiting: into the channel when it has room and no
+// event waits before it, else into the backlog. The channel holds more than the credits
+// granted, so the backlog only fills when a worker ignores flow control; a forgotten
+// leg's receiver takes nothing more. Called with mu held.
 func (r *receiver) post(ev flow.Event) {
 	select {
-	case r.events <- ev:
 	case <-r.closed:
+		return
+	default:
+	}
+	if len(r.backlog) == 0 {
+		select {
+		case r.events <- ev:
+			return
+		default:
+			r.handing.Add(1)
+			go r.handOver()
+		}
+	}
+	r.backlog = append(r.backlog, ev)
+}
+
+// handOver hands the backlog over in order, waiting for room, until it is empty or the
+// leg is forgotten.
+func (r *receiver) handOver() {
+	defer r.handing.Done()
+	for {
+		r.mu.Lock()
+		ev, forgotten := flow.Event(nil), false
+		select {
+		case <-r.closed:
+			forgotten = true
+		default:
+		}
+		if forgotten {
+			r.backlog = nil
+		}
+		if len(r.backlog) > 0 {
+			ev = r.backlog[0]
+		}
+		r.mu.Unlock()
+		if ev == nil {
+			return
+		}
+		select {
+		case r.events <- ev:
+		case <-r.closed:
+			continue
+		}
+		r.mu.Lock()
+		r.backlog = r.backlog[1:]
+		r.mu.Unlock()
 	}
 }

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -9,26 +10,25 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// newTestReceiver spawns the receiver of leg 1, request r1, on worker w0 (an actor that
+// newTestReceiver starts the receiver of leg 1, request r1, on worker w0 (an actor that
 // ignores everything), delivering into a channel of its own.
-func newTestReceiver(t *testing.T) (*actor.ActorSystem, *actor.PID, *actor.PID, chan flow.Event) {
+func newTestReceiver(t *testing.T) (*actor.ActorSystem, *receiver, *actor.PID, *actor.PID, chan flow.Event) {
 	t.Helper()
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
 	events := make(chan flow.Event, 16)
 	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: make(chan struct{})}
-	return sys, sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r })), worker, events
+	return sys, r, startReceiver(sys, r), worker, events
 }
 
-// delivered stops the receiver once it has handled every message sent to it before
-// (PoisonPill is an ordinary message, queued behind them), and returns what it
+// delivered stops the receiver (a message reaches it on the sender's goroutine: what
+// was sent before was handled), waits for its backlog's hand-over, and returns what it
 // delivered that the test had not taken.
-func delivered(t *testing.T, sys *actor.ActorSystem, receiver *actor.PID, events chan flow.Event) []flow.Event {
+func delivered(t *testing.T, sys *actor.ActorSystem, r *receiver, pid *actor.PID, events chan flow.Event) []flow.Event {
 	t.Helper()
-	if err := sys.Root.PoisonFuture(receiver).Wait(); err != nil {
-		t.Fatal(err)
-	}
+	stopReceiver(sys, pid, r.worker)
+	r.handing.Wait()
 	var out []flow.Event
 	for {
 		select {
@@ -63,7 +63,7 @@ func nextChunk(t *testing.T, events chan flow.Event) *messages.TokenChunk {
 }
 
 func TestReceiverDeliversInIndexOrder(t *testing.T) {
-	sys, rcv, _, events := newTestReceiver(t)
+	sys, r, rcv, _, events := newTestReceiver(t)
 	for _, i := range []uint32{2, 0, 3, 1} {
 		ch := &messages.TokenChunk{RequestId: "r1", Index: i, TokenIds: []uint32{100 + i}}
 		if i == 3 {
@@ -77,7 +77,7 @@ func TestReceiverDeliversInIndexOrder(t *testing.T) {
 			t.Fatalf("got chunk %d (%v), want %d", ch.Index, ch.TokenIds, want)
 		}
 	}
-	if rest := delivered(t, sys, rcv, events); len(rest) != 0 {
+	if rest := delivered(t, sys, r, rcv, events); len(rest) != 0 {
 		t.Fatalf("unexpected event after the last chunk: %#v", rest[0])
 	}
 }
@@ -85,7 +85,7 @@ func TestReceiverDeliversInIndexOrder(t *testing.T) {
 // A worker that stops is reported to the flow (WorkerTerminated of the leg), which
 // decides when the leg counts as lost.
 func TestReceiverReportsWorkerTermination(t *testing.T) {
-	sys, rcv, worker, events := newTestReceiver(t)
+	sys, _, rcv, worker, events := newTestReceiver(t)
 	sys.Root.Send(rcv, &messages.TokenChunk{RequestId: "r1", Index: 0, TokenIds: []uint32{7}})
 	if ch := nextChunk(t, events); ch.Index != 0 {
 		t.Fatalf("first chunk %+v", ch)
@@ -102,7 +102,7 @@ func TestReceiverReportsWorkerTermination(t *testing.T) {
 // draining worker stops as soon as its last request ends): chunks that arrive after the
 // notice are still delivered, in order, and nothing after the last one.
 func TestReceiverTakesChunksThatTrailTheTerminationNotice(t *testing.T) {
-	sys, rcv, worker, events := newTestReceiver(t)
+	sys, r, rcv, worker, events := newTestReceiver(t)
 	if err := sys.Root.StopFuture(worker).Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -117,29 +117,112 @@ func TestReceiverTakesChunksThatTrailTheTerminationNotice(t *testing.T) {
 			t.Fatalf("chunk %d: %+v, want the worker's own chunk", want, ch)
 		}
 	}
-	if rest := delivered(t, sys, rcv, events); len(rest) != 0 {
+	if rest := delivered(t, sys, r, rcv, events); len(rest) != 0 {
 		t.Fatalf("after the last chunk: %#v; want nothing", rest[0])
 	}
 }
 
-// A leg the stream forgot delivers nothing more, even with its channel full.
+// A leg the stream forgot delivers nothing more, even with its channel full: at most the
+// one event its hand-over was offering as the leg was forgotten.
 func TestReceiverStopsDeliveringOnceForgotten(t *testing.T) {
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
 	events, closed := make(chan flow.Event, 1), make(chan struct{})
-	rcv := sys.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: closed}
-	}))
-	for i := uint32(0); i < 3; i++ {
+	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: closed}
+	rcv := startReceiver(sys, r)
+	for i := uint32(0); i < 4; i++ {
 		sys.Root.Send(rcv, &messages.TokenChunk{RequestId: "r1", Index: i, TokenIds: []uint32{i}})
 	}
 	if ch := nextChunk(t, events); ch.Index != 0 {
 		t.Fatalf("first chunk %+v", ch)
 	}
 	close(closed)
-	// The receiver is not stuck on the full channel: it handles the PoisonPill.
-	if rest := delivered(t, sys, rcv, events); len(rest) > 1 {
+	sys.Root.Send(rcv, &messages.TokenChunk{RequestId: "r1", Index: 4, TokenIds: []uint32{4}})
+	// The hand-over is not stuck on the full channel: it ends.
+	if rest := delivered(t, sys, r, rcv, events); len(rest) > 1 {
 		t.Fatalf("delivered %d events after the leg was forgotten", len(rest))
+	}
+}
+
+// A worker that ignores flow control does not block the goroutine that delivers its
+// messages (the connection's reader, for a remote worker): with the channel full, every
+// chunk is taken at once and handed over in order as the stream reads.
+func TestReceiverNeverBlocksItsSender(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	events := make(chan flow.Event, 2)
+	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: make(chan struct{})}
+	rcv := startReceiver(sys, r)
+	const n = 50
+	for i := uint32(0); i < n; i++ { // returns although the channel holds 2
+		sys.Root.Send(rcv, &messages.TokenChunk{RequestId: "r1", Index: i, TokenIds: []uint32{i}})
+	}
+	for want := uint32(0); want < n; want++ {
+		if ch := nextChunk(t, events); ch.Index != want {
+			t.Fatalf("chunk %d, want %d", ch.Index, want)
+		}
+	}
+	if rest := delivered(t, sys, r, rcv, events); len(rest) != 0 {
+		t.Fatalf("more events than chunks: %#v", rest[0])
+	}
+}
+
+// A worker that is gone before its leg's receiver watches it is reported at once; a
+// stopped receiver no longer watches its worker, whose stop then reaches nobody.
+func TestReceiverWatchesAndUnwatches(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	gone := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	if err := sys.Root.StopFuture(gone).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan flow.Event, 4)
+	r := &receiver{leg: 1, requestID: "r1", worker: gone, events: events, closed: make(chan struct{})}
+	startReceiver(sys, r)
+	if ev := next(t, events); ev != (flow.WorkerTerminated{Leg: 1}) {
+		t.Fatalf("watching a stopped worker: %#v, want WorkerTerminated of leg 1", ev)
+	}
+
+	// After stopReceiver the worker no longer holds the watch: its stop sends the
+	// receiver nothing (a watch left behind would send a Terminated to the removed
+	// receiver, a dead letter). Without the unwatch, the same check sees one.
+	for _, unwatch := range []bool{true, false} {
+		var mu sync.Mutex
+		var leftovers int
+		var receiverPID *actor.PID
+		sub := sys.EventStream.Subscribe(func(ev any) {
+			if d, ok := ev.(*actor.DeadLetterEvent); ok {
+				if _, ok := d.Message.(*actor.Terminated); ok {
+					mu.Lock()
+					if receiverPID != nil && d.PID.Equal(receiverPID) {
+						leftovers++
+					}
+					mu.Unlock()
+				}
+			}
+		})
+		worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+		r2 := &receiver{leg: 2, requestID: "r2", worker: worker, events: events, closed: make(chan struct{})}
+		pid := startReceiver(sys, r2)
+		mu.Lock()
+		receiverPID = pid
+		mu.Unlock()
+		if unwatch {
+			stopReceiver(sys, pid, worker)
+		} else {
+			sys.ProcessRegistry.Remove(pid)
+		}
+		if err := sys.Root.StopFuture(worker).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		sys.EventStream.Unsubscribe(sub)
+		mu.Lock()
+		got := leftovers
+		mu.Unlock()
+		if want := map[bool]int{true: 0, false: 1}[unwatch]; got != want {
+			t.Fatalf("unwatch %v: %d Terminated sent to the stopped receiver, want %d", unwatch, got, want)
+		}
 	}
 }

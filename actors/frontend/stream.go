@@ -64,7 +64,7 @@ type notMovedRecorder interface {
 // everything that happens to the request. The stream feeds the flow what happens — the
 // receivers' chunks and termination notices, timers, the client leaving — one event at
 // a time, and carries out the effects each step returns, in order: routes through the
-// router, legs as Generate to workers with a receiver actor as reply_to, credits,
+// router, legs as Generate to workers with a receiver process as reply_to, credits,
 // cancels, releases, metrics and log lines; emitted chunks are what Recv returns.
 //
 // A request the router finds every worker busy for waits in the gateway's busy queue
@@ -142,7 +142,8 @@ type stream struct {
 type leg struct {
 	worker   *actor.PID
 	receiver *actor.PID
-	closed   chan struct{} // closed when the flow forgets the leg: its receiver delivers nothing more
+	sys      *actor.ActorSystem // the receiver's
+	closed   chan struct{}      // closed when the flow forgets the leg: its receiver delivers nothing more
 }
 
 // timerKey names a timer of the flow as SetTimer replaces it: one per kind and leg.
@@ -554,8 +555,9 @@ func (s *stream) do(e flow.Effect) {
 func (s *stream) send(e flow.Send) {
 	w := actor.NewPID(e.Worker.Ref.GetAddress(), e.Worker.Ref.GetId())
 	l := &leg{worker: w, closed: make(chan struct{})}
-	r := &receiver{leg: e.Leg, requestID: e.Generate.RequestId, worker: w, events: s.events, closed: l.closed}
-	l.receiver = s.root.Spawn(actor.PropsFromProducer(func() actor.Actor { return r }))
+	l.sys = s.root.ActorSystem()
+	l.receiver = startReceiver(l.sys, &receiver{leg: e.Leg, requestID: e.Generate.RequestId, worker: w,
+		events: s.events, closed: l.closed})
 	s.legs[e.Leg] = l
 	s.legSent(e.Leg, e.Generate.RequestId)
 	s.trace.send(e)
@@ -577,7 +579,7 @@ func (s *stream) forget(id flow.LegID) {
 	if l := s.legs[id]; l != nil {
 		delete(s.legs, id)
 		close(l.closed)
-		s.root.Stop(l.receiver)
+		stopReceiver(l.sys, l.receiver, l.worker)
 	}
 	for k, stop := range s.timers {
 		if k.leg == id {
