@@ -241,31 +241,39 @@ func (d *countingDispatcher) Throughput() int { return 300 }
 // message too while it lingers, and ends after the linger without one; a message after
 // that starts a new one.
 func TestUrgentGrainMailboxLingers(t *testing.T) {
-	mb := urgentGrainMailbox(routerService, 50*time.Millisecond)().(*urgentMailbox)
-	lingers := make(chan struct{}, 8)
-	mb.onLinger = func() { lingers <- struct{}{} }
-	inv := &signallingInvoker{handled: make(chan string, 4)}
-	d := &countingDispatcher{ended: make(chan struct{}, 4)}
-	mb.RegisterHandlers(inv, d)
-	for _, msg := range []string{"first", "second", "third"} {
-		mb.PostUserMessage(msg)
-		if got := <-inv.handled; got != msg {
-			t.Fatalf("handled %q, want %q", got, msg)
+	// A linger no loaded machine outlasts between two posts, then one that ends at once.
+	for _, linger := range []time.Duration{time.Minute, time.Millisecond} {
+		mb := urgentGrainMailbox(routerService, linger)().(*urgentMailbox)
+		lingers := make(chan struct{}, 8)
+		mb.onLinger = func() { lingers <- struct{}{} }
+		inv := &signallingInvoker{handled: make(chan string, 4)}
+		d := &countingDispatcher{ended: make(chan struct{}, 4)}
+		mb.RegisterHandlers(inv, d)
+		if linger == time.Minute {
+			for _, msg := range []string{"first", "second", "third"} {
+				mb.PostUserMessage(msg)
+				if got := <-inv.handled; got != msg {
+					t.Fatalf("handled %q, want %q", got, msg)
+				}
+				<-lingers
+			}
+			if n := d.started.Load(); n != 1 {
+				t.Fatalf("%d goroutines started for three messages one after another, want 1", n)
+			}
+			continue // its goroutine lingers on past the test, waiting for nothing
 		}
-		<-lingers
+		mb.PostUserMessage("first")
+		<-inv.handled
+		<-d.ended // the linger passed with nothing to do
+		mb.PostUserMessage("second")
+		if got := <-inv.handled; got != "second" {
+			t.Fatalf("handled %q, want second", got)
+		}
+		if n := d.started.Load(); n != 2 {
+			t.Fatalf("%d goroutines started, want 2: a new one once the first ended", n)
+		}
+		<-d.ended
 	}
-	if n := d.started.Load(); n != 1 {
-		t.Fatalf("%d goroutines started for three messages one after another, want 1", n)
-	}
-	<-d.ended // the linger passed with nothing to do
-	mb.PostUserMessage("fourth")
-	if got := <-inv.handled; got != "fourth" {
-		t.Fatalf("handled %q, want fourth", got)
-	}
-	if n := d.started.Load(); n != 2 {
-		t.Fatalf("%d goroutines started, want 2: a new one once the first ended", n)
-	}
-	<-d.ended
 }
 
 type signallingInvoker struct {

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -29,30 +30,56 @@ type receiver struct {
 	events    chan<- flow.Event
 	closed    <-chan struct{}
 
-	mu       sync.Mutex
-	next     uint32
-	pending  map[uint32]*messages.TokenChunk
-	finished bool         // the last chunk was delivered
-	backlog  []flow.Event // waiting for room in events, in order; a goroutine hands them over
-	handing  sync.WaitGroup
+	self *actor.PID
+	sys  *actor.ActorSystem
+
+	mu         sync.Mutex
+	watchers   []*actor.PID // the leg's worker watches its receiver: it cancels the request when the receiver stops
+	stopped    bool
+	workerGone bool // its Terminated came: nothing to unwatch
+	next       uint32
+	pending    map[uint32]*messages.TokenChunk
+	finished   bool         // the last chunk was delivered
+	backlog    []flow.Event // waiting for room in events, in order; a goroutine hands them over
+	handing    sync.WaitGroup
 }
 
 // startReceiver registers r in sys as a process of its own and watches r.worker (a
-// worker that is gone already is reported at once); stop undoes both.
+// worker that is gone already is reported at once); stopReceiver undoes both.
 func startReceiver(sys *actor.ActorSystem, r *receiver) *actor.PID {
-	pid, _ := sys.ProcessRegistry.Add(r, "leg"+sys.ProcessRegistry.NextId())
+	r.sys = sys
+	r.self, _ = sys.ProcessRegistry.Add(r, "leg"+sys.ProcessRegistry.NextId())
 	worker, _ := sys.ProcessRegistry.Get(r.worker)
-	worker.SendSystemMessage(r.worker, &actor.Watch{Watcher: pid})
-	return pid
+	worker.SendSystemMessage(r.worker, &actor.Watch{Watcher: r.self})
+	return r.self
 }
 
-// stopReceiver removes the receiver pid of worker from sys and stops watching the
-// worker (else the worker, or the connection to its member, would keep the watch for
-// the rest of its life). Messages that still reach it are dropped (its leg is closed).
-func stopReceiver(sys *actor.ActorSystem, pid, worker *actor.PID) {
-	sys.ProcessRegistry.Remove(pid)
-	w, _ := sys.ProcessRegistry.Get(worker)
-	w.SendSystemMessage(worker, &actor.Unwatch{Watcher: pid})
+// stopReceiver stops the receiver r as an actor stops: those watching it (the leg's
+// worker, which then cancels the request and releases what it kept for it) get its
+// Terminated, and a later Watch gets one at once. It is removed from its system, and
+// stops watching the worker (else the worker, or the connection to its member, would
+// keep the watch for the rest of its life). Messages that still reach it are dropped
+// (its leg is closed).
+func stopReceiver(r *receiver) {
+	r.mu.Lock()
+	r.stopped = true
+	watchers, workerGone := r.watchers, r.workerGone
+	r.watchers = nil
+	r.mu.Unlock()
+	for _, w := range watchers {
+		r.terminated(w)
+	}
+	r.sys.ProcessRegistry.Remove(r.self)
+	if !workerGone {
+		w, _ := r.sys.ProcessRegistry.Get(r.worker)
+		w.SendSystemMessage(r.worker, &actor.Unwatch{Watcher: r.self})
+	}
+}
+
+// terminated tells watcher that the receiver stopped.
+func (r *receiver) terminated(watcher *actor.PID) {
+	p, _ := r.sys.ProcessRegistry.Get(watcher)
+	p.SendSystemMessage(watcher, &actor.Terminated{Who: r.self, Why: actor.TerminatedReason_Stopped})
 }
 
 // SendUserMessage handles a message from the leg's worker.
@@ -85,17 +112,33 @@ func (r *receiver) SendUserMessage(_ *actor.PID, message any) {
 	}
 }
 
-// SendSystemMessage handles the worker's termination notice. The notice can overtake
-// the worker's last chunks (a draining worker stops right after its last request ends):
-// the flow still takes them for a moment.
+// SendSystemMessage handles the worker's termination notice, and watches of the
+// receiver (its worker's). The notice can overtake the worker's last chunks (a draining
+// worker stops right after its last request ends): the flow still takes them for a
+// moment.
 func (r *receiver) SendSystemMessage(_ *actor.PID, message any) {
-	if m, ok := message.(*actor.Terminated); ok {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if !r.finished && m.Who.Equal(r.worker) {
-			r.post(flow.WorkerTerminated{Leg: r.leg})
+	r.mu.Lock()
+	switch m := message.(type) {
+	case *actor.Terminated:
+		if m.Who.Equal(r.worker) {
+			r.workerGone = true
+			if !r.finished {
+				r.post(flow.WorkerTerminated{Leg: r.leg})
+			}
 		}
+	case *actor.Watch:
+		if r.stopped {
+			r.mu.Unlock()
+			r.terminated(m.Watcher)
+			return
+		}
+		if !slices.ContainsFunc(r.watchers, m.Watcher.Equal) {
+			r.watchers = append(r.watchers, m.Watcher)
+		}
+	case *actor.Unwatch:
+		r.watchers = slices.DeleteFunc(r.watchers, m.Watcher.Equal)
 	}
+	r.mu.Unlock()
 }
 
 // Stop is a no-op: the stream stops its receivers (stopReceiver).

@@ -25,9 +25,9 @@ func newTestReceiver(t *testing.T) (*actor.ActorSystem, *receiver, *actor.PID, *
 // delivered stops the receiver (a message reaches it on the sender's goroutine: what
 // was sent before was handled), waits for its backlog's hand-over, and returns what it
 // delivered that the test had not taken.
-func delivered(t *testing.T, sys *actor.ActorSystem, r *receiver, pid *actor.PID, events chan flow.Event) []flow.Event {
+func delivered(t *testing.T, r *receiver, events chan flow.Event) []flow.Event {
 	t.Helper()
-	stopReceiver(sys, pid, r.worker)
+	stopReceiver(r)
 	r.handing.Wait()
 	var out []flow.Event
 	for {
@@ -77,7 +77,7 @@ func TestReceiverDeliversInIndexOrder(t *testing.T) {
 			t.Fatalf("got chunk %d (%v), want %d", ch.Index, ch.TokenIds, want)
 		}
 	}
-	if rest := delivered(t, sys, r, rcv, events); len(rest) != 0 {
+	if rest := delivered(t, r, events); len(rest) != 0 {
 		t.Fatalf("unexpected event after the last chunk: %#v", rest[0])
 	}
 }
@@ -117,7 +117,7 @@ func TestReceiverTakesChunksThatTrailTheTerminationNotice(t *testing.T) {
 			t.Fatalf("chunk %d: %+v, want the worker's own chunk", want, ch)
 		}
 	}
-	if rest := delivered(t, sys, r, rcv, events); len(rest) != 0 {
+	if rest := delivered(t, r, events); len(rest) != 0 {
 		t.Fatalf("after the last chunk: %#v; want nothing", rest[0])
 	}
 }
@@ -140,7 +140,7 @@ func TestReceiverStopsDeliveringOnceForgotten(t *testing.T) {
 	close(closed)
 	sys.Root.Send(rcv, &messages.TokenChunk{RequestId: "r1", Index: 4, TokenIds: []uint32{4}})
 	// The hand-over is not stuck on the full channel: it ends.
-	if rest := delivered(t, sys, r, rcv, events); len(rest) > 1 {
+	if rest := delivered(t, r, events); len(rest) > 1 {
 		t.Fatalf("delivered %d events after the leg was forgotten", len(rest))
 	}
 }
@@ -164,7 +164,7 @@ func TestReceiverNeverBlocksItsSender(t *testing.T) {
 			t.Fatalf("chunk %d, want %d", ch.Index, want)
 		}
 	}
-	if rest := delivered(t, sys, r, rcv, events); len(rest) != 0 {
+	if rest := delivered(t, r, events); len(rest) != 0 {
 		t.Fatalf("more events than chunks: %#v", rest[0])
 	}
 }
@@ -210,7 +210,7 @@ func TestReceiverWatchesAndUnwatches(t *testing.T) {
 		receiverPID = pid
 		mu.Unlock()
 		if unwatch {
-			stopReceiver(sys, pid, worker)
+			stopReceiver(r2)
 		} else {
 			sys.ProcessRegistry.Remove(pid)
 		}
@@ -224,5 +224,73 @@ func TestReceiverWatchesAndUnwatches(t *testing.T) {
 		if want := map[bool]int{true: 0, false: 1}[unwatch]; got != want {
 			t.Fatalf("unwatch %v: %d Terminated sent to the stopped receiver, want %d", unwatch, got, want)
 		}
+	}
+}
+
+// The leg's worker watches its receiver (it cancels the request when the receiver
+// stops): a watch before the stop gets the receiver's Terminated when it stops, one
+// after it at once, and one taken back (Unwatch) none.
+func TestReceiverStopsAsAnActorStops(t *testing.T) {
+	sys := actor.NewActorSystem()
+	t.Cleanup(sys.Shutdown)
+	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
+	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: make(chan flow.Event, 4), closed: make(chan struct{})}
+	rcv := startReceiver(sys, r)
+	type watcherMsg struct {
+		watch, unwatch bool
+	}
+	terminated := make(chan string, 8)
+	watcher := func(name string) *actor.PID {
+		return sys.Root.Spawn(actor.PropsFromFunc(func(c actor.Context) {
+			switch m := c.Message().(type) {
+			case watcherMsg:
+				if m.watch {
+					c.Watch(rcv)
+				}
+				if m.unwatch {
+					c.Unwatch(rcv)
+				}
+				c.Respond(true)
+			case *actor.Terminated:
+				if m.Who.Equal(rcv) {
+					terminated <- name
+				}
+			}
+		}))
+	}
+	ask := func(pid *actor.PID, m watcherMsg) {
+		if _, err := sys.Root.RequestFuture(pid, m, 5*time.Second).Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, undone := watcher("before"), watcher("undone")
+	ask(before, watcherMsg{watch: true})
+	ask(undone, watcherMsg{watch: true})
+	ask(undone, watcherMsg{unwatch: true})
+	stopReceiver(r)
+	next := func() string {
+		select {
+		case got := <-terminated:
+			return got
+		case <-time.After(10 * time.Second):
+			t.Fatal("no Terminated of the receiver")
+			return ""
+		}
+	}
+	if got := next(); got != "before" {
+		t.Fatalf("Terminated went to %q, want the watcher from before the stop", got)
+	}
+	after := watcher("after")
+	ask(after, watcherMsg{watch: true})
+	if got := next(); got != "after" {
+		t.Fatalf("Terminated went to %q, want the watcher from after the stop", got)
+	}
+	// The one that took its watch back heard nothing: a last message through its
+	// mailbox comes after any Terminated sent to it.
+	ask(undone, watcherMsg{})
+	select {
+	case got := <-terminated:
+		t.Fatalf("Terminated also went to %q", got)
+	default:
 	}
 }

@@ -142,8 +142,8 @@ type stream struct {
 type leg struct {
 	worker   *actor.PID
 	receiver *actor.PID
-	sys      *actor.ActorSystem // the receiver's
-	closed   chan struct{}      // closed when the flow forgets the leg: its receiver delivers nothing more
+	rcv      *receiver
+	closed   chan struct{} // closed when the flow forgets the leg: its receiver delivers nothing more
 }
 
 // timerKey names a timer of the flow as SetTimer replaces it: one per kind and leg.
@@ -555,9 +555,8 @@ func (s *stream) do(e flow.Effect) {
 func (s *stream) send(e flow.Send) {
 	w := actor.NewPID(e.Worker.Ref.GetAddress(), e.Worker.Ref.GetId())
 	l := &leg{worker: w, closed: make(chan struct{})}
-	l.sys = s.root.ActorSystem()
-	l.receiver = startReceiver(l.sys, &receiver{leg: e.Leg, requestID: e.Generate.RequestId, worker: w,
-		events: s.events, closed: l.closed})
+	l.rcv = &receiver{leg: e.Leg, requestID: e.Generate.RequestId, worker: w, events: s.events, closed: l.closed}
+	l.receiver = startReceiver(s.root.ActorSystem(), l.rcv)
 	s.legs[e.Leg] = l
 	s.legSent(e.Leg, e.Generate.RequestId)
 	s.trace.send(e)
@@ -579,7 +578,7 @@ func (s *stream) forget(id flow.LegID) {
 	if l := s.legs[id]; l != nil {
 		delete(s.legs, id)
 		close(l.closed)
-		stopReceiver(l.sys, l.receiver, l.worker)
+		stopReceiver(l.rcv)
 	}
 	for k, stop := range s.timers {
 		if k.leg == id {
