@@ -140,10 +140,9 @@ type stream struct {
 
 // leg is a leg the flow sent: its worker and its receiver.
 type leg struct {
-	worker   *actor.PID
-	receiver *actor.PID
-	rcv      *receiver
-	closed   chan struct{} // closed when the flow forgets the leg: its receiver delivers nothing more
+	worker *actor.PID
+	rcv    *receiver
+	closed chan struct{} // closed when the flow forgets the leg: its receiver delivers nothing more
 }
 
 // timerKey names a timer of the flow as SetTimer replaces it: one per kind and leg.
@@ -556,11 +555,11 @@ func (s *stream) send(e flow.Send) {
 	w := actor.NewPID(e.Worker.Ref.GetAddress(), e.Worker.Ref.GetId())
 	l := &leg{worker: w, closed: make(chan struct{})}
 	l.rcv = &receiver{leg: e.Leg, requestID: e.Generate.RequestId, worker: w, events: s.events, closed: l.closed}
-	l.receiver = startReceiver(s.root.ActorSystem(), l.rcv)
+	self := startReceiver(s.root.ActorSystem(), l.rcv)
 	s.legs[e.Leg] = l
 	s.legSent(e.Leg, e.Generate.RequestId)
 	s.trace.send(e)
-	e.Generate.ReplyTo = &messages.ActorRef{Address: l.receiver.Address, Id: l.receiver.Id}
+	e.Generate.ReplyTo = &messages.ActorRef{Address: self.Address, Id: self.Id}
 	s.root.Send(w, e.Generate)
 }
 
