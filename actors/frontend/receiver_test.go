@@ -14,11 +14,18 @@ import (
 // ignores everything), delivering into a channel of its own.
 func newTestReceiver(t *testing.T) (*actor.ActorSystem, *receiver, *actor.PID, *actor.PID, chan flow.Event) {
 	t.Helper()
+	return newTestReceiverWith(t, 16, make(chan struct{}))
+}
+
+// newTestReceiverWith is newTestReceiver with a channel of room events and the leg's
+// closed channel.
+func newTestReceiverWith(t *testing.T, room int, closed chan struct{}) (*actor.ActorSystem, *receiver, *actor.PID, *actor.PID, chan flow.Event) {
+	t.Helper()
 	sys := actor.NewActorSystem()
 	t.Cleanup(sys.Shutdown)
 	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
-	events := make(chan flow.Event, 16)
-	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: make(chan struct{})}
+	events := make(chan flow.Event, room)
+	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: closed}
 	return sys, r, startReceiver(sys, r), worker, events
 }
 
@@ -125,12 +132,8 @@ func TestReceiverTakesChunksThatTrailTheTerminationNotice(t *testing.T) {
 // A leg the stream forgot delivers nothing more, even with its channel full: at most the
 // one event its hand-over was offering as the leg was forgotten.
 func TestReceiverStopsDeliveringOnceForgotten(t *testing.T) {
-	sys := actor.NewActorSystem()
-	t.Cleanup(sys.Shutdown)
-	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
-	events, closed := make(chan flow.Event, 1), make(chan struct{})
-	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: closed}
-	rcv := startReceiver(sys, r)
+	closed := make(chan struct{})
+	sys, r, rcv, _, events := newTestReceiverWith(t, 1, closed)
 	for i := uint32(0); i < 4; i++ {
 		sys.Root.Send(rcv, &messages.TokenChunk{RequestId: "r1", Index: i, TokenIds: []uint32{i}})
 	}
@@ -149,12 +152,7 @@ func TestReceiverStopsDeliveringOnceForgotten(t *testing.T) {
 // messages (the connection's reader, for a remote worker): with the channel full, every
 // chunk is taken at once and handed over in order as the stream reads.
 func TestReceiverNeverBlocksItsSender(t *testing.T) {
-	sys := actor.NewActorSystem()
-	t.Cleanup(sys.Shutdown)
-	worker := sys.Root.Spawn(actor.PropsFromFunc(func(actor.Context) {}))
-	events := make(chan flow.Event, 2)
-	r := &receiver{leg: 1, requestID: "r1", worker: worker, events: events, closed: make(chan struct{})}
-	rcv := startReceiver(sys, r)
+	sys, r, rcv, _, events := newTestReceiverWith(t, 2, make(chan struct{}))
 	const n = 50
 	for i := uint32(0); i < n; i++ { // returns although the channel holds 2
 		sys.Root.Send(rcv, &messages.TokenChunk{RequestId: "r1", Index: i, TokenIds: []uint32{i}})
