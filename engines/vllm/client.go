@@ -114,6 +114,9 @@ type CompletionRequest struct {
 	// prompt (Chunk.PromptLogprobs; vLLM answers them without streaming only:
 	// CompleteOnce). nil: none (logprobs.go).
 	Logprobs, PromptLogprobs *int32
+	// IgnorePromptTokenIDs: the stream's chunks leave PromptTokenIDs nil, and the first
+	// frame's copy of the prompt is skipped rather than parsed (Complete only).
+	IgnorePromptTokenIDs bool
 }
 
 // Chunk is one step of a stream.
@@ -178,7 +181,11 @@ func (c *Client) Complete(ctx context.Context, r CompletionRequest) (*Stream, er
 	if err != nil {
 		return nil, err
 	}
-	cs := enginehttp.NewCompletionStream(st, decodeFrame, func(c *Chunk) bool { return c.FinishReason != "" },
+	decode := decodeFrame
+	if r.IgnorePromptTokenIDs {
+		decode = decodeFrameIgnoringPrompt
+	}
+	cs := enginehttp.NewCompletionStream(st, decode, func(c *Chunk) bool { return c.FinishReason != "" },
 		func(c *Chunk) bool { return len(c.TokenIDs) == 0 && c.Text == "" })
 	n := -1
 	if r.Logprobs != nil {
@@ -301,7 +308,17 @@ const maxFrameBytes = 16 << 20
 
 // decodeFrame decodes one SSE event's data: its first choice (nil in the usage chunk;
 // the client never asks for more, but every choice is checked) and its usage.
-func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
+func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) { return decodeFrameOf(data, true) }
+
+// decodeFrameIgnoringPrompt is decodeFrame for a stream whose caller does not read
+// prompt_token_ids (CompletionRequest.IgnorePromptTokenIDs): the chunks' PromptTokenIDs
+// stay nil, and the first frame's array is skipped, not parsed.
+func decodeFrameIgnoringPrompt(data []byte) (*Chunk, *enginehttp.Usage, error) {
+	return decodeFrameOf(data, false)
+}
+
+// decodeFrameOf is decodeFrame, reading the prompt's ids when prompt is true.
+func decodeFrameOf(data []byte, prompt bool) (*Chunk, *enginehttp.Usage, error) {
 	var raw struct {
 		Error *struct {
 			Message string  `json:"message"`
@@ -316,7 +333,14 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 	// The first frame repeats the prompt as prompt_token_ids; those are read by hand and
 	// the generic decoder sees [] in their place (undone if the frame turns out not to be
 	// a single choice, or the key was not that choice's: then its field stays nil).
-	promptIDs, cut, hasPrompt := cutPromptTokenIDs(data)
+	var promptIDs []uint32
+	var cut []byte
+	var hasPrompt bool
+	if prompt {
+		promptIDs, cut, hasPrompt = cutPromptTokenIDs(data)
+	} else {
+		cut, hasPrompt = skipPromptTokenIDs(data)
+	}
 	if hasPrompt {
 		if err := json.Unmarshal(cut, &raw); err != nil || len(raw.Choices) != 1 || raw.Choices[0].PromptTokenIDs == nil {
 			hasPrompt = false
@@ -327,7 +351,7 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 		if err := json.Unmarshal(data, &raw); err != nil {
 			return nil, nil, fmt.Errorf("vllm: malformed stream frame %.200q: %w", data, err)
 		}
-	} else {
+	} else if prompt {
 		raw.Choices[0].PromptTokenIDs = promptIDs
 	}
 	if raw.Error != nil {
@@ -342,7 +366,10 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 	}
 	var first *Chunk
 	for _, c := range raw.Choices {
-		ch := Chunk{Text: c.Text, TokenIDs: c.TokenIDs, PromptTokenIDs: c.PromptTokenIDs, rawLogprobs: c.Logprobs}
+		ch := Chunk{Text: c.Text, TokenIDs: c.TokenIDs, rawLogprobs: c.Logprobs}
+		if prompt {
+			ch.PromptTokenIDs = c.PromptTokenIDs
+		}
 		if c.FinishReason != nil {
 			ch.FinishReason = *c.FinishReason
 		}
@@ -364,6 +391,11 @@ func decodeFrame(data []byte) (*Chunk, *enginehttp.Usage, error) {
 // Close closes the connection (aborting the request in the engine if it still runs).
 // Safe to call more than once.
 func (s *Stream) Close() error { return s.st.Close() }
+
+// Release closes the stream and gives its read buffer back for other streams
+// (enginehttp.SSEReader.Release): call it from the goroutine that called Recv, after its
+// last call; chunks already returned stay valid.
+func (s *Stream) Release() { s.st.Release() }
 
 // Load is an engine's load as its /metrics reports it (vLLM v1 metric names), summed
 // over its engines (data-parallel ranks) except KVCacheUsage, which is their mean.
@@ -476,22 +508,10 @@ var promptIDsKey = []byte(`"prompt_token_ids":`)
 // member is absent, appears more than once, or is not an array of plain integers below
 // 2^32; the frame is then decoded as it is.
 func cutPromptTokenIDs(data []byte) (ids []uint32, cut []byte, ok bool) {
-	at := bytes.Index(data, promptIDsKey)
-	if at < 0 || bytes.Index(data[at+len(promptIDsKey):], promptIDsKey) >= 0 {
+	start, end, ok := promptIDsArray(data)
+	if !ok {
 		return nil, nil, false
 	}
-	start := at + len(promptIDsKey)
-	for start < len(data) && (data[start] == ' ' || data[start] == '\t') {
-		start++
-	}
-	if start >= len(data) || data[start] != '[' {
-		return nil, nil, false
-	}
-	n := bytes.IndexByte(data[start:], ']')
-	if n < 0 {
-		return nil, nil, false
-	}
-	end := start + n + 1
 	ids = make([]uint32, 0, bytes.Count(data[start:end], []byte(","))+1)
 	b := data[start+1 : end] // the ids and the closing ']'
 	i := 0
@@ -538,11 +558,59 @@ func cutPromptTokenIDs(data []byte) (ids []uint32, cut []byte, ok bool) {
 			return nil, nil, false
 		}
 	}
-	cut = make([]byte, 0, len(data)-(end-start)+2)
+	return ids, cutArray(data, start, end), true
+}
+
+// promptIDsArray finds the one `"prompt_token_ids":[...]` member of an SSE frame:
+// data[start:end] is its array up to the first ']'. ok is false when the member is
+// absent, appears more than once, or its value does not begin with '['.
+func promptIDsArray(data []byte) (start, end int, ok bool) {
+	at := bytes.Index(data, promptIDsKey)
+	if at < 0 || bytes.Index(data[at+len(promptIDsKey):], promptIDsKey) >= 0 {
+		return 0, 0, false
+	}
+	start = at + len(promptIDsKey)
+	for start < len(data) && (data[start] == ' ' || data[start] == '\t') {
+		start++
+	}
+	if start >= len(data) || data[start] != '[' {
+		return 0, 0, false
+	}
+	n := bytes.IndexByte(data[start:], ']')
+	if n < 0 {
+		return 0, 0, false
+	}
+	return start, start + n + 1, true
+}
+
+// cutArray returns data with [] in place of data[start:end].
+func cutArray(data []byte, start, end int) []byte {
+	cut := make([]byte, 0, len(data)-(end-start)+2)
 	cut = append(cut, data[:start]...)
 	cut = append(cut, "[]"...)
-	cut = append(cut, data[end:]...)
-	return ids, cut, true
+	return append(cut, data[end:]...)
+}
+
+// idChars marks the bytes an array of unsigned integers is written with.
+var idChars = [256]bool{'0': true, '1': true, '2': true, '3': true, '4': true, '5': true, '6': true,
+	'7': true, '8': true, '9': true, ',': true, ' ': true, '\t': true, '\n': true, '\r': true}
+
+// skipPromptTokenIDs is cutPromptTokenIDs for a caller that does not read the ids: the
+// frame with [] in place of the array, whose bytes are only checked to be digits,
+// commas and white space (so that the first ']' ends it), not parsed. ok is false as
+// for cutPromptTokenIDs when the member is absent or repeated, or when the array holds
+// anything else.
+func skipPromptTokenIDs(data []byte) (cut []byte, ok bool) {
+	start, end, ok := promptIDsArray(data)
+	if !ok {
+		return nil, false
+	}
+	for _, c := range data[start+1 : end-1] {
+		if !idChars[c] {
+			return nil, false
+		}
+	}
+	return cutArray(data, start, end), true
 }
 
 // completionChoice is one choice of a vLLM /v1/completions answer or stream frame.

@@ -1,10 +1,13 @@
 package vllm
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/turbine-llm/turbine/engines/internal/enginehttp"
 )
 
 func TestCompletionBodyIsTheRequestAsJSON(t *testing.T) {
@@ -67,21 +70,30 @@ func TestCutPromptTokenIDs(t *testing.T) {
 		frame string
 		ids   []uint32
 		ok    bool
+		// skip: skipPromptTokenIDs cuts the frame (it checks the array's bytes only).
+		skip bool
 	}{
-		{`{"choices":[{"text":"a","prompt_token_ids":[1,2,3],"token_ids":[4]}]}`, []uint32{1, 2, 3}, true},
-		{`{"choices":[{"prompt_token_ids": [ 0, 4294967295 ]}]}`, []uint32{0, 4294967295}, true},
-		{`{"choices":[{"prompt_token_ids":[]}]}`, []uint32{}, true},
-		{`{"choices":[{"prompt_token_ids":[4294967296]}]}`, nil, false},
-		{`{"choices":[{"prompt_token_ids":[01]}]}`, nil, false},
-		{`{"choices":[{"prompt_token_ids":[1,]}]}`, nil, false},
-		{`{"choices":[{"prompt_token_ids":[1 2]}]}`, nil, false},
-		{`{"choices":[{"prompt_token_ids":[1.5]}]}`, nil, false},
-		{`{"choices":[{"prompt_token_ids":null}]}`, nil, false},
-		{`{"choices":[{"text":"\"prompt_token_ids\":[9]"}]}`, nil, false},
-		{`{"choices":[{"prompt_token_ids":[1]},{"prompt_token_ids":[2]}]}`, nil, false},
-		{`{"choices":[{"text":"x"}]}`, nil, false},
+		{`{"choices":[{"text":"a","prompt_token_ids":[1,2,3],"token_ids":[4]}]}`, []uint32{1, 2, 3}, true, true},
+		{`{"choices":[{"prompt_token_ids": [ 0, 4294967295 ]}]}`, []uint32{0, 4294967295}, true, true},
+		{`{"choices":[{"prompt_token_ids":[]}]}`, []uint32{}, true, true},
+		{`{"choices":[{"prompt_token_ids":[4294967296]}]}`, nil, false, true},
+		{`{"choices":[{"prompt_token_ids":[01]}]}`, nil, false, true},
+		{`{"choices":[{"prompt_token_ids":[1,]}]}`, nil, false, true},
+		{`{"choices":[{"prompt_token_ids":[1 2]}]}`, nil, false, true},
+		{`{"choices":[{"prompt_token_ids":[1.5]}]}`, nil, false, false},
+		{`{"choices":[{"prompt_token_ids":[-1]}]}`, nil, false, false},
+		{`{"choices":[{"prompt_token_ids":["1"]}]}`, nil, false, false},
+		{`{"choices":[{"prompt_token_ids":[[1],2]}]}`, nil, false, false},
+		{`{"choices":[{"prompt_token_ids":null}]}`, nil, false, false},
+		{`{"choices":[{"text":"\"prompt_token_ids\":[9]"}]}`, nil, false, false},
+		{`{"choices":[{"prompt_token_ids":[1]},{"prompt_token_ids":[2]}]}`, nil, false, false},
+		{`{"choices":[{"text":"x"}]}`, nil, false, false},
 	} {
+		skipCut, skipped := skipPromptTokenIDs([]byte(tc.frame))
 		ids, cut, ok := cutPromptTokenIDs([]byte(tc.frame))
+		if skipped != tc.skip || (ok && string(skipCut) != string(cut)) {
+			t.Errorf("%s: skipped %v (%s), want %v and the cut %s", tc.frame, skipped, skipCut, tc.skip, cut)
+		}
 		if ok != tc.ok || !slices.Equal(ids, tc.ids) {
 			t.Errorf("%s: ids %v ok %v, want %v %v", tc.frame, ids, ok, tc.ids, tc.ok)
 			continue
@@ -121,4 +133,40 @@ func BenchmarkCutPromptTokenIDs(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/frame")
+}
+
+// BenchmarkFirstFrame reads and decodes the first stream frame of a 4,096-token prompt as
+// the worker does (an SSE reader made for the stream, its first event, its decoding, the
+// reader released),
+// with the prompt's ids read and ignored (the worker's case); reports µs per frame.
+func BenchmarkFirstFrame(b *testing.B) {
+	ids := make([]uint32, 4096)
+	for i := range ids {
+		ids[i] = uint32(i*7919) % 100000
+	}
+	frame, _ := json.Marshal(map[string]any{"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
+		"choices": []any{map[string]any{"index": 0, "text": "a", "token_ids": []uint32{5}, "prompt_token_ids": ids,
+			"logprobs": nil, "finish_reason": nil, "stop_reason": nil}}, "usage": nil})
+	body := append(append([]byte("data: "), frame...), "\n\n"...)
+	for _, v := range []struct {
+		name   string
+		decode func([]byte) (*Chunk, *enginehttp.Usage, error)
+	}{{"prompt-read", decodeFrame}, {"prompt-ignored", decodeFrameIgnoringPrompt}} {
+		b.Run(v.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				sse := enginehttp.NewSSEReader(bytes.NewReader(body), "vllm", maxFrameBytes)
+				data, err := sse.Next()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if ch, _, err := v.decode(data); err != nil || len(ch.TokenIDs) != 1 {
+					b.Fatal(ch, err)
+				}
+				sse.Release()
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/frame")
+		})
+	}
 }

@@ -75,6 +75,7 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 		return engines.Refused("vllm", err)
 	}
 	req.Logprobs, req.PromptLogprobs = s.Logprobs, s.PromptLogprobs
+	req.IgnorePromptTokenIDs = true // engines.Chunk has no prompt: the worker knows it
 	extra := func(k string, v any) {
 		req.Extra = maps.Clone(req.Extra)
 		if req.Extra == nil {
@@ -119,7 +120,7 @@ func (e *Engine) Generate(ctx context.Context, requestID string, tokens []uint32
 	if err != nil {
 		return kvLoadFailure(decode, err)
 	}
-	defer stream.Close()
+	defer stream.Release()
 	for {
 		ch, err := stream.Recv()
 		if errors.Is(err, io.EOF) {

@@ -20,6 +20,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add([]byte(`{"choices":[{"text":"a","token_ids":[5],"prompt_token_ids":[4294967295,0]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ch, _, err := decodeFrame(data)
+		ignoringPrompt(t, data, ch, err)
 		if err != nil || ch == nil {
 			return
 		}
@@ -39,4 +40,38 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("prompt_token_ids %v; encoding/json reads %v in %q", ch.PromptTokenIDs, want, data)
 		}
 	})
+}
+
+// ignoringPrompt checks decodeFrameIgnoringPrompt against decodeFrame's answer (ch, err) for
+// data: where decodeFrame decodes the frame, it decodes the same chunk without the
+// prompt's ids; it may decode more frames, but only frames that differ from one
+// decodeFrame decodes in the prompt_token_ids array alone, whose bytes it does not parse.
+func ignoringPrompt(t *testing.T, data []byte, ch *Chunk, err error) {
+	t.Helper()
+	got, _, gotErr := decodeFrameIgnoringPrompt(data)
+	if got != nil && got.PromptTokenIDs != nil {
+		t.Fatalf("prompt ids %v kept in %q", got.PromptTokenIDs, data)
+	}
+	if err == nil {
+		if gotErr != nil {
+			t.Fatalf("refused (%v) a frame decodeFrame decodes: %q", gotErr, data)
+		}
+		if ch != nil {
+			want := *ch
+			want.PromptTokenIDs = nil
+			if got == nil || !reflect.DeepEqual(*got, want) {
+				t.Fatalf("chunk %+v, decodeFrame's %+v, in %q", got, want, data)
+			}
+		}
+		return
+	}
+	if gotErr == nil {
+		cut, ok := skipPromptTokenIDs(data)
+		if !ok {
+			t.Fatalf("decoded %q, which decodeFrame refuses (%v), without skipping its prompt ids", data, err)
+		}
+		if _, _, err := decodeFrame(cut); err != nil {
+			t.Fatalf("decoded %q, which differs from a frame decodeFrame decodes in more than the prompt's ids (%v)", data, err)
+		}
+	}
 }

@@ -40,16 +40,54 @@ func TestSSEReader(t *testing.T) {
 		{"cut inside an event", "data: a\n\ndata: b", 1 << 20, []string{"a"}, "ended before [DONE]"},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := readAll(strings.NewReader(tc.stream), tc.max)
-			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
-				t.Fatalf("events %q, want %q", got, tc.want)
-			}
-			if err == nil || !strings.HasPrefix(err.Error(), "eng: ") || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error %v, want %q", err, tc.wantErr)
-			}
-		})
+		// Read whole (each event's blank line already buffered: the data handed out in
+		// place), a byte at a time (never buffered: the data copied) and by halves.
+		for rname, wrap := range readerWrappers {
+			t.Run(tc.name+"/"+rname, func(t *testing.T) {
+				got, err := readAll(wrap(strings.NewReader(tc.stream)), tc.max)
+				if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+					t.Fatalf("events %q, want %q", got, tc.want)
+				}
+				if err == nil || !strings.HasPrefix(err.Error(), "eng: ") || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+			})
+		}
 	}
+}
+
+// readerWrappers deliver a stream whole, a byte at a time, or half of each read.
+var readerWrappers = map[string]func(io.Reader) io.Reader{
+	"whole":  func(r io.Reader) io.Reader { return r },
+	"bytes":  iotest.OneByteReader,
+	"halves": iotest.HalfReader,
+}
+
+// TestSSEReaderRelease: a released reader's buffer serves the next reader made, the
+// released one reads no more, and a reader still in use is not disturbed.
+func TestSSEReaderRelease(t *testing.T) {
+	a := NewSSEReader(strings.NewReader("data: one\n\ndata: two\n\n"), "eng", 1<<20)
+	b := NewSSEReader(strings.NewReader("data: alpha\n\ndata: beta\n\n"), "eng", 1<<20)
+	if d, err := a.Next(); err != nil || string(d) != "one" {
+		t.Fatalf("a: %q, %v", d, err)
+	}
+	if d, err := b.Next(); err != nil || string(d) != "alpha" {
+		t.Fatalf("b: %q, %v", d, err)
+	}
+	a.Release()
+	a.Release() // twice: nothing more
+	if _, err := a.Next(); !errors.Is(err, errReleased) {
+		t.Fatalf("Next after Release: %v, want errReleased", err)
+	}
+	c := NewSSEReader(strings.NewReader("data: gamma\n\n"), "eng", 1<<20)
+	if d, err := c.Next(); err != nil || string(d) != "gamma" {
+		t.Fatalf("c: %q, %v", d, err)
+	}
+	if d, err := b.Next(); err != nil || string(d) != "beta" {
+		t.Fatalf("b after a's release: %q, %v", d, err)
+	}
+	c.Release()
+	b.Release()
 }
 
 func TestSSEReaderEndings(t *testing.T) {
@@ -75,6 +113,13 @@ func FuzzSSEReader(f *testing.F) {
 		events, err := readAll(strings.NewReader(stream), max)
 		if err == nil || !strings.HasPrefix(err.Error(), "eng: ") {
 			t.Fatalf("error %v", err)
+		}
+		// Whatever the reads' sizes, the same events and the same error.
+		for name, wrap := range readerWrappers {
+			got, err2 := readAll(wrap(strings.NewReader(stream)), max)
+			if strings.Join(got, "\x00") != strings.Join(events, "\x00") || err2.Error() != err.Error() {
+				t.Fatalf("read %s: %q, %v; read whole: %q, %v", name, got, err2, events, err)
+			}
 		}
 		for _, e := range events {
 			if len(e) == 0 || len(e) > max {

@@ -37,6 +37,13 @@ func (c *Client) Stream(ctx context.Context, method, path string, body []byte, h
 // Event returns the next event's data (SSEReader.Next).
 func (s *Stream) Event() ([]byte, error) { return s.sse.Next() }
 
+// Release gives the stream's read buffer back (SSEReader.Release): call it from the
+// goroutine that reads, after its last Event or Recv; the stream is closed first.
+func (s *Stream) Release() {
+	_ = s.Close()
+	s.sse.Release()
+}
+
 // Close cancels the request's context and closes the connection (an engine aborts a
 // request whose connection closes). Safe to call more than once, and from another
 // goroutine than Event and Recv.
