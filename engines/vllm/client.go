@@ -342,7 +342,11 @@ func decodeFrameOf(data []byte, prompt bool) (*Chunk, *enginehttp.Usage, error) 
 		cut, hasPrompt = skipPromptTokenIDs(data)
 	}
 	if hasPrompt {
-		if err := json.Unmarshal(cut, &raw); err != nil || len(raw.Choices) != 1 || raw.Choices[0].PromptTokenIDs == nil {
+		// The cut must have emptied the choice's own array: encoding/json matches keys
+		// regardless of case, so a "Prompt_token_ids" of the choice's and a
+		// "prompt_token_ids" inside another member are not the same array.
+		if err := json.Unmarshal(cut, &raw); err != nil || len(raw.Choices) != 1 ||
+			raw.Choices[0].PromptTokenIDs == nil || len(raw.Choices[0].PromptTokenIDs) != 0 {
 			hasPrompt = false
 			raw.Error, raw.Choices, raw.Usage, raw.KVTransferParams = nil, nil, nil, nil
 		}

@@ -288,3 +288,36 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="9000",
 		t.Fatalf("503: %v", err)
 	}
 }
+
+// TestCompleteIgnoringPrompt: with the prompt's ids ignored (as Engine.Generate asks)
+// none is read and the output is the same, the chunks still whole once the stream's
+// buffer is released.
+func TestCompleteIgnoringPrompt(t *testing.T) {
+	c, _ := startMocker(t, 100)
+	ctx := context.Background()
+	p := enginetest.Prompt(40)
+	var outputs [2][]uint32
+	for i, ignore := range []bool{false, true} {
+		st, err := c.Complete(ctx, CompletionRequest{PromptTokenIDs: p, MaxTokens: 10, IgnoreEOS: true, Seed: new(int64), IgnorePromptTokenIDs: ignore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunks, err := enginetest.Collect(st.Recv, st.Close)
+		st.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := chunks[0].PromptTokenIDs; ignore != (got == nil) || (!ignore && !slices.Equal(got, p)) {
+			t.Fatalf("ignore %v: first chunk's prompt ids %v", ignore, got)
+		}
+		for _, ch := range chunks {
+			outputs[i] = append(outputs[i], ch.TokenIDs...)
+		}
+		if chunks[len(chunks)-1].FinishReason != "length" {
+			t.Fatalf("ignore %v: last chunk %+v", ignore, chunks[len(chunks)-1])
+		}
+	}
+	if !slices.Equal(outputs[0], outputs[1]) || len(outputs[0]) != 10 {
+		t.Fatalf("output %v read with the prompt's ids, %v without", outputs[0], outputs[1])
+	}
+}

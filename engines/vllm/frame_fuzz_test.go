@@ -18,6 +18,10 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add([]byte(`{"error":{"message":"m","type":"BadRequestError","param":null,"code":400}}`))
 	f.Add([]byte(`{"choices":[{"text":"a","token_ids":[5],"finish_reason":"stop","stop_reason":"</s>"}],"kv_transfer_params":{"prompt_token_ids":[9]}}`))
 	f.Add([]byte(`{"choices":[{"text":"a","token_ids":[5],"prompt_token_ids":[4294967295,0]}]}`))
+	// The key in another case than the byte search's: the cut falls elsewhere.
+	f.Add([]byte(`{"choices":[{"Prompt_token_ids":[5],"token_ids":[1],"finish_reason":"length"}],"kv_transfer_params":{"prompt_token_ids":[1,` + "\t" + `2]}}`))
+	f.Add([]byte(`{"choices":[{"Prompt_token_ids":[5],"token_ids":[1],"finish_reason":"length"}],"kv_transfer_params":{"prompt_token_ids":[4294967296]}}`))
+	f.Add([]byte(`{"choices":[{"Prompt_token_ids":[5],"token_ids":[1],"logprobs":{"prompt_token_ids":[1,2]}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ch, _, err := decodeFrame(data)
 		ignoringPrompt(t, data, ch, err)

@@ -90,10 +90,12 @@ func (s *SSEReader) Next() ([]byte, error) {
 			continue // a comment or another field
 		}
 		v = bytes.TrimPrefix(v, []byte(" "))
-		if !seen && long == nil && len(v) > 0 && len(v) <= s.max && s.blankNext() {
+		if !seen && len(v) > 0 && len(v) <= s.max && s.blankNext() {
 			// One data line, and the blank line ending its event already read from the
-			// connection: the data is handed out where the reader holds it, not copied.
-			return v, nil
+			// connection: the data is handed out where it is (the reader's buffer, or
+			// the line assembled past it), not copied; capped, so that an append by the
+			// caller cannot write over what the reader holds after it.
+			return v[:len(v):len(v)], nil
 		}
 		if seen {
 			s.data = append(s.data, '\n')

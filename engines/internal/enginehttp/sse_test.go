@@ -41,7 +41,7 @@ func TestSSEReader(t *testing.T) {
 	}
 	for _, tc := range cases {
 		// Read whole (each event's blank line already buffered: the data handed out in
-		// place), a byte at a time (never buffered: the data copied) and by halves.
+		// place), a byte at a time (never buffered: the data copied) and in small reads.
 		for rname, wrap := range readerWrappers {
 			t.Run(tc.name+"/"+rname, func(t *testing.T) {
 				got, err := readAll(wrap(strings.NewReader(tc.stream)), tc.max)
@@ -56,15 +56,28 @@ func TestSSEReader(t *testing.T) {
 	}
 }
 
-// readerWrappers deliver a stream whole, a byte at a time, or half of each read.
+// readerWrappers deliver a stream whole, a byte at a time, or in reads of 1 to 7 bytes in
+// turn (so that a data line and its blank line, or a "\r" and its "\n", arrive in
+// different reads).
 var readerWrappers = map[string]func(io.Reader) io.Reader{
-	"whole":  func(r io.Reader) io.Reader { return r },
-	"bytes":  iotest.OneByteReader,
-	"halves": iotest.HalfReader,
+	"whole": func(r io.Reader) io.Reader { return r },
+	"bytes": iotest.OneByteReader,
+	"small": func(r io.Reader) io.Reader { return &smallReads{r: r} },
 }
 
-// TestSSEReaderRelease: a released reader's buffer serves the next reader made, the
-// released one reads no more, and a reader still in use is not disturbed.
+// smallReads returns at most 1, 2, ... 7, 1, 2 ... bytes per Read.
+type smallReads struct {
+	r io.Reader
+	n int
+}
+
+func (s *smallReads) Read(p []byte) (int, error) {
+	s.n = s.n%7 + 1
+	return s.r.Read(p[:min(len(p), s.n)])
+}
+
+// TestSSEReaderRelease: a released reader reads no more, and readers made after it (which
+// may get its buffer) and one still in use read their own events.
 func TestSSEReaderRelease(t *testing.T) {
 	a := NewSSEReader(strings.NewReader("data: one\n\ndata: two\n\n"), "eng", 1<<20)
 	b := NewSSEReader(strings.NewReader("data: alpha\n\ndata: beta\n\n"), "eng", 1<<20)
@@ -130,4 +143,18 @@ func FuzzSSEReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSSEReaderEventIsCapped: an event handed out in place cannot be appended to over the
+// reader's next event.
+func TestSSEReaderEventIsCapped(t *testing.T) {
+	s := NewSSEReader(strings.NewReader("data: one\n\ndata: two\n\n"), "eng", 1<<20)
+	d, err := s.Next()
+	if err != nil || string(d) != "one" || cap(d) != len(d) {
+		t.Fatalf("%q (cap %d), %v", d, cap(d), err)
+	}
+	_ = append(d, "XXXXXXXX"...)
+	if d, err := s.Next(); err != nil || string(d) != "two" {
+		t.Fatalf("next event %q, %v", d, err)
+	}
 }
