@@ -1284,8 +1284,11 @@ type RegisterAck struct {
 	// dump_hash_scheme, when not 0, is the router's block hashing (kv.HashScheme): a worker
 	// whose own scheme it is may send its block list as BlockDump.runs, hashed by itself.
 	DumpHashScheme uint32 `protobuf:"varint,4,opt,name=dump_hash_scheme,json=dumpHashScheme,proto3" json:"dump_hash_scheme,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// event_hash_scheme, when not 0, is the same for KV event batches: a worker whose own
+	// scheme it is may send stored blocks as their sequence_hashes instead of token ids.
+	EventHashScheme uint32 `protobuf:"varint,5,opt,name=event_hash_scheme,json=eventHashScheme,proto3" json:"event_hash_scheme,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterAck) Reset() {
@@ -1342,6 +1345,13 @@ func (x *RegisterAck) GetNeedDump() bool {
 func (x *RegisterAck) GetDumpHashScheme() uint32 {
 	if x != nil {
 		return x.DumpHashScheme
+	}
+	return 0
+}
+
+func (x *RegisterAck) GetEventHashScheme() uint32 {
+	if x != nil {
+		return x.EventHashScheme
 	}
 	return 0
 }
@@ -1417,9 +1427,13 @@ type KvBlockStored struct {
 	Medium          string                 `protobuf:"bytes,7,opt,name=medium,proto3" json:"medium,omitempty"` // "" or "GPU", "CPU_PINNED", "DISK"
 	// Without a parent: the request's cache salt, mixed into the first block's hash
 	// (docs/reference.md §2); "" for none.
-	CacheSalt     string `protobuf:"bytes,8,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CacheSalt string `protobuf:"bytes,8,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// The router's own sequence hash of each block, computed by the worker under
+	// KvEventBatch.hash_scheme (docs/reference.md §10), to a router that offered that scheme
+	// (event_hash_scheme): token_ids and cache_salt are then empty, the hashes holding them.
+	SequenceHashes []uint64 `protobuf:"fixed64,9,rep,packed,name=sequence_hashes,json=sequenceHashes,proto3" json:"sequence_hashes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *KvBlockStored) Reset() {
@@ -1499,6 +1513,13 @@ func (x *KvBlockStored) GetCacheSalt() string {
 		return x.CacheSalt
 	}
 	return ""
+}
+
+func (x *KvBlockStored) GetSequenceHashes() []uint64 {
+	if x != nil {
+		return x.SequenceHashes
+	}
+	return nil
 }
 
 type KvBlockRemoved struct {
@@ -1695,6 +1716,7 @@ type KvEventBatch struct {
 	EngineEpoch   uint64                 `protobuf:"varint,2,opt,name=engine_epoch,json=engineEpoch,proto3" json:"engine_epoch,omitempty"`
 	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	Events        []*KvEvent             `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
+	HashScheme    uint32                 `protobuf:"varint,5,opt,name=hash_scheme,json=hashScheme,proto3" json:"hash_scheme,omitempty"` // kv.HashScheme of its stored events' sequence_hashes; 0 when none has them
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1757,12 +1779,20 @@ func (x *KvEventBatch) GetEvents() []*KvEvent {
 	return nil
 }
 
+func (x *KvEventBatch) GetHashScheme() uint32 {
+	if x != nil {
+		return x.HashScheme
+	}
+	return 0
+}
+
 type EventAck struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	NeedDump       bool                   `protobuf:"varint,1,opt,name=need_dump,json=needDump,proto3" json:"need_dump,omitempty"`                     // a gap or unknown worker: send DumpBlocks
-	DumpHashScheme uint32                 `protobuf:"varint,2,opt,name=dump_hash_scheme,json=dumpHashScheme,proto3" json:"dump_hash_scheme,omitempty"` // as RegisterAck's: this activation takes hashed runs of this scheme
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	NeedDump        bool                   `protobuf:"varint,1,opt,name=need_dump,json=needDump,proto3" json:"need_dump,omitempty"`                        // a gap or unknown worker: send DumpBlocks
+	DumpHashScheme  uint32                 `protobuf:"varint,2,opt,name=dump_hash_scheme,json=dumpHashScheme,proto3" json:"dump_hash_scheme,omitempty"`    // as RegisterAck's: this activation takes hashed runs of this scheme
+	EventHashScheme uint32                 `protobuf:"varint,3,opt,name=event_hash_scheme,json=eventHashScheme,proto3" json:"event_hash_scheme,omitempty"` // as RegisterAck's
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EventAck) Reset() {
@@ -1805,6 +1835,13 @@ func (x *EventAck) GetNeedDump() bool {
 func (x *EventAck) GetDumpHashScheme() uint32 {
 	if x != nil {
 		return x.DumpHashScheme
+	}
+	return 0
+}
+
+func (x *EventAck) GetEventHashScheme() uint32 {
+	if x != nil {
+		return x.EventHashScheme
 	}
 	return 0
 }
@@ -6589,16 +6626,17 @@ const file_turbine_proto_rawDesc = "" +
 	"\x0eRegisterWorker\x12.\n" +
 	"\x06worker\x18\x01 \x01(\v2\x16.turbine.v1.WorkerInfoR\x06worker\x12*\n" +
 	"\x04load\x18\x02 \x01(\v2\x16.turbine.v1.WorkerLoadR\x04load\x12$\n" +
-	"\x0elast_event_seq\x18\x03 \x01(\x04R\flastEventSeq\"\x86\x01\n" +
+	"\x0elast_event_seq\x18\x03 \x01(\x04R\flastEventSeq\"\xb2\x01\n" +
 	"\vRegisterAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x1b\n" +
 	"\tneed_dump\x18\x03 \x01(\bR\bneedDump\x12(\n" +
-	"\x10dump_hash_scheme\x18\x04 \x01(\rR\x0edumpHashScheme\"s\n" +
+	"\x10dump_hash_scheme\x18\x04 \x01(\rR\x0edumpHashScheme\x12*\n" +
+	"\x11event_hash_scheme\x18\x05 \x01(\rR\x0feventHashScheme\"s\n" +
 	"\x10DeregisterWorker\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12*\n" +
-	"\x05actor\x18\x03 \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\"\x8f\x02\n" +
+	"\x05actor\x18\x03 \x01(\v2\x14.turbine.v1.ActorRefR\x05actor\"\xb8\x02\n" +
 	"\rKvBlockStored\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\x12/\n" +
 	"\x11parent_block_hash\x18\x03 \x01(\x04H\x00R\x0fparentBlockHash\x88\x01\x01\x12\x1b\n" +
@@ -6608,7 +6646,8 @@ const file_turbine_proto_rawDesc = "" +
 	"\tlora_name\x18\x06 \x01(\tR\bloraName\x12\x16\n" +
 	"\x06medium\x18\a \x01(\tR\x06medium\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\b \x01(\tR\tcacheSaltB\x14\n" +
+	"cache_salt\x18\b \x01(\tR\tcacheSalt\x12'\n" +
+	"\x0fsequence_hashes\x18\t \x03(\x06R\x0esequenceHashesB\x14\n" +
 	"\x12_parent_block_hashJ\x04\b\x02\x10\x03\"K\n" +
 	"\x0eKvBlockRemoved\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x04R\vblockHashes\x12\x16\n" +
@@ -6618,15 +6657,18 @@ const file_turbine_proto_rawDesc = "" +
 	"\x06stored\x18\x01 \x01(\v2\x19.turbine.v1.KvBlockStoredH\x00R\x06stored\x126\n" +
 	"\aremoved\x18\x02 \x01(\v2\x1a.turbine.v1.KvBlockRemovedH\x00R\aremoved\x12:\n" +
 	"\acleared\x18\x03 \x01(\v2\x1e.turbine.v1.KvAllBlocksClearedH\x00R\aclearedB\a\n" +
-	"\x05event\"\x8d\x01\n" +
+	"\x05event\"\xae\x01\n" +
 	"\fKvEventBatch\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
 	"\fengine_epoch\x18\x02 \x01(\x04R\vengineEpoch\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12+\n" +
-	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\"Q\n" +
+	"\x06events\x18\x04 \x03(\v2\x13.turbine.v1.KvEventR\x06events\x12\x1f\n" +
+	"\vhash_scheme\x18\x05 \x01(\rR\n" +
+	"hashScheme\"}\n" +
 	"\bEventAck\x12\x1b\n" +
 	"\tneed_dump\x18\x01 \x01(\bR\bneedDump\x12(\n" +
-	"\x10dump_hash_scheme\x18\x02 \x01(\rR\x0edumpHashScheme\"\x89\x02\n" +
+	"\x10dump_hash_scheme\x18\x02 \x01(\rR\x0edumpHashScheme\x12*\n" +
+	"\x11event_hash_scheme\x18\x03 \x01(\rR\x0feventHashScheme\"\x89\x02\n" +
 	"\tBlockDump\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12!\n" +
 	"\fengine_epoch\x18\x02 \x01(\x04R\vengineEpoch\x12\x19\n" +

@@ -193,7 +193,9 @@ func New(cfg Config) *Grain {
 		kcfg.TierCredit = *cfg.TierCredit
 	}
 	// A moved grain rebuilds its index from the workers' block lists, never from a dump
-	// of its own: the index keeps no token ids (half its memory at block size 16).
+	// of its own: the index keeps no token ids (half its memory at block size 16). So it
+	// takes stored blocks hashed by the workers, in dumps and event batches alike (the
+	// acks' dump_hash_scheme and event_hash_scheme).
 	kcfg.NoDump = true
 	g := &Grain{cfg: cfg, kcfg: kcfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		workers: map[string]*workerState{}, log: cfg.Logger,
@@ -458,7 +460,7 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 				Int64("kv_bytes_per_token", KVBytesPerToken(info.Card)).Msg("tier credits (fractions of a GPU hit)")
 		}
 	}
-	return &messages.RegisterAck{Accepted: true, NeedDump: needDump, DumpHashScheme: kv.HashScheme}, nil
+	return &messages.RegisterAck{Accepted: true, NeedDump: needDump, DumpHashScheme: kv.HashScheme, EventHashScheme: kv.HashScheme}, nil
 }
 
 // Deregister removes a worker with its blocks and active requests.
@@ -478,15 +480,17 @@ func (g *Grain) Deregister(req *messages.DeregisterWorker, _ cluster.GrainContex
 	return &messages.Ack{}, nil
 }
 
-// PublishEvents applies a numbered KV event batch; see kv.Router.ApplyBatch.
+// PublishEvents applies a numbered KV event batch, its stored blocks as token ids or, from
+// a worker the acks offered kv.HashScheme, as their sequence hashes; see
+// kv.Router.ApplyBatch. A malformed batch (kvpb.BatchEvents) is answered need_dump.
 func (g *Grain) PublishEvents(req *messages.KvEventBatch, _ cluster.GrainContext) (*messages.EventAck, error) {
 	if g.core == nil {
 		return &messages.EventAck{}, nil
 	}
-	evs, err := kvpb.FromProtoAll(req.Events)
+	evs, err := kvpb.BatchEvents(req)
 	if err != nil {
 		g.log.Warn().Err(err).Str("worker", req.WorkerId).Msg("malformed KV event batch: asking for a dump")
-		return &messages.EventAck{NeedDump: true, DumpHashScheme: kv.HashScheme}, nil
+		return &messages.EventAck{NeedDump: true, DumpHashScheme: kv.HashScheme, EventHashScheme: kv.HashScheme}, nil
 	}
 	needDump, err := g.core.ApplyBatch(req.WorkerId, req.EngineEpoch, req.Seq, evs)
 	if err != nil && !errors.Is(err, kv.ErrUnknownWorker) {
@@ -495,7 +499,7 @@ func (g *Grain) PublishEvents(req *messages.KvEventBatch, _ cluster.GrainContext
 	if w := g.workers[req.WorkerId]; w != nil {
 		w.lastSeen = g.cfg.Now()
 	}
-	return &messages.EventAck{NeedDump: needDump, DumpHashScheme: kv.HashScheme}, nil
+	return &messages.EventAck{NeedDump: needDump, DumpHashScheme: kv.HashScheme, EventHashScheme: kv.HashScheme}, nil
 }
 
 // PublishDump replaces a worker's blocks with its full list (in parts).

@@ -14,9 +14,12 @@ import (
 // the full list. Keys are the engine's block hashes. Pure data structure.
 //
 // Per block it keeps its parent (or none), its token ids, block size, LoRA adapter,
-// medium (the latest stored event's) and, for a first block (no parent), its cache salt.
-// Storing a block already listed only updates its medium; removing a block not listed
-// is a no-op.
+// medium (the latest stored event's), for a first block (no parent) its cache salt, and
+// the router's sequence hash of it (kv.HashScheme: chained onto its parent's, or its
+// salt's), with which its children's are computed when events are relayed hashed
+// (ApplyHashed).
+// Storing a block already listed only updates its medium (and, on the GPU, its sequence
+// hash to the new event's); removing a block not listed is a no-op.
 //
 // Invariant: a block is listed at most once; Dump emits blocks in the order they were
 // first stored (parents before children when the engine stored them so) and leaves out
@@ -39,7 +42,8 @@ type BlockList struct {
 	tokens  []uint32 // arena of every record's token ids
 	strs    []string // interned strings; strs[0] is ""
 	strIDs  map[string]uint32
-	lastStr uint32 // strs index of the last string interned, a one-entry cache
+	lastStr uint32   // strs index of the last string interned, a one-entry cache
+	hashBuf []uint64 // eventHashes' buffer for Apply
 
 	minCompact int // records below which the list is never compacted
 }
@@ -59,8 +63,10 @@ type listedBlock struct {
 	lora      uint32 // strs index
 	salt      uint32 // strs index; a first block's (no parent) cache salt
 	medium    uint32 // strs index
+	seq       uint64 // the router's sequence hash, when hashed
 	hasParent bool
 	live      bool
+	hashed    bool // seq is known: the block was stored onto a hashed block, or with no parent
 }
 
 const (
@@ -94,12 +100,29 @@ func (l *BlockList) Holds(h uint64) bool {
 // Apply records one event. Errors: a BlockStored whose token count is not
 // len(block_hashes)·block_size (nothing is recorded).
 func (l *BlockList) Apply(ev kv.Event) error {
+	_, err := l.apply(ev, false)
+	return err
+}
+
+// ApplyHashed is Apply that also returns, for a BlockStored whose parent is listed (or
+// that has none), the router's sequence hash of each of its blocks (kv.HashScheme, as
+// the router's index computes them from the event: chained onto the parent's, or onto
+// the cache salt's for a first block), in a new slice; nil for other events, and for a
+// stored event onto a block not listed (an orphan, whose hashes cannot be known).
+func (l *BlockList) ApplyHashed(ev kv.Event) ([]uint64, error) { return l.apply(ev, true) }
+
+// apply is Apply, returning the event's sequence hashes when hashes is true (ApplyHashed).
+func (l *BlockList) apply(ev kv.Event, hashes bool) ([]uint64, error) {
 	switch ev.Kind {
 	case kv.BlockStored:
 		bs := ev.BlockSize
 		if bs <= 0 || len(ev.TokenIDs) != len(ev.EngineHashes)*bs {
-			return fmt.Errorf("worker: BlockStored with %d hashes, block size %d and %d tokens",
+			return nil, fmt.Errorf("worker: BlockStored with %d hashes, block size %d and %d tokens",
 				len(ev.EngineHashes), ev.BlockSize, len(ev.TokenIDs))
+		}
+		var seqs []uint64
+		if len(ev.EngineHashes) > 0 {
+			seqs = l.eventHashes(&ev, hashes)
 		}
 		l.reserve(len(ev.EngineHashes))
 		medium, lora := l.intern(ev.Medium), l.intern(ev.LoraName)
@@ -110,18 +133,31 @@ func (l *BlockList) Apply(ev kv.Event) error {
 		for i, h := range ev.EngineHashes {
 			slot, found := l.find(h)
 			if found {
-				l.blocks[l.table[slot].pos-1].medium = medium
+				b := &l.blocks[l.table[slot].pos-1]
+				b.medium = medium
+				if seqs != nil && kv.OnGPU(ev.Medium) {
+					// As the router's index takes a block stored again on the GPU: under
+					// the hash of the content stored last (its tokens here stay the first's).
+					b.seq, b.hashed = seqs[i], true
+				}
 			} else {
 				p := l.record(bs)
 				b := &l.blocks[p]
 				l.next++
 				b.hash, b.parent, b.order, b.lora, b.salt, b.medium, b.hasParent, b.live =
 					h, parent, l.next, lora, salt, medium, hasParent, true
+				b.seq, b.hashed = 0, seqs != nil
+				if seqs != nil {
+					b.seq = seqs[i]
+				}
 				copy(l.tokens[b.tokOff:b.tokOff+bs], ev.TokenIDs[i*bs:(i+1)*bs])
 				l.table[slot] = tableSlot{hash: h, pos: uint32(p + 1)}
 				l.live++
 			}
 			hasParent, parent, salt = true, h, 0
+		}
+		if hashes {
+			return seqs, nil
 		}
 	case kv.BlockRemoved:
 		for _, h := range ev.EngineHashes {
@@ -139,7 +175,38 @@ func (l *BlockList) Apply(ev kv.Event) error {
 	case kv.AllBlocksCleared:
 		l.Clear()
 	}
-	return nil
+	return nil, nil
+}
+
+// eventHashes returns the sequence hashes of stored event ev's blocks (kv.HashScheme),
+// chained as the router's index chains them; in a new slice when fresh is true, else in
+// the list's buffer, valid until the next call. nil when ev's parent is not listed, or
+// is listed without its hash (stored onto a block that was not).
+func (l *BlockList) eventHashes(ev *kv.Event, fresh bool) []uint64 {
+	chained, prev := false, uint64(0)
+	switch {
+	case ev.HasParent:
+		slot, found := l.find(ev.ParentHash)
+		if !found {
+			return nil
+		}
+		p := &l.blocks[l.table[slot].pos-1]
+		if !p.hashed {
+			return nil
+		}
+		chained, prev = true, p.seq
+	case ev.CacheSalt != "":
+		chained, prev = true, kv.SaltHash(ev.CacheSalt)
+	}
+	dst := l.hashBuf[:0]
+	if fresh {
+		dst = make([]uint64, 0, len(ev.EngineHashes))
+	}
+	out := kv.AppendChainedHashes(dst, ev.TokenIDs, ev.BlockSize, kv.LoraSeed(ev.LoraName), chained, prev)
+	if !fresh {
+		l.hashBuf = out
+	}
+	return out
 }
 
 // Clear forgets every block (engine restart).

@@ -159,31 +159,47 @@ func (f *pipeFleet) publish(b *testing.B, w, m int) int {
 // removed) by wall time and cpu-blocks/s by the goroutine's CPU time.
 func BenchmarkKVEventPipeline(b *testing.B) {
 	for _, bs := range []int{16, 64} {
-		b.Run(fmt.Sprintf("block-size=%d", bs), func(b *testing.B) {
-			f := newPipeFleet(b, bs)
-			blocks := 0
-			b.ReportAllocs()
-			defer threadcpu.Lock()()
-			cpu0, _ := threadcpu.Used()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				w := i % pipeWorkers
-				blocks += f.publish(b, w, (i/pipeWorkers)%pipeCycle)
-			}
-			b.StopTimer()
-			cpu1, ok := threadcpu.Used()
-			b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
-			if ok && cpu1 > cpu0 {
-				b.ReportMetric(float64(blocks)/(cpu1-cpu0).Seconds(), "cpu-blocks/s")
-			}
-			st, _ := f.g.Stats(&messages.RouterStatsRequest{}, nil)
-			var indexed int64
-			for _, ws := range st.Workers {
-				indexed += ws.IndexedBlocks
-			}
-			b.ReportMetric(float64(indexed), "indexed-blocks")
-		})
+		b.Run(fmt.Sprintf("block-size=%d", bs), func(b *testing.B) { runPipeline(b, bs, false) })
 	}
+}
+
+// runPipeline runs the pipeline benchmarks at block size bs, every relay → grain call
+// through the wire format when wire is true.
+func runPipeline(b *testing.B, bs int, wire bool) {
+	f := newPipeFleet(b, bs)
+	w := &wireRouter{g: f.g}
+	if wire {
+		for _, r := range f.relays {
+			r.router = w
+		}
+	}
+	blocks := 0
+	b.ReportAllocs()
+	defer threadcpu.Lock()()
+	cpu0, _ := threadcpu.Used()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		blocks += f.publish(b, i%pipeWorkers, (i/pipeWorkers)%pipeCycle)
+	}
+	b.StopTimer()
+	cpu1, ok := threadcpu.Used()
+	b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "blocks/s")
+	if ok && cpu1 > cpu0 {
+		b.ReportMetric(float64(blocks)/(cpu1-cpu0).Seconds(), "cpu-blocks/s")
+	}
+	if !wire {
+		st, _ := f.g.Stats(&messages.RouterStatsRequest{}, nil)
+		var indexed int64
+		for _, ws := range st.Workers {
+			indexed += ws.IndexedBlocks
+		}
+		b.ReportMetric(float64(indexed), "indexed-blocks")
+		return
+	}
+	if w.recv > 0 {
+		b.ReportMetric(float64(blocks)/w.recv.Seconds(), "grain-blocks/s")
+	}
+	b.ReportMetric(float64(w.bytes)/float64(max(blocks, 1)), "bytes/block")
 }
 
 // BenchmarkGrainRoutesWithEvents: one Router grain (one goroutine, as its mailbox runs
@@ -242,5 +258,16 @@ func BenchmarkGrainRoutesWithEvents(b *testing.B) {
 			}
 			b.ReportMetric(float64(blocks)/b.Elapsed().Seconds(), "event-blocks/s")
 		})
+	}
+}
+
+// BenchmarkKVEventPipelineWire is BenchmarkKVEventPipeline with every relay → grain call
+// through protobuf's wire format, as between members (and between actors of one
+// process: a grain call is marshalled), timing the grain's side apart: grain-blocks/s is
+// the blocks applied per second of the grain's unmarshalling and PublishEvents (what one
+// Router grain's member spends), bytes/block the batches' size on the wire.
+func BenchmarkKVEventPipelineWire(b *testing.B) {
+	for _, bs := range []int{16, 64} {
+		b.Run(fmt.Sprintf("block-size=%d", bs), func(b *testing.B) { runPipeline(b, bs, true) })
 	}
 }

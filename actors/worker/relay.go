@@ -100,6 +100,10 @@ type relay struct {
 	reregQueued atomic.Bool
 	// held is an item taken from in while merging batches (onBatches), handled next.
 	held any
+	// eventScheme is the hash scheme the router's last answer offered for event batches
+	// (event_hash_scheme; 0: none): at kv.HashScheme, stored blocks go hashed, as their
+	// sequence hashes instead of their token ids (filter).
+	eventScheme uint32
 }
 
 func newRelay(workerID string, router RouterClient, log zerolog.Logger) *relay {
@@ -237,6 +241,7 @@ func (r *relay) register(info *messages.WorkerInfo, load *messages.WorkerLoad) {
 		r.log.Error().Str("reason", ack.Error).Msg("router refused this worker")
 		return
 	}
+	r.eventScheme = ack.EventHashScheme
 	if ack.NeedDump {
 		r.dump(ack.DumpHashScheme)
 	}
@@ -314,8 +319,23 @@ func (r *relay) filter(b kv.Batch) []kv.Event {
 			orphans += len(ev.EngineHashes)
 			continue
 		}
-		if err := r.blocks.Apply(ev); err != nil {
+		if ev.Kind != kv.BlockStored || r.eventScheme != kv.HashScheme {
+			if err := r.blocks.Apply(ev); err != nil {
+				r.log.Warn().Err(err).Msg("bad KV event from engine")
+			}
+			kept = append(kept, ev)
+			continue
+		}
+		seqs, err := r.blocks.ApplyHashed(ev)
+		if err != nil {
 			r.log.Warn().Err(err).Msg("bad KV event from engine")
+		}
+		if seqs != nil {
+			// Hashed here, once, for a router that offered the scheme: 8 bytes a block
+			// instead of its tokens, and nothing for the router to hash (docs/reference.md §10).
+			ev = kv.Event{Kind: kv.BlockStored, EngineHashes: ev.EngineHashes, SequenceHashes: seqs,
+				HasParent: ev.HasParent, ParentHash: ev.ParentHash, BlockSize: ev.BlockSize,
+				LoraName: ev.LoraName, Medium: ev.Medium}
 		}
 		kept = append(kept, ev)
 	}
@@ -332,12 +352,19 @@ func (r *relay) publish(events []kv.Event) {
 		return
 	}
 	r.seq++
-	ack, err := r.router.PublishEvents(&messages.KvEventBatch{WorkerId: r.workerID, EngineEpoch: r.epoch,
-		Seq: r.seq, Events: kvpb.ToProtoAll(events)})
+	batch := &messages.KvEventBatch{WorkerId: r.workerID, EngineEpoch: r.epoch, Seq: r.seq, Events: kvpb.ToProtoAll(events)}
+	for i := range events {
+		if events[i].SequenceHashes != nil {
+			batch.HashScheme = kv.HashScheme
+			break
+		}
+	}
+	ack, err := r.router.PublishEvents(batch)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("publish KV events failed; the router will ask for a dump")
 		return
 	}
+	r.eventScheme = ack.EventHashScheme
 	if ack.NeedDump {
 		r.dump(ack.DumpHashScheme)
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/turbine-llm/turbine/messages"
 )
 
-// ToProto converts one event. Slices are shared, not copied.
+// ToProto converts one event; a stored event hashed by the worker
+// (kv.Event.SequenceHashes) carries its sequence hashes. Slices are shared, not copied.
 func ToProto(ev kv.Event) *messages.KvEvent {
 	switch ev.Kind {
 	case kv.BlockStored:
@@ -22,6 +23,7 @@ func ToProto(ev kv.Event) *messages.KvEvent {
 			LoraName:        ev.LoraName,
 			Medium:          ev.Medium,
 			CacheSalt:       ev.CacheSalt,
+			SequenceHashes:  ev.SequenceHashes,
 		}}}
 	case kv.BlockRemoved:
 		return &messages.KvEvent{Event: &messages.KvEvent_Removed{Removed: &messages.KvBlockRemoved{
@@ -51,14 +53,16 @@ func ToProtoAll(evs []kv.Event) []*messages.KvEvent {
 	return out
 }
 
-// FromProto converts one event. Errors: an event with no type set.
+// FromProto converts one event. Sequence hashes of a stored event are taken as they are:
+// the caller checks the scheme they were computed under (BatchEvents, DumpEvents).
+// Errors: an event with no type set.
 func FromProto(m *messages.KvEvent) (kv.Event, error) {
 	switch e := m.GetEvent().(type) {
 	case *messages.KvEvent_Stored:
 		s := e.Stored
 		return kv.Event{Kind: kv.BlockStored, EngineHashes: s.BlockHashes, HasParent: s.ParentBlockHash != nil,
 			ParentHash: s.GetParentBlockHash(), TokenIDs: s.TokenIds, BlockSize: int(s.BlockSize),
-			LoraName: s.LoraName, Medium: s.Medium, CacheSalt: s.CacheSalt}, nil
+			LoraName: s.LoraName, Medium: s.Medium, CacheSalt: s.CacheSalt, SequenceHashes: nilIfEmpty(s.SequenceHashes)}, nil
 	case *messages.KvEvent_Removed:
 		return kv.Event{Kind: kv.BlockRemoved, EngineHashes: e.Removed.BlockHashes, Medium: e.Removed.Medium}, nil
 	case *messages.KvEvent_Cleared:
@@ -66,6 +70,43 @@ func FromProto(m *messages.KvEvent) (kv.Event, error) {
 	default:
 		return kv.Event{}, fmt.Errorf("kvpb: KV event with no type")
 	}
+}
+
+// nilIfEmpty is h, or nil when it has no element (absent on the wire).
+func nilIfEmpty(h []uint64) []uint64 {
+	if len(h) == 0 {
+		return nil
+	}
+	return h
+}
+
+// BatchEvents converts a KV event batch as a Router grain applies it. Errors: an event
+// with no type (naming its index); stored events hashed by the worker
+// (sequence_hashes) under a scheme other than kv.HashScheme (the batch's hash_scheme).
+// The index checks the rest of a hashed event's shape (kv.ValidateStored).
+func BatchEvents(m *messages.KvEventBatch) ([]kv.Event, error) {
+	evs, err := FromProtoAll(m.GetEvents())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkScheme(evs, m.GetHashScheme()); err != nil {
+		return nil, fmt.Errorf("kvpb: KV event batch: %w", err)
+	}
+	return evs, nil
+}
+
+// checkScheme fails when one of evs carries sequence hashes and scheme is not
+// kv.HashScheme.
+func checkScheme(evs []kv.Event, scheme uint32) error {
+	if scheme == kv.HashScheme {
+		return nil
+	}
+	for i := range evs {
+		if evs[i].SequenceHashes != nil {
+			return fmt.Errorf("event %d hashed under scheme %d, this router's is %d", i, scheme, kv.HashScheme)
+		}
+	}
+	return nil
 }
 
 // FromProtoAll converts a list of events; the error names the index of the bad event.
@@ -169,6 +210,9 @@ func DumpEvents(m *messages.BlockDump) ([]kv.Event, error) {
 	evs, err := FromProtoAll(m.GetEvents())
 	if err != nil {
 		return nil, err
+	}
+	if err := checkScheme(evs, m.GetHashScheme()); err != nil {
+		return nil, fmt.Errorf("kvpb: block dump: %w", err)
 	}
 	runs := m.GetRuns()
 	if len(runs) == 0 {

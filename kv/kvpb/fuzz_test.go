@@ -34,6 +34,10 @@ func FuzzPeerMessages(f *testing.F) {
 	cleared := &messages.KvEvent{Event: &messages.KvEvent_Cleared{Cleared: &messages.KvAllBlocksCleared{}}}
 	f.Add(seed(&messages.KvEventBatch{WorkerId: "w0", EngineEpoch: 1, Seq: 1, Events: []*messages.KvEvent{stored, removed}}), uint8(0))
 	f.Add(seed(&messages.KvEventBatch{WorkerId: "w1", EngineEpoch: 1, Seq: 1, Events: []*messages.KvEvent{cleared, {}}}), uint8(0))
+	hashedStored := &messages.KvEvent{Event: &messages.KvEvent_Stored{Stored: &messages.KvBlockStored{
+		BlockHashes: []uint64{1, 2}, SequenceHashes: []uint64{5, 6}, BlockSize: 16}}}
+	f.Add(seed(&messages.KvEventBatch{WorkerId: "w0", EngineEpoch: 1, Seq: 1, HashScheme: kv.HashScheme,
+		Events: []*messages.KvEvent{hashedStored, stored, removed}}), uint8(3))
 	f.Add(seed(&messages.BlockDump{WorkerId: "w0", EngineEpoch: 1, LastSeq: 3, Events: []*messages.KvEvent{stored}, Last: true}), uint8(1))
 	f.Add(seed(&messages.BlockDump{WorkerId: "w1", EngineEpoch: 1, HashScheme: kv.HashScheme, Last: true, Runs: []*messages.KvHashedRun{
 		{BlockHashes: []uint64{1, 2}, SequenceHashes: []uint64{5, 6}, BlockSize: 16},
@@ -58,7 +62,10 @@ func FuzzPeerMessages(f *testing.F) {
 		switch kind % 3 {
 		case 0:
 			var m messages.KvEventBatch
-			if evs, ok := decodeEvents(data, &m); ok {
+			if proto.Unmarshal(data, &m) != nil {
+				return
+			}
+			if evs, err := BatchEvents(&m); err == nil {
 				_, _ = r.ApplyBatch(m.GetWorkerId(), m.GetEngineEpoch(), m.GetSeq(), evs)
 			}
 		case 1:
@@ -92,17 +99,4 @@ func FuzzPeerMessages(f *testing.F) {
 			t.Fatalf("a well-formed request after the peer message: %+v, %v", d, err)
 		}
 	})
-}
-
-// decodeEvents unmarshals data into m and converts its events as the Router grain does;
-// ok is false when either step refuses them.
-func decodeEvents(data []byte, m interface {
-	proto.Message
-	GetEvents() []*messages.KvEvent
-}) ([]kv.Event, bool) {
-	if proto.Unmarshal(data, m) != nil {
-		return nil, false
-	}
-	evs, err := FromProtoAll(m.GetEvents())
-	return evs, err == nil
 }
