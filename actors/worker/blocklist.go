@@ -18,8 +18,8 @@ import (
 // the router's sequence hash of it (kv.HashScheme: chained onto its parent's, or its
 // salt's), with which its children's are computed when events are relayed hashed
 // (ApplyHashed).
-// Storing a block already listed only updates its medium (and, on the GPU, its sequence
-// hash to the new event's); removing a block not listed is a no-op.
+// Storing a block already listed only updates its medium (and, on the GPU with other
+// content, forgets its sequence hash); removing a block not listed is a no-op.
 //
 // Invariant: a block is listed at most once; Dump emits blocks in the order they were
 // first stored (parents before children when the engine stored them so) and leaves out
@@ -66,7 +66,7 @@ type listedBlock struct {
 	seq       uint64 // the router's sequence hash, when hashed
 	hasParent bool
 	live      bool
-	hashed    bool // seq is known: the block was stored onto a hashed block, or with no parent
+	hashed    bool // seq is known: stored with no parent or onto a hashed block, and never again with other content
 }
 
 const (
@@ -130,24 +130,33 @@ func (l *BlockList) apply(ev kv.Event, hashes bool) ([]uint64, error) {
 		if !hasParent {
 			salt = l.intern(ev.CacheSalt)
 		}
+		// A block's seq is kept only while it is the hash of its recorded content chained
+		// onto its recorded parent's, what a dump gives the router (consistent: so far in
+		// the event, the event's content is the recorded one).
+		consistent := seqs != nil
 		for i, h := range ev.EngineHashes {
 			slot, found := l.find(h)
 			if found {
 				b := &l.blocks[l.table[slot].pos-1]
 				b.medium = medium
-				if seqs != nil && kv.OnGPU(ev.Medium) {
-					// As the router's index takes a block stored again on the GPU: under
-					// the hash of the content stored last (its tokens here stay the first's).
-					b.seq, b.hashed = seqs[i], true
+				same := consistent && b.hashed && b.seq == seqs[i]
+				if !same && kv.OnGPU(ev.Medium) {
+					// Stored again with other content (or at another block size): the
+					// router's index now holds the new content, a dump would give it the
+					// first (kept here), so the hash of neither is this block's for sure.
+					// Its descendants go with their token ids, which the router chains
+					// onto whatever it holds.
+					b.hashed = false
 				}
+				consistent = same // the event's next blocks chain onto its content, not the record's
 			} else {
 				p := l.record(bs)
 				b := &l.blocks[p]
 				l.next++
 				b.hash, b.parent, b.order, b.lora, b.salt, b.medium, b.hasParent, b.live =
 					h, parent, l.next, lora, salt, medium, hasParent, true
-				b.seq, b.hashed = 0, seqs != nil
-				if seqs != nil {
+				b.seq, b.hashed = 0, consistent
+				if consistent {
 					b.seq = seqs[i]
 				}
 				copy(l.tokens[b.tokOff:b.tokOff+bs], ev.TokenIDs[i*bs:(i+1)*bs])

@@ -130,6 +130,7 @@ func (r *relay) run(ctx context.Context) {
 func (r *relay) handle(it any) {
 	if a, ok := it.(relayAdopt); ok { // a new owner: even a relay that left
 		r.router, r.owner, r.info, r.adapters, r.adapterSeq, r.left = a.router, a.owner, nil, nil, 0, false
+		r.eventScheme = 0 // the new router's answers say
 		return
 	}
 	if _, leave := it.(relayLeave); r.left && !leave {

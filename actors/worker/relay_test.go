@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/turbine-llm/turbine/actors/router"
 	"github.com/turbine-llm/turbine/kv"
-	"github.com/turbine-llm/turbine/kv/kvpb"
 	"github.com/turbine-llm/turbine/messages"
 	"google.golang.org/protobuf/proto"
 )
@@ -438,104 +437,5 @@ func TestRelayMergesQueuedBatches(t *testing.T) {
 	<-ran
 	if n := r.blocks.Len(); n != 6 {
 		t.Fatalf("block list holds %d blocks, want 6", n)
-	}
-}
-
-// indexRouter is a RouterClient whose event batches (through the wire format and
-// kvpb.BatchEvents, as a Router grain takes them) go into one kv index, as worker 0's;
-// its answers offer scheme for event batches (0: none).
-type indexRouter struct {
-	nopRouter
-	x      *kv.Index
-	scheme uint32
-	hashed int // stored events received hashed
-	errs   []error
-}
-
-func (ir *indexRouter) Register(*messages.RegisterWorker) (*messages.RegisterAck, error) {
-	return &messages.RegisterAck{Accepted: true, EventHashScheme: ir.scheme}, nil
-}
-
-func (ir *indexRouter) PublishEvents(m *messages.KvEventBatch) (*messages.EventAck, error) {
-	b, err := proto.Marshal(m)
-	var got messages.KvEventBatch
-	if err == nil {
-		err = proto.Unmarshal(b, &got)
-	}
-	evs, err2 := kvpb.BatchEvents(&got)
-	if err != nil || err2 != nil {
-		ir.errs = append(ir.errs, fmt.Errorf("batch %d: %v %v", m.Seq, err, err2))
-		return &messages.EventAck{EventHashScheme: ir.scheme}, nil
-	}
-	for _, ev := range evs {
-		if ev.SequenceHashes != nil {
-			ir.hashed++
-		}
-		_ = ir.x.Apply(0, ev)
-	}
-	return &messages.EventAck{EventHashScheme: ir.scheme}, nil
-}
-
-// TestRelaySendsHashedEvents: a relay whose router offered the hash scheme sends stored
-// blocks as their sequence hashes, and an index fed those holds exactly the blocks,
-// under the same sequence hashes, as one fed the same engine batches with token ids
-// (random streams of chains with adapters, salts, CPU-tier copies, orphans, blocks stored
-// again, removals and clears; the engine's block size fixed, as an engine's is).
-func TestRelaySendsHashedEvents(t *testing.T) {
-	for seed := uint64(1); seed <= 12; seed++ {
-		for bs := 1; bs <= 3; bs++ {
-			rng := rand.New(rand.NewPCG(seed, 77))
-			data := make([]byte, 6000)
-			for i := range data {
-				data[i] = byte(rng.Uint32())
-				if data[i] >= 250 && rng.IntN(8) != 0 {
-					data[i] = byte(rng.IntN(250))
-				}
-			}
-			ops := blockListOps{data: data, wide: seed%2 == 0}
-			routers := [2]*indexRouter{{x: kv.NewIndexWithoutDump(bs), scheme: kv.HashScheme}, {x: kv.NewIndexWithoutDump(bs)}}
-			var relays [2]*relay
-			for i, ir := range routers {
-				relays[i] = newRelay("w0", ir, zerolog.Nop())
-				relays[i].handle(relayEpoch{epoch: 1})
-				relays[i].register(&messages.WorkerInfo{WorkerId: "w0"}, &messages.WorkerLoad{})
-			}
-			var batch []kv.Event
-			seq := uint64(0)
-			for {
-				ev, _, ok := ops.next()
-				if !ok {
-					break
-				}
-				if ev.Kind == kv.BlockStored && ev.BlockSize != bs {
-					continue // another engine's block size
-				}
-				batch = append(batch, ev)
-				if len(batch) < 1+int(seq%4) {
-					continue
-				}
-				seq++
-				for _, r := range relays {
-					// Each relay reuses the batch's slice: give each its own.
-					r.onBatch(kv.Batch{Seq: seq, Events: append([]kv.Event(nil), batch...)})
-				}
-				batch = batch[:0]
-				want, got := map[uint64]uint64{}, map[uint64]uint64{}
-				routers[1].x.WorkerBlocks(0, func(e, s uint64) { want[e] = s })
-				routers[0].x.WorkerBlocks(0, func(e, s uint64) { got[e] = s })
-				if !reflect.DeepEqual(got, want) || routers[0].x.Nodes() != routers[1].x.Nodes() {
-					t.Fatalf("seed %d, block size %d, batch %d: hashed events indexed %v (%d nodes), token ids %v (%d nodes)",
-						seed, bs, seq, got, routers[0].x.Nodes(), want, routers[1].x.Nodes())
-				}
-			}
-			for i, ir := range routers {
-				if len(ir.errs) > 0 {
-					t.Fatalf("router %d: %v", i, ir.errs)
-				}
-			}
-			if routers[0].hashed == 0 || routers[1].hashed != 0 {
-				t.Fatalf("seed %d, block size %d: %d stored events hashed where offered, %d where not", seed, bs, routers[0].hashed, routers[1].hashed)
-			}
-		}
 	}
 }
