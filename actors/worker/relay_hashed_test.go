@@ -152,19 +152,10 @@ func runDiff(t *testing.T, seed uint64, bs int, o diffOpts, data []byte) {
 		batch = batch[:0]
 		if o.dumps && rng.IntN(10) == 0 {
 			trace = append(trace, "dump")
-			for i, r := range relays {
-				if o.plainDump {
-					r.dump(0)
-				} else {
-					r.dump(routers[i].dumpOff)
-				}
-			}
+			dumpBoth(relays, routers, o.plainDump)
 		}
-		want, wn := indexState(routers[1])
-		got, gn := indexState(routers[0])
-		if !reflect.DeepEqual(got, want) || gn != wn {
-			n := len(trace)
-			t.Fatalf("seed %d bs %d %+v batch %d: hashed %v (%d nodes), token ids %v (%d nodes)\nlast:\n%v", seed, bs, o, seq, got, gn, want, wn, trace[max(0, n-30):])
+		if diff := indexDiff(routers); diff != "" {
+			t.Fatalf("seed %d bs %d %+v batch %d: %s\nlast:\n%v", seed, bs, o, seq, diff, trace[max(0, len(trace)-30):])
 		}
 	}
 	for i, cr := range routers {
@@ -225,10 +216,8 @@ func reproRelays(t *testing.T, bs int) ([2]*coreRouter, [2]*relay) {
 
 // compareRepro fails t when the two routers' indexes differ.
 func compareRepro(t *testing.T, routers [2]*coreRouter, what string) {
-	want, wn := indexState(routers[1])
-	got, gn := indexState(routers[0])
-	if !reflect.DeepEqual(got, want) || gn != wn {
-		t.Errorf("%s: hashed %v (%d nodes), token ids %v (%d nodes)", what, got, gn, want, wn)
+	if diff := indexDiff(routers); diff != "" {
+		t.Errorf("%s: %s", what, diff)
 	}
 }
 
@@ -418,19 +407,10 @@ func realisticRun(t *testing.T, seed uint64, bs int) {
 			}
 		}
 		if rng.IntN(15) == 0 {
-			plain := rng.IntN(2) == 0
-			for i, r := range relays {
-				if plain {
-					r.dump(0)
-				} else {
-					r.dump(routers[i].dumpOff)
-				}
-			}
+			dumpBoth(relays, routers, rng.IntN(2) == 0)
 		}
-		want, wn := indexState(routers[1])
-		got, gn := indexState(routers[0])
-		if !reflect.DeepEqual(got, want) || gn != wn {
-			t.Fatalf("seed %d bs %d step %d: hashed %d blocks (%d nodes), token ids %d (%d nodes)", seed, bs, step, len(got), gn, len(want), wn)
+		if diff := indexDiff(routers); diff != "" {
+			t.Fatalf("seed %d bs %d step %d: %s", seed, bs, step, diff)
 		}
 	}
 	for i, cr := range routers {
@@ -471,4 +451,27 @@ func TestRelayHashesOnlyWhereOffered(t *testing.T) {
 	if cr.hashedEv != 3 {
 		t.Fatalf("offered again: %d stored events hashed in all, want 3", cr.hashedEv)
 	}
+}
+
+// dumpBoth makes each relay send its block list: in token ids when plain (as a
+// DumpBlocksRequest asks), else in the form its router takes.
+func dumpBoth(relays [2]*relay, routers [2]*coreRouter, plain bool) {
+	for i, r := range relays {
+		if plain {
+			r.dump(0)
+		} else {
+			r.dump(routers[i].dumpOff)
+		}
+	}
+}
+
+// indexDiff describes how the first router's index differs from the second's; "" when
+// they hold the same blocks under the same sequence hashes.
+func indexDiff(routers [2]*coreRouter) string {
+	want, wn := indexState(routers[1])
+	got, gn := indexState(routers[0])
+	if reflect.DeepEqual(got, want) && gn == wn {
+		return ""
+	}
+	return fmt.Sprintf("hashed events indexed %v (%d nodes), token ids %v (%d nodes)", got, gn, want, wn)
 }
