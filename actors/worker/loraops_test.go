@@ -472,7 +472,8 @@ func TestLoraOnDemand(t *testing.T) {
 // slots' adapters are in use waits: lorawait_test.go).
 func TestLoraOnDemandEvictsLeastRecentlyUsed(t *testing.T) {
 	eng := newLoraEngine()
-	sys, pid, _, _ := startLoraWorker(t, eng, 2, nil)
+	ended := make(chan string, 16)
+	sys, pid, _, _ := startLoraWorker(t, eng, 2, func(c *Config) { c.RequestEnded = func(id string) { ended <- id } })
 	paths := map[string]string{}
 	for _, n := range []string{"a", "b", "c", "d"} {
 		paths[n] = writeAdapter(t, "m", 8)
@@ -489,6 +490,16 @@ func TestLoraOnDemandEvictsLeastRecentlyUsed(t *testing.T) {
 		finishRequest(t, chunks)
 		if ev := nextEvent(t, eng); ev != "end "+name {
 			t.Fatalf("%s: engine call %q", id, ev)
+		}
+		// The worker releases the adapter once it handles the request's end, which may
+		// come after the engine's: the next request must find it released.
+		select {
+		case got := <-ended:
+			if got != id {
+				t.Fatalf("request %s ended, want %s", got, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the worker never handled the request's end", id)
 		}
 	}
 	run("r1", "a", "load a", "generate a")

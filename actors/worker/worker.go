@@ -116,6 +116,10 @@ type Config struct {
 	LoraCheckTimeout time.Duration
 	// Now is the clock of the canary schedule (default time.Now).
 	Now func() time.Time
+	// RequestEnded, when not nil, is called on the worker actor's goroutine once it has
+	// handled a request's end (request id; its adapter use released, its blocks pinned
+	// for a decode leg): an observer, for tests.
+	RequestEnded func(id string)
 	// Parking, when open as the worker stops, takes its ready engine instead of the
 	// worker stopping it (park.go); nil: engines always stop with their worker.
 	Parking *Parking
@@ -441,6 +445,9 @@ func (w *workerActor) Receive(c actor.Context) {
 			}
 			w.canary.touch(w.cfg.Now())
 			w.drained()
+			if f := w.cfg.RequestEnded; f != nil {
+				f(m.id)
+			}
 		}
 	case *Drain:
 		w.drain(c, m)

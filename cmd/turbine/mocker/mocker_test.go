@@ -187,7 +187,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--tool-call-parser", "nonesuch"}, `--tool-call-parser "nonesuch": want one of`},
 		{[]string{"--reasoning-parser", "nonesuch"}, `--reasoning-parser "nonesuch": want one of`},
 	} {
-		err := Run(context.Background(), tc.args, io.Discard, io.Discard)
+		// A free port: some checks come after the listener is made, and the default
+		// port (8000) may be taken on the machine.
+		err := Run(context.Background(), append([]string{"--port", "0"}, tc.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Run(%q) = %v, want error containing %q", tc.args, err, tc.want)
 		}
