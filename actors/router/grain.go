@@ -113,17 +113,22 @@ type workerState struct {
 
 // Grain implements messages.Router.
 type Grain struct {
-	cfg     Config
-	model   string
-	kcfg    kv.Config
-	core    *kv.Router // nil until the block size is known
-	initErr error
-	rng     *rand.Rand
-	workers map[string]*workerState
-	card    *messages.ModelCard
-	log     zerolog.Logger
-	sub     *eventstream.Subscription
-	system  *actor.ActorSystem
+	cfg   Config
+	model string
+	kcfg  kv.Config
+	core  *kv.Router // nil until the block size is known (and again, fromWorker, once no worker is left)
+	// fromWorker: the core's block size is the first worker's, not the configuration's.
+	fromWorker bool
+	// refusedAt: when each worker's registration was last refused in the log (once a
+	// minute per worker, not once a heartbeat).
+	refusedAt map[string]time.Time
+	initErr   error
+	rng       *rand.Rand
+	workers   map[string]*workerState
+	card      *messages.ModelCard
+	log       zerolog.Logger
+	sub       *eventstream.Subscription
+	system    *actor.ActorSystem
 	// owners maps a gateway member's address to the requests it routed and has not freed,
 	// so that a gateway that dies mid-request does not leave load behind it.
 	owners map[string]map[string]struct{}
@@ -396,6 +401,18 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 			"router: worker %q registers from %s, a member that left the cluster %v ago: its node's new member registers its workers",
 			info.WorkerId, info.Actor.GetAddress(), g.cfg.Now().Sub(at).Round(time.Millisecond))}, nil
 	}
+	now := g.cfg.Now()
+	if g.core != nil {
+		g.expire(now)
+		if g.fromWorker && len(g.workers) == 0 && g.core.BlockSize() != int(info.Card.KvBlockSize) {
+			// The block size was the first worker's, and every worker of it has gone: the
+			// model's fleet was redeployed with another one. Starting over beats refusing
+			// every worker until this frontend restarts.
+			g.log.Warn().Int("old_block_size", g.core.BlockSize()).Int("block_size", int(info.Card.KvBlockSize)).
+				Str("worker", info.WorkerId).Msg("no worker of the router's KV block size is left: starting over with the registering worker's")
+			g.core, g.card = nil, nil
+		}
+	}
 	if g.core == nil {
 		kcfg := g.kcfg
 		kcfg.BlockSize = int(info.Card.KvBlockSize)
@@ -403,10 +420,9 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 		if err != nil {
 			return &messages.RegisterAck{Error: fmt.Sprintf("router: worker %q: %v", info.WorkerId, err)}, nil
 		}
-		g.core = core
+		g.core, g.fromWorker = core, true
 		g.log.Info().Int("block_size", kcfg.BlockSize).Msg("router started with the first worker's KV block size")
 	}
-	now := g.cfg.Now()
 	g.expire(now)
 	if w := g.workers[info.WorkerId]; w != nil && w.actor.GetAddress() != info.Actor.GetAddress() &&
 		now.Sub(w.lastSeen) <= g.cfg.WorkerTTL {
@@ -434,9 +450,16 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 		NoKVEvents: info.NoKvEvents, Adapters: adapters, MaxLoras: int(info.MaxLoras), LoraLoadMs: info.LoraLoadMs,
 		KnownAdapters: known, Node: info.NodeId})
 	if err != nil {
-		g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused")
+		if at, ok := g.refusedAt[info.WorkerId]; !ok || now.Sub(at) >= time.Minute {
+			if g.refusedAt == nil {
+				g.refusedAt = map[string]time.Time{}
+			}
+			g.refusedAt[info.WorkerId] = now
+			g.log.Error().Err(err).Str("worker", info.WorkerId).Msg("worker registration refused (logged once a minute per worker)")
+		}
 		return &messages.RegisterAck{Error: err.Error()}, nil
 	}
+	delete(g.refusedAt, info.WorkerId)
 	w := g.workers[info.WorkerId]
 	if w == nil {
 		w = &workerState{role: role}

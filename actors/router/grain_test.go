@@ -523,3 +523,43 @@ func TestGrainRegistrationWindow(t *testing.T) {
 		t.Fatalf("a grain without activation answered retry_ms %d", resp.RetryMs)
 	}
 }
+
+// TestGrainStartsOverWithTheNextBlockSize: a grain that took its KV block size from its
+// first worker refuses a worker of another block size while one of the first's is live,
+// and takes the new one's once none is left, whether they deregistered or went silent
+// past their TTL (a fleet redeployed with another block size); a configured block size
+// is kept.
+func TestGrainStartsOverWithTheNextBlockSize(t *testing.T) {
+	for _, gone := range []string{"deregistered", "silent"} {
+		t.Run(gone, func(t *testing.T) {
+			clock := &fakeClock{t: time.Unix(0, 0)}
+			g := New(Config{Mode: "kv", OverlapWeight: 1, WorkerTTL: 5 * time.Second, Now: clock.now, Seed: 1})
+			g.model = "m"
+			if ack := register(t, g, "old", 64, 1); !ack.Accepted {
+				t.Fatalf("first worker: %+v", ack)
+			}
+			if ack := register(t, g, "new", 16, 1); ack.Accepted {
+				t.Fatal("a worker of another block size accepted while one of the router's is live")
+			}
+			if gone == "deregistered" {
+				if _, err := g.Deregister(&messages.DeregisterWorker{WorkerId: "old"}, nil); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				clock.t = clock.t.Add(6 * time.Second)
+			}
+			if ack := register(t, g, "new", 16, 1); !ack.Accepted {
+				t.Fatalf("no worker of the old block size left: %+v", ack)
+			}
+			resp, _ := g.Route(&messages.RouteRequest{RequestId: "r", TokenIds: make([]uint32, 40)}, nil)
+			if resp.Outcome != messages.RouteOutcome_ROUTE_OK || resp.WorkerId != "new" || resp.PromptBlocks != 2 {
+				t.Fatalf("route: %+v, want worker new and 2 full blocks of 16 tokens (none of 64)", resp)
+			}
+		})
+	}
+	// Configured: kept, even with no worker.
+	g := newGrain(t, &fakeClock{t: time.Unix(0, 0)})
+	if ack := register(t, g, "w", 16, 1); ack.Accepted {
+		t.Fatal("a worker of another block size than the configured one accepted")
+	}
+}
