@@ -423,7 +423,6 @@ func (g *Grain) Register(req *messages.RegisterWorker, _ cluster.GrainContext) (
 		g.core, g.fromWorker = core, true
 		g.log.Info().Int("block_size", kcfg.BlockSize).Msg("router started with the first worker's KV block size")
 	}
-	g.expire(now)
 	if w := g.workers[info.WorkerId]; w != nil && w.actor.GetAddress() != info.Actor.GetAddress() &&
 		now.Sub(w.lastSeen) <= g.cfg.WorkerTTL {
 		// Two live workers claim one id (two nodes with the same --node-id): routing by id
