@@ -232,3 +232,28 @@ func TestChatCutCallComesBackAsContent(t *testing.T) {
 		t.Fatalf("stream: %s", rr.Body)
 	}
 }
+
+// TestChatEmptyAssistantTurn: an assistant turn with empty content (a model's answer can
+// be empty, or all reasoning) is taken back as the client sends it; one with no content
+// at all and no tool calls, or an empty user turn, is refused.
+func TestChatEmptyAssistantTurn(t *testing.T) {
+	for _, c := range []struct {
+		assistant, param string
+	}{
+		{`{"role": "assistant", "content": ""}`, ""},
+		{`{"role": "assistant", "content": "", "reasoning": "thought"}`, ""},
+		{`{"role": "assistant", "content": []}`, ""},
+		{`{"role": "assistant", "content": null}`, "messages[1].content"},
+		{`{"role": "assistant"}`, "messages[1].content"},
+		{`{"role": "user", "content": ""}`, "messages[1].content"},
+	} {
+		_, aerr := parseChatRequest([]byte(`{"model": "m", "messages": [{"role": "user", "content": "a"}, ` + c.assistant +
+			`, {"role": "user", "content": "b"}]}`))
+		switch {
+		case c.param == "" && aerr != nil:
+			t.Errorf("%s: refused: %v", c.assistant, aerr)
+		case c.param != "" && (aerr == nil || aerr.Param != c.param):
+			t.Errorf("%s: %v, want an error on %s", c.assistant, aerr, c.param)
+		}
+	}
+}

@@ -535,7 +535,12 @@ func parseMessage(v any, param string) (model.ChatMessage, *APIError) {
 		if !present {
 			return msg, newError(KindMissingParameter, m.param("content"), "Missing required parameter: '%s'.", m.param("content"))
 		}
-		return msg, newError(KindInvalidValue, m.param("content"), "Invalid '%s': a %s message needs non-empty content.", m.param("content"), role)
+		// An assistant turn may be empty: a model's answer can be (EOS first, or all of
+		// it reasoning), and a client sends the conversation back as it got it (OpenAI
+		// and vLLM take it).
+		if role != "assistant" {
+			return msg, newError(KindInvalidValue, m.param("content"), "Invalid '%s': a %s message needs non-empty content.", m.param("content"), role)
+		}
 	}
 	if role == "tool" && msg.ToolCallID == "" {
 		return msg, newError(KindMissingParameter, m.param("tool_call_id"), "Missing required parameter: '%s'.", m.param("tool_call_id"))
