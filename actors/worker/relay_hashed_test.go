@@ -227,23 +227,11 @@ func compareRepro(t *testing.T, routers [2]*coreRouter, what string) {
 func TestRelayHashedRestoreThenDump(t *testing.T) {
 	for _, form := range []string{"asker's form", "token ids (DumpBlocksRequest)"} {
 		routers, relays := reproRelays(t, 2)
-		seq := uint64(0)
-		send := func(evs ...kv.Event) {
-			seq++
-			for _, r := range relays {
-				r.onBatch(kv.Batch{Seq: seq, Events: append([]kv.Event(nil), evs...)})
-			}
-		}
+		send := sender(relays)
 		send(kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{1}, TokenIDs: []uint32{10, 11}, BlockSize: 2})
 		send(kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{1}, TokenIDs: []uint32{20, 21}, BlockSize: 2})
 		compareRepro(t, routers, form+": after the re-store")
-		for i, r := range relays {
-			if form == "asker's form" {
-				r.dump(routers[i].dumpOff)
-			} else {
-				r.dump(0)
-			}
-		}
+		dumpBoth(relays, routers, form != "asker's form")
 		compareRepro(t, routers, form+": after the dump")
 		send(kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{2}, HasParent: true, ParentHash: 1, TokenIDs: []uint32{30, 31}, BlockSize: 2})
 		compareRepro(t, routers, form+": child stored after the dump")
@@ -254,13 +242,7 @@ func TestRelayHashedRestoreThenDump(t *testing.T) {
 // keeps the router's copy; its child must chain onto that.
 func TestRelayHashedOtherBlockSize(t *testing.T) {
 	routers, relays := reproRelays(t, 2)
-	seq := uint64(0)
-	send := func(evs ...kv.Event) {
-		seq++
-		for _, r := range relays {
-			r.onBatch(kv.Batch{Seq: seq, Events: append([]kv.Event(nil), evs...)})
-		}
-	}
+	send := sender(relays)
 	send(kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{1}, TokenIDs: []uint32{10, 11}, BlockSize: 2})
 	send(kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{1}, TokenIDs: []uint32{10}, BlockSize: 1}) // refused by the index
 	send(kv.Event{Kind: kv.BlockStored, EngineHashes: []uint64{2}, HasParent: true, ParentHash: 1, TokenIDs: []uint32{30, 31}, BlockSize: 2})
@@ -474,4 +456,16 @@ func indexDiff(routers [2]*coreRouter) string {
 		return ""
 	}
 	return fmt.Sprintf("hashed events indexed %v (%d nodes), token ids %v (%d nodes)", got, gn, want, wn)
+}
+
+// sender returns a function that sends events to both relays as the next engine batch
+// (each its own copy of the slice).
+func sender(relays [2]*relay) func(...kv.Event) {
+	seq := uint64(0)
+	return func(evs ...kv.Event) {
+		seq++
+		for _, r := range relays {
+			r.onBatch(kv.Batch{Seq: seq, Events: append([]kv.Event(nil), evs...)})
+		}
+	}
 }
