@@ -110,9 +110,7 @@ type diffOpts struct {
 func runDiff(t *testing.T, seed uint64, bs int, o diffOpts, data []byte) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	ops := blockListOps{data: data, wide: seed%2 == 0}
-	on := func() uint32 { return kv.HashScheme }
-	off := func() uint32 { return 0 }
-	hashedOffer := on
+	hashedOffer := func() uint32 { return kv.HashScheme }
 	if o.toggle {
 		hashedOffer = func() uint32 {
 			if rng.IntN(3) == 0 {
@@ -121,14 +119,7 @@ func runDiff(t *testing.T, seed uint64, bs int, o diffOpts, data []byte) {
 			return kv.HashScheme
 		}
 	}
-	routers := [2]*coreRouter{newCoreRouter(t, bs, hashedOffer, kv.HashScheme), newCoreRouter(t, bs, off, 0)}
-	info := &messages.WorkerInfo{WorkerId: "w0", EngineEpoch: 1}
-	var relays [2]*relay
-	for i, cr := range routers {
-		relays[i] = newRelay("w0", cr, zerolog.Nop())
-		relays[i].handle(relayEpoch{epoch: 1})
-		relays[i].register(info, &messages.WorkerLoad{})
-	}
+	routers, relays := relayPair(t, bs, hashedOffer)
 	var batch []kv.Event
 	seq := uint64(0)
 	var trace []string
@@ -202,9 +193,14 @@ func TestRelaySendsHashedEvents(t *testing.T) {
 // reproRelays are two relays of worker w0 at block size bs, the first answered with the
 // hash scheme, the second without, each with its router.
 func reproRelays(t *testing.T, bs int) ([2]*coreRouter, [2]*relay) {
-	on := func() uint32 { return kv.HashScheme }
-	off := func() uint32 { return 0 }
-	routers := [2]*coreRouter{newCoreRouter(t, bs, on, kv.HashScheme), newCoreRouter(t, bs, off, 0)}
+	return relayPair(t, bs, func() uint32 { return kv.HashScheme })
+}
+
+// relayPair are two registered relays of worker w0 at block size bs, each with its router:
+// the first's answers offer event_hash_scheme offer() (and hashed dumps), the second's
+// offer nothing.
+func relayPair(t *testing.T, bs int, offer func() uint32) ([2]*coreRouter, [2]*relay) {
+	routers := [2]*coreRouter{newCoreRouter(t, bs, offer, kv.HashScheme), newCoreRouter(t, bs, func() uint32 { return 0 }, 0)}
 	var relays [2]*relay
 	for i, cr := range routers {
 		relays[i] = newRelay("w0", cr, zerolog.Nop())
@@ -270,14 +266,7 @@ func realisticRun(t *testing.T, seed uint64, bs int) {
 		}
 		return kv.HashScheme
 	}
-	off := func() uint32 { return 0 }
-	routers := [2]*coreRouter{newCoreRouter(t, bs, offer, kv.HashScheme), newCoreRouter(t, bs, off, 0)}
-	var relays [2]*relay
-	for i, cr := range routers {
-		relays[i] = newRelay("w0", cr, zerolog.Nop())
-		relays[i].handle(relayEpoch{epoch: 1})
-		relays[i].register(&messages.WorkerInfo{WorkerId: "w0", EngineEpoch: 1}, &messages.WorkerLoad{})
-	}
+	routers, relays := relayPair(t, bs, offer)
 	held := map[uint64]bool{} // engine's GPU blocks
 	var heldList []uint64
 	ehash := func(parent uint64, hasParent bool, salt, lora string, toks []uint32) uint64 {
